@@ -1,0 +1,1 @@
+//! The etcd backend (work in progress).

@@ -1,0 +1,1 @@
+//! The fdb backend (work in progress).

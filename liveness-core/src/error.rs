@@ -1,0 +1,225 @@
+//! The one error type of the framework.
+//!
+//! Every backend maps its failures onto these backend-neutral kinds, so the state
+//! machines (and users) can decide what to do without knowing which store is behind
+//! the trait: retry an [`Error::Unavailable`], re-acquire after an [`Error::Lost`], drop
+//! the work after an [`Error::Fenced`], fix the call after an [`Error::InvalidInput`].
+
+use std::time::Duration;
+
+use crate::item::ItemId;
+use crate::types::{FencingToken, HolderId, Key};
+
+/// A boxed error source from a backend's client library.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of every store operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a lease holder no longer holds its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LostReason {
+    /// The store clock passed the lease's expiry. An expired lease is never renewed,
+    /// even when nobody else took the key: acquire again for a new token.
+    Expired,
+    /// Another acquisition holds the key now, under a newer token.
+    Superseded,
+    /// The key has no lease any more: it was released, or it expired and was reaped.
+    Released,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "expired",
+            LostReason::Superseded => "superseded by a newer token",
+            LostReason::Released => "released or reaped",
+        })
+    }
+}
+
+/// What is wrong with an input that was rejected with [`Error::InvalidInput`].
+///
+/// An input rejected with one of these never changed any state in the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InputProblem {
+    /// The value is empty.
+    Empty,
+    /// The value is longer than allowed.
+    TooLong {
+        /// The maximum length in bytes.
+        max: usize,
+        /// The length that was given.
+        len: usize,
+    },
+    /// The value contains a control character (or, for names that form store keys,
+    /// a character outside the allowed set).
+    ForbiddenChar {
+        /// The first offending character.
+        ch: char,
+    },
+    /// The bytes are not valid UTF-8.
+    NotUtf8,
+    /// A duration is shorter than the store's minimum.
+    TooShort {
+        /// The store's minimum.
+        min: Duration,
+        /// The duration that was given.
+        got: Duration,
+    },
+    /// A duration is longer than the store's maximum.
+    TooLongDuration {
+        /// The store's maximum.
+        max: Duration,
+        /// The duration that was given.
+        got: Duration,
+    },
+    /// A count (limit, batch size, attempts) is zero.
+    Zero,
+    /// A value that does not parse (a URL, an option).
+    Malformed {
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A URL scheme that no compiled-in backend serves.
+    UnknownScheme {
+        /// The scheme that was given.
+        scheme: String,
+        /// The schemes compiled into this build.
+        known: Vec<&'static str>,
+    },
+    /// The lease belongs to another namespace or store than the one it was given to.
+    ForeignLease,
+}
+
+impl std::fmt::Display for InputProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InputProblem::Empty => write!(f, "must not be empty"),
+            InputProblem::TooLong { max, len } => {
+                write!(f, "is {len} bytes long, the maximum is {max}")
+            }
+            InputProblem::ForbiddenChar { ch } => write!(f, "contains the forbidden character {ch:?}"),
+            InputProblem::NotUtf8 => write!(f, "is not valid UTF-8"),
+            InputProblem::TooShort { min, got } => {
+                write!(f, "is {got:?}, shorter than this store's minimum of {min:?}")
+            }
+            InputProblem::TooLongDuration { max, got } => {
+                write!(f, "is {got:?}, longer than this store's maximum of {max:?}")
+            }
+            InputProblem::Zero => write!(f, "must be at least 1"),
+            InputProblem::Malformed { expected } => write!(f, "is malformed: expected {expected}"),
+            InputProblem::UnknownScheme { scheme, known } => write!(
+                f,
+                "has the unknown scheme {scheme:?}; schemes compiled into this build: {}",
+                known.join(", ")
+            ),
+            InputProblem::ForeignLease => write!(f, "belongs to another store or namespace"),
+        }
+    }
+}
+
+/// The error of every operation in the framework.
+///
+/// The variants are backend-neutral. [`Error::is_retryable`] tells transient transport
+/// faults (worth retrying with backoff) from permanent answers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `acquire` found a live lease on the key.
+    #[error("lease {key} is held by {holder} (token {token})")]
+    Held {
+        /// The key that was asked for.
+        key: Key,
+        /// Who holds it now.
+        holder: HolderId,
+        /// The current holder's fencing token.
+        token: FencingToken,
+    },
+    /// The caller's lease is no longer current: it must stop acting under that token.
+    #[error("lease {key} (token {token}) is lost: {reason}")]
+    Lost {
+        /// The lease's key.
+        key: Key,
+        /// The token that is no longer current.
+        token: FencingToken,
+        /// Why it was lost.
+        reason: LostReason,
+    },
+    /// An item operation was refused because the item is no longer owned by the token
+    /// given (it was requeued, completed, or dead-lettered): a stale owner can do no harm.
+    #[error("item {item} is not owned by token {token}")]
+    Fenced {
+        /// The item.
+        item: ItemId,
+        /// The token that tried to act on it.
+        token: FencingToken,
+    },
+    /// The input was rejected before anything changed.
+    #[error("invalid {what}: {problem}")]
+    InvalidInput {
+        /// Which input (`"key"`, `"ttl"`, `"payload"`, ...).
+        what: &'static str,
+        /// What is wrong with it.
+        problem: InputProblem,
+    },
+    /// A transient fault (connection refused or reset, timeout, busy database,
+    /// serialization conflict): the operation may or may not have been applied, and
+    /// retrying it with backoff is expected to succeed.
+    #[error("{backend} store unavailable: {source}")]
+    Unavailable {
+        /// The backend's name (`"redis"`, `"postgres"`, ...).
+        backend: &'static str,
+        /// The client library's error.
+        #[source]
+        source: BoxError,
+    },
+    /// A permanent failure of the backend (a schema it does not know, a refused
+    /// command, a corrupt record). Retrying will not help.
+    #[error("{backend} store error: {source}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// The client library's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// True for faults worth retrying with backoff ([`Error::Unavailable`]); false for
+    /// every answer that retrying cannot change.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+
+    /// Shorthand for an [`Error::InvalidInput`].
+    pub fn invalid(what: &'static str, problem: InputProblem) -> Self {
+        Error::InvalidInput { what, problem }
+    }
+
+    /// Shorthand for an [`Error::Unavailable`] from any error source.
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Shorthand for an [`Error::Backend`] from any error source.
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// The reason, when this is an [`Error::Lost`].
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match self {
+            Error::Lost { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+}

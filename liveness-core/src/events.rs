@@ -1,0 +1,143 @@
+//! Events of the state machines, on a broadcast channel.
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::error::LostReason;
+use crate::item::ItemId;
+use crate::types::{FencingToken, HolderId, Key};
+
+/// Why a holder stopped holding a lease, as its own heartbeat saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// The store answered `Lost` to a renewal.
+    Store(LostReason),
+    /// The local safety deadline passed without a successful renewal (the store was
+    /// unreachable or slow): the holder stopped before the store could expire it.
+    Deadline,
+    /// The store answered a permanent error to a renewal.
+    Fault,
+}
+
+/// Something a member, checker or election did or saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A member acquired its lease (at join, or at a re-join with a new token).
+    Joined {
+        /// The member's key.
+        key: Key,
+        /// Its holder id.
+        holder: HolderId,
+        /// The new token.
+        token: FencingToken,
+    },
+    /// A renewal succeeded, but later than planned (retries, a slow store, a paused
+    /// process): the lease came close to its local deadline.
+    RenewedLate {
+        /// The lease's key.
+        key: Key,
+        /// Its token.
+        token: FencingToken,
+        /// How long after the planned renewal time it succeeded.
+        late_by: Duration,
+    },
+    /// A member lost its lease; its cancellation signal has fired.
+    Lost {
+        /// The lease's key.
+        key: Key,
+        /// The lost token.
+        token: FencingToken,
+        /// Why.
+        reason: LossReason,
+    },
+    /// A checker declared a member dead (it won the reap) and requeued its items.
+    Died {
+        /// The member's key.
+        key: Key,
+        /// Who held it.
+        holder: HolderId,
+        /// The dead token.
+        token: FencingToken,
+        /// How many items went back to pending.
+        requeued: usize,
+        /// How many went to the dead-letter set.
+        dead_lettered: usize,
+    },
+    /// A checker's sweep requeued items of a token already in the dead set (released
+    /// with items, or reaped by a checker that stopped before requeueing).
+    OrphansRequeued {
+        /// The dead token.
+        token: FencingToken,
+        /// How many items went back to pending.
+        requeued: usize,
+        /// How many went to the dead-letter set.
+        dead_lettered: usize,
+    },
+    /// A member left gracefully and released its lease.
+    Left {
+        /// The member's key.
+        key: Key,
+        /// Its last token.
+        token: FencingToken,
+    },
+    /// An election was won.
+    LeadershipAcquired {
+        /// The role's key.
+        key: Key,
+        /// The leader's token: fence writes elsewhere with it.
+        token: FencingToken,
+    },
+    /// Leadership ended: lost, or resigned. Its cancellation signal has fired.
+    LeadershipLost {
+        /// The role's key.
+        key: Key,
+        /// The token that no longer leads.
+        token: FencingToken,
+        /// Why; `None` for a resignation.
+        reason: Option<LossReason>,
+    },
+    /// An item ran out of attempts and went to the dead-letter set.
+    ItemDeadLettered {
+        /// The item.
+        id: ItemId,
+        /// The dead token that owned it last.
+        token: FencingToken,
+    },
+}
+
+/// A broadcast channel of [`Event`]s. Clones send to the same subscribers; events
+/// sent while nobody listens are dropped, and a slow subscriber skips the oldest
+/// (tokio's broadcast semantics).
+#[derive(Clone, Debug)]
+pub struct EventBus {
+    tx: broadcast::Sender<Event>,
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new(1024)
+    }
+}
+
+impl EventBus {
+    /// A bus that buffers up to `capacity` events per subscriber (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        EventBus {
+            tx: broadcast::channel(capacity.max(1)).0,
+        }
+    }
+
+    /// A receiver of every event sent from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.tx.subscribe()
+    }
+
+    /// Sends an event to every current subscriber.
+    pub fn emit(&self, event: Event) {
+        tracing::debug!(?event, "liveness event");
+        // No subscriber is not an error: events are optional observation.
+        let _ = self.tx.send(event);
+    }
+}

@@ -1,0 +1,116 @@
+//! Work items: ids, payloads, states, and what requeueing reports.
+
+use std::fmt;
+
+use crate::error::{Error, InputProblem, Result};
+use crate::types::FencingToken;
+
+/// A work item's id, assigned by the store at `enqueue`; increasing in enqueue order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ItemId(pub u64);
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// The default for [`EnqueueOptions::max_attempts`].
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+/// Options of `enqueue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// How many claims the item gets before a requeue sends it to the dead-letter set
+    /// instead of back to pending (so a poison item that kills every worker that takes
+    /// it cannot loop forever). At least 1; default [`DEFAULT_MAX_ATTEMPTS`].
+    pub max_attempts: u32,
+}
+
+impl Default for EnqueueOptions {
+    fn default() -> Self {
+        EnqueueOptions {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+impl EnqueueOptions {
+    /// Checks the options and the payload against a store's payload limit.
+    pub fn validate(&self, payload: &[u8], max_payload: usize) -> Result<()> {
+        if self.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts", InputProblem::Zero));
+        }
+        if payload.len() > max_payload {
+            return Err(Error::invalid(
+                "payload",
+                InputProblem::TooLong {
+                    max: max_payload,
+                    len: payload.len(),
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A work item as a worker sees it after `claim`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Its id.
+    pub id: ItemId,
+    /// The payload given at enqueue.
+    pub payload: Vec<u8>,
+    /// How many times it has been claimed, this claim included.
+    pub attempts: u32,
+    /// Its attempt limit.
+    pub max_attempts: u32,
+}
+
+/// Where an item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ItemState {
+    /// Waiting to be claimed.
+    Pending,
+    /// Owned by the member lease with this token.
+    Owned(FencingToken),
+    /// Given up on: failed without retry, or out of attempts. Never claimed again.
+    DeadLettered,
+}
+
+/// An item with its state, as `item` and `dead_letters` report it. Completed items are
+/// gone from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemRecord {
+    /// The item.
+    pub item: Item,
+    /// Its state.
+    pub state: ItemState,
+}
+
+/// What one `requeue_orphans` call moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// Items sent back to pending, in id order.
+    pub requeued: Vec<ItemId>,
+    /// Items sent to the dead-letter set (out of attempts), in id order.
+    pub dead_lettered: Vec<ItemId>,
+}
+
+impl Requeued {
+    /// True when nothing moved.
+    pub fn is_empty(&self) -> bool {
+        self.requeued.is_empty() && self.dead_lettered.is_empty()
+    }
+}
+
+/// How many items are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ItemCounts {
+    /// Waiting to be claimed.
+    pub pending: u64,
+    /// Owned by some token.
+    pub owned: u64,
+    /// In the dead-letter set.
+    pub dead_lettered: u64,
+}

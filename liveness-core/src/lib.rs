@@ -1,0 +1,40 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod checker;
+pub mod clock;
+pub mod election;
+pub mod error;
+pub mod events;
+pub mod heartbeat;
+pub mod item;
+pub mod lease;
+pub mod member;
+pub mod memory;
+pub mod store;
+mod traced;
+pub mod types;
+
+pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport};
+pub use clock::{Clock, ManualClock, TokioClock};
+pub use election::{Election, ElectionConfig, Leadership};
+pub use error::{BoxError, Error, InputProblem, LostReason, Result};
+pub use events::{Event, EventBus, LossReason};
+pub use heartbeat::HeartbeatConfig;
+pub use item::{
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, DEFAULT_MAX_ATTEMPTS,
+};
+pub use lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
+pub use member::{Claimed, Generation, Member, MemberConfig};
+pub use memory::{MemoryServer, MemoryStore};
+pub use store::{Capabilities, ItemStore, LeaseStore, Store};
+pub use traced::Traced;
+pub use types::{
+    FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl, MAX_NAMESPACE_LEN,
+    MAX_NAME_LEN,
+};
+
+/// Re-exported so that users and backends name the same versions.
+pub use async_trait::async_trait;
+pub use tokio_util::sync::CancellationToken;

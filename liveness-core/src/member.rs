@@ -1,0 +1,420 @@
+//! The member: a worker process registered as a lease in the `members` space.
+//!
+//! ```text
+//! Live --store clock passes expiry--> Expired --reap--> Dead --requeue--> Requeued
+//! Live --leave--> Left
+//! Lost (renew says Lost, or the local deadline passed) --rejoin--> Live, new token
+//! ```
+//!
+//! Every lease the member holds is a *generation*: a lease plus its own cancellation
+//! signal. Work claimed under a generation carries that generation's signal and lease,
+//! so work claimed before a loss can never be completed under the new token: the
+//! store answers [`Error::Fenced`](crate::Error::Fenced).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventBus};
+use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig};
+use crate::item::{Item, ItemId, ItemState};
+use crate::lease::Lease;
+use crate::store::Store;
+use crate::traced::traced;
+use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
+
+/// How a member behaves.
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    /// The member's name: its key is `members/NAME`. Two live members cannot share it.
+    pub name: Name,
+    /// Its holder id (who it is, for diagnostics); default: the name.
+    pub holder: HolderId,
+    /// Heartbeat timing: ttl, renew interval, safety margin.
+    pub heartbeat: HeartbeatConfig,
+    /// Whether a lost member acquires a new lease (new token) by itself; default true.
+    pub rejoin: bool,
+    /// Where events go; default a bus of the member's own ([`Member::events`]).
+    pub events: EventBus,
+}
+
+impl MemberConfig {
+    /// Defaults for a member `name` with `ttl`: renew every ttl/3, margin ttl/5,
+    /// re-join on loss.
+    pub fn new(name: &str, ttl: Ttl) -> Result<Self> {
+        let name = Name::new(name)?;
+        Ok(MemberConfig {
+            holder: HolderId::new(name.as_str())?,
+            name,
+            heartbeat: HeartbeatConfig::new(ttl),
+            rejoin: true,
+            events: EventBus::default(),
+        })
+    }
+
+    /// Sets the holder id.
+    pub fn holder(mut self, holder: HolderId) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// Sets how often to renew.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.heartbeat.renew_every = every;
+        self
+    }
+
+    /// Sets the local safety margin.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.heartbeat.safety_margin = margin;
+        self
+    }
+
+    /// Sets whether a lost member re-joins by itself.
+    pub fn rejoin(mut self, rejoin: bool) -> Self {
+        self.rejoin = rejoin;
+        self
+    }
+
+    /// Sends events to this bus.
+    pub fn events(mut self, events: EventBus) -> Self {
+        self.events = events;
+        self
+    }
+}
+
+/// One lease of a member, with the cancellation signal of the work done under it.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The lease (its token fences this generation's work).
+    pub lease: Lease,
+    /// Fires when this lease is lost, or may be: stop the work at once.
+    pub cancel: CancellationToken,
+}
+
+/// An item claimed by a member, bound to the generation that claimed it.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    /// The item.
+    pub item: Item,
+    /// The lease it was claimed under: complete and fail use its token.
+    pub lease: Lease,
+    /// Fires when that lease is lost: stop working on the item.
+    pub cancel: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<dyn Store>,
+    config: MemberConfig,
+    key: Key,
+    generation: watch::Sender<Generation>,
+    stop: CancellationToken,
+    leaving: AtomicBool,
+    owned: Mutex<HashMap<ItemId, FencingToken>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A live worker: holds its member lease through a heartbeat task, claims and
+/// completes items under it, and re-joins with a new token when it loses it.
+///
+/// Cloning shares the same member. Dropping the last clone stops the heartbeat
+/// without releasing (the lease then expires and a checker requeues the items):
+/// call [`Member::leave`] for a graceful exit.
+#[derive(Clone, Debug)]
+pub struct Member {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Member {
+    /// Registers the member: acquires `members/NAME` and starts the heartbeat.
+    ///
+    /// Fails with [`Error::Held`] when a live member already has the name, with
+    /// `InvalidInput` on a bad configuration, and retries retryable faults for up to
+    /// one ttl before failing with the last one.
+    pub async fn join(store: Arc<dyn Store>, config: MemberConfig) -> Result<Member> {
+        config.heartbeat.validate()?;
+        store.capabilities().check_ttl(config.heartbeat.ttl)?;
+        let store = traced(store);
+        let key = Key::new(crate::types::Space::members(), config.name.clone());
+        let give_up = Instant::now() + config.heartbeat.ttl.duration();
+        let mut backoff = Backoff::new(config.heartbeat.renew_every / 8);
+        let (lease, sent) = loop {
+            let sent = Instant::now();
+            match store.acquire(&key, &config.holder, config.heartbeat.ttl).await {
+                Ok(lease) => break (lease, sent),
+                Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    tokio::time::sleep(backoff.next()).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        config.events.emit(Event::Joined {
+            key: key.clone(),
+            holder: config.holder.clone(),
+            token: lease.token,
+        });
+        let first = Generation {
+            lease: lease.clone(),
+            cancel: CancellationToken::new(),
+        };
+        let inner = Arc::new(Inner {
+            store,
+            config,
+            key,
+            generation: watch::channel(first.clone()).0,
+            stop: CancellationToken::new(),
+            leaving: AtomicBool::new(false),
+            owned: Mutex::new(HashMap::new()),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
+        *lock(&inner.task) = Some(task);
+        Ok(Member { inner })
+    }
+
+    /// The member's key, `members/NAME`.
+    pub fn key(&self) -> &Key {
+        &self.inner.key
+    }
+
+    /// The current generation: the lease and its cancellation signal.
+    pub fn generation(&self) -> Generation {
+        self.inner.generation.borrow().clone()
+    }
+
+    /// The current lease.
+    pub fn lease(&self) -> Lease {
+        self.generation().lease
+    }
+
+    /// The current token.
+    pub fn token(&self) -> FencingToken {
+        self.inner.generation.borrow().lease.token
+    }
+
+    /// The current generation's cancellation signal. It fires when that lease is lost
+    /// (a renewal answered `Lost`, or the local safety deadline passed), before the
+    /// store can expire the lease by its own clock.
+    pub fn cancelled(&self) -> CancellationToken {
+        self.inner.generation.borrow().cancel.clone()
+    }
+
+    /// A receiver that sees every new generation (each re-join).
+    pub fn generations(&self) -> watch::Receiver<Generation> {
+        self.inner.generation.subscribe()
+    }
+
+    /// The bus this member sends its events to.
+    pub fn events(&self) -> &EventBus {
+        &self.inner.config.events
+    }
+
+    /// Claims up to `n` pending items under the current lease.
+    ///
+    /// Returns no items while the member is leaving or its current generation is
+    /// cancelled (waiting for a re-join); fails with `Lost` when the store finds the
+    /// lease no longer live.
+    pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
+        let gen = self.generation();
+        if self.inner.leaving.load(Ordering::SeqCst) || gen.cancel.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        let items = self.inner.store.claim(&gen.lease, n).await?;
+        let mut owned = lock(&self.inner.owned);
+        Ok(items
+            .into_iter()
+            .map(|item| {
+                owned.insert(item.id, gen.lease.token);
+                Claimed {
+                    item,
+                    lease: gen.lease.clone(),
+                    cancel: gen.cancel.clone(),
+                }
+            })
+            .collect())
+    }
+
+    /// Completes a claimed item. Fails with [`Error::Fenced`] when the item was
+    /// requeued since (its generation was lost): the work must be considered not done.
+    pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
+        let r = self.inner.store.complete(&claimed.lease, claimed.item.id).await;
+        self.forget(claimed, &r);
+        r
+    }
+
+    /// Gives a claimed item back: to pending with `retry` (unless out of attempts),
+    /// else to the dead-letter set. Fails with [`Error::Fenced`] like `complete`.
+    pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
+        let r = self
+            .inner
+            .store
+            .fail(&claimed.lease, claimed.item.id, retry)
+            .await;
+        self.forget(claimed, &r);
+        r
+    }
+
+    fn forget<T>(&self, claimed: &Claimed, r: &Result<T>) {
+        if matches!(r, Ok(_) | Err(Error::Fenced { .. })) {
+            lock(&self.inner.owned).remove(&claimed.item.id);
+        }
+    }
+
+    /// How many claimed items are not yet completed or failed.
+    pub fn owned(&self) -> usize {
+        lock(&self.inner.owned).len()
+    }
+
+    /// Leaves gracefully: stops claiming, waits up to `grace` for owned items to be
+    /// completed or failed, hands back the rest (to pending, or dead-letter when out
+    /// of attempts), stops the heartbeat and releases the lease.
+    ///
+    /// Items that could not be handed back (store unreachable) stay owned by the
+    /// released token, which is in the dead set: a checker's sweep requeues them.
+    pub async fn leave(self, grace: Duration) -> Result<()> {
+        let inner = &self.inner;
+        inner.leaving.store(true, Ordering::SeqCst);
+        let until = Instant::now() + grace;
+        while !lock(&inner.owned).is_empty() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5).min(grace)).await;
+        }
+        let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned).drain().collect();
+        let gen = self.generation();
+        for (id, token) in rest {
+            if token == gen.lease.token {
+                if let Err(e) = inner.store.fail(&gen.lease, id, true).await {
+                    tracing::warn!(item = %id, error = %e, "could not hand back item on leave");
+                }
+            }
+        }
+        inner.stop.cancel();
+        let task = lock(&inner.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        let gen = self.generation();
+        gen.cancel.cancel();
+        inner.store.release(&gen.lease).await?;
+        inner.config.events.emit(Event::Left {
+            key: inner.key.clone(),
+            token: gen.lease.token,
+        });
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The heartbeat task: keeps each generation alive, and re-joins after a loss.
+async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
+    let Some(strong) = inner.upgrade() else {
+        return;
+    };
+    let store = strong.store.clone();
+    let config = strong.config.clone();
+    let key = strong.key.clone();
+    let stop = strong.stop.clone();
+    drop(strong);
+    let (mut gen, mut sent) = (first, sent);
+    loop {
+        let end = keep_alive(
+            &store,
+            gen.lease.clone(),
+            sent,
+            config.heartbeat,
+            &gen.cancel,
+            &stop,
+            &config.events,
+        )
+        .await;
+        let (old, reason) = match end {
+            End::Stopped(lease) => {
+                if let Some(inner) = inner.upgrade() {
+                    inner.generation.send_modify(|g| g.lease = lease);
+                }
+                return;
+            }
+            End::Lost(lease, reason) => (lease, reason),
+        };
+        config.events.emit(Event::Lost {
+            key: key.clone(),
+            token: old.token,
+            reason,
+        });
+        if !config.rejoin || stop.is_cancelled() {
+            return;
+        }
+        // The old token is finished either way: release it (a no-op when the store
+        // already dropped it) so its items go to the dead set for requeueing.
+        let _ = store.release(&old).await;
+        match rejoin(&store, &config, &key, &old, &stop).await {
+            Some((lease, at)) => {
+                config.events.emit(Event::Joined {
+                    key: key.clone(),
+                    holder: config.holder.clone(),
+                    token: lease.token,
+                });
+                gen = Generation {
+                    lease,
+                    cancel: CancellationToken::new(),
+                };
+                sent = at;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.generation.send_replace(gen.clone());
+            }
+            None => return,
+        }
+    }
+}
+
+/// Acquires the member key again, waiting out a live lease and retrying faults, until
+/// it succeeds or `stop` fires.
+async fn rejoin(
+    store: &Arc<dyn Store>,
+    config: &MemberConfig,
+    key: &Key,
+    old: &Lease,
+    stop: &CancellationToken,
+) -> Option<(Lease, Instant)> {
+    let mut backoff = Backoff::new(config.heartbeat.renew_every / 8);
+    loop {
+        if stop.is_cancelled() {
+            return None;
+        }
+        let sent = Instant::now();
+        let pause = match store.acquire(key, &config.holder, config.heartbeat.ttl).await {
+            Ok(lease) => return Some((lease, sent)),
+            Err(Error::Held { token, .. }) if token == old.token => {
+                let _ = store.release(old).await;
+                Duration::ZERO
+            }
+            Err(Error::Held { .. }) => config.heartbeat.renew_every,
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "re-join failed, retrying");
+                backoff.next()
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}

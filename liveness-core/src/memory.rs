@@ -1,0 +1,502 @@
+//! The in-memory store: the reference model of the contract.
+//!
+//! Every backend is compared with this model by the conformance property test, so it
+//! is written for obviousness, not speed: one mutex over plain ordered maps. It still
+//! keeps an expiry index, so `expired` costs O(log n + k) like the real backends.
+//!
+//! Its clock is injectable ([`MemoryServer::with_clock`]): [`TokioClock`] by default
+//! (which follows tokio's paused time in tests), or a [`ManualClock`](crate::ManualClock)
+//! moved by hand.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::clock::{Clock, TokioClock};
+use crate::error::{Error, LostReason, Result};
+use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
+use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
+use crate::store::{Capabilities, ItemStore, LeaseStore};
+use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
+
+const BACKEND: &str = "memory";
+
+#[derive(Debug)]
+struct LeaseRec {
+    holder: HolderId,
+    token: FencingToken,
+    ttl: Ttl,
+    expires_at: Duration,
+}
+
+#[derive(Debug)]
+struct ItemRec {
+    item: Item,
+    state: ItemState,
+}
+
+#[derive(Debug)]
+struct NsState {
+    next_token: u64,
+    next_item: u64,
+    leases: HashMap<Key, LeaseRec>,
+    /// The expiry index: per space, (expires_at, name).
+    expiry: BTreeMap<Space, BTreeSet<(Duration, Name)>>,
+    dead: BTreeMap<FencingToken, Key>,
+    items: BTreeMap<ItemId, ItemRec>,
+    pending: BTreeSet<ItemId>,
+    owned: HashMap<FencingToken, BTreeSet<ItemId>>,
+    dead_letters: BTreeSet<ItemId>,
+    wake: watch::Sender<u64>,
+}
+
+impl NsState {
+    fn new() -> Self {
+        NsState {
+            next_token: 0,
+            next_item: 0,
+            leases: HashMap::new(),
+            expiry: BTreeMap::new(),
+            dead: BTreeMap::new(),
+            items: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            owned: HashMap::new(),
+            dead_letters: BTreeSet::new(),
+            wake: watch::channel(0).0,
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, expires_at: Duration) {
+        if let Some(set) = self.expiry.get_mut(key.space()) {
+            set.remove(&(expires_at, key.name().clone()));
+        }
+    }
+
+    fn index(&mut self, key: &Key, expires_at: Duration) {
+        self.expiry
+            .entry(key.space().clone())
+            .or_default()
+            .insert((expires_at, key.name().clone()));
+    }
+
+    /// Removes the lease on `key` and puts its token in the dead set.
+    fn retire(&mut self, key: &Key) {
+        if let Some(rec) = self.leases.remove(key) {
+            self.unindex(key, rec.expires_at);
+            self.dead.insert(rec.token, key.clone());
+            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
+        let lost = |reason| Error::Lost {
+            key: lease.key.clone(),
+            token: lease.token,
+            reason,
+        };
+        match self.leases.get(&lease.key) {
+            None => Err(lost(LostReason::Released)),
+            Some(rec) if rec.token != lease.token => Err(lost(LostReason::Superseded)),
+            Some(rec) if now >= rec.expires_at => Err(lost(LostReason::Expired)),
+            Some(rec) => Ok(rec),
+        }
+    }
+
+    fn owned_by(&self, id: ItemId, token: FencingToken) -> Result<()> {
+        match self.items.get(&id) {
+            Some(rec) if rec.state == ItemState::Owned(token) => Ok(()),
+            _ => Err(Error::Fenced { item: id, token }),
+        }
+    }
+
+    /// Moves an owned item back to pending, or to the dead-letter set when it is out
+    /// of attempts or `retry` is false.
+    fn hand_back(&mut self, id: ItemId, retry: bool) -> ItemState {
+        let Some(rec) = self.items.get_mut(&id) else {
+            return ItemState::DeadLettered;
+        };
+        if let ItemState::Owned(t) = rec.state {
+            if let Some(set) = self.owned.get_mut(&t) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.owned.remove(&t);
+                }
+            }
+        }
+        let state = if retry && rec.item.attempts < rec.item.max_attempts {
+            self.pending.insert(id);
+            ItemState::Pending
+        } else {
+            self.dead_letters.insert(id);
+            ItemState::DeadLettered
+        };
+        rec.state = state;
+        state
+    }
+}
+
+/// A shared in-memory "server": the namespaces that [`MemoryStore`] handles see.
+/// Handles made from the same server on the same namespace share state; different
+/// namespaces never see each other.
+#[derive(Debug, Clone)]
+pub struct MemoryServer {
+    clock: Arc<dyn Clock>,
+    spaces: Arc<Mutex<HashMap<Namespace, Arc<Mutex<NsState>>>>>,
+    caps: Capabilities,
+}
+
+impl Default for MemoryServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryServer {
+    /// A server on tokio's monotonic clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(TokioClock::new()))
+    }
+
+    /// A server on the given clock (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryServer {
+            clock,
+            spaces: Arc::default(),
+            caps: Capabilities::default(),
+        }
+    }
+
+    /// The same server declaring other capabilities (to test the state machines
+    /// against a store with, say, a larger minimum ttl).
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// A store handle on `namespace`.
+    pub fn store(&self, namespace: &Namespace) -> MemoryStore {
+        let state = lock(&self.spaces)
+            .entry(namespace.clone())
+            .or_insert_with(|| Arc::new(Mutex::new(NsState::new())))
+            .clone();
+        MemoryStore {
+            clock: self.clock.clone(),
+            state,
+            caps: self.caps,
+            namespace: namespace.clone(),
+        }
+    }
+}
+
+/// A store handle on one namespace of a [`MemoryServer`]: the reference model.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    state: Arc<Mutex<NsState>>,
+    caps: Capabilities,
+    namespace: Namespace,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the maps half-updated in a way that
+    // breaks the contract more than the panic itself did; keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MemoryStore {
+    /// A store on its own server, namespace `default`, on tokio's clock.
+    pub fn new() -> Self {
+        let ns = Namespace::new("default").unwrap_or_else(|_| unreachable!("valid literal"));
+        MemoryServer::new().store(&ns)
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    fn now(&self) -> Duration {
+        self.clock.now()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.caps.check_ttl(ttl)?;
+        let now = self.now();
+        let mut st = lock(&self.state);
+        if let Some(rec) = st.leases.get(key) {
+            if now < rec.expires_at {
+                return Err(Error::Held {
+                    key: key.clone(),
+                    holder: rec.holder.clone(),
+                    token: rec.token,
+                });
+            }
+            st.retire(key);
+        }
+        st.next_token += 1;
+        let token = FencingToken(st.next_token);
+        let expires_at = now + ttl.duration();
+        st.leases.insert(
+            key.clone(),
+            LeaseRec {
+                holder: holder.clone(),
+                token,
+                ttl,
+                expires_at,
+            },
+        );
+        st.index(key, expires_at);
+        Ok(Lease {
+            key: key.clone(),
+            holder: holder.clone(),
+            token,
+            ttl,
+            expires_in: ttl.duration(),
+        })
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        let old = st.check_current(lease, now)?.expires_at;
+        let ttl = lease.ttl;
+        self.caps.check_ttl(ttl)?;
+        let expires_at = now + ttl.duration();
+        st.unindex(&lease.key, old);
+        st.index(&lease.key, expires_at);
+        if let Some(rec) = st.leases.get_mut(&lease.key) {
+            rec.expires_at = expires_at;
+            rec.ttl = ttl;
+        }
+        Ok(Lease {
+            expires_in: ttl.duration(),
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let mut st = lock(&self.state);
+        match st.leases.get(&lease.key) {
+            Some(rec) if rec.token == lease.token => {
+                st.retire(&lease.key);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let now = self.now();
+        let st = lock(&self.state);
+        Ok(st.leases.get(key).map(|rec| LeaseInfo {
+            key: key.clone(),
+            holder: rec.holder.clone(),
+            token: rec.token,
+            ttl: rec.ttl,
+            status: if now < rec.expires_at {
+                LeaseStatus::Live {
+                    remaining: rec.expires_at - now,
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let now = self.now();
+        let st = lock(&self.state);
+        let Some(index) = st.expiry.get(space) else {
+            return Ok(Vec::new());
+        };
+        Ok(index
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(limit)
+            .filter_map(|(_, name)| {
+                let key = Key::new(space.clone(), name.clone());
+                st.leases.get(&key).map(|rec| ExpiredLease {
+                    holder: rec.holder.clone(),
+                    token: rec.token,
+                    key,
+                })
+            })
+            .collect())
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        match st.leases.get(key) {
+            Some(rec) if rec.token == token && now >= rec.expires_at => {
+                st.retire(key);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let st = lock(&self.state);
+        Ok(st
+            .dead
+            .iter()
+            .take(limit)
+            .map(|(token, key)| DeadToken {
+                key: key.clone(),
+                token: *token,
+            })
+            .collect())
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        Ok(StoreTime::from_epoch(self.now()))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let now = self.now();
+        let st = lock(&self.state);
+        Ok(st
+            .expiry
+            .get(space)
+            .and_then(|set| set.first())
+            .map(|(at, _)| at.saturating_sub(now)))
+    }
+
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        Some(lock(&self.state).wake.subscribe())
+    }
+}
+
+#[async_trait]
+impl ItemStore for MemoryStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        options.validate(payload, self.caps.max_payload)?;
+        let mut st = lock(&self.state);
+        st.next_item += 1;
+        let id = ItemId(st.next_item);
+        st.items.insert(
+            id,
+            ItemRec {
+                item: Item {
+                    id,
+                    payload: payload.to_vec(),
+                    attempts: 0,
+                    max_attempts: options.max_attempts,
+                },
+                state: ItemState::Pending,
+            },
+        );
+        st.pending.insert(id);
+        Ok(id)
+    }
+
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let n = self.caps.clamp_limit("n", n)?;
+        let now = self.now();
+        let mut st = lock(&self.state);
+        st.check_current(lease, now)?;
+        let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            st.pending.remove(&id);
+            st.owned.entry(lease.token).or_default().insert(id);
+            if let Some(rec) = st.items.get_mut(&id) {
+                rec.item.attempts += 1;
+                rec.state = ItemState::Owned(lease.token);
+                out.push(rec.item.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let mut st = lock(&self.state);
+        st.owned_by(id, lease.token)?;
+        st.items.remove(&id);
+        if let Some(set) = st.owned.get_mut(&lease.token) {
+            set.remove(&id);
+            if set.is_empty() {
+                st.owned.remove(&lease.token);
+            }
+        }
+        Ok(())
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let mut st = lock(&self.state);
+        st.owned_by(id, lease.token)?;
+        Ok(st.hand_back(id, retry))
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let mut st = lock(&self.state);
+        let mut out = Requeued::default();
+        if st.dead.remove(&token).is_none() {
+            return Ok(out);
+        }
+        let ids = st.owned.remove(&token).unwrap_or_default();
+        for id in ids {
+            match st.hand_back(id, true) {
+                ItemState::Pending => out.requeued.push(id),
+                _ => out.dead_lettered.push(id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let st = lock(&self.state);
+        Ok(st.items.get(&id).map(|rec| ItemRecord {
+            item: rec.item.clone(),
+            state: rec.state,
+        }))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let st = lock(&self.state);
+        Ok(ItemCounts {
+            pending: st.pending.len() as u64,
+            owned: st.owned.values().map(|s| s.len() as u64).sum(),
+            dead_lettered: st.dead_letters.len() as u64,
+        })
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let st = lock(&self.state);
+        Ok(st
+            .dead_letters
+            .iter()
+            .take(limit)
+            .filter_map(|id| {
+                st.items.get(id).map(|rec| ItemRecord {
+                    item: rec.item.clone(),
+                    state: rec.state,
+                })
+            })
+            .collect())
+    }
+}

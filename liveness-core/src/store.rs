@@ -1,0 +1,308 @@
+//! The store contract: [`LeaseStore`] and [`ItemStore`], and what a store declares
+//! about itself in [`Capabilities`].
+//!
+//! This file is the one place that says what every backend must guarantee. The
+//! conformance suite (crate `liveness-conformance`) checks exactly the bullets under
+//! each `# Contract` heading.
+//!
+//! # Contract shared by every method
+//!
+//! - Every operation is atomic and linearizable within the store handle's namespace.
+//! - Only the store clock decides expiry (see DESIGN.md): the server's clock read
+//!   inside the operation, or, on observer-local stores
+//!   ([`Capabilities::observer_local_expiry`]), this handle's own monotonic clock. A
+//!   caller's clock is never sent or compared.
+//! - Invalid input fails with [`Error::InvalidInput`](crate::Error::InvalidInput) and
+//!   changes nothing.
+//! - A transport fault fails with [`Error::Unavailable`](crate::Error::Unavailable);
+//!   the operation may or may not have taken effect, and retrying is safe (every
+//!   operation is idempotent under retry or answers a typed error that says what
+//!   happened).
+//! - Two namespaces never see each other's leases, tokens, dead sets or items.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::error::{Error, InputProblem, Result};
+use crate::item::{EnqueueOptions, ItemCounts, ItemId, ItemRecord, ItemState, Item, Requeued};
+use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
+use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+
+/// What a store declares about itself. The conformance suite and the state machines
+/// choose their behaviour from it.
+///
+/// Build one with struct update syntax:
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::Capabilities;
+///
+/// let caps = Capabilities {
+///     min_ttl: Duration::from_secs(2),
+///     pushes_expiry_events: true,
+///     ..Capabilities::default()
+/// };
+/// assert!(caps.check_ttl(liveness_core::Ttl::from_millis(500).unwrap()).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The shortest ttl the store accepts.
+    pub min_ttl: Duration,
+    /// The longest ttl the store accepts.
+    pub max_ttl: Duration,
+    /// True when [`LeaseStore::wakeups`] signals expiries as they happen (etcd watch),
+    /// not only releases.
+    pub pushes_expiry_events: bool,
+    /// True when expiry is judged on this handle's own monotonic clock (FoundationDB):
+    /// a fresh handle then needs up to one ttl of observation before it can see a
+    /// lease as expired.
+    pub observer_local_expiry: bool,
+    /// The most items or leases one call moves or lists; larger limits are clamped.
+    pub max_batch: usize,
+    /// The largest item payload in bytes.
+    pub max_payload: usize,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            min_ttl: Duration::from_millis(1),
+            max_ttl: Ttl::MAX,
+            pushes_expiry_events: false,
+            observer_local_expiry: false,
+            max_batch: 1000,
+            max_payload: 1024 * 1024,
+        }
+    }
+}
+
+impl Capabilities {
+    /// Rejects a ttl outside `min_ttl ..= max_ttl` with [`Error::InvalidInput`].
+    pub fn check_ttl(&self, ttl: Ttl) -> Result<()> {
+        let got = ttl.duration();
+        if got < self.min_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                InputProblem::TooShort {
+                    min: self.min_ttl,
+                    got,
+                },
+            ));
+        }
+        if got > self.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                InputProblem::TooLongDuration {
+                    max: self.max_ttl,
+                    got,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rejects a zero limit with [`Error::InvalidInput`] and clamps the rest to
+    /// [`Capabilities::max_batch`].
+    pub fn clamp_limit(&self, what: &'static str, limit: usize) -> Result<usize> {
+        if limit == 0 {
+            return Err(Error::invalid(what, InputProblem::Zero));
+        }
+        Ok(limit.min(self.max_batch.max(1)))
+    }
+}
+
+/// Expiring leases with fencing tokens, judged by the store's clock.
+///
+/// Implement this (and [`ItemStore`]) to plug a new backend in; run the
+/// `liveness-conformance` suite against it to check the contract below. Users call the
+/// state machines ([`Member`](crate::Member), [`Checker`](crate::Checker),
+/// [`Election`](crate::Election)) rather than these methods directly.
+///
+/// The trait is object safe: everything works through `Arc<dyn Store>`.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
+    fn backend(&self) -> &'static str;
+
+    /// What this store supports.
+    ///
+    /// # Contract
+    /// - Constant for the handle's lifetime.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes the lease on `key` for `holder`.
+    ///
+    /// # Contract
+    /// - Succeeds iff no live lease is on `key`; returns the lease with a new token and
+    ///   its time left by the store clock (`expires_in` = `ttl` at the store's now).
+    /// - The token is strictly greater than every token handed out before in the
+    ///   namespace, on any key, also after releases, expiries and reaps.
+    /// - An expired lease still on `key` is reaped by the same atomic step: its
+    ///   `(key, token)` goes to the dead set, exactly as [`LeaseStore::reap`] would.
+    /// - Fails with [`Error::Held`] naming the live holder and token otherwise, and
+    ///   changes nothing.
+    /// - A ttl outside the capabilities fails with `InvalidInput`.
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease>;
+
+    /// Extends a lease to the store's now + its ttl.
+    ///
+    /// # Contract
+    /// - Succeeds iff the lease's token is the key's current token AND the lease is
+    ///   not expired by the store clock; returns the lease with the new time left.
+    /// - An expired lease is NEVER renewed, even when nobody else took the key:
+    ///   [`Error::Lost`] with [`LostReason::Expired`](crate::LostReason::Expired).
+    /// - A key now held under another token: `Lost` with `Superseded`; a key with no
+    ///   lease: `Lost` with `Released`. Nothing changes on any `Lost`.
+    async fn renew(&self, lease: &Lease) -> Result<Lease>;
+
+    /// Gives a lease up.
+    ///
+    /// # Contract
+    /// - Removes the lease iff its token is current (live or expired), and puts
+    ///   `(key, token)` in the dead set so that items the token still owns are
+    ///   requeued by the checker's sweep. Returns true iff it removed the lease.
+    /// - Idempotent: releasing a lease that is gone or superseded returns false and
+    ///   changes nothing.
+    async fn release(&self, lease: &Lease) -> Result<bool>;
+
+    /// Reads the lease on `key`.
+    ///
+    /// # Contract
+    /// - `None` iff no lease record is on the key (never acquired, released, reaped).
+    /// - Otherwise holder, token, ttl and status: live with the time left by the
+    ///   store clock, or expired (not yet reaped). Changes nothing.
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>>;
+
+    /// Lists leases in `space` past their expiry and not yet reaped.
+    ///
+    /// # Contract
+    /// - Returns at most `limit` (clamped to `max_batch`; zero is `InvalidInput`),
+    ///   earliest expiry first.
+    /// - Its cost grows with the number of expired leases, not with the number of live
+    ///   ones (an expiry index).
+    /// - On observer-local stores, "expired" means unchanged for a whole ttl as observed
+    ///   by this handle.
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>>;
+
+    /// Declares a lease dead.
+    ///
+    /// # Contract
+    /// - Iff the lease with `token` is still on `key` and expired by the store clock,
+    ///   removes it, adds `(key, token)` to the dead set, and returns true.
+    /// - Exactly one of any number of concurrent callers gets true; a live, superseded
+    ///   or missing lease gives false and changes nothing.
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool>;
+
+    /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
+    ///
+    /// # Contract
+    /// - At most `limit` entries (clamped; zero is `InvalidInput`), lowest token first.
+    /// - A token leaves the dead set only through [`ItemStore::requeue_orphans`].
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>>;
+
+    /// The store clock's now, for diagnostics and tests.
+    ///
+    /// # Contract
+    /// - Non-decreasing across calls on one handle.
+    async fn store_time(&self) -> Result<StoreTime>;
+
+    /// How long, by the store clock, until the earliest live lease in `space` expires.
+    ///
+    /// # Contract
+    /// - `None` when the space has no live lease; `Some(Duration::ZERO)` when some
+    ///   lease is already expired and not yet reaped.
+    /// - A duration, never an absolute time: the caller sleeps that long on its own
+    ///   monotonic clock, and no clock offset crosses machines.
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>>;
+
+    /// A signal that ticks when something happened that a checker should look at
+    /// (a release; an expiry, when [`Capabilities::pushes_expiry_events`]).
+    ///
+    /// # Contract
+    /// - `None` when the store has no such events; the checker then relies on
+    ///   `next_expiry` alone. A tick is a hint, never a promise: missing one only
+    ///   delays the checker to its next timed round.
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// Work items owned by member leases, requeued when their owner dies.
+///
+/// # Contract shared by every method
+/// - An item is in exactly one state: pending, owned by one token, or dead-lettered.
+///   Completed items are removed.
+#[async_trait]
+pub trait ItemStore: Send + Sync {
+    /// Adds a pending item.
+    ///
+    /// # Contract
+    /// - Returns a new id, greater than every id handed out before in the namespace.
+    /// - A payload over `max_payload` or `max_attempts == 0` is `InvalidInput`.
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId>;
+
+    /// Assigns up to `n` pending items to the lease's token, lowest id first, and counts
+    /// one attempt on each.
+    ///
+    /// # Contract
+    /// - Only while the lease is current and live by the store clock, checked in the
+    ///   same atomic step; otherwise [`Error::Lost`] and nothing is assigned.
+    /// - `n == 0` is `InvalidInput`; larger `n` is clamped to `max_batch`.
+    /// - Returns the claimed items with their new attempt counts (possibly none).
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>>;
+
+    /// Marks an item done and removes it.
+    ///
+    /// # Contract
+    /// - Succeeds iff the item is still owned by the lease's token; otherwise
+    ///   [`Error::Fenced`] and nothing changes. A stale (requeued) owner can never
+    ///   complete.
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()>;
+
+    /// Gives an item back after a failure.
+    ///
+    /// # Contract
+    /// - Succeeds iff the item is still owned by the lease's token; otherwise
+    ///   [`Error::Fenced`].
+    /// - With `retry`, the item goes back to pending, or to the dead-letter set when
+    ///   its attempts reached `max_attempts`; without, to the dead-letter set. Returns
+    ///   the new state.
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState>;
+
+    /// Requeues every item still owned by a dead token and forgets the token.
+    ///
+    /// # Contract
+    /// - Acts only when `token` is in the dead set; for any other token (a live member's
+    ///   among them) it returns an empty result and changes nothing.
+    /// - Each owned item goes back to pending, or to the dead-letter set when its
+    ///   attempts reached `max_attempts`; then the token leaves the dead set.
+    /// - Idempotent: a second call (or a concurrent one) moves nothing twice.
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued>;
+
+    /// Reads one item.
+    ///
+    /// # Contract
+    /// - `None` iff the item was completed or never existed.
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>>;
+
+    /// Counts items by state.
+    ///
+    /// # Contract
+    /// - A consistent snapshot (one atomic read).
+    async fn item_counts(&self) -> Result<ItemCounts>;
+
+    /// Lists dead-lettered items, lowest id first.
+    ///
+    /// # Contract
+    /// - At most `limit` (clamped; zero is `InvalidInput`).
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>>;
+}
+
+/// A complete store: leases and items in one namespace. Implemented automatically for
+/// every type that implements both [`LeaseStore`] and [`ItemStore`]; do not implement
+/// it yourself.
+pub trait Store: LeaseStore + ItemStore {}
+
+impl<T: LeaseStore + ItemStore + ?Sized> Store for T {}

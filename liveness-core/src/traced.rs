@@ -1,0 +1,118 @@
+//! A store wrapper that gives every store call a `tracing` span. The state machines
+//! wrap the store they are given with it, so every call they make is traced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::error::Result;
+use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
+use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
+use crate::store::{Capabilities, ItemStore, LeaseStore, Store};
+use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+
+/// Wraps `store` in a [`Traced`].
+pub(crate) fn traced(store: Arc<dyn Store>) -> Arc<dyn Store> {
+    Arc::new(Traced { inner: store })
+}
+
+/// A store whose every call runs inside a `liveness.store` span carrying the
+/// operation, the backend and the key or token.
+#[derive(Debug)]
+pub struct Traced {
+    inner: Arc<dyn Store>,
+}
+
+macro_rules! span {
+    ($self:ident, $op:literal $(, $k:ident = $v:expr)*) => {
+        tracing::debug_span!("liveness.store", op = $op, backend = $self.inner.backend() $(, $k = %$v)*)
+    };
+}
+
+#[async_trait]
+impl LeaseStore for Traced {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        let span = span!(self, "acquire", key = key);
+        self.inner.acquire(key, holder, ttl).instrument(span).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let span = span!(self, "renew", key = lease.key, token = lease.token);
+        self.inner.renew(lease).instrument(span).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = span!(self, "release", key = lease.key, token = lease.token);
+        self.inner.release(lease).instrument(span).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let span = span!(self, "inspect", key = key);
+        self.inner.inspect(key).instrument(span).await
+    }
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let span = span!(self, "expired", space = space);
+        self.inner.expired(space, limit).instrument(span).await
+    }
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let span = span!(self, "reap", key = key, token = token);
+        self.inner.reap(key, token).instrument(span).await
+    }
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let span = span!(self, "dead_tokens");
+        self.inner.dead_tokens(limit).instrument(span).await
+    }
+    async fn store_time(&self) -> Result<StoreTime> {
+        let span = span!(self, "store_time");
+        self.inner.store_time().instrument(span).await
+    }
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let span = span!(self, "next_expiry", space = space);
+        self.inner.next_expiry(space).instrument(span).await
+    }
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        self.inner.wakeups()
+    }
+}
+
+#[async_trait]
+impl ItemStore for Traced {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let span = span!(self, "enqueue");
+        self.inner.enqueue(payload, options).instrument(span).await
+    }
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let span = span!(self, "claim", token = lease.token);
+        self.inner.claim(lease, n).instrument(span).await
+    }
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let span = span!(self, "complete", token = lease.token, item = id);
+        self.inner.complete(lease, id).instrument(span).await
+    }
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let span = span!(self, "fail", token = lease.token, item = id);
+        self.inner.fail(lease, id, retry).instrument(span).await
+    }
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let span = span!(self, "requeue_orphans", token = token);
+        self.inner.requeue_orphans(token).instrument(span).await
+    }
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let span = span!(self, "item", item = id);
+        self.inner.item(id).instrument(span).await
+    }
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let span = span!(self, "item_counts");
+        self.inner.item_counts().instrument(span).await
+    }
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let span = span!(self, "dead_letters");
+        self.inner.dead_letters(limit).instrument(span).await
+    }
+}
