@@ -1,0 +1,1 @@
+//! Starting a real etcd server for tests (being written).

@@ -1,0 +1,1 @@
+//! Starting a real postgres server for tests (being written).

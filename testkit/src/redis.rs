@@ -1,0 +1,1 @@
+//! Starting a real redis server for tests (being written).
