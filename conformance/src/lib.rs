@@ -1,1 +1,204 @@
-//! WIP
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl,
+};
+
+pub mod bench;
+pub mod property;
+pub mod scenarios;
+pub mod wrappers;
+
+/// A boxed future returning a store, as a [`Factory`] makes.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Option<Arc<dyn Store>>> + Send>>;
+
+/// Makes a store on a FRESH namespace for each call, or `None` to skip (the backend's
+/// server is missing and this is not CI; the factory prints why).
+pub type Factory = Arc<dyn Fn() -> StoreFuture + Send + Sync>;
+
+/// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`].
+pub fn factory<F, Fut>(f: F) -> Factory
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Arc<dyn Store>>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(f()) as StoreFuture)
+}
+
+/// A random namespace (`t_` and 16 hex digits), for one scenario or one case.
+pub fn fresh_namespace() -> Namespace {
+    let name = format!("t_{:016x}", fastrand::u64(..));
+    Namespace::new(name).unwrap_or_else(|e| panic!("generated namespace is valid: {e}"))
+}
+
+/// What a scenario gets: a store on a fresh namespace, the factory (for a second
+/// namespace), and ttls scaled to the store's declared minimum.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The store under test, on a fresh namespace.
+    pub store: Arc<dyn Store>,
+    /// The factory, for scenarios that need a second namespace.
+    pub factory: Factory,
+    /// A short ttl: the store's minimum, at least 400 ms. Expiry waits use it.
+    pub ttl: Ttl,
+    /// A ttl that never expires within a scenario: at least 60 s.
+    pub long: Ttl,
+}
+
+impl Ctx {
+    /// Builds the context for `store`, choosing ttls from its capabilities.
+    pub fn new(store: Arc<dyn Store>, factory: Factory) -> Ctx {
+        let caps = store.capabilities();
+        let short = caps.min_ttl.max(Duration::from_millis(400));
+        let long = (caps.min_ttl * 10)
+            .max(Duration::from_secs(60))
+            .min(caps.max_ttl);
+        let ttl = Ttl::new(round_up_ms(short)).unwrap_or_else(|e| panic!("short ttl: {e}"));
+        let long = Ttl::new(round_up_ms(long)).unwrap_or_else(|e| panic!("long ttl: {e}"));
+        Ctx {
+            store,
+            factory,
+            ttl,
+            long,
+        }
+    }
+
+    /// The store's capabilities.
+    pub fn caps(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+
+    /// A store on another fresh namespace of the same backend.
+    pub async fn other_namespace(&self) -> Arc<dyn Store> {
+        (self.factory)()
+            .await
+            .unwrap_or_else(|| panic!("the factory gave a first store but no second"))
+    }
+
+    /// The longest a scenario waits for one lease to expire: four ttls plus two
+    /// seconds (observer-local stores need one ttl of observation first).
+    pub fn expiry_deadline(&self) -> Duration {
+        self.ttl.duration() * 4 + Duration::from_secs(2)
+    }
+
+    /// Waits until the store reports the lease on `key` expired (polling `inspect`
+    /// and `expired`, which is what observes leases on observer-local stores).
+    /// Panics at [`Ctx::expiry_deadline`].
+    pub async fn wait_expired(&self, key: &Key) {
+        let until = tokio::time::Instant::now() + self.expiry_deadline();
+        let step = (self.ttl.duration() / 10).max(Duration::from_millis(5));
+        loop {
+            let _ = self.store.expired(key.space(), 1000).await;
+            match self.store.inspect(key).await {
+                Ok(Some(info)) if info.status == LeaseStatus::Expired => return,
+                Ok(None) => panic!("lease {key} vanished while waiting for it to expire"),
+                Ok(Some(_)) => {}
+                Err(e) => panic!("inspect {key} failed while waiting for expiry: {e}"),
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "lease {key} did not expire within {:?}",
+                self.expiry_deadline()
+            );
+            tokio::time::sleep(step).await;
+        }
+    }
+
+    /// Waits until `expired(space)` lists `key`.
+    pub async fn wait_listed_expired(&self, key: &Key) {
+        let until = tokio::time::Instant::now() + self.expiry_deadline();
+        let step = (self.ttl.duration() / 10).max(Duration::from_millis(5));
+        loop {
+            let list = self
+                .store
+                .expired(key.space(), 1000)
+                .await
+                .unwrap_or_else(|e| panic!("expired failed: {e}"));
+            if list.iter().any(|l| &l.key == key) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "lease {key} was not listed expired within {:?}",
+                self.expiry_deadline()
+            );
+            tokio::time::sleep(step).await;
+        }
+    }
+}
+
+fn round_up_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+/// A key in the members space with a random suffix.
+pub fn member_key(prefix: &str) -> Key {
+    Key::member(&format!("{prefix}-{:08x}", fastrand::u32(..)))
+        .unwrap_or_else(|e| panic!("member key: {e}"))
+}
+
+/// The members space.
+pub fn members() -> Space {
+    Space::members()
+}
+
+/// How long one scenario may run before it is failed as hung.
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Runs one named scenario against a fresh store from `factory` on a new
+/// multi-threaded runtime. Used by [`suite!`]; call it directly to run one scenario.
+pub fn run(name: &str, factory: Factory) {
+    let Some(scenario) = scenarios::SCENARIOS.iter().find(|s| s.name == name) else {
+        panic!("no scenario named {name}");
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    rt.block_on(async {
+        let Some(store) = factory().await else {
+            return;
+        };
+        let ctx = Ctx::new(store, factory.clone());
+        match tokio::time::timeout(SCENARIO_TIMEOUT, (scenario.run)(ctx)).await {
+            Ok(()) => {}
+            Err(_) => panic!("scenario {name} did not finish within {SCENARIO_TIMEOUT:?}"),
+        }
+    });
+}
+
+/// Expands to one `#[test]` per conformance scenario, plus the property test, all
+/// run against stores made by `factory` (an `async fn() -> Option<Arc<dyn Store>>`
+/// that returns a store on a fresh namespace each call, or `None` to skip).
+///
+/// ```ignore
+/// async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
+///     Some(Arc::new(MyStore::new(liveness_conformance::fresh_namespace())))
+/// }
+/// liveness_conformance::suite!(factory);
+/// // or, with another default property-test case count (PROPTEST_CASES overrides it):
+/// liveness_conformance::suite!(factory, cases = 64);
+/// ```
+#[macro_export]
+macro_rules! suite {
+    ($factory:expr) => {
+        $crate::suite!($factory, cases = 256);
+    };
+    ($factory:expr, cases = $cases:expr) => {
+        $crate::__scenarios!(@list tests $factory);
+
+        #[test]
+        fn property_matches_model() {
+            $crate::property::run($crate::factory($factory), $cases);
+        }
+    };
+}
+

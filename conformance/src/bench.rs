@@ -1,0 +1,311 @@
+//! The bench kit: figures, not assertions. Any store runs it with
+//! [`run`] (or [`main`] for a bench binary with `--members` / `--seconds` flags) and it
+//! prints:
+//!
+//! - renewals per second through the store trait with 1 and 64 concurrent members;
+//! - the cost of one checker round (time and store round trips) over 1,000, 10,000
+//!   and 100,000 live members, with 0 % and 1 % of them expired;
+//! - the detection latency (a member stops renewing → its item is pending again) over
+//!   20 deaths, with a running checker: min / median / p99, and the part beyond the ttl.
+//!
+//! Backends print their raw primitive (a bare client loop, redis-benchmark, pgbench)
+//! beside these figures in the same run and report the ratio.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Checker, CheckerConfig, EnqueueOptions, HolderId, ItemState, Key, Lease, Store, Ttl,
+};
+use tokio::time::Instant;
+
+use crate::wrappers::Wrapped;
+use crate::Factory;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Member counts for the checker-round figures.
+    pub members: Vec<usize>,
+    /// How long each renewal measurement runs.
+    pub seconds: f64,
+    /// Concurrency levels for the renewal figures.
+    pub concurrency: Vec<usize>,
+    /// How many deaths the detection latency is measured over.
+    pub deaths: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            members: vec![1_000, 10_000, 100_000],
+            seconds: 3.0,
+            concurrency: vec![1, 64],
+            deaths: 20,
+        }
+    }
+}
+
+impl Options {
+    /// Parses `--members 1000,10000 --seconds 2 --deaths 20 --concurrency 1,64` from
+    /// the process arguments; unknown arguments (cargo bench's `--bench`) are ignored.
+    pub fn from_args() -> Options {
+        let mut o = Options::default();
+        let args: Vec<String> = std::env::args().collect();
+        let list = |v: &str| -> Vec<usize> { v.split(',').filter_map(|x| x.trim().parse().ok()).collect() };
+        for w in args.windows(2) {
+            match w[0].as_str() {
+                "--members" => o.members = list(&w[1]),
+                "--concurrency" => o.concurrency = list(&w[1]),
+                "--seconds" => o.seconds = w[1].parse().unwrap_or(o.seconds),
+                "--deaths" => o.deaths = w[1].parse().unwrap_or(o.deaths),
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// Renewal throughput at one concurrency level.
+#[derive(Clone, Copy, Debug)]
+pub struct Renewals {
+    /// Concurrent members.
+    pub concurrency: usize,
+    /// Successful renewals per second.
+    pub per_second: f64,
+}
+
+/// One checker round's cost.
+#[derive(Clone, Copy, Debug)]
+pub struct Round {
+    /// Live members in the store.
+    pub members: usize,
+    /// Expired members (reaped by the round).
+    pub expired: usize,
+    /// Wall time of the round.
+    pub time: Duration,
+    /// Store calls the round made.
+    pub round_trips: u64,
+}
+
+/// Detection latencies.
+#[derive(Clone, Debug)]
+pub struct Detection {
+    /// The ttl of the dying members.
+    pub ttl: Duration,
+    /// Time from each member's last renewal to its item pending again, sorted.
+    pub latencies: Vec<Duration>,
+}
+
+impl Detection {
+    fn pct(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((self.latencies.len() - 1) as f64 * p).round() as usize;
+        self.latencies[i]
+    }
+}
+
+/// Builds a multi-threaded runtime, runs [`run`] with options from the arguments.
+pub fn main(factory: Factory) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    rt.block_on(run(factory, Options::from_args()));
+}
+
+fn holder() -> HolderId {
+    HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn key(prefix: &str, i: usize) -> Key {
+    Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ttl_of(d: Duration) -> Ttl {
+    Ttl::new(Duration::from_millis(d.as_millis().max(1) as u64)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Measures renewals per second with `concurrency` members for `seconds`.
+pub async fn renewals(store: Arc<dyn Store>, concurrency: usize, seconds: f64) -> Renewals {
+    let caps = store.capabilities();
+    let ttl = ttl_of(caps.min_ttl.max(Duration::from_secs(60)).min(caps.max_ttl));
+    let mut leases = Vec::new();
+    for i in 0..concurrency {
+        leases.push(store.acquire(&key("r", i), &holder(), ttl).await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let tasks: Vec<_> = leases
+        .into_iter()
+        .map(|lease| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    if store.renew(&lease).await.is_ok() {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    Renewals {
+        concurrency,
+        per_second: total as f64 / start.elapsed().as_secs_f64(),
+    }
+}
+
+async fn populate(store: &Arc<dyn Store>, prefix: &str, n: usize, ttl: Ttl) -> Vec<Lease> {
+    let mut out = Vec::with_capacity(n);
+    let mut next = 0;
+    while next < n {
+        let batch: Vec<_> = (next..(next + 64).min(n))
+            .map(|i| {
+                let store = store.clone();
+                let key = key(prefix, i);
+                tokio::spawn(async move { store.acquire(&key, &holder(), ttl).await })
+            })
+            .collect();
+        for t in batch {
+            if let Ok(Ok(lease)) = t.await {
+                out.push(lease);
+            }
+        }
+        next = (next + 64).min(n);
+    }
+    out
+}
+
+/// Measures one checker round over `members` live members of which `expired` are
+/// expired. Needs a store on a fresh namespace.
+pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize) -> Round {
+    let caps = store.capabilities();
+    let long = ttl_of(Duration::from_secs(3600).min(caps.max_ttl));
+    let short = ttl_of(caps.min_ttl.max(Duration::from_millis(200)));
+    populate(&store, "live", members - expired, long).await;
+    let dying = populate(&store, "dying", expired, short).await;
+    // Wait for the dying ones to be seen expired (observer-local stores observe here).
+    let until = Instant::now() + short.duration() * 4 + Duration::from_secs(5);
+    loop {
+        let seen = store
+            .expired(&liveness_core::Space::members(), caps.max_batch)
+            .await
+            .map(|v| v.len())
+            .unwrap_or(0);
+        if seen >= dying.len().min(caps.max_batch) || Instant::now() > until {
+            break;
+        }
+        tokio::time::sleep(short.duration() / 4).await;
+    }
+    let wrapped = Arc::new(Wrapped::new(store));
+    let checker = Checker::new(
+        wrapped.clone(),
+        CheckerConfig {
+            batch: expired.max(1).min(caps.max_batch),
+            ..CheckerConfig::default()
+        },
+    );
+    let start = Instant::now();
+    let report = checker.round().await.unwrap_or_else(|e| panic!("checker round: {e}"));
+    Round {
+        members,
+        expired: report.deaths.len(),
+        time: start.elapsed(),
+        round_trips: wrapped.calls(),
+    }
+}
+
+/// Measures detection latency over `deaths` members that stop renewing, with a
+/// checker running.
+pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
+    let caps = store.capabilities();
+    let ttl = ttl_of(caps.min_ttl.max(Duration::from_millis(500)));
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            check_every: ttl.duration().max(Duration::from_secs(1)),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    let tasks: Vec<_> = (0..deaths)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                // Stagger the deaths over one ttl so they do not all expire together.
+                tokio::time::sleep(ttl.duration().mul_f64(i as f64 / deaths.max(1) as f64)).await;
+                store.enqueue(b"d", EnqueueOptions::default()).await.ok()?;
+                let sent = Instant::now();
+                let lease = store.acquire(&key("die", i), &holder(), ttl).await.ok()?;
+                // With deaths running concurrently this may be another death's item;
+                // either way it is the item this member owns when it stops renewing.
+                let target = store.claim(&lease, 1).await.ok()?.first()?.id;
+                let give_up = sent + ttl.duration() * 4 + Duration::from_secs(5);
+                loop {
+                    match store.item(target).await {
+                        Ok(Some(r)) if r.state == ItemState::Pending => return Some(sent.elapsed()),
+                        _ if Instant::now() > give_up => return None,
+                        _ => tokio::time::sleep(Duration::from_millis(2)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        if let Ok(Some(d)) = t.await {
+            latencies.push(d);
+        }
+    }
+    checker.stop().await;
+    latencies.sort();
+    Detection {
+        ttl: ttl.duration(),
+        latencies,
+    }
+}
+
+/// Runs every measurement, each on a fresh store from `factory`, and prints them.
+pub async fn run(factory: Factory, options: Options) {
+    let Some(probe) = factory().await else {
+        eprintln!("bench: no store (skipped)");
+        return;
+    };
+    println!("== liveness bench: backend {} ==", probe.backend());
+    drop(probe);
+    for &c in &options.concurrency {
+        let Some(store) = factory().await else { return };
+        let r = renewals(store, c, options.seconds).await;
+        println!("renewals/s   members={:<6} {:>12.0}", r.concurrency, r.per_second);
+    }
+    for &m in &options.members {
+        for pct in [0usize, 1] {
+            let Some(store) = factory().await else { return };
+            let expired = m * pct / 100;
+            let r = checker_round(store, m, expired).await;
+            println!(
+                "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
+                r.members, r.expired, r.time, r.round_trips
+            );
+        }
+    }
+    let Some(store) = factory().await else { return };
+    let d = detection(store, options.deaths).await;
+    println!(
+        "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
+        d.latencies.len(),
+        d.ttl,
+        d.pct(0.0),
+        d.pct(0.5),
+        d.pct(0.99),
+        d.pct(0.5).saturating_sub(d.ttl)
+    );
+}

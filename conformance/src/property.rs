@@ -1,0 +1,307 @@
+//! The property test: random sequences of operations by several holders, run on the
+//! store under test and on the reference model ([`MemoryStore`]) side by side, with
+//! every result compared step by step.
+//!
+//! Tokens and item ids differ between stores (an etcd revision is no Redis counter),
+//! so results are compared after mapping each store's tokens and ids to the order in
+//! which they were handed out; the contract makes that order the same everywhere.
+//! Leases use a long ttl so that no expiry happens inside a case: expiry is timing,
+//! which the scenarios check with real waits; here the state machine of tokens, dead
+//! sets, fencing and requeues is compared exhaustively.
+//!
+//! The case count comes from `PROPTEST_CASES`, else the default given to
+//! [`suite!`](crate::suite).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use liveness_core::{
+    EnqueueOptions, Error, FencingToken, HolderId, ItemId, ItemState, Key, Lease, MemoryServer,
+    Store, Ttl,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::{fresh_namespace, Factory};
+
+const HOLDERS: usize = 3;
+const KEYS: usize = 3;
+
+/// One operation of a case.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Holder `h` acquires key `k`.
+    Acquire(usize, usize),
+    /// Holder `h` renews its last lease on key `k`.
+    Renew(usize, usize),
+    /// Holder `h` releases its last lease on key `k`.
+    Release(usize, usize),
+    /// Inspect key `k`.
+    Inspect(usize),
+    /// Reap key `k` with the `t`-th token handed out (never succeeds: nothing expires).
+    Reap(usize, usize),
+    /// Enqueue an item with this many attempts.
+    Enqueue(u32),
+    /// Holder `h` claims up to `n` items under its lease on key `k`.
+    Claim(usize, usize, usize),
+    /// Holder `h` completes the `i`-th item under its lease on key `k`.
+    Complete(usize, usize, usize),
+    /// Holder `h` fails the `i`-th item, with or without retry.
+    Fail(usize, usize, usize, bool),
+    /// Requeue the orphans of the `t`-th token handed out.
+    Requeue(usize),
+    /// List the dead set.
+    DeadTokens,
+    /// Count items and list dead letters.
+    Counts,
+    /// Read the `i`-th item.
+    Item(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let h = 0..HOLDERS;
+    let k = 0..KEYS;
+    prop_oneof![
+        3 => (h.clone(), k.clone()).prop_map(|(h, k)| Op::Acquire(h, k)),
+        2 => (h.clone(), k.clone()).prop_map(|(h, k)| Op::Renew(h, k)),
+        2 => (h.clone(), k.clone()).prop_map(|(h, k)| Op::Release(h, k)),
+        1 => k.clone().prop_map(Op::Inspect),
+        1 => (k.clone(), 0..8usize).prop_map(|(k, t)| Op::Reap(k, t)),
+        3 => (1..4u32).prop_map(Op::Enqueue),
+        3 => (h.clone(), k.clone(), 1..4usize).prop_map(|(h, k, n)| Op::Claim(h, k, n)),
+        2 => (h.clone(), k.clone(), 0..10usize).prop_map(|(h, k, i)| Op::Complete(h, k, i)),
+        2 => (h.clone(), k.clone(), 0..10usize, any::<bool>()).prop_map(|(h, k, i, r)| Op::Fail(h, k, i, r)),
+        2 => (0..8usize).prop_map(Op::Requeue),
+        1 => Just(Op::DeadTokens),
+        1 => Just(Op::Counts),
+        1 => (0..10usize).prop_map(Op::Item),
+    ]
+}
+
+/// Runs the property test with `default_cases` cases (or `PROPTEST_CASES`).
+pub fn run(factory: Factory, default_cases: u32) {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    let Some(probe) = rt.block_on(factory()) else {
+        return;
+    };
+    drop(probe);
+    let model_server = MemoryServer::new();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
+        rt.block_on(async {
+            let real = factory()
+                .await
+                .ok_or_else(|| TestCaseError::fail("factory stopped giving stores"))?;
+            let model: Arc<dyn Store> = Arc::new(model_server.store(&fresh_namespace()));
+            check(real, model, ops).await
+        })
+    });
+    if let Err(e) = result {
+        panic!("the store diverged from the reference model: {e}");
+    }
+}
+
+/// What one side saw, normalised so both sides compare equal when they agree.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Token(usize),
+    Held(String, usize),
+    Lost(String),
+    Fenced,
+    Invalid,
+    Bool(bool),
+    Lease(Option<(String, usize)>),
+    Items(Vec<(usize, u32)>),
+    State(Option<String>),
+    Ids(Vec<usize>, Vec<usize>),
+    Tokens(Vec<usize>),
+    Counts(u64, u64, u64, Vec<usize>),
+    Unit,
+    Skipped,
+    Other(String),
+}
+
+/// One side of the comparison: a store and the tokens and ids it handed out, in order.
+struct Side {
+    store: Arc<dyn Store>,
+    tokens: Vec<FencingToken>,
+    ids: Vec<ItemId>,
+    leases: HashMap<(usize, usize), Lease>,
+}
+
+impl Side {
+    fn new(store: Arc<dyn Store>) -> Self {
+        Side {
+            store,
+            tokens: Vec::new(),
+            ids: Vec::new(),
+            leases: HashMap::new(),
+        }
+    }
+
+    fn tok(&self, t: FencingToken) -> usize {
+        self.tokens.iter().position(|x| *x == t).unwrap_or(usize::MAX)
+    }
+
+    fn id(&self, i: ItemId) -> usize {
+        self.ids.iter().position(|x| *x == i).unwrap_or(usize::MAX)
+    }
+
+    fn err(&self, e: Error) -> Seen {
+        match e {
+            Error::Held { holder, token, .. } => Seen::Held(holder.to_string(), self.tok(token)),
+            Error::Lost { reason, .. } => Seen::Lost(format!("{reason:?}")),
+            Error::Fenced { .. } => Seen::Fenced,
+            Error::InvalidInput { .. } => Seen::Invalid,
+            other => Seen::Other(other.to_string()),
+        }
+    }
+
+    fn state(&self, s: ItemState) -> String {
+        match s {
+            ItemState::Owned(t) => format!("owned {}", self.tok(t)),
+            other => format!("{other:?}"),
+        }
+    }
+
+    async fn apply(&mut self, op: &Op, long: Ttl) -> Seen {
+        let key = |k: usize| Key::member(&format!("k{k}")).unwrap_or_else(|e| panic!("{e}"));
+        let holder = |h: usize| HolderId::new(format!("h{h}")).unwrap_or_else(|e| panic!("{e}"));
+        let s = self.store.clone();
+        match op {
+            Op::Acquire(h, k) => match s.acquire(&key(*k), &holder(*h), long).await {
+                Ok(lease) => {
+                    self.tokens.push(lease.token);
+                    self.leases.insert((*h, *k), lease);
+                    Seen::Token(self.tokens.len() - 1)
+                }
+                Err(e) => self.err(e),
+            },
+            Op::Renew(h, k) => match self.leases.get(&(*h, *k)) {
+                None => Seen::Skipped,
+                Some(l) => match s.renew(l).await {
+                    Ok(r) => Seen::Token(self.tok(r.token)),
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::Release(h, k) => match self.leases.get(&(*h, *k)) {
+                None => Seen::Skipped,
+                Some(l) => match s.release(l).await {
+                    Ok(b) => Seen::Bool(b),
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::Inspect(k) => match s.inspect(&key(*k)).await {
+                Ok(i) => Seen::Lease(i.map(|i| (i.holder.to_string(), self.tok(i.token)))),
+                Err(e) => self.err(e),
+            },
+            Op::Reap(k, t) => {
+                let token = self.tokens.get(*t).copied().unwrap_or(FencingToken(u64::MAX));
+                match s.reap(&key(*k), token).await {
+                    Ok(b) => Seen::Bool(b),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::Enqueue(max) => {
+                let payload = format!("p{}", self.ids.len());
+                match s
+                    .enqueue(payload.as_bytes(), EnqueueOptions { max_attempts: *max })
+                    .await
+                {
+                    Ok(id) => {
+                        self.ids.push(id);
+                        Seen::Unit
+                    }
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::Claim(h, k, n) => match self.leases.get(&(*h, *k)) {
+                None => Seen::Skipped,
+                Some(l) => match s.claim(l, *n).await {
+                    Ok(items) => Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect()),
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::Complete(h, k, i) => match (self.leases.get(&(*h, *k)), self.ids.get(*i)) {
+                (Some(l), Some(id)) => match s.complete(l, *id).await {
+                    Ok(()) => Seen::Unit,
+                    Err(e) => self.err(e),
+                },
+                _ => Seen::Skipped,
+            },
+            Op::Fail(h, k, i, retry) => match (self.leases.get(&(*h, *k)), self.ids.get(*i)) {
+                (Some(l), Some(id)) => match s.fail(l, *id, *retry).await {
+                    Ok(st) => Seen::State(Some(self.state(st))),
+                    Err(e) => self.err(e),
+                },
+                _ => Seen::Skipped,
+            },
+            Op::Requeue(t) => {
+                let token = self.tokens.get(*t).copied().unwrap_or(FencingToken(u64::MAX));
+                match s.requeue_orphans(token).await {
+                    Ok(r) => Seen::Ids(
+                        r.requeued.iter().map(|i| self.id(*i)).collect(),
+                        r.dead_lettered.iter().map(|i| self.id(*i)).collect(),
+                    ),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::DeadTokens => match s.dead_tokens(1000).await {
+                Ok(d) => Seen::Tokens(d.iter().map(|d| self.tok(d.token)).collect()),
+                Err(e) => self.err(e),
+            },
+            Op::Counts => match (s.item_counts().await, s.dead_letters(1000).await) {
+                (Ok(c), Ok(dl)) => Seen::Counts(
+                    c.pending,
+                    c.owned,
+                    c.dead_lettered,
+                    dl.iter().map(|r| self.id(r.item.id)).collect(),
+                ),
+                (Err(e), _) | (_, Err(e)) => self.err(e),
+            },
+            Op::Item(i) => match self.ids.get(*i) {
+                None => Seen::Skipped,
+                Some(id) => match s.item(*id).await {
+                    Ok(r) => Seen::State(r.map(|r| format!("{} a{}", self.state(r.state), r.item.attempts))),
+                    Err(e) => self.err(e),
+                },
+            },
+        }
+    }
+}
+
+async fn check(real: Arc<dyn Store>, model: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let caps = real.capabilities();
+    let long = Ttl::new(
+        std::time::Duration::from_secs(600)
+            .max(caps.min_ttl)
+            .min(caps.max_ttl),
+    )
+    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut real = Side::new(real);
+    let mut model = Side::new(model);
+    for (step, op) in ops.iter().enumerate() {
+        let want = model.apply(op, long).await;
+        let got = real.apply(op, long).await;
+        if let Seen::Other(e) = &got {
+            return Err(TestCaseError::fail(format!("step {step} {op:?}: store error {e}")));
+        }
+        prop_assert_eq!(&got, &want, "step {} {:?}", step, op);
+    }
+    // Tokens and ids are strictly increasing in hand-out order on the store too.
+    prop_assert!(real.tokens.windows(2).all(|w| w[0] < w[1]), "tokens not increasing");
+    prop_assert!(real.ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
+    Ok(())
+}

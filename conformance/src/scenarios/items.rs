@@ -1,0 +1,304 @@
+//! Item scenarios: enqueue, claim, complete, fail, requeue_orphans, dead letters,
+//! namespaces, bad input (the `ItemStore` contract bullets).
+
+use std::sync::Arc;
+
+use liveness_core::{
+    EnqueueOptions, Error, FencingToken, InputProblem, ItemCounts, ItemId, ItemState, Lease,
+    LostReason, Name, Store, Ttl,
+};
+
+use super::leases::holder;
+use crate::{member_key, members, Ctx};
+
+fn opts(max_attempts: u32) -> EnqueueOptions {
+    EnqueueOptions { max_attempts }
+}
+
+async fn state(store: &Arc<dyn Store>, id: ItemId) -> Option<ItemState> {
+    store.item(id).await.unwrap().map(|r| r.state)
+}
+
+/// Lets a member lease expire, reaps it (as a checker would) and requeues its items.
+async fn kill(ctx: &Ctx, lease: &Lease) -> liveness_core::Requeued {
+    ctx.wait_listed_expired(&lease.key).await;
+    assert!(ctx.store.reap(&lease.key, lease.token).await.unwrap());
+    ctx.store.requeue_orphans(lease.token).await.unwrap()
+}
+
+/// enqueue gives increasing ids; claim takes pending items lowest id first and counts
+/// an attempt; complete removes the item.
+pub async fn enqueue_claim_complete(ctx: Ctx) {
+    let s = &ctx.store;
+    let a = s.enqueue(b"a", opts(3)).await.unwrap();
+    let b = s.enqueue(b"b", opts(3)).await.unwrap();
+    let c = s.enqueue(b"", opts(3)).await.unwrap();
+    assert!(a < b && b < c, "ids increase in enqueue order");
+    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    let got = s.claim(&lease, 2).await.unwrap();
+    assert_eq!(got.iter().map(|i| i.id).collect::<Vec<_>>(), vec![a, b]);
+    assert_eq!(got[0].payload, b"a");
+    assert_eq!(got[0].attempts, 1);
+    assert_eq!(got[0].max_attempts, 3);
+    assert_eq!(state(s, a).await, Some(ItemState::Owned(lease.token)));
+    assert_eq!(
+        s.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 1,
+            owned: 2,
+            dead_lettered: 0
+        }
+    );
+    s.complete(&lease, a).await.unwrap();
+    assert_eq!(state(s, a).await, None, "completed items are removed");
+    assert!(matches!(
+        s.complete(&lease, a).await,
+        Err(Error::Fenced { .. })
+    ));
+    let rest = s.claim(&lease, 10).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].payload, b"");
+    assert!(s.claim(&lease, 10).await.unwrap().is_empty());
+}
+
+/// claim on an expired lease fails with Lost(Expired) and assigns nothing.
+pub async fn claim_refused_on_expired_lease(ctx: Ctx) {
+    let s = &ctx.store;
+    let id = s.enqueue(b"x", opts(3)).await.unwrap();
+    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&lease.key).await;
+    match s.claim(&lease, 5).await {
+        Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
+        other => panic!("expected Lost(Expired), got {other:?}"),
+    }
+    assert_eq!(state(s, id).await, Some(ItemState::Pending));
+}
+
+/// claim under a superseded or released lease fails with Lost and assigns nothing.
+pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
+    let s = &ctx.store;
+    let id = s.enqueue(b"x", opts(3)).await.unwrap();
+    let key = member_key("w");
+    let old = s.acquire(&key, &holder("w"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&key).await;
+    let new = s.acquire(&key, &holder("w"), ctx.long).await.unwrap();
+    assert_eq!(
+        s.claim(&old, 5).await.unwrap_err().lost_reason(),
+        Some(LostReason::Superseded)
+    );
+    s.release(&new).await.unwrap();
+    assert_eq!(
+        s.claim(&new, 5).await.unwrap_err().lost_reason(),
+        Some(LostReason::Released)
+    );
+    assert_eq!(state(s, id).await, Some(ItemState::Pending));
+}
+
+/// After a member dies and its items are requeued, its late complete and fail are
+/// refused with Fenced, and the next owner completes.
+pub async fn complete_fenced_after_requeue(ctx: Ctx) {
+    let s = &ctx.store;
+    let id = s.enqueue(b"job", opts(5)).await.unwrap();
+    let dead = s.acquire(&member_key("d"), &holder("d"), ctx.ttl).await.unwrap();
+    assert_eq!(s.claim(&dead, 1).await.unwrap().len(), 1);
+    let moved = kill(&ctx, &dead).await;
+    assert_eq!(moved.requeued, vec![id]);
+    assert_eq!(state(s, id).await, Some(ItemState::Pending));
+    match s.complete(&dead, id).await {
+        Err(Error::Fenced { item, token }) => {
+            assert_eq!(item, id);
+            assert_eq!(token, dead.token);
+        }
+        other => panic!("stale complete must be Fenced, got {other:?}"),
+    }
+    assert!(matches!(s.fail(&dead, id, true).await, Err(Error::Fenced { .. })));
+    let live = s.acquire(&member_key("l"), &holder("l"), ctx.long).await.unwrap();
+    let got = s.claim(&live, 1).await.unwrap();
+    assert_eq!(got[0].id, id);
+    assert_eq!(got[0].attempts, 2);
+    assert!(matches!(s.complete(&dead, id).await, Err(Error::Fenced { .. })));
+    s.complete(&live, id).await.unwrap();
+    assert_eq!(state(s, id).await, None);
+}
+
+/// fail with retry sends an item back to pending; without, to the dead-letter set;
+/// fail on an item not owned is Fenced.
+pub async fn fail_retry_and_dead_letter(ctx: Ctx) {
+    let s = &ctx.store;
+    let a = s.enqueue(b"a", opts(3)).await.unwrap();
+    let b = s.enqueue(b"b", opts(3)).await.unwrap();
+    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    s.claim(&lease, 2).await.unwrap();
+    assert_eq!(s.fail(&lease, a, true).await.unwrap(), ItemState::Pending);
+    assert_eq!(s.fail(&lease, b, false).await.unwrap(), ItemState::DeadLettered);
+    assert!(matches!(s.fail(&lease, b, true).await, Err(Error::Fenced { .. })));
+    assert_eq!(state(s, a).await, Some(ItemState::Pending));
+    let dl = s.dead_letters(10).await.unwrap();
+    assert_eq!(dl.len(), 1);
+    assert_eq!(dl[0].item.id, b);
+    assert_eq!(dl[0].state, ItemState::DeadLettered);
+    let again = s.claim(&lease, 5).await.unwrap();
+    assert_eq!(again.iter().map(|i| i.id).collect::<Vec<_>>(), vec![a], "dead letters are never claimed");
+    assert_eq!(again[0].attempts, 2);
+    // Out of attempts: a retry on the last attempt dead-letters.
+    s.fail(&lease, a, true).await.unwrap();
+    s.claim(&lease, 5).await.unwrap();
+    assert_eq!(s.fail(&lease, a, true).await.unwrap(), ItemState::DeadLettered);
+}
+
+/// requeue_orphans is idempotent: a second (or concurrent) call moves nothing twice,
+/// and the token leaves the dead set.
+pub async fn requeue_is_idempotent(ctx: Ctx) {
+    let s = &ctx.store;
+    let ids = [
+        s.enqueue(b"1", opts(3)).await.unwrap(),
+        s.enqueue(b"2", opts(3)).await.unwrap(),
+    ];
+    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.ttl).await.unwrap();
+    s.claim(&lease, 2).await.unwrap();
+    ctx.wait_listed_expired(&lease.key).await;
+    assert!(s.reap(&lease.key, lease.token).await.unwrap());
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (s, t) = (s.clone(), lease.token);
+        tasks.push(tokio::spawn(async move { s.requeue_orphans(t).await.unwrap() }));
+    }
+    let mut moved = Vec::new();
+    for t in tasks {
+        moved.extend(t.await.unwrap().requeued);
+    }
+    moved.sort();
+    assert_eq!(moved, ids.to_vec(), "each item requeued exactly once");
+    assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
+    assert!(s
+        .dead_tokens(1000)
+        .await
+        .unwrap()
+        .iter()
+        .all(|d| d.token != lease.token));
+    assert_eq!(s.item_counts().await.unwrap().pending, 2);
+}
+
+/// requeue_orphans of a token that is not dead (a live member's, or an unknown one)
+/// changes nothing.
+pub async fn requeue_ignores_live_tokens(ctx: Ctx) {
+    let s = &ctx.store;
+    let id = s.enqueue(b"x", opts(3)).await.unwrap();
+    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    s.claim(&lease, 1).await.unwrap();
+    assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
+    assert!(s.requeue_orphans(FencingToken(u64::MAX / 2)).await.unwrap().is_empty());
+    assert_eq!(state(s, id).await, Some(ItemState::Owned(lease.token)));
+    s.complete(&lease, id).await.unwrap();
+}
+
+/// A poison item that kills every worker that takes it goes to the dead-letter set
+/// after max_attempts requeues, never looping forever.
+pub async fn poison_item_is_dead_lettered(ctx: Ctx) {
+    let s = &ctx.store;
+    let id = s.enqueue(b"poison", opts(2)).await.unwrap();
+    for attempt in 1..=2u32 {
+        let lease = s
+            .acquire(&member_key(&format!("p{attempt}")), &holder("p"), ctx.ttl)
+            .await
+            .unwrap();
+        let got = s.claim(&lease, 1).await.unwrap();
+        assert_eq!(got.len(), 1, "attempt {attempt} claims the item");
+        assert_eq!(got[0].attempts, attempt);
+        let moved = kill(&ctx, &lease).await;
+        if attempt < 2 {
+            assert_eq!(moved.requeued, vec![id]);
+        } else {
+            assert_eq!(moved.dead_lettered, vec![id]);
+            assert!(moved.requeued.is_empty());
+        }
+    }
+    assert_eq!(state(s, id).await, Some(ItemState::DeadLettered));
+    let lease = s.acquire(&member_key("x"), &holder("x"), ctx.long).await.unwrap();
+    assert!(s.claim(&lease, 5).await.unwrap().is_empty());
+    assert_eq!(s.item_counts().await.unwrap().dead_lettered, 1);
+}
+
+/// Two namespaces never see each other's leases, dead sets or items.
+pub async fn namespaces_are_isolated(ctx: Ctx) {
+    let a = &ctx.store;
+    let b = ctx.other_namespace().await;
+    let key = member_key("iso");
+    let la = a.acquire(&key, &holder("a"), ctx.ttl).await.unwrap();
+    assert!(b.inspect(&key).await.unwrap().is_none());
+    let lb = b.acquire(&key, &holder("b"), ctx.long).await.expect("same key, other namespace");
+    a.enqueue(b"only-a", opts(3)).await.unwrap();
+    assert_eq!(b.item_counts().await.unwrap(), ItemCounts::default());
+    assert!(b.claim(&lb, 10).await.unwrap().is_empty());
+    ctx.wait_listed_expired(&key).await;
+    assert!(b.expired(&members(), 100).await.unwrap().is_empty());
+    a.release(&la).await.unwrap();
+    assert!(b.dead_tokens(100).await.unwrap().is_empty());
+    assert!(b.inspect(&key).await.unwrap().unwrap().is_live());
+}
+
+fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
+    match r {
+        Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+        other => panic!("expected InvalidInput({what}), got {other:?}"),
+    }
+}
+
+/// Bad input (ttl outside the store's bounds, zero limits, payload over the limit,
+/// zero attempts, non-UTF-8 or oversized names) is rejected with InvalidInput and
+/// changes nothing.
+pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
+    let s = &ctx.store;
+    let caps = ctx.caps();
+    let key = member_key("bad");
+    let before = s.item_counts().await.unwrap();
+    if caps.min_ttl > std::time::Duration::from_millis(1) {
+        let short = Ttl::new(caps.min_ttl - std::time::Duration::from_millis(1)).unwrap();
+        assert_invalid(s.acquire(&key, &holder("h"), short).await, "ttl");
+    }
+    if caps.max_ttl < Ttl::MAX {
+        let long = Ttl::new(caps.max_ttl + std::time::Duration::from_millis(1)).unwrap();
+        assert_invalid(s.acquire(&key, &holder("h"), long).await, "ttl");
+    }
+    assert!(s.inspect(&key).await.unwrap().is_none(), "rejected acquire left a lease");
+    assert_invalid(s.expired(&members(), 0).await, "limit");
+    assert_invalid(s.dead_tokens(0).await, "limit");
+    assert_invalid(s.dead_letters(0).await, "limit");
+    let big = vec![7u8; caps.max_payload + 1];
+    assert_invalid(s.enqueue(&big, opts(3)).await, "payload");
+    assert_invalid(s.enqueue(b"x", opts(0)).await, "max_attempts");
+    assert_eq!(s.item_counts().await.unwrap(), before, "rejected enqueue added an item");
+    let lease = s.acquire(&key, &holder("h"), ctx.long).await.unwrap();
+    assert_invalid(s.claim(&lease, 0).await, "n");
+    // Names are validated before they reach any store.
+    assert!(matches!(
+        Name::from_bytes(&[0x66, 0xff]),
+        Err(Error::InvalidInput {
+            problem: InputProblem::NotUtf8,
+            ..
+        })
+    ));
+    assert!(Name::new("").is_err());
+    assert!(Name::new("x".repeat(liveness_core::MAX_NAME_LEN + 1)).is_err());
+    assert!(Name::new("tab\there").is_err());
+    assert!(Ttl::new(std::time::Duration::ZERO).is_err());
+    // A payload exactly at the limit is accepted when the store can take it quickly.
+    if caps.max_payload <= 4 * 1024 * 1024 {
+        let max = vec![1u8; caps.max_payload];
+        let id = s.enqueue(&max, opts(1)).await.expect("payload at the limit");
+        assert_eq!(s.item(id).await.unwrap().unwrap().item.payload.len(), caps.max_payload);
+    }
+}
+
+/// The store works the same through `Box<dyn Store>`, `&dyn Store` and `Arc<dyn Store>`.
+pub async fn works_through_box_and_arc(ctx: Ctx) {
+    let arc: Arc<dyn Store> = ctx.store.clone();
+    let boxed: Box<dyn Store> = Box::new(crate::wrappers::Wrapped::new(arc.clone()));
+    let by_ref: &dyn Store = boxed.as_ref();
+    let key = member_key("dyn");
+    let lease = by_ref.acquire(&key, &holder("h"), ctx.long).await.unwrap();
+    assert_eq!(arc.inspect(&key).await.unwrap().unwrap().token, lease.token);
+    let id = boxed.enqueue(b"p", EnqueueOptions::default()).await.unwrap();
+    assert_eq!(arc.claim(&lease, 1).await.unwrap()[0].id, id);
+    assert!(by_ref.release(&lease).await.unwrap());
+}

@@ -1,0 +1,304 @@
+//! Lease scenarios: acquire, renew, release, inspect, expired, reap, next_expiry,
+//! store_time (the `LeaseStore` contract bullets).
+
+use std::time::Duration;
+
+use liveness_core::{Error, HolderId, LeaseStatus, LostReason};
+
+use crate::{member_key, members, Ctx};
+
+pub(crate) fn holder(s: &str) -> HolderId {
+    HolderId::new(s).unwrap_or_else(|e| panic!("holder: {e}"))
+}
+
+/// acquire on a free key succeeds with a token and about one ttl left, and inspect
+/// shows it live with the same holder and token.
+pub async fn acquire_free_key(ctx: Ctx) {
+    let key = member_key("a");
+    let lease = ctx.store.acquire(&key, &holder("h1"), ctx.long).await.unwrap();
+    assert_eq!(lease.key, key);
+    assert_eq!(lease.holder, holder("h1"));
+    assert_eq!(lease.ttl, ctx.long);
+    assert!(lease.expires_in <= ctx.long.duration());
+    assert!(lease.expires_in > ctx.long.duration() / 2, "{:?}", lease.expires_in);
+    let info = ctx.store.inspect(&key).await.unwrap().expect("lease record");
+    assert_eq!(info.token, lease.token);
+    assert_eq!(info.holder, holder("h1"));
+    assert!(info.is_live());
+}
+
+/// acquire on a live lease fails with Held naming the holder and token, and changes
+/// nothing.
+pub async fn acquire_held_key_fails_unchanged(ctx: Ctx) {
+    let key = member_key("held");
+    let first = ctx.store.acquire(&key, &holder("h1"), ctx.long).await.unwrap();
+    match ctx.store.acquire(&key, &holder("h2"), ctx.long).await {
+        Err(Error::Held {
+            key: k,
+            holder: h,
+            token,
+        }) => {
+            assert_eq!(k, key);
+            assert_eq!(h, holder("h1"));
+            assert_eq!(token, first.token);
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    let info = ctx.store.inspect(&key).await.unwrap().unwrap();
+    assert_eq!(info.token, first.token);
+    assert_eq!(info.holder, holder("h1"));
+    ctx.store.renew(&first).await.expect("first holder still renews");
+}
+
+/// Tokens strictly increase over every acquisition in the namespace: across keys,
+/// after release, after expiry, after reap.
+pub async fn tokens_strictly_increase(ctx: Ctx) {
+    let s = &ctx.store;
+    let (k1, k2) = (member_key("t1"), member_key("t2"));
+    let a = s.acquire(&k1, &holder("h"), ctx.long).await.unwrap();
+    let b = s.acquire(&k2, &holder("h"), ctx.long).await.unwrap();
+    assert!(b.token > a.token);
+    assert!(s.release(&a).await.unwrap());
+    let c = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
+    assert!(c.token > b.token, "re-acquire after release reused or lowered a token");
+    ctx.wait_expired(&k1).await;
+    let d = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
+    assert!(d.token > c.token, "acquire after expiry");
+    ctx.wait_expired(&k1).await;
+    assert!(s.reap(&k1, d.token).await.unwrap());
+    let e = s.acquire(&k1, &holder("h"), ctx.long).await.unwrap();
+    assert!(e.token > d.token, "acquire after reap");
+}
+
+/// renew before expiry succeeds and restores about one ttl of time left.
+pub async fn renew_extends_live_lease(ctx: Ctx) {
+    let key = member_key("renew");
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    // Renew three times across more than one ttl in total: each keeps it live.
+    for _ in 0..3 {
+        tokio::time::sleep(ctx.ttl.duration() / 3).await;
+        let renewed = ctx.store.renew(&lease).await.expect("renew of a live lease");
+        assert_eq!(renewed.token, lease.token, "renew never changes the token");
+        assert!(renewed.expires_in > ctx.ttl.duration() / 2);
+    }
+    let info = ctx.store.inspect(&key).await.unwrap().unwrap();
+    assert!(info.is_live());
+    assert_eq!(info.token, lease.token);
+}
+
+/// An expired lease is NEVER renewed, even when nobody else took the key: Lost with
+/// Expired, and the record stays as it was (expired, same token).
+pub async fn expired_lease_never_renewed(ctx: Ctx) {
+    let key = member_key("exp");
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&key).await;
+    match ctx.store.renew(&lease).await {
+        Err(Error::Lost { reason, token, .. }) => {
+            assert_eq!(reason, LostReason::Expired);
+            assert_eq!(token, lease.token);
+        }
+        other => panic!("expected Lost(Expired), got {other:?}"),
+    }
+    let info = ctx.store.inspect(&key).await.unwrap().expect("record stays until reaped");
+    assert_eq!(info.status, LeaseStatus::Expired);
+    assert_eq!(info.token, lease.token);
+    // Still not renewable a second time.
+    assert_eq!(
+        ctx.store.renew(&lease).await.unwrap_err().lost_reason(),
+        Some(LostReason::Expired)
+    );
+}
+
+/// renew of a superseded lease answers Lost(Superseded); of a released one,
+/// Lost(Released); neither changes the current holder.
+pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
+    let key = member_key("sup");
+    let old = ctx.store.acquire(&key, &holder("old"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&key).await;
+    let new = ctx.store.acquire(&key, &holder("new"), ctx.long).await.unwrap();
+    assert_eq!(
+        ctx.store.renew(&old).await.unwrap_err().lost_reason(),
+        Some(LostReason::Superseded)
+    );
+    let info = ctx.store.inspect(&key).await.unwrap().unwrap();
+    assert_eq!(info.token, new.token);
+    assert!(ctx.store.release(&new).await.unwrap());
+    assert_eq!(
+        ctx.store.renew(&new).await.unwrap_err().lost_reason(),
+        Some(LostReason::Released)
+    );
+    assert!(ctx.store.inspect(&key).await.unwrap().is_none());
+}
+
+/// release removes the lease iff its token is current, is idempotent, and never
+/// removes a newer holder's lease.
+pub async fn release_is_idempotent_and_fenced(ctx: Ctx) {
+    let key = member_key("rel");
+    let a = ctx.store.acquire(&key, &holder("a"), ctx.long).await.unwrap();
+    assert!(ctx.store.release(&a).await.unwrap());
+    assert!(!ctx.store.release(&a).await.unwrap(), "second release is a no-op");
+    let b = ctx.store.acquire(&key, &holder("b"), ctx.long).await.unwrap();
+    assert!(!ctx.store.release(&a).await.unwrap(), "stale release must not remove b");
+    let info = ctx.store.inspect(&key).await.unwrap().unwrap();
+    assert_eq!(info.token, b.token);
+}
+
+/// release puts (key, token) in the dead set, so items the token still owns are
+/// requeued by a sweep.
+pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
+    let key = member_key("dead");
+    let a = ctx.store.acquire(&key, &holder("a"), ctx.long).await.unwrap();
+    assert!(ctx
+        .store
+        .dead_tokens(1000)
+        .await
+        .unwrap()
+        .iter()
+        .all(|d| d.token != a.token));
+    ctx.store.release(&a).await.unwrap();
+    let dead = ctx.store.dead_tokens(1000).await.unwrap();
+    let entry = dead.iter().find(|d| d.token == a.token).expect("released token in dead set");
+    assert_eq!(entry.key, key);
+}
+
+/// inspect: None for a key never acquired; live with time left ≤ ttl; expired after
+/// the store clock passes expiry; None after reap.
+pub async fn inspect_reports_live_and_expired(ctx: Ctx) {
+    let key = member_key("insp");
+    assert!(ctx.store.inspect(&key).await.unwrap().is_none());
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    match ctx.store.inspect(&key).await.unwrap().unwrap().status {
+        LeaseStatus::Live { remaining } => assert!(remaining <= ctx.ttl.duration()),
+        LeaseStatus::Expired => panic!("fresh lease reported expired"),
+    }
+    ctx.wait_expired(&key).await;
+    ctx.wait_listed_expired(&key).await;
+    assert!(ctx.store.reap(&key, lease.token).await.unwrap());
+    assert!(ctx.store.inspect(&key).await.unwrap().is_none());
+}
+
+/// expired lists exactly the leases past expiry in the space, not live ones and not
+/// those of other spaces.
+pub async fn expired_lists_only_expired(ctx: Ctx) {
+    let short = member_key("short");
+    let live = member_key("live");
+    let leader = liveness_core::Key::leader(&format!("l{:08x}", fastrand::u32(..))).unwrap();
+    ctx.store.acquire(&short, &holder("s"), ctx.ttl).await.unwrap();
+    ctx.store.acquire(&live, &holder("l"), ctx.long).await.unwrap();
+    ctx.store.acquire(&leader, &holder("x"), ctx.ttl).await.unwrap();
+    ctx.wait_listed_expired(&short).await;
+    let list = ctx.store.expired(&members(), 1000).await.unwrap();
+    assert!(list.iter().any(|l| l.key == short));
+    assert!(list.iter().all(|l| l.key != live), "a live lease was listed expired");
+    assert!(list.iter().all(|l| l.key != leader), "another space leaked in");
+    let e = list.iter().find(|l| l.key == short).unwrap();
+    assert_eq!(e.holder, holder("s"));
+}
+
+/// expired returns at most `limit` leases, earliest expiry first.
+pub async fn expired_respects_limit_and_order(ctx: Ctx) {
+    let mut keys = Vec::new();
+    for i in 0..4 {
+        let key = member_key(&format!("o{i}"));
+        ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+        keys.push(key);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for key in &keys {
+        ctx.wait_listed_expired(key).await;
+    }
+    let two = ctx.store.expired(&members(), 2).await.unwrap();
+    assert_eq!(two.len(), 2, "limit 2 must give exactly 2 of 4 expired");
+    let all = ctx.store.expired(&members(), 1000).await.unwrap();
+    assert_eq!(all.len(), 4);
+    if !ctx.caps().observer_local_expiry {
+        let order: Vec<_> = all.iter().map(|l| l.key.clone()).collect();
+        assert_eq!(order, keys, "earliest expiry first");
+        assert_eq!(two[0].key, keys[0]);
+    }
+}
+
+/// reap removes only an expired lease with the current token, once.
+pub async fn reap_only_expired_current_lease(ctx: Ctx) {
+    let key = member_key("reap");
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    assert!(!ctx.store.reap(&key, lease.token).await.unwrap(), "reaped a live lease");
+    assert!(ctx.store.inspect(&key).await.unwrap().is_some());
+    ctx.wait_expired(&key).await;
+    ctx.wait_listed_expired(&key).await;
+    let wrong = liveness_core::FencingToken(lease.token.0 + 1_000_000);
+    assert!(!ctx.store.reap(&key, wrong).await.unwrap(), "reaped with a wrong token");
+    assert!(ctx.store.reap(&key, lease.token).await.unwrap());
+    assert!(!ctx.store.reap(&key, lease.token).await.unwrap(), "reaped twice");
+    let dead = ctx.store.dead_tokens(1000).await.unwrap();
+    assert!(dead.iter().any(|d| d.token == lease.token && d.key == key));
+}
+
+/// Exactly one of 16 concurrent reapers of the same expired lease gets true.
+pub async fn reap_has_exactly_one_winner(ctx: Ctx) {
+    let key = member_key("race");
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&key).await;
+    ctx.wait_listed_expired(&key).await;
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (s, k, t) = (ctx.store.clone(), key.clone(), lease.token);
+        tasks.push(tokio::spawn(async move {
+            // Retry transient faults: a retry after an applied reap must answer false.
+            loop {
+                match s.reap(&k, t).await {
+                    Err(e) if e.is_retryable() => continue,
+                    other => return other,
+                }
+            }
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap() {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1, "exactly one reaper must win");
+}
+
+/// acquire over an expired, unreaped lease succeeds with a new token and puts the old
+/// token in the dead set in the same step.
+pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
+    let key = member_key("over");
+    let old = ctx.store.acquire(&key, &holder("old"), ctx.ttl).await.unwrap();
+    ctx.wait_expired(&key).await;
+    let new = ctx.store.acquire(&key, &holder("new"), ctx.long).await.unwrap();
+    assert!(new.token > old.token);
+    let dead = ctx.store.dead_tokens(1000).await.unwrap();
+    assert!(dead.iter().any(|d| d.token == old.token), "old token not in dead set");
+    assert!(!ctx.store.reap(&key, old.token).await.unwrap());
+}
+
+/// next_expiry: None with no live lease; at most the ttl after an acquire; zero once
+/// a lease is expired and unreaped.
+pub async fn next_expiry_is_a_duration(ctx: Ctx) {
+    let space = liveness_core::Space::new(format!("s{:08x}", fastrand::u32(..))).unwrap();
+    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
+    let key = liveness_core::Key::new(space.clone(), liveness_core::Name::new("n").unwrap());
+    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    let next = ctx.store.next_expiry(&space).await.unwrap().expect("a live lease");
+    assert!(next <= ctx.ttl.duration(), "{next:?} > ttl");
+    ctx.wait_listed_expired(&key).await;
+    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), Some(Duration::ZERO));
+    assert!(ctx.store.reap(&key, lease.token).await.unwrap());
+    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
+}
+
+/// store_time never decreases on one handle, and moves forward with real time.
+pub async fn store_time_never_decreases(ctx: Ctx) {
+    let mut last = ctx.store.store_time().await.unwrap();
+    let first = last;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = ctx.store.store_time().await.unwrap();
+        assert!(now >= last, "store time went backwards");
+        last = now;
+    }
+    assert!(last.saturating_since(first) > Duration::ZERO);
+}

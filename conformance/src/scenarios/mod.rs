@@ -1,0 +1,84 @@
+//! The conformance scenarios: one plain `pub async fn(Ctx)` per contract bullet, so a
+//! failure points at readable code. The list below is the only list: [`suite!`](crate::suite)
+//! expands it into tests, and [`SCENARIOS`] into a table [`run`](crate::run) looks in.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::Ctx;
+
+mod items;
+mod leases;
+mod machines;
+
+pub use items::*;
+pub use leases::*;
+pub use machines::*;
+
+/// One named scenario.
+#[derive(Clone, Copy)]
+pub struct Scenario {
+    /// Its name (the test's name).
+    pub name: &'static str,
+    /// Runs it; panics on a contract violation.
+    pub run: fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scenarios {
+    (@list $mode:ident $($args:tt)*) => {
+        $crate::__scenarios!(@expand $mode [$($args)*]
+            acquire_free_key,
+            acquire_held_key_fails_unchanged,
+            tokens_strictly_increase,
+            renew_extends_live_lease,
+            expired_lease_never_renewed,
+            renew_superseded_or_released_is_lost,
+            release_is_idempotent_and_fenced,
+            release_puts_token_in_dead_set,
+            inspect_reports_live_and_expired,
+            expired_lists_only_expired,
+            expired_respects_limit_and_order,
+            reap_only_expired_current_lease,
+            reap_has_exactly_one_winner,
+            acquire_reaps_expired_lease,
+            next_expiry_is_a_duration,
+            store_time_never_decreases,
+            enqueue_claim_complete,
+            claim_refused_on_expired_lease,
+            claim_refused_on_superseded_lease,
+            complete_fenced_after_requeue,
+            fail_retry_and_dead_letter,
+            requeue_is_idempotent,
+            requeue_ignores_live_tokens,
+            poison_item_is_dead_lettered,
+            namespaces_are_isolated,
+            bad_input_rejected_unchanged,
+            works_through_box_and_arc,
+            checker_declares_each_death_once,
+            checker_crash_between_reap_and_requeue_loses_nothing,
+            member_cancel_fires_before_store_expiry,
+            member_rejoins_with_new_token,
+            member_leave_hands_back_items,
+            election_one_leader_among_three,
+            election_failover_after_leader_stops
+        );
+    };
+    (@expand tests [$factory:expr] $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::run(stringify!($name), $crate::factory($factory));
+            }
+        )*
+    };
+    (@expand table [] $($name:ident),*) => {
+        /// Every scenario, in the order the suite lists them.
+        pub const SCENARIOS: &[Scenario] = &[
+            $( Scenario { name: stringify!($name), run: |ctx| Box::pin($name(ctx)) }, )*
+        ];
+    };
+}
+
+__scenarios!(@list table);

@@ -1,0 +1,137 @@
+//! A forwarding store wrapper for tests and benches: counts store round trips, and can
+//! stall renewals (a member that is partitioned from the store, or paused) without
+//! touching the store itself.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
+    Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore,
+    Requeued, Result, Space, Store, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+
+/// Forwards every call to an inner store, counting them; while
+/// [`Wrapped::stall_renewals`] is on, `renew` calls hang (as if the network to the
+/// store were cut) until it is turned off.
+#[derive(Debug)]
+pub struct Wrapped {
+    inner: Arc<dyn Store>,
+    calls: AtomicU64,
+    stalled: AtomicBool,
+}
+
+impl Wrapped {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Wrapped {
+            inner,
+            calls: AtomicU64::new(0),
+            stalled: AtomicBool::new(false),
+        }
+    }
+
+    /// How many store calls went through so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Turns renewal stalling on or off.
+    pub fn stall_renewals(&self, on: bool) {
+        self.stalled.store(on, Ordering::SeqCst);
+    }
+
+    fn count(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Wrapped {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.count();
+        self.inner.acquire(key, holder, ttl).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        while self.stalled.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.count();
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.count();
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        self.count();
+        self.inner.inspect(key).await
+    }
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.count();
+        self.inner.expired(space, limit).await
+    }
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.count();
+        self.inner.reap(key, token).await
+    }
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.count();
+        self.inner.dead_tokens(limit).await
+    }
+    async fn store_time(&self) -> Result<StoreTime> {
+        self.count();
+        self.inner.store_time().await
+    }
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.count();
+        self.inner.next_expiry(space).await
+    }
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        self.inner.wakeups()
+    }
+}
+
+#[async_trait]
+impl ItemStore for Wrapped {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        self.count();
+        self.inner.enqueue(payload, options).await
+    }
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        self.count();
+        self.inner.claim(lease, n).await
+    }
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        self.count();
+        self.inner.complete(lease, id).await
+    }
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        self.count();
+        self.inner.fail(lease, id, retry).await
+    }
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        self.count();
+        self.inner.requeue_orphans(token).await
+    }
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        self.count();
+        self.inner.item(id).await
+    }
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        self.count();
+        self.inner.item_counts().await
+    }
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        self.count();
+        self.inner.dead_letters(limit).await
+    }
+}
