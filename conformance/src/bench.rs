@@ -52,7 +52,9 @@ impl Options {
     pub fn from_args() -> Options {
         let mut o = Options::default();
         let args: Vec<String> = std::env::args().collect();
-        let list = |v: &str| -> Vec<usize> { v.split(',').filter_map(|x| x.trim().parse().ok()).collect() };
+        let list = |v: &str| -> Vec<usize> {
+            v.split(',').filter_map(|x| x.trim().parse().ok()).collect()
+        };
         for w in args.windows(2) {
             match w[0].as_str() {
                 "--members" => o.members = list(&w[1]),
@@ -134,7 +136,12 @@ pub async fn renewals(store: Arc<dyn Store>, concurrency: usize, seconds: f64) -
     let ttl = ttl_of(caps.min_ttl.max(Duration::from_secs(60)).min(caps.max_ttl));
     let mut leases = Vec::new();
     for i in 0..concurrency {
-        leases.push(store.acquire(&key("r", i), &holder(), ttl).await.unwrap_or_else(|e| panic!("{e}")));
+        leases.push(
+            store
+                .acquire(&key("r", i), &holder(), ttl)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
     }
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let start = Instant::now();
@@ -214,7 +221,10 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
         },
     );
     let start = Instant::now();
-    let report = checker.round().await.unwrap_or_else(|e| panic!("checker round: {e}"));
+    let report = checker
+        .round()
+        .await
+        .unwrap_or_else(|e| panic!("checker round: {e}"));
     Round {
         members,
         expired: report.deaths.len(),
@@ -224,34 +234,59 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
 }
 
 /// Measures detection latency over `deaths` members that stop renewing, with a
-/// checker running.
+/// checker running: every member joins and renews every ttl / 3 (a steady fleet);
+/// each stops renewing at its own moment, spread over two ttls; the latency is from
+/// its last successful renewal's send time to its item observed pending again.
 pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
     let caps = store.capabilities();
     let ttl = ttl_of(caps.min_ttl.max(Duration::from_millis(500)));
+    let mut members = Vec::new();
+    for i in 0..deaths {
+        store.enqueue(b"d", EnqueueOptions::default()).await.ok();
+        let Ok(lease) = store.acquire(&key("die", i), &holder(), ttl).await else {
+            continue;
+        };
+        let Some(item) = store
+            .claim(&lease, 1)
+            .await
+            .ok()
+            .and_then(|v| v.first().map(|i| i.id))
+        else {
+            continue;
+        };
+        members.push((lease, item));
+    }
     let checker = Checker::new(
         store.clone(),
         CheckerConfig {
-            check_every: ttl.duration().max(Duration::from_secs(1)),
+            check_every: Duration::from_secs(1),
             ..CheckerConfig::default()
         },
     )
     .spawn();
-    let tasks: Vec<_> = (0..deaths)
-        .map(|i| {
+    let n = members.len().max(1);
+    let tasks: Vec<_> = members
+        .into_iter()
+        .enumerate()
+        .map(|(i, (lease, item))| {
             let store = store.clone();
             tokio::spawn(async move {
-                // Stagger the deaths over one ttl so they do not all expire together.
-                tokio::time::sleep(ttl.duration().mul_f64(i as f64 / deaths.max(1) as f64)).await;
-                store.enqueue(b"d", EnqueueOptions::default()).await.ok()?;
-                let sent = Instant::now();
-                let lease = store.acquire(&key("die", i), &holder(), ttl).await.ok()?;
-                // With deaths running concurrently this may be another death's item;
-                // either way it is the item this member owns when it stops renewing.
-                let target = store.claim(&lease, 1).await.ok()?.first()?.id;
-                let give_up = sent + ttl.duration() * 4 + Duration::from_secs(5);
+                let stop_at = Instant::now() + ttl.duration().mul_f64(2.0 * i as f64 / n as f64);
+                let mut last = Instant::now();
+                while Instant::now() < stop_at {
+                    tokio::time::sleep(ttl.duration() / 3).await;
+                    let sent = Instant::now();
+                    if store.renew(&lease).await.is_err() {
+                        return None;
+                    }
+                    last = sent;
+                }
+                let give_up = last + ttl.duration() * 4 + Duration::from_secs(5);
                 loop {
-                    match store.item(target).await {
-                        Ok(Some(r)) if r.state == ItemState::Pending => return Some(sent.elapsed()),
+                    match store.item(item).await {
+                        Ok(Some(r)) if r.state == ItemState::Pending => {
+                            return Some(last.elapsed())
+                        }
                         _ if Instant::now() > give_up => return None,
                         _ => tokio::time::sleep(Duration::from_millis(2)).await,
                     }
@@ -284,7 +319,10 @@ pub async fn run(factory: Factory, options: Options) {
     for &c in &options.concurrency {
         let Some(store) = factory().await else { return };
         let r = renewals(store, c, options.seconds).await;
-        println!("renewals/s   members={:<6} {:>12.0}", r.concurrency, r.per_second);
+        println!(
+            "renewals/s   members={:<6} {:>12.0}",
+            r.concurrency, r.per_second
+        );
     }
     for &m in &options.members {
         for pct in [0usize, 1] {

@@ -6,9 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{
-    Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl,
-};
+use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
 
 pub mod bench;
 pub mod property;
@@ -67,6 +65,14 @@ impl Ctx {
             ttl,
             long,
         }
+    }
+
+    /// The ttl of the member and election scenarios: the store's minimum, at least
+    /// 1.5 s, so that the default safety margin (ttl / 5) stays well above the timer
+    /// delays of a loaded test machine.
+    pub fn machine_ttl(&self) -> Ttl {
+        let d = self.caps().min_ttl.max(Duration::from_millis(1500));
+        Ttl::new(round_up_ms(d)).unwrap_or_else(|e| panic!("machine ttl: {e}"))
     }
 
     /// The store's capabilities.
@@ -201,4 +207,3 @@ macro_rules! suite {
         }
     };
 }
-

@@ -152,7 +152,10 @@ impl Side {
     }
 
     fn tok(&self, t: FencingToken) -> usize {
-        self.tokens.iter().position(|x| *x == t).unwrap_or(usize::MAX)
+        self.tokens
+            .iter()
+            .position(|x| *x == t)
+            .unwrap_or(usize::MAX)
     }
 
     fn id(&self, i: ItemId) -> usize {
@@ -208,7 +211,11 @@ impl Side {
                 Err(e) => self.err(e),
             },
             Op::Reap(k, t) => {
-                let token = self.tokens.get(*t).copied().unwrap_or(FencingToken(u64::MAX));
+                let token = self
+                    .tokens
+                    .get(*t)
+                    .copied()
+                    .unwrap_or(FencingToken(u64::MAX));
                 match s.reap(&key(*k), token).await {
                     Ok(b) => Seen::Bool(b),
                     Err(e) => self.err(e),
@@ -230,7 +237,9 @@ impl Side {
             Op::Claim(h, k, n) => match self.leases.get(&(*h, *k)) {
                 None => Seen::Skipped,
                 Some(l) => match s.claim(l, *n).await {
-                    Ok(items) => Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect()),
+                    Ok(items) => {
+                        Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect())
+                    }
                     Err(e) => self.err(e),
                 },
             },
@@ -249,7 +258,11 @@ impl Side {
                 _ => Seen::Skipped,
             },
             Op::Requeue(t) => {
-                let token = self.tokens.get(*t).copied().unwrap_or(FencingToken(u64::MAX));
+                let token = self
+                    .tokens
+                    .get(*t)
+                    .copied()
+                    .unwrap_or(FencingToken(u64::MAX));
                 match s.requeue_orphans(token).await {
                     Ok(r) => Seen::Ids(
                         r.requeued.iter().map(|i| self.id(*i)).collect(),
@@ -274,7 +287,9 @@ impl Side {
             Op::Item(i) => match self.ids.get(*i) {
                 None => Seen::Skipped,
                 Some(id) => match s.item(*id).await {
-                    Ok(r) => Seen::State(r.map(|r| format!("{} a{}", self.state(r.state), r.item.attempts))),
+                    Ok(r) => Seen::State(
+                        r.map(|r| format!("{} a{}", self.state(r.state), r.item.attempts)),
+                    ),
                     Err(e) => self.err(e),
                 },
             },
@@ -282,7 +297,11 @@ impl Side {
     }
 }
 
-async fn check(real: Arc<dyn Store>, model: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+async fn check(
+    real: Arc<dyn Store>,
+    model: Arc<dyn Store>,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
     let caps = real.capabilities();
     let long = Ttl::new(
         std::time::Duration::from_secs(600)
@@ -296,12 +315,20 @@ async fn check(real: Arc<dyn Store>, model: Arc<dyn Store>, ops: Vec<Op>) -> Res
         let want = model.apply(op, long).await;
         let got = real.apply(op, long).await;
         if let Seen::Other(e) = &got {
-            return Err(TestCaseError::fail(format!("step {step} {op:?}: store error {e}")));
+            return Err(TestCaseError::fail(format!(
+                "step {step} {op:?}: store error {e}"
+            )));
         }
         prop_assert_eq!(&got, &want, "step {} {:?}", step, op);
     }
     // Tokens and ids are strictly increasing in hand-out order on the store too.
-    prop_assert!(real.tokens.windows(2).all(|w| w[0] < w[1]), "tokens not increasing");
-    prop_assert!(real.ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
+    prop_assert!(
+        real.tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not increasing"
+    );
+    prop_assert!(
+        real.ids.windows(2).all(|w| w[0] < w[1]),
+        "ids not increasing"
+    );
     Ok(())
 }

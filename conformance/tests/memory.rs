@@ -10,7 +10,9 @@ fn server() -> &'static MemoryServer {
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {
-    Some(Arc::new(server().store(&liveness_conformance::fresh_namespace())))
+    Some(Arc::new(
+        server().store(&liveness_conformance::fresh_namespace()),
+    ))
 }
 
 liveness_conformance::suite!(factory);

@@ -100,10 +100,15 @@ impl std::fmt::Display for InputProblem {
             InputProblem::TooLong { max, len } => {
                 write!(f, "is {len} bytes long, the maximum is {max}")
             }
-            InputProblem::ForbiddenChar { ch } => write!(f, "contains the forbidden character {ch:?}"),
+            InputProblem::ForbiddenChar { ch } => {
+                write!(f, "contains the forbidden character {ch:?}")
+            }
             InputProblem::NotUtf8 => write!(f, "is not valid UTF-8"),
             InputProblem::TooShort { min, got } => {
-                write!(f, "is {got:?}, shorter than this store's minimum of {min:?}")
+                write!(
+                    f,
+                    "is {got:?}, shorter than this store's minimum of {min:?}"
+                )
             }
             InputProblem::TooLongDuration { max, got } => {
                 write!(f, "is {got:?}, longer than this store's maximum of {max:?}")

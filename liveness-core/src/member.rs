@@ -154,7 +154,10 @@ impl Member {
         let mut backoff = Backoff::new(config.heartbeat.renew_every / 8);
         let (lease, sent) = loop {
             let sent = Instant::now();
-            match store.acquire(&key, &config.holder, config.heartbeat.ttl).await {
+            match store
+                .acquire(&key, &config.holder, config.heartbeat.ttl)
+                .await
+            {
                 Ok(lease) => break (lease, sent),
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next()).await;
@@ -251,7 +254,11 @@ impl Member {
     /// Completes a claimed item. Fails with [`Error::Fenced`] when the item was
     /// requeued since (its generation was lost): the work must be considered not done.
     pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
-        let r = self.inner.store.complete(&claimed.lease, claimed.item.id).await;
+        let r = self
+            .inner
+            .store
+            .complete(&claimed.lease, claimed.item.id)
+            .await;
         self.forget(claimed, &r);
         r
     }
@@ -400,7 +407,10 @@ async fn rejoin(
             return None;
         }
         let sent = Instant::now();
-        let pause = match store.acquire(key, &config.holder, config.heartbeat.ttl).await {
+        let pause = match store
+            .acquire(key, &config.holder, config.heartbeat.ttl)
+            .await
+        {
             Ok(lease) => return Some((lease, sent)),
             Err(Error::Held { token, .. }) if token == old.token => {
                 let _ = store.release(old).await;

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, Result};
-use crate::item::{EnqueueOptions, ItemCounts, ItemId, ItemRecord, ItemState, Item, Requeued};
+use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 

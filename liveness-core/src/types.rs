@@ -20,7 +20,10 @@ fn check_text(what: &'static str, s: &str, max: usize, allow: impl Fn(char) -> b
         return Err(Error::invalid(what, InputProblem::Empty));
     }
     if s.len() > max {
-        return Err(Error::invalid(what, InputProblem::TooLong { max, len: s.len() }));
+        return Err(Error::invalid(
+            what,
+            InputProblem::TooLong { max, len: s.len() },
+        ));
     }
     if let Some(ch) = s.chars().find(|c| !allow(*c)) {
         return Err(Error::invalid(what, InputProblem::ForbiddenChar { ch }));
@@ -231,7 +234,10 @@ impl Ttl {
     pub fn new(d: Duration) -> Result<Ttl> {
         let min = Duration::from_millis(1);
         if d < min {
-            return Err(Error::invalid("ttl", InputProblem::TooShort { min, got: d }));
+            return Err(Error::invalid(
+                "ttl",
+                InputProblem::TooShort { min, got: d },
+            ));
         }
         if d > Ttl::MAX {
             return Err(Error::invalid(

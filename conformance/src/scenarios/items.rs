@@ -34,7 +34,10 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
     let b = s.enqueue(b"b", opts(3)).await.unwrap();
     let c = s.enqueue(b"", opts(3)).await.unwrap();
     assert!(a < b && b < c, "ids increase in enqueue order");
-    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
     let got = s.claim(&lease, 2).await.unwrap();
     assert_eq!(got.iter().map(|i| i.id).collect::<Vec<_>>(), vec![a, b]);
     assert_eq!(got[0].payload, b"a");
@@ -65,7 +68,10 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
 pub async fn claim_refused_on_expired_lease(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
-    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.ttl).await.unwrap();
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_expired(&lease.key).await;
     match s.claim(&lease, 5).await {
         Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
@@ -99,7 +105,10 @@ pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
 pub async fn complete_fenced_after_requeue(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"job", opts(5)).await.unwrap();
-    let dead = s.acquire(&member_key("d"), &holder("d"), ctx.ttl).await.unwrap();
+    let dead = s
+        .acquire(&member_key("d"), &holder("d"), ctx.ttl)
+        .await
+        .unwrap();
     assert_eq!(s.claim(&dead, 1).await.unwrap().len(), 1);
     let moved = kill(&ctx, &dead).await;
     assert_eq!(moved.requeued, vec![id]);
@@ -111,12 +120,21 @@ pub async fn complete_fenced_after_requeue(ctx: Ctx) {
         }
         other => panic!("stale complete must be Fenced, got {other:?}"),
     }
-    assert!(matches!(s.fail(&dead, id, true).await, Err(Error::Fenced { .. })));
-    let live = s.acquire(&member_key("l"), &holder("l"), ctx.long).await.unwrap();
+    assert!(matches!(
+        s.fail(&dead, id, true).await,
+        Err(Error::Fenced { .. })
+    ));
+    let live = s
+        .acquire(&member_key("l"), &holder("l"), ctx.long)
+        .await
+        .unwrap();
     let got = s.claim(&live, 1).await.unwrap();
     assert_eq!(got[0].id, id);
     assert_eq!(got[0].attempts, 2);
-    assert!(matches!(s.complete(&dead, id).await, Err(Error::Fenced { .. })));
+    assert!(matches!(
+        s.complete(&dead, id).await,
+        Err(Error::Fenced { .. })
+    ));
     s.complete(&live, id).await.unwrap();
     assert_eq!(state(s, id).await, None);
 }
@@ -127,23 +145,39 @@ pub async fn fail_retry_and_dead_letter(ctx: Ctx) {
     let s = &ctx.store;
     let a = s.enqueue(b"a", opts(3)).await.unwrap();
     let b = s.enqueue(b"b", opts(3)).await.unwrap();
-    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
     s.claim(&lease, 2).await.unwrap();
     assert_eq!(s.fail(&lease, a, true).await.unwrap(), ItemState::Pending);
-    assert_eq!(s.fail(&lease, b, false).await.unwrap(), ItemState::DeadLettered);
-    assert!(matches!(s.fail(&lease, b, true).await, Err(Error::Fenced { .. })));
+    assert_eq!(
+        s.fail(&lease, b, false).await.unwrap(),
+        ItemState::DeadLettered
+    );
+    assert!(matches!(
+        s.fail(&lease, b, true).await,
+        Err(Error::Fenced { .. })
+    ));
     assert_eq!(state(s, a).await, Some(ItemState::Pending));
     let dl = s.dead_letters(10).await.unwrap();
     assert_eq!(dl.len(), 1);
     assert_eq!(dl[0].item.id, b);
     assert_eq!(dl[0].state, ItemState::DeadLettered);
     let again = s.claim(&lease, 5).await.unwrap();
-    assert_eq!(again.iter().map(|i| i.id).collect::<Vec<_>>(), vec![a], "dead letters are never claimed");
+    assert_eq!(
+        again.iter().map(|i| i.id).collect::<Vec<_>>(),
+        vec![a],
+        "dead letters are never claimed"
+    );
     assert_eq!(again[0].attempts, 2);
     // Out of attempts: a retry on the last attempt dead-letters.
     s.fail(&lease, a, true).await.unwrap();
     s.claim(&lease, 5).await.unwrap();
-    assert_eq!(s.fail(&lease, a, true).await.unwrap(), ItemState::DeadLettered);
+    assert_eq!(
+        s.fail(&lease, a, true).await.unwrap(),
+        ItemState::DeadLettered
+    );
 }
 
 /// requeue_orphans is idempotent: a second (or concurrent) call moves nothing twice,
@@ -154,14 +188,19 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
         s.enqueue(b"1", opts(3)).await.unwrap(),
         s.enqueue(b"2", opts(3)).await.unwrap(),
     ];
-    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.ttl).await.unwrap();
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.ttl)
+        .await
+        .unwrap();
     s.claim(&lease, 2).await.unwrap();
     ctx.wait_listed_expired(&lease.key).await;
     assert!(s.reap(&lease.key, lease.token).await.unwrap());
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let (s, t) = (s.clone(), lease.token);
-        tasks.push(tokio::spawn(async move { s.requeue_orphans(t).await.unwrap() }));
+        tasks.push(tokio::spawn(
+            async move { s.requeue_orphans(t).await.unwrap() },
+        ));
     }
     let mut moved = Vec::new();
     for t in tasks {
@@ -184,10 +223,17 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
 pub async fn requeue_ignores_live_tokens(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
-    let lease = s.acquire(&member_key("w"), &holder("w"), ctx.long).await.unwrap();
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
     s.claim(&lease, 1).await.unwrap();
     assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
-    assert!(s.requeue_orphans(FencingToken(u64::MAX / 2)).await.unwrap().is_empty());
+    assert!(s
+        .requeue_orphans(FencingToken(u64::MAX / 2))
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(state(s, id).await, Some(ItemState::Owned(lease.token)));
     s.complete(&lease, id).await.unwrap();
 }
@@ -214,7 +260,10 @@ pub async fn poison_item_is_dead_lettered(ctx: Ctx) {
         }
     }
     assert_eq!(state(s, id).await, Some(ItemState::DeadLettered));
-    let lease = s.acquire(&member_key("x"), &holder("x"), ctx.long).await.unwrap();
+    let lease = s
+        .acquire(&member_key("x"), &holder("x"), ctx.long)
+        .await
+        .unwrap();
     assert!(s.claim(&lease, 5).await.unwrap().is_empty());
     assert_eq!(s.item_counts().await.unwrap().dead_lettered, 1);
 }
@@ -226,7 +275,10 @@ pub async fn namespaces_are_isolated(ctx: Ctx) {
     let key = member_key("iso");
     let la = a.acquire(&key, &holder("a"), ctx.ttl).await.unwrap();
     assert!(b.inspect(&key).await.unwrap().is_none());
-    let lb = b.acquire(&key, &holder("b"), ctx.long).await.expect("same key, other namespace");
+    let lb = b
+        .acquire(&key, &holder("b"), ctx.long)
+        .await
+        .expect("same key, other namespace");
     a.enqueue(b"only-a", opts(3)).await.unwrap();
     assert_eq!(b.item_counts().await.unwrap(), ItemCounts::default());
     assert!(b.claim(&lb, 10).await.unwrap().is_empty());
@@ -260,14 +312,21 @@ pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
         let long = Ttl::new(caps.max_ttl + std::time::Duration::from_millis(1)).unwrap();
         assert_invalid(s.acquire(&key, &holder("h"), long).await, "ttl");
     }
-    assert!(s.inspect(&key).await.unwrap().is_none(), "rejected acquire left a lease");
+    assert!(
+        s.inspect(&key).await.unwrap().is_none(),
+        "rejected acquire left a lease"
+    );
     assert_invalid(s.expired(&members(), 0).await, "limit");
     assert_invalid(s.dead_tokens(0).await, "limit");
     assert_invalid(s.dead_letters(0).await, "limit");
     let big = vec![7u8; caps.max_payload + 1];
     assert_invalid(s.enqueue(&big, opts(3)).await, "payload");
     assert_invalid(s.enqueue(b"x", opts(0)).await, "max_attempts");
-    assert_eq!(s.item_counts().await.unwrap(), before, "rejected enqueue added an item");
+    assert_eq!(
+        s.item_counts().await.unwrap(),
+        before,
+        "rejected enqueue added an item"
+    );
     let lease = s.acquire(&key, &holder("h"), ctx.long).await.unwrap();
     assert_invalid(s.claim(&lease, 0).await, "n");
     // Names are validated before they reach any store.
@@ -285,8 +344,14 @@ pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
     // A payload exactly at the limit is accepted when the store can take it quickly.
     if caps.max_payload <= 4 * 1024 * 1024 {
         let max = vec![1u8; caps.max_payload];
-        let id = s.enqueue(&max, opts(1)).await.expect("payload at the limit");
-        assert_eq!(s.item(id).await.unwrap().unwrap().item.payload.len(), caps.max_payload);
+        let id = s
+            .enqueue(&max, opts(1))
+            .await
+            .expect("payload at the limit");
+        assert_eq!(
+            s.item(id).await.unwrap().unwrap().item.payload.len(),
+            caps.max_payload
+        );
     }
 }
 
@@ -298,7 +363,10 @@ pub async fn works_through_box_and_arc(ctx: Ctx) {
     let key = member_key("dyn");
     let lease = by_ref.acquire(&key, &holder("h"), ctx.long).await.unwrap();
     assert_eq!(arc.inspect(&key).await.unwrap().unwrap().token, lease.token);
-    let id = boxed.enqueue(b"p", EnqueueOptions::default()).await.unwrap();
+    let id = boxed
+        .enqueue(b"p", EnqueueOptions::default())
+        .await
+        .unwrap();
     assert_eq!(arc.claim(&lease, 1).await.unwrap()[0].id, id);
     assert!(by_ref.release(&lease).await.unwrap());
 }

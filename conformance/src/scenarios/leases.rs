@@ -15,13 +15,26 @@ pub(crate) fn holder(s: &str) -> HolderId {
 /// shows it live with the same holder and token.
 pub async fn acquire_free_key(ctx: Ctx) {
     let key = member_key("a");
-    let lease = ctx.store.acquire(&key, &holder("h1"), ctx.long).await.unwrap();
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h1"), ctx.long)
+        .await
+        .unwrap();
     assert_eq!(lease.key, key);
     assert_eq!(lease.holder, holder("h1"));
     assert_eq!(lease.ttl, ctx.long);
     assert!(lease.expires_in <= ctx.long.duration());
-    assert!(lease.expires_in > ctx.long.duration() / 2, "{:?}", lease.expires_in);
-    let info = ctx.store.inspect(&key).await.unwrap().expect("lease record");
+    assert!(
+        lease.expires_in > ctx.long.duration() / 2,
+        "{:?}",
+        lease.expires_in
+    );
+    let info = ctx
+        .store
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("lease record");
     assert_eq!(info.token, lease.token);
     assert_eq!(info.holder, holder("h1"));
     assert!(info.is_live());
@@ -31,7 +44,11 @@ pub async fn acquire_free_key(ctx: Ctx) {
 /// nothing.
 pub async fn acquire_held_key_fails_unchanged(ctx: Ctx) {
     let key = member_key("held");
-    let first = ctx.store.acquire(&key, &holder("h1"), ctx.long).await.unwrap();
+    let first = ctx
+        .store
+        .acquire(&key, &holder("h1"), ctx.long)
+        .await
+        .unwrap();
     match ctx.store.acquire(&key, &holder("h2"), ctx.long).await {
         Err(Error::Held {
             key: k,
@@ -47,7 +64,10 @@ pub async fn acquire_held_key_fails_unchanged(ctx: Ctx) {
     let info = ctx.store.inspect(&key).await.unwrap().unwrap();
     assert_eq!(info.token, first.token);
     assert_eq!(info.holder, holder("h1"));
-    ctx.store.renew(&first).await.expect("first holder still renews");
+    ctx.store
+        .renew(&first)
+        .await
+        .expect("first holder still renews");
 }
 
 /// Tokens strictly increase over every acquisition in the namespace: across keys,
@@ -60,7 +80,10 @@ pub async fn tokens_strictly_increase(ctx: Ctx) {
     assert!(b.token > a.token);
     assert!(s.release(&a).await.unwrap());
     let c = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
-    assert!(c.token > b.token, "re-acquire after release reused or lowered a token");
+    assert!(
+        c.token > b.token,
+        "re-acquire after release reused or lowered a token"
+    );
     ctx.wait_expired(&k1).await;
     let d = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
     assert!(d.token > c.token, "acquire after expiry");
@@ -73,11 +96,19 @@ pub async fn tokens_strictly_increase(ctx: Ctx) {
 /// renew before expiry succeeds and restores about one ttl of time left.
 pub async fn renew_extends_live_lease(ctx: Ctx) {
     let key = member_key("renew");
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
     // Renew three times across more than one ttl in total: each keeps it live.
     for _ in 0..3 {
         tokio::time::sleep(ctx.ttl.duration() / 3).await;
-        let renewed = ctx.store.renew(&lease).await.expect("renew of a live lease");
+        let renewed = ctx
+            .store
+            .renew(&lease)
+            .await
+            .expect("renew of a live lease");
         assert_eq!(renewed.token, lease.token, "renew never changes the token");
         assert!(renewed.expires_in > ctx.ttl.duration() / 2);
     }
@@ -90,7 +121,11 @@ pub async fn renew_extends_live_lease(ctx: Ctx) {
 /// Expired, and the record stays as it was (expired, same token).
 pub async fn expired_lease_never_renewed(ctx: Ctx) {
     let key = member_key("exp");
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_expired(&key).await;
     match ctx.store.renew(&lease).await {
         Err(Error::Lost { reason, token, .. }) => {
@@ -99,7 +134,12 @@ pub async fn expired_lease_never_renewed(ctx: Ctx) {
         }
         other => panic!("expected Lost(Expired), got {other:?}"),
     }
-    let info = ctx.store.inspect(&key).await.unwrap().expect("record stays until reaped");
+    let info = ctx
+        .store
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("record stays until reaped");
     assert_eq!(info.status, LeaseStatus::Expired);
     assert_eq!(info.token, lease.token);
     // Still not renewable a second time.
@@ -113,9 +153,17 @@ pub async fn expired_lease_never_renewed(ctx: Ctx) {
 /// Lost(Released); neither changes the current holder.
 pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
     let key = member_key("sup");
-    let old = ctx.store.acquire(&key, &holder("old"), ctx.ttl).await.unwrap();
+    let old = ctx
+        .store
+        .acquire(&key, &holder("old"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_expired(&key).await;
-    let new = ctx.store.acquire(&key, &holder("new"), ctx.long).await.unwrap();
+    let new = ctx
+        .store
+        .acquire(&key, &holder("new"), ctx.long)
+        .await
+        .unwrap();
     assert_eq!(
         ctx.store.renew(&old).await.unwrap_err().lost_reason(),
         Some(LostReason::Superseded)
@@ -134,11 +182,25 @@ pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
 /// removes a newer holder's lease.
 pub async fn release_is_idempotent_and_fenced(ctx: Ctx) {
     let key = member_key("rel");
-    let a = ctx.store.acquire(&key, &holder("a"), ctx.long).await.unwrap();
+    let a = ctx
+        .store
+        .acquire(&key, &holder("a"), ctx.long)
+        .await
+        .unwrap();
     assert!(ctx.store.release(&a).await.unwrap());
-    assert!(!ctx.store.release(&a).await.unwrap(), "second release is a no-op");
-    let b = ctx.store.acquire(&key, &holder("b"), ctx.long).await.unwrap();
-    assert!(!ctx.store.release(&a).await.unwrap(), "stale release must not remove b");
+    assert!(
+        !ctx.store.release(&a).await.unwrap(),
+        "second release is a no-op"
+    );
+    let b = ctx
+        .store
+        .acquire(&key, &holder("b"), ctx.long)
+        .await
+        .unwrap();
+    assert!(
+        !ctx.store.release(&a).await.unwrap(),
+        "stale release must not remove b"
+    );
     let info = ctx.store.inspect(&key).await.unwrap().unwrap();
     assert_eq!(info.token, b.token);
 }
@@ -147,7 +209,11 @@ pub async fn release_is_idempotent_and_fenced(ctx: Ctx) {
 /// requeued by a sweep.
 pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
     let key = member_key("dead");
-    let a = ctx.store.acquire(&key, &holder("a"), ctx.long).await.unwrap();
+    let a = ctx
+        .store
+        .acquire(&key, &holder("a"), ctx.long)
+        .await
+        .unwrap();
     assert!(ctx
         .store
         .dead_tokens(1000)
@@ -157,7 +223,10 @@ pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
         .all(|d| d.token != a.token));
     ctx.store.release(&a).await.unwrap();
     let dead = ctx.store.dead_tokens(1000).await.unwrap();
-    let entry = dead.iter().find(|d| d.token == a.token).expect("released token in dead set");
+    let entry = dead
+        .iter()
+        .find(|d| d.token == a.token)
+        .expect("released token in dead set");
     assert_eq!(entry.key, key);
 }
 
@@ -166,7 +235,11 @@ pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
 pub async fn inspect_reports_live_and_expired(ctx: Ctx) {
     let key = member_key("insp");
     assert!(ctx.store.inspect(&key).await.unwrap().is_none());
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
     match ctx.store.inspect(&key).await.unwrap().unwrap().status {
         LeaseStatus::Live { remaining } => assert!(remaining <= ctx.ttl.duration()),
         LeaseStatus::Expired => panic!("fresh lease reported expired"),
@@ -183,14 +256,29 @@ pub async fn expired_lists_only_expired(ctx: Ctx) {
     let short = member_key("short");
     let live = member_key("live");
     let leader = liveness_core::Key::leader(&format!("l{:08x}", fastrand::u32(..))).unwrap();
-    ctx.store.acquire(&short, &holder("s"), ctx.ttl).await.unwrap();
-    ctx.store.acquire(&live, &holder("l"), ctx.long).await.unwrap();
-    ctx.store.acquire(&leader, &holder("x"), ctx.ttl).await.unwrap();
+    ctx.store
+        .acquire(&short, &holder("s"), ctx.ttl)
+        .await
+        .unwrap();
+    ctx.store
+        .acquire(&live, &holder("l"), ctx.long)
+        .await
+        .unwrap();
+    ctx.store
+        .acquire(&leader, &holder("x"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_listed_expired(&short).await;
     let list = ctx.store.expired(&members(), 1000).await.unwrap();
     assert!(list.iter().any(|l| l.key == short));
-    assert!(list.iter().all(|l| l.key != live), "a live lease was listed expired");
-    assert!(list.iter().all(|l| l.key != leader), "another space leaked in");
+    assert!(
+        list.iter().all(|l| l.key != live),
+        "a live lease was listed expired"
+    );
+    assert!(
+        list.iter().all(|l| l.key != leader),
+        "another space leaked in"
+    );
     let e = list.iter().find(|l| l.key == short).unwrap();
     assert_eq!(e.holder, holder("s"));
 }
@@ -200,7 +288,10 @@ pub async fn expired_respects_limit_and_order(ctx: Ctx) {
     let mut keys = Vec::new();
     for i in 0..4 {
         let key = member_key(&format!("o{i}"));
-        ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+        ctx.store
+            .acquire(&key, &holder("h"), ctx.ttl)
+            .await
+            .unwrap();
         keys.push(key);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -221,15 +312,28 @@ pub async fn expired_respects_limit_and_order(ctx: Ctx) {
 /// reap removes only an expired lease with the current token, once.
 pub async fn reap_only_expired_current_lease(ctx: Ctx) {
     let key = member_key("reap");
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
-    assert!(!ctx.store.reap(&key, lease.token).await.unwrap(), "reaped a live lease");
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
+    assert!(
+        !ctx.store.reap(&key, lease.token).await.unwrap(),
+        "reaped a live lease"
+    );
     assert!(ctx.store.inspect(&key).await.unwrap().is_some());
     ctx.wait_expired(&key).await;
     ctx.wait_listed_expired(&key).await;
     let wrong = liveness_core::FencingToken(lease.token.0 + 1_000_000);
-    assert!(!ctx.store.reap(&key, wrong).await.unwrap(), "reaped with a wrong token");
+    assert!(
+        !ctx.store.reap(&key, wrong).await.unwrap(),
+        "reaped with a wrong token"
+    );
     assert!(ctx.store.reap(&key, lease.token).await.unwrap());
-    assert!(!ctx.store.reap(&key, lease.token).await.unwrap(), "reaped twice");
+    assert!(
+        !ctx.store.reap(&key, lease.token).await.unwrap(),
+        "reaped twice"
+    );
     let dead = ctx.store.dead_tokens(1000).await.unwrap();
     assert!(dead.iter().any(|d| d.token == lease.token && d.key == key));
 }
@@ -237,7 +341,11 @@ pub async fn reap_only_expired_current_lease(ctx: Ctx) {
 /// Exactly one of 16 concurrent reapers of the same expired lease gets true.
 pub async fn reap_has_exactly_one_winner(ctx: Ctx) {
     let key = member_key("race");
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_expired(&key).await;
     ctx.wait_listed_expired(&key).await;
     let mut tasks = Vec::new();
@@ -266,12 +374,23 @@ pub async fn reap_has_exactly_one_winner(ctx: Ctx) {
 /// token in the dead set in the same step.
 pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
     let key = member_key("over");
-    let old = ctx.store.acquire(&key, &holder("old"), ctx.ttl).await.unwrap();
+    let old = ctx
+        .store
+        .acquire(&key, &holder("old"), ctx.ttl)
+        .await
+        .unwrap();
     ctx.wait_expired(&key).await;
-    let new = ctx.store.acquire(&key, &holder("new"), ctx.long).await.unwrap();
+    let new = ctx
+        .store
+        .acquire(&key, &holder("new"), ctx.long)
+        .await
+        .unwrap();
     assert!(new.token > old.token);
     let dead = ctx.store.dead_tokens(1000).await.unwrap();
-    assert!(dead.iter().any(|d| d.token == old.token), "old token not in dead set");
+    assert!(
+        dead.iter().any(|d| d.token == old.token),
+        "old token not in dead set"
+    );
     assert!(!ctx.store.reap(&key, old.token).await.unwrap());
 }
 
@@ -281,11 +400,23 @@ pub async fn next_expiry_is_a_duration(ctx: Ctx) {
     let space = liveness_core::Space::new(format!("s{:08x}", fastrand::u32(..))).unwrap();
     assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
     let key = liveness_core::Key::new(space.clone(), liveness_core::Name::new("n").unwrap());
-    let lease = ctx.store.acquire(&key, &holder("h"), ctx.ttl).await.unwrap();
-    let next = ctx.store.next_expiry(&space).await.unwrap().expect("a live lease");
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
+    let next = ctx
+        .store
+        .next_expiry(&space)
+        .await
+        .unwrap()
+        .expect("a live lease");
     assert!(next <= ctx.ttl.duration(), "{next:?} > ttl");
     ctx.wait_listed_expired(&key).await;
-    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), Some(Duration::ZERO));
+    assert_eq!(
+        ctx.store.next_expiry(&space).await.unwrap(),
+        Some(Duration::ZERO)
+    );
     assert!(ctx.store.reap(&key, lease.token).await.unwrap());
     assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
 }

@@ -23,8 +23,13 @@ pub async fn checker_declares_each_death_once(ctx: Ctx) {
     let s = &ctx.store;
     let mut leases = Vec::new();
     for i in 0..3 {
-        let lease = s.acquire(&member_key(&format!("c{i}")), &holder("w"), ctx.ttl).await.unwrap();
-        s.enqueue(format!("item{i}").as_bytes(), EnqueueOptions::default()).await.unwrap();
+        let lease = s
+            .acquire(&member_key(&format!("c{i}")), &holder("w"), ctx.ttl)
+            .await
+            .unwrap();
+        s.enqueue(format!("item{i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
         assert_eq!(s.claim(&lease, 1).await.unwrap().len(), 1);
         leases.push(lease);
     }
@@ -35,11 +40,19 @@ pub async fn checker_declares_each_death_once(ctx: Ctx) {
     let b = Checker::new(s.clone(), CheckerConfig::default());
     let (ra, rb) = tokio::join!(a.round(), b.round());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    let mut dead: Vec<_> = ra.deaths.iter().chain(&rb.deaths).map(|d| d.lease.token).collect();
+    let mut dead: Vec<_> = ra
+        .deaths
+        .iter()
+        .chain(&rb.deaths)
+        .map(|d| d.lease.token)
+        .collect();
     dead.sort();
     let mut want: Vec<_> = leases.iter().map(|l| l.token).collect();
     want.sort();
-    assert_eq!(dead, want, "each death declared exactly once across both checkers");
+    assert_eq!(
+        dead, want,
+        "each death declared exactly once across both checkers"
+    );
     // Another round finds nothing new.
     let again = a.round().await.unwrap();
     assert!(again.deaths.is_empty());
@@ -51,14 +64,20 @@ pub async fn checker_declares_each_death_once(ctx: Ctx) {
 /// next round's sweep of the dead set requeues the items.
 pub async fn checker_crash_between_reap_and_requeue_loses_nothing(ctx: Ctx) {
     let s = &ctx.store;
-    let lease = s.acquire(&member_key("crash"), &holder("w"), ctx.ttl).await.unwrap();
+    let lease = s
+        .acquire(&member_key("crash"), &holder("w"), ctx.ttl)
+        .await
+        .unwrap();
     let a = s.enqueue(b"a", EnqueueOptions::default()).await.unwrap();
     let b = s.enqueue(b"b", EnqueueOptions::default()).await.unwrap();
     s.claim(&lease, 2).await.unwrap();
     ctx.wait_listed_expired(&lease.key).await;
     // The "crashed" checker: reaped, never requeued.
     assert!(s.reap(&lease.key, lease.token).await.unwrap());
-    assert_eq!(s.item(a).await.unwrap().unwrap().state, ItemState::Owned(lease.token));
+    assert_eq!(
+        s.item(a).await.unwrap().unwrap().state,
+        ItemState::Owned(lease.token)
+    );
     let checker = Checker::new(s.clone(), CheckerConfig::default());
     let mut events = checker.events().subscribe();
     let report = checker.round().await.unwrap();
@@ -82,17 +101,23 @@ pub async fn checker_crash_between_reap_and_requeue_loses_nothing(ctx: Ctx) {
 /// expires its lease (the local safety deadline), so its work stops before anybody
 /// else can be handed that work.
 pub async fn member_cancel_fires_before_store_expiry(ctx: Ctx) {
+    let ttl = ctx.machine_ttl();
     let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
     let store: Arc<dyn Store> = wrapped.clone();
-    let config = MemberConfig::new(&unique("m"), ctx.ttl).unwrap().rejoin(false);
+    let config = MemberConfig::new(&unique("m"), ttl).unwrap().rejoin(false);
     let member = Member::join(store, config).await.unwrap();
     let key = member.key().clone();
     let cancel = member.cancelled();
     wrapped.stall_renewals(true);
-    timeout(ctx.ttl.duration() * 2, cancel.cancelled())
+    timeout(ttl.duration() * 2, cancel.cancelled())
         .await
         .expect("cancellation fires within one ttl of the last renewal");
-    let info = ctx.store.inspect(&key).await.unwrap().expect("lease record");
+    let info = ctx
+        .store
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("lease record");
     assert!(
         info.is_live(),
         "the store expired the lease before the member's cancellation fired"
@@ -105,23 +130,28 @@ pub async fn member_cancel_fires_before_store_expiry(ctx: Ctx) {
 /// A member that lost its lease re-joins by itself with a new, greater token, and
 /// says so in events (Lost, then Joined).
 pub async fn member_rejoins_with_new_token(ctx: Ctx) {
+    let ttl = ctx.machine_ttl();
+    let deadline = ttl.duration() * 4 + Duration::from_secs(2);
     let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
     let store: Arc<dyn Store> = wrapped.clone();
-    let member = Member::join(store, MemberConfig::new(&unique("r"), ctx.ttl).unwrap())
+    let member = Member::join(store, MemberConfig::new(&unique("r"), ttl).unwrap())
         .await
         .unwrap();
     let mut events = member.events().subscribe();
     let first = member.generation();
     let mut gens = member.generations();
     wrapped.stall_renewals(true);
-    timeout(ctx.ttl.duration() * 2, first.cancel.cancelled())
+    timeout(ttl.duration() * 2, first.cancel.cancelled())
         .await
         .expect("first generation cancelled");
     wrapped.stall_renewals(false);
-    timeout(ctx.expiry_deadline(), gens.wait_for(|g| g.lease.token != first.lease.token))
-        .await
-        .expect("re-joined in time")
-        .unwrap();
+    timeout(
+        deadline,
+        gens.wait_for(|g| g.lease.token != first.lease.token),
+    )
+    .await
+    .expect("re-joined in time")
+    .unwrap();
     let second = member.generation();
     assert!(second.lease.token > first.lease.token);
     assert!(!second.cancel.is_cancelled());
@@ -142,9 +172,12 @@ pub async fn member_rejoins_with_new_token(ctx: Ctx) {
 /// leave waits for owned items, hands back the rest, and releases the lease.
 pub async fn member_leave_hands_back_items(ctx: Ctx) {
     let s = &ctx.store;
-    let member = Member::join(s.clone(), MemberConfig::new(&unique("leave"), ctx.long).unwrap())
-        .await
-        .unwrap();
+    let member = Member::join(
+        s.clone(),
+        MemberConfig::new(&unique("leave"), ctx.long).unwrap(),
+    )
+    .await
+    .unwrap();
     let a = s.enqueue(b"a", EnqueueOptions::default()).await.unwrap();
     let b = s.enqueue(b"b", EnqueueOptions::default()).await.unwrap();
     let claimed = member.claim(2).await.unwrap();
@@ -163,14 +196,16 @@ pub async fn member_leave_hands_back_items(ctx: Ctx) {
 /// Three candidates campaign at once: exactly one leads; after it resigns, another
 /// leads with a greater token.
 pub async fn election_one_leader_among_three(ctx: Ctx) {
+    let ttl = ctx.machine_ttl();
+    let deadline = ttl.duration() * 4 + Duration::from_secs(2);
     let role = unique("role");
     let mut tasks = Vec::new();
     for i in 0..3 {
-        let config = ElectionConfig::new(&role, &format!("cand{i}"), ctx.ttl).unwrap();
+        let config = ElectionConfig::new(&role, &format!("cand{i}"), ttl).unwrap();
         let election = Election::new(ctx.store.clone(), config);
         tasks.push(tokio::spawn(async move { election.campaign().await }));
     }
-    let until = Instant::now() + ctx.expiry_deadline();
+    let until = Instant::now() + deadline;
     let first = loop {
         if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
             break tasks.remove(i).await.unwrap().unwrap();
@@ -179,12 +214,15 @@ pub async fn election_one_leader_among_three(ctx: Ctx) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     // Over two ttls (several renewals) nobody else becomes leader.
-    tokio::time::sleep(ctx.ttl.duration() * 2).await;
-    assert!(tasks.iter().all(|t| !t.is_finished()), "two leaders at once");
+    tokio::time::sleep(ttl.duration() * 2).await;
+    assert!(
+        tasks.iter().all(|t| !t.is_finished()),
+        "two leaders at once"
+    );
     assert!(!first.is_lost());
     let leader = Election::new(
         ctx.store.clone(),
-        ElectionConfig::new(&role, "observer", ctx.ttl).unwrap(),
+        ElectionConfig::new(&role, "observer", ttl).unwrap(),
     )
     .leader()
     .await
@@ -193,12 +231,15 @@ pub async fn election_one_leader_among_three(ctx: Ctx) {
     assert_eq!(leader.token, first.token());
     let old = first.token();
     first.resign().await.unwrap();
-    let until = Instant::now() + ctx.expiry_deadline();
+    let until = Instant::now() + deadline;
     let second = loop {
         if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
             break tasks.remove(i).await.unwrap().unwrap();
         }
-        assert!(Instant::now() < until, "nobody took over after the resignation");
+        assert!(
+            Instant::now() < until,
+            "nobody took over after the resignation"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     assert!(second.token() > old);
@@ -212,19 +253,21 @@ pub async fn election_one_leader_among_three(ctx: Ctx) {
 /// candidate leads after the lease expires, with a greater token, and never while the
 /// old leader's signal had not yet fired.
 pub async fn election_failover_after_leader_stops(ctx: Ctx) {
+    let ttl = ctx.machine_ttl();
+    let deadline = ttl.duration() * 4 + Duration::from_secs(2);
     let role = unique("fail");
     let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
     let partitioned: Arc<dyn Store> = wrapped.clone();
     let leader = Election::new(
         partitioned,
-        ElectionConfig::new(&role, "leader", ctx.ttl).unwrap(),
+        ElectionConfig::new(&role, "leader", ttl).unwrap(),
     )
     .campaign()
     .await
     .unwrap();
     let standby = Election::new(
         ctx.store.clone(),
-        ElectionConfig::new(&role, "standby", ctx.ttl).unwrap(),
+        ElectionConfig::new(&role, "standby", ttl).unwrap(),
     );
     let cancel = leader.cancelled();
     let fired_at = tokio::spawn(async move {
@@ -232,7 +275,7 @@ pub async fn election_failover_after_leader_stops(ctx: Ctx) {
         Instant::now()
     });
     wrapped.stall_renewals(true);
-    let next = timeout(ctx.expiry_deadline(), standby.campaign())
+    let next = timeout(deadline, standby.campaign())
         .await
         .expect("failover within the deadline")
         .unwrap();
@@ -241,7 +284,10 @@ pub async fn election_failover_after_leader_stops(ctx: Ctx) {
         .await
         .expect("old leader's cancellation fired")
         .unwrap();
-    assert!(fired <= took_over, "new leader acquired before the old one stopped");
+    assert!(
+        fired <= took_over,
+        "new leader acquired before the old one stopped"
+    );
     assert!(next.token() > leader.token());
     assert!(leader.is_lost());
     wrapped.stall_renewals(false);

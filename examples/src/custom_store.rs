@@ -1,0 +1,402 @@
+//! A custom store written from scratch, as a user of the library would: the walk-through
+//! in `docs/custom-store.md` builds exactly this file, and `tests/custom_store.rs` runs
+//! the whole conformance suite against it.
+//!
+//! `TableStore` keeps its state the way a small SQL database would: a `leases` table and
+//! an `items` table of rows, a counter row, and an expiry index. Every operation takes
+//! one async lock (its "transaction"), reads the store clock once inside it, and changes
+//! rows only after every check has passed — the three habits that make a store meet the
+//! contract.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStatus, LeaseStore, LostReason, Requeued, Result, Space, StoreTime, Ttl,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// One row of the `leases` table.
+#[derive(Clone, Debug)]
+struct LeaseRow {
+    holder: HolderId,
+    token: u64,
+    ttl: Ttl,
+    /// Store-clock milliseconds since the store's epoch.
+    expires_at_ms: u64,
+}
+
+/// One row of the `items` table.
+#[derive(Clone, Debug)]
+struct ItemRow {
+    payload: Vec<u8>,
+    attempts: u32,
+    max_attempts: u32,
+    /// `None` pending, `Some(token)` owned, and `dead` marks the dead-letter set.
+    owner: Option<u64>,
+    dead: bool,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    last_token: u64,
+    last_item: u64,
+    leases: BTreeMap<Key, LeaseRow>,
+    /// (space, expires_at_ms, key): the expiry index that keeps `expired` O(expired).
+    by_expiry: BTreeSet<(Space, u64, Key)>,
+    /// token -> key: the dead set.
+    dead: BTreeMap<u64, Key>,
+    items: BTreeMap<u64, ItemRow>,
+}
+
+/// A store kept in process memory as tables of rows, with its own clock.
+#[derive(Debug, Clone)]
+pub struct TableStore {
+    epoch: Instant,
+    tables: Arc<Mutex<Tables>>,
+}
+
+impl Default for TableStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TableStore {
+    /// An empty store whose clock starts now.
+    pub fn new() -> Self {
+        TableStore {
+            epoch: Instant::now(),
+            tables: Arc::default(),
+        }
+    }
+
+    /// The store clock: milliseconds since this store was made, on the store's own
+    /// monotonic clock. Callers' clocks are never consulted.
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn caps() -> Capabilities {
+        Capabilities {
+            max_batch: 500,
+            max_payload: 256 * 1024,
+            ..Capabilities::default()
+        }
+    }
+}
+
+impl Tables {
+    fn retire(&mut self, key: &Key) {
+        if let Some(row) = self.leases.remove(key) {
+            self.by_expiry
+                .remove(&(key.space().clone(), row.expires_at_ms, key.clone()));
+            self.dead.insert(row.token, key.clone());
+        }
+    }
+
+    fn current(&self, lease: &Lease, now: u64) -> Result<&LeaseRow> {
+        let lost = |reason| Error::Lost {
+            key: lease.key.clone(),
+            token: lease.token,
+            reason,
+        };
+        let row = self.leases.get(&lease.key).ok_or(lost(LostReason::Released))?;
+        if row.token != lease.token.0 {
+            return Err(lost(LostReason::Superseded));
+        }
+        if now >= row.expires_at_ms {
+            return Err(lost(LostReason::Expired));
+        }
+        Ok(row)
+    }
+
+    fn owned(&mut self, id: ItemId, token: FencingToken) -> Result<&mut ItemRow> {
+        match self.items.get_mut(&id.0) {
+            Some(row) if row.owner == Some(token.0) && !row.dead => Ok(row),
+            _ => Err(Error::Fenced { item: id, token }),
+        }
+    }
+}
+
+fn give_back(row: &mut ItemRow, retry: bool) -> ItemState {
+    row.owner = None;
+    if retry && row.attempts < row.max_attempts {
+        ItemState::Pending
+    } else {
+        row.dead = true;
+        ItemState::DeadLettered
+    }
+}
+
+fn record(id: u64, row: &ItemRow) -> ItemRecord {
+    ItemRecord {
+        item: Item {
+            id: ItemId(id),
+            payload: row.payload.clone(),
+            attempts: row.attempts,
+            max_attempts: row.max_attempts,
+        },
+        state: match (row.dead, row.owner) {
+            (true, _) => ItemState::DeadLettered,
+            (false, Some(t)) => ItemState::Owned(FencingToken(t)),
+            (false, None) => ItemState::Pending,
+        },
+    }
+}
+
+#[async_trait]
+impl LeaseStore for TableStore {
+    fn backend(&self) -> &'static str {
+        "table-example"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Self::caps()
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        Self::caps().check_ttl(ttl)?;
+        let mut t = self.tables.lock().await;
+        let now = self.now_ms();
+        if let Some(row) = t.leases.get(key) {
+            if now < row.expires_at_ms {
+                return Err(Error::Held {
+                    key: key.clone(),
+                    holder: row.holder.clone(),
+                    token: FencingToken(row.token),
+                });
+            }
+            t.retire(key);
+        }
+        t.last_token += 1;
+        let token = t.last_token;
+        let expires_at_ms = now + ttl.as_millis();
+        t.leases.insert(
+            key.clone(),
+            LeaseRow {
+                holder: holder.clone(),
+                token,
+                ttl,
+                expires_at_ms,
+            },
+        );
+        t.by_expiry.insert((key.space().clone(), expires_at_ms, key.clone()));
+        Ok(Lease {
+            key: key.clone(),
+            holder: holder.clone(),
+            token: FencingToken(token),
+            ttl,
+            expires_in: ttl.duration(),
+        })
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let mut t = self.tables.lock().await;
+        let now = self.now_ms();
+        let old = t.current(lease, now)?.expires_at_ms;
+        let new = now + lease.ttl.as_millis();
+        let space = lease.key.space().clone();
+        t.by_expiry.remove(&(space.clone(), old, lease.key.clone()));
+        t.by_expiry.insert((space, new, lease.key.clone()));
+        if let Some(row) = t.leases.get_mut(&lease.key) {
+            row.expires_at_ms = new;
+        }
+        Ok(Lease {
+            expires_in: lease.ttl.duration(),
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let mut t = self.tables.lock().await;
+        let current = t.leases.get(&lease.key).map(|r| r.token) == Some(lease.token.0);
+        if current {
+            t.retire(&lease.key);
+        }
+        Ok(current)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let t = self.tables.lock().await;
+        let now = self.now_ms();
+        Ok(t.leases.get(key).map(|row| LeaseInfo {
+            key: key.clone(),
+            holder: row.holder.clone(),
+            token: FencingToken(row.token),
+            ttl: row.ttl,
+            status: if now < row.expires_at_ms {
+                LeaseStatus::Live {
+                    remaining: Duration::from_millis(row.expires_at_ms - now),
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let t = self.tables.lock().await;
+        let now = self.now_ms();
+        let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
+        Ok(t.by_expiry
+            .range(from..)
+            .take_while(|(s, at, _)| s == space && *at <= now)
+            .take(limit)
+            .filter_map(|(_, _, key)| {
+                t.leases.get(key).map(|row| ExpiredLease {
+                    key: key.clone(),
+                    holder: row.holder.clone(),
+                    token: FencingToken(row.token),
+                })
+            })
+            .collect())
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let mut t = self.tables.lock().await;
+        let now = self.now_ms();
+        let expired = matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
+        if expired {
+            t.retire(key);
+        }
+        Ok(expired)
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let t = self.tables.lock().await;
+        Ok(t.dead
+            .iter()
+            .take(limit)
+            .map(|(token, key)| DeadToken {
+                key: key.clone(),
+                token: FencingToken(*token),
+            })
+            .collect())
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        Ok(StoreTime::from_epoch(Duration::from_millis(self.now_ms())))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let t = self.tables.lock().await;
+        let now = self.now_ms();
+        let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
+        Ok(t.by_expiry
+            .range(from..)
+            .next()
+            .filter(|(s, _, _)| s == space)
+            .map(|(_, at, _)| Duration::from_millis(at.saturating_sub(now))))
+    }
+}
+
+fn min_name() -> liveness_core::Name {
+    // The smallest valid name: sorts before every other name of the space.
+    liveness_core::Name::new("\u{20}").unwrap_or_else(|_| unreachable!("a space is a valid name"))
+}
+
+#[async_trait]
+impl ItemStore for TableStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        options.validate(payload, Self::caps().max_payload)?;
+        let mut t = self.tables.lock().await;
+        t.last_item += 1;
+        let id = t.last_item;
+        t.items.insert(
+            id,
+            ItemRow {
+                payload: payload.to_vec(),
+                attempts: 0,
+                max_attempts: options.max_attempts,
+                owner: None,
+                dead: false,
+            },
+        );
+        Ok(ItemId(id))
+    }
+
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let n = Self::caps().clamp_limit("n", n)?;
+        let mut t = self.tables.lock().await;
+        t.current(lease, self.now_ms())?;
+        // A linear scan for pending rows: fine for an example; a real store keeps a
+        // pending index (a sorted set, a partial SQL index).
+        let mut out = Vec::new();
+        for (id, row) in t.items.iter_mut() {
+            if out.len() == n {
+                break;
+            }
+            if row.owner.is_none() && !row.dead {
+                row.owner = Some(lease.token.0);
+                row.attempts += 1;
+                out.push(record(*id, row).item);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let mut t = self.tables.lock().await;
+        t.owned(id, lease.token)?;
+        t.items.remove(&id.0);
+        Ok(())
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let mut t = self.tables.lock().await;
+        Ok(give_back(t.owned(id, lease.token)?, retry))
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let mut t = self.tables.lock().await;
+        let mut out = Requeued::default();
+        if t.dead.remove(&token.0).is_none() {
+            return Ok(out);
+        }
+        for (id, row) in t.items.iter_mut() {
+            if row.owner == Some(token.0) && !row.dead {
+                match give_back(row, true) {
+                    ItemState::Pending => out.requeued.push(ItemId(*id)),
+                    _ => out.dead_lettered.push(ItemId(*id)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let t = self.tables.lock().await;
+        Ok(t.items.get(&id.0).map(|row| record(id.0, row)))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let t = self.tables.lock().await;
+        let mut c = ItemCounts::default();
+        for row in t.items.values() {
+            match (row.dead, row.owner) {
+                (true, _) => c.dead_lettered += 1,
+                (false, Some(_)) => c.owned += 1,
+                (false, None) => c.pending += 1,
+            }
+        }
+        Ok(c)
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let t = self.tables.lock().await;
+        Ok(t.items
+            .iter()
+            .filter(|(_, row)| row.dead)
+            .take(limit)
+            .map(|(id, row)| record(*id, row))
+            .collect())
+    }
+}

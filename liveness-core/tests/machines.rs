@@ -1,0 +1,271 @@
+//! The state machines on the memory model under tokio's paused time: fast and
+//! deterministic, including store clocks that are skewed, fast or jumping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Checker, CheckerConfig, Clock, Election, ElectionConfig, EnqueueOptions, Event, EventBus,
+    ItemState, LossReason, LostReason, ManualClock, Member, MemberConfig, MemoryServer, Namespace,
+    Store, TokioClock, Ttl,
+};
+use tokio::time::{timeout, Instant};
+
+fn ns() -> Namespace {
+    Namespace::new("test").unwrap()
+}
+
+/// A store clock with an arbitrary offset and rate relative to tokio's clock, plus a
+/// manual jump: what a server with a badly set clock looks like.
+#[derive(Debug)]
+struct SkewedClock {
+    base: TokioClock,
+    offset: Duration,
+    rate: f64,
+    jump: ManualClock,
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> Duration {
+        self.offset + self.base.now().mul_f64(self.rate) + self.jump.now()
+    }
+}
+
+fn skewed(offset: Duration, rate: f64) -> (Arc<dyn Store>, ManualClock) {
+    let jump = ManualClock::new();
+    let clock = SkewedClock {
+        base: TokioClock::new(),
+        offset,
+        rate,
+        jump: jump.clone(),
+    };
+    (
+        Arc::new(MemoryServer::with_clock(Arc::new(clock)).store(&ns())),
+        jump,
+    )
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn member_stays_live_for_many_ttls_under_a_skewed_store_clock() {
+    // The store clock is 40 minutes ahead and runs 10 % fast: offsets never matter,
+    // and a rate difference inside the safety margin (20 % of the ttl) does not either.
+    let (store, _) = skewed(Duration::from_secs(2400), 1.10);
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let member = Member::join(
+        store.clone(),
+        MemberConfig::new("w", ttl(1000)).unwrap().events(bus),
+    )
+    .await
+    .unwrap();
+    let token = member.token();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(member.token(), token, "no re-join happened");
+    assert!(!member.cancelled().is_cancelled());
+    assert!(store
+        .inspect(member.key())
+        .await
+        .unwrap()
+        .unwrap()
+        .is_live());
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            matches!(e, Event::Joined { .. }),
+            "unexpected event under skew: {e:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_clock_jump_makes_the_member_lose_and_rejoin() {
+    let (store, jump) = skewed(Duration::ZERO, 1.0);
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(900)).unwrap())
+        .await
+        .unwrap();
+    let mut events = member.events().subscribe();
+    let first = member.generation();
+    // The store's clock steps forward past the lease's expiry (an NTP step).
+    jump.advance(Duration::from_secs(5));
+    timeout(Duration::from_secs(1), first.cancel.cancelled())
+        .await
+        .expect("the next renewal sees Lost(Expired) and cancels");
+    let mut gens = member.generations();
+    gens.wait_for(|g| g.lease.token != first.lease.token)
+        .await
+        .unwrap();
+    assert!(member.token() > first.lease.token);
+    assert!(matches!(
+        events.recv().await.unwrap(),
+        Event::Lost {
+            reason: LossReason::Store(LostReason::Expired),
+            ..
+        }
+    ));
+    assert!(matches!(events.recv().await.unwrap(), Event::Joined { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            check_every: Duration::from_secs(10),
+            events: bus.clone(),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let id = store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let claimed = member.claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    // The member dies: its heartbeat stops, nothing is released.
+    let died_at = Instant::now();
+    let token = member.token();
+    drop(member);
+    let event = loop {
+        match events.recv().await.unwrap() {
+            e @ Event::Died { .. } => break e,
+            _ => continue,
+        }
+    };
+    let latency = died_at.elapsed();
+    assert!(
+        matches!(event, Event::Died { token: t, requeued: 1, .. } if t == token),
+        "{event:?}"
+    );
+    // Virtual time: the checker woke at the store-reported expiry (within the last
+    // renew interval plus a millisecond), not at its 10 s polling cap.
+    assert!(
+        latency <= Duration::from_millis(1010),
+        "detected after {latency:?}"
+    );
+    assert_eq!(
+        store.item(id).await.unwrap().unwrap().state,
+        ItemState::Pending
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, Event::Died { .. }),
+            "declared dead twice: {e:?}"
+        );
+    }
+    checker.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn elected_checkers_run_one_at_a_time() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        let config = CheckerConfig {
+            elected: Some(
+                ElectionConfig::new("checker", &format!("c{i}"), ttl(1000))
+                    .unwrap()
+                    .events(bus.clone()),
+            ),
+            events: bus.clone(),
+            ..CheckerConfig::default()
+        };
+        handles.push(Checker::new(store.clone(), config).spawn());
+    }
+    for i in 0..5 {
+        let lease = store
+            .acquire(
+                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
+                &liveness_core::HolderId::new("x").unwrap(),
+                ttl(500),
+            )
+            .await
+            .unwrap();
+        drop(lease);
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (mut leaders, mut deaths) = (0, 0);
+    while let Ok(e) = events.try_recv() {
+        match e {
+            Event::LeadershipAcquired { .. } => leaders += 1,
+            Event::Died { .. } => deaths += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(leaders, 1, "exactly one checker leads");
+    assert_eq!(deaths, 5, "every death declared once");
+    for h in handles {
+        h.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leadership_fails_over_after_the_leader_is_dropped() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let a = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatch", "a", ttl(1000)).unwrap(),
+    );
+    let b = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatch", "b", ttl(1000)).unwrap(),
+    );
+    let la = a.campaign().await.unwrap();
+    let token_a = la.token();
+    assert!(b.try_lead().await.unwrap().is_none());
+    let start = Instant::now();
+    drop(la);
+    let lb = b.campaign().await.unwrap();
+    assert!(lb.token() > token_a);
+    assert!(
+        start.elapsed() <= Duration::from_millis(1010),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(a.leader().await.unwrap().unwrap().token, lb.token());
+    lb.resign().await.unwrap();
+    assert!(a.leader().await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_member_configs_are_rejected() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let cfg = MemberConfig::new("w", ttl(1000))
+        .unwrap()
+        .renew_every(Duration::from_secs(2));
+    assert!(matches!(
+        Member::join(store.clone(), cfg).await,
+        Err(liveness_core::Error::InvalidInput {
+            what: "renew_every",
+            ..
+        })
+    ));
+    let cfg = MemberConfig::new("w", ttl(1000))
+        .unwrap()
+        .safety_margin(Duration::from_secs(1));
+    assert!(matches!(
+        Member::join(store.clone(), cfg).await,
+        Err(liveness_core::Error::InvalidInput {
+            what: "safety_margin",
+            ..
+        })
+    ));
+    assert!(MemberConfig::new("", ttl(1000)).is_err());
+    assert!(store
+        .inspect(&liveness_core::Key::member("w").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+}
