@@ -1,1 +1,36 @@
-//! The fdb backend (work in progress).
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+pub mod double;
+mod keys;
+mod kv;
+#[cfg(feature = "native")]
+mod native;
+mod observe;
+mod store;
+
+pub use config::{FdbConfig, SCHEMES};
+pub use double::{DoubleDatabase, DoubleError};
+#[cfg(feature = "native")]
+pub use native::stop_network;
+pub use store::FdbStore;
+
+/// The backend's name in errors and traces.
+pub(crate) const BACKEND: &str = "fdb";
+
+/// The error of [`connect`] in a build without the `native` feature.
+#[derive(Debug, thiserror::Error)]
+#[error("backend-fdb was built without its `native` feature (the FoundationDB client, libfdb_c); enable the `fdb` feature of `liveness`")]
+pub struct NotCompiled;
+
+/// Connects to the FoundationDB cluster named by `url` (see [`FdbConfig::from_url`]).
+///
+/// Needs the `native` feature (and libfdb_c at link and run time); without it, fails
+/// with [`liveness_core::Error::Backend`] holding [`NotCompiled`]. With it, the first
+/// call starts the client's network thread for the whole process (stop it with
+/// `stop_network` before exiting).
+pub async fn connect(url: &str) -> liveness_core::Result<FdbStore> {
+    FdbStore::connect(FdbConfig::from_url(url)?).await
+}

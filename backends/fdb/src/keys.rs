@@ -1,0 +1,353 @@
+//! The key layout: tuple-encoded keys in one subspace per namespace, and the byte
+//! layout of the values.
+//!
+//! ```text
+//! ("liveness", ns) +
+//!   ("l", space, name)                  -> lease record: stamp(10) token(8) ttl_ms(8) nonce(8) holder
+//!   ("e", space, ttl_ms, stamp, name)   -> token(8) holder        expiry/observation index
+//!   ("d", token)                        -> nonce(8) "space/name"  dead set
+//!   ("n", "token") / ("n", "item")      -> u64 big-endian         counters
+//!   ("i", id)                           -> attempts(4) max(4) state(1) token(8)  item meta
+//!   ("b", id)                           -> payload                written once
+//!   ("p", id)                           -> ""                     pending, by id
+//!   ("o", token, id)                    -> nonce(8)               owned, by token then id
+//!   ("x", id)                           -> ""                     dead letters, by id
+//!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts
+//! ```
+//!
+//! The lease record and its index entry carry the stamp of the last acquire or renew
+//! (written by `SetVersionstampedValue` / `SetVersionstampedKey` in that commit).
+
+use foundationdb_tuple::{Subspace, TuplePack, Versionstamp};
+use liveness_core::{Error, FencingToken, HolderId, ItemState, Key, Namespace, Space};
+
+use crate::kv::{Stamp, INCOMPLETE};
+use crate::BACKEND;
+
+/// A record that does not decode: a permanent backend error.
+#[derive(Debug, thiserror::Error)]
+#[error("corrupt {0} record in the FoundationDB subspace")]
+pub(crate) struct Corrupt(&'static str);
+
+pub(crate) fn corrupt(what: &'static str) -> Error {
+    Error::backend(BACKEND, Corrupt(what))
+}
+
+/// The keys of one namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    root: Subspace,
+}
+
+/// The end of a tuple prefix range (every key that extends `prefix`).
+fn strinc_range(prefix: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+    let mut end = prefix.clone();
+    end.push(0xff);
+    (prefix, end)
+}
+
+impl Layout {
+    pub(crate) fn new(prefix: &str, ns: &Namespace) -> Self {
+        Layout {
+            root: Subspace::from_bytes(foundationdb_tuple::pack(&(prefix, ns.as_str()))),
+        }
+    }
+
+    fn pack<T: TuplePack>(&self, t: &T) -> Vec<u8> {
+        self.root.pack(t)
+    }
+
+    pub(crate) fn lease(&self, key: &Key) -> Vec<u8> {
+        self.pack(&("l", key.space().as_str(), key.name().as_str()))
+    }
+
+    /// The index entry with a known stamp (to clear it).
+    pub(crate) fn index(&self, key: &Key, ttl_ms: u64, stamp: &Stamp) -> Vec<u8> {
+        let vs = Versionstamp::complete(*stamp, 0);
+        self.pack(&("e", key.space().as_str(), ttl_ms, vs, key.name().as_str()))
+    }
+
+    /// The index entry of the committing transaction (offset suffix included).
+    pub(crate) fn index_stamped(&self, key: &Key, ttl_ms: u64) -> Vec<u8> {
+        let vs = Versionstamp::incomplete(0);
+        self.root.pack_with_versionstamp(&(
+            "e",
+            key.space().as_str(),
+            ttl_ms,
+            vs,
+            key.name().as_str(),
+        ))
+    }
+
+    /// Every index entry of `space`.
+    pub(crate) fn index_space(&self, space: &Space) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("e", space.as_str())))
+    }
+
+    /// The index entries of `space` with `ttl_ms`, stamps below `below_version`
+    /// (commit versions strictly less than it).
+    pub(crate) fn index_group(
+        &self,
+        space: &Space,
+        ttl_ms: u64,
+        below_version: u64,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let begin = self.pack(&("e", space.as_str(), ttl_ms));
+        let mut stamp = [0u8; 10];
+        stamp[..8].copy_from_slice(&below_version.to_be_bytes());
+        let end = self.pack(&(
+            "e",
+            space.as_str(),
+            ttl_ms,
+            Versionstamp::complete(stamp, 0),
+        ));
+        (begin, end)
+    }
+
+    /// The first key of the ttl group after `ttl_ms` in `space`.
+    pub(crate) fn index_after_group(&self, space: &Space, ttl_ms: u64) -> Vec<u8> {
+        strinc_range(self.pack(&("e", space.as_str(), ttl_ms))).1
+    }
+
+    /// Decodes an index key: (ttl_ms, stamp, name).
+    pub(crate) fn parse_index(&self, key: &[u8]) -> Result<(u64, Stamp, String), Error> {
+        let (_, _, ttl, vs, name): (String, String, u64, Versionstamp, String) =
+            self.root.unpack(key).map_err(|_| corrupt("index"))?;
+        let mut stamp = [0u8; 10];
+        stamp.copy_from_slice(vs.transaction_version());
+        Ok((ttl, stamp, name))
+    }
+
+    pub(crate) fn dead(&self, token: FencingToken) -> Vec<u8> {
+        self.pack(&("d", token.0))
+    }
+
+    pub(crate) fn dead_all(&self) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("d",)))
+    }
+
+    pub(crate) fn parse_dead(&self, key: &[u8]) -> Result<FencingToken, Error> {
+        let (_, t): (String, u64) = self.root.unpack(key).map_err(|_| corrupt("dead set"))?;
+        Ok(FencingToken(t))
+    }
+
+    pub(crate) fn counter(&self, which: &str) -> Vec<u8> {
+        self.pack(&("n", which))
+    }
+
+    pub(crate) fn item(&self, id: u64) -> Vec<u8> {
+        self.pack(&("i", id))
+    }
+
+    pub(crate) fn payload(&self, id: u64) -> Vec<u8> {
+        self.pack(&("b", id))
+    }
+
+    pub(crate) fn pending(&self, id: u64) -> Vec<u8> {
+        self.pack(&("p", id))
+    }
+
+    pub(crate) fn pending_all(&self) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("p",)))
+    }
+
+    pub(crate) fn owned(&self, token: FencingToken, id: u64) -> Vec<u8> {
+        self.pack(&("o", token.0, id))
+    }
+
+    pub(crate) fn owned_by(&self, token: FencingToken) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("o", token.0)))
+    }
+
+    pub(crate) fn dead_letter(&self, id: u64) -> Vec<u8> {
+        self.pack(&("x", id))
+    }
+
+    pub(crate) fn dead_letters_all(&self) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("x",)))
+    }
+
+    /// The id at the end of a `p`, `x` or `o` key.
+    pub(crate) fn parse_id(&self, key: &[u8]) -> Result<u64, Error> {
+        if let Ok((_, id)) = self.root.unpack::<(String, u64)>(key) {
+            return Ok(id);
+        }
+        let (_, _, id): (String, u64, u64) =
+            self.root.unpack(key).map_err(|_| corrupt("item index"))?;
+        Ok(id)
+    }
+
+    pub(crate) fn count(&self, which: Count) -> Vec<u8> {
+        self.pack(&("c", which.name()))
+    }
+}
+
+/// The three item counters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Count {
+    Pending,
+    Owned,
+    Dead,
+}
+
+impl Count {
+    fn name(self) -> &'static str {
+        match self {
+            Count::Pending => "pending",
+            Count::Owned => "owned",
+            Count::Dead => "dead",
+        }
+    }
+
+    pub(crate) fn of(state: ItemState) -> Count {
+        match state {
+            ItemState::Pending => Count::Pending,
+            ItemState::Owned(_) => Count::Owned,
+            ItemState::DeadLettered => Count::Dead,
+        }
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    let s = b.get(at..at + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(s);
+    Some(u64::from_be_bytes(a))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at + 4)?;
+    let mut a = [0u8; 4];
+    a.copy_from_slice(s);
+    Some(u32::from_be_bytes(a))
+}
+
+/// The lease record.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseRec {
+    pub(crate) stamp: Stamp,
+    pub(crate) token: FencingToken,
+    pub(crate) ttl_ms: u64,
+    /// The id of the acquire call that wrote it (to recognise our own commit after
+    /// an unknown result).
+    pub(crate) nonce: u64,
+    pub(crate) holder: HolderId,
+}
+
+impl LeaseRec {
+    /// The value with a stamp placeholder and its offset suffix (0).
+    pub(crate) fn encode_stamped(
+        token: FencingToken,
+        ttl_ms: u64,
+        nonce: u64,
+        holder: &HolderId,
+    ) -> Vec<u8> {
+        let mut v = Vec::with_capacity(38 + holder.as_str().len());
+        v.extend_from_slice(&INCOMPLETE);
+        v.extend_from_slice(&token.0.to_be_bytes());
+        v.extend_from_slice(&ttl_ms.to_be_bytes());
+        v.extend_from_slice(&nonce.to_be_bytes());
+        v.extend_from_slice(holder.as_str().as_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<LeaseRec, Error> {
+        let bad = || corrupt("lease");
+        let mut stamp = [0u8; 10];
+        stamp.copy_from_slice(b.get(..10).ok_or_else(bad)?);
+        let token = FencingToken(u64_at(b, 10).ok_or_else(bad)?);
+        let ttl_ms = u64_at(b, 18).ok_or_else(bad)?;
+        let nonce = u64_at(b, 26).ok_or_else(bad)?;
+        let holder = HolderId::from_bytes(b.get(34..).ok_or_else(bad)?).map_err(|_| bad())?;
+        Ok(LeaseRec {
+            stamp,
+            token,
+            ttl_ms,
+            nonce,
+            holder,
+        })
+    }
+}
+
+/// The index entry's value: token and holder.
+pub(crate) fn encode_index_value(token: FencingToken, holder: &HolderId) -> Vec<u8> {
+    let mut v = token.0.to_be_bytes().to_vec();
+    v.extend_from_slice(holder.as_str().as_bytes());
+    v
+}
+
+pub(crate) fn decode_index_value(b: &[u8]) -> Result<(FencingToken, HolderId), Error> {
+    let bad = || corrupt("index");
+    let token = FencingToken(u64_at(b, 0).ok_or_else(bad)?);
+    let holder = HolderId::from_bytes(b.get(8..).ok_or_else(bad)?).map_err(|_| bad())?;
+    Ok((token, holder))
+}
+
+/// The dead-set entry's value: the retiring call's nonce and the key.
+pub(crate) fn encode_dead(nonce: u64, key: &Key) -> Vec<u8> {
+    let mut v = nonce.to_be_bytes().to_vec();
+    v.extend_from_slice(key.to_string().as_bytes());
+    v
+}
+
+pub(crate) fn decode_dead(b: &[u8]) -> Result<(u64, Key), Error> {
+    let bad = || corrupt("dead set");
+    let nonce = u64_at(b, 0).ok_or_else(bad)?;
+    let text = std::str::from_utf8(b.get(8..).ok_or_else(bad)?).map_err(|_| bad())?;
+    let key = Key::parse(text).map_err(|_| bad())?;
+    Ok((nonce, key))
+}
+
+pub(crate) fn decode_u64(b: &[u8]) -> Result<u64, Error> {
+    u64_at(b, 0).ok_or_else(|| corrupt("counter"))
+}
+
+pub(crate) fn decode_count(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    u64::try_from(i64::from_le_bytes(a)).unwrap_or(0)
+}
+
+/// Item metadata (the payload lives in its own key, written once).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemMeta {
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) state: ItemState,
+}
+
+impl ItemMeta {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(17);
+        v.extend_from_slice(&self.attempts.to_be_bytes());
+        v.extend_from_slice(&self.max_attempts.to_be_bytes());
+        let (tag, token) = match self.state {
+            ItemState::Pending => (0u8, 0),
+            ItemState::Owned(t) => (1, t.0),
+            ItemState::DeadLettered => (2, 0),
+        };
+        v.push(tag);
+        v.extend_from_slice(&token.to_be_bytes());
+        v
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<ItemMeta, Error> {
+        let bad = || corrupt("item");
+        let attempts = u32_at(b, 0).ok_or_else(bad)?;
+        let max_attempts = u32_at(b, 4).ok_or_else(bad)?;
+        let token = u64_at(b, 9).ok_or_else(bad)?;
+        let state = match b.get(8) {
+            Some(0) => ItemState::Pending,
+            Some(1) => ItemState::Owned(FencingToken(token)),
+            Some(2) => ItemState::DeadLettered,
+            _ => return Err(bad()),
+        };
+        Ok(ItemMeta {
+            attempts,
+            max_attempts,
+            state,
+        })
+    }
+}

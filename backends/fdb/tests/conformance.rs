@@ -1,0 +1,22 @@
+//! The conformance suite against the in-crate TEST DOUBLE of FoundationDB (not a real
+//! cluster: see `tests/live.rs` for that). Runs in every `cargo test`.
+
+use std::sync::{Arc, OnceLock};
+
+use backend_fdb::DoubleDatabase;
+use liveness_core::Store;
+
+/// One double for the whole test binary, like one cluster shared by many tests; each
+/// store is on a fresh namespace (its own subspace).
+fn double() -> &'static DoubleDatabase {
+    static DB: OnceLock<DoubleDatabase> = OnceLock::new();
+    DB.get_or_init(DoubleDatabase::new)
+}
+
+async fn factory() -> Option<Arc<dyn Store>> {
+    Some(Arc::new(
+        double().store(&liveness_conformance::fresh_namespace()),
+    ))
+}
+
+liveness_conformance::suite!(factory, cases = 64);
