@@ -35,7 +35,9 @@ use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 pub struct MemberConfig {
     /// The member's name: its key is `members/NAME`. Two live members cannot share it.
     pub name: Name,
-    /// Its holder id (who it is, for diagnostics); default: the name.
+    /// Its holder id: who it is, for diagnostics and for recognising its own leases.
+    /// Default: the name and a random suffix, unique per instance. Give each instance
+    /// its own when you set it.
     pub holder: HolderId,
     /// Heartbeat timing: ttl, renew interval, safety margin.
     pub heartbeat: HeartbeatConfig,
@@ -50,8 +52,17 @@ impl MemberConfig {
     /// re-join on loss.
     pub fn new(name: &str, ttl: Ttl) -> Result<Self> {
         let name = Name::new(name)?;
+        // Unique per member instance: `NAME-xxxxxxxx` (or `member-xxxxxxxx` when the
+        // name is too long to carry a suffix), so a re-join can tell its own leftover
+        // leases from anybody else's.
+        let suffix = format!("-{:08x}", fastrand::u32(..));
+        let holder = if name.as_str().len() + suffix.len() <= crate::types::MAX_NAME_LEN {
+            format!("{name}{suffix}")
+        } else {
+            format!("member{suffix}")
+        };
         Ok(MemberConfig {
-            holder: HolderId::new(name.as_str())?,
+            holder: HolderId::new(holder)?,
             name,
             heartbeat: HeartbeatConfig::new(ttl),
             rejoin: true,
@@ -412,8 +423,18 @@ async fn rejoin(
             .await
         {
             Ok(lease) => return Some((lease, sent)),
-            Err(Error::Held { token, .. }) if token == old.token => {
-                let _ = store.release(old).await;
+            Err(Error::Held { holder, token, .. }) if token == old.token || holder == config.holder => {
+                // Our own earlier lease (the one we just lost, or a "ghost": an acquire
+                // that timed out on our side but was applied by the store). Holder ids
+                // are unique per member instance, so nobody else's lease matches.
+                let ghost = Lease {
+                    key: key.clone(),
+                    holder,
+                    token,
+                    ttl: config.heartbeat.ttl,
+                    expires_in: Duration::ZERO,
+                };
+                let _ = store.release(&ghost).await;
                 Duration::ZERO
             }
             Err(Error::Held { .. }) => config.heartbeat.renew_every,

@@ -63,8 +63,9 @@ pub type Launcher = Box<dyn Fn(&std::path::Path, u16) -> std::process::Command +
 
 /// A server process in a temporary folder, on a fixed loopback port.
 ///
-/// Dropping it kills the server and removes the folder. Should the test process die
-/// first, a watchdog process kills the server within about a second.
+/// Dropping it kills the server and removes the folder. Should the test process end
+/// without dropping it (a server kept in a static, a crash), a watchdog process kills
+/// the server and removes the folder within about a second.
 pub struct ServerProcess {
     name: String,
     port: u16,
@@ -113,10 +114,14 @@ impl ServerProcess {
         let child = cmd.spawn()?;
         let watchdog = std::process::Command::new("sh")
             .arg("-c")
-            .arg("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -9 \"$2\" 2>/dev/null")
+            .arg(
+                "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+                 kill -9 \"$2\" 2>/dev/null; sleep 0.2; rm -rf \"$3\"",
+            )
             .arg("watchdog")
             .arg(std::process::id().to_string())
             .arg(child.id().to_string())
+            .arg(self.dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;

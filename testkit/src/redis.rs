@@ -1,1 +1,278 @@
-//! Starting a real redis server for tests (being written).
+//! A real `redis-server` for tests: one shared per test binary ([`RedisServer::shared`]),
+//! or a private one with its own settings (TLS, AUTH, AOF) for the tests that need
+//! them or that stop, pause and restart it ([`RedisServer::spawn`]).
+//!
+//! `LIVENESS_REDIS_URL` makes [`RedisServer::shared`] use an existing server instead
+//! (tests then must use fresh namespaces, which the conformance suite does).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::{find_binary, free_port, missing, ServerProcess};
+
+/// The environment variable naming an existing server to use instead of starting one.
+pub const ENV_URL: &str = "LIVENESS_REDIS_URL";
+
+const INSTALL_HINT: &str = "apt-get install redis-server, or set LIVENESS_REDIS_URL";
+
+/// How long a starting server may take to listen.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// Settings of a private server started by [`RedisServer::spawn`].
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Persist every write with `appendonly yes` + `appendfsync always`, so a killed and
+    /// restarted server comes back with every acknowledged write (the settings the
+    /// backend's README asks for). Default: no persistence at all.
+    pub durable: bool,
+    /// Serve only TLS (`rediss://`), with a certificate for `127.0.0.1` and `localhost`
+    /// signed by a throw-away CA made with `openssl` in the server's folder.
+    pub tls: bool,
+    /// Require this ACL user and password (`--user NAME on >PASSWORD ~* &* +@all`);
+    /// the default user then needs the same password.
+    pub user: Option<(String, String)>,
+}
+
+/// A Redis server for tests: a process this test binary started, or the server named
+/// by `LIVENESS_REDIS_URL`.
+#[derive(Debug)]
+pub struct RedisServer {
+    process: Option<ServerProcess>,
+    url: String,
+    ca: Option<PathBuf>,
+}
+
+impl RedisServer {
+    /// The server shared by every test of this binary, started on first use (no
+    /// persistence, no TLS, no AUTH), or the one `LIVENESS_REDIS_URL` names.
+    ///
+    /// `None` (after one printed SKIP line per call) when `redis-server` is missing
+    /// outside CI; under CI a missing server panics, failing the test.
+    pub fn shared() -> Option<&'static RedisServer> {
+        static SHARED: OnceLock<Result<RedisServer, String>> = OnceLock::new();
+        let got = SHARED.get_or_init(|| match std::env::var(ENV_URL) {
+            Ok(url) if !url.is_empty() => Ok(RedisServer {
+                process: None,
+                url,
+                ca: None,
+            }),
+            _ => Self::try_spawn(&RedisOptions::default()),
+        });
+        match got {
+            Ok(server) => Some(server),
+            Err(why) => missing(why, INSTALL_HINT),
+        }
+    }
+
+    /// A new server of this test's own, or the one `LIVENESS_REDIS_URL` names
+    /// (which tests must not stop or pause: [`RedisServer::process`] is then `None`).
+    pub fn start() -> Option<RedisServer> {
+        match std::env::var(ENV_URL) {
+            Ok(url) if !url.is_empty() => Some(RedisServer {
+                process: None,
+                url,
+                ca: None,
+            }),
+            _ => Self::spawn(RedisOptions::default()),
+        }
+    }
+
+    /// Always starts a private server process with `options`, ignoring
+    /// `LIVENESS_REDIS_URL`: for fault tests and for TLS / AUTH set-ups.
+    ///
+    /// `None` (after a SKIP line) when `redis-server` (or, for TLS, `openssl`) is
+    /// missing outside CI; a panic under CI.
+    pub fn spawn(options: RedisOptions) -> Option<RedisServer> {
+        match Self::try_spawn(&options) {
+            Ok(server) => Some(server),
+            Err(why) => missing(&why, INSTALL_HINT),
+        }
+    }
+
+    fn try_spawn(options: &RedisOptions) -> Result<RedisServer, String> {
+        let binary = find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/usr/sbin"])
+            .ok_or_else(|| "redis-server".to_owned())?;
+        if options.tls && find_binary("openssl", &["/usr/bin"]).is_none() {
+            return Err("openssl (for the TLS test certificates)".to_owned());
+        }
+        let mut last = String::new();
+        // A free port can be taken by someone else before the server binds it: retry.
+        for _ in 0..4 {
+            match Self::try_spawn_once(&binary, options) {
+                Ok(server) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server is installed but did not start: {last}");
+    }
+
+    fn try_spawn_once(binary: &Path, options: &RedisOptions) -> Result<RedisServer, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("liveness-redis-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a temp dir: {e}"))?;
+        if options.tls {
+            make_certificates(dir.path())?;
+        }
+        let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+        let binary = binary.to_path_buf();
+        let opts = options.clone();
+        let launcher = Box::new(move |dir: &Path, port: u16| {
+            let mut cmd = Command::new(&binary);
+            cmd.current_dir(dir)
+                .arg("--bind")
+                .arg("127.0.0.1")
+                .arg("--dir")
+                .arg(dir)
+                .arg("--save")
+                .arg("")
+                .arg("--protected-mode")
+                .arg("no");
+            if opts.tls {
+                cmd.args(["--port", "0", "--tls-port"])
+                    .arg(port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(dir.join("server.pem"))
+                    .arg("--tls-key-file")
+                    .arg(dir.join("server.key"))
+                    .arg("--tls-ca-cert-file")
+                    .arg(dir.join("ca.pem"))
+                    .args(["--tls-auth-clients", "no"]);
+            } else {
+                cmd.arg("--port").arg(port.to_string());
+            }
+            if opts.durable {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            } else {
+                cmd.args(["--appendonly", "no"]);
+            }
+            if let Some((user, password)) = &opts.user {
+                cmd.arg("--requirepass")
+                    .arg(password)
+                    .arg("--user")
+                    .arg(user)
+                    .arg("on")
+                    .arg(format!(">{password}"))
+                    .args(["~*", "&*", "+@all"]);
+            }
+            cmd
+        });
+        let process = ServerProcess::start("redis-server", dir, port, launcher, READY_WITHIN)
+            .map_err(|e| e.to_string())?;
+        let scheme = if options.tls { "rediss" } else { "redis" };
+        let auth = match &options.user {
+            Some((user, password)) => format!("{user}:{password}@"),
+            None => String::new(),
+        };
+        let ca = options.tls.then(|| process.dir().join("ca.pem"));
+        let mut url = format!("{scheme}://{auth}127.0.0.1:{port}");
+        if let Some(ca) = &ca {
+            url.push_str(&format!("?ca={}", ca.display()));
+        }
+        Ok(RedisServer {
+            process: Some(process),
+            url,
+            ca,
+        })
+    }
+
+    /// The server's URL: `redis://[user:password@]127.0.0.1:PORT`, or for TLS
+    /// `rediss://127.0.0.1:PORT?ca=PATH` (the backend's `ca` parameter names the CA
+    /// that signed the server's certificate). Append `&ns=...` / `?ns=...` as needed,
+    /// or set the namespace on the parsed config.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca_pem(&self) -> Option<&Path> {
+        self.ca.as_deref()
+    }
+
+    /// The server process, for fault tests (kill, pause, restart); `None` for a
+    /// server named by `LIVENESS_REDIS_URL`.
+    pub fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// The server process, mutably (to kill or restart it).
+    pub fn process_mut(&mut self) -> Option<&mut ServerProcess> {
+        self.process.as_mut()
+    }
+}
+
+/// Makes `ca.pem` and a `server.pem` / `server.key` pair for 127.0.0.1 and localhost
+/// signed by it (a self-signed CA certificate cannot serve as a leaf for rustls).
+fn make_certificates(dir: &Path) -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("cannot run openssl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| format!("cannot write server.ext: {e}"))?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=liveness test CA",
+    ]);
+    run(&ca)?;
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run(&csr)?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])
+}

@@ -1,0 +1,84 @@
+//! The key layout of one namespace. Every key starts with `liveness:{ns}:`, so the
+//! whole namespace shares one Redis Cluster hash slot and every script's keys are in
+//! the same slot.
+
+use liveness_core::{FencingToken, ItemId, Key, Namespace, Space};
+
+/// The keys of one namespace.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(ns: &Namespace) -> Keys {
+        Keys {
+            prefix: format!("liveness:{{{}}}:", ns.as_str()),
+        }
+    }
+
+    /// The pattern that matches every key of the namespace (for clean-up).
+    pub(crate) fn pattern(&self) -> String {
+        format!("{}*", self.prefix)
+    }
+
+    /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`.
+    pub(crate) fn lease(&self, key: &Key) -> String {
+        format!("{}{}", self.lease_prefix(key.space()), key.name())
+    }
+
+    /// The prefix of every lease key in `space` (the name follows).
+    pub(crate) fn lease_prefix(&self, space: &Space) -> String {
+        format!("{}l:{}/", self.prefix, space)
+    }
+
+    /// The expiry index of `space`: ZSET of names, score = expiry µs.
+    pub(crate) fn expiry(&self, space: &Space) -> String {
+        format!("{}x:{}", self.prefix, space)
+    }
+
+    /// The fencing token counter (INCR).
+    pub(crate) fn tokens(&self) -> String {
+        format!("{}tokens", self.prefix)
+    }
+
+    /// The dead set: ZSET of `token:space/name`, score = token.
+    pub(crate) fn dead(&self) -> String {
+        format!("{}dead", self.prefix)
+    }
+
+    /// The item id counter (INCR).
+    pub(crate) fn item_ids(&self) -> String {
+        format!("{}ids", self.prefix)
+    }
+
+    /// The prefix of every item hash (the id follows).
+    pub(crate) fn item_prefix(&self) -> String {
+        format!("{}i:", self.prefix)
+    }
+
+    /// The hash of one item: payload `p`, attempts `a`, max attempts `m`, state `s`.
+    pub(crate) fn item(&self, id: ItemId) -> String {
+        format!("{}i:{}", self.prefix, id.0)
+    }
+
+    /// Pending items: ZSET of ids, score = id.
+    pub(crate) fn pending(&self) -> String {
+        format!("{}pending", self.prefix)
+    }
+
+    /// Items owned by `token`: ZSET of ids, score = id.
+    pub(crate) fn owned(&self, token: FencingToken) -> String {
+        format!("{}o:{}", self.prefix, token.0)
+    }
+
+    /// How many items are owned, over all tokens.
+    pub(crate) fn owned_count(&self) -> String {
+        format!("{}owned", self.prefix)
+    }
+
+    /// Dead-lettered items: ZSET of ids, score = id.
+    pub(crate) fn dead_letters(&self) -> String {
+        format!("{}dl", self.prefix)
+    }
+}

@@ -1,0 +1,54 @@
+//! The Lua scripts, one per operation, each prefixed with `scripts/prelude.lua`.
+//!
+//! [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (after a
+//! restart or `SCRIPT FLUSH`), loads the script and retries.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+macro_rules! scripts {
+    ($($name:ident),* $(,)?) => {
+        /// Every script, compiled (hashed) once per process.
+        pub(crate) struct Scripts {
+            $(pub(crate) $name: Script,)*
+        }
+
+        impl Scripts {
+            fn new() -> Scripts {
+                Scripts {
+                    $($name: Script::new(concat!(
+                        include_str!("scripts/prelude.lua"),
+                        include_str!(concat!("scripts/", stringify!($name), ".lua")),
+                    )),)*
+                }
+            }
+        }
+    };
+}
+
+scripts!(
+    acquire,
+    renew,
+    release,
+    reap,
+    inspect,
+    expired,
+    dead_tokens,
+    store_time,
+    next_expiry,
+    enqueue,
+    claim,
+    complete,
+    fail,
+    requeue_orphans,
+    item,
+    item_counts,
+    dead_letters,
+);
+
+/// The scripts, hashed on first use.
+pub(crate) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(Scripts::new)
+}

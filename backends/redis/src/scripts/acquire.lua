@@ -1,0 +1,16 @@
+-- acquire: KEYS[1] lease, KEYS[2] expiry zset, KEYS[3] token counter, KEYS[4] dead set
+-- ARGV[1] name, ARGV[2] holder, ARGV[3] ttl (ms), ARGV[4] key text "space/name"
+-- Returns {1, token} or {0, holder, token} when a live lease holds the key.
+local now = now_us()
+local rec = redis.call('HMGET', KEYS[1], 'h', 't', 'e')
+if rec[2] then
+  if now < tonumber(rec[3]) then
+    return {0, rec[1], rec[2]}
+  end
+  retire(KEYS[1], KEYS[2], KEYS[4], ARGV[1], rec[2], ARGV[4])
+end
+local token = s(redis.call('INCR', KEYS[3]))
+local exp = s(now + tonumber(ARGV[3]) * 1000)
+redis.call('HSET', KEYS[1], 'h', ARGV[2], 't', token, 'ttl', ARGV[3], 'e', exp)
+redis.call('ZADD', KEYS[2], exp, ARGV[1])
+return {1, token}

@@ -1,0 +1,8 @@
+-- release: KEYS[1] lease, KEYS[2] expiry zset, KEYS[3] dead set
+-- ARGV[1] name, ARGV[2] token, ARGV[3] key text
+-- Returns 1 when the token was current (live or expired) and the lease is gone, else 0.
+if redis.call('HGET', KEYS[1], 't') == ARGV[2] then
+  retire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
+  return 1
+end
+return 0

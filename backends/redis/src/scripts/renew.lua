@@ -1,0 +1,22 @@
+-- renew: KEYS[1] lease, KEYS[2] expiry zset
+-- ARGV[1] name, ARGV[2] token, ARGV[3] ttl (ms); ttl '0' only checks, changing nothing.
+-- Returns 1 renewed, 0 current and live (check only), -1 released, -2 superseded,
+-- -3 expired.
+local now = now_us()
+local rec = redis.call('HMGET', KEYS[1], 't', 'e')
+if not rec[1] then
+  return -1
+end
+if rec[1] ~= ARGV[2] then
+  return -2
+end
+if now >= tonumber(rec[2]) then
+  return -3
+end
+if ARGV[3] == '0' then
+  return 0
+end
+local exp = s(now + tonumber(ARGV[3]) * 1000)
+redis.call('HSET', KEYS[1], 'e', exp, 'ttl', ARGV[3])
+redis.call('ZADD', KEYS[2], exp, ARGV[1])
+return 1

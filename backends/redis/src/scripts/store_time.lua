@@ -1,0 +1,2 @@
+-- store_time: the server clock in microseconds.
+return now_us()

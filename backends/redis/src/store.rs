@@ -1,0 +1,584 @@
+//! [`RedisStore`]: the lease and item store on a Redis server.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ScriptInvocation, Value};
+
+use crate::config::{CaSource, RedisConfig};
+use crate::keys::Keys;
+use crate::reply::{array, bytes, int, map_err, text, u32_, uint, unexpected};
+use crate::scripts::scripts;
+use crate::BACKEND;
+
+/// The largest item payload this backend accepts (1 MiB, well under Redis' 512 MB
+/// string limit, so that one `claim` of `max_batch` items stays a sane reply).
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// A lease and item store on one namespace of a Redis server.
+///
+/// Every operation is one Lua script that reads the server's `TIME` (see the crate
+/// docs): only the Redis server's clock decides expiry. All keys of the namespace
+/// share the hash tag `{ns}`, so they live in one Redis Cluster slot.
+///
+/// The handle holds one multiplexed connection that reconnects by itself after a
+/// fault; cloning it is cheap and shares the connection. An operation that meets a
+/// transport fault or a timeout fails with [`Error::Unavailable`]; the next one
+/// uses a fresh connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    keys: Keys,
+    namespace: Namespace,
+    caps: Capabilities,
+    /// The highest store time this handle reported, so that `store_time` never goes
+    /// backwards on one handle even if the server's clock is stepped back.
+    last_time: std::sync::Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lost(lease: &Lease, code: i64) -> Error {
+    let reason = match code {
+        -2 => LostReason::Superseded,
+        -3 => LostReason::Expired,
+        _ => LostReason::Released,
+    };
+    Error::Lost {
+        key: lease.key.clone(),
+        token: lease.token,
+        reason,
+    }
+}
+
+fn us(n: i64) -> Duration {
+    Duration::from_micros(u64::try_from(n).unwrap_or(0))
+}
+
+impl RedisStore {
+    /// Connects to the server and loads the scripts.
+    ///
+    /// Fails with [`Error::Unavailable`] when the server cannot be reached within the
+    /// connect timeout, and with [`Error::Backend`] when it refuses us (wrong password,
+    /// missing ACL permissions, a TLS certificate that does not verify, no Lua).
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
+        let client = match &config.ca {
+            Some(ca) if config.is_tls() => {
+                install_crypto_provider();
+                let pem = match ca {
+                    CaSource::Pem(pem) => pem.clone(),
+                    CaSource::File(path) => std::fs::read(path).map_err(|e| {
+                        Error::backend(
+                            BACKEND,
+                            std::io::Error::new(
+                                e.kind(),
+                                format!("cannot read the CA file {}: {e}", path.display()),
+                            ),
+                        )
+                    })?,
+                };
+                redis::Client::build_with_tls(
+                    config.client_url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            _ => {
+                if config.is_tls() {
+                    install_crypto_provider();
+                }
+                redis::Client::open(config.client_url.as_str())
+            }
+        }
+        .map_err(|e| Error::backend(BACKEND, e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let mut conn = client
+            .get_connection_manager_with_config(manager_config)
+            .await
+            .map_err(map_err)?;
+        let all = scripts();
+        for script in [
+            &all.acquire,
+            &all.renew,
+            &all.release,
+            &all.reap,
+            &all.inspect,
+            &all.expired,
+            &all.dead_tokens,
+            &all.store_time,
+            &all.next_expiry,
+            &all.enqueue,
+            &all.claim,
+            &all.complete,
+            &all.fail,
+            &all.requeue_orphans,
+            &all.item,
+            &all.item_counts,
+            &all.dead_letters,
+        ] {
+            script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        Ok(RedisStore {
+            conn,
+            keys: Keys::new(&config.namespace),
+            namespace: config.namespace,
+            caps: Capabilities {
+                min_ttl: Duration::from_millis(1),
+                max_ttl: Ttl::MAX,
+                pushes_expiry_events: false,
+                observer_local_expiry: false,
+                max_batch: 1000,
+                max_payload: MAX_PAYLOAD,
+            },
+            last_time: Default::default(),
+        })
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// Deletes every key of this handle's namespace (leases, tokens, items). Meant for
+    /// tests and tear-down: the token counter goes too, so tokens handed out afterwards
+    /// restart from 1 and fencing against older tokens of the namespace is void.
+    ///
+    /// Not atomic: run it only when nothing else uses the namespace. Returns how many
+    /// keys it deleted.
+    pub async fn purge(&self) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    async fn run(&self, call: ScriptInvocation<'_>) -> Result<Value> {
+        let mut conn = self.conn.clone();
+        call.invoke_async::<Value>(&mut conn).await.map_err(map_err)
+    }
+}
+
+/// Picks rustls' `ring` provider for the process unless one is installed already
+/// (another crate may have installed its own: that is fine).
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn renew_call<'a>(keys: &Keys, lease: &Lease, ttl_ms: u64) -> ScriptInvocation<'a> {
+    let mut call = scripts().renew.prepare_invoke();
+    call.key(keys.lease(&lease.key))
+        .key(keys.expiry(lease.key.space()))
+        .arg(lease.key.name().as_str())
+        .arg(lease.token.0)
+        .arg(ttl_ms);
+    call
+}
+
+fn key_text(key: &Key) -> String {
+    key.to_string()
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.caps.check_ttl(ttl)?;
+        let mut call = scripts().acquire.prepare_invoke();
+        call.key(self.keys.lease(key))
+            .key(self.keys.expiry(key.space()))
+            .key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(key.name().as_str())
+            .arg(holder.as_str())
+            .arg(ttl.as_millis())
+            .arg(key_text(key));
+        let mut reply = array("acquire", self.run(call).await?)?.into_iter();
+        let status = int("acquire", &reply.next().unwrap_or(Value::Nil))?;
+        match status {
+            1 => {
+                let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
+                Ok(Lease {
+                    key: key.clone(),
+                    holder: holder.clone(),
+                    token: FencingToken(token),
+                    ttl,
+                    expires_in: ttl.duration(),
+                })
+            }
+            0 => {
+                let held_by = text("acquire", reply.next().unwrap_or(Value::Nil))?;
+                let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
+                Err(Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(held_by)
+                        .map_err(|_| unexpected("acquire", "an invalid stored holder"))?,
+                    token: FencingToken(token),
+                })
+            }
+            _ => Err(unexpected("acquire", "an unknown status")),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        // The reference model checks the lease before the ttl: an out-of-bounds ttl on
+        // a lost lease reports the loss. Ttl 0 asks the script to check only.
+        let ttl_ok = self.caps.check_ttl(lease.ttl);
+        let ttl_ms = if ttl_ok.is_ok() {
+            lease.ttl.as_millis()
+        } else {
+            0
+        };
+        let v = self.run(renew_call(&self.keys, lease, ttl_ms)).await?;
+        match int("renew", &v)? {
+            1 => Ok(Lease {
+                expires_in: lease.ttl.duration(),
+                ..lease.clone()
+            }),
+            0 => ttl_ok.map(|()| lease.clone()),
+            code @ -3..=-1 => Err(lost(lease, code)),
+            _ => Err(unexpected("renew", "an unknown status")),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let mut call = scripts().release.prepare_invoke();
+        call.key(self.keys.lease(&lease.key))
+            .key(self.keys.expiry(lease.key.space()))
+            .key(self.keys.dead())
+            .arg(lease.key.name().as_str())
+            .arg(lease.token.0)
+            .arg(key_text(&lease.key));
+        Ok(int("release", &self.run(call).await?)? == 1)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let mut call = scripts().inspect.prepare_invoke();
+        call.key(self.keys.lease(key));
+        let v = self.run(call).await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut rec = array("inspect", v)?.into_iter();
+        let mut next = || rec.next().unwrap_or(Value::Nil);
+        let holder = HolderId::new(text("inspect", next())?)
+            .map_err(|_| unexpected("inspect", "an invalid stored holder"))?;
+        let token = FencingToken(uint("inspect", &next())?);
+        let ttl = Ttl::from_millis(uint("inspect", &next())?)
+            .map_err(|_| unexpected("inspect", "an invalid stored ttl"))?;
+        let left = int("inspect", &next())?;
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder,
+            token,
+            ttl,
+            status: if left > 0 {
+                LeaseStatus::Live {
+                    remaining: us(left),
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().expired.prepare_invoke();
+        call.key(self.keys.expiry(space))
+            .arg(self.keys.lease_prefix(space))
+            .arg(limit);
+        let flat = array("expired", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 3);
+        let mut it = flat.into_iter();
+        while let (Some(name), Some(holder), Some(token)) = (it.next(), it.next(), it.next()) {
+            let name = Name::new(text("expired", name)?)
+                .map_err(|_| unexpected("expired", "an invalid stored name"))?;
+            out.push(ExpiredLease {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(text("expired", holder)?)
+                    .map_err(|_| unexpected("expired", "an invalid stored holder"))?,
+                token: FencingToken(uint("expired", &token)?),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let mut call = scripts().reap.prepare_invoke();
+        call.key(self.keys.lease(key))
+            .key(self.keys.expiry(key.space()))
+            .key(self.keys.dead())
+            .arg(key.name().as_str())
+            .arg(token.0)
+            .arg(key_text(key));
+        Ok(int("reap", &self.run(call).await?)? == 1)
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().dead_tokens.prepare_invoke();
+        call.key(self.keys.dead()).arg(limit);
+        array("dead_tokens", self.run(call).await?)?
+            .into_iter()
+            .map(|member| {
+                let member = text("dead_tokens", member)?;
+                let (token, key) = member
+                    .split_once(':')
+                    .ok_or_else(|| unexpected("dead_tokens", "a member without a token"))?;
+                Ok(DeadToken {
+                    key: Key::parse(key)
+                        .map_err(|_| unexpected("dead_tokens", "an invalid stored key"))?,
+                    token: FencingToken(
+                        token
+                            .parse()
+                            .map_err(|_| unexpected("dead_tokens", "an invalid token"))?,
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        let now = uint(
+            "store_time",
+            &self.run(scripts().store_time.prepare_invoke()).await?,
+        )?;
+        let prev = self.last_time.fetch_max(now, Ordering::Relaxed);
+        Ok(StoreTime::from_epoch(Duration::from_micros(now.max(prev))))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let mut call = scripts().next_expiry.prepare_invoke();
+        call.key(self.keys.expiry(space));
+        match self.run(call).await? {
+            Value::Nil => Ok(None),
+            v => Ok(Some(us(int("next_expiry", &v)?))),
+        }
+    }
+}
+
+fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
+    match s {
+        "p" => Ok(ItemState::Pending),
+        "d" => Ok(ItemState::DeadLettered),
+        t => t
+            .parse()
+            .map(|t| ItemState::Owned(FencingToken(t)))
+            .map_err(|_| unexpected(op, "an invalid item state")),
+    }
+}
+
+/// Reads `{id, payload, attempts, max}` groups of a flat reply.
+fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
+    let mut out = Vec::with_capacity(flat.len() / 4);
+    let mut it = flat.into_iter();
+    while let (Some(id), Some(payload), Some(attempts), Some(max)) =
+        (it.next(), it.next(), it.next(), it.next())
+    {
+        out.push(Item {
+            id: ItemId(uint(op, &id)?),
+            payload: bytes(op, payload)?,
+            attempts: u32_(op, &attempts)?,
+            max_attempts: u32_(op, &max)?,
+        });
+    }
+    Ok(out)
+}
+
+fn ids(op: &'static str, v: Value) -> Result<Vec<ItemId>> {
+    array(op, v)?
+        .iter()
+        .map(|id| uint(op, id).map(ItemId))
+        .collect()
+}
+
+#[async_trait]
+impl ItemStore for RedisStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        options.validate(payload, self.caps.max_payload)?;
+        let mut call = scripts().enqueue.prepare_invoke();
+        call.key(self.keys.item_ids())
+            .key(self.keys.pending())
+            .arg(self.keys.item_prefix())
+            .arg(payload)
+            .arg(options.max_attempts);
+        Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
+    }
+
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let n = self.caps.clamp_limit("n", n)?;
+        let mut call = scripts().claim.prepare_invoke();
+        call.key(self.keys.lease(&lease.key))
+            .key(self.keys.pending())
+            .key(self.keys.owned(lease.token))
+            .key(self.keys.owned_count())
+            .arg(lease.token.0)
+            .arg(n)
+            .arg(self.keys.item_prefix());
+        let mut flat = array("claim", self.run(call).await?)?;
+        if flat.is_empty() {
+            return Err(unexpected("claim", "an empty reply"));
+        }
+        let rest = flat.split_off(1);
+        match int("claim", &flat[0])? {
+            1 => items("claim", rest),
+            code @ -3..=-1 => Err(lost(lease, code)),
+            _ => Err(unexpected("claim", "an unknown status")),
+        }
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let mut call = scripts().complete.prepare_invoke();
+        call.key(self.keys.item(id))
+            .key(self.keys.owned(lease.token))
+            .key(self.keys.owned_count())
+            .arg(id.0)
+            .arg(lease.token.0);
+        match int("complete", &self.run(call).await?)? {
+            1 => Ok(()),
+            _ => Err(Error::Fenced {
+                item: id,
+                token: lease.token,
+            }),
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let mut call = scripts().fail.prepare_invoke();
+        call.key(self.keys.item(id))
+            .key(self.keys.owned(lease.token))
+            .key(self.keys.owned_count())
+            .key(self.keys.pending())
+            .key(self.keys.dead_letters())
+            .arg(id.0)
+            .arg(lease.token.0)
+            .arg(if retry { "1" } else { "0" });
+        match int("fail", &self.run(call).await?)? {
+            1 => Ok(ItemState::Pending),
+            2 => Ok(ItemState::DeadLettered),
+            _ => Err(Error::Fenced {
+                item: id,
+                token: lease.token,
+            }),
+        }
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let mut call = scripts().requeue_orphans.prepare_invoke();
+        call.key(self.keys.dead())
+            .key(self.keys.owned(token))
+            .key(self.keys.owned_count())
+            .key(self.keys.pending())
+            .key(self.keys.dead_letters())
+            .arg(token.0)
+            .arg(self.keys.item_prefix());
+        let mut parts = array("requeue_orphans", self.run(call).await?)?.into_iter();
+        Ok(Requeued {
+            requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
+            dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
+        })
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let mut call = scripts().item.prepare_invoke();
+        call.key(self.keys.item(id));
+        let v = self.run(call).await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut rec = array("item", v)?.into_iter();
+        let mut next = || rec.next().unwrap_or(Value::Nil);
+        let payload = bytes("item", next())?;
+        let attempts = u32_("item", &next())?;
+        let max_attempts = u32_("item", &next())?;
+        let state = item_state("item", &text("item", next())?)?;
+        Ok(Some(ItemRecord {
+            item: Item {
+                id,
+                payload,
+                attempts,
+                max_attempts,
+            },
+            state,
+        }))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let mut call = scripts().item_counts.prepare_invoke();
+        call.key(self.keys.pending())
+            .key(self.keys.owned_count())
+            .key(self.keys.dead_letters());
+        let mut it = array("item_counts", self.run(call).await?)?.into_iter();
+        let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
+        Ok(ItemCounts {
+            pending: next()?,
+            owned: next()?,
+            dead_lettered: next()?,
+        })
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().dead_letters.prepare_invoke();
+        call.key(self.keys.dead_letters())
+            .arg(limit)
+            .arg(self.keys.item_prefix());
+        Ok(items(
+            "dead_letters",
+            array("dead_letters", self.run(call).await?)?,
+        )?
+        .into_iter()
+        .map(|item| ItemRecord {
+            item,
+            state: ItemState::DeadLettered,
+        })
+        .collect())
+    }
+}

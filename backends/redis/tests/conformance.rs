@@ -1,0 +1,20 @@
+//! The conformance suite and the property test against a real redis-server (the
+//! binary's shared one, or `LIVENESS_REDIS_URL`), each scenario on a fresh namespace.
+
+use std::sync::Arc;
+
+use backend_redis::{RedisConfig, RedisStore};
+use liveness_testkit::redis::RedisServer;
+
+async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
+    let server = RedisServer::shared()?;
+    let config = RedisConfig::from_url(server.url())
+        .unwrap_or_else(|e| panic!("test server URL: {e}"))
+        .with_namespace(liveness_conformance::fresh_namespace());
+    let store = RedisStore::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test server: {e}"));
+    Some(Arc::new(store))
+}
+
+liveness_conformance::suite!(factory);

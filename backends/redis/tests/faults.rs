@@ -1,0 +1,573 @@
+//! Fault scenarios against a real redis-server that each test starts for itself:
+//! killed and restarted, or frozen (SIGSTOP) and resumed.
+//!
+//! What is asserted, and why (see also the README's "Faults" section):
+//!
+//! - **Restart with `appendonly yes` + `appendfsync always`** (the settings the README
+//!   requires): every acknowledged write survives. The server's clock (`TIME`, the
+//!   host's wall clock) keeps running while the server is down, so a lease whose
+//!   expiry passed during the outage is expired when the server comes back, and one
+//!   whose expiry did not is still live and renewable under the same token. The token
+//!   counter survives, so new tokens are still greater than every old one. No item is
+//!   lost: every item ends completed.
+//! - **Restart without persistence**: the server forgets everything. The test pins the
+//!   hazard the README warns about: holders get `Lost(Released)` (safe: they stop),
+//!   but the items are gone and token numbers start again from 1.
+//! - **Pause longer than the ttl**: the server's clock runs on while the process is
+//!   frozen, so by the store's clock every lease really expired; that is no false
+//!   death by the contract. What is guaranteed, and asserted: every member whose lease
+//!   expired saw `Lost` (its local deadline, counted on its own monotonic clock, fires
+//!   during the pause), and it saw it BEFORE any checker declared that token dead or
+//!   requeued its items; no renewal is ever granted to an expired lease; every member
+//!   re-joins with a newer token; every item ends completed. An `acquire` sent during
+//!   the freeze may be executed after the client gave up on its answer: that "ghost"
+//!   lease is held by nobody, owns no items, and simply expires (delaying the
+//!   member's re-join by up to one ttl); the test checks it moved no items.
+//! - **Pause shorter than the ttl's slack**: nobody is lost, no death is declared.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backend_redis::{RedisConfig, RedisStore};
+use liveness_conformance::fresh_namespace;
+use liveness_core::{
+    CancellationToken, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
+    FencingToken, HolderId, ItemCounts, ItemId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
+    LostReason, Member, MemberConfig, Store, Ttl,
+};
+use liveness_testkit::redis::{RedisOptions, RedisServer};
+use tokio::time::Instant;
+
+const READY: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(60);
+
+async fn connect(server: &RedisServer, timeout_ms: u64) -> RedisStore {
+    let config = RedisConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(fresh_namespace())
+        .with_response_timeout(Duration::from_millis(timeout_ms))
+        .unwrap();
+    RedisStore::connect(config).await.unwrap()
+}
+
+/// Retries `f` while it fails with a retryable error, up to [`DEADLINE`].
+async fn retry<T, F, Fut>(mut f: F) -> liveness_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = liveness_core::Result<T>>,
+{
+    let until = Instant::now() + DEADLINE;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Waits, polling, until `cond` holds; panics with `what` at [`DEADLINE`].
+async fn wait_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + DEADLINE;
+    while !cond().await {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn durable_restart_keeps_live_leases_tokens_and_items() {
+    let Some(mut server) = RedisServer::spawn(RedisOptions {
+        durable: true,
+        ..RedisOptions::default()
+    }) else {
+        return;
+    };
+    let store = connect(&server, 500).await;
+    let holder = HolderId::new("h").unwrap();
+    let keep = store
+        .acquire(
+            &Key::member("keep").unwrap(),
+            &holder,
+            Ttl::from_secs(120).unwrap(),
+        )
+        .await
+        .unwrap();
+    let short = store
+        .acquire(
+            &Key::member("short").unwrap(),
+            &holder,
+            Ttl::from_millis(800).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..6u8 {
+        ids.push(
+            store
+                .enqueue(&[i], EnqueueOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let kept_items = store.claim(&keep, 2).await.unwrap();
+    let short_items = store.claim(&short, 2).await.unwrap();
+    assert_eq!((kept_items.len(), short_items.len()), (2, 2));
+
+    server.process_mut().unwrap().kill();
+    let down = store.renew(&keep).await.unwrap_err();
+    assert!(
+        down.is_retryable(),
+        "a dead server must be Unavailable: {down:?}"
+    );
+    server.process_mut().unwrap().restart(READY).unwrap();
+
+    // The live lease is still there, under the same token, and renewable.
+    let renewed = retry(|| store.renew(&keep)).await.unwrap();
+    assert_eq!(renewed.token, keep.token);
+    // The short one expires by the server's clock (which ran on while it was down)
+    // and is never renewed.
+    let short_key = short.key.clone();
+    wait_until("the short lease is expired", || async {
+        matches!(
+            store.inspect(&short_key).await,
+            Ok(Some(info)) if info.status == LeaseStatus::Expired
+        )
+    })
+    .await;
+    assert_eq!(
+        store.renew(&short).await.unwrap_err().lost_reason(),
+        Some(LostReason::Expired)
+    );
+    // Item states survived: owned by their tokens, or pending.
+    for item in &kept_items {
+        let rec = store.item(item.id).await.unwrap().unwrap();
+        assert_eq!(rec.state, ItemState::Owned(keep.token));
+        assert_eq!(rec.item.attempts, 1);
+    }
+    // A checker round declares the short lease dead and hands its items back.
+    let store: Arc<dyn Store> = Arc::new(store);
+    let round = Checker::new(store.clone(), CheckerConfig::default())
+        .round()
+        .await
+        .unwrap();
+    assert_eq!(round.deaths.len(), 1);
+    assert_eq!(round.deaths[0].lease.token, short.token);
+    assert_eq!(
+        round.deaths[0].requeued.requeued,
+        short_items.iter().map(|i| i.id).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 4,
+            owned: 2,
+            dead_lettered: 0
+        }
+    );
+    for id in &ids {
+        assert!(
+            store.item(*id).await.unwrap().is_some(),
+            "item {id} was lost"
+        );
+    }
+    // The token counter survived: a new acquisition is newer than every old one.
+    let again = store
+        .acquire(
+            &Key::member("short").unwrap(),
+            &holder,
+            Ttl::from_secs(10).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(again.token > keep.token.max(short.token));
+    let next = store
+        .enqueue(b"n", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert!(next > ids[5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_without_persistence_forgets_everything() {
+    let Some(mut server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let store = connect(&server, 500).await;
+    let holder = HolderId::new("h").unwrap();
+    let key = Key::member("m").unwrap();
+    let mut last = None;
+    for _ in 0..3 {
+        let lease = store
+            .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
+            .await
+            .unwrap();
+        store.release(&lease).await.unwrap();
+        last = Some(lease);
+    }
+    let old = store
+        .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap();
+    let id = store
+        .enqueue(b"x", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert!(old.token > last.unwrap().token);
+
+    server.process_mut().unwrap().restart(READY).unwrap();
+
+    // The holder learns it lost the lease (the safe direction: it stops)...
+    let err = retry(|| store.renew(&old)).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(LostReason::Released));
+    // ...but the item is gone, and token numbers start over: the fencing guarantee is
+    // void without `appendonly yes` + `appendfsync always` (see the README).
+    assert_eq!(store.item(id).await.unwrap(), None);
+    let fresh = store
+        .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        fresh.token <= old.token,
+        "a wiped counter hands out old numbers again"
+    );
+}
+
+/// A running system: members working items, one checker, every event on one bus.
+struct World {
+    store: Arc<dyn Store>,
+    members: Vec<Member>,
+    events: Arc<Mutex<Vec<Event>>>,
+    stop: CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    checker: Option<liveness_core::CheckerHandle>,
+    ids: Vec<ItemId>,
+}
+
+impl World {
+    async fn start(store: RedisStore, ttl: Ttl, members: usize, items: usize) -> World {
+        let store: Arc<dyn Store> = Arc::new(store);
+        let bus = EventBus::new(1 << 16);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let mut rx = bus.subscribe();
+        let sink = events.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = rx.recv().await {
+                sink.lock().unwrap().push(e);
+            }
+        });
+        let mut ids = Vec::new();
+        for i in 0..items {
+            let options = EnqueueOptions { max_attempts: 100 };
+            ids.push(
+                store
+                    .enqueue(&(i as u32).to_be_bytes(), options)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let checker = Checker::new(
+            store.clone(),
+            CheckerConfig {
+                check_every: Duration::from_millis(200),
+                events: bus.clone(),
+                ..CheckerConfig::default()
+            },
+        )
+        .spawn();
+        let stop = CancellationToken::new();
+        let mut all = Vec::new();
+        let mut workers = Vec::new();
+        for i in 0..members {
+            let config = MemberConfig::new(&format!("w{i}"), ttl)
+                .unwrap()
+                .events(bus.clone());
+            let member = Member::join(store.clone(), config).await.unwrap();
+            workers.push(tokio::spawn(work(member.clone(), stop.clone())));
+            all.push(member);
+        }
+        World {
+            store,
+            members: all,
+            events,
+            stop,
+            workers,
+            checker: Some(checker),
+            ids,
+        }
+    }
+
+    fn tokens(&self) -> Vec<FencingToken> {
+        self.members.iter().map(Member::token).collect()
+    }
+
+    async fn counts(&self) -> Option<ItemCounts> {
+        self.store.item_counts().await.ok()
+    }
+
+    /// Waits until every item is completed: nothing pending, owned or dead-lettered,
+    /// and every enqueued id gone (items leave the store only by `complete`).
+    async fn wait_all_completed(&self) {
+        wait_until("every item is completed", || async {
+            self.counts().await == Some(ItemCounts::default())
+        })
+        .await;
+        for id in &self.ids {
+            assert_eq!(
+                self.store.item(*id).await.unwrap(),
+                None,
+                "item {id} is not done"
+            );
+        }
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Every token a member held (it saw `Joined`) whose death a checker declared or
+    /// whose items it requeued (a sweep of the dead set) was seen as `Lost` by that
+    /// member BEFORE, on the same event bus.
+    ///
+    /// A token no member ever saw is a ghost: an `acquire` sent during the fault that
+    /// the server executed after the client had given up waiting for the answer.
+    /// Nobody acts under it, so it can own no items: its death moves nothing.
+    fn assert_lost_before_requeue(&self) {
+        let events = self.events();
+        for (i, e) in events.iter().enumerate() {
+            let (token, moved) = match e {
+                Event::Died {
+                    token,
+                    requeued,
+                    dead_lettered,
+                    ..
+                } => (*token, requeued + dead_lettered),
+                Event::OrphansRequeued {
+                    token,
+                    requeued,
+                    dead_lettered,
+                } => (*token, requeued + dead_lettered),
+                _ => continue,
+            };
+            let held = events
+                .iter()
+                .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
+            if !held {
+                assert_eq!(moved, 0, "ghost token {token} owned items: {e:?}");
+                continue;
+            }
+            let lost_before = events[..i]
+                .iter()
+                .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
+            assert!(
+                lost_before,
+                "token {token} was declared dead ({e:?}) before its member saw Lost; events: {events:#?}"
+            );
+        }
+    }
+
+    fn lost_tokens(&self) -> Vec<FencingToken> {
+        self.events()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Lost { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn shut_down(mut self) {
+        self.stop.cancel();
+        for w in self.workers.drain(..) {
+            let _ = w.await;
+        }
+        if let Some(c) = self.checker.take() {
+            c.stop().await;
+        }
+        for m in self.members.drain(..) {
+            let _ = m.leave(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A worker: claims one item at a time, "works" 20 ms, completes it unless its lease
+/// was lost meanwhile. Store faults just make it try again a little later.
+async fn work(member: Member, stop: CancellationToken) {
+    while !stop.is_cancelled() {
+        let claimed = match member.claim(1).await {
+            Ok(c) if !c.is_empty() => c,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                continue;
+            }
+        };
+        for c in claimed {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if c.cancel.is_cancelled() {
+                continue; // stop at once; a checker requeues it
+            }
+            // Fenced, Lost or Unavailable: the item is requeued (or was completed by
+            // a request whose answer got lost); either way nothing to do here.
+            let _ = member.complete(&c).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
+    let Some(mut server) = RedisServer::spawn(RedisOptions {
+        durable: true,
+        ..RedisOptions::default()
+    }) else {
+        return;
+    };
+    let ttl = Ttl::from_secs(2).unwrap();
+    let world = World::start(connect(&server, 500).await, ttl, 3, 150).await;
+    wait_until("work is under way", || async {
+        matches!(world.counts().await, Some(c) if c.pending < 130)
+    })
+    .await;
+    let before = world.tokens();
+
+    server.process_mut().unwrap().kill();
+    // The outage: longer than the ttl, so every lease expires by the server's clock
+    // (which keeps running) and every member's local deadline passes.
+    tokio::time::sleep(ttl.duration() * 3 / 2).await;
+    server.process_mut().unwrap().restart(READY).unwrap();
+
+    world.wait_all_completed().await;
+    let after = world.tokens();
+    let lost = world.lost_tokens();
+    for (b, a) in before.iter().zip(&after) {
+        assert!(lost.contains(b), "the member with token {b} never saw Lost");
+        assert!(
+            a > b,
+            "a member kept token {b} across an outage longer than its ttl"
+        );
+    }
+    // The counter survived the restart: new tokens are newer than every old one.
+    assert!(after.iter().min() > before.iter().max());
+    world.assert_lost_before_requeue();
+    world.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
+    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let ttl = Ttl::from_secs(2).unwrap();
+    let world = World::start(connect(&server, 500).await, ttl, 3, 150).await;
+    wait_until("work is under way", || async {
+        matches!(world.counts().await, Some(c) if c.pending < 130)
+    })
+    .await;
+    let before = world.tokens();
+    let process = server.process().unwrap();
+
+    process.pause().unwrap();
+    let frozen = world.store.store_time().await.unwrap_err();
+    assert!(
+        frozen.is_retryable(),
+        "a frozen server must be Unavailable: {frozen:?}"
+    );
+    tokio::time::sleep(ttl.duration() * 2).await;
+    process.resume().unwrap();
+
+    world.wait_all_completed().await;
+    let after = world.tokens();
+    let lost = world.lost_tokens();
+    for (b, a) in before.iter().zip(&after) {
+        assert!(lost.contains(b), "the member with token {b} never saw Lost");
+        assert!(
+            a > b,
+            "a member kept token {b} across a pause longer than its ttl"
+        );
+    }
+    world.assert_lost_before_requeue();
+    // No renewal was granted to an expired lease: every old token is gone from the
+    // store (no member key still holds it).
+    for m in &world.members {
+        let info = world.store.inspect(m.key()).await.unwrap().unwrap();
+        assert!(!before.contains(&info.token));
+    }
+    world.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn short_pause_loses_nobody() {
+    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    // ttl 6 s, renewals every 2 s, local deadline 4.8 s after the last renewal was
+    // sent: a 300 ms freeze leaves seconds of slack.
+    let ttl = Ttl::from_secs(6).unwrap();
+    let world = World::start(connect(&server, 2000).await, ttl, 3, 30).await;
+    let before = world.tokens();
+    let process = server.process().unwrap();
+    process.pause().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    process.resume().unwrap();
+    let resumed = Instant::now();
+    // Wait until each member has renewed after the resume (its lease shows nearly a
+    // whole ttl left after at least one renewal interval).
+    for m in &world.members {
+        let key = m.key().clone();
+        wait_until("a member renewed after the pause", || async {
+            resumed.elapsed() > Duration::from_millis(2100)
+                && matches!(
+                    world.store.inspect(&key).await,
+                    Ok(Some(info)) if matches!(info.status, LeaseStatus::Live { remaining } if remaining > Duration::from_millis(5500))
+                )
+        })
+        .await;
+    }
+    world.wait_all_completed().await;
+    assert_eq!(world.tokens(), before);
+    assert!(world.lost_tokens().is_empty(), "{:?}", world.events());
+    assert!(
+        !world
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Died { .. })),
+        "{:?}",
+        world.events()
+    );
+    world.shut_down().await;
+}
+
+#[tokio::test]
+async fn stale_owner_cannot_complete_after_requeue() {
+    // Store-level fencing across an expiry by the server clock (no fault needed).
+    let Some(server) = RedisServer::shared() else {
+        return;
+    };
+    let store = connect(server, 2000).await;
+    let key = Key::member("stale").unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let lease = store
+        .acquire(&key, &holder, Ttl::from_millis(200).unwrap())
+        .await
+        .unwrap();
+    let id = store
+        .enqueue(b"x", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+    wait_until("the lease is expired", || async {
+        matches!(store.inspect(&key).await, Ok(Some(i)) if i.status == LeaseStatus::Expired)
+    })
+    .await;
+    assert!(store.reap(&key, lease.token).await.unwrap());
+    let moved = store.requeue_orphans(lease.token).await.unwrap();
+    assert_eq!(moved.requeued, vec![id]);
+    assert!(matches!(
+        store.complete(&lease, id).await,
+        Err(Error::Fenced { item, token }) if item == id && token == lease.token
+    ));
+}
