@@ -1,1 +1,16 @@
-//! The sqlite backend (work in progress).
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+mod store;
+
+pub use config::{Durability, SqliteConfig, SCHEMES};
+pub use store::{SchemaTooNew, SqliteStore, BACKEND};
+
+/// Opens the store a URL names: `sqlite:///abs/path/file.db?ns=NAME` or
+/// `sqlite://relative.db`. See [`SqliteConfig::from_url`] for the parameters and
+/// [`SqliteStore::connect`] for what connecting does and how it fails.
+pub async fn connect(url: &str) -> liveness_core::Result<SqliteStore> {
+    SqliteStore::connect(SqliteConfig::from_url(url)?).await
+}

@@ -1,0 +1,110 @@
+//! The SQLite bench: the conformance bench kit's figures, beside the raw primitive
+//! (the renew UPDATE in a bare sqlx loop, no transaction, no framework) in the same
+//! run, on a fresh file in a temporary directory.
+//!
+//! Run: `cargo bench -p backend-sqlite --bench bench -- [--seconds 3]
+//! [--members 1000,10000] [--concurrency 1,64] [--deaths 20] [--synchronous normal]`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
+use liveness_conformance::bench::{self, Options};
+use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
+use tokio::time::Instant;
+
+/// The renew statement's UPDATE, bare: autocommit, no `BEGIN IMMEDIATE`, no checks.
+const RENEW_BARE: &str = "UPDATE liveness_leases SET expires_at = \
+    CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) + ?4 \
+    WHERE ns = ?1 AND space = 'members' AND name = ?2 AND token = ?3";
+
+async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) -> f64 {
+    let ttl = Ttl::from_secs(60).unwrap();
+    let mut leases = Vec::new();
+    for i in 0..concurrency {
+        let key = Key::member(&format!("bare{i}")).unwrap();
+        leases.push(
+            store
+                .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
+                .await
+                .unwrap(),
+        );
+    }
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let tasks: Vec<_> = leases
+        .into_iter()
+        .map(|lease| {
+            let pool = store.pool().clone();
+            let ns = store.namespace().to_string();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let r = sqlx::query(RENEW_BARE)
+                        .bind(&ns)
+                        .bind(lease.key.name().as_ref())
+                        .bind(lease.token.0 as i64)
+                        .bind(lease.ttl.as_millis() as i64)
+                        .execute(&pool)
+                        .await;
+                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let mut options = Options::from_args();
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--members") {
+        options.members = vec![1_000, 10_000];
+    }
+    let durability = match args.windows(2).find(|w| w[0] == "--synchronous") {
+        Some(w) if w[1] == "normal" => Durability::Normal,
+        _ => Durability::Full,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    println!("file {} synchronous={durability:?}", path.display());
+    let config = move || {
+        let mut c = SqliteConfig::new(&path, liveness_conformance::fresh_namespace());
+        c.durability = durability;
+        c
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let factory = {
+            let config = config.clone();
+            liveness_conformance::factory(move || {
+                let c = config();
+                async move {
+                    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(c).await.unwrap());
+                    Some(store)
+                }
+            })
+        };
+        for &c in &options.concurrency {
+            let store = SqliteStore::connect(config()).await.unwrap();
+            let bare = bare_renewals(&store, c, options.seconds).await;
+            let framed = bench::renewals(Arc::new(SqliteStore::connect(config()).await.unwrap()), c, options.seconds).await;
+            println!(
+                "bare UPDATE loop members={c:<6} {bare:>12.0}/s   framework {:>10.0}/s   ratio {:.2}",
+                framed.per_second,
+                framed.per_second / bare
+            );
+        }
+        bench::run(factory, options).await;
+    });
+}

@@ -1,0 +1,117 @@
+//! Connecting: migrations applied once, a newer schema refused, a locked file is a
+//! retryable fault, bad URLs change nothing.
+
+use std::time::Duration;
+
+use backend_sqlite::{SchemaTooNew, SqliteConfig, SqliteStore};
+use liveness_core::{Error, HolderId, InputProblem, Key, LeaseStore, Namespace, Ttl};
+use sqlx::Connection;
+
+fn config(path: &std::path::Path) -> SqliteConfig {
+    SqliteConfig::new(path, Namespace::new("schema_test").unwrap())
+}
+
+#[tokio::test]
+async fn reconnect_keeps_state_and_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let key = Key::member("a").unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let lease = store
+        .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap();
+    store.close().await;
+
+    // Connecting again applies nothing twice and sees the same lease.
+    let again = SqliteStore::connect(config(&path)).await.unwrap();
+    assert_eq!(
+        again.inspect(&key).await.unwrap().unwrap().token,
+        lease.token
+    );
+
+    // A later build added migration 99: this build must refuse the file.
+    sqlx::query(
+        "INSERT INTO liveness_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99, 'from the future', 1, x'00', 0)",
+    )
+    .execute(again.pool())
+    .await
+    .unwrap();
+    again.close().await;
+    let err = SqliteStore::connect(config(&path)).await.unwrap_err();
+    match &err {
+        Error::Backend { source, .. } => {
+            let too_new = source
+                .downcast_ref::<SchemaTooNew>()
+                .expect("a SchemaTooNew source");
+            assert_eq!((too_new.found, too_new.supported), (99, 1));
+        }
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains(
+            "database schema version 99 is newer than this build supports (1); upgrade liveness"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_locked_database_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let mut cfg = config(&path);
+    cfg.busy_timeout = Duration::from_millis(50);
+    let store = SqliteStore::connect(cfg).await.unwrap();
+
+    // Another "process" holds the write lock.
+    let url = format!("sqlite://{}", path.display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+
+    let err = store
+        .acquire(
+            &Key::member("a").unwrap(),
+            &HolderId::new("h").unwrap(),
+            Ttl::from_secs(5).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "expected Unavailable, got {err:?}");
+
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    assert!(store
+        .inspect(&Key::member("a").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn bad_urls_are_invalid_input() {
+    for url in [
+        "sqlite://",
+        "sqlite://x.db?ns=UPPER",
+        "sqlite://x.db?what=1",
+        "postgres://x",
+    ] {
+        let err = backend_sqlite::connect(url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {err:?}");
+    }
+    assert!(matches!(
+        backend_sqlite::connect("sqlite://x.db?what=1").await,
+        Err(Error::InvalidInput {
+            what: "url",
+            problem: InputProblem::Malformed { .. }
+        })
+    ));
+    assert!(
+        !std::path::Path::new("x.db").exists(),
+        "a rejected URL creates nothing"
+    );
+}

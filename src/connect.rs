@@ -1,0 +1,221 @@
+//! [`connect`]: a store picked by URL scheme among the backends compiled in.
+
+use std::sync::{Arc, OnceLock};
+
+use liveness_core::{Error, InputProblem, MemoryServer, Namespace, Result, Store};
+
+const EXPECTED_URL: &str =
+    "SCHEME:... with a scheme such as sqlite (sqlite:///path/file.db?ns=NAME) or memory (memory://?ns=NAME)";
+
+/// The schemes of the in-process memory store.
+const MEMORY_SCHEMES: &[&str] = &["memory"];
+
+/// Every URL scheme [`connect`] serves in this build: `memory`, and the schemes of
+/// each backend compiled in through its cargo feature.
+pub fn schemes() -> Vec<&'static str> {
+    let mut known: Vec<&'static str> = MEMORY_SCHEMES.to_vec();
+    #[cfg(feature = "sqlite")]
+    known.extend_from_slice(backend_sqlite::SCHEMES);
+    #[cfg(feature = "redis")]
+    known.extend_from_slice(backend_redis::SCHEMES);
+    #[cfg(feature = "postgres")]
+    known.extend_from_slice(backend_postgres::SCHEMES);
+    #[cfg(feature = "etcd")]
+    known.extend_from_slice(backend_etcd::SCHEMES);
+    #[cfg(feature = "fdb")]
+    known.extend_from_slice(backend_fdb::SCHEMES);
+    known
+}
+
+/// Opens the store a URL names, choosing the backend by the URL's scheme.
+///
+/// - `memory://?ns=NAME`: the in-process reference store. Every `memory://` handle of
+///   one process shares one [`MemoryServer`], so two handles on the same namespace see
+///   the same state; nothing crosses processes.
+/// - `sqlite:///abs/path/file.db?ns=NAME`, `sqlite://relative.db` (feature `sqlite`,
+///   on by default): one SQLite file shared by the processes of one host.
+/// - `redis://`, `rediss://` (feature `redis`), `postgres://`, `postgresql://`
+///   (feature `postgres`), `etcd://`, `etcds://` (feature `etcd`), `fdb://` (feature
+///   `fdb`): see each backend crate's docs for its parameters.
+///
+/// # Errors
+///
+/// - A URL without a scheme: [`Error::InvalidInput`] with `what: "url"` and
+///   [`InputProblem::Malformed`].
+/// - A scheme no compiled-in backend serves: [`InputProblem::UnknownScheme`], listing
+///   [`schemes`] (enable the backend's cargo feature to get it).
+/// - Anything the chosen backend refuses (a malformed path or parameter, a server
+///   that does not answer), as that backend reports it.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
+    let scheme = scheme_of(url)?;
+    if MEMORY_SCHEMES.contains(&scheme.as_str()) {
+        return memory(url);
+    }
+    #[cfg(feature = "sqlite")]
+    if backend_sqlite::SCHEMES.contains(&scheme.as_str()) {
+        return Ok(Arc::new(backend_sqlite::connect(url).await?));
+    }
+    #[cfg(feature = "redis")]
+    if backend_redis::SCHEMES.contains(&scheme.as_str()) {
+        return Ok(Arc::new(backend_redis::connect(url).await?));
+    }
+    #[cfg(feature = "postgres")]
+    if backend_postgres::SCHEMES.contains(&scheme.as_str()) {
+        return Ok(Arc::new(backend_postgres::connect(url).await?));
+    }
+    #[cfg(feature = "etcd")]
+    if backend_etcd::SCHEMES.contains(&scheme.as_str()) {
+        return Ok(Arc::new(backend_etcd::connect(url).await?));
+    }
+    #[cfg(feature = "fdb")]
+    if backend_fdb::SCHEMES.contains(&scheme.as_str()) {
+        return Ok(Arc::new(backend_fdb::connect(url).await?));
+    }
+    Err(Error::invalid(
+        "url",
+        InputProblem::UnknownScheme {
+            scheme,
+            known: schemes(),
+        },
+    ))
+}
+
+fn malformed() -> Error {
+    Error::invalid(
+        "url",
+        InputProblem::Malformed {
+            expected: EXPECTED_URL,
+        },
+    )
+}
+
+/// The URL's scheme, lowercased: RFC 3986 `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+fn scheme_of(url: &str) -> Result<String> {
+    let (scheme, _) = url.split_once(':').ok_or_else(malformed)?;
+    let mut chars = scheme.chars();
+    let starts_alpha = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !starts_alpha || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+        return Err(malformed());
+    }
+    Ok(scheme.to_ascii_lowercase())
+}
+
+/// `memory://?ns=NAME` or `memory:?ns=NAME` (namespace `default` when absent).
+fn memory(url: &str) -> Result<Arc<dyn Store>> {
+    static SERVER: OnceLock<MemoryServer> = OnceLock::new();
+    let (_, rest) = url.split_once(':').ok_or_else(malformed)?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !path.is_empty() && path != "/" {
+        return Err(memory_malformed());
+    }
+    let mut ns = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("ns", v)) if ns.is_none() => ns = Some(Namespace::new(v)?),
+            _ => return Err(memory_malformed()),
+        }
+    }
+    let ns = match ns {
+        Some(ns) => ns,
+        None => Namespace::new("default")?,
+    };
+    Ok(Arc::new(SERVER.get_or_init(MemoryServer::new).store(&ns)))
+}
+
+fn memory_malformed() -> Error {
+    Error::invalid(
+        "url",
+        InputProblem::Malformed {
+            expected: "memory://?ns=NAME",
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liveness_core::{HolderId, Key, Ttl};
+
+    #[tokio::test]
+    async fn unknown_scheme_lists_the_compiled_ones() {
+        let err = connect("nosuch://host/x").await.unwrap_err();
+        match &err {
+            Error::InvalidInput {
+                what: "url",
+                problem: InputProblem::UnknownScheme { scheme, known },
+            } => {
+                assert_eq!(scheme, "nosuch");
+                assert!(known.contains(&"memory"));
+                #[cfg(feature = "sqlite")]
+                assert!(known.contains(&"sqlite"));
+            }
+            other => panic!("expected UnknownScheme, got {other:?}"),
+        }
+        assert!(err.to_string().contains("memory"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn malformed_urls() {
+        for url in [
+            "",
+            "no scheme here",
+            "://x",
+            "1abc://x",
+            "memory://host?ns=a",
+            "memory://?ns=BAD",
+            "memory://?x=1",
+        ] {
+            let err = connect(url).await.map(|_| ()).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidInput { .. }),
+                "{url:?}: {err:?}"
+            );
+        }
+        assert!(matches!(
+            connect("no scheme here").await.map(|_| ()),
+            Err(Error::InvalidInput {
+                what: "url",
+                problem: InputProblem::Malformed { .. }
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn memory_handles_share_a_namespace() {
+        let a = connect("memory://?ns=connect_test").await.unwrap();
+        let b = connect("MEMORY://?ns=connect_test").await.unwrap();
+        let other = connect("memory:").await.unwrap();
+        assert_eq!(a.backend(), "memory");
+        let key = Key::member("m").unwrap();
+        let lease = a
+            .acquire(
+                &key,
+                &HolderId::new("h").unwrap(),
+                Ttl::from_secs(30).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(b.inspect(&key).await.unwrap().unwrap().token, lease.token);
+        assert!(other.inspect(&key).await.unwrap().is_none());
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_by_url() {
+        let dir = std::env::temp_dir().join(format!("liveness-connect-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}?ns=connect_test", dir.join("c.db").display());
+        let store = connect(&url).await.unwrap();
+        assert_eq!(store.backend(), "sqlite");
+        let id = store.enqueue(b"x", Default::default()).await.unwrap();
+        let again = connect(&url).await.unwrap();
+        assert!(again.item(id).await.unwrap().is_some());
+        assert!(matches!(
+            connect("sqlite://").await.map(|_| ()),
+            Err(Error::InvalidInput { .. })
+        ));
+        drop((store, again));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
