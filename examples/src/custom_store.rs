@@ -105,7 +105,10 @@ impl Tables {
             token: lease.token,
             reason,
         };
-        let row = self.leases.get(&lease.key).ok_or(lost(LostReason::Released))?;
+        let row = self
+            .leases
+            .get(&lease.key)
+            .ok_or(lost(LostReason::Released))?;
         if row.token != lease.token.0 {
             return Err(lost(LostReason::Superseded));
         }
@@ -185,7 +188,8 @@ impl LeaseStore for TableStore {
                 expires_at_ms,
             },
         );
-        t.by_expiry.insert((key.space().clone(), expires_at_ms, key.clone()));
+        t.by_expiry
+            .insert((key.space().clone(), expires_at_ms, key.clone()));
         Ok(Lease {
             key: key.clone(),
             holder: holder.clone(),
@@ -261,7 +265,8 @@ impl LeaseStore for TableStore {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let mut t = self.tables.lock().await;
         let now = self.now_ms();
-        let expired = matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
+        let expired =
+            matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
         if expired {
             t.retire(key);
         }

@@ -23,7 +23,11 @@ impl FencedRegister {
         let ok = token.0 >= prev;
         println!(
             "  register: write {what:?} with token {token} -> {}",
-            if ok { "accepted" } else { "REFUSED (stale token)" }
+            if ok {
+                "accepted"
+            } else {
+                "REFUSED (stale token)"
+            }
         );
         ok
     }
@@ -31,13 +35,21 @@ impl FencedRegister {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args().nth(1).unwrap_or_else(|| "memory://".to_owned());
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "memory://".to_owned());
     let store: Arc<dyn Store> = liveness::connect(&url).await?;
     let ttl = Ttl::from_millis(2000)?;
     let register = FencedRegister::default();
 
-    let a = Election::new(store.clone(), ElectionConfig::new("dispatcher", "node-a", ttl)?);
-    let b = Election::new(store.clone(), ElectionConfig::new("dispatcher", "node-b", ttl)?);
+    let a = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatcher", "node-a", ttl)?,
+    );
+    let b = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatcher", "node-b", ttl)?,
+    );
     let leader = a.campaign().await?;
     println!("node-a leads with token {}", leader.token());
     register.write(leader.token(), "schedule batch 1 (node-a)");
@@ -47,7 +59,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lost = leader.cancelled();
     drop(leader); // the heartbeat stops; the lease expires by the store's clock
     let next = b.campaign().await?;
-    println!("node-b leads with token {} (node-a's signal fired: {})", next.token(), lost.is_cancelled());
+    println!(
+        "node-b leads with token {} (node-a's signal fired: {})",
+        next.token(),
+        lost.is_cancelled()
+    );
     register.write(next.token(), "schedule batch 2 (node-b)");
 
     println!("node-a wakes up and, not having looked at its signal, writes anyway:");

@@ -13,7 +13,9 @@ use liveness::{
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args().nth(1).unwrap_or_else(|| "memory://".to_owned());
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "memory://".to_owned());
     let store: Arc<dyn Store> = liveness::connect(&url).await?;
     let bus = EventBus::default();
     let mut events = bus.subscribe();
@@ -21,7 +23,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         while let Ok(e) = events.recv().await {
             match e {
                 Event::Joined { key, token, .. } => println!("joined   {key} token {token}"),
-                Event::Died { key, token, requeued, .. } => {
+                Event::Died {
+                    key,
+                    token,
+                    requeued,
+                    ..
+                } => {
                     println!("died     {key} token {token}: {requeued} items requeued")
                 }
                 Event::Left { key, .. } => println!("left     {key}"),
@@ -29,9 +36,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     });
-    let checker = Checker::new(store.clone(), CheckerConfig { events: bus.clone(), ..Default::default() }).spawn();
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            events: bus.clone(),
+            ..Default::default()
+        },
+    )
+    .spawn();
     for i in 0..30 {
-        store.enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default()).await?;
+        store
+            .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
+            .await?;
     }
     let ttl = Ttl::from_millis(1000)?;
     let mut members = Vec::new();
@@ -59,7 +75,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    println!("all 30 items done; counts now {:?}", store.item_counts().await?);
+    println!(
+        "all 30 items done; counts now {:?}",
+        store.item_counts().await?
+    );
     for m in members {
         m.leave(Duration::from_secs(1)).await?;
     }
