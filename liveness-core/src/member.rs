@@ -423,7 +423,9 @@ async fn rejoin(
             .await
         {
             Ok(lease) => return Some((lease, sent)),
-            Err(Error::Held { holder, token, .. }) if token == old.token || holder == config.holder => {
+            Err(Error::Held { holder, token, .. })
+                if token == old.token || holder == config.holder =>
+            {
                 // Our own earlier lease (the one we just lost, or a "ghost": an acquire
                 // that timed out on our side but was applied by the store). Holder ids
                 // are unique per member instance, so nobody else's lease matches.

@@ -248,7 +248,7 @@ impl Ttl {
                 },
             ));
         }
-        if d.subsec_nanos() % 1_000_000 != 0 {
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::invalid(
                 "ttl",
                 InputProblem::Malformed {

@@ -1,1 +1,420 @@
-//! Starting a real etcd server for tests (being written).
+//! A real etcd member for tests: one node, a temporary data folder, free client and
+//! peer ports on 127.0.0.1.
+//!
+//! - [`shared`]: the server the tests of one test binary share (each test works in
+//!   its own random namespace). `LIVENESS_ETCD_URL` (a liveness URL such as
+//!   `etcd://127.0.0.1:2379`) makes it an existing server instead.
+//! - [`start`]: a dedicated member, for fault tests that pause, kill or restart it.
+//! - [`start_tls`]: a dedicated member serving HTTPS with a self-signed CA made by
+//!   `openssl` in its folder ([`TlsFiles`]).
+//! - [`start_with_auth`]: a dedicated member with authentication enabled and one root
+//!   user.
+//!
+//! The binaries come from Debian's `etcd-server` (etcd 3.4) and `etcd-client`
+//! (`etcdctl`, used to wait for health and to set users up). When they are missing,
+//! [`missing`](crate::missing) fails the test under CI and prints a skip line
+//! elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::{find_binary, free_port, missing, ServerProcess};
+
+/// The environment variable naming an existing etcd (a liveness URL).
+pub const URL_ENV: &str = "LIVENESS_ETCD_URL";
+
+const HINT: &str = "apt-get install etcd-server etcd-client";
+
+/// How long a starting member gets to elect itself and answer health checks.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// The certificate files of a TLS member, all in its data folder.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The self-signed CA certificate (PEM) clients must trust.
+    pub ca: PathBuf,
+    /// The server certificate (PEM), for `127.0.0.1` and `localhost`.
+    pub cert: PathBuf,
+    /// The server's private key (PEM).
+    pub key: PathBuf,
+}
+
+/// An etcd member the tests talk to: one this process started, or the one named by
+/// `LIVENESS_ETCD_URL`.
+#[derive(Debug)]
+pub struct EtcdServer {
+    process: Option<ServerProcess>,
+    url: String,
+    endpoint: String,
+    tls: Option<TlsFiles>,
+    user: Option<(String, String)>,
+}
+
+impl EtcdServer {
+    /// The liveness URL of the member: `etcd://127.0.0.1:PORT` (or `etcds://` for a
+    /// TLS member, without the CA parameter: see [`EtcdServer::tls`]), or the
+    /// environment URL as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The gRPC endpoint: `http://127.0.0.1:PORT` or `https://...`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The certificate files, for a TLS member.
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// The root user and password, for a member with authentication enabled.
+    pub fn user(&self) -> Option<(&str, &str)> {
+        self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str()))
+    }
+
+    /// The server process, when this process started it (not for an environment URL).
+    pub fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// Freezes the member (SIGSTOP). Fails for an environment URL.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.own()?.pause()
+    }
+
+    /// Resumes a paused member (SIGCONT). Fails for an environment URL.
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.own()?.resume()
+    }
+
+    /// Kills the member (SIGKILL), keeping its data folder.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        self.own_mut()?.kill();
+        Ok(())
+    }
+
+    /// Starts the member again on the same ports and data (it re-joins its one-node
+    /// cluster from its write-ahead log), and waits until it answers health checks.
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.own_mut()?.restart(READY_WITHIN)?;
+        self.wait_healthy(READY_WITHIN)
+    }
+
+    fn own(&self) -> std::io::Result<&ServerProcess> {
+        self.process
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("this etcd was not started by the test kit"))
+    }
+
+    fn own_mut(&mut self) -> std::io::Result<&mut ServerProcess> {
+        self.process
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("this etcd was not started by the test kit"))
+    }
+
+    /// Waits until `etcdctl endpoint health` succeeds (the member has a leader).
+    pub fn wait_healthy(&self, within: Duration) -> std::io::Result<()> {
+        let until = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < until {
+            match self.etcdctl(&["endpoint", "health"]) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "etcd at {} not healthy within {within:?}: {last}",
+            self.endpoint
+        )))
+    }
+
+    /// Runs `etcdctl` against this member (with its CA and user, if any) and returns
+    /// its standard output.
+    pub fn etcdctl(&self, args: &[&str]) -> std::io::Result<String> {
+        let bin = find_binary("etcdctl", &[])
+            .ok_or_else(|| std::io::Error::other("etcdctl not found"))?;
+        let mut cmd = Command::new(bin);
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint))
+            .arg("--dial-timeout=2s")
+            .arg("--command-timeout=3s");
+        if let Some(tls) = &self.tls {
+            cmd.arg(format!("--cacert={}", tls.ca.display()));
+        }
+        if let Some((u, p)) = &self.user {
+            cmd.arg(format!("--user={u}:{p}"));
+        }
+        let out = cmd.args(args).stdin(Stdio::null()).output()?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(std::io::Error::other(format!(
+                "etcdctl {}: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    }
+}
+
+/// The member the tests of this process share, started on first use (or the one at
+/// `LIVENESS_ETCD_URL`). `None` (after a skip line) when etcd is missing outside CI.
+///
+/// It lives until the process exits; the test kit's watchdog then stops it and
+/// removes its folder.
+pub fn shared() -> Option<&'static EtcdServer> {
+    static SHARED: OnceLock<Option<EtcdServer>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var(URL_ENV) {
+                if !url.is_empty() {
+                    return Some(from_env(url));
+                }
+            }
+            let server = start()?;
+            if let Some(p) = server.process() {
+                remove_when_process_exits(p.dir());
+            }
+            Some(server)
+        })
+        .as_ref()
+}
+
+fn from_env(url: String) -> EtcdServer {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
+    let host = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let first = host.split(',').next().unwrap_or(host);
+    let scheme = if url.starts_with("etcds") {
+        "https"
+    } else {
+        "http"
+    };
+    EtcdServer {
+        process: None,
+        endpoint: format!("{scheme}://{first}"),
+        url,
+        tls: None,
+        user: None,
+    }
+}
+
+/// Starts a dedicated plain-HTTP member. `None` (after a skip line) when etcd is
+/// missing outside CI; panics when it is present but does not start.
+pub fn start() -> Option<EtcdServer> {
+    launch(false, None)
+}
+
+/// Starts a dedicated member serving HTTPS with a fresh self-signed CA.
+pub fn start_tls() -> Option<EtcdServer> {
+    launch(true, None)
+}
+
+/// Starts a dedicated member, adds the user `root` with `password`, and enables
+/// authentication. [`EtcdServer::user`] then gives the credentials.
+pub fn start_with_auth(password: &str) -> Option<EtcdServer> {
+    launch(false, Some(password))
+}
+
+fn launch(tls: bool, password: Option<&str>) -> Option<EtcdServer> {
+    let Some(etcd) = find_binary("etcd", &[]) else {
+        return missing("etcd", HINT);
+    };
+    if find_binary("etcdctl", &[]).is_none() {
+        return missing("etcdctl", HINT);
+    }
+    if tls && find_binary("openssl", &[]).is_none() {
+        return missing("openssl", "apt-get install openssl");
+    }
+    let mut last = None;
+    // A free port can be taken by someone else between the probe and etcd's bind:
+    // retry with fresh ports.
+    for _ in 0..3 {
+        match try_launch(&etcd, tls, password) {
+            Ok(server) => return Some(server),
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!(
+        "etcd did not start: {}",
+        last.map(|e| e.to_string()).unwrap_or_default()
+    );
+}
+
+fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result<EtcdServer> {
+    let dir = tempfile::Builder::new()
+        .prefix("liveness-etcd-")
+        .tempdir()?;
+    let files = if tls {
+        Some(make_certificates(dir.path())?)
+    } else {
+        None
+    };
+    let client_port = free_port()?;
+    let peer_port = free_port()?;
+    let scheme = if tls { "https" } else { "http" };
+    let etcd = etcd.to_path_buf();
+    let launch_files = files.clone();
+    let launcher: crate::Launcher = Box::new(move |dir: &Path, port: u16| {
+        let client = format!("{scheme}://127.0.0.1:{port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(&etcd);
+        cmd.current_dir(dir)
+            .arg("--name=default")
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=default={peer}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .arg("--log-level=warn");
+        if let Some(f) = &launch_files {
+            cmd.arg(format!("--cert-file={}", f.cert.display()))
+                .arg(format!("--key-file={}", f.key.display()));
+        }
+        if let Some(arch) = unsupported_arch() {
+            cmd.env("ETCD_UNSUPPORTED_ARCH", arch);
+        }
+        cmd
+    });
+    let process = ServerProcess::start("etcd", dir, client_port, launcher, READY_WITHIN)?;
+    let url_scheme = if tls { "etcds" } else { "etcd" };
+    let mut server = EtcdServer {
+        process: Some(process),
+        url: format!("{url_scheme}://127.0.0.1:{client_port}"),
+        endpoint: format!("{scheme}://127.0.0.1:{client_port}"),
+        tls: files,
+        user: None,
+    };
+    server.wait_healthy(READY_WITHIN)?;
+    if let Some(pw) = password {
+        server
+            .etcdctl(&["user", "add", &format!("root:{pw}"), "--interactive=false"])
+            .or_else(|_| server.etcdctl(&["user", "add", &format!("root:{pw}")]))?;
+        server.etcdctl(&["auth", "enable"])?;
+        server.user = Some(("root".to_owned(), pw.to_owned()));
+        server.wait_healthy(READY_WITHIN)?;
+    }
+    Ok(server)
+}
+
+/// etcd 3.4 refuses to run on architectures other than amd64 and ppc64le unless
+/// `ETCD_UNSUPPORTED_ARCH` names the architecture.
+fn unsupported_arch() -> Option<&'static str> {
+    match std::env::consts::ARCH {
+        "x86_64" | "powerpc64" => None,
+        "aarch64" => Some("arm64"),
+        "arm" => Some("arm"),
+        "x86" => Some("386"),
+        "s390x" => Some("s390x"),
+        other => Some(other),
+    }
+}
+
+/// A self-signed EC CA and a server certificate for 127.0.0.1 / localhost.
+fn make_certificates(dir: &Path) -> std::io::Result<TlsFiles> {
+    let openssl = |args: &[&str]| -> std::io::Result<()> {
+        let out = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    };
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n\
+         subjectKeyIdentifier=hash\n",
+    )?;
+    std::fs::write(
+        dir.join("server.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.csr",
+        "-subj",
+        "/CN=liveness test CA",
+    ]);
+    openssl(&ca)?;
+    openssl(&[
+        "x509", "-req", "-in", "ca.csr", "-signkey", "ca.key", "-out", "ca.pem", "-days", "7",
+        "-extfile", "ca.cnf",
+    ])?;
+    let mut server = vec!["req"];
+    server.extend(ec);
+    server.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&server)?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "7",
+        "-extfile",
+        "server.cnf",
+    ])?;
+    Ok(TlsFiles {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    })
+}
+
+/// A server in a `static` is never dropped, so its folder would stay: a small shell
+/// removes it once this process is gone (after the watchdog killed the server).
+fn remove_when_process_exits(dir: &Path) {
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; sleep 2; rm -rf \"$2\"")
+        .arg("cleanup")
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}

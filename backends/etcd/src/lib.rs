@@ -1,1 +1,28 @@
-//! The etcd backend (work in progress).
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+mod keys;
+mod store;
+mod watch;
+
+pub use config::EtcdConfig;
+pub use store::{EtcdStore, MAX_BATCH, MAX_PAYLOAD};
+
+/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// errors name it.
+pub const BACKEND: &str = "etcd";
+
+/// The URL schemes this backend serves: `etcd://` (plain gRPC) and `etcds://` (TLS).
+pub const SCHEMES: &[&str] = &["etcd", "etcds"];
+
+/// Parses `url` ([`EtcdConfig::from_url`]) and connects ([`EtcdStore::connect`]).
+///
+/// Fails with [`liveness_core::Error::InvalidInput`] on a malformed URL, with
+/// [`liveness_core::Error::Unavailable`] when no member answers, and with
+/// [`liveness_core::Error::Backend`] when the cluster refuses the connection (bad
+/// credentials, unreadable TLS files).
+pub async fn connect(url: &str) -> liveness_core::Result<EtcdStore> {
+    EtcdStore::connect(EtcdConfig::from_url(url)?).await
+}

@@ -1,0 +1,275 @@
+//! The key layout of one namespace, and the small text encodings of the values.
+//!
+//! Everything lives under `liveness/<ns>/` (the namespace is `[a-z0-9_]+`, and the
+//! trailing `/` keeps `ns` from prefixing `ns_2`). Numbers in keys are zero-padded
+//! to 20 digits so that range reads come back in numeric order.
+//!
+//! | key | value | notes |
+//! | --- | --- | --- |
+//! | `lease/<space>/<name>` | [`Record`] | the lease record, NOT bound to an etcd lease |
+//! | `w/l/<space>/<name>` | empty | bound to the etcd lease; its create revision is the token |
+//! | `w/sync` | empty | written by `expired` to know when the watch has caught up |
+//! | `dead/<token>` | `space/name` | the dead set |
+//! | `item/ctr` | last item id | the item id counter |
+//! | `item/r/<id>` | [`Meta`] with state | attempts, max attempts, state |
+//! | `item/b/<id>` | payload bytes | immutable until the item completes |
+//! | `item/p/<id>` | [`Meta`] | pending index |
+//! | `item/o/<token>/<id>` | [`Meta`] | owned-by-token index |
+//! | `item/d/<id>` | [`Meta`] | dead-letter index |
+//!
+//! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
+//! deleted the lease-bound key when it expired the lease, and the record stays until
+//! a reap, a release or an acquire retires it.
+
+use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, Space, Ttl};
+
+/// The keys of one namespace.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    root: String,
+}
+
+impl Keys {
+    pub(crate) fn new(ns: &Namespace) -> Keys {
+        Keys {
+            root: format!("liveness/{ns}/"),
+        }
+    }
+
+    pub(crate) fn record(&self, key: &Key) -> String {
+        format!("{}lease/{key}", self.root)
+    }
+
+    pub(crate) fn records(&self) -> String {
+        format!("{}lease/", self.root)
+    }
+
+    pub(crate) fn live(&self, key: &Key) -> String {
+        format!("{}w/l/{key}", self.root)
+    }
+
+    pub(crate) fn lives(&self) -> String {
+        format!("{}w/l/", self.root)
+    }
+
+    pub(crate) fn lives_in(&self, space: &Space) -> String {
+        format!("{}w/l/{space}/", self.root)
+    }
+
+    /// The prefix the expiry watch covers: lease-bound keys and the sync key.
+    pub(crate) fn watched(&self) -> String {
+        format!("{}w/", self.root)
+    }
+
+    pub(crate) fn sync(&self) -> String {
+        format!("{}w/sync", self.root)
+    }
+
+    pub(crate) fn dead(&self, token: FencingToken) -> String {
+        format!("{}dead/{:020}", self.root, token.0)
+    }
+
+    pub(crate) fn deads(&self) -> String {
+        format!("{}dead/", self.root)
+    }
+
+    pub(crate) fn counter(&self) -> String {
+        format!("{}item/ctr", self.root)
+    }
+
+    pub(crate) fn meta(&self, id: u64) -> String {
+        format!("{}item/r/{id:020}", self.root)
+    }
+
+    pub(crate) fn body(&self, id: u64) -> String {
+        format!("{}item/b/{id:020}", self.root)
+    }
+
+    pub(crate) fn pending(&self, id: u64) -> String {
+        format!("{}item/p/{id:020}", self.root)
+    }
+
+    pub(crate) fn pendings(&self) -> String {
+        format!("{}item/p/", self.root)
+    }
+
+    pub(crate) fn owned(&self, token: FencingToken, id: u64) -> String {
+        format!("{}item/o/{:020}/{id:020}", self.root, token.0)
+    }
+
+    pub(crate) fn owned_by(&self, token: FencingToken) -> String {
+        format!("{}item/o/{:020}/", self.root, token.0)
+    }
+
+    pub(crate) fn owneds(&self) -> String {
+        format!("{}item/o/", self.root)
+    }
+
+    pub(crate) fn dead_letter(&self, id: u64) -> String {
+        format!("{}item/d/{id:020}", self.root)
+    }
+
+    pub(crate) fn dead_letters(&self) -> String {
+        format!("{}item/d/", self.root)
+    }
+
+    /// The lease key named by a record or lease-bound key under `prefix`.
+    pub(crate) fn parse_key(&self, prefix: &str, raw: &[u8]) -> Option<Key> {
+        let s = std::str::from_utf8(raw).ok()?;
+        Key::parse(s.strip_prefix(prefix)?).ok()
+    }
+
+    /// The trailing 20-digit number of an index key.
+    pub(crate) fn trailing_id(raw: &[u8]) -> Option<u64> {
+        let s = std::str::from_utf8(raw).ok()?;
+        s.rsplit('/').next()?.parse().ok()
+    }
+}
+
+/// The value of a lease record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// The token, when written explicitly; `None` means "the record's own mod
+    /// revision", which is the token when the record was written by the acquiring
+    /// transaction (the same transaction created the lease-bound key).
+    pub(crate) token: Option<u64>,
+    pub(crate) ttl: Ttl,
+    pub(crate) lease_id: i64,
+    pub(crate) holder: HolderId,
+}
+
+impl Record {
+    pub(crate) fn encode(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}",
+            self.token.unwrap_or(0),
+            self.ttl.as_millis(),
+            self.lease_id,
+            self.holder
+        )
+    }
+
+    pub(crate) fn decode(raw: &[u8]) -> Option<Record> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let mut parts = s.splitn(4, '\n');
+        let token: u64 = parts.next()?.parse().ok()?;
+        let ttl = Ttl::from_millis(parts.next()?.parse().ok()?).ok()?;
+        let lease_id = parts.next()?.parse().ok()?;
+        let holder = HolderId::new(parts.next()?).ok()?;
+        Some(Record {
+            token: (token != 0).then_some(token),
+            ttl,
+            lease_id,
+            holder,
+        })
+    }
+}
+
+/// An item's attempt counts and, in its `item/r/` record, its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: u32,
+}
+
+impl Meta {
+    pub(crate) fn encode(self) -> String {
+        format!("{} {}", self.attempts, self.max_attempts)
+    }
+
+    pub(crate) fn encode_with(self, state: ItemState) -> String {
+        let s = match state {
+            ItemState::Pending => "p".to_owned(),
+            ItemState::DeadLettered => "d".to_owned(),
+            ItemState::Owned(t) => format!("o{}", t.0),
+        };
+        format!("{} {} {s}", self.attempts, self.max_attempts)
+    }
+
+    pub(crate) fn decode(raw: &[u8]) -> Option<Meta> {
+        Self::decode_with(raw).map(|(m, _)| m)
+    }
+
+    pub(crate) fn decode_with(raw: &[u8]) -> Option<(Meta, Option<ItemState>)> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let mut parts = s.split(' ');
+        let attempts = parts.next()?.parse().ok()?;
+        let max_attempts = parts.next()?.parse().ok()?;
+        let state = match parts.next() {
+            None => None,
+            Some("p") => Some(ItemState::Pending),
+            Some("d") => Some(ItemState::DeadLettered),
+            Some(o) => Some(ItemState::Owned(FencingToken(
+                o.strip_prefix('o')?.parse().ok()?,
+            ))),
+        };
+        Some((
+            Meta {
+                attempts,
+                max_attempts,
+            },
+            state,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let r = Record {
+            token: None,
+            ttl: Ttl::from_millis(2500).unwrap(),
+            lease_id: 77,
+            holder: HolderId::new("host 1: pid\u{e9}").unwrap(),
+        };
+        assert_eq!(Record::decode(r.encode().as_bytes()), Some(r.clone()));
+        let r = Record {
+            token: Some(9),
+            ..r
+        };
+        assert_eq!(Record::decode(r.encode().as_bytes()), Some(r));
+        assert_eq!(Record::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn metas_round_trip() {
+        let m = Meta {
+            attempts: 2,
+            max_attempts: 5,
+        };
+        assert_eq!(Meta::decode(m.encode().as_bytes()), Some(m));
+        for s in [
+            ItemState::Pending,
+            ItemState::DeadLettered,
+            ItemState::Owned(FencingToken(42)),
+        ] {
+            assert_eq!(
+                Meta::decode_with(m.encode_with(s).as_bytes()),
+                Some((m, Some(s)))
+            );
+        }
+    }
+
+    #[test]
+    fn keys_sort_numerically_and_parse_back() {
+        let k = Keys::new(&Namespace::new("ns").unwrap());
+        assert!(k.pending(9) < k.pending(10));
+        assert_eq!(
+            Keys::trailing_id(k.owned(FencingToken(3), 12).as_bytes()),
+            Some(12)
+        );
+        let key = Key::member("a/b").unwrap();
+        assert_eq!(
+            k.parse_key(&k.lives(), k.live(&key).as_bytes()),
+            Some(key.clone())
+        );
+        assert_eq!(
+            k.parse_key(&k.records(), k.record(&key).as_bytes()),
+            Some(key)
+        );
+        assert_eq!(k.parse_key(&k.lives(), k.sync().as_bytes()), None);
+    }
+}

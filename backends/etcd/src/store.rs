@@ -1,0 +1,1265 @@
+//! [`EtcdStore`]: the lease and item contract on etcd v3.
+//!
+//! See the crate docs (README) for what it guarantees and the key layout in
+//! `keys.rs`. In short: each liveness lease is an etcd lease with a lease-bound key
+//! (`w/l/<space>/<name>`, its create revision is the fencing token) beside a record
+//! (`lease/<space>/<name>`) that is not lease-bound; etcd's own countdown deletes the
+//! lease-bound key, and "record present, lease-bound key gone" is "expired, not yet
+//! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, KeyValue, KvClient,
+    LeaseClient, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
+    TxnResponse, WatchClient,
+};
+use liveness_core::{
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStatus, LeaseStore, LostReason, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+
+use crate::config::EtcdConfig;
+use crate::keys::{Keys, Meta, Record};
+use crate::watch::{scan, ExpiryWatch};
+use crate::BACKEND;
+
+/// The most items or leases one call moves or lists. A claim writes 3 keys and reads
+/// 1 per item in ONE transaction, and etcd refuses transactions of more than 128
+/// operations by default (`--max-txn-ops`): 32 × 4 = 128.
+pub const MAX_BATCH: usize = 32;
+
+/// The largest item payload: 1 MiB, under etcd's default request limit of 1.5 MiB
+/// (`--max-request-bytes`). etcd is happiest with much smaller values.
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// Responses may carry up to [`MAX_BATCH`] payloads.
+const MAX_DECODE: usize = MAX_BATCH * MAX_PAYLOAD + 4 * 1024 * 1024;
+
+/// How many times an optimistic transaction is retried under contention.
+const MAX_TRIES: usize = 64;
+
+/// Candidates verified per read transaction (2 reads each, under 128).
+const VERIFY_CHUNK: usize = 64;
+
+/// What went wrong inside this backend (the source of a `Backend` or `Unavailable`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Fault {
+    #[error("corrupt value at etcd key {0:?}")]
+    Corrupt(String),
+    #[error("lease-bound key {0:?} exists without its record")]
+    Orphan(String),
+    #[error("gave up after {MAX_TRIES} conflicting transactions")]
+    Contention,
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("could not read {0:?}")]
+    Unreadable(std::path::PathBuf, #[source] std::io::Error),
+}
+
+/// Maps an etcd client error: transport faults, timeouts, leader changes and
+/// overload to [`Error::Unavailable`]; everything else to [`Error::Backend`].
+pub(crate) fn map_err(e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    let retryable = match &e {
+        E::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+                | Code::Unknown
+        ),
+        E::TransportError(_)
+        | E::IoError(_)
+        | E::LeaseKeepAliveError(_)
+        | E::WatchError(_)
+        | E::EndpointError(_) => true,
+        _ => false,
+    };
+    if retryable {
+        Error::unavailable(BACKEND, e)
+    } else {
+        Error::backend(BACKEND, e)
+    }
+}
+
+fn is_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::NotFound,
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
+        _ => false,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The etcd lease ttl for a liveness ttl: whole seconds, rounded UP.
+fn etcd_secs(ttl: Ttl) -> i64 {
+    i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+fn secs(s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+fn version(k: &str, v: i64) -> Compare {
+    Compare::version(k, CompareOp::Equal, v)
+}
+
+fn mod_rev(k: &str, v: i64) -> Compare {
+    Compare::mod_revision(k, CompareOp::Equal, v)
+}
+
+fn create_rev(k: &str, v: i64) -> Compare {
+    Compare::create_revision(k, CompareOp::Equal, v)
+}
+
+fn exists(k: &str) -> Compare {
+    Compare::version(k, CompareOp::Greater, 0)
+}
+
+fn get(k: &str) -> TxnOp {
+    TxnOp::get(k, None)
+}
+
+fn put(k: &str, v: impl Into<Vec<u8>>) -> TxnOp {
+    TxnOp::put(k, v, None)
+}
+
+fn del(k: &str) -> TxnOp {
+    TxnOp::delete(k, None)
+}
+
+fn token_i64(t: FencingToken) -> i64 {
+    i64::try_from(t.0).unwrap_or(i64::MAX)
+}
+
+/// The range responses of a transaction, in order (puts and deletes skipped).
+fn ranges(resp: &TxnResponse) -> Vec<GetResponse> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+fn first(g: Option<&GetResponse>) -> Option<KeyValue> {
+    g.and_then(|g| g.kvs().first().cloned())
+}
+
+fn revision(resp: &TxnResponse) -> i64 {
+    resp.header().map(|h| h.revision()).unwrap_or(0)
+}
+
+/// A lease record as read, with its token.
+#[derive(Clone, Debug)]
+struct Current {
+    mod_rev: i64,
+    rec: Record,
+    token: FencingToken,
+}
+
+/// A record and a lease-bound key read at one revision.
+#[derive(Debug)]
+struct Snapshot {
+    record: Option<Current>,
+    live: Option<KeyValue>,
+}
+
+impl Snapshot {
+    fn from(rec: Option<KeyValue>, live: Option<KeyValue>) -> Result<Snapshot> {
+        let record = match rec {
+            None => None,
+            Some(kv) => {
+                let rec = Record::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                let token = FencingToken(
+                    rec.token
+                        .unwrap_or_else(|| u64::try_from(kv.mod_revision()).unwrap_or(0)),
+                );
+                Some(Current {
+                    mod_rev: kv.mod_revision(),
+                    rec,
+                    token,
+                })
+            }
+        };
+        Ok(Snapshot { record, live })
+    }
+
+    /// True when the lease-bound key exists and belongs to the record's token.
+    fn is_live(&self) -> bool {
+        match (&self.record, &self.live) {
+            (Some(c), Some(l)) => u64::try_from(l.create_revision()).ok() == Some(c.token.0),
+            _ => false,
+        }
+    }
+
+    /// Why `lease` is not current and live, or the record when it is.
+    fn check(self, lease: &Lease) -> Result<Current> {
+        let lost = |reason| Error::Lost {
+            key: lease.key.clone(),
+            token: lease.token,
+            reason,
+        };
+        let live = self.is_live();
+        match self.record {
+            None => Err(lost(LostReason::Released)),
+            Some(c) if c.token != lease.token => Err(lost(LostReason::Superseded)),
+            Some(_) if !live => Err(lost(LostReason::Expired)),
+            Some(c) => Ok(c),
+        }
+    }
+}
+
+fn corrupt(key: &[u8]) -> Error {
+    Error::backend(
+        BACKEND,
+        Fault::Corrupt(String::from_utf8_lossy(key).into_owned()),
+    )
+}
+
+/// A keep-alive stream kept per lease this handle renews.
+struct Slot {
+    lease_id: i64,
+    ttl: Ttl,
+    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+}
+
+struct Inner {
+    kv: KvClient,
+    lease: LeaseClient,
+    watch: WatchClient,
+    keys: Keys,
+    namespace: Namespace,
+    endpoints: Vec<String>,
+    caps: Capabilities,
+    timeout: Duration,
+    started: tokio::time::Instant,
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    expiry: Arc<ExpiryWatch>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.expiry.stop();
+    }
+}
+
+/// A store handle on one namespace of an etcd cluster. Cheap to clone (clones share
+/// the connection, keep-alive streams and expiry watch).
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.inner.endpoints)
+            .field("namespace", &self.inner.namespace)
+            .finish()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster, authenticates when the config has a user, and probes
+    /// etcd's minimum lease ttl (a 1 s grant comes back with the server's minimum,
+    /// which becomes [`Capabilities::min_ttl`]).
+    ///
+    /// Fails with [`Error::Unavailable`] when no member answers, and with
+    /// [`Error::Backend`] on refused credentials, bad TLS files or a refused grant.
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdStore> {
+        let mut opts = ConnectOptions::new()
+            .with_timeout(config.timeout)
+            .with_connect_timeout(config.connect_timeout)
+            // etcd refuses pings more often than every 5 s, and pings without streams.
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(false);
+        if let Some((user, password)) = &config.user {
+            opts = opts
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
+        }
+        if let Some(tls) = &config.tls {
+            opts = with_tls(opts, tls)?;
+        }
+        let client = tokio::time::timeout(
+            config.connect_timeout + config.timeout,
+            Client::connect(config.endpoints.clone(), Some(opts)),
+        )
+        .await
+        .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(config.connect_timeout)))?
+        .map_err(map_err)?;
+        let kv = client
+            .kv_client()
+            .max_decoding_message_size(MAX_DECODE)
+            .max_encoding_message_size(MAX_DECODE);
+        let mut lease = client.lease_client();
+        let watch = client.watch_client().max_decoding_message_size(MAX_DECODE);
+
+        // etcd 3.4 lets anybody use leases: a read in the namespace checks the
+        // credentials (and the permissions on the namespace's keys).
+        let keys = Keys::new(&config.namespace);
+        kv.clone()
+            .get(keys.counter(), Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(map_err)?;
+        let probe = lease.grant(1, None).await.map_err(map_err)?;
+        let min_secs = probe.ttl().max(1);
+        let _ = lease.revoke(probe.id()).await;
+
+        let caps = Capabilities {
+            min_ttl: secs(min_secs),
+            max_ttl: Ttl::MAX,
+            pushes_expiry_events: true,
+            observer_local_expiry: false,
+            max_batch: MAX_BATCH,
+            max_payload: MAX_PAYLOAD,
+        };
+        Ok(EtcdStore {
+            inner: Arc::new(Inner {
+                kv,
+                lease,
+                watch,
+                keys,
+                namespace: config.namespace.clone(),
+                endpoints: config.endpoints.clone(),
+                caps,
+                timeout: config.timeout,
+                started: tokio::time::Instant::now(),
+                slots: Mutex::default(),
+                expiry: ExpiryWatch::new(),
+            }),
+        })
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.inner.kv.clone().txn(txn).await.map_err(map_err)
+    }
+
+    async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(key, None)
+            .await
+            .map_err(map_err)?;
+        Ok(resp.take_kvs().into_iter().next())
+    }
+
+    /// Reads a key's record and lease-bound key at one revision.
+    async fn snapshot(&self, key: &Key) -> Result<Snapshot> {
+        let k = self.keys();
+        let resp = self
+            .txn(Txn::new().and_then(vec![get(&k.record(key)), get(&k.live(key))]))
+            .await?;
+        let r = ranges(&resp);
+        Snapshot::from(first(r.first()), first(r.get(1)))
+    }
+
+    async fn grant(&self, ttl: Ttl) -> Result<i64> {
+        let resp = self
+            .inner
+            .lease
+            .clone()
+            .grant(etcd_secs(ttl), None)
+            .await
+            .map_err(map_err)?;
+        Ok(resp.id())
+    }
+
+    /// Revokes an etcd lease: Ok(true) when it existed, Ok(false) when etcd no longer
+    /// knew it (expired, or revoked before).
+    async fn revoke(&self, id: i64) -> Result<bool> {
+        match self.inner.lease.clone().revoke(id).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    fn revoke_later(&self, id: i64) {
+        let mut lease = self.inner.lease.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = lease.revoke(id).await;
+            });
+        }
+    }
+
+    /// Remaining seconds of an etcd lease by etcd's countdown (truncated), or -1 when
+    /// etcd no longer knows it.
+    async fn time_to_live(&self, id: i64) -> Result<i64> {
+        match self.inner.lease.clone().time_to_live(id, None).await {
+            Ok(r) => Ok(r.ttl()),
+            Err(e) if is_not_found(&e) => Ok(-1),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    fn slot(&self, token: FencingToken) -> Option<Arc<Slot>> {
+        lock(&self.inner.slots).get(&token.0).cloned()
+    }
+
+    fn set_slot(&self, token: FencingToken, c: &Current) -> Arc<Slot> {
+        let slot = Arc::new(Slot {
+            lease_id: c.rec.lease_id,
+            ttl: c.rec.ttl,
+            stream: tokio::sync::Mutex::new(None),
+        });
+        lock(&self.inner.slots).insert(token.0, slot.clone());
+        slot
+    }
+
+    fn drop_slot(&self, token: FencingToken) {
+        lock(&self.inner.slots).remove(&token.0);
+    }
+
+    /// One keep-alive request on the lease's stream: Ok(ttl seconds), 0 when etcd no
+    /// longer knows the lease.
+    async fn keep_alive(&self, slot: &Slot) -> Result<i64> {
+        let timeout = self.inner.timeout;
+        let mut guard = slot.stream.lock().await;
+        for _ in 0..2 {
+            let Some((keeper, stream)) = guard.as_mut() else {
+                // Opening the stream sends the first keep-alive and reads its answer.
+                let opened = tokio::time::timeout(
+                    timeout,
+                    self.inner.lease.clone().keep_alive(slot.lease_id),
+                )
+                .await
+                .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(timeout)))?;
+                return match opened {
+                    Ok(pair) => {
+                        *guard = Some(pair);
+                        Ok(etcd_secs(slot.ttl))
+                    }
+                    Err(e) if is_not_found(&e) => Ok(0),
+                    Err(e) => Err(map_err(e)),
+                };
+            };
+            let exchange = async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            };
+            match tokio::time::timeout(timeout, exchange).await {
+                Ok(Ok(Some(resp))) => return Ok(resp.ttl().max(0)),
+                // A broken stream (the member restarted, the connection reset): drop
+                // it and open a fresh one once.
+                Ok(Ok(None)) | Ok(Err(_)) => *guard = None,
+                Err(_) => {
+                    *guard = None;
+                    return Err(Error::unavailable(BACKEND, Fault::Timeout(timeout)));
+                }
+            }
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            etcd_client::Error::LeaseKeepAliveError("keep-alive stream closed".into()),
+        ))
+    }
+
+    fn renewed(lease: &Lease, ttl_secs: i64) -> Lease {
+        Lease {
+            expires_in: lease.ttl.duration().min(secs(ttl_secs)),
+            ..lease.clone()
+        }
+    }
+
+    /// Renewal with another ttl than the current one: a new etcd lease of the new
+    /// ttl takes the lease-bound key over (its create revision, the token, stays),
+    /// and the old etcd lease is revoked.
+    async fn renew_with_ttl(&self, lease: &Lease) -> Result<Lease> {
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        for _ in 0..MAX_TRIES {
+            let current = self.snapshot(&lease.key).await?.check(lease)?;
+            self.inner.caps.check_ttl(lease.ttl)?;
+            let id = self.grant(lease.ttl).await?;
+            let rec = Record {
+                token: Some(lease.token.0),
+                ttl: lease.ttl,
+                lease_id: id,
+                holder: current.rec.holder.clone(),
+            };
+            let txn = Txn::new()
+                .when(vec![
+                    mod_rev(&rec_key, current.mod_rev),
+                    create_rev(&live_key, token_i64(lease.token)),
+                ])
+                .and_then(vec![
+                    TxnOp::put(
+                        live_key.as_str(),
+                        "",
+                        Some(PutOptions::new().with_lease(id)),
+                    ),
+                    put(&rec_key, rec.encode()),
+                ]);
+            let resp = match self.txn(txn).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.revoke_later(id);
+                    return Err(e);
+                }
+            };
+            if resp.succeeded() {
+                self.drop_slot(lease.token);
+                self.revoke_later(current.rec.lease_id);
+                return Ok(Lease {
+                    expires_in: lease.ttl.duration(),
+                    ..lease.clone()
+                });
+            }
+            self.revoke_later(id);
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    /// Makes sure the expiry watch runs and has delivered every event up to now: a
+    /// write of the sync key, then a wait until the watch saw it. When the watch does
+    /// not catch up within the request timeout, a full scan (O(leases)) stands in.
+    async fn sync_expiry(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        let resp = inner
+            .kv
+            .clone()
+            .put(inner.keys.sync(), "", None)
+            .await
+            .map_err(map_err)?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if inner.expiry.caught_up(rev, inner.timeout).await {
+            return Ok(());
+        }
+        tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
+        let (_, expired) = scan(&inner.kv, &inner.keys).await?;
+        inner.expiry.absorb_scan(expired);
+        Ok(())
+    }
+
+    /// Verifies the watch's candidates in `space`, earliest first, forgetting the
+    /// stale ones, until `limit` expired leases are found. Costs O(candidates seen).
+    async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let k = self.keys();
+        let mut out = Vec::new();
+        for chunk in self.inner.expiry.candidates(space).chunks(VERIFY_CHUNK / 2) {
+            let ops = chunk
+                .iter()
+                .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
+                .collect::<Vec<_>>();
+            let resp = self.txn(Txn::new().and_then(ops)).await?;
+            let r = ranges(&resp);
+            for (i, key) in chunk.iter().enumerate() {
+                let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
+                match (&snap.record, &snap.live) {
+                    (Some(c), None) => {
+                        if out.len() < limit {
+                            out.push(ExpiredLease {
+                                key: key.clone(),
+                                holder: c.rec.holder.clone(),
+                                token: c.token,
+                            });
+                        }
+                    }
+                    _ => self.inner.expiry.forget(key),
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
+        let r = ranges(resp);
+        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?;
+        Ok(match snap.check(lease) {
+            Err(e) => e,
+            // Live after all: the transaction lost a race on an item instead.
+            Ok(_) => Error::unavailable(BACKEND, Fault::Contention),
+        })
+    }
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(opts: ConnectOptions, tls: &crate::config::TlsConfig) -> Result<ConnectOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let read = |p: &std::path::PathBuf| {
+        std::fs::read(p).map_err(|e| Error::backend(BACKEND, Fault::Unreadable(p.clone(), e)))
+    };
+    let mut t = TlsOptions::new();
+    if let Some(ca) = &tls.ca {
+        t = t.ca_certificate(Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        t = t.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(domain) = &tls.domain {
+        t = t.domain_name(domain.clone());
+    }
+    Ok(opts.with_tls(t))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: ConnectOptions, _: &crate::config::TlsConfig) -> Result<ConnectOptions> {
+    Err(Error::invalid(
+        "url",
+        liveness_core::InputProblem::Malformed {
+            expected: "an etcd:// URL: this build has no TLS (enable the `tls` feature)",
+        },
+    ))
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.caps
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.inner.caps.check_ttl(ttl)?;
+        let id = self.grant(ttl).await?;
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(key), k.live(key));
+        let rec = Record {
+            token: None,
+            ttl,
+            lease_id: id,
+            holder: holder.clone(),
+        }
+        .encode();
+        let put_live = || {
+            TxnOp::put(
+                live_key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(id)),
+            )
+        };
+        let outcome = async {
+            for _ in 0..MAX_TRIES {
+                let snap = self.snapshot(key).await?;
+                let live = snap.is_live();
+                let txn = match (snap.record, snap.live) {
+                    (Some(c), Some(_)) if live => {
+                        return Err(Error::Held {
+                            key: key.clone(),
+                            holder: c.rec.holder,
+                            token: c.token,
+                        })
+                    }
+                    (None, Some(_)) => {
+                        return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
+                    }
+                    // Expired, not yet reaped: retire it to the dead set in this step.
+                    (Some(c), _) => Txn::new()
+                        .when(vec![mod_rev(&rec_key, c.mod_rev), version(&live_key, 0)])
+                        .and_then(vec![
+                            put(&k.dead(c.token), key.to_string()),
+                            put(&rec_key, rec.clone()),
+                            put_live(),
+                        ]),
+                    (None, None) => Txn::new()
+                        .when(vec![version(&rec_key, 0), version(&live_key, 0)])
+                        .and_then(vec![put(&rec_key, rec.clone()), put_live()]),
+                };
+                let resp = self.txn(txn).await?;
+                if resp.succeeded() {
+                    let token = u64::try_from(revision(&resp)).unwrap_or(0);
+                    return Ok(Lease {
+                        key: key.clone(),
+                        holder: holder.clone(),
+                        token: FencingToken(token),
+                        ttl,
+                        expires_in: ttl.duration(),
+                    });
+                }
+            }
+            Err(Error::unavailable(BACKEND, Fault::Contention))
+        }
+        .await;
+        if outcome.is_err() {
+            // Nothing holds this etcd lease (or, after a lost answer, nobody knows
+            // that something does): let it go.
+            self.revoke_later(id);
+        }
+        outcome
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let slot = match self.slot(lease.token) {
+            Some(s) => s,
+            None => {
+                let current = self.snapshot(&lease.key).await?.check(lease)?;
+                self.set_slot(lease.token, &current)
+            }
+        };
+        if slot.ttl != lease.ttl {
+            return self.renew_with_ttl(lease).await;
+        }
+        let left = self.keep_alive(&slot).await?;
+        if left > 0 {
+            return Ok(Self::renewed(lease, left));
+        }
+        // etcd no longer knows that etcd lease: expired (or released), or this
+        // handle's slot is stale (another handle changed the ttl). Read why.
+        self.drop_slot(lease.token);
+        let current = self.snapshot(&lease.key).await?.check(lease)?;
+        if current.rec.lease_id == slot.lease_id {
+            // Live by the key but unknown to the lessor: it is being revoked now.
+            return Err(Error::Lost {
+                key: lease.key.clone(),
+                token: lease.token,
+                reason: LostReason::Expired,
+            });
+        }
+        let slot = self.set_slot(lease.token, &current);
+        if slot.ttl != lease.ttl {
+            return self.renew_with_ttl(lease).await;
+        }
+        match self.keep_alive(&slot).await? {
+            left if left > 0 => Ok(Self::renewed(lease, left)),
+            _ => {
+                self.drop_slot(lease.token);
+                Err(Error::Lost {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                    reason: LostReason::Expired,
+                })
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.drop_slot(lease.token);
+        let snap = self.snapshot(&lease.key).await?;
+        let Some(c) = snap.record else {
+            return Ok(false);
+        };
+        if c.token != lease.token {
+            return Ok(false);
+        }
+        // Revoke first: from here on, renewals fail, and should this process stop
+        // before the transaction below, the record shows as expired and a checker
+        // reaps it (its items are requeued all the same).
+        let revoked = self.revoke(c.rec.lease_id).await?;
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let resp = self
+            .txn(
+                Txn::new()
+                    .when(vec![mod_rev(&rec_key, c.mod_rev)])
+                    .and_then(vec![
+                        del(&rec_key),
+                        del(&live_key),
+                        put(&k.dead(c.token), lease.key.to_string()),
+                    ]),
+            )
+            .await?;
+        self.inner.expiry.forget(&lease.key);
+        // When a checker or an acquire retired the revoked lease first, it went to
+        // the dead set all the same: the release still ended it.
+        Ok(resp.succeeded() || revoked)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let snap = self.snapshot(key).await?;
+        let live = snap.is_live();
+        let Some(c) = snap.record else {
+            return Ok(None);
+        };
+        let status = if live {
+            match self.time_to_live(c.rec.lease_id).await? {
+                // Revoked since the read: the key is gone now.
+                left if left < 0 => LeaseStatus::Expired,
+                // etcd reports whole seconds, truncated: the last second reads 0.
+                left => LeaseStatus::Live {
+                    remaining: secs(left)
+                        .min(c.rec.ttl.duration())
+                        .max(Duration::from_millis(1)),
+                },
+            }
+        } else {
+            LeaseStatus::Expired
+        };
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder: c.rec.holder,
+            token: c.token,
+            ttl: c.rec.ttl,
+            status,
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        self.sync_expiry().await?;
+        self.verified(space, limit).await
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let snap = self.snapshot(key).await?;
+        let live = snap.live.is_some();
+        let Some(c) = snap.record else {
+            self.inner.expiry.forget(key);
+            return Ok(false);
+        };
+        if c.token != token || live {
+            return Ok(false);
+        }
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(key), k.live(key));
+        let resp = self
+            .txn(
+                Txn::new()
+                    .when(vec![mod_rev(&rec_key, c.mod_rev), version(&live_key, 0)])
+                    .and_then(vec![del(&rec_key), put(&k.dead(token), key.to_string())]),
+            )
+            .await?;
+        if resp.succeeded() {
+            self.inner.expiry.forget(key);
+        }
+        Ok(resp.succeeded())
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let k = self.keys();
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(k.deads(), Some(opts))
+            .await
+            .map_err(map_err)?;
+        resp.take_kvs()
+            .into_iter()
+            .map(|kv| {
+                let token = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
+                let key = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(|s| Key::parse(s).ok())
+                    .ok_or_else(|| corrupt(kv.key()))?;
+                Ok(DeadToken {
+                    key,
+                    token: FencingToken(token),
+                })
+            })
+            .collect()
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        // etcd exposes no clock reading (its lease countdown runs on the leader and
+        // is only visible per lease, in whole seconds). This is the handle's own
+        // monotonic clock since connect: for diagnostics only; no expiry decision
+        // ever uses it.
+        Ok(StoreTime::from_epoch(self.inner.started.elapsed()))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.sync_expiry().await?;
+        if !self.verified(space, 1).await?.is_empty() {
+            return Ok(Some(Duration::ZERO));
+        }
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_limit(1);
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(self.keys().lives_in(space), Some(opts))
+            .await
+            .map_err(map_err)?;
+        let Some(kv) = resp.take_kvs().into_iter().next() else {
+            return Ok(None);
+        };
+        // The time left of one live lease (the first by name), at least a second:
+        // etcd keeps no expiry index that a client can read, so this is an estimate;
+        // the expiry watch wakes the checker the moment etcd expires any lease.
+        Ok(Some(match self.time_to_live(kv.lease()).await? {
+            left if left < 0 => Duration::ZERO,
+            left => secs(left.max(1)),
+        }))
+    }
+
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        let inner = &self.inner;
+        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        Some(inner.expiry.wakeups())
+    }
+}
+
+#[async_trait]
+impl ItemStore for EtcdStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        options.validate(payload, self.inner.caps.max_payload)?;
+        let k = self.keys();
+        let counter = k.counter();
+        let meta = Meta {
+            attempts: 0,
+            max_attempts: options.max_attempts,
+        };
+        for _ in 0..MAX_TRIES {
+            let (last, guard) = match self.get_one(&counter).await? {
+                None => (0, version(&counter, 0)),
+                Some(kv) => (
+                    std::str::from_utf8(kv.value())
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .ok_or_else(|| corrupt(kv.key()))?,
+                    mod_rev(&counter, kv.mod_revision()),
+                ),
+            };
+            let id = last + 1;
+            let resp = self
+                .txn(Txn::new().when(vec![guard]).and_then(vec![
+                    put(&counter, id.to_string()),
+                    put(&k.meta(id), meta.encode_with(ItemState::Pending)),
+                    put(&k.body(id), payload.to_vec()),
+                    put(&k.pending(id), meta.encode()),
+                ]))
+                .await?;
+            if resp.succeeded() {
+                return Ok(ItemId(id));
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let n = self.inner.caps.clamp_limit("n", n)?;
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let is_live = create_rev(&live_key, token_i64(lease.token));
+        let why_not = || vec![get(&rec_key), get(&live_key)];
+        for _ in 0..MAX_TRIES {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_limit(i64::try_from(n).unwrap_or(i64::MAX));
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![is_live.clone()])
+                        .and_then(vec![TxnOp::get(k.pendings(), Some(opts))])
+                        .or_else(why_not()),
+                )
+                .await?;
+            if !resp.succeeded() {
+                return Err(self.lost_from(lease, &resp)?);
+            }
+            let pending = first_range(&resp);
+            if pending.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut compares = vec![is_live.clone()];
+            let mut ops = Vec::with_capacity(pending.len() * 4);
+            let mut claimed = Vec::with_capacity(pending.len());
+            for kv in &pending {
+                let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
+                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                let meta = Meta {
+                    attempts: meta.attempts.saturating_add(1),
+                    ..meta
+                };
+                compares.push(mod_rev(&k.pending(id), kv.mod_revision()));
+                ops.push(del(&k.pending(id)));
+                ops.push(put(&k.owned(lease.token, id), meta.encode()));
+                ops.push(put(
+                    &k.meta(id),
+                    meta.encode_with(ItemState::Owned(lease.token)),
+                ));
+                ops.push(get(&k.body(id)));
+                claimed.push((id, meta));
+            }
+            let resp = self
+                .txn(Txn::new().when(compares).and_then(ops).or_else(why_not()))
+                .await?;
+            if !resp.succeeded() {
+                match self.lost_from(lease, &resp)? {
+                    e @ Error::Lost { .. } => return Err(e),
+                    _ => continue,
+                }
+            }
+            let bodies = ranges(&resp);
+            return claimed
+                .into_iter()
+                .zip(bodies.iter())
+                .map(|((id, meta), body)| {
+                    let payload = body
+                        .kvs()
+                        .first()
+                        .map(|kv| kv.value().to_vec())
+                        .ok_or_else(|| corrupt(k.body(id).as_bytes()))?;
+                    Ok(Item {
+                        id: ItemId(id),
+                        payload,
+                        attempts: meta.attempts,
+                        max_attempts: meta.max_attempts,
+                    })
+                })
+                .collect();
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let k = self.keys();
+        let owned = k.owned(lease.token, id.0);
+        let resp = self
+            .txn(Txn::new().when(vec![exists(&owned)]).and_then(vec![
+                del(&owned),
+                del(&k.meta(id.0)),
+                del(&k.body(id.0)),
+            ]))
+            .await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::Fenced {
+                item: id,
+                token: lease.token,
+            })
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let k = self.keys();
+        let owned = k.owned(lease.token, id.0);
+        let fenced = || Error::Fenced {
+            item: id,
+            token: lease.token,
+        };
+        for _ in 0..MAX_TRIES {
+            let Some(kv) = self.get_one(&owned).await? else {
+                return Err(fenced());
+            };
+            let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+            let (state, index) = if retry && meta.attempts < meta.max_attempts {
+                (ItemState::Pending, k.pending(id.0))
+            } else {
+                (ItemState::DeadLettered, k.dead_letter(id.0))
+            };
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![mod_rev(&owned, kv.mod_revision())])
+                        .and_then(vec![
+                            del(&owned),
+                            put(&index, meta.encode()),
+                            put(&k.meta(id.0), meta.encode_with(state)),
+                        ]),
+                )
+                .await?;
+            if resp.succeeded() {
+                return Ok(state);
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let k = self.keys();
+        let dead = k.dead(token);
+        let mut out = Requeued::default();
+        let mut conflicts = 0;
+        loop {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_limit(i64::try_from(MAX_BATCH).unwrap_or(32));
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![exists(&dead)])
+                        .and_then(vec![TxnOp::get(k.owned_by(token), Some(opts))]),
+                )
+                .await?;
+            if !resp.succeeded() {
+                // Not (or no longer) in the dead set: nothing to do.
+                return Ok(out);
+            }
+            let owned = first_range(&resp);
+            if owned.is_empty() {
+                self.txn(
+                    Txn::new()
+                        .when(vec![exists(&dead)])
+                        .and_then(vec![del(&dead)]),
+                )
+                .await?;
+                return Ok(out);
+            }
+            let mut compares = vec![exists(&dead)];
+            let mut ops = Vec::with_capacity(owned.len() * 3);
+            let mut moved = Vec::with_capacity(owned.len());
+            for kv in &owned {
+                let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
+                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                let (state, index) = if meta.attempts < meta.max_attempts {
+                    (ItemState::Pending, k.pending(id))
+                } else {
+                    (ItemState::DeadLettered, k.dead_letter(id))
+                };
+                compares.push(mod_rev(&k.owned(token, id), kv.mod_revision()));
+                ops.push(del(&k.owned(token, id)));
+                ops.push(put(&index, meta.encode()));
+                ops.push(put(&k.meta(id), meta.encode_with(state)));
+                moved.push((ItemId(id), state));
+            }
+            let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
+            if resp.succeeded() {
+                for (id, state) in moved {
+                    match state {
+                        ItemState::Pending => out.requeued.push(id),
+                        _ => out.dead_lettered.push(id),
+                    }
+                }
+            } else {
+                conflicts += 1;
+                if conflicts >= MAX_TRIES {
+                    return Err(Error::unavailable(BACKEND, Fault::Contention));
+                }
+            }
+        }
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let k = self.keys();
+        let resp = self
+            .txn(Txn::new().and_then(vec![get(&k.meta(id.0)), get(&k.body(id.0))]))
+            .await?;
+        let r = ranges(&resp);
+        let Some(meta_kv) = first(r.first()) else {
+            return Ok(None);
+        };
+        let (meta, state) = match Meta::decode_with(meta_kv.value()) {
+            Some((m, Some(s))) => (m, s),
+            _ => return Err(corrupt(meta_kv.key())),
+        };
+        let payload = first(r.get(1))
+            .map(|kv| kv.value().to_vec())
+            .ok_or_else(|| corrupt(k.body(id.0).as_bytes()))?;
+        Ok(Some(ItemRecord {
+            item: Item {
+                id,
+                payload,
+                attempts: meta.attempts,
+                max_attempts: meta.max_attempts,
+            },
+            state,
+        }))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let k = self.keys();
+        let count =
+            |p: String| TxnOp::get(p, Some(GetOptions::new().with_prefix().with_count_only()));
+        let resp = self
+            .txn(Txn::new().and_then(vec![
+                count(k.pendings()),
+                count(k.owneds()),
+                count(k.dead_letters()),
+            ]))
+            .await?;
+        let r = ranges(&resp);
+        let n = |i: usize| {
+            r.get(i)
+                .map(|g| u64::try_from(g.count()).unwrap_or(0))
+                .unwrap_or(0)
+        };
+        Ok(ItemCounts {
+            pending: n(0),
+            owned: n(1),
+            dead_lettered: n(2),
+        })
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let k = self.keys();
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(k.dead_letters(), Some(opts))
+            .await
+            .map_err(map_err)?;
+        let ids = resp
+            .take_kvs()
+            .iter()
+            .map(|kv| Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key())))
+            .collect::<Result<Vec<u64>>>()?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Dead-lettered items never change again: reading them after the listing is
+        // as good as reading them with it.
+        let at = |key: String| TxnOp::get(key, None);
+        let ops = ids
+            .iter()
+            .flat_map(|id| [at(k.meta(*id)), at(k.body(*id))])
+            .collect::<Vec<_>>();
+        let resp = self.txn(Txn::new().and_then(ops)).await?;
+        let r = ranges(&resp);
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let meta_kv = first(r.get(2 * i)).ok_or_else(|| corrupt(k.meta(*id).as_bytes()))?;
+                let meta = Meta::decode(meta_kv.value()).ok_or_else(|| corrupt(meta_kv.key()))?;
+                let payload = first(r.get(2 * i + 1))
+                    .map(|kv| kv.value().to_vec())
+                    .ok_or_else(|| corrupt(k.body(*id).as_bytes()))?;
+                Ok(ItemRecord {
+                    item: Item {
+                        id: ItemId(*id),
+                        payload,
+                        attempts: meta.attempts,
+                        max_attempts: meta.max_attempts,
+                    },
+                    state: ItemState::DeadLettered,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The key-values of a transaction's first range.
+fn first_range(resp: &TxnResponse) -> Vec<KeyValue> {
+    ranges(resp)
+        .into_iter()
+        .next()
+        .map(|mut g| g.take_kvs())
+        .unwrap_or_default()
+}

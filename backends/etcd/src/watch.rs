@@ -1,0 +1,399 @@
+//! The expiry watch: a watch on the namespace's lease-bound keys whose DELETE events
+//! (etcd expiring or revoking a lease) feed an in-handle set of candidate keys, so
+//! that `expired` costs O(expired) and the checker wakes the moment etcd expires a
+//! lease.
+//!
+//! - Started lazily by the first `expired`, `next_expiry` or `wakeups` call on a
+//!   handle (members that only acquire and renew never pay for it).
+//! - At start, and whenever the watch cannot resume (its revision was compacted), a
+//!   full scan compares the namespace's records with its lease-bound keys at one
+//!   revision: O(leases) once, then the watch resumes from that revision + 1. After a
+//!   plain break (connection lost, member restarted) it resumes from the last revision
+//!   it saw, so no DELETE is missed.
+//! - Candidates are hints: `expired` verifies each against the records before
+//!   listing it, and forgets the stale ones (released or re-acquired keys).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, KeyValue, KvClient, WatchClient, WatchOptions};
+use liveness_core::{CancellationToken, Key, Result, Space};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::keys::Keys;
+use crate::store::map_err;
+
+/// Keys per page of the fallback scan.
+const PAGE: i64 = 5_000;
+
+/// etcd's lessor revokes expired leases in passes every 500 ms, and within a pass in
+/// parallel (so in no useful revision order). DELETEs that arrive within this long
+/// of the first one of a pass count as one pass, ordered by token inside it.
+const PASS: Duration = Duration::from_millis(250);
+
+/// A candidate's place in the order `expired` lists: (pass, token).
+type Rank = (u64, u64);
+
+#[derive(Default)]
+struct Candidates {
+    by_space: HashMap<Space, BTreeSet<(Rank, Key)>>,
+    by_key: HashMap<Key, Rank>,
+    pass: u64,
+    pass_started: Option<tokio::time::Instant>,
+}
+
+impl Candidates {
+    fn insert(&mut self, rank: Rank, key: Key) {
+        if let Some(old) = self.by_key.insert(key.clone(), rank) {
+            if let Some(set) = self.by_space.get_mut(key.space()) {
+                set.remove(&(old, key.clone()));
+            }
+        }
+        self.by_space
+            .entry(key.space().clone())
+            .or_default()
+            .insert((rank, key));
+    }
+}
+
+/// The watch state of one store handle (shared by its clones).
+pub(crate) struct ExpiryWatch {
+    candidates: Mutex<Candidates>,
+    seen: watch::Sender<i64>,
+    wake: watch::Sender<u64>,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ExpiryWatch {
+    pub(crate) fn new() -> Arc<ExpiryWatch> {
+        Arc::new(ExpiryWatch {
+            candidates: Mutex::default(),
+            seen: watch::channel(0).0,
+            wake: watch::channel(0).0,
+            stop: CancellationToken::new(),
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Starts the watch task on the current tokio runtime unless it runs already.
+    pub(crate) fn ensure(self: &Arc<Self>, kv: &KvClient, wc: &WatchClient, keys: &Keys) {
+        let mut task = lock(&self.task);
+        if task.as_ref().is_some_and(|t| !t.is_finished()) || self.stop.is_cancelled() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let me = self.clone();
+        let (kv, wc, keys) = (kv.clone(), wc.clone(), keys.clone());
+        *task = Some(rt.spawn(async move { me.run(kv, wc, keys).await }));
+    }
+
+    /// Ends the watch task (the store handle is gone).
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub(crate) fn wakeups(&self) -> watch::Receiver<u64> {
+        self.wake.subscribe()
+    }
+
+    /// Records `key` as possibly expired: its lease-bound key with `token` was just
+    /// deleted.
+    pub(crate) fn deleted(&self, token: u64, key: Key) {
+        let mut c = lock(&self.candidates);
+        let now = tokio::time::Instant::now();
+        let new_pass = match c.pass_started {
+            None => true,
+            Some(t) => now.duration_since(t) > PASS,
+        };
+        if new_pass {
+            c.pass += 1;
+            c.pass_started = Some(now);
+        }
+        let pass = c.pass;
+        c.insert((pass, token), key);
+    }
+
+    /// Drops a candidate (reaped, released, re-acquired).
+    pub(crate) fn forget(&self, key: &Key) {
+        let mut c = lock(&self.candidates);
+        if let Some(rev) = c.by_key.remove(key) {
+            if let Some(set) = c.by_space.get_mut(key.space()) {
+                set.remove(&(rev, key.clone()));
+                if set.is_empty() {
+                    c.by_space.remove(key.space());
+                }
+            }
+        }
+    }
+
+    /// The candidates of `space`, earliest DELETE first.
+    pub(crate) fn candidates(&self, space: &Space) -> Vec<Key> {
+        let c = lock(&self.candidates);
+        c.by_space
+            .get(space)
+            .map(|set| set.iter().map(|(_, k)| k.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the watch has delivered every event up to `rev`; false after
+    /// `within`.
+    pub(crate) async fn caught_up(&self, rev: i64, within: Duration) -> bool {
+        let mut rx = self.seen.subscribe();
+        let ok = matches!(
+            tokio::time::timeout(within, rx.wait_for(|seen| *seen >= rev)).await,
+            Ok(Ok(_))
+        );
+        ok
+    }
+
+    fn saw(&self, rev: i64) {
+        self.seen.send_if_modified(|s| {
+            if rev > *s {
+                *s = rev;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn tick(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Adds the result of a full scan: (token, key) pairs, ranked before any later
+    /// pass.
+    pub(crate) fn absorb_scan(&self, expired: Vec<(u64, Key)>) {
+        let any = !expired.is_empty();
+        {
+            let mut c = lock(&self.candidates);
+            let pass = c.pass;
+            for (token, key) in expired {
+                c.insert((pass, token), key);
+            }
+        }
+        if any {
+            self.tick();
+        }
+    }
+
+    async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = self.stop.cancelled() => false,
+            _ = tokio::time::sleep(d) => true,
+        }
+    }
+
+    async fn run(self: Arc<Self>, kv: KvClient, wc: WatchClient, keys: Keys) {
+        let mut from: Option<i64> = None;
+        let mut backoff = Duration::from_millis(50);
+        let lives = keys.lives();
+        loop {
+            if self.stop.is_cancelled() {
+                return;
+            }
+            let start = match from {
+                Some(r) => r,
+                None => match scan(&kv, &keys).await {
+                    Ok((rev, expired)) => {
+                        self.absorb_scan(expired);
+                        self.saw(rev);
+                        rev + 1
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "etcd expiry scan failed");
+                        if !self.pause(backoff).await {
+                            return;
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        continue;
+                    }
+                },
+            };
+            from = Some(start);
+            let opts = WatchOptions::new()
+                .with_prefix()
+                .with_prev_key()
+                .with_start_revision(start);
+            let mut client = wc.clone();
+            let created = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                r = client.watch(keys.watched(), Some(opts)) => r,
+            };
+            let mut stream = match created {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "etcd expiry watch failed to start");
+                    if !self.pause(backoff).await {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            };
+            loop {
+                let msg = tokio::select! {
+                    _ = self.stop.cancelled() => return,
+                    m = stream.message() => m,
+                };
+                let resp = match msg {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "etcd expiry watch broke; resuming");
+                        break;
+                    }
+                };
+                if resp.compact_revision() > 0 {
+                    // The history we need is gone: fall back to a full scan.
+                    from = None;
+                    break;
+                }
+                if resp.canceled() {
+                    break;
+                }
+                backoff = Duration::from_millis(50);
+                let mut max = 0;
+                let mut deleted = false;
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    max = max.max(kv.mod_revision());
+                    if ev.event_type() == EventType::Delete {
+                        if let Some(key) = keys.parse_key(&lives, kv.key()) {
+                            let token = ev
+                                .prev_kv()
+                                .and_then(|p| u64::try_from(p.create_revision()).ok())
+                                .unwrap_or(u64::MAX);
+                            self.deleted(token, key);
+                            deleted = true;
+                        }
+                    }
+                }
+                if max > 0 {
+                    from = Some(max + 1);
+                    self.saw(max);
+                }
+                if deleted {
+                    self.tick();
+                }
+            }
+            if !self.pause(backoff).await {
+                return;
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+/// The first key after every key that starts with `prefix`.
+pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Reads every key under `prefix` (keys only) in pages, all at one revision (the
+/// first page's, unless `rev` is given). Returns the revision and the keys.
+pub(crate) async fn range_all(
+    kv: &KvClient,
+    prefix: &str,
+    rev: Option<i64>,
+) -> Result<(i64, Vec<KeyValue>)> {
+    let end = prefix_end(prefix);
+    let mut start = prefix.as_bytes().to_vec();
+    let mut rev = rev;
+    let mut out = Vec::new();
+    loop {
+        let mut opts = GetOptions::new()
+            .with_range(end.clone())
+            .with_keys_only()
+            .with_limit(PAGE);
+        if let Some(r) = rev {
+            opts = opts.with_revision(r);
+        }
+        let mut resp = kv
+            .clone()
+            .get(start.clone(), Some(opts))
+            .await
+            .map_err(map_err)?;
+        if rev.is_none() {
+            rev = resp.header().map(|h| h.revision());
+        }
+        let more = resp.more();
+        let kvs = resp.take_kvs();
+        let Some(last) = kvs.last() else { break };
+        start = last.key().to_vec();
+        start.push(0);
+        out.extend(kvs);
+        if !more {
+            break;
+        }
+    }
+    Ok((rev.unwrap_or(0), out))
+}
+
+/// The full scan: records whose lease-bound key is gone, at one revision, with the
+/// records' mod revisions (the token, unless a renewal changed the ttl) for ranking.
+/// Costs O(leases in the namespace).
+pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, Key)>)> {
+    let records = keys.records();
+    let lives = keys.lives();
+    let (rev, recs) = range_all(kv, &records, None).await?;
+    let (_, live) = range_all(kv, &lives, Some(rev)).await?;
+    let live: std::collections::HashSet<Key> = live
+        .iter()
+        .filter_map(|kv| keys.parse_key(&lives, kv.key()))
+        .collect();
+    let expired = recs
+        .iter()
+        .filter_map(|kv| {
+            let key = keys.parse_key(&records, kv.key())?;
+            let rank = u64::try_from(kv.mod_revision()).unwrap_or(0);
+            (!live.contains(&key)).then_some((rank, key))
+        })
+        .collect();
+    Ok((rev, expired))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end("a/"), b"a0".to_vec());
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+    }
+
+    #[tokio::test]
+    async fn candidates_rank_by_pass_then_token_and_forget() {
+        let w = ExpiryWatch::new();
+        let a = Key::member("a").unwrap();
+        let b = Key::member("b").unwrap();
+        // One pass: token order.
+        w.deleted(7, a.clone());
+        w.deleted(5, b.clone());
+        assert_eq!(w.candidates(&Space::members()), vec![b.clone(), a.clone()]);
+        // A later pass ranks after.
+        lock(&w.candidates).pass_started = None;
+        w.deleted(1, b.clone());
+        assert_eq!(w.candidates(&Space::members()), vec![a.clone(), b.clone()]);
+        w.forget(&a);
+        assert_eq!(w.candidates(&Space::members()), vec![b]);
+        assert!(w.candidates(&Space::leaders()).is_empty());
+    }
+}

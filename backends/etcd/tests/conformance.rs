@@ -1,0 +1,19 @@
+//! The conformance suite and the property test against a real etcd (the binary's
+//! shared member, or `LIVENESS_ETCD_URL`), each scenario on a fresh namespace.
+
+use std::sync::Arc;
+
+use backend_etcd::{EtcdConfig, EtcdStore};
+
+async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
+    let server = liveness_testkit::etcd::shared()?;
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap_or_else(|e| panic!("test server URL: {e}"))
+        .with_namespace(liveness_conformance::fresh_namespace());
+    let store = EtcdStore::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test server: {e}"));
+    Some(Arc::new(store))
+}
+
+liveness_conformance::suite!(factory, cases = 64);
