@@ -243,6 +243,7 @@ pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
     let mut members = Vec::new();
     for i in 0..deaths {
         store.enqueue(b"d", EnqueueOptions::default()).await.ok();
+        let sent = Instant::now();
         let Ok(lease) = store.acquire(&key("die", i), &holder(), ttl).await else {
             continue;
         };
@@ -254,7 +255,7 @@ pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
         else {
             continue;
         };
-        members.push((lease, item));
+        members.push((lease, item, sent));
     }
     let checker = Checker::new(
         store.clone(),
@@ -268,11 +269,11 @@ pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
     let tasks: Vec<_> = members
         .into_iter()
         .enumerate()
-        .map(|(i, (lease, item))| {
+        .map(|(i, (lease, item, acquired))| {
             let store = store.clone();
             tokio::spawn(async move {
                 let stop_at = Instant::now() + ttl.duration().mul_f64(2.0 * i as f64 / n as f64);
-                let mut last = Instant::now();
+                let mut last = acquired;
                 while Instant::now() < stop_at {
                     tokio::time::sleep(ttl.duration() / 3).await;
                     let sent = Instant::now();

@@ -128,7 +128,8 @@ impl ServerProcess {
         self.child = Some(child);
         self.watchdog = Some(watchdog);
         if !wait_for_port(self.port, ready_within) {
-            let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+            let log =
+                std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
             self.stop();
             return Err(std::io::Error::other(format!(
                 "{} did not listen on port {} within {:?}; its log:\n{}",

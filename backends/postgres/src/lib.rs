@@ -1,1 +1,26 @@
-//! The postgres backend (work in progress).
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod advisory;
+mod config;
+mod conns;
+mod error;
+pub mod sql;
+mod store;
+
+pub use advisory::{AdvisoryElection, AdvisoryLeadership};
+pub use config::PostgresConfig;
+pub use store::{PostgresStore, SCHEMA_VERSION};
+
+/// The URL schemes this backend serves.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// The backend's name in errors and traces.
+pub const BACKEND: &str = "postgres";
+
+/// Connects to the store a `postgres://` URL names (see [`PostgresConfig`] for the
+/// parameters), creating and migrating the namespace's schema if needed.
+pub async fn connect(url: &str) -> liveness_core::Result<PostgresStore> {
+    PostgresStore::connect(PostgresConfig::from_url(url)?).await
+}

@@ -1,0 +1,298 @@
+//! The PostgreSQL bench: the conformance bench kit's figures, beside the raw
+//! primitive in the same run.
+//!
+//! - renewals/s through the framework (`LeaseStore::renew` on `Arc<dyn Store>`) at 1
+//!   and 64 concurrent members;
+//! - the renew statement's UPDATE in a bare sqlx loop, same concurrency;
+//! - `pgbench` running the same single-row UPDATE, same concurrency (prepared mode);
+//! - the ratios framework / bare and framework / pgbench;
+//! - one checker round over 1k / 10k / 100k live members, 0 % and 1 % expired;
+//! - detection latency.
+//!
+//! Run: `cargo bench -p backend-postgres --bench bench -- [--seconds 3]
+//! [--members 1000,10000,100000] [--concurrency 1,64]`. It starts its own server
+//! through the test kit (or uses `LIVENESS_POSTGRES_URL`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_conformance::bench::{self, Options};
+use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
+use tokio::time::Instant;
+
+fn store_url(server: &liveness_testkit::postgres::PgServer, ns: &str) -> String {
+    server.url_with(&format!("ns={ns}&max_connections=80"))
+}
+
+async fn fresh(
+    server: &'static liveness_testkit::postgres::PgServer,
+) -> backend_postgres::PostgresStore {
+    let ns = liveness_conformance::fresh_namespace();
+    let store = backend_postgres::connect(&store_url(server, ns.as_str()))
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    // Open connections before measuring (SCRAM authentication costs a few
+    // milliseconds of CPU per connection): every contender starts warm.
+    for _ in 0..3 {
+        let calls: Vec<_> = (0..72)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.store_time().await })
+            })
+            .collect();
+        for c in calls {
+            let _ = c.await;
+        }
+    }
+    store
+}
+
+/// The renew UPDATE in a bare sqlx loop through a sqlx `PgPool`: `concurrency` tasks,
+/// one lease each.
+async fn bare_renewals(
+    store: &backend_postgres::PostgresStore,
+    concurrency: usize,
+    seconds: f64,
+) -> f64 {
+    let ttl = Ttl::from_secs(60).unwrap();
+    let mut leases = Vec::new();
+    for i in 0..concurrency {
+        let key = Key::member(&format!("bare{i}")).unwrap();
+        leases.push(
+            store
+                .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
+                .await
+                .unwrap(),
+        );
+    }
+    // A plain sqlx pool of the store's size, warmed.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(80)
+        .connect_with(store.pool().connect_options().as_ref().clone())
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..concurrency {
+        held.push(pool.acquire().await.unwrap());
+    }
+    drop(held);
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let tasks: Vec<_> = leases
+        .into_iter()
+        .map(|lease| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let r = sqlx::query(backend_postgres::sql::RENEW)
+                        .bind(lease.key.space().as_str())
+                        .bind(lease.key.name().as_str())
+                        .bind(lease.token.0 as i64)
+                        .bind(lease.ttl.as_millis() as i64)
+                        .bind(true)
+                        .execute(&pool)
+                        .await;
+                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same UPDATE in a bare loop on dedicated connections (no pool): sqlx without its
+/// pool's acquire/release (sqlx's pool pings every connection returned to it).
+async fn dedicated_renewals(
+    store: &backend_postgres::PostgresStore,
+    concurrency: usize,
+    seconds: f64,
+) -> f64 {
+    use sqlx::Connection;
+    let ttl = Ttl::from_secs(60).unwrap();
+    // The pool's options carry the namespace's search_path already.
+    let options = store.pool().connect_options().as_ref().clone();
+    let mut work = Vec::new();
+    for i in 0..concurrency {
+        let key = Key::member(&format!("ded{i}")).unwrap();
+        let lease = store
+            .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
+            .await
+            .unwrap();
+        let conn = sqlx::postgres::PgConnection::connect_with(&options)
+            .await
+            .unwrap();
+        work.push((lease, conn));
+    }
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let tasks: Vec<_> = work
+        .into_iter()
+        .map(|(lease, mut conn)| {
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let r = sqlx::query(backend_postgres::sql::RENEW)
+                        .bind(lease.key.space().as_str())
+                        .bind(lease.key.name().as_str())
+                        .bind(lease.token.0 as i64)
+                        .bind(lease.ttl.as_millis() as i64)
+                        .bind(true)
+                        .execute(&mut conn)
+                        .await;
+                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// pgbench running the same single-row UPDATE on `concurrency` rows, one per client.
+/// The rows are the framework run's leases `r0..` whose tokens are 1.. in order
+/// (acquired one by one in a fresh namespace).
+fn pgbench(
+    server: &liveness_testkit::postgres::PgServer,
+    schema: &str,
+    statement: &str,
+    concurrency: usize,
+    seconds: f64,
+) -> Option<f64> {
+    let bin = liveness_testkit::find_binary(
+        "pgbench",
+        &[
+            "/usr/lib/postgresql/15/bin",
+            "/usr/lib/postgresql/16/bin",
+            "/usr/local/bin",
+        ],
+    )?;
+    let url = url::Url::parse(server.url()).ok()?;
+    let dir = tempfile::tempdir().ok()?;
+    let script = dir.path().join("renew.sql");
+    // The statement's parameters, as pgbench variables: client i renews lease r<i>,
+    // whose token is i + 1.
+    let script_text = statement
+        .replace("$1", "'members'")
+        .replace("$2", "('r' || :client_id)")
+        .replace("$3", "(:client_id + 1)")
+        .replace("$4", "60000")
+        .replace("$5", "true");
+    std::fs::write(&script, format!("{};\n", script_text.trim())).ok()?;
+    let out = std::process::Command::new(bin)
+        .env("PGPASSWORD", url.password().unwrap_or(""))
+        .env("PGOPTIONS", format!("-c search_path={schema}"))
+        .args(["-n", "-M", "prepared", "-h"])
+        .arg(url.host_str().unwrap_or("127.0.0.1"))
+        .arg("-p")
+        .arg(url.port().unwrap_or(5432).to_string())
+        .arg("-U")
+        .arg(url.username())
+        .arg("-c")
+        .arg(concurrency.to_string())
+        .arg("-j")
+        .arg(concurrency.min(2).to_string())
+        .arg("-T")
+        .arg(format!("{}", seconds.ceil() as u64))
+        .arg("-f")
+        .arg(&script)
+        .arg(url.path().trim_start_matches('/'))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        eprintln!(
+            "pgbench failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let options = Options::from_args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("== liveness bench: backend postgres ==");
+        for &c in &options.concurrency {
+            let store = fresh(server).await;
+            let schema = store.schema().to_owned();
+            let dyn_store: Arc<dyn Store> = Arc::new(store.clone());
+            let framework = bench::renewals(dyn_store, c, options.seconds).await.per_second;
+            let bare = bare_renewals(&store, c, options.seconds).await;
+            let dedicated = dedicated_renewals(&store, c, options.seconds).await;
+            let seconds = options.seconds;
+            let pg = tokio::task::spawn_blocking(move || {
+                pgbench(server, &schema, backend_postgres::sql::RENEW, c, seconds)
+            })
+            .await
+            .ok()
+            .flatten();
+            println!(
+                "renewals/s   members={c:<3} framework={framework:>8.0}  sqlx-PgPool loop={bare:>8.0} (x{:.2})  \
+                 sqlx dedicated-connection loop={dedicated:>8.0} (x{:.2})",
+                framework / bare,
+                framework / dedicated
+            );
+            match pg {
+                Some(tps) => println!(
+                    "             members={c:<3} pgbench={tps:>8.0}  framework/pgbench={:.2}",
+                    framework / tps
+                ),
+                None => println!("             members={c:<3} pgbench: not available"),
+            }
+        }
+        for &m in &options.members {
+            for pct in [0usize, 1] {
+                let store: Arc<dyn Store> = Arc::new(fresh(server).await);
+                let r = bench::checker_round(store, m, m * pct / 100).await;
+                println!(
+                    "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
+                    r.members, r.expired, r.time, r.round_trips
+                );
+            }
+        }
+        let store: Arc<dyn Store> = Arc::new(fresh(server).await);
+        let d = bench::detection(store, options.deaths).await;
+        println!(
+            "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
+            d.latencies.len(),
+            d.ttl,
+            pct(&d.latencies, 0.0),
+            pct(&d.latencies, 0.5),
+            pct(&d.latencies, 0.99),
+            pct(&d.latencies, 0.5).saturating_sub(d.ttl)
+        );
+    });
+}

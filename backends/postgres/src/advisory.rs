@@ -1,0 +1,301 @@
+//! A second election flavour: a singleton held through a session-level PostgreSQL
+//! advisory lock on a dedicated connection.
+//!
+//! [`AdvisoryElection::try_lead`] opens a connection of its own (outside the pool),
+//! takes `pg_try_advisory_lock` on a key derived from the namespace and the role's
+//! name, and draws a fencing token from the namespace's token sequence (the same one
+//! lease acquisitions use, so it is strictly greater than every token handed out
+//! before). The lock lives exactly as long as that connection's session: when the
+//! connection dies — the process crashed, the backend was terminated, the server
+//! restarted — PostgreSQL releases it, and a contender can take it at once, with no
+//! ttl to wait out.
+//!
+//! A background task keeps the connection busy with a short `pg_sleep` in a loop. A
+//! terminated backend, a server shutdown or a closed socket ends that query with an
+//! error at once, and the task fires the leadership's cancellation signal on the
+//! spot; a stalled server or network is caught when one loop turn overruns its
+//! deadline (`check_every` + `ping_timeout`).
+//!
+//! See the crate README for the trade-offs against the lease-based
+//! [`liveness_core::Election`].
+
+use std::time::Duration;
+
+use liveness_core::{CancellationToken, Error, FencingToken, HolderId, Name, Result, Space};
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, Row};
+use tokio::task::JoinHandle;
+
+use crate::error::{corrupt, map};
+use crate::store::PostgresStore;
+use crate::BACKEND;
+
+/// The SQL of the election. $1 is always the lock's text key.
+mod q {
+    pub const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
+    pub const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+    /// $1 role name, $2 holder: draws the token and records the leader, one statement.
+    pub const RECORD: &str = r#"
+        INSERT INTO advisory_leaders (name, holder, token, pid)
+        VALUES ($1, $2, nextval('tokens'), pg_backend_pid())
+        ON CONFLICT (name) DO UPDATE
+            SET holder = excluded.holder, token = excluded.token, pid = excluded.pid
+        RETURNING token
+    "#;
+    /// $1 role name, $2 lock key text: the recorded leader, iff its backend still
+    /// holds the advisory lock.
+    pub const LEADER: &str = r#"
+        SELECT a.holder, a.token FROM advisory_leaders a
+        WHERE a.name = $1 AND EXISTS (
+            SELECT 1 FROM pg_locks k
+            WHERE k.locktype = 'advisory' AND k.granted AND k.pid = a.pid AND k.objsubid = 1
+              AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND ((k.classid::bigint << 32) | k.objid::bigint) = hashtextextended($2, 0)
+        )
+    "#;
+    pub const HOLD: &str = "SELECT pg_sleep($1)";
+    pub const NOTIFY: &str = "SELECT pg_notify($1, 'resigned')";
+}
+
+/// A candidate for one role, elected through an advisory lock.
+#[derive(Clone, Debug)]
+pub struct AdvisoryElection {
+    store: PostgresStore,
+    name: Name,
+    holder: HolderId,
+    lock_key: String,
+    check_every: Duration,
+    ping_timeout: Duration,
+    retry_every: Duration,
+}
+
+impl AdvisoryElection {
+    /// A candidate `holder` for role `name` in the store's namespace. Fails with
+    /// `InvalidInput` on an invalid name or holder.
+    pub fn new(store: &PostgresStore, name: &str, holder: &str) -> Result<Self> {
+        let name = Name::new(name)?;
+        let lock_key = format!("{}/{}/{}", store.schema(), Space::leaders(), name);
+        Ok(AdvisoryElection {
+            store: store.clone(),
+            name,
+            holder: HolderId::new(holder)?,
+            lock_key,
+            check_every: Duration::from_millis(200),
+            ping_timeout: Duration::from_secs(2),
+            retry_every: Duration::from_millis(500),
+        })
+    }
+
+    /// How long one turn of the holding loop sleeps on the server (default 200 ms):
+    /// the longest [`AdvisoryLeadership::resign`] waits, and, with `ping_timeout`,
+    /// how soon a silent (not closed) connection counts as lost.
+    pub fn check_every(mut self, every: Duration) -> Self {
+        self.check_every = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long past `check_every` a turn may take before the connection counts as
+    /// lost (default 2 s).
+    pub fn ping_timeout(mut self, timeout: Duration) -> Self {
+        self.ping_timeout = timeout;
+        self
+    }
+
+    /// How often [`AdvisoryElection::campaign`] retries while another candidate leads
+    /// (default 500 ms; a resignation wakes it earlier through NOTIFY).
+    pub fn retry_every(mut self, every: Duration) -> Self {
+        self.retry_every = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The role's name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// Who leads now: the recorded holder and token, iff its session still holds the
+    /// lock.
+    pub async fn leader(&self) -> Result<Option<(HolderId, FencingToken)>> {
+        let row = sqlx::query(q::LEADER)
+            .bind(self.name.as_str())
+            .bind(self.lock_key.as_str())
+            .fetch_optional(self.store.pool())
+            .await
+            .map_err(map)?;
+        let Some(row) = row else { return Ok(None) };
+        let holder: String = row.try_get(0).map_err(map)?;
+        let token: i64 = row.try_get(1).map_err(map)?;
+        Ok(Some((
+            HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+            FencingToken(u64::try_from(token).map_err(|_| corrupt("token", token))?),
+        )))
+    }
+
+    /// One attempt: leadership if nobody holds the lock now, `None` otherwise.
+    ///
+    /// Fails with `Unavailable` when the server cannot be reached.
+    pub async fn try_lead(&self) -> Result<Option<AdvisoryLeadership>> {
+        let mut conn = PgConnection::connect_with(self.store.connect_options())
+            .await
+            .map_err(map)?;
+        let locked: bool = sqlx::query_scalar(q::TRY_LOCK)
+            .bind(self.lock_key.as_str())
+            .fetch_one(&mut conn)
+            .await
+            .map_err(map)?;
+        if !locked {
+            let _ = conn.close().await;
+            return Ok(None);
+        }
+        let token: i64 = match sqlx::query_scalar(q::RECORD)
+            .bind(self.name.as_str())
+            .bind(self.holder.as_str())
+            .fetch_one(&mut conn)
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                // Closing the session drops the lock.
+                let _ = conn.close().await;
+                return Err(map(e));
+            }
+        };
+        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token", token))?);
+        let cancel = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(hold(conn, self.clone(), cancel.clone(), stop.clone()));
+        Ok(Some(AdvisoryLeadership {
+            token,
+            holder: self.holder.clone(),
+            cancel,
+            stop,
+            task: Some(task),
+        }))
+    }
+
+    /// Campaigns until this candidate leads: retries every `retry_every`, or sooner
+    /// when a leader resigns. Retryable faults are retried; permanent ones end the
+    /// campaign.
+    pub async fn campaign(&self) -> Result<AdvisoryLeadership> {
+        use liveness_core::LeaseStore;
+        let mut wake = self.store.wakeups();
+        loop {
+            match self.try_lead().await {
+                Ok(Some(l)) => return Ok(l),
+                Ok(None) => {}
+                Err(e) if e.is_retryable() => {}
+                Err(e) => return Err(e),
+            }
+            let woken = async {
+                match wake.as_mut() {
+                    Some(rx) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(self.retry_every) => {}
+                _ = woken => {}
+            }
+        }
+    }
+}
+
+/// Holds the session: a short server-side sleep in a loop. Any error or overrun
+/// fires `cancel` at once; `stop` ends the loop, unlocks and notifies.
+async fn hold(
+    mut conn: PgConnection,
+    election: AdvisoryElection,
+    cancel: CancellationToken,
+    stop: CancellationToken,
+) {
+    let secs = election.check_every.as_secs_f64();
+    let deadline = election.check_every + election.ping_timeout;
+    while !stop.is_cancelled() {
+        let turn = sqlx::query(q::HOLD).bind(secs).execute(&mut conn);
+        match tokio::time::timeout(deadline, turn).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, role = %election.name, "advisory leadership lost: connection failed");
+                cancel.cancel();
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(role = %election.name, "advisory leadership lost: the server stopped answering");
+                cancel.cancel();
+                // Dropping the connection closes the socket: the server frees the
+                // lock once it notices.
+                return;
+            }
+        }
+    }
+    cancel.cancel();
+    let _ = sqlx::query(q::UNLOCK)
+        .bind(election.lock_key.as_str())
+        .execute(&mut conn)
+        .await;
+    let _ = sqlx::query(q::NOTIFY)
+        .bind(election.store.channel())
+        .execute(&mut conn)
+        .await;
+    let _ = conn.close().await;
+    election.store.wake_local();
+}
+
+/// Leadership held through an advisory lock. Dropping it gives the role up (the
+/// background task unlocks within one `check_every`); [`AdvisoryLeadership::resign`]
+/// does the same and waits for it.
+#[derive(Debug)]
+pub struct AdvisoryLeadership {
+    token: FencingToken,
+    holder: HolderId,
+    cancel: CancellationToken,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl AdvisoryLeadership {
+    /// The fencing token: strictly greater than every token drawn before in the
+    /// namespace (leases and advisory leaderships share one sequence).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Who leads.
+    pub fn holder(&self) -> &HolderId {
+        &self.holder
+    }
+
+    /// Fires the moment leadership is lost (the connection failed or stalled) or
+    /// given up: stop acting as leader at once.
+    pub fn cancelled(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// True once the cancellation signal has fired.
+    pub fn is_lost(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Gives the role up: fires the cancellation signal, unlocks, notifies waiting
+    /// campaigners and closes the connection.
+    pub async fn resign(mut self) -> Result<()> {
+        self.cancel.cancel();
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await
+                .map_err(|e| Error::backend(BACKEND, std::io::Error::other(e.to_string())))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AdvisoryLeadership {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.stop.cancel();
+    }
+}

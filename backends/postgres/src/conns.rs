@@ -1,0 +1,136 @@
+//! A small pool of dedicated connections for the store's statements.
+//!
+//! sqlx's `Pool` pings every connection as it comes back (one more round trip per
+//! operation, on the next caller's path); the bench shows it halves throughput. Every
+//! store operation is one statement, so this pool needs less: a connection goes back
+//! to the idle list only when its statement completed (with rows or with a database
+//! error); one whose statement hit a transport fault, or whose caller was cancelled
+//! mid-statement, is dropped (closed) instead, and a fresh one is opened on demand.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::{Error, Result};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow};
+use sqlx::{Connection, Postgres};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{is_transient, map};
+use crate::BACKEND;
+
+type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
+pub(crate) struct Conns {
+    options: PgConnectOptions,
+    idle: Mutex<Vec<PgConnection>>,
+    permits: Arc<Semaphore>,
+    acquire_timeout: Duration,
+}
+
+struct Checkout<'a> {
+    pool: &'a Conns,
+    conn: Option<PgConnection>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Checkout<'_> {
+    /// Returns the connection to the idle list unless the outcome says it may be
+    /// broken. A checkout dropped without `finish` (a cancelled caller) closes it.
+    fn finish<T>(mut self, outcome: &std::result::Result<T, sqlx::Error>) {
+        if let Err(e) = outcome {
+            if is_transient(e) {
+                return;
+            }
+        }
+        if let Some(conn) = self.conn.take() {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+        }
+    }
+}
+
+impl Conns {
+    pub(crate) fn new(options: PgConnectOptions, max: u32, acquire_timeout: Duration) -> Self {
+        Conns {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(max.max(1) as usize)),
+            acquire_timeout,
+        }
+    }
+
+    async fn checkout(&self) -> Result<Checkout<'_>> {
+        let permit =
+            tokio::time::timeout(self.acquire_timeout, self.permits.clone().acquire_owned())
+                .await
+                .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
+                .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolClosed))?;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => tokio::time::timeout(
+                self.acquire_timeout,
+                PgConnection::connect_with(&self.options),
+            )
+            .await
+            .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
+            .map_err(map)?,
+        };
+        Ok(Checkout {
+            pool: self,
+            conn: Some(conn),
+            _permit: permit,
+        })
+    }
+
+    pub(crate) async fn fetch_one(&self, q: Query<'_>) -> Result<PgRow> {
+        let mut c = self.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = q.fetch_one(conn).await;
+        c.finish(&r);
+        r.map_err(map)
+    }
+
+    /// Runs a statement, returning the number of rows it affected.
+    pub(crate) async fn execute(&self, q: Query<'_>) -> Result<u64> {
+        let mut c = self.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = q.execute(conn).await;
+        c.finish(&r);
+        r.map(|done| done.rows_affected()).map_err(map)
+    }
+
+    pub(crate) async fn fetch_optional(&self, q: Query<'_>) -> Result<Option<PgRow>> {
+        let mut c = self.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = q.fetch_optional(conn).await;
+        c.finish(&r);
+        r.map_err(map)
+    }
+
+    pub(crate) async fn fetch_all(&self, q: Query<'_>) -> Result<Vec<PgRow>> {
+        let mut c = self.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = q.fetch_all(conn).await;
+        c.finish(&r);
+        r.map_err(map)
+    }
+}
+
+impl Drop for Conns {
+    fn drop(&mut self) {
+        // Dropping a PgConnection closes its socket; nothing else to do.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}

@@ -1,0 +1,231 @@
+//! Every statement the store sends, one constant each, all parameterised (`$1`, ...).
+//!
+//! They run with the connection's `search_path` set to the namespace's schema, so no
+//! statement names a schema. Expiry is always compared with the server's
+//! `clock_timestamp()` inside the statement (most read it once, in a materialized
+//! `clk` CTE, and compare every expiry with that one instant); no client timestamp is
+//! ever sent. Each operation is one statement: one round trip,
+//! atomic by itself.
+//!
+//! Public so that benches and reviewers can see exactly what runs; not an API.
+
+/// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel.
+///
+/// Locks the current row (if any); an expired one is retired to the dead set and
+/// overwritten in the same statement; a live one is reported as held. `token` is
+/// NULL and `held_token` NULL only when a concurrent acquire inserted the key first:
+/// the caller runs the statement again.
+pub const ACQUIRE: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+    SELECT l.holder, l.token, l.expires_at > clk.t AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2
+    FOR UPDATE OF l
+),
+retired AS (
+    INSERT INTO dead_tokens (token, space, name)
+    SELECT token, $1, $2 FROM cur WHERE NOT live
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+put AS (
+    INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
+    SELECT $1, $2, $3, nextval('tokens'), $4, clk.t + $4 * interval '1 millisecond'
+    FROM clk
+    WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
+    ON CONFLICT (space, name) DO UPDATE
+        SET holder = excluded.holder, token = excluded.token,
+            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at
+        WHERE l.token = (SELECT token FROM cur WHERE NOT live)
+    RETURNING token
+),
+woke AS (SELECT pg_notify($5, 'retired') FROM retired)
+SELECT (SELECT token FROM put) AS token,
+       (SELECT holder FROM cur) AS holder,
+       (SELECT token FROM cur) AS held_token,
+       (SELECT count(*) FROM woke) AS woke
+"#;
+
+/// `renew`: $1 space, $2 name, $3 token, $4 ttl_ms, $5 apply (false: change nothing).
+///
+/// The hot path of the whole framework, so it is the bare single-row UPDATE by
+/// primary key: it matches (one row affected) iff the token is current and live by
+/// the server clock. The liveness check reads `clock_timestamp()` and the new expiry
+/// reads it again a few microseconds later, which only ever extends the lease from a
+/// later instant. When it matches nothing (the lease is lost: once per lease
+/// lifetime), [`RENEW_WHY`] reads the row to say why.
+///
+/// This is the one operation that may take two round trips: folding the diagnosis
+/// into the same statement (a data-modifying CTE with a second branch) cost 10-20 %
+/// of the server's renewals per second in the bench, on every renewal, to save a
+/// round trip on the one that fails.
+pub const RENEW: &str = r#"
+UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp() AND $5
+"#;
+
+/// Why a [`RENEW`] matched nothing: $1 space, $2 name. No row: the key has no lease;
+/// otherwise its current token and whether it is live. Read-only.
+pub const RENEW_WHY: &str = r#"
+SELECT token, expires_at > clock_timestamp() FROM leases WHERE space = $1 AND name = $2
+"#;
+
+/// `release`: $1 space, $2 name, $3 token, $4 notify channel. Removes the lease iff
+/// the token is current (live or expired), puts it in the dead set, and notifies.
+pub const RELEASE: &str = r#"
+WITH del AS (
+    DELETE FROM leases WHERE space = $1 AND name = $2 AND token = $3 RETURNING token
+),
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+woke AS (SELECT pg_notify($4, 'released') FROM dead)
+SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
+"#;
+
+/// `reap`: $1 space, $2 name, $3 token, $4 notify channel. Like [`RELEASE`], only
+/// when the lease is expired by the server clock. Concurrent reaps serialize on the
+/// row: exactly one deletes it.
+pub const REAP: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+del AS (
+    DELETE FROM leases l USING clk
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at <= clk.t
+    RETURNING l.token
+),
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+woke AS (SELECT pg_notify($4, 'reaped') FROM dead)
+SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
+"#;
+
+/// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live.
+pub const INSPECT: &str = r#"
+SELECT holder, token, ttl_ms,
+       (extract(epoch FROM (expires_at - clk.t)) * 1000000)::bigint AS remaining_us
+FROM leases, (SELECT clock_timestamp() AS t) clk
+WHERE space = $1 AND name = $2
+"#;
+
+/// `expired`: $1 space, $2 limit. The server's now is an init-plan parameter, so it
+/// is an index condition on `leases_expiry`: the scan reads only expired rows.
+pub const EXPIRED: &str = r#"
+SELECT name, holder, token FROM leases
+WHERE space = $1 AND expires_at <= (SELECT clock_timestamp())
+ORDER BY expires_at, name
+LIMIT $2
+"#;
+
+/// `next_expiry`: $1 space. Microseconds until the earliest expiry (negative when
+/// already expired); no row when the space is empty.
+pub const NEXT_EXPIRY: &str = r#"
+SELECT (extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint
+FROM leases WHERE space = $1
+ORDER BY expires_at
+LIMIT 1
+"#;
+
+/// `dead_tokens`: $1 limit.
+pub const DEAD_TOKENS: &str = r#"
+SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
+"#;
+
+/// `store_time`: the server clock in microseconds since the Unix epoch.
+pub const STORE_TIME: &str = r#"
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+"#;
+
+/// `enqueue`: $1 payload, $2 max_attempts.
+pub const ENQUEUE: &str = r#"
+INSERT INTO items (payload, max_attempts) VALUES ($1, $2) RETURNING id
+"#;
+
+/// `claim`: $1 space, $2 name, $3 token, $4 n.
+///
+/// Checks the lease (current and live by the server clock) and takes up to n
+/// pending items, lowest id first, skipping rows other claimers have locked, in one
+/// statement. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
+/// reap (a DELETE) waits for the claim and then requeues what it took. One row per
+/// claimed item, or one row with NULL item columns; `cur_token` NULL when the key has
+/// no lease.
+pub const CLAIM: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+    SELECT l.token, l.expires_at > clk.t AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2
+    FOR KEY SHARE OF l
+),
+pick AS (
+    SELECT id FROM items
+    WHERE state = 0 AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+),
+got AS (
+    UPDATE items i SET state = 1, owner = $3, attempts = i.attempts + 1
+    FROM pick WHERE i.id = pick.id
+    RETURNING i.id, i.payload, i.attempts, i.max_attempts
+)
+SELECT cur.token AS cur_token, cur.live, got.id, got.payload, got.attempts, got.max_attempts
+FROM (SELECT 1) AS one
+LEFT JOIN cur ON true
+LEFT JOIN got ON true
+ORDER BY got.id
+"#;
+
+/// `complete`: $1 id, $2 token. Deletes the item iff that token owns it.
+pub const COMPLETE: &str = r#"
+DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
+"#;
+
+/// `fail`: $1 id, $2 token, $3 retry. Back to pending (0) or dead-lettered (2) iff
+/// that token owns it.
+pub const FAIL: &str = r#"
+UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
+                 owner = NULL
+WHERE id = $1 AND state = 1 AND owner = $2
+RETURNING state
+"#;
+
+/// `requeue_orphans`: $1 token. Acts only if the token is in the dead set: removes
+/// it and hands every item it owns back (pending, or dead-lettered when out of
+/// attempts). Concurrent calls serialize on the dead-set row: one moves, the other
+/// finds nothing.
+pub const REQUEUE_ORPHANS: &str = r#"
+WITH d AS (DELETE FROM dead_tokens WHERE token = $1 RETURNING token),
+moved AS (
+    UPDATE items i
+    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
+    FROM d
+    WHERE i.state = 1 AND i.owner = d.token
+    RETURNING i.id, i.state
+)
+SELECT id, state FROM moved ORDER BY id
+"#;
+
+/// `item`: $1 id.
+pub const ITEM: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM items WHERE id = $1
+"#;
+
+/// `item_counts`: one consistent snapshot.
+pub const ITEM_COUNTS: &str = r#"
+SELECT count(*) FILTER (WHERE state = 0),
+       count(*) FILTER (WHERE state = 1),
+       count(*) FILTER (WHERE state = 2)
+FROM items
+"#;
+
+/// `dead_letters`: $1 limit.
+pub const DEAD_LETTERS: &str = r#"
+SELECT id, payload, attempts, max_attempts FROM items
+WHERE state = 2 ORDER BY id LIMIT $1
+"#;

@@ -1,0 +1,743 @@
+//! [`PostgresStore`]: the lease and item contract over PostgreSQL.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+};
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Row, SqlSafeStr};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::config::PostgresConfig;
+use crate::conns::Conns;
+use crate::error::{corrupt, map, MigrationFailed, SchemaTooNew};
+use crate::{sql, BACKEND};
+
+/// The embedded migrations, in order. Each runs with `search_path` set to the
+/// namespace's schema.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "leases_items",
+    include_str!("../migrations/0001_leases_items.sql"),
+)];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How many times `acquire` reruns its statement after losing an insert race on a
+/// free key (the rerun then reports the winner as `Held`).
+const ACQUIRE_RETRIES: usize = 8;
+
+/// A store handle on one namespace of a PostgreSQL database.
+///
+/// Cheap to clone: clones share one connection pool. The namespace's tables live in
+/// schema `liveness_<ns>`; every pooled connection has its `search_path` set to it.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conns: Conns,
+    pool: PgPool,
+    connect: PgConnectOptions,
+    namespace: Namespace,
+    schema: String,
+    channel: String,
+    caps: Capabilities,
+    notify: bool,
+    wake: Arc<watch::Sender<u64>>,
+    listener: OnceLock<Option<AbortHandle>>,
+    last_time: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(Some(task)) = self.listener.get() {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("namespace", &self.inner.namespace)
+            .field("schema", &self.inner.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+fn tick(wake: &watch::Sender<u64>) {
+    wake.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+fn get<'r, T>(row: &'r PgRow, idx: usize) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(idx).map_err(map)
+}
+
+fn token_of(v: i64) -> Result<FencingToken> {
+    u64::try_from(v)
+        .map(FencingToken)
+        .map_err(|_| corrupt("token", v))
+}
+
+fn count_of(v: i64, what: &'static str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| corrupt(what, v))
+}
+
+/// A token as a bigint parameter. Tokens come from a bigint sequence, so a larger one
+/// is not ours: -1 matches no row, and the statement then reports it as not current.
+fn db_token(token: FencingToken) -> i64 {
+    i64::try_from(token.0).unwrap_or(-1)
+}
+
+fn id_param(id: ItemId) -> Option<i64> {
+    i64::try_from(id.0).ok()
+}
+
+fn ttl_ms(ttl: Ttl) -> i64 {
+    // Ttl is at most one day: always fits.
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn limit_param(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn state_of(state: i16, owner: Option<i64>) -> Result<ItemState> {
+    match (state, owner) {
+        (0, _) => Ok(ItemState::Pending),
+        (1, Some(t)) => Ok(ItemState::Owned(token_of(t)?)),
+        (2, _) => Ok(ItemState::DeadLettered),
+        _ => Err(corrupt("state", state)),
+    }
+}
+
+fn item_of(row: &PgRow) -> Result<Item> {
+    let id: i64 = get(row, 0)?;
+    Ok(Item {
+        id: ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?),
+        payload: get(row, 1)?,
+        attempts: count_of(get(row, 2)?, "attempts")?,
+        max_attempts: count_of(get(row, 3)?, "max_attempts")?,
+    })
+}
+
+fn key_of(space: String, name: String) -> Result<Key> {
+    let space = Space::new(space).map_err(|_| corrupt("space", "invalid space"))?;
+    let name = Name::new(name).map_err(|_| corrupt("name", "invalid name"))?;
+    Ok(Key::new(space, name))
+}
+
+impl PostgresStore {
+    /// Connects, creates the namespace's schema if needed and applies the embedded
+    /// migrations (serialized across processes by sqlx's migration lock).
+    ///
+    /// Fails with `Unavailable` when the server cannot be reached, and with
+    /// `Backend` when the credentials are refused or the schema was migrated by a
+    /// newer version of this crate (it is then left untouched).
+    pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
+        let schema = config.schema();
+        let connect = config
+            .connect
+            .clone()
+            .options([("search_path", schema.as_str())]);
+        // A small sqlx pool for migrations, diagnostics and the advisory election's
+        // `leader()`; the store's own statements use `conns`.
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections.min(4))
+            .acquire_timeout(config.acquire_timeout)
+            .idle_timeout(Some(Duration::from_secs(30)))
+            .connect_with(connect.clone())
+            .await
+            .map_err(map)?;
+        migrate(&pool, &schema).await?;
+        let channel = schema.clone();
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                conns: Conns::new(
+                    connect.clone(),
+                    config.max_connections,
+                    config.acquire_timeout,
+                ),
+                pool,
+                connect,
+                namespace: config.namespace,
+                schema,
+                channel,
+                caps: Capabilities::default(),
+                notify: config.notify,
+                wake: Arc::new(watch::channel(0).0),
+                listener: OnceLock::new(),
+                last_time: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    /// The schema that holds the namespace's tables (`liveness_<ns>`).
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// A small sqlx pool on the namespace's schema (its connections' `search_path`
+    /// is set to it), for diagnostics, benches and tests. The store's own statements
+    /// run on a separate set of connections.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The channel `release` and `reap` notify on (the schema's name).
+    pub fn channel(&self) -> &str {
+        &self.inner.channel
+    }
+
+    /// The options a dedicated connection (outside the pool) is opened with.
+    pub(crate) fn connect_options(&self) -> &PgConnectOptions {
+        &self.inner.connect
+    }
+
+    pub(crate) fn wake_local(&self) {
+        tick(&self.inner.wake);
+    }
+
+    fn lost(lease: &Lease, reason: LostReason) -> Error {
+        Error::Lost {
+            key: lease.key.clone(),
+            token: lease.token,
+            reason,
+        }
+    }
+
+    /// Starts (once) the task that LISTENs on the namespace's channel and ticks the
+    /// wake-up signal on every notification, and once after every (re)connection
+    /// (notifications sent while it was not listening are lost).
+    fn ensure_listener(&self) {
+        self.inner.listener.get_or_init(|| {
+            let handle = tokio::runtime::Handle::try_current().ok()?;
+            let connect = self.inner.connect.clone();
+            let channel = self.inner.channel.clone();
+            let wake = self.inner.wake.clone();
+            let task = handle.spawn(listen(connect, channel, wake));
+            Some(task.abort_handle())
+        });
+    }
+}
+
+async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sender<u64>>) {
+    // Its own one-connection pool, so the listener never starves the store's pool.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy_with(connect);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+            if listener.listen(&channel).await.is_ok() {
+                backoff = Duration::from_millis(50);
+                tick(&wake);
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(_)) => tick(&wake),
+                        // The connection was lost and re-established (re-listening):
+                        // events may have been missed.
+                        Ok(None) => tick(&wake),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "postgres listener failed; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
+    let migrations = MIGRATIONS
+        .iter()
+        .map(|(version, description, sql)| {
+            Migration::new(
+                *version,
+                Cow::Borrowed(*description),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut migrator = Migrator::with_migrations(migrations);
+    // The schema name is validated ([a-z0-9_] after a fixed prefix); quoted anyway.
+    let quoted = format!("\"{schema}\"");
+    migrator.create_schema(quoted.clone());
+    migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
+    match migrator.run(pool).await {
+        Ok(()) => Ok(()),
+        Err(MigrateError::VersionMissing(version)) => Err(Error::backend(
+            BACKEND,
+            SchemaTooNew {
+                schema: schema.to_owned(),
+                version,
+            },
+        )),
+        Err(MigrateError::Execute(e)) => Err(map(e)),
+        Err(source) => Err(Error::backend(
+            BACKEND,
+            MigrationFailed {
+                schema: schema.to_owned(),
+                source,
+            },
+        )),
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.caps
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.inner.caps.check_ttl(ttl)?;
+        for _ in 0..ACQUIRE_RETRIES {
+            let row = self
+                .inner
+                .conns
+                .fetch_one(
+                    sqlx::query(sql::ACQUIRE)
+                        .bind(key.space().as_str())
+                        .bind(key.name().as_str())
+                        .bind(holder.as_str())
+                        .bind(ttl_ms(ttl))
+                        .bind(self.inner.channel.as_str()),
+                )
+                .await?;
+            let token: Option<i64> = get(&row, 0)?;
+            let held_by: Option<String> = get(&row, 1)?;
+            let held_token: Option<i64> = get(&row, 2)?;
+            let woke: i64 = get(&row, 3)?;
+            if woke > 0 {
+                self.wake_local();
+            }
+            if let Some(token) = token {
+                return Ok(Lease {
+                    key: key.clone(),
+                    holder: holder.clone(),
+                    token: token_of(token)?,
+                    ttl,
+                    expires_in: ttl.duration(),
+                });
+            }
+            if let (Some(h), Some(t)) = (held_by, held_token) {
+                return Err(Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(h).map_err(|_| corrupt("holder", "invalid holder"))?,
+                    token: token_of(t)?,
+                });
+            }
+            // A concurrent acquire inserted the key after our snapshot: run again.
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            std::io::Error::other("acquire kept losing insert races; retry"),
+        ))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
+        let renewed = self
+            .inner
+            .conns
+            .execute(
+                sqlx::query(sql::RENEW)
+                    .bind(lease.key.space().as_str())
+                    .bind(lease.key.name().as_str())
+                    .bind(db_token(lease.token))
+                    .bind(ttl_ms(lease.ttl))
+                    .bind(ttl_ok.is_ok()),
+            )
+            .await?;
+        if renewed > 0 {
+            return Ok(Lease {
+                expires_in: lease.ttl.duration(),
+                ..lease.clone()
+            });
+        }
+        // Lost (or an invalid ttl): say why. Nothing was written.
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(
+                sqlx::query(sql::RENEW_WHY)
+                    .bind(lease.key.space().as_str())
+                    .bind(lease.key.name().as_str()),
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(Self::lost(lease, LostReason::Released));
+        };
+        let current: i64 = get(&row, 0)?;
+        let live: bool = get(&row, 1)?;
+        if token_of(current)? != lease.token {
+            return Err(Self::lost(lease, LostReason::Superseded));
+        }
+        match (live, ttl_ok) {
+            (false, _) => Err(Self::lost(lease, LostReason::Expired)),
+            (true, Err(e)) => Err(e),
+            // Current and live when the diagnosis read it, yet the UPDATE did not
+            // match: nothing makes an expired lease live again under the same token,
+            // so only a server clock stepped back between the two reads gets here.
+            // The UPDATE saw it expired: that is the answer.
+            (true, Ok(())) => Err(Self::lost(lease, LostReason::Expired)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let row = self
+            .inner
+            .conns
+            .fetch_one(
+                sqlx::query(sql::RELEASE)
+                    .bind(lease.key.space().as_str())
+                    .bind(lease.key.name().as_str())
+                    .bind(db_token(lease.token))
+                    .bind(self.inner.channel.as_str()),
+            )
+            .await?;
+        let removed: i64 = get(&row, 0)?;
+        if removed > 0 {
+            self.wake_local();
+        }
+        Ok(removed > 0)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(
+                sqlx::query(sql::INSPECT)
+                    .bind(key.space().as_str())
+                    .bind(key.name().as_str()),
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let holder: String = get(&row, 0)?;
+        let token: i64 = get(&row, 1)?;
+        let ttl: i64 = get(&row, 2)?;
+        let remaining: i64 = get(&row, 3)?;
+        let ttl = u64::try_from(ttl)
+            .ok()
+            .and_then(|ms| Ttl::from_millis(ms).ok())
+            .ok_or_else(|| corrupt("ttl_ms", ttl))?;
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+            token: token_of(token)?,
+            ttl,
+            status: if remaining > 0 {
+                LeaseStatus::Live {
+                    remaining: Duration::from_micros(remaining.unsigned_abs()),
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let rows = self
+            .inner
+            .conns
+            .fetch_all(
+                sqlx::query(sql::EXPIRED)
+                    .bind(space.as_str())
+                    .bind(limit_param(limit)),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let name: String = get(row, 0)?;
+                let holder: String = get(row, 1)?;
+                Ok(ExpiredLease {
+                    key: key_of(space.as_str().to_owned(), name)?,
+                    holder: HolderId::new(holder)
+                        .map_err(|_| corrupt("holder", "invalid holder"))?,
+                    token: token_of(get(row, 2)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let Ok(token) = i64::try_from(token.0) else {
+            return Ok(false);
+        };
+        let row = self
+            .inner
+            .conns
+            .fetch_one(
+                sqlx::query(sql::REAP)
+                    .bind(key.space().as_str())
+                    .bind(key.name().as_str())
+                    .bind(token)
+                    .bind(self.inner.channel.as_str()),
+            )
+            .await?;
+        let removed: i64 = get(&row, 0)?;
+        if removed > 0 {
+            self.wake_local();
+        }
+        Ok(removed > 0)
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let rows = self
+            .inner
+            .conns
+            .fetch_all(sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit)))
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DeadToken {
+                    token: token_of(get(row, 0)?)?,
+                    key: key_of(get(row, 1)?, get(row, 2)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        let row = self
+            .inner
+            .conns
+            .fetch_one(sqlx::query(sql::STORE_TIME))
+            .await?;
+        let micros: i64 = get(&row, 0)?;
+        let micros = u64::try_from(micros).map_err(|_| corrupt("clock_timestamp", micros))?;
+        // The contract wants it non-decreasing per handle; a server clock stepped
+        // back (NTP) must not show through.
+        let prev = self.inner.last_time.fetch_max(micros, Ordering::AcqRel);
+        Ok(StoreTime::from_epoch(Duration::from_micros(
+            prev.max(micros),
+        )))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(sqlx::query(sql::NEXT_EXPIRY).bind(space.as_str()))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let micros: i64 = get(&row, 0)?;
+        Ok(Some(Duration::from_micros(
+            u64::try_from(micros).unwrap_or(0),
+        )))
+    }
+
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        if self.inner.notify {
+            self.ensure_listener();
+        }
+        Some(self.inner.wake.subscribe())
+    }
+}
+
+#[async_trait]
+impl ItemStore for PostgresStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        options.validate(payload, self.inner.caps.max_payload)?;
+        let row = self
+            .inner
+            .conns
+            .fetch_one(
+                sqlx::query(sql::ENQUEUE)
+                    .bind(payload)
+                    .bind(i64::from(options.max_attempts)),
+            )
+            .await?;
+        let id: i64 = get(&row, 0)?;
+        Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
+    }
+
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        let n = self.inner.caps.clamp_limit("n", n)?;
+        let rows = self
+            .inner
+            .conns
+            .fetch_all(
+                sqlx::query(sql::CLAIM)
+                    .bind(lease.key.space().as_str())
+                    .bind(lease.key.name().as_str())
+                    .bind(db_token(lease.token))
+                    .bind(limit_param(n)),
+            )
+            .await?;
+        let Some(first) = rows.first() else {
+            return Err(corrupt("claim", "no row"));
+        };
+        let current: Option<i64> = get(first, 0)?;
+        let live: Option<bool> = get(first, 1)?;
+        match current {
+            None => return Err(Self::lost(lease, LostReason::Released)),
+            Some(t) if token_of(t)? != lease.token => {
+                return Err(Self::lost(lease, LostReason::Superseded))
+            }
+            Some(_) if live != Some(true) => return Err(Self::lost(lease, LostReason::Expired)),
+            Some(_) => {}
+        }
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Option<i64> = get(row, 2)?;
+            let Some(id) = id else { continue };
+            items.push(Item {
+                id: ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?),
+                payload: get(row, 3)?,
+                attempts: count_of(get(row, 4)?, "attempts")?,
+                max_attempts: count_of(get(row, 5)?, "max_attempts")?,
+            });
+        }
+        Ok(items)
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let fenced = Error::Fenced {
+            item: id,
+            token: lease.token,
+        };
+        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
+            return Err(fenced);
+        };
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(sqlx::query(sql::COMPLETE).bind(db_id).bind(token))
+            .await?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(fenced),
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let fenced = Error::Fenced {
+            item: id,
+            token: lease.token,
+        };
+        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
+            return Err(fenced);
+        };
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(sqlx::query(sql::FAIL).bind(db_id).bind(token).bind(retry))
+            .await?;
+        match row {
+            Some(row) => state_of(get(&row, 0)?, None),
+            None => Err(fenced),
+        }
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let Ok(token) = i64::try_from(token.0) else {
+            return Ok(Requeued::default());
+        };
+        let rows = self
+            .inner
+            .conns
+            .fetch_all(sqlx::query(sql::REQUEUE_ORPHANS).bind(token))
+            .await?;
+        let mut out = Requeued::default();
+        for row in &rows {
+            let id: i64 = get(row, 0)?;
+            let id = ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?);
+            match state_of(get(row, 1)?, None)? {
+                ItemState::Pending => out.requeued.push(id),
+                _ => out.dead_lettered.push(id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let Some(db_id) = id_param(id) else {
+            return Ok(None);
+        };
+        let row = self
+            .inner
+            .conns
+            .fetch_optional(sqlx::query(sql::ITEM).bind(db_id))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(ItemRecord {
+            item: item_of(&row)?,
+            state: state_of(get(&row, 4)?, get(&row, 5)?)?,
+        }))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let row = self
+            .inner
+            .conns
+            .fetch_one(sqlx::query(sql::ITEM_COUNTS))
+            .await?;
+        let n = |i: usize| -> Result<u64> {
+            let v: i64 = get(&row, i)?;
+            u64::try_from(v).map_err(|_| corrupt("count", v))
+        };
+        Ok(ItemCounts {
+            pending: n(0)?,
+            owned: n(1)?,
+            dead_lettered: n(2)?,
+        })
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let rows = self
+            .inner
+            .conns
+            .fetch_all(sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit)))
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ItemRecord {
+                    item: item_of(row)?,
+                    state: ItemState::DeadLettered,
+                })
+            })
+            .collect()
+    }
+}

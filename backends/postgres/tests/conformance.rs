@@ -1,0 +1,18 @@
+//! The conformance suite and the property test against a real PostgreSQL (the test
+//! binary's shared server from the test kit, or `LIVENESS_POSTGRES_URL`).
+
+use std::sync::Arc;
+
+use liveness_core::Store;
+
+async fn factory() -> Option<Arc<dyn Store>> {
+    let server = liveness_testkit::postgres::shared()?;
+    let ns = liveness_conformance::fresh_namespace();
+    let url = server.url_with(&format!("ns={ns}&max_connections=8"));
+    match backend_postgres::connect(&url).await {
+        Ok(store) => Some(Arc::new(store)),
+        Err(e) => panic!("connecting to the test server failed: {e}"),
+    }
+}
+
+liveness_conformance::suite!(factory, cases = 64);

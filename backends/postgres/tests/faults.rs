@@ -1,0 +1,156 @@
+//! Fault scenarios against a real PostgreSQL: a server restart in the middle of a
+//! run, and a connection killed with `pg_terminate_backend`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backend_postgres::AdvisoryElection;
+use liveness_core::{Checker, CheckerConfig, EnqueueOptions, Member, MemberConfig, Store, Ttl};
+use liveness_testkit::postgres::PgServer;
+
+/// Retries a store call through a transient outage, up to a deadline.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = liveness_core::Result<T>>,
+{
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{what} failed: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_restart_mid_run_loses_nothing() {
+    let Some(mut server) = PgServer::start() else {
+        return;
+    };
+    let ns = liveness_conformance::fresh_namespace();
+    let url = server.url_with(&format!("ns={ns}&acquire_timeout_ms=1000"));
+    let store: Arc<dyn Store> = Arc::new(backend_postgres::connect(&url).await.unwrap());
+
+    for i in 0..20u32 {
+        store
+            .enqueue(&i.to_be_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    // A ttl well beyond a restart's length: the member must survive it.
+    let ttl = Ttl::from_secs(15).unwrap();
+    let member = Member::join(
+        store.clone(),
+        MemberConfig::new("worker", ttl)
+            .unwrap()
+            .renew_every(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let token = member.token();
+    let claimed = member.claim(10).await.unwrap();
+    assert_eq!(claimed.len(), 10);
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+
+    // A fast shutdown and a start on the same port and data, in the middle of the run.
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().unwrap_or_else(|e| panic!("restart: {e}"));
+        server
+    })
+    .await
+    .unwrap();
+
+    // The pool reconnects: the same lease renews, no new token, no loss signal.
+    let lease = member.lease();
+    let renewed = eventually("renew after restart", Duration::from_secs(20), || {
+        store.renew(&lease)
+    })
+    .await;
+    assert_eq!(renewed.token, token);
+    assert_eq!(member.token(), token, "the member rejoined: a false death");
+    assert!(
+        !member.cancelled().is_cancelled(),
+        "the member's work was cancelled: a false death"
+    );
+
+    // No false death: the checker finds nothing to reap and nothing to sweep.
+    let report = eventually("checker round", Duration::from_secs(10), || checker.round()).await;
+    assert!(report.deaths.is_empty(), "{report:?}");
+    assert!(report.swept.is_empty(), "{report:?}");
+
+    // No item lost: 10 pending + 10 owned, and the owner can still complete them.
+    let counts = eventually("counts", Duration::from_secs(10), || store.item_counts()).await;
+    assert_eq!(
+        (counts.pending, counts.owned, counts.dead_lettered),
+        (10, 10, 0)
+    );
+    for c in &claimed {
+        eventually("complete", Duration::from_secs(10), || member.complete(c)).await;
+    }
+    let rest = member.claim(100).await.unwrap();
+    assert_eq!(rest.len(), 10);
+    for c in &rest {
+        member.complete(c).await.unwrap();
+    }
+    let counts = store.item_counts().await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.owned, counts.dead_lettered),
+        (0, 0, 0)
+    );
+    member.leave(Duration::from_secs(1)).await.unwrap();
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_connection_ends_advisory_leadership_at_once() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let ns = liveness_conformance::fresh_namespace();
+    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    // A long check interval: only the broken connection can explain a quick loss.
+    let a = AdvisoryElection::new(&store, "dispatcher", "a")
+        .unwrap()
+        .check_every(Duration::from_secs(60));
+    let b = AdvisoryElection::new(&store, "dispatcher", "b").unwrap();
+    let leader = a.try_lead().await.unwrap().expect("free role");
+    assert!(b.try_lead().await.unwrap().is_none());
+
+    let pid: i32 = sqlx::query_scalar("SELECT pid FROM advisory_leaders WHERE name = 'dispatcher'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+
+    let lost = leader.cancelled();
+    tokio::time::timeout(Duration::from_secs(10), lost.cancelled())
+        .await
+        .expect("the cancellation did not fire after the connection was killed");
+    assert!(leader.is_lost());
+
+    // The lock went with the session: another candidate takes over, fenced above.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(l) = b.try_lead().await.unwrap() {
+            break l;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the lock outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(second.token() > leader.token());
+    second.resign().await.unwrap();
+}
