@@ -9,6 +9,7 @@ use std::time::Duration;
 use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
 
 pub mod bench;
+pub mod fleet;
 pub mod property;
 pub mod scenarios;
 pub mod wrappers;

@@ -200,20 +200,10 @@ impl Checker {
                     backoff.next().min(self.config.check_every)
                 }
             };
-            let woken = async {
-                match wake.as_mut() {
-                    Some(rx) => {
-                        if rx.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
-                _ = woken => {}
+                _ = crate::heartbeat::woken(&mut wake) => {}
             }
         }
     }

@@ -125,19 +125,9 @@ impl Election {
                 Err(e) if e.is_retryable() => backoff.next(),
                 Err(e) => return Err(e),
             };
-            let woken = async {
-                match wake.as_mut() {
-                    Some(rx) => {
-                        if rx.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = woken => {}
+                _ = crate::heartbeat::woken(&mut wake) => {}
             }
         }
     }

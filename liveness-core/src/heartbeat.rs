@@ -181,3 +181,15 @@ impl Backoff {
         d + jitter
     }
 }
+
+/// Resolves when the store's wake-up signal ticks; never, when the store has none or
+/// its signal is gone (the caller's timer then decides).
+pub(crate) async fn woken(wake: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let ticked = match wake.as_mut() {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !ticked {
+        std::future::pending::<()>().await;
+    }
+}

@@ -15,7 +15,7 @@
 //! [`missing`](crate::missing) fails the test under CI and prints a skip line
 //! elsewhere.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -30,16 +30,7 @@ const HINT: &str = "apt-get install etcd-server etcd-client";
 /// How long a starting member gets to elect itself and answer health checks.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
-/// The certificate files of a TLS member, all in its data folder.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// The self-signed CA certificate (PEM) clients must trust.
-    pub ca: PathBuf,
-    /// The server certificate (PEM), for `127.0.0.1` and `localhost`.
-    pub cert: PathBuf,
-    /// The server's private key (PEM).
-    pub key: PathBuf,
-}
+pub use crate::tls::TlsFiles;
 
 /// An etcd member the tests talk to: one this process started, or the one named by
 /// `LIVENESS_ETCD_URL`.
@@ -176,11 +167,7 @@ pub fn shared() -> Option<&'static EtcdServer> {
                     return Some(from_env(url));
                 }
             }
-            let server = start()?;
-            if let Some(p) = server.process() {
-                remove_when_process_exits(p.dir());
-            }
-            Some(server)
+            start()
         })
         .as_ref()
 }
@@ -251,7 +238,7 @@ fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result
         .prefix("liveness-etcd-")
         .tempdir()?;
     let files = if tls {
-        Some(make_certificates(dir.path())?)
+        Some(crate::tls::make_certificates(dir.path())?)
     } else {
         None
     };
@@ -317,104 +304,4 @@ fn unsupported_arch() -> Option<&'static str> {
         "s390x" => Some("s390x"),
         other => Some(other),
     }
-}
-
-/// A self-signed EC CA and a server certificate for 127.0.0.1 / localhost.
-fn make_certificates(dir: &Path) -> std::io::Result<TlsFiles> {
-    let openssl = |args: &[&str]| -> std::io::Result<()> {
-        let out = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!(
-                "openssl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            )))
-        }
-    };
-    std::fs::write(
-        dir.join("ca.cnf"),
-        "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n\
-         subjectKeyIdentifier=hash\n",
-    )?;
-    std::fs::write(
-        dir.join("server.cnf"),
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )?;
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.csr",
-        "-subj",
-        "/CN=liveness test CA",
-    ]);
-    openssl(&ca)?;
-    openssl(&[
-        "x509", "-req", "-in", "ca.csr", "-signkey", "ca.key", "-out", "ca.pem", "-days", "7",
-        "-extfile", "ca.cnf",
-    ])?;
-    let mut server = vec!["req"];
-    server.extend(ec);
-    server.extend([
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(&server)?;
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "7",
-        "-extfile",
-        "server.cnf",
-    ])?;
-    Ok(TlsFiles {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("server.pem"),
-        key: dir.join("server.key"),
-    })
-}
-
-/// A server in a `static` is never dropped, so its folder would stay: a small shell
-/// removes it once this process is gone (after the watchdog killed the server).
-fn remove_when_process_exits(dir: &Path) {
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; sleep 2; rm -rf \"$2\"")
-        .arg("cleanup")
-        .arg(std::process::id().to_string())
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
 }

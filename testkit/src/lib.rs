@@ -11,6 +11,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

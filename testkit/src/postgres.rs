@@ -54,7 +54,7 @@ pub fn shared() -> Option<&'static PgServer> {
                 process: None,
             });
         }
-        PgServer::start_inner(true)
+        PgServer::start_inner()
     });
     match server {
         Some(s) => Some(s),
@@ -148,36 +148,10 @@ fn random_password() -> String {
     format!("pw{:x}{:x}", nanos, std::process::id())
 }
 
-/// Makes a self-signed certificate for 127.0.0.1 in `dir`; false when openssl is
+/// Makes a CA-signed certificate for 127.0.0.1 in `dir`; false when openssl is
 /// missing or fails (the server then runs without TLS).
 fn make_certificate(dir: &Path) -> bool {
-    let Some(openssl) = find_binary("openssl", &[]) else {
-        return false;
-    };
-    Command::new(openssl)
-        .current_dir(dir)
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.crt",
-            "-days",
-            "3",
-            "-subj",
-            "/CN=127.0.0.1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+    find_binary("openssl", &[]).is_some() && crate::tls::make_certificates(dir).is_ok()
 }
 
 impl PgServer {
@@ -186,21 +160,21 @@ impl PgServer {
     /// `None` (after a printed skip line) when PostgreSQL is not installed outside CI;
     /// a panic under CI or when the server fails to start.
     pub fn start() -> Option<PgServer> {
-        match PgServer::start_inner(false) {
+        match PgServer::start_inner() {
             Some(s) => Some(s),
             None => missing("postgresql", INSTALL_HINT),
         }
     }
 
-    fn start_inner(shared: bool) -> Option<PgServer> {
+    fn start_inner() -> Option<PgServer> {
         let bins = binaries()?;
-        match PgServer::boot(&bins, shared) {
+        match PgServer::boot(&bins) {
             Ok(s) => Some(s),
             Err(e) => panic!("starting postgresql failed: {e}"),
         }
     }
 
-    fn boot(bins: &Binaries, shared: bool) -> std::io::Result<PgServer> {
+    fn boot(bins: &Binaries) -> std::io::Result<PgServer> {
         let owner = server_user()?;
         let dir = tempfile::Builder::new().prefix("liveness-pg-").tempdir()?;
         let root = dir.path().to_path_buf();
@@ -253,7 +227,7 @@ impl PgServer {
                     .arg("-c")
                     .arg(format!(
                         "ssl_cert_file={}",
-                        dir.join("server.crt").display()
+                        dir.join("server.pem").display()
                     ))
                     .arg("-c")
                     .arg(format!("ssl_key_file={}", dir.join("server.key").display()));
@@ -266,9 +240,6 @@ impl PgServer {
         // fails loudly with the server's log.
         let port = free_port()?;
         let process = ServerProcess::start("postgres", dir, port, launcher, READY_WITHIN)?;
-        if shared {
-            cleanup_at_exit(process.dir());
-        }
         Ok(PgServer {
             base_url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
             tls,
@@ -321,18 +292,4 @@ impl PgServer {
         }
         process.restart(READY_WITHIN)
     }
-}
-
-/// The shared server is a static that is never dropped: remove its folder once this
-/// test process is gone (the server itself is killed by its watchdog).
-fn cleanup_at_exit(dir: &Path) {
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; sleep 2; rm -rf \"$2\"")
-        .arg("cleanup")
-        .arg(std::process::id().to_string())
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
 }

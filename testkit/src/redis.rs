@@ -114,7 +114,7 @@ impl RedisServer {
             .tempdir()
             .map_err(|e| format!("cannot make a temp dir: {e}"))?;
         if options.tls {
-            make_certificates(dir.path())?;
+            crate::tls::make_certificates(dir.path()).map_err(|e| e.to_string())?;
         }
         let port = free_port().map_err(|e| format!("no free port: {e}"))?;
         let binary = binary.to_path_buf();
@@ -201,78 +201,4 @@ impl RedisServer {
     pub fn process_mut(&mut self) -> Option<&mut ServerProcess> {
         self.process.as_mut()
     }
-}
-
-/// Makes `ca.pem` and a `server.pem` / `server.key` pair for 127.0.0.1 and localhost
-/// signed by it (a self-signed CA certificate cannot serve as a leaf for rustls).
-fn make_certificates(dir: &Path) -> Result<(), String> {
-    let run = |args: &[&str]| -> Result<(), String> {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .map_err(|e| format!("cannot run openssl: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "openssl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    };
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .map_err(|e| format!("cannot write server.ext: {e}"))?;
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=liveness test CA",
-    ]);
-    run(&ca)?;
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    run(&csr)?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-    ])
 }

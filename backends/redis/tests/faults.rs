@@ -25,15 +25,15 @@
 //!   member's re-join by up to one ttl); the test checks it moved no items.
 //! - **Pause shorter than the ttl's slack**: nobody is lost, no death is declared.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
+use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    CancellationToken, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
-    FencingToken, HolderId, ItemCounts, ItemId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
-    LostReason, Member, MemberConfig, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Error, Event, HolderId, ItemCounts, ItemState,
+    ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Store, Ttl,
 };
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
@@ -68,16 +68,18 @@ where
 }
 
 /// Waits, polling, until `cond` holds; panics with `what` at [`DEADLINE`].
-async fn wait_until<F, Fut>(what: &str, mut cond: F)
+async fn wait_until<F, Fut>(what: &str, cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let until = Instant::now() + DEADLINE;
-    while !cond().await {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    fleet::wait_until(what, DEADLINE, cond).await
+}
+
+/// A fleet of `members` workers sharing one store handle, with a checker on it.
+async fn start_fleet(store: RedisStore, ttl: Ttl, members: usize, items: usize) -> Fleet {
+    let store: Arc<dyn Store> = Arc::new(store);
+    Fleet::start(store.clone(), vec![store; members], ttl, items, DEADLINE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -238,186 +240,6 @@ async fn restart_without_persistence_forgets_everything() {
     );
 }
 
-/// A running system: members working items, one checker, every event on one bus.
-struct World {
-    store: Arc<dyn Store>,
-    members: Vec<Member>,
-    events: Arc<Mutex<Vec<Event>>>,
-    stop: CancellationToken,
-    workers: Vec<tokio::task::JoinHandle<()>>,
-    checker: Option<liveness_core::CheckerHandle>,
-    ids: Vec<ItemId>,
-}
-
-impl World {
-    async fn start(store: RedisStore, ttl: Ttl, members: usize, items: usize) -> World {
-        let store: Arc<dyn Store> = Arc::new(store);
-        let bus = EventBus::new(1 << 16);
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let mut rx = bus.subscribe();
-        let sink = events.clone();
-        tokio::spawn(async move {
-            while let Ok(e) = rx.recv().await {
-                sink.lock().unwrap().push(e);
-            }
-        });
-        let mut ids = Vec::new();
-        for i in 0..items {
-            let options = EnqueueOptions { max_attempts: 100 };
-            ids.push(
-                store
-                    .enqueue(&(i as u32).to_be_bytes(), options)
-                    .await
-                    .unwrap(),
-            );
-        }
-        let checker = Checker::new(
-            store.clone(),
-            CheckerConfig {
-                check_every: Duration::from_millis(200),
-                events: bus.clone(),
-                ..CheckerConfig::default()
-            },
-        )
-        .spawn();
-        let stop = CancellationToken::new();
-        let mut all = Vec::new();
-        let mut workers = Vec::new();
-        for i in 0..members {
-            let config = MemberConfig::new(&format!("w{i}"), ttl)
-                .unwrap()
-                .events(bus.clone());
-            let member = Member::join(store.clone(), config).await.unwrap();
-            workers.push(tokio::spawn(work(member.clone(), stop.clone())));
-            all.push(member);
-        }
-        World {
-            store,
-            members: all,
-            events,
-            stop,
-            workers,
-            checker: Some(checker),
-            ids,
-        }
-    }
-
-    fn tokens(&self) -> Vec<FencingToken> {
-        self.members.iter().map(Member::token).collect()
-    }
-
-    async fn counts(&self) -> Option<ItemCounts> {
-        self.store.item_counts().await.ok()
-    }
-
-    /// Waits until every item is completed: nothing pending, owned or dead-lettered,
-    /// and every enqueued id gone (items leave the store only by `complete`).
-    async fn wait_all_completed(&self) {
-        wait_until("every item is completed", || async {
-            self.counts().await == Some(ItemCounts::default())
-        })
-        .await;
-        for id in &self.ids {
-            assert_eq!(
-                self.store.item(*id).await.unwrap(),
-                None,
-                "item {id} is not done"
-            );
-        }
-    }
-
-    fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap().clone()
-    }
-
-    /// Every token a member held (it saw `Joined`) whose death a checker declared or
-    /// whose items it requeued (a sweep of the dead set) was seen as `Lost` by that
-    /// member BEFORE, on the same event bus.
-    ///
-    /// A token no member ever saw is a ghost: an `acquire` sent during the fault that
-    /// the server executed after the client had given up waiting for the answer.
-    /// Nobody acts under it, so it can own no items: its death moves nothing.
-    fn assert_lost_before_requeue(&self) {
-        let events = self.events();
-        for (i, e) in events.iter().enumerate() {
-            let (token, moved) = match e {
-                Event::Died {
-                    token,
-                    requeued,
-                    dead_lettered,
-                    ..
-                } => (*token, requeued + dead_lettered),
-                Event::OrphansRequeued {
-                    token,
-                    requeued,
-                    dead_lettered,
-                } => (*token, requeued + dead_lettered),
-                _ => continue,
-            };
-            let held = events
-                .iter()
-                .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
-            if !held {
-                assert_eq!(moved, 0, "ghost token {token} owned items: {e:?}");
-                continue;
-            }
-            let lost_before = events[..i]
-                .iter()
-                .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
-            assert!(
-                lost_before,
-                "token {token} was declared dead ({e:?}) before its member saw Lost; events: {events:#?}"
-            );
-        }
-    }
-
-    fn lost_tokens(&self) -> Vec<FencingToken> {
-        self.events()
-            .iter()
-            .filter_map(|e| match e {
-                Event::Lost { token, .. } => Some(*token),
-                _ => None,
-            })
-            .collect()
-    }
-
-    async fn shut_down(mut self) {
-        self.stop.cancel();
-        for w in self.workers.drain(..) {
-            let _ = w.await;
-        }
-        if let Some(c) = self.checker.take() {
-            c.stop().await;
-        }
-        for m in self.members.drain(..) {
-            let _ = m.leave(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// A worker: claims one item at a time, "works" 20 ms, completes it unless its lease
-/// was lost meanwhile. Store faults just make it try again a little later.
-async fn work(member: Member, stop: CancellationToken) {
-    while !stop.is_cancelled() {
-        let claimed = match member.claim(1).await {
-            Ok(c) if !c.is_empty() => c,
-            _ => {
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                continue;
-            }
-        };
-        for c in claimed {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if c.cancel.is_cancelled() {
-                continue; // stop at once; a checker requeues it
-            }
-            // Fenced, Lost or Unavailable: the item is requeued (or was completed by
-            // a request whose answer got lost); either way nothing to do here.
-            let _ = member.complete(&c).await;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
     let Some(mut server) = RedisServer::spawn(RedisOptions {
@@ -427,7 +249,7 @@ async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
         return;
     };
     let ttl = Ttl::from_secs(2).unwrap();
-    let world = World::start(connect(&server, 500).await, ttl, 3, 150).await;
+    let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
     wait_until("work is under way", || async {
         matches!(world.counts().await, Some(c) if c.pending < 130)
     })
@@ -462,7 +284,7 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
         return;
     };
     let ttl = Ttl::from_secs(2).unwrap();
-    let world = World::start(connect(&server, 500).await, ttl, 3, 150).await;
+    let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
     wait_until("work is under way", || async {
         matches!(world.counts().await, Some(c) if c.pending < 130)
     })
@@ -471,7 +293,7 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
     let process = server.process().unwrap();
 
     process.pause().unwrap();
-    let frozen = world.store.store_time().await.unwrap_err();
+    let frozen = world.store().store_time().await.unwrap_err();
     assert!(
         frozen.is_retryable(),
         "a frozen server must be Unavailable: {frozen:?}"
@@ -492,8 +314,8 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
     world.assert_lost_before_requeue();
     // No renewal was granted to an expired lease: every old token is gone from the
     // store (no member key still holds it).
-    for m in &world.members {
-        let info = world.store.inspect(m.key()).await.unwrap().unwrap();
+    for m in world.members() {
+        let info = world.store().inspect(m.key()).await.unwrap().unwrap();
         assert!(!before.contains(&info.token));
     }
     world.shut_down().await;
@@ -507,7 +329,7 @@ async fn short_pause_loses_nobody() {
     // ttl 6 s, renewals every 2 s, local deadline 4.8 s after the last renewal was
     // sent: a 300 ms freeze leaves seconds of slack.
     let ttl = Ttl::from_secs(6).unwrap();
-    let world = World::start(connect(&server, 2000).await, ttl, 3, 30).await;
+    let world = start_fleet(connect(&server, 2000).await, ttl, 3, 30).await;
     let before = world.tokens();
     let process = server.process().unwrap();
     process.pause().unwrap();
@@ -516,12 +338,12 @@ async fn short_pause_loses_nobody() {
     let resumed = Instant::now();
     // Wait until each member has renewed after the resume (its lease shows nearly a
     // whole ttl left after at least one renewal interval).
-    for m in &world.members {
+    for m in world.members() {
         let key = m.key().clone();
         wait_until("a member renewed after the pause", || async {
             resumed.elapsed() > Duration::from_millis(2100)
                 && matches!(
-                    world.store.inspect(&key).await,
+                    world.store().inspect(&key).await,
                     Ok(Some(info)) if matches!(info.status, LeaseStatus::Live { remaining } if remaining > Duration::from_millis(5500))
                 )
         })
