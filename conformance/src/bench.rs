@@ -130,6 +130,17 @@ fn ttl_of(d: Duration) -> Ttl {
     Ttl::new(Duration::from_millis(d.as_millis().max(1) as u64)).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Adds up what `tasks` counted (each, the operations it completed since `start`)
+/// and divides by the time since `start`: operations per second. The common tail of
+/// every throughput loop, the framework's and the raw primitives' alike.
+pub async fn per_second(start: Instant, tasks: Vec<tokio::task::JoinHandle<u64>>) -> f64 {
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
 /// Measures renewals per second with `concurrency` members for `seconds`.
 pub async fn renewals(store: Arc<dyn Store>, concurrency: usize, seconds: f64) -> Renewals {
     let caps = store.capabilities();
@@ -160,13 +171,9 @@ pub async fn renewals(store: Arc<dyn Store>, concurrency: usize, seconds: f64) -
             })
         })
         .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap_or(0);
-    }
     Renewals {
         concurrency,
-        per_second: total as f64 / start.elapsed().as_secs_f64(),
+        per_second: per_second(start, tasks).await,
     }
 }
 

@@ -93,11 +93,7 @@ async fn bare_keep_alive(endpoint: &str, concurrency: usize, seconds: f64, with_
             })
         })
         .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap_or(0);
-    }
-    total as f64 / start.elapsed().as_secs_f64()
+    liveness_conformance::bench::per_second(start, tasks).await
 }
 
 fn main() {

@@ -101,11 +101,7 @@ async fn bare_renewals(
             })
         })
         .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap_or(0);
-    }
-    total as f64 / start.elapsed().as_secs_f64()
+    liveness_conformance::bench::per_second(start, tasks).await
 }
 
 /// The same UPDATE in a bare loop on dedicated connections (no pool): sqlx without its
@@ -155,11 +151,7 @@ async fn dedicated_renewals(
             })
         })
         .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap_or(0);
-    }
-    total as f64 / start.elapsed().as_secs_f64()
+    liveness_conformance::bench::per_second(start, tasks).await
 }
 
 /// pgbench running the same single-row UPDATE on `concurrency` rows, one per client.

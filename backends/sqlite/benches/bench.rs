@@ -55,11 +55,7 @@ async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) ->
             })
         })
         .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap_or(0);
-    }
-    total as f64 / start.elapsed().as_secs_f64()
+    liveness_conformance::bench::per_second(start, tasks).await
 }
 
 fn main() {
