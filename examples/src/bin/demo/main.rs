@@ -55,8 +55,9 @@ enum Command {
 pub struct RunArgs {
     /// The store every process connects to, by URL: `sqlite:///path/file.db?ns=NAME`,
     /// or any backend compiled into this build (`redis://`, `postgres://`, `etcd://`
-    /// with their cargo features). Default: a new SQLite file in a temporary directory,
-    /// deleted at the end. The namespace must hold no items. `memory://` cannot work:
+    /// with the `examples` crate's features of the same names, e.g. `cargo run -p
+    /// examples --features redis --bin demo -- --store redis://…`). Default: a new
+    /// SQLite file in a temporary directory, deleted at the end. The namespace must hold no items. `memory://` cannot work:
     /// it lives inside one process and the workers are separate processes.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
