@@ -136,9 +136,10 @@ struct Inner {
 /// A live worker: holds its member lease through a heartbeat task, claims and
 /// completes items under it, and re-joins with a new token when it loses it.
 ///
-/// Cloning shares the same member. Dropping the last clone stops the heartbeat
-/// without releasing (the lease then expires and a checker requeues the items):
-/// call [`Member::leave`] for a graceful exit.
+/// Cloning shares the same member. Dropping the last clone stops the heartbeat and
+/// fires the current generation's cancellation signal without releasing (the lease
+/// then expires and a checker requeues the items): call [`Member::leave`] for a
+/// graceful exit.
 #[derive(Clone, Debug)]
 pub struct Member {
     inner: Arc<Inner>,
@@ -146,7 +147,9 @@ pub struct Member {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
+        self.generation.borrow().cancel.cancel();
     }
 }
 

@@ -269,3 +269,22 @@ async fn bad_member_configs_are_rejected() {
         .unwrap()
         .is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_member_cancels_the_work_claimed_under_it() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let claimed = member.claim(1).await.unwrap().pop().unwrap();
+    assert!(!claimed.cancel.is_cancelled());
+    drop(member);
+    assert!(
+        claimed.cancel.is_cancelled(),
+        "work must stop when nobody renews its lease"
+    );
+}
