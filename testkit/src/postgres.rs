@@ -141,11 +141,10 @@ fn as_user(cmd: &mut Command, owner: Option<(u32, u32)>) {
 }
 
 fn random_password() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("pw{:x}{:x}", nanos, std::process::id())
+    use std::hash::{BuildHasher, RandomState};
+    // std's randomly keyed hasher: a fresh random value per call, no clock involved.
+    let random = RandomState::new().hash_one(std::process::id());
+    format!("pw{random:016x}")
 }
 
 /// Makes a CA-signed certificate for 127.0.0.1 in `dir`; false when openssl is

@@ -77,10 +77,7 @@ async fn restart_mid_run_members_rejoin_and_no_item_is_lost() {
     };
     let ttl = Ttl::from_secs(2).unwrap();
     let world = start_fleet(&server, ttl, 3, 120).await;
-    wait_until("work is under way", || async {
-        matches!(world.counts().await, Some(c) if c.pending < 100)
-    })
-    .await;
+    world.wait_working(100).await;
     let before = world.tokens();
 
     tokio::task::block_in_place(|| server.kill()).unwrap();
@@ -116,10 +113,7 @@ async fn pause_past_ttl_every_expired_member_sees_lost_first() {
     };
     let ttl = Ttl::from_secs(2).unwrap();
     let world = start_fleet(&server, ttl, 3, 120).await;
-    wait_until("work is under way", || async {
-        matches!(world.counts().await, Some(c) if c.pending < 100)
-    })
-    .await;
+    world.wait_working(100).await;
     let before = world.tokens();
 
     server.pause().unwrap();

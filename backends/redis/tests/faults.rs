@@ -250,10 +250,7 @@ async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
     };
     let ttl = Ttl::from_secs(2).unwrap();
     let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
-    wait_until("work is under way", || async {
-        matches!(world.counts().await, Some(c) if c.pending < 130)
-    })
-    .await;
+    world.wait_working(130).await;
     let before = world.tokens();
 
     server.process_mut().unwrap().kill();
@@ -285,10 +282,7 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
     };
     let ttl = Ttl::from_secs(2).unwrap();
     let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
-    wait_until("work is under way", || async {
-        matches!(world.counts().await, Some(c) if c.pending < 130)
-    })
-    .await;
+    world.wait_working(130).await;
     let before = world.tokens();
     let process = server.process().unwrap();
 
