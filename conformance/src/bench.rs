@@ -130,6 +130,12 @@ fn ttl_of(d: Duration) -> Ttl {
     Ttl::new(Duration::from_millis(d.as_millis().max(1) as u64)).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The median of repeated measurements (sorts `v`; zero when empty).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Adds up what `tasks` counted (each, the operations it completed since `start`)
 /// and divides by the time since `start`: operations per second. The common tail of
 /// every throughput loop, the framework's and the raw primitives' alike.

@@ -155,6 +155,25 @@ impl Fleet {
         }
     }
 
+    /// After an outage longer than the ttl: every member whose token was in `before`
+    /// saw `Lost` and re-joined under a newer token, and every new token is newer than
+    /// every old one (the store's token source survived the outage).
+    pub fn assert_all_rejoined(&self, before: &[FencingToken]) {
+        let after = self.tokens();
+        let lost = self.lost_tokens();
+        for (b, a) in before.iter().zip(&after) {
+            assert!(lost.contains(b), "the member with token {b} never saw Lost");
+            assert!(
+                a > b,
+                "a member kept token {b} across an outage longer than its ttl"
+            );
+        }
+        assert!(
+            after.iter().min() > before.iter().max(),
+            "a token after the outage is not newer than every token before it"
+        );
+    }
+
     /// Every event so far, in order.
     pub fn events(&self) -> Vec<Event> {
         lock(&self.events).clone()

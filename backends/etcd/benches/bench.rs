@@ -25,11 +25,6 @@ use tokio::time::Instant;
 
 const REPEATS: usize = 3;
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 async fn store(url: &str) -> EtcdStore {
     let config = EtcdConfig::from_url(url)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -125,7 +120,7 @@ fn main() {
                 raw.push(bare_keep_alive(&endpoint, c, options.seconds, false).await);
                 keyed.push(bare_keep_alive(&endpoint, c, options.seconds, true).await);
             }
-            let (fw, raw, keyed) = (median(&mut fw), median(&mut raw), median(&mut keyed));
+            let (fw, raw, keyed) = (liveness_conformance::bench::median(&mut fw), liveness_conformance::bench::median(&mut raw), liveness_conformance::bench::median(&mut keyed));
             println!(
                 "renewals/s   members={c:<4} framework={fw:>9.0} bare keep-alive: lease with a key={keyed:>9.0} (ratio {:.2}), lease alone={raw:>9.0} (ratio {:.2})",
                 fw / keyed.max(1.0),

@@ -23,11 +23,6 @@ use tokio::time::Instant;
 
 const REPEATS: usize = 3;
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 async fn store(url: &str) -> RedisStore {
     let config = RedisConfig::from_url(url)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -178,7 +173,7 @@ fn main() {
                 let _ = purge.purge().await;
                 raw.push(raw_renewals(&url, c, options.seconds).await);
             }
-            let (framework, raw) = (median(&mut framework), median(&mut raw));
+            let (framework, raw) = (liveness_conformance::bench::median(&mut framework), liveness_conformance::bench::median(&mut raw));
             let set = redis_benchmark(&url, c, options.seconds, raw)
                 .map(|v| format!("{v:>8.0}"))
                 .unwrap_or_else(|| "     n/a".into());
@@ -207,7 +202,7 @@ fn main() {
                     r.expired,
                     r.time,
                     r.round_trips,
-                    Duration::from_secs_f64(median(&mut steady)),
+                    Duration::from_secs_f64(liveness_conformance::bench::median(&mut steady)),
                 );
                 let _ = again.purge().await;
             }
