@@ -158,7 +158,15 @@ impl Fleet {
     /// After an outage longer than the ttl: every member whose token was in `before`
     /// saw `Lost` and re-joined under a newer token, and every new token is newer than
     /// every old one (the store's token source survived the outage).
-    pub fn assert_all_rejoined(&self, before: &[FencingToken]) {
+    ///
+    /// Re-joining takes its own time (backoff, a revived old lease to release), and the
+    /// other members may finish every item first, so this waits up to the fleet's
+    /// deadline for each member to hold a token newer than its old one, then checks.
+    pub async fn assert_all_rejoined(&self, before: &[FencingToken]) {
+        wait_until("every member re-joined", self.deadline, || async {
+            self.tokens().iter().zip(before).all(|(a, b)| a > b)
+        })
+        .await;
         let after = self.tokens();
         let lost = self.lost_tokens();
         for (b, a) in before.iter().zip(&after) {

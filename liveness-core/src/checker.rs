@@ -182,12 +182,12 @@ impl Checker {
 
     async fn run_rounds(&self, stop: &CancellationToken) {
         let mut wake = self.store.wakeups();
-        let mut backoff = Backoff::new(Duration::from_millis(10));
+        let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {
             let pause = match self.round().await {
                 Ok(report) if report.more => Duration::ZERO,
                 Ok(report) => {
-                    backoff = Backoff::new(Duration::from_millis(10));
+                    backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
                     // Wake just after the next expiry (store clocks tick in ms).
                     report
                         .next_expiry

@@ -107,7 +107,10 @@ impl Election {
         self.config.heartbeat.validate()?;
         let ttl = self.config.heartbeat.ttl.duration();
         let mut wake = self.store.wakeups();
-        let mut backoff = Backoff::new(self.config.heartbeat.renew_every / 8);
+        let mut backoff = Backoff::new(
+            self.config.heartbeat.renew_every / 8,
+            self.config.heartbeat.renew_every,
+        );
         loop {
             let pause = match self.try_lead().await {
                 Ok(Some(l)) => return Ok(l),

@@ -103,7 +103,7 @@ pub(crate) async fn keep_alive(
             _ = stop.cancelled() => return End::Stopped(lease),
             _ = tokio::time::sleep_until(planned) => {}
         }
-        let mut backoff = Backoff::new(config.renew_every / 8);
+        let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
         loop {
             let deadline = config.deadline(sent);
             let now = Instant::now();
@@ -157,7 +157,7 @@ pub(crate) async fn keep_alive(
     }
 }
 
-/// Exponential backoff with jitter, from `base` up to 64 × `base` (at least 1 ms).
+/// Exponential backoff with up to 25 % jitter, doubling from a base up to a cap.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     next: Duration,
@@ -165,11 +165,12 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub(crate) fn new(base: Duration) -> Self {
+    /// Delays that start at `base` and double up to `max` (both at least 1 ms).
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
         let base = base.max(Duration::from_millis(1));
         Backoff {
             next: base,
-            max: base * 64,
+            max: max.max(base),
         }
     }
 

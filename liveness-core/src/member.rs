@@ -42,6 +42,8 @@ pub struct MemberConfig {
     /// Heartbeat timing: ttl, renew interval, safety margin.
     pub heartbeat: HeartbeatConfig,
     /// Whether a lost member acquires a new lease (new token) by itself; default true.
+    /// While the store is unreachable it retries with jittered backoff, capped at the
+    /// renew interval, so it is back within about one renew interval of the store.
     pub rejoin: bool,
     /// Where events go; default a bus of the member's own ([`Member::events`]).
     pub events: EventBus,
@@ -165,7 +167,10 @@ impl Member {
         let store = traced(store);
         let key = Key::new(crate::types::Space::members(), config.name.clone());
         let give_up = Instant::now() + config.heartbeat.ttl.duration();
-        let mut backoff = Backoff::new(config.heartbeat.renew_every / 8);
+        let mut backoff = Backoff::new(
+            config.heartbeat.renew_every / 8,
+            config.heartbeat.renew_every,
+        );
         let (lease, sent) = loop {
             let sent = Instant::now();
             match store
@@ -415,7 +420,10 @@ async fn rejoin(
     old: &Lease,
     stop: &CancellationToken,
 ) -> Option<(Lease, Instant)> {
-    let mut backoff = Backoff::new(config.heartbeat.renew_every / 8);
+    let mut backoff = Backoff::new(
+        config.heartbeat.renew_every / 8,
+        config.heartbeat.renew_every,
+    );
     loop {
         if stop.is_cancelled() {
             return None;
