@@ -51,6 +51,8 @@ echo "==> cargo clippy (umbrella crate with every backend that links here)"
 cargo clippy -p liveness --features redis,postgres,etcd -- -D warnings
 echo "==> cargo clippy (FoundationDB native path: type-checked, not linked: no libfdb_c here)"
 cargo clippy -p backend-fdb --features native -- -D warnings
+echo "==> cargo doc (a broken intra-doc link is an error)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # Most tests wait on leases expiring (I/O and timers, little CPU): run more of them at
 # once than there are cores.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"

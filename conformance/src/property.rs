@@ -1,5 +1,5 @@
 //! The property test: random sequences of operations by several holders, run on the
-//! store under test and on the reference model ([`MemoryStore`]) side by side, with
+//! store under test and on the reference model ([`MemoryStore`](liveness_core::MemoryStore)) side by side, with
 //! every result compared step by step.
 //!
 //! Tokens and item ids differ between stores (an etcd revision is no Redis counter),

@@ -194,3 +194,25 @@ pub(crate) async fn woken(wake: &mut Option<tokio::sync::watch::Receiver<u64>>) 
         std::future::pending::<()>().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_then_stays_at_its_cap_plus_jitter() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(10), ms(40));
+        let delays: Vec<Duration> = (0..8).map(|_| b.next()).collect();
+        for (d, base) in delays.iter().zip([10, 20, 40, 40, 40, 40, 40, 40]) {
+            assert!(*d >= ms(base) && *d <= ms(base) * 5 / 4, "{delays:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_never_waits_zero() {
+        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert!(b.next() >= Duration::from_millis(1));
+    }
+}

@@ -9,7 +9,7 @@
 //! Every lease the member holds is a *generation*: a lease plus its own cancellation
 //! signal. Work claimed under a generation carries that generation's signal and lease,
 //! so work claimed before a loss can never be completed under the new token: the
-//! store answers [`Error::Fenced`](crate::Error::Fenced).
+//! store answers [`Error::Fenced`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

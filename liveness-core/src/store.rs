@@ -12,9 +12,9 @@
 //!   inside the operation, or, on observer-local stores
 //!   ([`Capabilities::observer_local_expiry`]), this handle's own monotonic clock. A
 //!   caller's clock is never sent or compared.
-//! - Invalid input fails with [`Error::InvalidInput`](crate::Error::InvalidInput) and
+//! - Invalid input fails with [`Error::InvalidInput`] and
 //!   changes nothing.
-//! - A transport fault fails with [`Error::Unavailable`](crate::Error::Unavailable);
+//! - A transport fault fails with [`Error::Unavailable`];
 //!   the operation may or may not have taken effect, and retrying is safe (every
 //!   operation is idempotent under retry or answers a typed error that says what
 //!   happened).

@@ -12,7 +12,7 @@
 //!
 //! The binaries come from Debian's `etcd-server` (etcd 3.4) and `etcd-client`
 //! (`etcdctl`, used to wait for health and to set users up). When they are missing,
-//! [`missing`](crate::missing) fails the test under CI and prints a skip line
+//! [`missing`] fails the test under CI and prints a skip line
 //! elsewhere.
 
 use std::path::Path;

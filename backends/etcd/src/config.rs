@@ -78,8 +78,9 @@ fn malformed() -> Error {
 
 fn millis(value: &str) -> Result<Duration> {
     match value.parse::<u64>() {
-        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-        _ => Err(malformed()),
+        Ok(0) => Err(Error::invalid("url", InputProblem::Zero)),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => Err(malformed()),
     }
 }
 
