@@ -33,6 +33,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
 use tokio::sync::{watch, Mutex, MutexGuard};
+use tokio::time::Instant;
 
 use crate::config::{Durability, SqliteConfig};
 
@@ -212,7 +213,28 @@ impl SqliteStore {
     /// is newer than this build knows, with [`Error::Unavailable`] when the file stays
     /// locked past the busy timeout, and with [`Error::Backend`] when it cannot be
     /// opened or is not a liveness database.
+    ///
+    /// Handles opening a brand-new file at the same moment (processes starting
+    /// together) can meet `SQLITE_BUSY` while one of them switches the file to WAL,
+    /// which SQLite reports without waiting in its busy handler; such faults are
+    /// retried, with backoff, until the busy timeout has passed.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
+        let give_up = Instant::now() + config.busy_timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::open(&config).await {
+                Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    tracing::debug!(error = %e, path = %config.path.display(), "open retried");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`SqliteStore::connect`].
+    async fn open(config: &SqliteConfig) -> Result<SqliteStore> {
         let options = SqliteConnectOptions::new()
             .filename(&config.path)
             .create_if_missing(true)
@@ -238,7 +260,7 @@ impl SqliteStore {
         }
         Ok(SqliteStore {
             pool,
-            ns: config.namespace,
+            ns: config.namespace.clone(),
             caps: Capabilities {
                 // The store clock counts whole milliseconds.
                 min_ttl: Duration::from_millis(1),

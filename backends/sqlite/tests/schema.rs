@@ -115,3 +115,39 @@ async fn bad_urls_are_invalid_input() {
         "a rejected URL creates nothing"
     );
 }
+
+/// Many handles opening one brand-new file at the same moment (processes starting
+/// together): each open succeeds, the schema is applied once, and they share state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_handles_open_a_new_file_at_once() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("fresh{round}.db"));
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { SqliteStore::connect(config(&path)).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for open in opens {
+            stores.push(
+                open.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {round}: {e:?}")),
+            );
+        }
+        let key = Key::member("first").unwrap();
+        let holder = HolderId::new("h").unwrap();
+        let lease = stores[0]
+            .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
+            .await
+            .unwrap();
+        for s in &stores {
+            assert_eq!(s.inspect(&key).await.unwrap().unwrap().token, lease.token);
+        }
+        for s in stores {
+            s.close().await;
+        }
+    }
+}
