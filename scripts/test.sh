@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have redis-server || need+=(redis-server)
-have redis-benchmark || need+=(redis-tools)
+{ have redis-cli && have redis-benchmark; } || need+=(redis-tools)
 have etcd || need+=(etcd-server)
 have etcdctl || need+=(etcd-client)
 have protoc || need+=(protobuf-compiler)

@@ -34,9 +34,10 @@ pub fn schemes() -> Vec<&'static str> {
 ///   the same state; nothing crosses processes.
 /// - `sqlite:///abs/path/file.db?ns=NAME`, `sqlite://relative.db` (feature `sqlite`,
 ///   on by default): one SQLite file shared by the processes of one host.
-/// - `redis://`, `rediss://` (feature `redis`), `postgres://`, `postgresql://`
-///   (feature `postgres`), `etcd://`, `etcds://` (feature `etcd`), `fdb://` (feature
-///   `fdb`): see each backend crate's docs for its parameters.
+/// - `redis://`, `rediss://` (feature `redis`; `?cluster=true` for a Redis Cluster),
+///   `postgres://`, `postgresql://` (feature `postgres`), `etcd://`, `etcds://`
+///   (feature `etcd`), `fdb://` (feature `fdb`): see each backend crate's docs for its
+///   parameters.
 ///
 /// # Errors
 ///

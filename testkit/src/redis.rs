@@ -202,3 +202,159 @@ impl RedisServer {
         self.process.as_mut()
     }
 }
+
+/// The environment variable naming an existing Redis Cluster (a `redis://` URL of one
+/// node with `?cluster=true`) to use instead of starting one.
+pub const ENV_CLUSTER_URL: &str = "LIVENESS_REDIS_CLUSTER_URL";
+
+/// How many primaries [`RedisCluster::start`] starts.
+pub const CLUSTER_NODES: usize = 3;
+
+/// A Redis Cluster for tests: three primaries (no replicas), each a
+/// `redis-server --cluster-enabled yes` on free loopback ports (client and bus) in its
+/// own temporary folder, joined by `redis-cli --cluster create`; or the cluster named
+/// by `LIVENESS_REDIS_CLUSTER_URL`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<ServerProcess>,
+    url: String,
+}
+
+impl RedisCluster {
+    /// Starts a cluster and waits until every node reports `cluster_state:ok`.
+    ///
+    /// `None` (after a SKIP line) when `redis-server` or `redis-cli` is missing outside
+    /// CI; a panic under CI, and a panic when they are installed but the cluster does
+    /// not form.
+    pub fn start() -> Option<RedisCluster> {
+        if let Ok(url) = std::env::var(ENV_CLUSTER_URL) {
+            if !url.is_empty() {
+                return Some(RedisCluster {
+                    nodes: Vec::new(),
+                    url,
+                });
+            }
+        }
+        let dirs = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
+        let Some(server) = find_binary("redis-server", &dirs) else {
+            return missing("redis-server", INSTALL_HINT);
+        };
+        let Some(cli) = find_binary("redis-cli", &dirs) else {
+            return missing("redis-cli", "apt-get install redis-tools");
+        };
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(&server, &cli) {
+                Ok(cluster) => return Some(cluster),
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server is installed but a cluster did not form: {last}");
+    }
+
+    fn try_start(server: &Path, cli: &Path) -> Result<RedisCluster, String> {
+        let mut nodes = Vec::new();
+        for _ in 0..CLUSTER_NODES {
+            let dir = tempfile::Builder::new()
+                .prefix("liveness-redis-cluster-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a temp dir: {e}"))?;
+            let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+            let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
+            let binary = server.to_path_buf();
+            let launcher = Box::new(move |dir: &Path, port: u16| {
+                let mut cmd = Command::new(&binary);
+                cmd.current_dir(dir)
+                    .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+                    .arg("--port")
+                    .arg(port.to_string())
+                    .arg("--dir")
+                    .arg(dir)
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes"])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .arg("--cluster-port")
+                    .arg(bus.to_string())
+                    .args(["--cluster-node-timeout", "2000"]);
+                cmd
+            });
+            nodes.push(
+                ServerProcess::start("redis-server (cluster)", dir, port, launcher, READY_WITHIN)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new(cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .map_err(|e| format!("redis-cli: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        // Every node must agree that all slots are served before tests start.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            loop {
+                let info = Command::new(cli)
+                    .args(["-h", "127.0.0.1", "-p"])
+                    .arg(node.port().to_string())
+                    .args(["cluster", "info"])
+                    .output()
+                    .map_err(|e| format!("redis-cli: {e}"))?;
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                if std::time::Instant::now() > until {
+                    return Err(format!(
+                        "node {} never reported cluster_state:ok",
+                        node.port()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let url = format!(
+            "redis://{}/?cluster=true&seeds={}",
+            addrs[0],
+            addrs[1..].join(",")
+        );
+        Ok(RedisCluster { nodes, url })
+    }
+
+    /// The cluster's URL for the backend: the first node, `cluster=true`, and the
+    /// other nodes as `seeds`. Append `&ns=...` as needed.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Each node's own URL (`redis://127.0.0.1:PORT`), to look at one node directly;
+    /// empty for a cluster named by `LIVENESS_REDIS_CLUSTER_URL`.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port()))
+            .collect()
+    }
+
+    /// The node processes, for fault tests; empty for a cluster named by
+    /// `LIVENESS_REDIS_CLUSTER_URL`.
+    pub fn nodes(&self) -> &[ServerProcess] {
+        &self.nodes
+    }
+
+    /// Kills node `i` (SIGKILL): its slots are unserved until it comes back, since
+    /// the test cluster has no replicas.
+    pub fn kill_node(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+}

@@ -8,7 +8,7 @@ use liveness_core::{Error, InputProblem, Namespace, Result};
 use crate::SCHEMES;
 
 const EXPECTED_URL: &str =
-    "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N&connect_timeout_ms=N&protocol=resp2|resp3] (rediss:// for TLS)";
+    "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N&connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...] (rediss:// for TLS; no /db with cluster=true)";
 
 const DEFAULT_NAMESPACE: &str = "default";
 
@@ -28,6 +28,11 @@ const DEFAULT_NAMESPACE: &str = "default";
 ///   `Unavailable` (default 2000).
 /// - `connect_timeout_ms`: how long a (re)connection attempt may take (default 2000).
 /// - `protocol`: passed to the client (`resp2`, the default, or `resp3`).
+/// - `cluster=true`: the server is a node of a Redis Cluster; the client learns the
+///   slot map from it, follows `MOVED` / `ASK` redirections and reconnects to the
+///   node that owns the namespace's slot. `seeds=HOST:PORT,...` names more nodes to
+///   learn the map from (same scheme, user and password), so that connecting works
+///   while the first one is down. A cluster has only database 0: a `/db` is refused.
 ///
 /// Unknown query parameters are rejected, so a typo cannot silently pick the default
 /// namespace. The password never appears in `Debug` output.
@@ -39,6 +44,9 @@ pub struct RedisConfig {
     pub(crate) ca: Option<CaSource>,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    /// Redis Cluster mode: the node URLs to learn the slot map from (the URL's own
+    /// node first); empty for a single server.
+    pub(crate) cluster_nodes: Vec<url::Url>,
 }
 
 /// Where the root certificate for `rediss://` comes from.
@@ -57,6 +65,7 @@ impl std::fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field("url", &shown.as_str())
             .field("namespace", &self.namespace)
+            .field("cluster_nodes", &self.cluster_nodes.len())
             .field(
                 "ca",
                 &self.ca.as_ref().map(|c| match c {
@@ -113,9 +122,23 @@ impl RedisConfig {
         let mut response_timeout = Duration::from_secs(2);
         let mut connect_timeout = Duration::from_secs(2);
         let mut passed = Vec::new();
+        let mut cluster = false;
+        let mut seeds = Vec::new();
         for (k, v) in parsed.query_pairs() {
             match k.as_ref() {
                 "ns" => namespace = Some(Namespace::new(v.as_ref())?),
+                "cluster" => {
+                    cluster = match v.as_ref() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(malformed()),
+                    }
+                }
+                "seeds" => {
+                    for seed in v.split(',') {
+                        seeds.push(seed.to_owned());
+                    }
+                }
                 "ca" if !v.is_empty() => ca = Some(CaSource::File(PathBuf::from(v.as_ref()))),
                 "timeout_ms" => response_timeout = millis(&v)?,
                 "connect_timeout_ms" => connect_timeout = millis(&v)?,
@@ -131,6 +154,20 @@ impl RedisConfig {
         if !passed.is_empty() {
             client_url.query_pairs_mut().extend_pairs(passed);
         }
+        let cluster_nodes = if cluster {
+            if !matches!(parsed.path(), "" | "/" | "/0") {
+                return Err(malformed());
+            }
+            let mut nodes = vec![client_url.clone()];
+            for seed in &seeds {
+                nodes.push(seed_url(&client_url, seed)?);
+            }
+            nodes
+        } else if !seeds.is_empty() {
+            return Err(malformed());
+        } else {
+            Vec::new()
+        };
         let namespace = match namespace {
             Some(ns) => ns,
             None => Namespace::new(DEFAULT_NAMESPACE)?,
@@ -141,6 +178,7 @@ impl RedisConfig {
             ca,
             response_timeout,
             connect_timeout,
+            cluster_nodes,
         })
     }
 
@@ -179,6 +217,26 @@ impl RedisConfig {
     pub fn is_tls(&self) -> bool {
         self.client_url.scheme() == "rediss"
     }
+
+    /// True for a Redis Cluster (`cluster=true`).
+    pub fn is_cluster(&self) -> bool {
+        !self.cluster_nodes.is_empty()
+    }
+}
+
+/// The URL of one more cluster seed `HOST:PORT`: the main URL's scheme, user,
+/// password and parameters with another host and port.
+fn seed_url(main: &url::Url, seed: &str) -> Result<url::Url> {
+    let (host, port) = seed.rsplit_once(':').ok_or_else(malformed)?;
+    let port: u16 = port.parse().map_err(|_| malformed())?;
+    if host.is_empty() {
+        return Err(malformed());
+    }
+    let mut url = main.clone();
+    url.set_host(Some(host.trim_start_matches('[').trim_end_matches(']')))
+        .map_err(|_| malformed())?;
+    url.set_port(Some(port)).map_err(|_| malformed())?;
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -205,6 +263,28 @@ mod tests {
     }
 
     #[test]
+    fn cluster_urls_list_every_seed_with_the_same_credentials() {
+        let c = RedisConfig::from_url(
+            "rediss://u:pw@10.0.0.1:7000/?ns=a&cluster=true&seeds=10.0.0.2:7001,node-c:7002&ca=/ca.pem",
+        )
+        .unwrap();
+        assert!(c.is_cluster());
+        let nodes: Vec<&str> = c.cluster_nodes.iter().map(url::Url::as_str).collect();
+        assert_eq!(
+            nodes,
+            [
+                "rediss://u:pw@10.0.0.1:7000/",
+                "rediss://u:pw@10.0.0.2:7001/",
+                "rediss://u:pw@node-c:7002/"
+            ]
+        );
+        assert!(!format!("{c:?}").contains("pw"));
+        assert!(!RedisConfig::from_url("redis://h?cluster=false")
+            .unwrap()
+            .is_cluster());
+    }
+
+    #[test]
     fn rejects_bad_urls() {
         for bad in [
             "",
@@ -213,6 +293,12 @@ mod tests {
             "redis://h?namespace=x",
             "redis://h?timeout_ms=abc",
             "redis://h?ca=/x.pem",
+            "redis://h?cluster=yes",
+            "redis://h/2?cluster=true",
+            "redis://h?seeds=h2:1",
+            "redis://h?cluster=true&seeds=h2",
+            "redis://h?cluster=true&seeds=h2:notaport",
+            "redis://h?cluster=true&seeds=:7000",
         ] {
             assert!(
                 matches!(

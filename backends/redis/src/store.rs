@@ -8,8 +8,11 @@ use liveness_core::{
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
     LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ScriptInvocation, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::config::{CaSource, RedisConfig};
 use crate::keys::Keys;
@@ -28,12 +31,12 @@ pub const MAX_PAYLOAD: usize = 1024 * 1024;
 /// share the hash tag `{ns}`, so they live in one Redis Cluster slot.
 ///
 /// The handle holds one multiplexed connection that reconnects by itself after a
-/// fault; cloning it is cheap and shares the connection. An operation that meets a
-/// transport fault or a timeout fails with [`Error::Unavailable`]; the next one
-/// uses a fresh connection.
+/// fault (on a Redis Cluster, one per node, following the slot map); cloning it is
+/// cheap and shares the connection. An operation that meets a transport fault or a
+/// timeout fails with [`Error::Unavailable`]; the next one uses a fresh connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     keys: Keys,
     namespace: Namespace,
     caps: Capabilities,
@@ -47,6 +50,61 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
+    }
+}
+
+/// The connection: to one server, or to a Redis Cluster. Every script names its
+/// namespace's keys (one hash slot), so the cluster client sends it to the node that
+/// owns the slot and follows redirections while slots move.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// Runs a keyless command (`SCAN`) where `key` lives: on a cluster, on the
+    /// primary that owns the key's slot.
+    async fn query_at(&mut self, cmd: Cmd, key: &str) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+            }
+        }
     }
 }
 
@@ -68,52 +126,37 @@ fn us(n: i64) -> Duration {
 }
 
 impl RedisStore {
-    /// Connects to the server and loads the scripts.
+    /// Connects to the server (or, with `cluster=true`, learns the cluster's slot map
+    /// from its seed nodes) and loads the scripts.
     ///
     /// Fails with [`Error::Unavailable`] when the server cannot be reached within the
     /// connect timeout, and with [`Error::Backend`] when it refuses us (wrong password,
-    /// missing ACL permissions, a TLS certificate that does not verify, no Lua).
+    /// missing ACL permissions, a TLS certificate that does not verify, no Lua, a
+    /// server that is not in cluster mode while `cluster=true`).
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
-        let client = match &config.ca {
-            Some(ca) if config.is_tls() => {
-                install_crypto_provider();
-                let pem = match ca {
-                    CaSource::Pem(pem) => pem.clone(),
-                    CaSource::File(path) => std::fs::read(path).map_err(|e| {
-                        Error::backend(
-                            BACKEND,
-                            std::io::Error::new(
-                                e.kind(),
-                                format!("cannot read the CA file {}: {e}", path.display()),
-                            ),
-                        )
-                    })?,
-                };
-                redis::Client::build_with_tls(
-                    config.client_url.as_str(),
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            _ => {
-                if config.is_tls() {
-                    install_crypto_provider();
-                }
-                redis::Client::open(config.client_url.as_str())
-            }
+        let root_cert = match &config.ca {
+            Some(ca) if config.is_tls() => Some(match ca {
+                CaSource::Pem(pem) => pem.clone(),
+                CaSource::File(path) => std::fs::read(path).map_err(|e| {
+                    Error::backend(
+                        BACKEND,
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("cannot read the CA file {}: {e}", path.display()),
+                        ),
+                    )
+                })?,
+            }),
+            _ => None,
+        };
+        if config.is_tls() {
+            install_crypto_provider();
         }
-        .map_err(|e| Error::backend(BACKEND, e))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let mut conn = client
-            .get_connection_manager_with_config(manager_config)
-            .await
-            .map_err(map_err)?;
+        let mut conn = if config.is_cluster() {
+            Conn::Cluster(connect_cluster(&config, root_cert).await?)
+        } else {
+            Conn::Single(connect_single(&config, root_cert).await?)
+        };
         let all = scripts();
         for script in [
             &all.acquire,
@@ -157,6 +200,11 @@ impl RedisStore {
         &self.namespace
     }
 
+    /// True when this handle talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     /// Deletes every key of this handle's namespace (leases, tokens, items). Meant for
     /// tests and tear-down: the token counter goes too, so tokens handed out afterwards
     /// restart from 1 and fencing against older tokens of the namespace is void.
@@ -168,15 +216,18 @@ impl RedisStore {
         let mut cursor: u64 = 0;
         let mut deleted = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(self.keys.pattern())
                 .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
+                .arg(1000);
+            let reply = conn
+                .query_at(scan, &self.keys.tokens())
                 .await
                 .map_err(map_err)?;
+            let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
+                .map_err(|_| unexpected("purge", "a SCAN reply that is not a cursor and keys"))?;
             if !keys.is_empty() {
                 let n: u64 = redis::cmd("UNLINK")
                     .arg(&keys)
@@ -386,10 +437,11 @@ impl LeaseStore for RedisStore {
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let now = uint(
-            "store_time",
-            &self.run(scripts().store_time.prepare_invoke()).await?,
-        )?;
+        // The counter key only routes the call to the namespace's node on a cluster
+        // (each node has its own clock); the script reads no key.
+        let mut call = scripts().store_time.prepare_invoke();
+        call.key(self.keys.tokens());
+        let now = uint("store_time", &self.run(call).await?)?;
         let prev = self.last_time.fetch_max(now, Ordering::Relaxed);
         Ok(StoreTime::from_epoch(Duration::from_micros(now.max(prev))))
     }
@@ -581,4 +633,52 @@ impl ItemStore for RedisStore {
         })
         .collect())
     }
+}
+
+/// One multiplexed connection to a single server, reconnecting after faults.
+async fn connect_single(
+    config: &RedisConfig,
+    root_cert: Option<Vec<u8>>,
+) -> Result<ConnectionManager> {
+    let client = match root_cert {
+        Some(pem) => redis::Client::build_with_tls(
+            config.client_url.as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        ),
+        None => redis::Client::open(config.client_url.as_str()),
+    }
+    .map_err(|e| Error::backend(BACKEND, e))?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    client
+        .get_connection_manager_with_config(manager_config)
+        .await
+        .map_err(map_err)
+}
+
+/// A cluster connection: the slot map learnt from the seeds, one connection per node.
+async fn connect_cluster(
+    config: &RedisConfig,
+    root_cert: Option<Vec<u8>>,
+) -> Result<ClusterConnection> {
+    let mut builder =
+        ClusterClientBuilder::new(config.cluster_nodes.iter().map(|u| u.as_str().to_owned()))
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retries(2)
+            .max_retry_wait(500);
+    if let Some(pem) = root_cert {
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
+    }
+    let client = builder.build().map_err(|e| Error::backend(BACKEND, e))?;
+    client.get_async_connection().await.map_err(map_err)
 }

@@ -1,0 +1,153 @@
+//! The backend on a real Redis Cluster (three primaries started by the test kit, or
+//! `LIVENESS_REDIS_CLUSTER_URL`): the whole conformance suite and the property test,
+//! namespaces spread over the nodes with each one whole on the node that owns its
+//! slot, and a node going down is a retryable fault, not a false answer.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use backend_redis::{RedisConfig, RedisStore};
+use liveness_core::{EnqueueOptions, HolderId, ItemStore, Key, LeaseStore, Namespace, Store, Ttl};
+use liveness_testkit::redis::RedisCluster;
+
+/// One cluster for the whole test binary (the fault test starts its own).
+fn shared() -> Option<&'static RedisCluster> {
+    static SHARED: OnceLock<Option<RedisCluster>> = OnceLock::new();
+    SHARED.get_or_init(RedisCluster::start).as_ref()
+}
+
+async fn connect(cluster: &RedisCluster, ns: Namespace) -> RedisStore {
+    let config = RedisConfig::from_url(cluster.url())
+        .unwrap_or_else(|e| panic!("cluster URL: {e}"))
+        .with_namespace(ns);
+    assert!(config.is_cluster());
+    RedisStore::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test cluster: {e}"))
+}
+
+async fn factory() -> Option<Arc<dyn Store>> {
+    let cluster = shared()?;
+    let store = connect(cluster, liveness_conformance::fresh_namespace()).await;
+    assert!(store.is_cluster());
+    Some(Arc::new(store))
+}
+
+liveness_conformance::suite!(factory, cases = 64);
+
+/// The keys of `ns` that one node holds (SCAN sees only the node's own keys).
+async fn keys_on(node: &str, ns: &Namespace) -> Vec<String> {
+    let client = redis::Client::open(node).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut cursor = 0u64;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("liveness:{{{}}}:*", ns.as_str()))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_spread_over_nodes_each_whole_on_one() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let nodes = cluster.node_urls();
+    if nodes.is_empty() {
+        eprintln!("SKIP: node-level checks need the test kit's own cluster");
+        return;
+    }
+    let holder = HolderId::new("h").unwrap();
+    let mut used = BTreeSet::new();
+    let mut spaces = Vec::new();
+    for _ in 0..12 {
+        let ns = liveness_conformance::fresh_namespace();
+        let store = connect(&cluster, ns.clone()).await;
+        let lease = store
+            .acquire(
+                &Key::member("m").unwrap(),
+                &holder,
+                Ttl::from_secs(30).unwrap(),
+            )
+            .await
+            .unwrap();
+        store
+            .enqueue(b"x", EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+        store.store_time().await.unwrap();
+        spaces.push((ns, store));
+    }
+    for (ns, _) in &spaces {
+        let mut holding = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            if !keys_on(node, ns).await.is_empty() {
+                holding.push(i);
+            }
+        }
+        assert_eq!(holding.len(), 1, "namespace {ns} is on nodes {holding:?}");
+        used.insert(holding[0]);
+    }
+    assert!(
+        used.len() >= 2,
+        "12 namespaces all landed on one node: {used:?}"
+    );
+    // Clean-up goes to the node that owns the namespace.
+    let (ns, store) = &spaces[0];
+    assert!(store.purge().await.unwrap() > 0);
+    for node in &nodes {
+        assert!(keys_on(node, ns).await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_is_unavailable() {
+    let Some(mut cluster) = RedisCluster::start() else {
+        return;
+    };
+    if cluster.nodes().is_empty() {
+        eprintln!("SKIP: stopping a node needs the test kit's own cluster");
+        return;
+    }
+    let nodes = cluster.node_urls();
+    let ns = liveness_conformance::fresh_namespace();
+    let config = RedisConfig::from_url(&format!("{}&timeout_ms=500", cluster.url()))
+        .unwrap()
+        .with_namespace(ns.clone());
+    let store = RedisStore::connect(config).await.unwrap();
+    let lease = store
+        .acquire(
+            &Key::member("m").unwrap(),
+            &HolderId::new("h").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut owner = None;
+    for (i, node) in nodes.iter().enumerate() {
+        if !keys_on(node, &ns).await.is_empty() {
+            owner = Some(i);
+        }
+    }
+    let owner = owner.expect("some node holds the namespace");
+    cluster.kill_node(owner);
+    let err = tokio::time::timeout(Duration::from_secs(30), store.renew(&lease))
+        .await
+        .expect("renew answers within its timeouts")
+        .unwrap_err();
+    assert!(err.is_retryable(), "expected Unavailable, got {err:?}");
+}
