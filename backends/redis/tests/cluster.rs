@@ -1,7 +1,8 @@
 //! The backend on a real Redis Cluster (three primaries started by the test kit, or
 //! `LIVENESS_REDIS_CLUSTER_URL`): the whole conformance suite and the property test,
 //! namespaces spread over the nodes with each one whole on the node that owns its
-//! slot, and a node going down is a retryable fault, not a false answer.
+//! slot, a node going down is a retryable fault, not a false answer, and
+//! `cluster=true` against a standalone server is refused at connect.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
@@ -150,4 +151,17 @@ async fn a_node_down_is_unavailable() {
         .expect("renew answers within its timeouts")
         .unwrap_err();
     assert!(err.is_retryable(), "expected Unavailable, got {err:?}");
+}
+
+#[tokio::test]
+async fn cluster_mode_against_a_standalone_server_is_refused() {
+    let Some(server) = liveness_testkit::redis::RedisServer::start() else {
+        return;
+    };
+    let url = format!("{}/?cluster=true", server.url());
+    let err = backend_redis::connect(&url).await.unwrap_err();
+    assert!(
+        matches!(err, liveness_core::Error::Backend { .. }),
+        "expected a permanent Backend error, got {err:?}"
+    );
 }
