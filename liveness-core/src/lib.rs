@@ -15,6 +15,7 @@ pub mod memory;
 pub mod store;
 mod traced;
 pub mod types;
+pub mod url;
 
 pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport};
 pub use clock::{Clock, ManualClock, TokioClock};

@@ -68,20 +68,11 @@ impl std::fmt::Debug for EtcdConfig {
 }
 
 fn malformed() -> Error {
-    Error::invalid(
-        "url",
-        InputProblem::Malformed {
-            expected: EXPECTED_URL,
-        },
-    )
+    liveness_core::url::malformed(EXPECTED_URL)
 }
 
 fn millis(value: &str) -> Result<Duration> {
-    match value.parse::<u64>() {
-        Ok(0) => Err(Error::invalid("url", InputProblem::Zero)),
-        Ok(ms) => Ok(Duration::from_millis(ms)),
-        Err(_) => Err(malformed()),
-    }
+    liveness_core::url::millis(value, EXPECTED_URL)
 }
 
 fn decode(s: &str) -> Result<String> {

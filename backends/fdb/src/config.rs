@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use liveness_core::{Error, InputProblem, Namespace, Result};
+use liveness_core::{Namespace, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["fdb"];
@@ -56,7 +56,7 @@ impl FdbConfig {
     }
 
     /// How long one operation may take, retries included, before it fails with a
-    /// retryable [`Error::Unavailable`] (URL `?timeout_ms=`, default 10 s).
+    /// retryable [`liveness_core::Error::Unavailable`] (URL `?timeout_ms=`, default 10 s).
     pub fn timeout(&self) -> Duration {
         self.options.timeout
     }
@@ -72,17 +72,10 @@ impl FdbConfig {
     /// (at least 1, default 10000), `prefix` (non-empty, default `liveness`).
     ///
     /// Anything else (another scheme, a host, an unknown or repeated parameter, a bad
-    /// value) fails with [`Error::InvalidInput`]: `what` is `"url"` with
-    /// [`InputProblem::Malformed`], or `"namespace"` for a bad namespace.
+    /// value) fails with [`liveness_core::Error::InvalidInput`]: `what` is `"url"` with
+    /// [`liveness_core::InputProblem::Malformed`], or `"namespace"` for a bad namespace.
     pub fn from_url(url: &str) -> Result<FdbConfig> {
-        let malformed = || {
-            Error::invalid(
-                "url",
-                InputProblem::Malformed {
-                    expected: EXPECTED_URL,
-                },
-            )
-        };
+        let malformed = || liveness_core::url::malformed(EXPECTED_URL);
         let parsed = url::Url::parse(url).map_err(|_| malformed())?;
         if !SCHEMES.contains(&parsed.scheme()) {
             return Err(malformed());
@@ -113,11 +106,7 @@ impl FdbConfig {
             match k.as_ref() {
                 "ns" => config.namespace = Namespace::new(v.as_ref())?,
                 "timeout_ms" => {
-                    let ms: u64 = v.parse().map_err(|_| malformed())?;
-                    if ms == 0 {
-                        return Err(Error::invalid("timeout_ms", InputProblem::Zero));
-                    }
-                    config.options.timeout = Duration::from_millis(ms);
+                    config.options.timeout = liveness_core::url::millis(&v, EXPECTED_URL)?
                 }
                 "prefix" if !v.is_empty() => config.options.prefix = v.to_string(),
                 _ => return Err(malformed()),
@@ -148,6 +137,7 @@ fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_core::Error;
 
     #[test]
     fn parses_urls() {

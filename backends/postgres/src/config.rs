@@ -46,7 +46,7 @@ pub struct PostgresConfig {
 }
 
 fn malformed(expected: &'static str) -> Error {
-    Error::invalid("url", InputProblem::Malformed { expected })
+    liveness_core::url::malformed(expected)
 }
 
 fn flag(v: &str) -> Option<bool> {
@@ -102,12 +102,8 @@ impl PostgresConfig {
                         .ok_or_else(|| malformed("max_connections=a positive integer"))?;
                 }
                 "acquire_timeout_ms" => {
-                    acquire_timeout = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .map(Duration::from_millis)
-                        .ok_or_else(|| malformed("acquire_timeout_ms=a positive integer"))?;
+                    acquire_timeout =
+                        liveness_core::url::millis(&v, "acquire_timeout_ms=a positive integer")?;
                 }
                 "notify" => {
                     notify = flag(&v).ok_or_else(|| malformed("notify=true or notify=false"))?;
