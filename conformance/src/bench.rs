@@ -100,12 +100,41 @@ pub struct Detection {
 }
 
 impl Detection {
-    fn pct(&self, p: f64) -> Duration {
+    /// The latency at quantile `p` (0.0 = min, 0.5 = median, 1.0 = max; nearest
+    /// rank), or zero when no death was measured.
+    pub fn percentile(&self, p: f64) -> Duration {
         if self.latencies.is_empty() {
             return Duration::ZERO;
         }
-        let i = ((self.latencies.len() - 1) as f64 * p).round() as usize;
+        let i = ((self.latencies.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
         self.latencies[i]
+    }
+}
+
+/// The kit's one-line report: deaths, ttl, min / median / p99, median beyond the ttl.
+impl std::fmt::Display for Detection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
+            self.latencies.len(),
+            self.ttl,
+            self.percentile(0.0),
+            self.percentile(0.5),
+            self.percentile(0.99),
+            self.percentile(0.5).saturating_sub(self.ttl)
+        )
+    }
+}
+
+/// The kit's one-line report of a round: members, expired, time, round trips.
+impl std::fmt::Display for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
+            self.members, self.expired, self.time, self.round_trips
+        )
     }
 }
 
@@ -342,22 +371,9 @@ pub async fn run(factory: Factory, options: Options) {
         for pct in [0usize, 1] {
             let Some(store) = factory().await else { return };
             let expired = m * pct / 100;
-            let r = checker_round(store, m, expired).await;
-            println!(
-                "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
-                r.members, r.expired, r.time, r.round_trips
-            );
+            println!("{}", checker_round(store, m, expired).await);
         }
     }
     let Some(store) = factory().await else { return };
-    let d = detection(store, options.deaths).await;
-    println!(
-        "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
-        d.latencies.len(),
-        d.ttl,
-        d.pct(0.0),
-        d.pct(0.5),
-        d.pct(0.99),
-        d.pct(0.5).saturating_sub(d.ttl)
-    );
+    println!("{}", detection(store, options.deaths).await);
 }

@@ -145,21 +145,7 @@ fn main() {
         }
         let s = factory().await.unwrap_or_else(|| panic!("no store"));
         let d = bench::detection(s, options.deaths).await;
-        let pct = |p: f64| {
-            if d.latencies.is_empty() {
-                return Duration::ZERO;
-            }
-            d.latencies[((d.latencies.len() - 1) as f64 * p).round() as usize]
-        };
-        println!(
-            "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
-            d.latencies.len(),
-            d.ttl,
-            pct(0.0),
-            pct(0.5),
-            pct(0.99),
-            pct(0.5).saturating_sub(d.ttl)
-        );
+        println!("{d}");
     });
 }
 

@@ -219,13 +219,6 @@ fn pgbench(
         .and_then(|v| v.parse().ok())
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn main() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
@@ -268,23 +261,10 @@ fn main() {
         for &m in &options.members {
             for pct in [0usize, 1] {
                 let store: Arc<dyn Store> = Arc::new(fresh(server).await);
-                let r = bench::checker_round(store, m, m * pct / 100).await;
-                println!(
-                    "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
-                    r.members, r.expired, r.time, r.round_trips
-                );
+                println!("{}", bench::checker_round(store, m, m * pct / 100).await);
             }
         }
         let store: Arc<dyn Store> = Arc::new(fresh(server).await);
-        let d = bench::detection(store, options.deaths).await;
-        println!(
-            "detection    deaths={} ttl={:?} min={:.3?} median={:.3?} p99={:.3?} (median beyond ttl {:.3?})",
-            d.latencies.len(),
-            d.ttl,
-            pct(&d.latencies, 0.0),
-            pct(&d.latencies, 0.5),
-            pct(&d.latencies, 0.99),
-            pct(&d.latencies, 0.5).saturating_sub(d.ttl)
-        );
+        println!("{}", bench::detection(store, options.deaths).await);
     });
 }
