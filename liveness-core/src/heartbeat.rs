@@ -157,16 +157,26 @@ pub(crate) async fn keep_alive(
     }
 }
 
-/// Exponential backoff with up to 25 % jitter, doubling from a base up to a cap.
+/// Exponential backoff with up to 25 % jitter, doubling from a base up to a cap: the
+/// retry pacing of the member, checker and election, for backends' own retry loops too.
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::heartbeat::Backoff;
+///
+/// let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(40));
+/// let first = b.next();
+/// assert!(first >= Duration::from_millis(10) && first <= Duration::from_micros(12_500));
+/// ```
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     next: Duration,
     max: Duration,
 }
 
 impl Backoff {
     /// Delays that start at `base` and double up to `max` (both at least 1 ms).
-    pub(crate) fn new(base: Duration, max: Duration) -> Self {
+    pub fn new(base: Duration, max: Duration) -> Self {
         let base = base.max(Duration::from_millis(1));
         Backoff {
             next: base,
@@ -174,7 +184,10 @@ impl Backoff {
         }
     }
 
-    pub(crate) fn next(&mut self) -> Duration {
+    /// The next delay: the current step plus up to 25 % jitter; the step then doubles,
+    /// up to the cap.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         // Up to 25 % jitter, so that many holders do not retry in lockstep.

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
+use liveness_core::heartbeat::Backoff;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
@@ -220,13 +221,12 @@ impl SqliteStore {
     /// retried, with backoff, until the busy timeout has passed.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
         let give_up = Instant::now() + config.busy_timeout;
-        let mut pause = Duration::from_millis(2);
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
         loop {
             match Self::open(&config).await {
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     tracing::debug!(error = %e, path = %config.path.display(), "open retried");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
+                    tokio::time::sleep(backoff.next()).await;
                 }
                 other => return other,
             }
