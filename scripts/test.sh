@@ -9,33 +9,80 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-have() { command -v "$1" >/dev/null 2>&1; }
-have redis-server || need+=(redis-server)
-{ have redis-cli && have redis-benchmark; } || need+=(redis-tools)
-have etcd || need+=(etcd-server)
-have etcdctl || need+=(etcd-client)
-have protoc || need+=(protobuf-compiler)
-have openssl || need+=(openssl)
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || have initdb || need+=(postgresql)
-ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || have pgbench || need+=(postgresql-contrib)
-ls /usr/lib/x86_64-linux-gnu/libclang-14.so* /usr/lib/llvm-14/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang1-14)
+# Every prerequisite is checked by USING it (a version call, a proto compiled against the
+# well-known types, libclang loaded), not by looking for a file: a package that installs
+# a binary but not what the build reads from it is caught here, with a one-line hint,
+# instead of as a build-script panic ten minutes later.
+probe_dir=$(mktemp -d)
+trap 'rm -rf "$probe_dir"' EXIT
+pg_bin() {  # the newest PostgreSQL server binary directory Debian installed
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+probe() {  # probe NAME: 0 when NAME works here
+  case "$1" in
+    redis-server) redis-server --version ;;
+    redis-tools) redis-cli --version && redis-benchmark --version ;;
+    etcd-server) etcd --version ;;
+    etcd-client) etcdctl version ;;
+    openssl) openssl version ;;
+    protobuf)  # etcd-client's build compiles protos that import the well-known types
+      printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\nimport "google/protobuf/struct.proto";\nmessage Probe { google.protobuf.Value v = 1; }\n' \
+        >"$probe_dir/probe.proto" &&
+        protoc --proto_path="$probe_dir" --descriptor_set_out="$probe_dir/probe.bin" "$probe_dir/probe.proto" ;;
+    postgresql) d=$(pg_bin) && [ -n "$d" ] && "$d/initdb" --version && "$d/postgres" --version ;;
+    postgresql-contrib) d=$(pg_bin) && [ -n "$d" ] && "$d/pgbench" --version ;;
+    libclang)  # bindgen (foundationdb-sys) loads libclang at build time
+      for lib in /usr/lib/llvm-14/lib/libclang.so.1 /usr/lib/x86_64-linux-gnu/libclang-14.so.1; do
+        [ -e "$lib" ] || continue
+        if command -v python3; then
+          python3 -c "import ctypes,sys; ctypes.CDLL(sys.argv[1]).clang_getClangVersion" "$lib" && return 0
+        else
+          return 0
+        fi
+      done
+      return 1 ;;
+  esac
+}
+# probe name -> Debian packages that provide it, and the hint when it still fails.
+packages() {
+  case "$1" in
+    protobuf) echo "protobuf-compiler libprotobuf-dev" ;;
+    libclang) echo "libclang1-14" ;;
+    *) echo "$1" ;;
+  esac
+}
+hint() {
+  case "$1" in
+    protobuf) echo "protoc cannot compile a proto importing google/protobuf/descriptor.proto: install protobuf-compiler AND libprotobuf-dev (the well-known .proto files)" ;;
+    libclang) echo "libclang 14 cannot be loaded (bindgen for foundationdb-sys): install libclang1-14 or set LIBCLANG_PATH" ;;
+    postgresql|postgresql-contrib) echo "initdb/postgres/pgbench under /usr/lib/postgresql/*/bin do not run: install postgresql postgresql-contrib, or set LIVENESS_POSTGRES_URL" ;;
+    *) echo "$1 does not run: install the Debian package $(packages "$1")" ;;
+  esac
+}
+probes=(redis-server redis-tools etcd-server etcd-client openssl protobuf postgresql postgresql-contrib libclang)
+failing() {
+  local out=()
+  for p in "${probes[@]}"; do probe "$p" >/dev/null 2>&1 || out+=("$p"); done
+  echo "${out[@]:-}"
+}
 
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && have apt-get; then
-    echo "==> installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  else
-    echo "missing: ${need[*]}"
-    echo "install them with: sudo apt-get install ${need[*]}"
-    if [ -n "${CI:-}" ]; then
-      echo "CI is set: a missing server is a failure" >&2
-      exit 1
-    fi
-    echo "continuing: the tests of those backends will print SKIP lines"
+read -r -a broken <<<"$(failing)"
+if [ ${#broken[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=()
+  for p in "${broken[@]}"; do read -r -a pk <<<"$(packages "$p")"; need+=("${pk[@]}"); done
+  echo "==> installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  read -r -a broken <<<"$(failing)"
+fi
+if [ ${#broken[@]} -gt 0 ]; then
+  for p in "${broken[@]}"; do echo "missing: $(hint "$p")" >&2; done
+  if [ -n "${CI:-}" ]; then
+    echo "CI is set: a missing prerequisite is a failure" >&2
+    exit 1
   fi
+  echo "continuing: the tests of those backends will print SKIP lines" >&2
 fi
 
 # bindgen (foundationdb-sys) finds Debian's libclang here.
