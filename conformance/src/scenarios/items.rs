@@ -289,7 +289,7 @@ pub async fn namespaces_are_isolated(ctx: Ctx) {
     assert!(b.inspect(&key).await.unwrap().unwrap().is_live());
 }
 
-fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
+pub(crate) fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
     match r {
         Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
         other => panic!("expected InvalidInput({what}), got {other:?}"),
