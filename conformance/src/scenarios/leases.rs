@@ -181,7 +181,7 @@ pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
 /// renew extends the lease by the ttl carried in the lease value passed in
 /// (`lease.ttl`), not the one it was acquired with: that ttl becomes the lease's own
 /// (inspect reports it; the lease expires by it). A ttl outside the capabilities is
-/// InvalidInput and changes nothing.
+/// InvalidInput and changes nothing; on an expired lease, Lost(Expired) comes first.
 pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
     let key = member_key("rttl");
     let lease = ctx
@@ -247,6 +247,18 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
             })
             .await;
         super::items::assert_invalid(r, "ttl");
+        let lost = ctx
+            .store
+            .renew(&Lease {
+                ttl: bad,
+                ..shorter.clone()
+            })
+            .await;
+        assert_eq!(
+            lost.unwrap_err().lost_reason(),
+            Some(LostReason::Expired),
+            "an expired lease renewed with a bad ttl"
+        );
         let info = ctx
             .store
             .inspect(&key)
