@@ -548,13 +548,17 @@ impl std::fmt::Display for CostReport {
             }
         }
         for g in &self.growth {
+            let show = |v: f64| match g.measure {
+                Measure::Time => format!("{:.3?}", Duration::from_secs_f64(v)),
+                Measure::RoundTrips | Measure::Work => format!("{v}"),
+            };
             writeln!(
                 f,
                 "GREW         {:?}: {} at live={} against {} at live={} (ratio {:.1} > allowed {:.1})",
                 g.measure,
-                g.cost,
+                show(g.cost),
                 g.live,
-                g.baseline,
+                show(g.baseline),
                 g.baseline_live,
                 g.cost / g.baseline.max(f64::MIN_POSITIVE),
                 g.max_ratio
