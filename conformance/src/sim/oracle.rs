@@ -1,0 +1,340 @@
+//! The simulation's record of what happened, in one order, and the checks run over it.
+//!
+//! Every record gets a position in one total order (a mutex serialises them) and the
+//! moment it was made. The checks judge ORDER and ownership; the only use of the
+//! moments is to excuse an overlap whose first worker was told to stop at least the
+//! stop margin before the second started (a worker that ignores its signal is its own
+//! fault), so no check can fail because a machine was slow.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use liveness_core::{FencingToken, ItemId};
+
+use crate::faults::{Applied, Observer};
+
+/// What a record is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A worker of the token began a step of side effects on the item (after its
+    /// "may I still act?" check passed).
+    StepBegin {
+        /// The item.
+        id: ItemId,
+        /// The token it was claimed under.
+        token: FencingToken,
+    },
+    /// That step's side effect landed.
+    StepEnd {
+        /// The item.
+        id: ItemId,
+        /// The token it was claimed under.
+        token: FencingToken,
+    },
+    /// The work on the item under the token was told to stop (its cancellation fired).
+    Told {
+        /// The item.
+        id: ItemId,
+        /// The token.
+        token: FencingToken,
+    },
+    /// A leader with the token began an act.
+    LeadBegin {
+        /// The leadership's token.
+        token: FencingToken,
+    },
+    /// That act landed.
+    LeadEnd {
+        /// The leadership's token.
+        token: FencingToken,
+    },
+    /// The leadership was told to stop (its cancellation fired).
+    LeadTold {
+        /// The leadership's token.
+        token: FencingToken,
+    },
+    /// A checker emitted `Died` for the token.
+    Died {
+        /// The dead token.
+        token: FencingToken,
+    },
+    /// The store applied a call sent at position `sent`.
+    Applied {
+        /// Where in the order the call was sent.
+        sent: u64,
+        /// What it did.
+        call: Applied,
+    },
+    /// Something the driver did (a fault), for the failure report.
+    Note(String),
+}
+
+/// One record, with its position and moment.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Its position in the total order.
+    pub seq: u64,
+    /// When it was recorded.
+    pub at: Instant,
+    /// What happened.
+    pub record: Record,
+}
+
+/// The shared, totally ordered log of a run.
+#[derive(Debug, Default)]
+pub struct Log {
+    entries: Mutex<Vec<Entry>>,
+}
+
+impl Log {
+    /// A new, empty log.
+    pub fn new() -> Arc<Log> {
+        Arc::new(Log::default())
+    }
+
+    /// Appends a record; returns its position.
+    pub fn push(&self, record: Record) -> u64 {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = entries.len() as u64;
+        entries.push(Entry {
+            seq,
+            at: Instant::now(),
+            record,
+        });
+        seq
+    }
+
+    /// A copy of every entry so far.
+    pub fn entries(&self) -> Vec<Entry> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Observer for Log {
+    fn sent(&self) -> u64 {
+        self.push(Record::Note(String::new()))
+    }
+    fn applied(&self, sent: u64, call: Applied) {
+        self.push(Record::Applied { sent, call });
+    }
+}
+
+/// Something the oracle found wrong.
+pub type Violation = String;
+
+/// The acts of one token on one subject (an item, or the leadership): positions of
+/// its first and last act, and when it was first told to stop.
+#[derive(Clone, Debug, Default)]
+struct Span {
+    first: Option<(u64, Instant)>,
+    last: u64,
+    told: Option<Instant>,
+}
+
+/// Finds overlapping acts: for each subject, the acts under an earlier token must all
+/// come before the first act under a later one, unless the earlier token was told to
+/// stop at least `margin` before that first act.
+fn overlaps(spans: &BTreeMap<FencingToken, Span>, margin: Duration, what: &str) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let started: Vec<(FencingToken, &Span, u64, Instant)> = spans
+        .iter()
+        .filter_map(|(t, s)| s.first.map(|(seq, at)| (*t, s, seq, at)))
+        .collect();
+    for (a, span_a, first_a, _) in &started {
+        for (b, _, first_b, at_b) in &started {
+            if a == b || first_a > first_b || span_a.last < *first_b {
+                continue;
+            }
+            let excused = matches!(span_a.told, Some(told) if told + margin <= *at_b);
+            if !excused {
+                let told = match span_a.told {
+                    Some(t) if t <= *at_b => format!("told to stop only {:?} before", *at_b - t),
+                    Some(t) => format!("told to stop only {:?} after", t - *at_b),
+                    None => "never told to stop".to_string(),
+                };
+                found.push(format!(
+                    "{what}: token {a} still acted (last act #{}) after token {b} began (#{first_b}); {a} was {told}",
+                    span_a.last
+                ));
+            }
+        }
+    }
+    found
+}
+
+fn note_act(span: &mut Span, e: &Entry) {
+    if span.first.is_none() {
+        span.first = Some((e.seq, e.at));
+    }
+    span.last = e.seq;
+}
+
+fn note_told(span: &mut Span, e: &Entry) {
+    span.told.get_or_insert(e.at);
+}
+
+/// No two tokens work one item at once, and no two leaders act at once (see
+/// [`overlaps`]).
+pub fn check_exclusive(entries: &[Entry], margin: Duration) -> Vec<Violation> {
+    let mut items: HashMap<ItemId, BTreeMap<FencingToken, Span>> = HashMap::new();
+    let mut leaders: BTreeMap<FencingToken, Span> = BTreeMap::new();
+    for e in entries {
+        match &e.record {
+            Record::StepBegin { id, token } | Record::StepEnd { id, token } => {
+                note_act(items.entry(*id).or_default().entry(*token).or_default(), e)
+            }
+            Record::Told { id, token } => {
+                note_told(items.entry(*id).or_default().entry(*token).or_default(), e)
+            }
+            Record::LeadBegin { token } | Record::LeadEnd { token } => {
+                note_act(leaders.entry(*token).or_default(), e)
+            }
+            Record::LeadTold { token } => note_told(leaders.entry(*token).or_default(), e),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (id, spans) in &items {
+        found.extend(overlaps(spans, margin, &format!("item {id}")));
+    }
+    found.extend(overlaps(&leaders, margin, "leadership"));
+    found
+}
+
+/// Every completion the store accepted came from the token that owned the item: the
+/// last ownership change of the item answered before the `complete` was sent is a
+/// claim by that same token.
+pub fn check_fenced_completions(entries: &[Entry]) -> Vec<Violation> {
+    // The item's owner after each ownership change, by the position of its answer.
+    let mut owners: HashMap<ItemId, Vec<(u64, Option<FencingToken>)>> = HashMap::new();
+    let mut found = Vec::new();
+    for e in entries {
+        let Record::Applied { sent, call } = &e.record else {
+            continue;
+        };
+        match call {
+            Applied::Claimed { token, ids } => {
+                for id in ids {
+                    owners.entry(*id).or_default().push((e.seq, Some(*token)));
+                }
+            }
+            Applied::Failed { id, .. } => owners.entry(*id).or_default().push((e.seq, None)),
+            Applied::Requeued { moved, .. } => {
+                for id in moved.requeued.iter().chain(&moved.dead_lettered) {
+                    owners.entry(*id).or_default().push((e.seq, None));
+                }
+            }
+            Applied::Completed { token, id } => {
+                let owner = owners
+                    .get(id)
+                    .and_then(|h| h.iter().rev().find(|(seq, _)| seq < sent))
+                    .and_then(|(_, owner)| *owner);
+                if owner != Some(*token) {
+                    found.push(format!(
+                        "the store accepted item {id}'s completion by token {token} (sent #{sent}) while its owner was {owner:?}"
+                    ));
+                }
+                owners.entry(*id).or_default().push((e.seq, None));
+            }
+            Applied::Reaped { .. } => {}
+        }
+    }
+    found
+}
+
+/// Each death was declared once: one `reap` answered true per token, one `Died`
+/// event per token.
+pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
+    let mut reaped: HashMap<FencingToken, usize> = HashMap::new();
+    let mut died: HashMap<FencingToken, usize> = HashMap::new();
+    for e in entries {
+        match &e.record {
+            Record::Applied {
+                call: Applied::Reaped { token, .. },
+                ..
+            } => *reaped.entry(*token).or_default() += 1,
+            Record::Died { token } => *died.entry(*token).or_default() += 1,
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (what, counts) in [("reaped", &reaped), ("declared Died", &died)] {
+        for (token, n) in counts {
+            if *n > 1 {
+                found.push(format!("token {token} was {what} {n} times"));
+            }
+        }
+    }
+    found
+}
+
+/// Every item in `ids` was completed (the store accepted a completion of it).
+pub fn check_all_completed(entries: &[Entry], ids: &[ItemId]) -> Vec<Violation> {
+    let done: std::collections::HashSet<ItemId> = entries
+        .iter()
+        .filter_map(|e| match &e.record {
+            Record::Applied {
+                call: Applied::Completed { id, .. },
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    ids.iter()
+        .filter(|id| !done.contains(id))
+        .map(|id| format!("item {id} was never completed"))
+        .collect()
+}
+
+/// The last `n` entries that `keep` selects, one a line with their position and
+/// milliseconds since the first entry, for a failure report.
+pub fn tail(entries: &[Entry], n: usize, keep: impl Fn(&Record) -> bool) -> String {
+    let start = entries.first().map(|e| e.at);
+    let mut out = String::new();
+    let shown: Vec<&Entry> = entries.iter().filter(|e| keep(&e.record)).collect();
+    for e in shown.iter().skip(shown.len().saturating_sub(n)) {
+        let ms = start.map_or(0, |s| e.at.saturating_duration_since(s).as_millis());
+        let _ = writeln!(out, "  #{:<6} {:>6} ms  {:?}", e.seq, ms, e.record);
+    }
+    out
+}
+
+/// True for the records a failure report shows: everything but empty claims and the
+/// send markers of observed calls.
+pub fn worth_showing(record: &Record) -> bool {
+    match record {
+        Record::Note(s) => !s.is_empty(),
+        Record::Applied {
+            call: Applied::Claimed { ids, .. },
+            ..
+        } => !ids.is_empty(),
+        _ => true,
+    }
+}
+
+/// True for the records about item `id` (acts, signals, ownership changes), the
+/// leadership when `id` is `None`, and the driver's notes.
+pub fn about(record: &Record, id: Option<ItemId>) -> bool {
+    let item = |i: &ItemId| Some(*i) == id;
+    match record {
+        Record::StepBegin { id, .. } | Record::StepEnd { id, .. } | Record::Told { id, .. } => {
+            item(id)
+        }
+        Record::LeadBegin { .. } | Record::LeadEnd { .. } | Record::LeadTold { .. } => id.is_none(),
+        Record::Applied { call, .. } => match call {
+            Applied::Claimed { ids, .. } => ids.iter().any(item),
+            Applied::Completed { id, .. } | Applied::Failed { id, .. } => item(id),
+            Applied::Requeued { moved, .. } => {
+                moved.requeued.iter().chain(&moved.dead_lettered).any(item)
+            }
+            Applied::Reaped { .. } => true,
+        },
+        Record::Died { .. } => true,
+        Record::Note(s) => !s.is_empty(),
+    }
+}
