@@ -21,9 +21,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::clock::{Clock, TokioClock};
+use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
-use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig};
+use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState};
 use crate::lease::Lease;
 use crate::store::Store;
@@ -47,6 +48,8 @@ pub struct MemberConfig {
     pub rejoin: bool,
     /// Where events go; default a bus of the member's own ([`Member::events`]).
     pub events: EventBus,
+    /// The clock of the local safety deadline and of every "may I still act?" check.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl MemberConfig {
@@ -69,6 +72,7 @@ impl MemberConfig {
             heartbeat: HeartbeatConfig::new(ttl),
             rejoin: true,
             events: EventBus::default(),
+            clock: Arc::new(TokioClock::new()),
         })
     }
 
@@ -101,6 +105,12 @@ impl MemberConfig {
         self.events = events;
         self
     }
+
+    /// Measures the safety deadline on this clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 /// One lease of a member, with the cancellation signal of the work done under it.
@@ -110,6 +120,32 @@ pub struct Generation {
     pub lease: Lease,
     /// Fires when this lease is lost, or may be: stop the work at once.
     pub cancel: CancellationToken,
+    standing: Arc<Standing>,
+}
+
+impl Generation {
+    fn new(lease: Lease, standing: Standing) -> Self {
+        Generation {
+            lease,
+            cancel: standing.cancel().clone(),
+            standing: Arc::new(standing),
+        }
+    }
+
+    /// May work still act under this generation? Returns its token while the lease
+    /// is held and its local safety deadline has not passed by the member's clock
+    /// *right now*; otherwise [`Error::Lost`] (and the cancellation fires, if it had
+    /// not yet). Cheap and synchronous: call it before every side effect. It does not
+    /// depend on the heartbeat task having run, so a process woken from a freeze
+    /// answers correctly before any of its tasks ran.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
+
+    /// True once [`Generation::check`] fails.
+    pub fn is_lost(&self) -> bool {
+        self.check().is_err()
+    }
 }
 
 /// An item claimed by a member, bound to the generation that claimed it.
@@ -121,6 +157,19 @@ pub struct Claimed {
     pub lease: Lease,
     /// Fires when that lease is lost: stop working on the item.
     pub cancel: CancellationToken,
+    standing: Arc<Standing>,
+}
+
+impl Claimed {
+    /// May the work on this item still act? Returns the fencing token to pass with a
+    /// side effect while the lease it was claimed under is held and its local safety
+    /// deadline has not passed by the member's clock *right now*; otherwise
+    /// [`Error::Lost`] (and the cancellation fires, if it had not yet). Cheap and
+    /// synchronous: call it before every side effect, so a worker woken from a freeze
+    /// stops even when the heartbeat task has not run yet.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
 }
 
 #[derive(Debug)]
@@ -151,7 +200,10 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
-        self.generation.borrow().cancel.cancel();
+        self.generation
+            .borrow()
+            .standing
+            .stop_work(LostReason::GaveUp);
     }
 }
 
@@ -171,13 +223,14 @@ impl Member {
             config.heartbeat.renew_every / 8,
             config.heartbeat.renew_every,
         );
-        let (lease, sent) = loop {
+        let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
+            let sent_on_clock = config.clock.now();
             match store
                 .acquire(&key, &config.holder, config.heartbeat.ttl)
                 .await
             {
-                Ok(lease) => break (lease, sent),
+                Ok(lease) => break (lease, sent, sent_on_clock),
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next()).await;
                 }
@@ -189,10 +242,13 @@ impl Member {
             holder: config.holder.clone(),
             token: lease.token,
         });
-        let first = Generation {
-            lease: lease.clone(),
-            cancel: CancellationToken::new(),
-        };
+        let standing = Standing::new(
+            config.clock.clone(),
+            &lease,
+            &config.heartbeat,
+            sent_on_clock,
+        );
+        let first = Generation::new(lease, standing);
         let inner = Arc::new(Inner {
             store,
             config,
@@ -221,6 +277,11 @@ impl Member {
     /// The current lease.
     pub fn lease(&self) -> Lease {
         self.generation().lease
+    }
+
+    /// May work still act under the current generation? See [`Generation::check`].
+    pub fn check(&self) -> Result<FencingToken> {
+        self.inner.generation.borrow().check()
     }
 
     /// The current token.
@@ -252,7 +313,7 @@ impl Member {
     /// lease no longer live.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
         let gen = self.generation();
-        if self.inner.leaving.load(Ordering::SeqCst) || gen.cancel.is_cancelled() {
+        if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
         }
         let items = self.inner.store.claim(&gen.lease, n).await?;
@@ -265,6 +326,7 @@ impl Member {
                     item,
                     lease: gen.lease.clone(),
                     cancel: gen.cancel.clone(),
+                    standing: gen.standing.clone(),
                 }
             })
             .collect())
@@ -333,7 +395,7 @@ impl Member {
             let _ = task.await;
         }
         let gen = self.generation();
-        gen.cancel.cancel();
+        gen.standing.stop_work(LostReason::Released);
         inner.store.release(&gen.lease).await?;
         inner.config.events.emit(Event::Left {
             key: inner.key.clone(),
@@ -364,7 +426,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             gen.lease.clone(),
             sent,
             config.heartbeat,
-            &gen.cancel,
+            &gen.standing,
             &stop,
             &config.events,
         )
@@ -390,16 +452,15 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         // already dropped it) so its items go to the dead set for requeueing.
         let _ = store.release(&old).await;
         match rejoin(&store, &config, &key, &old, &stop).await {
-            Some((lease, at)) => {
+            Some((lease, at, at_on_clock)) => {
                 config.events.emit(Event::Joined {
                     key: key.clone(),
                     holder: config.holder.clone(),
                     token: lease.token,
                 });
-                gen = Generation {
-                    lease,
-                    cancel: CancellationToken::new(),
-                };
+                let standing =
+                    Standing::new(config.clock.clone(), &lease, &config.heartbeat, at_on_clock);
+                gen = Generation::new(lease, standing);
                 sent = at;
                 let Some(inner) = inner.upgrade() else {
                     return;
@@ -419,7 +480,7 @@ async fn rejoin(
     key: &Key,
     old: &Lease,
     stop: &CancellationToken,
-) -> Option<(Lease, Instant)> {
+) -> Option<(Lease, Instant, Duration)> {
     let mut backoff = Backoff::new(
         config.heartbeat.renew_every / 8,
         config.heartbeat.renew_every,
@@ -429,11 +490,12 @@ async fn rejoin(
             return None;
         }
         let sent = Instant::now();
+        let sent_on_clock = config.clock.now();
         let pause = match store
             .acquire(key, &config.holder, config.heartbeat.ttl)
             .await
         {
-            Ok(lease) => return Some((lease, sent)),
+            Ok(lease) => return Some((lease, sent, sent_on_clock)),
             Err(Error::Held { holder, token, .. })
                 if token == old.token || holder == config.holder =>
             {

@@ -288,3 +288,77 @@ async fn dropping_a_member_cancels_the_work_claimed_under_it() {
         "work must stop when nobody renews its lease"
     );
 }
+
+/// Blocks the whole (current-thread) runtime, as a SIGSTOP, a GC pause or a VM freeze
+/// does: no task runs meanwhile, the heartbeat's included.
+fn freeze(d: Duration) {
+    std::thread::sleep(d);
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_leader_woken_from_a_freeze_knows_it_lost_before_its_heartbeat_runs() {
+    current_thread().block_on(async {
+        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+        let election = Election::new(
+            store.clone(),
+            ElectionConfig::new("frozen", "a", ttl(300)).unwrap(),
+        );
+        let leader = election.campaign().await.unwrap();
+        assert!(!leader.is_lost());
+        freeze(Duration::from_millis(300 + 500));
+        // First thing after waking, before any other task of this runtime ran.
+        assert!(
+            leader.is_lost(),
+            "a leader frozen past its ttl must not believe it still leads"
+        );
+        assert!(
+            leader.cancelled().is_cancelled(),
+            "the check fires the cancellation at once"
+        );
+        assert!(matches!(
+            leader.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ));
+    });
+}
+
+#[test]
+fn a_worker_woken_from_a_freeze_is_refused_before_its_side_effect() {
+    current_thread().block_on(async {
+        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+        store
+            .enqueue(b"job", EnqueueOptions::default())
+            .await
+            .unwrap();
+        let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
+            .await
+            .unwrap();
+        let claimed = member.claim(1).await.unwrap().pop().unwrap();
+        assert_eq!(claimed.check().unwrap(), claimed.lease.token);
+        assert!(member.generation().check().is_ok());
+        freeze(Duration::from_millis(300 + 500));
+        assert!(matches!(
+            claimed.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ));
+        assert!(claimed.cancel.is_cancelled());
+        assert!(member.generation().is_lost() || member.token() > claimed.lease.token);
+        assert!(
+            member.claim(1).await.unwrap().is_empty() || member.token() > claimed.lease.token,
+            "no claim under the lost generation"
+        );
+    });
+}
