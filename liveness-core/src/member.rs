@@ -13,10 +13,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -158,6 +158,20 @@ pub struct Claimed {
     /// Fires when that lease is lost: stop working on the item.
     pub cancel: CancellationToken,
     standing: Arc<Standing>,
+    _hold: Arc<Hold>,
+}
+
+/// Alive as long as a clone of a [`Claimed`] is: when the last one is dropped, the
+/// worker let go of the item, and a leaving member may hand it back at once.
+#[derive(Debug)]
+struct Hold {
+    let_go: Arc<Notify>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.let_go.notify_waiters();
+    }
 }
 
 impl Claimed {
@@ -180,7 +194,11 @@ struct Inner {
     generation: watch::Sender<Generation>,
     stop: CancellationToken,
     leaving: AtomicBool,
-    owned: Mutex<HashMap<ItemId, FencingToken>>,
+    /// Claimed items not yet completed or failed: the token they were claimed under,
+    /// and whether a worker still holds their `Claimed`.
+    owned: Mutex<HashMap<ItemId, (FencingToken, Weak<Hold>)>>,
+    /// Notified when a worker lets go of an item (complete, fail, or drop).
+    let_go: Arc<Notify>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -257,6 +275,7 @@ impl Member {
             stop: CancellationToken::new(),
             leaving: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
+            let_go: Arc::new(Notify::new()),
             task: Mutex::new(None),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
@@ -321,12 +340,16 @@ impl Member {
         Ok(items
             .into_iter()
             .map(|item| {
-                owned.insert(item.id, gen.lease.token);
+                let hold = Arc::new(Hold {
+                    let_go: self.inner.let_go.clone(),
+                });
+                owned.insert(item.id, (gen.lease.token, Arc::downgrade(&hold)));
                 Claimed {
                     item,
                     lease: gen.lease.clone(),
                     cancel: gen.cancel.clone(),
                     standing: gen.standing.clone(),
+                    _hold: hold,
                 }
             })
             .collect())
@@ -359,6 +382,7 @@ impl Member {
     fn forget<T>(&self, claimed: &Claimed, r: &Result<T>) {
         if matches!(r, Ok(_) | Err(Error::Fenced { .. })) {
             lock(&self.inner.owned).remove(&claimed.item.id);
+            self.inner.let_go.notify_waiters();
         }
     }
 
@@ -367,20 +391,59 @@ impl Member {
         lock(&self.inner.owned).len()
     }
 
-    /// Leaves gracefully: stops claiming, waits up to `grace` for owned items to be
-    /// completed or failed, hands back the rest (to pending, or dead-letter when out
-    /// of attempts), stops the heartbeat and releases the lease.
+    /// True when no worker holds an owned item any more: each was completed, failed,
+    /// or its every [`Claimed`] clone dropped.
+    fn all_let_go(&self) -> bool {
+        lock(&self.inner.owned)
+            .values()
+            .all(|(_, hold)| hold.strong_count() == 0)
+    }
+
+    /// Waits until every worker let go of its items, or until `until`.
+    async fn wait_let_go(&self, until: Instant) {
+        loop {
+            let notified = self.inner.let_go.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.all_let_go() {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(until) => return,
+            }
+        }
+    }
+
+    /// Leaves gracefully. In this order:
+    ///
+    /// 1. stops claiming, and waits up to `grace` for the workers to let go of their
+    ///    items by themselves (complete, fail, or drop every clone of the [`Claimed`]);
+    /// 2. tells the work to stop: the current generation's cancellation fires, and its
+    ///    checks answer `Lost { reason: Released }`;
+    /// 3. waits up to the safety margin ([`HeartbeatConfig::safety_margin`], the time
+    ///    the work has to stop) for the workers to let go;
+    /// 4. hands the items still owned back (to pending, or dead-letter when out of
+    ///    attempts);
+    /// 5. stops the heartbeat and releases the lease.
+    ///
+    /// The heartbeat keeps the lease alive until step 5, so no item becomes claimable
+    /// by another member before its worker was told to stop AND either let go of it or
+    /// had the whole stop margin to do so.
     ///
     /// Items that could not be handed back (store unreachable) stay owned by the
     /// released token, which is in the dead set: a checker's sweep requeues them.
     pub async fn leave(self, grace: Duration) -> Result<()> {
         let inner = &self.inner;
         inner.leaving.store(true, Ordering::SeqCst);
-        let until = Instant::now() + grace;
-        while !lock(&inner.owned).is_empty() && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5).min(grace)).await;
-        }
-        let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned).drain().collect();
+        self.wait_let_go(Instant::now() + grace).await;
+        self.generation().standing.stop_work(LostReason::Released);
+        self.wait_let_go(Instant::now() + inner.config.heartbeat.safety_margin)
+            .await;
+        let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned)
+            .drain()
+            .map(|(id, (token, _))| (id, token))
+            .collect();
         let gen = self.generation();
         for (id, token) in rest {
             if token == gen.lease.token {
@@ -445,7 +508,10 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             token: old.token,
             reason,
         });
-        if !config.rejoin || stop.is_cancelled() {
+        let leaving = inner
+            .upgrade()
+            .is_none_or(|i| i.leaving.load(Ordering::SeqCst));
+        if !config.rejoin || stop.is_cancelled() || leaving {
             return;
         }
         // The old token is finished either way: release it (a no-op when the store

@@ -362,3 +362,90 @@ fn a_worker_woken_from_a_freeze_is_refused_before_its_side_effect() {
         );
     });
 }
+
+/// Records, on tokio's (paused) clock, when `cancel` fires.
+fn when_fired(cancel: liveness_core::CancellationToken) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        Instant::now()
+    })
+}
+
+/// Polls `member.claim(1)` every 5 ms until it gets an item; returns when.
+async fn claim_when_free(member: &Member) -> Instant {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if !member.claim(1).await.unwrap().is_empty() {
+            return Instant::now();
+        }
+        assert!(Instant::now() < until, "the item never came free");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leave_tells_the_worker_to_stop_and_gives_it_the_margin_before_handing_back() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let margin = a.generation().lease.ttl.duration() / 5;
+    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    // A's worker runs a job longer than the grace and never lets go by itself.
+    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    let told = when_fired(claimed.cancel.clone());
+    let leaving = tokio::spawn(a.leave(Duration::from_millis(100)));
+    let taken = claim_when_free(&b).await;
+    assert!(
+        told.is_finished(),
+        "another member claimed the item while its worker was not yet told to stop"
+    );
+    let told = told.await.unwrap();
+    assert!(
+        taken >= told + margin,
+        "the item was handed away {:?} after its worker was told to stop, before the margin of {margin:?}",
+        taken - told
+    );
+    leaving.await.unwrap().unwrap();
+    drop(claimed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leave_hands_back_at_once_when_the_told_worker_lets_go() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let margin = a.generation().lease.ttl.duration() / 5;
+    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    let cancel = claimed.cancel.clone();
+    // The worker stops when told, and drops its claim without completing it.
+    let worker = tokio::spawn(async move {
+        cancel.cancelled().await;
+        let at = Instant::now();
+        drop(claimed);
+        at
+    });
+    let leaving = tokio::spawn(a.leave(Duration::from_millis(100)));
+    let taken = claim_when_free(&b).await;
+    let told = worker.await.unwrap();
+    assert!(taken >= told);
+    assert!(
+        taken < told + margin,
+        "a worker that let go does not hold its item for the whole margin"
+    );
+    leaving.await.unwrap().unwrap();
+}
