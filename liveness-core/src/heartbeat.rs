@@ -249,9 +249,25 @@ impl Standing {
 
     /// The earliest moment the store itself can expire the lease, on
     /// [`Standing::clock`]: the send time of the last successful renewal + ttl.
-    #[allow(dead_code)] // used by the re-join, next commit
     pub(crate) fn store_expiry(&self) -> Duration {
         self.state().store_expiry
+    }
+
+    /// Waits until the store itself may have expired the lease
+    /// ([`Standing::store_expiry`] passed by this standing's clock, read at least every
+    /// `tick`). False when `stop` fired first.
+    pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
+        loop {
+            let left = self.store_expiry().saturating_sub(self.clock.now());
+            if left.is_zero() {
+                return true;
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(left.min(tick)) => {}
+            }
+        }
     }
 }
 

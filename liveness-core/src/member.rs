@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, TokioClock};
 use crate::error::{Error, LostReason, Result};
-use crate::events::{Event, EventBus};
+use crate::events::{Event, EventBus, LossReason};
 use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState};
 use crate::lease::Lease;
@@ -515,7 +515,18 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             return;
         }
         // The old token is finished either way: release it (a no-op when the store
-        // already dropped it) so its items go to the dead set for requeueing.
+        // already dropped it) so its items go to the dead set for requeueing. But no
+        // earlier than the store itself would expire it, unless the store already
+        // answered `Lost`: the margin is the time the work has to stop, and the store
+        // must not hand the work away before that.
+        if !matches!(reason, LossReason::Store(_))
+            && !gen
+                .standing
+                .wait_store_expiry(config.heartbeat.tick(), &stop)
+                .await
+        {
+            return;
+        }
         let _ = store.release(&old).await;
         match rejoin(&store, &config, &key, &old, &stop).await {
             Some((lease, at, at_on_clock)) => {

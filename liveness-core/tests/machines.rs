@@ -449,3 +449,221 @@ async fn leave_hands_back_at_once_when_the_told_worker_lets_go() {
     );
     leaving.await.unwrap().unwrap();
 }
+
+/// A store wrapper that injects faults on demand: renewals that stall, a renewal
+/// that answers `Lost`, releases that fail, a reap or requeue that fails for one
+/// token, acquire replies lost after the store applied the call.
+mod faulty {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use liveness_core::{
+        async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+        HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+        LeaseInfo, LeaseStore, LostReason, Requeued, Result, Space, Store, StoreTime, Ttl,
+    };
+    use tokio::sync::watch;
+
+    #[derive(Debug, Default)]
+    pub struct Knobs {
+        /// Renewals hang (the store is unreachable, slowly).
+        pub stall_renew: AtomicBool,
+        /// Renewals answer `Lost(Released)` without reaching the store.
+        pub lose_renew: AtomicBool,
+        /// Releases fail with `Unavailable` without reaching the store.
+        pub fail_release: AtomicBool,
+        /// How many acquires to apply and then answer `Unavailable` (a lost reply).
+        pub lose_acquire_replies: AtomicUsize,
+        /// `reap` and `requeue_orphans` of this token fail with a permanent error.
+        pub broken_token: Mutex<Option<FencingToken>>,
+        /// Counts acquires that reached this wrapper.
+        pub acquires: AtomicUsize,
+    }
+
+    #[derive(Debug)]
+    pub struct Faulty {
+        pub inner: Arc<dyn Store>,
+        pub knobs: Arc<Knobs>,
+    }
+
+    pub fn wrap(inner: Arc<dyn Store>) -> (Arc<dyn Store>, Arc<Knobs>) {
+        let knobs = Arc::new(Knobs::default());
+        (
+            Arc::new(Faulty {
+                inner,
+                knobs: knobs.clone(),
+            }),
+            knobs,
+        )
+    }
+
+    fn down() -> Error {
+        Error::unavailable("faulty", "injected fault")
+    }
+
+    impl Faulty {
+        fn broken(&self, token: FencingToken) -> Result<()> {
+            if *self.knobs.broken_token.lock().unwrap() == Some(token) {
+                return Err(Error::backend("faulty", "corrupt record"));
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Faulty {
+        fn backend(&self) -> &'static str {
+            "faulty"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+            self.knobs.acquires.fetch_add(1, Ordering::SeqCst);
+            let r = self.inner.acquire(key, holder, ttl).await;
+            let lose = self
+                .knobs
+                .lose_acquire_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lose && r.is_ok() {
+                return Err(down());
+            }
+            r
+        }
+        async fn renew(&self, lease: &Lease) -> Result<Lease> {
+            if self.knobs.stall_renew.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if self.knobs.lose_renew.load(Ordering::SeqCst) {
+                return Err(Error::Lost {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                    reason: LostReason::Released,
+                });
+            }
+            self.inner.renew(lease).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<bool> {
+            if self.knobs.fail_release.load(Ordering::SeqCst) {
+                return Err(down());
+            }
+            self.inner.release(lease).await
+        }
+        async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+            self.inner.inspect(key).await
+        }
+        async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+            self.inner.expired(space, limit).await
+        }
+        async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+            self.broken(token)?;
+            self.inner.reap(key, token).await
+        }
+        async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+            self.inner.dead_tokens(limit).await
+        }
+        async fn store_time(&self) -> Result<StoreTime> {
+            self.inner.store_time().await
+        }
+        async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+            self.inner.next_expiry(space).await
+        }
+        fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+            self.inner.wakeups()
+        }
+    }
+
+    #[async_trait]
+    impl ItemStore for Faulty {
+        async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+            self.inner.enqueue(payload, options).await
+        }
+        async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+            self.inner.claim(lease, n).await
+        }
+        async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+            self.inner.complete(lease, id).await
+        }
+        async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+            self.inner.fail(lease, id, retry).await
+        }
+        async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+            self.broken(token)?;
+            self.inner.requeue_orphans(token).await
+        }
+        async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+            self.inner.item(id).await
+        }
+        async fn item_counts(&self) -> Result<ItemCounts> {
+            self.inner.item_counts().await
+        }
+        async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+            self.inner.dead_letters(limit).await
+        }
+    }
+}
+
+/// The moment, on tokio's (paused) clock, when the store expires the lease on `key`.
+async fn store_expiry_of(store: &Arc<dyn Store>, key: &liveness_core::Key) -> Instant {
+    let info = store.inspect(key).await.unwrap().expect("a lease");
+    match info.status {
+        liveness_core::LeaseStatus::Live { remaining } => Instant::now() + remaining,
+        liveness_core::LeaseStatus::Expired => panic!("already expired"),
+    }
+}
+
+/// Polls `id` every millisecond until it is pending again; returns when.
+async fn requeued_at(store: &Arc<dyn Store>, id: liveness_core::ItemId) -> Instant {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = store.item(id).await.unwrap().unwrap().state;
+        if state == ItemState::Pending {
+            return Instant::now();
+        }
+        assert!(Instant::now() < until, "never requeued");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_it() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let checker = Checker::new(
+        memory.clone(),
+        CheckerConfig {
+            check_every: Duration::from_millis(50),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    let id = memory
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let claimed = member.claim(1).await.unwrap().pop().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The store becomes unreachable, slowly: renewals hang, nothing answers `Lost`.
+    knobs
+        .stall_renew
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let expiry = store_expiry_of(&memory, member.key()).await;
+    let told = when_fired(claimed.cancel.clone());
+    let requeued = requeued_at(&memory, id).await;
+    let told = told.await.unwrap();
+    assert!(
+        told < expiry,
+        "the worker is told to stop before the store expiry"
+    );
+    assert!(
+        requeued >= expiry,
+        "the item was requeued {:?} before the store would have expired the lease",
+        expiry - requeued
+    );
+    checker.stop().await;
+}
