@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, TokioClock};
+use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
 use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
@@ -44,7 +44,7 @@ impl ElectionConfig {
             holder: HolderId::new(holder)?,
             heartbeat: HeartbeatConfig::new(ttl),
             events: EventBus::default(),
-            clock: Arc::new(TokioClock::new()),
+            clock: Arc::new(HostClock::new()),
         })
     }
 
@@ -98,7 +98,7 @@ impl Election {
     pub async fn try_lead(&self) -> Result<Option<Leadership>> {
         self.config.heartbeat.validate()?;
         let sent = Instant::now();
-        let sent_on_clock = self.config.clock.now();
+        let sent_on_clock = self.config.clock.boot();
         match self
             .store
             .acquire(&self.key, &self.config.holder, self.config.heartbeat.ttl)

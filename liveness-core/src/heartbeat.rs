@@ -3,10 +3,18 @@
 //! [`Leadership`](crate::Leadership).
 //!
 //! The local safety deadline is `send time of the last successful renew + ttl − margin`
-//! on tokio's MONOTONIC clock. The store started counting the ttl no earlier than the
+//! on the holder's boot clock ([`Clock::boot`](crate::Clock::boot): it keeps counting
+//! while the host is suspended). The store started counting the ttl no earlier than the
 //! request's send time, so as long as the local clock does not run slower than the
 //! store's by more than the margin, the signal fires before the store can expire the
 //! lease and hand its work to anybody else. Only clock RATE matters, never offset.
+//!
+//! Which clock each timer uses: renewals are planned and slept on tokio's monotonic
+//! clock; every sleep is capped at [`HeartbeatConfig::tick`], and on every wake the
+//! heartbeat compares the boot clock with the deadline. A host that resumes from a
+//! suspend therefore fires the cancellation within one tick, and every synchronous
+//! check (`Claimed::check`, `Leadership::check`, ...) reads the boot clock itself and
+//! answers `Lost` at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -71,7 +79,9 @@ impl HeartbeatConfig {
         Ok(())
     }
 
-    /// The local deadline for a lease whose last successful renewal was sent at `sent`.
+    /// The local deadline for a lease whose last successful renewal was sent at `sent`,
+    /// on tokio's clock. The heartbeat itself measures it on the boot clock
+    /// ([`Clock::boot`]), which also counts the time the host spent suspended.
     pub fn deadline(&self, sent: Instant) -> Instant {
         sent + self.ttl.duration() - self.safety_margin
     }
@@ -166,7 +176,7 @@ impl Standing {
     fn lost(&self) -> Option<LostReason> {
         let reason = {
             let mut st = self.state();
-            if st.lost.is_none() && self.clock.now() >= st.deadline {
+            if st.lost.is_none() && self.clock.boot() >= st.deadline {
                 st.lost = Some(LostReason::GaveUp);
             }
             st.lost
@@ -221,7 +231,7 @@ impl Standing {
             return None;
         }
         let deadline = self.state().deadline;
-        Some(deadline.saturating_sub(self.clock.now()))
+        Some(deadline.saturating_sub(self.clock.boot()))
     }
 
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
@@ -229,7 +239,7 @@ impl Standing {
     fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
         let lost = {
             let mut st = self.state();
-            if st.lost.is_none() && self.clock.now() >= st.deadline {
+            if st.lost.is_none() && self.clock.boot() >= st.deadline {
                 st.lost = Some(LostReason::GaveUp);
             }
             if st.lost.is_none() {
@@ -258,7 +268,7 @@ impl Standing {
     /// `tick`). False when `stop` fired first.
     pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
         loop {
-            let left = self.store_expiry().saturating_sub(self.clock.now());
+            let left = self.store_expiry().saturating_sub(self.clock.boot());
             if left.is_zero() {
                 return true;
             }
@@ -328,7 +338,7 @@ pub(crate) async fn keep_alive(
         let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
         loop {
             let now = Instant::now();
-            let sent_on_clock = standing.clock().now();
+            let sent_on_clock = standing.clock().boot();
             let attempt = match watch(standing, tick, stop, store.renew(&lease)).await {
                 Woke::Done(r) => r,
                 Woke::Stopped => return End::Stopped(lease),

@@ -18,7 +18,7 @@ pub mod types;
 pub mod url;
 
 pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport};
-pub use clock::{Clock, ManualClock, TokioClock};
+pub use clock::{Clock, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
 pub use error::{BoxError, Error, InputProblem, LostReason, Result};
 pub use events::{Event, EventBus, LossReason};

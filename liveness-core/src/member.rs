@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, TokioClock};
+use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
@@ -72,7 +72,7 @@ impl MemberConfig {
             heartbeat: HeartbeatConfig::new(ttl),
             rejoin: true,
             events: EventBus::default(),
-            clock: Arc::new(TokioClock::new()),
+            clock: Arc::new(HostClock::new()),
         })
     }
 
@@ -243,7 +243,7 @@ impl Member {
         );
         let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
-            let sent_on_clock = config.clock.now();
+            let sent_on_clock = config.clock.boot();
             match store
                 .acquire(&key, &config.holder, config.heartbeat.ttl)
                 .await
@@ -567,7 +567,7 @@ async fn rejoin(
             return None;
         }
         let sent = Instant::now();
-        let sent_on_clock = config.clock.now();
+        let sent_on_clock = config.clock.boot();
         let pause = match store
             .acquire(key, &config.holder, config.heartbeat.ttl)
             .await

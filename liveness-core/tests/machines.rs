@@ -667,3 +667,84 @@ async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_i
     );
     checker.stop().await;
 }
+
+/// A host clock for tests: monotonic time is tokio's (paused) time; boot time adds a
+/// suspend that the test injects by hand, as a laptop lid or a VM suspend does.
+#[derive(Debug, Clone)]
+struct SuspendableHost {
+    tokio: TokioClock,
+    suspended: ManualClock,
+}
+
+impl Clock for SuspendableHost {
+    fn now(&self) -> Duration {
+        self.tokio.now()
+    }
+    fn boot(&self) -> Duration {
+        self.tokio.now() + self.suspended.now()
+    }
+}
+
+fn suspendable_host() -> (Arc<dyn Clock>, ManualClock) {
+    let suspended = ManualClock::new();
+    let clock = SuspendableHost {
+        tokio: TokioClock::new(),
+        suspended: suspended.clone(),
+    };
+    (Arc::new(clock), suspended)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let (clock, suspend) = suspendable_host();
+    let config = MemberConfig::new("w", ttl(1000)).unwrap().clock(clock);
+    let member = Member::join(store.clone(), config).await.unwrap();
+    let claimed = member.claim(1).await.unwrap().pop().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The host sleeps for ten minutes: the boot clock jumps, tokio's clock does not.
+    suspend.advance(Duration::from_secs(600));
+    assert!(
+        matches!(
+            claimed.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ),
+        "a check right after the resume must see the deadline passed"
+    );
+    assert!(claimed.cancel.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (clock, suspend) = suspendable_host();
+    let config = ElectionConfig::new("sched", "a", ttl(1000))
+        .unwrap()
+        .clock(clock);
+    let tick = config.heartbeat.tick();
+    let leader = Election::new(store.clone(), config)
+        .campaign()
+        .await
+        .unwrap();
+    let cancel = leader.cancelled();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resumed = Instant::now();
+    suspend.advance(Duration::from_secs(600));
+    // Nobody asks: the heartbeat's own next wake (within one tick) fires it.
+    timeout(Duration::from_secs(60), cancel.cancelled())
+        .await
+        .expect("the heartbeat never noticed the suspend");
+    assert!(
+        Instant::now() <= resumed + tick,
+        "cancelled {:?} after the resume, later than one tick ({tick:?})",
+        Instant::now() - resumed
+    );
+    assert!(leader.is_lost());
+}
