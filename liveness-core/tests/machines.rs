@@ -748,3 +748,109 @@ async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() 
     );
     assert!(leader.is_lost());
 }
+
+#[tokio::test(start_paused = true)]
+async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            events: bus,
+            ..CheckerConfig::default()
+        },
+    );
+    let broken = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let dying = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let live = Member::join(memory.clone(), MemberConfig::new("c", ttl(5000)).unwrap())
+        .await
+        .unwrap();
+    let id = memory
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(dying.claim(1).await.unwrap().len(), 1);
+    let (bad, good) = (broken.token(), dying.token());
+    // A's lease record is corrupt: every reap of its token fails, every round.
+    *knobs.broken_token.lock().unwrap() = Some(bad);
+    drop(broken);
+    drop(dying);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..3 {
+        let report = checker
+            .round()
+            .await
+            .expect("the round goes on past one bad entry");
+        assert!(report.next_expiry.is_some(), "next_expiry still read");
+        assert!(report.skipped.iter().any(|s| s.token == Some(bad)
+            && s.step == liveness_core::CheckStep::Reap
+            && !s.retryable));
+        assert!(!report.more, "a stuck entry does not make the checker spin");
+        if let Some(death) = report.deaths.first() {
+            assert_eq!(death.lease.token, good);
+            assert_eq!(death.requeued.requeued, vec![id]);
+        }
+    }
+    let mut died = Vec::new();
+    let mut skipped = 0;
+    while let Ok(e) = events.try_recv() {
+        match e {
+            Event::Died { token, .. } => died.push(token),
+            Event::CheckSkipped { token, .. } if token == Some(bad) => skipped += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(died, vec![good], "the other death is declared, once");
+    assert_eq!(skipped, 3, "each skip is an event");
+    assert_eq!(
+        memory.item(id).await.unwrap().unwrap().state,
+        ItemState::Pending
+    );
+    drop(live);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let a = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let b = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        memory
+            .enqueue(b"job", EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let held_a = a.claim(1).await.unwrap();
+    let held_b = b.claim(1).await.unwrap();
+    let (bad, good) = (a.token(), b.token());
+    *knobs.broken_token.lock().unwrap() = Some(bad);
+    // Both crash during a graceful exit: their released tokens are in the dead set
+    // with items.
+    memory.release(&a.lease()).await.unwrap();
+    memory.release(&b.lease()).await.unwrap();
+    drop((a, b));
+    let report = checker
+        .round()
+        .await
+        .expect("the sweep goes on past one bad token");
+    assert_eq!(report.swept.len(), 1);
+    assert_eq!(report.swept[0].0, good);
+    assert_eq!(report.swept[0].1.requeued, vec![held_b[0].item.id]);
+    assert!(report
+        .skipped
+        .iter()
+        .any(|s| s.token == Some(bad) && s.step == liveness_core::CheckStep::Requeue));
+    drop(held_a);
+}
