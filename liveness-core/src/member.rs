@@ -230,7 +230,9 @@ impl Member {
     ///
     /// Fails with [`Error::Held`] when a live member already has the name, with
     /// `InvalidInput` on a bad configuration, and retries retryable faults for up to
-    /// one ttl before failing with the last one.
+    /// one ttl before failing with the last one. A lease of its own holder id that an
+    /// earlier attempt of this call may have created (the store applied it, the reply
+    /// was lost) is recognised as its own ghost: released, and acquired again.
     pub async fn join(store: Arc<dyn Store>, config: MemberConfig) -> Result<Member> {
         config.heartbeat.validate()?;
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
@@ -241,6 +243,9 @@ impl Member {
             config.heartbeat.renew_every / 8,
             config.heartbeat.renew_every,
         );
+        // True once an attempt failed with a transient fault: the store may have
+        // applied it and lost the reply, leaving a "ghost" lease of ours.
+        let mut maybe_ghost = false;
         let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
             let sent_on_clock = config.clock.boot();
@@ -249,7 +254,29 @@ impl Member {
                 .await
             {
                 Ok(lease) => break (lease, sent, sent_on_clock),
+                Err(Error::Held { holder, token, .. })
+                    if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
+                {
+                    // Our own ghost (holder ids are unique per member instance): an
+                    // earlier attempt of this join that the store applied. Nobody
+                    // knows its token and it owns nothing: release it and try again.
+                    let ghost = Lease {
+                        key: key.clone(),
+                        holder,
+                        token,
+                        ttl: config.heartbeat.ttl,
+                        expires_in: Duration::ZERO,
+                    };
+                    match store.release(&ghost).await {
+                        Ok(_) => maybe_ghost = false,
+                        Err(e) if e.is_retryable() => {
+                            tokio::time::sleep(backoff.next()).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    maybe_ghost = true;
                     tokio::time::sleep(backoff.next()).await;
                 }
                 Err(e) => return Err(e),

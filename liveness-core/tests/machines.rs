@@ -854,3 +854,21 @@ async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep(
         .any(|s| s.token == Some(bad) && s.step == liveness_core::CheckStep::Requeue));
     drop(held_a);
 }
+
+#[tokio::test(start_paused = true)]
+async fn join_recognises_its_own_ghost_lease_after_a_lost_reply() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    // The first acquire is applied by the store, but its reply is lost.
+    knobs
+        .lose_acquire_replies
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .expect("a join whose first reply was lost is not Held by its own ghost");
+    let info = memory.inspect(member.key()).await.unwrap().unwrap();
+    assert_eq!(info.token, member.token(), "the ghost was replaced");
+    // Somebody else's live lease is still Held.
+    let other = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap()).await;
+    assert!(matches!(other, Err(liveness_core::Error::Held { .. })));
+}
