@@ -26,7 +26,8 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 pub struct ElectionConfig {
     /// The role's name: its key is `leaders/NAME`.
     pub name: Name,
-    /// This candidate's id.
+    /// This candidate's id. Give every candidate its own: a campaign recognises the
+    /// leases of its own id as its own.
     pub holder: HolderId,
     /// Heartbeat timing while leading.
     pub heartbeat: HeartbeatConfig,
@@ -114,6 +115,11 @@ impl Election {
     /// until that lease's store-reported expiry (a duration, on the local monotonic
     /// clock), or until the store signals a release. Retryable faults are retried;
     /// permanent ones end the campaign.
+    ///
+    /// A lease of this candidate's own holder id found after one of its attempts
+    /// failed with a transient fault is the ghost of that attempt (the store applied
+    /// it, the reply was lost): it is released and the campaign acquires again, with a
+    /// greater token. Holder ids must therefore be unique per candidate.
     pub async fn campaign(&self) -> Result<Leadership> {
         self.config.heartbeat.validate()?;
         let ttl = self.config.heartbeat.ttl.duration();
@@ -122,10 +128,33 @@ impl Election {
             self.config.heartbeat.renew_every / 8,
             self.config.heartbeat.renew_every,
         );
+        // True once an attempt failed with a transient fault: the store may have
+        // applied it and lost the reply, leaving a "ghost" lease of ours.
+        let mut maybe_ghost = false;
         loop {
             let pause = match self.try_lead().await {
                 Ok(Some(l)) => return Ok(l),
                 Ok(None) => match self.store.inspect(&self.key).await {
+                    Ok(Some(info)) if maybe_ghost && info.holder == self.config.holder => {
+                        // Our own ghost: an earlier attempt of this campaign that the
+                        // store applied. Nobody leads with it: release it and try again
+                        // (a new, greater token) instead of waiting out its ttl.
+                        let ghost = Lease {
+                            key: info.key,
+                            holder: info.holder,
+                            token: info.token,
+                            ttl: info.ttl,
+                            expires_in: Duration::ZERO,
+                        };
+                        match self.store.release(&ghost).await {
+                            Ok(_) => {
+                                maybe_ghost = false;
+                                Duration::ZERO
+                            }
+                            Err(e) if e.is_retryable() => backoff.next(),
+                            Err(e) => return Err(e),
+                        }
+                    }
                     Ok(Some(info)) => match info.status {
                         crate::lease::LeaseStatus::Live { remaining } => {
                             remaining.min(ttl) + Duration::from_millis(1 + fastrand::u64(0..5))
@@ -136,7 +165,10 @@ impl Election {
                     Err(e) if e.is_retryable() => backoff.next(),
                     Err(e) => return Err(e),
                 },
-                Err(e) if e.is_retryable() => backoff.next(),
+                Err(e) if e.is_retryable() => {
+                    maybe_ghost = true;
+                    backoff.next()
+                }
                 Err(e) => return Err(e),
             };
             tokio::select! {

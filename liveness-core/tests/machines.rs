@@ -872,3 +872,28 @@ async fn join_recognises_its_own_ghost_lease_after_a_lost_reply() {
     let other = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap()).await;
     assert!(matches!(other, Err(liveness_core::Error::Held { .. })));
 }
+
+#[tokio::test(start_paused = true)]
+async fn campaign_recognises_its_own_ghost_lease_instead_of_waiting_out_a_ttl() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    knobs
+        .lose_acquire_replies
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let election = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatch", "a", ttl(1000)).unwrap(),
+    );
+    let start = Instant::now();
+    let leader = election.campaign().await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "the campaign waited {:?} for its own ghost to expire, with no leader meanwhile",
+        start.elapsed()
+    );
+    assert!(!leader.is_lost());
+    assert_eq!(
+        election.leader().await.unwrap().unwrap().token,
+        leader.token()
+    );
+}
