@@ -36,7 +36,8 @@ pub struct CheckerConfig {
     /// The longest sleep between rounds; default 1 s.
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
-    /// A round that hits the limit is followed at once by another.
+    /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
+    /// A round that hits the (clamped) limit is followed at once by another.
     pub batch: usize,
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
@@ -143,13 +144,16 @@ impl Checker {
     pub async fn round(&self) -> Result<RoundReport> {
         let store = &self.store;
         let batch = self.config.batch.max(1);
+        // The store clamps every limit to its own `max_batch`: a full answer is one
+        // of that size, not of the configured batch (etcd clamps to 32).
+        let full_at = batch.min(store.capabilities().max_batch.max(1));
         let mut report = RoundReport::default();
         let mut first_error = None;
         let mut listed = false;
         match store.expired(&self.config.space, batch).await {
             Ok(expired) => {
                 listed = true;
-                let full = expired.len() >= batch;
+                let full = expired.len() >= full_at;
                 let mut skipped = 0;
                 for lease in expired {
                     if !self.declare(lease, &mut report).await {
@@ -158,7 +162,7 @@ impl Checker {
                 }
                 // Another round at once only when this one made progress: a batch of
                 // entries that all fail would otherwise loop without a pause.
-                report.more |= full && skipped < batch;
+                report.more |= full && skipped < full_at;
             }
             Err(e) => {
                 self.skip(&mut report, CheckStep::Expired, None, None, &e);
@@ -168,7 +172,7 @@ impl Checker {
         match store.dead_tokens(batch).await {
             Ok(dead) => {
                 listed = true;
-                let full = dead.len() >= batch;
+                let full = dead.len() >= full_at;
                 let mut skipped = 0;
                 for entry in dead {
                     match store.requeue_orphans(entry.token).await {
@@ -190,7 +194,7 @@ impl Checker {
                         }
                     }
                 }
-                report.more |= full && skipped < batch;
+                report.more |= full && skipped < full_at;
             }
             Err(e) => {
                 self.skip(&mut report, CheckStep::DeadTokens, None, None, &e);

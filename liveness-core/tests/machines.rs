@@ -897,3 +897,30 @@ async fn campaign_recognises_its_own_ghost_lease_instead_of_waiting_out_a_ttl() 
         leader.token()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
+    let caps = liveness_core::Capabilities {
+        max_batch: 2,
+        ..liveness_core::Capabilities::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    for i in 0..5 {
+        store
+            .acquire(
+                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
+                &liveness_core::HolderId::new("x").unwrap(),
+                ttl(500),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let report = checker.round().await.unwrap();
+    assert_eq!(report.deaths.len(), 2, "the store clamps the batch to 2");
+    assert!(
+        report.more,
+        "a round that got a full (clamped) batch asks for another at once"
+    );
+}
