@@ -613,8 +613,15 @@ async fn rejoin(
                     ttl: config.heartbeat.ttl,
                     expires_in: Duration::ZERO,
                 };
-                let _ = store.release(&ghost).await;
-                Duration::ZERO
+                match store.release(&ghost).await {
+                    Ok(_) => Duration::ZERO,
+                    Err(e) => {
+                        // Not at once again: a store that cannot release now would
+                        // be hammered in a tight loop.
+                        tracing::warn!(%key, error = %e, "releasing an own leftover lease failed, retrying");
+                        backoff.next()
+                    }
+                }
             }
             Err(Error::Held { .. }) => config.heartbeat.renew_every,
             Err(e) => {

@@ -547,6 +547,8 @@ mod faulty {
         }
         async fn release(&self, lease: &Lease) -> Result<bool> {
             if self.knobs.fail_release.load(Ordering::SeqCst) {
+                // A failed call still takes a round trip.
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 return Err(down());
             }
             self.inner.release(lease).await
@@ -923,4 +925,40 @@ async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
         report.more,
         "a round that got a full (clamped) batch asks for another at once"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejoin_whose_leftover_release_fails_backs_off() {
+    use std::sync::atomic::Ordering;
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let first = member.generation();
+    // The store answers the next renewal `Lost`, while the old lease is in fact still
+    // there, and releases fail: the re-join finds its own leftover lease (Held) and
+    // cannot release it until the store expires it, about one ttl later.
+    knobs.fail_release.store(true, Ordering::SeqCst);
+    knobs.lose_renew.store(true, Ordering::SeqCst);
+    timeout(Duration::from_secs(5), first.cancel.cancelled())
+        .await
+        .unwrap();
+    let before = knobs.acquires.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let attempts = knobs.acquires.load(Ordering::SeqCst) - before;
+    assert!(
+        attempts <= 20,
+        "{attempts} acquire attempts in 900 ms: the re-join does not back off"
+    );
+    knobs.fail_release.store(false, Ordering::SeqCst);
+    knobs.lose_renew.store(false, Ordering::SeqCst);
+    let mut gens = member.generations();
+    timeout(
+        Duration::from_secs(5),
+        gens.wait_for(|g| g.lease.token != first.lease.token),
+    )
+    .await
+    .expect("re-joined once the store answers again")
+    .unwrap();
 }
