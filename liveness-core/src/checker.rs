@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::election::{Election, ElectionConfig};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
 use crate::heartbeat::Backoff;
 use crate::item::Requeued;
@@ -33,7 +33,8 @@ use crate::types::{FencingToken, Key, Space};
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
-    /// The longest sleep between rounds; default 1 s.
+    /// The longest sleep between rounds; default 1 s. Zero is rejected
+    /// ([`CheckerConfig::validate`]).
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
     /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
@@ -55,6 +56,17 @@ impl Default for CheckerConfig {
             elected: None,
             events: EventBus::default(),
         }
+    }
+}
+
+impl CheckerConfig {
+    /// Rejects a configuration that would busy-loop: `check_every` of zero fails with
+    /// [`Error::InvalidInput`].
+    pub fn validate(&self) -> Result<()> {
+        if self.check_every.is_zero() {
+            return Err(Error::invalid("check_every", InputProblem::Zero));
+        }
+        Ok(())
     }
 }
 
@@ -139,9 +151,11 @@ impl Checker {
     /// the round emits [`Event::CheckSkipped`], records it in
     /// [`RoundReport::skipped`], and goes on, so one unreadable record never stops the
     /// detection of every other death, the sweep or `next_expiry`. The round fails
-    /// only when the store answered none of its three listings (`expired`,
-    /// `dead_tokens`, `next_expiry`): then with the first of those errors.
+    /// only on an invalid configuration ([`CheckerConfig::validate`]), or when the
+    /// store answered none of its three listings (`expired`, `dead_tokens`,
+    /// `next_expiry`): then with the first of those errors.
     pub async fn round(&self) -> Result<RoundReport> {
+        self.config.validate()?;
         let store = &self.store;
         let batch = self.config.batch.max(1);
         // The store clamps every limit to its own `max_batch`: a full answer is one
@@ -278,8 +292,14 @@ impl Checker {
     }
 
     /// Runs rounds until `stop` fires. Store faults are logged and retried with
-    /// backoff; they never end the loop.
+    /// backoff; they never end the loop. An invalid configuration
+    /// ([`CheckerConfig::validate`]) ends it at once, with the error logged: it never
+    /// runs rounds in a busy loop.
     pub async fn run(&self, stop: CancellationToken) {
+        if let Err(e) = self.config.validate() {
+            tracing::error!(error = %e, "checker not started");
+            return;
+        }
         match self.config.elected.clone() {
             None => self.run_rounds(&stop).await,
             Some(cfg) => {

@@ -962,3 +962,34 @@ async fn a_rejoin_whose_leftover_release_fails_backs_off() {
     .expect("re-joined once the store answers again")
     .unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_checker_with_check_every_zero_is_rejected() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let config = CheckerConfig {
+        check_every: Duration::ZERO,
+        ..CheckerConfig::default()
+    };
+    assert!(matches!(
+        config.validate(),
+        Err(liveness_core::Error::InvalidInput {
+            what: "check_every",
+            ..
+        })
+    ));
+    let checker = Checker::new(store.clone(), config);
+    assert!(matches!(
+        checker.round().await,
+        Err(liveness_core::Error::InvalidInput {
+            what: "check_every",
+            ..
+        })
+    ));
+    // `run` ends at once instead of busy-looping.
+    timeout(
+        Duration::from_secs(1),
+        checker.run(liveness_core::CancellationToken::new()),
+    )
+    .await
+    .expect("run refuses the configuration");
+}
