@@ -3,7 +3,7 @@
 //! [`Leadership`](crate::Leadership).
 //!
 //! The local safety deadline is `send time of the last successful renew + ttl − margin`
-//! on the holder's boot clock ([`Clock::boot`](crate::Clock::boot): it keeps counting
+//! on the holder's boot clock ([`Clock::boot`]: it keeps counting
 //! while the host is suspended). The store started counting the ttl no earlier than the
 //! request's send time, so as long as the local clock does not run slower than the
 //! store's by more than the margin, the signal fires before the store can expire the
