@@ -354,9 +354,9 @@ impl Member {
 
     /// Claims up to `n` pending items under the current lease.
     ///
-    /// Returns no items while the member is leaving or its current generation is
-    /// cancelled (waiting for a re-join); fails with `Lost` when the store finds the
-    /// lease no longer live.
+    /// Returns no items while the member is leaving or its current generation fails
+    /// [`Generation::check`] (cancelled, or its local deadline passed: waiting for a
+    /// re-join); fails with `Lost` when the store finds the lease no longer live.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
         let gen = self.generation();
         if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
@@ -418,12 +418,14 @@ impl Member {
         lock(&self.inner.owned).len()
     }
 
-    /// True when no worker holds an owned item any more: each was completed, failed,
-    /// or its every [`Claimed`] clone dropped.
+    /// True when no worker holds an item owned under the current token any more: each
+    /// was completed, failed, or its every [`Claimed`] clone dropped. (Items of earlier
+    /// tokens are not handed back by `leave`: those tokens are finished already.)
     fn all_let_go(&self) -> bool {
+        let current = self.token();
         lock(&self.inner.owned)
             .values()
-            .all(|(_, hold)| hold.strong_count() == 0)
+            .all(|(token, hold)| *token != current || hold.strong_count() == 0)
     }
 
     /// Waits until every worker let go of its items, or until `until`.
