@@ -24,6 +24,7 @@ use liveness_core::{
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The store operations, to choose which ones faults may hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -189,6 +190,8 @@ pub struct Faulty {
     armed: AtomicBool,
     observer: Option<Arc<dyn Observer>>,
     runtime: Option<Handle>,
+    refused: Mutex<Vec<(Op, Instant)>>,
+    unfenced: AtomicBool,
     failed_before: AtomicU64,
     lost_replies: AtomicU64,
     delayed: AtomicU64,
@@ -206,6 +209,8 @@ impl Faulty {
             armed: AtomicBool::new(false),
             observer: None,
             runtime: None,
+            refused: Mutex::new(Vec::new()),
+            unfenced: AtomicBool::new(false),
             failed_before: AtomicU64::new(0),
             lost_replies: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
@@ -229,6 +234,19 @@ impl Faulty {
         self.armed.store(on, Ordering::SeqCst);
     }
 
+    /// Fails every call of `op` before it reaches the store for the next `d`, armed
+    /// or not (an outage of one path: renewals that cannot get through, say).
+    pub fn refuse(&self, op: Op, d: Duration) {
+        lock(&self.refused).push((op, Instant::now() + d));
+    }
+
+    /// Breaks fencing ON PURPOSE, to prove that an oracle catches a broken store: a
+    /// `complete` from a token that does not own the item completes it anyway (as its
+    /// owner). Observers still see the token the caller gave.
+    pub fn break_fencing(&self) {
+        self.unfenced.store(true, Ordering::SeqCst);
+    }
+
     /// The faults injected so far.
     pub fn injected(&self) -> Injected {
         Injected {
@@ -241,7 +259,14 @@ impl Faulty {
     /// The fault for the next call of `op`: one draw from the seeded generator per
     /// call, armed or not and hit or not, so the sequence does not shift with either.
     fn decide(&self, op: Op) -> Fault {
-        let draw = self.rng.lock().unwrap_or_else(|e| e.into_inner()).f64();
+        let draw = lock(&self.rng).f64();
+        let now = Instant::now();
+        let mut refused = lock(&self.refused);
+        refused.retain(|(_, until)| *until > now);
+        if refused.iter().any(|(o, _)| *o == op) {
+            return Fault::FailBefore;
+        }
+        drop(refused);
         if !self.armed.load(Ordering::SeqCst) || !(self.plan.hits)(op) {
             return Fault::Pass;
         }
@@ -307,6 +332,27 @@ impl Faulty {
     fn watch(&self) -> Option<(Arc<dyn Observer>, u64)> {
         self.observer.as_ref().map(|o| (o.clone(), o.sent()))
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Completes `id` as its owner, whoever that is: the broken store of
+/// [`Faulty::break_fencing`].
+async fn complete_unfenced(s: &Arc<dyn Store>, lease: &Lease, id: ItemId) -> Result<()> {
+    let owner = match s.item(id).await? {
+        Some(ItemRecord {
+            state: ItemState::Owned(owner),
+            ..
+        }) => owner,
+        _ => lease.token,
+    };
+    let as_owner = Lease {
+        token: owner,
+        ..lease.clone()
+    };
+    s.complete(&as_owner, id).await
 }
 
 /// Reports `applied` to the observer, if any.
@@ -426,10 +472,15 @@ impl ItemStore for Faulty {
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
+        let unfenced = self.unfenced.load(Ordering::SeqCst);
         self.run(
             Op::Complete,
             Box::pin(async move {
-                let r = s.complete(&lease, id).await;
+                let r = if unfenced {
+                    complete_unfenced(&s, &lease, id).await
+                } else {
+                    s.complete(&lease, id).await
+                };
                 if r.is_ok() {
                     let token = lease.token;
                     report(&watch, Applied::Completed { token, id });

@@ -20,21 +20,21 @@
 //! replays seed N; `LIVENESS_SIM_SOAK=N` runs N fresh random seeds.
 
 pub mod oracle;
+mod process;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    CancellationToken, Checker, CheckerConfig, CheckerHandle, Claimed, Election, ElectionConfig,
-    EnqueueOptions, Event, EventBus, ItemCounts, ItemId, Key, Member, MemberConfig, Name, Space,
-    Store, Ttl,
+    Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Event, EventBus, ItemCounts, ItemId,
+    Key, Name, Space, Store, Ttl,
 };
-use tokio::sync::{mpsc, RwLock};
 use tokio::time::Instant;
 
-use crate::faults::{FaultPlan, Faulty, Injected};
+use crate::faults::{FaultPlan, Faulty, Injected, Op};
 use crate::Factory;
 use oracle::{Log, Record};
+use process::{spawn_candidate, spawn_member, Command, Process, Shared};
 
 /// The role the candidates campaign for.
 const LEADER_ROLE: &str = "sim-leader";
@@ -61,6 +61,12 @@ pub struct SimConfig {
     pub items: usize,
     /// The faults of the chaos phase.
     pub faults: FaultPlan,
+    /// Breaks the workers and leaders ON PURPOSE, to prove that the oracle can fail:
+    /// they skip their "may I still act?" check and act until their job is done.
+    pub careless: bool,
+    /// Breaks the store ON PURPOSE ([`Faulty::break_fencing`]): completions from a
+    /// token that does not own the item are accepted.
+    pub broken_fencing: bool,
 }
 
 impl SimConfig {
@@ -81,6 +87,8 @@ impl SimConfig {
             checkers: 2,
             items: 40,
             faults,
+            careless: false,
+            broken_fencing: false,
         }
     }
 
@@ -121,32 +129,6 @@ pub struct Outcome {
     pub schedule: Vec<String>,
     /// The end of the log, for the failure report.
     pub tail: String,
-}
-
-/// A command to a simulated process.
-#[derive(Debug)]
-enum Command {
-    /// Block the process's thread for this long, between two steps of its work.
-    Freeze(Duration),
-    /// Leave gracefully with this grace, then join again (members only).
-    Leave(Duration),
-    /// Leave and end.
-    Stop,
-}
-
-/// A simulated process: its thread and its control channel.
-struct Process {
-    name: String,
-    control: mpsc::UnboundedSender<Command>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// What every process shares.
-#[derive(Clone)]
-struct Shared {
-    config: SimConfig,
-    log: Arc<Log>,
-    bus: EventBus,
 }
 
 /// Runs the suite's seeds (or the ones the environment asks for) against stores from
@@ -222,8 +204,11 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
                 .observed(log.clone())
                 .on_runtime(tokio::runtime::Handle::current()),
         );
+        if config.broken_fencing {
+            h.break_fencing();
+        }
         handles.push(h.clone());
-        h as Arc<dyn Store>
+        h
     };
     let checkers: Vec<CheckerHandle> = (0..config.checkers)
         .map(|_| start_checker(handle(&mut seeds), &config, &bus))
@@ -247,8 +232,9 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
         .await
         .unwrap_or_else(|e| panic!("the producer failed: {e}"));
     let mut violations = drain(&store, &config, &ids).await;
+    let limit = config.ttl.duration() * 4 + Duration::from_secs(10);
     for p in members.into_iter().chain(candidates) {
-        violations.extend(stop(p, &config).await);
+        violations.extend(p.stop(limit).await);
     }
     for c in checkers {
         c.stop().await;
@@ -346,9 +332,10 @@ fn start_checker(store: Arc<dyn Store>, config: &SimConfig, bus: &EventBus) -> C
     .spawn()
 }
 
-/// Drives the chaos phase: a member and the leader frozen past their ttl, another
-/// member leaving in the middle of its jobs (and joining again), faults armed
-/// throughout. Returns what it did.
+/// Drives the chaos phase, faults armed throughout: a member frozen past its ttl, the
+/// leader frozen past its ttl, another member leaving in the middle of its jobs (and
+/// joining again), a member whose renewals cannot get through for longer than its
+/// ttl, and a member's host suspended past its ttl. Returns what it did.
 async fn chaos(
     store: &Arc<dyn Store>,
     config: &SimConfig,
@@ -359,41 +346,64 @@ async fn chaos(
 ) -> Vec<String> {
     let ttl = config.ttl.duration();
     let frac = |rng: &mut fastrand::Rng, lo: f64, hi: f64| ttl.mul_f64(lo + rng.f64() * (hi - lo));
-    let frozen = rng.usize(..members.len());
-    let leaving = (frozen + 1 + rng.usize(..members.len() - 1)) % members.len();
-    let mut plan: Vec<(Duration, Target, Command)> = vec![
+    let n = members.len();
+    let frozen = rng.usize(..n);
+    let leaving = (frozen + 1 + rng.usize(..n.max(2) - 1)) % n;
+    let mut plan: Vec<(Duration, Target, Chaos)> = vec![
         (
             frac(rng, 0.5, 2.0),
             Target::Member(frozen),
-            Command::Freeze(frac(rng, 1.3, 2.0)),
+            Chaos::Command(Command::Freeze(frac(rng, 1.3, 2.0))),
         ),
         (
             frac(rng, 1.0, 2.5),
             Target::Leader,
-            Command::Freeze(frac(rng, 1.3, 2.0)),
+            Chaos::Command(Command::Freeze(frac(rng, 1.3, 2.0))),
         ),
         (
             frac(rng, 0.5, 2.5),
             Target::Member(leaving),
-            Command::Leave(config.step()),
+            Chaos::Command(Command::Leave(config.step())),
+        ),
+        (
+            frac(rng, 0.3, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::RenewalsCut(frac(rng, 1.3, 2.0)),
+        ),
+        (
+            frac(rng, 0.5, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::Command(Command::Suspend(frac(rng, 1.3, 2.0))),
         ),
     ];
     plan.sort_by_key(|(at, _, _)| *at);
     let start = Instant::now();
     let mut done = Vec::new();
-    for (at, target, command) in plan {
+    for (at, target, chaos) in plan {
         tokio::time::sleep_until(start + at).await;
         let process = match target {
             Target::Member(i) => &members[i],
             Target::Leader => leader(store, candidates).await,
         };
-        let what = format!("{} {:?} at {:?}", process.name, command, at);
+        let what = format!("{} {:?} at {:?}", process.name, chaos, at);
         log.push(Record::Note(what.clone()));
-        let _ = process.control.send(command);
+        match chaos {
+            Chaos::Command(c) => process.send(c),
+            Chaos::RenewalsCut(d) => process.store.refuse(Op::Renew, d),
+        }
         done.push(what);
     }
     tokio::time::sleep_until(start + config.chaos()).await;
     done
+}
+
+/// One act of chaos.
+#[derive(Debug)]
+enum Chaos {
+    /// A command to the process.
+    Command(Command),
+    /// The process's renewals fail before reaching the store for this long.
+    RenewalsCut(Duration),
 }
 
 /// Whom a chaos command goes to.
@@ -447,271 +457,4 @@ async fn drain(store: &Arc<dyn Store>, config: &SimConfig, ids: &[ItemId]) -> Ve
         }
     }
     found
-}
-
-/// Stops a process and waits for its thread.
-async fn stop(p: Process, config: &SimConfig) -> Vec<String> {
-    let _ = p.control.send(Command::Stop);
-    let name = p.name.clone();
-    let joined = tokio::task::spawn_blocking(move || p.thread.join());
-    let limit = config.ttl.duration() * 4 + Duration::from_secs(10);
-    match tokio::time::timeout(limit, joined).await {
-        Ok(Ok(Ok(()))) => Vec::new(),
-        Ok(_) => vec![format!("{name} panicked")],
-        Err(_) => vec![format!("{name} did not stop within {limit:?}")],
-    }
-}
-
-/// Starts a process thread running `body` on its own current-thread runtime.
-fn spawn_process<F, Fut>(name: String, body: F) -> Process
-where
-    F: FnOnce(mpsc::UnboundedReceiver<Command>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (control, rx) = mpsc::unbounded_channel();
-    let thread = std::thread::Builder::new()
-        .name(name.clone())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-            rt.block_on(body(rx));
-        })
-        .unwrap_or_else(|e| panic!("spawn a process thread: {e}"));
-    Process {
-        name,
-        control,
-        thread,
-    }
-}
-
-/// Blocks this process's thread for `d` once no step of work is under way: the whole
-/// process (heartbeat, work, everything on its runtime) stops, as under SIGSTOP.
-async fn freeze(gate: &RwLock<()>, d: Duration) {
-    let _all = gate.write().await;
-    std::thread::sleep(d);
-}
-
-/// What a member's workers share.
-#[derive(Clone)]
-struct Work {
-    shared: Shared,
-    gate: Arc<RwLock<()>>,
-    stop: CancellationToken,
-    rng: Arc<Mutex<fastrand::Rng>>,
-}
-
-fn spawn_member(i: usize, store: Arc<dyn Store>, seed: u64, shared: Shared) -> Process {
-    let name = format!("member-{i}");
-    spawn_process(name.clone(), move |rx| {
-        member_process(name, store, seed, shared, rx)
-    })
-}
-
-/// A member process: joins, runs its workers, obeys commands; a `Leave` leaves and
-/// joins again under the same name.
-async fn member_process(
-    name: String,
-    store: Arc<dyn Store>,
-    seed: u64,
-    shared: Shared,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-) {
-    let gate = Arc::new(RwLock::new(()));
-    let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
-    loop {
-        let member = join(&name, &store, &shared).await;
-        let work = Work {
-            shared: shared.clone(),
-            gate: gate.clone(),
-            stop: CancellationToken::new(),
-            rng: rng.clone(),
-        };
-        let workers: Vec<_> = (0..shared.config.workers)
-            .map(|_| tokio::spawn(worker(member.clone(), work.clone())))
-            .collect();
-        let command = loop {
-            match rx.recv().await {
-                Some(Command::Freeze(d)) => freeze(&gate, d).await,
-                other => break other,
-            }
-        };
-        let grace = match command {
-            Some(Command::Leave(grace)) => grace,
-            _ => shared.config.step(),
-        };
-        let _ = member.leave(grace).await;
-        work.stop.cancel();
-        for w in workers {
-            let _ = w.await;
-        }
-        if !matches!(command, Some(Command::Leave(_))) {
-            return;
-        }
-    }
-}
-
-/// Joins as `name`, retrying until it succeeds (faults may be armed).
-async fn join(name: &str, store: &Arc<dyn Store>, shared: &Shared) -> Member {
-    loop {
-        let config = MemberConfig::new(name, shared.config.ttl)
-            .unwrap_or_else(|e| panic!("member config: {e}"))
-            .events(shared.bus.clone());
-        match Member::join(store.clone(), config).await {
-            Ok(m) => return m,
-            Err(_) => tokio::time::sleep(shared.config.ttl.duration() / 4).await,
-        }
-    }
-}
-
-/// "May this work still act?": checked before every side effect.
-fn may_act(c: &Claimed) -> bool {
-    !c.cancel.is_cancelled()
-}
-
-/// Claims one item at a time and works it until told to stop.
-async fn worker(member: Member, work: Work) {
-    let idle = work.shared.config.step() / 2;
-    while !work.stop.is_cancelled() {
-        match member.claim(1).await {
-            Ok(claimed) if !claimed.is_empty() => {
-                for c in claimed {
-                    job(&member, c, &work).await;
-                }
-            }
-            _ => tokio::time::sleep(idle).await,
-        }
-    }
-}
-
-/// Works one item: a few steps of side effects, each after a "may I act?" check, then
-/// completes it (retrying transport faults while it may still act).
-async fn job(member: &Member, c: Claimed, work: &Work) {
-    let (id, token, log) = (c.item.id, c.lease.token, &work.shared.log);
-    let done = CancellationToken::new();
-    tokio::spawn(watch_told(
-        c.cancel.clone(),
-        done.clone(),
-        log.clone(),
-        Record::Told { id, token },
-    ));
-    let _done = done.drop_guard();
-    let step = work.shared.config.step();
-    let steps = lock(&work.rng).u32(3..9);
-    for _ in 0..steps {
-        let _acting = work.gate.read().await;
-        if !may_act(&c) {
-            return;
-        }
-        log.push(Record::StepBegin { id, token });
-        tokio::time::sleep(step).await;
-        log.push(Record::StepEnd { id, token });
-    }
-    while may_act(&c) {
-        match member.complete(&c).await {
-            Err(e) if e.is_retryable() => tokio::time::sleep(step).await,
-            _ => return,
-        }
-    }
-}
-
-/// Records `told` when `cancel` fires, unless `done` fires first.
-async fn watch_told(
-    cancel: CancellationToken,
-    done: CancellationToken,
-    log: Arc<Log>,
-    told: Record,
-) {
-    tokio::select! {
-        _ = cancel.cancelled() => { log.push(told); }
-        _ = done.cancelled() => {}
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn spawn_candidate(i: usize, store: Arc<dyn Store>, seed: u64, shared: Shared) -> Process {
-    let name = format!("candidate-{i}");
-    spawn_process(name.clone(), move |rx| {
-        candidate_process(name, store, seed, shared, rx)
-    })
-}
-
-/// A candidate process: campaigns, acts as leader while it may, sometimes resigns;
-/// obeys commands.
-async fn candidate_process(
-    name: String,
-    store: Arc<dyn Store>,
-    seed: u64,
-    shared: Shared,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-) {
-    let gate = Arc::new(RwLock::new(()));
-    let holder = format!("{name}-{seed:016x}");
-    let config = ElectionConfig::new(LEADER_ROLE, &holder, shared.config.ttl)
-        .unwrap_or_else(|e| panic!("election config: {e}"))
-        .events(shared.bus.clone());
-    let election = Election::new(store, config);
-    let stop = CancellationToken::new();
-    let leading = tokio::spawn(lead(election, shared, gate.clone(), stop.clone(), seed));
-    loop {
-        match rx.recv().await {
-            Some(Command::Freeze(d)) => freeze(&gate, d).await,
-            Some(Command::Leave(_)) => {}
-            Some(Command::Stop) | None => break,
-        }
-    }
-    stop.cancel();
-    let _ = leading.await;
-}
-
-/// Campaigns and leads until `stop`: each act is a step after an `is_lost` check;
-/// after each act, resigns with probability 1/20.
-async fn lead(
-    election: Election,
-    shared: Shared,
-    gate: Arc<RwLock<()>>,
-    stop: CancellationToken,
-    seed: u64,
-) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let step = shared.config.step();
-    let log = &shared.log;
-    loop {
-        let leadership = tokio::select! {
-            _ = stop.cancelled() => return,
-            l = election.campaign() => match l {
-                Ok(l) => l,
-                Err(_) => { tokio::time::sleep(step).await; continue; }
-            },
-        };
-        let token = leadership.token();
-        let done = CancellationToken::new();
-        tokio::spawn(watch_told(
-            leadership.cancelled(),
-            done.clone(),
-            log.clone(),
-            Record::LeadTold { token },
-        ));
-        loop {
-            let _acting = gate.read().await;
-            if stop.is_cancelled() || leadership.is_lost() {
-                break;
-            }
-            log.push(Record::LeadBegin { token });
-            tokio::time::sleep(step).await;
-            log.push(Record::LeadEnd { token });
-            if rng.u32(0..20) == 0 {
-                break;
-            }
-        }
-        done.cancel();
-        let _ = leadership.resign().await;
-        if stop.is_cancelled() {
-            return;
-        }
-    }
 }
