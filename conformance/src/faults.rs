@@ -191,7 +191,6 @@ pub struct Faulty {
     observer: Option<Arc<dyn Observer>>,
     runtime: Option<Handle>,
     refused: Mutex<Vec<(Op, Instant)>>,
-    unfenced: AtomicBool,
     failed_before: AtomicU64,
     lost_replies: AtomicU64,
     delayed: AtomicU64,
@@ -210,7 +209,6 @@ impl Faulty {
             observer: None,
             runtime: None,
             refused: Mutex::new(Vec::new()),
-            unfenced: AtomicBool::new(false),
             failed_before: AtomicU64::new(0),
             lost_replies: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
@@ -238,13 +236,6 @@ impl Faulty {
     /// or not (an outage of one path: renewals that cannot get through, say).
     pub fn refuse(&self, op: Op, d: Duration) {
         lock(&self.refused).push((op, Instant::now() + d));
-    }
-
-    /// Breaks fencing ON PURPOSE, to prove that an oracle catches a broken store: a
-    /// `complete` from a token that does not own the item completes it anyway (as its
-    /// owner). Observers still see the token the caller gave.
-    pub fn break_fencing(&self) {
-        self.unfenced.store(true, Ordering::SeqCst);
     }
 
     /// The faults injected so far.
@@ -336,23 +327,6 @@ impl Faulty {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Completes `id` as its owner, whoever that is: the broken store of
-/// [`Faulty::break_fencing`].
-async fn complete_unfenced(s: &Arc<dyn Store>, lease: &Lease, id: ItemId) -> Result<()> {
-    let owner = match s.item(id).await? {
-        Some(ItemRecord {
-            state: ItemState::Owned(owner),
-            ..
-        }) => owner,
-        _ => lease.token,
-    };
-    let as_owner = Lease {
-        token: owner,
-        ..lease.clone()
-    };
-    s.complete(&as_owner, id).await
 }
 
 /// Reports `applied` to the observer, if any.
@@ -472,15 +446,10 @@ impl ItemStore for Faulty {
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
-        let unfenced = self.unfenced.load(Ordering::SeqCst);
         self.run(
             Op::Complete,
             Box::pin(async move {
-                let r = if unfenced {
-                    complete_unfenced(&s, &lease, id).await
-                } else {
-                    s.complete(&lease, id).await
-                };
+                let r = s.complete(&lease, id).await;
                 if r.is_ok() {
                     let token = lease.token;
                     report(&watch, Applied::Completed { token, id });

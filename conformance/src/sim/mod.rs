@@ -64,9 +64,6 @@ pub struct SimConfig {
     /// Breaks the workers and leaders ON PURPOSE, to prove that the oracle can fail:
     /// they skip their "may I still act?" check and act until their job is done.
     pub careless: bool,
-    /// Breaks the store ON PURPOSE ([`Faulty::break_fencing`]): completions from a
-    /// token that does not own the item are accepted.
-    pub broken_fencing: bool,
 }
 
 impl SimConfig {
@@ -88,7 +85,6 @@ impl SimConfig {
             items: 40,
             faults,
             careless: false,
-            broken_fencing: false,
         }
     }
 
@@ -204,9 +200,6 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
                 .observed(log.clone())
                 .on_runtime(tokio::runtime::Handle::current()),
         );
-        if config.broken_fencing {
-            h.break_fencing();
-        }
         handles.push(h.clone());
         h
     };

@@ -338,3 +338,190 @@ pub fn about(record: &Record, id: Option<ItemId>) -> bool {
         Record::Note(s) => !s.is_empty(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u64) -> FencingToken {
+        FencingToken(n)
+    }
+
+    /// Builds a log from records, `ms` milliseconds apart.
+    fn log(records: Vec<(u64, Record)>) -> Vec<Entry> {
+        let start = Instant::now();
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(seq, (ms, record))| Entry {
+                seq: seq as u64,
+                at: start + Duration::from_millis(ms),
+                record,
+            })
+            .collect()
+    }
+
+    fn begin(id: u64, token: u64) -> Record {
+        Record::StepBegin {
+            id: ItemId(id),
+            token: t(token),
+        }
+    }
+
+    fn end(id: u64, token: u64) -> Record {
+        Record::StepEnd {
+            id: ItemId(id),
+            token: t(token),
+        }
+    }
+
+    fn told(id: u64, token: u64) -> Record {
+        Record::Told {
+            id: ItemId(id),
+            token: t(token),
+        }
+    }
+
+    fn applied(sent: u64, call: Applied) -> Record {
+        Record::Applied { sent, call }
+    }
+
+    const MARGIN: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn a_handover_after_the_first_worker_stopped_is_clean() {
+        let entries = log(vec![
+            (0, begin(1, 1)),
+            (10, end(1, 1)),
+            (20, told(1, 1)),
+            (30, begin(1, 2)),
+            (40, end(1, 2)),
+        ]);
+        assert_eq!(check_exclusive(&entries, MARGIN), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_worker_acting_after_the_next_one_began_is_caught() {
+        // Woken from a freeze: acts before it learns it lost.
+        let entries = log(vec![
+            (0, begin(1, 1)),
+            (10, end(1, 1)),
+            (500, begin(1, 2)),
+            (600, begin(1, 1)),
+            (601, told(1, 1)),
+        ]);
+        let found = check_exclusive(&entries, MARGIN);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("item #1: token 1 still acted"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_worker_told_less_than_the_margin_before_is_caught_and_more_is_excused() {
+        // Told 20 ms before the next began, still in its step: handed away too early.
+        let early = log(vec![
+            (0, begin(1, 1)),
+            (80, told(1, 1)),
+            (100, begin(1, 2)),
+            (110, end(1, 1)),
+        ]);
+        assert_eq!(check_exclusive(&early, MARGIN).len(), 1);
+        // Told a whole margin before: the overlap is the worker's own fault.
+        let late = log(vec![
+            (0, begin(1, 1)),
+            (10, told(1, 1)),
+            (110, begin(1, 2)),
+            (120, end(1, 1)),
+        ]);
+        assert_eq!(check_exclusive(&late, MARGIN), Vec::<String>::new());
+    }
+
+    #[test]
+    fn two_leaders_acting_at_once_are_caught() {
+        let entries = log(vec![
+            (0, Record::LeadBegin { token: t(1) }),
+            (10, Record::LeadBegin { token: t(2) }),
+            (20, Record::LeadEnd { token: t(1) }),
+        ]);
+        let found = check_exclusive(&entries, MARGIN);
+        assert!(
+            found.iter().any(|v| v.starts_with("leadership")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_completion_by_a_token_that_no_longer_owns_the_item_is_caught() {
+        let claim = |token, id| Applied::Claimed {
+            token: t(token),
+            ids: vec![ItemId(id)],
+        };
+        let complete = |token, id| Applied::Completed {
+            token: t(token),
+            id: ItemId(id),
+        };
+        let requeue = Applied::Requeued {
+            token: t(1),
+            moved: liveness_core::Requeued {
+                requeued: vec![ItemId(7)],
+                dead_lettered: vec![],
+            },
+        };
+        // Claimed by 1, requeued, claimed by 2: a completion by 1 sent after that.
+        let stale = log(vec![
+            (0, applied(0, claim(1, 7))),
+            (1, applied(1, requeue.clone())),
+            (2, applied(2, claim(2, 7))),
+            (3, applied(3, complete(1, 7))),
+        ]);
+        let found = check_fenced_completions(&stale);
+        assert_eq!(found.len(), 1, "{found:?}");
+        // Requeued and not claimed again: still not 1's.
+        let pending = log(vec![
+            (0, applied(0, claim(1, 7))),
+            (1, applied(1, requeue)),
+            (2, applied(2, complete(1, 7))),
+        ]);
+        assert_eq!(check_fenced_completions(&pending).len(), 1);
+        // The owner's own completion is fine.
+        let fine = log(vec![
+            (0, applied(0, claim(2, 7))),
+            (1, applied(1, complete(2, 7))),
+        ]);
+        assert_eq!(check_fenced_completions(&fine), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_death_declared_twice_is_caught() {
+        let key = liveness_core::Key::member("m").unwrap();
+        let reaped = || Applied::Reaped {
+            key: key.clone(),
+            token: t(3),
+        };
+        let entries = log(vec![
+            (0, applied(0, reaped())),
+            (1, Record::Died { token: t(3) }),
+            (2, applied(2, reaped())),
+            (3, Record::Died { token: t(3) }),
+        ]);
+        assert_eq!(check_deaths_once(&entries).len(), 2);
+    }
+
+    #[test]
+    fn an_item_never_completed_is_caught() {
+        let entries = log(vec![(
+            0,
+            applied(
+                0,
+                Applied::Completed {
+                    token: t(1),
+                    id: ItemId(1),
+                },
+            ),
+        )]);
+        let found = check_all_completed(&entries, &[ItemId(1), ItemId(2)]);
+        assert_eq!(found, vec!["item #2 was never completed".to_string()]);
+    }
+}
