@@ -8,6 +8,9 @@
 //! monotonic clock — capped by `check_every`, and woken early by the store's
 //! [`wakeups`](crate::LeaseStore::wakeups). Any number of checkers may run at once:
 //! the atomic `reap` makes exactly one of them declare each death.
+//!
+//! A store error on one entry skips that entry only (an event, a line in the round's
+//! report); the rest of the round goes on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,24 +19,26 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::election::{Election, ElectionConfig};
-use crate::error::Result;
-use crate::events::{Event, EventBus};
+use crate::error::{Error, InputProblem, Result};
+use crate::events::{CheckStep, Event, EventBus};
 use crate::heartbeat::Backoff;
 use crate::item::Requeued;
 use crate::lease::ExpiredLease;
 use crate::store::Store;
 use crate::traced::traced;
-use crate::types::{FencingToken, Space};
+use crate::types::{FencingToken, Key, Space};
 
 /// How a checker behaves.
 #[derive(Clone, Debug)]
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
-    /// The longest sleep between rounds; default 1 s.
+    /// The longest sleep between rounds; default 1 s. Zero is rejected
+    /// ([`CheckerConfig::validate`]).
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
-    /// A round that hits the limit is followed at once by another.
+    /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
+    /// A round that hits the (clamped) limit is followed at once by another.
     pub batch: usize,
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
@@ -51,6 +56,17 @@ impl Default for CheckerConfig {
             elected: None,
             events: EventBus::default(),
         }
+    }
+}
+
+impl CheckerConfig {
+    /// Rejects a configuration that would busy-loop: `check_every` of zero fails with
+    /// [`Error::InvalidInput`].
+    pub fn validate(&self) -> Result<()> {
+        if self.check_every.is_zero() {
+            return Err(Error::invalid("check_every", InputProblem::Zero));
+        }
+        Ok(())
     }
 }
 
@@ -74,6 +90,35 @@ pub struct RoundReport {
     pub next_expiry: Option<Duration>,
     /// True when a batch limit was hit and another round should follow at once.
     pub more: bool,
+    /// What the round skipped because the store answered an error; each also went
+    /// out as an [`Event::CheckSkipped`].
+    pub skipped: Vec<Skipped>,
+}
+
+/// One entry (or listing) a round skipped because the store answered an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The step that failed.
+    pub step: CheckStep,
+    /// The lease's key, when the step was about one lease.
+    pub key: Option<Key>,
+    /// The token, when the step was about one token.
+    pub token: Option<FencingToken>,
+    /// Whether the error was a transient fault.
+    pub retryable: bool,
+}
+
+impl RoundReport {
+    /// True when one of the round's listings (`expired`, `dead_tokens`,
+    /// `next_expiry`) failed: the round saw only part of the work.
+    pub fn listing_failed(&self) -> bool {
+        self.skipped.iter().any(|s| {
+            matches!(
+                s.step,
+                CheckStep::Expired | CheckStep::DeadTokens | CheckStep::NextExpiry
+            )
+        })
+    }
 }
 
 /// The checker. Cheap to clone.
@@ -101,49 +146,160 @@ impl Checker {
 
     /// Runs one round: reaps every expired lease it can (up to the batch), requeues
     /// the items of each death it won, sweeps the dead set, and reads `next_expiry`.
+    ///
+    /// A store error on one entry (a reap, a requeue) or one listing skips just that:
+    /// the round emits [`Event::CheckSkipped`], records it in
+    /// [`RoundReport::skipped`], and goes on, so one unreadable record never stops the
+    /// detection of every other death, the sweep or `next_expiry`. The round fails
+    /// only on an invalid configuration ([`CheckerConfig::validate`]), or when the
+    /// store answered none of its three listings (`expired`, `dead_tokens`,
+    /// `next_expiry`): then with the first of those errors.
     pub async fn round(&self) -> Result<RoundReport> {
+        self.config.validate()?;
+        let store = &self.store;
+        let batch = self.config.batch.max(1);
+        // The store clamps every limit to its own `max_batch`: a full answer is one
+        // of that size, not of the configured batch (etcd clamps to 32).
+        let full_at = batch.min(store.capabilities().max_batch.max(1));
+        let mut report = RoundReport::default();
+        let mut first_error = None;
+        let mut listed = false;
+        match store.expired(&self.config.space, batch).await {
+            Ok(expired) => {
+                listed = true;
+                let full = expired.len() >= full_at;
+                let mut skipped = 0;
+                for lease in expired {
+                    if !self.declare(lease, &mut report).await {
+                        skipped += 1;
+                    }
+                }
+                // Another round at once only when this one made progress: a batch of
+                // entries that all fail would otherwise loop without a pause.
+                report.more |= full && skipped < full_at;
+            }
+            Err(e) => {
+                self.skip(&mut report, CheckStep::Expired, None, None, &e);
+                first_error.get_or_insert(e);
+            }
+        }
+        match store.dead_tokens(batch).await {
+            Ok(dead) => {
+                listed = true;
+                let full = dead.len() >= full_at;
+                let mut skipped = 0;
+                for entry in dead {
+                    match store.requeue_orphans(entry.token).await {
+                        Ok(requeued) => {
+                            if !requeued.is_empty() {
+                                emit_dead_letters(&self.config.events, entry.token, &requeued);
+                                self.config.events.emit(Event::OrphansRequeued {
+                                    token: entry.token,
+                                    requeued: requeued.requeued.len(),
+                                    dead_lettered: requeued.dead_lettered.len(),
+                                });
+                            }
+                            report.swept.push((entry.token, requeued));
+                        }
+                        Err(e) => {
+                            skipped += 1;
+                            let (key, token) = (Some(entry.key), Some(entry.token));
+                            self.skip(&mut report, CheckStep::Requeue, key, token, &e);
+                        }
+                    }
+                }
+                report.more |= full && skipped < full_at;
+            }
+            Err(e) => {
+                self.skip(&mut report, CheckStep::DeadTokens, None, None, &e);
+                first_error.get_or_insert(e);
+            }
+        }
+        match store.next_expiry(&self.config.space).await {
+            Ok(next) => {
+                listed = true;
+                report.next_expiry = next;
+            }
+            Err(e) => {
+                self.skip(&mut report, CheckStep::NextExpiry, None, None, &e);
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) if !listed => Err(e),
+            _ => Ok(report),
+        }
+    }
+
+    /// Reaps one expired lease and, when this checker won, requeues its items and
+    /// declares the death. False when a store error made it skip the entry.
+    async fn declare(&self, lease: ExpiredLease, report: &mut RoundReport) -> bool {
         let store = &self.store;
         let events = &self.config.events;
-        let batch = self.config.batch.max(1);
-        let mut report = RoundReport::default();
-        let expired = store.expired(&self.config.space, batch).await?;
-        report.more |= expired.len() >= batch;
-        for lease in expired {
-            if !store.reap(&lease.key, lease.token).await? {
-                continue;
+        match store.reap(&lease.key, lease.token).await {
+            Ok(true) => {}
+            Ok(false) => return true,
+            Err(e) => {
+                let (key, token) = (Some(lease.key), Some(lease.token));
+                self.skip(report, CheckStep::Reap, key, token, &e);
+                return false;
             }
-            let requeued = store.requeue_orphans(lease.token).await?;
-            emit_dead_letters(events, lease.token, &requeued);
-            events.emit(Event::Died {
-                key: lease.key.clone(),
-                holder: lease.holder.clone(),
-                token: lease.token,
-                requeued: requeued.requeued.len(),
-                dead_lettered: requeued.dead_lettered.len(),
-            });
-            report.deaths.push(Death { lease, requeued });
         }
-        let dead = store.dead_tokens(batch).await?;
-        report.more |= dead.len() >= batch;
-        for entry in dead {
-            let requeued = store.requeue_orphans(entry.token).await?;
-            if !requeued.is_empty() {
-                emit_dead_letters(events, entry.token, &requeued);
-                events.emit(Event::OrphansRequeued {
-                    token: entry.token,
-                    requeued: requeued.requeued.len(),
-                    dead_lettered: requeued.dead_lettered.len(),
-                });
+        // Reaped: the token is in the dead set, so a requeue that fails now is
+        // retried by the sweep of a later round.
+        let requeued = match store.requeue_orphans(lease.token).await {
+            Ok(requeued) => requeued,
+            Err(e) => {
+                let (key, token) = (Some(lease.key.clone()), Some(lease.token));
+                self.skip(report, CheckStep::Requeue, key, token, &e);
+                Requeued::default()
             }
-            report.swept.push((entry.token, requeued));
-        }
-        report.next_expiry = store.next_expiry(&self.config.space).await?;
-        Ok(report)
+        };
+        emit_dead_letters(events, lease.token, &requeued);
+        events.emit(Event::Died {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            token: lease.token,
+            requeued: requeued.requeued.len(),
+            dead_lettered: requeued.dead_lettered.len(),
+        });
+        report.deaths.push(Death { lease, requeued });
+        true
+    }
+
+    fn skip(
+        &self,
+        report: &mut RoundReport,
+        step: CheckStep,
+        key: Option<Key>,
+        token: Option<FencingToken>,
+        error: &Error,
+    ) {
+        tracing::warn!(?step, ?key, ?token, %error, "checker skipped an entry");
+        let retryable = error.is_retryable();
+        self.config.events.emit(Event::CheckSkipped {
+            step,
+            key: key.clone(),
+            token,
+            retryable,
+        });
+        report.skipped.push(Skipped {
+            step,
+            key,
+            token,
+            retryable,
+        });
     }
 
     /// Runs rounds until `stop` fires. Store faults are logged and retried with
-    /// backoff; they never end the loop.
+    /// backoff; they never end the loop. An invalid configuration
+    /// ([`CheckerConfig::validate`]) ends it at once, with the error logged: it never
+    /// runs rounds in a busy loop.
     pub async fn run(&self, stop: CancellationToken) {
+        if let Err(e) = self.config.validate() {
+            tracing::error!(error = %e, "checker not started");
+            return;
+        }
         match self.config.elected.clone() {
             None => self.run_rounds(&stop).await,
             Some(cfg) => {
@@ -185,6 +341,11 @@ impl Checker {
         let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {
             let pause = match self.round().await {
+                Ok(report) if report.listing_failed() => {
+                    // Part of the store did not answer: retry soon, with backoff.
+                    let next = report.next_expiry.unwrap_or(self.config.check_every);
+                    backoff.next().min(next).min(self.config.check_every)
+                }
                 Ok(report) if report.more => Duration::ZERO,
                 Ok(report) => {
                     backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);

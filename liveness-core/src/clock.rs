@@ -1,6 +1,15 @@
-//! Clocks for the in-memory store. The real backends read their server's clock; the
-//! memory store reads one of these, so tests can run it on tokio's paused time or move
-//! it by hand to simulate a store clock that jumps or drifts.
+//! Clocks: the store clock of the in-memory store, and the local clock of the holders'
+//! safety deadlines.
+//!
+//! The real backends read their server's clock; the memory store reads one of these,
+//! so tests can run it on tokio's paused time or move it by hand to simulate a store
+//! clock that jumps or drifts.
+//!
+//! A member or leader measures its local safety deadline with [`Clock::boot`]: a clock
+//! that keeps counting while the host is suspended. The default, [`HostClock`], is
+//! tokio's clock plus the time the host spent suspended (Linux: `CLOCK_BOOTTIME`), so
+//! a host that resumes from suspend finds the deadline passed at once, while tests on
+//! tokio's paused time stay deterministic.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +20,81 @@ use std::time::Duration;
 pub trait Clock: Send + Sync + Debug {
     /// The time since this clock's epoch. Never decreases.
     fn now(&self) -> Duration;
+
+    /// The time since this clock's epoch, counting the time the host spent suspended
+    /// (a boot clock, like Linux `CLOCK_BOOTTIME`). Never decreases, and advances at
+    /// least as much as [`Clock::now`]. Safety deadlines are measured on it. The
+    /// default is [`Clock::now`]: a clock that knows nothing of suspend.
+    fn boot(&self) -> Duration {
+        self.now()
+    }
+}
+
+/// The default local clock of members and leaders: [`Clock::now`] is tokio's
+/// monotonic clock (like [`TokioClock`]; `CLOCK_MONOTONIC` on Linux, which stops while
+/// the host is suspended), and [`Clock::boot`] adds the time the host spent suspended
+/// since this value was made. On Linux and Android that is the growth of
+/// `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which changes only during a suspend; elsewhere
+/// it is zero (`boot` then equals `now`).
+///
+/// Under `tokio::time::pause` both follow tokio's paused time, plus any real suspend.
+#[derive(Debug)]
+pub struct HostClock {
+    tokio: TokioClock,
+    suspended_at_start: Duration,
+    /// The highest `boot` reading so far, in nanoseconds: two clock reads are not
+    /// atomic, so their difference may jitter by a few nanoseconds.
+    high: AtomicU64,
+}
+
+impl HostClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        HostClock {
+            tokio: TokioClock::new(),
+            suspended_at_start: suspended(),
+            high: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for HostClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for HostClock {
+    fn now(&self) -> Duration {
+        self.tokio.now()
+    }
+
+    fn boot(&self) -> Duration {
+        let boot = self.tokio.now() + suspended().saturating_sub(self.suspended_at_start);
+        let nanos = u64::try_from(boot.as_nanos()).unwrap_or(u64::MAX);
+        let high = self.high.fetch_max(nanos, Ordering::SeqCst).max(nanos);
+        Duration::from_nanos(high)
+    }
+}
+
+/// The time the host spent suspended since it booted: `CLOCK_BOOTTIME` minus
+/// `CLOCK_MONOTONIC` (both count the same running time; only the boot clock counts
+/// suspend). Zero when the clocks cannot be read.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn suspended() -> Duration {
+    use nix::time::{clock_gettime, ClockId};
+    let mono = clock_gettime(ClockId::CLOCK_MONOTONIC);
+    let boot = clock_gettime(ClockId::CLOCK_BOOTTIME);
+    match (mono, boot) {
+        (Ok(mono), Ok(boot)) => Duration::from(boot).saturating_sub(Duration::from(mono)),
+        _ => Duration::ZERO,
+    }
+}
+
+/// No portable boot clock here: suspend is not counted.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn suspended() -> Duration {
+    Duration::ZERO
 }
 
 /// Tokio's monotonic clock, measured from when this value was made. Under
@@ -64,5 +148,23 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Clock, HostClock};
+
+    #[test]
+    fn host_clock_boot_time_never_runs_behind_its_monotonic_time_nor_back() {
+        let clock = HostClock::new();
+        let mut last = clock.boot();
+        for _ in 0..1000 {
+            let now = clock.now();
+            let boot = clock.boot();
+            assert!(boot >= now, "boot {boot:?} behind monotonic {now:?}");
+            assert!(boot >= last, "boot went back from {last:?} to {boot:?}");
+            last = boot;
+        }
     }
 }

@@ -12,9 +12,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::clock::{Clock, HostClock};
+use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
-use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig};
+use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
 use crate::lease::{Lease, LeaseInfo};
 use crate::store::Store;
 use crate::traced::traced;
@@ -25,12 +26,15 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 pub struct ElectionConfig {
     /// The role's name: its key is `leaders/NAME`.
     pub name: Name,
-    /// This candidate's id.
+    /// This candidate's id. Give every candidate its own: a campaign recognises the
+    /// leases of its own id as its own.
     pub holder: HolderId,
     /// Heartbeat timing while leading.
     pub heartbeat: HeartbeatConfig,
     /// Where events go.
     pub events: EventBus,
+    /// The clock of the local safety deadline and of [`Leadership::check`].
+    pub clock: Arc<dyn Clock>,
 }
 
 impl ElectionConfig {
@@ -41,7 +45,14 @@ impl ElectionConfig {
             holder: HolderId::new(holder)?,
             heartbeat: HeartbeatConfig::new(ttl),
             events: EventBus::default(),
+            clock: Arc::new(HostClock::new()),
         })
+    }
+
+    /// Measures the safety deadline on this clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Sends events to this bus.
@@ -88,12 +99,13 @@ impl Election {
     pub async fn try_lead(&self) -> Result<Option<Leadership>> {
         self.config.heartbeat.validate()?;
         let sent = Instant::now();
+        let sent_on_clock = self.config.clock.boot();
         match self
             .store
             .acquire(&self.key, &self.config.holder, self.config.heartbeat.ttl)
             .await
         {
-            Ok(lease) => Ok(Some(self.lead(lease, sent))),
+            Ok(lease) => Ok(Some(self.lead(lease, sent, sent_on_clock))),
             Err(Error::Held { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -103,6 +115,11 @@ impl Election {
     /// until that lease's store-reported expiry (a duration, on the local monotonic
     /// clock), or until the store signals a release. Retryable faults are retried;
     /// permanent ones end the campaign.
+    ///
+    /// A lease of this candidate's own holder id found after one of its attempts
+    /// failed with a transient fault is the ghost of that attempt (the store applied
+    /// it, the reply was lost): it is released and the campaign acquires again, with a
+    /// greater token. Holder ids must therefore be unique per candidate.
     pub async fn campaign(&self) -> Result<Leadership> {
         self.config.heartbeat.validate()?;
         let ttl = self.config.heartbeat.ttl.duration();
@@ -111,10 +128,33 @@ impl Election {
             self.config.heartbeat.renew_every / 8,
             self.config.heartbeat.renew_every,
         );
+        // True once an attempt failed with a transient fault: the store may have
+        // applied it and lost the reply, leaving a "ghost" lease of ours.
+        let mut maybe_ghost = false;
         loop {
             let pause = match self.try_lead().await {
                 Ok(Some(l)) => return Ok(l),
                 Ok(None) => match self.store.inspect(&self.key).await {
+                    Ok(Some(info)) if maybe_ghost && info.holder == self.config.holder => {
+                        // Our own ghost: an earlier attempt of this campaign that the
+                        // store applied. Nobody leads with it: release it and try again
+                        // (a new, greater token) instead of waiting out its ttl.
+                        let ghost = Lease {
+                            key: info.key,
+                            holder: info.holder,
+                            token: info.token,
+                            ttl: info.ttl,
+                            expires_in: Duration::ZERO,
+                        };
+                        match self.store.release(&ghost).await {
+                            Ok(_) => {
+                                maybe_ghost = false;
+                                Duration::ZERO
+                            }
+                            Err(e) if e.is_retryable() => backoff.next(),
+                            Err(e) => return Err(e),
+                        }
+                    }
                     Ok(Some(info)) => match info.status {
                         crate::lease::LeaseStatus::Live { remaining } => {
                             remaining.min(ttl) + Duration::from_millis(1 + fastrand::u64(0..5))
@@ -125,7 +165,10 @@ impl Election {
                     Err(e) if e.is_retryable() => backoff.next(),
                     Err(e) => return Err(e),
                 },
-                Err(e) if e.is_retryable() => backoff.next(),
+                Err(e) if e.is_retryable() => {
+                    maybe_ghost = true;
+                    backoff.next()
+                }
                 Err(e) => return Err(e),
             };
             tokio::select! {
@@ -135,8 +178,14 @@ impl Election {
         }
     }
 
-    fn lead(&self, lease: Lease, sent: Instant) -> Leadership {
-        let cancel = CancellationToken::new();
+    fn lead(&self, lease: Lease, sent: Instant, sent_on_clock: Duration) -> Leadership {
+        let standing = Arc::new(Standing::new(
+            self.config.clock.clone(),
+            &lease,
+            &self.config.heartbeat,
+            sent_on_clock,
+        ));
+        let cancel = standing.cancel().clone();
         let stop = CancellationToken::new();
         let events = self.config.events.clone();
         events.emit(Event::LeadershipAcquired {
@@ -145,10 +194,11 @@ impl Election {
         });
         let task = tokio::spawn({
             let store = self.store.clone();
-            let (cancel, stop, lease) = (cancel.clone(), stop.clone(), lease.clone());
+            let (standing, stop, lease) = (standing.clone(), stop.clone(), lease.clone());
             let heartbeat = self.config.heartbeat;
             async move {
-                let end = keep_alive(&store, lease, sent, heartbeat, &cancel, &stop, &events).await;
+                let end =
+                    keep_alive(&store, lease, sent, heartbeat, &standing, &stop, &events).await;
                 match end {
                     End::Lost(lease, reason) => {
                         events.emit(Event::LeadershipLost {
@@ -166,6 +216,7 @@ impl Election {
             store: self.store.clone(),
             lease,
             cancel,
+            standing,
             stop,
             task: Mutex::new(Some(task)),
             events: self.config.events.clone(),
@@ -180,6 +231,7 @@ pub struct Leadership {
     store: Arc<dyn Store>,
     lease: Lease,
     cancel: CancellationToken,
+    standing: Arc<Standing>,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<Option<Lease>>>>,
     events: EventBus,
@@ -203,9 +255,20 @@ impl Leadership {
         self.cancel.clone()
     }
 
-    /// True once the cancellation signal has fired.
+    /// May this leader still act? Returns its fencing token while the lease is held
+    /// and its local safety deadline has not passed by the candidate's clock *right
+    /// now*; otherwise [`Error::Lost`] (and the cancellation fires, if it had not yet).
+    /// Cheap and synchronous: call it before every write the leader makes. It does not
+    /// depend on the heartbeat task having run, so a leader woken from a freeze
+    /// answers correctly before any of its tasks ran.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
+
+    /// True once leadership is lost or may be: [`Leadership::check`] fails. Compares
+    /// the clock with the deadline itself; it never answers `false` on a stale belief.
     pub fn is_lost(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.check().is_err()
     }
 
     /// Gives the role up: stops the heartbeat, fires the cancellation signal and
@@ -217,7 +280,7 @@ impl Leadership {
             Some(t) => t.await.ok().flatten(),
             None => None,
         };
-        self.cancel.cancel();
+        self.standing.stop_work(LostReason::Released);
         if let Some(lease) = latest {
             self.store.release(&lease).await?;
             self.events.emit(Event::LeadershipLost {
@@ -233,6 +296,6 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         self.stop.cancel();
-        self.cancel.cancel();
+        self.standing.stop_work(LostReason::GaveUp);
     }
 }

@@ -26,6 +26,12 @@ pub enum LostReason {
     Superseded,
     /// The key has no lease any more: it was released, or it expired and was reaped.
     Released,
+    /// The holder gave the lease up itself, before the store could expire it: its
+    /// local safety deadline passed without a successful renewal, its renewals failed
+    /// permanently, or it stopped renewing. Answered by the holder's own checks
+    /// ([`Leadership::check`](crate::Leadership::check),
+    /// [`Claimed::check`](crate::Claimed::check)), never by a store.
+    GaveUp,
 }
 
 impl std::fmt::Display for LostReason {
@@ -34,6 +40,7 @@ impl std::fmt::Display for LostReason {
             LostReason::Expired => "expired",
             LostReason::Superseded => "superseded by a newer token",
             LostReason::Released => "released or reaped",
+            LostReason::GaveUp => "given up by its holder (local safety deadline passed)",
         })
     }
 }

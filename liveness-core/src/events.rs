@@ -20,6 +20,22 @@ pub enum LossReason {
     Fault,
 }
 
+/// A step of a checker round (see [`Checker::round`](crate::Checker::round)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CheckStep {
+    /// Listing the expired leases.
+    Expired,
+    /// Reaping one expired lease.
+    Reap,
+    /// Requeueing one dead token's items.
+    Requeue,
+    /// Listing the dead set.
+    DeadTokens,
+    /// Reading the next expiry.
+    NextExpiry,
+}
+
 /// Something a member, checker or election did or saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -97,6 +113,19 @@ pub enum Event {
         token: FencingToken,
         /// Why; `None` for a resignation.
         reason: Option<LossReason>,
+    },
+    /// A checker round could not handle one entry (or one listing) because the store
+    /// answered an error; it skipped it and went on with the rest. The error itself is
+    /// logged. A permanent one (a corrupt record) recurs every round until fixed.
+    CheckSkipped {
+        /// The step that failed.
+        step: CheckStep,
+        /// The lease's key, when the step was about one lease.
+        key: Option<Key>,
+        /// The token, when the step was about one token.
+        token: Option<FencingToken>,
+        /// Whether the error was a transient fault ([`Error::is_retryable`](crate::Error::is_retryable)).
+        retryable: bool,
     },
     /// An item ran out of attempts and went to the dead-letter set.
     ItemDeadLettered {

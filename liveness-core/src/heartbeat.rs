@@ -3,22 +3,31 @@
 //! [`Leadership`](crate::Leadership).
 //!
 //! The local safety deadline is `send time of the last successful renew + ttl − margin`
-//! on tokio's MONOTONIC clock. The store started counting the ttl no earlier than the
+//! on the holder's boot clock ([`Clock::boot`]: it keeps counting
+//! while the host is suspended). The store started counting the ttl no earlier than the
 //! request's send time, so as long as the local clock does not run slower than the
 //! store's by more than the margin, the signal fires before the store can expire the
 //! lease and hand its work to anybody else. Only clock RATE matters, never offset.
+//!
+//! Which clock each timer uses: renewals are planned and slept on tokio's monotonic
+//! clock; every sleep is capped at [`HeartbeatConfig::tick`], and on every wake the
+//! heartbeat compares the boot clock with the deadline. A host that resumes from a
+//! suspend therefore fires the cancellation within one tick, and every synchronous
+//! check (`Claimed::check`, `Leadership::check`, ...) reads the boot clock itself and
+//! answers `Lost` at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, InputProblem, Result};
+use crate::clock::Clock;
+use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
 use crate::store::Store;
-use crate::types::Ttl;
+use crate::types::{FencingToken, Key, Ttl};
 
 /// Timing of a heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +79,19 @@ impl HeartbeatConfig {
         Ok(())
     }
 
-    /// The local deadline for a lease whose last successful renewal was sent at `sent`.
+    /// The local deadline for a lease whose last successful renewal was sent at `sent`,
+    /// on tokio's clock. The heartbeat itself measures it on the boot clock
+    /// ([`Clock::boot`]), which also counts the time the host spent suspended.
     pub fn deadline(&self, sent: Instant) -> Instant {
         sent + self.ttl.duration() - self.safety_margin
+    }
+
+    /// The longest the heartbeat sleeps before it compares its clock with the local
+    /// deadline again: a quarter of the safety margin, between 1 ms and 1 s. It bounds
+    /// how late the cancellation fires when the clock jumps (a host suspend); every
+    /// synchronous check sees the jump at once.
+    pub fn tick(&self) -> Duration {
+        (self.safety_margin / 4).clamp(Duration::from_millis(1), Duration::from_secs(1))
     }
 }
 
@@ -85,43 +104,251 @@ pub(crate) enum End {
     Lost(Lease, LossReason),
 }
 
-/// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the
-/// request that produced `lease` (acquire or renew) was sent. Fires `cancel` on loss.
+/// What one held lease's work may still do: the local safety deadline, the reason it
+/// was lost once it is, and the cancellation signal. Shared by the heartbeat that
+/// extends the deadline and by every "may I still act?" check, which compares the
+/// clock with the deadline itself instead of trusting that the heartbeat task has
+/// already run: after a freeze, the tasks woken on the same tick run in any order.
+///
+/// Once lost, always lost: a renewal that succeeds after the deadline passed does not
+/// bring the lease back (the holder re-acquires, with a new token).
+#[derive(Debug)]
+pub(crate) struct Standing {
+    clock: Arc<dyn Clock>,
+    key: Key,
+    token: FencingToken,
+    cancel: CancellationToken,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The local safety deadline on the standing's clock.
+    deadline: Duration,
+    /// The earliest moment the store itself can expire the lease, as this holder can
+    /// tell: the send time of the last successful acquire or renew + ttl.
+    store_expiry: Duration,
+    /// Set once the lease is lost (or given up); never cleared.
+    lost: Option<LostReason>,
+    /// Set once the work was told to stop while the lease is still held.
+    stopped: Option<LostReason>,
+}
+
+impl Standing {
+    /// The standing of `lease`, acquired or renewed by a request sent at `sent` (read
+    /// from `clock`).
+    pub(crate) fn new(
+        clock: Arc<dyn Clock>,
+        lease: &Lease,
+        config: &HeartbeatConfig,
+        sent: Duration,
+    ) -> Self {
+        Standing {
+            clock,
+            key: lease.key.clone(),
+            token: lease.token,
+            cancel: CancellationToken::new(),
+            state: Mutex::new(State {
+                deadline: sent + config.ttl.duration() - config.safety_margin,
+                store_expiry: sent + config.ttl.duration(),
+                lost: None,
+                stopped: None,
+            }),
+        }
+    }
+
+    /// The cancellation signal of the work done under this lease.
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The clock the deadlines are measured on.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The reason the lease is lost, if it is: a recorded loss, or its local deadline
+    /// passed by the clock right now (then recorded). Fires the cancellation when lost.
+    fn lost(&self) -> Option<LostReason> {
+        let reason = {
+            let mut st = self.state();
+            if st.lost.is_none() && self.clock.boot() >= st.deadline {
+                st.lost = Some(LostReason::GaveUp);
+            }
+            st.lost
+        };
+        if reason.is_some() {
+            self.cancel.cancel();
+        }
+        reason
+    }
+
+    /// The token, while the lease may still be acted on: not lost, its local deadline
+    /// not passed by the clock right now, its work not told to stop. Otherwise
+    /// [`Error::Lost`]; a deadline found passed marks the lease lost and fires the
+    /// cancellation at once.
+    pub(crate) fn check(&self) -> Result<FencingToken> {
+        let reason = self.lost().or_else(|| {
+            let stopped = self.state().stopped;
+            stopped.or(self.cancel.is_cancelled().then_some(LostReason::GaveUp))
+        });
+        match reason {
+            None => Ok(self.token),
+            Some(reason) => {
+                self.cancel.cancel();
+                Err(Error::Lost {
+                    key: self.key.clone(),
+                    token: self.token,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Marks the lease lost for `reason` (unless it already was, for another) and fires
+    /// the cancellation. Returns the reason that stands.
+    pub(crate) fn lose(&self, reason: LostReason) -> LostReason {
+        let reason = *self.state().lost.get_or_insert(reason);
+        self.cancel.cancel();
+        reason
+    }
+
+    /// Tells the work to stop (fires the cancellation; checks answer `Lost` with
+    /// `reason`) while the heartbeat goes on renewing: a graceful leave, a drop.
+    pub(crate) fn stop_work(&self, reason: LostReason) {
+        self.state().stopped.get_or_insert(reason);
+        self.cancel.cancel();
+    }
+
+    /// The time left before the local deadline, or `None` once the lease is lost or
+    /// the deadline passed (then it is marked lost and the cancellation fires).
+    fn left(&self) -> Option<Duration> {
+        if self.lost().is_some() {
+            return None;
+        }
+        let deadline = self.state().deadline;
+        Some(deadline.saturating_sub(self.clock.boot()))
+    }
+
+    /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
+    /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
+    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
+        let lost = {
+            let mut st = self.state();
+            if st.lost.is_none() && self.clock.boot() >= st.deadline {
+                st.lost = Some(LostReason::GaveUp);
+            }
+            if st.lost.is_none() {
+                st.deadline = sent + config.ttl.duration() - config.safety_margin;
+                st.store_expiry = sent + config.ttl.duration();
+            }
+            st.lost
+        };
+        match lost {
+            None => Ok(()),
+            Some(reason) => {
+                self.cancel.cancel();
+                Err(reason)
+            }
+        }
+    }
+
+    /// The earliest moment the store itself can expire the lease, on
+    /// [`Standing::clock`]: the send time of the last successful renewal + ttl.
+    pub(crate) fn store_expiry(&self) -> Duration {
+        self.state().store_expiry
+    }
+
+    /// Waits until the store itself may have expired the lease
+    /// ([`Standing::store_expiry`] passed by this standing's clock, read at least every
+    /// `tick`). False when `stop` fired first.
+    pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
+        loop {
+            let left = self.store_expiry().saturating_sub(self.clock.boot());
+            if left.is_zero() {
+                return true;
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(left.min(tick)) => {}
+            }
+        }
+    }
+}
+
+/// How the heartbeat ended a wait.
+enum Woke<T> {
+    /// The awaited thing happened.
+    Done(T),
+    /// `stop` fired.
+    Stopped,
+    /// The lease is lost (its local deadline passed, or a check found it lost).
+    Lost,
+}
+
+/// Awaits `fut` while watching `stop` and the local deadline. The deadline is checked
+/// on the standing's clock at least every `tick` of tokio time, so a clock that jumps
+/// (a host suspend, a manual test clock) is noticed within one tick.
+async fn watch<F: std::future::Future>(
+    standing: &Standing,
+    tick: Duration,
+    stop: &CancellationToken,
+    fut: F,
+) -> Woke<F::Output> {
+    tokio::pin!(fut);
+    loop {
+        let Some(left) = standing.left() else {
+            return Woke::Lost;
+        };
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Woke::Stopped,
+            out = &mut fut => return Woke::Done(out),
+            _ = tokio::time::sleep(left.min(tick)) => {}
+        }
+    }
+}
+
+/// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the request
+/// that produced `lease` (acquire or renew) was sent, on tokio's clock (it plans the
+/// renewals; the deadline lives in `standing`). Fires the standing's cancellation on
+/// loss.
 pub(crate) async fn keep_alive(
     store: &Arc<dyn Store>,
     mut lease: Lease,
     mut sent: Instant,
     config: HeartbeatConfig,
-    cancel: &CancellationToken,
+    standing: &Standing,
     stop: &CancellationToken,
     events: &EventBus,
 ) -> End {
+    let tick = config.tick();
     loop {
         let planned = sent + config.renew_every;
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => return End::Stopped(lease),
-            _ = tokio::time::sleep_until(planned) => {}
+        match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
+            Woke::Done(()) => {}
+            Woke::Stopped => return End::Stopped(lease),
+            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
         }
         let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
         loop {
-            let deadline = config.deadline(sent);
             let now = Instant::now();
-            if now >= deadline {
-                cancel.cancel();
-                return End::Lost(lease, LossReason::Deadline);
-            }
-            let attempt = tokio::select! {
-                biased;
-                _ = stop.cancelled() => return End::Stopped(lease),
-                r = tokio::time::timeout_at(deadline, store.renew(&lease)) => r,
+            let sent_on_clock = standing.clock().boot();
+            let attempt = match watch(standing, tick, stop, store.renew(&lease)).await {
+                Woke::Done(r) => r,
+                Woke::Stopped => return End::Stopped(lease),
+                Woke::Lost => return End::Lost(lease, LossReason::Deadline),
             };
             match attempt {
-                Err(_elapsed) => {
-                    cancel.cancel();
-                    return End::Lost(lease, LossReason::Deadline);
-                }
-                Ok(Ok(renewed)) => {
+                Ok(renewed) => {
+                    if let Err(reason) = standing.extend(sent_on_clock, &config) {
+                        return End::Lost(lease, loss_of(reason));
+                    }
                     let late_by = now.saturating_duration_since(planned);
                     if late_by > config.renew_every / 2 {
                         events.emit(Event::RenewedLate {
@@ -134,26 +361,34 @@ pub(crate) async fn keep_alive(
                     sent = now;
                     break;
                 }
-                Ok(Err(Error::Lost { reason, .. })) => {
-                    cancel.cancel();
-                    return End::Lost(lease, LossReason::Store(reason));
+                Err(Error::Lost { reason, .. }) => {
+                    let reason = standing.lose(reason);
+                    return End::Lost(lease, loss_of(reason));
                 }
-                Ok(Err(e)) if e.is_retryable() => {
+                Err(e) if e.is_retryable() => {
                     tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
-                    let pause = backoff.next().min(deadline.saturating_duration_since(now));
-                    tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => return End::Stopped(lease),
-                        _ = tokio::time::sleep(pause) => {}
+                    let pause = backoff.next();
+                    match watch(standing, tick, stop, tokio::time::sleep(pause)).await {
+                        Woke::Done(()) => {}
+                        Woke::Stopped => return End::Stopped(lease),
+                        Woke::Lost => return End::Lost(lease, LossReason::Deadline),
                     }
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     tracing::error!(key = %lease.key, error = %e, "renew failed permanently");
-                    cancel.cancel();
+                    standing.lose(LostReason::GaveUp);
                     return End::Lost(lease, LossReason::Fault);
                 }
             }
         }
+    }
+}
+
+/// The event's reason for a loss whose error reason is `reason`.
+fn loss_of(reason: LostReason) -> LossReason {
+    match reason {
+        LostReason::GaveUp => LossReason::Deadline,
+        r => LossReason::Store(r),
     }
 }
 

@@ -17,11 +17,11 @@ mod traced;
 pub mod types;
 pub mod url;
 
-pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport};
-pub use clock::{Clock, ManualClock, TokioClock};
+pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport, Skipped};
+pub use clock::{Clock, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
 pub use error::{BoxError, Error, InputProblem, LostReason, Result};
-pub use events::{Event, EventBus, LossReason};
+pub use events::{CheckStep, Event, EventBus, LossReason};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, DEFAULT_MAX_ATTEMPTS,

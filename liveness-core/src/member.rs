@@ -13,17 +13,18 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
-use crate::events::{Event, EventBus};
-use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig};
+use crate::clock::{Clock, HostClock};
+use crate::error::{Error, LostReason, Result};
+use crate::events::{Event, EventBus, LossReason};
+use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState};
 use crate::lease::Lease;
 use crate::store::Store;
@@ -47,6 +48,8 @@ pub struct MemberConfig {
     pub rejoin: bool,
     /// Where events go; default a bus of the member's own ([`Member::events`]).
     pub events: EventBus,
+    /// The clock of the local safety deadline and of every "may I still act?" check.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl MemberConfig {
@@ -69,6 +72,7 @@ impl MemberConfig {
             heartbeat: HeartbeatConfig::new(ttl),
             rejoin: true,
             events: EventBus::default(),
+            clock: Arc::new(HostClock::new()),
         })
     }
 
@@ -101,6 +105,12 @@ impl MemberConfig {
         self.events = events;
         self
     }
+
+    /// Measures the safety deadline on this clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 /// One lease of a member, with the cancellation signal of the work done under it.
@@ -110,6 +120,32 @@ pub struct Generation {
     pub lease: Lease,
     /// Fires when this lease is lost, or may be: stop the work at once.
     pub cancel: CancellationToken,
+    standing: Arc<Standing>,
+}
+
+impl Generation {
+    fn new(lease: Lease, standing: Standing) -> Self {
+        Generation {
+            lease,
+            cancel: standing.cancel().clone(),
+            standing: Arc::new(standing),
+        }
+    }
+
+    /// May work still act under this generation? Returns its token while the lease
+    /// is held and its local safety deadline has not passed by the member's clock
+    /// *right now*; otherwise [`Error::Lost`] (and the cancellation fires, if it had
+    /// not yet). Cheap and synchronous: call it before every side effect. It does not
+    /// depend on the heartbeat task having run, so a process woken from a freeze
+    /// answers correctly before any of its tasks ran.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
+
+    /// True once [`Generation::check`] fails.
+    pub fn is_lost(&self) -> bool {
+        self.check().is_err()
+    }
 }
 
 /// An item claimed by a member, bound to the generation that claimed it.
@@ -121,6 +157,33 @@ pub struct Claimed {
     pub lease: Lease,
     /// Fires when that lease is lost: stop working on the item.
     pub cancel: CancellationToken,
+    standing: Arc<Standing>,
+    _hold: Arc<Hold>,
+}
+
+/// Alive as long as a clone of a [`Claimed`] is: when the last one is dropped, the
+/// worker let go of the item, and a leaving member may hand it back at once.
+#[derive(Debug)]
+struct Hold {
+    let_go: Arc<Notify>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.let_go.notify_waiters();
+    }
+}
+
+impl Claimed {
+    /// May the work on this item still act? Returns the fencing token to pass with a
+    /// side effect while the lease it was claimed under is held and its local safety
+    /// deadline has not passed by the member's clock *right now*; otherwise
+    /// [`Error::Lost`] (and the cancellation fires, if it had not yet). Cheap and
+    /// synchronous: call it before every side effect, so a worker woken from a freeze
+    /// stops even when the heartbeat task has not run yet.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
 }
 
 #[derive(Debug)]
@@ -131,7 +194,11 @@ struct Inner {
     generation: watch::Sender<Generation>,
     stop: CancellationToken,
     leaving: AtomicBool,
-    owned: Mutex<HashMap<ItemId, FencingToken>>,
+    /// Claimed items not yet completed or failed: the token they were claimed under,
+    /// and whether a worker still holds their `Claimed`.
+    owned: Mutex<HashMap<ItemId, (FencingToken, Weak<Hold>)>>,
+    /// Notified when a worker lets go of an item (complete, fail, or drop).
+    let_go: Arc<Notify>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -151,7 +218,10 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
-        self.generation.borrow().cancel.cancel();
+        self.generation
+            .borrow()
+            .standing
+            .stop_work(LostReason::GaveUp);
     }
 }
 
@@ -160,7 +230,9 @@ impl Member {
     ///
     /// Fails with [`Error::Held`] when a live member already has the name, with
     /// `InvalidInput` on a bad configuration, and retries retryable faults for up to
-    /// one ttl before failing with the last one.
+    /// one ttl before failing with the last one. A lease of its own holder id that an
+    /// earlier attempt of this call may have created (the store applied it, the reply
+    /// was lost) is recognised as its own ghost: released, and acquired again.
     pub async fn join(store: Arc<dyn Store>, config: MemberConfig) -> Result<Member> {
         config.heartbeat.validate()?;
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
@@ -171,14 +243,40 @@ impl Member {
             config.heartbeat.renew_every / 8,
             config.heartbeat.renew_every,
         );
-        let (lease, sent) = loop {
+        // True once an attempt failed with a transient fault: the store may have
+        // applied it and lost the reply, leaving a "ghost" lease of ours.
+        let mut maybe_ghost = false;
+        let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
+            let sent_on_clock = config.clock.boot();
             match store
                 .acquire(&key, &config.holder, config.heartbeat.ttl)
                 .await
             {
-                Ok(lease) => break (lease, sent),
+                Ok(lease) => break (lease, sent, sent_on_clock),
+                Err(Error::Held { holder, token, .. })
+                    if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
+                {
+                    // Our own ghost (holder ids are unique per member instance): an
+                    // earlier attempt of this join that the store applied. Nobody
+                    // knows its token and it owns nothing: release it and try again.
+                    let ghost = Lease {
+                        key: key.clone(),
+                        holder,
+                        token,
+                        ttl: config.heartbeat.ttl,
+                        expires_in: Duration::ZERO,
+                    };
+                    match store.release(&ghost).await {
+                        Ok(_) => maybe_ghost = false,
+                        Err(e) if e.is_retryable() => {
+                            tokio::time::sleep(backoff.next()).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    maybe_ghost = true;
                     tokio::time::sleep(backoff.next()).await;
                 }
                 Err(e) => return Err(e),
@@ -189,10 +287,13 @@ impl Member {
             holder: config.holder.clone(),
             token: lease.token,
         });
-        let first = Generation {
-            lease: lease.clone(),
-            cancel: CancellationToken::new(),
-        };
+        let standing = Standing::new(
+            config.clock.clone(),
+            &lease,
+            &config.heartbeat,
+            sent_on_clock,
+        );
+        let first = Generation::new(lease, standing);
         let inner = Arc::new(Inner {
             store,
             config,
@@ -201,6 +302,7 @@ impl Member {
             stop: CancellationToken::new(),
             leaving: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
+            let_go: Arc::new(Notify::new()),
             task: Mutex::new(None),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
@@ -221,6 +323,11 @@ impl Member {
     /// The current lease.
     pub fn lease(&self) -> Lease {
         self.generation().lease
+    }
+
+    /// May work still act under the current generation? See [`Generation::check`].
+    pub fn check(&self) -> Result<FencingToken> {
+        self.inner.generation.borrow().check()
     }
 
     /// The current token.
@@ -247,12 +354,12 @@ impl Member {
 
     /// Claims up to `n` pending items under the current lease.
     ///
-    /// Returns no items while the member is leaving or its current generation is
-    /// cancelled (waiting for a re-join); fails with `Lost` when the store finds the
-    /// lease no longer live.
+    /// Returns no items while the member is leaving or its current generation fails
+    /// [`Generation::check`] (cancelled, or its local deadline passed: waiting for a
+    /// re-join); fails with `Lost` when the store finds the lease no longer live.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
         let gen = self.generation();
-        if self.inner.leaving.load(Ordering::SeqCst) || gen.cancel.is_cancelled() {
+        if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
         }
         let items = self.inner.store.claim(&gen.lease, n).await?;
@@ -260,11 +367,16 @@ impl Member {
         Ok(items
             .into_iter()
             .map(|item| {
-                owned.insert(item.id, gen.lease.token);
+                let hold = Arc::new(Hold {
+                    let_go: self.inner.let_go.clone(),
+                });
+                owned.insert(item.id, (gen.lease.token, Arc::downgrade(&hold)));
                 Claimed {
                     item,
                     lease: gen.lease.clone(),
                     cancel: gen.cancel.clone(),
+                    standing: gen.standing.clone(),
+                    _hold: hold,
                 }
             })
             .collect())
@@ -297,6 +409,7 @@ impl Member {
     fn forget<T>(&self, claimed: &Claimed, r: &Result<T>) {
         if matches!(r, Ok(_) | Err(Error::Fenced { .. })) {
             lock(&self.inner.owned).remove(&claimed.item.id);
+            self.inner.let_go.notify_waiters();
         }
     }
 
@@ -305,20 +418,61 @@ impl Member {
         lock(&self.inner.owned).len()
     }
 
-    /// Leaves gracefully: stops claiming, waits up to `grace` for owned items to be
-    /// completed or failed, hands back the rest (to pending, or dead-letter when out
-    /// of attempts), stops the heartbeat and releases the lease.
+    /// True when no worker holds an item owned under the current token any more: each
+    /// was completed, failed, or its every [`Claimed`] clone dropped. (Items of earlier
+    /// tokens are not handed back by `leave`: those tokens are finished already.)
+    fn all_let_go(&self) -> bool {
+        let current = self.token();
+        lock(&self.inner.owned)
+            .values()
+            .all(|(token, hold)| *token != current || hold.strong_count() == 0)
+    }
+
+    /// Waits until every worker let go of its items, or until `until`.
+    async fn wait_let_go(&self, until: Instant) {
+        loop {
+            let notified = self.inner.let_go.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.all_let_go() {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(until) => return,
+            }
+        }
+    }
+
+    /// Leaves gracefully. In this order:
+    ///
+    /// 1. stops claiming, and waits up to `grace` for the workers to let go of their
+    ///    items by themselves (complete, fail, or drop every clone of the [`Claimed`]);
+    /// 2. tells the work to stop: the current generation's cancellation fires, and its
+    ///    checks answer `Lost { reason: Released }`;
+    /// 3. waits up to the safety margin ([`HeartbeatConfig::safety_margin`], the time
+    ///    the work has to stop) for the workers to let go;
+    /// 4. hands the items still owned back (to pending, or dead-letter when out of
+    ///    attempts);
+    /// 5. stops the heartbeat and releases the lease.
+    ///
+    /// The heartbeat keeps the lease alive until step 5, so no item becomes claimable
+    /// by another member before its worker was told to stop AND either let go of it or
+    /// had the whole stop margin to do so.
     ///
     /// Items that could not be handed back (store unreachable) stay owned by the
     /// released token, which is in the dead set: a checker's sweep requeues them.
     pub async fn leave(self, grace: Duration) -> Result<()> {
         let inner = &self.inner;
         inner.leaving.store(true, Ordering::SeqCst);
-        let until = Instant::now() + grace;
-        while !lock(&inner.owned).is_empty() && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5).min(grace)).await;
-        }
-        let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned).drain().collect();
+        self.wait_let_go(Instant::now() + grace).await;
+        self.generation().standing.stop_work(LostReason::Released);
+        self.wait_let_go(Instant::now() + inner.config.heartbeat.safety_margin)
+            .await;
+        let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned)
+            .drain()
+            .map(|(id, (token, _))| (id, token))
+            .collect();
         let gen = self.generation();
         for (id, token) in rest {
             if token == gen.lease.token {
@@ -333,7 +487,7 @@ impl Member {
             let _ = task.await;
         }
         let gen = self.generation();
-        gen.cancel.cancel();
+        gen.standing.stop_work(LostReason::Released);
         inner.store.release(&gen.lease).await?;
         inner.config.events.emit(Event::Left {
             key: inner.key.clone(),
@@ -364,7 +518,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             gen.lease.clone(),
             sent,
             config.heartbeat,
-            &gen.cancel,
+            &gen.standing,
             &stop,
             &config.events,
         )
@@ -383,23 +537,36 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             token: old.token,
             reason,
         });
-        if !config.rejoin || stop.is_cancelled() {
+        let leaving = inner
+            .upgrade()
+            .is_none_or(|i| i.leaving.load(Ordering::SeqCst));
+        if !config.rejoin || stop.is_cancelled() || leaving {
             return;
         }
         // The old token is finished either way: release it (a no-op when the store
-        // already dropped it) so its items go to the dead set for requeueing.
+        // already dropped it) so its items go to the dead set for requeueing. But no
+        // earlier than the store itself would expire it, unless the store already
+        // answered `Lost`: the margin is the time the work has to stop, and the store
+        // must not hand the work away before that.
+        if !matches!(reason, LossReason::Store(_))
+            && !gen
+                .standing
+                .wait_store_expiry(config.heartbeat.tick(), &stop)
+                .await
+        {
+            return;
+        }
         let _ = store.release(&old).await;
         match rejoin(&store, &config, &key, &old, &stop).await {
-            Some((lease, at)) => {
+            Some((lease, at, at_on_clock)) => {
                 config.events.emit(Event::Joined {
                     key: key.clone(),
                     holder: config.holder.clone(),
                     token: lease.token,
                 });
-                gen = Generation {
-                    lease,
-                    cancel: CancellationToken::new(),
-                };
+                let standing =
+                    Standing::new(config.clock.clone(), &lease, &config.heartbeat, at_on_clock);
+                gen = Generation::new(lease, standing);
                 sent = at;
                 let Some(inner) = inner.upgrade() else {
                     return;
@@ -419,7 +586,7 @@ async fn rejoin(
     key: &Key,
     old: &Lease,
     stop: &CancellationToken,
-) -> Option<(Lease, Instant)> {
+) -> Option<(Lease, Instant, Duration)> {
     let mut backoff = Backoff::new(
         config.heartbeat.renew_every / 8,
         config.heartbeat.renew_every,
@@ -429,11 +596,12 @@ async fn rejoin(
             return None;
         }
         let sent = Instant::now();
+        let sent_on_clock = config.clock.boot();
         let pause = match store
             .acquire(key, &config.holder, config.heartbeat.ttl)
             .await
         {
-            Ok(lease) => return Some((lease, sent)),
+            Ok(lease) => return Some((lease, sent, sent_on_clock)),
             Err(Error::Held { holder, token, .. })
                 if token == old.token || holder == config.holder =>
             {
@@ -447,8 +615,15 @@ async fn rejoin(
                     ttl: config.heartbeat.ttl,
                     expires_in: Duration::ZERO,
                 };
-                let _ = store.release(&ghost).await;
-                Duration::ZERO
+                match store.release(&ghost).await {
+                    Ok(_) => Duration::ZERO,
+                    Err(e) => {
+                        // Not at once again: a store that cannot release now would
+                        // be hammered in a tight loop.
+                        tracing::warn!(%key, error = %e, "releasing an own leftover lease failed, retrying");
+                        backoff.next()
+                    }
+                }
             }
             Err(Error::Held { .. }) => config.heartbeat.renew_every,
             Err(e) => {

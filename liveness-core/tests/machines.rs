@@ -288,3 +288,708 @@ async fn dropping_a_member_cancels_the_work_claimed_under_it() {
         "work must stop when nobody renews its lease"
     );
 }
+
+/// Blocks the whole (current-thread) runtime, as a SIGSTOP, a GC pause or a VM freeze
+/// does: no task runs meanwhile, the heartbeat's included.
+fn freeze(d: Duration) {
+    std::thread::sleep(d);
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_leader_woken_from_a_freeze_knows_it_lost_before_its_heartbeat_runs() {
+    current_thread().block_on(async {
+        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+        let election = Election::new(
+            store.clone(),
+            ElectionConfig::new("frozen", "a", ttl(300)).unwrap(),
+        );
+        let leader = election.campaign().await.unwrap();
+        assert!(!leader.is_lost());
+        freeze(Duration::from_millis(300 + 500));
+        // First thing after waking, before any other task of this runtime ran.
+        assert!(
+            leader.is_lost(),
+            "a leader frozen past its ttl must not believe it still leads"
+        );
+        assert!(
+            leader.cancelled().is_cancelled(),
+            "the check fires the cancellation at once"
+        );
+        assert!(matches!(
+            leader.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ));
+    });
+}
+
+#[test]
+fn a_worker_woken_from_a_freeze_is_refused_before_its_side_effect() {
+    current_thread().block_on(async {
+        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+        store
+            .enqueue(b"job", EnqueueOptions::default())
+            .await
+            .unwrap();
+        let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
+            .await
+            .unwrap();
+        let claimed = member.claim(1).await.unwrap().pop().unwrap();
+        assert_eq!(claimed.check().unwrap(), claimed.lease.token);
+        assert!(member.generation().check().is_ok());
+        freeze(Duration::from_millis(300 + 500));
+        assert!(matches!(
+            claimed.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ));
+        assert!(claimed.cancel.is_cancelled());
+        assert!(member.generation().is_lost() || member.token() > claimed.lease.token);
+        assert!(
+            member.claim(1).await.unwrap().is_empty() || member.token() > claimed.lease.token,
+            "no claim under the lost generation"
+        );
+    });
+}
+
+/// Records, on tokio's (paused) clock, when `cancel` fires.
+fn when_fired(cancel: liveness_core::CancellationToken) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        Instant::now()
+    })
+}
+
+/// Polls `member.claim(1)` every 5 ms until it gets an item; returns when.
+async fn claim_when_free(member: &Member) -> Instant {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if !member.claim(1).await.unwrap().is_empty() {
+            return Instant::now();
+        }
+        assert!(Instant::now() < until, "the item never came free");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leave_tells_the_worker_to_stop_and_gives_it_the_margin_before_handing_back() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let margin = a.generation().lease.ttl.duration() / 5;
+    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    // A's worker runs a job longer than the grace and never lets go by itself.
+    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    let told = when_fired(claimed.cancel.clone());
+    let leaving = tokio::spawn(a.leave(Duration::from_millis(100)));
+    let taken = claim_when_free(&b).await;
+    assert!(
+        told.is_finished(),
+        "another member claimed the item while its worker was not yet told to stop"
+    );
+    let told = told.await.unwrap();
+    assert!(
+        taken >= told + margin,
+        "the item was handed away {:?} after its worker was told to stop, before the margin of {margin:?}",
+        taken - told
+    );
+    leaving.await.unwrap().unwrap();
+    drop(claimed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leave_hands_back_at_once_when_the_told_worker_lets_go() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let margin = a.generation().lease.ttl.duration() / 5;
+    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    let cancel = claimed.cancel.clone();
+    // The worker stops when told, and drops its claim without completing it.
+    let worker = tokio::spawn(async move {
+        cancel.cancelled().await;
+        let at = Instant::now();
+        drop(claimed);
+        at
+    });
+    let leaving = tokio::spawn(a.leave(Duration::from_millis(100)));
+    let taken = claim_when_free(&b).await;
+    let told = worker.await.unwrap();
+    assert!(taken >= told);
+    assert!(
+        taken < told + margin,
+        "a worker that let go does not hold its item for the whole margin"
+    );
+    leaving.await.unwrap().unwrap();
+}
+
+/// A store wrapper that injects faults on demand: renewals that stall, a renewal
+/// that answers `Lost`, releases that fail, a reap or requeue that fails for one
+/// token, acquire replies lost after the store applied the call.
+mod faulty {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use liveness_core::{
+        async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+        HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+        LeaseInfo, LeaseStore, LostReason, Requeued, Result, Space, Store, StoreTime, Ttl,
+    };
+    use tokio::sync::watch;
+
+    #[derive(Debug, Default)]
+    pub struct Knobs {
+        /// Renewals hang (the store is unreachable, slowly).
+        pub stall_renew: AtomicBool,
+        /// Renewals answer `Lost(Released)` without reaching the store.
+        pub lose_renew: AtomicBool,
+        /// Releases fail with `Unavailable` without reaching the store.
+        pub fail_release: AtomicBool,
+        /// How many acquires to apply and then answer `Unavailable` (a lost reply).
+        pub lose_acquire_replies: AtomicUsize,
+        /// `reap` and `requeue_orphans` of this token fail with a permanent error.
+        pub broken_token: Mutex<Option<FencingToken>>,
+        /// Counts acquires that reached this wrapper.
+        pub acquires: AtomicUsize,
+    }
+
+    #[derive(Debug)]
+    pub struct Faulty {
+        pub inner: Arc<dyn Store>,
+        pub knobs: Arc<Knobs>,
+    }
+
+    pub fn wrap(inner: Arc<dyn Store>) -> (Arc<dyn Store>, Arc<Knobs>) {
+        let knobs = Arc::new(Knobs::default());
+        (
+            Arc::new(Faulty {
+                inner,
+                knobs: knobs.clone(),
+            }),
+            knobs,
+        )
+    }
+
+    fn down() -> Error {
+        Error::unavailable("faulty", "injected fault")
+    }
+
+    impl Faulty {
+        fn broken(&self, token: FencingToken) -> Result<()> {
+            if *self.knobs.broken_token.lock().unwrap() == Some(token) {
+                return Err(Error::backend("faulty", "corrupt record"));
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Faulty {
+        fn backend(&self) -> &'static str {
+            "faulty"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+            self.knobs.acquires.fetch_add(1, Ordering::SeqCst);
+            let r = self.inner.acquire(key, holder, ttl).await;
+            let lose = self
+                .knobs
+                .lose_acquire_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lose && r.is_ok() {
+                return Err(down());
+            }
+            r
+        }
+        async fn renew(&self, lease: &Lease) -> Result<Lease> {
+            if self.knobs.stall_renew.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if self.knobs.lose_renew.load(Ordering::SeqCst) {
+                return Err(Error::Lost {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                    reason: LostReason::Released,
+                });
+            }
+            self.inner.renew(lease).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<bool> {
+            if self.knobs.fail_release.load(Ordering::SeqCst) {
+                // A failed call still takes a round trip.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                return Err(down());
+            }
+            self.inner.release(lease).await
+        }
+        async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+            self.inner.inspect(key).await
+        }
+        async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+            self.inner.expired(space, limit).await
+        }
+        async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+            self.broken(token)?;
+            self.inner.reap(key, token).await
+        }
+        async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+            self.inner.dead_tokens(limit).await
+        }
+        async fn store_time(&self) -> Result<StoreTime> {
+            self.inner.store_time().await
+        }
+        async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+            self.inner.next_expiry(space).await
+        }
+        fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+            self.inner.wakeups()
+        }
+    }
+
+    #[async_trait]
+    impl ItemStore for Faulty {
+        async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+            self.inner.enqueue(payload, options).await
+        }
+        async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+            self.inner.claim(lease, n).await
+        }
+        async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+            self.inner.complete(lease, id).await
+        }
+        async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+            self.inner.fail(lease, id, retry).await
+        }
+        async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+            self.broken(token)?;
+            self.inner.requeue_orphans(token).await
+        }
+        async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+            self.inner.item(id).await
+        }
+        async fn item_counts(&self) -> Result<ItemCounts> {
+            self.inner.item_counts().await
+        }
+        async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+            self.inner.dead_letters(limit).await
+        }
+    }
+}
+
+/// The moment, on tokio's (paused) clock, when the store expires the lease on `key`.
+async fn store_expiry_of(store: &Arc<dyn Store>, key: &liveness_core::Key) -> Instant {
+    let info = store.inspect(key).await.unwrap().expect("a lease");
+    match info.status {
+        liveness_core::LeaseStatus::Live { remaining } => Instant::now() + remaining,
+        liveness_core::LeaseStatus::Expired => panic!("already expired"),
+    }
+}
+
+/// Polls `id` every millisecond until it is pending again; returns when.
+async fn requeued_at(store: &Arc<dyn Store>, id: liveness_core::ItemId) -> Instant {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = store.item(id).await.unwrap().unwrap().state;
+        if state == ItemState::Pending {
+            return Instant::now();
+        }
+        assert!(Instant::now() < until, "never requeued");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_it() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let checker = Checker::new(
+        memory.clone(),
+        CheckerConfig {
+            check_every: Duration::from_millis(50),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    let id = memory
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let claimed = member.claim(1).await.unwrap().pop().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The store becomes unreachable, slowly: renewals hang, nothing answers `Lost`.
+    knobs
+        .stall_renew
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let expiry = store_expiry_of(&memory, member.key()).await;
+    let told = when_fired(claimed.cancel.clone());
+    let requeued = requeued_at(&memory, id).await;
+    let told = told.await.unwrap();
+    assert!(
+        told < expiry,
+        "the worker is told to stop before the store expiry"
+    );
+    assert!(
+        requeued >= expiry,
+        "the item was requeued {:?} before the store would have expired the lease",
+        expiry - requeued
+    );
+    checker.stop().await;
+}
+
+/// A host clock for tests: monotonic time is tokio's (paused) time; boot time adds a
+/// suspend that the test injects by hand, as a laptop lid or a VM suspend does.
+#[derive(Debug, Clone)]
+struct SuspendableHost {
+    tokio: TokioClock,
+    suspended: ManualClock,
+}
+
+impl Clock for SuspendableHost {
+    fn now(&self) -> Duration {
+        self.tokio.now()
+    }
+    fn boot(&self) -> Duration {
+        self.tokio.now() + self.suspended.now()
+    }
+}
+
+fn suspendable_host() -> (Arc<dyn Clock>, ManualClock) {
+    let suspended = ManualClock::new();
+    let clock = SuspendableHost {
+        tokio: TokioClock::new(),
+        suspended: suspended.clone(),
+    };
+    (Arc::new(clock), suspended)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let (clock, suspend) = suspendable_host();
+    let config = MemberConfig::new("w", ttl(1000)).unwrap().clock(clock);
+    let member = Member::join(store.clone(), config).await.unwrap();
+    let claimed = member.claim(1).await.unwrap().pop().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The host sleeps for ten minutes: the boot clock jumps, tokio's clock does not.
+    suspend.advance(Duration::from_secs(600));
+    assert!(
+        matches!(
+            claimed.check(),
+            Err(liveness_core::Error::Lost {
+                reason: LostReason::GaveUp,
+                ..
+            })
+        ),
+        "a check right after the resume must see the deadline passed"
+    );
+    assert!(claimed.cancel.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (clock, suspend) = suspendable_host();
+    let config = ElectionConfig::new("sched", "a", ttl(1000))
+        .unwrap()
+        .clock(clock);
+    let tick = config.heartbeat.tick();
+    let leader = Election::new(store.clone(), config)
+        .campaign()
+        .await
+        .unwrap();
+    let cancel = leader.cancelled();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resumed = Instant::now();
+    suspend.advance(Duration::from_secs(600));
+    // Nobody asks: the heartbeat's own next wake (within one tick) fires it.
+    timeout(Duration::from_secs(60), cancel.cancelled())
+        .await
+        .expect("the heartbeat never noticed the suspend");
+    assert!(
+        Instant::now() <= resumed + tick,
+        "cancelled {:?} after the resume, later than one tick ({tick:?})",
+        Instant::now() - resumed
+    );
+    assert!(leader.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            events: bus,
+            ..CheckerConfig::default()
+        },
+    );
+    let broken = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let dying = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let live = Member::join(memory.clone(), MemberConfig::new("c", ttl(5000)).unwrap())
+        .await
+        .unwrap();
+    let id = memory
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(dying.claim(1).await.unwrap().len(), 1);
+    let (bad, good) = (broken.token(), dying.token());
+    // A's lease record is corrupt: every reap of its token fails, every round.
+    *knobs.broken_token.lock().unwrap() = Some(bad);
+    drop(broken);
+    drop(dying);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..3 {
+        let report = checker
+            .round()
+            .await
+            .expect("the round goes on past one bad entry");
+        assert!(report.next_expiry.is_some(), "next_expiry still read");
+        assert!(report.skipped.iter().any(|s| s.token == Some(bad)
+            && s.step == liveness_core::CheckStep::Reap
+            && !s.retryable));
+        assert!(!report.more, "a stuck entry does not make the checker spin");
+        if let Some(death) = report.deaths.first() {
+            assert_eq!(death.lease.token, good);
+            assert_eq!(death.requeued.requeued, vec![id]);
+        }
+    }
+    let mut died = Vec::new();
+    let mut skipped = 0;
+    while let Ok(e) = events.try_recv() {
+        match e {
+            Event::Died { token, .. } => died.push(token),
+            Event::CheckSkipped { token, .. } if token == Some(bad) => skipped += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(died, vec![good], "the other death is declared, once");
+    assert_eq!(skipped, 3, "each skip is an event");
+    assert_eq!(
+        memory.item(id).await.unwrap().unwrap().state,
+        ItemState::Pending
+    );
+    drop(live);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let a = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let b = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        memory
+            .enqueue(b"job", EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let held_a = a.claim(1).await.unwrap();
+    let held_b = b.claim(1).await.unwrap();
+    let (bad, good) = (a.token(), b.token());
+    *knobs.broken_token.lock().unwrap() = Some(bad);
+    // Both crash during a graceful exit: their released tokens are in the dead set
+    // with items.
+    memory.release(&a.lease()).await.unwrap();
+    memory.release(&b.lease()).await.unwrap();
+    drop((a, b));
+    let report = checker
+        .round()
+        .await
+        .expect("the sweep goes on past one bad token");
+    assert_eq!(report.swept.len(), 1);
+    assert_eq!(report.swept[0].0, good);
+    assert_eq!(report.swept[0].1.requeued, vec![held_b[0].item.id]);
+    assert!(report
+        .skipped
+        .iter()
+        .any(|s| s.token == Some(bad) && s.step == liveness_core::CheckStep::Requeue));
+    drop(held_a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn join_recognises_its_own_ghost_lease_after_a_lost_reply() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    // The first acquire is applied by the store, but its reply is lost.
+    knobs
+        .lose_acquire_replies
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .expect("a join whose first reply was lost is not Held by its own ghost");
+    let info = memory.inspect(member.key()).await.unwrap().unwrap();
+    assert_eq!(info.token, member.token(), "the ghost was replaced");
+    // Somebody else's live lease is still Held.
+    let other = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap()).await;
+    assert!(matches!(other, Err(liveness_core::Error::Held { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn campaign_recognises_its_own_ghost_lease_instead_of_waiting_out_a_ttl() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    knobs
+        .lose_acquire_replies
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let election = Election::new(
+        store.clone(),
+        ElectionConfig::new("dispatch", "a", ttl(1000)).unwrap(),
+    );
+    let start = Instant::now();
+    let leader = election.campaign().await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "the campaign waited {:?} for its own ghost to expire, with no leader meanwhile",
+        start.elapsed()
+    );
+    assert!(!leader.is_lost());
+    assert_eq!(
+        election.leader().await.unwrap().unwrap().token,
+        leader.token()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
+    let caps = liveness_core::Capabilities {
+        max_batch: 2,
+        ..liveness_core::Capabilities::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    for i in 0..5 {
+        store
+            .acquire(
+                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
+                &liveness_core::HolderId::new("x").unwrap(),
+                ttl(500),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let report = checker.round().await.unwrap();
+    assert_eq!(report.deaths.len(), 2, "the store clamps the batch to 2");
+    assert!(
+        report.more,
+        "a round that got a full (clamped) batch asks for another at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejoin_whose_leftover_release_fails_backs_off() {
+    use std::sync::atomic::Ordering;
+    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let (store, knobs) = faulty::wrap(memory.clone());
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap();
+    let first = member.generation();
+    // The store answers the next renewal `Lost`, while the old lease is in fact still
+    // there, and releases fail: the re-join finds its own leftover lease (Held) and
+    // cannot release it until the store expires it, about one ttl later.
+    knobs.fail_release.store(true, Ordering::SeqCst);
+    knobs.lose_renew.store(true, Ordering::SeqCst);
+    timeout(Duration::from_secs(5), first.cancel.cancelled())
+        .await
+        .unwrap();
+    let before = knobs.acquires.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let attempts = knobs.acquires.load(Ordering::SeqCst) - before;
+    assert!(
+        attempts <= 20,
+        "{attempts} acquire attempts in 900 ms: the re-join does not back off"
+    );
+    knobs.fail_release.store(false, Ordering::SeqCst);
+    knobs.lose_renew.store(false, Ordering::SeqCst);
+    let mut gens = member.generations();
+    timeout(
+        Duration::from_secs(5),
+        gens.wait_for(|g| g.lease.token != first.lease.token),
+    )
+    .await
+    .expect("re-joined once the store answers again")
+    .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checker_with_check_every_zero_is_rejected() {
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let config = CheckerConfig {
+        check_every: Duration::ZERO,
+        ..CheckerConfig::default()
+    };
+    assert!(matches!(
+        config.validate(),
+        Err(liveness_core::Error::InvalidInput {
+            what: "check_every",
+            ..
+        })
+    ));
+    let checker = Checker::new(store.clone(), config);
+    assert!(matches!(
+        checker.round().await,
+        Err(liveness_core::Error::InvalidInput {
+            what: "check_every",
+            ..
+        })
+    ));
+    // `run` ends at once instead of busy-looping.
+    timeout(
+        Duration::from_secs(1),
+        checker.run(liveness_core::CancellationToken::new()),
+    )
+    .await
+    .expect("run refuses the configuration");
+}
