@@ -10,7 +10,7 @@ pub mod sql;
 mod store;
 
 pub use advisory::{AdvisoryElection, AdvisoryLeadership};
-pub use config::PostgresConfig;
+pub use config::{PostgresConfig, URL};
 pub use store::{PostgresStore, SCHEMA_VERSION};
 
 /// The URL schemes this backend serves.

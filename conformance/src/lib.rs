@@ -12,6 +12,7 @@ pub mod bench;
 pub mod fleet;
 pub mod property;
 pub mod scenarios;
+pub mod url_rules;
 pub mod wrappers;
 
 /// A boxed future returning a store, as a [`Factory`] makes.
