@@ -31,28 +31,17 @@ pub const URL: UrlForm = UrlForm {
 
 /// How to reach an etcd cluster and which namespace to use.
 ///
-/// Built from a URL ([`EtcdConfig::from_url`]):
+/// Built from a URL ([`EtcdConfig::from_url`]; the crate docs' table lists the
+/// parameters, their defaults and ranges):
 ///
 /// ```text
 /// etcd://[user:password@]host[:port][,host[:port]...][?ns=NAME&timeout_ms=N&connect_timeout_ms=N]
 /// etcds://...?ca=PATH[&cert=PATH&key=PATH][&domain=NAME]
 /// ```
 ///
-/// - Several comma-separated members may be given; the client balances over them.
-///   The port defaults to 2379.
-/// - `user:password` (percent-encoded) turns on etcd's user/password authentication;
-///   the client refreshes its token when etcd expires it.
-/// - `etcds://` talks TLS (rustls): `ca` is the PEM file of the CA that signed the
-///   members' certificates (required: this build trusts no system roots); `cert` and
-///   `key` give a client certificate for mutual TLS; `domain` overrides the name the
-///   server certificate is checked against (default: the host as written).
-/// - `ns`: the namespace (default `default`); every key lives under `liveness/<ns>/`.
-/// - `timeout_ms`: how long one request waits for its answer before failing with
-///   `Unavailable` (default 5000). `connect_timeout_ms`: one connection attempt
-///   (default 3000).
-///
-/// Unknown query parameters are rejected, so a typo cannot silently pick the default
-/// namespace. The password never appears in `Debug` output.
+/// Several comma-separated members may be given; the port defaults to 2379.
+/// `user:password` (percent-encoded) turns on etcd's user/password authentication. The
+/// password never appears in `Debug` output.
 #[derive(Clone)]
 pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,

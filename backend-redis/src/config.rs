@@ -20,8 +20,8 @@ const CLUSTER: Param = Param::flag("cluster");
 const SEEDS: Param = Param::text("seeds");
 /// `ca`: the PEM file of the CA that signed the server's certificate (`rediss://`).
 const CA: Param = Param::text("ca");
-/// The highest database number: Redis's default `databases 16` has 0 to 15.
-const MAX_DB: u64 = 15;
+/// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
+const DB: Param = Param::number("db", 0, 15);
 
 /// The URLs [`RedisConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
@@ -36,28 +36,18 @@ pub const URL: UrlForm = UrlForm {
 
 /// How to reach a Redis server and which namespace to use.
 ///
-/// Built from a URL ([`RedisConfig::from_url`]):
+/// Built from a URL ([`RedisConfig::from_url`]; the crate docs' table lists the
+/// parameters, their defaults and ranges):
 ///
 /// ```text
-/// redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N&connect_timeout_ms=N]
+/// redis://[user[:password]@]host[:port][/db][?ns=NAME&timeout_ms=N&...]
 /// rediss://...            TLS; the server certificate is checked against the system
 ///                         roots, or against the PEM file given by `ca=PATH`
 /// rediss://...#insecure   TLS without certificate checks (tests only)
+/// redis://node:7000/?cluster=true&seeds=HOST:PORT,...   a Redis Cluster
 /// ```
 ///
-/// - `ns`: the namespace (default `default`); every key is under `liveness:{ns}:`.
-/// - `timeout_ms`: how long one operation waits for its answer before failing with
-///   `Unavailable` (default 2000).
-/// - `connect_timeout_ms`: how long a (re)connection attempt may take (default 2000).
-/// - `protocol`: passed to the client (`resp2`, the default, or `resp3`).
-/// - `cluster=true`: the server is a node of a Redis Cluster; the client learns the
-///   slot map from it, follows `MOVED` / `ASK` redirections and reconnects to the
-///   node that owns the namespace's slot. `seeds=HOST:PORT,...` names more nodes to
-///   learn the map from (same scheme, user and password), so that connecting works
-///   while the first one is down. A cluster has only database 0: a `/db` is refused.
-///
-/// Unknown query parameters are rejected, so a typo cannot silently pick the default
-/// namespace. The password never appears in `Debug` output.
+/// The password never appears in `Debug` output.
 #[derive(Clone)]
 pub struct RedisConfig {
     /// The URL handed to the redis client (without this crate's own parameters).
@@ -117,23 +107,7 @@ impl RedisConfig {
         let tls = parsed.scheme() == "rediss";
         let db = match parsed.path() {
             "" | "/" => 0,
-            path => {
-                let n = &path[1..];
-                n.parse::<u64>()
-                    .ok()
-                    .filter(|d| *d <= MAX_DB && n.bytes().all(|b| b.is_ascii_digit()))
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "url",
-                            InputProblem::OutOfRange {
-                                name: "db",
-                                min: 0,
-                                max: MAX_DB,
-                                got: n.to_owned(),
-                            },
-                        )
-                    })?
-            }
+            path => DB.parse_number(path.strip_prefix('/').unwrap_or(path))?,
         };
         if parsed.fragment().is_some() && !tls {
             return Err(URL.malformed());

@@ -170,7 +170,10 @@ impl Param {
         out_of_range(self.name, min, max, got)
     }
 
-    fn parse_number(&self, value: &str) -> Result<u64> {
+    /// `value` as a [`Kind::Number`] of this parameter, for a number that is not a
+    /// query parameter (a path segment such as Redis's `/db`): plain ASCII digits in
+    /// range, else [`InputProblem::OutOfRange`] naming this parameter.
+    pub fn parse_number(&self, value: &str) -> Result<u64> {
         let Kind::Number { min, max } = self.kind else {
             return Err(self.out_of_range(value));
         };
@@ -505,12 +508,6 @@ impl StoreUrl {
     pub fn flag(&self, param: Param) -> Result<Option<bool>> {
         self.value(param).map(|v| param.parse_flag(v)).transpose()
     }
-}
-
-/// [`Error::InvalidInput`] about the URL (`what: "url"`), saying which form was
-/// expected.
-pub fn malformed(expected: &'static str) -> Error {
-    Error::invalid("url", InputProblem::Malformed { expected })
 }
 
 /// [`Error::InvalidInput`] about the URL parameter `name`: its value `got` is not
