@@ -2,17 +2,21 @@
 //! and the cases issue 10 found. No server is needed: every case is refused before a
 //! connection is attempted.
 
-use std::time::Duration;
-
 use backend_etcd::EtcdConfig;
 use liveness_conformance::url_rules::{self, Expect};
 
 /// Nothing listens on port 1: a connection attempt would answer `Unavailable`.
 const BASE: &str = "etcd://127.0.0.1:1";
 
+liveness_conformance::url_suite!(
+    backend_etcd::URL,
+    BASE,
+    EtcdConfig::from_url,
+    backend_etcd::connect
+);
+
 #[test]
-fn every_url_rule() {
-    url_rules::check(&backend_etcd::URL, BASE, EtcdConfig::from_url);
+fn every_url_rule_with_several_members() {
     url_rules::check(
         &backend_etcd::URL,
         "etcd://127.0.0.1:1,[::1]:2/",
@@ -20,23 +24,12 @@ fn every_url_rule() {
     );
 }
 
-#[tokio::test]
-async fn connect_refuses_every_bad_url_without_connecting() {
-    url_rules::check_connect(
-        &backend_etcd::URL,
-        BASE,
-        Duration::from_secs(60),
-        |url| async move { backend_etcd::connect(&url).await },
-    )
-    .await;
-}
-
 #[test]
 fn a_repeated_namespace_is_refused() {
     // Before: the last one won.
-    let url = format!("{BASE}?ns=a&ns=b");
-    match EtcdConfig::from_url(&url) {
-        Err(e) if Expect::Repeated("ns").matches(&e) => {}
-        other => panic!("{url}: {other:?}"),
-    }
+    url_rules::refused(
+        EtcdConfig::from_url,
+        &format!("{BASE}?ns=a&ns=b"),
+        Expect::Repeated("ns"),
+    );
 }

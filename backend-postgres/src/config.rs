@@ -142,7 +142,7 @@ impl PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::InputProblem;
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_liveness_parameters() {
@@ -158,45 +158,30 @@ mod tests {
         assert_eq!(c.connect.get_database(), Some("db"));
     }
 
-    fn problem(url: &str) -> InputProblem {
-        match PostgresConfig::from_url(url) {
-            Err(liveness_core::Error::InvalidInput { problem, .. }) => problem,
-            other => panic!("{url:?}: {other:?}"),
-        }
-    }
-
     #[test]
     fn defaults_and_errors() {
         let c = PostgresConfig::from_url("postgresql://localhost/db").unwrap();
         assert_eq!(c.namespace.as_str(), "default");
         assert!(c.notify);
-        assert!(matches!(
-            problem("redis://localhost"),
-            InputProblem::UnknownScheme { .. }
-        ));
-        assert!(matches!(
-            problem("not a url"),
-            InputProblem::Malformed { .. }
-        ));
-        assert!(PostgresConfig::from_url("postgres://h/db?ns=Bad").is_err());
-        assert!(matches!(
-            problem("postgres://h/db?max_connections=0"),
-            InputProblem::OutOfRange {
-                name: "max_connections",
-                ..
-            }
-        ));
-        assert!(matches!(
-            problem("postgres://h/db?sslmode=sometimes"),
-            InputProblem::BadValue {
-                name: "sslmode",
-                ..
-            }
-        ));
-        assert!(matches!(
-            problem("postgres://h/db?connect_timeout=3"),
-            InputProblem::UnknownParameter { .. }
-        ));
+        for (bad, expect) in [
+            ("redis://localhost", Expect::UnknownScheme),
+            ("not a url", Expect::Malformed),
+            ("postgres://h/db?ns=Bad", Expect::Namespace),
+            (
+                "postgres://h/db?max_connections=0",
+                Expect::OutOfRange("max_connections"),
+            ),
+            (
+                "postgres://h/db?sslmode=sometimes",
+                Expect::BadValue("sslmode"),
+            ),
+            (
+                "postgres://h/db?connect_timeout=3",
+                Expect::Unknown("connect_timeout".into()),
+            ),
+        ] {
+            refused(PostgresConfig::from_url, bad, expect);
+        }
     }
 
     #[test]

@@ -234,6 +234,7 @@ fn seed_url(main: &url::Url, seed: &str) -> Result<url::Url> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_namespace_and_options() {
@@ -276,62 +277,37 @@ mod tests {
             .is_cluster());
     }
 
-    fn problem(url: &str) -> InputProblem {
-        match RedisConfig::from_url(url) {
-            Err(Error::InvalidInput { problem, .. }) => problem,
-            other => panic!("{url:?}: {other:?}"),
-        }
-    }
-
     #[test]
     fn rejects_bad_urls() {
-        for bad in ["", "not a url", "redis://", "redis://h#insecure"] {
-            assert!(
-                matches!(problem(bad), InputProblem::Malformed { .. }),
-                "{bad}"
-            );
-        }
-        assert!(matches!(
-            problem("redis://h?namespace=x"),
-            InputProblem::UnknownParameter { .. }
-        ));
-        for (bad, param) in [
-            ("redis://h?ca=/x.pem", "ca"),
-            ("redis://h?cluster=yes", "cluster"),
-            ("redis://h/2?cluster=true", "db"),
-            ("redis://h?seeds=h2:1", "seeds"),
-            ("redis://h?cluster=true&seeds=h2", "seeds"),
-            ("redis://h?cluster=true&seeds=h2:notaport", "seeds"),
-            ("redis://h?cluster=true&seeds=:7000", "seeds"),
-            ("redis://h?protocol=resp9", "protocol"),
+        for (bad, expect) in [
+            ("", Expect::Malformed),
+            ("not a url", Expect::Malformed),
+            ("redis://", Expect::Malformed),
+            ("redis://h#insecure", Expect::Malformed),
+            ("redis://h?namespace=x", Expect::Unknown("namespace".into())),
+            ("redis://h?ca=/x.pem", Expect::BadValue("ca")),
+            ("redis://h?cluster=yes", Expect::BadValue("cluster")),
+            ("redis://h/2?cluster=true", Expect::BadValue("db")),
+            ("redis://h?seeds=h2:1", Expect::BadValue("seeds")),
+            ("redis://h?cluster=true&seeds=h2", Expect::BadValue("seeds")),
+            (
+                "redis://h?cluster=true&seeds=h2:notaport",
+                Expect::BadValue("seeds"),
+            ),
+            (
+                "redis://h?cluster=true&seeds=:7000",
+                Expect::BadValue("seeds"),
+            ),
+            ("redis://h?protocol=resp9", Expect::BadValue("protocol")),
+            ("redis://h?timeout_ms=abc", Expect::OutOfRange("timeout_ms")),
+            ("redis://h?timeout_ms=0", Expect::OutOfRange("timeout_ms")),
+            ("redis://h/16", Expect::OutOfRange("db")),
+            ("redis://h/x", Expect::OutOfRange("db")),
+            ("postgres://h", Expect::UnknownScheme),
+            ("redis://h?ns=Bad", Expect::Namespace),
         ] {
-            assert!(
-                matches!(problem(bad), InputProblem::BadValue { name, .. } if name == param),
-                "{bad}"
-            );
+            refused(RedisConfig::from_url, bad, expect);
         }
-        for (bad, param) in [
-            ("redis://h?timeout_ms=abc", "timeout_ms"),
-            ("redis://h?timeout_ms=0", "timeout_ms"),
-            ("redis://h/16", "db"),
-            ("redis://h/x", "db"),
-        ] {
-            assert!(
-                matches!(problem(bad), InputProblem::OutOfRange { name, .. } if name == param),
-                "{bad}"
-            );
-        }
-        assert!(matches!(
-            problem("postgres://h"),
-            InputProblem::UnknownScheme { .. }
-        ));
-        assert!(matches!(
-            RedisConfig::from_url("redis://h?ns=Bad"),
-            Err(Error::InvalidInput {
-                what: "namespace",
-                ..
-            })
-        ));
     }
 
     #[test]

@@ -111,14 +111,7 @@ impl SqliteConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::{Error, InputProblem};
-
-    fn problem(url: &str) -> InputProblem {
-        match SqliteConfig::from_url(url) {
-            Err(Error::InvalidInput { problem, .. }) => problem,
-            other => panic!("{url:?}: {other:?}"),
-        }
-    }
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_absolute_and_relative_paths() {
@@ -143,65 +136,34 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "",
-            "sqlite",
-            "sqlite://",
-            "sqlite:///",
-            "sqlite://:memory:",
-            "sqlite://x%zz.db",
-            "sqlite://x%ff.db",
-            "sqlite://x.db#frag",
+        for (url, expect) in [
+            ("", Expect::Malformed),
+            ("sqlite", Expect::Malformed),
+            ("sqlite://", Expect::Malformed),
+            ("sqlite:///", Expect::Malformed),
+            ("sqlite://:memory:", Expect::Malformed),
+            ("sqlite://x%zz.db", Expect::Malformed),
+            ("sqlite://x%ff.db", Expect::Malformed),
+            ("sqlite://x.db#frag", Expect::Malformed),
+            ("redis://x.db", Expect::UnknownScheme),
+            ("sqlite://x.db?ns", Expect::Empty("ns")),
+            ("sqlite://x.db?unknown=1", Expect::Unknown("unknown".into())),
+            ("sqlite://x.db?ns=a&ns=b", Expect::Repeated("ns")),
+            (
+                "sqlite://x.db?busy_timeout_ms=soon",
+                Expect::OutOfRange("busy_timeout_ms"),
+            ),
+            (
+                "sqlite://x.db?synchronous=off",
+                Expect::BadValue("synchronous"),
+            ),
+            ("sqlite://x.db?ns=Bad-Name", Expect::Namespace),
+            (
+                "sqlite://x.db?max_connections=0",
+                Expect::OutOfRange("max_connections"),
+            ),
         ] {
-            assert!(
-                matches!(problem(url), InputProblem::Malformed { .. }),
-                "{url:?}"
-            );
+            refused(SqliteConfig::from_url, url, expect);
         }
-        assert!(matches!(
-            problem("redis://x.db"),
-            InputProblem::UnknownScheme { .. }
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?ns"),
-            InputProblem::EmptyParameter { .. }
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?unknown=1"),
-            InputProblem::UnknownParameter { .. }
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?ns=a&ns=b"),
-            InputProblem::RepeatedParameter { .. }
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?busy_timeout_ms=soon"),
-            InputProblem::OutOfRange {
-                name: "busy_timeout_ms",
-                ..
-            }
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?synchronous=off"),
-            InputProblem::BadValue {
-                name: "synchronous",
-                ..
-            }
-        ));
-        assert!(matches!(
-            SqliteConfig::from_url("sqlite://x.db?ns=Bad-Name"),
-            Err(Error::InvalidInput {
-                what: "namespace",
-                ..
-            })
-        ));
-        assert!(matches!(
-            problem("sqlite://x.db?max_connections=0"),
-            InputProblem::OutOfRange {
-                name: "max_connections",
-                min: 1,
-                ..
-            }
-        ));
     }
 }

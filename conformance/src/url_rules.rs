@@ -27,6 +27,35 @@
 //! ```
 
 use std::future::Future;
+
+/// Expands into the two URL-rule tests of a store whose `connect` talks to a server:
+/// `every_url_rule` ([`check`] on `from_url`) and `connect_refuses_every_bad_url`
+/// ([`check_connect`] on `connect`, a 60 s deadline turning a hang into a failure).
+/// `base` should name a port nothing listens on, so a connection attempt could not
+/// pass for a refusal. Needs `tokio` (with `macros`) in the calling crate.
+///
+/// ```ignore
+/// liveness_conformance::url_suite!(backend_redis::URL, "redis://127.0.0.1:1",
+///     backend_redis::RedisConfig::from_url, backend_redis::connect);
+/// ```
+#[macro_export]
+macro_rules! url_suite {
+    ($form:expr, $base:expr, $from_url:path, $connect:path) => {
+        #[test]
+        fn every_url_rule() {
+            $crate::url_rules::check(&$form, $base, $from_url);
+        }
+
+        #[tokio::test]
+        async fn connect_refuses_every_bad_url() {
+            let deadline = ::std::time::Duration::from_secs(60);
+            $crate::url_rules::check_connect(&$form, $base, deadline, |url: String| async move {
+                $connect(&url).await
+            })
+            .await;
+        }
+    };
+}
 use std::time::Duration;
 
 use liveness_core::url::{Authority, Kind, Param, UrlForm, NAMESPACE};
@@ -231,6 +260,14 @@ pub fn good_urls(form: &UrlForm, base: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Asserts that `parse` refuses `url` with the error `expect` describes.
+pub fn refused<T: std::fmt::Debug>(parse: impl Fn(&str) -> Result<T>, url: &str, expect: Expect) {
+    match parse(url) {
+        Err(e) if expect.matches(&e) => {}
+        other => panic!("{url}: expected {expect:?}, got {other:?}"),
+    }
 }
 
 /// Runs every rule against a store's URL parser `parse` (its `from_url`): each of

@@ -642,86 +642,63 @@ mod tests {
         assert_eq!(FILE.parse("file:").unwrap().path(), "");
     }
 
+    /// The problem's kind and the parameter it names, e.g. `OutOfRange port`.
+    fn describe(p: &InputProblem) -> String {
+        match p {
+            InputProblem::UnknownParameter { name, .. } => format!("UnknownParameter {name}"),
+            InputProblem::RepeatedParameter { name } => format!("RepeatedParameter {name}"),
+            InputProblem::EmptyParameter { name } => format!("EmptyParameter {name}"),
+            InputProblem::OutOfRange { name, .. } => format!("OutOfRange {name}"),
+            InputProblem::BadValue { name, .. } => format!("BadValue {name}"),
+            other => format!("{other:?}")
+                .split([' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        }
+    }
+
     #[test]
     fn refuses_what_does_not_fit() {
-        use InputProblem as P;
-        type Case<'a> = (&'a UrlForm, &'a str, fn(&InputProblem) -> bool);
-        let cases: &[Case] = &[
-            (&ONE, "two://h", |p| matches!(p, P::UnknownScheme { .. })),
-            (&ONE, "one:h", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one:///db", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://a,b", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://h#other", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://h/%zz", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://h/%ff", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://h:0", |p| {
-                matches!(p, P::OutOfRange { name: "port", .. })
-            }),
-            (&ONE, "one://h:65536", |p| {
-                matches!(p, P::OutOfRange { name: "port", .. })
-            }),
-            (&ONE, "one://h:x", |p| {
-                matches!(p, P::OutOfRange { name: "port", .. })
-            }),
-            (
-                &ONE,
-                "one://h?NS=a",
-                |p| matches!(p, P::UnknownParameter { name, .. } if name == "NS"),
-            ),
-            (
-                &ONE,
-                "one://h?ns=a&ns=a",
-                |p| matches!(p, P::RepeatedParameter { name } if name == "ns"),
-            ),
-            (
-                &ONE,
-                "one://h?ns=",
-                |p| matches!(p, P::EmptyParameter { name } if name == "ns"),
-            ),
-            (
-                &ONE,
-                "one://h?t",
-                |p| matches!(p, P::EmptyParameter { name } if name == "t"),
-            ),
-            (&ONE, "one://h?=x", |p| matches!(p, P::Malformed { .. })),
-            (&ONE, "one://h?n=0", |p| {
-                matches!(
-                    p,
-                    P::OutOfRange {
-                        name: "n",
-                        min: 1,
-                        max: 64,
-                        ..
-                    }
-                )
-            }),
-            (&ONE, "one://h?n=65", |p| {
-                matches!(p, P::OutOfRange { name: "n", .. })
-            }),
-            (&ONE, "one://h?n=+1", |p| {
-                matches!(p, P::OutOfRange { name: "n", .. })
-            }),
-            (&ONE, "one://h?n=99999999999999999999", |p| {
-                matches!(p, P::OutOfRange { name: "n", .. })
-            }),
-            (&ONE, "one://h?w=gamma", |p| {
-                matches!(p, P::BadValue { name: "w", .. })
-            }),
-            (&ONE, "one://h?f=yes", |p| {
-                matches!(p, P::BadValue { name: "f", .. })
-            }),
-            (&ONE, "one://h?ns=Bad", |p| {
-                matches!(p, P::ForbiddenChar { .. })
-            }),
-            (&MANY, "many://a,,b", |p| matches!(p, P::Malformed { .. })),
-            (&MANY, "many://a b", |p| matches!(p, P::Malformed { .. })),
-            (&FILE, "file:x#f", |p| matches!(p, P::Malformed { .. })),
-        ];
-        for (form, text, expected) in cases {
-            let got = problem(form, text);
-            assert!(expected(&got), "{text}: {got:?}");
+        for (form, text, expected) in [
+            (&ONE, "two://h", "UnknownScheme"),
+            (&ONE, "one:h", "Malformed"),
+            (&ONE, "one://", "Malformed"),
+            (&ONE, "one:///db", "Malformed"),
+            (&ONE, "one://a,b", "Malformed"),
+            (&ONE, "one://h#other", "Malformed"),
+            (&ONE, "one://h/%zz", "Malformed"),
+            (&ONE, "one://h/%ff", "Malformed"),
+            (&ONE, "one://h:0", "OutOfRange port"),
+            (&ONE, "one://h:65536", "OutOfRange port"),
+            (&ONE, "one://h:x", "OutOfRange port"),
+            (&ONE, "one://h?NS=a", "UnknownParameter NS"),
+            (&ONE, "one://h?ns=a&ns=a", "RepeatedParameter ns"),
+            (&ONE, "one://h?ns=", "EmptyParameter ns"),
+            (&ONE, "one://h?t", "EmptyParameter t"),
+            (&ONE, "one://h?=x", "Malformed"),
+            (&ONE, "one://h?n=0", "OutOfRange n"),
+            (&ONE, "one://h?n=65", "OutOfRange n"),
+            (&ONE, "one://h?n=+1", "OutOfRange n"),
+            (&ONE, "one://h?n=99999999999999999999", "OutOfRange n"),
+            (&ONE, "one://h?w=gamma", "BadValue w"),
+            (&ONE, "one://h?f=yes", "BadValue f"),
+            (&ONE, "one://h?ns=Bad", "ForbiddenChar"),
+            (&MANY, "many://a,,b", "Malformed"),
+            (&MANY, "many://a b", "Malformed"),
+            (&FILE, "file:x#f", "Malformed"),
+        ] {
+            assert_eq!(describe(&problem(form, text)), expected, "{text}");
         }
+        assert!(matches!(
+            problem(&ONE, "one://h?n=0"),
+            InputProblem::OutOfRange {
+                name: "n",
+                min: 1,
+                max: 64,
+                ..
+            }
+        ));
     }
 
     #[test]
