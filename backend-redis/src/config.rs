@@ -135,7 +135,7 @@ impl RedisConfig {
         let cluster_nodes = match (cluster, parsed.value(SEEDS)) {
             (true, _) if db != 0 => {
                 return Err(bad_value(
-                    "db",
+                    DB.name,
                     &db.to_string(),
                     "database 0 with cluster=true: a cluster has no other".to_owned(),
                 ))

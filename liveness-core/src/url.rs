@@ -241,8 +241,9 @@ pub struct Host {
 }
 
 /// A URL that passed [`UrlForm::parse`]: its parts, and query parameters that are
-/// all declared, given once, non-empty and valid for their [`Kind`].
-#[derive(Clone, Debug)]
+/// all declared, given once, non-empty and valid for their [`Kind`]. Its `Debug`
+/// output never shows the password.
+#[derive(Clone)]
 pub struct StoreUrl {
     scheme: String,
     user: Option<String>,
@@ -251,6 +252,20 @@ pub struct StoreUrl {
     path: String,
     fragment: Option<String>,
     params: Vec<(Param, String)>,
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreUrl")
+            .field("scheme", &self.scheme)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("fragment", &self.fragment)
+            .field("params", &self.params)
+            .finish()
+    }
 }
 
 impl UrlForm {
@@ -631,6 +646,7 @@ mod tests {
         assert_eq!(u.flag(ONE.params[2]).unwrap(), Some(false));
         assert_eq!(u.value(ONE.params[3]), Some("a+b&c"));
         assert_eq!(u.namespace().unwrap().as_str(), "default");
+        assert!(!format!("{u:?}").contains("p:ss"));
 
         let u = MANY.parse("many://a,b:1/?ns=x").unwrap();
         assert_eq!(u.hosts().len(), 2);
