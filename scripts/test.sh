@@ -82,7 +82,10 @@ if [ ${#broken[@]} -gt 0 ]; then
     echo "CI is set: a missing prerequisite is a failure" >&2
     exit 1
   fi
-  echo "continuing: the tests of those backends will print SKIP lines" >&2
+  # Outside CI, skip those backends' tests explicitly (each prints a SKIP line that
+  # cargo's capture does not hide); without this, a missing server fails its tests.
+  echo "continuing with LIVENESS_ALLOW_SKIP=1: the tests of those backends skip, each printing a SKIP line" >&2
+  export LIVENESS_ALLOW_SKIP=1
 fi
 
 # bindgen (foundationdb-sys) finds Debian's libclang here.

@@ -12,14 +12,16 @@ pub mod bench;
 pub mod fleet;
 pub mod property;
 pub mod scenarios;
+pub mod skip;
 pub mod url_rules;
 pub mod wrappers;
 
 /// A boxed future returning a store, as a [`Factory`] makes.
 pub type StoreFuture = Pin<Box<dyn Future<Output = Option<Arc<dyn Store>>> + Send>>;
 
-/// Makes a store on a FRESH namespace for each call, or `None` to skip (the backend's
-/// server is missing and this is not CI; the factory prints why).
+/// Makes a store on a FRESH namespace for each call, or `None` when there is no store
+/// to test (its server is missing). `None` fails the test unless skipping was asked for
+/// outside CI: see [`skip`].
 pub type Factory = Arc<dyn Fn() -> StoreFuture + Send + Sync>;
 
 /// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`].
@@ -162,6 +164,9 @@ pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Runs one named scenario against a fresh store from `factory` on a new
 /// multi-threaded runtime. Used by [`suite!`]; call it directly to run one scenario.
+///
+/// A factory that returns `None` fails the scenario (it panics), unless
+/// `LIVENESS_ALLOW_SKIP=1` is set outside CI: see [`skip`].
 pub fn run(name: &str, factory: Factory) {
     let Some(scenario) = scenarios::SCENARIOS.iter().find(|s| s.name == name) else {
         panic!("no scenario named {name}");
@@ -173,6 +178,7 @@ pub fn run(name: &str, factory: Factory) {
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     rt.block_on(async {
         let Some(store) = factory().await else {
+            skip::no_store(name, "the factory returned None");
             return;
         };
         let ctx = Ctx::new(store, factory.clone());
@@ -185,7 +191,8 @@ pub fn run(name: &str, factory: Factory) {
 
 /// Expands to one `#[test]` per conformance scenario, plus the property test, all
 /// run against stores made by `factory` (an `async fn() -> Option<Arc<dyn Store>>`
-/// that returns a store on a fresh namespace each call, or `None` to skip).
+/// that returns a store on a fresh namespace each call). A `None` from the factory
+/// fails every test, unless `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
 ///
 /// ```ignore
 /// async fn factory() -> Option<Arc<dyn liveness_core::Store>> {

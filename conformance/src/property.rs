@@ -78,7 +78,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Runs the property test with `default_cases` cases (or `PROPTEST_CASES`).
+/// Runs the property test with `default_cases` cases (or `PROPTEST_CASES`). A factory
+/// that returns `None` fails it, as [`crate::run`] does (see [`crate::skip`]).
 pub fn run(factory: Factory, default_cases: u32) {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
@@ -90,6 +91,7 @@ pub fn run(factory: Factory, default_cases: u32) {
         .build()
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     let Some(probe) = rt.block_on(factory()) else {
+        crate::skip::no_store("property_matches_model", "the factory returned None");
         return;
     };
     drop(probe);

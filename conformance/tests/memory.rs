@@ -16,3 +16,14 @@ async fn factory() -> Option<Arc<dyn Store>> {
 }
 
 liveness_conformance::suite!(factory);
+
+/// The reference model's checker round costs the same store calls over 10,000 live
+/// members as over 1,000 (deterministic: round trips, not time).
+#[test]
+fn checker_round_cost_does_not_grow_with_live_leases() {
+    use liveness_conformance::bench::{assert_round_cost, CostCheck};
+    assert_round_cost(
+        liveness_conformance::factory(factory),
+        &CostCheck::deterministic(vec![1_000, 10_000], None),
+    );
+}

@@ -7,8 +7,16 @@
 //! one async lock (its "transaction"), reads the store clock once inside it, and changes
 //! rows only after every check has passed — the three habits that make a store meet the
 //! contract.
+//!
+//! It also counts the rows it reads ([`TableStore::rows_visited`]), so that a test can
+//! check deterministically that a checker round's cost does not grow with the number of
+//! live leases (`liveness_conformance::bench::check_round_cost`), and it can be built
+//! without its expiry index ([`TableStore::without_expiry_index`]) to show that check
+//! catching a store that scans every lease — which the conformance scenarios alone
+//! cannot see.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +66,12 @@ struct Tables {
 pub struct TableStore {
     epoch: Instant,
     tables: Arc<Mutex<Tables>>,
+    /// Rows and index entries read by `expired`, `next_expiry`, `reap`, `dead_tokens`
+    /// and `requeue_orphans`.
+    visited: Arc<AtomicU64>,
+    /// Answer `expired` and `next_expiry` by scanning every lease row (the mistake the
+    /// expiry index avoids).
+    scan: bool,
 }
 
 impl Default for TableStore {
@@ -72,7 +86,32 @@ impl TableStore {
         TableStore {
             epoch: Instant::now(),
             tables: Arc::default(),
+            visited: Arc::default(),
+            scan: false,
         }
+    }
+
+    /// The same store, except that `expired` and `next_expiry` scan every lease row
+    /// instead of reading the expiry index: correct (it passes every conformance
+    /// scenario) but O(leases) per checker round. It exists to show that
+    /// `liveness_conformance::bench::check_round_cost` catches such a store; never
+    /// build a store this way.
+    pub fn without_expiry_index() -> Self {
+        TableStore {
+            scan: true,
+            ..Self::new()
+        }
+    }
+
+    /// How many rows and index entries this store (and its clones) read so far in
+    /// `expired`, `next_expiry`, `reap`, `dead_tokens` and `requeue_orphans`: a
+    /// deterministic measure of the work behind a checker round.
+    pub fn rows_visited(&self) -> u64 {
+        self.visited.load(Ordering::Relaxed)
+    }
+
+    fn visit(&self, rows: usize) {
+        self.visited.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
     /// The store clock: milliseconds since this store was made, on the store's own
@@ -203,12 +242,16 @@ impl LeaseStore for TableStore {
         let mut t = self.tables.lock().await;
         let now = self.now_ms();
         let old = t.current(lease, now)?.expires_at_ms;
+        // The ttl carried by the lease value: it may differ from the acquired one, and
+        // becomes the lease's ttl from now on.
+        Self::caps().check_ttl(lease.ttl)?;
         let new = now + lease.ttl.as_millis();
         let space = lease.key.space().clone();
         t.by_expiry.remove(&(space.clone(), old, lease.key.clone()));
         t.by_expiry.insert((space, new, lease.key.clone()));
         if let Some(row) = t.leases.get_mut(&lease.key) {
             row.expires_at_ms = new;
+            row.ttl = lease.ttl;
         }
         Ok(Lease {
             expires_in: lease.ttl.duration(),
@@ -247,9 +290,15 @@ impl LeaseStore for TableStore {
         let limit = Self::caps().clamp_limit("limit", limit)?;
         let t = self.tables.lock().await;
         let now = self.now_ms();
+        if self.scan {
+            return Ok(self.scan_by_expiry(&t, space, now, limit));
+        }
         let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
-        Ok(t.by_expiry
+        let mut visited = 0;
+        let out = t
+            .by_expiry
             .range(from..)
+            .inspect(|_| visited += 1)
             .take_while(|(s, at, _)| s == space && *at <= now)
             .take(limit)
             .filter_map(|(_, _, key)| {
@@ -259,12 +308,15 @@ impl LeaseStore for TableStore {
                     token: FencingToken(row.token),
                 })
             })
-            .collect())
+            .collect();
+        self.visit(visited);
+        Ok(out)
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let mut t = self.tables.lock().await;
         let now = self.now_ms();
+        self.visit(1);
         let expired =
             matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
         if expired {
@@ -276,14 +328,17 @@ impl LeaseStore for TableStore {
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = Self::caps().clamp_limit("limit", limit)?;
         let t = self.tables.lock().await;
-        Ok(t.dead
+        let out: Vec<_> = t
+            .dead
             .iter()
             .take(limit)
             .map(|(token, key)| DeadToken {
                 key: key.clone(),
                 token: FencingToken(*token),
             })
-            .collect())
+            .collect();
+        self.visit(out.len());
+        Ok(out)
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
@@ -293,12 +348,53 @@ impl LeaseStore for TableStore {
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
         let t = self.tables.lock().await;
         let now = self.now_ms();
-        let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
-        Ok(t.by_expiry
-            .range(from..)
-            .next()
-            .filter(|(s, _, _)| s == space)
-            .map(|(_, at, _)| Duration::from_millis(at.saturating_sub(now))))
+        let earliest = if self.scan {
+            self.visit(t.leases.len());
+            t.leases
+                .iter()
+                .filter(|(key, _)| key.space() == space)
+                .map(|(_, row)| row.expires_at_ms)
+                .min()
+        } else {
+            self.visit(1);
+            let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
+            t.by_expiry
+                .range(from..)
+                .next()
+                .filter(|(s, _, _)| s == space)
+                .map(|(_, at, _)| *at)
+        };
+        // Zero while the earliest lease is expired and not yet reaped.
+        Ok(earliest.map(|at| Duration::from_millis(at.saturating_sub(now))))
+    }
+}
+
+impl TableStore {
+    /// `expired` without the index: every lease row is read (see
+    /// [`TableStore::without_expiry_index`]).
+    fn scan_by_expiry(
+        &self,
+        t: &Tables,
+        space: &Space,
+        now: u64,
+        limit: usize,
+    ) -> Vec<ExpiredLease> {
+        self.visit(t.leases.len());
+        let mut found: Vec<_> = t
+            .leases
+            .iter()
+            .filter(|(key, row)| key.space() == space && row.expires_at_ms <= now)
+            .collect();
+        found.sort_by_key(|(key, row)| (row.expires_at_ms, (*key).clone()));
+        found
+            .into_iter()
+            .take(limit)
+            .map(|(key, row)| ExpiredLease {
+                key: key.clone(),
+                holder: row.holder.clone(),
+                token: FencingToken(row.token),
+            })
+            .collect()
     }
 }
 
@@ -365,6 +461,7 @@ impl ItemStore for TableStore {
         if t.dead.remove(&token.0).is_none() {
             return Ok(out);
         }
+        self.visit(t.items.len());
         for (id, row) in t.items.iter_mut() {
             if row.owner == Some(token.0) && !row.dead {
                 match give_back(row, true) {

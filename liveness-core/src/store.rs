@@ -1,9 +1,14 @@
 //! The store contract: [`LeaseStore`] and [`ItemStore`], and what a store declares
 //! about itself in [`Capabilities`].
 //!
-//! This file is the one place that says what every backend must guarantee. The
-//! conformance suite (crate `liveness-conformance`) checks exactly the bullets under
-//! each `# Contract` heading.
+//! This file is the one place that says what every backend must guarantee: the
+//! bullets under each `# Contract` heading. The conformance suite (crate
+//! `liveness-conformance`) checks them: every bullet of a method has a named scenario,
+//! except two that no scenario can see — the cost of [`LeaseStore::expired`] (a store
+//! that scans every lease gives the same answers, only slower), checked by the suite's
+//! `bench::check_round_cost`, and the transport-fault bullet below, which needs faults
+//! injected into the backend's own transport (each backend's fault tests). The suite
+//! crate's README maps every bullet to what checks it.
 //!
 //! # Contract shared by every method
 //!
@@ -146,11 +151,19 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - A ttl outside the capabilities fails with `InvalidInput`.
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease>;
 
-    /// Extends a lease to the store's now + its ttl.
+    /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease
+    /// value passed in (normally the one [`LeaseStore::acquire`] returned), not the
+    /// ttl the store recorded at acquisition.
     ///
     /// # Contract
     /// - Succeeds iff the lease's token is the key's current token AND the lease is
-    ///   not expired by the store clock; returns the lease with the new time left.
+    ///   not expired by the store clock; the lease then expires at the store's now +
+    ///   `lease.ttl`, and the returned lease has that time left (`expires_in` at most
+    ///   `lease.ttl`) and the same token.
+    /// - A `lease.ttl` other than the acquired one becomes the lease's ttl: it expires
+    ///   by it, and [`LeaseStore::inspect`] reports it. A ttl outside the capabilities
+    ///   is `InvalidInput` and changes nothing (on a lost lease, the `Lost` answer
+    ///   comes first).
     /// - An expired lease is NEVER renewed, even when nobody else took the key:
     ///   [`Error::Lost`] with [`LostReason::Expired`](crate::LostReason::Expired).
     /// - A key now held under another token: `Lost` with `Superseded`; a key with no
@@ -171,8 +184,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Contract
     /// - `None` iff no lease record is on the key (never acquired, released, reaped).
-    /// - Otherwise holder, token, ttl and status: live with the time left by the
-    ///   store clock, or expired (not yet reaped). Changes nothing.
+    /// - Otherwise holder, token, ttl (the last acquire's or renew's) and status: live
+    ///   with the time left by the store clock, or expired (not yet reaped). Changes
+    ///   nothing.
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>>;
 
     /// Lists leases in `space` past their expiry and not yet reaped.
@@ -181,7 +195,8 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - Returns at most `limit` (clamped to `max_batch`; zero is `InvalidInput`),
     ///   earliest expiry first.
     /// - Its cost grows with the number of expired leases, not with the number of live
-    ///   ones (an expiry index).
+    ///   ones (an expiry index). No scenario can see this (a scan gives the same
+    ///   answers); `liveness_conformance::bench::check_round_cost` checks it.
     /// - On observer-local stores, "expired" means unchanged for a whole ttl as observed
     ///   by this handle.
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>>;
@@ -208,11 +223,22 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - Non-decreasing across calls on one handle.
     async fn store_time(&self) -> Result<StoreTime>;
 
-    /// How long, by the store clock, until the earliest live lease in `space` expires.
+    /// How long, by the store clock, until a lease in `space` needs the checker: zero
+    /// while one is expired and unreaped, else the time until the earliest live lease
+    /// expires.
     ///
     /// # Contract
-    /// - `None` when the space has no live lease; `Some(Duration::ZERO)` when some
-    ///   lease is already expired and not yet reaped.
+    /// - `None` iff the space has no lease record: no live lease and no expired,
+    ///   unreaped one.
+    /// - `Some(Duration::ZERO)` while any lease in the space is expired and not yet
+    ///   reaped — also when it is the only lease, and whatever live leases are beside
+    ///   it.
+    /// - Otherwise the time left of the earliest-expiring live lease (at most its ttl).
+    ///   A store whose [`LeaseStore::wakeups`] signal expiries
+    ///   ([`Capabilities::pushes_expiry_events`]) may answer a longer time, because
+    ///   its wakeup, not this duration, brings the checker to the expiry. On
+    ///   observer-local stores, a lease this handle has not observed yet counts a whole
+    ///   ttl from now.
     /// - A duration, never an absolute time: the caller sleeps that long on its own
     ///   monotonic clock, and no clock offset crosses machines.
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>>;

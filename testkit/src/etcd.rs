@@ -12,8 +12,8 @@
 //!
 //! The binaries come from Debian's `etcd-server` (etcd 3.4) and `etcd-client`
 //! (`etcdctl`, used to wait for health and to set users up). When they are missing,
-//! [`missing`] fails the test under CI and prints a skip line
-//! elsewhere.
+//! [`missing`] fails the test, or skips it with a SKIP line when
+//! `LIVENESS_ALLOW_SKIP=1` is set outside CI.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -154,7 +154,7 @@ impl EtcdServer {
 }
 
 /// The member the tests of this process share, started on first use (or the one at
-/// `LIVENESS_ETCD_URL`). `None` (after a skip line) when etcd is missing outside CI.
+/// `LIVENESS_ETCD_URL`). `None` (after a skip line) when etcd is missing and [`missing`] allows a skip.
 ///
 /// It lives until the process exits; the test kit's watchdog then stops it and
 /// removes its folder.
@@ -192,7 +192,7 @@ fn from_env(url: String) -> EtcdServer {
 }
 
 /// Starts a dedicated plain-HTTP member. `None` (after a skip line) when etcd is
-/// missing outside CI; panics when it is present but does not start.
+/// missing and [`missing`] allows a skip; panics when it is present but does not start.
 pub fn start() -> Option<EtcdServer> {
     launch(false, None)
 }

@@ -5,8 +5,9 @@
 //! An environment URL (`LIVENESS_REDIS_URL`, `LIVENESS_POSTGRES_URL`,
 //! `LIVENESS_ETCD_URL`) makes the tests use an existing server instead.
 //!
-//! A missing server binary is a loud failure when `CI` is set, and one clear skip line
-//! per test elsewhere ([`missing`]).
+//! A missing server binary fails the test, as a factory without a store fails the
+//! conformance suite ([`missing`]): outside CI, `LIVENESS_ALLOW_SKIP=1` turns that into
+//! one `SKIP` line per test that cargo's capture does not hide.
 
 pub mod etcd;
 pub mod postgres;
@@ -17,18 +18,17 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// True when running under CI (`CI` set to anything but `false` or empty).
+/// True when running under CI (`CI` set to anything but empty, `0` or `false`).
 pub fn in_ci() -> bool {
-    matches!(std::env::var("CI"), Ok(v) if !v.is_empty() && v != "false" && v != "0")
+    liveness_conformance::skip::in_ci()
 }
 
-/// Reports a server that cannot be had: panics (fails the test) under CI, prints one
-/// skip line otherwise. Returns `None` so callers can write `return missing(..)`.
+/// Reports a server that cannot be had, by the suite's rule
+/// ([`liveness_conformance::skip`]): panics (fails the test) under CI, and outside CI
+/// unless `LIVENESS_ALLOW_SKIP=1` is set; then prints one `SKIP` line past the test
+/// harness's capture and returns `None`, so callers can write `return missing(..)`.
 pub fn missing<T>(what: &str, install_hint: &str) -> Option<T> {
-    if in_ci() {
-        panic!("{what} is required in CI but missing: {install_hint}");
-    }
-    eprintln!("SKIP: {what} not available ({install_hint}); set CI=1 to make this a failure");
+    liveness_conformance::skip::no_store(what, &format!("not available: {install_hint}"));
     None
 }
 

@@ -41,8 +41,9 @@ pub struct PgServer {
 /// The test binary's shared server: started on first use (or taken from
 /// `LIVENESS_POSTGRES_URL`) and stopped when the test process exits.
 ///
-/// `None` (after one printed skip line) when PostgreSQL is not installed outside CI;
-/// a panic under CI.
+/// `None` (after one printed skip line) when PostgreSQL is not installed and
+/// [`missing`] allows a skip (`LIVENESS_ALLOW_SKIP=1` outside CI);
+/// otherwise a panic.
 pub fn shared() -> Option<&'static PgServer> {
     static SHARED: OnceLock<Option<PgServer>> = OnceLock::new();
     let server = SHARED.get_or_init(|| {
@@ -156,8 +157,9 @@ fn make_certificate(dir: &Path) -> bool {
 impl PgServer {
     /// Starts a private server (for tests that restart or kill it).
     ///
-    /// `None` (after a printed skip line) when PostgreSQL is not installed outside CI;
-    /// a panic under CI or when the server fails to start.
+    /// `None` (after a printed skip line) when PostgreSQL is not installed and
+    /// [`missing`] allows a skip; otherwise, or when the server fails
+    /// to start, a panic.
     pub fn start() -> Option<PgServer> {
         match PgServer::start_inner() {
             Some(s) => Some(s),

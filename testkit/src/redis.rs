@@ -49,7 +49,8 @@ impl RedisServer {
     /// persistence, no TLS, no AUTH), or the one `LIVENESS_REDIS_URL` names.
     ///
     /// `None` (after one printed SKIP line per call) when `redis-server` is missing
-    /// outside CI; under CI a missing server panics, failing the test.
+    /// and [`missing`] allows a skip (`LIVENESS_ALLOW_SKIP=1` outside
+    /// CI); otherwise a missing server panics, failing the test.
     pub fn shared() -> Option<&'static RedisServer> {
         static SHARED: OnceLock<Result<RedisServer, String>> = OnceLock::new();
         let got = SHARED.get_or_init(|| match std::env::var(ENV_URL) {
@@ -83,7 +84,7 @@ impl RedisServer {
     /// `LIVENESS_REDIS_URL`: for fault tests and for TLS / AUTH set-ups.
     ///
     /// `None` (after a SKIP line) when `redis-server` (or, for TLS, `openssl`) is
-    /// missing outside CI; a panic under CI.
+    /// missing and [`missing`] allows a skip; otherwise a panic.
     pub fn spawn(options: RedisOptions) -> Option<RedisServer> {
         match Self::try_spawn(&options) {
             Ok(server) => Some(server),
@@ -223,9 +224,9 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts a cluster and waits until every node reports `cluster_state:ok`.
     ///
-    /// `None` (after a SKIP line) when `redis-server` or `redis-cli` is missing outside
-    /// CI; a panic under CI, and a panic when they are installed but the cluster does
-    /// not form.
+    /// `None` (after a SKIP line) when `redis-server` or `redis-cli` is missing and
+    /// [`missing`] allows a skip; otherwise a panic, and a panic when
+    /// they are installed but the cluster does not form.
     pub fn start() -> Option<RedisCluster> {
         if let Ok(url) = std::env::var(ENV_CLUSTER_URL) {
             if !url.is_empty() {

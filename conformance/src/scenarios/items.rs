@@ -289,7 +289,7 @@ pub async fn namespaces_are_isolated(ctx: Ctx) {
     assert!(b.inspect(&key).await.unwrap().unwrap().is_live());
 }
 
-fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
+pub(crate) fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
     match r {
         Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
         other => panic!("expected InvalidInput({what}), got {other:?}"),
@@ -298,7 +298,7 @@ fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
 
 /// Bad input (ttl outside the store's bounds, zero limits, payload over the limit,
 /// zero attempts, non-UTF-8 or oversized names) is rejected with InvalidInput and
-/// changes nothing.
+/// changes nothing; the capabilities stay the same throughout.
 pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
     let s = &ctx.store;
     let caps = ctx.caps();
@@ -353,6 +353,11 @@ pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
             caps.max_payload
         );
     }
+    assert_eq!(
+        s.capabilities(),
+        caps,
+        "capabilities changed during the handle's lifetime"
+    );
 }
 
 /// The store works the same through `Box<dyn Store>`, `&dyn Store` and `Arc<dyn Store>`.

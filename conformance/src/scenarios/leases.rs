@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use liveness_core::{Error, HolderId, LeaseStatus, LostReason};
+use liveness_core::{Error, HolderId, Lease, LeaseStatus, LostReason, Ttl};
 
 use crate::{member_key, members, Ctx};
 
@@ -176,6 +176,98 @@ pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
         Some(LostReason::Released)
     );
     assert!(ctx.store.inspect(&key).await.unwrap().is_none());
+}
+
+/// renew extends the lease by the ttl carried in the lease value passed in
+/// (`lease.ttl`), not the one it was acquired with: that ttl becomes the lease's own
+/// (inspect reports it; the lease expires by it). A ttl outside the capabilities is
+/// InvalidInput and changes nothing; on an expired lease, Lost(Expired) comes first.
+pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
+    let key = member_key("rttl");
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.long)
+        .await
+        .unwrap();
+    let shorter = Lease {
+        ttl: ctx.ttl,
+        ..lease.clone()
+    };
+    let renewed = ctx
+        .store
+        .renew(&shorter)
+        .await
+        .expect("renew with another ttl");
+    assert_eq!(renewed.token, lease.token);
+    assert_eq!(renewed.ttl, ctx.ttl);
+    assert!(
+        renewed.expires_in <= ctx.ttl.duration(),
+        "renew answered {:?} left, over the new ttl {:?}",
+        renewed.expires_in,
+        ctx.ttl
+    );
+    let info = ctx
+        .store
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("lease record");
+    assert_eq!(info.ttl, ctx.ttl, "inspect does not report the renewed ttl");
+    match info.status {
+        LeaseStatus::Live { remaining } => assert!(
+            remaining <= ctx.ttl.duration(),
+            "{remaining:?} left, over the new ttl {:?}",
+            ctx.ttl
+        ),
+        LeaseStatus::Expired => panic!("renewed lease already expired"),
+    }
+    // It expires by the new ttl (the old one would outlast the wait's deadline).
+    ctx.wait_expired(&key).await;
+
+    let caps = ctx.caps();
+    let out_of_bounds = [
+        caps.min_ttl
+            .checked_sub(Duration::from_millis(1))
+            .filter(|d| !d.is_zero()),
+        Some(caps.max_ttl + Duration::from_millis(1)),
+    ];
+    let key = member_key("rttl-bad");
+    let lease = ctx
+        .store
+        .acquire(&key, &holder("h"), ctx.long)
+        .await
+        .unwrap();
+    for bad in out_of_bounds.into_iter().flatten() {
+        let Ok(bad) = Ttl::new(bad) else { continue };
+        let r = ctx
+            .store
+            .renew(&Lease {
+                ttl: bad,
+                ..lease.clone()
+            })
+            .await;
+        super::items::assert_invalid(r, "ttl");
+        let lost = ctx
+            .store
+            .renew(&Lease {
+                ttl: bad,
+                ..shorter.clone()
+            })
+            .await;
+        assert_eq!(
+            lost.unwrap_err().lost_reason(),
+            Some(LostReason::Expired),
+            "an expired lease renewed with a bad ttl"
+        );
+        let info = ctx
+            .store
+            .inspect(&key)
+            .await
+            .unwrap()
+            .expect("lease record");
+        assert_eq!(info.ttl, ctx.long, "a rejected renew changed the ttl");
+        assert!(info.is_live(), "a rejected renew ended the lease");
+    }
 }
 
 /// release removes the lease iff its token is current, is idempotent, and never
@@ -394,31 +486,54 @@ pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
     assert!(!ctx.store.reap(&key, old.token).await.unwrap());
 }
 
-/// next_expiry: None with no live lease; at most the ttl after an acquire; zero once
-/// a lease is expired and unreaped.
+/// next_expiry: None iff the space has no lease record; zero while any lease is
+/// expired and unreaped (also when it is the only one, and beside live ones);
+/// otherwise the time until the earliest live lease expires, at most its ttl (stores
+/// that push expiry events may answer another live lease's time).
 pub async fn next_expiry_is_a_duration(ctx: Ctx) {
     let space = liveness_core::Space::new(format!("s{:08x}", fastrand::u32(..))).unwrap();
-    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
-    let key = liveness_core::Key::new(space.clone(), liveness_core::Name::new("n").unwrap());
-    let lease = ctx
+    let key =
+        |n: &str| liveness_core::Key::new(space.clone(), liveness_core::Name::new(n).unwrap());
+    let next = || async { ctx.store.next_expiry(&space).await.unwrap() };
+    assert_eq!(next().await, None, "an empty space");
+    let short = ctx
         .store
-        .acquire(&key, &holder("h"), ctx.ttl)
+        .acquire(&key("n"), &holder("h"), ctx.ttl)
         .await
         .unwrap();
-    let next = ctx
+    let left = next().await.expect("a live lease");
+    assert!(left <= ctx.ttl.duration(), "{left:?} > ttl");
+    ctx.wait_listed_expired(&key("n")).await;
+    assert_eq!(next().await, Some(Duration::ZERO), "only an expired lease");
+    let long = ctx
         .store
-        .next_expiry(&space)
+        .acquire(&key("m"), &holder("h"), ctx.long)
         .await
-        .unwrap()
-        .expect("a live lease");
-    assert!(next <= ctx.ttl.duration(), "{next:?} > ttl");
-    ctx.wait_listed_expired(&key).await;
+        .unwrap();
     assert_eq!(
-        ctx.store.next_expiry(&space).await.unwrap(),
-        Some(Duration::ZERO)
+        next().await,
+        Some(Duration::ZERO),
+        "an expired lease beside a live one"
     );
-    assert!(ctx.store.reap(&key, lease.token).await.unwrap());
-    assert_eq!(ctx.store.next_expiry(&space).await.unwrap(), None);
+    assert!(ctx.store.reap(&key("n"), short.token).await.unwrap());
+    let left = next().await.expect("a live lease");
+    assert!(left <= ctx.long.duration(), "{left:?} > ttl");
+    let soon = ctx
+        .store
+        .acquire(&key("o"), &holder("h"), ctx.ttl)
+        .await
+        .unwrap();
+    if !ctx.caps().pushes_expiry_events {
+        let left = next().await.expect("live leases");
+        assert!(
+            left <= ctx.ttl.duration(),
+            "{left:?}: not the earliest live lease's time (ttl {:?})",
+            ctx.ttl
+        );
+    }
+    assert!(ctx.store.release(&soon).await.unwrap());
+    assert!(ctx.store.release(&long).await.unwrap());
+    assert_eq!(next().await, None, "every lease released");
 }
 
 /// store_time never decreases on one handle, and moves forward with real time.

@@ -35,6 +35,7 @@ macro_rules! __scenarios {
             renew_extends_live_lease,
             expired_lease_never_renewed,
             renew_superseded_or_released_is_lost,
+            renew_uses_the_lease_values_ttl,
             release_is_idempotent_and_fenced,
             release_puts_token_in_dead_set,
             inspect_reports_live_and_expired,
