@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod property;
 pub mod scenarios;
 pub mod skip;
+pub mod url_rules;
 pub mod wrappers;
 
 /// A boxed future returning a store, as a [`Factory`] makes.
