@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use liveness_core::{Error, InputProblem, MemoryServer, Namespace, Result, Store};
+use liveness_core::url::{Authority, UrlForm};
+use liveness_core::{Error, InputProblem, MemoryServer, Result, Store};
 
 const EXPECTED_URL: &str =
     "SCHEME:... with a scheme such as sqlite (sqlite:///path/file.db?ns=NAME) or memory (memory://?ns=NAME)";
@@ -101,36 +102,24 @@ fn scheme_of(url: &str) -> Result<String> {
     Ok(scheme.to_ascii_lowercase())
 }
 
-/// `memory://?ns=NAME` or `memory:?ns=NAME` (namespace `default` when absent).
+/// The URLs of the in-process memory store: `memory://?ns=NAME` or `memory:?ns=NAME`
+/// (namespace `default` when absent), no host, no path, no other parameter.
+pub const MEMORY_URL: UrlForm = UrlForm {
+    schemes: MEMORY_SCHEMES,
+    authority: Authority::Path,
+    params: &[],
+    fragments: &[],
+    expected: "memory://?ns=NAME",
+};
+
 fn memory(url: &str) -> Result<Arc<dyn Store>> {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
-    let (_, rest) = url.split_once(':').ok_or_else(malformed)?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if !path.is_empty() && path != "/" {
-        return Err(memory_malformed());
+    let parsed = MEMORY_URL.parse(url)?;
+    if !matches!(parsed.path(), "" | "/") {
+        return Err(MEMORY_URL.malformed());
     }
-    let mut ns = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("ns", v)) if ns.is_none() => ns = Some(Namespace::new(v)?),
-            _ => return Err(memory_malformed()),
-        }
-    }
-    let ns = match ns {
-        Some(ns) => ns,
-        None => Namespace::new("default")?,
-    };
+    let ns = parsed.namespace()?;
     Ok(Arc::new(SERVER.get_or_init(MemoryServer::new).store(&ns)))
-}
-
-fn memory_malformed() -> Error {
-    Error::invalid(
-        "url",
-        InputProblem::Malformed {
-            expected: "memory://?ns=NAME",
-        },
-    )
 }
 
 #[cfg(test)]
@@ -180,6 +169,23 @@ mod tests {
                 problem: InputProblem::Malformed { .. }
             })
         ));
+    }
+
+    #[test]
+    fn every_memory_url_rule() {
+        liveness_conformance::url_rules::check(&MEMORY_URL, "memory://", memory);
+        liveness_conformance::url_rules::check(&MEMORY_URL, "memory:", memory);
+    }
+
+    #[tokio::test]
+    async fn connect_refuses_every_bad_memory_url() {
+        liveness_conformance::url_rules::check_connect(
+            &MEMORY_URL,
+            "memory://",
+            std::time::Duration::from_secs(60),
+            |url| async move { connect(&url).await },
+        )
+        .await;
     }
 
     #[tokio::test]

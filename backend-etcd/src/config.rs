@@ -3,38 +3,45 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_core::url::{bad_value, Authority, Param, UrlForm};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
-const EXPECTED_URL: &str = "etcd://[user:password@]host[:port][,host[:port]...][/][?ns=NAME&timeout_ms=N&connect_timeout_ms=N] \
-     (etcds:// for TLS, with ca=PATH and optionally cert=PATH&key=PATH&domain=NAME)";
-
-const DEFAULT_NAMESPACE: &str = "default";
 const DEFAULT_PORT: u16 = 2379;
+
+/// `timeout_ms`: how long one request waits for its answer.
+const TIMEOUT_MS: Param = Param::timeout_ms("timeout_ms");
+/// `connect_timeout_ms`: how long one connection attempt may take.
+const CONNECT_TIMEOUT_MS: Param = Param::timeout_ms("connect_timeout_ms");
+/// `ca`, `cert`, `key`, `domain`: TLS settings (`etcds://` only).
+const CA: Param = Param::text("ca");
+const CERT: Param = Param::text("cert");
+const KEY: Param = Param::text("key");
+const DOMAIN: Param = Param::text("domain");
+
+/// The URLs [`EtcdConfig::from_url`] accepts.
+pub const URL: UrlForm = UrlForm {
+    schemes: crate::SCHEMES,
+    authority: Authority::Hosts,
+    params: &[TIMEOUT_MS, CONNECT_TIMEOUT_MS, CA, CERT, KEY, DOMAIN],
+    fragments: &[],
+    expected: "etcd://[user:password@]host[:port][,host[:port]...][/][?ns=NAME&timeout_ms=N\
+               &connect_timeout_ms=N] (etcds:// for TLS, with ca=PATH and optionally \
+               cert=PATH&key=PATH&domain=NAME)",
+};
 
 /// How to reach an etcd cluster and which namespace to use.
 ///
-/// Built from a URL ([`EtcdConfig::from_url`]):
+/// Built from a URL ([`EtcdConfig::from_url`]; the crate docs' table lists the
+/// parameters, their defaults and ranges):
 ///
 /// ```text
 /// etcd://[user:password@]host[:port][,host[:port]...][?ns=NAME&timeout_ms=N&connect_timeout_ms=N]
 /// etcds://...?ca=PATH[&cert=PATH&key=PATH][&domain=NAME]
 /// ```
 ///
-/// - Several comma-separated members may be given; the client balances over them.
-///   The port defaults to 2379.
-/// - `user:password` (percent-encoded) turns on etcd's user/password authentication;
-///   the client refreshes its token when etcd expires it.
-/// - `etcds://` talks TLS (rustls): `ca` is the PEM file of the CA that signed the
-///   members' certificates (required: this build trusts no system roots); `cert` and
-///   `key` give a client certificate for mutual TLS; `domain` overrides the name the
-///   server certificate is checked against (default: the host as written).
-/// - `ns`: the namespace (default `default`); every key lives under `liveness/<ns>/`.
-/// - `timeout_ms`: how long one request waits for its answer before failing with
-///   `Unavailable` (default 5000). `connect_timeout_ms`: one connection attempt
-///   (default 3000).
-///
-/// Unknown query parameters are rejected, so a typo cannot silently pick the default
-/// namespace. The password never appears in `Debug` output.
+/// Several comma-separated members may be given; the port defaults to 2379.
+/// `user:password` (percent-encoded) turns on etcd's user/password authentication. The
+/// password never appears in `Debug` output.
 #[derive(Clone)]
 pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
@@ -67,104 +74,79 @@ impl std::fmt::Debug for EtcdConfig {
     }
 }
 
-fn malformed() -> Error {
-    liveness_core::url::malformed(EXPECTED_URL)
-}
-
-fn millis(value: &str) -> Result<Duration> {
-    liveness_core::url::millis(value, EXPECTED_URL)
-}
-
-fn decode(s: &str) -> Result<String> {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8()
-        .map(|c| c.into_owned())
-        .map_err(|_| Error::invalid("url", InputProblem::NotUtf8))
-}
-
 impl EtcdConfig {
-    /// Parses an `etcd://` or `etcds://` URL (see the type's docs).
+    /// Parses an `etcd://` or `etcds://` URL with [`URL`] (see the type's docs and the
+    /// crate docs' table).
     ///
-    /// Fails with [`Error::InvalidInput`]: `Malformed` for anything that does not
-    /// parse (unknown parameter, bad port, `etcds` without `ca`), `UnknownScheme` for
-    /// another scheme, and the namespace's own problem for an invalid `ns`. Does no I/O.
+    /// Fails with [`Error::InvalidInput`] naming what is wrong (see
+    /// [`liveness_core::url`]): another scheme, no host, a bad port, a path, a user
+    /// without a password (or the reverse), an unknown, repeated or empty parameter, a
+    /// timeout outside its range, TLS parameters without `etcds://`, `etcds://` without
+    /// `ca`, `cert` without `key` (or the reverse), an invalid `ns`
+    /// (`what: "namespace"`). Does no I/O.
     pub fn from_url(url: &str) -> Result<EtcdConfig> {
-        let (scheme, rest) = url.split_once("://").ok_or_else(malformed)?;
-        let tls = match scheme {
-            "etcd" => false,
-            "etcds" => true,
-            other => {
-                return Err(Error::invalid(
-                    "url",
-                    InputProblem::UnknownScheme {
-                        scheme: other.to_owned(),
-                        known: crate::SCHEMES.to_vec(),
-                    },
-                ))
-            }
+        let parsed = URL.parse(url)?;
+        if !matches!(parsed.path(), "" | "/") {
+            return Err(URL.malformed());
+        }
+        let user = match (parsed.user(), parsed.password()) {
+            (None, None) => None,
+            (Some(name), Some(password)) => Some((name.to_owned(), password.to_owned())),
+            _ => return Err(URL.malformed()),
         };
-        let (authority, query) = match rest.find(['/', '?']) {
-            Some(i) => {
-                let (a, q) = rest.split_at(i);
-                let q = q.trim_start_matches('/');
-                if !q.is_empty() && !q.starts_with('?') {
-                    return Err(malformed());
-                }
-                (a, q.trim_start_matches('?'))
-            }
-            None => (rest, ""),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let user = match userinfo {
-            None => None,
-            Some(u) => {
-                let (name, password) = u.split_once(':').ok_or_else(malformed)?;
-                let name = decode(name)?;
-                if name.is_empty() {
-                    return Err(malformed());
-                }
-                Some((name, decode(password)?))
-            }
-        };
+        let tls = parsed.scheme() == "etcds";
         let http = if tls { "https" } else { "http" };
-        let mut endpoints = Vec::new();
-        for host in hosts.split(',') {
-            endpoints.push(format!("{http}://{}", host_port(host)?));
-        }
-
-        let mut namespace = None;
-        let mut timeout = Duration::from_secs(5);
-        let mut connect_timeout = Duration::from_secs(3);
-        let mut t = TlsConfig::default();
-        for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-            match k.as_ref() {
-                "ns" => namespace = Some(Namespace::new(v.as_ref())?),
-                "timeout_ms" => timeout = millis(&v)?,
-                "connect_timeout_ms" => connect_timeout = millis(&v)?,
-                "ca" if tls => t.ca = Some(PathBuf::from(v.as_ref())),
-                "cert" if tls => t.cert = Some(PathBuf::from(v.as_ref())),
-                "key" if tls => t.key = Some(PathBuf::from(v.as_ref())),
-                "domain" if tls => t.domain = Some(v.into_owned()),
-                _ => return Err(malformed()),
-            }
-        }
-        if tls && (t.ca.is_none() || t.cert.is_some() != t.key.is_some()) {
-            return Err(malformed());
-        }
-        let namespace = match namespace {
-            Some(ns) => ns,
-            None => Namespace::new(DEFAULT_NAMESPACE)?,
+        let endpoints = parsed
+            .hosts()
+            .iter()
+            .map(|h| format!("{http}://{}:{}", h.name, h.port.unwrap_or(DEFAULT_PORT)))
+            .collect();
+        let path = |p: Param| parsed.value(p).map(PathBuf::from);
+        let t = TlsConfig {
+            ca: path(CA),
+            cert: path(CERT),
+            key: path(KEY),
+            domain: parsed.value(DOMAIN).map(str::to_owned),
         };
+        if !tls {
+            if let Some((param, value)) = parsed
+                .given()
+                .find(|(p, _)| [CA, CERT, KEY, DOMAIN].contains(p))
+            {
+                return Err(bad_value(
+                    param.name,
+                    value,
+                    "no TLS parameter without TLS: use etcds://".to_owned(),
+                ));
+            }
+        } else if t.ca.is_none() {
+            return Err(URL.malformed());
+        } else if t.cert.is_some() != t.key.is_some() {
+            let (param, value) = match &t.cert {
+                Some(cert) => (CERT, cert.display().to_string()),
+                None => (
+                    KEY,
+                    t.key
+                        .as_ref()
+                        .map(|k| k.display().to_string())
+                        .unwrap_or_default(),
+                ),
+            };
+            return Err(bad_value(
+                param.name,
+                &value,
+                "`cert` and `key` together (mutual TLS), or neither".to_owned(),
+            ));
+        }
         Ok(EtcdConfig {
             endpoints,
-            namespace,
+            namespace: parsed.namespace()?,
             user,
             tls: tls.then_some(t),
-            timeout,
-            connect_timeout,
+            timeout: parsed.millis(TIMEOUT_MS)?.unwrap_or(Duration::from_secs(5)),
+            connect_timeout: parsed
+                .millis(CONNECT_TIMEOUT_MS)?
+                .unwrap_or(Duration::from_secs(3)),
         })
     }
 
@@ -193,37 +175,6 @@ impl EtcdConfig {
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
     }
-}
-
-/// Validates `host[:port]` (a name, an IPv4 address or a bracketed IPv6 address) and
-/// adds the default port.
-fn host_port(s: &str) -> Result<String> {
-    if s.is_empty() {
-        return Err(malformed());
-    }
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or_else(malformed)?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':').ok_or_else(malformed)?),
-        };
-        (format!("[{h}]"), port)
-    } else {
-        match s.split_once(':') {
-            Some((h, p)) => (h.to_owned(), Some(p)),
-            None => (s.to_owned(), None),
-        }
-    };
-    let valid =
-        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']');
-    if host.is_empty() || !host.chars().all(valid) {
-        return Err(malformed());
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(p) => p.parse::<u16>().map_err(|_| malformed())?,
-    };
-    Ok(format!("{host}:{port}"))
 }
 
 #[cfg(test)]

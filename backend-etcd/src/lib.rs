@@ -7,7 +7,7 @@ mod keys;
 mod store;
 mod watch;
 
-pub use config::EtcdConfig;
+pub use config::{EtcdConfig, URL};
 pub use store::{EtcdStore, MAX_BATCH, MAX_PAYLOAD};
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as

@@ -3,13 +3,26 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_core::url::{Authority, Param, UrlForm};
 use liveness_core::{Namespace, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["fdb"];
 
-const EXPECTED_URL: &str =
-    "fdb:// (default cluster file) or fdb:///PATH/TO/fdb.cluster, optionally ?ns=NAME&timeout_ms=N&prefix=TEXT";
+/// `timeout_ms`: one operation's timeout, retries included.
+const TIMEOUT_MS: Param = Param::timeout_ms("timeout_ms");
+/// `prefix`: the first element of the subspace tuple.
+const PREFIX: Param = Param::text("prefix");
+
+/// The URLs [`FdbConfig::from_url`] accepts.
+pub const URL: UrlForm = UrlForm {
+    schemes: SCHEMES,
+    authority: Authority::Path,
+    params: &[TIMEOUT_MS, PREFIX],
+    fragments: &[],
+    expected: "fdb:// (default cluster file) or fdb:///PATH/TO/fdb.cluster, \
+               optionally ?ns=NAME&timeout_ms=N&prefix=TEXT",
+};
 
 /// Options shared by every handle kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,72 +79,31 @@ impl FdbConfig {
         &self.options.prefix
     }
 
-    /// Parses `fdb://` (the default cluster file) or `fdb:///abs/path/fdb.cluster`.
+    /// Parses `fdb://` (the default cluster file) or `fdb:///abs/path/fdb.cluster`
+    /// with [`URL`]: query parameters `ns` (a [`Namespace`], default `default`),
+    /// `timeout_ms` (1 to 600000, default 10000), `prefix` (default `liveness`).
     ///
-    /// Query parameters: `ns` (a [`Namespace`], default `default`), `timeout_ms`
-    /// (at least 1, default 10000), `prefix` (non-empty, default `liveness`).
-    ///
-    /// Anything else (another scheme, a host, an unknown or repeated parameter, a bad
-    /// value) fails with [`liveness_core::Error::InvalidInput`]: `what` is `"url"` with
-    /// [`liveness_core::InputProblem::Malformed`], or `"namespace"` for a bad namespace.
+    /// Anything else fails with [`liveness_core::Error::InvalidInput`] naming what is
+    /// wrong (see [`liveness_core::url`]): another scheme, an unknown, repeated or empty
+    /// parameter, a timeout outside its range, an invalid `ns` (`what: "namespace"`),
+    /// and [`liveness_core::InputProblem::Malformed`] for a host or a relative path.
     pub fn from_url(url: &str) -> Result<FdbConfig> {
-        let malformed = || liveness_core::url::malformed(EXPECTED_URL);
-        let parsed = url::Url::parse(url).map_err(|_| malformed())?;
-        if !SCHEMES.contains(&parsed.scheme()) {
-            return Err(malformed());
-        }
-        if parsed.host_str().is_some_and(|h| !h.is_empty()) || parsed.port().is_some() {
-            return Err(malformed());
-        }
-        if !parsed.username().is_empty()
-            || parsed.password().is_some()
-            || parsed.fragment().is_some()
-        {
-            return Err(malformed());
-        }
-        let path = parsed.path();
-        let cluster_file = if path.is_empty() || path == "/" {
-            None
-        } else {
-            let decoded = percent_decode(path).ok_or_else(malformed)?;
-            Some(PathBuf::from(decoded))
+        let parsed = URL.parse(url)?;
+        let cluster_file = match parsed.path() {
+            "" | "/" => None,
+            path if path.starts_with('/') => Some(PathBuf::from(path)),
+            _ => return Err(URL.malformed()),
         };
-        let mut config = FdbConfig::new(Namespace::new("default")?);
+        let mut config = FdbConfig::new(parsed.namespace()?);
         config.cluster_file = cluster_file;
-        let mut seen = Vec::new();
-        for (k, v) in parsed.query_pairs() {
-            if seen.contains(&k) {
-                return Err(malformed());
-            }
-            match k.as_ref() {
-                "ns" => config.namespace = Namespace::new(v.as_ref())?,
-                "timeout_ms" => {
-                    config.options.timeout = liveness_core::url::millis(&v, EXPECTED_URL)?
-                }
-                "prefix" if !v.is_empty() => config.options.prefix = v.to_string(),
-                _ => return Err(malformed()),
-            }
-            seen.push(k);
+        if let Some(timeout) = parsed.millis(TIMEOUT_MS)? {
+            config.options.timeout = timeout;
+        }
+        if let Some(prefix) = parsed.value(PREFIX) {
+            config.options.prefix = prefix.to_owned();
         }
         Ok(config)
     }
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -168,6 +140,10 @@ mod tests {
             "fdb://?nope=1",
             "fdb://?timeout_ms=0",
             "fdb://?timeout_ms=x",
+            "fdb://?prefix=",
+            "fdb://?timeout_ms=600001",
+            "fdb:relative/fdb.cluster",
+            "fdb:///x#frag",
             "not a url",
         ] {
             assert!(

@@ -11,7 +11,7 @@ mod native;
 mod observe;
 mod store;
 
-pub use config::{FdbConfig, SCHEMES};
+pub use config::{FdbConfig, SCHEMES, URL};
 pub use double::{DoubleDatabase, DoubleError};
 #[cfg(feature = "native")]
 pub use native::stop_network;

@@ -3,7 +3,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use liveness_core::{Error, InputProblem, Namespace, Result};
+use liveness_core::url::{Authority, Kind, Param, UrlForm};
+#[cfg(doc)]
+use liveness_core::{Error, InputProblem};
+use liveness_core::{Namespace, Result};
 use sqlx::postgres::PgConnectOptions;
 
 use crate::SCHEMES;
@@ -11,24 +14,58 @@ use crate::SCHEMES;
 const DEFAULT_MAX_CONNECTIONS: u32 = 16;
 const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `max_connections`: the pool's size, 1 to 256.
+const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, 256);
+/// `acquire_timeout_ms`: how long an operation waits for a pooled connection.
+const ACQUIRE_TIMEOUT_MS: Param = Param::timeout_ms("acquire_timeout_ms");
+/// `notify`: LISTEN for release / reap notifications.
+const NOTIFY: Param = Param::flag("notify");
+
+/// The driver's (libpq's) parameters this crate passes on: the ones sqlx reads.
+/// Anything sqlx would ignore (`connect_timeout`, `target_session_attrs`, ...) or that
+/// would fight the store (`options` could set `search_path`; `host`, `dbname`, `user`
+/// belong in the URL's own parts) is refused like any unknown parameter.
+const DRIVER: &[Param] = &[SSLMODE, SSLROOTCERT, SSLCERT, SSLKEY, APPLICATION_NAME];
+const SSLMODE: Param = Param::word(
+    "sslmode",
+    &[
+        "disable",
+        "allow",
+        "prefer",
+        "require",
+        "verify-ca",
+        "verify-full",
+    ],
+);
+const SSLROOTCERT: Param = Param::text("sslrootcert");
+const SSLCERT: Param = Param::text("sslcert");
+const SSLKEY: Param = Param::text("sslkey");
+const APPLICATION_NAME: Param = Param::text("application_name");
+
+/// The URLs [`PostgresConfig::from_url`] accepts.
+pub const URL: UrlForm = UrlForm {
+    schemes: SCHEMES,
+    authority: Authority::OneHost,
+    params: &[
+        MAX_CONNECTIONS,
+        ACQUIRE_TIMEOUT_MS,
+        NOTIFY,
+        SSLMODE,
+        SSLROOTCERT,
+        SSLCERT,
+        SSLKEY,
+        APPLICATION_NAME,
+    ],
+    fragments: &[],
+    expected: "postgres://[user[:password]@]host[:port][/database][?ns=NAME&max_connections=N\
+               &acquire_timeout_ms=N&notify=true|false&sslmode=MODE&sslrootcert=PATH\
+               &sslcert=PATH&sslkey=PATH&application_name=NAME]",
+};
+
 /// How a [`PostgresStore`](crate::PostgresStore) connects.
 ///
-/// Parsed from a libpq-style URL:
-///
-/// ```text
-/// postgres://USER:PASSWORD@HOST:PORT/DATABASE?ns=NAME&sslmode=require&max_connections=32
-/// ```
-///
-/// Every parameter PostgreSQL's own URLs take (`sslmode`, `sslrootcert`,
-/// `application_name`, ...) is passed to the driver. The liveness parameters are
-/// taken out first:
-///
-/// | parameter | default | meaning |
-/// | --- | --- | --- |
-/// | `ns` | `default` | the namespace: tables live in schema `liveness_<ns>` |
-/// | `max_connections` | 16 | the pool's size |
-/// | `acquire_timeout_ms` | 5000 | how long an operation waits for a pooled connection before failing with `Unavailable` |
-/// | `notify` | `true` | LISTEN for release/reap notifications to wake checkers early |
+/// Parsed from a URL ([`PostgresConfig::from_url`]; the crate docs list the
+/// parameters), or built by hand with [`PostgresConfig::new`] and the public fields.
 #[derive(Clone, Debug)]
 pub struct PostgresConfig {
     /// The namespace this store is scoped to.
@@ -45,18 +82,6 @@ pub struct PostgresConfig {
     pub notify: bool,
 }
 
-fn malformed(expected: &'static str) -> Error {
-    liveness_core::url::malformed(expected)
-}
-
-fn flag(v: &str) -> Option<bool> {
-    match v {
-        "true" | "1" | "on" => Some(true),
-        "false" | "0" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 impl PostgresConfig {
     /// The default options on namespace `ns` for already-built driver options.
     pub fn new(connect: PgConnectOptions, namespace: Namespace) -> Self {
@@ -69,66 +94,42 @@ impl PostgresConfig {
         }
     }
 
-    /// Parses a `postgres://` or `postgresql://` URL.
+    /// Parses a `postgres://` or `postgresql://` URL with [`URL`]. The host is required
+    /// (a Unix socket directory is given percent-encoded as the host,
+    /// `postgres://%2Fvar%2Frun%2Fpostgresql/db`); the driver's own parameters that
+    /// are passed on are listed in [`URL`] and the crate docs.
     ///
-    /// Fails with `InvalidInput` (`Malformed`) on an unparsable URL or parameter,
-    /// `UnknownScheme` on another scheme, and the namespace's own error on an
-    /// invalid `ns`.
+    /// Fails with [`Error::InvalidInput`] naming what is wrong (see
+    /// [`liveness_core::url`]), before any connection is attempted: another scheme
+    /// ([`InputProblem::UnknownScheme`]), no host ([`InputProblem::Malformed`]), an
+    /// unknown (`namespace=`, `NS=`, `connect_timeout=`), repeated or empty parameter, a
+    /// number outside its range, a bad `sslmode` or `notify`, an invalid `ns`
+    /// (`what: "namespace"`).
     pub fn from_url(url: &str) -> Result<Self> {
-        let mut parsed = url::Url::parse(url)
-            .map_err(|_| malformed("a postgres://user:password@host:port/db URL"))?;
-        if !SCHEMES.contains(&parsed.scheme()) {
-            return Err(Error::invalid(
-                "url",
-                InputProblem::UnknownScheme {
-                    scheme: parsed.scheme().to_owned(),
-                    known: SCHEMES.to_vec(),
-                },
-            ));
-        }
-        let mut namespace = None;
-        let mut max_connections = DEFAULT_MAX_CONNECTIONS;
-        let mut acquire_timeout = DEFAULT_ACQUIRE_TIMEOUT;
-        let mut notify = true;
-        let mut rest: Vec<(String, String)> = Vec::new();
-        for (k, v) in parsed.query_pairs() {
-            match k.as_ref() {
-                "ns" => namespace = Some(Namespace::new(v.as_ref())?),
-                "max_connections" => {
-                    max_connections = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| malformed("max_connections=a positive integer"))?;
-                }
-                "acquire_timeout_ms" => {
-                    acquire_timeout =
-                        liveness_core::url::millis(&v, "acquire_timeout_ms=a positive integer")?;
-                }
-                "notify" => {
-                    notify = flag(&v).ok_or_else(|| malformed("notify=true or notify=false"))?;
-                }
-                _ => rest.push((k.into_owned(), v.into_owned())),
+        let parsed = URL.parse(url)?;
+        let mut driver_url = url::Url::parse(url).map_err(|_| URL.malformed())?;
+        driver_url.set_query(None);
+        for (param, value) in parsed.given() {
+            if DRIVER.contains(&param) {
+                let value = match param.kind {
+                    Kind::Word(_) => parsed.word(param)?.unwrap_or(value),
+                    _ => value,
+                };
+                driver_url.query_pairs_mut().append_pair(param.name, value);
             }
         }
-        if rest.is_empty() {
-            parsed.set_query(None);
-        } else {
-            parsed.query_pairs_mut().clear().extend_pairs(rest);
-        }
-        let connect = PgConnectOptions::from_str(parsed.as_str()).map_err(|_| {
-            malformed("a postgres://user:password@host:port/db URL with valid parameters")
-        })?;
-        let namespace = match namespace {
-            Some(ns) => ns,
-            None => Namespace::new("default")?,
-        };
+        let connect =
+            PgConnectOptions::from_str(driver_url.as_str()).map_err(|_| URL.malformed())?;
         Ok(PostgresConfig {
-            namespace,
+            namespace: parsed.namespace()?,
             connect,
-            max_connections,
-            acquire_timeout,
-            notify,
+            max_connections: parsed
+                .number(MAX_CONNECTIONS)?
+                .unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            acquire_timeout: parsed
+                .millis(ACQUIRE_TIMEOUT_MS)?
+                .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT),
+            notify: parsed.flag(NOTIFY)?.unwrap_or(true),
         })
     }
 
@@ -141,6 +142,7 @@ impl PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_liveness_parameters() {
@@ -161,22 +163,44 @@ mod tests {
         let c = PostgresConfig::from_url("postgresql://localhost/db").unwrap();
         assert_eq!(c.namespace.as_str(), "default");
         assert!(c.notify);
+        for (bad, expect) in [
+            ("redis://localhost", Expect::UnknownScheme),
+            ("not a url", Expect::Malformed),
+            ("postgres://h/db?ns=Bad", Expect::Namespace),
+            (
+                "postgres://h/db?max_connections=0",
+                Expect::OutOfRange("max_connections"),
+            ),
+            (
+                "postgres://h/db?sslmode=sometimes",
+                Expect::BadValue("sslmode"),
+            ),
+            (
+                "postgres://h/db?connect_timeout=3",
+                Expect::Unknown("connect_timeout".into()),
+            ),
+        ] {
+            refused(PostgresConfig::from_url, bad, expect);
+        }
+    }
+
+    #[test]
+    fn passes_the_driver_parameters_on() {
+        let c = PostgresConfig::from_url(
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/db?sslmode=Verify-Full&application_name=jobs",
+        )
+        .unwrap();
+        assert_eq!(c.connect.get_application_name(), Some("jobs"));
+        assert_eq!(
+            c.connect
+                .get_socket()
+                .map(|p| p.display().to_string())
+                .as_deref(),
+            Some("/var/run/postgresql")
+        );
         assert!(matches!(
-            PostgresConfig::from_url("redis://localhost"),
-            Err(Error::InvalidInput {
-                problem: InputProblem::UnknownScheme { .. },
-                ..
-            })
+            c.connect.get_ssl_mode(),
+            sqlx::postgres::PgSslMode::VerifyFull
         ));
-        assert!(matches!(
-            PostgresConfig::from_url("not a url"),
-            Err(Error::InvalidInput {
-                problem: InputProblem::Malformed { .. },
-                ..
-            })
-        ));
-        assert!(PostgresConfig::from_url("postgres://h/db?ns=Bad").is_err());
-        assert!(PostgresConfig::from_url("postgres://h/db?max_connections=0").is_err());
-        assert!(PostgresConfig::from_url("postgres://h/db?sslmode=sometimes").is_err());
     }
 }

@@ -10,7 +10,7 @@ pub mod sql;
 mod store;
 
 pub use advisory::{AdvisoryElection, AdvisoryLeadership};
-pub use config::PostgresConfig;
+pub use config::{PostgresConfig, URL};
 pub use store::{PostgresStore, SCHEMA_VERSION};
 
 /// The URL schemes this backend serves.
@@ -19,8 +19,10 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// The backend's name in errors and traces.
 pub const BACKEND: &str = "postgres";
 
-/// Connects to the store a `postgres://` URL names (see [`PostgresConfig`] for the
-/// parameters), creating and migrating the namespace's schema if needed.
+/// Connects to the store a `postgres://` URL names (see [`PostgresConfig::from_url`]
+/// and the crate docs' table for the parameters), creating and migrating the
+/// namespace's schema if needed. A URL that [`PostgresConfig::from_url`] refuses is
+/// [`liveness_core::Error::InvalidInput`] before any connection is attempted.
 pub async fn connect(url: &str) -> liveness_core::Result<PostgresStore> {
     PostgresStore::connect(PostgresConfig::from_url(url)?).await
 }

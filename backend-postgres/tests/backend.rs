@@ -113,7 +113,7 @@ async fn malformed_urls_are_invalid_input() {
     assert!(matches!(
         backend_postgres::connect("postgres://h/db?notify=maybe").await,
         Err(Error::InvalidInput {
-            problem: InputProblem::Malformed { .. },
+            problem: InputProblem::BadValue { name: "notify", .. },
             ..
         })
     ));

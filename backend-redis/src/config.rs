@@ -3,39 +3,51 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_core::url::{bad_value, Authority, Param, UrlForm};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 use crate::SCHEMES;
 
-const EXPECTED_URL: &str =
-    "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N&connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...] (rediss:// for TLS; no /db with cluster=true)";
+/// `timeout_ms`: how long one operation waits for its answer.
+const TIMEOUT_MS: Param = Param::timeout_ms("timeout_ms");
+/// `connect_timeout_ms`: how long one (re)connection attempt may take.
+const CONNECT_TIMEOUT_MS: Param = Param::timeout_ms("connect_timeout_ms");
+/// `protocol`: passed to the client.
+const PROTOCOL: Param = Param::word("protocol", &["resp2", "resp3"]);
+/// `cluster`: the host is a Redis Cluster node.
+const CLUSTER: Param = Param::flag("cluster");
+/// `seeds`: more cluster nodes, `HOST:PORT,...`.
+const SEEDS: Param = Param::text("seeds");
+/// `ca`: the PEM file of the CA that signed the server's certificate (`rediss://`).
+const CA: Param = Param::text("ca");
+/// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
+const DB: Param = Param::number("db", 0, 15);
 
-const DEFAULT_NAMESPACE: &str = "default";
+/// The URLs [`RedisConfig::from_url`] accepts.
+pub const URL: UrlForm = UrlForm {
+    schemes: SCHEMES,
+    authority: Authority::OneHost,
+    params: &[TIMEOUT_MS, CONNECT_TIMEOUT_MS, PROTOCOL, CLUSTER, SEEDS, CA],
+    fragments: &["insecure"],
+    expected: "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N\
+               &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...] \
+               (rediss:// for TLS, rediss://...#insecure without certificate checks)",
+};
 
 /// How to reach a Redis server and which namespace to use.
 ///
-/// Built from a URL ([`RedisConfig::from_url`]):
+/// Built from a URL ([`RedisConfig::from_url`]; the crate docs' table lists the
+/// parameters, their defaults and ranges):
 ///
 /// ```text
-/// redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N&connect_timeout_ms=N]
+/// redis://[user[:password]@]host[:port][/db][?ns=NAME&timeout_ms=N&...]
 /// rediss://...            TLS; the server certificate is checked against the system
 ///                         roots, or against the PEM file given by `ca=PATH`
 /// rediss://...#insecure   TLS without certificate checks (tests only)
+/// redis://node:7000/?cluster=true&seeds=HOST:PORT,...   a Redis Cluster
 /// ```
 ///
-/// - `ns`: the namespace (default `default`); every key is under `liveness:{ns}:`.
-/// - `timeout_ms`: how long one operation waits for its answer before failing with
-///   `Unavailable` (default 2000).
-/// - `connect_timeout_ms`: how long a (re)connection attempt may take (default 2000).
-/// - `protocol`: passed to the client (`resp2`, the default, or `resp3`).
-/// - `cluster=true`: the server is a node of a Redis Cluster; the client learns the
-///   slot map from it, follows `MOVED` / `ASK` redirections and reconnects to the
-///   node that owns the namespace's slot. `seeds=HOST:PORT,...` names more nodes to
-///   learn the map from (same scheme, user and password), so that connecting works
-///   while the first one is down. A cluster has only database 0: a `/db` is refused.
-///
-/// Unknown query parameters are rejected, so a typo cannot silently pick the default
-/// namespace. The password never appears in `Debug` output.
+/// The password never appears in `Debug` output.
 #[derive(Clone)]
 pub struct RedisConfig {
     /// The URL handed to the redis client (without this crate's own parameters).
@@ -79,96 +91,79 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-fn malformed() -> Error {
-    liveness_core::url::malformed(EXPECTED_URL)
-}
-
-fn millis(value: &str) -> Result<Duration> {
-    liveness_core::url::millis(value, EXPECTED_URL)
-}
-
 impl RedisConfig {
-    /// Parses a `redis://` or `rediss://` URL (see the type's docs for the format).
+    /// Parses a `redis://` or `rediss://` URL with [`URL`] (the type's docs and the
+    /// README's table list the parameters and their ranges).
     ///
-    /// Fails with [`Error::InvalidInput`]: `Malformed` for a URL that does not parse,
-    /// has no host, or carries an unknown query parameter; `UnknownScheme` for another
-    /// scheme; the namespace's own problem for an invalid `ns`. Changes nothing and
-    /// connects to nothing.
+    /// Fails with [`Error::InvalidInput`] naming what is wrong (see
+    /// [`liveness_core::url`]): another scheme, no host, an unknown, repeated or empty
+    /// parameter, a number outside its range (the database `/db` is 0 to 15, named
+    /// `db`), a `protocol` other than `resp2` / `resp3`, `ca` or `#insecure` without
+    /// `rediss://`, `seeds` without `cluster=true` or not `HOST:PORT,...`, a database
+    /// other than 0 with `cluster=true`, an invalid `ns` (`what: "namespace"`). Changes
+    /// nothing and connects to nothing.
     pub fn from_url(url: &str) -> Result<RedisConfig> {
-        let parsed = url::Url::parse(url).map_err(|_| malformed())?;
-        if !SCHEMES.contains(&parsed.scheme()) {
-            return Err(Error::invalid(
-                "url",
-                InputProblem::UnknownScheme {
-                    scheme: parsed.scheme().to_owned(),
-                    known: SCHEMES.to_vec(),
-                },
-            ));
-        }
-        if parsed.host_str().is_none_or(str::is_empty) {
-            return Err(malformed());
-        }
-        let mut namespace = None;
-        let mut ca = None;
-        let mut response_timeout = Duration::from_secs(2);
-        let mut connect_timeout = Duration::from_secs(2);
-        let mut passed = Vec::new();
-        let mut cluster = false;
-        let mut seeds = Vec::new();
-        for (k, v) in parsed.query_pairs() {
-            match k.as_ref() {
-                "ns" => namespace = Some(Namespace::new(v.as_ref())?),
-                "cluster" => {
-                    cluster = match v.as_ref() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(malformed()),
-                    }
-                }
-                "seeds" => {
-                    for seed in v.split(',') {
-                        seeds.push(seed.to_owned());
-                    }
-                }
-                "ca" if !v.is_empty() => ca = Some(CaSource::File(PathBuf::from(v.as_ref()))),
-                "timeout_ms" => response_timeout = millis(&v)?,
-                "connect_timeout_ms" => connect_timeout = millis(&v)?,
-                "protocol" => passed.push((k.into_owned(), v.into_owned())),
-                _ => return Err(malformed()),
-            }
-        }
-        if ca.is_some() && parsed.scheme() != "rediss" {
-            return Err(malformed());
-        }
-        let mut client_url = parsed.clone();
-        client_url.set_query(None);
-        if !passed.is_empty() {
-            client_url.query_pairs_mut().extend_pairs(passed);
-        }
-        let cluster_nodes = if cluster {
-            if !matches!(parsed.path(), "" | "/" | "/0") {
-                return Err(malformed());
-            }
-            let mut nodes = vec![client_url.clone()];
-            for seed in &seeds {
-                nodes.push(seed_url(&client_url, seed)?);
-            }
-            nodes
-        } else if !seeds.is_empty() {
-            return Err(malformed());
-        } else {
-            Vec::new()
+        let parsed = URL.parse(url)?;
+        let tls = parsed.scheme() == "rediss";
+        let db = match parsed.path() {
+            "" | "/" => 0,
+            path => DB.parse_number(path.strip_prefix('/').unwrap_or(path))?,
         };
-        let namespace = match namespace {
-            Some(ns) => ns,
-            None => Namespace::new(DEFAULT_NAMESPACE)?,
+        if parsed.fragment().is_some() && !tls {
+            return Err(URL.malformed());
+        }
+        let ca = match parsed.value(CA) {
+            Some(path) if !tls => {
+                return Err(bad_value(
+                    CA.name,
+                    path,
+                    "no `ca` without TLS: use rediss://".to_owned(),
+                ))
+            }
+            path => path.map(|p| CaSource::File(PathBuf::from(p))),
+        };
+        let cluster = parsed.flag(CLUSTER)?.unwrap_or(false);
+        // The client gets the URL without this crate's parameters (it reads only
+        // `protocol`, which is checked above).
+        let mut client_url = url::Url::parse(url).map_err(|_| URL.malformed())?;
+        client_url.set_query(None);
+        if let Some(protocol) = parsed.word(PROTOCOL)? {
+            client_url
+                .query_pairs_mut()
+                .append_pair(PROTOCOL.name, protocol);
+        }
+        let cluster_nodes = match (cluster, parsed.value(SEEDS)) {
+            (true, _) if db != 0 => {
+                return Err(bad_value(
+                    DB.name,
+                    &db.to_string(),
+                    "database 0 with cluster=true: a cluster has no other".to_owned(),
+                ))
+            }
+            (true, seeds) => {
+                let mut nodes = vec![client_url.clone()];
+                for seed in seeds.into_iter().flat_map(|s| s.split(',')) {
+                    nodes.push(seed_url(&client_url, seed)?);
+                }
+                nodes
+            }
+            (false, Some(seeds)) => {
+                return Err(bad_value(
+                    SEEDS.name,
+                    seeds,
+                    "no `seeds` without cluster=true".to_owned(),
+                ))
+            }
+            (false, None) => Vec::new(),
         };
         Ok(RedisConfig {
             client_url,
-            namespace,
+            namespace: parsed.namespace()?,
             ca,
-            response_timeout,
-            connect_timeout,
+            response_timeout: parsed.millis(TIMEOUT_MS)?.unwrap_or(Duration::from_secs(2)),
+            connect_timeout: parsed
+                .millis(CONNECT_TIMEOUT_MS)?
+                .unwrap_or(Duration::from_secs(2)),
             cluster_nodes,
         })
     }
@@ -218,21 +213,28 @@ impl RedisConfig {
 /// The URL of one more cluster seed `HOST:PORT`: the main URL's scheme, user,
 /// password and parameters with another host and port.
 fn seed_url(main: &url::Url, seed: &str) -> Result<url::Url> {
-    let (host, port) = seed.rsplit_once(':').ok_or_else(malformed)?;
-    let port: u16 = port.parse().map_err(|_| malformed())?;
-    if host.is_empty() {
-        return Err(malformed());
-    }
+    let bad = || {
+        bad_value(
+            SEEDS.name,
+            seed,
+            "HOST:PORT,... (each with its port)".to_owned(),
+        )
+    };
+    let host = URL.parse_host(seed).map_err(|_| bad())?;
+    let port = host.port.ok_or_else(bad)?;
     let mut url = main.clone();
-    url.set_host(Some(host.trim_start_matches('[').trim_end_matches(']')))
-        .map_err(|_| malformed())?;
-    url.set_port(Some(port)).map_err(|_| malformed())?;
+    url.set_host(Some(
+        host.name.trim_start_matches('[').trim_end_matches(']'),
+    ))
+    .map_err(|_| bad())?;
+    url.set_port(Some(port)).map_err(|_| bad())?;
     Ok(url)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_namespace_and_options() {
@@ -277,51 +279,43 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for bad in [
-            "",
-            "not a url",
-            "redis://",
-            "redis://h?namespace=x",
-            "redis://h?timeout_ms=abc",
-            "redis://h?ca=/x.pem",
-            "redis://h?cluster=yes",
-            "redis://h/2?cluster=true",
-            "redis://h?seeds=h2:1",
-            "redis://h?cluster=true&seeds=h2",
-            "redis://h?cluster=true&seeds=h2:notaport",
-            "redis://h?cluster=true&seeds=:7000",
+        for (bad, expect) in [
+            ("", Expect::Malformed),
+            ("not a url", Expect::Malformed),
+            ("redis://", Expect::Malformed),
+            ("redis://h#insecure", Expect::Malformed),
+            ("redis://h?namespace=x", Expect::Unknown("namespace".into())),
+            ("redis://h?ca=/x.pem", Expect::BadValue("ca")),
+            ("redis://h?cluster=yes", Expect::BadValue("cluster")),
+            ("redis://h/2?cluster=true", Expect::BadValue("db")),
+            ("redis://h?seeds=h2:1", Expect::BadValue("seeds")),
+            ("redis://h?cluster=true&seeds=h2", Expect::BadValue("seeds")),
+            (
+                "redis://h?cluster=true&seeds=h2:notaport",
+                Expect::BadValue("seeds"),
+            ),
+            (
+                "redis://h?cluster=true&seeds=:7000",
+                Expect::BadValue("seeds"),
+            ),
+            ("redis://h?protocol=resp9", Expect::BadValue("protocol")),
+            ("redis://h?timeout_ms=abc", Expect::OutOfRange("timeout_ms")),
+            ("redis://h?timeout_ms=0", Expect::OutOfRange("timeout_ms")),
+            ("redis://h/16", Expect::OutOfRange("db")),
+            ("redis://h/x", Expect::OutOfRange("db")),
+            ("postgres://h", Expect::UnknownScheme),
+            ("redis://h?ns=Bad", Expect::Namespace),
         ] {
-            assert!(
-                matches!(
-                    RedisConfig::from_url(bad),
-                    Err(Error::InvalidInput {
-                        problem: InputProblem::Malformed { .. },
-                        ..
-                    })
-                ),
-                "{bad}"
-            );
+            refused(RedisConfig::from_url, bad, expect);
         }
-        assert!(matches!(
-            RedisConfig::from_url("postgres://h"),
-            Err(Error::InvalidInput {
-                problem: InputProblem::UnknownScheme { .. },
-                ..
-            })
-        ));
-        assert!(matches!(
-            RedisConfig::from_url("redis://h?ns=Bad"),
-            Err(Error::InvalidInput {
-                what: "namespace",
-                ..
-            })
-        ));
-        assert!(matches!(
-            RedisConfig::from_url("redis://h?timeout_ms=0"),
-            Err(Error::InvalidInput {
-                problem: InputProblem::Zero,
-                ..
-            })
-        ));
+    }
+
+    #[test]
+    fn insecure_tls_and_database_numbers() {
+        assert!(RedisConfig::from_url("rediss://h#insecure")
+            .unwrap()
+            .is_tls());
+        let c = RedisConfig::from_url("redis://h/15?protocol=RESP3").unwrap();
+        assert_eq!(c.client_url.as_str(), "redis://h/15?protocol=resp3");
     }
 }

@@ -8,7 +8,7 @@ mod reply;
 mod scripts;
 mod store;
 
-pub use config::RedisConfig;
+pub use config::{RedisConfig, URL};
 pub use store::RedisStore;
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as

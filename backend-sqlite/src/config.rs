@@ -3,13 +3,31 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use liveness_core::{Error, InputProblem, Namespace, Result};
+use liveness_core::url::{Authority, Param, UrlForm, MAX_TIMEOUT_MS};
+#[cfg(doc)]
+use liveness_core::{Error, InputProblem};
+use liveness_core::{Namespace, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["sqlite"];
 
-const EXPECTED_URL: &str =
-    "sqlite://PATH or sqlite:///ABSOLUTE/PATH, optionally ?ns=NAME&busy_timeout_ms=N&synchronous=full|normal&max_connections=N";
+/// `busy_timeout_ms`: 0 (fail at once when another process writes) to 10 minutes.
+const BUSY_TIMEOUT_MS: Param = Param::number("busy_timeout_ms", 0, MAX_TIMEOUT_MS);
+/// `synchronous`: the [`Durability`].
+const SYNCHRONOUS: Param = Param::word("synchronous", &["full", "normal"]);
+/// `max_connections`: 1 to 64 (writes are serialized; a few readers beside them are
+/// all a pool can use).
+const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, 64);
+
+/// The URLs [`SqliteConfig::from_url`] accepts.
+pub const URL: UrlForm = UrlForm {
+    schemes: SCHEMES,
+    authority: Authority::Path,
+    params: &[BUSY_TIMEOUT_MS, SYNCHRONOUS, MAX_CONNECTIONS],
+    fragments: &[],
+    expected: "sqlite://PATH or sqlite:///ABSOLUTE/PATH, optionally \
+               ?ns=NAME&busy_timeout_ms=N&synchronous=full|normal&max_connections=N",
+};
 
 /// How durable each commit is (SQLite's `PRAGMA synchronous`, in WAL mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -57,112 +75,43 @@ impl SqliteConfig {
     }
 
     /// Parses `sqlite:///abs/path/file.db?ns=NAME` (absolute path), `sqlite://file.db`
-    /// or `sqlite:file.db` (relative to the working directory).
+    /// or `sqlite:file.db` (relative to the working directory), with [`URL`]: the
+    /// parameters and their ranges are in the README's table. The path may be
+    /// percent-encoded.
     ///
-    /// Query parameters: `ns` (a [`Namespace`], default `default`), `busy_timeout_ms`
-    /// (default 5000), `synchronous` (`full`, the default, or `normal`),
-    /// `max_connections` (default 4). The path may be percent-encoded.
-    ///
-    /// Anything else (another scheme, an empty path, `:memory:` — which no second
-    /// process could share — an unknown or repeated parameter, a bad value) fails with
-    /// [`Error::InvalidInput`]: `what` is `"url"` with [`InputProblem::Malformed`], or
-    /// `"namespace"` for a bad namespace.
+    /// Checks everything before anything is opened or created. Anything else fails with
+    /// [`Error::InvalidInput`] naming what is wrong (see [`liveness_core::url`]): another
+    /// scheme, an unknown, repeated or empty parameter, a number outside its range, a
+    /// bad word, an invalid namespace (`what: "namespace"`); and
+    /// [`InputProblem::Malformed`] for an empty path, a directory (`.../`), or
+    /// `:memory:`, which no second process could share.
     pub fn from_url(url: &str) -> Result<SqliteConfig> {
-        let malformed = || {
-            Error::invalid(
-                "url",
-                InputProblem::Malformed {
-                    expected: EXPECTED_URL,
-                },
-            )
-        };
-        let (scheme, rest) = url.split_once(':').ok_or_else(malformed)?;
-        if !SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
-            return Err(malformed());
-        }
-        let rest = rest.strip_prefix("//").unwrap_or(rest);
-        if rest.contains('#') {
-            return Err(malformed());
-        }
-        let (path, query) = match rest.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (rest, None),
-        };
-        let path = percent_decode(path).ok_or_else(malformed)?;
+        let parsed = URL.parse(url)?;
+        let path = parsed.path();
         if path.is_empty() || path == ":memory:" || path.ends_with('/') {
-            return Err(malformed());
+            return Err(URL.malformed());
         }
-        let mut config =
-            SqliteConfig::new(path, Namespace::new("default").map_err(|_| malformed())?);
-        let mut seen: Vec<String> = Vec::new();
-        for pair in query.into_iter().flat_map(|q| q.split('&')) {
-            if pair.is_empty() {
-                continue;
-            }
-            let (k, v) = pair.split_once('=').ok_or_else(malformed)?;
-            let v = percent_decode(v).ok_or_else(malformed)?;
-            if seen.iter().any(|s| s == k) {
-                return Err(malformed());
-            }
-            seen.push(k.to_owned());
-            match k {
-                "ns" => config.namespace = Namespace::new(v)?,
-                "busy_timeout_ms" => {
-                    let ms: u64 = v.parse().map_err(|_| malformed())?;
-                    config.busy_timeout = Duration::from_millis(ms);
-                }
-                "synchronous" => {
-                    config.durability = match v.to_ascii_lowercase().as_str() {
-                        "full" => Durability::Full,
-                        "normal" => Durability::Normal,
-                        _ => return Err(malformed()),
-                    }
-                }
-                "max_connections" => {
-                    let n: u32 = v.parse().map_err(|_| malformed())?;
-                    if n == 0 {
-                        return Err(Error::invalid("max_connections", InputProblem::Zero));
-                    }
-                    config.max_connections = n;
-                }
-                _ => return Err(malformed()),
-            }
+        let mut config = SqliteConfig::new(path, parsed.namespace()?);
+        if let Some(timeout) = parsed.millis(BUSY_TIMEOUT_MS)? {
+            config.busy_timeout = timeout;
+        }
+        if let Some(word) = parsed.word(SYNCHRONOUS)? {
+            config.durability = match word {
+                "normal" => Durability::Normal,
+                _ => Durability::Full,
+            };
+        }
+        if let Some(n) = parsed.number(MAX_CONNECTIONS)? {
+            config.max_connections = n;
         }
         Ok(config)
     }
 }
 
-/// Decodes `%XX` escapes; `None` on a bad escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn malformed(url: &str) -> bool {
-        matches!(
-            SqliteConfig::from_url(url),
-            Err(Error::InvalidInput {
-                what: "url",
-                problem: InputProblem::Malformed { .. }
-            })
-        )
-    }
+    use liveness_conformance::url_rules::{refused, Expect};
 
     #[test]
     fn parses_absolute_and_relative_paths() {
@@ -187,37 +136,34 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "",
-            "sqlite",
-            "sqlite://",
-            "sqlite:///",
-            "sqlite://:memory:",
-            "redis://x.db",
-            "sqlite://x.db?ns",
-            "sqlite://x.db?unknown=1",
-            "sqlite://x.db?ns=a&ns=b",
-            "sqlite://x.db?busy_timeout_ms=soon",
-            "sqlite://x.db?synchronous=off",
-            "sqlite://x%zz.db",
-            "sqlite://x%ff.db",
-            "sqlite://x.db#frag",
+        for (url, expect) in [
+            ("", Expect::Malformed),
+            ("sqlite", Expect::Malformed),
+            ("sqlite://", Expect::Malformed),
+            ("sqlite:///", Expect::Malformed),
+            ("sqlite://:memory:", Expect::Malformed),
+            ("sqlite://x%zz.db", Expect::Malformed),
+            ("sqlite://x%ff.db", Expect::Malformed),
+            ("sqlite://x.db#frag", Expect::Malformed),
+            ("redis://x.db", Expect::UnknownScheme),
+            ("sqlite://x.db?ns", Expect::Empty("ns")),
+            ("sqlite://x.db?unknown=1", Expect::Unknown("unknown".into())),
+            ("sqlite://x.db?ns=a&ns=b", Expect::Repeated("ns")),
+            (
+                "sqlite://x.db?busy_timeout_ms=soon",
+                Expect::OutOfRange("busy_timeout_ms"),
+            ),
+            (
+                "sqlite://x.db?synchronous=off",
+                Expect::BadValue("synchronous"),
+            ),
+            ("sqlite://x.db?ns=Bad-Name", Expect::Namespace),
+            (
+                "sqlite://x.db?max_connections=0",
+                Expect::OutOfRange("max_connections"),
+            ),
         ] {
-            assert!(malformed(url), "{url:?} should be malformed");
+            refused(SqliteConfig::from_url, url, expect);
         }
-        assert!(matches!(
-            SqliteConfig::from_url("sqlite://x.db?ns=Bad-Name"),
-            Err(Error::InvalidInput {
-                what: "namespace",
-                ..
-            })
-        ));
-        assert!(matches!(
-            SqliteConfig::from_url("sqlite://x.db?max_connections=0"),
-            Err(Error::InvalidInput {
-                problem: InputProblem::Zero,
-                ..
-            })
-        ));
     }
 }

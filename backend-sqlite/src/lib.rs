@@ -5,7 +5,7 @@
 mod config;
 mod store;
 
-pub use config::{Durability, SqliteConfig, SCHEMES};
+pub use config::{Durability, SqliteConfig, SCHEMES, URL};
 pub use store::{SchemaTooNew, SqliteStore, BACKEND};
 
 /// Opens the store a URL names: `sqlite:///abs/path/file.db?ns=NAME` or

@@ -15,6 +15,7 @@ pub mod property;
 pub mod scenarios;
 pub mod sim;
 pub mod skip;
+pub mod url_rules;
 pub mod wrappers;
 
 /// A boxed future returning a store, as a [`Factory`] makes.

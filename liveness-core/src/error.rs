@@ -98,6 +98,43 @@ pub enum InputProblem {
     },
     /// The lease belongs to another namespace or store than the one it was given to.
     ForeignLease,
+    /// A URL query parameter the store does not take (names are case-sensitive).
+    UnknownParameter {
+        /// The parameter's name, as given.
+        name: String,
+        /// The parameters the store takes.
+        known: Vec<&'static str>,
+    },
+    /// A URL query parameter given more than once.
+    RepeatedParameter {
+        /// The parameter's name.
+        name: String,
+    },
+    /// A URL query parameter without a value (`ns=` or `ns`).
+    EmptyParameter {
+        /// The parameter's name.
+        name: String,
+    },
+    /// A URL parameter (or port) that is not a whole number in its range.
+    OutOfRange {
+        /// The parameter's name.
+        name: &'static str,
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+        /// The value that was given.
+        got: String,
+    },
+    /// A URL parameter whose value is not one the store accepts.
+    BadValue {
+        /// The parameter's name.
+        name: &'static str,
+        /// The value that was given.
+        got: String,
+        /// What is accepted.
+        expected: String,
+    },
 }
 
 impl std::fmt::Display for InputProblem {
@@ -128,6 +165,32 @@ impl std::fmt::Display for InputProblem {
                 known.join(", ")
             ),
             InputProblem::ForeignLease => write!(f, "belongs to another store or namespace"),
+            InputProblem::UnknownParameter { name, known } => write!(
+                f,
+                "has the unknown parameter `{name}` (names are case-sensitive); this store takes: {}",
+                known.join(", ")
+            ),
+            InputProblem::RepeatedParameter { name } => {
+                write!(f, "gives the parameter `{name}` more than once; give it once")
+            }
+            InputProblem::EmptyParameter { name } => write!(
+                f,
+                "gives the parameter `{name}` no value; give one, or leave `{name}` out for its default"
+            ),
+            InputProblem::OutOfRange {
+                name,
+                min,
+                max,
+                got,
+            } => write!(
+                f,
+                "has `{name}={got}`: expected a whole number from {min} to {max}"
+            ),
+            InputProblem::BadValue {
+                name,
+                got,
+                expected,
+            } => write!(f, "has `{name}={got}`: expected {expected}"),
         }
     }
 }

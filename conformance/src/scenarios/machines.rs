@@ -184,6 +184,9 @@ pub async fn member_leave_hands_back_items(ctx: Ctx) {
     assert_eq!(claimed.len(), 2);
     member.complete(&claimed[0]).await.unwrap();
     assert_eq!(member.owned(), 1);
+    // The worker lets go of its other item (as a worker does when it stops), so `leave`
+    // hands it back at once instead of waiting out the stop margin for it.
+    drop(claimed);
     let key = member.key().clone();
     let mut events = member.events().subscribe();
     member.leave(Duration::from_millis(50)).await.unwrap();
