@@ -178,8 +178,10 @@ fn note_told(span: &mut Span, e: &Entry) {
     span.told.get_or_insert(e.at);
 }
 
-/// No two tokens work one item at once, and no two leaders act at once (see
-/// [`overlaps`]).
+/// No two tokens work one item at once, and no two leaders act at once: for each
+/// item (and for the leadership), every act under one token comes before the first
+/// act under any token that began later, unless the earlier token was told to stop
+/// at least `margin` before that first act.
 pub fn check_exclusive(entries: &[Entry], margin: Duration) -> Vec<Violation> {
     let mut items: HashMap<ItemId, BTreeMap<FencingToken, Span>> = HashMap::new();
     let mut leaders: BTreeMap<FencingToken, Span> = BTreeMap::new();
