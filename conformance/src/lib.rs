@@ -191,11 +191,11 @@ pub fn run(name: &str, factory: Factory) {
     });
 }
 
-/// Expands to one `#[test]` per conformance scenario, plus the property test and the fault simulation
-/// ([`sim::run_seeds`]), all
-/// run against stores made by `factory` (an `async fn() -> Option<Arc<dyn Store>>`
-/// that returns a store on a fresh namespace each call). A `None` from the factory
-/// fails every test, unless `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
+/// Expands to one `#[test]` per conformance scenario, plus the property test and the
+/// fault simulation (`fault_simulation`, [`sim::run_seeds`]), all run against stores
+/// made by `factory` (an `async fn() -> Option<Arc<dyn Store>>` that returns a store
+/// on a fresh namespace each call). A `None` from the factory fails every test, unless
+/// `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
 ///
 /// ```ignore
 /// async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
