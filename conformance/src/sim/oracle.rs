@@ -208,42 +208,103 @@ pub fn check_exclusive(entries: &[Entry], margin: Duration) -> Vec<Violation> {
     found
 }
 
-/// Every completion the store accepted came from the token that owned the item: the
-/// last ownership change of the item answered before the `complete` was sent is a
-/// claim by that same token.
-pub fn check_fenced_completions(entries: &[Entry]) -> Vec<Violation> {
-    // The item's owner after each ownership change, by the position of its answer.
-    let mut owners: HashMap<ItemId, Vec<(u64, Option<FencingToken>)>> = HashMap::new();
-    let mut found = Vec::new();
+/// What an applied call did to one item's ownership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Own {
+    /// Claimed by the token.
+    Claimed(FencingToken),
+    /// Moved away from the token (failed, or requeued from it).
+    LetGo(FencingToken),
+    /// Completed by the token (gone).
+    Completed(FencingToken),
+}
+
+/// One applied call on one item: where it was sent and answered in the log.
+#[derive(Clone, Copy, Debug)]
+struct Change {
+    sent: u64,
+    answered: u64,
+    own: Own,
+}
+
+impl Change {
+    /// True when `self` certainly took effect before `later` did: it was answered
+    /// before `later` was sent. Concurrent calls are never ordered, so answers that
+    /// arrive in another order than the store applied them cannot fool the check.
+    fn before(&self, later: &Change) -> bool {
+        self.answered < later.sent
+    }
+}
+
+/// Every item's ownership changes, from the calls the store applied.
+fn ownership(entries: &[Entry]) -> HashMap<ItemId, Vec<Change>> {
+    let mut changes: HashMap<ItemId, Vec<Change>> = HashMap::new();
     for e in entries {
         let Record::Applied { sent, call } = &e.record else {
             continue;
         };
+        let mut add = |id: ItemId, own| {
+            let change = Change {
+                sent: *sent,
+                answered: e.seq,
+                own,
+            };
+            changes.entry(id).or_default().push(change);
+        };
         match call {
             Applied::Claimed { token, ids } => {
-                for id in ids {
-                    owners.entry(*id).or_default().push((e.seq, Some(*token)));
-                }
+                ids.iter().for_each(|id| add(*id, Own::Claimed(*token)))
             }
-            Applied::Failed { id, .. } => owners.entry(*id).or_default().push((e.seq, None)),
-            Applied::Requeued { moved, .. } => {
-                for id in moved.requeued.iter().chain(&moved.dead_lettered) {
-                    owners.entry(*id).or_default().push((e.seq, None));
-                }
-            }
-            Applied::Completed { token, id } => {
-                let owner = owners
-                    .get(id)
-                    .and_then(|h| h.iter().rev().find(|(seq, _)| seq < sent))
-                    .and_then(|(_, owner)| *owner);
-                if owner != Some(*token) {
-                    found.push(format!(
-                        "the store accepted item {id}'s completion by token {token} (sent #{sent}) while its owner was {owner:?}"
-                    ));
-                }
-                owners.entry(*id).or_default().push((e.seq, None));
-            }
+            Applied::Failed { token, id } => add(*id, Own::LetGo(*token)),
+            Applied::Requeued { token, moved } => moved
+                .requeued
+                .iter()
+                .chain(&moved.dead_lettered)
+                .for_each(|id| add(*id, Own::LetGo(*token))),
+            Applied::Completed { token, id } => add(*id, Own::Completed(*token)),
             Applied::Reaped { .. } => {}
+        }
+    }
+    changes
+}
+
+/// Every completion the store accepted came from the token that owned the item: the
+/// token's own claim certainly came before it, and nothing certainly between the two
+/// took the item away (another token's claim, a requeue or fail from this token, a
+/// completion).
+pub fn check_fenced_completions(entries: &[Entry]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (id, changes) in ownership(entries) {
+        for done in &changes {
+            let Own::Completed(token) = done.own else {
+                continue;
+            };
+            let claim = changes
+                .iter()
+                .filter(|c| c.own == Own::Claimed(token) && c.before(done))
+                .max_by_key(|c| c.answered);
+            let Some(claim) = claim else {
+                found.push(format!(
+                    "the store accepted item {id}'s completion by token {token} (sent #{}), which never claimed it before",
+                    done.sent
+                ));
+                continue;
+            };
+            let taken = changes.iter().find(|c| {
+                claim.before(c)
+                    && c.before(done)
+                    && match c.own {
+                        Own::Claimed(other) => other != token,
+                        Own::LetGo(from) => from == token,
+                        Own::Completed(_) => true,
+                    }
+            });
+            if let Some(taken) = taken {
+                found.push(format!(
+                    "the store accepted item {id}'s completion by token {token} (sent #{}) after {:?} (answered #{}) took the item from it",
+                    done.sent, taken.own, taken.answered
+                ));
+            }
         }
     }
     found
@@ -454,23 +515,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_completion_by_a_token_that_no_longer_owns_the_item_is_caught() {
-        let claim = |token, id| Applied::Claimed {
+    fn claim_of(token: u64, id: u64) -> Applied {
+        Applied::Claimed {
             token: t(token),
             ids: vec![ItemId(id)],
-        };
-        let complete = |token, id| Applied::Completed {
+        }
+    }
+
+    fn complete_of(token: u64, id: u64) -> Applied {
+        Applied::Completed {
             token: t(token),
             id: ItemId(id),
-        };
-        let requeue = Applied::Requeued {
-            token: t(1),
+        }
+    }
+
+    fn requeue_of(token: u64, id: u64) -> Applied {
+        Applied::Requeued {
+            token: t(token),
             moved: liveness_core::Requeued {
-                requeued: vec![ItemId(7)],
+                requeued: vec![ItemId(id)],
                 dead_lettered: vec![],
             },
-        };
+        }
+    }
+
+    #[test]
+    fn a_completion_by_a_token_that_no_longer_owns_the_item_is_caught() {
+        let (claim, complete) = (claim_of, complete_of);
+        let requeue = requeue_of(1, 7);
         // Claimed by 1, requeued, claimed by 2: a completion by 1 sent after that.
         let stale = log(vec![
             (0, applied(0, claim(1, 7))),
@@ -493,6 +565,21 @@ mod tests {
             (1, applied(1, complete(2, 7))),
         ]);
         assert_eq!(check_fenced_completions(&fine), Vec::<String>::new());
+    }
+
+    #[test]
+    fn answers_arriving_out_of_order_are_not_a_stale_completion() {
+        // A requeue from token 1 and a claim by token 2 run concurrently (the claim
+        // was applied after the requeue, but answered first); 2 then completes.
+        let entries = log(vec![
+            (0, applied(0, claim_of(1, 7))),
+            (1, Record::Note(String::new())),
+            (2, Record::Note(String::new())),
+            (3, applied(2, claim_of(2, 7))),
+            (4, applied(1, requeue_of(1, 7))),
+            (5, applied(5, complete_of(2, 7))),
+        ]);
+        assert_eq!(check_fenced_completions(&entries), Vec::<String>::new());
     }
 
     #[test]
