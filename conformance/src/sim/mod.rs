@@ -8,11 +8,18 @@
 //! own [`Faulty`] handle, which runs every call on the driver's runtime (the store's
 //! "server side"). Two checkers run at once on the driver's runtime.
 //!
-//! During the chaos phase the driver arms the faults (failed calls, lost replies,
-//! late calls), freezes a member and a candidate past their ttl, and has a member leave
-//! in the middle of its jobs and join again (a rolling deploy). Then it disarms the
-//! faults and waits for every item to be completed. The oracle then checks the run
-//! (see [`Outcome::violations`]).
+//! During the chaos phase (four ttls) the driver arms the faults (failed calls, lost
+//! replies, late calls), freezes a member and the leader past their ttl, suspends a
+//! member's host past its ttl (its boot clock counts the time, its monotonic clock
+//! does not), cuts a member's renewals off for longer than its ttl, and has a member
+//! leave in the middle of its jobs and join again (a rolling deploy), while items
+//! arrive at about half the workers' pace. Then it disarms the faults and waits for
+//! every item to be completed. The oracle then checks the run (see
+//! [`Outcome::violations`]).
+//!
+//! Memory runs on real time too, with the same ttl as a real backend: a frozen
+//! process needs a runtime of its own, and tokio's paused clock is per runtime, so
+//! the processes and the store could not share one paused time.
 //!
 //! A seed fixes the schedule, every fault decision and every job length; the thread
 //! interleaving on real time is not fixed, so a failing seed replays the same faults
