@@ -7,11 +7,13 @@
 //!   database's write lock instead of deadlocking on a read-to-write upgrade; inside a
 //!   process they also queue on an async mutex per file, so they do not spin in
 //!   SQLite's busy handler against each other.
-//! - The store clock: `unixepoch('subsec')`, read by SQLite inside the operation's
-//!   first statement (the [`now!`] expression) and used for the whole transaction,
-//!   which holds the write lock: the operation happens at that one instant. No
-//!   Rust-side timestamp is ever used. This is only valid because every process that
-//!   opens the file runs on the same host and so reads the same clock.
+//! - The store clock: the host's boot clock (`CLOCK_BOOTTIME`, see `clock.rs`), read
+//!   once per operation (by a write after `BEGIN IMMEDIATE` took the write lock) and
+//!   bound into its statements: the operation happens at that one instant. SQLite's
+//!   wall-clock `'now'` is never used. This is only valid because every process that
+//!   opens the file runs on the same host and so reads the same clock. The file
+//!   records the boot its expiries count in; opening it under another boot retires
+//!   every lease (`migrate`).
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 
@@ -36,23 +38,22 @@ use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
 use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::Instant;
 
+use crate::clock::{HostClock, StoreClock};
 use crate::config::{Durability, SqliteConfig};
 
 /// The backend's name in errors and traces.
 pub const BACKEND: &str = "sqlite";
 
-/// The host clock in milliseconds since the Unix epoch, as SQLite reads it. SQLite
-/// keeps `'now'` constant within one statement.
-macro_rules! now {
-    () => {
-        "CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER)"
-    };
-}
-
 /// The embedded schema migrations: version, description, SQL. Append only; never
 /// edit an applied one (its checksum is recorded in the database).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "boot clock",
+        include_str!("../migrations/0002_boot_clock.sql"),
+    ),
+];
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -183,7 +184,8 @@ impl Write<'_> {
     }
 }
 
-/// The current lease on a key as a write transaction sees it, with the store's now.
+/// The current lease on a key as a write transaction sees it, with the store's now
+/// (milliseconds of the boot clock).
 struct Current {
     now: i64,
     lease: Option<(String, u64, i64)>,
@@ -200,8 +202,10 @@ pub struct SqliteStore {
     caps: Capabilities,
     writer: Arc<Mutex<()>>,
     wake: Arc<watch::Sender<u64>>,
-    /// The highest store time this handle reported, so `store_time` never goes back
-    /// even when the host clock is stepped backwards.
+    /// The store clock: the host's boot clock (a hand-driven one in unit tests).
+    clock: Arc<dyn StoreClock>,
+    /// The highest store time (milliseconds) this handle read, so its store time
+    /// never goes back, whatever its clock does.
     high_water: Arc<AtomicU64>,
 }
 
@@ -219,11 +223,24 @@ impl SqliteStore {
     /// together) can meet `SQLITE_BUSY` while one of them switches the file to WAL,
     /// which SQLite reports without waiting in its busy handler; such faults are
     /// retried, with backoff, until the busy timeout has passed.
+    ///
+    /// The store clock is the host's boot clock; when the file was last opened under
+    /// another boot of the host (a reboot killed every holder), every lease in it is
+    /// retired (expired) as part of opening. Fails with [`Error::Backend`] when the
+    /// host's boot id cannot be read.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
+        Self::connect_with(config, Arc::new(HostClock::new()?)).await
+    }
+
+    /// [`SqliteStore::connect`] with the store clock `clock`.
+    pub(crate) async fn connect_with(
+        config: SqliteConfig,
+        clock: Arc<dyn StoreClock>,
+    ) -> Result<SqliteStore> {
         let give_up = Instant::now() + config.busy_timeout;
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
         loop {
-            match Self::open(&config).await {
+            match Self::open(&config, &clock).await {
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     tracing::debug!(error = %e, path = %config.path.display(), "open retried");
                     tokio::time::sleep(backoff.next()).await;
@@ -234,7 +251,7 @@ impl SqliteStore {
     }
 
     /// One attempt of [`SqliteStore::connect`].
-    async fn open(config: &SqliteConfig) -> Result<SqliteStore> {
+    async fn open(config: &SqliteConfig, clock: &Arc<dyn StoreClock>) -> Result<SqliteStore> {
         let options = SqliteConnectOptions::new()
             .filename(&config.path)
             .create_if_missing(true)
@@ -256,7 +273,7 @@ impl SqliteStore {
         let writer = writer_lock(&lock_path);
         {
             let _guard = writer.lock().await;
-            migrate(&pool).await?;
+            migrate(&pool, clock.boot_id()).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -268,6 +285,7 @@ impl SqliteStore {
             },
             writer,
             wake: Arc::new(watch::channel(0).0),
+            clock: clock.clone(),
             high_water: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -297,32 +315,36 @@ impl SqliteStore {
         Ok(Write { tx, _guard: guard })
     }
 
+    /// The store clock now, in milliseconds, never behind an earlier reading of this
+    /// handle. A write reads it after `BEGIN IMMEDIATE`, holding the write lock.
+    fn now(&self) -> Result<i64> {
+        let now = u64::try_from(self.clock.now()?.as_millis()).unwrap_or(u64::MAX);
+        let now = self.high_water.fetch_max(now, Ordering::Relaxed).max(now);
+        to_i64(now, "store clock")
+    }
+
     fn tick(&self) {
         self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Reads the store's now and the lease on `key`, in one statement.
-    async fn current(&self, conn: &mut SqliteConnection, key: &Key) -> Result<Current> {
-        let row = sqlx::query(concat!(
-            "SELECT n.now, l.holder, l.token, l.expires_at FROM (SELECT ",
-            now!(),
-            " AS now) AS n LEFT JOIN liveness_leases AS l ",
-            "ON l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
-        ))
+    /// Reads the lease on `key`, to judge it at the store's `now`.
+    async fn current(&self, conn: &mut SqliteConnection, key: &Key, now: i64) -> Result<Current> {
+        let row = sqlx::query(
+            "SELECT holder, token, expires_boot_ms FROM liveness_leases \
+             WHERE ns = ?1 AND space = ?2 AND name = ?3",
+        )
         .bind(self.ns.as_ref())
         .bind(key.space().as_ref())
         .bind(key.name().as_ref())
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
-        let now: i64 = row.try_get(0).map_err(map_err)?;
-        let holder: Option<String> = row.try_get(1).map_err(map_err)?;
-        let lease = match holder {
+        let lease = match row {
             None => None,
-            Some(holder) => Some((
-                holder,
-                get_u64(&row, 2, "token")?,
-                row.try_get::<i64, _>(3).map_err(map_err)?,
+            Some(row) => Some((
+                get_text(&row, 0)?,
+                get_u64(&row, 1, "token")?,
+                row.try_get::<i64, _>(2).map_err(map_err)?,
             )),
         };
         Ok(Current { now, lease })
@@ -385,8 +407,9 @@ impl SqliteStore {
 
 /// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
 /// processes connecting at once apply them exactly once, after refusing a schema
-/// newer than this build.
-async fn migrate(pool: &SqlitePool) -> Result<()> {
+/// newer than this build; then, in the same transaction, retires every lease when the
+/// file was last opened under another boot than `boot_id` (see [`retire_other_boot`]).
+async fn migrate(pool: &SqlitePool, boot_id: &str) -> Result<()> {
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -428,7 +451,42 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate_err)?;
+    retire_other_boot(&mut tx, boot_id).await?;
     tx.commit().await.map_err(map_err)
+}
+
+/// When the file's expiries were counted in another boot than `boot_id` (the host
+/// rebooted since a process last opened it, and every holder died with that boot; or
+/// the file was just migrated from wall-clock expiries), expires every lease of every
+/// namespace and records `boot_id`. The caller holds the write lock (`BEGIN
+/// IMMEDIATE`) and commits, so of the processes opening the file at once after a
+/// reboot, exactly the first retires the old leases and no later one touches a lease
+/// written under this boot.
+async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
+    let recorded: String = sqlx::query_scalar("SELECT boot_id FROM liveness_boot WHERE one = 1")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if recorded == boot_id {
+        return Ok(());
+    }
+    let retired = sqlx::query("UPDATE liveness_leases SET expires_boot_ms = 0")
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+    sqlx::query("UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1")
+        .bind(boot_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    tracing::info!(
+        retired,
+        previous_boot = %recorded,
+        boot = %boot_id,
+        "first open of the file under this boot of the host: its leases are expired"
+    );
+    Ok(())
 }
 
 #[async_trait]
@@ -445,7 +503,8 @@ impl LeaseStore for SqliteStore {
         self.caps.check_ttl(ttl)?;
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let mut w = self.write().await?;
-        let cur = self.current(w.conn(), key).await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), key, now).await?;
         let mut retired = false;
         if let Some((live_holder, token, expires_at)) = cur.lease {
             if cur.now < expires_at {
@@ -468,10 +527,12 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(map_err)?;
         sqlx::query(
-            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
+            "INSERT INTO liveness_leases \
+             (ns, space, name, holder, token, ttl_ms, expires_boot_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
              ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
-             token = excluded.token, ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at",
+             token = excluded.token, ttl_ms = excluded.ttl_ms, \
+             expires_boot_ms = excluded.expires_boot_ms",
         )
         .bind(self.ns.as_ref())
         .bind(key.space().as_ref())
@@ -499,42 +560,43 @@ impl LeaseStore for SqliteStore {
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let ttl_ok = self.caps.check_ttl(lease.ttl);
         let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
-        // One UPDATE in autocommit: atomic on its own (SQLite takes the write lock
-        // for the whole statement), one round trip on the hot path.
-        let guard = self.writer.lock().await;
+        // The clock is read holding the write lock, so the renewal happens at that
+        // instant: a lease that expired while this call queued for the lock (another
+        // process writing) stays expired.
+        let mut w = self.write().await?;
+        let now = self.now()?;
         if ttl_ok.is_ok() {
-            let done = sqlx::query(concat!(
-                "UPDATE liveness_leases SET ttl_ms = ?5, expires_at = ",
-                now!(),
-                " + ?5 WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_at > ",
-                now!()
-            ))
+            let done = sqlx::query(
+                "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?6 + ?5 \
+                 WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 \
+                 AND expires_boot_ms > ?6",
+            )
             .bind(self.ns.as_ref())
             .bind(lease.key.space().as_ref())
             .bind(lease.key.name().as_ref())
             .bind(as_db(lease.token.0))
             .bind(ttl_ms)
-            .execute(&self.pool)
+            .bind(now)
+            .execute(w.conn())
             .await
             .map_err(map_err)?;
             if done.rows_affected() == 1 {
+                w.commit().await?;
                 return Ok(Lease {
                     expires_in: lease.ttl.duration(),
                     ..lease.clone()
                 });
             }
         }
-        drop(guard);
-        // Not renewed: say why. A token never becomes current again and an expired
-        // lease never live again, so this later read gives the reason that held at
-        // the UPDATE, or a later one (superseded / released after expiring).
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        let cur = self.current(&mut conn, &lease.key).await?;
+        // Not renewed: say why, at the same instant, in the same transaction.
+        let cur = self.current(w.conn(), &lease.key, now).await?;
+        w.rollback().await?;
         match Self::lost(lease, &cur) {
             Some(e) => Err(e),
             None => match ttl_ok {
                 Err(e) => Err(e),
-                // Live again after a failed UPDATE: the host clock stepped back.
+                // Unreachable: the UPDATE matched nothing, so the lease is not current
+                // and live at `now`. Answer as the safe side would.
                 Ok(()) => Err(Error::Lost {
                     key: lease.key.clone(),
                     token: lease.token,
@@ -567,11 +629,11 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = sqlx::query(concat!(
-            "SELECT holder, token, ttl_ms, expires_at, ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3"
-        ))
+        let now = self.now()?;
+        let row = sqlx::query(
+            "SELECT holder, token, ttl_ms, expires_boot_ms FROM liveness_leases \
+             WHERE ns = ?1 AND space = ?2 AND name = ?3",
+        )
         .bind(self.ns.as_ref())
         .bind(key.space().as_ref())
         .bind(key.name().as_ref())
@@ -585,7 +647,6 @@ impl LeaseStore for SqliteStore {
         let token = FencingToken(get_u64(&row, 1, "token")?);
         let ttl = Ttl::from_millis(get_u64(&row, 2, "ttl")?).map_err(|_| corrupt("ttl"))?;
         let expires_at: i64 = row.try_get(3).map_err(map_err)?;
-        let now: i64 = row.try_get(4).map_err(map_err)?;
         let status = if now < expires_at {
             LeaseStatus::Live {
                 remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
@@ -604,15 +665,16 @@ impl LeaseStore for SqliteStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(concat!(
-            "SELECT name, holder, token FROM liveness_leases ",
-            "WHERE ns = ?1 AND space = ?2 AND expires_at <= ",
-            now!(),
-            " ORDER BY expires_at, name LIMIT ?3"
-        ))
+        let now = self.now()?;
+        let rows = sqlx::query(
+            "SELECT name, holder, token FROM liveness_leases \
+             WHERE ns = ?1 AND space = ?2 AND expires_boot_ms <= ?4 \
+             ORDER BY expires_boot_ms, name LIMIT ?3",
+        )
         .bind(self.ns.as_ref())
         .bind(space.as_ref())
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(now)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -630,15 +692,16 @@ impl LeaseStore for SqliteStore {
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let mut w = self.write().await?;
-        let done = sqlx::query(concat!(
-            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 ",
-            "AND token = ?4 AND expires_at <= ",
-            now!()
-        ))
+        let now = self.now()?;
+        let done = sqlx::query(
+            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 \
+             AND token = ?4 AND expires_boot_ms <= ?5",
+        )
         .bind(self.ns.as_ref())
         .bind(key.space().as_ref())
         .bind(key.name().as_ref())
         .bind(as_db(token.0))
+        .bind(now)
         .execute(w.conn())
         .await
         .map_err(map_err)?;
@@ -675,23 +738,22 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let now: i64 = sqlx::query_scalar(concat!("SELECT ", now!()))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let now = u64::try_from(now).unwrap_or(0);
-        let seen = self.high_water.fetch_max(now, Ordering::Relaxed).max(now);
-        Ok(StoreTime::from_epoch(Duration::from_millis(seen)))
+        if self.pool.is_closed() {
+            return Err(map_err(sqlx::Error::PoolClosed));
+        }
+        let now = u64::try_from(self.now()?).unwrap_or(0);
+        Ok(StoreTime::from_epoch(Duration::from_millis(now)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let left: Option<i64> = sqlx::query_scalar(concat!(
-            "SELECT expires_at - ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 ORDER BY expires_at LIMIT 1"
-        ))
+        let now = self.now()?;
+        let left: Option<i64> = sqlx::query_scalar(
+            "SELECT expires_boot_ms - ?3 FROM liveness_leases WHERE ns = ?1 AND space = ?2 \
+             ORDER BY expires_boot_ms LIMIT 1",
+        )
         .bind(self.ns.as_ref())
         .bind(space.as_ref())
+        .bind(now)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
@@ -734,7 +796,8 @@ impl ItemStore for SqliteStore {
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
         let n = self.caps.clamp_limit("n", n)?;
         let mut w = self.write().await?;
-        let cur = self.current(w.conn(), &lease.key).await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &lease.key, now).await?;
         if let Some(e) = Self::lost(lease, &cur) {
             w.rollback().await?;
             return Err(e);
