@@ -17,15 +17,16 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
-use liveness_core::heartbeat::Backoff;
+use liveness_core::sync::lock;
+use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -37,9 +38,8 @@ use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::config::{Durability, SqliteConfig};
-
-/// The backend's name in errors and traces.
-pub const BACKEND: &str = "sqlite";
+use crate::error::{corrupt, map, map_migrate};
+use crate::BACKEND;
 
 /// The host clock in milliseconds since the Unix epoch, as SQLite reads it. SQLite
 /// keeps `'now'` constant within one statement.
@@ -61,73 +61,6 @@ const STATE_PENDING: i64 = 0;
 const STATE_OWNED: i64 = 1;
 const STATE_DEAD: i64 = 2;
 
-/// The schema of a database is newer than this build knows: refuse rather than
-/// misread it.
-#[derive(Debug)]
-pub struct SchemaTooNew {
-    /// The newest migration version applied to the database.
-    pub found: i64,
-    /// The newest migration version this build carries.
-    pub supported: i64,
-}
-
-impl std::fmt::Display for SchemaTooNew {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "database schema version {} is newer than this build supports ({}); upgrade liveness",
-            self.found, self.supported
-        )
-    }
-}
-
-impl std::error::Error for SchemaTooNew {}
-
-/// A corrupt or foreign row: a value this build cannot have written.
-#[derive(Debug)]
-struct Corrupt(&'static str);
-
-impl std::fmt::Display for Corrupt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "corrupt row in the liveness database: bad {}", self.0)
-    }
-}
-
-impl std::error::Error for Corrupt {}
-
-fn corrupt(what: &'static str) -> Error {
-    Error::backend(BACKEND, Corrupt(what))
-}
-
-/// Maps a sqlx error: busy / locked databases and I/O or pool faults are retryable
-/// [`Error::Unavailable`]; everything else is [`Error::Backend`].
-pub(crate) fn map_err(e: sqlx::Error) -> Error {
-    let transient = match &e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .and_then(|c| c.parse::<i32>().ok())
-            // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
-            .is_some_and(|c| matches!(c & 0xff, 5 | 6)),
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    };
-    if transient {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
-}
-
-fn map_migrate_err(e: sqlx::migrate::MigrateError) -> Error {
-    match e {
-        sqlx::migrate::MigrateError::Execute(e) => map_err(e),
-        other => Error::backend(BACKEND, other),
-    }
-}
-
 fn to_i64(v: u64, what: &'static str) -> Result<i64> {
     i64::try_from(v).map_err(|_| corrupt(what))
 }
@@ -140,26 +73,25 @@ fn as_db(v: u64) -> i64 {
 }
 
 fn get_u64(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u64> {
-    let v: i64 = row.try_get(idx).map_err(map_err)?;
+    let v: i64 = row.try_get(idx).map_err(map)?;
     u64::try_from(v).map_err(|_| corrupt(what))
 }
 
 fn get_u32(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u32> {
-    let v: i64 = row.try_get(idx).map_err(map_err)?;
+    let v: i64 = row.try_get(idx).map_err(map)?;
     u32::try_from(v).map_err(|_| corrupt(what))
 }
 
 fn get_text(row: &SqliteRow, idx: usize) -> Result<String> {
-    row.try_get(idx).map_err(map_err)
+    row.try_get(idx).map_err(map)
 }
 
 /// One async mutex per database file in this process: writers of one process queue
 /// here instead of polling SQLite's busy handler against each other.
 fn writer_lock(path: &Path) -> Arc<Mutex<()>> {
     static LOCKS: OnceLock<StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let map = LOCKS.get_or_init(StdMutex::default);
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(path.to_path_buf()).or_default().clone()
+    let mut locks = lock(LOCKS.get_or_init(StdMutex::default));
+    locks.entry(path.to_path_buf()).or_default().clone()
 }
 
 /// A write transaction: the process-local writer lock and a `BEGIN IMMEDIATE`
@@ -175,11 +107,11 @@ impl Write<'_> {
     }
 
     async fn commit(self) -> Result<()> {
-        self.tx.commit().await.map_err(map_err)
+        self.tx.commit().await.map_err(map)
     }
 
     async fn rollback(self) -> Result<()> {
-        self.tx.rollback().await.map_err(map_err)
+        self.tx.rollback().await.map_err(map)
     }
 }
 
@@ -202,7 +134,7 @@ pub struct SqliteStore {
     wake: Arc<watch::Sender<u64>>,
     /// The highest store time this handle reported, so `store_time` never goes back
     /// even when the host clock is stepped backwards.
-    high_water: Arc<AtomicU64>,
+    high_water: HighWater,
 }
 
 impl SqliteStore {
@@ -251,12 +183,12 @@ impl SqliteStore {
             .acquire_timeout(config.busy_timeout.max(Duration::from_secs(5)))
             .connect_with(options)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         let lock_path = std::fs::canonicalize(&config.path).unwrap_or(config.path.clone());
         let writer = writer_lock(&lock_path);
         {
             let _guard = writer.lock().await;
-            migrate(&pool).await?;
+            migrate(&pool, &config.path).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -268,7 +200,7 @@ impl SqliteStore {
             },
             writer,
             wake: Arc::new(watch::channel(0).0),
-            high_water: Arc::new(AtomicU64::new(0)),
+            high_water: HighWater::default(),
         })
     }
 
@@ -289,16 +221,8 @@ impl SqliteStore {
 
     async fn write(&self) -> Result<Write<'_>> {
         let guard = self.writer.lock().await;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_err)?;
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
         Ok(Write { tx, _guard: guard })
-    }
-
-    fn tick(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Reads the store's now and the lease on `key`, in one statement.
@@ -314,15 +238,15 @@ impl SqliteStore {
         .bind(key.name().as_ref())
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_err)?;
-        let now: i64 = row.try_get(0).map_err(map_err)?;
-        let holder: Option<String> = row.try_get(1).map_err(map_err)?;
+        .map_err(map)?;
+        let now: i64 = row.try_get(0).map_err(map)?;
+        let holder: Option<String> = row.try_get(1).map_err(map)?;
         let lease = match holder {
             None => None,
             Some(holder) => Some((
                 holder,
                 get_u64(&row, 2, "token")?,
-                row.try_get::<i64, _>(3).map_err(map_err)?,
+                row.try_get::<i64, _>(3).map_err(map)?,
             )),
         };
         Ok(Current { now, lease })
@@ -352,17 +276,17 @@ impl SqliteStore {
             .bind(key.name().as_ref())
             .execute(&mut *conn)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         Ok(())
     }
 
     fn item_from_row(row: &SqliteRow) -> Result<(Item, ItemState)> {
         let id = ItemId(get_u64(row, 0, "item id")?);
-        let payload: Vec<u8> = row.try_get(1).map_err(map_err)?;
+        let payload: Vec<u8> = row.try_get(1).map_err(map)?;
         let attempts = get_u32(row, 2, "attempts")?;
         let max_attempts = get_u32(row, 3, "max_attempts")?;
-        let state: i64 = row.try_get(4).map_err(map_err)?;
-        let owner: Option<i64> = row.try_get(5).map_err(map_err)?;
+        let state: i64 = row.try_get(4).map_err(map)?;
+        let owner: Option<i64> = row.try_get(5).map_err(map)?;
         let state = match (state, owner) {
             (STATE_PENDING, _) => ItemState::Pending,
             (STATE_OWNED, Some(t)) => ItemState::Owned(FencingToken(
@@ -386,7 +310,7 @@ impl SqliteStore {
 /// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
 /// processes connecting at once apply them exactly once, after refusing a schema
 /// newer than this build.
-async fn migrate(pool: &SqlitePool) -> Result<()> {
+async fn migrate(pool: &SqlitePool, path: &Path) -> Result<()> {
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -404,21 +328,28 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
 
-    let mut conn = pool.acquire().await.map_err(map_err)?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+    let mut conn = pool.acquire().await.map_err(map)?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
     let exists: Option<String> =
         sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1")
             .bind(MIGRATIONS_TABLE)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
     if exists.is_some() {
         let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         if let Some(found) = found.filter(|f| *f > supported) {
-            return Err(Error::backend(BACKEND, SchemaTooNew { found, supported }));
+            return Err(Error::backend(
+                BACKEND,
+                SchemaTooNew {
+                    location: path.display().to_string(),
+                    found,
+                    supported,
+                },
+            ));
         }
     }
     // `run_direct` on the transaction's connection (sqlx's `run` would need a
@@ -427,8 +358,8 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
     migrator
         .run_direct(None, &mut *tx, false)
         .await
-        .map_err(map_migrate_err)?;
-    tx.commit().await.map_err(map_err)
+        .map_err(map_migrate)?;
+    tx.commit().await.map_err(map)
 }
 
 #[async_trait]
@@ -466,7 +397,7 @@ impl LeaseStore for SqliteStore {
         .bind(self.ns.as_ref())
         .fetch_one(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         sqlx::query(
             "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
@@ -482,10 +413,10 @@ impl LeaseStore for SqliteStore {
         .bind(cur.now.saturating_add(ttl_ms))
         .execute(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         w.commit().await?;
         if retired {
-            self.tick();
+            tick(&self.wake);
         }
         Ok(Lease {
             key: key.clone(),
@@ -516,7 +447,7 @@ impl LeaseStore for SqliteStore {
             .bind(ttl_ms)
             .execute(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
             if done.rows_affected() == 1 {
                 return Ok(Lease {
                     expires_in: lease.ttl.duration(),
@@ -528,7 +459,7 @@ impl LeaseStore for SqliteStore {
         // Not renewed: say why. A token never becomes current again and an expired
         // lease never live again, so this later read gives the reason that held at
         // the UPDATE, or a later one (superseded / released after expiring).
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let mut conn = self.pool.acquire().await.map_err(map)?;
         let cur = self.current(&mut conn, &lease.key).await?;
         match Self::lost(lease, &cur) {
             Some(e) => Err(e),
@@ -555,14 +486,14 @@ impl LeaseStore for SqliteStore {
         .bind(as_db(lease.token.0))
         .execute(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(false);
         }
         self.bury(w.conn(), &lease.key, lease.token.0).await?;
         w.commit().await?;
-        self.tick();
+        tick(&self.wake);
         Ok(true)
     }
 
@@ -577,15 +508,15 @@ impl LeaseStore for SqliteStore {
         .bind(key.name().as_ref())
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         let Some(row) = row else {
             return Ok(None);
         };
         let holder = HolderId::new(get_text(&row, 0)?).map_err(|_| corrupt("holder"))?;
         let token = FencingToken(get_u64(&row, 1, "token")?);
         let ttl = Ttl::from_millis(get_u64(&row, 2, "ttl")?).map_err(|_| corrupt("ttl"))?;
-        let expires_at: i64 = row.try_get(3).map_err(map_err)?;
-        let now: i64 = row.try_get(4).map_err(map_err)?;
+        let expires_at: i64 = row.try_get(3).map_err(map)?;
+        let now: i64 = row.try_get(4).map_err(map)?;
         let status = if now < expires_at {
             LeaseStatus::Live {
                 remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
@@ -615,7 +546,7 @@ impl LeaseStore for SqliteStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         rows.iter()
             .map(|row| {
                 let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
@@ -641,14 +572,14 @@ impl LeaseStore for SqliteStore {
         .bind(as_db(token.0))
         .execute(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(false);
         }
         self.bury(w.conn(), key, token.0).await?;
         w.commit().await?;
-        self.tick();
+        tick(&self.wake);
         Ok(true)
     }
 
@@ -661,7 +592,7 @@ impl LeaseStore for SqliteStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         rows.iter()
             .map(|row| {
                 let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
@@ -678,10 +609,9 @@ impl LeaseStore for SqliteStore {
         let now: i64 = sqlx::query_scalar(concat!("SELECT ", now!()))
             .fetch_one(&self.pool)
             .await
-            .map_err(map_err)?;
-        let now = u64::try_from(now).unwrap_or(0);
-        let seen = self.high_water.fetch_max(now, Ordering::Relaxed).max(now);
-        Ok(StoreTime::from_epoch(Duration::from_millis(seen)))
+            .map_err(map)?;
+        let now = Duration::from_millis(u64::try_from(now).unwrap_or(0));
+        Ok(self.high_water.observe(now))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -694,7 +624,7 @@ impl LeaseStore for SqliteStore {
         .bind(space.as_ref())
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
@@ -715,7 +645,7 @@ impl ItemStore for SqliteStore {
         .bind(self.ns.as_ref())
         .fetch_one(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         sqlx::query(
             "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
              VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)",
@@ -726,7 +656,7 @@ impl ItemStore for SqliteStore {
         .bind(i64::from(options.max_attempts))
         .execute(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         w.commit().await?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
@@ -750,7 +680,7 @@ impl ItemStore for SqliteStore {
         .bind(i64::try_from(n).unwrap_or(i64::MAX))
         .fetch_all(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         w.commit().await?;
         let mut items = rows
             .iter()
@@ -771,7 +701,7 @@ impl ItemStore for SqliteStore {
         .bind(as_db(lease.token.0))
         .execute(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         if done.rows_affected() == 0 {
             return Err(Error::Fenced {
                 item: id,
@@ -794,7 +724,7 @@ impl ItemStore for SqliteStore {
         .bind(retry)
         .fetch_optional(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         let Some(state) = state else {
             w.rollback().await?;
             return Err(Error::Fenced {
@@ -818,7 +748,7 @@ impl ItemStore for SqliteStore {
             .bind(t)
             .execute(w.conn())
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(Requeued::default());
@@ -832,12 +762,12 @@ impl ItemStore for SqliteStore {
         .bind(t)
         .fetch_all(w.conn())
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         w.commit().await?;
         let mut out = Requeued::default();
         for row in &rows {
             let id = ItemId(get_u64(row, 0, "item id")?);
-            let state: i64 = row.try_get(1).map_err(map_err)?;
+            let state: i64 = row.try_get(1).map_err(map)?;
             if state == STATE_PENDING {
                 out.requeued.push(id);
             } else {
@@ -858,7 +788,7 @@ impl ItemStore for SqliteStore {
         .bind(as_db(id.0))
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
             .transpose()
     }
@@ -869,10 +799,10 @@ impl ItemStore for SqliteStore {
                 .bind(self.ns.as_ref())
                 .fetch_all(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(map)?;
         let mut counts = ItemCounts::default();
         for row in &rows {
-            let state: i64 = row.try_get(0).map_err(map_err)?;
+            let state: i64 = row.try_get(0).map_err(map)?;
             let n = get_u64(row, 1, "count")?;
             match state {
                 STATE_PENDING => counts.pending = n,
@@ -894,7 +824,7 @@ impl ItemStore for SqliteStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(map)?;
         rows.iter()
             .map(|row| Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state }))
             .collect()

@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::election::{Election, ElectionConfig};
 use crate::error::Result;
 use crate::events::{Event, EventBus};
-use crate::heartbeat::Backoff;
 use crate::item::Requeued;
 use crate::lease::ExpiredLease;
 use crate::store::Store;
@@ -203,7 +203,7 @@ impl Checker {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
-                _ = crate::heartbeat::woken(&mut wake) => {}
+                _ = crate::wake::woken(&mut wake) => {}
             }
         }
     }

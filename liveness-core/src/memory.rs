@@ -9,7 +9,7 @@
 //! moved by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +20,9 @@ use crate::error::{Error, LostReason, Result};
 use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
+use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
+use crate::wake::tick;
 
 const BACKEND: &str = "memory";
 
@@ -87,7 +89,7 @@ impl NsState {
         if let Some(rec) = self.leases.remove(key) {
             self.unindex(key, rec.expires_at);
             self.dead.insert(rec.token, key.clone());
-            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+            tick(&self.wake);
         }
     }
 
@@ -204,12 +206,6 @@ impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the maps half-updated in a way that
-    // breaks the contract more than the panic itself did; keep serving.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl MemoryStore {
