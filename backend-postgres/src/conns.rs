@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
 use liveness_core::{Error, Result};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow};
 use sqlx::{Connection, Postgres};
@@ -43,11 +44,7 @@ impl Checkout<'_> {
             }
         }
         if let Some(conn) = self.conn.take() {
-            self.pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+            lock(&self.pool.idle).push(conn);
         }
     }
 }
@@ -68,7 +65,7 @@ impl Conns {
                 .await
                 .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
                 .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolClosed))?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idle = lock(&self.idle).pop();
         let conn = match idle {
             Some(c) => c,
             None => tokio::time::timeout(
@@ -131,6 +128,6 @@ impl Conns {
 impl Drop for Conns {
     fn drop(&mut self) {
         // Dropping a PgConnection closes its socket; nothing else to do.
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        lock(&self.idle).clear();
     }
 }

@@ -1,14 +1,15 @@
 //! [`PostgresStore`]: the lease and item contract over PostgreSQL.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -18,7 +19,7 @@ use tokio::task::AbortHandle;
 
 use crate::config::PostgresConfig;
 use crate::conns::Conns;
-use crate::error::{corrupt, map, MigrationFailed, SchemaTooNew};
+use crate::error::{corrupt, map, MigrationFailed};
 use crate::{sql, BACKEND};
 
 /// The embedded migrations, in order. Each runs with `search_path` set to the
@@ -56,7 +57,7 @@ struct Inner {
     notify: bool,
     wake: Arc<watch::Sender<u64>>,
     listener: OnceLock<Option<AbortHandle>>,
-    last_time: AtomicU64,
+    high_water: HighWater,
 }
 
 impl Drop for Inner {
@@ -74,10 +75,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("schema", &self.inner.schema)
             .finish_non_exhaustive()
     }
-}
-
-fn tick(wake: &watch::Sender<u64>) {
-    wake.send_modify(|n| *n = n.wrapping_add(1));
 }
 
 fn get<'r, T>(row: &'r PgRow, idx: usize) -> Result<T>
@@ -181,7 +178,7 @@ impl PostgresStore {
                 notify: config.notify,
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
-                last_time: AtomicU64::new(0),
+                high_water: HighWater::default(),
             }),
         })
     }
@@ -247,11 +244,12 @@ async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sen
         .max_lifetime(None)
         .idle_timeout(None)
         .connect_lazy_with(connect);
-    let mut backoff = Duration::from_millis(50);
+    let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut backoff = pace();
     loop {
         if let Ok(mut listener) = PgListener::connect_with(&pool).await {
             if listener.listen(&channel).await.is_ok() {
-                backoff = Duration::from_millis(50);
+                backoff = pace();
                 tick(&wake);
                 loop {
                     match listener.try_recv().await {
@@ -267,8 +265,7 @@ async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sen
                 }
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next()).await;
     }
 }
 
@@ -295,8 +292,9 @@ async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
         Err(MigrateError::VersionMissing(version)) => Err(Error::backend(
             BACKEND,
             SchemaTooNew {
-                schema: schema.to_owned(),
-                version,
+                location: format!("schema {schema}"),
+                found: version,
+                supported: SCHEMA_VERSION,
             },
         )),
         Err(MigrateError::Execute(e)) => Err(map(e)),
@@ -544,10 +542,7 @@ impl LeaseStore for PostgresStore {
         let micros = u64::try_from(micros).map_err(|_| corrupt("clock_timestamp", micros))?;
         // The contract wants it non-decreasing per handle; a server clock stepped
         // back (NTP) must not show through.
-        let prev = self.inner.last_time.fetch_max(micros, Ordering::AcqRel);
-        Ok(StoreTime::from_epoch(Duration::from_micros(
-            prev.max(micros),
-        )))
+        Ok(self.inner.high_water.observe(Duration::from_micros(micros)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
