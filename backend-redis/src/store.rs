@@ -1,12 +1,12 @@
 //! [`RedisStore`]: the lease and item store on a Redis server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -15,8 +15,9 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::config::{CaSource, RedisConfig};
+use crate::error::{map, unexpected};
 use crate::keys::Keys;
-use crate::reply::{array, bytes, int, map_err, text, u32_, uint, unexpected};
+use crate::reply::{array, bytes, int, text, u32_, uint};
 use crate::scripts::scripts;
 use crate::BACKEND;
 
@@ -42,7 +43,7 @@ pub struct RedisStore {
     caps: Capabilities,
     /// The highest store time this handle reported, so that `store_time` never goes
     /// backwards on one handle even if the server's clock is stepped back.
-    last_time: std::sync::Arc<AtomicU64>,
+    high_water: HighWater,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -177,7 +178,7 @@ impl RedisStore {
             &all.item_counts,
             &all.dead_letters,
         ] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
+            script.load_async(&mut conn).await.map_err(map)?;
         }
         Ok(RedisStore {
             conn,
@@ -191,7 +192,7 @@ impl RedisStore {
                 max_batch: 1000,
                 max_payload: MAX_PAYLOAD,
             },
-            last_time: Default::default(),
+            high_water: HighWater::default(),
         })
     }
 
@@ -225,7 +226,7 @@ impl RedisStore {
             let reply = conn
                 .query_at(scan, &self.keys.tokens())
                 .await
-                .map_err(map_err)?;
+                .map_err(map)?;
             let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
                 .map_err(|_| unexpected("purge", "a SCAN reply that is not a cursor and keys"))?;
             if !keys.is_empty() {
@@ -233,7 +234,7 @@ impl RedisStore {
                     .arg(&keys)
                     .query_async(&mut conn)
                     .await
-                    .map_err(map_err)?;
+                    .map_err(map)?;
                 deleted += n;
             }
             if next == 0 {
@@ -245,7 +246,7 @@ impl RedisStore {
 
     async fn run(&self, call: ScriptInvocation<'_>) -> Result<Value> {
         let mut conn = self.conn.clone();
-        call.invoke_async::<Value>(&mut conn).await.map_err(map_err)
+        call.invoke_async::<Value>(&mut conn).await.map_err(map)
     }
 }
 
@@ -442,8 +443,7 @@ impl LeaseStore for RedisStore {
         let mut call = scripts().store_time.prepare_invoke();
         call.key(self.keys.tokens());
         let now = uint("store_time", &self.run(call).await?)?;
-        let prev = self.last_time.fetch_max(now, Ordering::Relaxed);
-        Ok(StoreTime::from_epoch(Duration::from_micros(now.max(prev))))
+        Ok(self.high_water.observe(Duration::from_micros(now)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -659,7 +659,7 @@ async fn connect_single(
     client
         .get_connection_manager_with_config(manager_config)
         .await
-        .map_err(map_err)
+        .map_err(map)
 }
 
 /// A cluster connection: the slot map learnt from the seeds, one connection per node.
@@ -680,5 +680,5 @@ async fn connect_cluster(
         });
     }
     let client = builder.build().map_err(|e| Error::backend(BACKEND, e))?;
-    client.get_async_connection().await.map_err(map_err)
+    client.get_async_connection().await.map_err(map)
 }
