@@ -26,13 +26,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
 use liveness_core::{async_trait, Namespace};
 use tokio::time::Instant;
 
-use crate::kv::{Database, DbError, Stamp, Transaction};
+use crate::kv::{Class, Database, DbError, Stamp, Transaction};
 use crate::store::FdbStore;
 
 const MAX_KEY: usize = 10_000;
@@ -85,13 +86,23 @@ impl DoubleError {
         )
     }
 
-    pub(crate) fn maybe_committed(&self) -> bool {
+    fn maybe_committed(&self) -> bool {
         matches!(self, DoubleError::CommitUnknownResult)
     }
 
     /// Faults that a later call may not meet (mapped to `Unavailable`).
-    pub(crate) fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         self.retryable() || matches!(self, DoubleError::TooManyRetries(_))
+    }
+}
+
+impl From<DoubleError> for DbError {
+    fn from(e: DoubleError) -> Self {
+        let class = Class {
+            transient: e.is_transient(),
+            maybe_committed: e.maybe_committed(),
+        };
+        DbError::new(e, class)
     }
 }
 
@@ -153,10 +164,6 @@ impl State {
             }
         }
     }
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The in-process TEST DOUBLE of a FoundationDB database (see the module docs).
@@ -553,11 +560,9 @@ impl Transaction for DoubleTxn {
     }
 
     async fn on_error(&mut self, err: DbError) -> Result<(), DbError> {
-        let retryable = match &err {
-            DbError::Double(e) => e.retryable(),
-            #[cfg(feature = "native")]
-            DbError::Native(_) => false,
-        };
+        let retryable = err
+            .downcast_ref::<DoubleError>()
+            .is_some_and(DoubleError::retryable);
         if !retryable {
             return Err(err);
         }
@@ -593,7 +598,10 @@ mod tests {
         b.set(b"n", b"1");
         a.commit().await.unwrap();
         let err = b.commit().await.unwrap_err();
-        assert!(matches!(err, DbError::Double(DoubleError::NotCommitted)));
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::NotCommitted)
+        );
         assert_eq!(db.conflicts(), 1);
         // on_error resets it: the retry sees the first commit and succeeds.
         b.on_error(err).await.unwrap();
@@ -665,17 +673,19 @@ mod tests {
         let db = DoubleDatabase::new();
         let mut t = txn(&db).await;
         t.set(&vec![1u8; MAX_KEY + 1], b"");
-        assert!(matches!(
-            t.commit().await,
-            Err(DbError::Double(DoubleError::KeyTooLarge))
-        ));
+        let err = t.commit().await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::KeyTooLarge)
+        );
         let mut t = txn(&db).await;
         for i in 0..110u32 {
             t.set(&i.to_be_bytes(), &vec![0u8; MAX_VALUE]);
         }
-        assert!(matches!(
-            t.commit().await,
-            Err(DbError::Double(DoubleError::TransactionTooLarge))
-        ));
+        let err = t.commit().await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::TransactionTooLarge)
+        );
     }
 }

@@ -2,16 +2,14 @@
 //! transaction with FoundationDB's semantics (serializable, optimistic, read conflicts,
 //! versionstamps, retry through `on_error`).
 //!
-//! Two implementations: the real client ([`crate::native`], feature `native`) and the
-//! in-crate test double ([`crate::double`]). [`crate::FdbStore`] holds an
-//! `Arc<dyn Database>`, so the SAME store logic runs on both.
+//! Two implementations depend on it: the real client (`native.rs`, feature `native`)
+//! and the in-crate test double ([`crate::double`]); it depends on neither.
+//! [`crate::FdbStore`] holds an `Arc<dyn Database>`, so the SAME store logic runs on
+//! both.
 
 use std::fmt::Debug;
 
-use liveness_core::async_trait;
-use liveness_core::Error;
-
-use crate::BACKEND;
+use liveness_core::{async_trait, BoxError, Error};
 
 /// A complete versionstamp: the 8-byte big-endian commit version, then the 2-byte
 /// order of the transaction within its commit batch. Unique per committed transaction
@@ -29,41 +27,61 @@ pub(crate) fn stamp_version(stamp: &Stamp) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// A failure of one transaction step.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DbError {
-    /// From the test double.
-    #[error(transparent)]
-    Double(#[from] crate::double::DoubleError),
-    /// From the real client.
-    #[cfg(feature = "native")]
-    #[error(transparent)]
-    Native(foundationdb::FdbError),
+/// How an implementation classifies one of its failures, for the store logic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Class {
+    /// A later call may not meet it (a conflict, a timeout, an unreachable cluster):
+    /// reported as `Unavailable` once `on_error` gives up.
+    pub(crate) transient: bool,
+    /// The commit may have been applied although it reported failure (FoundationDB's
+    /// `commit_unknown_result`): a retry must check what it finds.
+    pub(crate) maybe_committed: bool,
+}
+
+/// A failure of one transaction step: the implementation's own error, with its
+/// [`Class`]. This interface knows nothing of its implementations; each one finds
+/// its own error again with [`DbError::downcast_ref`] (in `on_error`).
+#[derive(Debug)]
+pub(crate) struct DbError {
+    source: BoxError,
+    class: Class,
 }
 
 impl DbError {
-    /// True when the commit may have been applied although it reported failure
-    /// (FoundationDB's `commit_unknown_result`): a retry must check what it finds.
-    pub(crate) fn maybe_committed(&self) -> bool {
-        match self {
-            DbError::Double(e) => e.maybe_committed(),
-            #[cfg(feature = "native")]
-            DbError::Native(e) => e.is_maybe_committed(),
+    /// An implementation's error and how it classifies it.
+    pub(crate) fn new(source: impl Into<BoxError>, class: Class) -> Self {
+        DbError {
+            source: source.into(),
+            class,
         }
     }
 
-    /// The framework error for a failure that `on_error` refused to retry.
-    pub(crate) fn into_error(self) -> Error {
-        let transient = match &self {
-            DbError::Double(e) => e.is_transient(),
-            #[cfg(feature = "native")]
-            DbError::Native(e) => crate::native::is_transient(e),
-        };
-        if transient {
-            Error::unavailable(BACKEND, self)
-        } else {
-            Error::backend(BACKEND, self)
-        }
+    /// True when the commit may have been applied although it reported failure: a
+    /// retry must check what it finds.
+    pub(crate) fn maybe_committed(&self) -> bool {
+        self.class.maybe_committed
+    }
+
+    /// True when a later call may not meet this failure.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.class.transient
+    }
+
+    /// The implementation's error, when it is a `T`.
+    pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.source.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.source, f)
+    }
+}
+
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
     }
 }
 
@@ -150,7 +168,7 @@ macro_rules! transact {
         async {
             let mut txn = match $db.begin().await {
                 Ok(txn) => txn,
-                Err(e) => return Err(e.into_error()),
+                Err(e) => return Err($crate::error::map(e)),
             };
             let mut attempt = $crate::kv::Attempt::default();
             loop {
@@ -169,7 +187,7 @@ macro_rules! transact {
                 };
                 attempt.maybe_committed |= err.maybe_committed();
                 if let Err(e) = txn.on_error(err).await {
-                    break Err(e.into_error());
+                    break Err($crate::error::map(e));
                 }
             }
         }

@@ -1,9 +1,11 @@
 //! [`FdbStore`]: the lease and item logic, written once over the internal transaction
 //! interface ([`crate::kv`]), run on the real client or on the test double.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
+use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
@@ -13,9 +15,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::{FdbConfig, Options};
+use crate::error::corrupt;
 use crate::keys::{
-    corrupt, decode_count, decode_dead, decode_index_value, decode_u64, encode_dead,
-    encode_index_value, Count, ItemMeta, Layout, LeaseRec,
+    decode_count, decode_dead, decode_index_value, decode_u64, encode_dead, encode_index_value,
+    Count, ItemMeta, Layout, LeaseRec,
 };
 use crate::kv::{transact, Attempt, Database, Fail, Stamp, Transaction};
 use crate::observe::Observer;
@@ -57,10 +60,6 @@ impl std::fmt::Debug for FdbStore {
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
-}
-
-fn lock(m: &Mutex<Observer>) -> MutexGuard<'_, Observer> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn ttl_of(ms: u64) -> Duration {
@@ -109,7 +108,7 @@ impl FdbStore {
         #[cfg(not(feature = "native"))]
         {
             let _ = config;
-            Err(Error::backend(BACKEND, crate::NotCompiled))
+            Err(Error::backend(BACKEND, crate::error::NotCompiled))
         }
     }
 
@@ -134,10 +133,6 @@ impl FdbStore {
     /// The namespace this handle is scoped to.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
-    }
-
-    fn tick(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Reads the read version and checkpoints it: returns this handle's "now" for
@@ -759,7 +754,7 @@ impl FdbStore {
                 if let Some(rec) = rec {
                     lock(&self.obs).forget_stamp(key, &rec.stamp);
                 }
-                self.tick();
+                tick(&self.wake);
                 true
             }
             Retire::No => false,
@@ -792,7 +787,7 @@ impl LeaseStore for FdbStore {
             (Acquired::New { token, retired }, Some(stamp)) => {
                 if let Some(old) = retired {
                     lock(&self.obs).forget_stamp(key, &old.stamp);
-                    self.tick();
+                    tick(&self.wake);
                 }
                 (token, stamp)
             }
