@@ -24,9 +24,14 @@ pub(crate) enum Fault {
 /// Maps an etcd client error: transport faults, timeouts, leader changes and
 /// overload to [`Error::Unavailable`]; everything else to [`Error::Backend`].
 pub(crate) fn map(e: etcd_client::Error) -> Error {
+    Error::classify(BACKEND, e, is_transient)
+}
+
+/// True for transport faults, timeouts, leader changes and overload.
+fn is_transient(e: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     use tonic::Code;
-    let retryable = match &e {
+    match e {
         E::GRpcStatus(s) => matches!(
             s.code(),
             Code::Unavailable
@@ -42,11 +47,6 @@ pub(crate) fn map(e: etcd_client::Error) -> Error {
         | E::WatchError(_)
         | E::EndpointError(_) => true,
         _ => false,
-    };
-    if retryable {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
     }
 }
 

@@ -10,11 +10,7 @@ use crate::BACKEND;
 /// Maps a failure that `on_error` refused to retry: transient ones to
 /// [`Error::Unavailable`], everything else to [`Error::Backend`].
 pub(crate) fn map(e: DbError) -> Error {
-    if e.is_transient() {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
+    Error::classify(BACKEND, e, DbError::is_transient)
 }
 
 /// Faults of the real client that a later call may not meet: retryable ones,

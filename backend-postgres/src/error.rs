@@ -36,11 +36,7 @@ pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
 /// Maps a driver error: transient faults to [`Error::Unavailable`], everything else
 /// to [`Error::Backend`].
 pub(crate) fn map(e: sqlx::Error) -> Error {
-    if is_transient(&e) {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
+    Error::classify(BACKEND, e, is_transient)
 }
 
 /// A stored value this build cannot interpret (a corrupt or foreign row):

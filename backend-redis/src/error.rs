@@ -10,7 +10,12 @@ use crate::BACKEND;
 /// busy script, failover in progress, cluster down) are `Unavailable`; everything
 /// else (authentication, permissions, out of memory, script errors) is `Backend`.
 pub(crate) fn map(e: RedisError) -> Error {
-    let transient = !is_permanent_io(&e)
+    Error::classify(BACKEND, e, is_transient)
+}
+
+/// True for transport faults and transient server states.
+fn is_transient(e: &RedisError) -> bool {
+    !is_permanent_io(e)
         && match e.kind() {
             ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
             ErrorKind::Server(
@@ -26,12 +31,7 @@ pub(crate) fn map(e: RedisError) -> Error {
                     || e.is_connection_refusal()
                     || matches!(e.code(), Some("BUSY") | Some("UNBLOCKED"))
             }
-        };
-    if transient {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
+        }
 }
 
 /// A script answered something this client does not understand (a corrupt record, a

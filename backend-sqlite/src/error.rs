@@ -25,11 +25,7 @@ fn is_transient(e: &sqlx::Error) -> bool {
 /// Maps a sqlx error: transient faults to [`Error::Unavailable`], everything else to
 /// [`Error::Backend`].
 pub(crate) fn map(e: sqlx::Error) -> Error {
-    if is_transient(&e) {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
+    Error::classify(BACKEND, e, is_transient)
 }
 
 /// Maps a migration error: a failed statement as [`map`] does, anything else

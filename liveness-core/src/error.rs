@@ -292,4 +292,27 @@ impl Error {
     pub fn corrupt(backend: &'static str, what: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         Error::backend(backend, Corrupt { what: what.into() })
     }
+
+    /// A client library's error as [`Error::Unavailable`] when `is_transient` says
+    /// so, else as [`Error::Backend`]: the last step of every backend's error mapping
+    /// (`error::map`), which supplies the classification.
+    ///
+    /// ```
+    /// use liveness_core::Error;
+    ///
+    /// let timed_out = std::io::Error::from(std::io::ErrorKind::TimedOut);
+    /// let e = Error::classify("mystore", timed_out, |e| e.kind() == std::io::ErrorKind::TimedOut);
+    /// assert!(e.is_retryable());
+    /// ```
+    pub fn classify<E: Into<BoxError>>(
+        backend: &'static str,
+        source: E,
+        is_transient: impl FnOnce(&E) -> bool,
+    ) -> Self {
+        if is_transient(&source) {
+            Error::unavailable(backend, source)
+        } else {
+            Error::backend(backend, source)
+        }
+    }
 }
