@@ -33,7 +33,7 @@ use liveness_core::sync::lock;
 use liveness_core::{async_trait, Namespace};
 use tokio::time::Instant;
 
-use crate::kv::{Class, Database, DbError, Stamp, Transaction};
+use crate::kv::{Class, Database, DbError, Pair, RangeRead, Stamp, Transaction};
 use crate::store::FdbStore;
 
 const MAX_KEY: usize = 10_000;
@@ -376,17 +376,17 @@ impl Transaction for DoubleTxn {
         Ok(out)
     }
 
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError> {
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError> {
+        let RangeRead {
+            begin,
+            end,
+            limit,
+            reverse,
+            snapshot,
+        } = read;
         let rv = self.ensure_rv()?;
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        if begin >= end || limit == 0 {
+        let mut out: Vec<Pair> = Vec::new();
+        if read.is_empty() {
             return Ok(out);
         }
         {
@@ -634,10 +634,16 @@ mod tests {
         // r still sees its snapshot, plus its own writes.
         r.set(b"bb", b"x");
         r.clear(b"c");
-        let rows = r.range(b"a", b"z", 10, false, true).await.unwrap();
+        let rows = r
+            .range(RangeRead::new(b"a", b"z", 10).snapshot())
+            .await
+            .unwrap();
         let keys: Vec<_> = rows.iter().map(|(k, _)| k.as_slice()).collect();
         assert_eq!(keys, vec![b"a".as_slice(), b"b", b"bb"]);
-        let rev = r.range(b"a", b"z", 2, true, true).await.unwrap();
+        let rev = r
+            .range(RangeRead::new(b"a", b"z", 2).reverse().snapshot())
+            .await
+            .unwrap();
         assert_eq!(rev[0].0, b"bb");
         assert_eq!(rev[1].0, b"b");
         r.add(b"cnt", 5);

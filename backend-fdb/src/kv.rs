@@ -85,6 +85,56 @@ impl std::error::Error for DbError {
     }
 }
 
+/// A key and its value.
+pub(crate) type Pair = (Vec<u8>, Vec<u8>);
+
+/// A range read: at most `limit` pairs of `[begin, end)`, in key order unless
+/// `reverse`; a `snapshot` read adds no read conflict.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RangeRead<'a> {
+    pub(crate) begin: &'a [u8],
+    pub(crate) end: &'a [u8],
+    pub(crate) limit: usize,
+    pub(crate) reverse: bool,
+    pub(crate) snapshot: bool,
+}
+
+impl<'a> RangeRead<'a> {
+    /// The first `limit` pairs of `[begin, end)` in key order, adding a read
+    /// conflict on what it reads.
+    pub(crate) fn new(begin: &'a [u8], end: &'a [u8], limit: usize) -> Self {
+        RangeRead {
+            begin,
+            end,
+            limit,
+            reverse: false,
+            snapshot: false,
+        }
+    }
+
+    /// True when the read cannot return anything (no limit, or an empty range).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.limit == 0 || self.begin >= self.end
+    }
+
+    /// The same read, without a read conflict.
+    pub(crate) fn snapshot(self) -> Self {
+        RangeRead {
+            snapshot: true,
+            ..self
+        }
+    }
+
+    /// The same read, last key first.
+    #[cfg(test)]
+    pub(crate) fn reverse(self) -> Self {
+        RangeRead {
+            reverse: true,
+            ..self
+        }
+    }
+}
+
 /// Opens transactions.
 #[async_trait]
 pub(crate) trait Database: Send + Sync + Debug {
@@ -102,15 +152,8 @@ pub(crate) trait Transaction: Send {
     async fn read_version(&mut self) -> Result<u64, DbError>;
     /// Reads one key.
     async fn get(&mut self, key: &[u8], snapshot: bool) -> Result<Option<Vec<u8>>, DbError>;
-    /// Reads `[begin, end)` in key order (or reversed), at most `limit` pairs.
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError>;
+    /// Reads the key-value pairs `read` names.
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError>;
     /// Writes one key.
     fn set(&mut self, key: &[u8], value: &[u8]);
     /// Clears one key.

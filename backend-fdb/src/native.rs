@@ -15,7 +15,7 @@ use liveness_core::{async_trait, Error};
 
 use crate::config::FdbConfig;
 use crate::error::{is_transient, map};
-use crate::kv::{Class, Database, DbError, Stamp, Transaction};
+use crate::kv::{Class, Database, DbError, Pair, RangeRead, Stamp, Transaction};
 
 /// The client's network thread: started once per process, by the first `connect`.
 static NETWORK: OnceLock<Result<Mutex<Option<NetworkAutoStop>>, FdbError>> = OnceLock::new();
@@ -137,37 +137,30 @@ impl Transaction for NativeTxn {
         Ok(v.map(|s| s.to_vec()))
     }
 
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError> {
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError> {
         let mut out = Vec::new();
-        if limit == 0 || begin >= end {
+        if read.is_empty() {
             return Ok(out);
         }
-        let mut opt = RangeOption::from((begin.to_vec(), end.to_vec()));
-        opt.limit = Some(limit);
-        opt.reverse = reverse;
+        let mut opt = RangeOption::from((read.begin.to_vec(), read.end.to_vec()));
+        opt.limit = Some(read.limit);
+        opt.reverse = read.reverse;
         opt.mode = StreamingMode::WantAll;
         loop {
             let kvs = self
                 .trx()?
-                .get_range(&opt, 1, snapshot)
+                .get_range(&opt, 1, read.snapshot)
                 .await
                 .map_err(native)?;
             for kv in &kvs {
                 out.push((kv.key().to_vec(), kv.value().to_vec()));
             }
             match opt.next_range(&kvs) {
-                Some(next) if out.len() < limit => opt = next,
+                Some(next) if out.len() < read.limit => opt = next,
                 _ => break,
             }
         }
-        out.truncate(limit);
+        out.truncate(read.limit);
         Ok(out)
     }
 

@@ -20,7 +20,7 @@ use crate::keys::{
     decode_count, decode_dead, decode_index_value, decode_u64, encode_dead, encode_index_value,
     Count, ItemMeta, Layout, LeaseRec,
 };
-use crate::kv::{transact, Attempt, Database, Fail, Stamp, Transaction};
+use crate::kv::{transact, Attempt, Database, Fail, RangeRead, Stamp, Transaction};
 use crate::observe::Observer;
 use crate::BACKEND;
 
@@ -343,7 +343,9 @@ impl FdbStore {
         let (mut cursor, end) = self.layout.index_space(space);
         let mut groups = Vec::new();
         loop {
-            let row = tx.range(&cursor, &end, 1, false, true).await?;
+            let row = tx
+                .range(RangeRead::new(&cursor, &end, 1).snapshot())
+                .await?;
             let Some((k, _)) = row.first() else {
                 break;
             };
@@ -379,7 +381,7 @@ impl FdbStore {
             let (b, e) = self
                 .layout
                 .index_group(space, ttl_ms, mark.saturating_add(1));
-            for (k, v) in tx.range(&b, &e, limit, false, true).await? {
+            for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
                 let (_, stamp, name) = self.layout.parse_index(&k)?;
                 let key = Key::new(
                     space.clone(),
@@ -442,7 +444,7 @@ impl FdbStore {
     ) -> Result<Vec<DeadToken>, Fail> {
         let (b, e) = self.layout.dead_all();
         let mut out = Vec::new();
-        for (k, v) in tx.range(&b, &e, limit, false, true).await? {
+        for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
             let token = self.layout.parse_dead(&k)?;
             let (_, key) = decode_dead(&v)?;
             out.push(DeadToken { key, token });
@@ -603,7 +605,7 @@ impl FdbStore {
             // An earlier attempt may have claimed: hand back exactly what it took.
             let (b, e) = self.layout.owned_by(lease.token);
             let mut ours = Vec::new();
-            for (k, v) in tx.range(&b, &e, usize::MAX, false, false).await? {
+            for (k, v) in tx.range(RangeRead::new(&b, &e, usize::MAX)).await? {
                 if v.as_slice() == nonce.to_be_bytes() {
                     ours.push(self.layout.parse_id(&k)?);
                 }
@@ -619,7 +621,7 @@ impl FdbStore {
             }
         }
         let (b, e) = self.layout.pending_all();
-        let rows = tx.range(&b, &e, n, false, false).await?;
+        let rows = tx.range(RangeRead::new(&b, &e, n)).await?;
         let mut items = Vec::with_capacity(rows.len());
         for (k, _) in rows {
             let id = self.layout.parse_id(&k)?;
@@ -692,7 +694,7 @@ impl FdbStore {
             return Ok(None);
         }
         let (b, e) = self.layout.owned_by(token);
-        let rows = tx.range(&b, &e, MAX_BATCH, false, false).await?;
+        let rows = tx.range(RangeRead::new(&b, &e, MAX_BATCH)).await?;
         let done = rows.len() < MAX_BATCH;
         let mut out = Requeued::default();
         for (k, _) in rows {
@@ -737,7 +739,7 @@ impl FdbStore {
     ) -> Result<Vec<ItemRecord>, Fail> {
         let (b, e) = self.layout.dead_letters_all();
         let mut out = Vec::new();
-        for (k, _) in tx.range(&b, &e, limit, false, false).await? {
+        for (k, _) in tx.range(RangeRead::new(&b, &e, limit)).await? {
             if let Some(rec) = self.read_record(tx, self.layout.parse_id(&k)?).await? {
                 out.push(rec);
             }
