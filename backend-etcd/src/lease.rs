@@ -185,10 +185,7 @@ impl EtcdStore {
             if resp.succeeded() {
                 self.inner.slots.remove(lease.token);
                 self.revoke_later(current.rec.lease_id);
-                return Ok(Lease {
-                    expires_in: lease.ttl.duration(),
-                    ..lease.clone()
-                });
+                return Ok(lease.renewed());
             }
             self.revoke_later(id);
         }

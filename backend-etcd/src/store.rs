@@ -274,13 +274,12 @@ impl LeaseStore for EtcdStore {
                 let resp = self.txn(txn).await?;
                 if resp.succeeded() {
                     let token = u64::try_from(revision(&resp)).unwrap_or(0);
-                    return Ok(Lease {
-                        key: key.clone(),
-                        holder: holder.clone(),
-                        token: FencingToken(token),
+                    return Ok(Lease::granted(
+                        key.clone(),
+                        holder.clone(),
+                        FencingToken(token),
                         ttl,
-                        expires_in: ttl.duration(),
-                    });
+                    ));
                 }
             }
             Err(Error::unavailable(BACKEND, Fault::Contention))

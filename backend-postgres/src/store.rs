@@ -341,13 +341,12 @@ impl LeaseStore for PostgresStore {
                 self.wake_local();
             }
             if let Some(token) = token {
-                return Ok(Lease {
-                    key: key.clone(),
-                    holder: holder.clone(),
-                    token: token_of(token)?,
+                return Ok(Lease::granted(
+                    key.clone(),
+                    holder.clone(),
+                    token_of(token)?,
                     ttl,
-                    expires_in: ttl.duration(),
-                });
+                ));
             }
             if let (Some(h), Some(t)) = (held_by, held_token) {
                 return Err(Error::Held {
@@ -379,10 +378,7 @@ impl LeaseStore for PostgresStore {
             )
             .await?;
         if renewed > 0 {
-            return Ok(Lease {
-                expires_in: lease.ttl.duration(),
-                ..lease.clone()
-            });
+            return Ok(lease.renewed());
         }
         // Lost (or an invalid ttl): say why. Nothing was written.
         let row = self

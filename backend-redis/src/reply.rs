@@ -53,3 +53,14 @@ pub(crate) fn array(op: &'static str, v: Value) -> Result<Vec<Value>, Error> {
         _ => Err(unexpected(op, "expected an array")),
     }
 }
+
+/// A record reply: its fields in order, or `None` for nil (no such record).
+pub(crate) fn record(
+    op: &'static str,
+    v: Value,
+) -> Result<Option<std::vec::IntoIter<Value>>, Error> {
+    match v {
+        Value::Nil => Ok(None),
+        v => Ok(Some(array(op, v)?.into_iter())),
+    }
+}

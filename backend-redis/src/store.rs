@@ -17,7 +17,7 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 use crate::config::{CaSource, RedisConfig};
 use crate::error::{map, unexpected};
 use crate::keys::Keys;
-use crate::reply::{array, bytes, int, text, u32_, uint};
+use crate::reply::{array, bytes, int, record, text, u32_, uint};
 use crate::scripts::scripts;
 use crate::BACKEND;
 
@@ -296,13 +296,12 @@ impl LeaseStore for RedisStore {
         match status {
             1 => {
                 let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
-                Ok(Lease {
-                    key: key.clone(),
-                    holder: holder.clone(),
-                    token: FencingToken(token),
+                Ok(Lease::granted(
+                    key.clone(),
+                    holder.clone(),
+                    FencingToken(token),
                     ttl,
-                    expires_in: ttl.duration(),
-                })
+                ))
             }
             0 => {
                 let held_by = text("acquire", reply.next().unwrap_or(Value::Nil))?;
@@ -329,10 +328,7 @@ impl LeaseStore for RedisStore {
         };
         let v = self.run(renew_call(&self.keys, lease, ttl_ms)).await?;
         match int("renew", &v)? {
-            1 => Ok(Lease {
-                expires_in: lease.ttl.duration(),
-                ..lease.clone()
-            }),
+            1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
             _ => Err(unexpected("renew", "an unknown status")),
@@ -353,11 +349,9 @@ impl LeaseStore for RedisStore {
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let mut call = scripts().inspect.prepare_invoke();
         call.key(self.keys.lease(key));
-        let v = self.run(call).await?;
-        if v == Value::Nil {
+        let Some(mut rec) = record("inspect", self.run(call).await?)? else {
             return Ok(None);
-        }
-        let mut rec = array("inspect", v)?.into_iter();
+        };
         let mut next = || rec.next().unwrap_or(Value::Nil);
         let holder = HolderId::new(text("inspect", next())?)
             .map_err(|_| unexpected("inspect", "an invalid stored holder"))?;
@@ -581,11 +575,9 @@ impl ItemStore for RedisStore {
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let mut call = scripts().item.prepare_invoke();
         call.key(self.keys.item(id));
-        let v = self.run(call).await?;
-        if v == Value::Nil {
+        let Some(mut rec) = record("item", self.run(call).await?)? else {
             return Ok(None);
-        }
-        let mut rec = array("item", v)?.into_iter();
+        };
         let mut next = || rec.next().unwrap_or(Value::Nil);
         let payload = bytes("item", next())?;
         let attempts = u32_("item", &next())?;

@@ -418,13 +418,8 @@ impl LeaseStore for SqliteStore {
         if retired {
             tick(&self.wake);
         }
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token: FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?),
-            ttl,
-            expires_in: ttl.duration(),
-        })
+        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
+        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -449,10 +444,7 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(map)?;
             if done.rows_affected() == 1 {
-                return Ok(Lease {
-                    expires_in: lease.ttl.duration(),
-                    ..lease.clone()
-                });
+                return Ok(lease.renewed());
             }
         }
         drop(guard);

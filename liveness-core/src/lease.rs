@@ -23,6 +23,28 @@ pub struct Lease {
     pub expires_in: Duration,
 }
 
+impl Lease {
+    /// A lease the store just granted: the whole `ttl` left.
+    pub fn granted(key: Key, holder: HolderId, token: FencingToken, ttl: Ttl) -> Lease {
+        Lease {
+            key,
+            holder,
+            token,
+            ttl,
+            expires_in: ttl.duration(),
+        }
+    }
+
+    /// This lease as the store just renewed it: the same acquisition (token), its
+    /// whole ttl left again.
+    pub fn renewed(&self) -> Lease {
+        Lease {
+            expires_in: self.ttl.duration(),
+            ..self.clone()
+        }
+    }
+}
+
 /// Whether a lease is live by the store clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseStatus {

@@ -262,13 +262,7 @@ impl LeaseStore for MemoryStore {
             },
         );
         st.index(key, expires_at);
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token,
-            ttl,
-            expires_in: ttl.duration(),
-        })
+        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -284,10 +278,7 @@ impl LeaseStore for MemoryStore {
             rec.expires_at = expires_at;
             rec.ttl = ttl;
         }
-        Ok(Lease {
-            expires_in: ttl.duration(),
-            ..lease.clone()
-        })
+        Ok(lease.renewed())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
