@@ -4,6 +4,7 @@
 
 mod config;
 mod error;
+mod sql;
 mod store;
 
 pub use config::{Durability, SqliteConfig, SCHEMES};

@@ -8,7 +8,7 @@
 //!   process they also queue on an async mutex per file, so they do not spin in
 //!   SQLite's busy handler against each other.
 //! - The store clock: `unixepoch('subsec')`, read by SQLite inside the operation's
-//!   first statement (the [`now!`] expression) and used for the whole transaction,
+//!   first statement (the `now!` expression of `sql.rs`) and used for the whole transaction,
 //!   which holds the write lock: the operation happens at that one instant. No
 //!   Rust-side timestamp is ever used. This is only valid because every process that
 //!   opens the file runs on the same host and so reads the same clock.
@@ -39,15 +39,7 @@ use tokio::time::Instant;
 
 use crate::config::{Durability, SqliteConfig};
 use crate::error::{corrupt, map, map_migrate};
-use crate::BACKEND;
-
-/// The host clock in milliseconds since the Unix epoch, as SQLite reads it. SQLite
-/// keeps `'now'` constant within one statement.
-macro_rules! now {
-    () => {
-        "CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER)"
-    };
-}
+use crate::{sql, BACKEND};
 
 /// The embedded schema migrations: version, description, SQL. Append only; never
 /// edit an applied one (its checksum is recorded in the database).
@@ -227,18 +219,13 @@ impl SqliteStore {
 
     /// Reads the store's now and the lease on `key`, in one statement.
     async fn current(&self, conn: &mut SqliteConnection, key: &Key) -> Result<Current> {
-        let row = sqlx::query(concat!(
-            "SELECT n.now, l.holder, l.token, l.expires_at FROM (SELECT ",
-            now!(),
-            " AS now) AS n LEFT JOIN liveness_leases AS l ",
-            "ON l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map)?;
+        let row = sqlx::query(sql::CURRENT)
+            .bind(self.ns.as_ref())
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
         let now: i64 = row.try_get(0).map_err(map)?;
         let holder: Option<String> = row.try_get(1).map_err(map)?;
         let lease = match holder {
@@ -267,9 +254,19 @@ impl SqliteStore {
         })
     }
 
+    /// Draws the next value of one of the namespace's counters: `counter` is
+    /// [`sql::NEXT_TOKEN`] or [`sql::NEXT_ITEM`].
+    async fn next(&self, conn: &mut SqliteConnection, counter: &'static str) -> Result<i64> {
+        sqlx::query_scalar(counter)
+            .bind(self.ns.as_ref())
+            .fetch_one(conn)
+            .await
+            .map_err(map)
+    }
+
     /// Moves the lease on `key` with `token` to the dead set (the caller deleted it).
     async fn bury(&self, conn: &mut SqliteConnection, key: &Key, token: u64) -> Result<()> {
-        sqlx::query("INSERT INTO liveness_dead (ns, token, space, name) VALUES (?1, ?2, ?3, ?4)")
+        sqlx::query(sql::BURY)
             .bind(self.ns.as_ref())
             .bind(to_i64(token, "token")?)
             .bind(key.space().as_ref())
@@ -330,14 +327,13 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<()> {
 
     let mut conn = pool.acquire().await.map_err(map)?;
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
-    let exists: Option<String> =
-        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1")
-            .bind(MIGRATIONS_TABLE)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map)?;
+    let exists: Option<String> = sqlx::query_scalar(sql::TABLE_EXISTS)
+        .bind(MIGRATIONS_TABLE)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
     if exists.is_some() {
-        let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
+        let found: Option<i64> = sqlx::query_scalar(sql::SCHEMA_FOUND)
             .fetch_one(&mut *tx)
             .await
             .map_err(map)?;
@@ -390,30 +386,18 @@ impl LeaseStore for SqliteStore {
             self.bury(w.conn(), key, token).await?;
             retired = true;
         }
-        let token: i64 = sqlx::query_scalar(
-            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
-             ON CONFLICT (ns) DO UPDATE SET next_token = next_token + 1 RETURNING next_token",
-        )
-        .bind(self.ns.as_ref())
-        .fetch_one(w.conn())
-        .await
-        .map_err(map)?;
-        sqlx::query(
-            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
-             token = excluded.token, ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at",
-        )
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .bind(holder.as_ref())
-        .bind(token)
-        .bind(ttl_ms)
-        .bind(cur.now.saturating_add(ttl_ms))
-        .execute(w.conn())
-        .await
-        .map_err(map)?;
+        let token = self.next(w.conn(), sql::NEXT_TOKEN).await?;
+        sqlx::query(sql::PUT_LEASE)
+            .bind(self.ns.as_ref())
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder.as_ref())
+            .bind(token)
+            .bind(ttl_ms)
+            .bind(cur.now.saturating_add(ttl_ms))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         if retired {
             tick(&self.wake);
@@ -429,20 +413,15 @@ impl LeaseStore for SqliteStore {
         // for the whole statement), one round trip on the hot path.
         let guard = self.writer.lock().await;
         if ttl_ok.is_ok() {
-            let done = sqlx::query(concat!(
-                "UPDATE liveness_leases SET ttl_ms = ?5, expires_at = ",
-                now!(),
-                " + ?5 WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_at > ",
-                now!()
-            ))
-            .bind(self.ns.as_ref())
-            .bind(lease.key.space().as_ref())
-            .bind(lease.key.name().as_ref())
-            .bind(as_db(lease.token.0))
-            .bind(ttl_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(map)?;
+            let done = sqlx::query(sql::RENEW)
+                .bind(self.ns.as_ref())
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(ttl_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(map)?;
             if done.rows_affected() == 1 {
                 return Ok(lease.renewed());
             }
@@ -469,16 +448,14 @@ impl LeaseStore for SqliteStore {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let mut w = self.write().await?;
-        let done = sqlx::query(
-            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4",
-        )
-        .bind(self.ns.as_ref())
-        .bind(lease.key.space().as_ref())
-        .bind(lease.key.name().as_ref())
-        .bind(as_db(lease.token.0))
-        .execute(w.conn())
-        .await
-        .map_err(map)?;
+        let done = sqlx::query(sql::RELEASE)
+            .bind(self.ns.as_ref())
+            .bind(lease.key.space().as_ref())
+            .bind(lease.key.name().as_ref())
+            .bind(as_db(lease.token.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(false);
@@ -490,17 +467,13 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = sqlx::query(concat!(
-            "SELECT holder, token, ttl_ms, expires_at, ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map)?;
+        let row = sqlx::query(sql::INSPECT)
+            .bind(self.ns.as_ref())
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -527,18 +500,13 @@ impl LeaseStore for SqliteStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(concat!(
-            "SELECT name, holder, token FROM liveness_leases ",
-            "WHERE ns = ?1 AND space = ?2 AND expires_at <= ",
-            now!(),
-            " ORDER BY expires_at, name LIMIT ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(space.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map)?;
+        let rows = sqlx::query(sql::EXPIRED)
+            .bind(self.ns.as_ref())
+            .bind(space.as_ref())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
         rows.iter()
             .map(|row| {
                 let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
@@ -553,18 +521,14 @@ impl LeaseStore for SqliteStore {
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let mut w = self.write().await?;
-        let done = sqlx::query(concat!(
-            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 ",
-            "AND token = ?4 AND expires_at <= ",
-            now!()
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .bind(as_db(token.0))
-        .execute(w.conn())
-        .await
-        .map_err(map)?;
+        let done = sqlx::query(sql::REAP)
+            .bind(self.ns.as_ref())
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(as_db(token.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(false);
@@ -577,14 +541,12 @@ impl LeaseStore for SqliteStore {
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(
-            "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map)?;
+        let rows = sqlx::query(sql::DEAD_TOKENS)
+            .bind(self.ns.as_ref())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
         rows.iter()
             .map(|row| {
                 let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
@@ -598,7 +560,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let now: i64 = sqlx::query_scalar(concat!("SELECT ", now!()))
+        let now: i64 = sqlx::query_scalar(sql::STORE_TIME)
             .fetch_one(&self.pool)
             .await
             .map_err(map)?;
@@ -607,16 +569,12 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let left: Option<i64> = sqlx::query_scalar(concat!(
-            "SELECT expires_at - ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 ORDER BY expires_at LIMIT 1"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(space.as_ref())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map)?;
+        let left: Option<i64> = sqlx::query_scalar(sql::NEXT_EXPIRY)
+            .bind(self.ns.as_ref())
+            .bind(space.as_ref())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
@@ -630,25 +588,15 @@ impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
         let mut w = self.write().await?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, 1) \
-             ON CONFLICT (ns) DO UPDATE SET next_item = next_item + 1 RETURNING next_item",
-        )
-        .bind(self.ns.as_ref())
-        .fetch_one(w.conn())
-        .await
-        .map_err(map)?;
-        sqlx::query(
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)",
-        )
-        .bind(self.ns.as_ref())
-        .bind(id)
-        .bind(payload)
-        .bind(i64::from(options.max_attempts))
-        .execute(w.conn())
-        .await
-        .map_err(map)?;
+        let id = self.next(w.conn(), sql::NEXT_ITEM).await?;
+        sqlx::query(sql::ENQUEUE)
+            .bind(self.ns.as_ref())
+            .bind(id)
+            .bind(payload)
+            .bind(i64::from(options.max_attempts))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
@@ -661,18 +609,13 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Err(e);
         }
-        let rows = sqlx::query(
-            "UPDATE liveness_items SET state = 1, owner = ?2, attempts = attempts + 1 \
-             WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
-             WHERE ns = ?1 AND state = 0 ORDER BY id LIMIT ?3) \
-             RETURNING id, payload, attempts, max_attempts, state, owner",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(lease.token.0))
-        .bind(i64::try_from(n).unwrap_or(i64::MAX))
-        .fetch_all(w.conn())
-        .await
-        .map_err(map)?;
+        let rows = sqlx::query(sql::CLAIM)
+            .bind(self.ns.as_ref())
+            .bind(as_db(lease.token.0))
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         let mut items = rows
             .iter()
@@ -685,15 +628,13 @@ impl ItemStore for SqliteStore {
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
-        let done = sqlx::query(
-            "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .bind(as_db(lease.token.0))
-        .execute(&self.pool)
-        .await
-        .map_err(map)?;
+        let done = sqlx::query(sql::COMPLETE)
+            .bind(self.ns.as_ref())
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .execute(&self.pool)
+            .await
+            .map_err(map)?;
         if done.rows_affected() == 0 {
             return Err(Error::Fenced {
                 item: id,
@@ -705,18 +646,14 @@ impl ItemStore for SqliteStore {
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         let mut w = self.write().await?;
-        let state: Option<i64> = sqlx::query_scalar(
-            "UPDATE liveness_items SET owner = NULL, \
-             state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END \
-             WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .bind(as_db(lease.token.0))
-        .bind(retry)
-        .fetch_optional(w.conn())
-        .await
-        .map_err(map)?;
+        let state: Option<i64> = sqlx::query_scalar(sql::FAIL)
+            .bind(self.ns.as_ref())
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .bind(retry)
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
         let Some(state) = state else {
             w.rollback().await?;
             return Err(Error::Fenced {
@@ -735,7 +672,7 @@ impl ItemStore for SqliteStore {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut w = self.write().await?;
         let t = as_db(token.0);
-        let done = sqlx::query("DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2")
+        let done = sqlx::query(sql::FORGET_DEAD)
             .bind(self.ns.as_ref())
             .bind(t)
             .execute(w.conn())
@@ -745,16 +682,12 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Ok(Requeued::default());
         }
-        let rows = sqlx::query(
-            "UPDATE liveness_items SET owner = NULL, \
-             state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
-             WHERE ns = ?1 AND state = 1 AND owner = ?2 RETURNING id, state",
-        )
-        .bind(self.ns.as_ref())
-        .bind(t)
-        .fetch_all(w.conn())
-        .await
-        .map_err(map)?;
+        let rows = sqlx::query(sql::REQUEUE_ORPHANS)
+            .bind(self.ns.as_ref())
+            .bind(t)
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         let mut out = Requeued::default();
         for row in &rows {
@@ -772,26 +705,22 @@ impl ItemStore for SqliteStore {
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let row = sqlx::query(
-            "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-             WHERE ns = ?1 AND id = ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map)?;
+        let row = sqlx::query(sql::ITEM)
+            .bind(self.ns.as_ref())
+            .bind(as_db(id.0))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
             .transpose()
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let rows =
-            sqlx::query("SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state")
-                .bind(self.ns.as_ref())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map)?;
+        let rows = sqlx::query(sql::ITEM_COUNTS)
+            .bind(self.ns.as_ref())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
         let mut counts = ItemCounts::default();
         for row in &rows {
             let state: i64 = row.try_get(0).map_err(map)?;
@@ -808,15 +737,12 @@ impl ItemStore for SqliteStore {
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(
-            "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-             WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map)?;
+        let rows = sqlx::query(sql::DEAD_LETTERS)
+            .bind(self.ns.as_ref())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
         rows.iter()
             .map(|row| Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state }))
             .collect()
