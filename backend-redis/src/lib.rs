@@ -10,7 +10,7 @@ mod scripts;
 mod store;
 
 pub use config::RedisConfig;
-pub use store::RedisStore;
+pub use store::{RedisStore, MAX_PAYLOAD};
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.
