@@ -19,7 +19,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::error::{is_transient, map};
 use crate::BACKEND;
 
-type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+/// A statement with its parameters bound.
+pub(crate) type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 
 pub(crate) struct Conns {
     options: PgConnectOptions,

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::config::PostgresConfig;
-use crate::conns::Conns;
+use crate::conns::{Conns, Query};
 use crate::error::{corrupt, map, MigrationFailed};
 use crate::{sql, BACKEND};
 
@@ -75,6 +75,22 @@ impl std::fmt::Debug for PostgresStore {
             .field("schema", &self.inner.schema)
             .finish_non_exhaustive()
     }
+}
+
+/// A statement about one key: its space and name are `$1` and `$2`.
+fn on_key<'q>(statement: &'static str, key: &'q Key) -> Query<'q> {
+    sqlx::query(statement)
+        .bind(key.space().as_str())
+        .bind(key.name().as_str())
+}
+
+/// A statement about item `id` (`$1`) owned by `lease`'s token (`$2`); `None` when
+/// either does not fit a bigint: no stored item can match it.
+fn on_owned_item(statement: &'static str, lease: &Lease, id: ItemId) -> Option<Query<'static>> {
+    let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
+        return None;
+    };
+    Some(sqlx::query(statement).bind(db_id).bind(token))
 }
 
 fn get<'r, T>(row: &'r PgRow, idx: usize) -> Result<T>
@@ -210,8 +226,28 @@ impl PostgresStore {
         &self.inner.connect
     }
 
+    /// The connections the store's statements run on.
+    fn db(&self) -> &Conns {
+        &self.inner.conns
+    }
+
     pub(crate) fn wake_local(&self) {
         tick(&self.inner.wake);
+    }
+
+    /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
+    /// true when it removed the lease (its token went to the dead set), and then
+    /// wakes this process's waiters.
+    async fn retire(&self, statement: &'static str, key: &Key, token: i64) -> Result<bool> {
+        let q = on_key(statement, key)
+            .bind(token)
+            .bind(self.inner.channel.as_str());
+        let row = self.db().fetch_one(q).await?;
+        let removed: i64 = get(&row, 0)?;
+        if removed > 0 {
+            self.wake_local();
+        }
+        Ok(removed > 0)
     }
 
     fn lost(lease: &Lease, reason: LostReason) -> Error {
@@ -321,18 +357,11 @@ impl LeaseStore for PostgresStore {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
         for _ in 0..ACQUIRE_RETRIES {
-            let row = self
-                .inner
-                .conns
-                .fetch_one(
-                    sqlx::query(sql::ACQUIRE)
-                        .bind(key.space().as_str())
-                        .bind(key.name().as_str())
-                        .bind(holder.as_str())
-                        .bind(ttl_ms(ttl))
-                        .bind(self.inner.channel.as_str()),
-                )
-                .await?;
+            let q = on_key(sql::ACQUIRE, key)
+                .bind(holder.as_str())
+                .bind(ttl_ms(ttl))
+                .bind(self.inner.channel.as_str());
+            let row = self.db().fetch_one(q).await?;
             let token: Option<i64> = get(&row, 0)?;
             let held_by: Option<String> = get(&row, 1)?;
             let held_token: Option<i64> = get(&row, 2)?;
@@ -365,31 +394,17 @@ impl LeaseStore for PostgresStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
-        let renewed = self
-            .inner
-            .conns
-            .execute(
-                sqlx::query(sql::RENEW)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(ttl_ms(lease.ttl))
-                    .bind(ttl_ok.is_ok()),
-            )
-            .await?;
+        let q = on_key(sql::RENEW, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(ttl_ms(lease.ttl))
+            .bind(ttl_ok.is_ok());
+        let renewed = self.db().execute(q).await?;
         if renewed > 0 {
             return Ok(lease.renewed());
         }
         // Lost (or an invalid ttl): say why. Nothing was written.
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(
-                sqlx::query(sql::RENEW_WHY)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str()),
-            )
-            .await?;
+        let q = on_key(sql::RENEW_WHY, &lease.key);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Err(Self::lost(lease, LostReason::Released));
         };
@@ -410,34 +425,13 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::RELEASE)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(self.inner.channel.as_str()),
-            )
-            .await?;
-        let removed: i64 = get(&row, 0)?;
-        if removed > 0 {
-            self.wake_local();
-        }
-        Ok(removed > 0)
+        self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
+            .await
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(
-                sqlx::query(sql::INSPECT)
-                    .bind(key.space().as_str())
-                    .bind(key.name().as_str()),
-            )
-            .await?;
+        let q = on_key(sql::INSPECT, key);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -466,15 +460,10 @@ impl LeaseStore for PostgresStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(
-                sqlx::query(sql::EXPIRED)
-                    .bind(space.as_str())
-                    .bind(limit_param(limit)),
-            )
-            .await?;
+        let q = sqlx::query(sql::EXPIRED)
+            .bind(space.as_str())
+            .bind(limit_param(limit));
+        let rows = self.db().fetch_all(q).await?;
         rows.iter()
             .map(|row| {
                 let name: String = get(row, 0)?;
@@ -493,31 +482,13 @@ impl LeaseStore for PostgresStore {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(false);
         };
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::REAP)
-                    .bind(key.space().as_str())
-                    .bind(key.name().as_str())
-                    .bind(token)
-                    .bind(self.inner.channel.as_str()),
-            )
-            .await?;
-        let removed: i64 = get(&row, 0)?;
-        if removed > 0 {
-            self.wake_local();
-        }
-        Ok(removed > 0)
+        self.retire(sql::REAP, key, token).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit)))
-            .await?;
+        let q = sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit));
+        let rows = self.db().fetch_all(q).await?;
         rows.iter()
             .map(|row| {
                 Ok(DeadToken {
@@ -529,11 +500,8 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(sqlx::query(sql::STORE_TIME))
-            .await?;
+        let q = sqlx::query(sql::STORE_TIME);
+        let row = self.db().fetch_one(q).await?;
         let micros: i64 = get(&row, 0)?;
         let micros = u64::try_from(micros).map_err(|_| corrupt("clock_timestamp", micros))?;
         // The contract wants it non-decreasing per handle; a server clock stepped
@@ -542,11 +510,8 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::NEXT_EXPIRY).bind(space.as_str()))
-            .await?;
+        let q = sqlx::query(sql::NEXT_EXPIRY).bind(space.as_str());
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -568,32 +533,20 @@ impl LeaseStore for PostgresStore {
 impl ItemStore for PostgresStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.inner.caps.max_payload)?;
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::ENQUEUE)
-                    .bind(payload)
-                    .bind(i64::from(options.max_attempts)),
-            )
-            .await?;
+        let q = sqlx::query(sql::ENQUEUE)
+            .bind(payload)
+            .bind(i64::from(options.max_attempts));
+        let row = self.db().fetch_one(q).await?;
         let id: i64 = get(&row, 0)?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
     }
 
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
         let n = self.inner.caps.clamp_limit("n", n)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(
-                sqlx::query(sql::CLAIM)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(limit_param(n)),
-            )
-            .await?;
+        let q = on_key(sql::CLAIM, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(limit_param(n));
+        let rows = self.db().fetch_all(q).await?;
         let Some(first) = rows.first() else {
             return Err(corrupt("claim", "no row"));
         };
@@ -622,40 +575,26 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let fenced = Error::Fenced {
+        let fenced = || Error::Fenced {
             item: id,
             token: lease.token,
         };
-        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
-            return Err(fenced);
-        };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::COMPLETE).bind(db_id).bind(token))
-            .await?;
-        match row {
+        let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q).await? {
             Some(_) => Ok(()),
-            None => Err(fenced),
+            None => Err(fenced()),
         }
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let fenced = Error::Fenced {
+        let fenced = || Error::Fenced {
             item: id,
             token: lease.token,
         };
-        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
-            return Err(fenced);
-        };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::FAIL).bind(db_id).bind(token).bind(retry))
-            .await?;
-        match row {
+        let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q.bind(retry)).await? {
             Some(row) => state_of(get(&row, 0)?, None),
-            None => Err(fenced),
+            None => Err(fenced()),
         }
     }
 
@@ -663,11 +602,8 @@ impl ItemStore for PostgresStore {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(Requeued::default());
         };
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::REQUEUE_ORPHANS).bind(token))
-            .await?;
+        let q = sqlx::query(sql::REQUEUE_ORPHANS).bind(token);
+        let rows = self.db().fetch_all(q).await?;
         let mut out = Requeued::default();
         for row in &rows {
             let id: i64 = get(row, 0)?;
@@ -684,11 +620,8 @@ impl ItemStore for PostgresStore {
         let Some(db_id) = id_param(id) else {
             return Ok(None);
         };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::ITEM).bind(db_id))
-            .await?;
+        let q = sqlx::query(sql::ITEM).bind(db_id);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -699,11 +632,8 @@ impl ItemStore for PostgresStore {
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(sqlx::query(sql::ITEM_COUNTS))
-            .await?;
+        let q = sqlx::query(sql::ITEM_COUNTS);
+        let row = self.db().fetch_one(q).await?;
         let n = |i: usize| -> Result<u64> {
             let v: i64 = get(&row, i)?;
             u64::try_from(v).map_err(|_| corrupt("count", v))
@@ -717,11 +647,8 @@ impl ItemStore for PostgresStore {
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit)))
-            .await?;
+        let q = sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit));
+        let rows = self.db().fetch_all(q).await?;
         rows.iter()
             .map(|row| {
                 Ok(ItemRecord {
