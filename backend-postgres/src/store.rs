@@ -226,6 +226,11 @@ impl PostgresStore {
         &self.inner.connect
     }
 
+    /// Every row a listing statement returns, each read by `read`.
+    async fn list<T>(&self, q: Query<'_>, read: impl Fn(&PgRow) -> Result<T>) -> Result<Vec<T>> {
+        self.db().fetch_all(q).await?.iter().map(read).collect()
+    }
+
     /// The connections the store's statements run on.
     fn db(&self) -> &Conns {
         &self.inner.conns
@@ -463,19 +468,16 @@ impl LeaseStore for PostgresStore {
         let q = sqlx::query(sql::EXPIRED)
             .bind(space.as_str())
             .bind(limit_param(limit));
-        let rows = self.db().fetch_all(q).await?;
-        rows.iter()
-            .map(|row| {
-                let name: String = get(row, 0)?;
-                let holder: String = get(row, 1)?;
-                Ok(ExpiredLease {
-                    key: key_of(space.as_str().to_owned(), name)?,
-                    holder: HolderId::new(holder)
-                        .map_err(|_| corrupt("holder", "invalid holder"))?,
-                    token: token_of(get(row, 2)?)?,
-                })
+        self.list(q, |row| {
+            let name: String = get(row, 0)?;
+            let holder: String = get(row, 1)?;
+            Ok(ExpiredLease {
+                key: key_of(space.as_str().to_owned(), name)?,
+                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+                token: token_of(get(row, 2)?)?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
@@ -488,15 +490,13 @@ impl LeaseStore for PostgresStore {
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit));
-        let rows = self.db().fetch_all(q).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadToken {
-                    token: token_of(get(row, 0)?)?,
-                    key: key_of(get(row, 1)?, get(row, 2)?)?,
-                })
+        self.list(q, |row| {
+            Ok(DeadToken {
+                token: token_of(get(row, 0)?)?,
+                key: key_of(get(row, 1)?, get(row, 2)?)?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
@@ -648,14 +648,12 @@ impl ItemStore for PostgresStore {
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit));
-        let rows = self.db().fetch_all(q).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ItemRecord {
-                    item: item_of(row)?,
-                    state: ItemState::DeadLettered,
-                })
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: ItemState::DeadLettered,
             })
-            .collect()
+        })
+        .await
     }
 }
