@@ -64,6 +64,14 @@ fn as_db(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(-1)
 }
 
+/// A statement with its parameters bound.
+type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
+
+/// A limit as an integer parameter.
+fn limit_param(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn get_u64(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u64> {
     let v: i64 = row.try_get(idx).map_err(map)?;
     u64::try_from(v).map_err(|_| corrupt(what))
@@ -219,8 +227,8 @@ impl SqliteStore {
 
     /// Reads the store's now and the lease on `key`, in one statement.
     async fn current(&self, conn: &mut SqliteConnection, key: &Key) -> Result<Current> {
-        let row = sqlx::query(sql::CURRENT)
-            .bind(self.ns.as_ref())
+        let row = self
+            .query(sql::CURRENT)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
             .fetch_one(&mut *conn)
@@ -254,6 +262,49 @@ impl SqliteStore {
         })
     }
 
+    /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
+    /// true when it deleted the lease, whose token then goes to the dead set in the
+    /// same transaction; wakes this process's waiters.
+    async fn retire(
+        &self,
+        statement: &'static str,
+        key: &Key,
+        token: FencingToken,
+    ) -> Result<bool> {
+        let mut w = self.write().await?;
+        let done = self
+            .query(statement)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(as_db(token.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 0 {
+            w.rollback().await?;
+            return Ok(false);
+        }
+        self.bury(w.conn(), key, token.0).await?;
+        w.commit().await?;
+        tick(&self.wake);
+        Ok(true)
+    }
+
+    /// A statement of this namespace: `?1` is bound to it.
+    fn query(&self, statement: &'static str) -> Query<'_> {
+        sqlx::query(statement).bind(self.ns.as_ref())
+    }
+
+    /// Every row a listing statement returns, each read by `read`.
+    async fn list<T>(
+        &self,
+        q: Query<'_>,
+        read: impl Fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let rows = q.fetch_all(&self.pool).await.map_err(map)?;
+        rows.iter().map(read).collect()
+    }
+
     /// Draws the next value of one of the namespace's counters: `counter` is
     /// [`sql::NEXT_TOKEN`] or [`sql::NEXT_ITEM`].
     async fn next(&self, conn: &mut SqliteConnection, counter: &'static str) -> Result<i64> {
@@ -266,8 +317,7 @@ impl SqliteStore {
 
     /// Moves the lease on `key` with `token` to the dead set (the caller deleted it).
     async fn bury(&self, conn: &mut SqliteConnection, key: &Key, token: u64) -> Result<()> {
-        sqlx::query(sql::BURY)
-            .bind(self.ns.as_ref())
+        self.query(sql::BURY)
             .bind(to_i64(token, "token")?)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
@@ -387,8 +437,7 @@ impl LeaseStore for SqliteStore {
             retired = true;
         }
         let token = self.next(w.conn(), sql::NEXT_TOKEN).await?;
-        sqlx::query(sql::PUT_LEASE)
-            .bind(self.ns.as_ref())
+        self.query(sql::PUT_LEASE)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
             .bind(holder.as_ref())
@@ -413,8 +462,8 @@ impl LeaseStore for SqliteStore {
         // for the whole statement), one round trip on the hot path.
         let guard = self.writer.lock().await;
         if ttl_ok.is_ok() {
-            let done = sqlx::query(sql::RENEW)
-                .bind(self.ns.as_ref())
+            let done = self
+                .query(sql::RENEW)
                 .bind(lease.key.space().as_ref())
                 .bind(lease.key.name().as_ref())
                 .bind(as_db(lease.token.0))
@@ -447,28 +496,12 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let mut w = self.write().await?;
-        let done = sqlx::query(sql::RELEASE)
-            .bind(self.ns.as_ref())
-            .bind(lease.key.space().as_ref())
-            .bind(lease.key.name().as_ref())
-            .bind(as_db(lease.token.0))
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
-        if done.rows_affected() == 0 {
-            w.rollback().await?;
-            return Ok(false);
-        }
-        self.bury(w.conn(), &lease.key, lease.token.0).await?;
-        w.commit().await?;
-        tick(&self.wake);
-        Ok(true)
+        self.retire(sql::RELEASE, &lease.key, lease.token).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = sqlx::query(sql::INSPECT)
-            .bind(self.ns.as_ref())
+        let row = self
+            .query(sql::INSPECT)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
             .fetch_optional(&self.pool)
@@ -500,63 +533,37 @@ impl LeaseStore for SqliteStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(sql::EXPIRED)
-            .bind(self.ns.as_ref())
+        let q = self
+            .query(sql::EXPIRED)
             .bind(space.as_ref())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        rows.iter()
-            .map(|row| {
-                let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
-                Ok(ExpiredLease {
-                    key: Key::new(space.clone(), name),
-                    holder: HolderId::new(get_text(row, 1)?).map_err(|_| corrupt("holder"))?,
-                    token: FencingToken(get_u64(row, 2, "token")?),
-                })
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
+            Ok(ExpiredLease {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(get_text(row, 1)?).map_err(|_| corrupt("holder"))?,
+                token: FencingToken(get_u64(row, 2, "token")?),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let mut w = self.write().await?;
-        let done = sqlx::query(sql::REAP)
-            .bind(self.ns.as_ref())
-            .bind(key.space().as_ref())
-            .bind(key.name().as_ref())
-            .bind(as_db(token.0))
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
-        if done.rows_affected() == 0 {
-            w.rollback().await?;
-            return Ok(false);
-        }
-        self.bury(w.conn(), key, token.0).await?;
-        w.commit().await?;
-        tick(&self.wake);
-        Ok(true)
+        self.retire(sql::REAP, key, token).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(sql::DEAD_TOKENS)
-            .bind(self.ns.as_ref())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        rows.iter()
-            .map(|row| {
-                let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
-                let name = Name::new(get_text(row, 2)?).map_err(|_| corrupt("name"))?;
-                Ok(DeadToken {
-                    token: FencingToken(get_u64(row, 0, "token")?),
-                    key: Key::new(space, name),
-                })
+        let q = self.query(sql::DEAD_TOKENS).bind(limit_param(limit));
+        self.list(q, |row| {
+            let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
+            let name = Name::new(get_text(row, 2)?).map_err(|_| corrupt("name"))?;
+            Ok(DeadToken {
+                token: FencingToken(get_u64(row, 0, "token")?),
+                key: Key::new(space, name),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
@@ -589,8 +596,7 @@ impl ItemStore for SqliteStore {
         options.validate(payload, self.caps.max_payload)?;
         let mut w = self.write().await?;
         let id = self.next(w.conn(), sql::NEXT_ITEM).await?;
-        sqlx::query(sql::ENQUEUE)
-            .bind(self.ns.as_ref())
+        self.query(sql::ENQUEUE)
             .bind(id)
             .bind(payload)
             .bind(i64::from(options.max_attempts))
@@ -609,10 +615,10 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Err(e);
         }
-        let rows = sqlx::query(sql::CLAIM)
-            .bind(self.ns.as_ref())
+        let rows = self
+            .query(sql::CLAIM)
             .bind(as_db(lease.token.0))
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .bind(limit_param(n))
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
@@ -628,8 +634,8 @@ impl ItemStore for SqliteStore {
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
-        let done = sqlx::query(sql::COMPLETE)
-            .bind(self.ns.as_ref())
+        let done = self
+            .query(sql::COMPLETE)
             .bind(as_db(id.0))
             .bind(as_db(lease.token.0))
             .execute(&self.pool)
@@ -672,8 +678,8 @@ impl ItemStore for SqliteStore {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut w = self.write().await?;
         let t = as_db(token.0);
-        let done = sqlx::query(sql::FORGET_DEAD)
-            .bind(self.ns.as_ref())
+        let done = self
+            .query(sql::FORGET_DEAD)
             .bind(t)
             .execute(w.conn())
             .await
@@ -682,8 +688,8 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Ok(Requeued::default());
         }
-        let rows = sqlx::query(sql::REQUEUE_ORPHANS)
-            .bind(self.ns.as_ref())
+        let rows = self
+            .query(sql::REQUEUE_ORPHANS)
             .bind(t)
             .fetch_all(w.conn())
             .await
@@ -705,8 +711,8 @@ impl ItemStore for SqliteStore {
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let row = sqlx::query(sql::ITEM)
-            .bind(self.ns.as_ref())
+        let row = self
+            .query(sql::ITEM)
             .bind(as_db(id.0))
             .fetch_optional(&self.pool)
             .await
@@ -716,8 +722,8 @@ impl ItemStore for SqliteStore {
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let rows = sqlx::query(sql::ITEM_COUNTS)
-            .bind(self.ns.as_ref())
+        let rows = self
+            .query(sql::ITEM_COUNTS)
             .fetch_all(&self.pool)
             .await
             .map_err(map)?;
@@ -737,14 +743,10 @@ impl ItemStore for SqliteStore {
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(sql::DEAD_LETTERS)
-            .bind(self.ns.as_ref())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        rows.iter()
-            .map(|row| Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state }))
-            .collect()
+        let q = self.query(sql::DEAD_LETTERS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
+        .await
     }
 }
