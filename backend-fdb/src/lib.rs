@@ -10,6 +10,7 @@ mod kv;
 #[cfg(feature = "native")]
 mod native;
 mod observe;
+mod ops;
 mod store;
 
 pub use config::{FdbConfig, SCHEMES};
