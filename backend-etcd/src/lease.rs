@@ -192,9 +192,6 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// Makes sure the expiry watch runs and has delivered every event up to now: a
-    /// write of the sync key, then a wait until the watch saw it. When the watch does
-
     /// Why a transaction guarded by `lease` being live failed: the lease's loss, read
     /// from the `or_else` reads of its record and lease-bound key.
     pub(crate) fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
