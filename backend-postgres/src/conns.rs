@@ -22,6 +22,21 @@ use crate::BACKEND;
 /// A statement with its parameters bound.
 pub(crate) type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 
+/// Runs `$q.$method(conn)` on a connection checked out of `$conns`, and gives the
+/// connection back unless the outcome says it may be broken ([`Checkout::finish`]).
+/// A macro, not a function: each sqlx method returns its own future type.
+macro_rules! on_conn {
+    ($conns:expr, $q:ident . $method:ident) => {{
+        let mut c = $conns.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = $q.$method(conn).await;
+        c.finish(&r);
+        r.map_err(map)
+    }};
+}
+
 pub(crate) struct Conns {
     options: PgConnectOptions,
     idle: Mutex<Vec<PgConnection>>,
@@ -85,44 +100,20 @@ impl Conns {
     }
 
     pub(crate) async fn fetch_one(&self, q: Query<'_>) -> Result<PgRow> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_one(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_one)
     }
 
     /// Runs a statement, returning the number of rows it affected.
     pub(crate) async fn execute(&self, q: Query<'_>) -> Result<u64> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.execute(conn).await;
-        c.finish(&r);
-        r.map(|done| done.rows_affected()).map_err(map)
+        on_conn!(self, q.execute).map(|done| done.rows_affected())
     }
 
     pub(crate) async fn fetch_optional(&self, q: Query<'_>) -> Result<Option<PgRow>> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_optional(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_optional)
     }
 
     pub(crate) async fn fetch_all(&self, q: Query<'_>) -> Result<Vec<PgRow>> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_all(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_all)
     }
 }
 
