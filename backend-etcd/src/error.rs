@@ -17,6 +17,7 @@ pub(crate) enum Fault {
     Contention,
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),
+    #[cfg(feature = "tls")]
     #[error("could not read {0:?}")]
     Unreadable(std::path::PathBuf, #[source] std::io::Error),
 }
