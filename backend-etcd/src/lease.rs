@@ -72,16 +72,11 @@ impl Snapshot {
 
     /// Why `lease` is not current and live, or the record when it is.
     pub(crate) fn check(self, lease: &Lease) -> Result<Current> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        };
         let live = self.is_live();
         match self.record {
-            None => Err(lost(LostReason::Released)),
-            Some(c) if c.token != lease.token => Err(lost(LostReason::Superseded)),
-            Some(_) if !live => Err(lost(LostReason::Expired)),
+            None => Err(lease.lost(LostReason::Released)),
+            Some(c) if c.token != lease.token => Err(lease.lost(LostReason::Superseded)),
+            Some(_) if !live => Err(lease.lost(LostReason::Expired)),
             Some(c) => Ok(c),
         }
     }

@@ -318,11 +318,7 @@ impl LeaseStore for EtcdStore {
         let current = self.snapshot(&lease.key).await?.check(lease)?;
         if current.rec.lease_id == slot.lease_id {
             // Live by the key but unknown to the lessor: it is being revoked now.
-            return Err(Error::Lost {
-                key: lease.key.clone(),
-                token: lease.token,
-                reason: LostReason::Expired,
-            });
+            return Err(lease.lost(LostReason::Expired));
         }
         let slot = self
             .inner
@@ -338,11 +334,7 @@ impl LeaseStore for EtcdStore {
             left if left > 0 => Ok(Self::renewed(lease, left)),
             _ => {
                 self.inner.slots.remove(lease.token);
-                Err(Error::Lost {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                    reason: LostReason::Expired,
-                })
+                Err(lease.lost(LostReason::Expired))
             }
         }
     }
@@ -618,20 +610,14 @@ impl ItemStore for EtcdStore {
         if resp.succeeded() {
             Ok(())
         } else {
-            Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            })
+            Err(lease.fenced(id))
         }
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
-        let fenced = || Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
+        let fenced = || lease.fenced(id);
         for _ in 0..MAX_TRIES {
             let Some(kv) = self.get_one(&owned).await? else {
                 return Err(fenced());

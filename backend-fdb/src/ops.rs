@@ -25,11 +25,7 @@ pub(crate) fn ttl_of(ms: u64) -> Duration {
 }
 
 pub(crate) fn lost(lease: &Lease, reason: LostReason) -> Fail {
-    Fail::Stop(Error::Lost {
-        key: lease.key.clone(),
-        token: lease.token,
-        reason,
-    })
+    Fail::Stop(lease.lost(reason))
 }
 
 /// What one release or reap attempt did.
@@ -576,10 +572,7 @@ impl FdbStore {
     ) -> Result<ItemMeta, Fail> {
         match self.read_meta(tx, id.0, false).await? {
             Some(meta) if meta.state == ItemState::Owned(lease.token) => Ok(meta),
-            _ => Err(Fail::Stop(Error::Fenced {
-                item: id,
-                token: lease.token,
-            })),
+            _ => Err(Fail::Stop(lease.fenced(id))),
         }
     }
 

@@ -255,14 +255,6 @@ impl PostgresStore {
         Ok(removed > 0)
     }
 
-    fn lost(lease: &Lease, reason: LostReason) -> Error {
-        Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        }
-    }
-
     /// Starts (once) the task that LISTENs on the namespace's channel and ticks the
     /// wake-up signal on every notification, and once after every (re)connection
     /// (notifications sent while it was not listening are lost).
@@ -411,21 +403,21 @@ impl LeaseStore for PostgresStore {
         let q = on_key(sql::RENEW_WHY, &lease.key);
         let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
-            return Err(Self::lost(lease, LostReason::Released));
+            return Err(lease.lost(LostReason::Released));
         };
         let current: i64 = get(&row, 0)?;
         let live: bool = get(&row, 1)?;
         if token_of(current)? != lease.token {
-            return Err(Self::lost(lease, LostReason::Superseded));
+            return Err(lease.lost(LostReason::Superseded));
         }
         match (live, ttl_ok) {
-            (false, _) => Err(Self::lost(lease, LostReason::Expired)),
+            (false, _) => Err(lease.lost(LostReason::Expired)),
             (true, Err(e)) => Err(e),
             // Current and live when the diagnosis read it, yet the UPDATE did not
             // match: nothing makes an expired lease live again under the same token,
             // so only a server clock stepped back between the two reads gets here.
             // The UPDATE saw it expired: that is the answer.
-            (true, Ok(())) => Err(Self::lost(lease, LostReason::Expired)),
+            (true, Ok(())) => Err(lease.lost(LostReason::Expired)),
         }
     }
 
@@ -553,11 +545,11 @@ impl ItemStore for PostgresStore {
         let current: Option<i64> = get(first, 0)?;
         let live: Option<bool> = get(first, 1)?;
         match current {
-            None => return Err(Self::lost(lease, LostReason::Released)),
+            None => return Err(lease.lost(LostReason::Released)),
             Some(t) if token_of(t)? != lease.token => {
-                return Err(Self::lost(lease, LostReason::Superseded))
+                return Err(lease.lost(LostReason::Superseded))
             }
-            Some(_) if live != Some(true) => return Err(Self::lost(lease, LostReason::Expired)),
+            Some(_) if live != Some(true) => return Err(lease.lost(LostReason::Expired)),
             Some(_) => {}
         }
         let mut items = Vec::with_capacity(rows.len());
@@ -575,10 +567,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let fenced = || Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
+        let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q).await? {
             Some(_) => Ok(()),
@@ -587,10 +576,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let fenced = || Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
+        let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q.bind(retry)).await? {
             Some(row) => state_of(get(&row, 0)?, None),

@@ -115,11 +115,7 @@ fn lost(lease: &Lease, code: i64) -> Error {
         -3 => LostReason::Expired,
         _ => LostReason::Released,
     };
-    Error::Lost {
-        key: lease.key.clone(),
-        token: lease.token,
-        reason,
-    }
+    lease.lost(reason)
 }
 
 fn us(n: i64) -> Duration {
@@ -529,10 +525,7 @@ impl ItemStore for RedisStore {
             .arg(lease.token.0);
         match int("complete", &self.run(call).await?)? {
             1 => Ok(()),
-            _ => Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            }),
+            _ => Err(lease.fenced(id)),
         }
     }
 
@@ -549,10 +542,7 @@ impl ItemStore for RedisStore {
         match int("fail", &self.run(call).await?)? {
             1 => Ok(ItemState::Pending),
             2 => Ok(ItemState::DeadLettered),
-            _ => Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            }),
+            _ => Err(lease.fenced(id)),
         }
     }
 

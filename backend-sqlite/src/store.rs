@@ -255,11 +255,7 @@ impl SqliteStore {
             Some((_, _, expires_at)) if cur.now >= *expires_at => LostReason::Expired,
             Some(_) => return None,
         };
-        Some(Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        })
+        Some(lease.lost(reason))
     }
 
     /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
@@ -486,11 +482,7 @@ impl LeaseStore for SqliteStore {
             None => match ttl_ok {
                 Err(e) => Err(e),
                 // Live again after a failed UPDATE: the host clock stepped back.
-                Ok(()) => Err(Error::Lost {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                    reason: LostReason::Expired,
-                }),
+                Ok(()) => Err(lease.lost(LostReason::Expired)),
             },
         }
     }
@@ -642,10 +634,7 @@ impl ItemStore for SqliteStore {
             .await
             .map_err(map)?;
         if done.rows_affected() == 0 {
-            return Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            });
+            return Err(lease.fenced(id));
         }
         Ok(())
     }
@@ -662,10 +651,7 @@ impl ItemStore for SqliteStore {
             .map_err(map)?;
         let Some(state) = state else {
             w.rollback().await?;
-            return Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            });
+            return Err(lease.fenced(id));
         };
         w.commit().await?;
         Ok(if state == STATE_PENDING {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::{Error, LostReason};
+use crate::item::ItemId;
 use crate::types::{FencingToken, HolderId, Key, Ttl};
 
 /// A lease held by the caller: the proof of an acquisition, passed back to `renew`,
@@ -41,6 +43,24 @@ impl Lease {
         Lease {
             expires_in: self.ttl.duration(),
             ..self.clone()
+        }
+    }
+
+    /// The [`Error::Lost`] a store answers when this lease is no longer current.
+    pub fn lost(&self, reason: LostReason) -> Error {
+        Error::Lost {
+            key: self.key.clone(),
+            token: self.token,
+            reason,
+        }
+    }
+
+    /// The [`Error::Fenced`] a store answers when `item` is not owned by this lease's
+    /// token.
+    pub fn fenced(&self, item: ItemId) -> Error {
+        Error::Fenced {
+            item,
+            token: self.token,
         }
     }
 }

@@ -94,15 +94,10 @@ impl NsState {
     }
 
     fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        };
         match self.leases.get(&lease.key) {
-            None => Err(lost(LostReason::Released)),
-            Some(rec) if rec.token != lease.token => Err(lost(LostReason::Superseded)),
-            Some(rec) if now >= rec.expires_at => Err(lost(LostReason::Expired)),
+            None => Err(lease.lost(LostReason::Released)),
+            Some(rec) if rec.token != lease.token => Err(lease.lost(LostReason::Superseded)),
+            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostReason::Expired)),
             Some(rec) => Ok(rec),
         }
     }
