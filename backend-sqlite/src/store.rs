@@ -8,9 +8,9 @@
 //!   process they also queue on an async mutex per file, so they do not spin in
 //!   SQLite's busy handler against each other.
 //! - The store clock: `unixepoch('subsec')`, read by SQLite inside the operation's
-//!   first statement (the `now!` expression of `sql.rs`) and used for the whole transaction,
-//!   which holds the write lock: the operation happens at that one instant. No
-//!   Rust-side timestamp is ever used. This is only valid because every process that
+//!   first statement (the `now!` expression of `sql.rs`) and used for the whole
+//!   transaction, which holds the write lock: the operation happens at that one
+//!   instant. No Rust-side timestamp is ever used. This is only valid because every process that
 //!   opens the file runs on the same host and so reads the same clock.
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
