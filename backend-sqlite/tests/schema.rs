@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use backend_sqlite::{SchemaTooNew, SqliteConfig, SqliteStore};
+use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::{
     Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, Namespace,
-    Space, Ttl,
+    SchemaTooNew, Space, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Connection, SqlSafeStr};
