@@ -1,4 +1,4 @@
-//! The store clock driven by hand (`clock::ManualClock`): expiry follows the boot
+//! The store clock driven by hand (`clock::ManualBootClock`): expiry follows the boot
 //! clock and nothing else, a suspend (the boot clock jumps) expires leases, and a
 //! reboot (another boot id, a clock restarted near zero) retires every lease written
 //! before it, however far in the future its expiry lies.
@@ -10,12 +10,12 @@ use liveness_core::{
     Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Namespace, Space, Ttl,
 };
 
-use crate::clock::ManualClock;
+use crate::clock::ManualBootClock;
 use crate::{SqliteConfig, SqliteStore};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-async fn open(path: &std::path::Path, clock: &ManualClock) -> SqliteStore {
+async fn open(path: &std::path::Path, clock: &ManualBootClock) -> SqliteStore {
     let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap());
     SqliteStore::connect_with(config, Arc::new(clock.clone()))
         .await
@@ -35,7 +35,7 @@ fn expired_reason(e: &Error) -> bool {
 #[tokio::test]
 async fn expiry_and_store_time_follow_the_boot_clock_only() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new("boot-1", Duration::from_secs(1000));
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
     let store = open(&dir.path().join("u.db"), &clock).await;
     assert_eq!(
         store.store_time().await.unwrap().since_epoch(),
@@ -84,7 +84,7 @@ async fn a_reboot_retires_every_lease_written_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reboot.db");
     // The last boot ran for 40 days; its leases expire a day after that.
-    let before = ManualClock::new("boot-1", 40 * DAY);
+    let before = ManualBootClock::new("boot-1", 40 * DAY);
     let store = open(&path, &before).await;
     let key = Key::member("a").unwrap();
     let holder = HolderId::new("h").unwrap();
@@ -93,7 +93,7 @@ async fn a_reboot_retires_every_lease_written_before_it() {
     store.close().await;
 
     // After the reboot the boot clock restarted: 5 s since boot.
-    let after = ManualClock::new("boot-2", Duration::from_secs(5));
+    let after = ManualBootClock::new("boot-2", Duration::from_secs(5));
     let store = open(&path, &after).await;
     assert_eq!(
         store.inspect(&key).await.unwrap().unwrap().status,

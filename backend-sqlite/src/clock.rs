@@ -36,7 +36,7 @@ pub(crate) trait StoreClock: Send + Sync + Debug {
 /// clock (milliseconds since the Unix epoch) under a fixed boot id: a wall clock goes
 /// on across reboots, but a step of it moves every expiry, as it did before.
 #[derive(Debug)]
-pub(crate) struct HostClock {
+pub(crate) struct HostBootClock {
     boot_id: String,
 }
 
@@ -64,13 +64,13 @@ impl std::error::Error for NoBootId {
     }
 }
 
-impl HostClock {
+impl HostBootClock {
     /// Reads the boot id once; the handle keeps it (a process never outlives its
     /// boot). Fails with [`Error::Backend`] when it cannot be read: without it a
     /// reboot could not be told from a long run, and leases of dead holders would
     /// look live for as long as the last boot had been up.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(crate) fn new() -> Result<HostClock> {
+    pub(crate) fn new() -> Result<HostBootClock> {
         let id =
             std::fs::read_to_string(BOOT_ID).map_err(|e| Error::backend(BACKEND, NoBootId(e)))?;
         let id = id.trim();
@@ -78,7 +78,7 @@ impl HostClock {
             let empty = std::io::Error::new(std::io::ErrorKind::InvalidData, "empty");
             return Err(Error::backend(BACKEND, NoBootId(empty)));
         }
-        Ok(HostClock {
+        Ok(HostBootClock {
             boot_id: id.to_owned(),
         })
     }
@@ -86,14 +86,14 @@ impl HostClock {
     /// The wall-clock fallback: one fixed boot id, since the wall clock does not
     /// restart at boot.
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(crate) fn new() -> Result<HostClock> {
-        Ok(HostClock {
+    pub(crate) fn new() -> Result<HostBootClock> {
+        Ok(HostBootClock {
             boot_id: "wall-clock".to_owned(),
         })
     }
 }
 
-impl StoreClock for HostClock {
+impl StoreClock for HostBootClock {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn now(&self) -> Result<Duration> {
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
@@ -117,16 +117,16 @@ impl StoreClock for HostClock {
 /// A clock tests move by hand, in a boot they name. Clones share the time.
 #[cfg(test)]
 #[derive(Debug, Clone)]
-pub(crate) struct ManualClock {
+pub(crate) struct ManualBootClock {
     millis: std::sync::Arc<std::sync::atomic::AtomicU64>,
     boot_id: String,
 }
 
 #[cfg(test)]
-impl ManualClock {
+impl ManualBootClock {
     /// A clock `at` after the boot named `boot_id` began.
-    pub(crate) fn new(boot_id: &str, at: Duration) -> ManualClock {
-        ManualClock {
+    pub(crate) fn new(boot_id: &str, at: Duration) -> ManualBootClock {
+        ManualBootClock {
             millis: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
                 u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
             )),
@@ -143,7 +143,7 @@ impl ManualClock {
 }
 
 #[cfg(test)]
-impl StoreClock for ManualClock {
+impl StoreClock for ManualBootClock {
     fn now(&self) -> Result<Duration> {
         Ok(Duration::from_millis(
             self.millis.load(std::sync::atomic::Ordering::SeqCst),

@@ -39,7 +39,7 @@ use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
 use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::Instant;
 
-use crate::clock::{HostClock, StoreClock};
+use crate::clock::{HostBootClock, StoreClock};
 use crate::config::{Durability, SqliteConfig};
 use crate::error::{corrupt, map, map_migrate};
 use crate::{sql, BACKEND};
@@ -169,7 +169,7 @@ impl SqliteStore {
     /// retired (expired) as part of opening. Fails with [`Error::Backend`] when the
     /// host's boot id cannot be read.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
-        Self::connect_with(config, Arc::new(HostClock::new()?)).await
+        Self::connect_with(config, Arc::new(HostBootClock::new()?)).await
     }
 
     /// [`SqliteStore::connect`] with the store clock `clock`.
