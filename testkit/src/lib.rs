@@ -10,6 +10,7 @@
 //! one `SKIP` line per test that cargo's capture does not hide.
 
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod postgres;
 pub mod redis;
 pub mod tls;
