@@ -13,6 +13,7 @@ pub mod etcd;
 pub mod etcd_cluster;
 pub mod postgres;
 pub mod redis;
+pub mod redis_failover;
 pub mod tls;
 
 use std::net::TcpListener;
