@@ -163,6 +163,24 @@ async fn run(fault: Fault) -> Option<Figures> {
     });
     let failover = fault_at.elapsed();
 
+    // A lease acquired after the failover: its token exceeds every token before it,
+    // the probe's included.
+    let (after_key, after_holder) = (member_key("after"), HolderId::new("after").unwrap());
+    let fresh = retry(|| probe_store.acquire(&after_key, &after_holder, ttl))
+        .await
+        .unwrap();
+    let max_before_fault = before_tokens
+        .iter()
+        .copied()
+        .chain([probe.token])
+        .max()
+        .unwrap();
+    assert!(
+        fresh.token > max_before_fault,
+        "token {} after the failover, not above {max_before_fault}",
+        fresh.token
+    );
+
     // The probe is refused once it is reported expired (or a checker reaped it).
     fleet::wait_until("the probe lease expires", DEADLINE, || async {
         match probe_store.inspect(&probe_key).await {
@@ -197,10 +215,11 @@ async fn run(fault: Fault) -> Option<Figures> {
         "FIGURES redis failover, {fault:?}: failover (replica primary, cluster ok) \
          {failover:?}; members kept their lease {kept}/3, lost {}; probe lease (ttl {:?}) \
          reported expired {detection:?} after its nominal expiry ({early_probe:?} before \
-         it); tokens: max before {max_before}, after {after:?}, handed out twice {}; \
+         it); tokens: max before {max_before_fault}, first fresh lease after the failover {}, members' after {after:?}, handed out twice {}; \
          items lost 0/{ITEMS}; member leases reaped before their holder saw Lost: {}",
         3 - kept,
         ttl.duration(),
+        fresh.token,
         all.len() - distinct.len(),
         early.len()
     );

@@ -12,6 +12,8 @@
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod postgres;
+pub mod postgres_standby;
+pub mod proxy;
 pub mod redis;
 pub mod redis_failover;
 pub mod tls;
