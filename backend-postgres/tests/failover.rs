@@ -14,6 +14,9 @@
 //!   enqueued long before the fault). Measured and printed: tokens handed out twice,
 //!   early reaps, the standby's WAL lag at the kill — what async replication can lose.
 //!
+//! - **A standby answering writes** (the virtual IP moved to it before the promotion):
+//!   SQLSTATE 25006 is `Unavailable`, and a member renewing through it keeps its lease.
+//!
 //! Tokens come from a sequence. PostgreSQL WAL-logs a sequence 32 values ahead of the
 //! value it hands out (`SEQ_LOG_VALS`), and a standby replays that logged value, so a
 //! promoted standby continues from up to 32 past the last token the primary handed
@@ -237,4 +240,69 @@ async fn synchronous_standby_promoted_mid_run_loses_nothing_and_tokens_increase(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn asynchronous_standby_promoted_mid_run_is_measured() {
     run(Replication::Asynchronous).await;
+}
+
+/// Issue 12, section 3: a virtual IP that points at the standby for a moment before the
+/// promotion (or a connection that lands on a standby) makes every write fail with
+/// SQLSTATE 25006 (read-only transaction). That is a transient state of the cluster,
+/// like a failover in progress: it must be `Unavailable` (retried), never a permanent
+/// error that makes every member and leader give up at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_answering_writes_read_only_is_unavailable_until_promoted() {
+    let Some(mut pair) = PgPair::start(Replication::Synchronous) else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
+    let probe_store = connect(&pair, &ns).await;
+    let ttl = Ttl::from_secs(9).unwrap();
+    let probe = probe_store
+        .acquire(&member_key("probe"), &HolderId::new("probe").unwrap(), ttl)
+        .await
+        .unwrap();
+    let bus = liveness_core::EventBus::new(1024);
+    let mut events = bus.subscribe();
+    let member = liveness_core::Member::join(
+        store,
+        liveness_core::MemberConfig::new("w", ttl)
+            .unwrap()
+            .renew_every(Duration::from_millis(300))
+            .events(bus),
+    )
+    .await
+    .unwrap();
+    let token = member.token();
+
+    // The "virtual IP" moves to the standby before it is promoted.
+    tokio::task::block_in_place(|| {
+        pair.kill_primary();
+        pair.proxy().switch(pair.standby_port());
+    });
+    let window = Instant::now() + Duration::from_millis(1500);
+    let mut answers = 0;
+    while Instant::now() < window {
+        match probe_store.renew(&probe).await {
+            Err(Error::Unavailable { .. }) => answers += 1,
+            other => panic!("a read-only standby answered a renewal with {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(answers > 0);
+    tokio::task::block_in_place(|| pair.promote()).unwrap();
+
+    // Once promoted, the same lease renews again: nobody lost anything.
+    retry(|| probe_store.renew(&probe)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        member.token(),
+        token,
+        "the member lost its lease to a read-only standby"
+    );
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, Event::Lost { .. }),
+            "the member gave up on a read-only standby: {e:?}"
+        );
+    }
+    let _ = member.leave(Duration::from_millis(100)).await;
 }

@@ -174,6 +174,24 @@ impl PgPair {
     }
 }
 
+fn wait_ready(psql: &Path, port: u16, password: &str) -> std::io::Result<()> {
+    let until = Instant::now() + READY_WITHIN;
+    loop {
+        let mut cmd = Command::new(psql);
+        cmd.args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-XAtq"])
+            .arg("-p")
+            .arg(port.to_string())
+            .args(["-c", "SELECT 1"])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "2");
+        match run(&mut cmd, "psql") {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > until => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 fn launcher(
     postgres: &Path,
     owner: Option<(u32, u32)>,
@@ -241,6 +259,10 @@ fn boot(
         launcher(&bins.postgres, owner, Some(replication)),
         READY_WITHIN,
     )?;
+
+    // The port listens before the server accepts sessions ("the database system is
+    // starting up"): wait until it answers a query.
+    wait_ready(&bin_dir.join("psql"), primary_port, &password)?;
 
     let standby_dir = tempfile::Builder::new()
         .prefix("liveness-pg-standby-")
