@@ -178,12 +178,20 @@ fn wait_ready(psql: &Path, port: u16, password: &str) -> std::io::Result<()> {
     let until = Instant::now() + READY_WITHIN;
     loop {
         let mut cmd = Command::new(psql);
-        cmd.args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-XAtq"])
-            .arg("-p")
-            .arg(port.to_string())
-            .args(["-c", "SELECT 1"])
-            .env("PGPASSWORD", password)
-            .env("PGCONNECT_TIMEOUT", "2");
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-XAtq",
+        ])
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["-c", "SELECT 1"])
+        .env("PGPASSWORD", password)
+        .env("PGCONNECT_TIMEOUT", "2");
         match run(&mut cmd, "psql") {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() > until => return Err(e),
