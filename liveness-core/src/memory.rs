@@ -9,7 +9,7 @@
 //! moved by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +20,9 @@ use crate::error::{Error, LostReason, Result};
 use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
+use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
+use crate::wake::tick;
 
 const BACKEND: &str = "memory";
 
@@ -87,20 +89,15 @@ impl NsState {
         if let Some(rec) = self.leases.remove(key) {
             self.unindex(key, rec.expires_at);
             self.dead.insert(rec.token, key.clone());
-            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+            tick(&self.wake);
         }
     }
 
     fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        };
         match self.leases.get(&lease.key) {
-            None => Err(lost(LostReason::Released)),
-            Some(rec) if rec.token != lease.token => Err(lost(LostReason::Superseded)),
-            Some(rec) if now >= rec.expires_at => Err(lost(LostReason::Expired)),
+            None => Err(lease.lost(LostReason::Released)),
+            Some(rec) if rec.token != lease.token => Err(lease.lost(LostReason::Superseded)),
+            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostReason::Expired)),
             Some(rec) => Ok(rec),
         }
     }
@@ -206,12 +203,6 @@ impl Default for MemoryStore {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the maps half-updated in a way that
-    // breaks the contract more than the panic itself did; keep serving.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl MemoryStore {
     /// A store on its own server, namespace `default`, on tokio's clock.
     pub fn new() -> Self {
@@ -266,13 +257,7 @@ impl LeaseStore for MemoryStore {
             },
         );
         st.index(key, expires_at);
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token,
-            ttl,
-            expires_in: ttl.duration(),
-        })
+        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -288,10 +273,7 @@ impl LeaseStore for MemoryStore {
             rec.expires_at = expires_at;
             rec.ttl = ttl;
         }
-        Ok(Lease {
-            expires_in: ttl.duration(),
-            ..lease.clone()
-        })
+        Ok(lease.renewed())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
