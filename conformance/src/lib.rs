@@ -9,6 +9,8 @@ use std::time::Duration;
 use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
 
 pub mod bench;
+pub mod bench_util;
+pub mod fixtures;
 pub mod fleet;
 pub mod property;
 pub mod scenarios;
