@@ -36,19 +36,38 @@ async fn exercise(store: &RedisStore) {
     assert!(store.release(&lease).await.unwrap());
 }
 
-#[tokio::test]
-async fn tls_with_a_private_ca() {
-    let Some(server) = RedisServer::spawn(RedisOptions {
+/// Connects to `url` in a fresh namespace and runs [`exercise`] through it.
+async fn exercise_at(url: &str) {
+    let store = backend_redis::connect(&with_ns(url)).await.unwrap();
+    exercise(&store).await;
+}
+
+/// A private server that serves only TLS, with a certificate from a throw-away CA.
+fn tls_server() -> Option<RedisServer> {
+    RedisServer::spawn(RedisOptions {
         tls: true,
         ..RedisOptions::default()
-    }) else {
+    })
+}
+
+/// Whether `err` is the permanent `Backend` error of this backend.
+fn permanent(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Backend {
+            backend: "redis",
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn tls_with_a_private_ca() {
+    let Some(server) = tls_server() else {
         return;
     };
     assert!(server.url().starts_with("rediss://"));
-    let store = backend_redis::connect(&with_ns(server.url()))
-        .await
-        .unwrap();
-    exercise(&store).await;
+    exercise_at(server.url()).await;
 
     // The same CA given as PEM bytes instead of a file.
     let pem = std::fs::read(server.ca_pem().unwrap()).unwrap();
@@ -62,10 +81,7 @@ async fn tls_with_a_private_ca() {
 
 #[tokio::test]
 async fn tls_refuses_an_untrusted_certificate() {
-    let Some(server) = RedisServer::spawn(RedisOptions {
-        tls: true,
-        ..RedisOptions::default()
-    }) else {
+    let Some(server) = tls_server() else {
         return;
     };
     let port = server.process().unwrap().port();
@@ -73,16 +89,7 @@ async fn tls_refuses_an_untrusted_certificate() {
     let err = backend_redis::connect(&format!("rediss://127.0.0.1:{port}?ns=x"))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Backend {
-                backend: "redis",
-                ..
-            }
-        ),
-        "expected a permanent error, got {err:?}"
-    );
+    assert!(permanent(&err), "expected a permanent error, got {err:?}");
 }
 
 #[tokio::test]
@@ -94,10 +101,7 @@ async fn auth_with_user_and_password() {
         return;
     };
     assert!(server.url().contains("worker:s3cret_pass@"));
-    let store = backend_redis::connect(&with_ns(server.url()))
-        .await
-        .unwrap();
-    exercise(&store).await;
+    exercise_at(server.url()).await;
 
     let port = server.process().unwrap().port();
     for url in [
@@ -106,13 +110,7 @@ async fn auth_with_user_and_password() {
     ] {
         let err = backend_redis::connect(&url).await.unwrap_err();
         assert!(
-            matches!(
-                err,
-                Error::Backend {
-                    backend: "redis",
-                    ..
-                }
-            ),
+            permanent(&err),
             "{url}: expected a permanent error, got {err:?}"
         );
         assert!(!err.is_retryable());
