@@ -125,7 +125,8 @@ fn memory(url: &str) -> Result<Arc<dyn Store>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::{HolderId, Key, Ttl};
+    use liveness_conformance::fixtures::acquire_member;
+    use liveness_core::Ttl;
 
     #[tokio::test]
     async fn unknown_scheme_lists_the_compiled_ones() {
@@ -194,17 +195,12 @@ mod tests {
         let b = connect("MEMORY://?ns=connect_test").await.unwrap();
         let other = connect("memory:").await.unwrap();
         assert_eq!(a.backend(), "memory");
-        let key = Key::member("m").unwrap();
-        let lease = a
-            .acquire(
-                &key,
-                &HolderId::new("h").unwrap(),
-                Ttl::from_secs(30).unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(b.inspect(&key).await.unwrap().unwrap().token, lease.token);
-        assert!(other.inspect(&key).await.unwrap().is_none());
+        let lease = acquire_member(&*a, "m", "h", Ttl::from_secs(30).unwrap()).await;
+        assert_eq!(
+            b.inspect(&lease.key).await.unwrap().unwrap().token,
+            lease.token
+        );
+        assert!(other.inspect(&lease.key).await.unwrap().is_none());
     }
 
     #[cfg(feature = "sqlite")]
