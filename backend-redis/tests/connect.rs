@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
+use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Ttl};
+use liveness_core::{EnqueueOptions, Error, ItemStore, LeaseStore, Ttl};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 
 fn with_ns(url: &str) -> String {
@@ -15,15 +16,10 @@ fn with_ns(url: &str) -> String {
 
 /// A few operations of each kind, through `store`.
 async fn exercise(store: &RedisStore) {
-    let key = Key::member("w1").unwrap();
-    let holder = HolderId::new("h1").unwrap();
-    let lease = store
-        .acquire(&key, &holder, Ttl::from_secs(30).unwrap())
-        .await
-        .unwrap();
+    let lease = acquire_member(store, "w1", "h1", Ttl::from_secs(30).unwrap()).await;
     let renewed = store.renew(&lease).await.unwrap();
     assert_eq!(renewed.token, lease.token);
-    assert!(store.inspect(&key).await.unwrap().unwrap().is_live());
+    assert!(store.inspect(&lease.key).await.unwrap().unwrap().is_live());
     let id = store
         .enqueue(b"payload", EnqueueOptions::default())
         .await
@@ -152,12 +148,8 @@ async fn every_key_carries_the_namespace_hash_tag_and_purge_removes_them() {
         .unwrap()
         .with_namespace(ns.clone());
     let store = RedisStore::connect(config).await.unwrap();
-    let key = Key::member("a{b}c:d/e").unwrap();
-    let holder = HolderId::new("h").unwrap();
-    let short = store
-        .acquire(&key, &holder, Ttl::from_millis(1).unwrap())
-        .await
-        .unwrap();
+    let short = acquire_member(&store, "a{b}c:d/e", "h", Ttl::from_millis(1).unwrap()).await;
+    let (key, holder) = (short.key.clone(), short.holder.clone());
     let lease = loop {
         match store
             .acquire(&key, &holder, Ttl::from_secs(30).unwrap())
