@@ -1,6 +1,6 @@
-//! A forwarding store wrapper for tests and benches: counts store round trips, and can
-//! stall renewals (a member that is partitioned from the store, or paused) without
-//! touching the store itself.
+//! A forwarding store wrapper for tests and benches: counts store round trips, can
+//! stall renewals (a member that is partitioned from the store, or paused), and can
+//! lose the replies of claims the store applied, without touching the store itself.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,19 +8,22 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
-    Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore,
-    Requeued, Result, Space, Store, StoreTime, Ttl,
+    Error, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
 /// Forwards every call to an inner store, counting them; while
 /// [`Wrapped::stall_renewals`] is on, `renew` calls hang (as if the network to the
-/// store were cut) until it is turned off.
+/// store were cut) until it is turned off; while [`Wrapped::lose_claim_replies`] has
+/// replies left to lose, a `claim` reaches the store, which applies it, and its answer
+/// is replaced by [`Error::Unavailable`] (a reply lost on the way back).
 #[derive(Debug)]
 pub struct Wrapped {
     inner: Arc<dyn Store>,
     calls: AtomicU64,
     stalled: AtomicBool,
+    lose_claims: AtomicU64,
 }
 
 impl Wrapped {
@@ -30,7 +33,21 @@ impl Wrapped {
             inner,
             calls: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
+            lose_claims: AtomicU64::new(0),
         }
+    }
+
+    /// Loses the replies of the next `n` claims: the store applies each, and the
+    /// caller gets [`Error::Unavailable`] instead of the items.
+    pub fn lose_claim_replies(&self, n: u64) {
+        self.lose_claims.store(n, Ordering::SeqCst);
+    }
+
+    /// True (once per reply to lose) when this claim's reply is to be lost.
+    fn lose_claim(&self) -> bool {
+        self.lose_claims
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// How many store calls went through so far.
@@ -106,9 +123,21 @@ impl ItemStore for Wrapped {
         self.count();
         self.inner.enqueue(payload, options).await
     }
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         self.count();
-        self.inner.claim(lease, n).await
+        let items = self.inner.claim_request(lease, n, request).await?;
+        if self.lose_claim() {
+            return Err(Error::unavailable(
+                self.inner.backend(),
+                "the claim's reply was lost (injected)",
+            ));
+        }
+        Ok(items)
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         self.count();
