@@ -25,7 +25,8 @@ use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
     FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, RequestId,
+    Result,
     SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -43,8 +44,14 @@ use crate::{sql, BACKEND};
 
 /// The embedded schema migrations: version, description, SQL. Append only; never
 /// edit an applied one (its checksum is recorded in the database).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "request_ids",
+        include_str!("../migrations/0002_request_ids.sql"),
+    ),
+];
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -587,6 +594,19 @@ impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
         let mut w = self.write().await?;
+        let key = options.key.map(RequestId::to_hex);
+        if let Some(key) = &key {
+            let earlier: Option<i64> = sqlx::query_scalar(sql::ENQUEUE_KEY)
+                .bind(self.ns.as_ref())
+                .bind(key)
+                .fetch_optional(w.conn())
+                .await
+                .map_err(map)?;
+            if let Some(id) = earlier {
+                w.rollback().await?;
+                return Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?));
+            }
+        }
         let id = self.next(w.conn(), sql::NEXT_ITEM).await?;
         self.query(sql::ENQUEUE)
             .bind(id)
@@ -595,25 +615,50 @@ impl ItemStore for SqliteStore {
             .execute(w.conn())
             .await
             .map_err(map)?;
+        if let Some(key) = &key {
+            self.query(sql::SAVE_ENQUEUE_KEY)
+                .bind(key)
+                .bind(id)
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
+        }
         w.commit().await?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         let n = self.caps.clamp_limit("n", n)?;
+        let request = request.to_hex();
         let mut w = self.write().await?;
         let cur = self.current(w.conn(), &lease.key).await?;
         if let Some(e) = Self::lost(lease, &cur) {
             w.rollback().await?;
             return Err(e);
         }
-        let rows = self
-            .query(sql::CLAIM)
+        // A repeat of this request answers what it assigned and assigns nothing new.
+        let mut rows = self
+            .query(sql::CLAIMED_BY)
             .bind(as_db(lease.token.0))
-            .bind(limit_param(n))
+            .bind(&request)
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
+        if rows.is_empty() {
+            rows = self
+                .query(sql::CLAIM)
+                .bind(as_db(lease.token.0))
+                .bind(limit_param(n))
+                .bind(&request)
+                .fetch_all(w.conn())
+                .await
+                .map_err(map)?;
+        }
         w.commit().await?;
         let mut items = rows
             .iter()

@@ -46,13 +46,13 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 1));
+            assert_eq!((too_new.found, too_new.supported), (99, 2));
         }
         other => panic!("expected Backend, got {other:?}"),
     }
     assert!(
         err.to_string().contains(
-            "database schema version 99 is newer than this build supports (1); upgrade liveness"
+            "database schema version 99 is newer than this build supports (2); upgrade liveness"
         ),
         "{err}"
     );
