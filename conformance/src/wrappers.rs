@@ -24,6 +24,7 @@ pub struct Wrapped {
     calls: AtomicU64,
     stalled: AtomicBool,
     lose_claims: AtomicU64,
+    lose_completes: AtomicU64,
 }
 
 impl Wrapped {
@@ -34,6 +35,7 @@ impl Wrapped {
             calls: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
             lose_claims: AtomicU64::new(0),
+            lose_completes: AtomicU64::new(0),
         }
     }
 
@@ -43,11 +45,31 @@ impl Wrapped {
         self.lose_claims.store(n, Ordering::SeqCst);
     }
 
+    /// Loses the replies of the next `n` completes, as
+    /// [`Wrapped::lose_claim_replies`] does for claims.
+    pub fn lose_complete_replies(&self, n: u64) {
+        self.lose_completes.store(n, Ordering::SeqCst);
+    }
+
     /// True (once per reply to lose) when this claim's reply is to be lost.
     fn lose_claim(&self) -> bool {
-        self.lose_claims
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        take_one(&self.lose_claims)
+    }
+}
+
+/// Takes one from a count of replies to lose; false when none is left.
+fn take_one(count: &AtomicU64) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl Wrapped {
+    fn lost_reply(&self, op: &str) -> Error {
+        Error::unavailable(
+            self.inner.backend(),
+            format!("the {op}'s reply was lost (injected)"),
+        )
     }
 
     /// How many store calls went through so far.
@@ -132,16 +154,17 @@ impl ItemStore for Wrapped {
         self.count();
         let items = self.inner.claim_request(lease, n, request).await?;
         if self.lose_claim() {
-            return Err(Error::unavailable(
-                self.inner.backend(),
-                "the claim's reply was lost (injected)",
-            ));
+            return Err(self.lost_reply("claim"));
         }
         Ok(items)
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         self.count();
-        self.inner.complete(lease, id).await
+        self.inner.complete(lease, id).await?;
+        if take_one(&self.lose_completes) {
+            return Err(self.lost_reply("complete"));
+        }
+        Ok(())
     }
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         self.count();

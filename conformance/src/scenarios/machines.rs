@@ -248,6 +248,38 @@ pub async fn member_recovers_lost_claim_reply(ctx: Ctx) {
     member.leave(Duration::ZERO).await.unwrap();
 }
 
+/// A complete whose reply is lost after the store applied it: the worker retries,
+/// the store answers the repeat with Fenced (the item is gone), and the member tells
+/// its own completion from a loss: the retry answers Ok, and the item stays completed.
+pub async fn member_complete_retried_after_lost_reply(ctx: Ctx) {
+    let s = &ctx.store;
+    let wrapped = Arc::new(Wrapped::new(s.clone()));
+    let store: Arc<dyn Store> = wrapped.clone();
+    let member = Member::join(
+        store,
+        MemberConfig::new(&unique("lostdone"), ctx.long).unwrap(),
+    )
+    .await
+    .unwrap();
+    let id = s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
+    let claimed = member.claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    wrapped.lose_complete_replies(1);
+    let first = member.complete(&claimed[0]).await;
+    assert!(
+        matches!(&first, Err(e) if e.is_retryable()),
+        "the reply was lost: {first:?}"
+    );
+    assert_eq!(s.item(id).await.unwrap(), None, "the store applied it");
+    member
+        .complete(&claimed[0])
+        .await
+        .expect("a retried complete that the store applied before answers Ok");
+    assert_eq!(member.owned(), 0);
+    drop(claimed);
+    member.leave(Duration::ZERO).await.unwrap();
+}
+
 /// Three candidates campaign at once: exactly one leads; after it resigns, another
 /// leads with a greater token.
 pub async fn election_one_leader_among_three(ctx: Ctx) {

@@ -65,6 +65,7 @@ macro_rules! __scenarios {
             member_rejoins_with_new_token,
             member_leave_hands_back_items,
             member_recovers_lost_claim_reply,
+            member_complete_retried_after_lost_reply,
             election_one_leader_among_three,
             election_failover_after_leader_stops
         );
