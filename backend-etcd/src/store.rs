@@ -17,7 +17,8 @@ use etcd_client::{
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Namespace, Requeued, RequestId, Result, Space, StoreTime, Ttl,
+    LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreTime,
+    Ttl,
 };
 use tokio::sync::watch;
 
@@ -531,9 +532,7 @@ impl ItemStore for EtcdStore {
                 guards.push(version(key, 0));
                 ops.push(put(key, id.to_string()));
             }
-            let resp = self
-                .txn(Txn::new().when(guards).and_then(ops))
-                .await?;
+            let resp = self.txn(Txn::new().when(guards).and_then(ops)).await?;
             if resp.succeeded() {
                 return Ok(ItemId(id));
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::{
     DeadToken, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, Requeued, RequestId, Space,
+    ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId, Requeued, Space,
     Ttl,
 };
 use tokio::time::Instant;

@@ -10,7 +10,7 @@ use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
     Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore,
-    Namespace, Requeued, RequestId, Space, StoreTime, Ttl,
+    Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -5,9 +5,8 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, RequestId, Result,
-    Space,
-    StoreTime, Ttl,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result,
+    Space, StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;

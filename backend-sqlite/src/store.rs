@@ -25,9 +25,8 @@ use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
     FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, RequestId,
-    Result,
-    SchemaTooNew, Space, StoreTime, Ttl,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId,
+    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{

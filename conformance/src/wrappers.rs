@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
-    Error, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
     LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Requeued, RequestId, Result, Space, StoreTime, Ttl,
+    LeaseStatus, LeaseStore, LostReason, RequestId, Requeued, Result, Space, StoreTime, Ttl,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -448,9 +448,7 @@ impl ItemStore for TableStore {
         let earlier: Vec<Item> = t
             .items
             .iter()
-            .filter(|(_, row)| {
-                row.owner == Some(lease.token.0) && row.claimed_by == Some(request)
-            })
+            .filter(|(_, row)| row.owner == Some(lease.token.0) && row.claimed_by == Some(request))
             .map(|(id, row)| record(*id, row).item)
             .collect();
         if !earlier.is_empty() {

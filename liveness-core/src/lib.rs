@@ -28,7 +28,7 @@ pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, Sche
 pub use events::{CheckStep, Event, EventBus, LossReason};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, RequestId,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
     DEFAULT_MAX_ATTEMPTS,
 };
 pub use lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};

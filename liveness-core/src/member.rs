@@ -388,12 +388,7 @@ impl Member {
                 .pop()
                 .map_or((RequestId::random(), n), |(_, request, n)| (request, n))
         };
-        let items = match self
-            .inner
-            .store
-            .claim_request(&gen.lease, n, request)
-            .await
-        {
+        let items = match self.inner.store.claim_request(&gen.lease, n, request).await {
             Ok(items) => items,
             Err(e) => {
                 if e.is_retryable() {

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, TokioClock};
 use crate::error::{Error, LostReason, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, RequestId,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, RequestId,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};

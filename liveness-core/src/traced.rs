@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, RequestId,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Store};

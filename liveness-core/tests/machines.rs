@@ -461,7 +461,8 @@ mod faulty {
     use liveness_core::{
         async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
         HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-        LeaseInfo, LeaseStore, LostReason, Requeued, RequestId, Result, Space, Store, StoreTime, Ttl,
+        LeaseInfo, LeaseStore, LostReason, RequestId, Requeued, Result, Space, Store, StoreTime,
+        Ttl,
     };
     use tokio::sync::watch;
 

@@ -90,7 +90,10 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
     let first = s.claim_request(&lease, 3, request).await.unwrap();
     assert_eq!(ids(&first), all[..3].to_vec());
     let again = s.claim_request(&lease, 3, request).await.unwrap();
-    assert_eq!(again, first, "a repeat answers the same items, attempts unchanged");
+    assert_eq!(
+        again, first,
+        "a repeat answers the same items, attempts unchanged"
+    );
     assert_eq!(
         s.item_counts().await.unwrap(),
         ItemCounts {
@@ -140,7 +143,9 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
     for _ in 0..4 {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
-            s.enqueue(b"once", EnqueueOptions::keyed(key)).await.unwrap()
+            s.enqueue(b"once", EnqueueOptions::keyed(key))
+                .await
+                .unwrap()
         }));
     }
     let mut got = Vec::new();
@@ -149,7 +154,11 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
     }
     let id = got[0];
     assert!(got.iter().all(|g| *g == id), "one id for one key: {got:?}");
-    assert_eq!(s.item_counts().await.unwrap().pending, 1, "one item for one key");
+    assert_eq!(
+        s.item_counts().await.unwrap().pending,
+        1,
+        "one item for one key"
+    );
     assert_eq!(
         s.enqueue(b"other payload", EnqueueOptions::keyed(key))
             .await
@@ -171,7 +180,9 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
     assert_eq!(claimed[0].payload, b"once");
     s.complete(&lease, id).await.unwrap();
     assert_eq!(
-        s.enqueue(b"once", EnqueueOptions::keyed(key)).await.unwrap(),
+        s.enqueue(b"once", EnqueueOptions::keyed(key))
+            .await
+            .unwrap(),
         id,
         "keys are remembered after the item completed"
     );
