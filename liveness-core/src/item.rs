@@ -21,7 +21,7 @@ impl fmt::Display for ItemId {
 ///
 /// Pick a fresh one per request ([`RequestId::random`]: 128 random bits, so two
 /// requests never share one by chance) and send the SAME one again when retrying that
-/// request after [`Error::Unavailable`](crate::Error::Unavailable). Written as 32
+/// request after [`Error::Unavailable`]. Written as 32
 /// lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct RequestId(pub u128);
