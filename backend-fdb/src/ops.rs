@@ -587,13 +587,38 @@ impl FdbStore {
         }
     }
 
+    /// After an unknown commit result: true when the lease is still current, so that an
+    /// item it no longer owns was moved by an earlier attempt of this very call (a
+    /// live token's items move only through its own `complete` and `fail`).
+    async fn ours_before(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        lease: &Lease,
+    ) -> Result<bool, Fail> {
+        if !at.maybe_committed {
+            return Ok(false);
+        }
+        match self.check_current(tx, lease).await {
+            Ok(_) => Ok(true),
+            Err(Fail::Stop(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) async fn complete_once(
         &self,
         tx: &mut dyn Transaction,
+        at: &Attempt,
         lease: &Lease,
         id: ItemId,
     ) -> Result<(), Fail> {
-        self.owned_meta(tx, lease, id).await?;
+        match self.read_meta(tx, id.0, false).await? {
+            Some(meta) if meta.state == ItemState::Owned(lease.token) => {}
+            // Gone while our lease is current: our earlier attempt completed it.
+            None if self.ours_before(tx, at, lease).await? => return Ok(()),
+            _ => return Err(Fail::Stop(lease.fenced(id))),
+        }
         tx.clear(&self.layout.item(id.0));
         tx.clear(&self.layout.payload(id.0));
         tx.clear(&self.layout.owned(lease.token, id.0));
@@ -604,12 +629,24 @@ impl FdbStore {
     pub(crate) async fn fail_once(
         &self,
         tx: &mut dyn Transaction,
+        at: &Attempt,
         lease: &Lease,
         id: ItemId,
         retry: bool,
     ) -> Result<ItemState, Fail> {
-        let mut meta = self.owned_meta(tx, lease, id).await?;
-        Ok(self.hand_back(tx, id.0, &mut meta, retry))
+        match self.read_meta(tx, id.0, false).await? {
+            Some(mut meta) if meta.state == ItemState::Owned(lease.token) => {
+                Ok(self.hand_back(tx, id.0, &mut meta, retry))
+            }
+            // No longer ours while our lease is current: our earlier attempt handed it
+            // back (and somebody may have taken it since).
+            other if self.ours_before(tx, at, lease).await? => Ok(match other {
+                Some(meta) if meta.state == ItemState::DeadLettered => ItemState::DeadLettered,
+                _ if retry => ItemState::Pending,
+                _ => ItemState::DeadLettered,
+            }),
+            _ => Err(Fail::Stop(lease.fenced(id))),
+        }
     }
 
     /// One batch of `requeue_orphans`: `None` when the token is not in the dead set.

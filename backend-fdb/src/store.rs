@@ -248,7 +248,7 @@ impl ItemStore for FdbStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {
-        transact!(self.db, |tx, _at| self.complete_once(tx, lease, id))?;
+        transact!(self.db, |tx, at| self.complete_once(tx, at, lease, id))?;
         Ok(())
     }
 
@@ -258,7 +258,7 @@ impl ItemStore for FdbStore {
         id: ItemId,
         retry: bool,
     ) -> liveness_core::Result<ItemState> {
-        Ok(transact!(self.db, |tx, _at| self.fail_once(tx, lease, id, retry))?.0)
+        Ok(transact!(self.db, |tx, at| self.fail_once(tx, at, lease, id, retry))?.0)
     }
 
     async fn requeue_orphans(&self, token: FencingToken) -> liveness_core::Result<Requeued> {

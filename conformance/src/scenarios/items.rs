@@ -83,7 +83,7 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
         all.push(s.enqueue(&[i], opts(3)).await.unwrap());
     }
     let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.ttl)
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
         .await
         .unwrap();
     let request = RequestId::random();
@@ -122,13 +122,13 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
     let theirs = s.claim_request(&other, 3, request).await.unwrap();
     assert_eq!(ids(&theirs), vec![extra]);
     // A repeat on a lost lease is Lost, and its items go to whoever requeues them.
-    ctx.wait_expired(&lease.key).await;
+    assert!(s.release(&lease).await.unwrap());
     assert_eq!(
         s.claim_request(&lease, 3, request)
             .await
             .unwrap_err()
             .lost_reason(),
-        Some(LostReason::Expired)
+        Some(LostReason::Released)
     );
     assert_eq!(state(s, all[1]).await, Some(ItemState::Owned(lease.token)));
 }
