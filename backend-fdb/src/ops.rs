@@ -575,18 +575,6 @@ impl FdbStore {
         Ok(items)
     }
 
-    pub(crate) async fn owned_meta(
-        &self,
-        tx: &mut dyn Transaction,
-        lease: &Lease,
-        id: ItemId,
-    ) -> Result<ItemMeta, Fail> {
-        match self.read_meta(tx, id.0, false).await? {
-            Some(meta) if meta.state == ItemState::Owned(lease.token) => Ok(meta),
-            _ => Err(Fail::Stop(lease.fenced(id))),
-        }
-    }
-
     /// After an unknown commit result: true when the lease is still current, so that an
     /// item it no longer owns was moved by an earlier attempt of this very call (a
     /// live token's items move only through its own `complete` and `fail`).
