@@ -20,7 +20,7 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, Requeued, Result, Space, Store, StoreTime, Ttl,
+    LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -50,9 +50,11 @@ pub enum Op {
 }
 
 impl Op {
-    /// True for the operations that are not safe to retry today (issue 11, break 4):
-    /// a lost `claim` reply strands items under a live member, a lost `enqueue` reply
-    /// duplicates an item. [`FaultPlan::default`] spares them.
+    /// True for the operations that act twice when a caller retries them without its
+    /// request id (`claim` without `claim_request`'s id strands items under a live
+    /// member; `enqueue` without a key duplicates an item). The member and the
+    /// simulation always repeat their ids, so [`FaultPlan::default`] hits these too;
+    /// `LIVENESS_SIM_FAULTS=safe` spares them.
     pub fn strands_work_when_lost(self) -> bool {
         matches!(self, Op::Claim | Op::Enqueue)
     }
@@ -85,8 +87,7 @@ pub struct FaultPlan {
     pub timeout: Duration,
     /// How long after the timeout a delayed call reaches the store.
     pub late_by: Duration,
-    /// Whether faults may hit `op`. Default: every operation except the ones that
-    /// are not safe to retry yet ([`Op::strands_work_when_lost`]).
+    /// Whether faults may hit `op`. Default: every operation.
     pub hits: fn(Op) -> bool,
 }
 
@@ -98,7 +99,7 @@ impl Default for FaultPlan {
             delay: 0.02,
             timeout: Duration::from_millis(300),
             late_by: Duration::from_millis(300),
-            hits: |op| !op.strands_work_when_lost(),
+            hits: |_| true,
         }
     }
 }
@@ -428,12 +429,17 @@ impl ItemStore for Faulty {
         )
         .await
     }
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
         self.run(
             Op::Claim,
             Box::pin(async move {
-                let r = s.claim(&lease, n).await;
+                let r = s.claim_request(&lease, n, request).await;
                 if let Ok(items) = &r {
                     let ids = items.iter().map(|i| i.id).collect();
                     let token = lease.token;
