@@ -124,12 +124,17 @@ fn us(n: i64) -> Duration {
 
 impl RedisStore {
     /// Connects to the server (or, with `cluster=true`, learns the cluster's slot map
-    /// from its seed nodes) and loads the scripts.
+    /// from its seed nodes), checks its durability settings and loads the scripts.
     ///
     /// Fails with [`Error::Unavailable`] when the server cannot be reached within the
     /// connect timeout, and with [`Error::Backend`] when it refuses us (wrong password,
     /// missing ACL permissions, a TLS certificate that does not verify, no Lua, a
-    /// server that is not in cluster mode while `cluster=true`).
+    /// server that is not in cluster mode while `cluster=true`), or when its settings
+    /// may lose acknowledged writes (`appendonly` not `yes`, `appendfsync` not
+    /// `always`, `maxmemory-policy` not `noeviction`; the source is a
+    /// [`liveness_core::durability::UnsafeSetting`] naming it) and the config does not
+    /// accept that (`durability=relaxed`). Where `CONFIG GET` is not allowed, a warning
+    /// is logged and the connection goes on.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
         let root_cert = match &config.ca {
             Some(ca) if config.is_tls() => Some(match ca {
@@ -154,6 +159,7 @@ impl RedisStore {
         } else {
             Conn::Single(connect_single(&config, root_cert).await?)
         };
+        crate::durability::check(&mut conn, config.durability).await?;
         let all = scripts();
         for script in [
             &all.acquire,
