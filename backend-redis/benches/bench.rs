@@ -66,7 +66,7 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (key, lease) in leases {
-        let [lease_key, expiry_key] = backend_redis::raw::renew_keys(&ns, &key);
+        let [lease_key, expiry_key, tokens_key] = backend_redis::raw::renew_keys(&ns, &key);
         let mut conn = conn.clone();
         tasks.push(tokio::spawn(async move {
             let script = backend_redis::raw::renew_script();
@@ -76,6 +76,7 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
                 let r: redis::RedisResult<i64> = script
                     .key(&lease_key)
                     .key(&expiry_key)
+                    .key(&tokens_key)
                     .arg(&name)
                     .arg(lease.token.0)
                     .arg(3_600_000u64)

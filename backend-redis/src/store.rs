@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
@@ -262,6 +263,7 @@ fn renew_call<'a>(keys: &Keys, lease: &Lease, ttl_ms: u64) -> ScriptInvocation<'
     let mut call = scripts().renew.prepare_invoke();
     call.key(keys.lease(&lease.key))
         .key(keys.expiry(lease.key.space()))
+        .key(keys.tokens())
         .arg(lease.key.name().as_str())
         .arg(lease.token.0)
         .arg(ttl_ms);
@@ -333,6 +335,13 @@ impl LeaseStore for RedisStore {
             1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
+            -4 => Err(Error::backend(
+                BACKEND,
+                StoreLostState {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                },
+            )),
             _ => Err(unexpected("renew", "an unknown status")),
         }
     }

@@ -118,3 +118,40 @@ async fn without_config_permission_the_check_is_skipped() {
     // The settings cannot be read (and here are unsafe): a warning, and on it goes.
     connect_strict(&url).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_the_server_lost_its_data_says_so() {
+    let Some(server) = RedisServer::shared() else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let store = backend_redis::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    let key = Key::member("m").unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let lease = store.acquire(&key, &holder, ttl).await.unwrap();
+    // A plain release is still `Lost(Released)`.
+    let released = store
+        .acquire(&Key::member("r").unwrap(), &holder, ttl)
+        .await
+        .unwrap();
+    assert!(store.release(&released).await.unwrap());
+    let err = store.renew(&released).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
+    // The server loses the namespace's data (as a restart without AOF does).
+    let n = store.purge().await.unwrap();
+    assert!(n > 0);
+    let err = store.renew(&lease).await.unwrap_err();
+    match &err {
+        Error::Backend { source, .. } => {
+            let lost = source
+                .downcast_ref::<liveness_core::durability::StoreLostState>()
+                .unwrap_or_else(|| panic!("not a store-lost-state error: {err:?}"));
+            assert_eq!((&lost.key, lost.token), (&key, lease.token));
+        }
+        other => panic!("a wiped store answered {other:?}, not store-lost-state"),
+    }
+    assert!(err.to_string().contains("store lost state"), "{err}");
+}

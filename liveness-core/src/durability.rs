@@ -12,7 +12,7 @@
 //! Then the same findings are logged as warnings and the connection goes on.
 
 use crate::url::{Param, StoreUrl};
-use crate::{Error, Result};
+use crate::{Error, FencingToken, Key, Result};
 
 /// `durability`: `strict` (the default: refuse a server whose settings void the
 /// guarantees) or `relaxed` (accept it, with a warning in the log). Declared by every
@@ -88,6 +88,24 @@ pub fn judge(
             Err(Error::backend(backend, first))
         }
     }
+}
+
+/// The store lost acknowledged state: a renewal found no record for a lease whose
+/// token is above every token the namespace has handed out — the token counter went
+/// back (a restart without persistence, a failover to a replica that lacked the last
+/// writes, eviction). The source of the [`Error::Backend`] such a renewal fails with,
+/// distinct from `Lost(Released)`: the lease was not released, the store forgot it,
+/// and with it possibly items (`item(id)` then answers `None`) and the token counter
+/// (tokens already used will be handed out again).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "store lost state: the lease on {key} with token {token} is gone and its token is      above every token the namespace has handed out; the server lost acknowledged writes      (restart without persistence, failover to a stale replica, eviction): leases and      items may be gone and tokens will repeat"
+)]
+pub struct StoreLostState {
+    /// The lease's key.
+    pub key: Key,
+    /// The lease's token, which the store no longer knows it issued.
+    pub token: FencingToken,
 }
 
 #[cfg(test)]
