@@ -70,7 +70,11 @@ impl Drop for Inner {
 /// What one release attempt ([`EtcdStore::release_from`]) came to.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// Finished: whether the release ended the lease.
+    /// This attempt retired the record (to the dead set): the lease is ended.
+    Retired,
+    /// Finished without retiring the record: whether the release ended the lease
+    /// (false when it was not current; true when its etcd lease was revoked and
+    /// somebody else retired the record).
     Done(bool),
     /// The record changed between the read and the write: read again.
     Retry,
@@ -224,7 +228,7 @@ impl EtcdStore {
             )
             .await?;
         if resp.succeeded() {
-            return Ok(Released::Done(true));
+            return Ok(Released::Retired);
         }
         // The record changed since the read. Still this token's: the lease moved to
         // another etcd lease (which the revoke above did not end), so try again.
@@ -414,9 +418,15 @@ impl LeaseStore for EtcdStore {
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
             let snap = self.snapshot(&lease.key).await?;
-            if let Released::Done(ended) = self.release_from(lease, snap).await? {
-                self.inner.expiry.forget_upto(&lease.key, seen);
-                return Ok(ended);
+            match self.release_from(lease, snap).await? {
+                Released::Retired => {
+                    // This release deleted the record: an expiry candidate for it,
+                    // as of the read, is stale.
+                    self.inner.expiry.forget_upto(&lease.key, seen);
+                    return Ok(true);
+                }
+                Released::Done(ended) => return Ok(ended),
+                Released::Retry => {}
             }
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
