@@ -170,8 +170,11 @@ impl PostgresStore {
     /// migrations (serialized across processes by sqlx's migration lock).
     ///
     /// Fails with `Unavailable` when the server cannot be reached, and with
-    /// `Backend` when the credentials are refused or the schema was migrated by a
-    /// newer version of this crate (it is then left untouched).
+    /// `Backend` when the credentials are refused, the schema was migrated by a
+    /// newer version of this crate (it is then left untouched), or the server's
+    /// settings may lose acknowledged commits (`fsync=off`, `synchronous_commit=off`;
+    /// the source is a [`liveness_core::durability::UnsafeSetting`] naming it) and
+    /// `config.durability` is strict. Nothing is written before that check.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
         let schema = config.schema();
         let connect = config
@@ -187,6 +190,8 @@ impl PostgresStore {
             .connect_with(connect.clone())
             .await
             .map_err(map)?;
+        // Before anything is written: a refused server is left unchanged.
+        crate::durability::check(&pool, config.durability).await?;
         migrate(&pool, &schema).await?;
         let channel = schema.clone();
         Ok(PostgresStore {

