@@ -34,11 +34,14 @@ pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
     /// The longest sleep between rounds; default 1 s. Zero is rejected
-    /// ([`CheckerConfig::validate`]).
+    /// ([`CheckerConfig::validate`]). Each such sleep is shortened by a random part
+    /// of up to a fifth, so checkers started together do not run in lockstep.
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
     /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
-    /// A round that hits the (clamped) limit is followed at once by another.
+    /// A round that hits the (clamped) limit is followed soon by another: after a
+    /// pause as long as the round took (at least 1 ms), so a backlog never keeps the
+    /// store busy in a tight loop.
     pub batch: usize,
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
@@ -69,6 +72,9 @@ impl CheckerConfig {
         Ok(())
     }
 }
+
+/// How much of `check_every` a capped pause between rounds may be shortened by.
+const CHECK_JITTER: f64 = 0.2;
 
 /// One death declared by a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -340,21 +346,33 @@ impl Checker {
         let mut wake = self.store.wakeups();
         let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {
+            let started = tokio::time::Instant::now();
             let pause = match self.round().await {
                 Ok(report) if report.listing_failed() => {
                     // Part of the store did not answer: retry soon, with backoff.
                     let next = report.next_expiry.unwrap_or(self.config.check_every);
                     backoff.next().min(next).min(self.config.check_every)
                 }
-                Ok(report) if report.more => Duration::ZERO,
+                // Behind (a batch limit was hit): go on soon, but never in a tight
+                // loop. The pause is as long as the round took, so a backlog (a mass
+                // death, a dead set grown under overload) takes at most half of the
+                // store's time this checker can claim: a slow store slows the checker
+                // down instead of being kept busy by it.
+                Ok(report) if report.more => started
+                    .elapsed()
+                    .clamp(Duration::from_millis(1), self.config.check_every),
                 Ok(report) => {
                     backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
-                    // Wake just after the next expiry (store clocks tick in ms).
+                    // Wake just after the next expiry (store clocks tick in ms); the
+                    // cap is jittered, so checkers started together drift apart.
                     report
                         .next_expiry
                         .map(|d| d + Duration::from_millis(1))
                         .unwrap_or(self.config.check_every)
-                        .min(self.config.check_every)
+                        .min(crate::heartbeat::spread(
+                            self.config.check_every,
+                            CHECK_JITTER,
+                        ))
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checker round failed");
