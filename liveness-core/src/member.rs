@@ -46,7 +46,9 @@ pub struct MemberConfig {
     /// While the store is unreachable it retries with jittered backoff, capped at the
     /// renew interval, so it is back within about one renew interval of the store.
     pub rejoin: bool,
-    /// Where events go; default a bus of the member's own ([`Member::events`]).
+    /// Where events go; default a bus of the member's own ([`Member::events`]), which
+    /// allocates its buffer only when somebody subscribes. Give many members one
+    /// shared bus to observe them all.
     pub events: EventBus,
     /// The clock of the local safety deadline and of every "may I still act?" check.
     pub clock: Arc<dyn Clock>,
