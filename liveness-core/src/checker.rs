@@ -174,14 +174,9 @@ impl Checker {
             Ok(expired) => {
                 listed = true;
                 let full = expired.len() >= full_at;
-                let mut skipped = 0;
-                for lease in expired {
-                    if !self.declare(lease, &mut report).await {
-                        skipped += 1;
-                    }
-                }
-                // Another round at once only when this one made progress: a batch of
-                // entries that all fail would otherwise loop without a pause.
+                let skipped = self.declare(expired, &mut report).await;
+                // Another round soon only when this one made progress: a batch of
+                // entries that all fail would otherwise loop.
                 report.more |= full && skipped < full_at;
             }
             Err(e) => {
@@ -193,9 +188,15 @@ impl Checker {
             Ok(dead) => {
                 listed = true;
                 let full = dead.len() >= full_at;
+                let tokens: Vec<FencingToken> = dead.iter().map(|d| d.token).collect();
+                let results = if tokens.is_empty() {
+                    Vec::new()
+                } else {
+                    per_entry(dead.len(), store.requeue_orphans_many(&tokens).await)
+                };
                 let mut skipped = 0;
-                for entry in dead {
-                    match store.requeue_orphans(entry.token).await {
+                for (entry, result) in dead.into_iter().zip(results) {
+                    match result {
                         Ok(requeued) => {
                             if !requeued.is_empty() {
                                 emit_dead_letters(&self.config.events, entry.token, &requeued);
@@ -210,7 +211,7 @@ impl Checker {
                         Err(e) => {
                             skipped += 1;
                             let (key, token) = (Some(entry.key), Some(entry.token));
-                            self.skip(&mut report, CheckStep::Requeue, key, token, &e);
+                            self.skip(&mut report, CheckStep::Requeue, key, token, e.as_ref());
                         }
                     }
                 }
@@ -237,40 +238,59 @@ impl Checker {
         }
     }
 
-    /// Reaps one expired lease and, when this checker won, requeues its items and
-    /// declares the death. False when a store error made it skip the entry.
-    async fn declare(&self, lease: ExpiredLease, report: &mut RoundReport) -> bool {
+    /// Reaps a round's expired leases in one call and requeues the items of every
+    /// death this checker won in another (two round trips on a store with native
+    /// batches, not two per death). Returns how many entries a store error made it
+    /// skip.
+    async fn declare(&self, expired: Vec<ExpiredLease>, report: &mut RoundReport) -> usize {
+        if expired.is_empty() {
+            return 0;
+        }
         let store = &self.store;
         let events = &self.config.events;
-        match store.reap(&lease.key, lease.token).await {
-            Ok(true) => {}
-            Ok(false) => return true,
-            Err(e) => {
-                let (key, token) = (Some(lease.key), Some(lease.token));
-                self.skip(report, CheckStep::Reap, key, token, &e);
-                return false;
+        let pairs: Vec<(Key, FencingToken)> =
+            expired.iter().map(|l| (l.key.clone(), l.token)).collect();
+        let reaped = per_entry(expired.len(), store.reap_many(&pairs).await);
+        let mut skipped = 0;
+        let mut won = Vec::new();
+        for (lease, result) in expired.into_iter().zip(reaped) {
+            match result {
+                Ok(true) => won.push(lease),
+                Ok(false) => {}
+                Err(e) => {
+                    skipped += 1;
+                    let (key, token) = (Some(lease.key), Some(lease.token));
+                    self.skip(report, CheckStep::Reap, key, token, e.as_ref());
+                }
             }
         }
-        // Reaped: the token is in the dead set, so a requeue that fails now is
+        if won.is_empty() {
+            return skipped;
+        }
+        // Reaped: the tokens are in the dead set, so a requeue that fails now is
         // retried by the sweep of a later round.
-        let requeued = match store.requeue_orphans(lease.token).await {
-            Ok(requeued) => requeued,
-            Err(e) => {
-                let (key, token) = (Some(lease.key.clone()), Some(lease.token));
-                self.skip(report, CheckStep::Requeue, key, token, &e);
-                Requeued::default()
-            }
-        };
-        emit_dead_letters(events, lease.token, &requeued);
-        events.emit(Event::Died {
-            key: lease.key.clone(),
-            holder: lease.holder.clone(),
-            token: lease.token,
-            requeued: requeued.requeued.len(),
-            dead_lettered: requeued.dead_lettered.len(),
-        });
-        report.deaths.push(Death { lease, requeued });
-        true
+        let tokens: Vec<FencingToken> = won.iter().map(|l| l.token).collect();
+        let requeues = per_entry(won.len(), store.requeue_orphans_many(&tokens).await);
+        for (lease, result) in won.into_iter().zip(requeues) {
+            let requeued = match result {
+                Ok(requeued) => requeued,
+                Err(e) => {
+                    let (key, token) = (Some(lease.key.clone()), Some(lease.token));
+                    self.skip(report, CheckStep::Requeue, key, token, e.as_ref());
+                    Requeued::default()
+                }
+            };
+            emit_dead_letters(events, lease.token, &requeued);
+            events.emit(Event::Died {
+                key: lease.key.clone(),
+                holder: lease.holder.clone(),
+                token: lease.token,
+                requeued: requeued.requeued.len(),
+                dead_lettered: requeued.dead_lettered.len(),
+            });
+            report.deaths.push(Death { lease, requeued });
+        }
+        skipped
     }
 
     fn skip(
@@ -397,6 +417,33 @@ impl Checker {
         CheckerHandle {
             stop,
             task: Some(task),
+        }
+    }
+}
+
+/// One answer per entry of a batch call of `n` entries: the call's own answers, or,
+/// when the whole call failed, its error shared by every entry. A store that answered
+/// the wrong number of entries counts as a fault for the missing ones.
+fn per_entry<T>(n: usize, answer: Result<Vec<Result<T>>>) -> Vec<Result<T, Arc<Error>>> {
+    match answer {
+        Ok(answers) => {
+            let mut out: Vec<Result<T, Arc<Error>>> = answers
+                .into_iter()
+                .take(n)
+                .map(|r| r.map_err(Arc::new))
+                .collect();
+            if out.len() < n {
+                let short = Arc::new(Error::backend(
+                    "checker",
+                    format!("a batch call answered {} of {n} entries", out.len()),
+                ));
+                out.extend((out.len()..n).map(|_| Err(short.clone())));
+            }
+            out
+        }
+        Err(e) => {
+            let e = Arc::new(e);
+            (0..n).map(|_| Err(e.clone())).collect()
         }
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::Renewals;
 use crate::clock::Clock;
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
@@ -343,6 +344,23 @@ async fn watch<F: std::future::Future>(
 /// loss.
 pub(crate) async fn keep_alive(
     store: &Arc<dyn Store>,
+    lease: Lease,
+    sent: Instant,
+    config: HeartbeatConfig,
+    standing: &Standing,
+    stop: &CancellationToken,
+    events: &EventBus,
+) -> End {
+    keep_alive_via(store, None, lease, sent, config, standing, stop, events).await
+}
+
+/// [`keep_alive`], renewing through `renewals` (coalesced into batches) when given.
+/// The send time of each renewal is taken when it is handed to the batcher, no later
+/// than the batch leaves: the deadline never comes later than with a renewal of its own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn keep_alive_via(
+    store: &Arc<dyn Store>,
+    renewals: Option<&Renewals>,
     mut lease: Lease,
     mut sent: Instant,
     config: HeartbeatConfig,
@@ -369,7 +387,13 @@ pub(crate) async fn keep_alive(
         loop {
             let now = Instant::now();
             let sent_on_clock = standing.clock().boot();
-            let attempt = match watch(standing, tick, stop, store.renew(&lease)).await {
+            let renewal = async {
+                match renewals {
+                    Some(batch) => batch.renew(&lease).await,
+                    None => store.renew(&lease).await,
+                }
+            };
+            let attempt = match watch(standing, tick, stop, renewal).await {
                 Woke::Done(r) => r,
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod batch;
 pub mod checker;
 pub mod clock;
 pub mod election;
@@ -17,6 +18,7 @@ mod traced;
 pub mod types;
 pub mod url;
 
+pub use batch::Renewals;
 pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport, Skipped};
 pub use clock::{Clock, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};

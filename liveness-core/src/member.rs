@@ -21,10 +21,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::Renewals;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
-use crate::heartbeat::{keep_alive, spread, Backoff, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{keep_alive_via, spread, Backoff, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState};
 use crate::lease::Lease;
 use crate::store::Store;
@@ -52,6 +53,11 @@ pub struct MemberConfig {
     pub events: EventBus,
     /// The clock of the local safety deadline and of every "may I still act?" check.
     pub clock: Arc<dyn Clock>,
+    /// When set, renewals go through this shared batcher (one `renew_many` round trip
+    /// for the renewals of many members due within its window) instead of one round
+    /// trip each; default none. Each lease's deadline still counts from its own
+    /// renewal's send time.
+    pub renewals: Option<Renewals>,
 }
 
 impl MemberConfig {
@@ -75,6 +81,7 @@ impl MemberConfig {
             rejoin: true,
             events: EventBus::default(),
             clock: Arc::new(HostClock::new()),
+            renewals: None,
         })
     }
 
@@ -105,6 +112,12 @@ impl MemberConfig {
     /// Sends events to this bus.
     pub fn events(mut self, events: EventBus) -> Self {
         self.events = events;
+        self
+    }
+
+    /// Renews through this shared batcher ([`MemberConfig::renewals`]).
+    pub fn renewals(mut self, renewals: Renewals) -> Self {
+        self.renewals = Some(renewals);
         self
     }
 
@@ -514,8 +527,9 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     drop(strong);
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let end = keep_alive(
+        let end = keep_alive_via(
             &store,
+            config.renewals.as_ref(),
             gen.lease.clone(),
             sent,
             config.heartbeat,

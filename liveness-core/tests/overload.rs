@@ -12,8 +12,8 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Error, Event,
     EventBus, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member, MemberConfig, MemoryServer,
-    Namespace, Requeued, Result, Space, Store, StoreTime, Ttl,
+    ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LossReason, Member, MemberConfig,
+    MemoryServer, Namespace, Renewals, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -48,6 +48,10 @@ struct Slow {
     granted: AtomicUsize,
     /// Instant of every `next_expiry` call: one per checker round.
     rounds: Mutex<Vec<Instant>>,
+    /// Every `renew_many` call: when, and how many leases.
+    batches: Mutex<Vec<(Instant, usize)>>,
+    /// Calls a checker makes (listings, reaps, requeues).
+    checker_calls: AtomicUsize,
 }
 
 impl Slow {
@@ -59,6 +63,8 @@ impl Slow {
             timeout,
             granted: AtomicUsize::new(0),
             rounds: Mutex::default(),
+            batches: Mutex::default(),
+            checker_calls: AtomicUsize::new(0),
         })
     }
 
@@ -139,6 +145,13 @@ impl LeaseStore for Slow {
         let _out = InFlight(self, lease.key.clone());
         self.call(self.inner.renew(lease)).await
     }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.batches
+            .lock()
+            .unwrap()
+            .push((Instant::now(), leases.len()));
+        self.call(self.inner.renew_many(leases)).await
+    }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.call(self.inner.release(lease)).await
     }
@@ -146,18 +159,26 @@ impl LeaseStore for Slow {
         self.inner.inspect(key).await
     }
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.call(self.inner.expired(space, limit)).await
     }
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.call(self.inner.reap(key, token)).await
     }
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.reap_many(expired)).await
+    }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.call(self.inner.dead_tokens(limit)).await
     }
     async fn store_time(&self) -> Result<StoreTime> {
         self.inner.store_time().await
     }
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.rounds.lock().unwrap().push(Instant::now());
         self.call(self.inner.next_expiry(space)).await
     }
@@ -181,7 +202,12 @@ impl ItemStore for Slow {
         self.inner.fail(lease, id, retry).await
     }
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.call(self.inner.requeue_orphans(token)).await
+    }
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.requeue_orphans_many(tokens)).await
     }
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         self.inner.item(id).await
@@ -411,4 +437,114 @@ async fn live_token(store: &Arc<Slow>, member: &Member) -> Option<FencingToken> 
         .unwrap()
         .filter(|i| i.is_live())
         .map(|i| i.token)
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_answer() {
+    fastrand::seed(17);
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let window = Duration::from_millis(50);
+    let renewals = Renewals::new(dyn_store.clone(), window);
+    let bus = EventBus::new(100_000);
+    let mut events = bus.subscribe();
+    let ttl = ttl(9_000);
+    let n = 1000;
+    let mut members = Vec::new();
+    for i in 0..n {
+        let config = MemberConfig::new(&format!("m{i}"), ttl)
+            .unwrap()
+            .events(bus.clone())
+            .renewals(renewals.clone());
+        members.push(Member::join(dyn_store.clone(), config).await.unwrap());
+    }
+    let run = Duration::from_secs(30);
+    tokio::time::sleep(run / 2).await;
+    // One lease is released behind its member's back: only that member loses (its
+    // own answer in the batch), the others keep renewing in the same batches.
+    let victim = members[7].lease();
+    assert!(store.inner.release(&victim).await.unwrap());
+    tokio::time::sleep(run / 2).await;
+
+    let batches = store.batches.lock().unwrap().clone();
+    let renewed: usize = batches.iter().map(|(_, n)| n).sum();
+    let single = store
+        .seen
+        .lock()
+        .unwrap()
+        .renews
+        .values()
+        .map(Vec::len)
+        .sum::<usize>();
+    assert_eq!(single, 0, "no renewal went around the batcher");
+    // Every member renews at least every 3 s: 10 times in 30 s.
+    assert!(
+        renewed >= n * 10,
+        "{renewed} renewals for {n} members in {run:?}"
+    );
+    // Batches leave at least one window apart: the round trips are bounded by time,
+    // not by the number of members.
+    let bound = (run.as_millis() / window.as_millis()) as usize + 1;
+    assert!(
+        batches.len() <= bound,
+        "{} renew_many calls in {run:?} (bound {bound})",
+        batches.len()
+    );
+    for w in batches.windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= window,
+            "two batches less than a window apart"
+        );
+    }
+    let mut lost = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::Lost { key, reason, .. } = e {
+            lost.push((key, reason));
+        }
+    }
+    assert_eq!(
+        lost,
+        vec![(
+            victim.key.clone(),
+            LossReason::Store(liveness_core::LostReason::Released)
+        )]
+    );
+    for m in &members {
+        m.check().unwrap();
+        assert_eq!(live_token(&store, m).await, Some(m.token()));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let ttl = ttl(1_000);
+    let n = 50;
+    for i in 0..n {
+        let key = Key::new(
+            Space::members(),
+            liveness_core::Name::new(format!("d{i}")).unwrap(),
+        );
+        let lease = dyn_store
+            .acquire(&key, &HolderId::new("h").unwrap(), ttl)
+            .await
+            .unwrap();
+        dyn_store
+            .enqueue(b"x", EnqueueOptions::default())
+            .await
+            .unwrap();
+        dyn_store.claim(&lease, 1).await.unwrap();
+    }
+    tokio::time::sleep(ttl.duration() * 2).await;
+    let checker = Checker::new(dyn_store.clone(), CheckerConfig::default());
+    let before = store.checker_calls.load(Ordering::SeqCst);
+    let report = checker.round().await.unwrap();
+    let calls = store.checker_calls.load(Ordering::SeqCst) - before;
+    assert_eq!(report.deaths.len(), n);
+    assert!(report.deaths.iter().all(|d| d.requeued.requeued.len() == 1));
+    // expired, reap_many, requeue_orphans_many, dead_tokens, next_expiry: not two
+    // calls per death.
+    assert_eq!(calls, 5, "{calls} store calls for {n} deaths");
+    assert_eq!(dyn_store.item_counts().await.unwrap().pending, n as u64);
 }
