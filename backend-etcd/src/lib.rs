@@ -3,8 +3,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
+mod error;
+mod keepalive;
 mod keys;
+mod lease;
 mod store;
+mod txn;
 mod watch;
 
 pub use config::{EtcdConfig, URL};

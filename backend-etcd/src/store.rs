@@ -7,13 +7,11 @@
 //! lease-bound key, and "record present, lease-bound key gone" is "expired, not yet
 //! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, KeyValue, KvClient,
-    LeaseClient, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Client, ConnectOptions, GetOptions, KeyValue, KvClient, LeaseClient, PutOptions, Txn, TxnOp,
     TxnResponse, WatchClient,
 };
 use liveness_core::{
@@ -24,8 +22,15 @@ use liveness_core::{
 use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
+use crate::error::{corrupt, map, Fault};
+use crate::keepalive::Slots;
 use crate::keys::{Keys, Meta, Record};
-use crate::watch::{scan, ExpiryWatch};
+use crate::lease::secs;
+use crate::txn::{
+    create_rev, del, exists, first, first_range, get, mod_rev, put, ranges, revision, token_i64,
+    under, version, MAX_TRIES,
+};
+use crate::watch::ExpiryWatch;
 use crate::BACKEND;
 
 /// The most items or leases one call moves or lists. A claim writes 3 keys and reads
@@ -40,214 +45,20 @@ pub const MAX_PAYLOAD: usize = 1024 * 1024;
 /// Responses may carry up to [`MAX_BATCH`] payloads.
 const MAX_DECODE: usize = MAX_BATCH * MAX_PAYLOAD + 4 * 1024 * 1024;
 
-/// How many times an optimistic transaction is retried under contention.
-const MAX_TRIES: usize = 64;
-
-/// Candidates verified per read transaction (2 reads each, under 128).
-const VERIFY_CHUNK: usize = 64;
-
-/// What went wrong inside this backend (the source of a `Backend` or `Unavailable`).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Fault {
-    #[error("corrupt value at etcd key {0:?}")]
-    Corrupt(String),
-    #[error("lease-bound key {0:?} exists without its record")]
-    Orphan(String),
-    #[error("gave up after {MAX_TRIES} conflicting transactions")]
-    Contention,
-    #[error("etcd did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("could not read {0:?}")]
-    Unreadable(std::path::PathBuf, #[source] std::io::Error),
-}
-
-/// Maps an etcd client error: transport faults, timeouts, leader changes and
-/// overload to [`Error::Unavailable`]; everything else to [`Error::Backend`].
-pub(crate) fn map_err(e: etcd_client::Error) -> Error {
-    use etcd_client::Error as E;
-    use tonic::Code;
-    let retryable = match &e {
-        E::GRpcStatus(s) => matches!(
-            s.code(),
-            Code::Unavailable
-                | Code::DeadlineExceeded
-                | Code::Cancelled
-                | Code::Aborted
-                | Code::ResourceExhausted
-                | Code::Unknown
-        ),
-        E::TransportError(_)
-        | E::IoError(_)
-        | E::LeaseKeepAliveError(_)
-        | E::WatchError(_)
-        | E::EndpointError(_) => true,
-        _ => false,
-    };
-    if retryable {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
-}
-
-fn is_not_found(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::NotFound,
-        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
-        _ => false,
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The etcd lease ttl for a liveness ttl: whole seconds, rounded UP.
-fn etcd_secs(ttl: Ttl) -> i64 {
-    i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX)
-}
-
-fn secs(s: i64) -> Duration {
-    Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-fn version(k: &str, v: i64) -> Compare {
-    Compare::version(k, CompareOp::Equal, v)
-}
-
-fn mod_rev(k: &str, v: i64) -> Compare {
-    Compare::mod_revision(k, CompareOp::Equal, v)
-}
-
-fn create_rev(k: &str, v: i64) -> Compare {
-    Compare::create_revision(k, CompareOp::Equal, v)
-}
-
-fn exists(k: &str) -> Compare {
-    Compare::version(k, CompareOp::Greater, 0)
-}
-
-fn get(k: &str) -> TxnOp {
-    TxnOp::get(k, None)
-}
-
-fn put(k: &str, v: impl Into<Vec<u8>>) -> TxnOp {
-    TxnOp::put(k, v, None)
-}
-
-fn del(k: &str) -> TxnOp {
-    TxnOp::delete(k, None)
-}
-
-fn token_i64(t: FencingToken) -> i64 {
-    i64::try_from(t.0).unwrap_or(i64::MAX)
-}
-
-/// The range responses of a transaction, in order (puts and deletes skipped).
-fn ranges(resp: &TxnResponse) -> Vec<GetResponse> {
-    resp.op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g),
-            _ => None,
-        })
-        .collect()
-}
-
-fn first(g: Option<&GetResponse>) -> Option<KeyValue> {
-    g.and_then(|g| g.kvs().first().cloned())
-}
-
-fn revision(resp: &TxnResponse) -> i64 {
-    resp.header().map(|h| h.revision()).unwrap_or(0)
-}
-
-/// A lease record as read, with its token.
-#[derive(Clone, Debug)]
-struct Current {
-    mod_rev: i64,
-    rec: Record,
-    token: FencingToken,
-}
-
-/// A record and a lease-bound key read at one revision.
-#[derive(Debug)]
-struct Snapshot {
-    record: Option<Current>,
-    live: Option<KeyValue>,
-}
-
-impl Snapshot {
-    fn from(rec: Option<KeyValue>, live: Option<KeyValue>) -> Result<Snapshot> {
-        let record = match rec {
-            None => None,
-            Some(kv) => {
-                let rec = Record::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
-                let token = FencingToken(
-                    rec.token
-                        .unwrap_or_else(|| u64::try_from(kv.mod_revision()).unwrap_or(0)),
-                );
-                Some(Current {
-                    mod_rev: kv.mod_revision(),
-                    rec,
-                    token,
-                })
-            }
-        };
-        Ok(Snapshot { record, live })
-    }
-
-    /// True when the lease-bound key exists and belongs to the record's token.
-    fn is_live(&self) -> bool {
-        match (&self.record, &self.live) {
-            (Some(c), Some(l)) => u64::try_from(l.create_revision()).ok() == Some(c.token.0),
-            _ => false,
-        }
-    }
-
-    /// Why `lease` is not current and live, or the record when it is.
-    fn check(self, lease: &Lease) -> Result<Current> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        };
-        let live = self.is_live();
-        match self.record {
-            None => Err(lost(LostReason::Released)),
-            Some(c) if c.token != lease.token => Err(lost(LostReason::Superseded)),
-            Some(_) if !live => Err(lost(LostReason::Expired)),
-            Some(c) => Ok(c),
-        }
-    }
-}
-
-fn corrupt(key: &[u8]) -> Error {
-    Error::backend(
-        BACKEND,
-        Fault::Corrupt(String::from_utf8_lossy(key).into_owned()),
-    )
-}
-
-/// A keep-alive stream kept per lease this handle renews.
-struct Slot {
-    lease_id: i64,
-    ttl: Ttl,
-    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
-}
-
-struct Inner {
-    kv: KvClient,
-    lease: LeaseClient,
-    watch: WatchClient,
-    keys: Keys,
+/// What the clones of one handle share.
+pub(crate) struct Inner {
+    pub(crate) kv: KvClient,
+    pub(crate) lease: LeaseClient,
+    pub(crate) watch: WatchClient,
+    pub(crate) keys: Keys,
     namespace: Namespace,
     endpoints: Vec<String>,
-    caps: Capabilities,
-    timeout: Duration,
+    pub(crate) caps: Capabilities,
+    /// The request timeout.
+    pub(crate) timeout: Duration,
     started: tokio::time::Instant,
-    slots: Mutex<HashMap<u64, Arc<Slot>>>,
-    expiry: Arc<ExpiryWatch>,
+    pub(crate) slots: Slots,
+    pub(crate) expiry: Arc<ExpiryWatch>,
 }
 
 impl Drop for Inner {
@@ -260,7 +71,7 @@ impl Drop for Inner {
 /// the connection, keep-alive streams and expiry watch).
 #[derive(Clone)]
 pub struct EtcdStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -300,7 +111,7 @@ impl EtcdStore {
         )
         .await
         .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(config.connect_timeout)))?
-        .map_err(map_err)?;
+        .map_err(map)?;
         let kv = client
             .kv_client()
             .max_decoding_message_size(MAX_DECODE)
@@ -314,8 +125,8 @@ impl EtcdStore {
         kv.clone()
             .get(keys.counter(), Some(GetOptions::new().with_count_only()))
             .await
-            .map_err(map_err)?;
-        let probe = lease.grant(1, None).await.map_err(map_err)?;
+            .map_err(map)?;
+        let probe = lease.grant(1, None).await.map_err(map)?;
         let min_secs = probe.ttl().max(1);
         let _ = lease.revoke(probe.id()).await;
 
@@ -338,7 +149,7 @@ impl EtcdStore {
                 caps,
                 timeout: config.timeout,
                 started: tokio::time::Instant::now(),
-                slots: Mutex::default(),
+                slots: Slots::default(),
                 expiry: ExpiryWatch::new(),
             }),
         })
@@ -349,257 +160,29 @@ impl EtcdStore {
         &self.inner.namespace
     }
 
-    fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.inner.keys
     }
 
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        self.inner.kv.clone().txn(txn).await.map_err(map_err)
-    }
-
-    async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+    /// The key-values of a plain (not transactional) range read.
+    async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
         let mut resp = self
             .inner
             .kv
             .clone()
-            .get(key, None)
+            .get(key, Some(opts))
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
+        Ok(resp.take_kvs())
+    }
+
+    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.inner.kv.clone().txn(txn).await.map_err(map)
+    }
+
+    async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+        let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
-    }
-
-    /// Reads a key's record and lease-bound key at one revision.
-    async fn snapshot(&self, key: &Key) -> Result<Snapshot> {
-        let k = self.keys();
-        let resp = self
-            .txn(Txn::new().and_then(vec![get(&k.record(key)), get(&k.live(key))]))
-            .await?;
-        let r = ranges(&resp);
-        Snapshot::from(first(r.first()), first(r.get(1)))
-    }
-
-    async fn grant(&self, ttl: Ttl) -> Result<i64> {
-        let resp = self
-            .inner
-            .lease
-            .clone()
-            .grant(etcd_secs(ttl), None)
-            .await
-            .map_err(map_err)?;
-        Ok(resp.id())
-    }
-
-    /// Revokes an etcd lease: Ok(true) when it existed, Ok(false) when etcd no longer
-    /// knew it (expired, or revoked before).
-    async fn revoke(&self, id: i64) -> Result<bool> {
-        match self.inner.lease.clone().revoke(id).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(map_err(e)),
-        }
-    }
-
-    fn revoke_later(&self, id: i64) {
-        let mut lease = self.inner.lease.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = lease.revoke(id).await;
-            });
-        }
-    }
-
-    /// Remaining seconds of an etcd lease by etcd's countdown (truncated), or -1 when
-    /// etcd no longer knows it.
-    async fn time_to_live(&self, id: i64) -> Result<i64> {
-        match self.inner.lease.clone().time_to_live(id, None).await {
-            Ok(r) => Ok(r.ttl()),
-            Err(e) if is_not_found(&e) => Ok(-1),
-            Err(e) => Err(map_err(e)),
-        }
-    }
-
-    fn slot(&self, token: FencingToken) -> Option<Arc<Slot>> {
-        lock(&self.inner.slots).get(&token.0).cloned()
-    }
-
-    fn set_slot(&self, token: FencingToken, c: &Current) -> Arc<Slot> {
-        let slot = Arc::new(Slot {
-            lease_id: c.rec.lease_id,
-            ttl: c.rec.ttl,
-            stream: tokio::sync::Mutex::new(None),
-        });
-        lock(&self.inner.slots).insert(token.0, slot.clone());
-        slot
-    }
-
-    fn drop_slot(&self, token: FencingToken) {
-        lock(&self.inner.slots).remove(&token.0);
-    }
-
-    /// One keep-alive request on the lease's stream: Ok(ttl seconds), 0 when etcd no
-    /// longer knows the lease.
-    async fn keep_alive(&self, slot: &Slot) -> Result<i64> {
-        let timeout = self.inner.timeout;
-        let mut guard = slot.stream.lock().await;
-        for _ in 0..2 {
-            let Some((keeper, stream)) = guard.as_mut() else {
-                // Opening the stream sends the first keep-alive and reads its answer.
-                let opened = tokio::time::timeout(
-                    timeout,
-                    self.inner.lease.clone().keep_alive(slot.lease_id),
-                )
-                .await
-                .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(timeout)))?;
-                return match opened {
-                    Ok(pair) => {
-                        *guard = Some(pair);
-                        Ok(etcd_secs(slot.ttl))
-                    }
-                    Err(e) if is_not_found(&e) => Ok(0),
-                    Err(e) => Err(map_err(e)),
-                };
-            };
-            let exchange = async {
-                keeper.keep_alive().await?;
-                stream.message().await
-            };
-            match tokio::time::timeout(timeout, exchange).await {
-                Ok(Ok(Some(resp))) => return Ok(resp.ttl().max(0)),
-                // A broken stream (the member restarted, the connection reset): drop
-                // it and open a fresh one once.
-                Ok(Ok(None)) | Ok(Err(_)) => *guard = None,
-                Err(_) => {
-                    *guard = None;
-                    return Err(Error::unavailable(BACKEND, Fault::Timeout(timeout)));
-                }
-            }
-        }
-        Err(Error::unavailable(
-            BACKEND,
-            etcd_client::Error::LeaseKeepAliveError("keep-alive stream closed".into()),
-        ))
-    }
-
-    fn renewed(lease: &Lease, ttl_secs: i64) -> Lease {
-        Lease {
-            expires_in: lease.ttl.duration().min(secs(ttl_secs)),
-            ..lease.clone()
-        }
-    }
-
-    /// Renewal with another ttl than the current one: a new etcd lease of the new
-    /// ttl takes the lease-bound key over (its create revision, the token, stays),
-    /// and the old etcd lease is revoked.
-    async fn renew_with_ttl(&self, lease: &Lease) -> Result<Lease> {
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
-        for _ in 0..MAX_TRIES {
-            let current = self.snapshot(&lease.key).await?.check(lease)?;
-            self.inner.caps.check_ttl(lease.ttl)?;
-            let id = self.grant(lease.ttl).await?;
-            let rec = Record {
-                token: Some(lease.token.0),
-                ttl: lease.ttl,
-                lease_id: id,
-                holder: current.rec.holder.clone(),
-            };
-            let txn = Txn::new()
-                .when(vec![
-                    mod_rev(&rec_key, current.mod_rev),
-                    create_rev(&live_key, token_i64(lease.token)),
-                ])
-                .and_then(vec![
-                    TxnOp::put(
-                        live_key.as_str(),
-                        "",
-                        Some(PutOptions::new().with_lease(id)),
-                    ),
-                    put(&rec_key, rec.encode()),
-                ]);
-            let resp = match self.txn(txn).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.revoke_later(id);
-                    return Err(e);
-                }
-            };
-            if resp.succeeded() {
-                self.drop_slot(lease.token);
-                self.revoke_later(current.rec.lease_id);
-                return Ok(Lease {
-                    expires_in: lease.ttl.duration(),
-                    ..lease.clone()
-                });
-            }
-            self.revoke_later(id);
-        }
-        Err(Error::unavailable(BACKEND, Fault::Contention))
-    }
-
-    /// Makes sure the expiry watch runs and has delivered every event up to now: a
-    /// write of the sync key, then a wait until the watch saw it. When the watch does
-    /// not catch up within the request timeout, a full scan (O(leases)) stands in.
-    async fn sync_expiry(&self) -> Result<()> {
-        let inner = &self.inner;
-        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
-        let resp = inner
-            .kv
-            .clone()
-            .put(inner.keys.sync(), "", None)
-            .await
-            .map_err(map_err)?;
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if inner.expiry.caught_up(rev, inner.timeout).await {
-            return Ok(());
-        }
-        tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
-        let (_, expired) = scan(&inner.kv, &inner.keys).await?;
-        inner.expiry.absorb_scan(expired);
-        Ok(())
-    }
-
-    /// Verifies the watch's candidates in `space`, earliest first, forgetting the
-    /// stale ones, until `limit` expired leases are found. Costs O(candidates seen).
-    async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let k = self.keys();
-        let mut out = Vec::new();
-        for chunk in self.inner.expiry.candidates(space).chunks(VERIFY_CHUNK / 2) {
-            let ops = chunk
-                .iter()
-                .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
-                .collect::<Vec<_>>();
-            let resp = self.txn(Txn::new().and_then(ops)).await?;
-            let r = ranges(&resp);
-            for (i, key) in chunk.iter().enumerate() {
-                let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
-                match (&snap.record, &snap.live) {
-                    (Some(c), None) => {
-                        if out.len() < limit {
-                            out.push(ExpiredLease {
-                                key: key.clone(),
-                                holder: c.rec.holder.clone(),
-                                token: c.token,
-                            });
-                        }
-                    }
-                    _ => self.inner.expiry.forget(key),
-                }
-            }
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
-    fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
-        let r = ranges(resp);
-        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?;
-        Ok(match snap.check(lease) {
-            Err(e) => e,
-            // Live after all: the transaction lost a race on an item instead.
-            Ok(_) => Error::unavailable(BACKEND, Fault::Contention),
-        })
     }
 }
 
@@ -691,13 +274,12 @@ impl LeaseStore for EtcdStore {
                 let resp = self.txn(txn).await?;
                 if resp.succeeded() {
                     let token = u64::try_from(revision(&resp)).unwrap_or(0);
-                    return Ok(Lease {
-                        key: key.clone(),
-                        holder: holder.clone(),
-                        token: FencingToken(token),
+                    return Ok(Lease::granted(
+                        key.clone(),
+                        holder.clone(),
+                        FencingToken(token),
                         ttl,
-                        expires_in: ttl.duration(),
-                    });
+                    ));
                 }
             }
             Err(Error::unavailable(BACKEND, Fault::Contention))
@@ -712,51 +294,53 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let slot = match self.slot(lease.token) {
+        let slot = match self.inner.slots.get(lease.token) {
             Some(s) => s,
             None => {
                 let current = self.snapshot(&lease.key).await?.check(lease)?;
-                self.set_slot(lease.token, &current)
+                self.inner
+                    .slots
+                    .set(lease.token, current.rec.lease_id, current.rec.ttl)
             }
         };
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
-        let left = self.keep_alive(&slot).await?;
+        let left = slot
+            .keep_alive(&self.inner.lease, self.inner.timeout)
+            .await?;
         if left > 0 {
             return Ok(Self::renewed(lease, left));
         }
         // etcd no longer knows that etcd lease: expired (or released), or this
         // handle's slot is stale (another handle changed the ttl). Read why.
-        self.drop_slot(lease.token);
+        self.inner.slots.remove(lease.token);
         let current = self.snapshot(&lease.key).await?.check(lease)?;
         if current.rec.lease_id == slot.lease_id {
             // Live by the key but unknown to the lessor: it is being revoked now.
-            return Err(Error::Lost {
-                key: lease.key.clone(),
-                token: lease.token,
-                reason: LostReason::Expired,
-            });
+            return Err(lease.lost(LostReason::Expired));
         }
-        let slot = self.set_slot(lease.token, &current);
+        let slot = self
+            .inner
+            .slots
+            .set(lease.token, current.rec.lease_id, current.rec.ttl);
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
-        match self.keep_alive(&slot).await? {
+        match slot
+            .keep_alive(&self.inner.lease, self.inner.timeout)
+            .await?
+        {
             left if left > 0 => Ok(Self::renewed(lease, left)),
             _ => {
-                self.drop_slot(lease.token);
-                Err(Error::Lost {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                    reason: LostReason::Expired,
-                })
+                self.inner.slots.remove(lease.token);
+                Err(lease.lost(LostReason::Expired))
             }
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.drop_slot(lease.token);
+        self.inner.slots.remove(lease.token);
         let snap = self.snapshot(&lease.key).await?;
         let Some(c) = snap.record else {
             return Ok(false);
@@ -850,17 +434,8 @@ impl LeaseStore for EtcdStore {
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(k.deads(), Some(opts))
-            .await
-            .map_err(map_err)?;
-        resp.take_kvs()
+        self.range(k.deads(), under(limit))
+            .await?
             .into_iter()
             .map(|kv| {
                 let token = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
@@ -889,18 +464,10 @@ impl LeaseStore for EtcdStore {
         if !self.verified(space, 1).await?.is_empty() {
             return Ok(Some(Duration::ZERO));
         }
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_keys_only()
-            .with_limit(1);
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(self.keys().lives_in(space), Some(opts))
-            .await
-            .map_err(map_err)?;
-        let Some(kv) = resp.take_kvs().into_iter().next() else {
+        let first_live = self
+            .range(self.keys().lives_in(space), under(1).with_keys_only())
+            .await?;
+        let Some(kv) = first_live.first() else {
             return Ok(None);
         };
         // The time left of one live lease (the first by name), at least a second:
@@ -963,9 +530,7 @@ impl ItemStore for EtcdStore {
         let is_live = create_rev(&live_key, token_i64(lease.token));
         let why_not = || vec![get(&rec_key), get(&live_key)];
         for _ in 0..MAX_TRIES {
-            let opts = GetOptions::new()
-                .with_prefix()
-                .with_limit(i64::try_from(n).unwrap_or(i64::MAX));
+            let opts = under(n);
             let resp = self
                 .txn(
                     Txn::new()
@@ -1045,39 +610,25 @@ impl ItemStore for EtcdStore {
         if resp.succeeded() {
             Ok(())
         } else {
-            Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            })
+            Err(lease.fenced(id))
         }
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
-        let fenced = || Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
+        let fenced = || lease.fenced(id);
         for _ in 0..MAX_TRIES {
             let Some(kv) = self.get_one(&owned).await? else {
                 return Err(fenced());
             };
             let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
-            let (state, index) = if retry && meta.attempts < meta.max_attempts {
-                (ItemState::Pending, k.pending(id.0))
-            } else {
-                (ItemState::DeadLettered, k.dead_letter(id.0))
-            };
+            let (state, ops) = hand_back(k, &owned, id.0, &meta, retry);
             let resp = self
                 .txn(
                     Txn::new()
                         .when(vec![mod_rev(&owned, kv.mod_revision())])
-                        .and_then(vec![
-                            del(&owned),
-                            put(&index, meta.encode()),
-                            put(&k.meta(id.0), meta.encode_with(state)),
-                        ]),
+                        .and_then(Vec::from(ops)),
                 )
                 .await?;
             if resp.succeeded() {
@@ -1093,9 +644,7 @@ impl ItemStore for EtcdStore {
         let mut out = Requeued::default();
         let mut conflicts = 0;
         loop {
-            let opts = GetOptions::new()
-                .with_prefix()
-                .with_limit(i64::try_from(MAX_BATCH).unwrap_or(32));
+            let opts = under(MAX_BATCH);
             let resp = self
                 .txn(
                     Txn::new()
@@ -1123,15 +672,10 @@ impl ItemStore for EtcdStore {
             for kv in &owned {
                 let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
                 let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
-                let (state, index) = if meta.attempts < meta.max_attempts {
-                    (ItemState::Pending, k.pending(id))
-                } else {
-                    (ItemState::DeadLettered, k.dead_letter(id))
-                };
-                compares.push(mod_rev(&k.owned(token, id), kv.mod_revision()));
-                ops.push(del(&k.owned(token, id)));
-                ops.push(put(&index, meta.encode()));
-                ops.push(put(&k.meta(id), meta.encode_with(state)));
+                let owned = k.owned(token, id);
+                let (state, back) = hand_back(k, &owned, id, &meta, true);
+                compares.push(mod_rev(&owned, kv.mod_revision()));
+                ops.extend(back);
                 moved.push((ItemId(id), state));
             }
             let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
@@ -1205,19 +749,9 @@ impl ItemStore for EtcdStore {
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_keys_only()
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(k.dead_letters(), Some(opts))
-            .await
-            .map_err(map_err)?;
-        let ids = resp
-            .take_kvs()
+        let ids = self
+            .range(k.dead_letters(), under(limit).with_keys_only())
+            .await?
             .iter()
             .map(|kv| Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key())))
             .collect::<Result<Vec<u64>>>()?;
@@ -1255,11 +789,18 @@ impl ItemStore for EtcdStore {
     }
 }
 
-/// The key-values of a transaction's first range.
-fn first_range(resp: &TxnResponse) -> Vec<KeyValue> {
-    ranges(resp)
-        .into_iter()
-        .next()
-        .map(|mut g| g.take_kvs())
-        .unwrap_or_default()
+/// The writes that give back item `id`, owned under the index entry `owned` with
+/// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
+fn hand_back(k: &Keys, owned: &str, id: u64, meta: &Meta, retry: bool) -> (ItemState, [TxnOp; 3]) {
+    let (state, index) = if retry && meta.attempts < meta.max_attempts {
+        (ItemState::Pending, k.pending(id))
+    } else {
+        (ItemState::DeadLettered, k.dead_letter(id))
+    };
+    let ops = [
+        del(owned),
+        put(&index, meta.encode()),
+        put(&k.meta(id), meta.encode_with(state)),
+    ];
+    (state, ops)
 }

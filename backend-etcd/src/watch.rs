@@ -14,16 +14,21 @@
 //!   listing it, and forgets the stale ones (released or re-acquired keys).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue, KvClient, WatchClient, WatchOptions};
-use liveness_core::{CancellationToken, Key, Result, Space};
+use etcd_client::{EventType, GetOptions, KeyValue, KvClient, Txn, WatchClient, WatchOptions};
+use liveness_core::sync::lock;
+use liveness_core::wake::tick;
+use liveness_core::{Backoff, CancellationToken, ExpiredLease, Key, Result, Space};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::error::map;
 use crate::keys::Keys;
-use crate::store::map_err;
+use crate::lease::Snapshot;
+use crate::store::EtcdStore;
+use crate::txn::{first, get, ranges};
 
 /// Keys per page of the fallback scan.
 const PAGE: i64 = 5_000;
@@ -65,10 +70,6 @@ pub(crate) struct ExpiryWatch {
     wake: watch::Sender<u64>,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ExpiryWatch {
@@ -166,10 +167,6 @@ impl ExpiryWatch {
         });
     }
 
-    fn tick(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
     /// Adds the result of a full scan: (token, key) pairs, ranked before any later
     /// pass.
     pub(crate) fn absorb_scan(&self, expired: Vec<(u64, Key)>) {
@@ -182,7 +179,7 @@ impl ExpiryWatch {
             }
         }
         if any {
-            self.tick();
+            tick(&self.wake);
         }
     }
 
@@ -195,7 +192,8 @@ impl ExpiryWatch {
 
     async fn run(self: Arc<Self>, kv: KvClient, wc: WatchClient, keys: Keys) {
         let mut from: Option<i64> = None;
-        let mut backoff = Duration::from_millis(50);
+        let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        let mut backoff = pace();
         let lives = keys.lives();
         loop {
             if self.stop.is_cancelled() {
@@ -211,10 +209,9 @@ impl ExpiryWatch {
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "etcd expiry scan failed");
-                        if !self.pause(backoff).await {
+                        if !self.pause(backoff.next()).await {
                             return;
                         }
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
                         continue;
                     }
                 },
@@ -233,10 +230,9 @@ impl ExpiryWatch {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::debug!(error = %e, "etcd expiry watch failed to start");
-                    if !self.pause(backoff).await {
+                    if !self.pause(backoff.next()).await {
                         return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                     continue;
                 }
             };
@@ -261,7 +257,7 @@ impl ExpiryWatch {
                 if resp.canceled() {
                     break;
                 }
-                backoff = Duration::from_millis(50);
+                backoff = pace();
                 let mut max = 0;
                 let mut deleted = false;
                 for ev in resp.events() {
@@ -283,13 +279,12 @@ impl ExpiryWatch {
                     self.saw(max);
                 }
                 if deleted {
-                    self.tick();
+                    tick(&self.wake);
                 }
             }
-            if !self.pause(backoff).await {
+            if !self.pause(backoff.next()).await {
                 return;
             }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
     }
 }
@@ -329,7 +324,7 @@ pub(crate) async fn range_all(
             .clone()
             .get(start.clone(), Some(opts))
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         if rev.is_none() {
             rev = resp.header().map(|h| h.revision());
         }
@@ -367,6 +362,68 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, K
         })
         .collect();
     Ok((rev, expired))
+}
+
+/// Candidates verified per read transaction (2 reads each, under 128).
+const VERIFY_CHUNK: usize = 64;
+
+/// Watch sync: what `expired` and `next_expiry` read the expiry watch through.
+impl EtcdStore {
+    /// Makes sure the expiry watch runs and has delivered every event up to now: a
+    /// write of the sync key, then a wait until the watch saw it. When the watch does
+    /// not catch up within the request timeout, a full scan (O(leases)) stands in.
+    pub(crate) async fn sync_expiry(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        let resp = inner
+            .kv
+            .clone()
+            .put(inner.keys.sync(), "", None)
+            .await
+            .map_err(map)?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if inner.expiry.caught_up(rev, inner.timeout).await {
+            return Ok(());
+        }
+        tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
+        let (_, expired) = scan(&inner.kv, &inner.keys).await?;
+        inner.expiry.absorb_scan(expired);
+        Ok(())
+    }
+
+    /// Verifies the watch's candidates in `space`, earliest first, forgetting the
+    /// stale ones, until `limit` expired leases are found. Costs O(candidates seen).
+    pub(crate) async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let k = self.keys();
+        let mut out = Vec::new();
+        for chunk in self.inner.expiry.candidates(space).chunks(VERIFY_CHUNK / 2) {
+            let ops = chunk
+                .iter()
+                .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
+                .collect::<Vec<_>>();
+            let resp = self.txn(Txn::new().and_then(ops)).await?;
+            let r = ranges(&resp);
+            for (i, key) in chunk.iter().enumerate() {
+                let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
+                match (&snap.record, &snap.live) {
+                    (Some(c), None) => {
+                        if out.len() < limit {
+                            out.push(ExpiredLease {
+                                key: key.clone(),
+                                holder: c.rec.holder.clone(),
+                                token: c.token,
+                            });
+                        }
+                    }
+                    _ => self.inner.expiry.forget(key),
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

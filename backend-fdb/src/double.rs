@@ -26,13 +26,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
 use liveness_core::{async_trait, Namespace};
 use tokio::time::Instant;
 
-use crate::kv::{Database, DbError, Stamp, Transaction};
+use crate::kv::{Class, Database, DbError, Pair, RangeRead, Stamp, Transaction};
 use crate::store::FdbStore;
 
 const MAX_KEY: usize = 10_000;
@@ -85,13 +86,23 @@ impl DoubleError {
         )
     }
 
-    pub(crate) fn maybe_committed(&self) -> bool {
+    fn maybe_committed(&self) -> bool {
         matches!(self, DoubleError::CommitUnknownResult)
     }
 
     /// Faults that a later call may not meet (mapped to `Unavailable`).
-    pub(crate) fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         self.retryable() || matches!(self, DoubleError::TooManyRetries(_))
+    }
+}
+
+impl From<DoubleError> for DbError {
+    fn from(e: DoubleError) -> Self {
+        let class = Class {
+            transient: e.is_transient(),
+            maybe_committed: e.maybe_committed(),
+        };
+        DbError::new(e, class)
     }
 }
 
@@ -153,10 +164,6 @@ impl State {
             }
         }
     }
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The in-process TEST DOUBLE of a FoundationDB database (see the module docs).
@@ -369,17 +376,17 @@ impl Transaction for DoubleTxn {
         Ok(out)
     }
 
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError> {
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError> {
+        let RangeRead {
+            begin,
+            end,
+            limit,
+            reverse,
+            snapshot,
+        } = read;
         let rv = self.ensure_rv()?;
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        if begin >= end || limit == 0 {
+        let mut out: Vec<Pair> = Vec::new();
+        if read.is_empty() {
             return Ok(out);
         }
         {
@@ -553,11 +560,9 @@ impl Transaction for DoubleTxn {
     }
 
     async fn on_error(&mut self, err: DbError) -> Result<(), DbError> {
-        let retryable = match &err {
-            DbError::Double(e) => e.retryable(),
-            #[cfg(feature = "native")]
-            DbError::Native(_) => false,
-        };
+        let retryable = err
+            .downcast_ref::<DoubleError>()
+            .is_some_and(DoubleError::retryable);
         if !retryable {
             return Err(err);
         }
@@ -593,7 +598,10 @@ mod tests {
         b.set(b"n", b"1");
         a.commit().await.unwrap();
         let err = b.commit().await.unwrap_err();
-        assert!(matches!(err, DbError::Double(DoubleError::NotCommitted)));
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::NotCommitted)
+        );
         assert_eq!(db.conflicts(), 1);
         // on_error resets it: the retry sees the first commit and succeeds.
         b.on_error(err).await.unwrap();
@@ -626,10 +634,16 @@ mod tests {
         // r still sees its snapshot, plus its own writes.
         r.set(b"bb", b"x");
         r.clear(b"c");
-        let rows = r.range(b"a", b"z", 10, false, true).await.unwrap();
+        let rows = r
+            .range(RangeRead::new(b"a", b"z", 10).snapshot())
+            .await
+            .unwrap();
         let keys: Vec<_> = rows.iter().map(|(k, _)| k.as_slice()).collect();
         assert_eq!(keys, vec![b"a".as_slice(), b"b", b"bb"]);
-        let rev = r.range(b"a", b"z", 2, true, true).await.unwrap();
+        let rev = r
+            .range(RangeRead::new(b"a", b"z", 2).reverse().snapshot())
+            .await
+            .unwrap();
         assert_eq!(rev[0].0, b"bb");
         assert_eq!(rev[1].0, b"b");
         r.add(b"cnt", 5);
@@ -665,17 +679,19 @@ mod tests {
         let db = DoubleDatabase::new();
         let mut t = txn(&db).await;
         t.set(&vec![1u8; MAX_KEY + 1], b"");
-        assert!(matches!(
-            t.commit().await,
-            Err(DbError::Double(DoubleError::KeyTooLarge))
-        ));
+        let err = t.commit().await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::KeyTooLarge)
+        );
         let mut t = txn(&db).await;
         for i in 0..110u32 {
             t.set(&i.to_be_bytes(), &vec![0u8; MAX_VALUE]);
         }
-        assert!(matches!(
-            t.commit().await,
-            Err(DbError::Double(DoubleError::TransactionTooLarge))
-        ));
+        let err = t.commit().await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<DoubleError>(),
+            Some(&DoubleError::TransactionTooLarge)
+        );
     }
 }

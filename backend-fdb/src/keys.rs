@@ -21,17 +21,8 @@
 use foundationdb_tuple::{Subspace, TuplePack, Versionstamp};
 use liveness_core::{Error, FencingToken, HolderId, ItemState, Key, Namespace, Space};
 
+use crate::error::corrupt;
 use crate::kv::{Stamp, INCOMPLETE};
-use crate::BACKEND;
-
-/// A record that does not decode: a permanent backend error.
-#[derive(Debug, thiserror::Error)]
-#[error("corrupt {0} record in the FoundationDB subspace")]
-pub(crate) struct Corrupt(&'static str);
-
-pub(crate) fn corrupt(what: &'static str) -> Error {
-    Error::backend(BACKEND, Corrupt(what))
-}
 
 /// The keys of one namespace.
 #[derive(Debug, Clone)]

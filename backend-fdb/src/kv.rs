@@ -2,16 +2,14 @@
 //! transaction with FoundationDB's semantics (serializable, optimistic, read conflicts,
 //! versionstamps, retry through `on_error`).
 //!
-//! Two implementations: the real client ([`crate::native`], feature `native`) and the
-//! in-crate test double ([`crate::double`]). [`crate::FdbStore`] holds an
-//! `Arc<dyn Database>`, so the SAME store logic runs on both.
+//! Two implementations depend on it: the real client (`native.rs`, feature `native`)
+//! and the in-crate test double ([`crate::double`]); it depends on neither.
+//! [`crate::FdbStore`] holds an `Arc<dyn Database>`, so the SAME store logic runs on
+//! both.
 
 use std::fmt::Debug;
 
-use liveness_core::async_trait;
-use liveness_core::Error;
-
-use crate::BACKEND;
+use liveness_core::{async_trait, BoxError, Error};
 
 /// A complete versionstamp: the 8-byte big-endian commit version, then the 2-byte
 /// order of the transaction within its commit batch. Unique per committed transaction
@@ -29,40 +27,110 @@ pub(crate) fn stamp_version(stamp: &Stamp) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// A failure of one transaction step.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DbError {
-    /// From the test double.
-    #[error(transparent)]
-    Double(#[from] crate::double::DoubleError),
-    /// From the real client.
-    #[cfg(feature = "native")]
-    #[error(transparent)]
-    Native(foundationdb::FdbError),
+/// How an implementation classifies one of its failures, for the store logic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Class {
+    /// A later call may not meet it (a conflict, a timeout, an unreachable cluster):
+    /// reported as `Unavailable` once `on_error` gives up.
+    pub(crate) transient: bool,
+    /// The commit may have been applied although it reported failure (FoundationDB's
+    /// `commit_unknown_result`): a retry must check what it finds.
+    pub(crate) maybe_committed: bool,
+}
+
+/// A failure of one transaction step: the implementation's own error, with its
+/// [`Class`]. This interface knows nothing of its implementations; each one finds
+/// its own error again with [`DbError::downcast_ref`] (in `on_error`).
+#[derive(Debug)]
+pub(crate) struct DbError {
+    source: BoxError,
+    class: Class,
 }
 
 impl DbError {
-    /// True when the commit may have been applied although it reported failure
-    /// (FoundationDB's `commit_unknown_result`): a retry must check what it finds.
-    pub(crate) fn maybe_committed(&self) -> bool {
-        match self {
-            DbError::Double(e) => e.maybe_committed(),
-            #[cfg(feature = "native")]
-            DbError::Native(e) => e.is_maybe_committed(),
+    /// An implementation's error and how it classifies it.
+    pub(crate) fn new(source: impl Into<BoxError>, class: Class) -> Self {
+        DbError {
+            source: source.into(),
+            class,
         }
     }
 
-    /// The framework error for a failure that `on_error` refused to retry.
-    pub(crate) fn into_error(self) -> Error {
-        let transient = match &self {
-            DbError::Double(e) => e.is_transient(),
-            #[cfg(feature = "native")]
-            DbError::Native(e) => crate::native::is_transient(e),
-        };
-        if transient {
-            Error::unavailable(BACKEND, self)
-        } else {
-            Error::backend(BACKEND, self)
+    /// True when the commit may have been applied although it reported failure: a
+    /// retry must check what it finds.
+    pub(crate) fn maybe_committed(&self) -> bool {
+        self.class.maybe_committed
+    }
+
+    /// True when a later call may not meet this failure.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.class.transient
+    }
+
+    /// The implementation's error, when it is a `T`.
+    pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.source.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.source, f)
+    }
+}
+
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
+    }
+}
+
+/// A key and its value.
+pub(crate) type Pair = (Vec<u8>, Vec<u8>);
+
+/// A range read: at most `limit` pairs of `[begin, end)`, in key order unless
+/// `reverse`; a `snapshot` read adds no read conflict.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RangeRead<'a> {
+    pub(crate) begin: &'a [u8],
+    pub(crate) end: &'a [u8],
+    pub(crate) limit: usize,
+    pub(crate) reverse: bool,
+    pub(crate) snapshot: bool,
+}
+
+impl<'a> RangeRead<'a> {
+    /// The first `limit` pairs of `[begin, end)` in key order, adding a read
+    /// conflict on what it reads.
+    pub(crate) fn new(begin: &'a [u8], end: &'a [u8], limit: usize) -> Self {
+        RangeRead {
+            begin,
+            end,
+            limit,
+            reverse: false,
+            snapshot: false,
+        }
+    }
+
+    /// True when the read cannot return anything (no limit, or an empty range).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.limit == 0 || self.begin >= self.end
+    }
+
+    /// The same read, without a read conflict.
+    pub(crate) fn snapshot(self) -> Self {
+        RangeRead {
+            snapshot: true,
+            ..self
+        }
+    }
+
+    /// The same read, last key first.
+    #[cfg(test)]
+    pub(crate) fn reverse(self) -> Self {
+        RangeRead {
+            reverse: true,
+            ..self
         }
     }
 }
@@ -84,15 +152,8 @@ pub(crate) trait Transaction: Send {
     async fn read_version(&mut self) -> Result<u64, DbError>;
     /// Reads one key.
     async fn get(&mut self, key: &[u8], snapshot: bool) -> Result<Option<Vec<u8>>, DbError>;
-    /// Reads `[begin, end)` in key order (or reversed), at most `limit` pairs.
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError>;
+    /// Reads the key-value pairs `read` names.
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError>;
     /// Writes one key.
     fn set(&mut self, key: &[u8], value: &[u8]);
     /// Clears one key.
@@ -150,7 +211,7 @@ macro_rules! transact {
         async {
             let mut txn = match $db.begin().await {
                 Ok(txn) => txn,
-                Err(e) => return Err(e.into_error()),
+                Err(e) => return Err($crate::error::map(e)),
             };
             let mut attempt = $crate::kv::Attempt::default();
             loop {
@@ -169,7 +230,7 @@ macro_rules! transact {
                 };
                 attempt.maybe_committed |= err.maybe_committed();
                 if let Err(e) = txn.on_error(err).await {
-                    break Err(e.into_error());
+                    break Err($crate::error::map(e));
                 }
             }
         }

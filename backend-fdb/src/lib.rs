@@ -4,26 +4,25 @@
 
 mod config;
 pub mod double;
+mod error;
 mod keys;
 mod kv;
 #[cfg(feature = "native")]
 mod native;
 mod observe;
+mod ops;
 mod store;
 
 pub use config::{FdbConfig, SCHEMES, URL};
 pub use double::{DoubleDatabase, DoubleError};
+pub use error::NotCompiled;
 #[cfg(feature = "native")]
 pub use native::stop_network;
 pub use store::FdbStore;
 
-/// The backend's name in errors and traces.
-pub(crate) const BACKEND: &str = "fdb";
-
-/// The error of [`connect`] in a build without the `native` feature.
-#[derive(Debug, thiserror::Error)]
-#[error("backend-fdb was built without its `native` feature (the FoundationDB client, libfdb_c); enable the `fdb` feature of `liveness`")]
-pub struct NotCompiled;
+/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// errors name it.
+pub const BACKEND: &str = "fdb";
 
 /// Connects to the FoundationDB cluster named by `url` (see [`FdbConfig::from_url`]).
 ///

@@ -10,10 +10,12 @@ use std::sync::{Mutex, OnceLock};
 use foundationdb::api::{FdbApiBuilder, NetworkAutoStop};
 use foundationdb::options::{MutationType, StreamingMode, TransactionOption};
 use foundationdb::{FdbError, RangeOption};
+use liveness_core::sync::lock;
 use liveness_core::{async_trait, Error};
 
 use crate::config::FdbConfig;
-use crate::kv::{Database, DbError, Stamp, Transaction};
+use crate::error::{is_transient, map};
+use crate::kv::{Class, Database, DbError, Pair, RangeRead, Stamp, Transaction};
 
 /// The client's network thread: started once per process, by the first `connect`.
 static NETWORK: OnceLock<Result<Mutex<Option<NetworkAutoStop>>, FdbError>> = OnceLock::new();
@@ -43,23 +45,9 @@ fn boot() -> Result<(), FdbError> {
 /// operation fails.
 pub fn stop_network() {
     if let Some(Ok(m)) = NETWORK.get() {
-        let guard = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let guard = lock(m).take();
         drop(guard);
     }
-}
-
-/// Faults a later call may not meet: timeouts, an unreachable or recovering cluster,
-/// throttling.
-pub(crate) fn is_transient(e: &FdbError) -> bool {
-    e.is_retryable()
-        || matches!(
-            e.code(),
-            1004 // timed_out
-                | 1031 // transaction_timed_out
-                | 1037 // process_behind
-                | 1213 // tag_throttled
-                | 1510 // cluster unreachable on connect (no_cluster_file_found excluded)
-        )
 }
 
 /// A real FoundationDB database.
@@ -78,7 +66,7 @@ impl std::fmt::Debug for NativeDatabase {
 
 impl NativeDatabase {
     pub(crate) fn open(config: &FdbConfig) -> Result<NativeDatabase, Error> {
-        boot().map_err(|e| DbError::Native(e).into_error())?;
+        boot().map_err(|e| map(native(e)))?;
         let path = config.cluster_file.as_ref().and_then(|p| p.to_str());
         if config.cluster_file.is_some() && path.is_none() {
             return Err(Error::invalid(
@@ -86,7 +74,7 @@ impl NativeDatabase {
                 liveness_core::InputProblem::NotUtf8,
             ));
         }
-        let db = foundationdb::Database::new(path).map_err(|e| DbError::Native(e).into_error())?;
+        let db = foundationdb::Database::new(path).map_err(|e| map(native(e)))?;
         let timeout_ms = i32::try_from(config.timeout().as_millis()).unwrap_or(i32::MAX);
         Ok(NativeDatabase { db, timeout_ms })
     }
@@ -95,11 +83,11 @@ impl NativeDatabase {
 #[async_trait]
 impl Database for NativeDatabase {
     async fn begin(&self) -> Result<Box<dyn Transaction>, DbError> {
-        let trx = self.db.create_trx().map_err(DbError::Native)?;
+        let trx = self.db.create_trx().map_err(native)?;
         // Bounds the whole retry loop: after it, on_error gives up with
         // transaction_timed_out (1031), mapped to Unavailable.
         trx.set_option(TransactionOption::Timeout(self.timeout_ms))
-            .map_err(DbError::Native)?;
+            .map_err(native)?;
         Ok(Box::new(NativeTxn {
             trx: Some(trx),
             failed: None,
@@ -119,7 +107,7 @@ struct NativeTxn {
 /// 2000 client_invalid_operation: used when the transaction is gone (a commit or
 /// on_error that failed to hand it back).
 fn gone() -> DbError {
-    DbError::Native(FdbError::from_code(2000))
+    native(FdbError::from_code(2000))
 }
 
 impl NativeTxn {
@@ -128,8 +116,13 @@ impl NativeTxn {
     }
 }
 
+/// A client error as the transaction interface carries it.
 fn native(e: FdbError) -> DbError {
-    DbError::Native(e)
+    let class = Class {
+        transient: is_transient(&e),
+        maybe_committed: e.is_maybe_committed(),
+    };
+    DbError::new(e, class)
 }
 
 #[async_trait]
@@ -144,37 +137,30 @@ impl Transaction for NativeTxn {
         Ok(v.map(|s| s.to_vec()))
     }
 
-    async fn range(
-        &mut self,
-        begin: &[u8],
-        end: &[u8],
-        limit: usize,
-        reverse: bool,
-        snapshot: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DbError> {
+    async fn range(&mut self, read: RangeRead<'_>) -> Result<Vec<Pair>, DbError> {
         let mut out = Vec::new();
-        if limit == 0 || begin >= end {
+        if read.is_empty() {
             return Ok(out);
         }
-        let mut opt = RangeOption::from((begin.to_vec(), end.to_vec()));
-        opt.limit = Some(limit);
-        opt.reverse = reverse;
+        let mut opt = RangeOption::from((read.begin.to_vec(), read.end.to_vec()));
+        opt.limit = Some(read.limit);
+        opt.reverse = read.reverse;
         opt.mode = StreamingMode::WantAll;
         loop {
             let kvs = self
                 .trx()?
-                .get_range(&opt, 1, snapshot)
+                .get_range(&opt, 1, read.snapshot)
                 .await
                 .map_err(native)?;
             for kv in &kvs {
                 out.push((kv.key().to_vec(), kv.value().to_vec()));
             }
             match opt.next_range(&kvs) {
-                Some(next) if out.len() < limit => opt = next,
+                Some(next) if out.len() < read.limit => opt = next,
                 _ => break,
             }
         }
-        out.truncate(limit);
+        out.truncate(read.limit);
         Ok(out)
     }
 
@@ -240,7 +226,7 @@ impl Transaction for NativeTxn {
     }
 
     async fn on_error(&mut self, err: DbError) -> Result<(), DbError> {
-        let DbError::Native(code) = err else {
+        let Some(code) = err.downcast_ref::<FdbError>().copied() else {
             return Err(err);
         };
         let trx = match self.failed.take() {

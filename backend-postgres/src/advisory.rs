@@ -21,6 +21,7 @@
 
 use std::time::Duration;
 
+use liveness_core::wake::woken;
 use liveness_core::{CancellationToken, Error, FencingToken, HolderId, Name, Result, Space};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
@@ -186,19 +187,9 @@ impl AdvisoryElection {
                 Err(e) if e.is_retryable() => {}
                 Err(e) => return Err(e),
             }
-            let woken = async {
-                match wake.as_mut() {
-                    Some(rx) => {
-                        if rx.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
             tokio::select! {
                 _ = tokio::time::sleep(self.retry_every) => {}
-                _ = woken => {}
+                _ = woken(&mut wake) => {}
             }
         }
     }

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
 use liveness_core::{Error, Result};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow};
 use sqlx::{Connection, Postgres};
@@ -18,7 +19,23 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::error::{is_transient, map};
 use crate::BACKEND;
 
-type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+/// A statement with its parameters bound.
+pub(crate) type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
+/// Runs `$q.$method(conn)` on a connection checked out of `$conns`, and gives the
+/// connection back unless the outcome says it may be broken ([`Checkout::finish`]).
+/// A macro, not a function: each sqlx method returns its own future type.
+macro_rules! on_conn {
+    ($conns:expr, $q:ident . $method:ident) => {{
+        let mut c = $conns.checkout().await?;
+        let Some(conn) = c.conn.as_mut() else {
+            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
+        };
+        let r = $q.$method(conn).await;
+        c.finish(&r);
+        r.map_err(map)
+    }};
+}
 
 pub(crate) struct Conns {
     options: PgConnectOptions,
@@ -43,11 +60,7 @@ impl Checkout<'_> {
             }
         }
         if let Some(conn) = self.conn.take() {
-            self.pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+            lock(&self.pool.idle).push(conn);
         }
     }
 }
@@ -68,7 +81,7 @@ impl Conns {
                 .await
                 .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
                 .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolClosed))?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idle = lock(&self.idle).pop();
         let conn = match idle {
             Some(c) => c,
             None => tokio::time::timeout(
@@ -87,50 +100,26 @@ impl Conns {
     }
 
     pub(crate) async fn fetch_one(&self, q: Query<'_>) -> Result<PgRow> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_one(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_one)
     }
 
     /// Runs a statement, returning the number of rows it affected.
     pub(crate) async fn execute(&self, q: Query<'_>) -> Result<u64> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.execute(conn).await;
-        c.finish(&r);
-        r.map(|done| done.rows_affected()).map_err(map)
+        on_conn!(self, q.execute).map(|done| done.rows_affected())
     }
 
     pub(crate) async fn fetch_optional(&self, q: Query<'_>) -> Result<Option<PgRow>> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_optional(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_optional)
     }
 
     pub(crate) async fn fetch_all(&self, q: Query<'_>) -> Result<Vec<PgRow>> {
-        let mut c = self.checkout().await?;
-        let Some(conn) = c.conn.as_mut() else {
-            return Err(Error::unavailable(BACKEND, sqlx::Error::PoolClosed));
-        };
-        let r = q.fetch_all(conn).await;
-        c.finish(&r);
-        r.map_err(map)
+        on_conn!(self, q.fetch_all)
     }
 }
 
 impl Drop for Conns {
     fn drop(&mut self) {
         // Dropping a PgConnection closes its socket; nothing else to do.
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        lock(&self.idle).clear();
     }
 }

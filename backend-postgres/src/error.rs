@@ -1,4 +1,5 @@
-//! Mapping driver errors onto the framework's [`Error`] kinds.
+//! Mapping sqlx errors onto the framework's [`Error`] kinds: the one place where this
+//! backend decides what is worth retrying.
 
 use liveness_core::Error;
 
@@ -35,40 +36,16 @@ pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
 /// Maps a driver error: transient faults to [`Error::Unavailable`], everything else
 /// to [`Error::Backend`].
 pub(crate) fn map(e: sqlx::Error) -> Error {
-    if is_transient(&e) {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
+    Error::classify(BACKEND, e, is_transient)
 }
 
-/// A stored value this version cannot interpret (a corrupt or foreign row).
-#[derive(Debug, thiserror::Error)]
-#[error("unexpected value in the {what} column: {value}")]
-pub(crate) struct Corrupt {
-    pub(crate) what: &'static str,
-    pub(crate) value: String,
-}
-
+/// A stored value this build cannot interpret (a corrupt or foreign row):
+/// [`liveness_core::Corrupt`], naming the column and the value.
 pub(crate) fn corrupt(what: &'static str, value: impl std::fmt::Display) -> Error {
-    Error::backend(
+    Error::corrupt(
         BACKEND,
-        Corrupt {
-            what,
-            value: value.to_string(),
-        },
+        format!("unexpected value in the {what} column: {value}"),
     )
-}
-
-/// The namespace's schema was migrated by a newer version of this crate.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "schema {schema} has migration {version} applied, which this build does not know: it was \
-     created by a newer version of backend-postgres; upgrade this program (refusing to touch it)"
-)]
-pub(crate) struct SchemaTooNew {
-    pub(crate) schema: String,
-    pub(crate) version: i64,
 }
 
 /// The namespace's schema has a migration whose text differs from this build's.

@@ -16,7 +16,8 @@ pub use store::{PostgresStore, SCHEMA_VERSION};
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 
-/// The backend's name in errors and traces.
+/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// errors name it.
 pub const BACKEND: &str = "postgres";
 
 /// Connects to the store a `postgres://` URL names (see [`PostgresConfig::from_url`]

@@ -1,14 +1,15 @@
 //! [`PostgresStore`]: the lease and item contract over PostgreSQL.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -17,8 +18,8 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::config::PostgresConfig;
-use crate::conns::Conns;
-use crate::error::{corrupt, map, MigrationFailed, SchemaTooNew};
+use crate::conns::{Conns, Query};
+use crate::error::{corrupt, map, MigrationFailed};
 use crate::{sql, BACKEND};
 
 /// The embedded migrations, in order. Each runs with `search_path` set to the
@@ -56,7 +57,7 @@ struct Inner {
     notify: bool,
     wake: Arc<watch::Sender<u64>>,
     listener: OnceLock<Option<AbortHandle>>,
-    last_time: AtomicU64,
+    high_water: HighWater,
 }
 
 impl Drop for Inner {
@@ -76,8 +77,20 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-fn tick(wake: &watch::Sender<u64>) {
-    wake.send_modify(|n| *n = n.wrapping_add(1));
+/// A statement about one key: its space and name are `$1` and `$2`.
+fn on_key<'q>(statement: &'static str, key: &'q Key) -> Query<'q> {
+    sqlx::query(statement)
+        .bind(key.space().as_str())
+        .bind(key.name().as_str())
+}
+
+/// A statement about item `id` (`$1`) owned by `lease`'s token (`$2`); `None` when
+/// either does not fit a bigint: no stored item can match it.
+fn on_owned_item(statement: &'static str, lease: &Lease, id: ItemId) -> Option<Query<'static>> {
+    let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
+        return None;
+    };
+    Some(sqlx::query(statement).bind(db_id).bind(token))
 }
 
 fn get<'r, T>(row: &'r PgRow, idx: usize) -> Result<T>
@@ -181,7 +194,7 @@ impl PostgresStore {
                 notify: config.notify,
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
-                last_time: AtomicU64::new(0),
+                high_water: HighWater::default(),
             }),
         })
     }
@@ -213,16 +226,33 @@ impl PostgresStore {
         &self.inner.connect
     }
 
+    /// Every row a listing statement returns, each read by `read`.
+    async fn list<T>(&self, q: Query<'_>, read: impl Fn(&PgRow) -> Result<T>) -> Result<Vec<T>> {
+        self.db().fetch_all(q).await?.iter().map(read).collect()
+    }
+
+    /// The connections the store's statements run on.
+    fn db(&self) -> &Conns {
+        &self.inner.conns
+    }
+
     pub(crate) fn wake_local(&self) {
         tick(&self.inner.wake);
     }
 
-    fn lost(lease: &Lease, reason: LostReason) -> Error {
-        Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
+    /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
+    /// true when it removed the lease (its token went to the dead set), and then
+    /// wakes this process's waiters.
+    async fn retire(&self, statement: &'static str, key: &Key, token: i64) -> Result<bool> {
+        let q = on_key(statement, key)
+            .bind(token)
+            .bind(self.inner.channel.as_str());
+        let row = self.db().fetch_one(q).await?;
+        let removed: i64 = get(&row, 0)?;
+        if removed > 0 {
+            self.wake_local();
         }
+        Ok(removed > 0)
     }
 
     /// Starts (once) the task that LISTENs on the namespace's channel and ticks the
@@ -247,11 +277,12 @@ async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sen
         .max_lifetime(None)
         .idle_timeout(None)
         .connect_lazy_with(connect);
-    let mut backoff = Duration::from_millis(50);
+    let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut backoff = pace();
     loop {
         if let Ok(mut listener) = PgListener::connect_with(&pool).await {
             if listener.listen(&channel).await.is_ok() {
-                backoff = Duration::from_millis(50);
+                backoff = pace();
                 tick(&wake);
                 loop {
                     match listener.try_recv().await {
@@ -267,8 +298,7 @@ async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sen
                 }
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next()).await;
     }
 }
 
@@ -295,8 +325,9 @@ async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
         Err(MigrateError::VersionMissing(version)) => Err(Error::backend(
             BACKEND,
             SchemaTooNew {
-                schema: schema.to_owned(),
-                version,
+                location: format!("schema {schema}"),
+                found: version,
+                supported: SCHEMA_VERSION,
             },
         )),
         Err(MigrateError::Execute(e)) => Err(map(e)),
@@ -323,18 +354,11 @@ impl LeaseStore for PostgresStore {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
         for _ in 0..ACQUIRE_RETRIES {
-            let row = self
-                .inner
-                .conns
-                .fetch_one(
-                    sqlx::query(sql::ACQUIRE)
-                        .bind(key.space().as_str())
-                        .bind(key.name().as_str())
-                        .bind(holder.as_str())
-                        .bind(ttl_ms(ttl))
-                        .bind(self.inner.channel.as_str()),
-                )
-                .await?;
+            let q = on_key(sql::ACQUIRE, key)
+                .bind(holder.as_str())
+                .bind(ttl_ms(ttl))
+                .bind(self.inner.channel.as_str());
+            let row = self.db().fetch_one(q).await?;
             let token: Option<i64> = get(&row, 0)?;
             let held_by: Option<String> = get(&row, 1)?;
             let held_token: Option<i64> = get(&row, 2)?;
@@ -343,13 +367,12 @@ impl LeaseStore for PostgresStore {
                 self.wake_local();
             }
             if let Some(token) = token {
-                return Ok(Lease {
-                    key: key.clone(),
-                    holder: holder.clone(),
-                    token: token_of(token)?,
+                return Ok(Lease::granted(
+                    key.clone(),
+                    holder.clone(),
+                    token_of(token)?,
                     ttl,
-                    expires_in: ttl.duration(),
-                });
+                ));
             }
             if let (Some(h), Some(t)) = (held_by, held_token) {
                 return Err(Error::Held {
@@ -368,82 +391,44 @@ impl LeaseStore for PostgresStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
-        let renewed = self
-            .inner
-            .conns
-            .execute(
-                sqlx::query(sql::RENEW)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(ttl_ms(lease.ttl))
-                    .bind(ttl_ok.is_ok()),
-            )
-            .await?;
+        let q = on_key(sql::RENEW, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(ttl_ms(lease.ttl))
+            .bind(ttl_ok.is_ok());
+        let renewed = self.db().execute(q).await?;
         if renewed > 0 {
-            return Ok(Lease {
-                expires_in: lease.ttl.duration(),
-                ..lease.clone()
-            });
+            return Ok(lease.renewed());
         }
         // Lost (or an invalid ttl): say why. Nothing was written.
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(
-                sqlx::query(sql::RENEW_WHY)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str()),
-            )
-            .await?;
+        let q = on_key(sql::RENEW_WHY, &lease.key);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
-            return Err(Self::lost(lease, LostReason::Released));
+            return Err(lease.lost(LostReason::Released));
         };
         let current: i64 = get(&row, 0)?;
         let live: bool = get(&row, 1)?;
         if token_of(current)? != lease.token {
-            return Err(Self::lost(lease, LostReason::Superseded));
+            return Err(lease.lost(LostReason::Superseded));
         }
         match (live, ttl_ok) {
-            (false, _) => Err(Self::lost(lease, LostReason::Expired)),
+            (false, _) => Err(lease.lost(LostReason::Expired)),
             (true, Err(e)) => Err(e),
             // Current and live when the diagnosis read it, yet the UPDATE did not
             // match: nothing makes an expired lease live again under the same token,
             // so only a server clock stepped back between the two reads gets here.
             // The UPDATE saw it expired: that is the answer.
-            (true, Ok(())) => Err(Self::lost(lease, LostReason::Expired)),
+            (true, Ok(())) => Err(lease.lost(LostReason::Expired)),
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::RELEASE)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(self.inner.channel.as_str()),
-            )
-            .await?;
-        let removed: i64 = get(&row, 0)?;
-        if removed > 0 {
-            self.wake_local();
-        }
-        Ok(removed > 0)
+        self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
+            .await
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(
-                sqlx::query(sql::INSPECT)
-                    .bind(key.space().as_str())
-                    .bind(key.name().as_str()),
-            )
-            .await?;
+        let q = on_key(sql::INSPECT, key);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -472,90 +457,53 @@ impl LeaseStore for PostgresStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(
-                sqlx::query(sql::EXPIRED)
-                    .bind(space.as_str())
-                    .bind(limit_param(limit)),
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let name: String = get(row, 0)?;
-                let holder: String = get(row, 1)?;
-                Ok(ExpiredLease {
-                    key: key_of(space.as_str().to_owned(), name)?,
-                    holder: HolderId::new(holder)
-                        .map_err(|_| corrupt("holder", "invalid holder"))?,
-                    token: token_of(get(row, 2)?)?,
-                })
+        let q = sqlx::query(sql::EXPIRED)
+            .bind(space.as_str())
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name: String = get(row, 0)?;
+            let holder: String = get(row, 1)?;
+            Ok(ExpiredLease {
+                key: key_of(space.as_str().to_owned(), name)?,
+                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+                token: token_of(get(row, 2)?)?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(false);
         };
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::REAP)
-                    .bind(key.space().as_str())
-                    .bind(key.name().as_str())
-                    .bind(token)
-                    .bind(self.inner.channel.as_str()),
-            )
-            .await?;
-        let removed: i64 = get(&row, 0)?;
-        if removed > 0 {
-            self.wake_local();
-        }
-        Ok(removed > 0)
+        self.retire(sql::REAP, key, token).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit)))
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadToken {
-                    token: token_of(get(row, 0)?)?,
-                    key: key_of(get(row, 1)?, get(row, 2)?)?,
-                })
+        let q = sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(DeadToken {
+                token: token_of(get(row, 0)?)?,
+                key: key_of(get(row, 1)?, get(row, 2)?)?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(sqlx::query(sql::STORE_TIME))
-            .await?;
+        let q = sqlx::query(sql::STORE_TIME);
+        let row = self.db().fetch_one(q).await?;
         let micros: i64 = get(&row, 0)?;
         let micros = u64::try_from(micros).map_err(|_| corrupt("clock_timestamp", micros))?;
         // The contract wants it non-decreasing per handle; a server clock stepped
         // back (NTP) must not show through.
-        let prev = self.inner.last_time.fetch_max(micros, Ordering::AcqRel);
-        Ok(StoreTime::from_epoch(Duration::from_micros(
-            prev.max(micros),
-        )))
+        Ok(self.inner.high_water.observe(Duration::from_micros(micros)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::NEXT_EXPIRY).bind(space.as_str()))
-            .await?;
+        let q = sqlx::query(sql::NEXT_EXPIRY).bind(space.as_str());
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -577,43 +525,31 @@ impl LeaseStore for PostgresStore {
 impl ItemStore for PostgresStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.inner.caps.max_payload)?;
-        let row = self
-            .inner
-            .conns
-            .fetch_one(
-                sqlx::query(sql::ENQUEUE)
-                    .bind(payload)
-                    .bind(i64::from(options.max_attempts)),
-            )
-            .await?;
+        let q = sqlx::query(sql::ENQUEUE)
+            .bind(payload)
+            .bind(i64::from(options.max_attempts));
+        let row = self.db().fetch_one(q).await?;
         let id: i64 = get(&row, 0)?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
     }
 
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
         let n = self.inner.caps.clamp_limit("n", n)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(
-                sqlx::query(sql::CLAIM)
-                    .bind(lease.key.space().as_str())
-                    .bind(lease.key.name().as_str())
-                    .bind(db_token(lease.token))
-                    .bind(limit_param(n)),
-            )
-            .await?;
+        let q = on_key(sql::CLAIM, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(limit_param(n));
+        let rows = self.db().fetch_all(q).await?;
         let Some(first) = rows.first() else {
             return Err(corrupt("claim", "no row"));
         };
         let current: Option<i64> = get(first, 0)?;
         let live: Option<bool> = get(first, 1)?;
         match current {
-            None => return Err(Self::lost(lease, LostReason::Released)),
+            None => return Err(lease.lost(LostReason::Released)),
             Some(t) if token_of(t)? != lease.token => {
-                return Err(Self::lost(lease, LostReason::Superseded))
+                return Err(lease.lost(LostReason::Superseded))
             }
-            Some(_) if live != Some(true) => return Err(Self::lost(lease, LostReason::Expired)),
+            Some(_) if live != Some(true) => return Err(lease.lost(LostReason::Expired)),
             Some(_) => {}
         }
         let mut items = Vec::with_capacity(rows.len());
@@ -631,40 +567,20 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let fenced = Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
-        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
-            return Err(fenced);
-        };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::COMPLETE).bind(db_id).bind(token))
-            .await?;
-        match row {
+        let fenced = || lease.fenced(id);
+        let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q).await? {
             Some(_) => Ok(()),
-            None => Err(fenced),
+            None => Err(fenced()),
         }
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let fenced = Error::Fenced {
-            item: id,
-            token: lease.token,
-        };
-        let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
-            return Err(fenced);
-        };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::FAIL).bind(db_id).bind(token).bind(retry))
-            .await?;
-        match row {
+        let fenced = || lease.fenced(id);
+        let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q.bind(retry)).await? {
             Some(row) => state_of(get(&row, 0)?, None),
-            None => Err(fenced),
+            None => Err(fenced()),
         }
     }
 
@@ -672,11 +588,8 @@ impl ItemStore for PostgresStore {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(Requeued::default());
         };
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::REQUEUE_ORPHANS).bind(token))
-            .await?;
+        let q = sqlx::query(sql::REQUEUE_ORPHANS).bind(token);
+        let rows = self.db().fetch_all(q).await?;
         let mut out = Requeued::default();
         for row in &rows {
             let id: i64 = get(row, 0)?;
@@ -693,11 +606,8 @@ impl ItemStore for PostgresStore {
         let Some(db_id) = id_param(id) else {
             return Ok(None);
         };
-        let row = self
-            .inner
-            .conns
-            .fetch_optional(sqlx::query(sql::ITEM).bind(db_id))
-            .await?;
+        let q = sqlx::query(sql::ITEM).bind(db_id);
+        let row = self.db().fetch_optional(q).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -708,11 +618,8 @@ impl ItemStore for PostgresStore {
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let row = self
-            .inner
-            .conns
-            .fetch_one(sqlx::query(sql::ITEM_COUNTS))
-            .await?;
+        let q = sqlx::query(sql::ITEM_COUNTS);
+        let row = self.db().fetch_one(q).await?;
         let n = |i: usize| -> Result<u64> {
             let v: i64 = get(&row, i)?;
             u64::try_from(v).map_err(|_| corrupt("count", v))
@@ -726,18 +633,13 @@ impl ItemStore for PostgresStore {
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
-        let rows = self
-            .inner
-            .conns
-            .fetch_all(sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit)))
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ItemRecord {
-                    item: item_of(row)?,
-                    state: ItemState::DeadLettered,
-                })
+        let q = sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: ItemState::DeadLettered,
             })
-            .collect()
+        })
+        .await
     }
 }

@@ -3,13 +3,14 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
+mod error;
 mod keys;
 mod reply;
 mod scripts;
 mod store;
 
 pub use config::{RedisConfig, URL};
-pub use store::RedisStore;
+pub use store::{RedisStore, MAX_PAYLOAD};
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.

@@ -1,60 +1,10 @@
-//! Decoding script replies and mapping client errors onto [`liveness_core::Error`].
+//! Decoding script replies: each reader names the operation, so a reply that does not
+//! parse is reported as a corrupt record of that operation.
 
 use liveness_core::Error;
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::Value;
 
-use crate::BACKEND;
-
-/// A script answered something this client does not understand (a corrupt record, a
-/// foreign key under the namespace's prefix, a script of another version).
-#[derive(Debug)]
-pub(crate) struct UnexpectedReply {
-    /// The operation whose reply did not parse.
-    pub(crate) op: &'static str,
-    /// What was wrong with it.
-    pub(crate) problem: &'static str,
-}
-
-impl std::fmt::Display for UnexpectedReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "unexpected reply to {}: {}", self.op, self.problem)
-    }
-}
-
-impl std::error::Error for UnexpectedReply {}
-
-/// Shorthand for a permanent error about a malformed reply.
-pub(crate) fn unexpected(op: &'static str, problem: &'static str) -> Error {
-    Error::backend(BACKEND, UnexpectedReply { op, problem })
-}
-
-/// Maps a client error: transport faults and transient server states (loading, a
-/// busy script, failover in progress, cluster down) are `Unavailable`; everything
-/// else (authentication, permissions, out of memory, script errors) is `Backend`.
-pub(crate) fn map_err(e: RedisError) -> Error {
-    let transient = !is_permanent_io(&e)
-        && match e.kind() {
-            ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::ReadOnly,
-            ) => true,
-            _ => {
-                e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || matches!(e.code(), Some("BUSY") | Some("UNBLOCKED"))
-            }
-        };
-    if transient {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
-}
+use crate::error::unexpected;
 
 /// A reply as an integer (an integer reply, or a bulk string of digits).
 pub(crate) fn int(op: &'static str, v: &Value) -> Result<i64, Error> {
@@ -104,33 +54,13 @@ pub(crate) fn array(op: &'static str, v: Value) -> Result<Vec<Value>, Error> {
     }
 }
 
-/// True for I/O failures that retrying cannot fix: a TLS certificate that does not
-/// verify, a handshake the server refuses, a permission error.
-fn is_permanent_io(e: &RedisError) -> bool {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(mut err) = source {
-        // The client keeps its I/O errors behind an `Arc`.
-        if let Some(shared) = err.downcast_ref::<Shared>() {
-            err = shared.as_ref();
-        }
-        if err.is::<rustls::Error>() {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::InvalidData
-                    | std::io::ErrorKind::PermissionDenied
-                    | std::io::ErrorKind::Unsupported
-            ) || io
-                .get_ref()
-                .is_some_and(|inner| inner.is::<rustls::Error>())
-            {
-                return true;
-            }
-        }
-        source = err.source();
+/// A record reply: its fields in order, or `None` for nil (no such record).
+pub(crate) fn record(
+    op: &'static str,
+    v: Value,
+) -> Result<Option<std::vec::IntoIter<Value>>, Error> {
+    match v {
+        Value::Nil => Ok(None),
+        v => Ok(Some(array(op, v)?.into_iter())),
     }
-    false
 }

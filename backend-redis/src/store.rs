@@ -1,12 +1,12 @@
 //! [`RedisStore`]: the lease and item store on a Redis server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -15,8 +15,9 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::config::{CaSource, RedisConfig};
+use crate::error::{map, unexpected};
 use crate::keys::Keys;
-use crate::reply::{array, bytes, int, map_err, text, u32_, uint, unexpected};
+use crate::reply::{array, bytes, int, record, text, u32_, uint};
 use crate::scripts::scripts;
 use crate::BACKEND;
 
@@ -42,7 +43,7 @@ pub struct RedisStore {
     caps: Capabilities,
     /// The highest store time this handle reported, so that `store_time` never goes
     /// backwards on one handle even if the server's clock is stepped back.
-    last_time: std::sync::Arc<AtomicU64>,
+    high_water: HighWater,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -114,11 +115,7 @@ fn lost(lease: &Lease, code: i64) -> Error {
         -3 => LostReason::Expired,
         _ => LostReason::Released,
     };
-    Error::Lost {
-        key: lease.key.clone(),
-        token: lease.token,
-        reason,
-    }
+    lease.lost(reason)
 }
 
 fn us(n: i64) -> Duration {
@@ -177,7 +174,7 @@ impl RedisStore {
             &all.item_counts,
             &all.dead_letters,
         ] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
+            script.load_async(&mut conn).await.map_err(map)?;
         }
         Ok(RedisStore {
             conn,
@@ -191,7 +188,7 @@ impl RedisStore {
                 max_batch: 1000,
                 max_payload: MAX_PAYLOAD,
             },
-            last_time: Default::default(),
+            high_water: HighWater::default(),
         })
     }
 
@@ -225,7 +222,7 @@ impl RedisStore {
             let reply = conn
                 .query_at(scan, &self.keys.tokens())
                 .await
-                .map_err(map_err)?;
+                .map_err(map)?;
             let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
                 .map_err(|_| unexpected("purge", "a SCAN reply that is not a cursor and keys"))?;
             if !keys.is_empty() {
@@ -233,7 +230,7 @@ impl RedisStore {
                     .arg(&keys)
                     .query_async(&mut conn)
                     .await
-                    .map_err(map_err)?;
+                    .map_err(map)?;
                 deleted += n;
             }
             if next == 0 {
@@ -245,7 +242,7 @@ impl RedisStore {
 
     async fn run(&self, call: ScriptInvocation<'_>) -> Result<Value> {
         let mut conn = self.conn.clone();
-        call.invoke_async::<Value>(&mut conn).await.map_err(map_err)
+        call.invoke_async::<Value>(&mut conn).await.map_err(map)
     }
 }
 
@@ -295,13 +292,12 @@ impl LeaseStore for RedisStore {
         match status {
             1 => {
                 let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
-                Ok(Lease {
-                    key: key.clone(),
-                    holder: holder.clone(),
-                    token: FencingToken(token),
+                Ok(Lease::granted(
+                    key.clone(),
+                    holder.clone(),
+                    FencingToken(token),
                     ttl,
-                    expires_in: ttl.duration(),
-                })
+                ))
             }
             0 => {
                 let held_by = text("acquire", reply.next().unwrap_or(Value::Nil))?;
@@ -328,10 +324,7 @@ impl LeaseStore for RedisStore {
         };
         let v = self.run(renew_call(&self.keys, lease, ttl_ms)).await?;
         match int("renew", &v)? {
-            1 => Ok(Lease {
-                expires_in: lease.ttl.duration(),
-                ..lease.clone()
-            }),
+            1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
             _ => Err(unexpected("renew", "an unknown status")),
@@ -352,11 +345,9 @@ impl LeaseStore for RedisStore {
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let mut call = scripts().inspect.prepare_invoke();
         call.key(self.keys.lease(key));
-        let v = self.run(call).await?;
-        if v == Value::Nil {
+        let Some(mut rec) = record("inspect", self.run(call).await?)? else {
             return Ok(None);
-        }
-        let mut rec = array("inspect", v)?.into_iter();
+        };
         let mut next = || rec.next().unwrap_or(Value::Nil);
         let holder = HolderId::new(text("inspect", next())?)
             .map_err(|_| unexpected("inspect", "an invalid stored holder"))?;
@@ -442,8 +433,7 @@ impl LeaseStore for RedisStore {
         let mut call = scripts().store_time.prepare_invoke();
         call.key(self.keys.tokens());
         let now = uint("store_time", &self.run(call).await?)?;
-        let prev = self.last_time.fetch_max(now, Ordering::Relaxed);
-        Ok(StoreTime::from_epoch(Duration::from_micros(now.max(prev))))
+        Ok(self.high_water.observe(Duration::from_micros(now)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -535,10 +525,7 @@ impl ItemStore for RedisStore {
             .arg(lease.token.0);
         match int("complete", &self.run(call).await?)? {
             1 => Ok(()),
-            _ => Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            }),
+            _ => Err(lease.fenced(id)),
         }
     }
 
@@ -555,10 +542,7 @@ impl ItemStore for RedisStore {
         match int("fail", &self.run(call).await?)? {
             1 => Ok(ItemState::Pending),
             2 => Ok(ItemState::DeadLettered),
-            _ => Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            }),
+            _ => Err(lease.fenced(id)),
         }
     }
 
@@ -581,11 +565,9 @@ impl ItemStore for RedisStore {
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let mut call = scripts().item.prepare_invoke();
         call.key(self.keys.item(id));
-        let v = self.run(call).await?;
-        if v == Value::Nil {
+        let Some(mut rec) = record("item", self.run(call).await?)? else {
             return Ok(None);
-        }
-        let mut rec = array("item", v)?.into_iter();
+        };
         let mut next = || rec.next().unwrap_or(Value::Nil);
         let payload = bytes("item", next())?;
         let attempts = u32_("item", &next())?;
@@ -659,7 +641,7 @@ async fn connect_single(
     client
         .get_connection_manager_with_config(manager_config)
         .await
-        .map_err(map_err)
+        .map_err(map)
 }
 
 /// A cluster connection: the slot map learnt from the seeds, one connection per node.
@@ -680,5 +662,5 @@ async fn connect_cluster(
         });
     }
     let client = builder.build().map_err(|e| Error::backend(BACKEND, e))?;
-    client.get_async_connection().await.map_err(map_err)
+    client.get_async_connection().await.map_err(map)
 }

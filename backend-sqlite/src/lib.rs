@@ -3,10 +3,16 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
+mod error;
+mod sql;
 mod store;
 
 pub use config::{Durability, SqliteConfig, SCHEMES, URL};
-pub use store::{SchemaTooNew, SqliteStore, BACKEND};
+pub use store::SqliteStore;
+
+/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// errors name it.
+pub const BACKEND: &str = "sqlite";
 
 /// Opens the store a URL names: `sqlite:///abs/path/file.db?ns=NAME` or
 /// `sqlite://relative.db`. See [`SqliteConfig::from_url`] for the parameters and

@@ -8,24 +8,25 @@
 //!   process they also queue on an async mutex per file, so they do not spin in
 //!   SQLite's busy handler against each other.
 //! - The store clock: `unixepoch('subsec')`, read by SQLite inside the operation's
-//!   first statement (the [`now!`] expression) and used for the whole transaction,
-//!   which holds the write lock: the operation happens at that one instant. No
-//!   Rust-side timestamp is ever used. This is only valid because every process that
+//!   first statement (the `now!` expression of `sql.rs`) and used for the whole
+//!   transaction, which holds the write lock: the operation happens at that one
+//!   instant. No Rust-side timestamp is ever used. This is only valid because every process that
 //!   opens the file runs on the same host and so reads the same clock.
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
-use liveness_core::heartbeat::Backoff;
+use liveness_core::sync::lock;
+use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
+    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -37,17 +38,8 @@ use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::config::{Durability, SqliteConfig};
-
-/// The backend's name in errors and traces.
-pub const BACKEND: &str = "sqlite";
-
-/// The host clock in milliseconds since the Unix epoch, as SQLite reads it. SQLite
-/// keeps `'now'` constant within one statement.
-macro_rules! now {
-    () => {
-        "CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER)"
-    };
-}
+use crate::error::{corrupt, map, map_migrate};
+use crate::{sql, BACKEND};
 
 /// The embedded schema migrations: version, description, SQL. Append only; never
 /// edit an applied one (its checksum is recorded in the database).
@@ -61,73 +53,6 @@ const STATE_PENDING: i64 = 0;
 const STATE_OWNED: i64 = 1;
 const STATE_DEAD: i64 = 2;
 
-/// The schema of a database is newer than this build knows: refuse rather than
-/// misread it.
-#[derive(Debug)]
-pub struct SchemaTooNew {
-    /// The newest migration version applied to the database.
-    pub found: i64,
-    /// The newest migration version this build carries.
-    pub supported: i64,
-}
-
-impl std::fmt::Display for SchemaTooNew {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "database schema version {} is newer than this build supports ({}); upgrade liveness",
-            self.found, self.supported
-        )
-    }
-}
-
-impl std::error::Error for SchemaTooNew {}
-
-/// A corrupt or foreign row: a value this build cannot have written.
-#[derive(Debug)]
-struct Corrupt(&'static str);
-
-impl std::fmt::Display for Corrupt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "corrupt row in the liveness database: bad {}", self.0)
-    }
-}
-
-impl std::error::Error for Corrupt {}
-
-fn corrupt(what: &'static str) -> Error {
-    Error::backend(BACKEND, Corrupt(what))
-}
-
-/// Maps a sqlx error: busy / locked databases and I/O or pool faults are retryable
-/// [`Error::Unavailable`]; everything else is [`Error::Backend`].
-pub(crate) fn map_err(e: sqlx::Error) -> Error {
-    let transient = match &e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .and_then(|c| c.parse::<i32>().ok())
-            // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
-            .is_some_and(|c| matches!(c & 0xff, 5 | 6)),
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    };
-    if transient {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
-}
-
-fn map_migrate_err(e: sqlx::migrate::MigrateError) -> Error {
-    match e {
-        sqlx::migrate::MigrateError::Execute(e) => map_err(e),
-        other => Error::backend(BACKEND, other),
-    }
-}
-
 fn to_i64(v: u64, what: &'static str) -> Result<i64> {
     i64::try_from(v).map_err(|_| corrupt(what))
 }
@@ -139,27 +64,34 @@ fn as_db(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(-1)
 }
 
+/// A statement with its parameters bound.
+type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
+
+/// A limit as an integer parameter.
+fn limit_param(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn get_u64(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u64> {
-    let v: i64 = row.try_get(idx).map_err(map_err)?;
+    let v: i64 = row.try_get(idx).map_err(map)?;
     u64::try_from(v).map_err(|_| corrupt(what))
 }
 
 fn get_u32(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u32> {
-    let v: i64 = row.try_get(idx).map_err(map_err)?;
+    let v: i64 = row.try_get(idx).map_err(map)?;
     u32::try_from(v).map_err(|_| corrupt(what))
 }
 
 fn get_text(row: &SqliteRow, idx: usize) -> Result<String> {
-    row.try_get(idx).map_err(map_err)
+    row.try_get(idx).map_err(map)
 }
 
 /// One async mutex per database file in this process: writers of one process queue
 /// here instead of polling SQLite's busy handler against each other.
 fn writer_lock(path: &Path) -> Arc<Mutex<()>> {
     static LOCKS: OnceLock<StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let map = LOCKS.get_or_init(StdMutex::default);
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(path.to_path_buf()).or_default().clone()
+    let mut locks = lock(LOCKS.get_or_init(StdMutex::default));
+    locks.entry(path.to_path_buf()).or_default().clone()
 }
 
 /// A write transaction: the process-local writer lock and a `BEGIN IMMEDIATE`
@@ -175,11 +107,11 @@ impl Write<'_> {
     }
 
     async fn commit(self) -> Result<()> {
-        self.tx.commit().await.map_err(map_err)
+        self.tx.commit().await.map_err(map)
     }
 
     async fn rollback(self) -> Result<()> {
-        self.tx.rollback().await.map_err(map_err)
+        self.tx.rollback().await.map_err(map)
     }
 }
 
@@ -202,7 +134,7 @@ pub struct SqliteStore {
     wake: Arc<watch::Sender<u64>>,
     /// The highest store time this handle reported, so `store_time` never goes back
     /// even when the host clock is stepped backwards.
-    high_water: Arc<AtomicU64>,
+    high_water: HighWater,
 }
 
 impl SqliteStore {
@@ -251,12 +183,12 @@ impl SqliteStore {
             .acquire_timeout(config.busy_timeout.max(Duration::from_secs(5)))
             .connect_with(options)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         let lock_path = std::fs::canonicalize(&config.path).unwrap_or(config.path.clone());
         let writer = writer_lock(&lock_path);
         {
             let _guard = writer.lock().await;
-            migrate(&pool).await?;
+            migrate(&pool, &config.path).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -268,7 +200,7 @@ impl SqliteStore {
             },
             writer,
             wake: Arc::new(watch::channel(0).0),
-            high_water: Arc::new(AtomicU64::new(0)),
+            high_water: HighWater::default(),
         })
     }
 
@@ -289,40 +221,27 @@ impl SqliteStore {
 
     async fn write(&self) -> Result<Write<'_>> {
         let guard = self.writer.lock().await;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_err)?;
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
         Ok(Write { tx, _guard: guard })
-    }
-
-    fn tick(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Reads the store's now and the lease on `key`, in one statement.
     async fn current(&self, conn: &mut SqliteConnection, key: &Key) -> Result<Current> {
-        let row = sqlx::query(concat!(
-            "SELECT n.now, l.holder, l.token, l.expires_at FROM (SELECT ",
-            now!(),
-            " AS now) AS n LEFT JOIN liveness_leases AS l ",
-            "ON l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_err)?;
-        let now: i64 = row.try_get(0).map_err(map_err)?;
-        let holder: Option<String> = row.try_get(1).map_err(map_err)?;
+        let row = self
+            .query(sql::CURRENT)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        let now: i64 = row.try_get(0).map_err(map)?;
+        let holder: Option<String> = row.try_get(1).map_err(map)?;
         let lease = match holder {
             None => None,
             Some(holder) => Some((
                 holder,
                 get_u64(&row, 2, "token")?,
-                row.try_get::<i64, _>(3).map_err(map_err)?,
+                row.try_get::<i64, _>(3).map_err(map)?,
             )),
         };
         Ok(Current { now, lease })
@@ -336,33 +255,81 @@ impl SqliteStore {
             Some((_, _, expires_at)) if cur.now >= *expires_at => LostReason::Expired,
             Some(_) => return None,
         };
-        Some(Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        })
+        Some(lease.lost(reason))
+    }
+
+    /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
+    /// true when it deleted the lease, whose token then goes to the dead set in the
+    /// same transaction; wakes this process's waiters.
+    async fn retire(
+        &self,
+        statement: &'static str,
+        key: &Key,
+        token: FencingToken,
+    ) -> Result<bool> {
+        let mut w = self.write().await?;
+        let done = self
+            .query(statement)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(as_db(token.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 0 {
+            w.rollback().await?;
+            return Ok(false);
+        }
+        self.bury(w.conn(), key, token.0).await?;
+        w.commit().await?;
+        tick(&self.wake);
+        Ok(true)
+    }
+
+    /// A statement of this namespace: `?1` is bound to it.
+    fn query(&self, statement: &'static str) -> Query<'_> {
+        sqlx::query(statement).bind(self.ns.as_ref())
+    }
+
+    /// Every row a listing statement returns, each read by `read`.
+    async fn list<T>(
+        &self,
+        q: Query<'_>,
+        read: impl Fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let rows = q.fetch_all(&self.pool).await.map_err(map)?;
+        rows.iter().map(read).collect()
+    }
+
+    /// Draws the next value of one of the namespace's counters: `counter` is
+    /// [`sql::NEXT_TOKEN`] or [`sql::NEXT_ITEM`].
+    async fn next(&self, conn: &mut SqliteConnection, counter: &'static str) -> Result<i64> {
+        sqlx::query_scalar(counter)
+            .bind(self.ns.as_ref())
+            .fetch_one(conn)
+            .await
+            .map_err(map)
     }
 
     /// Moves the lease on `key` with `token` to the dead set (the caller deleted it).
     async fn bury(&self, conn: &mut SqliteConnection, key: &Key, token: u64) -> Result<()> {
-        sqlx::query("INSERT INTO liveness_dead (ns, token, space, name) VALUES (?1, ?2, ?3, ?4)")
-            .bind(self.ns.as_ref())
+        self.query(sql::BURY)
             .bind(to_i64(token, "token")?)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
             .execute(&mut *conn)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         Ok(())
     }
 
     fn item_from_row(row: &SqliteRow) -> Result<(Item, ItemState)> {
         let id = ItemId(get_u64(row, 0, "item id")?);
-        let payload: Vec<u8> = row.try_get(1).map_err(map_err)?;
+        let payload: Vec<u8> = row.try_get(1).map_err(map)?;
         let attempts = get_u32(row, 2, "attempts")?;
         let max_attempts = get_u32(row, 3, "max_attempts")?;
-        let state: i64 = row.try_get(4).map_err(map_err)?;
-        let owner: Option<i64> = row.try_get(5).map_err(map_err)?;
+        let state: i64 = row.try_get(4).map_err(map)?;
+        let owner: Option<i64> = row.try_get(5).map_err(map)?;
         let state = match (state, owner) {
             (STATE_PENDING, _) => ItemState::Pending,
             (STATE_OWNED, Some(t)) => ItemState::Owned(FencingToken(
@@ -386,7 +353,7 @@ impl SqliteStore {
 /// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
 /// processes connecting at once apply them exactly once, after refusing a schema
 /// newer than this build.
-async fn migrate(pool: &SqlitePool) -> Result<()> {
+async fn migrate(pool: &SqlitePool, path: &Path) -> Result<()> {
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -404,21 +371,27 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
 
-    let mut conn = pool.acquire().await.map_err(map_err)?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-    let exists: Option<String> =
-        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1")
-            .bind(MIGRATIONS_TABLE)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
+    let mut conn = pool.acquire().await.map_err(map)?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
+    let exists: Option<String> = sqlx::query_scalar(sql::TABLE_EXISTS)
+        .bind(MIGRATIONS_TABLE)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
     if exists.is_some() {
-        let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
+        let found: Option<i64> = sqlx::query_scalar(sql::SCHEMA_FOUND)
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         if let Some(found) = found.filter(|f| *f > supported) {
-            return Err(Error::backend(BACKEND, SchemaTooNew { found, supported }));
+            return Err(Error::backend(
+                BACKEND,
+                SchemaTooNew {
+                    location: path.display().to_string(),
+                    found,
+                    supported,
+                },
+            ));
         }
     }
     // `run_direct` on the transaction's connection (sqlx's `run` would need a
@@ -427,8 +400,8 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
     migrator
         .run_direct(None, &mut *tx, false)
         .await
-        .map_err(map_migrate_err)?;
-    tx.commit().await.map_err(map_err)
+        .map_err(map_migrate)?;
+    tx.commit().await.map_err(map)
 }
 
 #[async_trait]
@@ -459,41 +432,23 @@ impl LeaseStore for SqliteStore {
             self.bury(w.conn(), key, token).await?;
             retired = true;
         }
-        let token: i64 = sqlx::query_scalar(
-            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
-             ON CONFLICT (ns) DO UPDATE SET next_token = next_token + 1 RETURNING next_token",
-        )
-        .bind(self.ns.as_ref())
-        .fetch_one(w.conn())
-        .await
-        .map_err(map_err)?;
-        sqlx::query(
-            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
-             token = excluded.token, ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at",
-        )
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .bind(holder.as_ref())
-        .bind(token)
-        .bind(ttl_ms)
-        .bind(cur.now.saturating_add(ttl_ms))
-        .execute(w.conn())
-        .await
-        .map_err(map_err)?;
+        let token = self.next(w.conn(), sql::NEXT_TOKEN).await?;
+        self.query(sql::PUT_LEASE)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder.as_ref())
+            .bind(token)
+            .bind(ttl_ms)
+            .bind(cur.now.saturating_add(ttl_ms))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         if retired {
-            self.tick();
+            tick(&self.wake);
         }
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token: FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?),
-            ttl,
-            expires_in: ttl.duration(),
-        })
+        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
+        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -503,89 +458,55 @@ impl LeaseStore for SqliteStore {
         // for the whole statement), one round trip on the hot path.
         let guard = self.writer.lock().await;
         if ttl_ok.is_ok() {
-            let done = sqlx::query(concat!(
-                "UPDATE liveness_leases SET ttl_ms = ?5, expires_at = ",
-                now!(),
-                " + ?5 WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_at > ",
-                now!()
-            ))
-            .bind(self.ns.as_ref())
-            .bind(lease.key.space().as_ref())
-            .bind(lease.key.name().as_ref())
-            .bind(as_db(lease.token.0))
-            .bind(ttl_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
+            let done = self
+                .query(sql::RENEW)
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(ttl_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(map)?;
             if done.rows_affected() == 1 {
-                return Ok(Lease {
-                    expires_in: lease.ttl.duration(),
-                    ..lease.clone()
-                });
+                return Ok(lease.renewed());
             }
         }
         drop(guard);
         // Not renewed: say why. A token never becomes current again and an expired
         // lease never live again, so this later read gives the reason that held at
         // the UPDATE, or a later one (superseded / released after expiring).
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let mut conn = self.pool.acquire().await.map_err(map)?;
         let cur = self.current(&mut conn, &lease.key).await?;
         match Self::lost(lease, &cur) {
             Some(e) => Err(e),
             None => match ttl_ok {
                 Err(e) => Err(e),
                 // Live again after a failed UPDATE: the host clock stepped back.
-                Ok(()) => Err(Error::Lost {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                    reason: LostReason::Expired,
-                }),
+                Ok(()) => Err(lease.lost(LostReason::Expired)),
             },
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let mut w = self.write().await?;
-        let done = sqlx::query(
-            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4",
-        )
-        .bind(self.ns.as_ref())
-        .bind(lease.key.space().as_ref())
-        .bind(lease.key.name().as_ref())
-        .bind(as_db(lease.token.0))
-        .execute(w.conn())
-        .await
-        .map_err(map_err)?;
-        if done.rows_affected() == 0 {
-            w.rollback().await?;
-            return Ok(false);
-        }
-        self.bury(w.conn(), &lease.key, lease.token.0).await?;
-        w.commit().await?;
-        self.tick();
-        Ok(true)
+        self.retire(sql::RELEASE, &lease.key, lease.token).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let row = sqlx::query(concat!(
-            "SELECT holder, token, ttl_ms, expires_at, ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let row = self
+            .query(sql::INSPECT)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         let Some(row) = row else {
             return Ok(None);
         };
         let holder = HolderId::new(get_text(&row, 0)?).map_err(|_| corrupt("holder"))?;
         let token = FencingToken(get_u64(&row, 1, "token")?);
         let ttl = Ttl::from_millis(get_u64(&row, 2, "ttl")?).map_err(|_| corrupt("ttl"))?;
-        let expires_at: i64 = row.try_get(3).map_err(map_err)?;
-        let now: i64 = row.try_get(4).map_err(map_err)?;
+        let expires_at: i64 = row.try_get(3).map_err(map)?;
+        let now: i64 = row.try_get(4).map_err(map)?;
         let status = if now < expires_at {
             LeaseStatus::Live {
                 remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
@@ -604,97 +525,55 @@ impl LeaseStore for SqliteStore {
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(concat!(
-            "SELECT name, holder, token FROM liveness_leases ",
-            "WHERE ns = ?1 AND space = ?2 AND expires_at <= ",
-            now!(),
-            " ORDER BY expires_at, name LIMIT ?3"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(space.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
-                Ok(ExpiredLease {
-                    key: Key::new(space.clone(), name),
-                    holder: HolderId::new(get_text(row, 1)?).map_err(|_| corrupt("holder"))?,
-                    token: FencingToken(get_u64(row, 2, "token")?),
-                })
+        let q = self
+            .query(sql::EXPIRED)
+            .bind(space.as_ref())
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
+            Ok(ExpiredLease {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(get_text(row, 1)?).map_err(|_| corrupt("holder"))?,
+                token: FencingToken(get_u64(row, 2, "token")?),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let mut w = self.write().await?;
-        let done = sqlx::query(concat!(
-            "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 ",
-            "AND token = ?4 AND expires_at <= ",
-            now!()
-        ))
-        .bind(self.ns.as_ref())
-        .bind(key.space().as_ref())
-        .bind(key.name().as_ref())
-        .bind(as_db(token.0))
-        .execute(w.conn())
-        .await
-        .map_err(map_err)?;
-        if done.rows_affected() == 0 {
-            w.rollback().await?;
-            return Ok(false);
-        }
-        self.bury(w.conn(), key, token.0).await?;
-        w.commit().await?;
-        self.tick();
-        Ok(true)
+        self.retire(sql::REAP, key, token).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(
-            "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
-                let name = Name::new(get_text(row, 2)?).map_err(|_| corrupt("name"))?;
-                Ok(DeadToken {
-                    token: FencingToken(get_u64(row, 0, "token")?),
-                    key: Key::new(space, name),
-                })
+        let q = self.query(sql::DEAD_TOKENS).bind(limit_param(limit));
+        self.list(q, |row| {
+            let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
+            let name = Name::new(get_text(row, 2)?).map_err(|_| corrupt("name"))?;
+            Ok(DeadToken {
+                token: FencingToken(get_u64(row, 0, "token")?),
+                key: Key::new(space, name),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let now: i64 = sqlx::query_scalar(concat!("SELECT ", now!()))
+        let now: i64 = sqlx::query_scalar(sql::STORE_TIME)
             .fetch_one(&self.pool)
             .await
-            .map_err(map_err)?;
-        let now = u64::try_from(now).unwrap_or(0);
-        let seen = self.high_water.fetch_max(now, Ordering::Relaxed).max(now);
-        Ok(StoreTime::from_epoch(Duration::from_millis(seen)))
+            .map_err(map)?;
+        let now = Duration::from_millis(u64::try_from(now).unwrap_or(0));
+        Ok(self.high_water.observe(now))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let left: Option<i64> = sqlx::query_scalar(concat!(
-            "SELECT expires_at - ",
-            now!(),
-            " FROM liveness_leases WHERE ns = ?1 AND space = ?2 ORDER BY expires_at LIMIT 1"
-        ))
-        .bind(self.ns.as_ref())
-        .bind(space.as_ref())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let left: Option<i64> = sqlx::query_scalar(sql::NEXT_EXPIRY)
+            .bind(self.ns.as_ref())
+            .bind(space.as_ref())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
@@ -708,25 +587,14 @@ impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
         let mut w = self.write().await?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, 1) \
-             ON CONFLICT (ns) DO UPDATE SET next_item = next_item + 1 RETURNING next_item",
-        )
-        .bind(self.ns.as_ref())
-        .fetch_one(w.conn())
-        .await
-        .map_err(map_err)?;
-        sqlx::query(
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)",
-        )
-        .bind(self.ns.as_ref())
-        .bind(id)
-        .bind(payload)
-        .bind(i64::from(options.max_attempts))
-        .execute(w.conn())
-        .await
-        .map_err(map_err)?;
+        let id = self.next(w.conn(), sql::NEXT_ITEM).await?;
+        self.query(sql::ENQUEUE)
+            .bind(id)
+            .bind(payload)
+            .bind(i64::from(options.max_attempts))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
@@ -739,18 +607,13 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Err(e);
         }
-        let rows = sqlx::query(
-            "UPDATE liveness_items SET state = 1, owner = ?2, attempts = attempts + 1 \
-             WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
-             WHERE ns = ?1 AND state = 0 ORDER BY id LIMIT ?3) \
-             RETURNING id, payload, attempts, max_attempts, state, owner",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(lease.token.0))
-        .bind(i64::try_from(n).unwrap_or(i64::MAX))
-        .fetch_all(w.conn())
-        .await
-        .map_err(map_err)?;
+        let rows = self
+            .query(sql::CLAIM)
+            .bind(as_db(lease.token.0))
+            .bind(limit_param(n))
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         let mut items = rows
             .iter()
@@ -763,44 +626,32 @@ impl ItemStore for SqliteStore {
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
-        let done = sqlx::query(
-            "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .bind(as_db(lease.token.0))
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let done = self
+            .query(sql::COMPLETE)
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .execute(&self.pool)
+            .await
+            .map_err(map)?;
         if done.rows_affected() == 0 {
-            return Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            });
+            return Err(lease.fenced(id));
         }
         Ok(())
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         let mut w = self.write().await?;
-        let state: Option<i64> = sqlx::query_scalar(
-            "UPDATE liveness_items SET owner = NULL, \
-             state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END \
-             WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .bind(as_db(lease.token.0))
-        .bind(retry)
-        .fetch_optional(w.conn())
-        .await
-        .map_err(map_err)?;
+        let state: Option<i64> = sqlx::query_scalar(sql::FAIL)
+            .bind(self.ns.as_ref())
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .bind(retry)
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
         let Some(state) = state else {
             w.rollback().await?;
-            return Err(Error::Fenced {
-                item: id,
-                token: lease.token,
-            });
+            return Err(lease.fenced(id));
         };
         w.commit().await?;
         Ok(if state == STATE_PENDING {
@@ -813,31 +664,27 @@ impl ItemStore for SqliteStore {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut w = self.write().await?;
         let t = as_db(token.0);
-        let done = sqlx::query("DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2")
-            .bind(self.ns.as_ref())
+        let done = self
+            .query(sql::FORGET_DEAD)
             .bind(t)
             .execute(w.conn())
             .await
-            .map_err(map_err)?;
+            .map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(Requeued::default());
         }
-        let rows = sqlx::query(
-            "UPDATE liveness_items SET owner = NULL, \
-             state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
-             WHERE ns = ?1 AND state = 1 AND owner = ?2 RETURNING id, state",
-        )
-        .bind(self.ns.as_ref())
-        .bind(t)
-        .fetch_all(w.conn())
-        .await
-        .map_err(map_err)?;
+        let rows = self
+            .query(sql::REQUEUE_ORPHANS)
+            .bind(t)
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
         w.commit().await?;
         let mut out = Requeued::default();
         for row in &rows {
             let id = ItemId(get_u64(row, 0, "item id")?);
-            let state: i64 = row.try_get(1).map_err(map_err)?;
+            let state: i64 = row.try_get(1).map_err(map)?;
             if state == STATE_PENDING {
                 out.requeued.push(id);
             } else {
@@ -850,29 +697,25 @@ impl ItemStore for SqliteStore {
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let row = sqlx::query(
-            "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-             WHERE ns = ?1 AND id = ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(as_db(id.0))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let row = self
+            .query(sql::ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
         row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
             .transpose()
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let rows =
-            sqlx::query("SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state")
-                .bind(self.ns.as_ref())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_err)?;
+        let rows = self
+            .query(sql::ITEM_COUNTS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
         let mut counts = ItemCounts::default();
         for row in &rows {
-            let state: i64 = row.try_get(0).map_err(map_err)?;
+            let state: i64 = row.try_get(0).map_err(map)?;
             let n = get_u64(row, 1, "count")?;
             match state {
                 STATE_PENDING => counts.pending = n,
@@ -886,17 +729,10 @@ impl ItemStore for SqliteStore {
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
-        let rows = sqlx::query(
-            "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-             WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2",
-        )
-        .bind(self.ns.as_ref())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        let q = self.query(sql::DEAD_LETTERS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
         .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|row| Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state }))
-            .collect()
     }
 }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use backend_sqlite::{SchemaTooNew, SqliteConfig, SqliteStore};
-use liveness_core::{Error, HolderId, InputProblem, Key, LeaseStore, Namespace, Ttl};
+use backend_sqlite::{SqliteConfig, SqliteStore};
+use liveness_core::{Error, HolderId, InputProblem, Key, LeaseStore, Namespace, SchemaTooNew, Ttl};
 use sqlx::Connection;
 
 fn config(path: &std::path::Path) -> SqliteConfig {

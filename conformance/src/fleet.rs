@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::sync::lock;
 use liveness_core::{
     CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Event, EventBus,
     FencingToken, ItemCounts, ItemId, Member, MemberConfig, Store, Ttl,
@@ -39,10 +40,6 @@ pub struct Fleet {
     checker: Option<CheckerHandle>,
     ids: Vec<ItemId>,
     deadline: Duration,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Fleet {

@@ -18,10 +18,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::election::{Election, ElectionConfig};
 use crate::error::{Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
-use crate::heartbeat::Backoff;
 use crate::item::Requeued;
 use crate::lease::ExpiredLease;
 use crate::store::Store;
@@ -402,7 +402,7 @@ impl Checker {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
-                _ = crate::heartbeat::woken(&mut wake) => {}
+                _ = crate::wake::woken(&mut wake) => {}
             }
         }
     }

@@ -10,11 +10,15 @@
 //! tokio's clock plus the time the host spent suspended (Linux: `CLOCK_BOOTTIME`), so
 //! a host that resumes from suspend finds the deadline passed at once, while tests on
 //! tokio's paused time stay deterministic.
+//!
+//! [`HighWater`] keeps a server clock's readings non-decreasing per store handle.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::types::StoreTime;
 
 /// A monotonic clock: the time since the clock's own epoch.
 pub trait Clock: Send + Sync + Debug {
@@ -148,6 +152,38 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}
+
+/// The highest store time a handle has reported, so that
+/// [`LeaseStore::store_time`](crate::LeaseStore::store_time) never goes back on one
+/// handle even when the server's clock is stepped backwards (NTP). Clones share the
+/// same mark.
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::HighWater;
+///
+/// let mark = HighWater::default();
+/// let ms = Duration::from_millis;
+/// assert_eq!(mark.observe(ms(20)).since_epoch(), ms(20));
+/// // The server clock stepped back: the handle keeps reporting its highest reading.
+/// assert_eq!(mark.observe(ms(5)).since_epoch(), ms(20));
+/// assert_eq!(mark.observe(ms(30)).since_epoch(), ms(30));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct HighWater {
+    nanos: Arc<AtomicU64>,
+}
+
+impl HighWater {
+    /// Records one reading of the store's clock (time since its epoch) and returns
+    /// the store time to report: the reading, or the highest one recorded before
+    /// when that is later. Readings past year 2554 of the Unix epoch saturate.
+    pub fn observe(&self, reading: Duration) -> StoreTime {
+        let now = u64::try_from(reading.as_nanos()).unwrap_or(u64::MAX);
+        let prev = self.nanos.fetch_max(now, Ordering::AcqRel);
+        StoreTime::from_epoch(Duration::from_nanos(prev.max(now)))
     }
 }
 

@@ -12,10 +12,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
-use crate::heartbeat::{keep_alive, Backoff, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{keep_alive, End, HeartbeatConfig, Standing};
 use crate::lease::{Lease, LeaseInfo};
 use crate::store::Store;
 use crate::traced::traced;
@@ -173,7 +174,7 @@ impl Election {
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = crate::heartbeat::woken(&mut wake) => {}
+                _ = crate::wake::woken(&mut wake) => {}
             }
         }
     }
@@ -275,7 +276,7 @@ impl Leadership {
     /// releases the lease so another candidate can lead at once.
     pub async fn resign(self) -> Result<()> {
         self.stop.cancel();
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let task = crate::sync::lock(&self.task).take();
         let latest = match task {
             Some(t) => t.await.ok().flatten(),
             None => None,

@@ -298,3 +298,91 @@ impl Error {
         }
     }
 }
+
+/// A stored record (a row, a key's value, a script's reply) that this build cannot
+/// have written: a corrupt or foreign record, or one of another version. The source
+/// of an [`Error::Backend`], built with [`Error::corrupt`]; every backend reports
+/// such records with this one type.
+///
+/// ```
+/// use liveness_core::{Corrupt, Error};
+///
+/// let e = Error::corrupt("mystore", "the token column holds -3");
+/// assert!(!e.is_retryable());
+/// match &e {
+///     Error::Backend { source, .. } => assert!(source.is::<Corrupt>()),
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(
+///     e.to_string(),
+///     "mystore store error: corrupt record: the token column holds -3"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt record: {what}")]
+pub struct Corrupt {
+    /// What could not be read, and where (a column, a key, an operation's reply).
+    pub what: std::borrow::Cow<'static, str>,
+}
+
+/// The schema of a store's database is newer than this build knows (a newer version
+/// of the backend migrated it): the backend refuses it rather than misread it, and
+/// leaves it untouched. The source of an [`Error::Backend`].
+///
+/// ```
+/// use liveness_core::{Error, SchemaTooNew};
+///
+/// let e = Error::backend(
+///     "mystore",
+///     SchemaTooNew { location: "/tmp/x.db".into(), found: 3, supported: 2 },
+/// );
+/// assert_eq!(
+///     e.to_string(),
+///     "mystore store error: /tmp/x.db: database schema version 3 is newer than this build \
+///      supports (2); upgrade liveness"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{location}: database schema version {found} is newer than this build supports \
+     ({supported}); upgrade liveness"
+)]
+pub struct SchemaTooNew {
+    /// Where the schema lives (a database file, a PostgreSQL schema).
+    pub location: String,
+    /// The newest migration version applied to the database.
+    pub found: i64,
+    /// The newest migration version this build carries.
+    pub supported: i64,
+}
+
+impl Error {
+    /// An [`Error::Backend`] whose source is a [`Corrupt`] record: `what` says which
+    /// record and what is wrong with it.
+    pub fn corrupt(backend: &'static str, what: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Error::backend(backend, Corrupt { what: what.into() })
+    }
+
+    /// A client library's error as [`Error::Unavailable`] when `is_transient` says
+    /// so, else as [`Error::Backend`]: the last step of every backend's error mapping
+    /// (`error::map`), which supplies the classification.
+    ///
+    /// ```
+    /// use liveness_core::Error;
+    ///
+    /// let timed_out = std::io::Error::from(std::io::ErrorKind::TimedOut);
+    /// let e = Error::classify("mystore", timed_out, |e| e.kind() == std::io::ErrorKind::TimedOut);
+    /// assert!(e.is_retryable());
+    /// ```
+    pub fn classify<E: Into<BoxError>>(
+        backend: &'static str,
+        source: E,
+        is_transient: impl FnOnce(&E) -> bool,
+    ) -> Self {
+        if is_transient(&source) {
+            Error::unavailable(backend, source)
+        } else {
+            Error::backend(backend, source)
+        }
+    }
+}

@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::batch::Renewals;
 use crate::clock::Clock;
 use crate::error::{Error, InputProblem, LostReason, Result};
@@ -456,78 +457,5 @@ fn loss_of(reason: LostReason) -> LossReason {
     match reason {
         LostReason::GaveUp => LossReason::Deadline,
         r => LossReason::Store(r),
-    }
-}
-
-/// Exponential backoff with up to 25 % jitter, doubling from a base up to a cap: the
-/// retry pacing of the member, checker and election, for backends' own retry loops too.
-///
-/// ```
-/// use std::time::Duration;
-/// use liveness_core::heartbeat::Backoff;
-///
-/// let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(40));
-/// let first = b.next();
-/// assert!(first >= Duration::from_millis(10) && first <= Duration::from_micros(12_500));
-/// ```
-#[derive(Debug)]
-pub struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// Delays that start at `base` and double up to `max` (both at least 1 ms).
-    pub fn new(base: Duration, max: Duration) -> Self {
-        let base = base.max(Duration::from_millis(1));
-        Backoff {
-            next: base,
-            max: max.max(base),
-        }
-    }
-
-    /// The next delay: the current step plus up to 25 % jitter; the step then doubles,
-    /// up to the cap.
-    #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        // Up to 25 % jitter, so that many holders do not retry in lockstep.
-        let jitter = d.mul_f64(fastrand::f64() * 0.25);
-        d + jitter
-    }
-}
-
-/// Resolves when the store's wake-up signal ticks; never, when the store has none or
-/// its signal is gone (the caller's timer then decides).
-pub(crate) async fn woken(wake: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    let ticked = match wake.as_mut() {
-        Some(rx) => rx.changed().await.is_ok(),
-        None => false,
-    };
-    if !ticked {
-        std::future::pending::<()>().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_then_stays_at_its_cap_plus_jitter() {
-        let ms = Duration::from_millis;
-        let mut b = Backoff::new(ms(10), ms(40));
-        let delays: Vec<Duration> = (0..8).map(|_| b.next()).collect();
-        for (d, base) in delays.iter().zip([10, 20, 40, 40, 40, 40, 40, 40]) {
-            assert!(*d >= ms(base) && *d <= ms(base) * 5 / 4, "{delays:?}");
-        }
-    }
-
-    #[test]
-    fn backoff_never_waits_zero() {
-        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
-        assert!(b.next() >= Duration::from_millis(1));
     }
 }

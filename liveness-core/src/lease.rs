@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::{Error, LostReason};
+use crate::item::ItemId;
 use crate::types::{FencingToken, HolderId, Key, Ttl};
 
 /// A lease held by the caller: the proof of an acquisition, passed back to `renew`,
@@ -21,6 +23,46 @@ pub struct Lease {
     /// How long the lease had left by the store clock when the store answered (a
     /// duration, never an absolute time: it crosses machines safely).
     pub expires_in: Duration,
+}
+
+impl Lease {
+    /// A lease the store just granted: the whole `ttl` left.
+    pub fn granted(key: Key, holder: HolderId, token: FencingToken, ttl: Ttl) -> Lease {
+        Lease {
+            key,
+            holder,
+            token,
+            ttl,
+            expires_in: ttl.duration(),
+        }
+    }
+
+    /// This lease as the store just renewed it: the same acquisition (token), its
+    /// whole ttl left again.
+    pub fn renewed(&self) -> Lease {
+        Lease {
+            expires_in: self.ttl.duration(),
+            ..self.clone()
+        }
+    }
+
+    /// The [`Error::Lost`] a store answers when this lease is no longer current.
+    pub fn lost(&self, reason: LostReason) -> Error {
+        Error::Lost {
+            key: self.key.clone(),
+            token: self.token,
+            reason,
+        }
+    }
+
+    /// The [`Error::Fenced`] a store answers when `item` is not owned by this lease's
+    /// token.
+    pub fn fenced(&self, item: ItemId) -> Error {
+        Error::Fenced {
+            item,
+            token: self.token,
+        }
+    }
 }
 
 /// Whether a lease is live by the store clock.

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod backoff;
 pub mod batch;
 pub mod checker;
 pub mod clock;
@@ -14,15 +15,18 @@ pub mod lease;
 pub mod member;
 pub mod memory;
 pub mod store;
+pub mod sync;
 mod traced;
 pub mod types;
 pub mod url;
+pub mod wake;
 
+pub use backoff::Backoff;
 pub use batch::Renewals;
 pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport, Skipped};
-pub use clock::{Clock, HostClock, ManualClock, TokioClock};
+pub use clock::{Clock, HighWater, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
-pub use error::{BoxError, Error, InputProblem, LostReason, Result};
+pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, SchemaTooNew};
 pub use events::{CheckStep, Event, EventBus, LossReason};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{

@@ -21,14 +21,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::batch::Renewals;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
-use crate::heartbeat::{keep_alive_via, spread, Backoff, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{keep_alive_via, spread, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState};
 use crate::lease::Lease;
 use crate::store::Store;
+use crate::sync::lock;
 use crate::traced::traced;
 use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 
@@ -509,10 +511,6 @@ impl Member {
         });
         Ok(())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The heartbeat task: keeps each generation alive, and re-joins after a loss.

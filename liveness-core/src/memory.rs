@@ -9,7 +9,7 @@
 //! moved by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +20,9 @@ use crate::error::{Error, LostReason, Result};
 use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
 use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
+use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
+use crate::wake::tick;
 
 const BACKEND: &str = "memory";
 
@@ -87,20 +89,15 @@ impl NsState {
         if let Some(rec) = self.leases.remove(key) {
             self.unindex(key, rec.expires_at);
             self.dead.insert(rec.token, key.clone());
-            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+            tick(&self.wake);
         }
     }
 
     fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
-        };
         match self.leases.get(&lease.key) {
-            None => Err(lost(LostReason::Released)),
-            Some(rec) if rec.token != lease.token => Err(lost(LostReason::Superseded)),
-            Some(rec) if now >= rec.expires_at => Err(lost(LostReason::Expired)),
+            None => Err(lease.lost(LostReason::Released)),
+            Some(rec) if rec.token != lease.token => Err(lease.lost(LostReason::Superseded)),
+            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostReason::Expired)),
             Some(rec) => Ok(rec),
         }
     }
@@ -206,12 +203,6 @@ impl Default for MemoryStore {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the maps half-updated in a way that
-    // breaks the contract more than the panic itself did; keep serving.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl MemoryStore {
     /// A store on its own server, namespace `default`, on tokio's clock.
     pub fn new() -> Self {
@@ -266,13 +257,7 @@ impl LeaseStore for MemoryStore {
             },
         );
         st.index(key, expires_at);
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token,
-            ttl,
-            expires_in: ttl.duration(),
-        })
+        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -355,13 +340,7 @@ impl LeaseStore for MemoryStore {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let now = self.now();
         let mut st = lock(&self.state);
-        match st.leases.get(key) {
-            Some(rec) if rec.token == token && now >= rec.expires_at => {
-                st.retire(key);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(reap_locked(&mut st, key, token, now))
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -460,18 +439,7 @@ impl ItemStore for MemoryStore {
 
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut st = lock(&self.state);
-        let mut out = Requeued::default();
-        if st.dead.remove(&token).is_none() {
-            return Ok(out);
-        }
-        let ids = st.owned.remove(&token).unwrap_or_default();
-        for id in ids {
-            match st.hand_back(id, true) {
-                ItemState::Pending => out.requeued.push(id),
-                _ => out.dead_lettered.push(id),
-            }
-        }
-        Ok(out)
+        Ok(requeue_locked(&mut st, token))
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
@@ -530,10 +498,7 @@ impl MemoryStore {
             rec.expires_at = expires_at;
             rec.ttl = ttl;
         }
-        Ok(Lease {
-            expires_in: ttl.duration(),
-            ..lease.clone()
-        })
+        Ok(lease.renewed())
     }
 }
 

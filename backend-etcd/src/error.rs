@@ -1,0 +1,73 @@
+//! Mapping etcd client errors onto the framework's [`Error`] kinds: the one place
+//! where this backend decides what is worth retrying, and the backend's own faults.
+
+use std::time::Duration;
+
+use liveness_core::Error;
+
+use crate::txn::MAX_TRIES;
+use crate::BACKEND;
+
+/// What went wrong inside this backend (the source of a `Backend` or `Unavailable`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Fault {
+    #[error("lease-bound key {0:?} exists without its record")]
+    Orphan(String),
+    #[error("gave up after {MAX_TRIES} conflicting transactions")]
+    Contention,
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
+    #[cfg(feature = "tls")]
+    #[error("could not read {0:?}")]
+    Unreadable(std::path::PathBuf, #[source] std::io::Error),
+}
+
+/// Maps an etcd client error: transport faults, timeouts, leader changes and
+/// overload to [`Error::Unavailable`]; everything else to [`Error::Backend`].
+pub(crate) fn map(e: etcd_client::Error) -> Error {
+    Error::classify(BACKEND, e, is_transient)
+}
+
+/// True for transport faults, timeouts, leader changes and overload.
+fn is_transient(e: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    match e {
+        E::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+                | Code::Unknown
+        ),
+        E::TransportError(_)
+        | E::IoError(_)
+        | E::LeaseKeepAliveError(_)
+        | E::WatchError(_)
+        | E::EndpointError(_) => true,
+        _ => false,
+    }
+}
+
+/// True when etcd answered that a lease does not exist (expired or revoked).
+pub(crate) fn is_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::NotFound,
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
+        _ => false,
+    }
+}
+
+/// A value this build cannot have written, at etcd key `key`
+/// ([`liveness_core::Corrupt`]).
+pub(crate) fn corrupt(key: &[u8]) -> Error {
+    Error::corrupt(
+        BACKEND,
+        format!(
+            "corrupt value at etcd key {:?}",
+            String::from_utf8_lossy(key)
+        ),
+    )
+}
