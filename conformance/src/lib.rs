@@ -11,6 +11,7 @@ use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl
 pub mod bench;
 pub mod fleet;
 pub mod property;
+pub mod scale;
 pub mod scenarios;
 pub mod skip;
 pub mod url_rules;
