@@ -554,7 +554,8 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             ph.renew.quantile(0.99),
             ph.renew.max(),
             s.lost[p],
-            s.joined[p],
+            // The fleet's own joins are counted in the first phase.
+            s.joined[p].saturating_sub(if p == 0 { n as u64 } else { 0 }),
             s.false_deaths[p],
             ph.round_count.load(Ordering::Relaxed),
             ph.rounds.quantile(0.5),

@@ -77,19 +77,24 @@ fn gone() -> Error {
 async fn run(store: Arc<dyn Store>, window: Duration, mut rx: mpsc::UnboundedReceiver<Ask>) {
     let max = store.capabilities().max_batch.max(1);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
+    let mut batch = Vec::with_capacity(max);
+    loop {
+        // Take everything queued at once (one wake-up for many renewals, not one per
+        // renewal: on a busy runtime each wake-up waits its turn behind every other
+        // task), then gather more until the window closes or the batch is full.
+        if rx.recv_many(&mut batch, max).await == 0 {
+            return;
+        }
         let until = tokio::time::Instant::now() + window;
         while batch.len() < max {
+            let room = max - batch.len();
             tokio::select! {
                 biased;
-                ask = rx.recv() => match ask {
-                    Some(ask) => batch.push(ask),
-                    None => break,
-                },
+                got = rx.recv_many(&mut batch, room) => if got == 0 { break },
                 _ = tokio::time::sleep_until(until) => break,
             }
         }
+        let mut batch = std::mem::replace(&mut batch, Vec::with_capacity(max));
         // Renewals whose heartbeat gave up meanwhile (deadline passed) are not sent.
         batch.retain(|a| !a.answer.is_closed());
         if batch.is_empty() {

@@ -399,9 +399,18 @@ impl Checker {
                     backoff.next().min(self.config.check_every)
                 }
             };
+            // Never two rounds closer than a fiftieth of `check_every` (20 ms by
+            // default): wake-ups that come in a burst (a mass loss, every release of
+            // a re-joining fleet) are served by one round, not one round each.
+            let until = tokio::time::Instant::now() + pause;
+            let gap = (self.config.check_every / 50).max(Duration::from_millis(1));
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep(gap.min(pause.max(Duration::from_millis(1)))) => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {}
                 _ = crate::wake::woken(&mut wake) => {}
             }
         }
