@@ -487,6 +487,53 @@ impl LeaseStore for SqliteStore {
         }
     }
 
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        liveness_core::store::check_batch(self.caps, "leases", leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every UPDATE in one write transaction: one commit (one fsync with
+        // synchronous=full) for the whole batch instead of one per lease.
+        let mut renewed = vec![false; leases.len()];
+        let mut w = self.write().await?;
+        for (lease, done) in leases.iter().zip(renewed.iter_mut()) {
+            if self.caps.check_ttl(lease.ttl).is_err() {
+                continue;
+            }
+            let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
+            let r = self
+                .query(sql::RENEW)
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(ttl_ms)
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
+            *done = r.rows_affected() == 1;
+        }
+        w.commit().await?;
+        let mut out = Vec::with_capacity(leases.len());
+        for (lease, done) in leases.iter().zip(renewed) {
+            if done {
+                out.push(Ok(lease.renewed()));
+                continue;
+            }
+            // Not renewed: say why, as `renew` does.
+            let ttl_ok = self.caps.check_ttl(lease.ttl);
+            let mut conn = self.pool.acquire().await.map_err(map)?;
+            let cur = self.current(&mut conn, &lease.key).await?;
+            out.push(match Self::lost(lease, &cur) {
+                Some(e) => Err(e),
+                None => match ttl_ok {
+                    Err(e) => Err(e),
+                    Ok(()) => Err(lease.lost(LostReason::Expired)),
+                },
+            });
+        }
+        Ok(out)
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.retire(sql::RELEASE, &lease.key, lease.token).await
     }
