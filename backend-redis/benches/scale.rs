@@ -95,7 +95,7 @@ fn main() {
             if let (Some((c0, n0)), Some((c1, n1))) = (before, server_cpu(&url).await) {
                 let calls = n1.saturating_sub(n0).max(1);
                 println!(
-                    "redis-server over the whole run (join included): {:.1} % of one core, {} calls, {:.1} µs CPU per call; client response timeout {timeout:?}",
+                    "redis-server over the whole run (join included): {:.1} % of one core, {} commands (those run inside scripts included), {:.1} µs CPU per command; client response timeout {timeout:?}",
                     (c1 - c0) / wall * 100.0,
                     calls,
                     (c1 - c0) * 1e6 / calls as f64
