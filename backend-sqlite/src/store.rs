@@ -568,37 +568,33 @@ impl LeaseStore for SqliteStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        // Every UPDATE in one write transaction: one commit (one fsync with
-        // synchronous=full) for the whole batch instead of one per lease.
-        let mut renewed = vec![false; leases.len()];
+        // Every lease in one write transaction, at one instant read holding the write
+        // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
+        // whole batch instead of one per lease. A lease not renewed is answered why at
+        // the same instant, in the same transaction.
         let mut w = self.write().await?;
-        for (lease, done) in leases.iter().zip(renewed.iter_mut()) {
-            if self.caps.check_ttl(lease.ttl).is_err() {
-                continue;
-            }
-            let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
-            let r = self
-                .query(sql::RENEW)
-                .bind(lease.key.space().as_ref())
-                .bind(lease.key.name().as_ref())
-                .bind(as_db(lease.token.0))
-                .bind(ttl_ms)
-                .execute(w.conn())
-                .await
-                .map_err(map)?;
-            *done = r.rows_affected() == 1;
-        }
-        w.commit().await?;
+        let now = self.now()?;
         let mut out = Vec::with_capacity(leases.len());
-        for (lease, done) in leases.iter().zip(renewed) {
-            if done {
-                out.push(Ok(lease.renewed()));
-                continue;
-            }
-            // Not renewed: say why, as `renew` does.
+        for lease in leases {
             let ttl_ok = self.caps.check_ttl(lease.ttl);
-            let mut conn = self.pool.acquire().await.map_err(map)?;
-            let cur = self.current(&mut conn, &lease.key).await?;
+            if ttl_ok.is_ok() {
+                let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
+                let done = self
+                    .query(sql::RENEW)
+                    .bind(lease.key.space().as_ref())
+                    .bind(lease.key.name().as_ref())
+                    .bind(as_db(lease.token.0))
+                    .bind(ttl_ms)
+                    .bind(now)
+                    .execute(w.conn())
+                    .await
+                    .map_err(map)?;
+                if done.rows_affected() == 1 {
+                    out.push(Ok(lease.renewed()));
+                    continue;
+                }
+            }
+            let cur = self.current(w.conn(), &lease.key, now).await?;
             out.push(match Self::lost(lease, &cur) {
                 Some(e) => Err(e),
                 None => match ttl_ok {
@@ -607,6 +603,7 @@ impl LeaseStore for SqliteStore {
                 },
             });
         }
+        w.commit().await?;
         Ok(out)
     }
 

@@ -224,8 +224,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   of the call, which is no later than any of them was applied).
     /// - More leases than [`Capabilities::max_batch`] is `InvalidInput` and changes
     ///   nothing; no lease answers an empty list.
-    /// - A transport fault fails the whole call with `Unavailable`: any subset may have
-    ///   been applied, and retrying is safe.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default); retrying is safe.
     ///
     /// The default renews one lease after the other; backends that can do it in one
     /// round trip override it.
@@ -233,10 +234,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         check_batch(self.capabilities(), "leases", leases.len())?;
         let mut out = Vec::with_capacity(leases.len());
         for lease in leases {
-            match self.renew(lease).await {
-                Err(e @ Error::Unavailable { .. }) => return Err(e),
-                r => out.push(r),
-            }
+            out.push(self.renew(lease).await);
         }
         Ok(out)
     }
@@ -290,19 +288,18 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   any number of concurrent reapers (of either method) of an expired lease.
     /// - More entries than [`Capabilities::max_batch`] is `InvalidInput` and changes
     ///   nothing.
-    /// - A transport fault fails the whole call with `Unavailable`: any subset may have
-    ///   been applied, and retrying is safe (a second reap of a reaped lease is false;
-    ///   its token is in the dead set either way, for the sweep).
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default, which keeps every answer it got); retrying is safe (a second reap of
+    ///   a reaped lease is false; its token is in the dead set either way, for the
+    ///   sweep).
     ///
     /// The default reaps one after the other.
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
         check_batch(self.capabilities(), "expired", expired.len())?;
         let mut out = Vec::with_capacity(expired.len());
         for (key, token) in expired {
-            match self.reap(key, *token).await {
-                Err(e @ Error::Unavailable { .. }) => return Err(e),
-                r => out.push(r),
-            }
+            out.push(self.reap(key, *token).await);
         }
         Ok(out)
     }
@@ -414,17 +411,15 @@ pub trait ItemStore: Send + Sync {
     ///   twice moves nothing twice).
     /// - Any number of tokens: a native implementation splits a list larger than it
     ///   can move in one step.
-    /// - A transport fault fails the whole call with `Unavailable`: any subset may have
-    ///   been applied, and retrying is safe.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default); retrying is safe.
     ///
     /// The default requeues one token after the other.
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
         let mut out = Vec::with_capacity(tokens.len());
         for token in tokens {
-            match self.requeue_orphans(*token).await {
-                Err(e @ Error::Unavailable { .. }) => return Err(e),
-                r => out.push(r),
-            }
+            out.push(self.requeue_orphans(*token).await);
         }
         Ok(out)
     }
