@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use liveness_core::durability::StoreLostState;
+use liveness_core::store::check_batch;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
@@ -346,6 +347,41 @@ impl LeaseStore for RedisStore {
         }
     }
 
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.caps, "leases", leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One script for the whole batch: one round trip, one server instant.
+        let mut call = scripts().renew_many.prepare_invoke();
+        let mut ttl_ok = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let ok = self.caps.check_ttl(lease.ttl);
+            let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
+            call.key(self.keys.lease(&lease.key))
+                .key(self.keys.expiry(lease.key.space()))
+                .arg(lease.key.name().as_str())
+                .arg(lease.token.0)
+                .arg(ttl_ms);
+            ttl_ok.push(ok);
+        }
+        let codes = array("renew_many", self.run(call).await?)?;
+        if codes.len() != leases.len() {
+            return Err(unexpected("renew_many", "a reply of another length"));
+        }
+        Ok(leases
+            .iter()
+            .zip(ttl_ok)
+            .zip(codes)
+            .map(|((lease, ok), code)| match int("renew_many", &code)? {
+                1 => Ok(lease.renewed()),
+                0 => ok.map(|()| lease.clone()),
+                code @ -3..=-1 => Err(lost(lease, code)),
+                _ => Err(unexpected("renew_many", "an unknown status")),
+            })
+            .collect())
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let mut call = scripts().release.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
@@ -416,6 +452,30 @@ impl LeaseStore for RedisStore {
             .arg(token.0)
             .arg(key_text(key));
         Ok(int("reap", &self.run(call).await?)? == 1)
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        check_batch(self.caps, "expired", expired.len())?;
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = scripts().reap_many.prepare_invoke();
+        call.key(self.keys.dead());
+        for (key, token) in expired {
+            call.key(self.keys.lease(key))
+                .key(self.keys.expiry(key.space()))
+                .arg(key.name().as_str())
+                .arg(token.0)
+                .arg(key_text(key));
+        }
+        let codes = array("reap_many", self.run(call).await?)?;
+        if codes.len() != expired.len() {
+            return Err(unexpected("reap_many", "a reply of another length"));
+        }
+        Ok(codes
+            .iter()
+            .map(|c| int("reap_many", c).map(|c| c == 1))
+            .collect())
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -583,6 +643,42 @@ impl ItemStore for RedisStore {
             requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
             dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
         })
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        // One script per `max_batch` tokens.
+        for chunk in tokens.chunks(self.caps.max_batch.max(1)) {
+            let mut call = scripts().requeue_orphans_many.prepare_invoke();
+            call.key(self.keys.dead())
+                .key(self.keys.owned_count())
+                .key(self.keys.pending())
+                .key(self.keys.dead_letters())
+                .arg(self.keys.item_prefix());
+            for token in chunk {
+                call.key(self.keys.owned(*token)).arg(token.0);
+            }
+            let answers = array("requeue_orphans_many", self.run(call).await?)?;
+            if answers.len() != chunk.len() {
+                return Err(unexpected(
+                    "requeue_orphans_many",
+                    "a reply of another length",
+                ));
+            }
+            for answer in answers {
+                out.push(array("requeue_orphans_many", answer).and_then(|parts| {
+                    let mut parts = parts.into_iter();
+                    Ok(Requeued {
+                        requeued: ids("requeue_orphans_many", parts.next().unwrap_or(Value::Nil))?,
+                        dead_lettered: ids(
+                            "requeue_orphans_many",
+                            parts.next().unwrap_or(Value::Nil),
+                        )?,
+                    })
+                }));
+            }
+        }
+        Ok(out)
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
