@@ -236,13 +236,7 @@ impl RedisCluster {
                 });
             }
         }
-        let dirs = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
-        let Some(server) = find_binary("redis-server", &dirs) else {
-            return missing("redis-server", INSTALL_HINT);
-        };
-        let Some(cli) = find_binary("redis-cli", &dirs) else {
-            return missing("redis-cli", "apt-get install redis-tools");
-        };
+        let (server, cli) = server_and_cli(INSTALL_HINT)?;
         let mut last = String::new();
         for _ in 0..3 {
             match Self::try_start(&server, &cli) {
@@ -288,20 +282,7 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        let out = Command::new(cli)
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .map_err(|e| format!("redis-cli: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "redis-cli --cluster create failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        create_cluster(cli, &addrs)?;
         // Every node must agree that all slots are served before tests start.
         let until = std::time::Instant::now() + Duration::from_secs(30);
         for node in &nodes {
@@ -324,11 +305,7 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        let url = format!(
-            "redis://{}/?cluster=true&seeds={}",
-            addrs[0],
-            addrs[1..].join(",")
-        );
+        let url = cluster_url(&addrs);
         Ok(RedisCluster { nodes, url })
     }
 
@@ -358,4 +335,49 @@ impl RedisCluster {
     pub fn kill_node(&mut self, i: usize) {
         self.nodes[i].kill();
     }
+}
+
+/// Finds `redis-server` and `redis-cli`; `None` (after [`missing`] allowed a skip,
+/// naming `install_hint` for the server) when either is absent.
+pub(crate) fn server_and_cli(install_hint: &str) -> Option<(PathBuf, PathBuf)> {
+    let Some(server) = find_binary("redis-server", &BIN_DIRS) else {
+        return missing("redis-server", install_hint);
+    };
+    let Some(cli) = find_binary("redis-cli", &BIN_DIRS) else {
+        return missing("redis-cli", "apt-get install redis-tools");
+    };
+    Some((server, cli))
+}
+
+/// Where the test kit looks for the Redis binaries (and `cc`).
+pub(crate) const BIN_DIRS: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
+
+/// `redis-cli --cluster create ADDRS... --cluster-replicas 0`: joins the nodes at
+/// `addrs` into one cluster with the slots spread over them.
+pub(crate) fn create_cluster(cli: &Path, addrs: &[String]) -> Result<(), String> {
+    let out = Command::new(cli)
+        .arg("--cluster")
+        .arg("create")
+        .args(addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// The backend's URL for a cluster: the first node with `cluster=true`, every other
+/// node as a seed.
+pub(crate) fn cluster_url(addrs: &[String]) -> String {
+    format!(
+        "redis://{}/?cluster=true&seeds={}",
+        addrs[0],
+        addrs[1..].join(",")
+    )
 }
