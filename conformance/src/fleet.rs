@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Event, EventBus,
-    FencingToken, ItemCounts, ItemId, Member, MemberConfig, Store, Ttl,
+    CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Error, Event,
+    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStore, Member,
+    MemberConfig, Store, Ttl,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -28,6 +29,77 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Runs `op` again every 20 ms while it answers `Unavailable` (a server down or a
+/// failover in progress), for up to `deadline`; then, or on any other answer, returns
+/// what it answered last.
+pub async fn retry_unavailable<T, F, Fut>(deadline: Duration, mut op: F) -> liveness_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = liveness_core::Result<T>>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        match op().await {
+            Err(Error::Unavailable { .. }) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Renews `lease` (retrying while the store is [`Unavailable`](Error::Unavailable),
+/// up to `deadline`) and panics unless the store refuses it as `Lost`: for a lease
+/// the store has reported expired, no renewal after expiry.
+pub async fn assert_renewal_refused(store: &dyn LeaseStore, lease: &Lease, deadline: Duration) {
+    match retry_unavailable(deadline, || store.renew(lease)).await {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("an expired lease was renewed: {other:?}"),
+    }
+}
+
+/// The probe of a fault test: a member lease `probe-...` held by `probe` with `ttl`
+/// that nobody renews, acquired (before the fault) on `store`. Returns its key, the
+/// lease, and its nominal expiry (now + `ttl`), from which a test measures how late
+/// the store reports it expired.
+pub async fn acquire_probe(store: &dyn LeaseStore, ttl: Ttl) -> (Key, Lease, Instant) {
+    let key = crate::member_key("probe");
+    let holder = HolderId::new("probe").unwrap_or_else(|e| panic!("holder id: {e}"));
+    let lease = store
+        .acquire(&key, &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire the probe lease: {e}"));
+    (key, lease, Instant::now() + ttl.duration())
+}
+
+/// Acquires a fresh lease `after-...` on `store` after a failover (retrying while it
+/// is `Unavailable`, up to `deadline`) and asserts that its token exceeds every token
+/// of `before` (the tokens handed out before the fault, the probe's included).
+/// Returns the fresh lease and the largest token before.
+pub async fn assert_fresh_token_above(
+    store: &dyn LeaseStore,
+    before: &[FencingToken],
+    ttl: Ttl,
+    deadline: Duration,
+) -> (Lease, FencingToken) {
+    let key = crate::member_key("after");
+    let holder = HolderId::new("after").unwrap_or_else(|e| panic!("holder id: {e}"));
+    let fresh = retry_unavailable(deadline, || store.acquire(&key, &holder, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("acquire a lease after the failover: {e}"));
+    let max_before = before
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or_else(|| panic!("no token before the fault"));
+    assert!(
+        fresh.token > max_before,
+        "token {} after the failover, not above {max_before}",
+        fresh.token
+    );
+    (fresh, max_before)
 }
 
 /// Members working items under a checker, with every event recorded.
@@ -105,6 +177,27 @@ impl Fleet {
             ids,
             deadline,
         }
+    }
+
+    /// [`Fleet::start`] with a handle of its own (from `connect`) for the checker and
+    /// for each of `members` members, as separate processes would have.
+    pub async fn start_connected<F, Fut>(
+        mut connect: F,
+        members: usize,
+        ttl: Ttl,
+        items: usize,
+        deadline: Duration,
+    ) -> Fleet
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Arc<dyn Store>>,
+    {
+        let checker = connect().await;
+        let mut member_stores = Vec::new();
+        for _ in 0..members {
+            member_stores.push(connect().await);
+        }
+        Fleet::start(checker, member_stores, ttl, items, deadline).await
     }
 
     /// The checker's store handle.
@@ -198,6 +291,42 @@ impl Fleet {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The key and token of every `Joined` event so far, in bus order.
+    pub fn joined(&self) -> Vec<(String, FencingToken)> {
+        self.events()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Joined { key, token, .. } => Some((key.to_string(), *token)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tokens a checker declared dead (or whose items a sweep requeued) that a
+    /// member held and had not yet seen as `Lost`: work handed on while its holder
+    /// still acted. [`Fleet::assert_lost_before_requeue`] asserts there are none;
+    /// this counts them, for runs that measure rather than assert.
+    pub fn early_reaps(&self) -> Vec<FencingToken> {
+        let events = self.events();
+        let mut early = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let token = match e {
+                Event::Died { token, .. } | Event::OrphansRequeued { token, .. } => *token,
+                _ => continue,
+            };
+            let held = events
+                .iter()
+                .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
+            let lost_before = events[..i]
+                .iter()
+                .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
+            if held && !lost_before {
+                early.push(token);
+            }
+        }
+        early
     }
 
     /// Every token a member held (it saw `Joined`) whose death a checker declared, or
