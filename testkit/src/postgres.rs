@@ -170,6 +170,21 @@ pub(crate) fn initdb(initdb: &Path, root: &Path, owner: Option<(u32, u32)>) -> s
     run(&mut cmd, "initdb").map(drop)
 }
 
+/// `postgres` serving `dir/data` on 127.0.0.1:`port` (its socket in `dir`, which is
+/// also its working folder); the caller adds the settings (`-c NAME=VALUE`).
+pub(crate) fn server_command(postgres: &Path, dir: &Path, port: u16) -> Command {
+    let mut cmd = Command::new(postgres);
+    cmd.arg("-D")
+        .arg(dir.join("data"))
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .current_dir(dir);
+    cmd
+}
+
 pub(crate) fn random_password() -> String {
     use std::hash::{BuildHasher, RandomState};
     // std's randomly keyed hasher: a fresh random value per call, no clock involved.
@@ -224,17 +239,9 @@ impl PgServer {
 
         let postgres = bins.postgres.clone();
         let launcher: Launcher = Box::new(move |dir: &Path, port: u16| {
-            let mut cmd = Command::new(&postgres);
-            cmd.arg("-D")
-                .arg(dir.join("data"))
-                .arg("-p")
-                .arg(port.to_string())
-                .arg("-k")
-                .arg(dir)
-                .args(["-c", "listen_addresses=127.0.0.1"])
-                .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-                .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
-                .current_dir(dir);
+            let mut cmd = server_command(&postgres, dir, port);
+            cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+                .args(["-c", "full_page_writes=off", "-c", "max_connections=400"]);
             if tls {
                 cmd.args(["-c", "ssl=on"])
                     .arg("-c")

@@ -17,7 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::postgres::{
-    as_user, binaries, chown_tree, initdb, random_password, run, server_user, INSTALL_HINT,
+    as_user, binaries, chown_tree, initdb, random_password, run, server_command, server_user,
+    INSTALL_HINT,
 };
 use crate::proxy::Proxy;
 use crate::{free_port, missing, Launcher, ServerProcess};
@@ -189,21 +190,13 @@ fn launcher(
 ) -> Launcher {
     let postgres = postgres.to_path_buf();
     Box::new(move |dir: &Path, port: u16| {
-        let mut cmd = Command::new(&postgres);
-        cmd.arg("-D")
-            .arg(dir.join("data"))
-            .arg("-p")
-            .arg(port.to_string())
-            .arg("-k")
-            .arg(dir)
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            // No power cuts here: skipping fsync keeps the tests fast; what a failover
-            // loses is decided by replication, which stays as configured.
-            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+        let mut cmd = server_command(&postgres, dir, port);
+        // No power cuts here: skipping fsync keeps the tests fast; what a failover
+        // loses is decided by replication, which stays as configured.
+        cmd.args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "synchronous_commit=on", "-c", "max_connections=400"])
             .args(["-c", "wal_level=replica", "-c", "max_wal_senders=5"])
-            .args(["-c", "hot_standby=on"])
-            .current_dir(dir);
+            .args(["-c", "hot_standby=on"]);
         match replication {
             Some(Replication::Synchronous) => {
                 cmd.args(["-c", "synchronous_standby_names=*"]);

@@ -258,19 +258,8 @@ impl RedisCluster {
             let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
             let binary = server.to_path_buf();
             let launcher = Box::new(move |dir: &Path, port: u16| {
-                let mut cmd = Command::new(&binary);
-                cmd.current_dir(dir)
-                    .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-                    .arg("--port")
-                    .arg(port.to_string())
-                    .arg("--dir")
-                    .arg(dir)
-                    .args(["--save", "", "--appendonly", "no"])
-                    .args(["--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", "nodes.conf"])
-                    .arg("--cluster-port")
-                    .arg(bus.to_string())
-                    .args(["--cluster-node-timeout", "2000"]);
+                let mut cmd = cluster_node_command(&binary, dir, port, bus, 2000);
+                cmd.args(["--save", "", "--appendonly", "no"]);
                 cmd
             });
             nodes.push(
@@ -278,10 +267,7 @@ impl RedisCluster {
                     .map_err(|e| e.to_string())?,
             );
         }
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
+        let addrs = node_addrs(&nodes);
         create_cluster(cli, &addrs)?;
         // Every node must agree that all slots are served before tests start.
         let until = std::time::Instant::now() + Duration::from_secs(30);
@@ -380,4 +366,38 @@ pub(crate) fn cluster_url(addrs: &[String]) -> String {
         addrs[0],
         addrs[1..].join(",")
     )
+}
+
+/// `redis-server` as a cluster node in `dir` (the working folder and the data
+/// folder) on 127.0.0.1:`port`, its cluster bus on `bus`, marking an unreachable
+/// peer failed after `node_timeout_ms`; the caller adds the persistence settings.
+pub(crate) fn cluster_node_command(
+    binary: &Path,
+    dir: &Path,
+    port: u16,
+    bus: u16,
+    node_timeout_ms: u32,
+) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(dir)
+        .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+        .arg("--port")
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", "nodes.conf"])
+        .arg("--cluster-port")
+        .arg(bus.to_string())
+        .arg("--cluster-node-timeout")
+        .arg(node_timeout_ms.to_string());
+    cmd
+}
+
+/// Each node's `127.0.0.1:PORT`, in node order.
+pub(crate) fn node_addrs(nodes: &[ServerProcess]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect()
 }

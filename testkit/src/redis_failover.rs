@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::redis::{cluster_url, create_cluster, server_and_cli, BIN_DIRS};
+use crate::redis::{
+    cluster_node_command, cluster_url, create_cluster, node_addrs, server_and_cli, BIN_DIRS,
+};
 use crate::{find_binary, free_port, missing, ServerProcess};
 
 const INSTALL_HINT: &str = "apt-get install redis-server redis-tools";
@@ -291,26 +293,15 @@ fn try_start(
         let binary = server.to_path_buf();
         let shifted = faketime.filter(|_| i >= 3).cloned();
         let launcher = Box::new(move |dir: &Path, port: u16| {
-            let mut cmd = Command::new(&binary);
-            cmd.current_dir(dir)
-                .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-                .arg("--port")
-                .arg(port.to_string())
-                .arg("--dir")
-                .arg(dir)
-                .args([
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                ])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .arg("--cluster-port")
-                .arg(bus.to_string())
-                .args(["--cluster-node-timeout", "1000"]);
+            let mut cmd = cluster_node_command(&binary, dir, port, bus, 1000);
+            cmd.args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]);
             if let Some((lib, offset)) = &shifted {
                 cmd.env("LD_PRELOAD", lib)
                     .env("LIVENESS_CLOCK_OFFSET_S", offset.to_string());
@@ -322,10 +313,7 @@ fn try_start(
                 .map_err(|e| e.to_string())?,
         );
     }
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
+    let addrs = node_addrs(&nodes);
     create_cluster(cli_bin, &addrs[..3])?;
     let run =
         |i: usize, args: &[&str]| cli(cli_bin, nodes[i].port(), args).map_err(|e| e.to_string());
