@@ -161,18 +161,8 @@ async fn run(fault: Fault) {
 
     // Which members rode through the failover on their lease: measured one ttl after
     // the new leader took over, when any member that was going to lose has lost.
-    tokio::time::sleep(ttl.duration()).await;
-    let lost = world.lost_tokens();
-    let kept = before_tokens.iter().filter(|t| !lost.contains(t)).count();
-
-    world.wait_all_completed().await;
-    let dead_letters = loop {
-        match world.store().dead_letters(10).await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
-            other => break other.unwrap(),
-        }
-    };
-    assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
+    let kept = world.kept_after(&before_tokens, ttl).await;
+    world.assert_all_completed_none_dead().await;
     world.assert_lost_before_requeue();
     let all = world.joined();
     assert_tokens_increase(&before, &all);

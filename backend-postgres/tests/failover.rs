@@ -29,9 +29,7 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{
-    Error, Event, FencingToken, HolderId, LeaseStatus, LeaseStore, Namespace, Store, Ttl,
-};
+use liveness_core::{Error, Event, FencingToken, HolderId, LeaseStore, Namespace, Store, Ttl};
 use liveness_testkit::postgres_standby::{PgPair, Replication};
 use tokio::time::Instant;
 
@@ -104,26 +102,12 @@ async fn run(replication: Replication) -> Option<Figures> {
     let (fresh, max_before_fault) =
         fleet::assert_fresh_token_above(&probe_store, &before_fault, ttl, DEADLINE).await;
 
-    fleet::wait_until("the probe lease expires", DEADLINE, || async {
-        match probe_store.inspect(&probe_key).await {
-            Ok(Some(info)) => info.status == LeaseStatus::Expired,
-            Ok(None) => true,
-            Err(_) => false,
-        }
-    })
-    .await;
+    fleet::wait_expired_or_gone(&probe_store, &probe_key, DEADLINE).await;
     let detection = Instant::now().saturating_duration_since(probe_due);
     fleet::assert_renewal_refused(&probe_store, &probe, DEADLINE).await;
 
-    tokio::time::sleep(ttl.duration()).await;
-    let lost = world.lost_tokens();
-    let kept = before_tokens.iter().filter(|t| !lost.contains(t)).count();
-
-    world.wait_all_completed().await;
-    let dead_letters = fleet::retry_unavailable(DEADLINE, || world.store().dead_letters(10))
-        .await
-        .unwrap();
-    assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
+    let kept = world.kept_after(&before_tokens, ttl).await;
+    world.assert_all_completed_none_dead().await;
     let all = world.joined();
     let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
     let after: Vec<FencingToken> = all[before.len()..].iter().map(|(_, t)| *t).collect();

@@ -9,8 +9,8 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::{
     CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Error, Event,
-    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStore, Member,
-    MemberConfig, Store, Ttl,
+    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStatus, LeaseStore,
+    Member, MemberConfig, Store, Ttl,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -100,6 +100,19 @@ pub async fn assert_fresh_token_above(
         fresh.token
     );
     (fresh, max_before)
+}
+
+/// Waits (up to `deadline`) until `store` reports the lease at `key` expired, or no
+/// longer has it (a checker reaped it); panics after `deadline`.
+pub async fn wait_expired_or_gone(store: &dyn LeaseStore, key: &Key, deadline: Duration) {
+    wait_until("the probe lease expires", deadline, || async {
+        match store.inspect(key).await {
+            Ok(Some(info)) => info.status == LeaseStatus::Expired,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    })
+    .await;
 }
 
 /// Members working items under a checker, with every event recorded.
@@ -291,6 +304,25 @@ impl Fleet {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Waits one `ttl` (by then any member the fault made lose its lease has seen
+    /// `Lost`) and counts the tokens of `before` (the members' tokens before the
+    /// fault) that no member reported `Lost`: the members that kept their lease.
+    pub async fn kept_after(&self, before: &[FencingToken], ttl: Ttl) -> usize {
+        tokio::time::sleep(ttl.duration()).await;
+        let lost = self.lost_tokens();
+        before.iter().filter(|t| !lost.contains(t)).count()
+    }
+
+    /// [`Fleet::wait_all_completed`], then asserts that no item was dead-lettered
+    /// (asking while the store is `Unavailable`, up to the fleet's deadline).
+    pub async fn assert_all_completed_none_dead(&self) {
+        self.wait_all_completed().await;
+        let dead_letters = retry_unavailable(self.deadline, || self.store.dead_letters(10))
+            .await
+            .unwrap_or_else(|e| panic!("dead letters: {e}"));
+        assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
     }
 
     /// The key and token of every `Joined` event so far, in bus order.
