@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{Error, Event, FencingToken, HolderId, LeaseStore, Namespace, Store, Ttl};
+use liveness_core::{Error, Event, HolderId, LeaseStore, Namespace, Store, Ttl};
 use liveness_testkit::postgres_standby::{PgPair, Replication};
 use tokio::time::Instant;
 
@@ -97,10 +97,8 @@ async fn run(replication: Replication) -> Option<Figures> {
 
     // A lease acquired after the failover: its token exceeds every token before it,
     // the probe's included.
-    let before_fault: Vec<FencingToken> =
-        before_tokens.iter().copied().chain([probe.token]).collect();
     let (fresh, max_before_fault) =
-        fleet::assert_fresh_token_above(&probe_store, &before_fault, ttl, DEADLINE).await;
+        fleet::assert_fresh_token_above(&probe_store, &before_tokens, &probe, ttl, DEADLINE).await;
 
     fleet::wait_expired_or_gone(&probe_store, &probe_key, DEADLINE).await;
     let detection = Instant::now().saturating_duration_since(probe_due);
@@ -108,14 +106,11 @@ async fn run(replication: Replication) -> Option<Figures> {
 
     let kept = world.kept_after(&before_tokens, ttl).await;
     world.assert_all_completed_none_dead().await;
-    let all = world.joined();
-    let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
-    let after: Vec<FencingToken> = all[before.len()..].iter().map(|(_, t)| *t).collect();
-    let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
-    distinct.sort();
-    distinct.dedup();
+    let tokens = world.tokens_since(&before);
+    let after = &tokens.after;
+    let max_before = tokens.max_before.unwrap();
     let figures = Figures {
-        tokens_twice: all.len() - distinct.len(),
+        tokens_twice: tokens.twice,
         early_reaps: world.early_reaps().len(),
         not_above: after.iter().filter(|t| **t <= max_before).count(),
     };

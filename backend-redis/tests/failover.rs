@@ -30,7 +30,7 @@ use std::time::Duration;
 use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
-use liveness_core::{FencingToken, Namespace, Store, Ttl};
+use liveness_core::{Namespace, Store, Ttl};
 use liveness_testkit::redis_failover::{FailoverCluster, FailoverOptions};
 use tokio::time::Instant;
 
@@ -110,10 +110,8 @@ async fn run(fault: Fault) -> Option<Figures> {
 
     // A lease acquired after the failover: its token exceeds every token before it,
     // the probe's included.
-    let before_fault: Vec<FencingToken> =
-        before_tokens.iter().copied().chain([probe.token]).collect();
     let (fresh, max_before_fault) =
-        fleet::assert_fresh_token_above(&probe_store, &before_fault, ttl, DEADLINE).await;
+        fleet::assert_fresh_token_above(&probe_store, &before_tokens, &probe, ttl, DEADLINE).await;
 
     // The probe is refused once it is reported expired (or a checker reaped it).
     fleet::wait_expired_or_gone(&probe_store, &probe_key, DEADLINE).await;
@@ -123,12 +121,9 @@ async fn run(fault: Fault) -> Option<Figures> {
 
     let kept = world.kept_after(&before_tokens, ttl).await;
     world.assert_all_completed_none_dead().await;
-    let all = world.joined();
-    let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
-    let after: Vec<FencingToken> = all[before.len()..].iter().map(|(_, t)| *t).collect();
-    let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
-    distinct.sort();
-    distinct.dedup();
+    let tokens = world.tokens_since(&before);
+    let (all, after) = (&tokens.all, &tokens.after);
+    let max_before = tokens.max_before.unwrap();
     let early = world.early_reaps();
     eprintln!(
         "FIGURES redis failover, {fault:?}: failover (replica primary, cluster ok) \
@@ -139,15 +134,11 @@ async fn run(fault: Fault) -> Option<Figures> {
         3 - kept,
         ttl.duration(),
         fresh.token,
-        all.len() - distinct.len(),
+        tokens.twice,
         early.len()
     );
-    assert_eq!(
-        distinct.len(),
-        all.len(),
-        "a token was handed out twice: {all:?}"
-    );
-    for t in &after {
+    assert_eq!(tokens.twice, 0, "a token was handed out twice: {all:?}");
+    for t in after {
         assert!(
             *t > max_before,
             "token {t} after the failover, not above {max_before}"

@@ -76,11 +76,12 @@ pub async fn acquire_probe(store: &dyn LeaseStore, ttl: Ttl) -> (Key, Lease, Ins
 
 /// Acquires a fresh lease `after-...` on `store` after a failover (retrying while it
 /// is `Unavailable`, up to `deadline`) and asserts that its token exceeds every token
-/// of `before` (the tokens handed out before the fault, the probe's included).
+/// handed out before the fault: the members' tokens `before` and the `probe`'s.
 /// Returns the fresh lease and the largest token before.
 pub async fn assert_fresh_token_above(
     store: &dyn LeaseStore,
     before: &[FencingToken],
+    probe: &Lease,
     ttl: Ttl,
     deadline: Duration,
 ) -> (Lease, FencingToken) {
@@ -92,8 +93,9 @@ pub async fn assert_fresh_token_above(
     let max_before = before
         .iter()
         .copied()
+        .chain([probe.token])
         .max()
-        .unwrap_or_else(|| panic!("no token before the fault"));
+        .unwrap_or(probe.token);
     assert!(
         fresh.token > max_before,
         "token {} after the failover, not above {max_before}",
@@ -113,6 +115,19 @@ pub async fn wait_expired_or_gone(store: &dyn LeaseStore, key: &Key, deadline: D
         }
     })
     .await;
+}
+
+/// What [`Fleet::tokens_since`] found.
+#[derive(Debug)]
+pub struct TokensSince {
+    /// Every `Joined` key and token, in bus order.
+    pub all: Vec<(String, FencingToken)>,
+    /// The largest token joined before the fault (`None` if none was).
+    pub max_before: Option<FencingToken>,
+    /// The tokens joined after the fault, in bus order.
+    pub after: Vec<FencingToken>,
+    /// How many joins reused a token handed out before (0 when every token is new).
+    pub twice: usize,
 }
 
 /// Members working items under a checker, with every event recorded.
@@ -323,6 +338,26 @@ impl Fleet {
             .await
             .unwrap_or_else(|e| panic!("dead letters: {e}"));
         assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
+    }
+
+    /// The tokens members joined with so far, against `before` (what
+    /// [`Fleet::joined`] said before a fault): for the checks and figures of a run.
+    pub fn tokens_since(&self, before: &[(String, FencingToken)]) -> TokensSince {
+        let all = self.joined();
+        let max_before = before.iter().map(|(_, t)| *t).max();
+        let after: Vec<FencingToken> = all[before.len().min(all.len())..]
+            .iter()
+            .map(|(_, t)| *t)
+            .collect();
+        let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
+        distinct.sort();
+        distinct.dedup();
+        TokensSince {
+            twice: all.len() - distinct.len(),
+            all,
+            max_before,
+            after,
+        }
     }
 
     /// The key and token of every `Joined` event so far, in bus order.
