@@ -32,10 +32,8 @@ use std::time::Duration;
 
 use backend_etcd::{EtcdConfig, EtcdStore};
 use liveness_conformance::fleet::{self, Fleet};
-use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{
-    Error, Event, FencingToken, HolderId, LeaseStatus, LeaseStore, Namespace, Store, Ttl,
-};
+use liveness_conformance::fresh_namespace;
+use liveness_core::{Error, FencingToken, LeaseStatus, LeaseStore, Namespace, Store, Ttl};
 use liveness_testkit::etcd_cluster::EtcdCluster;
 use tokio::time::Instant;
 
@@ -55,25 +53,15 @@ async fn connect(cluster: &EtcdCluster, ns: Namespace) -> EtcdStore {
 /// Three members, each on its own handle (as separate processes would be), and the
 /// checker on another.
 async fn start_fleet(cluster: &EtcdCluster, ttl: Ttl) -> Fleet {
-    let ns = fresh_namespace();
-    let checker = connect(cluster, ns.clone()).await;
-    let mut member_stores: Vec<Arc<dyn Store>> = Vec::new();
-    for _ in 0..3 {
-        member_stores.push(Arc::new(connect(cluster, ns.clone()).await));
-    }
-    Fleet::start(Arc::new(checker), member_stores, ttl, ITEMS, DEADLINE).await
-}
-
-/// The tokens of every `Joined` event so far, in bus order, with the member key.
-fn joined(world: &Fleet) -> Vec<(String, FencingToken)> {
-    world
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Joined { key, token, .. } => Some((key.to_string(), *token)),
-            _ => None,
-        })
-        .collect()
+    let ns = &fresh_namespace();
+    Fleet::start_connected(
+        move || async move { Arc::new(connect(cluster, ns.clone()).await) as Arc<dyn Store> },
+        3,
+        ttl,
+        ITEMS,
+        DEADLINE,
+    )
+    .await
 }
 
 /// Tokens stay strictly increasing across the fault: each member's successive tokens
@@ -127,15 +115,10 @@ async fn run(fault: Fault) {
 
     // The probe: a lease nobody renews, acquired just before the fault.
     let probe_store = connect(&cluster, fresh_namespace()).await;
-    let probe_key = member_key("probe");
-    let probe = probe_store
-        .acquire(&probe_key, &HolderId::new("probe").unwrap(), ttl)
-        .await
-        .unwrap();
-    let probe_due = Instant::now() + ttl.duration();
+    let (probe_key, probe, probe_due) = fleet::acquire_probe(&probe_store, ttl).await;
 
     let before_tokens = world.tokens();
-    let before = joined(&world);
+    let before = world.joined();
     let fault_at = Instant::now();
     match fault {
         Fault::Kill => tokio::task::block_in_place(|| cluster.kill(leader)),
@@ -164,19 +147,7 @@ async fn run(fault: Fault) {
     let expired_at = Instant::now();
     let detection_delay = expired_at.saturating_duration_since(probe_due);
     // A request the client routes to a dead member fails with `Unavailable`: retried.
-    let until = Instant::now() + DEADLINE;
-    let refused = loop {
-        match probe_store.renew(&probe).await {
-            Err(Error::Unavailable { .. }) if Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => break other,
-        }
-    };
-    match refused {
-        Err(Error::Lost { .. }) => {}
-        other => panic!("an expired lease was renewed: {other:?}"),
-    }
+    fleet::assert_renewal_refused(&probe_store, &probe, DEADLINE).await;
 
     // While one member stays down, how many single reads fail: the client balances
     // over every endpoint of the URL, the dead one included (etcd-client does not set a
@@ -190,20 +161,10 @@ async fn run(fault: Fault) {
 
     // Which members rode through the failover on their lease: measured one ttl after
     // the new leader took over, when any member that was going to lose has lost.
-    tokio::time::sleep(ttl.duration()).await;
-    let lost = world.lost_tokens();
-    let kept = before_tokens.iter().filter(|t| !lost.contains(t)).count();
-
-    world.wait_all_completed().await;
-    let dead_letters = loop {
-        match world.store().dead_letters(10).await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
-            other => break other.unwrap(),
-        }
-    };
-    assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
+    let kept = world.kept_after(&before_tokens, ttl).await;
+    world.assert_all_completed_none_dead().await;
     world.assert_lost_before_requeue();
-    let all = joined(&world);
+    let all = world.joined();
     assert_tokens_increase(&before, &all);
     let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
     let first_after = all[before.len()..].iter().map(|(_, t)| *t).min();

@@ -29,9 +29,7 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{
-    Error, Event, FencingToken, HolderId, LeaseStatus, LeaseStore, Namespace, Store, Ttl,
-};
+use liveness_core::{Error, Event, HolderId, LeaseStore, Namespace, Store, Ttl};
 use liveness_testkit::postgres_standby::{PgPair, Replication};
 use tokio::time::Instant;
 
@@ -39,58 +37,8 @@ const DEADLINE: Duration = Duration::from_secs(90);
 const ITEMS: usize = 150;
 
 async fn connect(pair: &PgPair, ns: &Namespace) -> backend_postgres::PostgresStore {
-    let url = format!("{}?ns={ns}&acquire_timeout_ms=1000", pair.url());
+    let url = format!("{}&ns={ns}&acquire_timeout_ms=1000", pair.url());
     backend_postgres::connect(&url).await.unwrap()
-}
-
-async fn retry<T, F, Fut>(mut op: F) -> liveness_core::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = liveness_core::Result<T>>,
-{
-    let until = Instant::now() + DEADLINE;
-    loop {
-        match op().await {
-            Err(Error::Unavailable { .. }) if Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => return other,
-        }
-    }
-}
-
-fn joined(world: &Fleet) -> Vec<(String, FencingToken)> {
-    world
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Joined { key, token, .. } => Some((key.to_string(), *token)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Tokens a checker declared dead (or swept) that a member held and had not yet seen
-/// as `Lost`.
-fn early_reaps(world: &Fleet) -> usize {
-    let events = world.events();
-    events
-        .iter()
-        .enumerate()
-        .filter(|(i, e)| {
-            let token = match e {
-                Event::Died { token, .. } | Event::OrphansRequeued { token, .. } => *token,
-                _ => return false,
-            };
-            let held = events
-                .iter()
-                .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
-            let lost_before = events[..*i]
-                .iter()
-                .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
-            held && !lost_before
-        })
-        .count()
 }
 
 struct Figures {
@@ -103,21 +51,19 @@ async fn run(replication: Replication) -> Option<Figures> {
     let mut pair = PgPair::start(replication)?;
     let ttl = Ttl::from_secs(3).unwrap();
     let ns = fresh_namespace();
-    let checker = connect(&pair, &ns).await;
-    let mut member_stores: Vec<Arc<dyn Store>> = Vec::new();
-    for _ in 0..3 {
-        member_stores.push(Arc::new(connect(&pair, &ns).await));
-    }
-    let world = Fleet::start(Arc::new(checker), member_stores, ttl, ITEMS, DEADLINE).await;
+    let (on, in_ns) = (&pair, &ns);
+    let world = Fleet::start_connected(
+        move || async move { Arc::new(connect(on, in_ns).await) as Arc<dyn Store> },
+        3,
+        ttl,
+        ITEMS,
+        DEADLINE,
+    )
+    .await;
     world.wait_working(ITEMS as u64 - 20).await;
 
     let probe_store = connect(&pair, &ns).await;
-    let probe_key = member_key("probe");
-    let probe = probe_store
-        .acquire(&probe_key, &HolderId::new("probe").unwrap(), ttl)
-        .await
-        .unwrap();
-    let probe_due = Instant::now() + ttl.duration();
+    let (probe_key, probe, probe_due) = fleet::acquire_probe(&probe_store, ttl).await;
 
     // The sequence as each server sees it: the standby replays the value the primary
     // WAL-logged ahead of what it handed out.
@@ -130,7 +76,7 @@ async fn run(replication: Replication) -> Option<Figures> {
     });
 
     let before_tokens = world.tokens();
-    let before = joined(&world);
+    let before = world.joined();
     let fault_at = Instant::now();
     let lag = tokio::task::block_in_place(|| {
         let lsn = pair
@@ -151,52 +97,21 @@ async fn run(replication: Replication) -> Option<Figures> {
 
     // A lease acquired after the failover: its token exceeds every token before it,
     // the probe's included.
-    let (after_key, after_holder) = (member_key("after"), HolderId::new("after").unwrap());
-    let fresh = retry(|| probe_store.acquire(&after_key, &after_holder, ttl))
-        .await
-        .unwrap();
-    let max_before_fault = before_tokens
-        .iter()
-        .copied()
-        .chain([probe.token])
-        .max()
-        .unwrap();
-    assert!(
-        fresh.token > max_before_fault,
-        "token {} after the failover, not above {max_before_fault}",
-        fresh.token
-    );
+    let (fresh, max_before_fault) =
+        fleet::assert_fresh_token_above(&probe_store, &before_tokens, &probe, ttl, DEADLINE).await;
 
-    fleet::wait_until("the probe lease expires", DEADLINE, || async {
-        match probe_store.inspect(&probe_key).await {
-            Ok(Some(info)) => info.status == LeaseStatus::Expired,
-            Ok(None) => true,
-            Err(_) => false,
-        }
-    })
-    .await;
+    fleet::wait_expired_or_gone(&probe_store, &probe_key, DEADLINE).await;
     let detection = Instant::now().saturating_duration_since(probe_due);
-    match retry(|| probe_store.renew(&probe)).await {
-        Err(Error::Lost { .. }) => {}
-        other => panic!("an expired lease was renewed: {other:?}"),
-    }
+    fleet::assert_renewal_refused(&probe_store, &probe, DEADLINE).await;
 
-    tokio::time::sleep(ttl.duration()).await;
-    let lost = world.lost_tokens();
-    let kept = before_tokens.iter().filter(|t| !lost.contains(t)).count();
-
-    world.wait_all_completed().await;
-    let dead_letters = retry(|| world.store().dead_letters(10)).await.unwrap();
-    assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
-    let all = joined(&world);
-    let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
-    let after: Vec<FencingToken> = all[before.len()..].iter().map(|(_, t)| *t).collect();
-    let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
-    distinct.sort();
-    distinct.dedup();
+    let kept = world.kept_after(&before_tokens, ttl).await;
+    world.assert_all_completed_none_dead().await;
+    let tokens = world.tokens_since(&before);
+    let after = &tokens.after;
+    let max_before = tokens.max_before.unwrap();
     let figures = Figures {
-        tokens_twice: all.len() - distinct.len(),
-        early_reaps: early_reaps(&world),
+        tokens_twice: tokens.twice,
+        early_reaps: world.early_reaps().len(),
         not_above: after.iter().filter(|t| **t <= max_before).count(),
     };
     eprintln!(
@@ -291,7 +206,9 @@ async fn a_standby_answering_writes_read_only_is_unavailable_until_promoted() {
     tokio::task::block_in_place(|| pair.promote()).unwrap();
 
     // Once promoted, the same lease renews again: nobody lost anything.
-    retry(|| probe_store.renew(&probe)).await.unwrap();
+    fleet::retry_unavailable(DEADLINE, || probe_store.renew(&probe))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(
         member.token(),

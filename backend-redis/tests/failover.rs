@@ -29,10 +29,8 @@ use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fleet::{self, Fleet};
-use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{
-    Error, Event, FencingToken, HolderId, LeaseStatus, LeaseStore, Namespace, Store, Ttl,
-};
+use liveness_conformance::fresh_namespace;
+use liveness_core::{Namespace, Store, Ttl};
 use liveness_testkit::redis_failover::{FailoverCluster, FailoverOptions};
 use tokio::time::Instant;
 
@@ -48,57 +46,6 @@ async fn connect(cluster: &FailoverCluster, ns: Namespace) -> RedisStore {
         .with_response_timeout(Duration::from_millis(500))
         .unwrap();
     RedisStore::connect(config).await.unwrap()
-}
-
-/// Retries `op` while it answers `Unavailable`, up to [`DEADLINE`].
-async fn retry<T, F, Fut>(mut op: F) -> liveness_core::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = liveness_core::Result<T>>,
-{
-    let until = Instant::now() + DEADLINE;
-    loop {
-        match op().await {
-            Err(Error::Unavailable { .. }) if Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => return other,
-        }
-    }
-}
-
-fn joined(world: &Fleet) -> Vec<(String, FencingToken)> {
-    world
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Joined { key, token, .. } => Some((key.to_string(), *token)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Tokens a checker declared dead (or swept) that a member held and had not yet seen
-/// as `Lost`: work handed on while its holder still acted.
-fn early_reaps(world: &Fleet) -> Vec<FencingToken> {
-    let events = world.events();
-    let mut early = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        let token = match e {
-            Event::Died { token, .. } | Event::OrphansRequeued { token, .. } => *token,
-            _ => continue,
-        };
-        let held = events
-            .iter()
-            .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
-        let lost_before = events[..i]
-            .iter()
-            .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
-        if held && !lost_before {
-            early.push(token);
-        }
-    }
-    early
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -123,12 +70,15 @@ async fn run(fault: Fault) -> Option<Figures> {
     let mut cluster = FailoverCluster::start(options)?;
     let ttl = Ttl::from_secs(3).unwrap();
     let ns = fresh_namespace();
-    let checker = connect(&cluster, ns.clone()).await;
-    let mut member_stores: Vec<Arc<dyn Store>> = Vec::new();
-    for _ in 0..3 {
-        member_stores.push(Arc::new(connect(&cluster, ns.clone()).await));
-    }
-    let world = Fleet::start(Arc::new(checker), member_stores, ttl, ITEMS, DEADLINE).await;
+    let (on, in_ns) = (&cluster, &ns);
+    let world = Fleet::start_connected(
+        move || async move { Arc::new(connect(on, in_ns.clone()).await) as Arc<dyn Store> },
+        3,
+        ttl,
+        ITEMS,
+        DEADLINE,
+    )
+    .await;
     world.wait_working(ITEMS as u64 - 20).await;
     let primary = tokio::task::block_in_place(|| cluster.primary_of(ns.as_str(), 0)).unwrap();
     let replica = cluster.partner(primary);
@@ -136,15 +86,10 @@ async fn run(fault: Fault) -> Option<Figures> {
     // The probe: a lease nobody renews, in the same namespace (hence on the same
     // primary), acquired just before the fault.
     let probe_store = connect(&cluster, ns.clone()).await;
-    let probe_key = member_key("probe");
-    let probe = probe_store
-        .acquire(&probe_key, &HolderId::new("probe").unwrap(), ttl)
-        .await
-        .unwrap();
-    let probe_due = Instant::now() + ttl.duration();
+    let (probe_key, probe, probe_due) = fleet::acquire_probe(&probe_store, ttl).await;
 
     let before_tokens = world.tokens();
-    let before = joined(&world);
+    let before = world.joined();
     let fault_at = Instant::now();
     tokio::task::block_in_place(|| {
         match fault {
@@ -165,52 +110,21 @@ async fn run(fault: Fault) -> Option<Figures> {
 
     // A lease acquired after the failover: its token exceeds every token before it,
     // the probe's included.
-    let (after_key, after_holder) = (member_key("after"), HolderId::new("after").unwrap());
-    let fresh = retry(|| probe_store.acquire(&after_key, &after_holder, ttl))
-        .await
-        .unwrap();
-    let max_before_fault = before_tokens
-        .iter()
-        .copied()
-        .chain([probe.token])
-        .max()
-        .unwrap();
-    assert!(
-        fresh.token > max_before_fault,
-        "token {} after the failover, not above {max_before_fault}",
-        fresh.token
-    );
+    let (fresh, max_before_fault) =
+        fleet::assert_fresh_token_above(&probe_store, &before_tokens, &probe, ttl, DEADLINE).await;
 
     // The probe is refused once it is reported expired (or a checker reaped it).
-    fleet::wait_until("the probe lease expires", DEADLINE, || async {
-        match probe_store.inspect(&probe_key).await {
-            Ok(Some(info)) => info.status == LeaseStatus::Expired,
-            Ok(None) => true,
-            Err(_) => false,
-        }
-    })
-    .await;
+    fleet::wait_expired_or_gone(&probe_store, &probe_key, DEADLINE).await;
     let detection = Instant::now().saturating_duration_since(probe_due);
     let early_probe = probe_due.saturating_duration_since(Instant::now());
-    match retry(|| probe_store.renew(&probe)).await {
-        Err(Error::Lost { .. }) => {}
-        other => panic!("an expired lease was renewed: {other:?}"),
-    }
+    fleet::assert_renewal_refused(&probe_store, &probe, DEADLINE).await;
 
-    tokio::time::sleep(ttl.duration()).await;
-    let lost = world.lost_tokens();
-    let kept = before_tokens.iter().filter(|t| !lost.contains(t)).count();
-
-    world.wait_all_completed().await;
-    let dead_letters = retry(|| world.store().dead_letters(10)).await.unwrap();
-    assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
-    let all = joined(&world);
-    let max_before = before.iter().map(|(_, t)| *t).max().unwrap();
-    let after: Vec<FencingToken> = all[before.len()..].iter().map(|(_, t)| *t).collect();
-    let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
-    distinct.sort();
-    distinct.dedup();
-    let early = early_reaps(&world);
+    let kept = world.kept_after(&before_tokens, ttl).await;
+    world.assert_all_completed_none_dead().await;
+    let tokens = world.tokens_since(&before);
+    let (all, after) = (&tokens.all, &tokens.after);
+    let max_before = tokens.max_before.unwrap();
+    let early = world.early_reaps();
     eprintln!(
         "FIGURES redis failover, {fault:?}: failover (replica primary, cluster ok) \
          {failover:?}; members kept their lease {kept}/3, lost {}; probe lease (ttl {:?}) \
@@ -220,15 +134,11 @@ async fn run(fault: Fault) -> Option<Figures> {
         3 - kept,
         ttl.duration(),
         fresh.token,
-        all.len() - distinct.len(),
+        tokens.twice,
         early.len()
     );
-    assert_eq!(
-        distinct.len(),
-        all.len(),
-        "a token was handed out twice: {all:?}"
-    );
-    for t in &after {
+    assert_eq!(tokens.twice, 0, "a token was handed out twice: {all:?}");
+    for t in after {
         assert!(
             *t > max_before,
             "token {t} after the failover, not above {max_before}"

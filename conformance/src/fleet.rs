@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Event, EventBus,
-    FencingToken, ItemCounts, ItemId, Member, MemberConfig, Store, Ttl,
+    CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Error, Event,
+    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStatus, LeaseStore,
+    Member, MemberConfig, Store, Ttl,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -28,6 +29,105 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Runs `op` again every 20 ms while it answers `Unavailable` (a server down or a
+/// failover in progress), for up to `deadline`; then, or on any other answer, returns
+/// what it answered last.
+pub async fn retry_unavailable<T, F, Fut>(deadline: Duration, mut op: F) -> liveness_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = liveness_core::Result<T>>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        match op().await {
+            Err(Error::Unavailable { .. }) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Renews `lease` (retrying while the store is [`Unavailable`](Error::Unavailable),
+/// up to `deadline`) and panics unless the store refuses it as `Lost`: for a lease
+/// the store has reported expired, no renewal after expiry.
+pub async fn assert_renewal_refused(store: &dyn LeaseStore, lease: &Lease, deadline: Duration) {
+    match retry_unavailable(deadline, || store.renew(lease)).await {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("an expired lease was renewed: {other:?}"),
+    }
+}
+
+/// The probe of a fault test: a member lease `probe-...` held by `probe` with `ttl`
+/// that nobody renews, acquired (before the fault) on `store`. Returns its key, the
+/// lease, and its nominal expiry (now + `ttl`), from which a test measures how late
+/// the store reports it expired.
+pub async fn acquire_probe(store: &dyn LeaseStore, ttl: Ttl) -> (Key, Lease, Instant) {
+    let key = crate::member_key("probe");
+    let holder = HolderId::new("probe").unwrap_or_else(|e| panic!("holder id: {e}"));
+    let lease = store
+        .acquire(&key, &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire the probe lease: {e}"));
+    (key, lease, Instant::now() + ttl.duration())
+}
+
+/// Acquires a fresh lease `after-...` on `store` after a failover (retrying while it
+/// is `Unavailable`, up to `deadline`) and asserts that its token exceeds every token
+/// handed out before the fault: the members' tokens `before` and the `probe`'s.
+/// Returns the fresh lease and the largest token before.
+pub async fn assert_fresh_token_above(
+    store: &dyn LeaseStore,
+    before: &[FencingToken],
+    probe: &Lease,
+    ttl: Ttl,
+    deadline: Duration,
+) -> (Lease, FencingToken) {
+    let key = crate::member_key("after");
+    let holder = HolderId::new("after").unwrap_or_else(|e| panic!("holder id: {e}"));
+    let fresh = retry_unavailable(deadline, || store.acquire(&key, &holder, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("acquire a lease after the failover: {e}"));
+    let max_before = before
+        .iter()
+        .copied()
+        .chain([probe.token])
+        .max()
+        .unwrap_or(probe.token);
+    assert!(
+        fresh.token > max_before,
+        "token {} after the failover, not above {max_before}",
+        fresh.token
+    );
+    (fresh, max_before)
+}
+
+/// Waits (up to `deadline`) until `store` reports the lease at `key` expired, or no
+/// longer has it (a checker reaped it); panics after `deadline`.
+pub async fn wait_expired_or_gone(store: &dyn LeaseStore, key: &Key, deadline: Duration) {
+    wait_until("the probe lease expires", deadline, || async {
+        match store.inspect(key).await {
+            Ok(Some(info)) => info.status == LeaseStatus::Expired,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    })
+    .await;
+}
+
+/// What [`Fleet::tokens_since`] found.
+#[derive(Debug)]
+pub struct TokensSince {
+    /// Every `Joined` key and token, in bus order.
+    pub all: Vec<(String, FencingToken)>,
+    /// The largest token joined before the fault (`None` if none was).
+    pub max_before: Option<FencingToken>,
+    /// The tokens joined after the fault, in bus order.
+    pub after: Vec<FencingToken>,
+    /// How many joins reused a token handed out before (0 when every token is new).
+    pub twice: usize,
 }
 
 /// Members working items under a checker, with every event recorded.
@@ -108,6 +208,27 @@ impl Fleet {
             ids,
             deadline,
         }
+    }
+
+    /// [`Fleet::start`] with a handle of its own (from `connect`) for the checker and
+    /// for each of `members` members, as separate processes would have.
+    pub async fn start_connected<F, Fut>(
+        mut connect: F,
+        members: usize,
+        ttl: Ttl,
+        items: usize,
+        deadline: Duration,
+    ) -> Fleet
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Arc<dyn Store>>,
+    {
+        let checker = connect().await;
+        let mut member_stores = Vec::new();
+        for _ in 0..members {
+            member_stores.push(connect().await);
+        }
+        Fleet::start(checker, member_stores, ttl, items, deadline).await
     }
 
     /// The checker's store handle.
@@ -201,6 +322,81 @@ impl Fleet {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Waits one `ttl` (by then any member the fault made lose its lease has seen
+    /// `Lost`) and counts the tokens of `before` (the members' tokens before the
+    /// fault) that no member reported `Lost`: the members that kept their lease.
+    pub async fn kept_after(&self, before: &[FencingToken], ttl: Ttl) -> usize {
+        tokio::time::sleep(ttl.duration()).await;
+        let lost = self.lost_tokens();
+        before.iter().filter(|t| !lost.contains(t)).count()
+    }
+
+    /// [`Fleet::wait_all_completed`], then asserts that no item was dead-lettered
+    /// (asking while the store is `Unavailable`, up to the fleet's deadline).
+    pub async fn assert_all_completed_none_dead(&self) {
+        self.wait_all_completed().await;
+        let dead_letters = retry_unavailable(self.deadline, || self.store.dead_letters(10))
+            .await
+            .unwrap_or_else(|e| panic!("dead letters: {e}"));
+        assert!(dead_letters.is_empty(), "dead-lettered: {dead_letters:?}");
+    }
+
+    /// The tokens members joined with so far, against `before` (what
+    /// [`Fleet::joined`] said before a fault): for the checks and figures of a run.
+    pub fn tokens_since(&self, before: &[(String, FencingToken)]) -> TokensSince {
+        let all = self.joined();
+        let max_before = before.iter().map(|(_, t)| *t).max();
+        let after: Vec<FencingToken> = all[before.len().min(all.len())..]
+            .iter()
+            .map(|(_, t)| *t)
+            .collect();
+        let mut distinct: Vec<FencingToken> = all.iter().map(|(_, t)| *t).collect();
+        distinct.sort();
+        distinct.dedup();
+        TokensSince {
+            twice: all.len() - distinct.len(),
+            all,
+            max_before,
+            after,
+        }
+    }
+
+    /// The key and token of every `Joined` event so far, in bus order.
+    pub fn joined(&self) -> Vec<(String, FencingToken)> {
+        self.events()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Joined { key, token, .. } => Some((key.to_string(), *token)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tokens a checker declared dead (or whose items a sweep requeued) that a
+    /// member held and had not yet seen as `Lost`: work handed on while its holder
+    /// still acted. [`Fleet::assert_lost_before_requeue`] asserts there are none;
+    /// this counts them, for runs that measure rather than assert.
+    pub fn early_reaps(&self) -> Vec<FencingToken> {
+        let events = self.events();
+        let mut early = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let token = match e {
+                Event::Died { token, .. } | Event::OrphansRequeued { token, .. } => *token,
+                _ => continue,
+            };
+            let held = events
+                .iter()
+                .any(|e| matches!(e, Event::Joined { token: t, .. } if *t == token));
+            let lost_before = events[..i]
+                .iter()
+                .any(|e| matches!(e, Event::Lost { token: t, .. } if *t == token));
+            if held && !lost_before {
+                early.push(token);
+            }
+        }
+        early
     }
 
     /// Every token a member held (it saw `Joined`) whose death a checker declared, or

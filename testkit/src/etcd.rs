@@ -108,48 +108,25 @@ impl EtcdServer {
 
     /// Waits until `etcdctl endpoint health` succeeds (the member has a leader).
     pub fn wait_healthy(&self, within: Duration) -> std::io::Result<()> {
-        let until = Instant::now() + within;
-        let mut last = String::new();
-        while Instant::now() < until {
-            match self.etcdctl(&["endpoint", "health"]) {
-                Ok(_) => return Ok(()),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(std::io::Error::other(format!(
-            "etcd at {} not healthy within {within:?}: {last}",
-            self.endpoint
-        )))
+        poll_healthy(within, || self.etcdctl(&["endpoint", "health"])).map_err(|last| {
+            std::io::Error::other(format!(
+                "etcd at {} not healthy within {within:?}: {last}",
+                self.endpoint
+            ))
+        })
     }
 
     /// Runs `etcdctl` against this member (with its CA and user, if any) and returns
     /// its standard output.
     pub fn etcdctl(&self, args: &[&str]) -> std::io::Result<String> {
-        let bin = find_binary("etcdctl", &[])
-            .ok_or_else(|| std::io::Error::other("etcdctl not found"))?;
-        let mut cmd = Command::new(bin);
-        cmd.env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.endpoint))
-            .arg("--dial-timeout=2s")
-            .arg("--command-timeout=3s");
+        let mut cmd = etcdctl_command(&self.endpoint, "2s", "3s")?;
         if let Some(tls) = &self.tls {
             cmd.arg(format!("--cacert={}", tls.ca.display()));
         }
         if let Some((u, p)) = &self.user {
             cmd.arg(format!("--user={u}:{p}"));
         }
-        let out = cmd.args(args).stdin(Stdio::null()).output()?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(std::io::Error::other(format!(
-                "etcdctl {}: {}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )))
-        }
+        run_etcdctl(cmd, args)
     }
 }
 
@@ -250,25 +227,11 @@ fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result
     let launcher: crate::Launcher = Box::new(move |dir: &Path, port: u16| {
         let client = format!("{scheme}://127.0.0.1:{port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        let mut cmd = Command::new(&etcd);
-        cmd.current_dir(dir)
-            .arg("--name=default")
-            .arg(format!("--data-dir={}", dir.join("data").display()))
-            .arg(format!("--listen-client-urls={client}"))
-            .arg(format!("--advertise-client-urls={client}"))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=default={peer}"))
-            .arg("--initial-cluster-state=new")
-            .arg("--logger=zap")
-            .arg("--log-outputs=stderr")
-            .arg("--log-level=warn");
+        let initial = format!("default={peer}");
+        let mut cmd = member_command(&etcd, dir, "default", &client, &peer, &initial);
         if let Some(f) = &launch_files {
             cmd.arg(format!("--cert-file={}", f.cert.display()))
                 .arg(format!("--key-file={}", f.key.display()));
-        }
-        if let Some(arch) = unsupported_arch() {
-            cmd.env("ETCD_UNSUPPORTED_ARCH", arch);
         }
         cmd
     });
@@ -291,6 +254,88 @@ fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result
         server.wait_healthy(READY_WITHIN)?;
     }
     Ok(server)
+}
+
+/// `etcdctl` (API v3) against `endpoint` alone, with the given dial and command
+/// timeouts (etcd duration text such as `2s`); the caller adds further flags.
+pub(crate) fn etcdctl_command(
+    endpoint: &str,
+    dial_timeout: &str,
+    command_timeout: &str,
+) -> std::io::Result<Command> {
+    let bin =
+        find_binary("etcdctl", &[]).ok_or_else(|| std::io::Error::other("etcdctl not found"))?;
+    let mut cmd = Command::new(bin);
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg(format!("--dial-timeout={dial_timeout}"))
+        .arg(format!("--command-timeout={command_timeout}"));
+    Ok(cmd)
+}
+
+/// Runs `cmd ARGS...` (an [`etcdctl_command`]) and returns its standard output, or an
+/// error with everything it printed when it fails.
+pub(crate) fn run_etcdctl(mut cmd: Command, args: &[&str]) -> std::io::Result<String> {
+    let out = cmd.args(args).stdin(Stdio::null()).output()?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(std::io::Error::other(format!(
+            "etcdctl {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )))
+    }
+}
+
+/// Calls `probe` every 50 ms until it succeeds (`Ok`) or `within` has passed (`Err`
+/// with the last failure's text).
+pub(crate) fn poll_healthy(
+    within: Duration,
+    probe: impl Fn() -> std::io::Result<String>,
+) -> Result<(), String> {
+    let until = Instant::now() + within;
+    let mut last = String::new();
+    while Instant::now() < until {
+        match probe() {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(last)
+}
+
+/// The command that starts one etcd member named `name` in `dir` (data in
+/// `dir/data`), serving clients at `client` and peers at `peer`, in a new cluster
+/// of the members `initial_cluster` lists (`name=peer-url,...`); logs warnings to
+/// stderr.
+pub(crate) fn member_command(
+    etcd: &Path,
+    dir: &Path,
+    name: &str,
+    client: &str,
+    peer: &str,
+    initial_cluster: &str,
+) -> Command {
+    let mut cmd = Command::new(etcd);
+    cmd.current_dir(dir)
+        .arg(format!("--name={name}"))
+        .arg(format!("--data-dir={}", dir.join("data").display()))
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster={initial_cluster}"))
+        .arg("--initial-cluster-state=new")
+        .arg("--logger=zap")
+        .arg("--log-outputs=stderr")
+        .arg("--log-level=warn");
+    if let Some(arch) = unsupported_arch() {
+        cmd.env("ETCD_UNSUPPORTED_ARCH", arch);
+    }
+    cmd
 }
 
 /// etcd 3.4 refuses to run on architectures other than amd64 and ppc64le unless

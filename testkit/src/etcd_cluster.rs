@@ -12,7 +12,7 @@
 //! a SKIP line when `LIVENESS_ALLOW_SKIP=1` is set outside CI.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -93,26 +93,8 @@ impl EtcdCluster {
 
     /// Runs `etcdctl` against member `i` alone and returns its standard output.
     pub fn etcdctl(&self, i: usize, args: &[&str]) -> std::io::Result<String> {
-        let bin = find_binary("etcdctl", &[])
-            .ok_or_else(|| std::io::Error::other("etcdctl not found"))?;
-        let out = Command::new(bin)
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.endpoint(i)))
-            .arg("--dial-timeout=1s")
-            .arg("--command-timeout=2s")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(std::io::Error::other(format!(
-                "etcdctl {}: {}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )))
-        }
+        let cmd = crate::etcd::etcdctl_command(&self.endpoint(i), "1s", "2s")?;
+        crate::etcd::run_etcdctl(cmd, args)
     }
 
     /// Asks member `i` who leads: `(its own member id, the leader's member id, raft
@@ -200,18 +182,13 @@ impl EtcdCluster {
 
     /// Waits until `etcdctl endpoint health` succeeds on member `i`.
     pub fn wait_healthy(&self, i: usize, within: Duration) -> std::io::Result<()> {
-        let until = Instant::now() + within;
-        let mut last = String::new();
-        while Instant::now() < until {
-            match self.etcdctl(i, &["endpoint", "health"]) {
-                Ok(_) => return Ok(()),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(std::io::Error::other(format!(
-            "etcd member {i} not healthy within {within:?}: {last}"
-        )))
+        crate::etcd::poll_healthy(within, || self.etcdctl(i, &["endpoint", "health"])).map_err(
+            |last| {
+                std::io::Error::other(format!(
+                    "etcd member {i} not healthy within {within:?}: {last}"
+                ))
+            },
+        )
     }
 }
 
@@ -240,23 +217,9 @@ fn try_start(etcd: &Path) -> std::io::Result<EtcdCluster> {
         let launcher: crate::Launcher = Box::new(move |dir: &Path, port: u16| {
             let client = format!("http://127.0.0.1:{port}");
             let peer = format!("http://127.0.0.1:{peer_port}");
-            let mut cmd = Command::new(&etcd);
-            cmd.current_dir(dir)
-                .arg(format!("--name=m{i}"))
-                .arg(format!("--data-dir={}", dir.join("data").display()))
-                .arg(format!("--listen-client-urls={client}"))
-                .arg(format!("--advertise-client-urls={client}"))
-                .arg(format!("--listen-peer-urls={peer}"))
-                .arg(format!("--initial-advertise-peer-urls={peer}"))
-                .arg(format!("--initial-cluster={initial}"))
-                .arg("--initial-cluster-token=liveness-test")
-                .arg("--initial-cluster-state=new")
-                .arg("--logger=zap")
-                .arg("--log-outputs=stderr")
-                .arg("--log-level=warn");
-            if let Some(arch) = crate::etcd::unsupported_arch() {
-                cmd.env("ETCD_UNSUPPORTED_ARCH", arch);
-            }
+            let name = format!("m{i}");
+            let mut cmd = crate::etcd::member_command(&etcd, dir, &name, &client, &peer, &initial);
+            cmd.arg("--initial-cluster-token=liveness-test");
             cmd
         });
         members.push(ServerProcess::start(

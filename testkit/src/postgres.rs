@@ -143,6 +143,50 @@ pub(crate) fn as_user(cmd: &mut Command, owner: Option<(u32, u32)>) {
     }
 }
 
+/// Runs `cmd` and returns its standard output, or an error naming `what` with
+/// everything it printed when it fails.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> std::io::Result<String> {
+    let out = cmd.output()?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(std::io::Error::other(format!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )))
+    }
+}
+
+/// Makes a cluster in `root/data` with `initdb` (as `owner`): superuser `postgres`
+/// with the password in `root/pwfile`, trust on the socket, SCRAM over TCP.
+pub(crate) fn initdb(initdb: &Path, root: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    let mut cmd = Command::new(initdb);
+    cmd.arg("-D")
+        .arg(root.join("data"))
+        .args(["-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])
+        .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+        .arg(format!("--pwfile={}", root.join("pwfile").display()))
+        .current_dir(root);
+    as_user(&mut cmd, owner);
+    run(&mut cmd, "initdb").map(drop)
+}
+
+/// `postgres` serving `dir/data` on 127.0.0.1:`port` (its socket in `dir`, which is
+/// also its working folder); the caller adds the settings (`-c NAME=VALUE`).
+pub(crate) fn server_command(postgres: &Path, dir: &Path, port: u16) -> Command {
+    let mut cmd = Command::new(postgres);
+    cmd.arg("-D")
+        .arg(dir.join("data"))
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .current_dir(dir);
+    cmd
+}
+
 pub(crate) fn random_password() -> String {
     use std::hash::{BuildHasher, RandomState};
     // std's randomly keyed hasher: a fresh random value per call, no clock involved.
@@ -181,7 +225,6 @@ impl PgServer {
         let owner = server_user()?;
         let dir = tempfile::Builder::new().prefix("liveness-pg-").tempdir()?;
         let root = dir.path().to_path_buf();
-        let data = root.join("data");
         let password = random_password();
         std::fs::write(root.join("pwfile"), format!("{password}\n"))?;
         let tls = make_certificate(&root);
@@ -194,37 +237,13 @@ impl PgServer {
         }
         chown_tree(&root, owner)?;
 
-        let mut initdb = Command::new(&bins.initdb);
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])
-            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
-            .arg(format!("--pwfile={}", root.join("pwfile").display()))
-            .current_dir(&root);
-        as_user(&mut initdb, owner);
-        let out = initdb.output()?;
-        if !out.status.success() {
-            return Err(std::io::Error::other(format!(
-                "initdb failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        initdb(&bins.initdb, &root, owner)?;
 
         let postgres = bins.postgres.clone();
         let launcher: Launcher = Box::new(move |dir: &Path, port: u16| {
-            let mut cmd = Command::new(&postgres);
-            cmd.arg("-D")
-                .arg(dir.join("data"))
-                .arg("-p")
-                .arg(port.to_string())
-                .arg("-k")
-                .arg(dir)
-                .args(["-c", "listen_addresses=127.0.0.1"])
-                .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-                .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
-                .current_dir(dir);
+            let mut cmd = server_command(&postgres, dir, port);
+            cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+                .args(["-c", "full_page_writes=off", "-c", "max_connections=400"]);
             if tls {
                 cmd.args(["-c", "ssl=on"])
                     .arg("-c")

@@ -16,7 +16,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::postgres::{as_user, binaries, chown_tree, random_password, server_user, INSTALL_HINT};
+use crate::postgres::{
+    as_user, binaries, chown_tree, initdb, random_password, run, server_command, server_user,
+    INSTALL_HINT,
+};
 use crate::proxy::Proxy;
 use crate::{free_port, missing, Launcher, ServerProcess};
 
@@ -45,17 +48,24 @@ pub struct PgPair {
     owner: Option<(u32, u32)>,
 }
 
-fn run(cmd: &mut Command, what: &str) -> std::io::Result<String> {
-    let out = cmd.output()?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(std::io::Error::other(format!(
-            "{what} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )))
-    }
+/// `psql` against the server on `port` as `postgres` with `password`: unaligned,
+/// tuples-only output, a 2 s connect timeout; the caller adds `-c SQL`.
+fn psql_command(psql: &Path, port: u16, password: &str) -> Command {
+    let mut cmd = Command::new(psql);
+    cmd.args([
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-XAtq",
+    ])
+    .arg("-p")
+    .arg(port.to_string())
+    .env("PGPASSWORD", password)
+    .env("PGCONNECT_TIMEOUT", "2");
+    cmd
 }
 
 impl PgPair {
@@ -84,7 +94,9 @@ impl PgPair {
     }
 
     /// The URL of the forwarder (what clients use: it follows the failover once the
-    /// test switches it), superuser `postgres`, database `postgres`, no query string.
+    /// test switches it), superuser `postgres`, database `postgres`, with the query
+    /// string `durability=relaxed`: the pair runs with `fsync=off` (speed), which the
+    /// backend refuses otherwise. Append parameters with `&`.
     pub fn url(&self) -> String {
         self.url_of(self.proxy.port())
     }
@@ -101,7 +113,7 @@ impl PgPair {
 
     fn url_of(&self, port: u16) -> String {
         format!(
-            "postgres://postgres:{}@127.0.0.1:{port}/postgres",
+            "postgres://postgres:{}@127.0.0.1:{port}/postgres?durability=relaxed",
             self.password
         )
     }
@@ -131,22 +143,8 @@ impl PgPair {
     /// Runs one SQL statement with `psql` against `port` and returns its unaligned,
     /// tuples-only output.
     pub fn psql(&self, port: u16, sql: &str) -> std::io::Result<String> {
-        let mut cmd = Command::new(&self.psql);
-        cmd.args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-XAtq",
-        ])
-        .arg("-p")
-        .arg(port.to_string())
-        .arg("-c")
-        .arg(sql)
-        .env("PGPASSWORD", &self.password)
-        .env("PGCONNECT_TIMEOUT", "2");
+        let mut cmd = psql_command(&self.psql, port, &self.password);
+        cmd.arg("-c").arg(sql);
         run(&mut cmd, "psql").map(|s| s.trim().to_owned())
     }
 
@@ -177,21 +175,8 @@ impl PgPair {
 fn wait_ready(psql: &Path, port: u16, password: &str) -> std::io::Result<()> {
     let until = Instant::now() + READY_WITHIN;
     loop {
-        let mut cmd = Command::new(psql);
-        cmd.args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-XAtq",
-        ])
-        .arg("-p")
-        .arg(port.to_string())
-        .args(["-c", "SELECT 1"])
-        .env("PGPASSWORD", password)
-        .env("PGCONNECT_TIMEOUT", "2");
+        let mut cmd = psql_command(psql, port, password);
+        cmd.args(["-c", "SELECT 1"]);
         match run(&mut cmd, "psql") {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() > until => return Err(e),
@@ -207,21 +192,13 @@ fn launcher(
 ) -> Launcher {
     let postgres = postgres.to_path_buf();
     Box::new(move |dir: &Path, port: u16| {
-        let mut cmd = Command::new(&postgres);
-        cmd.arg("-D")
-            .arg(dir.join("data"))
-            .arg("-p")
-            .arg(port.to_string())
-            .arg("-k")
-            .arg(dir)
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            // No power cuts here: skipping fsync keeps the tests fast; what a failover
-            // loses is decided by replication, which stays as configured.
-            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+        let mut cmd = server_command(&postgres, dir, port);
+        // No power cuts here: skipping fsync keeps the tests fast; what a failover
+        // loses is decided by replication, which stays as configured.
+        cmd.args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "synchronous_commit=on", "-c", "max_connections=400"])
             .args(["-c", "wal_level=replica", "-c", "max_wal_senders=5"])
-            .args(["-c", "hot_standby=on"])
-            .current_dir(dir);
+            .args(["-c", "hot_standby=on"]);
         match replication {
             Some(Replication::Synchronous) => {
                 cmd.args(["-c", "synchronous_standby_names=*"]);
@@ -249,16 +226,7 @@ fn boot(
     let root = primary_dir.path().to_path_buf();
     std::fs::write(root.join("pwfile"), format!("{password}\n"))?;
     chown_tree(&root, owner)?;
-    let mut initdb = Command::new(&bins.initdb);
-    initdb
-        .arg("-D")
-        .arg(root.join("data"))
-        .args(["-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])
-        .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
-        .arg(format!("--pwfile={}", root.join("pwfile").display()))
-        .current_dir(&root);
-    as_user(&mut initdb, owner);
-    run(&mut initdb, "initdb")?;
+    initdb(&bins.initdb, &root, owner)?;
     let primary_port = free_port()?;
     let primary = ServerProcess::start(
         "postgres primary",

@@ -249,13 +249,7 @@ impl RedisCluster {
                 });
             }
         }
-        let dirs = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
-        let Some(server) = find_binary("redis-server", &dirs) else {
-            return missing("redis-server", INSTALL_HINT);
-        };
-        let Some(cli) = find_binary("redis-cli", &dirs) else {
-            return missing("redis-cli", "apt-get install redis-tools");
-        };
+        let (server, cli) = server_and_cli(INSTALL_HINT)?;
         let mut last = String::new();
         for _ in 0..3 {
             match Self::try_start(&server, &cli) {
@@ -277,19 +271,8 @@ impl RedisCluster {
             let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
             let binary = server.to_path_buf();
             let launcher = Box::new(move |dir: &Path, port: u16| {
-                let mut cmd = Command::new(&binary);
-                cmd.current_dir(dir)
-                    .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-                    .arg("--port")
-                    .arg(port.to_string())
-                    .arg("--dir")
-                    .arg(dir)
-                    .args(["--save", "", "--appendonly", "no"])
-                    .args(["--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", "nodes.conf"])
-                    .arg("--cluster-port")
-                    .arg(bus.to_string())
-                    .args(["--cluster-node-timeout", "2000"]);
+                let mut cmd = cluster_node_command(&binary, dir, port, bus, 2000);
+                cmd.args(["--save", "", "--appendonly", "no"]);
                 cmd
             });
             nodes.push(
@@ -297,24 +280,8 @@ impl RedisCluster {
                     .map_err(|e| e.to_string())?,
             );
         }
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new(cli)
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .map_err(|e| format!("redis-cli: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "redis-cli --cluster create failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        let addrs = node_addrs(&nodes);
+        create_cluster(cli, &addrs)?;
         // Every node must agree that all slots are served before tests start.
         let until = std::time::Instant::now() + Duration::from_secs(30);
         for node in &nodes {
@@ -339,11 +306,7 @@ impl RedisCluster {
         }
         // The nodes run without persistence (speed): `durability=relaxed` says the
         // backend may accept them.
-        let url = format!(
-            "redis://{}/?cluster=true&seeds={}&durability=relaxed",
-            addrs[0],
-            addrs[1..].join(",")
-        );
+        let url = with_query(&cluster_url(&addrs), "durability=relaxed");
         Ok(RedisCluster { nodes, url })
     }
 
@@ -380,4 +343,83 @@ impl RedisCluster {
 fn with_query(url: &str, query: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}{query}")
+}
+
+/// Finds `redis-server` and `redis-cli`; `None` (after [`missing`] allowed a skip,
+/// naming `install_hint` for the server) when either is absent.
+pub(crate) fn server_and_cli(install_hint: &str) -> Option<(PathBuf, PathBuf)> {
+    let Some(server) = find_binary("redis-server", &BIN_DIRS) else {
+        return missing("redis-server", install_hint);
+    };
+    let Some(cli) = find_binary("redis-cli", &BIN_DIRS) else {
+        return missing("redis-cli", "apt-get install redis-tools");
+    };
+    Some((server, cli))
+}
+
+/// Where the test kit looks for the Redis binaries (and `cc`).
+pub(crate) const BIN_DIRS: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
+
+/// `redis-cli --cluster create ADDRS... --cluster-replicas 0`: joins the nodes at
+/// `addrs` into one cluster with the slots spread over them.
+pub(crate) fn create_cluster(cli: &Path, addrs: &[String]) -> Result<(), String> {
+    let out = Command::new(cli)
+        .arg("--cluster")
+        .arg("create")
+        .args(addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// The backend's URL for a cluster: the first node with `cluster=true`, every other
+/// node as a seed.
+pub(crate) fn cluster_url(addrs: &[String]) -> String {
+    format!(
+        "redis://{}/?cluster=true&seeds={}",
+        addrs[0],
+        addrs[1..].join(",")
+    )
+}
+
+/// `redis-server` as a cluster node in `dir` (the working folder and the data
+/// folder) on 127.0.0.1:`port`, its cluster bus on `bus`, marking an unreachable
+/// peer failed after `node_timeout_ms`; the caller adds the persistence settings.
+pub(crate) fn cluster_node_command(
+    binary: &Path,
+    dir: &Path,
+    port: u16,
+    bus: u16,
+    node_timeout_ms: u32,
+) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(dir)
+        .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+        .arg("--port")
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", "nodes.conf"])
+        .arg("--cluster-port")
+        .arg(bus.to_string())
+        .arg("--cluster-node-timeout")
+        .arg(node_timeout_ms.to_string());
+    cmd
+}
+
+/// Each node's `127.0.0.1:PORT`, in node order.
+pub(crate) fn node_addrs(nodes: &[ServerProcess]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect()
 }

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::redis::{
+    cluster_node_command, cluster_url, create_cluster, node_addrs, server_and_cli, BIN_DIRS,
+};
 use crate::{find_binary, free_port, missing, ServerProcess};
 
 const INSTALL_HINT: &str = "apt-get install redis-server redis-tools";
@@ -125,13 +128,7 @@ impl FailoverCluster {
     /// for) is missing and [`missing`] allows a skip; otherwise a panic, also
     /// when they are installed but the cluster does not form.
     pub fn start(options: FailoverOptions) -> Option<FailoverCluster> {
-        let dirs = ["/usr/local/bin", "/usr/bin", "/usr/sbin"];
-        let Some(server) = find_binary("redis-server", &dirs) else {
-            return missing("redis-server", INSTALL_HINT);
-        };
-        let Some(cli) = find_binary("redis-cli", &dirs) else {
-            return missing("redis-cli", "apt-get install redis-tools");
-        };
+        let (server, cli) = server_and_cli(INSTALL_HINT)?;
         // The shim lives as long as the cluster's first node folder would; keep it in
         // a folder of its own that the cluster owns.
         let shim_dir = tempfile::Builder::new()
@@ -141,7 +138,7 @@ impl FailoverCluster {
         let faketime = match options.replica_clock_offset {
             None => None,
             Some(offset) => {
-                let Some(cc) = find_binary("cc", &dirs) else {
+                let Some(cc) = find_binary("cc", &BIN_DIRS) else {
                     return missing("cc (to build the clock shim)", "apt-get install gcc");
                 };
                 match build_clock_shim(&cc, shim_dir.path()) {
@@ -296,26 +293,15 @@ fn try_start(
         let binary = server.to_path_buf();
         let shifted = faketime.filter(|_| i >= 3).cloned();
         let launcher = Box::new(move |dir: &Path, port: u16| {
-            let mut cmd = Command::new(&binary);
-            cmd.current_dir(dir)
-                .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-                .arg("--port")
-                .arg(port.to_string())
-                .arg("--dir")
-                .arg(dir)
-                .args([
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                ])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .arg("--cluster-port")
-                .arg(bus.to_string())
-                .args(["--cluster-node-timeout", "1000"]);
+            let mut cmd = cluster_node_command(&binary, dir, port, bus, 1000);
+            cmd.args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]);
             if let Some((lib, offset)) = &shifted {
                 cmd.env("LD_PRELOAD", lib)
                     .env("LIVENESS_CLOCK_OFFSET_S", offset.to_string());
@@ -327,24 +313,8 @@ fn try_start(
                 .map_err(|e| e.to_string())?,
         );
     }
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let out = Command::new(cli_bin)
-        .arg("--cluster")
-        .arg("create")
-        .args(&addrs[..3])
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .map_err(|e| format!("redis-cli: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let addrs = node_addrs(&nodes);
+    create_cluster(cli_bin, &addrs[..3])?;
     let run =
         |i: usize, args: &[&str]| cli(cli_bin, nodes[i].port(), args).map_err(|e| e.to_string());
     let ids: Vec<String> = (0..3)
@@ -391,11 +361,7 @@ fn try_start(
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    let url = format!(
-        "redis://{}/?cluster=true&seeds={}",
-        addrs[0],
-        addrs[1..].join(",")
-    );
+    let url = cluster_url(&addrs);
     Ok(FailoverCluster {
         nodes,
         cli: cli_bin.to_path_buf(),

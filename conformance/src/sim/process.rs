@@ -71,13 +71,23 @@ impl Process {
     }
 }
 
-/// Starts a process thread running `body` on its own current-thread runtime.
-fn spawn_process<F, Fut>(name: String, store: Arc<Faulty>, body: F) -> Process
+/// Starts a process thread named `name` running `body(name, store, seed, shared,
+/// commands)` on its own current-thread runtime.
+fn spawn_process<F, Fut>(
+    name: String,
+    store: Arc<Faulty>,
+    seed: u64,
+    shared: Shared,
+    body: F,
+) -> Process
 where
-    F: FnOnce(mpsc::UnboundedReceiver<Command>) -> Fut + Send + 'static,
+    F: FnOnce(String, Arc<Faulty>, u64, Shared, mpsc::UnboundedReceiver<Command>) -> Fut
+        + Send
+        + 'static,
     Fut: std::future::Future<Output = ()>,
 {
     let (control, rx) = mpsc::unbounded_channel();
+    let (thread_name, handle) = (name.clone(), store.clone());
     let thread = std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
@@ -85,7 +95,7 @@ where
                 .enable_all()
                 .build()
                 .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-            rt.block_on(body(rx));
+            rt.block_on(body(thread_name, handle, seed, shared, rx));
         })
         .unwrap_or_else(|e| panic!("spawn a process thread: {e}"));
     Process {
@@ -195,11 +205,7 @@ struct Work {
 
 /// Starts member process `i`.
 pub(super) fn spawn_member(i: usize, store: Arc<Faulty>, seed: u64, shared: Shared) -> Process {
-    let name = format!("member-{i}");
-    let handle = store.clone();
-    spawn_process(name.clone(), store, move |rx| {
-        member_process(name, handle, seed, shared, rx)
-    })
+    spawn_process(format!("member-{i}"), store, seed, shared, member_process)
 }
 
 /// A member process: joins, runs its workers, obeys commands; a `Leave` leaves and
@@ -339,11 +345,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Starts candidate process `i`.
 pub(super) fn spawn_candidate(i: usize, store: Arc<Faulty>, seed: u64, shared: Shared) -> Process {
-    let name = format!("candidate-{i}");
-    let handle = store.clone();
-    spawn_process(name.clone(), store, move |rx| {
-        candidate_process(name, handle, seed, shared, rx)
-    })
+    spawn_process(
+        format!("candidate-{i}"),
+        store,
+        seed,
+        shared,
+        candidate_process,
+    )
 }
 
 /// A candidate process: campaigns, acts as leader while it may, sometimes resigns;
