@@ -263,6 +263,7 @@ impl Member {
                     // earlier attempt of this join that the store applied. Nobody
                     // knows its token and it owns nothing: release it and try again.
                     let ghost = Lease {
+                        issuer: store.issuer().clone(),
                         key: key.clone(),
                         holder,
                         token,
@@ -607,6 +608,7 @@ async fn rejoin(
                 // that timed out on our side but was applied by the store). Holder ids
                 // are unique per member instance, so nobody else's lease matches.
                 let ghost = Lease {
+                    issuer: store.issuer().clone(),
                     key: key.clone(),
                     holder,
                     token,

@@ -460,7 +460,7 @@ mod faulty {
 
     use liveness_core::{
         async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-        HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+        HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
         LeaseInfo, LeaseStore, LostReason, Requeued, Result, Space, Store, StoreTime, Ttl,
     };
     use tokio::sync::watch;
@@ -518,6 +518,9 @@ mod faulty {
         }
         fn capabilities(&self) -> Capabilities {
             self.inner.capabilities()
+        }
+        fn issuer(&self) -> &Issuer {
+            self.inner.issuer()
         }
         async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
             self.knobs.acquires.fetch_add(1, Ordering::SeqCst);
