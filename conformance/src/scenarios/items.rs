@@ -320,17 +320,27 @@ pub async fn foreign_lease_refused_unchanged(ctx: Ctx) {
         assert_foreign(b.fail(foreign, owned, false).await, "fail");
         assert_foreign(b.release(foreign).await, "release");
     }
-    assert_eq!(b.item_counts().await.unwrap(), before, "a foreign lease moved items");
+    assert_eq!(
+        b.item_counts().await.unwrap(),
+        before,
+        "a foreign lease moved items"
+    );
     assert_eq!(state(&b, owned).await, Some(ItemState::Owned(lb.token)));
     assert_eq!(state(&b, pending).await, Some(ItemState::Pending));
     assert!(
         b.dead_tokens(100).await.unwrap().is_empty(),
         "a foreign release buried the local lease"
     );
-    let info = b.inspect(&key).await.unwrap().expect("the local lease is still there");
+    let info = b
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("the local lease is still there");
     assert_eq!((info.token, info.is_live()), (lb.token, true));
     let lb = b.renew(&lb).await.expect("the local lease still renews");
-    b.complete(&lb, owned).await.expect("the local lease still owns its item");
+    b.complete(&lb, owned)
+        .await
+        .expect("the local lease still owns its item");
     // A's own lease is untouched and still works where it was issued.
     a.renew(&la).await.expect("A's lease still renews on A");
     assert!(a.release(&la).await.unwrap());
@@ -342,7 +352,9 @@ fn assert_foreign<T: std::fmt::Debug>(r: liveness_core::Result<T>, op: &str) {
             what: "lease",
             problem: InputProblem::ForeignLease,
         }) => {}
-        other => panic!("{op} with a foreign lease: expected InvalidInput(lease, ForeignLease), got {other:?}"),
+        other => panic!(
+            "{op} with a foreign lease: expected InvalidInput(lease, ForeignLease), got {other:?}"
+        ),
     }
 }
 
