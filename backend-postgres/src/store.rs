@@ -7,9 +7,9 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
-    SchemaTooNew, Space, StoreTime, Ttl,
+    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
+    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -58,6 +58,10 @@ struct Inner {
     wake: Arc<watch::Sender<u64>>,
     listener: OnceLock<Option<AbortHandle>>,
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace in the database at the
+    /// configured `host:port/database` (the one the server defaults to when none is
+    /// given: the user's).
+    issuer: Issuer,
 }
 
 impl Drop for Inner {
@@ -178,6 +182,14 @@ impl PostgresStore {
             .map_err(map)?;
         migrate(&pool, &schema).await?;
         let channel = schema.clone();
+        let location = format!(
+            "{}:{}/{}",
+            connect.get_host(),
+            connect.get_port(),
+            connect
+                .get_database()
+                .unwrap_or_else(|| connect.get_username())
+        );
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 conns: Conns::new(
@@ -187,7 +199,7 @@ impl PostgresStore {
                 ),
                 pool,
                 connect,
-                namespace: config.namespace,
+                namespace: config.namespace.clone(),
                 schema,
                 channel,
                 caps: Capabilities::default(),
@@ -195,6 +207,7 @@ impl PostgresStore {
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
                 high_water: HighWater::default(),
+                issuer: Issuer::located(BACKEND, &location, config.namespace.clone()),
             }),
         })
     }
@@ -351,6 +364,10 @@ impl LeaseStore for PostgresStore {
         self.inner.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.inner.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
         for _ in 0..ACQUIRE_RETRIES {
@@ -368,6 +385,7 @@ impl LeaseStore for PostgresStore {
             }
             if let Some(token) = token {
                 return Ok(Lease::granted(
+                    &self.inner.issuer,
                     key.clone(),
                     holder.clone(),
                     token_of(token)?,
@@ -390,6 +408,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.inner.issuer)?;
         let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
         let q = on_key(sql::RENEW, &lease.key)
             .bind(db_token(lease.token))
@@ -422,6 +441,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.inner.issuer)?;
         self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
             .await
     }
@@ -534,6 +554,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
         let q = on_key(sql::CLAIM, &lease.key)
             .bind(db_token(lease.token))
@@ -567,6 +588,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.inner.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q).await? {
@@ -576,6 +598,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.inner.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q.bind(retry)).await? {

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result, Space,
-    StoreTime, Ttl,
+    HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key,
+    Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
+    Space, StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -44,6 +44,9 @@ pub struct RedisStore {
     /// The highest store time this handle reported, so that `store_time` never goes
     /// backwards on one handle even if the server's clock is stepped back.
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace on the server (or cluster) at
+    /// the configured address(es), see [`location`].
+    issuer: Issuer,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -177,6 +180,7 @@ impl RedisStore {
             script.load_async(&mut conn).await.map_err(map)?;
         }
         Ok(RedisStore {
+            issuer: Issuer::located(BACKEND, &location(&config), config.namespace.clone()),
             conn,
             keys: Keys::new(&config.namespace),
             namespace: config.namespace,
@@ -276,6 +280,10 @@ impl LeaseStore for RedisStore {
         self.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.caps.check_ttl(ttl)?;
         let mut call = scripts().acquire.prepare_invoke();
@@ -293,6 +301,7 @@ impl LeaseStore for RedisStore {
             1 => {
                 let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
                 Ok(Lease::granted(
+                    &self.issuer,
                     key.clone(),
                     holder.clone(),
                     FencingToken(token),
@@ -314,6 +323,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         // The reference model checks the lease before the ttl: an out-of-bounds ttl on
         // a lost lease reports the loss. Ttl 0 asks the script to check only.
         let ttl_ok = self.caps.check_ttl(lease.ttl);
@@ -332,6 +342,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().release.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
             .key(self.keys.expiry(lease.key.space()))
@@ -495,6 +506,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut call = scripts().claim.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
@@ -517,6 +529,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().complete.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -530,6 +543,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().fail.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -663,4 +677,27 @@ async fn connect_cluster(
     }
     let client = builder.build().map_err(|e| Error::backend(BACKEND, e))?;
     client.get_async_connection().await.map_err(map)
+}
+
+/// Where a handle's store is, for its [`Issuer`]: `host:port/db` of the server, or
+/// `cluster:` and the sorted `host:port` of the configured nodes — no credentials, no
+/// tuning parameters, so that every handle on the same server agrees.
+fn location(config: &RedisConfig) -> String {
+    let node = |u: &url::Url| {
+        format!(
+            "{}:{}",
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or(6379)
+        )
+    };
+    if config.cluster_nodes.is_empty() {
+        let db = config.client_url.path().trim_start_matches('/');
+        let db = if db.is_empty() { "0" } else { db };
+        format!("{}/{db}", node(&config.client_url))
+    } else {
+        let mut nodes: Vec<String> = config.cluster_nodes.iter().map(node).collect();
+        nodes.sort();
+        nodes.dedup();
+        format!("cluster:{}", nodes.join(","))
+    }
 }

@@ -24,9 +24,9 @@ use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
-    SchemaTooNew, Space, StoreTime, Ttl,
+    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
+    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -135,6 +135,8 @@ pub struct SqliteStore {
     /// The highest store time this handle reported, so `store_time` never goes back
     /// even when the host clock is stepped backwards.
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace in the canonical database file.
+    issuer: Issuer,
 }
 
 impl SqliteStore {
@@ -201,6 +203,11 @@ impl SqliteStore {
             writer,
             wake: Arc::new(watch::channel(0).0),
             high_water: HighWater::default(),
+            issuer: Issuer::located(
+                BACKEND,
+                &lock_path.display().to_string(),
+                config.namespace.clone(),
+            ),
         })
     }
 
@@ -414,6 +421,10 @@ impl LeaseStore for SqliteStore {
         self.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.caps.check_ttl(ttl)?;
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
@@ -448,10 +459,17 @@ impl LeaseStore for SqliteStore {
             tick(&self.wake);
         }
         let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
-        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
+        Ok(Lease::granted(
+            &self.issuer,
+            key.clone(),
+            holder.clone(),
+            token,
+            ttl,
+        ))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let ttl_ok = self.caps.check_ttl(lease.ttl);
         let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
         // One UPDATE in autocommit: atomic on its own (SQLite takes the write lock
@@ -488,6 +506,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         self.retire(sql::RELEASE, &lease.key, lease.token).await
     }
 
@@ -600,6 +619,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut w = self.write().await?;
         let cur = self.current(w.conn(), &lease.key).await?;
@@ -624,6 +644,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
         let done = self
@@ -640,6 +661,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut w = self.write().await?;
         let state: Option<i64> = sqlx::query_scalar(sql::FAIL)
             .bind(self.ns.as_ref())
