@@ -25,6 +25,7 @@ probe() {  # probe NAME: 0 when NAME works here
     etcd-server) etcd --version ;;
     etcd-client) etcdctl version ;;
     openssl) openssl version ;;
+    faketime) FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f '+1h' true ;;  # SQLite's wall-clock step test
     protobuf)  # etcd-client's build compiles protos that import the well-known types
       printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\nimport "google/protobuf/struct.proto";\nmessage Probe { google.protobuf.Value v = 1; }\n' \
         >"$probe_dir/probe.proto" &&
@@ -59,7 +60,7 @@ hint() {
     *) echo "$1 does not run: install the Debian package $(packages "$1")" ;;
   esac
 }
-probes=(redis-server redis-tools etcd-server etcd-client openssl protobuf postgresql postgresql-contrib libclang)
+probes=(redis-server redis-tools etcd-server etcd-client openssl protobuf postgresql postgresql-contrib libclang faketime)
 failing() {
   local out=()
   for p in "${probes[@]}"; do probe "$p" >/dev/null 2>&1 || out+=("$p"); done

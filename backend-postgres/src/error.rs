@@ -8,7 +8,9 @@ use crate::BACKEND;
 /// SQLSTATE classes and codes that mean "try again": connection exceptions (08),
 /// transaction rollbacks such as serialization failures and deadlocks (40),
 /// insufficient resources (53), operator intervention such as a shutdown or a
-/// terminated backend (57P), and lock timeouts (55P03).
+/// terminated backend (57P), lock timeouts (55P03), and a read-only transaction
+/// (25006): the server is a standby, or a primary being demoted — a failover in
+/// progress, or a virtual IP briefly pointing at a standby.
 fn transient_sqlstate(code: &str) -> bool {
     code.starts_with("08")
         || code.starts_with("40")
@@ -16,6 +18,7 @@ fn transient_sqlstate(code: &str) -> bool {
         || code.starts_with("57P")
         || code == "55P03"
         || code == "57014"
+        || code == "25006"
 }
 
 /// True when a driver error is a transient transport fault.

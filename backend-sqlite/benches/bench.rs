@@ -13,10 +13,26 @@ use liveness_conformance::bench::{self, Options};
 use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
 use tokio::time::Instant;
 
-/// The renew statement's UPDATE, bare: autocommit, no `BEGIN IMMEDIATE`, no checks.
-const RENEW_BARE: &str = "UPDATE liveness_leases SET expires_at = \
-    CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) + ?4 \
+/// The renew statement's UPDATE, bare: autocommit, no `BEGIN IMMEDIATE`, no checks;
+/// the store clock (?5) read the way the store reads it.
+const RENEW_BARE: &str = "UPDATE liveness_leases SET expires_boot_ms = ?5 + ?4 \
     WHERE ns = ?1 AND space = 'members' AND name = ?2 AND token = ?3";
+
+/// The store clock in milliseconds: the host's boot clock.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn store_clock_ms() -> i64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+    Duration::from(t).as_millis() as i64
+}
+
+/// The store clock in milliseconds: the wall clock where there is no boot clock.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn store_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
 
 async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) -> f64 {
     let ttl = Ttl::from_secs(60).unwrap();
@@ -45,6 +61,7 @@ async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) ->
                         .bind(lease.key.name().as_ref())
                         .bind(lease.token.0 as i64)
                         .bind(lease.ttl.as_millis() as i64)
+                        .bind(store_clock_ms())
                         .execute(&pool)
                         .await;
                     if matches!(r, Ok(ref done) if done.rows_affected() == 1) {

@@ -2,6 +2,9 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(test)]
+mod boot_tests;
+mod clock;
 mod config;
 mod error;
 mod sql;

@@ -1,21 +1,13 @@
 //! The SQL this backend runs, one constant per statement, beside the migrations
 //! (`migrations/*.sql`) that create the tables. `?1` is always the namespace.
+//!
+//! Times are milliseconds of the store clock, the host's boot clock (`clock.rs`): the
+//! store reads it in Rust and binds it as a parameter (the "now" of each statement's
+//! doc); SQLite's own `'now'`, the wall clock, is never used.
 
-/// The host clock in milliseconds since the Unix epoch, as SQLite reads it. SQLite
-/// keeps `'now'` constant within one statement.
-macro_rules! now {
-    () => {
-        "CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER)"
-    };
-}
-
-/// The store's now and the lease on a key (?1 ns, ?2 space, ?3 name), in one statement.
-pub(crate) const CURRENT: &str = concat!(
-    "SELECT n.now, l.holder, l.token, l.expires_at FROM (SELECT ",
-    now!(),
-    " AS now) AS n LEFT JOIN liveness_leases AS l ",
-    "ON l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
-);
+/// The lease on a key (?1 ns, ?2 space, ?3 name), judged at a `now` read beside it.
+pub(crate) const CURRENT: &str = "SELECT holder, token, expires_boot_ms FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3";
 
 /// Puts a retired lease's token in the dead set (?1 ns, ?2 token, ?3 space, ?4 name).
 pub(crate) const BURY: &str =
@@ -36,60 +28,50 @@ pub(crate) const NEXT_TOKEN: &str =
 /// Writes the lease on a key (?1 ns, ?2 space, ?3 name, ?4 holder, ?5 token, ?6 ttl ms,
 /// ?7 expiry).
 pub(crate) const PUT_LEASE: &str =
-    "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
+    "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_boot_ms) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
     ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
-    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at";
+    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = excluded.expires_boot_ms";
 
-/// Extends a current, live lease by its ttl (?1 ns, ?2 space, ?3 name, ?4 token, ?5 ttl
-/// ms), in one statement.
-pub(crate) const RENEW: &str = concat!(
-    "UPDATE liveness_leases SET ttl_ms = ?5, expires_at = ",
-    now!(),
-    " + ?5 WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_at > ",
-    now!()
-);
+/// Extends a current lease, live at ?6 (now), by its ttl (?1 ns, ?2 space, ?3 name, ?4
+/// token, ?5 ttl ms), in one statement.
+pub(crate) const RENEW: &str = "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?6 + ?5 \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms > ?6";
 
 /// Deletes the lease on a key if it has token ?4 (?1 ns, ?2 space, ?3 name).
 pub(crate) const RELEASE: &str =
     "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4";
 
-/// The lease on a key, with the store's now (?1 ns, ?2 space, ?3 name).
-pub(crate) const INSPECT: &str = concat!(
-    "SELECT holder, token, ttl_ms, expires_at, ",
-    now!(),
-    " FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3"
-);
+/// The lease on a key (?1 ns, ?2 space, ?3 name).
+pub(crate) const INSPECT: &str = "SELECT holder, token, ttl_ms, expires_boot_ms \
+    FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3";
 
-/// Up to ?3 expired leases of space ?2 (?1 ns), earliest expiry first.
-pub(crate) const EXPIRED: &str = concat!(
-    "SELECT name, holder, token FROM liveness_leases ",
-    "WHERE ns = ?1 AND space = ?2 AND expires_at <= ",
-    now!(),
-    " ORDER BY expires_at, name LIMIT ?3"
-);
+/// Up to ?3 leases of space ?2 (?1 ns) expired at ?4 (now), earliest expiry first.
+pub(crate) const EXPIRED: &str = "SELECT name, holder, token FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND expires_boot_ms <= ?4 \
+    ORDER BY expires_boot_ms, name LIMIT ?3";
 
-/// Deletes the lease on a key if it has token ?4 and is expired (?1 ns, ?2 space, ?3
-/// name).
-pub(crate) const REAP: &str = concat!(
-    "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 ",
-    "AND token = ?4 AND expires_at <= ",
-    now!()
-);
+/// Deletes the lease on a key if it has token ?4 and is expired at ?5 (now) (?1 ns, ?2
+/// space, ?3 name).
+pub(crate) const REAP: &str = "DELETE FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms <= ?5";
 
 /// Up to ?2 tokens of the dead set (?1 ns), oldest first.
 pub(crate) const DEAD_TOKENS: &str =
     "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2";
 
-/// The store's now.
-pub(crate) const STORE_TIME: &str = concat!("SELECT ", now!());
+/// The time left at ?3 (now) of the lease of space ?2 (?1 ns) that expires first.
+pub(crate) const NEXT_EXPIRY: &str = "SELECT expires_boot_ms - ?3 FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 ORDER BY expires_boot_ms LIMIT 1";
 
-/// The time left of the lease of space ?2 (?1 ns) that expires first.
-pub(crate) const NEXT_EXPIRY: &str = concat!(
-    "SELECT expires_at - ",
-    now!(),
-    " FROM liveness_leases WHERE ns = ?1 AND space = ?2 ORDER BY expires_at LIMIT 1"
-);
+/// The boot of the host the file's expiries are counted in.
+pub(crate) const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
+
+/// Expires every lease of every namespace (their holders died in a reboot).
+pub(crate) const RETIRE_ALL: &str = "UPDATE liveness_leases SET expires_boot_ms = 0";
+
+/// Records ?1 as the boot the file's expiries are counted in.
+pub(crate) const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
 
 /// Draws the namespace's next item id (?1 ns).
 pub(crate) const NEXT_ITEM: &str =

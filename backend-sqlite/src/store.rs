@@ -7,11 +7,13 @@
 //!   database's write lock instead of deadlocking on a read-to-write upgrade; inside a
 //!   process they also queue on an async mutex per file, so they do not spin in
 //!   SQLite's busy handler against each other.
-//! - The store clock: `unixepoch('subsec')`, read by SQLite inside the operation's
-//!   first statement (the `now!` expression of `sql.rs`) and used for the whole
-//!   transaction, which holds the write lock: the operation happens at that one
-//!   instant. No Rust-side timestamp is ever used. This is only valid because every process that
-//!   opens the file runs on the same host and so reads the same clock.
+//! - The store clock: the host's boot clock (`CLOCK_BOOTTIME`, see `clock.rs`), read
+//!   once per operation (by a write after `BEGIN IMMEDIATE` took the write lock) and
+//!   bound into its statements: the operation happens at that one instant. SQLite's
+//!   wall-clock `'now'` is never used. This is only valid because every process that
+//!   opens the file runs on the same host and so reads the same clock. The file
+//!   records the boot its expiries count in; opening it under another boot retires
+//!   every lease ([`retire_other_boot`]).
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 
@@ -37,14 +39,21 @@ use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
 use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::Instant;
 
+use crate::clock::{HostBootClock, StoreClock};
 use crate::config::{Durability, SqliteConfig};
 use crate::error::{corrupt, map, map_migrate};
 use crate::{sql, BACKEND};
 
 /// The embedded schema migrations: version, description, SQL. Append only; never
 /// edit an applied one (its checksum is recorded in the database).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "boot clock",
+        include_str!("../migrations/0002_boot_clock.sql"),
+    ),
+];
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -115,7 +124,8 @@ impl Write<'_> {
     }
 }
 
-/// The current lease on a key as a write transaction sees it, with the store's now.
+/// The current lease on a key as a write transaction sees it, with the store's now
+/// (milliseconds of the boot clock).
 struct Current {
     now: i64,
     lease: Option<(String, u64, i64)>,
@@ -132,8 +142,10 @@ pub struct SqliteStore {
     caps: Capabilities,
     writer: Arc<Mutex<()>>,
     wake: Arc<watch::Sender<u64>>,
-    /// The highest store time this handle reported, so `store_time` never goes back
-    /// even when the host clock is stepped backwards.
+    /// The store clock: the host's boot clock (a hand-driven one in unit tests).
+    clock: Arc<dyn StoreClock>,
+    /// The highest store time this handle read, so its store time never goes back,
+    /// whatever its clock does.
     high_water: HighWater,
     /// Who issues this handle's leases: the namespace in the canonical database file.
     issuer: Issuer,
@@ -153,11 +165,24 @@ impl SqliteStore {
     /// together) can meet `SQLITE_BUSY` while one of them switches the file to WAL,
     /// which SQLite reports without waiting in its busy handler; such faults are
     /// retried, with backoff, until the busy timeout has passed.
+    ///
+    /// The store clock is the host's boot clock; when the file was last opened under
+    /// another boot of the host (a reboot killed every holder), every lease in it is
+    /// retired (expired) as part of opening. Fails with [`Error::Backend`] when the
+    /// host's boot id cannot be read.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
+        Self::connect_with(config, Arc::new(HostBootClock::new()?)).await
+    }
+
+    /// [`SqliteStore::connect`] with the store clock `clock`.
+    pub(crate) async fn connect_with(
+        config: SqliteConfig,
+        clock: Arc<dyn StoreClock>,
+    ) -> Result<SqliteStore> {
         let give_up = Instant::now() + config.busy_timeout;
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
         loop {
-            match Self::open(&config).await {
+            match Self::open(&config, &clock).await {
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     tracing::debug!(error = %e, path = %config.path.display(), "open retried");
                     tokio::time::sleep(backoff.next()).await;
@@ -168,7 +193,7 @@ impl SqliteStore {
     }
 
     /// One attempt of [`SqliteStore::connect`].
-    async fn open(config: &SqliteConfig) -> Result<SqliteStore> {
+    async fn open(config: &SqliteConfig, clock: &Arc<dyn StoreClock>) -> Result<SqliteStore> {
         let options = SqliteConnectOptions::new()
             .filename(&config.path)
             .create_if_missing(true)
@@ -190,7 +215,7 @@ impl SqliteStore {
         let writer = writer_lock(&lock_path);
         {
             let _guard = writer.lock().await;
-            migrate(&pool, &config.path).await?;
+            migrate(&pool, &config.path, clock.boot_id()).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -202,6 +227,7 @@ impl SqliteStore {
             },
             writer,
             wake: Arc::new(watch::channel(0).0),
+            clock: clock.clone(),
             high_water: HighWater::default(),
             issuer: Issuer::located(
                 BACKEND,
@@ -232,23 +258,31 @@ impl SqliteStore {
         Ok(Write { tx, _guard: guard })
     }
 
-    /// Reads the store's now and the lease on `key`, in one statement.
-    async fn current(&self, conn: &mut SqliteConnection, key: &Key) -> Result<Current> {
+    /// The store clock now, in milliseconds, never behind an earlier reading of this
+    /// handle. A write reads it after `BEGIN IMMEDIATE`, holding the write lock.
+    fn now(&self) -> Result<i64> {
+        let now = self.high_water.observe(self.clock.now()?).since_epoch();
+        to_i64(
+            u64::try_from(now.as_millis()).unwrap_or(u64::MAX),
+            "store clock",
+        )
+    }
+
+    /// Reads the lease on `key`, to judge it at the store's `now`.
+    async fn current(&self, conn: &mut SqliteConnection, key: &Key, now: i64) -> Result<Current> {
         let row = self
             .query(sql::CURRENT)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
-            .fetch_one(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map)?;
-        let now: i64 = row.try_get(0).map_err(map)?;
-        let holder: Option<String> = row.try_get(1).map_err(map)?;
-        let lease = match holder {
+        let lease = match row {
             None => None,
-            Some(holder) => Some((
-                holder,
-                get_u64(&row, 2, "token")?,
-                row.try_get::<i64, _>(3).map_err(map)?,
+            Some(row) => Some((
+                get_text(&row, 0)?,
+                get_u64(&row, 1, "token")?,
+                row.try_get::<i64, _>(2).map_err(map)?,
             )),
         };
         Ok(Current { now, lease })
@@ -267,22 +301,25 @@ impl SqliteStore {
 
     /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
     /// true when it deleted the lease, whose token then goes to the dead set in the
-    /// same transaction; wakes this process's waiters.
+    /// same transaction; wakes this process's waiters. When `clocked` (`REAP`), the
+    /// store's now, read holding the write lock, is bound last.
     async fn retire(
         &self,
         statement: &'static str,
         key: &Key,
         token: FencingToken,
+        clocked: bool,
     ) -> Result<bool> {
         let mut w = self.write().await?;
-        let done = self
+        let mut q = self
             .query(statement)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
-            .bind(as_db(token.0))
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
+            .bind(as_db(token.0));
+        if clocked {
+            q = q.bind(self.now()?);
+        }
+        let done = q.execute(w.conn()).await.map_err(map)?;
         if done.rows_affected() == 0 {
             w.rollback().await?;
             return Ok(false);
@@ -359,8 +396,9 @@ impl SqliteStore {
 
 /// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
 /// processes connecting at once apply them exactly once, after refusing a schema
-/// newer than this build.
-async fn migrate(pool: &SqlitePool, path: &Path) -> Result<()> {
+/// newer than this build; then, in the same transaction, retires every lease when the
+/// file was last opened under another boot than `boot_id` ([`retire_other_boot`]).
+async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str) -> Result<()> {
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -408,7 +446,42 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<()> {
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate)?;
+    retire_other_boot(&mut tx, boot_id).await?;
     tx.commit().await.map_err(map)
+}
+
+/// When the file's expiries were counted in another boot than `boot_id` (the host
+/// rebooted since a process last opened it, and every holder died with that boot; or
+/// the file was just migrated from wall-clock expiries), expires every lease of every
+/// namespace and records `boot_id`. The caller holds the write lock (`BEGIN
+/// IMMEDIATE`) and commits, so of the processes opening the file at once after a
+/// reboot, exactly the first retires the old leases and no later one touches a lease
+/// written under this boot.
+async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
+    let recorded: String = sqlx::query_scalar(sql::RECORDED_BOOT)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+    if recorded == boot_id {
+        return Ok(());
+    }
+    let retired = sqlx::query(sql::RETIRE_ALL)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?
+        .rows_affected();
+    sqlx::query(sql::RECORD_BOOT)
+        .bind(boot_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    tracing::info!(
+        retired,
+        previous_boot = %recorded,
+        boot = %boot_id,
+        "first open of the file under this boot of the host: its leases are expired"
+    );
+    Ok(())
 }
 
 #[async_trait]
@@ -429,7 +502,8 @@ impl LeaseStore for SqliteStore {
         self.caps.check_ttl(ttl)?;
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let mut w = self.write().await?;
-        let cur = self.current(w.conn(), key).await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), key, now).await?;
         let mut retired = false;
         if let Some((live_holder, token, expires_at)) = cur.lease {
             if cur.now < expires_at {
@@ -472,9 +546,11 @@ impl LeaseStore for SqliteStore {
         lease.check_issuer(&self.issuer)?;
         let ttl_ok = self.caps.check_ttl(lease.ttl);
         let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
-        // One UPDATE in autocommit: atomic on its own (SQLite takes the write lock
-        // for the whole statement), one round trip on the hot path.
-        let guard = self.writer.lock().await;
+        // The clock is read holding the write lock, so the renewal happens at that
+        // instant: a lease that expired while this call queued for the lock (another
+        // process writing) stays expired.
+        let mut w = self.write().await?;
+        let now = self.now()?;
         if ttl_ok.is_ok() {
             let done = self
                 .query(sql::RENEW)
@@ -482,24 +558,24 @@ impl LeaseStore for SqliteStore {
                 .bind(lease.key.name().as_ref())
                 .bind(as_db(lease.token.0))
                 .bind(ttl_ms)
-                .execute(&self.pool)
+                .bind(now)
+                .execute(w.conn())
                 .await
                 .map_err(map)?;
             if done.rows_affected() == 1 {
+                w.commit().await?;
                 return Ok(lease.renewed());
             }
         }
-        drop(guard);
-        // Not renewed: say why. A token never becomes current again and an expired
-        // lease never live again, so this later read gives the reason that held at
-        // the UPDATE, or a later one (superseded / released after expiring).
-        let mut conn = self.pool.acquire().await.map_err(map)?;
-        let cur = self.current(&mut conn, &lease.key).await?;
+        // Not renewed: say why, at the same instant, in the same transaction.
+        let cur = self.current(w.conn(), &lease.key, now).await?;
+        w.rollback().await?;
         match Self::lost(lease, &cur) {
             Some(e) => Err(e),
             None => match ttl_ok {
                 Err(e) => Err(e),
-                // Live again after a failed UPDATE: the host clock stepped back.
+                // Unreachable: the UPDATE matched nothing, so the lease is not current
+                // and live at `now`. Answer as the safe side would.
                 Ok(()) => Err(lease.lost(LostReason::Expired)),
             },
         }
@@ -507,10 +583,12 @@ impl LeaseStore for SqliteStore {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         lease.check_issuer(&self.issuer)?;
-        self.retire(sql::RELEASE, &lease.key, lease.token).await
+        self.retire(sql::RELEASE, &lease.key, lease.token, false)
+            .await
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let now = self.now()?;
         let row = self
             .query(sql::INSPECT)
             .bind(key.space().as_ref())
@@ -525,7 +603,6 @@ impl LeaseStore for SqliteStore {
         let token = FencingToken(get_u64(&row, 1, "token")?);
         let ttl = Ttl::from_millis(get_u64(&row, 2, "ttl")?).map_err(|_| corrupt("ttl"))?;
         let expires_at: i64 = row.try_get(3).map_err(map)?;
-        let now: i64 = row.try_get(4).map_err(map)?;
         let status = if now < expires_at {
             LeaseStatus::Live {
                 remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
@@ -547,7 +624,8 @@ impl LeaseStore for SqliteStore {
         let q = self
             .query(sql::EXPIRED)
             .bind(space.as_ref())
-            .bind(limit_param(limit));
+            .bind(limit_param(limit))
+            .bind(self.now()?);
         self.list(q, |row| {
             let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
             Ok(ExpiredLease {
@@ -560,7 +638,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.retire(sql::REAP, key, token).await
+        self.retire(sql::REAP, key, token, true).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -578,18 +656,19 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
-        let now: i64 = sqlx::query_scalar(sql::STORE_TIME)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map)?;
-        let now = Duration::from_millis(u64::try_from(now).unwrap_or(0));
-        Ok(self.high_water.observe(now))
+        if self.pool.is_closed() {
+            return Err(map(sqlx::Error::PoolClosed));
+        }
+        let now = u64::try_from(self.now()?).unwrap_or(0);
+        Ok(StoreTime::from_epoch(Duration::from_millis(now)))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let now = self.now()?;
         let left: Option<i64> = sqlx::query_scalar(sql::NEXT_EXPIRY)
             .bind(self.ns.as_ref())
             .bind(space.as_ref())
+            .bind(now)
             .fetch_optional(&self.pool)
             .await
             .map_err(map)?;
@@ -622,7 +701,8 @@ impl ItemStore for SqliteStore {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut w = self.write().await?;
-        let cur = self.current(w.conn(), &lease.key).await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &lease.key, now).await?;
         if let Some(e) = Self::lost(lease, &cur) {
             w.rollback().await?;
             return Err(e);

@@ -4,8 +4,12 @@
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore};
-use liveness_core::{Error, HolderId, InputProblem, Key, LeaseStore, Namespace, SchemaTooNew, Ttl};
-use sqlx::Connection;
+use liveness_core::{
+    Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, Namespace,
+    SchemaTooNew, Space, Ttl,
+};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{Connection, SqlSafeStr};
 
 fn config(path: &std::path::Path) -> SqliteConfig {
     SqliteConfig::new(path, Namespace::new("schema_test").unwrap())
@@ -46,13 +50,13 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 1));
+            assert_eq!((too_new.found, too_new.supported), (99, 2));
         }
         other => panic!("expected Backend, got {other:?}"),
     }
     assert!(
         err.to_string().contains(
-            "database schema version 99 is newer than this build supports (1); upgrade liveness"
+            "database schema version 99 is newer than this build supports (2); upgrade liveness"
         ),
         "{err}"
     );
@@ -150,4 +154,90 @@ async fn many_handles_open_a_new_file_at_once() {
             s.close().await;
         }
     }
+}
+
+/// A file written by a build before the boot clock (schema version 1: expiries in
+/// wall-clock milliseconds) with a lease 1 h from expiring, an item it owns and its
+/// counters. Opened by this build, the file is migrated: the lease counts as expired
+/// (its holder ran an older build, which cannot use the new schema and so cannot be
+/// renewing it), its item is requeued by the usual reap, and tokens go on from the
+/// old counter.
+#[tokio::test]
+async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v1 = Migrator::with_migrations(vec![Migration::new(
+            1,
+            "initial".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/0001_initial.sql").into_sql_str(),
+            false,
+        )]);
+        v1.dangerous_set_table_name("liveness_migrations");
+        v1.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES ('schema_test', 7, 1)",
+            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
+             VALUES ('schema_test', 'members', 'old', 'h', 7, 3600000, \
+             CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) + 3600000)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 7)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let old = Key::member("old").unwrap();
+    let info = store.inspect(&old).await.unwrap().unwrap();
+    assert_eq!(info.status, LeaseStatus::Expired);
+    assert_eq!(info.token.0, 7);
+    let expired = store.expired(&Space::members(), 10).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].token.0, 7);
+    assert!(store.reap(&old, info.token).await.unwrap());
+    let requeued = store.requeue_orphans(info.token).await.unwrap();
+    assert_eq!(requeued.requeued.len(), 1);
+    assert_eq!(
+        store
+            .item(requeued.requeued[0])
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        ItemState::Pending
+    );
+    let lease = store
+        .acquire(
+            &old,
+            &HolderId::new("h2").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.token.0, 8, "tokens go on from the old counter");
+    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(version, 2);
+    assert!(matches!(
+        store.inspect(&old).await.unwrap().unwrap().status,
+        LeaseStatus::Live { .. }
+    ));
+
+    // A process of the older build still running on the file fails loudly instead of
+    // comparing its wall clock with boot-clock expiries: its statements name a column
+    // that no longer exists.
+    assert!(sqlx::query(
+        "SELECT name FROM liveness_leases WHERE expires_at <= \
+         CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER)"
+    )
+    .fetch_all(store.pool())
+    .await
+    .is_err());
 }

@@ -142,12 +142,17 @@ impl Fleet {
             self.counts().await == Some(ItemCounts::default())
         })
         .await;
+        let until = Instant::now() + self.deadline;
         for id in &self.ids {
-            let item = self
-                .store
-                .item(*id)
-                .await
-                .unwrap_or_else(|e| panic!("item: {e}"));
+            // A store handle may still route some requests to a member that is down.
+            let item = loop {
+                match self.store.item(*id).await {
+                    Err(liveness_core::Error::Unavailable { .. }) if Instant::now() < until => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => break other.unwrap_or_else(|e| panic!("item: {e}")),
+                }
+            };
             assert_eq!(item, None, "item {id} is not done");
         }
     }
@@ -267,9 +272,16 @@ async fn work(member: Member, stop: CancellationToken) {
             if c.cancel.is_cancelled() {
                 continue; // stop at once; a checker requeues it
             }
-            // Fenced, Lost or Unavailable: the item is requeued (or was completed by
-            // a request whose answer got lost); either way nothing to do here.
-            let _ = member.complete(&c).await;
+            // Unavailable: retried while the claim holds, as a real worker retries its
+            // commit (a member that keeps its lease through a failover would otherwise
+            // own the item forever). Fenced or Lost: the item is requeued (or was
+            // completed by a request whose answer got lost); nothing to do here.
+            while let Err(liveness_core::Error::Unavailable { .. }) = member.complete(&c).await {
+                if c.cancel.is_cancelled() || stop.is_cancelled() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
         }
     }
 }

@@ -9,9 +9,11 @@ use std::time::Duration;
 use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
 
 pub mod bench;
+pub mod faults;
 pub mod fleet;
 pub mod property;
 pub mod scenarios;
+pub mod sim;
 pub mod skip;
 pub mod url_rules;
 pub mod wrappers;
@@ -189,10 +191,11 @@ pub fn run(name: &str, factory: Factory) {
     });
 }
 
-/// Expands to one `#[test]` per conformance scenario, plus the property test, all
-/// run against stores made by `factory` (an `async fn() -> Option<Arc<dyn Store>>`
-/// that returns a store on a fresh namespace each call). A `None` from the factory
-/// fails every test, unless `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
+/// Expands to one `#[test]` per conformance scenario, plus the property test and the
+/// fault simulation (`fault_simulation`, [`sim::run_seeds`]), all run against stores
+/// made by `factory` (an `async fn() -> Option<Arc<dyn Store>>` that returns a store
+/// on a fresh namespace each call). A `None` from the factory fails every test, unless
+/// `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
 ///
 /// ```ignore
 /// async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
@@ -213,6 +216,11 @@ macro_rules! suite {
         #[test]
         fn property_matches_model() {
             $crate::property::run($crate::factory($factory), $cases);
+        }
+
+        #[test]
+        fn fault_simulation() {
+            $crate::sim::run_seeds($crate::factory($factory));
         }
     };
 }

@@ -27,3 +27,31 @@ fn checker_round_cost_does_not_grow_with_live_leases() {
         &CostCheck::deterministic(vec![1_000, 10_000], None),
     );
 }
+
+/// The simulation can fail: workers and leaders that skip their "may I still act?"
+/// check (careless) act after a freeze while their successors already work, and the
+/// oracle says so. (The oracle's own unit tests cover every other check.)
+#[test]
+fn fault_simulation_catches_careless_workers() {
+    use liveness_conformance::sim::{simulate, SimConfig};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcome = rt.block_on(async {
+        let store: Arc<dyn Store> =
+            Arc::new(server().store(&liveness_conformance::fresh_namespace()));
+        let ttl = liveness_core::Ttl::from_millis(1500).unwrap();
+        let config = SimConfig {
+            careless: true,
+            ..SimConfig::new(7, ttl)
+        };
+        simulate(store, config).await
+    });
+    assert!(
+        outcome.violations.iter().any(|v| v.contains("still acted")),
+        "careless workers went unnoticed: {:?}",
+        outcome.violations
+    );
+}

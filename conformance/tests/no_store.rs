@@ -39,6 +39,10 @@ fn entry_points() -> Vec<Entry> {
             Box::new(|| liveness_conformance::property::run(none(), 1)),
         ),
         (
+            "the fault simulation",
+            Box::new(|| liveness_conformance::sim::run_seeds(none())),
+        ),
+        (
             "the cost check",
             Box::new(|| {
                 bench::assert_round_cost(none(), &bench::CostCheck::deterministic(vec![1], None))

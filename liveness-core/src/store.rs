@@ -12,17 +12,58 @@
 //!
 //! # Contract shared by every method
 //!
-//! - Every operation is atomic and linearizable within the store handle's namespace.
+//! - **One atomic step per decision.** Each operation decides and writes in one
+//!   atomic step, linearizable within the store handle's namespace: `acquire`,
+//!   `renew` (the extension), `reap`, `claim`, `complete`, `fail` and `enqueue` take
+//!   effect at one instant, all of it or nothing; of concurrent callers racing for
+//!   the same lease or item, exactly one wins. The steps a store may split are listed
+//!   next, and only those; every split keeps the operation's bullets below true for
+//!   the caller, and the store's README says which splits it makes.
+//! - **What a store may split over more than one step:**
+//!   - [`LeaseStore::release`] may first end the lease (from then on it cannot be
+//!     renewed, and reads as expired) and then remove the record and put the token in
+//!     the dead set. If the caller stops in between, the record stays expired and a
+//!     checker reaps it: the items are requeued all the same (etcd).
+//!   - [`ItemStore::requeue_orphans`] may move a dead token's items in several
+//!     batches, each guarded by the token's dead-set entry, removing the entry with
+//!     the last one: a reader may see some of the items moved and the token still in
+//!     the dead set; no item moves twice, and the token leaves the dead set only when
+//!     none of its items is left (etcd: 32 items a step, FoundationDB: 500).
+//!   - [`LeaseStore::renew`]'s loss reason may be read in a second, read-only step
+//!     after the refused extension: the refusal is atomic, the reason is the one that
+//!     held then or a later one (an `Expired` lease read as `Superseded` or `Released`
+//!     after somebody acquired or released it meanwhile) (PostgreSQL, SQLite, etcd).
+//!   - [`LeaseStore::expired`] may check its candidates in several reads: every lease
+//!     listed was expired and unreaped when it was read, but the list is not one
+//!     snapshot (etcd).
 //! - Only the store clock decides expiry (see DESIGN.md): the server's clock read
 //!   inside the operation, or, on observer-local stores
 //!   ([`Capabilities::observer_local_expiry`]), this handle's own monotonic clock. A
 //!   caller's clock is never sent or compared.
 //! - Invalid input fails with [`Error::InvalidInput`] and
 //!   changes nothing.
-//! - A transport fault fails with [`Error::Unavailable`];
-//!   the operation may or may not have taken effect, and retrying is safe (every
-//!   operation is idempotent under retry or answers a typed error that says what
-//!   happened).
+//! - A transport fault fails with [`Error::Unavailable`]; the operation may or may not
+//!   have taken effect (the store applied it and the reply was lost). What a retry of
+//!   the same call then answers, per operation:
+//!   - reads (`inspect`, `expired`, `dead_tokens`, `store_time`, `next_expiry`,
+//!     `item`, `item_counts`, `dead_letters`) change nothing: always safe;
+//!   - `renew`: extends again, same token: safe;
+//!   - `release`, `reap`: `false` when the first call applied (the death was declared
+//!     once, by the call whose answer was lost), or `true` again on a store that
+//!     recognises its own first call (FoundationDB); never a second dead-set entry;
+//!   - `complete`, `fail`: [`Error::Fenced`] when the first call applied (the item is
+//!     done, or moved);
+//!   - `requeue_orphans`: moves nothing twice, and may report fewer moves than the
+//!     first call made;
+//!   - `acquire`: [`Error::Held`] naming the caller's own holder when the first call
+//!     applied (a "ghost" lease the caller recognises as its own by its holder id, and
+//!     releases), or that lease itself on a store that recognises its own first call
+//!     (FoundationDB);
+//!   - `claim` and `enqueue` are **not** safe to retry yet (issue 11, break 4): a
+//!     lost `claim` reply leaves the items owned by the token while its holder does
+//!     not know them, until the token ends; a retried `enqueue` whose first call
+//!     applied adds the item twice (at-least-once). The FoundationDB backend
+//!     recognises its own claimed items after an unknown commit result.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
 //! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
 //!   `fail`) first refuses one issued by another store or namespace

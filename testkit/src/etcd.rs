@@ -295,7 +295,7 @@ fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result
 
 /// etcd 3.4 refuses to run on architectures other than amd64 and ppc64le unless
 /// `ETCD_UNSUPPORTED_ARCH` names the architecture.
-fn unsupported_arch() -> Option<&'static str> {
+pub(crate) fn unsupported_arch() -> Option<&'static str> {
     match std::env::consts::ARCH {
         "x86_64" | "powerpc64" => None,
         "aarch64" => Some("arm64"),

@@ -10,8 +10,12 @@
 //! one `SKIP` line per test that cargo's capture does not hide.
 
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod postgres;
+pub mod postgres_standby;
+pub mod proxy;
 pub mod redis;
+pub mod redis_failover;
 pub mod tls;
 
 use std::net::TcpListener;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::{find_binary, free_port, missing, Launcher, ServerProcess};
 
-const INSTALL_HINT: &str = "apt-get install postgresql";
+pub(crate) const INSTALL_HINT: &str = "apt-get install postgresql";
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// A PostgreSQL server the tests can connect to.
@@ -63,12 +63,12 @@ pub fn shared() -> Option<&'static PgServer> {
     }
 }
 
-struct Binaries {
-    initdb: PathBuf,
-    postgres: PathBuf,
+pub(crate) struct Binaries {
+    pub(crate) initdb: PathBuf,
+    pub(crate) postgres: PathBuf,
 }
 
-fn binaries() -> Option<Binaries> {
+pub(crate) fn binaries() -> Option<Binaries> {
     let mut dirs: Vec<String> = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
         let mut versions: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
@@ -92,7 +92,7 @@ fn binaries() -> Option<Binaries> {
 }
 
 /// The uid and gid to run the server as: `None` when not root (run as ourselves).
-fn server_user() -> std::io::Result<Option<(u32, u32)>> {
+pub(crate) fn server_user() -> std::io::Result<Option<(u32, u32)>> {
     let id = |flag: &str, user: Option<&str>| -> std::io::Result<u32> {
         let mut cmd = Command::new("id");
         cmd.arg(flag);
@@ -121,7 +121,7 @@ fn server_user() -> std::io::Result<Option<(u32, u32)>> {
     )))
 }
 
-fn chown_tree(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+pub(crate) fn chown_tree(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
     let Some((uid, gid)) = owner else {
         return Ok(());
     };
@@ -134,14 +134,14 @@ fn chown_tree(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
     Ok(())
 }
 
-fn as_user(cmd: &mut Command, owner: Option<(u32, u32)>) {
+pub(crate) fn as_user(cmd: &mut Command, owner: Option<(u32, u32)>) {
     if let Some((uid, gid)) = owner {
         use std::os::unix::process::CommandExt;
         cmd.uid(uid).gid(gid);
     }
 }
 
-fn random_password() -> String {
+pub(crate) fn random_password() -> String {
     use std::hash::{BuildHasher, RandomState};
     // std's randomly keyed hasher: a fresh random value per call, no clock involved.
     let random = RandomState::new().hash_one(std::process::id());

@@ -1,0 +1,134 @@
+//! The store clock driven by hand (`clock::ManualBootClock`): expiry follows the boot
+//! clock and nothing else, a suspend (the boot clock jumps) expires leases, and a
+//! reboot (another boot id, a clock restarted near zero) retires every lease written
+//! before it, however far in the future its expiry lies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Namespace, Space, Ttl,
+};
+
+use crate::clock::ManualBootClock;
+use crate::{SqliteConfig, SqliteStore};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+async fn open(path: &std::path::Path, clock: &ManualBootClock) -> SqliteStore {
+    let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap());
+    SqliteStore::connect_with(config, Arc::new(clock.clone()))
+        .await
+        .unwrap()
+}
+
+fn expired_reason(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Lost {
+            reason: LostReason::Expired,
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn expiry_and_store_time_follow_the_boot_clock_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&dir.path().join("u.db"), &clock).await;
+    assert_eq!(
+        store.store_time().await.unwrap().since_epoch(),
+        Duration::from_secs(1000)
+    );
+    let key = Key::member("a").unwrap();
+    let lease = store
+        .acquire(
+            &key,
+            &HolderId::new("h").unwrap(),
+            Ttl::from_secs(10).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    clock.advance(Duration::from_millis(9_999));
+    assert_eq!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Live {
+            remaining: Duration::from_millis(1)
+        }
+    );
+    assert_eq!(
+        store.next_expiry(&Space::members()).await.unwrap(),
+        Some(Duration::from_millis(1))
+    );
+    let lease = store.renew(&lease).await.unwrap();
+
+    // A suspend of an hour: the boot clock counts it, so the lease expired.
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Expired
+    );
+    assert_eq!(store.expired(&Space::members(), 10).await.unwrap().len(), 1);
+    assert!(expired_reason(&store.renew(&lease).await.unwrap_err()));
+    assert!(store.reap(&key, lease.token).await.unwrap());
+    assert_eq!(
+        store.store_time().await.unwrap().since_epoch(),
+        Duration::from_millis(1_000_000 + 9_999 + 3_600_000)
+    );
+}
+
+#[tokio::test]
+async fn a_reboot_retires_every_lease_written_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reboot.db");
+    // The last boot ran for 40 days; its leases expire a day after that.
+    let before = ManualBootClock::new("boot-1", 40 * DAY);
+    let store = open(&path, &before).await;
+    let key = Key::member("a").unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let ttl = Ttl::from_secs(86_400).unwrap();
+    let old = store.acquire(&key, &holder, ttl).await.unwrap();
+    store.close().await;
+
+    // After the reboot the boot clock restarted: 5 s since boot.
+    let after = ManualBootClock::new("boot-2", Duration::from_secs(5));
+    let store = open(&path, &after).await;
+    assert_eq!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Expired
+    );
+    assert_eq!(
+        store.next_expiry(&Space::members()).await.unwrap(),
+        Some(Duration::ZERO)
+    );
+    let expired = store.expired(&Space::members(), 10).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].token, old.token);
+    assert!(expired_reason(&store.renew(&old).await.unwrap_err()));
+    assert!(expired_reason(&store.claim(&old, 1).await.unwrap_err()));
+
+    // Another holder takes the key over with a greater token; its lease lives its
+    // ttl on the new boot's clock.
+    let new = store
+        .acquire(&key, &HolderId::new("h2").unwrap(), ttl)
+        .await
+        .unwrap();
+    assert!(new.token > old.token);
+    assert_eq!(store.dead_tokens(10).await.unwrap()[0].token, old.token);
+    after.advance(DAY - Duration::from_millis(1));
+    assert!(matches!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Live { .. }
+    ));
+    store.renew(&new).await.unwrap();
+
+    // Reopening under the same boot retires nothing.
+    store.close().await;
+    let store = open(&path, &after).await;
+    assert!(matches!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Live { .. }
+    ));
+}

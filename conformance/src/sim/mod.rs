@@ -1,0 +1,475 @@
+//! A seeded fault-injection simulation of members, checkers and an election over any
+//! store, judged by an oracle ([`oracle`]).
+//!
+//! Each member and each election candidate is a "process": an OS thread with its own
+//! current-thread tokio runtime, so that a freeze (the thread blocked, as SIGSTOP or a
+//! long GC pause would) stops its heartbeat and its work together, and on waking its
+//! tasks run in whatever order the runtime picks. Their store calls go through their
+//! own [`Faulty`] handle, which runs every call on the driver's runtime (the store's
+//! "server side"). Two checkers run at once on the driver's runtime.
+//!
+//! During the chaos phase (four ttls) the driver arms the faults (failed calls, lost
+//! replies, late calls), freezes a member and the leader past their ttl, suspends a
+//! member's host past its ttl (its boot clock counts the time, its monotonic clock
+//! does not), cuts a member's renewals off for longer than its ttl, and has a member
+//! leave in the middle of its jobs and join again (a rolling deploy), while items
+//! arrive at about half the workers' pace. Then it disarms the faults and waits for
+//! every item to be completed. The oracle then checks the run (see
+//! [`Outcome::violations`]).
+//!
+//! Memory runs on real time too, with the same ttl as a real backend: a frozen
+//! process needs a runtime of its own, and tokio's paused clock is per runtime, so
+//! the processes and the store could not share one paused time.
+//!
+//! A seed fixes the schedule, every fault decision and every job length; the thread
+//! interleaving on real time is not fixed, so a failing seed replays the same faults
+//! at the same moments, which usually fails the same way. `LIVENESS_SIM_SEED=N`
+//! replays seed N; `LIVENESS_SIM_SOAK=N` runs N fresh random seeds.
+
+pub mod oracle;
+mod process;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Event, EventBus, ItemCounts, ItemId,
+    Key, Name, Space, Store, Ttl,
+};
+use tokio::time::Instant;
+
+use crate::faults::{FaultPlan, Faulty, Injected, Op};
+use crate::Factory;
+use oracle::{Log, Record};
+use process::{spawn_candidate, spawn_member, Command, Process, Shared};
+
+/// The role the candidates campaign for.
+const LEADER_ROLE: &str = "sim-leader";
+
+/// The seeds every store runs in the suite.
+pub const SEEDS: &[u64] = &[1, 2];
+
+/// What one simulation run does.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Fixes the schedule, the fault decisions and the job lengths.
+    pub seed: u64,
+    /// The ttl of members and leaders. Every duration of the run scales with it.
+    pub ttl: Ttl,
+    /// Member processes.
+    pub members: usize,
+    /// Concurrent workers per member.
+    pub workers: usize,
+    /// Election candidate processes.
+    pub candidates: usize,
+    /// Concurrent checkers.
+    pub checkers: usize,
+    /// Items to complete.
+    pub items: usize,
+    /// The faults of the chaos phase.
+    pub faults: FaultPlan,
+    /// Breaks the workers and leaders ON PURPOSE, to prove that the oracle can fail:
+    /// they skip their "may I still act?" check and act until their job is done.
+    pub careless: bool,
+}
+
+impl SimConfig {
+    /// The default run for `seed` with `ttl`: 3 members of 2 workers, 2 candidates,
+    /// 2 checkers, 40 items, the default fault plan with its timeout at ttl / 5.
+    pub fn new(seed: u64, ttl: Ttl) -> Self {
+        let faults = FaultPlan {
+            timeout: ttl.duration() / 5,
+            late_by: ttl.duration() / 5,
+            ..FaultPlan::default()
+        };
+        SimConfig {
+            seed,
+            ttl,
+            members: 3,
+            workers: 2,
+            candidates: 2,
+            checkers: 2,
+            items: 40,
+            faults,
+            careless: false,
+        }
+    }
+
+    /// The stop margin of members and leaders (the default, ttl / 5).
+    pub fn margin(&self) -> Duration {
+        self.ttl.duration() / 5
+    }
+
+    /// How long the chaos phase lasts: four ttls.
+    pub fn chaos(&self) -> Duration {
+        self.ttl.duration() * 4
+    }
+
+    /// One step of work: a quarter of the margin, so a worker told to stop finishes
+    /// its step well inside the margin.
+    fn step(&self) -> Duration {
+        self.margin() / 4
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Every oracle violation, empty when the run is clean:
+    /// - no two tokens worked one item at once, unless the first was told to stop at
+    ///   least the stop margin before the second began;
+    /// - at most one leader acted at once (same rule);
+    /// - the store accepted no completion from a token that did not own the item;
+    /// - each death was declared once (one winning `reap`, one `Died` per token);
+    /// - every item was completed, and nothing stayed stranded (owned, pending or
+    ///   dead-lettered) past the drain deadline while members were live.
+    pub violations: Vec<String>,
+    /// The faults injected.
+    pub injected: Injected,
+    /// The chaos the driver caused, in order.
+    pub schedule: Vec<String>,
+    /// The end of the log, for the failure report.
+    pub tail: String,
+}
+
+/// Runs the suite's seeds (or the ones the environment asks for) against stores from
+/// `factory`, each on a fresh namespace; panics with the seed and the oracle's findings
+/// on the first failing run. Used by [`suite!`](crate::suite).
+pub fn run_seeds(factory: Factory) {
+    for seed in seeds_from_env() {
+        if !run_one(&factory, seed) {
+            return;
+        }
+    }
+}
+
+/// The seeds to run: `LIVENESS_SIM_SEED` (one seed), else `LIVENESS_SIM_SOAK` fresh
+/// random seeds, else [`SEEDS`].
+pub fn seeds_from_env() -> Vec<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(seed) = var("LIVENESS_SIM_SEED") {
+        return vec![seed];
+    }
+    if let Some(n) = var("LIVENESS_SIM_SOAK") {
+        return (0..n).map(|_| fastrand::u64(..)).collect();
+    }
+    SEEDS.to_vec()
+}
+
+/// The run for `seed` with `ttl`; `LIVENESS_SIM_FAULTS=all` lets faults hit every
+/// operation, `claim` and `enqueue` included (which strands items today: issue 11,
+/// break 4).
+pub fn config_from_env(seed: u64, ttl: Ttl) -> SimConfig {
+    let mut config = SimConfig::new(seed, ttl);
+    if std::env::var("LIVENESS_SIM_FAULTS").is_ok_and(|v| v == "all") {
+        config.faults.hits = |_| true;
+    }
+    config
+}
+
+/// Runs one seed against a fresh store from `factory` on a new runtime; panics on a
+/// violation, naming the seed and how to replay it. Returns false when there was no
+/// store and skipping was asked for ([`crate::skip`]).
+pub fn run_one(factory: &Factory, seed: u64) -> bool {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    let outcome = rt.block_on(async {
+        let store = factory().await?;
+        let ttl = crate::Ctx::new(store.clone(), factory.clone()).machine_ttl();
+        Some(simulate(store, config_from_env(seed, ttl)).await)
+    });
+    let Some(outcome) = outcome else {
+        crate::skip::no_store("fault_simulation", "the factory returned None");
+        return false;
+    };
+    eprintln!(
+        "simulation seed {seed}: {:?}; chaos: {}",
+        outcome.injected,
+        outcome.schedule.join(", ")
+    );
+    assert!(
+        outcome.violations.is_empty(),
+        "simulation seed {seed} failed (replay: LIVENESS_SIM_SEED={seed}):\n- {}\nchaos: {}\nlast records:\n{}",
+        outcome.violations.join("\n- "),
+        outcome.schedule.join(", "),
+        outcome.tail
+    );
+    true
+}
+
+/// Runs one simulation over `store` (a fresh namespace) and judges it. Must be called
+/// on a multi-threaded runtime with time enabled: the store's calls run on it.
+pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
+    let log = Log::new();
+    let bus = EventBus::new(1 << 16);
+    let recorder = tokio::spawn(record_events(bus.subscribe(), log.clone()));
+    let producer = tokio::spawn(produce(store.clone(), config.items, config.chaos() * 3 / 4));
+    let shared = Shared {
+        config: config.clone(),
+        log: log.clone(),
+        bus: bus.clone(),
+    };
+    let mut seeds = fastrand::Rng::with_seed(config.seed);
+    let mut handles: Vec<Arc<Faulty>> = Vec::new();
+    let mut handle = |seeds: &mut fastrand::Rng| {
+        let h = Arc::new(
+            Faulty::new(store.clone(), config.faults.clone(), seeds.u64(..))
+                .observed(log.clone())
+                .on_runtime(tokio::runtime::Handle::current()),
+        );
+        handles.push(h.clone());
+        h
+    };
+    let checkers: Vec<CheckerHandle> = (0..config.checkers)
+        .map(|_| start_checker(handle(&mut seeds), &config, &bus))
+        .collect();
+    let members: Vec<Process> = (0..config.members)
+        .map(|i| spawn_member(i, handle(&mut seeds), seeds.u64(..), shared.clone()))
+        .collect();
+    let candidates: Vec<Process> = (0..config.candidates)
+        .map(|i| spawn_candidate(i, handle(&mut seeds), seeds.u64(..), shared.clone()))
+        .collect();
+
+    for h in &handles {
+        h.arm(true);
+    }
+    let schedule = chaos(&store, &config, &mut seeds, &members, &candidates, &log).await;
+    for h in &handles {
+        h.arm(false);
+    }
+
+    let ids = producer
+        .await
+        .unwrap_or_else(|e| panic!("the producer failed: {e}"));
+    let mut violations = drain(&store, &config, &ids).await;
+    let limit = config.ttl.duration() * 4 + Duration::from_secs(10);
+    for p in members.into_iter().chain(candidates) {
+        violations.extend(p.stop(limit).await);
+    }
+    for c in checkers {
+        c.stop().await;
+    }
+    recorder.abort();
+
+    let entries = log.entries();
+    violations.extend(oracle::check_exclusive(&entries, config.margin()));
+    violations.extend(oracle::check_fenced_completions(&entries));
+    violations.extend(oracle::check_deaths_once(&entries));
+    violations.extend(oracle::check_all_completed(&entries, &ids));
+    let injected = handles
+        .iter()
+        .map(|h| h.injected())
+        .fold(Injected::default(), |a, b| Injected {
+            failed_before: a.failed_before + b.failed_before,
+            lost_replies: a.lost_replies + b.lost_replies,
+            delayed: a.delayed + b.delayed,
+        });
+    Outcome {
+        seed: config.seed,
+        tail: report_tail(&entries, &violations),
+        violations,
+        injected,
+        schedule,
+    }
+}
+
+/// The history of the first violation's subject (an item, or the leadership), or
+/// the end of the whole log.
+fn report_tail(entries: &[oracle::Entry], violations: &[String]) -> String {
+    let Some(first) = violations.first() else {
+        return String::new();
+    };
+    if first.starts_with("leadership") {
+        return oracle::tail(entries, 120, |r| oracle::about(r, None));
+    }
+    let id = first.split_once("item #").and_then(|(_, rest)| {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().map(ItemId)
+    });
+    match id {
+        Some(id) => oracle::tail(entries, 120, |r| oracle::about(r, Some(id))),
+        None => oracle::tail(entries, 120, oracle::worth_showing),
+    }
+}
+
+/// Enqueues `n` items spread evenly over `spread`, so that idle workers are polling
+/// for work whenever an item is handed back. Each item has attempts to spare: faults
+/// must never dead-letter one.
+async fn produce(store: Arc<dyn Store>, n: usize, spread: Duration) -> Vec<ItemId> {
+    let gap = spread / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let options = EnqueueOptions { max_attempts: 1000 };
+        let id = store
+            .enqueue(&(i as u32).to_be_bytes(), options)
+            .await
+            .unwrap_or_else(|e| panic!("enqueue: {e}"));
+        ids.push(id);
+        tokio::time::sleep(gap).await;
+    }
+    ids
+}
+
+/// Logs what the oracle needs from the event bus (`Died`), and the rest as notes.
+async fn record_events(mut rx: tokio::sync::broadcast::Receiver<Event>, log: Arc<Log>) {
+    loop {
+        match rx.recv().await {
+            Ok(Event::Died { token, .. }) => {
+                log.push(Record::Died { token });
+            }
+            Ok(Event::RenewedLate { .. }) => {}
+            Ok(e) => {
+                log.push(Record::Note(format!("{e:?}")));
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                log.push(Record::Note(format!("event recorder lagged by {n}")));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn start_checker(store: Arc<dyn Store>, config: &SimConfig, bus: &EventBus) -> CheckerHandle {
+    let every = (config.ttl.duration() / 4).max(Duration::from_millis(50));
+    Checker::new(
+        store,
+        CheckerConfig {
+            check_every: every,
+            events: bus.clone(),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn()
+}
+
+/// Drives the chaos phase, faults armed throughout: a member frozen past its ttl, the
+/// leader frozen past its ttl, another member leaving in the middle of its jobs (and
+/// joining again), a member whose renewals cannot get through for longer than its
+/// ttl, and a member's host suspended past its ttl. Returns what it did.
+async fn chaos(
+    store: &Arc<dyn Store>,
+    config: &SimConfig,
+    rng: &mut fastrand::Rng,
+    members: &[Process],
+    candidates: &[Process],
+    log: &Log,
+) -> Vec<String> {
+    let ttl = config.ttl.duration();
+    let frac = |rng: &mut fastrand::Rng, lo: f64, hi: f64| ttl.mul_f64(lo + rng.f64() * (hi - lo));
+    let n = members.len();
+    let frozen = rng.usize(..n);
+    let leaving = (frozen + 1 + rng.usize(..n.max(2) - 1)) % n;
+    let mut plan: Vec<(Duration, Target, Chaos)> = vec![
+        (
+            frac(rng, 0.5, 2.0),
+            Target::Member(frozen),
+            Chaos::Command(Command::Freeze(frac(rng, 1.3, 2.0))),
+        ),
+        (
+            frac(rng, 1.0, 2.5),
+            Target::Leader,
+            Chaos::Command(Command::Freeze(frac(rng, 1.3, 2.0))),
+        ),
+        (
+            frac(rng, 0.5, 2.5),
+            Target::Member(leaving),
+            Chaos::Command(Command::Leave(config.step())),
+        ),
+        (
+            frac(rng, 0.3, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::RenewalsCut(frac(rng, 1.3, 2.0)),
+        ),
+        (
+            frac(rng, 0.5, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::Command(Command::Suspend(frac(rng, 1.3, 2.0))),
+        ),
+    ];
+    plan.sort_by_key(|(at, _, _)| *at);
+    let start = Instant::now();
+    let mut done = Vec::new();
+    for (at, target, chaos) in plan {
+        tokio::time::sleep_until(start + at).await;
+        let process = match target {
+            Target::Member(i) => &members[i],
+            Target::Leader => leader(store, candidates).await,
+        };
+        let what = format!("{} {:?} at {:?}", process.name, chaos, at);
+        log.push(Record::Note(what.clone()));
+        match chaos {
+            Chaos::Command(c) => process.send(c),
+            Chaos::RenewalsCut(d) => process.store.refuse(Op::Renew, d),
+        }
+        done.push(what);
+    }
+    tokio::time::sleep_until(start + config.chaos()).await;
+    done
+}
+
+/// One act of chaos.
+#[derive(Debug)]
+enum Chaos {
+    /// A command to the process.
+    Command(Command),
+    /// The process's renewals fail before reaching the store for this long.
+    RenewalsCut(Duration),
+}
+
+/// Whom a chaos command goes to.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// The member process with this index.
+    Member(usize),
+    /// The candidate that leads now (the first one when nobody does).
+    Leader,
+}
+
+/// The candidate process that holds the leadership now, by its holder id.
+async fn leader<'a>(store: &Arc<dyn Store>, candidates: &'a [Process]) -> &'a Process {
+    let key = Key::new(
+        Space::leaders(),
+        Name::new(LEADER_ROLE).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let holder = match store.inspect(&key).await {
+        Ok(Some(info)) => info.holder.to_string(),
+        _ => String::new(),
+    };
+    candidates
+        .iter()
+        .find(|p| holder.starts_with(&format!("{}-", p.name)))
+        .unwrap_or(&candidates[0])
+}
+
+/// Waits, faults off, until every item is completed; reports what stayed stranded at
+/// the deadline.
+async fn drain(store: &Arc<dyn Store>, config: &SimConfig, ids: &[ItemId]) -> Vec<String> {
+    let deadline = config.ttl.duration() * 12 + Duration::from_secs(10);
+    let until = Instant::now() + deadline;
+    loop {
+        if let Ok(c) = store.item_counts().await {
+            if c == ItemCounts::default() {
+                return Vec::new();
+            }
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut found = Vec::new();
+    for id in ids {
+        if let Ok(Some(record)) = store.item(*id).await {
+            found.push(format!(
+                "item {id} stranded {:?} (attempt {}) for {deadline:?} after the faults stopped, members live",
+                record.state, record.item.attempts
+            ));
+        }
+    }
+    found
+}
