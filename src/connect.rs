@@ -1,5 +1,7 @@
 //! [`connect`]: a store picked by URL scheme among the backends compiled in.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use liveness_core::url::{Authority, UrlForm};
@@ -11,21 +13,48 @@ const EXPECTED_URL: &str =
 /// The schemes of the in-process memory store.
 const MEMORY_SCHEMES: &[&str] = &["memory"];
 
+/// How [`connect`] opens one backend's store: the backend's `connect`, boxed.
+type Connect =
+    for<'a> fn(&'a str) -> Pin<Box<dyn Future<Output = Result<Arc<dyn Store>>> + Send + 'a>>;
+
+/// A backend compiled in: its URL schemes and how to open its store.
+struct Backend {
+    schemes: &'static [&'static str],
+    connect: Connect,
+}
+
+/// The [`Backend`] entry of a backend crate (its `SCHEMES` and its `connect`).
+macro_rules! backend {
+    ($krate:ident) => {
+        Backend {
+            schemes: $krate::SCHEMES,
+            connect: |url| {
+                Box::pin(async move { Ok(Arc::new($krate::connect(url).await?) as Arc<dyn Store>) })
+            },
+        }
+    };
+}
+
+/// Every backend compiled in through its cargo feature, in the order [`connect`]
+/// tries their schemes.
+const BACKENDS: &[Backend] = &[
+    #[cfg(feature = "sqlite")]
+    backend!(backend_sqlite),
+    #[cfg(feature = "redis")]
+    backend!(backend_redis),
+    #[cfg(feature = "postgres")]
+    backend!(backend_postgres),
+    #[cfg(feature = "etcd")]
+    backend!(backend_etcd),
+    #[cfg(feature = "fdb")]
+    backend!(backend_fdb),
+];
+
 /// Every URL scheme [`connect`] serves in this build: `memory`, and the schemes of
 /// each backend compiled in through its cargo feature.
 pub fn schemes() -> Vec<&'static str> {
-    let mut known: Vec<&'static str> = MEMORY_SCHEMES.to_vec();
-    #[cfg(feature = "sqlite")]
-    known.extend_from_slice(backend_sqlite::SCHEMES);
-    #[cfg(feature = "redis")]
-    known.extend_from_slice(backend_redis::SCHEMES);
-    #[cfg(feature = "postgres")]
-    known.extend_from_slice(backend_postgres::SCHEMES);
-    #[cfg(feature = "etcd")]
-    known.extend_from_slice(backend_etcd::SCHEMES);
-    #[cfg(feature = "fdb")]
-    known.extend_from_slice(backend_fdb::SCHEMES);
-    known
+    let backends = BACKENDS.iter().flat_map(|b| b.schemes);
+    MEMORY_SCHEMES.iter().chain(backends).copied().collect()
 }
 
 /// Opens the store a URL names, choosing the backend by the URL's scheme.
@@ -53,25 +82,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
     if MEMORY_SCHEMES.contains(&scheme.as_str()) {
         return memory(url);
     }
-    #[cfg(feature = "sqlite")]
-    if backend_sqlite::SCHEMES.contains(&scheme.as_str()) {
-        return Ok(Arc::new(backend_sqlite::connect(url).await?));
-    }
-    #[cfg(feature = "redis")]
-    if backend_redis::SCHEMES.contains(&scheme.as_str()) {
-        return Ok(Arc::new(backend_redis::connect(url).await?));
-    }
-    #[cfg(feature = "postgres")]
-    if backend_postgres::SCHEMES.contains(&scheme.as_str()) {
-        return Ok(Arc::new(backend_postgres::connect(url).await?));
-    }
-    #[cfg(feature = "etcd")]
-    if backend_etcd::SCHEMES.contains(&scheme.as_str()) {
-        return Ok(Arc::new(backend_etcd::connect(url).await?));
-    }
-    #[cfg(feature = "fdb")]
-    if backend_fdb::SCHEMES.contains(&scheme.as_str()) {
-        return Ok(Arc::new(backend_fdb::connect(url).await?));
+    if let Some(backend) = BACKENDS
+        .iter()
+        .find(|b| b.schemes.contains(&scheme.as_str()))
+    {
+        return (backend.connect)(url).await;
     }
     Err(Error::invalid(
         "url",
@@ -125,7 +140,8 @@ fn memory(url: &str) -> Result<Arc<dyn Store>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::{HolderId, Key, Ttl};
+    use liveness_conformance::fixtures::acquire_member;
+    use liveness_core::Ttl;
 
     #[tokio::test]
     async fn unknown_scheme_lists_the_compiled_ones() {
@@ -194,17 +210,12 @@ mod tests {
         let b = connect("MEMORY://?ns=connect_test").await.unwrap();
         let other = connect("memory:").await.unwrap();
         assert_eq!(a.backend(), "memory");
-        let key = Key::member("m").unwrap();
-        let lease = a
-            .acquire(
-                &key,
-                &HolderId::new("h").unwrap(),
-                Ttl::from_secs(30).unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(b.inspect(&key).await.unwrap().unwrap().token, lease.token);
-        assert!(other.inspect(&key).await.unwrap().is_none());
+        let lease = acquire_member(&*a, "m", "h", Ttl::from_secs(30).unwrap()).await;
+        assert_eq!(
+            b.inspect(&lease.key).await.unwrap().unwrap().token,
+            lease.token
+        );
+        assert!(other.inspect(&lease.key).await.unwrap().is_none());
     }
 
     #[cfg(feature = "sqlite")]

@@ -14,11 +14,10 @@
 //! through the test kit (or uses `LIVENESS_POSTGRES_URL`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use liveness_conformance::bench::{self, Options};
-use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
-use tokio::time::Instant;
+use liveness_conformance::bench_util;
+use liveness_core::{Lease, LeaseStore, Store, Ttl};
 
 fn store_url(server: &liveness_testkit::postgres::PgServer, ns: &str) -> String {
     server.url_with(&format!("ns={ns}&max_connections=80"))
@@ -47,6 +46,19 @@ async fn fresh(
     store
 }
 
+/// The renew statement's UPDATE for `lease`, bare, on `conn`: whether it renewed.
+async fn renew_bare<'c, E: sqlx::PgExecutor<'c>>(conn: E, lease: &Lease) -> bool {
+    let r = sqlx::query(backend_postgres::sql::RENEW)
+        .bind(lease.key.space().as_str())
+        .bind(lease.key.name().as_str())
+        .bind(lease.token.0 as i64)
+        .bind(lease.ttl.as_millis() as i64)
+        .bind(true)
+        .execute(conn)
+        .await;
+    matches!(r, Ok(ref done) if done.rows_affected() == 1)
+}
+
 /// The renew UPDATE in a bare sqlx loop through a sqlx `PgPool`: `concurrency` tasks,
 /// one lease each.
 async fn bare_renewals(
@@ -55,16 +67,7 @@ async fn bare_renewals(
     seconds: f64,
 ) -> f64 {
     let ttl = Ttl::from_secs(60).unwrap();
-    let mut leases = Vec::new();
-    for i in 0..concurrency {
-        let key = Key::member(&format!("bare{i}")).unwrap();
-        leases.push(
-            store
-                .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
-                .await
-                .unwrap(),
-        );
-    }
+    let leases = bench_util::member_leases(store, "bare", concurrency, "bench", ttl).await;
     // A plain sqlx pool of the store's size, warmed.
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(80)
@@ -76,32 +79,12 @@ async fn bare_renewals(
         held.push(pool.acquire().await.unwrap());
     }
     drop(held);
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let tasks: Vec<_> = leases
-        .into_iter()
-        .map(|lease| {
-            let pool = pool.clone();
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < until {
-                    let r = sqlx::query(backend_postgres::sql::RENEW)
-                        .bind(lease.key.space().as_str())
-                        .bind(lease.key.name().as_str())
-                        .bind(lease.token.0 as i64)
-                        .bind(lease.ttl.as_millis() as i64)
-                        .bind(true)
-                        .execute(&pool)
-                        .await;
-                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
-                        n += 1;
-                    }
-                }
-                n
-            })
-        })
-        .collect();
-    liveness_conformance::bench::per_second(start, tasks).await
+    let workers: Vec<_> = leases.into_iter().map(|l| (l, pool.clone())).collect();
+    bench_util::ops_per_second(workers, seconds, |(lease, pool)| async move {
+        let done = renew_bare(&pool, &lease).await;
+        ((lease, pool), done)
+    })
+    .await
 }
 
 /// The same UPDATE in a bare loop on dedicated connections (no pool): sqlx without its
@@ -116,42 +99,17 @@ async fn dedicated_renewals(
     // The pool's options carry the namespace's search_path already.
     let options = store.pool().connect_options().as_ref().clone();
     let mut work = Vec::new();
-    for i in 0..concurrency {
-        let key = Key::member(&format!("ded{i}")).unwrap();
-        let lease = store
-            .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
-            .await
-            .unwrap();
+    for lease in bench_util::member_leases(store, "ded", concurrency, "bench", ttl).await {
         let conn = sqlx::postgres::PgConnection::connect_with(&options)
             .await
             .unwrap();
         work.push((lease, conn));
     }
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let tasks: Vec<_> = work
-        .into_iter()
-        .map(|(lease, mut conn)| {
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < until {
-                    let r = sqlx::query(backend_postgres::sql::RENEW)
-                        .bind(lease.key.space().as_str())
-                        .bind(lease.key.name().as_str())
-                        .bind(lease.token.0 as i64)
-                        .bind(lease.ttl.as_millis() as i64)
-                        .bind(true)
-                        .execute(&mut conn)
-                        .await;
-                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
-                        n += 1;
-                    }
-                }
-                n
-            })
-        })
-        .collect();
-    liveness_conformance::bench::per_second(start, tasks).await
+    bench_util::ops_per_second(work, seconds, |(lease, mut conn)| async move {
+        let done = renew_bare(&mut conn, &lease).await;
+        ((lease, conn), done)
+    })
+    .await
 }
 
 /// pgbench running the same single-row UPDATE on `concurrency` rows, one per client.

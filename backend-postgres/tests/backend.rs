@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use backend_postgres::{AdvisoryElection, PostgresStore};
-use liveness_core::{Error, HolderId, InputProblem, Key, LeaseStore, Ttl};
+use liveness_conformance::fixtures::acquire_member;
+use liveness_core::{Error, HolderId, InputProblem, LeaseStore, Ttl};
 use sqlx::{AssertSqlSafe, Row};
 
 fn ns() -> String {
@@ -47,15 +48,7 @@ async fn tls_sslmode_require_encrypts() {
         .await
         .unwrap();
     assert!(ssl, "the connection is not encrypted");
-    let key = Key::member("tls").unwrap();
-    let lease = store
-        .acquire(
-            &key,
-            &HolderId::new("h").unwrap(),
-            Ttl::from_secs(30).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "tls", "h", Ttl::from_secs(30).unwrap()).await;
     assert!(store.release(&lease).await.unwrap());
 }
 
@@ -198,15 +191,7 @@ async fn release_by_another_handle_wakes_the_checker() {
     let mut rx = watcher.wakeups().expect("postgres has wake-ups");
     // The listener ticks once when its LISTEN is in place.
     ticked(&mut rx, Duration::from_secs(10)).await;
-    let key = Key::member("w").unwrap();
-    let lease = other
-        .acquire(
-            &key,
-            &HolderId::new("h").unwrap(),
-            Ttl::from_secs(30).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&other, "w", "h", Ttl::from_secs(30).unwrap()).await;
     rx.borrow_and_update();
     assert!(other.release(&lease).await.unwrap());
     ticked(&mut rx, Duration::from_secs(10)).await;
@@ -219,14 +204,7 @@ async fn advisory_election_one_leader_with_fencing_tokens() {
     let b = AdvisoryElection::new(&store, "dispatcher", "b")
         .unwrap()
         .retry_every(Duration::from_millis(50));
-    let lease = store
-        .acquire(
-            &Key::member("x").unwrap(),
-            &HolderId::new("x").unwrap(),
-            Ttl::from_secs(30).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "x", "x", Ttl::from_secs(30).unwrap()).await;
     let first = a.try_lead().await.unwrap().expect("free role");
     assert!(
         first.token() > lease.token,

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::bench::{self, Options};
-use liveness_core::{Checker, CheckerConfig, HolderId, Key, LeaseStore, Store, Ttl};
+use liveness_conformance::bench_util;
+use liveness_core::{Checker, CheckerConfig, Store, Ttl};
 use liveness_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
@@ -39,7 +40,6 @@ async fn store(url: &str) -> RedisStore {
 async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
     let s = store(url).await;
     let ns = s.namespace().clone();
-    let holder = HolderId::new("raw").unwrap_or_else(|e| panic!("{e}"));
     // The bare client on the same server (plain `redis://` only: the bench's own
     // server, or a plain LIVENESS_REDIS_URL).
     let client =
@@ -48,47 +48,30 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
         .get_multiplexed_async_connection()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut leases = Vec::new();
-    for i in 0..concurrency {
-        let key = Key::member(&format!("raw{i}")).unwrap_or_else(|e| panic!("{e}"));
-        let lease = s
-            .acquire(
-                &key,
-                &holder,
-                Ttl::from_secs(3600).unwrap_or_else(|e| panic!("{e}")),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        leases.push((key, lease));
-    }
     // Every lease is taken before the clock starts: only renewals are timed.
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (key, lease) in leases {
-        let [lease_key, expiry_key] = backend_redis::raw::renew_keys(&ns, &key);
-        let mut conn = conn.clone();
-        tasks.push(tokio::spawn(async move {
-            let script = backend_redis::raw::renew_script();
-            let name = key.name().as_str().to_owned();
-            let mut n = 0u64;
-            while Instant::now() < until {
-                let r: redis::RedisResult<i64> = script
-                    .key(&lease_key)
-                    .key(&expiry_key)
-                    .arg(&name)
-                    .arg(lease.token.0)
-                    .arg(3_600_000u64)
-                    .invoke_async(&mut conn)
-                    .await;
-                if r == Ok(1) {
-                    n += 1;
-                }
-            }
-            n
-        }));
-    }
-    let per_second = liveness_conformance::bench::per_second(start, tasks).await;
+    let ttl = Ttl::from_secs(3600).unwrap_or_else(|e| panic!("{e}"));
+    let workers: Vec<_> = bench_util::member_leases(&s, "raw", concurrency, "raw", ttl)
+        .await
+        .into_iter()
+        .map(|lease| {
+            let keys = backend_redis::raw::renew_keys(&ns, &lease.key);
+            let name = lease.key.name().as_str().to_owned();
+            (keys, name, lease.token, conn.clone())
+        })
+        .collect();
+    let per_second = bench_util::ops_per_second(workers, seconds, |worker| async move {
+        let ([lease_key, expiry_key], name, token, mut conn) = worker;
+        let r: redis::RedisResult<i64> = backend_redis::raw::renew_script()
+            .key(&lease_key)
+            .key(&expiry_key)
+            .arg(&name)
+            .arg(token.0)
+            .arg(3_600_000u64)
+            .invoke_async(&mut conn)
+            .await;
+        (([lease_key, expiry_key], name, token, conn), r == Ok(1))
+    })
+    .await;
     let _ = s.purge().await;
     per_second
 }

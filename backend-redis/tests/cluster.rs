@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
-use liveness_core::{EnqueueOptions, HolderId, ItemStore, Key, LeaseStore, Namespace, Store, Ttl};
+use liveness_conformance::fixtures::acquire_member;
+use liveness_core::{EnqueueOptions, ItemStore, LeaseStore, Namespace, Store, Ttl};
 use liveness_testkit::redis::RedisCluster;
 
 /// One cluster for the whole test binary (the fault test starts its own).
@@ -71,20 +72,12 @@ async fn namespaces_spread_over_nodes_each_whole_on_one() {
         eprintln!("SKIP: node-level checks need the test kit's own cluster");
         return;
     }
-    let holder = HolderId::new("h").unwrap();
     let mut used = BTreeSet::new();
     let mut spaces = Vec::new();
     for _ in 0..12 {
         let ns = liveness_conformance::fresh_namespace();
         let store = connect(&cluster, ns.clone()).await;
-        let lease = store
-            .acquire(
-                &Key::member("m").unwrap(),
-                &holder,
-                Ttl::from_secs(30).unwrap(),
-            )
-            .await
-            .unwrap();
+        let lease = acquire_member(&store, "m", "h", Ttl::from_secs(30).unwrap()).await;
         store
             .enqueue(b"x", EnqueueOptions::default())
             .await
@@ -130,14 +123,7 @@ async fn a_node_down_is_unavailable() {
         .unwrap()
         .with_namespace(ns.clone());
     let store = RedisStore::connect(config).await.unwrap();
-    let lease = store
-        .acquire(
-            &Key::member("m").unwrap(),
-            &HolderId::new("h").unwrap(),
-            Ttl::from_secs(30).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "m", "h", Ttl::from_secs(30).unwrap()).await;
     let mut owner = None;
     for (i, node) in nodes.iter().enumerate() {
         if !keys_on(node, &ns).await.is_empty() {

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
+use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Ttl};
+use liveness_core::{EnqueueOptions, Error, ItemStore, LeaseStore, Ttl};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 
 fn with_ns(url: &str) -> String {
@@ -15,15 +16,10 @@ fn with_ns(url: &str) -> String {
 
 /// A few operations of each kind, through `store`.
 async fn exercise(store: &RedisStore) {
-    let key = Key::member("w1").unwrap();
-    let holder = HolderId::new("h1").unwrap();
-    let lease = store
-        .acquire(&key, &holder, Ttl::from_secs(30).unwrap())
-        .await
-        .unwrap();
+    let lease = acquire_member(store, "w1", "h1", Ttl::from_secs(30).unwrap()).await;
     let renewed = store.renew(&lease).await.unwrap();
     assert_eq!(renewed.token, lease.token);
-    assert!(store.inspect(&key).await.unwrap().unwrap().is_live());
+    assert!(store.inspect(&lease.key).await.unwrap().unwrap().is_live());
     let id = store
         .enqueue(b"payload", EnqueueOptions::default())
         .await
@@ -36,19 +32,38 @@ async fn exercise(store: &RedisStore) {
     assert!(store.release(&lease).await.unwrap());
 }
 
-#[tokio::test]
-async fn tls_with_a_private_ca() {
-    let Some(server) = RedisServer::spawn(RedisOptions {
+/// Connects to `url` in a fresh namespace and runs [`exercise`] through it.
+async fn exercise_at(url: &str) {
+    let store = backend_redis::connect(&with_ns(url)).await.unwrap();
+    exercise(&store).await;
+}
+
+/// A private server that serves only TLS, with a certificate from a throw-away CA.
+fn tls_server() -> Option<RedisServer> {
+    RedisServer::spawn(RedisOptions {
         tls: true,
         ..RedisOptions::default()
-    }) else {
+    })
+}
+
+/// Whether `err` is the permanent `Backend` error of this backend.
+fn permanent(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Backend {
+            backend: "redis",
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn tls_with_a_private_ca() {
+    let Some(server) = tls_server() else {
         return;
     };
     assert!(server.url().starts_with("rediss://"));
-    let store = backend_redis::connect(&with_ns(server.url()))
-        .await
-        .unwrap();
-    exercise(&store).await;
+    exercise_at(server.url()).await;
 
     // The same CA given as PEM bytes instead of a file.
     let pem = std::fs::read(server.ca_pem().unwrap()).unwrap();
@@ -62,10 +77,7 @@ async fn tls_with_a_private_ca() {
 
 #[tokio::test]
 async fn tls_refuses_an_untrusted_certificate() {
-    let Some(server) = RedisServer::spawn(RedisOptions {
-        tls: true,
-        ..RedisOptions::default()
-    }) else {
+    let Some(server) = tls_server() else {
         return;
     };
     let port = server.process().unwrap().port();
@@ -73,16 +85,7 @@ async fn tls_refuses_an_untrusted_certificate() {
     let err = backend_redis::connect(&format!("rediss://127.0.0.1:{port}?ns=x"))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Backend {
-                backend: "redis",
-                ..
-            }
-        ),
-        "expected a permanent error, got {err:?}"
-    );
+    assert!(permanent(&err), "expected a permanent error, got {err:?}");
 }
 
 #[tokio::test]
@@ -94,10 +97,7 @@ async fn auth_with_user_and_password() {
         return;
     };
     assert!(server.url().contains("worker:s3cret_pass@"));
-    let store = backend_redis::connect(&with_ns(server.url()))
-        .await
-        .unwrap();
-    exercise(&store).await;
+    exercise_at(server.url()).await;
 
     let port = server.process().unwrap().port();
     for url in [
@@ -106,13 +106,7 @@ async fn auth_with_user_and_password() {
     ] {
         let err = backend_redis::connect(&url).await.unwrap_err();
         assert!(
-            matches!(
-                err,
-                Error::Backend {
-                    backend: "redis",
-                    ..
-                }
-            ),
+            permanent(&err),
             "{url}: expected a permanent error, got {err:?}"
         );
         assert!(!err.is_retryable());
@@ -154,12 +148,8 @@ async fn every_key_carries_the_namespace_hash_tag_and_purge_removes_them() {
         .unwrap()
         .with_namespace(ns.clone());
     let store = RedisStore::connect(config).await.unwrap();
-    let key = Key::member("a{b}c:d/e").unwrap();
-    let holder = HolderId::new("h").unwrap();
-    let short = store
-        .acquire(&key, &holder, Ttl::from_millis(1).unwrap())
-        .await
-        .unwrap();
+    let short = acquire_member(&store, "a{b}c:d/e", "h", Ttl::from_millis(1).unwrap()).await;
+    let (key, holder) = (short.key.clone(), short.holder.clone());
     let lease = loop {
         match store
             .acquire(&key, &holder, Ttl::from_secs(30).unwrap())

@@ -29,11 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
+use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    Checker, CheckerConfig, EnqueueOptions, Error, Event, HolderId, ItemCounts, ItemState,
-    ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Error, Event, FencingToken, ItemCounts, ItemState,
+    ItemStore, LeaseStatus, LeaseStore, LostReason, Store, Ttl,
 };
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
@@ -82,32 +83,42 @@ async fn start_fleet(store: RedisStore, ttl: Ttl, members: usize, items: usize) 
     Fleet::start(store.clone(), vec![store; members], ttl, items, DEADLINE).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn durable_restart_keeps_live_leases_tokens_and_items() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions {
+/// A private server on which every acknowledged write survives a restart (the
+/// settings the README requires).
+fn durable() -> Option<RedisServer> {
+    RedisServer::spawn(RedisOptions {
         durable: true,
         ..RedisOptions::default()
-    }) else {
+    })
+}
+
+/// A fleet of 3 members (ttl 2 s) on `server` with 150 items, once 20 of them are
+/// under way; also the ttl and the members' tokens at that moment.
+async fn busy_fleet(server: &RedisServer) -> (Fleet, Ttl, Vec<FencingToken>) {
+    let ttl = Ttl::from_secs(2).unwrap();
+    let world = start_fleet(connect(server, 500).await, ttl, 3, 150).await;
+    world.wait_working(130).await;
+    let before = world.tokens();
+    (world, ttl, before)
+}
+
+/// After an outage longer than the ttl: every item ends completed, every member
+/// re-joined under a token newer than all of `before`, and each saw `Lost` before a
+/// checker requeued its items.
+async fn assert_recovered(world: &Fleet, before: &[FencingToken]) {
+    world.wait_all_completed().await;
+    world.assert_all_rejoined(before).await;
+    world.assert_lost_before_requeue();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn durable_restart_keeps_live_leases_tokens_and_items() {
+    let Some(mut server) = durable() else {
         return;
     };
     let store = connect(&server, 500).await;
-    let holder = HolderId::new("h").unwrap();
-    let keep = store
-        .acquire(
-            &Key::member("keep").unwrap(),
-            &holder,
-            Ttl::from_secs(120).unwrap(),
-        )
-        .await
-        .unwrap();
-    let short = store
-        .acquire(
-            &Key::member("short").unwrap(),
-            &holder,
-            Ttl::from_millis(800).unwrap(),
-        )
-        .await
-        .unwrap();
+    let keep = acquire_member(&store, "keep", "h", Ttl::from_secs(120).unwrap()).await;
+    let short = acquire_member(&store, "short", "h", Ttl::from_millis(800).unwrap()).await;
     let mut ids = Vec::new();
     for i in 0..6u8 {
         ids.push(
@@ -179,14 +190,7 @@ async fn durable_restart_keeps_live_leases_tokens_and_items() {
         );
     }
     // The token counter survived: a new acquisition is newer than every old one.
-    let again = store
-        .acquire(
-            &Key::member("short").unwrap(),
-            &holder,
-            Ttl::from_secs(10).unwrap(),
-        )
-        .await
-        .unwrap();
+    let again = acquire_member(&*store, "short", "h", Ttl::from_secs(10).unwrap()).await;
     assert!(again.token > keep.token.max(short.token));
     let next = store
         .enqueue(b"n", EnqueueOptions::default())
@@ -201,21 +205,13 @@ async fn restart_without_persistence_forgets_everything() {
         return;
     };
     let store = connect(&server, 500).await;
-    let holder = HolderId::new("h").unwrap();
-    let key = Key::member("m").unwrap();
     let mut last = None;
     for _ in 0..3 {
-        let lease = store
-            .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
-            .await
-            .unwrap();
+        let lease = acquire_member(&store, "m", "h", Ttl::from_secs(60).unwrap()).await;
         store.release(&lease).await.unwrap();
         last = Some(lease);
     }
-    let old = store
-        .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
-        .await
-        .unwrap();
+    let old = acquire_member(&store, "m", "h", Ttl::from_secs(60).unwrap()).await;
     let id = store
         .enqueue(b"x", EnqueueOptions::default())
         .await
@@ -230,10 +226,7 @@ async fn restart_without_persistence_forgets_everything() {
     // ...but the item is gone, and token numbers start over: the fencing guarantee is
     // void without `appendonly yes` + `appendfsync always` (see the README).
     assert_eq!(store.item(id).await.unwrap(), None);
-    let fresh = store
-        .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
-        .await
-        .unwrap();
+    let fresh = acquire_member(&store, "m", "h", Ttl::from_secs(60).unwrap()).await;
     assert!(
         fresh.token <= old.token,
         "a wiped counter hands out old numbers again"
@@ -242,16 +235,10 @@ async fn restart_without_persistence_forgets_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions {
-        durable: true,
-        ..RedisOptions::default()
-    }) else {
+    let Some(mut server) = durable() else {
         return;
     };
-    let ttl = Ttl::from_secs(2).unwrap();
-    let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
-    world.wait_working(130).await;
-    let before = world.tokens();
+    let (world, ttl, before) = busy_fleet(&server).await;
 
     server.process_mut().unwrap().kill();
     // The outage: longer than the ttl, so every lease expires by the server's clock
@@ -259,10 +246,8 @@ async fn restart_longer_than_ttl_members_rejoin_and_no_item_is_lost() {
     tokio::time::sleep(ttl.duration() * 3 / 2).await;
     server.process_mut().unwrap().restart(READY).unwrap();
 
-    world.wait_all_completed().await;
     // The counter survived the restart: new tokens are newer than every old one.
-    world.assert_all_rejoined(&before).await;
-    world.assert_lost_before_requeue();
+    assert_recovered(&world, &before).await;
     world.shut_down().await;
 }
 
@@ -271,10 +256,7 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
     let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
         return;
     };
-    let ttl = Ttl::from_secs(2).unwrap();
-    let world = start_fleet(connect(&server, 500).await, ttl, 3, 150).await;
-    world.wait_working(130).await;
-    let before = world.tokens();
+    let (world, ttl, before) = busy_fleet(&server).await;
     let process = server.process().unwrap();
 
     process.pause().unwrap();
@@ -286,9 +268,7 @@ async fn pause_longer_than_ttl_every_expired_member_sees_lost_first() {
     tokio::time::sleep(ttl.duration() * 2).await;
     process.resume().unwrap();
 
-    world.wait_all_completed().await;
-    world.assert_all_rejoined(&before).await;
-    world.assert_lost_before_requeue();
+    assert_recovered(&world, &before).await;
     // No renewal was granted to an expired lease: every old token is gone from the
     // store (no member key still holds it).
     for m in world.members() {
@@ -347,22 +327,17 @@ async fn stale_owner_cannot_complete_after_requeue() {
         return;
     };
     let store = connect(server, 2000).await;
-    let key = Key::member("stale").unwrap();
-    let holder = HolderId::new("h").unwrap();
-    let lease = store
-        .acquire(&key, &holder, Ttl::from_millis(200).unwrap())
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "stale", "h", Ttl::from_millis(200).unwrap()).await;
     let id = store
         .enqueue(b"x", EnqueueOptions::default())
         .await
         .unwrap();
     assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
     wait_until("the lease is expired", || async {
-        matches!(store.inspect(&key).await, Ok(Some(i)) if i.status == LeaseStatus::Expired)
+        matches!(store.inspect(&lease.key).await, Ok(Some(i)) if i.status == LeaseStatus::Expired)
     })
     .await;
-    assert!(store.reap(&key, lease.token).await.unwrap());
+    assert!(store.reap(&lease.key, lease.token).await.unwrap());
     let moved = store.requeue_orphans(lease.token).await.unwrap();
     assert_eq!(moved.requeued, vec![id]);
     assert!(matches!(

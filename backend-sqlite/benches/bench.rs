@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
 use liveness_conformance::bench::{self, Options};
-use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
-use tokio::time::Instant;
+use liveness_conformance::bench_util;
+use liveness_core::{Store, Ttl};
 
 /// The renew statement's UPDATE, bare: autocommit, no `BEGIN IMMEDIATE`, no checks;
 /// the store clock (?5) read the way the store reads it.
@@ -34,45 +34,28 @@ fn store_clock_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// The renew UPDATE in a bare sqlx loop on the store's pool: `concurrency` tasks, one
+/// lease each.
 async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) -> f64 {
     let ttl = Ttl::from_secs(60).unwrap();
-    let mut leases = Vec::new();
-    for i in 0..concurrency {
-        let key = Key::member(&format!("bare{i}")).unwrap();
-        leases.push(
-            store
-                .acquire(&key, &HolderId::new("bench").unwrap(), ttl)
-                .await
-                .unwrap(),
-        );
-    }
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let tasks: Vec<_> = leases
+    let leases = bench_util::member_leases(store, "bare", concurrency, "bench", ttl).await;
+    let workers: Vec<_> = leases
         .into_iter()
-        .map(|lease| {
-            let pool = store.pool().clone();
-            let ns = store.namespace().to_string();
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < until {
-                    let r = sqlx::query(RENEW_BARE)
-                        .bind(&ns)
-                        .bind(lease.key.name().as_ref())
-                        .bind(lease.token.0 as i64)
-                        .bind(lease.ttl.as_millis() as i64)
-                        .bind(store_clock_ms())
-                        .execute(&pool)
-                        .await;
-                    if matches!(r, Ok(ref done) if done.rows_affected() == 1) {
-                        n += 1;
-                    }
-                }
-                n
-            })
-        })
+        .map(|lease| (lease, store.pool().clone(), store.namespace().to_string()))
         .collect();
-    liveness_conformance::bench::per_second(start, tasks).await
+    bench_util::ops_per_second(workers, seconds, |(lease, pool, ns)| async move {
+        let r = sqlx::query(RENEW_BARE)
+            .bind(&ns)
+            .bind(lease.key.name().as_ref())
+            .bind(lease.token.0 as i64)
+            .bind(lease.ttl.as_millis() as i64)
+            .bind(store_clock_ms())
+            .execute(&pool)
+            .await;
+        let done = matches!(r, Ok(ref done) if done.rows_affected() == 1);
+        ((lease, pool, ns), done)
+    })
+    .await
 }
 
 fn main() {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore};
+use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
     Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, Namespace,
     SchemaTooNew, Space, Ttl,
@@ -211,14 +212,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
             .state,
         ItemState::Pending
     );
-    let lease = store
-        .acquire(
-            &old,
-            &HolderId::new("h2").unwrap(),
-            Ttl::from_secs(60).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "old", "h2", Ttl::from_secs(60).unwrap()).await;
     assert_eq!(lease.token.0, 8, "tokens go on from the old counter");
     let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
         .fetch_one(store.pool())

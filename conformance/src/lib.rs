@@ -9,7 +9,9 @@ use std::time::Duration;
 use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
 
 pub mod bench;
+pub mod bench_util;
 pub mod faults;
+pub mod fixtures;
 pub mod fleet;
 pub mod property;
 pub mod scenarios;

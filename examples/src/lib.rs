@@ -3,3 +3,20 @@
 //! (`tests/custom_store.rs`; walk-through in `docs/custom-store.md`).
 
 pub mod custom_store;
+
+use std::sync::Arc;
+
+use liveness::Store;
+
+/// The store named by the program's first argument (a URL [`liveness::connect`]
+/// takes), or the in-process `memory://` store when there is none.
+///
+/// # Errors
+///
+/// What [`liveness::connect`] answers for that URL.
+pub async fn store_from_args() -> liveness::Result<Arc<dyn Store>> {
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "memory://".to_owned());
+    liveness::connect(&url).await
+}

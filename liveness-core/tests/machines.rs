@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Checker, CheckerConfig, Clock, Election, ElectionConfig, EnqueueOptions, Event, EventBus,
-    ItemState, LossReason, LostReason, ManualClock, Member, MemberConfig, MemoryServer, Namespace,
-    Store, TokioClock, Ttl,
+    Checker, CheckerConfig, Claimed, Clock, Election, ElectionConfig, EnqueueOptions, Event,
+    EventBus, ItemId, ItemState, LossReason, LostReason, ManualClock, Member, MemberConfig,
+    MemoryServer, Namespace, Store, TokioClock, Ttl,
 };
 use tokio::time::{timeout, Instant};
 
@@ -49,6 +49,56 @@ fn ttl(ms: u64) -> Ttl {
     Ttl::from_millis(ms).unwrap()
 }
 
+/// A fresh store on the memory model, in the namespace `test`.
+fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryServer::new().store(&ns()))
+}
+
+/// Joins `store` as member `name` with a ttl of `ttl_ms`.
+async fn join(store: &Arc<dyn Store>, name: &str, ttl_ms: u64) -> Member {
+    Member::join(store.clone(), MemberConfig::new(name, ttl(ttl_ms)).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Enqueues one item with the payload `job`.
+async fn enqueue_job(store: &Arc<dyn Store>) -> ItemId {
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Whether `r` is the `InvalidInput` naming `what`.
+fn rejects<T>(r: &liveness_core::Result<T>, what: &str) -> bool {
+    matches!(r, Err(liveness_core::Error::InvalidInput { what: w, .. }) if *w == what)
+}
+
+/// Acquires `n` member leases `m0`, `m1`, … (ttl 500 ms) that nobody renews.
+async fn abandoned_members(store: &Arc<dyn Store>, n: usize) {
+    for i in 0..n {
+        store
+            .acquire(
+                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
+                &liveness_core::HolderId::new("x").unwrap(),
+                ttl(500),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Whether `r` is the `Lost(GaveUp)` a check answers once the local deadline passed.
+fn gave_up<T>(r: &liveness_core::Result<T>) -> bool {
+    matches!(
+        r,
+        Err(liveness_core::Error::Lost {
+            reason: LostReason::GaveUp,
+            ..
+        })
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn member_stays_live_for_many_ttls_under_a_skewed_store_clock() {
     // The store clock is 40 minutes ahead and runs 10 % fast: offsets never matter,
@@ -83,9 +133,7 @@ async fn member_stays_live_for_many_ttls_under_a_skewed_store_clock() {
 #[tokio::test(start_paused = true)]
 async fn a_store_clock_jump_makes_the_member_lose_and_rejoin() {
     let (store, jump) = skewed(Duration::ZERO, 1.0);
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(900)).unwrap())
-        .await
-        .unwrap();
+    let member = join(&store, "w", 900).await;
     let mut events = member.events().subscribe();
     let first = member.generation();
     // The store's clock steps forward past the lease's expiry (an NTP step).
@@ -110,7 +158,7 @@ async fn a_store_clock_jump_makes_the_member_lose_and_rejoin() {
 
 #[tokio::test(start_paused = true)]
 async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let store = memory();
     let bus = EventBus::default();
     let mut events = bus.subscribe();
     let checker = Checker::new(
@@ -122,13 +170,8 @@ async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
         },
     )
     .spawn();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let id = store
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
+    let member = join(&store, "w", 1000).await;
+    let id = enqueue_job(&store).await;
     let claimed = member.claim(1).await.unwrap();
     assert_eq!(claimed.len(), 1);
     // The member dies: its heartbeat stops, nothing is released.
@@ -168,7 +211,7 @@ async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
 
 #[tokio::test(start_paused = true)]
 async fn elected_checkers_run_one_at_a_time() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let store = memory();
     let bus = EventBus::default();
     let mut events = bus.subscribe();
     let mut handles = Vec::new();
@@ -184,17 +227,7 @@ async fn elected_checkers_run_one_at_a_time() {
         };
         handles.push(Checker::new(store.clone(), config).spawn());
     }
-    for i in 0..5 {
-        let lease = store
-            .acquire(
-                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
-                &liveness_core::HolderId::new("x").unwrap(),
-                ttl(500),
-            )
-            .await
-            .unwrap();
-        drop(lease);
-    }
+    abandoned_members(&store, 5).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (mut leaders, mut deaths) = (0, 0);
     while let Ok(e) = events.try_recv() {
@@ -213,7 +246,7 @@ async fn elected_checkers_run_one_at_a_time() {
 
 #[tokio::test(start_paused = true)]
 async fn leadership_fails_over_after_the_leader_is_dropped() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let store = memory();
     let a = Election::new(
         store.clone(),
         ElectionConfig::new("dispatch", "a", ttl(1000)).unwrap(),
@@ -241,27 +274,14 @@ async fn leadership_fails_over_after_the_leader_is_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn bad_member_configs_are_rejected() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let cfg = MemberConfig::new("w", ttl(1000))
-        .unwrap()
-        .renew_every(Duration::from_secs(2));
-    assert!(matches!(
-        Member::join(store.clone(), cfg).await,
-        Err(liveness_core::Error::InvalidInput {
-            what: "renew_every",
-            ..
-        })
-    ));
-    let cfg = MemberConfig::new("w", ttl(1000))
-        .unwrap()
-        .safety_margin(Duration::from_secs(1));
-    assert!(matches!(
-        Member::join(store.clone(), cfg).await,
-        Err(liveness_core::Error::InvalidInput {
-            what: "safety_margin",
-            ..
-        })
-    ));
+    let store = memory();
+    let w = || MemberConfig::new("w", ttl(1000)).unwrap();
+    for (cfg, what) in [
+        (w().renew_every(Duration::from_secs(2)), "renew_every"),
+        (w().safety_margin(Duration::from_secs(1)), "safety_margin"),
+    ] {
+        assert!(rejects(&Member::join(store.clone(), cfg).await, what));
+    }
     assert!(MemberConfig::new("", ttl(1000)).is_err());
     assert!(store
         .inspect(&liveness_core::Key::member("w").unwrap())
@@ -272,14 +292,9 @@ async fn bad_member_configs_are_rejected() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_member_cancels_the_work_claimed_under_it() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    store
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let store = memory();
+    enqueue_job(&store).await;
+    let member = join(&store, "w", 1000).await;
     let claimed = member.claim(1).await.unwrap().pop().unwrap();
     assert!(!claimed.cancel.is_cancelled());
     drop(member);
@@ -305,7 +320,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 #[test]
 fn a_leader_woken_from_a_freeze_knows_it_lost_before_its_heartbeat_runs() {
     current_thread().block_on(async {
-        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+        let store = memory();
         let election = Election::new(
             store.clone(),
             ElectionConfig::new("frozen", "a", ttl(300)).unwrap(),
@@ -322,38 +337,21 @@ fn a_leader_woken_from_a_freeze_knows_it_lost_before_its_heartbeat_runs() {
             leader.cancelled().is_cancelled(),
             "the check fires the cancellation at once"
         );
-        assert!(matches!(
-            leader.check(),
-            Err(liveness_core::Error::Lost {
-                reason: LostReason::GaveUp,
-                ..
-            })
-        ));
+        assert!(gave_up(&leader.check()));
     });
 }
 
 #[test]
 fn a_worker_woken_from_a_freeze_is_refused_before_its_side_effect() {
     current_thread().block_on(async {
-        let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-        store
-            .enqueue(b"job", EnqueueOptions::default())
-            .await
-            .unwrap();
-        let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
-            .await
-            .unwrap();
+        let store = memory();
+        enqueue_job(&store).await;
+        let member = join(&store, "w", 300).await;
         let claimed = member.claim(1).await.unwrap().pop().unwrap();
         assert_eq!(claimed.check().unwrap(), claimed.lease.token);
         assert!(member.generation().check().is_ok());
         freeze(Duration::from_millis(300 + 500));
-        assert!(matches!(
-            claimed.check(),
-            Err(liveness_core::Error::Lost {
-                reason: LostReason::GaveUp,
-                ..
-            })
-        ));
+        assert!(gave_up(&claimed.check()));
         assert!(claimed.cancel.is_cancelled());
         assert!(member.generation().is_lost() || member.token() > claimed.lease.token);
         assert!(
@@ -383,22 +381,22 @@ async fn claim_when_free(member: &Member) -> Instant {
     }
 }
 
+/// Members `a` and `b` (ttl 1 s) on a fresh store with one item, which `a` has
+/// claimed; also `a`'s safety margin (a fifth of its ttl).
+async fn a_holds_the_job_b_waits() -> (Member, Member, Duration, Claimed) {
+    let store = memory();
+    enqueue_job(&store).await;
+    let a = join(&store, "a", 1000).await;
+    let margin = a.generation().lease.ttl.duration() / 5;
+    let b = join(&store, "b", 1000).await;
+    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    (a, b, margin, claimed)
+}
+
 #[tokio::test(start_paused = true)]
 async fn leave_tells_the_worker_to_stop_and_gives_it_the_margin_before_handing_back() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    store
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
-    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let margin = a.generation().lease.ttl.duration() / 5;
-    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let (a, b, margin, claimed) = a_holds_the_job_b_waits().await;
     // A's worker runs a job longer than the grace and never lets go by itself.
-    let claimed = a.claim(1).await.unwrap().pop().unwrap();
     let told = when_fired(claimed.cancel.clone());
     let leaving = tokio::spawn(a.leave(Duration::from_millis(100)));
     let taken = claim_when_free(&b).await;
@@ -418,19 +416,7 @@ async fn leave_tells_the_worker_to_stop_and_gives_it_the_margin_before_handing_b
 
 #[tokio::test(start_paused = true)]
 async fn leave_hands_back_at_once_when_the_told_worker_lets_go() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    store
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
-    let a = Member::join(store.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let margin = a.generation().lease.ttl.duration() / 5;
-    let b = Member::join(store.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let claimed = a.claim(1).await.unwrap().pop().unwrap();
+    let (a, b, margin, claimed) = a_holds_the_job_b_waits().await;
     let cancel = claimed.cancel.clone();
     // The worker stops when told, and drops its claim without completing it.
     let worker = tokio::spawn(async move {
@@ -448,6 +434,13 @@ async fn leave_hands_back_at_once_when_the_told_worker_lets_go() {
         "a worker that let go does not hold its item for the whole margin"
     );
     leaving.await.unwrap().unwrap();
+}
+
+/// A fresh memory store, and the same store behind [`faulty::Faulty`] with its knobs.
+fn faulty_memory() -> (Arc<dyn Store>, Arc<dyn Store>, Arc<faulty::Knobs>) {
+    let memory = memory();
+    let (store, knobs) = faulty::wrap(memory.clone());
+    (memory, store, knobs)
 }
 
 /// A store wrapper that injects faults on demand: renewals that stall, a renewal
@@ -479,6 +472,13 @@ mod faulty {
         pub broken_token: Mutex<Option<FencingToken>>,
         /// Counts acquires that reached this wrapper.
         pub acquires: AtomicUsize,
+    }
+
+    impl Knobs {
+        /// The next acquire is applied by the store, but its reply is lost.
+        pub fn lose_next_acquire_reply(&self) {
+            self.lose_acquire_replies.store(1, Ordering::SeqCst);
+        }
     }
 
     #[derive(Debug)]
@@ -634,8 +634,7 @@ async fn requeued_at(store: &Arc<dyn Store>, id: liveness_core::ItemId) -> Insta
 
 #[tokio::test(start_paused = true)]
 async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_it() {
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
+    let (memory, store, knobs) = faulty_memory();
     let checker = Checker::new(
         memory.clone(),
         CheckerConfig {
@@ -644,13 +643,8 @@ async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_i
         },
     )
     .spawn();
-    let id = memory
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let id = enqueue_job(&memory).await;
+    let member = join(&store, "w", 1000).await;
     let claimed = member.claim(1).await.unwrap().pop().unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The store becomes unreachable, slowly: renewals hang, nothing answers `Lost`.
@@ -701,11 +695,8 @@ fn suspendable_host() -> (Arc<dyn Clock>, ManualClock) {
 
 #[tokio::test(start_paused = true)]
 async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    store
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
+    let store = memory();
+    enqueue_job(&store).await;
     let (clock, suspend) = suspendable_host();
     let config = MemberConfig::new("w", ttl(1000)).unwrap().clock(clock);
     let member = Member::join(store.clone(), config).await.unwrap();
@@ -714,13 +705,7 @@ async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
     // The host sleeps for ten minutes: the boot clock jumps, tokio's clock does not.
     suspend.advance(Duration::from_secs(600));
     assert!(
-        matches!(
-            claimed.check(),
-            Err(liveness_core::Error::Lost {
-                reason: LostReason::GaveUp,
-                ..
-            })
-        ),
+        gave_up(&claimed.check()),
         "a check right after the resume must see the deadline passed"
     );
     assert!(claimed.cancel.is_cancelled());
@@ -728,7 +713,7 @@ async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let store = memory();
     let (clock, suspend) = suspendable_host();
     let config = ElectionConfig::new("sched", "a", ttl(1000))
         .unwrap()
@@ -756,8 +741,7 @@ async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() 
 
 #[tokio::test(start_paused = true)]
 async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
+    let (memory, store, knobs) = faulty_memory();
     let bus = EventBus::default();
     let mut events = bus.subscribe();
     let checker = Checker::new(
@@ -767,19 +751,10 @@ async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
             ..CheckerConfig::default()
         },
     );
-    let broken = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let dying = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let live = Member::join(memory.clone(), MemberConfig::new("c", ttl(5000)).unwrap())
-        .await
-        .unwrap();
-    let id = memory
-        .enqueue(b"job", EnqueueOptions::default())
-        .await
-        .unwrap();
+    let broken = join(&memory, "a", 1000).await;
+    let dying = join(&memory, "b", 1000).await;
+    let live = join(&memory, "c", 5000).await;
+    let id = enqueue_job(&memory).await;
     assert_eq!(dying.claim(1).await.unwrap().len(), 1);
     let (bad, good) = (broken.token(), dying.token());
     // A's lease record is corrupt: every reap of its token fails, every round.
@@ -822,20 +797,12 @@ async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
 
 #[tokio::test(start_paused = true)]
 async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep() {
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
+    let (memory, store, knobs) = faulty_memory();
     let checker = Checker::new(store.clone(), CheckerConfig::default());
-    let a = Member::join(memory.clone(), MemberConfig::new("a", ttl(1000)).unwrap())
-        .await
-        .unwrap();
-    let b = Member::join(memory.clone(), MemberConfig::new("b", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let a = join(&memory, "a", 1000).await;
+    let b = join(&memory, "b", 1000).await;
     for _ in 0..2 {
-        memory
-            .enqueue(b"job", EnqueueOptions::default())
-            .await
-            .unwrap();
+        enqueue_job(&memory).await;
     }
     let held_a = a.claim(1).await.unwrap();
     let held_b = b.claim(1).await.unwrap();
@@ -862,12 +829,9 @@ async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep(
 
 #[tokio::test(start_paused = true)]
 async fn join_recognises_its_own_ghost_lease_after_a_lost_reply() {
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
+    let (memory, store, knobs) = faulty_memory();
     // The first acquire is applied by the store, but its reply is lost.
-    knobs
-        .lose_acquire_replies
-        .store(1, std::sync::atomic::Ordering::SeqCst);
+    knobs.lose_next_acquire_reply();
     let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
         .await
         .expect("a join whose first reply was lost is not Held by its own ghost");
@@ -880,11 +844,8 @@ async fn join_recognises_its_own_ghost_lease_after_a_lost_reply() {
 
 #[tokio::test(start_paused = true)]
 async fn campaign_recognises_its_own_ghost_lease_instead_of_waiting_out_a_ttl() {
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
-    knobs
-        .lose_acquire_replies
-        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let (_, store, knobs) = faulty_memory();
+    knobs.lose_next_acquire_reply();
     let election = Election::new(
         store.clone(),
         ElectionConfig::new("dispatch", "a", ttl(1000)).unwrap(),
@@ -910,16 +871,7 @@ async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
         ..liveness_core::Capabilities::default()
     };
     let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
-    for i in 0..5 {
-        store
-            .acquire(
-                &liveness_core::Key::member(&format!("m{i}")).unwrap(),
-                &liveness_core::HolderId::new("x").unwrap(),
-                ttl(500),
-            )
-            .await
-            .unwrap();
-    }
+    abandoned_members(&store, 5).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let checker = Checker::new(store.clone(), CheckerConfig::default());
     let report = checker.round().await.unwrap();
@@ -933,11 +885,8 @@ async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
 #[tokio::test(start_paused = true)]
 async fn a_rejoin_whose_leftover_release_fails_backs_off() {
     use std::sync::atomic::Ordering;
-    let memory: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
-    let (store, knobs) = faulty::wrap(memory.clone());
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let (_, store, knobs) = faulty_memory();
+    let member = join(&store, "w", 1000).await;
     let first = member.generation();
     // The store answers the next renewal `Lost`, while the old lease is in fact still
     // there, and releases fail: the re-join finds its own leftover lease (Held) and
@@ -968,26 +917,14 @@ async fn a_rejoin_whose_leftover_release_fails_backs_off() {
 
 #[tokio::test(start_paused = true)]
 async fn a_checker_with_check_every_zero_is_rejected() {
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns()));
+    let store = memory();
     let config = CheckerConfig {
         check_every: Duration::ZERO,
         ..CheckerConfig::default()
     };
-    assert!(matches!(
-        config.validate(),
-        Err(liveness_core::Error::InvalidInput {
-            what: "check_every",
-            ..
-        })
-    ));
+    assert!(rejects(&config.validate(), "check_every"));
     let checker = Checker::new(store.clone(), config);
-    assert!(matches!(
-        checker.round().await,
-        Err(liveness_core::Error::InvalidInput {
-            what: "check_every",
-            ..
-        })
-    ));
+    assert!(rejects(&checker.round().await, "check_every"));
     // `run` ends at once instead of busy-looping.
     timeout(
         Duration::from_secs(1),

@@ -6,10 +6,9 @@
 //! `cargo run -p examples --bin dispatcher [STORE_URL]` (default `memory://`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use liveness::{Election, ElectionConfig, FencingToken, Store, Ttl};
+use liveness::{Election, ElectionConfig, FencingToken, Ttl};
 
 /// What a fenced downstream system does: remember the highest token seen, refuse lower.
 #[derive(Default)]
@@ -35,10 +34,7 @@ impl FencedRegister {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "memory://".to_owned());
-    let store: Arc<dyn Store> = liveness::connect(&url).await?;
+    let store = examples::store_from_args().await?;
     let ttl = Ttl::from_millis(2000)?;
     let register = FencedRegister::default();
 

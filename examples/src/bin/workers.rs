@@ -4,19 +4,15 @@
 //!
 //! `cargo run -p examples --bin workers [STORE_URL]` (default `memory://`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use liveness::{
-    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, Member, MemberConfig, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, Member, MemberConfig, Ttl,
 };
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "memory://".to_owned());
-    let store: Arc<dyn Store> = liveness::connect(&url).await?;
+    let store = examples::store_from_args().await?;
     let bus = EventBus::default();
     let mut events = bus.subscribe();
     tokio::spawn(async move {

@@ -736,23 +736,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
             }
         }
     }
-    if !workers
-        .iter()
-        .any(|w| matches!(w.role, Role::Killed { .. }))
-    {
-        show(
-            false,
-            "a SIGKILL (the items ran out before it was staged: use more --items)",
-        );
-    }
-    if !workers
-        .iter()
-        .any(|w| matches!(w.role, Role::Frozen { .. }))
-    {
-        show(
-            false,
-            "a SIGSTOP (the items ran out before it was staged: use more --items)",
-        );
+    let staged = |fault: fn(&Role) -> bool| workers.iter().any(|w| fault(&w.role));
+    for (was_staged, fault) in [
+        (staged(|r| matches!(r, Role::Killed { .. })), "a SIGKILL"),
+        (staged(|r| matches!(r, Role::Frozen { .. })), "a SIGSTOP"),
+    ] {
+        if !was_staged {
+            show(
+                false,
+                &format!("{fault} (the items ran out before it was staged: use more --items)"),
+            );
+        }
     }
     for f in &failures {
         view.say(&format!("  problem: {f}"));

@@ -1,0 +1,69 @@
+//! Pieces the backends' benches share for their bare-primitive loops (the baselines
+//! printed beside the kit's [`bench`](crate::bench) figures): the leases they renew
+//! and the timed loop that counts operations per second.
+
+use std::future::Future;
+use std::time::Duration;
+
+use liveness_core::{HolderId, Key, Lease, LeaseStore, Ttl};
+use tokio::time::Instant;
+
+/// Acquires `n` member leases `{prefix}0`, `{prefix}1`, … for `holder`, one at a
+/// time, so that every lease is taken before a loop's clock starts.
+///
+/// # Panics
+///
+/// When a name is not a valid key or holder, or the store refuses: a bench's set-up.
+pub async fn member_leases<S: LeaseStore + ?Sized>(
+    store: &S,
+    prefix: &str,
+    n: usize,
+    holder: &str,
+    ttl: Ttl,
+) -> Vec<Lease> {
+    let holder = HolderId::new(holder).unwrap_or_else(|e| panic!("holder {holder:?}: {e}"));
+    let mut leases = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("key: {e}"));
+        let lease = store
+            .acquire(&key, &holder, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("acquire {key:?}: {e}"));
+        leases.push(lease);
+    }
+    leases
+}
+
+/// Runs `op` in a loop for `seconds` on each of `workers`, each in its own task, and
+/// answers how many calls per second answered `true` (see
+/// [`per_second`](crate::bench::per_second)).
+///
+/// `op` takes its worker's state and hands it back with its answer, so the state
+/// may hold what the operation uses mutably (a dedicated connection).
+pub async fn ops_per_second<T, F, Fut>(workers: Vec<T>, seconds: f64, op: F) -> f64
+where
+    T: Send + 'static,
+    F: Fn(T) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = (T, bool)> + Send,
+{
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let tasks: Vec<_> = workers
+        .into_iter()
+        .map(|mut worker| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let (back, done) = op(worker).await;
+                    worker = back;
+                    if done {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    crate::bench::per_second(start, tasks).await
+}
