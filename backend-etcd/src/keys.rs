@@ -14,7 +14,8 @@
 //! | `item/r/<id>` | [`Meta`] with state | attempts, max attempts, state |
 //! | `item/b/<id>` | payload bytes | immutable until the item completes |
 //! | `item/p/<id>` | [`Meta`] | pending index |
-//! | `item/o/<token>/<id>` | [`Meta`] | owned-by-token index |
+//! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
+//! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
 //!
 //! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
@@ -95,6 +96,11 @@ impl Keys {
 
     pub(crate) fn owned(&self, token: FencingToken, id: u64) -> String {
         format!("{}item/o/{:020}/{id:020}", self.root, token.0)
+    }
+
+    /// The enqueue idempotency key `key` (32 hex digits): the id it answered.
+    pub(crate) fn enqueue_key(&self, key: &str) -> String {
+        format!("{}item/k/{key}", self.root)
     }
 
     pub(crate) fn owned_by(&self, token: FencingToken) -> String {
@@ -186,6 +192,17 @@ impl Meta {
         format!("{} {} {s}", self.attempts, self.max_attempts)
     }
 
+    /// The owned index value: the meta, the owner, and the request id of the claim
+    /// that assigned the item (a fourth field, which [`Meta::decode_with`] skips).
+    pub(crate) fn encode_claimed(self, token: FencingToken, request: &str) -> String {
+        format!("{} {request}", self.encode_with(ItemState::Owned(token)))
+    }
+
+    /// The request id in an owned index value written by [`Meta::encode_claimed`].
+    pub(crate) fn request_of(raw: &[u8]) -> Option<&str> {
+        std::str::from_utf8(raw).ok()?.split(' ').nth(3)
+    }
+
     pub(crate) fn decode(raw: &[u8]) -> Option<Meta> {
         Self::decode_with(raw).map(|(m, _)| m)
     }
@@ -232,6 +249,22 @@ mod tests {
         };
         assert_eq!(Record::decode(r.encode().as_bytes()), Some(r));
         assert_eq!(Record::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn owned_values_carry_the_claim_request() {
+        let m = Meta {
+            attempts: 1,
+            max_attempts: 3,
+        };
+        let raw = m.encode_claimed(FencingToken(7), "00ff");
+        assert_eq!(
+            Meta::decode_with(raw.as_bytes()),
+            Some((m, Some(ItemState::Owned(FencingToken(7)))))
+        );
+        assert_eq!(Meta::request_of(raw.as_bytes()), Some("00ff"));
+        // Values written before request ids existed carry none.
+        assert_eq!(Meta::request_of(m.encode().as_bytes()), None);
     }
 
     #[test]

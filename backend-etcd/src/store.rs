@@ -17,8 +17,8 @@ use etcd_client::{
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, Requeued, Result, Space, StoreTime,
-    Ttl,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -512,7 +512,17 @@ impl ItemStore for EtcdStore {
             attempts: 0,
             max_attempts: options.max_attempts,
         };
+        let key = options.key.map(|key| k.enqueue_key(&key.to_hex()));
         for _ in 0..MAX_TRIES {
+            if let Some(key) = &key {
+                if let Some(kv) = self.get_one(key).await? {
+                    return std::str::from_utf8(kv.value())
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map(ItemId)
+                        .ok_or_else(|| corrupt(kv.key()));
+                }
+            }
             let (last, guard) = match self.get_one(&counter).await? {
                 None => (0, version(&counter, 0)),
                 Some(kv) => (
@@ -524,14 +534,20 @@ impl ItemStore for EtcdStore {
                 ),
             };
             let id = last + 1;
-            let resp = self
-                .txn(Txn::new().when(vec![guard]).and_then(vec![
-                    put(&counter, id.to_string()),
-                    put(&k.meta(id), meta.encode_with(ItemState::Pending)),
-                    put(&k.body(id), payload.to_vec()),
-                    put(&k.pending(id), meta.encode()),
-                ]))
-                .await?;
+            let mut guards = vec![guard];
+            let mut ops = vec![
+                put(&counter, id.to_string()),
+                put(&k.meta(id), meta.encode_with(ItemState::Pending)),
+                put(&k.body(id), payload.to_vec()),
+                put(&k.pending(id), meta.encode()),
+            ];
+            if let Some(key) = &key {
+                // Still unused: a concurrent enqueue with this key makes us retry and
+                // answer its id.
+                guards.push(version(key, 0));
+                ops.push(put(key, id.to_string()));
+            }
+            let resp = self.txn(Txn::new().when(guards).and_then(ops)).await?;
             if resp.succeeded() {
                 return Ok(ItemId(id));
             }
@@ -539,9 +555,15 @@ impl ItemStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
+        let request = request.to_hex();
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         let is_live = create_rev(&live_key, token_i64(lease.token));
@@ -552,14 +574,50 @@ impl ItemStore for EtcdStore {
                 .txn(
                     Txn::new()
                         .when(vec![is_live.clone()])
-                        .and_then(vec![TxnOp::get(k.pendings(), Some(opts))])
+                        .and_then(vec![
+                            TxnOp::get(k.pendings(), Some(opts)),
+                            TxnOp::get(k.owned_by(lease.token), Some(under(usize::MAX))),
+                        ])
                         .or_else(why_not()),
                 )
                 .await?;
             if !resp.succeeded() {
                 return Err(self.lost_from(lease, &resp)?);
             }
-            let pending = first_range(&resp);
+            let mut reads = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
+            let pending = reads.next().unwrap_or_default();
+            let owned = reads.next().unwrap_or_default();
+            // A repeat of this request answers what it assigned, and assigns nothing.
+            let mut earlier = Vec::new();
+            for kv in &owned {
+                if Meta::request_of(kv.value()) == Some(request.as_str()) {
+                    let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
+                    let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                    earlier.push((id, meta));
+                }
+            }
+            if !earlier.is_empty() {
+                let bodies: Vec<TxnOp> = earlier.iter().map(|(id, _)| get(&k.body(*id))).collect();
+                let resp = self.txn(Txn::new().and_then(bodies)).await?;
+                let bodies = ranges(&resp);
+                return earlier
+                    .into_iter()
+                    .zip(bodies.iter())
+                    .map(|((id, meta), body)| {
+                        let payload = body
+                            .kvs()
+                            .first()
+                            .map(|kv| kv.value().to_vec())
+                            .ok_or_else(|| corrupt(k.body(id).as_bytes()))?;
+                        Ok(Item {
+                            id: ItemId(id),
+                            payload,
+                            attempts: meta.attempts,
+                            max_attempts: meta.max_attempts,
+                        })
+                    })
+                    .collect();
+            }
             if pending.is_empty() {
                 return Ok(Vec::new());
             }
@@ -575,7 +633,10 @@ impl ItemStore for EtcdStore {
                 };
                 compares.push(mod_rev(&k.pending(id), kv.mod_revision()));
                 ops.push(del(&k.pending(id)));
-                ops.push(put(&k.owned(lease.token, id), meta.encode()));
+                ops.push(put(
+                    &k.owned(lease.token, id),
+                    meta.encode_claimed(lease.token, &request),
+                ));
                 ops.push(put(
                     &k.meta(id),
                     meta.encode_with(ItemState::Owned(lease.token)),

@@ -10,7 +10,9 @@
 //!   ("i", id)                           -> attempts(4) max(4) state(1) token(8)  item meta
 //!   ("b", id)                           -> payload                written once
 //!   ("p", id)                           -> ""                     pending, by id
-//!   ("o", token, id)                    -> nonce(8)               owned, by token then id
+//!   ("o", token, id)                    -> request(16)            owned, by token then id;
+//!                                                                 the claim's request id
+//!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good
 //!   ("x", id)                           -> ""                     dead letters, by id
 //!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts
 //! ```
@@ -144,6 +146,11 @@ impl Layout {
 
     pub(crate) fn owned(&self, token: FencingToken, id: u64) -> Vec<u8> {
         self.pack(&("o", token.0, id))
+    }
+
+    /// The enqueue idempotency key: the item id it answered.
+    pub(crate) fn enqueue_key(&self, key: [u8; 16]) -> Vec<u8> {
+        self.pack(&("k", key.as_slice()))
     }
 
     pub(crate) fn owned_by(&self, token: FencingToken) -> (Vec<u8>, Vec<u8>) {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::{
     DeadToken, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, Requeued, Space, Ttl,
+    ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId, Requeued, Space,
+    Ttl,
 };
 use tokio::time::Instant;
 
@@ -457,7 +458,7 @@ impl FdbStore {
         id: u64,
         meta: &mut ItemMeta,
         to: ItemState,
-        nonce: u64,
+        request: &[u8],
     ) {
         match meta.state {
             ItemState::Pending => tx.clear(&self.layout.pending(id)),
@@ -466,7 +467,7 @@ impl FdbStore {
         }
         match to {
             ItemState::Pending => tx.set(&self.layout.pending(id), b""),
-            ItemState::Owned(t) => tx.set(&self.layout.owned(t, id), &nonce.to_be_bytes()),
+            ItemState::Owned(t) => tx.set(&self.layout.owned(t, id), request),
             ItemState::DeadLettered => tx.set(&self.layout.dead_letter(id), b""),
         }
         tx.add(&self.layout.count(Count::of(meta.state)), -1);
@@ -489,7 +490,7 @@ impl FdbStore {
         } else {
             ItemState::DeadLettered
         };
-        self.move_item(tx, id, meta, to, 0);
+        self.move_item(tx, id, meta, to, &[]);
         to
     }
 
@@ -498,8 +499,19 @@ impl FdbStore {
         tx: &mut dyn Transaction,
         payload: &[u8],
         max_attempts: u32,
+        key: Option<RequestId>,
     ) -> Result<u64, Fail> {
+        let key = key.map(|k| self.layout.enqueue_key(k.to_bytes()));
+        if let Some(key) = &key {
+            // Also how a retry after an unknown commit result finds its own enqueue.
+            if let Some(raw) = tx.get(key, false).await? {
+                return Ok(decode_u64(&raw)?);
+            }
+        }
         let id = self.next_counter(tx, "item").await?;
+        if let Some(key) = &key {
+            tx.set(key, &id.to_be_bytes());
+        }
         let meta = ItemMeta {
             attempts: 0,
             max_attempts,
@@ -515,30 +527,29 @@ impl FdbStore {
     pub(crate) async fn claim_once(
         &self,
         tx: &mut dyn Transaction,
-        at: &Attempt,
         lease: &Lease,
         n: usize,
-        nonce: u64,
+        request: RequestId,
     ) -> Result<Vec<Item>, Fail> {
         self.check_current(tx, lease).await?;
-        if at.maybe_committed {
-            // An earlier attempt may have claimed: hand back exactly what it took.
-            let (b, e) = self.layout.owned_by(lease.token);
-            let mut ours = Vec::new();
-            for (k, v) in tx.range(RangeRead::new(&b, &e, usize::MAX)).await? {
-                if v.as_slice() == nonce.to_be_bytes() {
-                    ours.push(self.layout.parse_id(&k)?);
+        // A repeat of this request (by the caller, or by the retry loop after an
+        // unknown commit result): hand back exactly what it took, take nothing new.
+        let request = request.to_bytes();
+        let (b, e) = self.layout.owned_by(lease.token);
+        let mut ours = Vec::new();
+        for (k, v) in tx.range(RangeRead::new(&b, &e, usize::MAX)).await? {
+            if v.as_slice() == request {
+                ours.push(self.layout.parse_id(&k)?);
+            }
+        }
+        if !ours.is_empty() {
+            let mut items = Vec::with_capacity(ours.len());
+            for id in ours {
+                if let Some(rec) = self.read_record(tx, id).await? {
+                    items.push(rec.item);
                 }
             }
-            if !ours.is_empty() {
-                let mut items = Vec::with_capacity(ours.len());
-                for id in ours {
-                    if let Some(rec) = self.read_record(tx, id).await? {
-                        items.push(rec.item);
-                    }
-                }
-                return Ok(items);
-            }
+            return Ok(items);
         }
         let (b, e) = self.layout.pending_all();
         let rows = tx.range(RangeRead::new(&b, &e, n)).await?;
@@ -549,7 +560,7 @@ impl FdbStore {
                 return Err(Fail::Stop(corrupt("pending index")));
             };
             meta.attempts += 1;
-            self.move_item(tx, id, &mut meta, ItemState::Owned(lease.token), nonce);
+            self.move_item(tx, id, &mut meta, ItemState::Owned(lease.token), &request);
             let payload = tx
                 .get(&self.layout.payload(id), true)
                 .await?
@@ -564,25 +575,38 @@ impl FdbStore {
         Ok(items)
     }
 
-    pub(crate) async fn owned_meta(
+    /// After an unknown commit result: true when the lease is still current, so that an
+    /// item it no longer owns was moved by an earlier attempt of this very call (a
+    /// live token's items move only through its own `complete` and `fail`).
+    async fn ours_before(
         &self,
         tx: &mut dyn Transaction,
+        at: &Attempt,
         lease: &Lease,
-        id: ItemId,
-    ) -> Result<ItemMeta, Fail> {
-        match self.read_meta(tx, id.0, false).await? {
-            Some(meta) if meta.state == ItemState::Owned(lease.token) => Ok(meta),
-            _ => Err(Fail::Stop(lease.fenced(id))),
+    ) -> Result<bool, Fail> {
+        if !at.maybe_committed {
+            return Ok(false);
+        }
+        match self.check_current(tx, lease).await {
+            Ok(_) => Ok(true),
+            Err(Fail::Stop(_)) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
     pub(crate) async fn complete_once(
         &self,
         tx: &mut dyn Transaction,
+        at: &Attempt,
         lease: &Lease,
         id: ItemId,
     ) -> Result<(), Fail> {
-        self.owned_meta(tx, lease, id).await?;
+        match self.read_meta(tx, id.0, false).await? {
+            Some(meta) if meta.state == ItemState::Owned(lease.token) => {}
+            // Gone while our lease is current: our earlier attempt completed it.
+            None if self.ours_before(tx, at, lease).await? => return Ok(()),
+            _ => return Err(Fail::Stop(lease.fenced(id))),
+        }
         tx.clear(&self.layout.item(id.0));
         tx.clear(&self.layout.payload(id.0));
         tx.clear(&self.layout.owned(lease.token, id.0));
@@ -593,12 +617,24 @@ impl FdbStore {
     pub(crate) async fn fail_once(
         &self,
         tx: &mut dyn Transaction,
+        at: &Attempt,
         lease: &Lease,
         id: ItemId,
         retry: bool,
     ) -> Result<ItemState, Fail> {
-        let mut meta = self.owned_meta(tx, lease, id).await?;
-        Ok(self.hand_back(tx, id.0, &mut meta, retry))
+        match self.read_meta(tx, id.0, false).await? {
+            Some(mut meta) if meta.state == ItemState::Owned(lease.token) => {
+                Ok(self.hand_back(tx, id.0, &mut meta, retry))
+            }
+            // No longer ours while our lease is current: our earlier attempt handed it
+            // back (and somebody may have taken it since).
+            other if self.ours_before(tx, at, lease).await? => Ok(match other {
+                Some(meta) if meta.state == ItemState::DeadLettered => ItemState::DeadLettered,
+                _ if retry => ItemState::Pending,
+                _ => ItemState::DeadLettered,
+            }),
+            _ => Err(Fail::Stop(lease.fenced(id))),
+        }
     }
 
     /// One batch of `requeue_orphans`: `None` when the token is not in the dead set.

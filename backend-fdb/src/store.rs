@@ -10,7 +10,7 @@ use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
     Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, Namespace, Requeued, Space, StoreTime, Ttl,
+    LeaseStore, Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -254,22 +254,26 @@ impl ItemStore for FdbStore {
         options: EnqueueOptions,
     ) -> liveness_core::Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
-        let max = options.max_attempts;
+        let (max, key) = (options.max_attempts, options.key);
         Ok(ItemId(
-            transact!(self.db, |tx, _at| self.enqueue_once(tx, payload, max))?.0,
+            transact!(self.db, |tx, _at| self.enqueue_once(tx, payload, max, key))?.0,
         ))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> liveness_core::Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> liveness_core::Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
-        let nonce = fastrand::u64(..);
-        Ok(transact!(self.db, |tx, at| self.claim_once(tx, at, lease, n, nonce))?.0)
+        Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, request))?.0)
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {
         lease.check_issuer(&self.issuer)?;
-        transact!(self.db, |tx, _at| self.complete_once(tx, lease, id))?;
+        transact!(self.db, |tx, at| self.complete_once(tx, at, lease, id))?;
         Ok(())
     }
 
@@ -280,7 +284,7 @@ impl ItemStore for FdbStore {
         retry: bool,
     ) -> liveness_core::Result<ItemState> {
         lease.check_issuer(&self.issuer)?;
-        Ok(transact!(self.db, |tx, _at| self.fail_once(tx, lease, id, retry))?.0)
+        Ok(transact!(self.db, |tx, at| self.fail_once(tx, at, lease, id, retry))?.0)
     }
 
     async fn requeue_orphans(&self, token: FencingToken) -> liveness_core::Result<Requeued> {

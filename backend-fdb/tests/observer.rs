@@ -6,7 +6,8 @@ use std::time::Duration;
 use backend_fdb::DoubleDatabase;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    EnqueueOptions, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Space, Ttl,
+    EnqueueOptions, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostReason,
+    RequestId, Space, Ttl,
 };
 use tokio::time::advance;
 
@@ -162,6 +163,57 @@ async fn unknown_commit_results_are_recognised_on_retry() {
         "our own release is recognised"
     );
     assert!(!s.release(&again).await.unwrap());
+}
+
+/// An item operation whose commit result is unknown is answered, on the retry, as the
+/// applied call was: a keyed enqueue adds one item, a complete and a fail answer as
+/// they did (not `Fenced`), a claim with the caller's request id repeats its answer.
+#[tokio::test(start_paused = true)]
+async fn unknown_commit_results_of_item_calls_answer_as_applied() {
+    let db = DoubleDatabase::new();
+    let s = db.store(&fresh_namespace());
+    let lease = s
+        .acquire(
+            &Key::member("w5").unwrap(),
+            &holder(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let key = RequestId::random();
+    db.inject_unknown_results(1);
+    let id = s.enqueue(b"x", EnqueueOptions::keyed(key)).await.unwrap();
+    assert_eq!(
+        s.enqueue(b"x", EnqueueOptions::keyed(key)).await.unwrap(),
+        id
+    );
+    s.enqueue(b"y", EnqueueOptions::default()).await.unwrap();
+    assert_eq!(
+        s.item_counts().await.unwrap().pending,
+        2,
+        "one item per key"
+    );
+
+    let request = RequestId::random();
+    let got = s.claim_request(&lease, 2, request).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(s.claim_request(&lease, 2, request).await.unwrap(), got);
+
+    db.inject_unknown_results(1);
+    s.complete(&lease, got[0].id)
+        .await
+        .expect("our own complete is recognised");
+    assert_eq!(s.item(got[0].id).await.unwrap(), None);
+    db.inject_unknown_results(1);
+    assert_eq!(
+        s.fail(&lease, got[1].id, true).await.unwrap(),
+        ItemState::Pending,
+        "our own fail is recognised"
+    );
+    assert!(matches!(
+        s.complete(&lease, got[0].id).await,
+        Err(liveness_core::Error::Fenced { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]

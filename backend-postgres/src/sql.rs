@@ -146,11 +146,35 @@ pub const ENQUEUE: &str = r#"
 INSERT INTO items (payload, max_attempts) VALUES ($1, $2) RETURNING id
 "#;
 
-/// `claim`: $1 space, $2 name, $3 token, $4 n.
+/// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key.
+///
+/// Records the key with a freshly drawn item id and inserts the item under that id;
+/// when the key is already recorded (committed before this statement), answers its
+/// id and inserts nothing. No row: a concurrent enqueue with the same key committed
+/// while this one waited on the key; running the statement again answers its id.
+pub const ENQUEUE_KEYED: &str = r#"
+WITH k AS (
+    INSERT INTO enqueue_keys (key, id)
+    VALUES ($3, nextval(pg_get_serial_sequence('items', 'id')))
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id
+),
+new AS (
+    INSERT INTO items (id, payload, max_attempts) OVERRIDING SYSTEM VALUE
+    SELECT id, $1, $2 FROM k
+    RETURNING id
+)
+SELECT id FROM new
+UNION ALL
+SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
+"#;
+
+/// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
 ///
 /// Checks the lease (current and live by the server clock) and takes up to n
 /// pending items, lowest id first, skipping rows other claimers have locked, in one
-/// statement. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
+/// statement, recording the request id on each. A repeat of the request (items the
+/// token owns carry its id) answers those items and takes nothing new. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
 /// reap (a DELETE) waits for the claim and then requeues what it took. One row per
 /// claimed item, or one row with NULL item columns; `cur_token` NULL when the key has
 /// no lease.
@@ -162,23 +186,35 @@ cur AS MATERIALIZED (
     WHERE l.space = $1 AND l.name = $2
     FOR KEY SHARE OF l
 ),
+prev AS MATERIALIZED (
+    SELECT id, payload, attempts, max_attempts FROM items
+    WHERE state = 1 AND owner = $3 AND claim_request = $5
+      AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
+),
 pick AS (
     SELECT id FROM items
     WHERE state = 0 AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
+      AND NOT EXISTS (SELECT 1 FROM prev)
     ORDER BY id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ),
 got AS (
-    UPDATE items i SET state = 1, owner = $3, attempts = i.attempts + 1
+    UPDATE items i SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5
     FROM pick WHERE i.id = pick.id
     RETURNING i.id, i.payload, i.attempts, i.max_attempts
+),
+answer AS (
+    SELECT * FROM got
+    UNION ALL
+    SELECT * FROM prev
 )
-SELECT cur.token AS cur_token, cur.live, got.id, got.payload, got.attempts, got.max_attempts
+SELECT cur.token AS cur_token, cur.live, answer.id, answer.payload, answer.attempts,
+       answer.max_attempts
 FROM (SELECT 1) AS one
 LEFT JOIN cur ON true
-LEFT JOIN got ON true
-ORDER BY got.id
+LEFT JOIN answer ON true
+ORDER BY answer.id
 "#;
 
 /// `complete`: $1 id, $2 token. Deletes the item iff that token owns it.

@@ -9,7 +9,7 @@ use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
     FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
-    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -24,14 +24,25 @@ use crate::{sql, BACKEND};
 
 /// The embedded migrations, in order. Each runs with `search_path` set to the
 /// namespace's schema.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "leases_items",
-    include_str!("../migrations/0001_leases_items.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "leases_items",
+        include_str!("../migrations/0001_leases_items.sql"),
+    ),
+    (
+        2,
+        "request_ids",
+        include_str!("../migrations/0002_request_ids.sql"),
+    ),
+];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// How many times a keyed `enqueue` reruns its statement after waiting on a
+/// concurrent enqueue of the same key (the rerun then answers that one's id).
+const ENQUEUE_RETRIES: usize = 8;
 
 /// How many times `acquire` reruns its statement after losing an insert race on a
 /// free key (the rerun then reports the winner as `Held`).
@@ -545,20 +556,47 @@ impl LeaseStore for PostgresStore {
 impl ItemStore for PostgresStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.inner.caps.max_payload)?;
-        let q = sqlx::query(sql::ENQUEUE)
-            .bind(payload)
-            .bind(i64::from(options.max_attempts));
-        let row = self.db().fetch_one(q).await?;
+        let row = match options.key {
+            None => {
+                let q = sqlx::query(sql::ENQUEUE)
+                    .bind(payload)
+                    .bind(i64::from(options.max_attempts));
+                self.db().fetch_one(q).await?
+            }
+            Some(key) => {
+                let key = key.to_hex();
+                let mut found = None;
+                for _ in 0..ENQUEUE_RETRIES {
+                    let q = sqlx::query(sql::ENQUEUE_KEYED)
+                        .bind(payload)
+                        .bind(i64::from(options.max_attempts))
+                        .bind(&key);
+                    found = self.db().fetch_optional(q).await?;
+                    if found.is_some() {
+                        break;
+                    }
+                }
+                found.ok_or_else(|| {
+                    Error::unavailable(BACKEND, "enqueue: the key stayed contended; retry")
+                })?
+            }
+        };
         let id: i64 = get(&row, 0)?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
         let q = on_key(sql::CLAIM, &lease.key)
             .bind(db_token(lease.token))
-            .bind(limit_param(n));
+            .bind(limit_param(n))
+            .bind(request.to_hex());
         let rows = self.db().fetch_all(q).await?;
         let Some(first) = rows.first() else {
             return Err(corrupt("claim", "no row"));

@@ -23,7 +23,11 @@ fn is_transient(e: &RedisError) -> bool {
                 | ServerErrorKind::TryAgain
                 | ServerErrorKind::ClusterDown
                 | ServerErrorKind::MasterDown
-                | ServerErrorKind::ReadOnly,
+                | ServerErrorKind::ReadOnly
+                // The slot moved (resharding, failover): the client does not follow
+                // redirects itself (no re-sends), the caller retries.
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask,
             ) => true,
             _ => {
                 e.is_timeout()

@@ -57,9 +57,15 @@ impl Keys {
         format!("{}i:", self.prefix)
     }
 
-    /// The hash of one item: payload `p`, attempts `a`, max attempts `m`, state `s`.
+    /// The hash of one item: payload `p`, attempts `a`, max attempts `m`, state `s`,
+    /// and `r`, the request id of the claim that assigned it to its owner.
     pub(crate) fn item(&self, id: ItemId) -> String {
         format!("{}i:{}", self.prefix, id.0)
+    }
+
+    /// Enqueue idempotency keys: HASH of key (32 hex digits) -> item id.
+    pub(crate) fn enqueue_keys(&self) -> String {
+        format!("{}ekeys", self.prefix)
     }
 
     /// Pending items: ZSET of ids, score = id.

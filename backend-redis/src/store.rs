@@ -5,8 +5,8 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key,
-    Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, Requeued, Result,
-    Space, StoreTime, Ttl,
+    Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued,
+    Result, Space, StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -499,13 +499,20 @@ impl ItemStore for RedisStore {
         let mut call = scripts().enqueue.prepare_invoke();
         call.key(self.keys.item_ids())
             .key(self.keys.pending())
+            .key(self.keys.enqueue_keys())
             .arg(self.keys.item_prefix())
             .arg(payload)
-            .arg(options.max_attempts);
+            .arg(options.max_attempts)
+            .arg(options.key.map(RequestId::to_hex).unwrap_or_default());
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut call = scripts().claim.prepare_invoke();
@@ -515,7 +522,8 @@ impl ItemStore for RedisStore {
             .key(self.keys.owned_count())
             .arg(lease.token.0)
             .arg(n)
-            .arg(self.keys.item_prefix());
+            .arg(self.keys.item_prefix())
+            .arg(request.to_hex());
         let mut flat = array("claim", self.run(call).await?)?;
         if flat.is_empty() {
             return Err(unexpected("claim", "an empty reply"));
@@ -667,8 +675,11 @@ async fn connect_cluster(
         ClusterClientBuilder::new(config.cluster_nodes.iter().map(|u| u.as_str().to_owned()))
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.response_timeout)
-            .retries(2)
-            .max_retry_wait(500);
+            // No re-sends: the cluster client re-sends a request after an I/O error
+            // (and after MOVED / ASK), and a script that ran before the connection broke
+            // would run twice. The caller sees `Unavailable` and retries by the
+            // contract's rules instead (a redirect still refreshes the slot map).
+            .retries(0);
     if let Some(pem) = root_cert {
         builder = builder.certs(redis::TlsCertificates {
             client_tls: None,

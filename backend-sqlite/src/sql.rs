@@ -83,12 +83,27 @@ pub(crate) const ENQUEUE: &str =
     "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
     VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)";
 
-/// Hands up to ?3 pending items to token ?2 (?1 ns), oldest first.
-pub(crate) const CLAIM: &str =
-    "UPDATE liveness_items SET state = 1, owner = ?2, attempts = attempts + 1 \
+/// Hands up to ?3 pending items to token ?2 (?1 ns), oldest first, marked with the
+/// claim's request id ?4.
+pub(crate) const CLAIM: &str = "UPDATE liveness_items \
+    SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     WHERE ns = ?1 AND state = 0 ORDER BY id LIMIT ?3) \
     RETURNING id, payload, attempts, max_attempts, state, owner";
+
+/// The items token ?2 owns that claim request ?3 assigned (?1 ns): a repeated claim's
+/// answer.
+pub(crate) const CLAIMED_BY: &str =
+    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = 1 AND owner = ?2 AND claim_request = ?3 ORDER BY id";
+
+/// The item id enqueue key ?2 answered (?1 ns).
+pub(crate) const ENQUEUE_KEY: &str =
+    "SELECT id FROM liveness_enqueue_keys WHERE ns = ?1 AND key = ?2";
+
+/// Records that enqueue key ?2 answered item ?3 (?1 ns).
+pub(crate) const SAVE_ENQUEUE_KEY: &str =
+    "INSERT INTO liveness_enqueue_keys (ns, key, id) VALUES (?1, ?2, ?3)";
 
 /// Deletes item ?2 if token ?3 owns it (?1 ns).
 pub(crate) const COMPLETE: &str =

@@ -28,7 +28,7 @@ use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
     FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
-    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -52,6 +52,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "boot clock",
         include_str!("../migrations/0002_boot_clock.sql"),
+    ),
+    (
+        3,
+        "request_ids",
+        include_str!("../migrations/0003_request_ids.sql"),
     ),
 ];
 
@@ -685,6 +690,19 @@ impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
         let mut w = self.write().await?;
+        let key = options.key.map(RequestId::to_hex);
+        if let Some(key) = &key {
+            let earlier: Option<i64> = sqlx::query_scalar(sql::ENQUEUE_KEY)
+                .bind(self.ns.as_ref())
+                .bind(key)
+                .fetch_optional(w.conn())
+                .await
+                .map_err(map)?;
+            if let Some(id) = earlier {
+                w.rollback().await?;
+                return Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?));
+            }
+        }
         let id = self.next(w.conn(), sql::NEXT_ITEM).await?;
         self.query(sql::ENQUEUE)
             .bind(id)
@@ -693,13 +711,27 @@ impl ItemStore for SqliteStore {
             .execute(w.conn())
             .await
             .map_err(map)?;
+        if let Some(key) = &key {
+            self.query(sql::SAVE_ENQUEUE_KEY)
+                .bind(key)
+                .bind(id)
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
+        }
         w.commit().await?;
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
+        let request = request.to_hex();
         let mut w = self.write().await?;
         let now = self.now()?;
         let cur = self.current(w.conn(), &lease.key, now).await?;
@@ -707,13 +739,24 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Err(e);
         }
-        let rows = self
-            .query(sql::CLAIM)
+        // A repeat of this request answers what it assigned and assigns nothing new.
+        let mut rows = self
+            .query(sql::CLAIMED_BY)
             .bind(as_db(lease.token.0))
-            .bind(limit_param(n))
+            .bind(&request)
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
+        if rows.is_empty() {
+            rows = self
+                .query(sql::CLAIM)
+                .bind(as_db(lease.token.0))
+                .bind(limit_param(n))
+                .bind(&request)
+                .fetch_all(w.conn())
+                .await
+                .map_err(map)?;
+        }
         w.commit().await?;
         let mut items = rows
             .iter()

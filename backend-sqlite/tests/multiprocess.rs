@@ -148,7 +148,10 @@ async fn processes_share_one_file() {
         store
             .enqueue(
                 format!("item {i}").as_bytes(),
-                EnqueueOptions { max_attempts: 10 },
+                EnqueueOptions {
+                    max_attempts: 10,
+                    ..EnqueueOptions::default()
+                },
             )
             .await
             .expect("enqueue");

@@ -51,7 +51,7 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 2));
+            assert_eq!((too_new.found, too_new.supported), (99, 3));
         }
         other => panic!("expected Backend, got {other:?}"),
     }

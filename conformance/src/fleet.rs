@@ -66,7 +66,10 @@ impl Fleet {
         });
         let mut ids = Vec::new();
         for i in 0..items {
-            let options = EnqueueOptions { max_attempts: 100 };
+            let options = EnqueueOptions {
+                max_attempts: 100,
+                ..EnqueueOptions::default()
+            };
             let id = store
                 .enqueue(&(i as u32).to_be_bytes(), options)
                 .await

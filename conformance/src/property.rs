@@ -226,7 +226,13 @@ impl Side {
             Op::Enqueue(max) => {
                 let payload = format!("p{}", self.ids.len());
                 match s
-                    .enqueue(payload.as_bytes(), EnqueueOptions { max_attempts: *max })
+                    .enqueue(
+                        payload.as_bytes(),
+                        EnqueueOptions {
+                            max_attempts: *max,
+                            ..EnqueueOptions::default()
+                        },
+                    )
                     .await
                 {
                     Ok(id) => {

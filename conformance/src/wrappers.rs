@@ -1,26 +1,30 @@
-//! A forwarding store wrapper for tests and benches: counts store round trips, and can
-//! stall renewals (a member that is partitioned from the store, or paused) without
-//! touching the store itself.
+//! A forwarding store wrapper for tests and benches: counts store round trips, can
+//! stall renewals (a member that is partitioned from the store, or paused), and can
+//! lose the replies of claims the store applied, without touching the store itself.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
-    Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
 /// Forwards every call to an inner store, counting them; while
 /// [`Wrapped::stall_renewals`] is on, `renew` calls hang (as if the network to the
-/// store were cut) until it is turned off.
+/// store were cut) until it is turned off; while [`Wrapped::lose_claim_replies`] has
+/// replies left to lose, a `claim` reaches the store, which applies it, and its answer
+/// is replaced by [`Error::Unavailable`] (a reply lost on the way back).
 #[derive(Debug)]
 pub struct Wrapped {
     inner: Arc<dyn Store>,
     calls: AtomicU64,
     stalled: AtomicBool,
+    lose_claims: AtomicU64,
+    lose_completes: AtomicU64,
 }
 
 impl Wrapped {
@@ -30,7 +34,42 @@ impl Wrapped {
             inner,
             calls: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
+            lose_claims: AtomicU64::new(0),
+            lose_completes: AtomicU64::new(0),
         }
+    }
+
+    /// Loses the replies of the next `n` claims: the store applies each, and the
+    /// caller gets [`Error::Unavailable`] instead of the items.
+    pub fn lose_claim_replies(&self, n: u64) {
+        self.lose_claims.store(n, Ordering::SeqCst);
+    }
+
+    /// Loses the replies of the next `n` completes, as
+    /// [`Wrapped::lose_claim_replies`] does for claims.
+    pub fn lose_complete_replies(&self, n: u64) {
+        self.lose_completes.store(n, Ordering::SeqCst);
+    }
+
+    /// True (once per reply to lose) when this claim's reply is to be lost.
+    fn lose_claim(&self) -> bool {
+        take_one(&self.lose_claims)
+    }
+}
+
+/// Takes one from a count of replies to lose; false when none is left.
+fn take_one(count: &AtomicU64) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl Wrapped {
+    fn lost_reply(&self, op: &str) -> Error {
+        Error::unavailable(
+            self.inner.backend(),
+            format!("the {op}'s reply was lost (injected)"),
+        )
     }
 
     /// How many store calls went through so far.
@@ -109,13 +148,26 @@ impl ItemStore for Wrapped {
         self.count();
         self.inner.enqueue(payload, options).await
     }
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         self.count();
-        self.inner.claim(lease, n).await
+        let items = self.inner.claim_request(lease, n, request).await?;
+        if self.lose_claim() {
+            return Err(self.lost_reply("claim"));
+        }
+        Ok(items)
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         self.count();
-        self.inner.complete(lease, id).await
+        self.inner.complete(lease, id).await?;
+        if take_one(&self.lose_completes) {
+            return Err(self.lost_reply("complete"));
+        }
+        Ok(())
     }
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         self.count();

@@ -23,8 +23,8 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, Requeued, Result, Space, StoreTime,
-    Ttl,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -48,6 +48,9 @@ struct ItemRow {
     /// `None` pending, `Some(token)` owned, and `dead` marks the dead-letter set.
     owner: Option<u64>,
     dead: bool,
+    /// The request id of the claim that made `owner` its owner: a repeat of that
+    /// claim answers the rows that carry it.
+    claimed_by: Option<RequestId>,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +63,8 @@ struct Tables {
     /// token -> key: the dead set.
     dead: BTreeMap<u64, Key>,
     items: BTreeMap<u64, ItemRow>,
+    /// Enqueue idempotency keys and the ids they answered, kept for good.
+    enqueue_keys: BTreeMap<RequestId, u64>,
 }
 
 /// A store kept in process memory as tables of rows, with its own clock.
@@ -422,6 +427,9 @@ impl ItemStore for TableStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, Self::caps().max_payload)?;
         let mut t = self.tables.lock().await;
+        if let Some(id) = options.key.and_then(|k| t.enqueue_keys.get(&k)) {
+            return Ok(ItemId(*id));
+        }
         t.last_item += 1;
         let id = t.last_item;
         t.items.insert(
@@ -432,16 +440,35 @@ impl ItemStore for TableStore {
                 max_attempts: options.max_attempts,
                 owner: None,
                 dead: false,
+                claimed_by: None,
             },
         );
+        if let Some(key) = options.key {
+            t.enqueue_keys.insert(key, id);
+        }
         Ok(ItemId(id))
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = Self::caps().clamp_limit("n", n)?;
         let mut t = self.tables.lock().await;
         t.current(lease, self.now_ms())?;
+        // A repeat of this request answers the rows it assigned, and assigns nothing.
+        let earlier: Vec<Item> = t
+            .items
+            .iter()
+            .filter(|(_, row)| row.owner == Some(lease.token.0) && row.claimed_by == Some(request))
+            .map(|(id, row)| record(*id, row).item)
+            .collect();
+        if !earlier.is_empty() {
+            return Ok(earlier);
+        }
         // A linear scan for pending rows: fine for an example; a real store keeps a
         // pending index (a sorted set, a partial SQL index).
         let mut out = Vec::new();
@@ -451,6 +478,7 @@ impl ItemStore for TableStore {
             }
             if row.owner.is_none() && !row.dead {
                 row.owner = Some(lease.token.0);
+                row.claimed_by = Some(request);
                 row.attempts += 1;
                 out.push(record(*id, row).item);
             }

@@ -15,6 +15,40 @@ impl fmt::Display for ItemId {
     }
 }
 
+/// An id the caller picks for one mutating request (a claim, a keyed enqueue), so that
+/// the store recognises a retry of that request and answers it as it answered the
+/// first time instead of acting twice.
+///
+/// Pick a fresh one per request ([`RequestId::random`]: 128 random bits, so two
+/// requests never share one by chance) and send the SAME one again when retrying that
+/// request after [`Error::Unavailable`]. Written as 32
+/// lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct RequestId(pub u128);
+
+impl RequestId {
+    /// A fresh random id.
+    pub fn random() -> RequestId {
+        RequestId(fastrand::u128(..))
+    }
+
+    /// The id as 32 lowercase hex digits (how text-keyed stores record it).
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// The id as 16 big-endian bytes (how byte-keyed stores record it).
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
 /// The default for [`EnqueueOptions::max_attempts`].
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
@@ -25,17 +59,33 @@ pub struct EnqueueOptions {
     /// instead of back to pending (so a poison item that kills every worker that takes
     /// it cannot loop forever). At least 1; default [`DEFAULT_MAX_ATTEMPTS`].
     pub max_attempts: u32,
+    /// The idempotency key: an enqueue with a key that an earlier enqueue in the
+    /// namespace used adds nothing and answers that enqueue's id, so a caller can
+    /// retry an enqueue whose reply was lost without adding the item twice. The
+    /// store remembers keys for the namespace's lifetime (one small record per keyed
+    /// enqueue). Default `None`: every call adds an item, and a retry after
+    /// `Unavailable` may add it twice (at-least-once).
+    pub key: Option<RequestId>,
 }
 
 impl Default for EnqueueOptions {
     fn default() -> Self {
         EnqueueOptions {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            key: None,
         }
     }
 }
 
 impl EnqueueOptions {
+    /// The defaults with an idempotency key ([`EnqueueOptions::key`]).
+    pub fn keyed(key: RequestId) -> Self {
+        EnqueueOptions {
+            key: Some(key),
+            ..EnqueueOptions::default()
+        }
+    }
+
     /// Checks the options and the payload against a store's payload limit.
     pub fn validate(&self, payload: &[u8], max_payload: usize) -> Result<()> {
         if self.max_attempts == 0 {

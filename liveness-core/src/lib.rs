@@ -28,7 +28,8 @@ pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, Sche
 pub use events::{CheckStep, Event, EventBus, LossReason};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued, DEFAULT_MAX_ATTEMPTS,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    DEFAULT_MAX_ATTEMPTS,
 };
 pub use lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
 pub use member::{Claimed, Generation, Member, MemberConfig};

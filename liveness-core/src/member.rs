@@ -11,7 +11,7 @@
 //! so work claimed before a loss can never be completed under the new token: the
 //! store answers [`Error::Fenced`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -26,7 +26,7 @@ use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::heartbeat::{keep_alive, End, HeartbeatConfig, Standing};
-use crate::item::{Item, ItemId, ItemState};
+use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::store::Store;
 use crate::sync::lock;
@@ -201,6 +201,11 @@ struct Inner {
     owned: Mutex<HashMap<ItemId, (FencingToken, Weak<Hold>)>>,
     /// Notified when a worker lets go of an item (complete, fail, or drop).
     let_go: Arc<Notify>,
+    /// Claims that answered `Unavailable` (the store may have applied them): the
+    /// token, the request id and `n`. The next claim under that token repeats one.
+    unanswered: Mutex<Vec<(FencingToken, RequestId, usize)>>,
+    /// Items whose `complete` or `fail` answered `Unavailable` (it may have applied).
+    unsure: Mutex<HashSet<ItemId>>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -306,6 +311,8 @@ impl Member {
             leaving: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
             let_go: Arc::new(Notify::new()),
+            unanswered: Mutex::new(Vec::new()),
+            unsure: Mutex::new(HashSet::new()),
             task: Mutex::new(None),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
@@ -360,12 +367,37 @@ impl Member {
     /// Returns no items while the member is leaving or its current generation fails
     /// [`Generation::check`] (cancelled, or its local deadline passed: waiting for a
     /// re-join); fails with `Lost` when the store finds the lease no longer live.
+    ///
+    /// Every claim carries a fresh [`RequestId`]. When one fails with `Unavailable`
+    /// the store may have applied it (a lost reply): the member keeps its id, and the
+    /// next `claim` under the same lease repeats that request first
+    /// ([`ItemStore::claim_request`](crate::ItemStore::claim_request)), so it answers
+    /// the items the lost claim took (up to the `n` that claim asked for) instead of
+    /// leaving them owned by a live token that does not know it has them. A claim
+    /// whose lease is lost meanwhile needs no repeat: the old token's items are
+    /// requeued with it.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
         let gen = self.generation();
         if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
         }
-        let items = self.inner.store.claim(&gen.lease, n).await?;
+        let token = gen.lease.token;
+        let (request, n) = {
+            let mut unanswered = lock(&self.inner.unanswered);
+            unanswered.retain(|(t, _, _)| *t == token);
+            unanswered
+                .pop()
+                .map_or((RequestId::random(), n), |(_, request, n)| (request, n))
+        };
+        let items = match self.inner.store.claim_request(&gen.lease, n, request).await {
+            Ok(items) => items,
+            Err(e) => {
+                if e.is_retryable() {
+                    lock(&self.inner.unanswered).push((token, request, n));
+                }
+                return Err(e);
+            }
+        };
         let mut owned = lock(&self.inner.owned);
         Ok(items
             .into_iter()
@@ -387,26 +419,72 @@ impl Member {
 
     /// Completes a claimed item. Fails with [`Error::Fenced`] when the item was
     /// requeued since (its generation was lost): the work must be considered not done.
+    ///
+    /// Safe to call again after `Unavailable`: when the earlier call was applied (its
+    /// reply lost), the store answers the repeat with `Fenced`; the member then reads
+    /// the item, and while the generation still passes [`Claimed::check`] an item that
+    /// is gone was completed by that earlier call (a live token's items move only
+    /// through its own calls), so it answers `Ok`.
     pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
-        let r = self
+        let mut r = self
             .inner
             .store
             .complete(&claimed.lease, claimed.item.id)
             .await;
+        if self.was_unsure(claimed, &r) {
+            if let Ok(None) = self.inner.store.item(claimed.item.id).await {
+                r = Ok(());
+            }
+        }
         self.forget(claimed, &r);
         r
     }
 
     /// Gives a claimed item back: to pending with `retry` (unless out of attempts),
-    /// else to the dead-letter set. Fails with [`Error::Fenced`] like `complete`.
+    /// else to the dead-letter set. Fails with [`Error::Fenced`] like `complete`, and
+    /// is safe to call again after `Unavailable` like `complete`: a repeat of an
+    /// applied fail answers the state that fail gave the item.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
-        let r = self
+        let mut r = self
             .inner
             .store
             .fail(&claimed.lease, claimed.item.id, retry)
             .await;
+        if self.was_unsure(claimed, &r) {
+            match self.inner.store.item(claimed.item.id).await {
+                // Dead-lettered: by that fail (or out of attempts).
+                Ok(Some(rec)) if rec.state == ItemState::DeadLettered => {
+                    r = Ok(ItemState::DeadLettered)
+                }
+                // Pending, or taken (even completed) by another since: that fail put
+                // it back to pending.
+                Ok(_) if retry => r = Ok(ItemState::Pending),
+                _ => {}
+            }
+        }
         self.forget(claimed, &r);
         r
+    }
+
+    /// Notes an `Unavailable` answer to a complete or fail of `claimed`; true when
+    /// this answer is `Fenced` after such an earlier answer, while the generation is
+    /// still current: the earlier call may have been applied, and the item's state
+    /// tells.
+    fn was_unsure<T>(&self, claimed: &Claimed, r: &Result<T>) -> bool {
+        let id = claimed.item.id;
+        match r {
+            Err(e) if e.is_retryable() => {
+                lock(&self.inner.unsure).insert(id);
+                false
+            }
+            Err(Error::Fenced { .. }) => {
+                lock(&self.inner.unsure).remove(&id) && claimed.check().is_ok()
+            }
+            _ => {
+                lock(&self.inner.unsure).remove(&id);
+                false
+            }
+        }
     }
 
     fn forget<T>(&self, claimed: &Claimed, r: &Result<T>) {

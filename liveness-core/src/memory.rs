@@ -17,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
 use crate::error::{Error, LostReason, Result};
-use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
+use crate::item::{
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+};
 use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
 use crate::sync::lock;
@@ -38,6 +40,8 @@ struct LeaseRec {
 struct ItemRec {
     item: Item,
     state: ItemState,
+    /// The request of the claim that assigned it to its current owner.
+    claimed_by: Option<RequestId>,
 }
 
 #[derive(Debug)]
@@ -52,6 +56,8 @@ struct NsState {
     pending: BTreeSet<ItemId>,
     owned: HashMap<FencingToken, BTreeSet<ItemId>>,
     dead_letters: BTreeSet<ItemId>,
+    /// Enqueue idempotency keys and the ids they answered, kept for good.
+    keys: HashMap<RequestId, ItemId>,
     wake: watch::Sender<u64>,
 }
 
@@ -67,6 +73,7 @@ impl NsState {
             pending: BTreeSet::new(),
             owned: HashMap::new(),
             dead_letters: BTreeSet::new(),
+            keys: HashMap::new(),
             wake: watch::channel(0).0,
         }
     }
@@ -123,6 +130,7 @@ impl NsState {
                 }
             }
         }
+        rec.claimed_by = None;
         let state = if retry && rec.item.attempts < rec.item.max_attempts {
             self.pending.insert(id);
             ItemState::Pending
@@ -394,6 +402,9 @@ impl ItemStore for MemoryStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         options.validate(payload, self.caps.max_payload)?;
         let mut st = lock(&self.state);
+        if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
+            return Ok(*id);
+        }
         st.next_item += 1;
         let id = ItemId(st.next_item);
         st.items.insert(
@@ -406,18 +417,40 @@ impl ItemStore for MemoryStore {
                     max_attempts: options.max_attempts,
                 },
                 state: ItemState::Pending,
+                claimed_by: None,
             },
         );
         st.pending.insert(id);
+        if let Some(key) = options.key {
+            st.keys.insert(key, id);
+        }
         Ok(id)
     }
 
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let now = self.now();
         let mut st = lock(&self.state);
         st.check_current(lease, now)?;
+        // A repeat of this request: answer what it assigned, assign nothing new.
+        let earlier: Vec<Item> = st
+            .owned
+            .get(&lease.token)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| st.items.get(id))
+            .filter(|rec| rec.claimed_by == Some(request))
+            .map(|rec| rec.item.clone())
+            .collect();
+        if !earlier.is_empty() {
+            return Ok(earlier);
+        }
         let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -426,6 +459,7 @@ impl ItemStore for MemoryStore {
             if let Some(rec) = st.items.get_mut(&id) {
                 rec.item.attempts += 1;
                 rec.state = ItemState::Owned(lease.token);
+                rec.claimed_by = Some(request);
                 out.push(rec.item.clone());
             }
         }

@@ -42,28 +42,12 @@
 //!   caller's clock is never sent or compared.
 //! - Invalid input fails with [`Error::InvalidInput`] and
 //!   changes nothing.
-//! - A transport fault fails with [`Error::Unavailable`]; the operation may or may not
-//!   have taken effect (the store applied it and the reply was lost). What a retry of
-//!   the same call then answers, per operation:
-//!   - reads (`inspect`, `expired`, `dead_tokens`, `store_time`, `next_expiry`,
-//!     `item`, `item_counts`, `dead_letters`) change nothing: always safe;
-//!   - `renew`: extends again, same token: safe;
-//!   - `release`, `reap`: `false` when the first call applied (the death was declared
-//!     once, by the call whose answer was lost), or `true` again on a store that
-//!     recognises its own first call (FoundationDB); never a second dead-set entry;
-//!   - `complete`, `fail`: [`Error::Fenced`] when the first call applied (the item is
-//!     done, or moved);
-//!   - `requeue_orphans`: moves nothing twice, and may report fewer moves than the
-//!     first call made;
-//!   - `acquire`: [`Error::Held`] naming the caller's own holder when the first call
-//!     applied (a "ghost" lease the caller recognises as its own by its holder id, and
-//!     releases), or that lease itself on a store that recognises its own first call
-//!     (FoundationDB);
-//!   - `claim` and `enqueue` are **not** safe to retry yet (issue 11, break 4): a
-//!     lost `claim` reply leaves the items owned by the token while its holder does
-//!     not know them, until the token ends; a retried `enqueue` whose first call
-//!     applied adds the item twice (at-least-once). The FoundationDB backend
-//!     recognises its own claimed items after an unknown commit result.
+//! - A transport fault fails with [`Error::Unavailable`];
+//!   the operation may or may not have taken effect. Retrying it is safe: each
+//!   method's `# Retry` section says what a repeat of an applied call answers. The
+//!   two that would act twice take an id the caller repeats: `claim_request` (a
+//!   [`RequestId`]) and `enqueue` (its [`EnqueueOptions::key`]). A store never lets
+//!   its client library re-send a call that is not safe to repeat on its own.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
 //! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
 //!   `fail`) first refuses one issued by another store or namespace
@@ -77,7 +61,9 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, Result};
-use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
+use crate::item::{
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+};
 use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
@@ -204,6 +190,12 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - Fails with [`Error::Held`] naming the live holder and token otherwise, and
     ///   changes nothing.
     /// - A ttl outside the capabilities fails with `InvalidInput`.
+    ///
+    /// # Retry
+    /// - A repeat of an applied acquire answers [`Error::Held`] naming the caller's own
+    ///   holder id and the token the first one took (a "ghost" lease): the caller
+    ///   releases it with that token and acquires again, as [`Member`](crate::Member)
+    ///   and [`Election`](crate::Election) do. Nothing is acquired twice.
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease>;
 
     /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease
@@ -223,6 +215,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   [`Error::Lost`] with [`LostReason::Expired`](crate::LostReason::Expired).
     /// - A key now held under another token: `Lost` with `Superseded`; a key with no
     ///   lease: `Lost` with `Released`. Nothing changes on any `Lost`.
+    ///
+    /// # Retry
+    /// - Idempotent: a repeat extends the same lease again, from the store's now.
     async fn renew(&self, lease: &Lease) -> Result<Lease>;
 
     /// Gives a lease up.
@@ -233,6 +228,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   requeued by the checker's sweep. Returns true iff it removed the lease.
     /// - Idempotent: releasing a lease that is gone or superseded returns false and
     ///   changes nothing.
+    ///
+    /// # Retry
+    /// - A repeat of an applied release returns false (the lease is gone already)
+    ///   and changes nothing: after an `Unavailable`, false means "released, by this
+    ///   call or before it".
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
     /// Reads the lease on `key`.
@@ -263,6 +263,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   removes it, adds `(key, token)` to the dead set, and returns true.
     /// - Exactly one of any number of concurrent callers gets true; a live, superseded
     ///   or missing lease gives false and changes nothing.
+    ///
+    /// # Retry
+    /// - A repeat of an applied reap returns false and changes nothing. The token is
+    ///   in the dead set either way, so the checker's sweep of the dead set requeues
+    ///   its items even when the caller that reaped never learnt it won.
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool>;
 
     /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
@@ -322,17 +327,49 @@ pub trait ItemStore: Send + Sync {
     /// # Contract
     /// - Returns a new id, greater than every id handed out before in the namespace.
     /// - A payload over `max_payload` or `max_attempts == 0` is `InvalidInput`.
+    /// - With [`EnqueueOptions::key`]: when an earlier enqueue in the namespace used the
+    ///   same key, adds nothing and returns that enqueue's id, whatever became of the
+    ///   item since (completed items included), and whatever payload and options this
+    ///   call carries. The check and the insert are one atomic step: of concurrent
+    ///   enqueues with one key, exactly one adds the item and all answer its id. Keys
+    ///   are remembered for the namespace's lifetime.
+    ///
+    /// # Retry
+    /// - With a key: idempotent; a repeat answers the first call's id.
+    /// - Without a key: a repeat of an applied enqueue adds a second item
+    ///   (at-least-once). Use a key when a duplicate matters.
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId>;
 
-    /// Assigns up to `n` pending items to the lease's token, lowest id first, and counts
-    /// one attempt on each.
+    /// [`ItemStore::claim_request`] with a fresh [`RequestId`]: convenient, but a caller
+    /// that gets `Unavailable` cannot repeat it, so the items the store may have
+    /// assigned stay owned by the token until it ends. Callers that keep their lease
+    /// (a member) use `claim_request`. Provided; do not override it.
+    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+        self.claim_request(lease, n, RequestId::random()).await
+    }
+
+    /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
+    /// one attempt on each, and records `request` on each: the claim of `request`.
     ///
     /// # Contract
     /// - Only while the lease is current and live by the store clock, checked in the
     ///   same atomic step; otherwise [`Error::Lost`] and nothing is assigned.
     /// - `n == 0` is `InvalidInput`; larger `n` is clamped to `max_batch`.
     /// - Returns the claimed items with their new attempt counts (possibly none).
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>>;
+    /// - A repeat: when items the token owns carry `request` (an earlier call with
+    ///   this token and this id assigned them), returns exactly those items, lowest id
+    ///   first, with their attempt counts unchanged, and assigns nothing new. Only a
+    ///   call with no such item left (the first one; or one whose items the caller
+    ///   has all completed or failed already) assigns pending items.
+    /// - `request` is scoped to the token: the same id under another token is a new
+    ///   request. Callers pick a fresh id per claim ([`RequestId::random`]).
+    ///
+    /// # Retry
+    /// - Idempotent with the same `request` (and `n`): a repeat after `Unavailable`
+    ///   answers the items the first call assigned, so none of them stays owned by a
+    ///   live token that does not know it has them.
+    async fn claim_request(&self, lease: &Lease, n: usize, request: RequestId)
+        -> Result<Vec<Item>>;
 
     /// Marks an item done and removes it.
     ///
@@ -340,6 +377,14 @@ pub trait ItemStore: Send + Sync {
     /// - Succeeds iff the item is still owned by the lease's token; otherwise
     ///   [`Error::Fenced`] and nothing changes. A stale (requeued) owner can never
     ///   complete.
+    ///
+    /// # Retry
+    /// - A repeat of an applied complete changes nothing and answers `Fenced`: the
+    ///   item is gone. The caller tells its own completion from a loss with
+    ///   [`ItemStore::item`]: `None` while its lease is still current means the item
+    ///   was completed by its earlier attempt (an item owned by a live token moves
+    ///   only through that token's own `complete` and `fail`; only a dead token's
+    ///   items are requeued). [`Member::complete`](crate::Member::complete) does this.
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()>;
 
     /// Gives an item back after a failure.
@@ -350,6 +395,11 @@ pub trait ItemStore: Send + Sync {
     /// - With `retry`, the item goes back to pending, or to the dead-letter set when
     ///   its attempts reached `max_attempts`; without, to the dead-letter set. Returns
     ///   the new state.
+    ///
+    /// # Retry
+    /// - A repeat of an applied fail changes nothing and answers `Fenced`: the item is
+    ///   no longer the token's. (Pending or dead-lettered by [`ItemStore::item`] while
+    ///   the lease is still current: the earlier attempt handed it back.)
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState>;
 
     /// Requeues every item still owned by a dead token and forgets the token.
@@ -360,6 +410,10 @@ pub trait ItemStore: Send + Sync {
     /// - Each owned item goes back to pending, or to the dead-letter set when its
     ///   attempts reached `max_attempts`; then the token leaves the dead set.
     /// - Idempotent: a second call (or a concurrent one) moves nothing twice.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call returns an empty result (the token left the dead
+    ///   set) and moves nothing; the items were moved by the first.
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued>;
 
     /// Reads one item.

@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::error::Result;
-use crate::item::{EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, Requeued};
+use crate::item::{
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+};
 use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Store};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
@@ -90,9 +92,17 @@ impl ItemStore for Traced {
         let span = span!(self, "enqueue");
         self.inner.enqueue(payload, options).instrument(span).await
     }
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         let span = span!(self, "claim", token = lease.token);
-        self.inner.claim(lease, n).instrument(span).await
+        self.inner
+            .claim_request(lease, n, request)
+            .instrument(span)
+            .await
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         let span = span!(self, "complete", token = lease.token, item = id);

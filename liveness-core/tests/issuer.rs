@@ -38,7 +38,13 @@ async fn the_same_namespace_of_another_server_refuses_the_lease() {
         .unwrap();
     assert_eq!(la.token, lb.token, "both servers start counting at 1");
     let id = b
-        .enqueue(b"x", EnqueueOptions { max_attempts: 3 })
+        .enqueue(
+            b"x",
+            EnqueueOptions {
+                max_attempts: 3,
+                key: None,
+            },
+        )
         .await
         .unwrap();
     b.claim(&lb, 1).await.unwrap();

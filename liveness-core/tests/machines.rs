@@ -454,7 +454,8 @@ mod faulty {
     use liveness_core::{
         async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
         HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-        LeaseInfo, LeaseStore, LostReason, Requeued, Result, Space, Store, StoreTime, Ttl,
+        LeaseInfo, LeaseStore, LostReason, RequestId, Requeued, Result, Space, Store, StoreTime,
+        Ttl,
     };
     use tokio::sync::watch;
 
@@ -585,8 +586,13 @@ mod faulty {
         async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
             self.inner.enqueue(payload, options).await
         }
-        async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
-            self.inner.claim(lease, n).await
+        async fn claim_request(
+            &self,
+            lease: &Lease,
+            n: usize,
+            request: RequestId,
+        ) -> Result<Vec<Item>> {
+            self.inner.claim_request(lease, n, request).await
         }
         async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
             self.inner.complete(lease, id).await

@@ -1,8 +1,11 @@
 -- claim: KEYS[1] lease, KEYS[2] pending zset, KEYS[3] owned zset of the token,
 --        KEYS[4] owned counter
--- ARGV[1] token, ARGV[2] n, ARGV[3] item key prefix (item keys derived in-script)
+-- ARGV[1] token, ARGV[2] n, ARGV[3] item key prefix (item keys derived in-script),
+-- ARGV[4] request id
 -- Returns {-1|-2|-3} when the lease is released / superseded / expired, else
 -- {1, id, payload, attempts, max, id, payload, attempts, max, ...}, lowest id first.
+-- A repeat of a request (items the token owns carry its id in `r`) answers those
+-- items and claims nothing new.
 local now = now_us()
 local rec = redis.call('HMGET', KEYS[1], 't', 'e')
 if not rec[1] then
@@ -14,14 +17,26 @@ end
 if now >= tonumber(rec[2]) then
   return {-3}
 end
-local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1)
 local out = {1}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local item = redis.call('HMGET', ARGV[3] .. id, 'r', 'p', 'a', 'm')
+  if item[1] == ARGV[4] then
+    out[#out + 1] = id
+    out[#out + 1] = item[2]
+    out[#out + 1] = tonumber(item[3])
+    out[#out + 1] = item[4]
+  end
+end
+if #out > 1 then
+  return out
+end
+local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1)
 for _, id in ipairs(ids) do
   local item_key = ARGV[3] .. id
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZADD', KEYS[3], id, id)
   local attempts = redis.call('HINCRBY', item_key, 'a', 1)
-  redis.call('HSET', item_key, 's', ARGV[1])
+  redis.call('HSET', item_key, 's', ARGV[1], 'r', ARGV[4])
   local item = redis.call('HMGET', item_key, 'p', 'm')
   out[#out + 1] = id
   out[#out + 1] = item[1]

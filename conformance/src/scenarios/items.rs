@@ -5,14 +5,17 @@ use std::sync::Arc;
 
 use liveness_core::{
     EnqueueOptions, Error, FencingToken, InputProblem, ItemCounts, ItemId, ItemState, Lease,
-    LostReason, Name, Store, Ttl,
+    LostReason, Name, RequestId, Store, Ttl,
 };
 
 use super::leases::holder;
 use crate::{member_key, members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {
-    EnqueueOptions { max_attempts }
+    EnqueueOptions {
+        max_attempts,
+        ..EnqueueOptions::default()
+    }
 }
 
 async fn state(store: &Arc<dyn Store>, id: ItemId) -> Option<ItemState> {
@@ -62,6 +65,129 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].payload, b"");
     assert!(s.claim(&lease, 10).await.unwrap().is_empty());
+}
+
+fn ids(items: &[liveness_core::Item]) -> Vec<ItemId> {
+    items.iter().map(|i| i.id).collect()
+}
+
+/// A repeat of a claim (same lease, same request id) answers the items the first call
+/// assigned, with the same attempt counts, and assigns nothing new; it still answers
+/// the ones left after some were completed; the same id under another token is a new
+/// request; a repeat on a lost lease is Lost. (A claim whose reply was lost can be
+/// retried without stranding items under a live token.)
+pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
+    let s = &ctx.store;
+    let mut all = Vec::new();
+    for i in 0..5u8 {
+        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
+    }
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
+    let request = RequestId::random();
+    let first = s.claim_request(&lease, 3, request).await.unwrap();
+    assert_eq!(ids(&first), all[..3].to_vec());
+    let again = s.claim_request(&lease, 3, request).await.unwrap();
+    assert_eq!(
+        again, first,
+        "a repeat answers the same items, attempts unchanged"
+    );
+    assert_eq!(
+        s.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 2,
+            owned: 3,
+            dead_lettered: 0
+        },
+        "a repeat assigns nothing new"
+    );
+    // A new request takes the rest; the old one still answers its own items.
+    let second = s
+        .claim_request(&lease, 3, RequestId::random())
+        .await
+        .unwrap();
+    assert_eq!(ids(&second), all[3..].to_vec());
+    s.complete(&lease, all[0]).await.unwrap();
+    let rest = s.claim_request(&lease, 3, request).await.unwrap();
+    assert_eq!(ids(&rest), all[1..3].to_vec());
+    assert_eq!(rest[0].attempts, 1);
+    // The id is scoped to the token: under another lease it is a new request.
+    let extra = s.enqueue(b"extra", opts(3)).await.unwrap();
+    let other = s
+        .acquire(&member_key("o"), &holder("o"), ctx.long)
+        .await
+        .unwrap();
+    let theirs = s.claim_request(&other, 3, request).await.unwrap();
+    assert_eq!(ids(&theirs), vec![extra]);
+    // A repeat on a lost lease is Lost, and its items go to whoever requeues them.
+    assert!(s.release(&lease).await.unwrap());
+    assert_eq!(
+        s.claim_request(&lease, 3, request)
+            .await
+            .unwrap_err()
+            .lost_reason(),
+        Some(LostReason::Released)
+    );
+    assert_eq!(state(s, all[1]).await, Some(ItemState::Owned(lease.token)));
+}
+
+/// enqueue with a key adds the item once: a repeat (also a concurrent one, also
+/// after the item was completed) answers the first id and adds nothing; another key,
+/// or no key, adds a new item.
+pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
+    let s = &ctx.store;
+    let key = RequestId::random();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.enqueue(b"once", EnqueueOptions::keyed(key))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    let id = got[0];
+    assert!(got.iter().all(|g| *g == id), "one id for one key: {got:?}");
+    assert_eq!(
+        s.item_counts().await.unwrap().pending,
+        1,
+        "one item for one key"
+    );
+    assert_eq!(
+        s.enqueue(b"other payload", EnqueueOptions::keyed(key))
+            .await
+            .unwrap(),
+        id
+    );
+    let other = s
+        .enqueue(b"once", EnqueueOptions::keyed(RequestId::random()))
+        .await
+        .unwrap();
+    let plain = s.enqueue(b"once", opts(3)).await.unwrap();
+    assert!(id < other && other < plain);
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
+    let claimed = s.claim(&lease, 1).await.unwrap();
+    assert_eq!(claimed[0].id, id);
+    assert_eq!(claimed[0].payload, b"once");
+    s.complete(&lease, id).await.unwrap();
+    assert_eq!(
+        s.enqueue(b"once", EnqueueOptions::keyed(key))
+            .await
+            .unwrap(),
+        id,
+        "keys are remembered after the item completed"
+    );
+    assert_eq!(s.item_counts().await.unwrap().pending, 2);
+    assert_eq!(state(s, id).await, None);
 }
 
 /// claim on an expired lease fails with Lost(Expired) and assigns nothing.

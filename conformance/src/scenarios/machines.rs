@@ -196,6 +196,90 @@ pub async fn member_leave_hands_back_items(ctx: Ctx) {
     assert!(matches!(events.try_recv(), Ok(Event::Left { .. })));
 }
 
+/// A claim whose reply is lost after the store applied it strands nothing under the
+/// live member (issue 11, item 4): one worker, 10 items, claims of 4, the first
+/// claim's reply lost. The member's next claim recovers the items the lost one took,
+/// and all 10 complete; nothing stays owned.
+pub async fn member_recovers_lost_claim_reply(ctx: Ctx) {
+    let s = &ctx.store;
+    let wrapped = Arc::new(Wrapped::new(s.clone()));
+    let store: Arc<dyn Store> = wrapped.clone();
+    let member = Member::join(
+        store,
+        MemberConfig::new(&unique("lostreply"), ctx.long).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let payload = format!("job{i}");
+        ids.push(
+            s.enqueue(payload.as_bytes(), EnqueueOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    wrapped.lose_claim_replies(1);
+    let mut completed = Vec::new();
+    let mut lost_replies = 0;
+    // Bounded: every round but the lost one completes at least one item, and the
+    // loop ends at the first empty answer (nothing left pending).
+    for _ in 0..20 {
+        match member.claim(4).await {
+            Ok(claimed) if claimed.is_empty() => break,
+            Ok(claimed) => {
+                for c in claimed {
+                    member.complete(&c).await.unwrap();
+                    completed.push(c.item.id);
+                }
+            }
+            Err(e) if e.is_retryable() => lost_replies += 1,
+            Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+    assert_eq!(lost_replies, 1, "the first claim's reply was lost");
+    completed.sort();
+    let counts = s.item_counts().await.unwrap();
+    assert_eq!(
+        counts.owned, 0,
+        "items stranded under the live member after a lost claim reply: {counts:?}"
+    );
+    assert_eq!(completed, ids, "every item completed exactly once");
+    member.leave(Duration::ZERO).await.unwrap();
+}
+
+/// A complete whose reply is lost after the store applied it: the worker retries,
+/// the store answers the repeat with Fenced (the item is gone), and the member tells
+/// its own completion from a loss: the retry answers Ok, and the item stays completed.
+pub async fn member_complete_retried_after_lost_reply(ctx: Ctx) {
+    let s = &ctx.store;
+    let wrapped = Arc::new(Wrapped::new(s.clone()));
+    let store: Arc<dyn Store> = wrapped.clone();
+    let member = Member::join(
+        store,
+        MemberConfig::new(&unique("lostdone"), ctx.long).unwrap(),
+    )
+    .await
+    .unwrap();
+    let id = s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
+    let claimed = member.claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    wrapped.lose_complete_replies(1);
+    let first = member.complete(&claimed[0]).await;
+    assert!(
+        matches!(&first, Err(e) if e.is_retryable()),
+        "the reply was lost: {first:?}"
+    );
+    assert_eq!(s.item(id).await.unwrap(), None, "the store applied it");
+    member
+        .complete(&claimed[0])
+        .await
+        .expect("a retried complete that the store applied before answers Ok");
+    assert_eq!(member.owned(), 0);
+    drop(claimed);
+    member.leave(Duration::ZERO).await.unwrap();
+}
+
 /// Three candidates campaign at once: exactly one leads; after it resigns, another
 /// leads with a greater token.
 pub async fn election_one_leader_among_three(ctx: Ctx) {

@@ -47,6 +47,8 @@ macro_rules! __scenarios {
             next_expiry_is_a_duration,
             store_time_never_decreases,
             enqueue_claim_complete,
+            claim_repeat_answers_the_same_items,
+            enqueue_with_key_is_idempotent,
             claim_refused_on_expired_lease,
             claim_refused_on_superseded_lease,
             complete_fenced_after_requeue,
@@ -63,6 +65,8 @@ macro_rules! __scenarios {
             member_cancel_fires_before_store_expiry,
             member_rejoins_with_new_token,
             member_leave_hands_back_items,
+            member_recovers_lost_claim_reply,
+            member_complete_retried_after_lost_reply,
             election_one_leader_among_three,
             election_failover_after_leader_stops
         );

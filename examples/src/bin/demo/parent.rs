@@ -189,6 +189,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 format!("item {i}").as_bytes(),
                 EnqueueOptions {
                     max_attempts: MAX_ATTEMPTS,
+                    ..EnqueueOptions::default()
                 },
             )
             .await
