@@ -113,7 +113,13 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
     let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
     let held = store.acquire(&other, &holder, ttl).await.unwrap();
     let id = store
-        .enqueue(b"job", EnqueueOptions { max_attempts: 5 })
+        .enqueue(
+            b"job",
+            EnqueueOptions {
+                max_attempts: 5,
+                key: None,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);

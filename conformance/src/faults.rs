@@ -20,7 +20,7 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStore, Requeued, Result, Space, Store, StoreTime, Ttl,
+    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -431,12 +431,17 @@ impl ItemStore for Faulty {
         )
         .await
     }
-    async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
         let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
         self.run(
             Op::Claim,
             Box::pin(async move {
-                let r = s.claim(&lease, n).await;
+                let r = s.claim_request(&lease, n, request).await;
                 if let Ok(items) = &r {
                     let ids = items.iter().map(|i| i.id).collect();
                     let token = lease.token;

@@ -304,7 +304,10 @@ async fn produce(store: Arc<dyn Store>, n: usize, spread: Duration) -> Vec<ItemI
     let gap = spread / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let options = EnqueueOptions { max_attempts: 1000 };
+        let options = EnqueueOptions {
+            max_attempts: 1000,
+            key: None,
+        };
         let id = store
             .enqueue(&(i as u32).to_be_bytes(), options)
             .await
