@@ -1,5 +1,11 @@
 //! Keep-alive slots: one etcd keep-alive stream per lease a handle renews, opened on
 //! the first renewal and reopened once when it breaks.
+//!
+//! A slot belongs to one liveness lease: its key AND its token (a lease forged with
+//! another key's token never finds it). A slot that nobody renewed for twice its ttl
+//! is dropped, with its stream, the next time the handle looks slots up: a `Member`
+//! or `Leadership` dropped without releasing does not keep a stream open for as long
+//! as the store handle lives (its etcd lease expires by etcd's countdown meanwhile).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,46 +13,103 @@ use std::time::Duration;
 
 use etcd_client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use liveness_core::sync::lock;
-use liveness_core::{Error, FencingToken, Result, Ttl};
+use liveness_core::{Error, FencingToken, Key, Result, Ttl};
+use tokio::time::Instant;
 
 use crate::error::{is_not_found, map, Fault};
 use crate::lease::etcd_secs;
 use crate::BACKEND;
 
+/// How often, at most, a lookup sweeps the slots for idle ones.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// A keep-alive stream kept per lease this handle renews.
 pub(crate) struct Slot {
+    /// The liveness key the lease is on.
+    pub(crate) key: Key,
     /// The etcd lease the stream keeps alive.
     pub(crate) lease_id: i64,
     /// The liveness ttl that etcd lease was granted for.
     pub(crate) ttl: Ttl,
+    /// When a renewal last looked this slot up (the handle's monotonic clock; only
+    /// used to drop idle slots, never to judge expiry).
+    used: Mutex<Instant>,
     stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+}
+
+impl Slot {
+    /// True when nobody renewed through this slot for twice its ttl: its etcd lease
+    /// has expired unless another handle renews it.
+    fn idle(&self, now: Instant) -> bool {
+        now.duration_since(*lock(&self.used)) > self.ttl.duration() * 2
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    by_token: HashMap<u64, Arc<Slot>>,
+    swept: Option<Instant>,
+}
+
+impl Table {
+    /// Drops idle slots, at most once per [`SWEEP_EVERY`].
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|t| now.duration_since(t) < SWEEP_EVERY)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.by_token.retain(|_, s| !s.idle(now));
+    }
 }
 
 /// The slots of one handle (shared by its clones), by fencing token.
 #[derive(Default)]
-pub(crate) struct Slots(Mutex<HashMap<u64, Arc<Slot>>>);
+pub(crate) struct Slots(Mutex<Table>);
 
 impl Slots {
-    /// The slot of the lease with `token`, if this handle renewed it before.
-    pub(crate) fn get(&self, token: FencingToken) -> Option<Arc<Slot>> {
-        lock(&self.0).get(&token.0).cloned()
+    /// The slot of the lease on `key` with `token`, if this handle renewed it before
+    /// (and not too long ago).
+    pub(crate) fn get(&self, key: &Key, token: FencingToken) -> Option<Arc<Slot>> {
+        let now = Instant::now();
+        let mut t = lock(&self.0);
+        t.sweep(now);
+        let slot = t.by_token.get(&token.0).filter(|s| s.key == *key)?.clone();
+        *lock(&slot.used) = now;
+        Some(slot)
     }
 
-    /// A fresh slot (no stream yet) for the lease with `token`, held by etcd lease
-    /// `lease_id` of `ttl`; replaces the old one.
-    pub(crate) fn set(&self, token: FencingToken, lease_id: i64, ttl: Ttl) -> Arc<Slot> {
+    /// A fresh slot (no stream yet) for the lease on `key` with `token`, held by etcd
+    /// lease `lease_id` of `ttl`; replaces the old one.
+    pub(crate) fn set(&self, key: &Key, token: FencingToken, lease_id: i64, ttl: Ttl) -> Arc<Slot> {
+        let now = Instant::now();
         let slot = Arc::new(Slot {
+            key: key.clone(),
             lease_id,
             ttl,
+            used: Mutex::new(now),
             stream: tokio::sync::Mutex::new(None),
         });
-        lock(&self.0).insert(token.0, slot.clone());
+        let mut t = lock(&self.0);
+        t.sweep(now);
+        t.by_token.insert(token.0, slot.clone());
         slot
     }
 
-    /// Forgets the slot of the lease with `token` (its stream closes).
-    pub(crate) fn remove(&self, token: FencingToken) {
-        lock(&self.0).remove(&token.0);
+    /// Forgets the slot of the lease on `key` with `token` (its stream closes).
+    pub(crate) fn remove(&self, key: &Key, token: FencingToken) {
+        let mut t = lock(&self.0);
+        if t.by_token.get(&token.0).is_some_and(|s| s.key == *key) {
+            t.by_token.remove(&token.0);
+        }
+    }
+
+    /// How many slots (keep-alive streams, open or not yet opened) the handle keeps.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.0).by_token.len()
     }
 }
 

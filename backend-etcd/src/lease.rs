@@ -178,7 +178,7 @@ impl EtcdStore {
                 }
             };
             if resp.succeeded() {
-                self.inner.slots.remove(lease.token);
+                self.inner.slots.remove(&lease.key, lease.token);
                 self.revoke_later(current.rec.lease_id);
                 return Ok(lease.renewed());
             }

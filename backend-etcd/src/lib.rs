@@ -8,6 +8,8 @@ mod keepalive;
 mod keys;
 mod lease;
 mod store;
+#[cfg(test)]
+mod tests;
 mod txn;
 mod watch;
 

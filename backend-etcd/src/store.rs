@@ -26,7 +26,7 @@ use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
 use crate::keepalive::Slots;
 use crate::keys::{Keys, Meta, Record};
-use crate::lease::secs;
+use crate::lease::{secs, Snapshot};
 use crate::txn::{
     create_rev, del, exists, first, first_range, get, mod_rev, put, ranges, revision, token_i64,
     under, version, MAX_TRIES,
@@ -69,6 +69,19 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.expiry.stop();
     }
+}
+
+/// What one release attempt ([`EtcdStore::release_from`]) came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// This attempt retired the record (to the dead set): the lease is ended.
+    Retired,
+    /// Finished without retiring the record: whether the release ended the lease
+    /// (false when it was not current; true when its etcd lease was revoked and
+    /// somebody else retired the record).
+    Done(bool),
+    /// The record changed between the read and the write: read again.
+    Retry,
 }
 
 /// A store handle on one namespace of an etcd cluster. Cheap to clone (clones share
@@ -193,6 +206,49 @@ impl EtcdStore {
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
     }
+
+    /// One release attempt on `snap`, the key's record and lease-bound key as just
+    /// read: revokes the etcd lease the record names, then retires the record if it
+    /// is unchanged. [`Released::Retry`] when the record changed in between (another
+    /// handle moved the lease to a new etcd lease, or retired it).
+    pub(crate) async fn release_from(&self, lease: &Lease, snap: Snapshot) -> Result<Released> {
+        let Some(c) = snap.record else {
+            return Ok(Released::Done(false));
+        };
+        if c.token != lease.token {
+            return Ok(Released::Done(false));
+        }
+        // Revoke first: from here on, renewals fail, and should this process stop
+        // before the transaction below, the record shows as expired and a checker
+        // reaps it (its items are requeued all the same).
+        let revoked = self.revoke(c.rec.lease_id).await?;
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let resp = self
+            .txn(
+                Txn::new()
+                    .when(vec![mod_rev(&rec_key, c.mod_rev)])
+                    .and_then(vec![
+                        del(&rec_key),
+                        del(&live_key),
+                        put(&k.dead(c.token), lease.key.to_string()),
+                    ])
+                    .or_else(vec![get(&rec_key)]),
+            )
+            .await?;
+        if resp.succeeded() {
+            return Ok(Released::Retired);
+        }
+        // The record changed since the read. Still this token's: the lease moved to
+        // another etcd lease (which the revoke above did not end), so try again.
+        // Gone or another token's: a checker or an acquire retired it to the dead set,
+        // after the revoke above ended it if that etcd lease was still its own.
+        let now = Snapshot::from(first_range(&resp).into_iter().next(), None)?;
+        match now.record {
+            Some(c) if c.token == lease.token => Ok(Released::Retry),
+            _ => Ok(Released::Done(revoked)),
+        }
+    }
 }
 
 #[cfg(feature = "tls")]
@@ -309,36 +365,54 @@ impl LeaseStore for EtcdStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         lease.check_issuer(&self.inner.issuer)?;
-        let slot = match self.inner.slots.get(lease.token) {
+        let slot = match self.inner.slots.get(&lease.key, lease.token) {
             Some(s) => s,
             None => {
                 let current = self.snapshot(&lease.key).await?.check(lease)?;
-                self.inner
-                    .slots
-                    .set(lease.token, current.rec.lease_id, current.rec.ttl)
+                self.inner.slots.set(
+                    &lease.key,
+                    lease.token,
+                    current.rec.lease_id,
+                    current.rec.ttl,
+                )
             }
         };
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
-        let left = slot
-            .keep_alive(&self.inner.lease, self.inner.timeout)
-            .await?;
-        if left > 0 {
+        // The keep-alive counts only while the lease-bound key is still bound to the
+        // slot's etcd lease with this token: another handle may have moved it to a
+        // new etcd lease (a ttl change), and the old one lives on when its revoke
+        // failed. Both requests go out at once (one round trip).
+        let live_key = self.keys().live(&lease.key);
+        let (left, bound) = tokio::join!(
+            slot.keep_alive(&self.inner.lease, self.inner.timeout),
+            self.get_one(&live_key),
+        );
+        let (left, bound) = (left?, bound?);
+        let on_slot = bound.is_some_and(|kv| {
+            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
+        });
+        if left > 0 && on_slot {
             return Ok(Self::renewed(lease, left));
         }
-        // etcd no longer knows that etcd lease: expired (or released), or this
+        // etcd no longer knows that etcd lease (expired, or released), or this
         // handle's slot is stale (another handle changed the ttl). Read why.
-        self.inner.slots.remove(lease.token);
+        self.inner.slots.remove(&lease.key, lease.token);
         let current = self.snapshot(&lease.key).await?.check(lease)?;
         if current.rec.lease_id == slot.lease_id {
             // Live by the key but unknown to the lessor: it is being revoked now.
             return Err(lease.lost(LostReason::Expired));
         }
-        let slot = self
-            .inner
-            .slots
-            .set(lease.token, current.rec.lease_id, current.rec.ttl);
+        // The key moved to another etcd lease: the slot's one binds nothing now (its
+        // revoke may have failed); end it, and renew the one the record names.
+        self.revoke_later(slot.lease_id);
+        let slot = self.inner.slots.set(
+            &lease.key,
+            lease.token,
+            current.rec.lease_id,
+            current.rec.ttl,
+        );
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
@@ -348,7 +422,7 @@ impl LeaseStore for EtcdStore {
         {
             left if left > 0 => Ok(Self::renewed(lease, left)),
             _ => {
-                self.inner.slots.remove(lease.token);
+                self.inner.slots.remove(&lease.key, lease.token);
                 Err(lease.lost(LostReason::Expired))
             }
         }
@@ -356,35 +430,22 @@ impl LeaseStore for EtcdStore {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         lease.check_issuer(&self.inner.issuer)?;
-        self.inner.slots.remove(lease.token);
-        let snap = self.snapshot(&lease.key).await?;
-        let Some(c) = snap.record else {
-            return Ok(false);
-        };
-        if c.token != lease.token {
-            return Ok(false);
+        self.inner.slots.remove(&lease.key, lease.token);
+        for _ in 0..MAX_TRIES {
+            let seen = self.inner.expiry.generation();
+            let snap = self.snapshot(&lease.key).await?;
+            match self.release_from(lease, snap).await? {
+                Released::Retired => {
+                    // This release deleted the record: an expiry candidate for it,
+                    // as of the read, is stale.
+                    self.inner.expiry.forget_upto(&lease.key, seen);
+                    return Ok(true);
+                }
+                Released::Done(ended) => return Ok(ended),
+                Released::Retry => {}
+            }
         }
-        // Revoke first: from here on, renewals fail, and should this process stop
-        // before the transaction below, the record shows as expired and a checker
-        // reaps it (its items are requeued all the same).
-        let revoked = self.revoke(c.rec.lease_id).await?;
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
-        let resp = self
-            .txn(
-                Txn::new()
-                    .when(vec![mod_rev(&rec_key, c.mod_rev)])
-                    .and_then(vec![
-                        del(&rec_key),
-                        del(&live_key),
-                        put(&k.dead(c.token), lease.key.to_string()),
-                    ]),
-            )
-            .await?;
-        self.inner.expiry.forget(&lease.key);
-        // When a checker or an acquire retired the revoked lease first, it went to
-        // the dead set all the same: the release still ended it.
-        Ok(resp.succeeded() || revoked)
+        Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
@@ -423,10 +484,11 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let seen = self.inner.expiry.generation();
         let snap = self.snapshot(key).await?;
         let live = snap.live.is_some();
         let Some(c) = snap.record else {
-            self.inner.expiry.forget(key);
+            self.inner.expiry.forget_upto(key, seen);
             return Ok(false);
         };
         if c.token != token || live {
@@ -442,7 +504,7 @@ impl LeaseStore for EtcdStore {
             )
             .await?;
         if resp.succeeded() {
-            self.inner.expiry.forget(key);
+            self.inner.expiry.forget_upto(key, seen);
         }
         Ok(resp.succeeded())
     }

@@ -44,14 +44,19 @@ type Rank = (u64, u64);
 #[derive(Default)]
 struct Candidates {
     by_space: HashMap<Space, BTreeSet<(Rank, Key)>>,
-    by_key: HashMap<Key, Rank>,
+    /// Each candidate's rank, and the generation it was (re)inserted at.
+    by_key: HashMap<Key, (Rank, u64)>,
+    /// Counts insertions: a candidate inserted after a read began is newer than
+    /// what that read saw, and the read's verdict must not drop it.
+    generation: u64,
     pass: u64,
     pass_started: Option<tokio::time::Instant>,
 }
 
 impl Candidates {
     fn insert(&mut self, rank: Rank, key: Key) {
-        if let Some(old) = self.by_key.insert(key.clone(), rank) {
+        self.generation += 1;
+        if let Some((old, _)) = self.by_key.insert(key.clone(), (rank, self.generation)) {
             if let Some(set) = self.by_space.get_mut(key.space()) {
                 set.remove(&(old, key.clone()));
             }
@@ -123,26 +128,43 @@ impl ExpiryWatch {
         c.insert((pass, token), key);
     }
 
-    /// Drops a candidate (reaped, released, re-acquired).
-    pub(crate) fn forget(&self, key: &Key) {
+    /// The current insertion generation: take it BEFORE reading a key, and pass it
+    /// to [`ExpiryWatch::forget_upto`] after judging what was read.
+    pub(crate) fn generation(&self) -> u64 {
+        lock(&self.candidates).generation
+    }
+
+    /// Drops the candidate `key` (reaped, released, re-acquired, verified stale),
+    /// unless the watch (re)inserted it after generation `seen`: that DELETE is
+    /// newer than the read that judged the key, and dropping it would leave a dead
+    /// lease unlisted until the next full scan.
+    pub(crate) fn forget_upto(&self, key: &Key, seen: u64) {
         let mut c = lock(&self.candidates);
-        if let Some(rev) = c.by_key.remove(key) {
-            if let Some(set) = c.by_space.get_mut(key.space()) {
-                set.remove(&(rev, key.clone()));
-                if set.is_empty() {
-                    c.by_space.remove(key.space());
-                }
+        let Some(&(rank, generation)) = c.by_key.get(key) else {
+            return;
+        };
+        if generation > seen {
+            return;
+        }
+        c.by_key.remove(key);
+        if let Some(set) = c.by_space.get_mut(key.space()) {
+            set.remove(&(rank, key.clone()));
+            if set.is_empty() {
+                c.by_space.remove(key.space());
             }
         }
     }
 
-    /// The candidates of `space`, earliest DELETE first.
-    pub(crate) fn candidates(&self, space: &Space) -> Vec<Key> {
+    /// The candidates of `space`, earliest DELETE first, with the generation they
+    /// were read at.
+    pub(crate) fn candidates(&self, space: &Space) -> (Vec<Key>, u64) {
         let c = lock(&self.candidates);
-        c.by_space
+        let keys = c
+            .by_space
             .get(space)
             .map(|set| set.iter().map(|(_, k)| k.clone()).collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (keys, c.generation)
     }
 
     /// Waits until the watch has delivered every event up to `rev`; false after
@@ -396,7 +418,8 @@ impl EtcdStore {
     pub(crate) async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let k = self.keys();
         let mut out = Vec::new();
-        for chunk in self.inner.expiry.candidates(space).chunks(VERIFY_CHUNK / 2) {
+        let (candidates, seen) = self.inner.expiry.candidates(space);
+        for chunk in candidates.chunks(VERIFY_CHUNK / 2) {
             let ops = chunk
                 .iter()
                 .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
@@ -415,7 +438,7 @@ impl EtcdStore {
                             });
                         }
                     }
-                    _ => self.inner.expiry.forget(key),
+                    _ => self.inner.expiry.forget_upto(key, seen),
                 }
             }
             if out.len() >= limit {
@@ -444,13 +467,47 @@ mod tests {
         // One pass: token order.
         w.deleted(7, a.clone());
         w.deleted(5, b.clone());
-        assert_eq!(w.candidates(&Space::members()), vec![b.clone(), a.clone()]);
+        assert_eq!(
+            w.candidates(&Space::members()).0,
+            vec![b.clone(), a.clone()]
+        );
         // A later pass ranks after.
         lock(&w.candidates).pass_started = None;
         w.deleted(1, b.clone());
-        assert_eq!(w.candidates(&Space::members()), vec![a.clone(), b.clone()]);
-        w.forget(&a);
-        assert_eq!(w.candidates(&Space::members()), vec![b]);
-        assert!(w.candidates(&Space::leaders()).is_empty());
+        assert_eq!(
+            w.candidates(&Space::members()).0,
+            vec![a.clone(), b.clone()]
+        );
+        w.forget_upto(&a, w.generation());
+        assert_eq!(w.candidates(&Space::members()).0, vec![b]);
+        assert!(w.candidates(&Space::leaders()).0.is_empty());
+    }
+
+    /// Issue 12: `verified` read a candidate, judged it stale, then forgot the key
+    /// unconditionally — dropping a newer DELETE the watch had re-inserted in the
+    /// meantime (a re-acquired lease that expired), so the dead member was not
+    /// listed again until a full rescan.
+    #[tokio::test]
+    async fn a_candidate_reinserted_after_the_read_survives_the_stale_verdict() {
+        let w = ExpiryWatch::new();
+        let a = Key::member("a").unwrap();
+        w.deleted(5, a.clone());
+        // `verified` takes the candidates and reads their records...
+        let (listed, seen) = w.candidates(&Space::members());
+        assert_eq!(listed, vec![a.clone()]);
+        // ...meanwhile the key is re-acquired (token 9) and that lease expires: the
+        // watch inserts the newer DELETE...
+        w.deleted(9, a.clone());
+        // ...and the read (which saw the re-acquired lease live) judges the first
+        // candidate stale.
+        w.forget_upto(&a, seen);
+        assert_eq!(
+            w.candidates(&Space::members()).0,
+            vec![a.clone()],
+            "the newer DELETE was dropped"
+        );
+        // A verdict read after the re-insertion does drop it.
+        w.forget_upto(&a, w.generation());
+        assert!(w.candidates(&Space::members()).0.is_empty());
     }
 }

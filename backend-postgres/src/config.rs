@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use liveness_core::durability::{Durability, DURABILITY};
 use liveness_core::url::{Authority, Kind, Param, UrlForm};
 #[cfg(doc)]
 use liveness_core::{Error, InputProblem};
@@ -50,6 +51,7 @@ pub const URL: UrlForm = UrlForm {
         MAX_CONNECTIONS,
         ACQUIRE_TIMEOUT_MS,
         NOTIFY,
+        DURABILITY,
         SSLMODE,
         SSLROOTCERT,
         SSLCERT,
@@ -58,7 +60,8 @@ pub const URL: UrlForm = UrlForm {
     ],
     fragments: &[],
     expected: "postgres://[user[:password]@]host[:port][/database][?ns=NAME&max_connections=N\
-               &acquire_timeout_ms=N&notify=true|false&sslmode=MODE&sslrootcert=PATH\
+               &acquire_timeout_ms=N&notify=true|false&durability=strict|relaxed\
+               &sslmode=MODE&sslrootcert=PATH\
                &sslcert=PATH&sslkey=PATH&application_name=NAME]",
 };
 
@@ -80,6 +83,11 @@ pub struct PostgresConfig {
     /// Whether [`wakeups`](liveness_core::LeaseStore::wakeups) listens for the
     /// notifications other handles send on release and reap.
     pub notify: bool,
+    /// Whether a server whose settings may lose acknowledged commits (`fsync=off`,
+    /// `synchronous_commit=off`) is refused at connect ([`Durability::Strict`], the
+    /// default) or accepted with a warning ([`Durability::Relaxed`], the URL's
+    /// `durability=relaxed`).
+    pub durability: Durability,
 }
 
 impl PostgresConfig {
@@ -91,6 +99,7 @@ impl PostgresConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             notify: true,
+            durability: Durability::Strict,
         }
     }
 
@@ -130,6 +139,7 @@ impl PostgresConfig {
                 .millis(ACQUIRE_TIMEOUT_MS)?
                 .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT),
             notify: parsed.flag(NOTIFY)?.unwrap_or(true),
+            durability: Durability::from_url(&parsed)?,
         })
     }
 

@@ -9,8 +9,9 @@ use crate::BACKEND;
 /// transaction rollbacks such as serialization failures and deadlocks (40),
 /// insufficient resources (53), operator intervention such as a shutdown or a
 /// terminated backend (57P), lock timeouts (55P03), and a read-only transaction
-/// (25006): the server is a standby, or a primary being demoted — a failover in
-/// progress, or a virtual IP briefly pointing at a standby.
+/// (25006): the connection reached a standby (during a failover, or while a virtual
+/// IP still points at the old primary), and the next connection may reach the new
+/// primary — as Redis's `READONLY` is.
 fn transient_sqlstate(code: &str) -> bool {
     code.starts_with("08")
         || code.starts_with("40")
@@ -58,4 +59,18 @@ pub(crate) struct MigrationFailed {
     pub(crate) schema: String,
     #[source]
     pub(crate) source: sqlx::migrate::MigrateError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_transaction_is_transient() {
+        // Issue 12: on a failover every member and leader cancelled at once.
+        assert!(transient_sqlstate("25006"));
+        assert!(transient_sqlstate("40001"));
+        assert!(!transient_sqlstate("25001"));
+        assert!(!transient_sqlstate("42P01"));
+    }
 }

@@ -5,6 +5,7 @@
 pub mod advisory;
 mod config;
 mod conns;
+mod durability;
 mod error;
 pub mod sql;
 mod store;

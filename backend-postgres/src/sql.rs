@@ -65,6 +65,18 @@ UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
 WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp() AND $5
 "#;
 
+/// `renew_many`: $1 spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease
+/// (each with a ttl the store accepts). One statement for the whole batch: every
+/// current and live lease listed is extended by its own ttl; returns the (space, name,
+/// token) of each one renewed. [`RENEW_WHY`] says why for the others.
+pub const RENEW_MANY: &str = r#"
+UPDATE leases l SET expires_at = clock_timestamp() + b.ttl * interval '1 millisecond', ttl_ms = b.ttl
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(space, name, token, ttl)
+WHERE l.space = b.space AND l.name = b.name AND l.token = b.token
+  AND l.expires_at > clock_timestamp()
+RETURNING l.space, l.name, l.token
+"#;
+
 /// Why a [`RENEW`] matched nothing: $1 space, $2 name. No row: the key has no lease;
 /// otherwise its current token and whether it is live. Read-only.
 pub const RENEW_WHY: &str = r#"

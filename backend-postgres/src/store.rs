@@ -174,8 +174,11 @@ impl PostgresStore {
     /// migrations (serialized across processes by sqlx's migration lock).
     ///
     /// Fails with `Unavailable` when the server cannot be reached, and with
-    /// `Backend` when the credentials are refused or the schema was migrated by a
-    /// newer version of this crate (it is then left untouched).
+    /// `Backend` when the credentials are refused, the schema was migrated by a
+    /// newer version of this crate (it is then left untouched), or the server's
+    /// settings may lose acknowledged commits (`fsync=off`, `synchronous_commit=off`;
+    /// the source is a [`liveness_core::durability::UnsafeSetting`] naming it) and
+    /// `config.durability` is strict. Nothing is written before that check.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
         let schema = config.schema();
         let connect = config
@@ -191,6 +194,8 @@ impl PostgresStore {
             .connect_with(connect.clone())
             .await
             .map_err(map)?;
+        // Before anything is written: a refused server is left unchanged.
+        crate::durability::check(&pool, config.durability).await?;
         migrate(&pool, &schema).await?;
         let channel = schema.clone();
         let location = format!(
@@ -258,6 +263,30 @@ impl PostgresStore {
     /// The connections the store's statements run on.
     fn db(&self) -> &Conns {
         &self.inner.conns
+    }
+
+    /// Why a renewal of `lease` matched nothing (lost, or an invalid ttl): read after
+    /// the UPDATE, which wrote nothing. `Err` only when the read itself failed.
+    async fn renew_why(&self, lease: &Lease, ttl_ok: Result<()>) -> Result<Error> {
+        let q = on_key(sql::RENEW_WHY, &lease.key);
+        let row = self.db().fetch_optional(q).await?;
+        let Some(row) = row else {
+            return Ok(lease.lost(LostReason::Released));
+        };
+        let current: i64 = get(&row, 0)?;
+        let live: bool = get(&row, 1)?;
+        if token_of(current)? != lease.token {
+            return Ok(lease.lost(LostReason::Superseded));
+        }
+        Ok(match (live, ttl_ok) {
+            (false, _) => lease.lost(LostReason::Expired),
+            (true, Err(e)) => e,
+            // Current and live when the diagnosis read it, yet the UPDATE did not
+            // match: nothing makes an expired lease live again under the same token,
+            // so only a server clock stepped back between the two reads gets here.
+            // The UPDATE saw it expired: that is the answer.
+            (true, Ok(())) => lease.lost(LostReason::Expired),
+        })
     }
 
     pub(crate) fn wake_local(&self) {
@@ -429,26 +458,60 @@ impl LeaseStore for PostgresStore {
         if renewed > 0 {
             return Ok(lease.renewed());
         }
-        // Lost (or an invalid ttl): say why. Nothing was written.
-        let q = on_key(sql::RENEW_WHY, &lease.key);
-        let row = self.db().fetch_optional(q).await?;
-        let Some(row) = row else {
-            return Err(lease.lost(LostReason::Released));
-        };
-        let current: i64 = get(&row, 0)?;
-        let live: bool = get(&row, 1)?;
-        if token_of(current)? != lease.token {
-            return Err(lease.lost(LostReason::Superseded));
+        Err(self.renew_why(lease, ttl_ok).await?)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        liveness_core::store::check_batch(self.inner.caps, "leases", leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
         }
-        match (live, ttl_ok) {
-            (false, _) => Err(lease.lost(LostReason::Expired)),
-            (true, Err(e)) => Err(e),
-            // Current and live when the diagnosis read it, yet the UPDATE did not
-            // match: nothing makes an expired lease live again under the same token,
-            // so only a server clock stepped back between the two reads gets here.
-            // The UPDATE saw it expired: that is the answer.
-            (true, Ok(())) => Err(lease.lost(LostReason::Expired)),
+        if leases.iter().any(|lease| lease.issuer != self.inner.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
         }
+        let (mut spaces, mut names, mut tokens, mut ttls) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for lease in leases {
+            if self.inner.caps.check_ttl(lease.ttl).is_ok() {
+                spaces.push(lease.key.space().as_str().to_owned());
+                names.push(lease.key.name().as_str().to_owned());
+                tokens.push(db_token(lease.token));
+                ttls.push(ttl_ms(lease.ttl));
+            }
+        }
+        let q = sqlx::query(sql::RENEW_MANY)
+            .bind(spaces)
+            .bind(names)
+            .bind(tokens)
+            .bind(ttls);
+        let mut renewed = std::collections::HashSet::new();
+        for row in self.db().fetch_all(q).await? {
+            let space: String = get(&row, 0)?;
+            let name: String = get(&row, 1)?;
+            let token: i64 = get(&row, 2)?;
+            renewed.insert((space, name, token));
+        }
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let id = (
+                lease.key.space().as_str().to_owned(),
+                lease.key.name().as_str().to_owned(),
+                db_token(lease.token),
+            );
+            if renewed.contains(&id) {
+                out.push(Ok(lease.renewed()));
+            } else {
+                let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
+                out.push(Err(self.renew_why(lease, ttl_ok).await?));
+            }
+        }
+        Ok(out)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

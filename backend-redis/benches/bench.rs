@@ -60,16 +60,20 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
         })
         .collect();
     let per_second = bench_util::ops_per_second(workers, seconds, |worker| async move {
-        let ([lease_key, expiry_key], name, token, mut conn) = worker;
+        let ([lease_key, expiry_key, tokens_key], name, token, mut conn) = worker;
         let r: redis::RedisResult<i64> = backend_redis::raw::renew_script()
             .key(&lease_key)
             .key(&expiry_key)
+            .key(&tokens_key)
             .arg(&name)
             .arg(token.0)
             .arg(3_600_000u64)
             .invoke_async(&mut conn)
             .await;
-        (([lease_key, expiry_key], name, token, conn), r == Ok(1))
+        (
+            ([lease_key, expiry_key, tokens_key], name, token, conn),
+            r == Ok(1),
+        )
     })
     .await;
     let _ = s.purge().await;

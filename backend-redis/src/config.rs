@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_core::durability::{Durability, DURABILITY};
 use liveness_core::url::{bad_value, Authority, Param, UrlForm};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
@@ -27,10 +28,19 @@ const DB: Param = Param::number("db", 0, 15);
 pub const URL: UrlForm = UrlForm {
     schemes: SCHEMES,
     authority: Authority::OneHost,
-    params: &[TIMEOUT_MS, CONNECT_TIMEOUT_MS, PROTOCOL, CLUSTER, SEEDS, CA],
+    params: &[
+        TIMEOUT_MS,
+        CONNECT_TIMEOUT_MS,
+        PROTOCOL,
+        CLUSTER,
+        SEEDS,
+        CA,
+        DURABILITY,
+    ],
     fragments: &["insecure"],
     expected: "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N\
-               &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...] \
+               &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...\
+               &durability=strict|relaxed] \
                (rediss:// for TLS, rediss://...#insecure without certificate checks)",
 };
 
@@ -59,6 +69,9 @@ pub struct RedisConfig {
     /// Redis Cluster mode: the node URLs to learn the slot map from (the URL's own
     /// node first); empty for a single server.
     pub(crate) cluster_nodes: Vec<url::Url>,
+    /// Whether a server that may lose acknowledged writes is refused (the default)
+    /// or accepted (`durability=relaxed`).
+    pub(crate) durability: Durability,
 }
 
 /// Where the root certificate for `rediss://` comes from.
@@ -87,6 +100,7 @@ impl std::fmt::Debug for RedisConfig {
             )
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("durability", &self.durability)
             .finish()
     }
 }
@@ -165,6 +179,7 @@ impl RedisConfig {
                 .millis(CONNECT_TIMEOUT_MS)?
                 .unwrap_or(Duration::from_secs(2)),
             cluster_nodes,
+            durability: Durability::from_url(&parsed)?,
         })
     }
 
@@ -197,6 +212,14 @@ impl RedisConfig {
         }
         self.response_timeout = timeout;
         Ok(self)
+    }
+
+    /// The same configuration with another durability stance: [`Durability::Relaxed`]
+    /// accepts a server whose settings may lose acknowledged writes (what the URL's
+    /// `durability=relaxed` says).
+    pub fn with_durability(mut self, durability: Durability) -> RedisConfig {
+        self.durability = durability;
+        self
     }
 
     /// True for `rediss://`.

@@ -3,6 +3,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
+mod durability;
 mod error;
 mod keys;
 mod reply;
@@ -25,15 +26,16 @@ pub const SCHEMES: &[&str] = &["redis", "rediss"];
 pub mod raw {
     use liveness_core::{Key, Namespace};
 
-    /// The renew script (`KEYS`: lease, expiry index; `ARGV`: name, token, ttl ms).
+    /// The renew script (`KEYS`: lease, expiry index, token counter; `ARGV`: name,
+    /// token, ttl ms).
     pub fn renew_script() -> &'static redis::Script {
         &crate::scripts::scripts().renew
     }
 
     /// The `KEYS` of a renewal of `key` in `namespace`.
-    pub fn renew_keys(namespace: &Namespace, key: &Key) -> [String; 2] {
+    pub fn renew_keys(namespace: &Namespace, key: &Key) -> [String; 3] {
         let keys = crate::keys::Keys::new(namespace);
-        [keys.lease(key), keys.expiry(key.space())]
+        [keys.lease(key), keys.expiry(key.space()), keys.tokens()]
     }
 }
 

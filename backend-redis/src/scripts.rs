@@ -30,8 +30,10 @@ macro_rules! scripts {
 scripts!(
     acquire,
     renew,
+    renew_many,
     release,
     reap,
+    reap_many,
     inspect,
     expired,
     dead_tokens,
@@ -42,6 +44,7 @@ scripts!(
     complete,
     fail,
     requeue_orphans,
+    requeue_orphans_many,
     item,
     item_counts,
     dead_letters,

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
+use liveness_core::store::check_batch;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
     HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key,
@@ -127,12 +129,17 @@ fn us(n: i64) -> Duration {
 
 impl RedisStore {
     /// Connects to the server (or, with `cluster=true`, learns the cluster's slot map
-    /// from its seed nodes) and loads the scripts.
+    /// from its seed nodes), checks its durability settings and loads the scripts.
     ///
     /// Fails with [`Error::Unavailable`] when the server cannot be reached within the
     /// connect timeout, and with [`Error::Backend`] when it refuses us (wrong password,
     /// missing ACL permissions, a TLS certificate that does not verify, no Lua, a
-    /// server that is not in cluster mode while `cluster=true`).
+    /// server that is not in cluster mode while `cluster=true`), or when its settings
+    /// may lose acknowledged writes (`appendonly` not `yes`, `appendfsync` not
+    /// `always`, `maxmemory-policy` not `noeviction`; the source is a
+    /// [`liveness_core::durability::UnsafeSetting`] naming it) and the config does not
+    /// accept that (`durability=relaxed`). Where `CONFIG GET` is not allowed, a warning
+    /// is logged and the connection goes on.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
         let root_cert = match &config.ca {
             Some(ca) if config.is_tls() => Some(match ca {
@@ -157,6 +164,7 @@ impl RedisStore {
         } else {
             Conn::Single(connect_single(&config, root_cert).await?)
         };
+        crate::durability::check(&mut conn, config.durability).await?;
         let all = scripts();
         for script in [
             &all.acquire,
@@ -260,6 +268,7 @@ fn renew_call<'a>(keys: &Keys, lease: &Lease, ttl_ms: u64) -> ScriptInvocation<'
     let mut call = scripts().renew.prepare_invoke();
     call.key(keys.lease(&lease.key))
         .key(keys.expiry(lease.key.space()))
+        .key(keys.tokens())
         .arg(lease.key.name().as_str())
         .arg(lease.token.0)
         .arg(ttl_ms);
@@ -337,8 +346,59 @@ impl LeaseStore for RedisStore {
             1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
+            -4 => Err(Error::backend(
+                BACKEND,
+                StoreLostState {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                },
+            )),
             _ => Err(unexpected("renew", "an unknown status")),
         }
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.caps, "leases", leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
+        }
+        // One script for the whole batch: one round trip, one server instant.
+        let mut call = scripts().renew_many.prepare_invoke();
+        let mut ttl_ok = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let ok = self.caps.check_ttl(lease.ttl);
+            let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
+            call.key(self.keys.lease(&lease.key))
+                .key(self.keys.expiry(lease.key.space()))
+                .arg(lease.key.name().as_str())
+                .arg(lease.token.0)
+                .arg(ttl_ms);
+            ttl_ok.push(ok);
+        }
+        let codes = array("renew_many", self.run(call).await?)?;
+        if codes.len() != leases.len() {
+            return Err(unexpected("renew_many", "a reply of another length"));
+        }
+        Ok(leases
+            .iter()
+            .zip(ttl_ok)
+            .zip(codes)
+            .map(|((lease, ok), code)| match int("renew_many", &code)? {
+                1 => Ok(lease.renewed()),
+                0 => ok.map(|()| lease.clone()),
+                code @ -3..=-1 => Err(lost(lease, code)),
+                _ => Err(unexpected("renew_many", "an unknown status")),
+            })
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -412,6 +472,30 @@ impl LeaseStore for RedisStore {
             .arg(token.0)
             .arg(key_text(key));
         Ok(int("reap", &self.run(call).await?)? == 1)
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        check_batch(self.caps, "expired", expired.len())?;
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = scripts().reap_many.prepare_invoke();
+        call.key(self.keys.dead());
+        for (key, token) in expired {
+            call.key(self.keys.lease(key))
+                .key(self.keys.expiry(key.space()))
+                .arg(key.name().as_str())
+                .arg(token.0)
+                .arg(key_text(key));
+        }
+        let codes = array("reap_many", self.run(call).await?)?;
+        if codes.len() != expired.len() {
+            return Err(unexpected("reap_many", "a reply of another length"));
+        }
+        Ok(codes
+            .iter()
+            .map(|c| int("reap_many", c).map(|c| c == 1))
+            .collect())
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -582,6 +666,42 @@ impl ItemStore for RedisStore {
             requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
             dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
         })
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        // One script per `max_batch` tokens.
+        for chunk in tokens.chunks(self.caps.max_batch.max(1)) {
+            let mut call = scripts().requeue_orphans_many.prepare_invoke();
+            call.key(self.keys.dead())
+                .key(self.keys.owned_count())
+                .key(self.keys.pending())
+                .key(self.keys.dead_letters())
+                .arg(self.keys.item_prefix());
+            for token in chunk {
+                call.key(self.keys.owned(*token)).arg(token.0);
+            }
+            let answers = array("requeue_orphans_many", self.run(call).await?)?;
+            if answers.len() != chunk.len() {
+                return Err(unexpected(
+                    "requeue_orphans_many",
+                    "a reply of another length",
+                ));
+            }
+            for answer in answers {
+                out.push(array("requeue_orphans_many", answer).and_then(|parts| {
+                    let mut parts = parts.into_iter();
+                    Ok(Requeued {
+                        requeued: ids("requeue_orphans_many", parts.next().unwrap_or(Value::Nil))?,
+                        dead_lettered: ids(
+                            "requeue_orphans_many",
+                            parts.next().unwrap_or(Value::Nil),
+                        )?,
+                    })
+                }));
+            }
+        }
+        Ok(out)
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {

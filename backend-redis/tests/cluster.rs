@@ -144,10 +144,27 @@ async fn cluster_mode_against_a_standalone_server_is_refused() {
     let Some(server) = liveness_testkit::redis::RedisServer::start() else {
         return;
     };
-    let url = format!("{}/?cluster=true", server.url());
+    let url = server.url_with("cluster=true");
     let err = backend_redis::connect(&url).await.unwrap_err();
     assert!(
         matches!(err, liveness_core::Error::Backend { .. }),
         "expected a permanent Backend error, got {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn cluster_nodes_without_aof_are_refused_unless_relaxed() {
+    let Some(cluster) = shared() else {
+        return;
+    };
+    // The kit's nodes do not persist; its URL says durability=relaxed.
+    let config = RedisConfig::from_url(cluster.url())
+        .unwrap()
+        .with_namespace(liveness_conformance::fresh_namespace())
+        .with_durability(liveness_core::durability::Durability::Strict);
+    let err = RedisStore::connect(config).await.unwrap_err();
+    assert!(
+        err.to_string().contains("`appendonly` = `no`"),
+        "expected the appendonly refusal, got {err:?}"
     );
 }

@@ -11,8 +11,9 @@
 //!   counter survives, so new tokens are still greater than every old one. No item is
 //!   lost: every item ends completed.
 //! - **Restart without persistence**: the server forgets everything. The test pins the
-//!   hazard the README warns about: holders get `Lost(Released)` (safe: they stop),
-//!   but the items are gone and token numbers start again from 1.
+//!   hazard the README warns about: holders learn it loudly (a renewal fails with
+//!   `StoreLostState`, not a plain `Lost(Released)`: their token is above the wiped
+//!   counter), but the items are gone and token numbers start again from 1.
 //! - **Pause longer than the ttl**: the server's clock runs on while the process is
 //!   frozen, so by the store's clock every lease really expired; that is no false
 //!   death by the contract. What is guaranteed, and asserted: every member whose lease
@@ -220,9 +221,20 @@ async fn restart_without_persistence_forgets_everything() {
 
     server.process_mut().unwrap().restart(READY).unwrap();
 
-    // The holder learns it lost the lease (the safe direction: it stops)...
+    // The holder learns that the store lost its state — loudly, not as a plain
+    // `Released` (issue 12): its token is above the wiped counter...
     let err = retry(|| store.renew(&old)).await.unwrap_err();
-    assert_eq!(err.lost_reason(), Some(LostReason::Released));
+    match &err {
+        liveness_core::Error::Backend { source, .. } => assert_eq!(
+            source.downcast_ref::<liveness_core::durability::StoreLostState>(),
+            Some(&liveness_core::durability::StoreLostState {
+                key: old.key.clone(),
+                token: old.token,
+            }),
+            "{err:?}"
+        ),
+        other => panic!("expected the store-lost-state error, got {other:?}"),
+    }
     // ...but the item is gone, and token numbers start over: the fencing guarantee is
     // void without `appendonly yes` + `appendfsync always` (see the README).
     assert_eq!(store.item(id).await.unwrap(), None);

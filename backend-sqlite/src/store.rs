@@ -586,6 +586,59 @@ impl LeaseStore for SqliteStore {
         }
     }
 
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        liveness_core::store::check_batch(self.caps, "leases", leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
+        }
+        // Every lease in one write transaction, at one instant read holding the write
+        // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
+        // whole batch instead of one per lease. A lease not renewed is answered why at
+        // the same instant, in the same transaction.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let ttl_ok = self.caps.check_ttl(lease.ttl);
+            if ttl_ok.is_ok() {
+                let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
+                let done = self
+                    .query(sql::RENEW)
+                    .bind(lease.key.space().as_ref())
+                    .bind(lease.key.name().as_ref())
+                    .bind(as_db(lease.token.0))
+                    .bind(ttl_ms)
+                    .bind(now)
+                    .execute(w.conn())
+                    .await
+                    .map_err(map)?;
+                if done.rows_affected() == 1 {
+                    out.push(Ok(lease.renewed()));
+                    continue;
+                }
+            }
+            let cur = self.current(w.conn(), &lease.key, now).await?;
+            out.push(match Self::lost(lease, &cur) {
+                Some(e) => Err(e),
+                None => match ttl_ok {
+                    Err(e) => Err(e),
+                    Ok(()) => Err(lease.lost(LostReason::Expired)),
+                },
+            });
+        }
+        w.commit().await?;
+        Ok(out)
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         lease.check_issuer(&self.issuer)?;
         self.retire(sql::RELEASE, &lease.key, lease.token, false)

@@ -117,7 +117,7 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
             b"job",
             EnqueueOptions {
                 max_attempts: 5,
-                key: None,
+                ..Default::default()
             },
         )
         .await

@@ -50,9 +50,11 @@ pub enum Op {
 }
 
 impl Op {
-    /// True for the operations that are not safe to retry today (issue 11, break 4):
-    /// a lost `claim` reply strands items under a live member, a lost `enqueue` reply
-    /// duplicates an item. [`FaultPlan::default`] spares them.
+    /// True for the operations whose faults can still strand work: a lost `claim`
+    /// reply is recovered by repeating its request id, but a claim delivered after its
+    /// caller's timeout and after that repeat still assigns items nobody knows
+    /// (issue 11). [`FaultPlan::default`] spares them; `LIVENESS_SIM_FAULTS=all` does
+    /// not.
     pub fn strands_work_when_lost(self) -> bool {
         matches!(self, Op::Claim | Op::Enqueue)
     }
@@ -85,8 +87,8 @@ pub struct FaultPlan {
     pub timeout: Duration,
     /// How long after the timeout a delayed call reaches the store.
     pub late_by: Duration,
-    /// Whether faults may hit `op`. Default: every operation except the ones that
-    /// are not safe to retry yet ([`Op::strands_work_when_lost`]).
+    /// Whether faults may hit `op`. Default: every operation but the ones that can
+    /// still strand work ([`Op::strands_work_when_lost`]).
     pub hits: fn(Op) -> bool,
 }
 

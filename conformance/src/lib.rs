@@ -14,6 +14,7 @@ pub mod faults;
 pub mod fixtures;
 pub mod fleet;
 pub mod property;
+pub mod scale;
 pub mod scenarios;
 pub mod sim;
 pub mod skip;

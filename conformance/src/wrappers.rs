@@ -13,7 +13,9 @@ use liveness_core::{
 };
 use tokio::sync::watch;
 
-/// Forwards every call to an inner store, counting them; while
+/// Forwards every call to an inner store, counting them (a `*_many` call counts once:
+/// one round trip on a store that implements it natively, one per entry on a store
+/// that uses the trait's default loop); while
 /// [`Wrapped::stall_renewals`] is on, `renew` calls hang (as if the network to the
 /// store were cut) until it is turned off; while [`Wrapped::lose_claim_replies`] has
 /// replies left to lose, a `claim` reaches the store, which applies it, and its answer
@@ -109,6 +111,13 @@ impl LeaseStore for Wrapped {
         self.count();
         self.inner.renew(lease).await
     }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        while self.stalled.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.count();
+        self.inner.renew_many(leases).await
+    }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.count();
         self.inner.release(lease).await
@@ -124,6 +133,10 @@ impl LeaseStore for Wrapped {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         self.count();
         self.inner.reap(key, token).await
+    }
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.count();
+        self.inner.reap_many(expired).await
     }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         self.count();
@@ -176,6 +189,10 @@ impl ItemStore for Wrapped {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         self.count();
         self.inner.requeue_orphans(token).await
+    }
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.count();
+        self.inner.requeue_orphans_many(tokens).await
     }
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         self.count();

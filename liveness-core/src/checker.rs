@@ -34,11 +34,14 @@ pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
     /// The longest sleep between rounds; default 1 s. Zero is rejected
-    /// ([`CheckerConfig::validate`]).
+    /// ([`CheckerConfig::validate`]). Each such sleep is shortened by a random part
+    /// of up to a fifth, so checkers started together do not run in lockstep.
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
     /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
-    /// A round that hits the (clamped) limit is followed at once by another.
+    /// A round that hits the (clamped) limit is followed soon by another: after a
+    /// pause as long as the round took (at least 1 ms), so a backlog never keeps the
+    /// store busy in a tight loop.
     pub batch: usize,
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
@@ -69,6 +72,9 @@ impl CheckerConfig {
         Ok(())
     }
 }
+
+/// How much of `check_every` a capped pause between rounds may be shortened by.
+const CHECK_JITTER: f64 = 0.2;
 
 /// One death declared by a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,14 +174,9 @@ impl Checker {
             Ok(expired) => {
                 listed = true;
                 let full = expired.len() >= full_at;
-                let mut skipped = 0;
-                for lease in expired {
-                    if !self.declare(lease, &mut report).await {
-                        skipped += 1;
-                    }
-                }
-                // Another round at once only when this one made progress: a batch of
-                // entries that all fail would otherwise loop without a pause.
+                let skipped = self.declare(expired, &mut report).await;
+                // Another round soon only when this one made progress: a batch of
+                // entries that all fail would otherwise loop.
                 report.more |= full && skipped < full_at;
             }
             Err(e) => {
@@ -187,9 +188,15 @@ impl Checker {
             Ok(dead) => {
                 listed = true;
                 let full = dead.len() >= full_at;
+                let tokens: Vec<FencingToken> = dead.iter().map(|d| d.token).collect();
+                let results = if tokens.is_empty() {
+                    Vec::new()
+                } else {
+                    per_entry(dead.len(), store.requeue_orphans_many(&tokens).await)
+                };
                 let mut skipped = 0;
-                for entry in dead {
-                    match store.requeue_orphans(entry.token).await {
+                for (entry, result) in dead.into_iter().zip(results) {
+                    match result {
                         Ok(requeued) => {
                             if !requeued.is_empty() {
                                 emit_dead_letters(&self.config.events, entry.token, &requeued);
@@ -204,7 +211,7 @@ impl Checker {
                         Err(e) => {
                             skipped += 1;
                             let (key, token) = (Some(entry.key), Some(entry.token));
-                            self.skip(&mut report, CheckStep::Requeue, key, token, &e);
+                            self.skip(&mut report, CheckStep::Requeue, key, token, e.as_ref());
                         }
                     }
                 }
@@ -231,40 +238,59 @@ impl Checker {
         }
     }
 
-    /// Reaps one expired lease and, when this checker won, requeues its items and
-    /// declares the death. False when a store error made it skip the entry.
-    async fn declare(&self, lease: ExpiredLease, report: &mut RoundReport) -> bool {
+    /// Reaps a round's expired leases in one call and requeues the items of every
+    /// death this checker won in another (two round trips on a store with native
+    /// batches, not two per death). Returns how many entries a store error made it
+    /// skip.
+    async fn declare(&self, expired: Vec<ExpiredLease>, report: &mut RoundReport) -> usize {
+        if expired.is_empty() {
+            return 0;
+        }
         let store = &self.store;
         let events = &self.config.events;
-        match store.reap(&lease.key, lease.token).await {
-            Ok(true) => {}
-            Ok(false) => return true,
-            Err(e) => {
-                let (key, token) = (Some(lease.key), Some(lease.token));
-                self.skip(report, CheckStep::Reap, key, token, &e);
-                return false;
+        let pairs: Vec<(Key, FencingToken)> =
+            expired.iter().map(|l| (l.key.clone(), l.token)).collect();
+        let reaped = per_entry(expired.len(), store.reap_many(&pairs).await);
+        let mut skipped = 0;
+        let mut won = Vec::new();
+        for (lease, result) in expired.into_iter().zip(reaped) {
+            match result {
+                Ok(true) => won.push(lease),
+                Ok(false) => {}
+                Err(e) => {
+                    skipped += 1;
+                    let (key, token) = (Some(lease.key), Some(lease.token));
+                    self.skip(report, CheckStep::Reap, key, token, e.as_ref());
+                }
             }
         }
-        // Reaped: the token is in the dead set, so a requeue that fails now is
+        if won.is_empty() {
+            return skipped;
+        }
+        // Reaped: the tokens are in the dead set, so a requeue that fails now is
         // retried by the sweep of a later round.
-        let requeued = match store.requeue_orphans(lease.token).await {
-            Ok(requeued) => requeued,
-            Err(e) => {
-                let (key, token) = (Some(lease.key.clone()), Some(lease.token));
-                self.skip(report, CheckStep::Requeue, key, token, &e);
-                Requeued::default()
-            }
-        };
-        emit_dead_letters(events, lease.token, &requeued);
-        events.emit(Event::Died {
-            key: lease.key.clone(),
-            holder: lease.holder.clone(),
-            token: lease.token,
-            requeued: requeued.requeued.len(),
-            dead_lettered: requeued.dead_lettered.len(),
-        });
-        report.deaths.push(Death { lease, requeued });
-        true
+        let tokens: Vec<FencingToken> = won.iter().map(|l| l.token).collect();
+        let requeues = per_entry(won.len(), store.requeue_orphans_many(&tokens).await);
+        for (lease, result) in won.into_iter().zip(requeues) {
+            let requeued = match result {
+                Ok(requeued) => requeued,
+                Err(e) => {
+                    let (key, token) = (Some(lease.key.clone()), Some(lease.token));
+                    self.skip(report, CheckStep::Requeue, key, token, e.as_ref());
+                    Requeued::default()
+                }
+            };
+            emit_dead_letters(events, lease.token, &requeued);
+            events.emit(Event::Died {
+                key: lease.key.clone(),
+                holder: lease.holder.clone(),
+                token: lease.token,
+                requeued: requeued.requeued.len(),
+                dead_lettered: requeued.dead_lettered.len(),
+            });
+            report.deaths.push(Death { lease, requeued });
+        }
+        skipped
     }
 
     fn skip(
@@ -340,30 +366,51 @@ impl Checker {
         let mut wake = self.store.wakeups();
         let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {
+            let started = tokio::time::Instant::now();
             let pause = match self.round().await {
                 Ok(report) if report.listing_failed() => {
                     // Part of the store did not answer: retry soon, with backoff.
                     let next = report.next_expiry.unwrap_or(self.config.check_every);
                     backoff.next().min(next).min(self.config.check_every)
                 }
-                Ok(report) if report.more => Duration::ZERO,
+                // Behind (a batch limit was hit): go on soon, but never in a tight
+                // loop. The pause is as long as the round took, so a backlog (a mass
+                // death, a dead set grown under overload) takes at most half of the
+                // store's time this checker can claim: a slow store slows the checker
+                // down instead of being kept busy by it.
+                Ok(report) if report.more => started
+                    .elapsed()
+                    .clamp(Duration::from_millis(1), self.config.check_every),
                 Ok(report) => {
                     backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
-                    // Wake just after the next expiry (store clocks tick in ms).
+                    // Wake just after the next expiry (store clocks tick in ms); the
+                    // cap is jittered, so checkers started together drift apart.
                     report
                         .next_expiry
                         .map(|d| d + Duration::from_millis(1))
                         .unwrap_or(self.config.check_every)
-                        .min(self.config.check_every)
+                        .min(crate::heartbeat::spread(
+                            self.config.check_every,
+                            CHECK_JITTER,
+                        ))
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checker round failed");
                     backoff.next().min(self.config.check_every)
                 }
             };
+            // Never two rounds closer than a fiftieth of `check_every` (20 ms by
+            // default): wake-ups that come in a burst (a mass loss, every release of
+            // a re-joining fleet) are served by one round, not one round each.
+            let until = tokio::time::Instant::now() + pause;
+            let gap = (self.config.check_every / 50).max(Duration::from_millis(1));
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep(gap.min(pause.max(Duration::from_millis(1)))) => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {}
                 _ = crate::wake::woken(&mut wake) => {}
             }
         }
@@ -379,6 +426,33 @@ impl Checker {
         CheckerHandle {
             stop,
             task: Some(task),
+        }
+    }
+}
+
+/// One answer per entry of a batch call of `n` entries: the call's own answers, or,
+/// when the whole call failed, its error shared by every entry. A store that answered
+/// the wrong number of entries counts as a fault for the missing ones.
+fn per_entry<T>(n: usize, answer: Result<Vec<Result<T>>>) -> Vec<Result<T, Arc<Error>>> {
+    match answer {
+        Ok(answers) => {
+            let mut out: Vec<Result<T, Arc<Error>>> = answers
+                .into_iter()
+                .take(n)
+                .map(|r| r.map_err(Arc::new))
+                .collect();
+            if out.len() < n {
+                let short = Arc::new(Error::backend(
+                    "checker",
+                    format!("a batch call answered {} of {n} entries", out.len()),
+                ));
+                out.extend((out.len()..n).map(|_| Err(short.clone())));
+            }
+            out
+        }
+        Err(e) => {
+            let e = Arc::new(e);
+            (0..n).map(|_| Err(e.clone())).collect()
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Events of the state machines, on a broadcast channel.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -139,9 +140,20 @@ pub enum Event {
 /// A broadcast channel of [`Event`]s. Clones send to the same subscribers; events
 /// sent while nobody listens are dropped, and a slow subscriber skips the oldest
 /// (tokio's broadcast semantics).
+///
+/// The channel's buffer is allocated by the first [`EventBus::subscribe`], not before:
+/// a bus nobody listens to costs one small allocation, so a process hosting many
+/// members (each with a bus of its own by default) pays nothing for their events
+/// until it observes them.
 #[derive(Clone, Debug)]
 pub struct EventBus {
-    tx: broadcast::Sender<Event>,
+    inner: Arc<Lazy>,
+}
+
+#[derive(Debug)]
+struct Lazy {
+    capacity: usize,
+    tx: OnceLock<broadcast::Sender<Event>>,
 }
 
 impl Default for EventBus {
@@ -151,22 +163,31 @@ impl Default for EventBus {
 }
 
 impl EventBus {
-    /// A bus that buffers up to `capacity` events per subscriber (at least 1).
+    /// A bus that buffers up to `capacity` events per subscriber (at least 1). Nothing
+    /// is buffered, and the buffer is not allocated, until somebody subscribes.
     pub fn new(capacity: usize) -> Self {
         EventBus {
-            tx: broadcast::channel(capacity.max(1)).0,
+            inner: Arc::new(Lazy {
+                capacity: capacity.max(1),
+                tx: OnceLock::new(),
+            }),
         }
     }
 
     /// A receiver of every event sent from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.tx.subscribe()
+        self.inner
+            .tx
+            .get_or_init(|| broadcast::channel(self.inner.capacity).0)
+            .subscribe()
     }
 
     /// Sends an event to every current subscriber.
     pub fn emit(&self, event: Event) {
         tracing::debug!(?event, "liveness event");
         // No subscriber is not an error: events are optional observation.
-        let _ = self.tx.send(event);
+        if let Some(tx) = self.inner.tx.get() {
+            let _ = tx.send(event);
+        }
     }
 }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::batch::Renewals;
 use crate::clock::Clock;
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
@@ -35,7 +36,10 @@ use crate::types::{FencingToken, Key, Ttl};
 pub struct HeartbeatConfig {
     /// The lease's ttl.
     pub ttl: Ttl,
-    /// How often to renew; default `ttl / 3`.
+    /// How often to renew at most: default `ttl / 3`. Each renewal comes up to a
+    /// fifth of it early (random jitter, never late), and the first renewal of a lease
+    /// anywhere within its first interval, so holders that started together spread
+    /// out within one interval and stay spread.
     pub renew_every: Duration,
     /// How long before `ttl` (counted from a renewal's send time) the holder gives up
     /// locally; default `ttl / 5`. It must cover the drift between the local clock's
@@ -85,6 +89,26 @@ impl HeartbeatConfig {
     /// ([`Clock::boot`]), which also counts the time the host spent suspended.
     pub fn deadline(&self, sent: Instant) -> Instant {
         sent + self.ttl.duration() - self.safety_margin
+    }
+
+    /// The client timeout a store handle serving this heartbeat should use for one
+    /// call: half of `ttl − safety_margin − renew_every`, the time between the latest
+    /// planned renewal and the local deadline (at the defaults `0.23 × ttl`: 2.3 s at
+    /// a ttl of 10 s).
+    ///
+    /// Why: a renewal that timed out is retried (with backoff) until the deadline, so
+    /// this leaves room for at least one retry after a lost request. A shorter timeout
+    /// buys nothing on a store that is merely slow: the server still does the work of
+    /// every request the client gave up on, so each timeout followed by a retry adds
+    /// load exactly when the store is overloaded. Wait for a slow answer; retry only
+    /// what may really have been lost. The heartbeat itself never cancels a renewal
+    /// before the deadline, and keeps at most one renewal in flight per lease.
+    pub fn client_timeout(&self) -> Duration {
+        self.ttl
+            .duration()
+            .saturating_sub(self.safety_margin)
+            .saturating_sub(self.renew_every)
+            / 2
     }
 
     /// The longest the heartbeat sleeps before it compares its clock with the local
@@ -321,6 +345,23 @@ async fn watch<F: std::future::Future>(
 /// loss.
 pub(crate) async fn keep_alive(
     store: &Arc<dyn Store>,
+    lease: Lease,
+    sent: Instant,
+    config: HeartbeatConfig,
+    standing: &Standing,
+    stop: &CancellationToken,
+    events: &EventBus,
+) -> End {
+    keep_alive_via(store, None, lease, sent, config, standing, stop, events).await
+}
+
+/// [`keep_alive`], renewing through `renewals` (coalesced into batches) when given.
+/// The send time of each renewal is taken when it is handed to the batcher, no later
+/// than the batch leaves: the deadline never comes later than with a renewal of its own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn keep_alive_via(
+    store: &Arc<dyn Store>,
+    renewals: Option<&Renewals>,
     mut lease: Lease,
     mut sent: Instant,
     config: HeartbeatConfig,
@@ -329,8 +370,15 @@ pub(crate) async fn keep_alive(
     events: &EventBus,
 ) -> End {
     let tick = config.tick();
+    // The first renewal of a lease comes anywhere in its first interval: a fleet that
+    // joined together (a deploy, a restart) is spread over one interval at once.
+    let mut interval = spread(config.renew_every, 1.0);
     loop {
-        let planned = sent + config.renew_every;
+        let planned = sent + interval;
+        // Later renewals come up to a fifth of the interval early, never late: the
+        // spread never closes again, and no renewal is planned nearer the deadline
+        // than configured.
+        interval = spread(config.renew_every, RENEW_JITTER);
         match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
             Woke::Done(()) => {}
             Woke::Stopped => return End::Stopped(lease),
@@ -340,7 +388,13 @@ pub(crate) async fn keep_alive(
         loop {
             let now = Instant::now();
             let sent_on_clock = standing.clock().boot();
-            let attempt = match watch(standing, tick, stop, store.renew(&lease)).await {
+            let renewal = async {
+                match renewals {
+                    Some(batch) => batch.renew(&lease).await,
+                    None => store.renew(&lease).await,
+                }
+            };
+            let attempt = match watch(standing, tick, stop, renewal).await {
                 Woke::Done(r) => r,
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
@@ -383,6 +437,19 @@ pub(crate) async fn keep_alive(
             }
         }
     }
+}
+
+/// How much of the renew interval a renewal may come early, drawn afresh each time.
+pub(crate) const RENEW_JITTER: f64 = 0.2;
+
+/// `every` shortened by a random part of up to `fraction` of it (`0.0 ..= 1.0`),
+/// never to zero: `every × (1 − fraction × u)` with `u` uniform in `[0, 1)`, at least
+/// 1 ms. Periodic timers use it so that holders started together drift apart.
+pub(crate) fn spread(every: Duration, fraction: f64) -> Duration {
+    let fraction = fraction.clamp(0.0, 1.0);
+    every
+        .mul_f64(1.0 - fraction * fastrand::f64())
+        .max(Duration::from_millis(1).min(every))
 }
 
 /// The event's reason for a loss whose error reason is `reason`.

@@ -3,8 +3,10 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod batch;
 pub mod checker;
 pub mod clock;
+pub mod durability;
 pub mod election;
 pub mod error;
 pub mod events;
@@ -21,6 +23,7 @@ pub mod url;
 pub mod wake;
 
 pub use backoff::Backoff;
+pub use batch::Renewals;
 pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport, Skipped};
 pub use clock::{Clock, HighWater, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};

@@ -22,10 +22,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::batch::Renewals;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
-use crate::heartbeat::{keep_alive, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{keep_alive_via, spread, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::store::Store;
@@ -48,10 +49,17 @@ pub struct MemberConfig {
     /// While the store is unreachable it retries with jittered backoff, capped at the
     /// renew interval, so it is back within about one renew interval of the store.
     pub rejoin: bool,
-    /// Where events go; default a bus of the member's own ([`Member::events`]).
+    /// Where events go; default a bus of the member's own ([`Member::events`]), which
+    /// allocates its buffer only when somebody subscribes. Give many members one
+    /// shared bus to observe them all.
     pub events: EventBus,
     /// The clock of the local safety deadline and of every "may I still act?" check.
     pub clock: Arc<dyn Clock>,
+    /// When set, renewals go through this shared batcher (one `renew_many` round trip
+    /// for the renewals of many members due within its window) instead of one round
+    /// trip each; default none. Each lease's deadline still counts from its own
+    /// renewal's send time.
+    pub renewals: Option<Renewals>,
 }
 
 impl MemberConfig {
@@ -75,6 +83,7 @@ impl MemberConfig {
             rejoin: true,
             events: EventBus::default(),
             clock: Arc::new(HostClock::new()),
+            renewals: None,
         })
     }
 
@@ -105,6 +114,12 @@ impl MemberConfig {
     /// Sends events to this bus.
     pub fn events(mut self, events: EventBus) -> Self {
         self.events = events;
+        self
+    }
+
+    /// Renews through this shared batcher ([`MemberConfig::renewals`]).
+    pub fn renewals(mut self, renewals: Renewals) -> Self {
+        self.renewals = Some(renewals);
         self
     }
 
@@ -266,21 +281,19 @@ impl Member {
                 {
                     // Our own ghost (holder ids are unique per member instance): an
                     // earlier attempt of this join that the store applied. Nobody
-                    // knows its token and it owns nothing: release it and try again.
-                    let ghost = Lease {
-                        issuer: store.issuer().clone(),
-                        key: key.clone(),
-                        holder,
-                        token,
-                        ttl: config.heartbeat.ttl,
-                        expires_in: Duration::ZERO,
-                    };
-                    match store.release(&ghost).await {
-                        Ok(_) => maybe_ghost = false,
-                        Err(e) if e.is_retryable() => {
+                    // knows its token and it owns nothing: adopt it by renewing it,
+                    // instead of burning a token (and a dead-set entry) on a release
+                    // and a new acquire.
+                    match adopt(&store, &config, &key, holder, token).await {
+                        Adopted::Yes(lease, sent, sent_on_clock) => {
+                            break (lease, sent, sent_on_clock)
+                        }
+                        // Gone or expired meanwhile: the next acquire takes (and reaps) it.
+                        Adopted::Gone => maybe_ghost = false,
+                        Adopted::Failed(e) if e.is_retryable() => {
                             tokio::time::sleep(backoff.next()).await;
                         }
-                        Err(e) => return Err(e),
+                        Adopted::Failed(e) => return Err(e),
                     }
                 }
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
@@ -590,8 +603,9 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     drop(strong);
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let end = keep_alive(
+        let end = keep_alive_via(
             &store,
+            config.renewals.as_ref(),
             gen.lease.clone(),
             sent,
             config.heartbeat,
@@ -620,11 +634,13 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         if !config.rejoin || stop.is_cancelled() || leaving {
             return;
         }
-        // The old token is finished either way: release it (a no-op when the store
-        // already dropped it) so its items go to the dead set for requeueing. But no
-        // earlier than the store itself would expire it, unless the store already
-        // answered `Lost`: the margin is the time the work has to stop, and the store
-        // must not hand the work away before that.
+        // The old token is finished either way. No new acquire earlier than the store
+        // itself would expire it, unless the store already answered `Lost`: the margin
+        // is the time the work has to stop, and the store must not hand the work away
+        // before that. The re-join's acquire then puts the old token in the dead set by
+        // itself (an acquire reaps the expired lease on its key in the same atomic
+        // step; a lease still live by the store's clock is answered `Held` with the old
+        // token and released): no separate release round trip per loss.
         if !matches!(reason, LossReason::Store(_))
             && !gen
                 .standing
@@ -633,7 +649,6 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         {
             return;
         }
-        let _ = store.release(&old).await;
         match rejoin(&store, &config, &key, &old, &stop).await {
             Some((lease, at, at_on_clock)) => {
                 config.events.emit(Event::Joined {
@@ -655,8 +670,51 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     }
 }
 
+/// What adopting an own ghost lease gave.
+enum Adopted {
+    /// Renewed: ours now, with the renewal's send time (tokio's clock, the member's).
+    Yes(Lease, Instant, Duration),
+    /// The store no longer has it live (released, expired, superseded).
+    Gone,
+    /// The renewal failed otherwise.
+    Failed(Error),
+}
+
+/// Adopts a "ghost": a lease of this member's own holder id that an attempt whose
+/// reply was lost created, so that nobody knows its token and nothing was claimed
+/// under it. Renewing it makes it the member's lease exactly as a fresh acquire would
+/// (its deadline counts from the renewal's send time), without burning a new token,
+/// a dead-set entry and a sweep on a release and another acquire.
+async fn adopt(
+    store: &Arc<dyn Store>,
+    config: &MemberConfig,
+    key: &Key,
+    holder: HolderId,
+    token: FencingToken,
+) -> Adopted {
+    let ghost = Lease {
+        issuer: store.issuer().clone(),
+        key: key.clone(),
+        holder,
+        token,
+        ttl: config.heartbeat.ttl,
+        expires_in: Duration::ZERO,
+    };
+    let sent = Instant::now();
+    let sent_on_clock = config.clock.boot();
+    match store.renew(&ghost).await {
+        Ok(lease) => Adopted::Yes(lease, sent, sent_on_clock),
+        Err(Error::Lost { .. }) => Adopted::Gone,
+        Err(e) => Adopted::Failed(e),
+    }
+}
+
 /// Acquires the member key again, waiting out a live lease and retrying faults, until
 /// it succeeds or `stop` fires.
+///
+/// No amplification under overload: every pause is jittered; a ghost of an attempt
+/// whose reply was lost is adopted (renewed), not released and acquired again; only
+/// the lost lease itself (`old`), whose work was told to stop, is released.
 async fn rejoin(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
@@ -679,21 +737,10 @@ async fn rejoin(
             .await
         {
             Ok(lease) => return Some((lease, sent, sent_on_clock)),
-            Err(Error::Held { holder, token, .. })
-                if token == old.token || holder == config.holder =>
-            {
-                // Our own earlier lease (the one we just lost, or a "ghost": an acquire
-                // that timed out on our side but was applied by the store). Holder ids
-                // are unique per member instance, so nobody else's lease matches.
-                let ghost = Lease {
-                    issuer: store.issuer().clone(),
-                    key: key.clone(),
-                    holder,
-                    token,
-                    ttl: config.heartbeat.ttl,
-                    expires_in: Duration::ZERO,
-                };
-                match store.release(&ghost).await {
+            Err(Error::Held { token, .. }) if token == old.token => {
+                // The lease we just lost, still live by the store's clock (it started
+                // counting on arrival): its work was told to stop, so it is finished.
+                match store.release(old).await {
                     Ok(_) => Duration::ZERO,
                     Err(e) => {
                         // Not at once again: a store that cannot release now would
@@ -703,7 +750,22 @@ async fn rejoin(
                     }
                 }
             }
-            Err(Error::Held { .. }) => config.heartbeat.renew_every,
+            Err(Error::Held { holder, token, .. }) if holder == config.holder => {
+                // A "ghost": an acquire of this re-join that timed out on our side but
+                // was applied by the store. Holder ids are unique per member instance,
+                // so nobody else's lease matches. Adopt it.
+                match adopt(store, config, key, holder, token).await {
+                    Adopted::Yes(lease, at, at_on_clock) => return Some((lease, at, at_on_clock)),
+                    Adopted::Gone => Duration::ZERO,
+                    Adopted::Failed(e) => {
+                        tracing::warn!(%key, error = %e, "adopting an own ghost lease failed, retrying");
+                        backoff.next()
+                    }
+                }
+            }
+            // Somebody else's live lease (another instance of this name): look again
+            // in about one renew interval, jittered so that many re-joiners spread.
+            Err(Error::Held { .. }) => spread(config.heartbeat.renew_every, 0.5),
             Err(e) => {
                 tracing::warn!(%key, error = %e, "re-join failed, retrying");
                 backoff.next()

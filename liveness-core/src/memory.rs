@@ -287,17 +287,27 @@ impl LeaseStore for MemoryStore {
         lease.check_issuer(&self.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
-        let old = st.check_current(lease, now)?.expires_at;
-        let ttl = lease.ttl;
-        self.caps.check_ttl(ttl)?;
-        let expires_at = now + ttl.duration();
-        st.unindex(&lease.key, old);
-        st.index(&lease.key, expires_at);
-        if let Some(rec) = st.leases.get_mut(&lease.key) {
-            rec.expires_at = expires_at;
-            rec.ttl = ttl;
-        }
-        Ok(lease.renewed())
+        self.renew_locked(&mut st, lease, now)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        crate::store::check_batch(self.caps, "leases", leases.len())?;
+        let now = self.now();
+        let mut st = lock(&self.state);
+        Ok(leases
+            .iter()
+            .map(|lease| self.renew_locked(&mut st, lease, now))
+            .collect())
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        crate::store::check_batch(self.caps, "expired", expired.len())?;
+        let now = self.now();
+        let mut st = lock(&self.state);
+        Ok(expired
+            .iter()
+            .map(|(key, token)| Ok(reap_locked(&mut st, key, *token, now)))
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -355,13 +365,7 @@ impl LeaseStore for MemoryStore {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let now = self.now();
         let mut st = lock(&self.state);
-        match st.leases.get(key) {
-            Some(rec) if rec.token == token && now >= rec.expires_at => {
-                st.retire(key);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(reap_locked(&mut st, key, token, now))
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -489,18 +493,15 @@ impl ItemStore for MemoryStore {
 
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut st = lock(&self.state);
-        let mut out = Requeued::default();
-        if st.dead.remove(&token).is_none() {
-            return Ok(out);
-        }
-        let ids = st.owned.remove(&token).unwrap_or_default();
-        for id in ids {
-            match st.hand_back(id, true) {
-                ItemState::Pending => out.requeued.push(id),
-                _ => out.dead_lettered.push(id),
-            }
-        }
-        Ok(out)
+        Ok(requeue_locked(&mut st, token))
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut st = lock(&self.state);
+        Ok(tokens
+            .iter()
+            .map(|token| Ok(requeue_locked(&mut st, *token)))
+            .collect())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
@@ -535,4 +536,48 @@ impl ItemStore for MemoryStore {
             })
             .collect())
     }
+}
+
+/// The batch operations' shared steps, under the namespace's lock: one atomic step
+/// for a whole batch.
+impl MemoryStore {
+    fn renew_locked(&self, st: &mut NsState, lease: &Lease, now: Duration) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
+        let old = st.check_current(lease, now)?.expires_at;
+        let ttl = lease.ttl;
+        self.caps.check_ttl(ttl)?;
+        let expires_at = now + ttl.duration();
+        st.unindex(&lease.key, old);
+        st.index(&lease.key, expires_at);
+        if let Some(rec) = st.leases.get_mut(&lease.key) {
+            rec.expires_at = expires_at;
+            rec.ttl = ttl;
+        }
+        Ok(lease.renewed())
+    }
+}
+
+fn reap_locked(st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
+    match st.leases.get(key) {
+        Some(rec) if rec.token == token && now >= rec.expires_at => {
+            st.retire(key);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn requeue_locked(st: &mut NsState, token: FencingToken) -> Requeued {
+    let mut out = Requeued::default();
+    if st.dead.remove(&token).is_none() {
+        return out;
+    }
+    let ids = st.owned.remove(&token).unwrap_or_default();
+    for id in ids {
+        match st.hand_back(id, true) {
+            ItemState::Pending => out.requeued.push(id),
+            _ => out.dead_lettered.push(id),
+        }
+    }
+    out
 }

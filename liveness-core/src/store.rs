@@ -220,6 +220,34 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - Idempotent: a repeat extends the same lease again, from the store's now.
     async fn renew(&self, lease: &Lease) -> Result<Lease>;
 
+    /// Renews many leases in one call: what a process hosting many leases sends
+    /// instead of one round trip per lease.
+    ///
+    /// # Contract
+    /// - One answer per lease, in the order given, each exactly what
+    ///   [`LeaseStore::renew`] of that lease alone would answer when the store applies
+    ///   it: every bullet of `renew` holds for each lease by itself. One lease's answer
+    ///   never depends on another's: a lost or invalid lease fails alone.
+    /// - Not atomic across leases: callers must not rely on the leases being renewed
+    ///   at one store instant (each lease's safety deadline counts from the send time
+    ///   of the call, which is no later than any of them was applied).
+    /// - More leases than [`Capabilities::max_batch`] is `InvalidInput` and changes
+    ///   nothing; no lease answers an empty list.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default); retrying is safe.
+    ///
+    /// The default renews one lease after the other; backends that can do it in one
+    /// round trip override it.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.capabilities(), "leases", leases.len())?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            out.push(self.renew(lease).await);
+        }
+        Ok(out)
+    }
+
     /// Gives a lease up.
     ///
     /// # Contract
@@ -269,6 +297,31 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   in the dead set either way, so the checker's sweep of the dead set requeues
     ///   its items even when the caller that reaped never learnt it won.
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool>;
+
+    /// Declares many leases dead in one call: what a checker sends for a round's
+    /// expired leases instead of one round trip each.
+    ///
+    /// # Contract
+    /// - One answer per `(key, token)`, in the order given, each exactly what
+    ///   [`LeaseStore::reap`] of that pair alone would answer: true for exactly one of
+    ///   any number of concurrent reapers (of either method) of an expired lease.
+    /// - More entries than [`Capabilities::max_batch`] is `InvalidInput` and changes
+    ///   nothing.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default, which keeps every answer it got); retrying is safe (a second reap of
+    ///   a reaped lease is false; its token is in the dead set either way, for the
+    ///   sweep).
+    ///
+    /// The default reaps one after the other.
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        check_batch(self.capabilities(), "expired", expired.len())?;
+        let mut out = Vec::with_capacity(expired.len());
+        for (key, token) in expired {
+            out.push(self.reap(key, *token).await);
+        }
+        Ok(out)
+    }
 
     /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
     ///
@@ -416,6 +469,29 @@ pub trait ItemStore: Send + Sync {
     ///   set) and moves nothing; the items were moved by the first.
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued>;
 
+    /// Requeues the items of many dead tokens in one call: what a checker sends for
+    /// a round's deaths and its sweep instead of one round trip per token.
+    ///
+    /// # Contract
+    /// - One answer per token, in the order given, each exactly what
+    ///   [`ItemStore::requeue_orphans`] of that token alone would answer (a token not
+    ///   in the dead set answers an empty result and changes nothing; a token given
+    ///   twice moves nothing twice).
+    /// - Any number of tokens: a native implementation splits a list larger than it
+    ///   can move in one step.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit (the
+    ///   default); retrying is safe.
+    ///
+    /// The default requeues one token after the other.
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            out.push(self.requeue_orphans(*token).await);
+        }
+        Ok(out)
+    }
+
     /// Reads one item.
     ///
     /// # Contract
@@ -433,6 +509,16 @@ pub trait ItemStore: Send + Sync {
     /// # Contract
     /// - At most `limit` (clamped; zero is `InvalidInput`).
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>>;
+}
+
+/// Rejects a batch of `len` entries larger than the store's `max_batch` with
+/// [`Error::InvalidInput`]: the check every `*_many` method starts with.
+pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result<()> {
+    let max = caps.max_batch.max(1);
+    if len > max {
+        return Err(Error::invalid(what, InputProblem::TooLong { max, len }));
+    }
+    Ok(())
 }
 
 /// A complete store: leases and items in one namespace. Implemented automatically for

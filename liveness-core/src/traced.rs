@@ -53,6 +53,10 @@ impl LeaseStore for Traced {
         let span = span!(self, "renew", key = lease.key, token = lease.token);
         self.inner.renew(lease).instrument(span).await
     }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        let span = span!(self, "renew_many", n = leases.len());
+        self.inner.renew_many(leases).instrument(span).await
+    }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let span = span!(self, "release", key = lease.key, token = lease.token);
         self.inner.release(lease).instrument(span).await
@@ -68,6 +72,10 @@ impl LeaseStore for Traced {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let span = span!(self, "reap", key = key, token = token);
         self.inner.reap(key, token).instrument(span).await
+    }
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        let span = span!(self, "reap_many", n = expired.len());
+        self.inner.reap_many(expired).instrument(span).await
     }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let span = span!(self, "dead_tokens");
@@ -115,6 +123,13 @@ impl ItemStore for Traced {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let span = span!(self, "requeue_orphans", token = token);
         self.inner.requeue_orphans(token).instrument(span).await
+    }
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let span = span!(self, "requeue_orphans_many", n = tokens.len());
+        self.inner
+            .requeue_orphans_many(tokens)
+            .instrument(span)
+            .await
     }
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let span = span!(self, "item", item = id);

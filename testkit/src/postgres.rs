@@ -9,7 +9,9 @@
 //!   superuser `postgres` with a random password ([`PgServer::url`] carries it);
 //! - TLS enabled (`ssl=on`, a self-signed certificate made with `openssl`), so
 //!   `sslmode=require` works ([`PgServer::tls`] says whether it could be set up);
-//! - `fsync=off` and friends: test data need not survive a power cut.
+//! - `fsync=off` and friends: test data need not survive a power cut. The backend
+//!   refuses such a server unless told it is accepted: the kit's URLs say
+//!   `durability=relaxed`.
 //!
 //! When the process runs as root (as in CI containers), `initdb` and `postgres`
 //! refuse to run; they are then started as the `postgres` OS user (created by the
@@ -242,14 +244,20 @@ impl PgServer {
         let port = free_port()?;
         let process = ServerProcess::start("postgres", dir, port, launcher, READY_WITHIN)?;
         Ok(PgServer {
-            base_url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
+            // fsync=off and friends (speed): the backend refuses such a server unless
+            // the URL says this is accepted.
+            base_url: format!(
+                "postgres://postgres:{password}@127.0.0.1:{port}/postgres?durability=relaxed"
+            ),
             tls,
             process: Some(process),
         })
     }
 
-    /// A connection URL for the superuser (password included), database `postgres`,
-    /// no query string.
+    /// A connection URL for the superuser (password included), database `postgres`;
+    /// for a server this kit started, with the query string `durability=relaxed`
+    /// (it runs with `fsync=off` and `synchronous_commit=off`, which the backend
+    /// refuses otherwise). Add parameters with [`PgServer::url_with`].
     pub fn url(&self) -> &str {
         &self.base_url
     }

@@ -25,7 +25,9 @@ const READY_WITHIN: Duration = Duration::from_secs(10);
 pub struct RedisOptions {
     /// Persist every write with `appendonly yes` + `appendfsync always`, so a killed and
     /// restarted server comes back with every acknowledged write (the settings the
-    /// backend's README asks for). Default: no persistence at all.
+    /// backend's README asks for). Default: no persistence at all — about ten times
+    /// faster for writes on the development VM — and the server's URL then carries
+    /// `durability=relaxed`, which the backend requires to accept such a server.
     pub durable: bool,
     /// Serve only TLS (`rediss://`), with a certificate for `127.0.0.1` and `localhost`
     /// signed by a throw-away CA made with `openssl` in the server's folder.
@@ -172,6 +174,11 @@ impl RedisServer {
         if let Some(ca) = &ca {
             url.push_str(&format!("?ca={}", ca.display()));
         }
+        if !options.durable {
+            // No persistence, deliberately (speed): the backend refuses such a
+            // server unless told that this is accepted.
+            url = with_query(&url, "durability=relaxed");
+        }
         Ok(RedisServer {
             process: Some(process),
             url,
@@ -181,10 +188,16 @@ impl RedisServer {
 
     /// The server's URL: `redis://[user:password@]127.0.0.1:PORT`, or for TLS
     /// `rediss://127.0.0.1:PORT?ca=PATH` (the backend's `ca` parameter names the CA
-    /// that signed the server's certificate). Append `&ns=...` / `?ns=...` as needed,
-    /// or set the namespace on the parsed config.
+    /// that signed the server's certificate), with `durability=relaxed` in the query
+    /// unless the server was started [`RedisOptions::durable`]. Add parameters with
+    /// [`RedisServer::url_with`], or set the namespace on the parsed config.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL with more query parameters (`ns=...&timeout_ms=...`).
+    pub fn url_with(&self, query: &str) -> String {
+        with_query(&self.url, query)
     }
 
     /// The PEM file of the CA that signed a TLS server's certificate.
@@ -324,16 +337,19 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+        // The nodes run without persistence (speed): `durability=relaxed` says the
+        // backend may accept them.
         let url = format!(
-            "redis://{}/?cluster=true&seeds={}",
+            "redis://{}/?cluster=true&seeds={}&durability=relaxed",
             addrs[0],
             addrs[1..].join(",")
         );
         Ok(RedisCluster { nodes, url })
     }
 
-    /// The cluster's URL for the backend: the first node, `cluster=true`, and the
-    /// other nodes as `seeds`. Append `&ns=...` as needed.
+    /// The cluster's URL for the backend: the first node, `cluster=true`, the other
+    /// nodes as `seeds`, and `durability=relaxed` (the nodes do not persist). Append
+    /// `&ns=...` as needed.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -358,4 +374,10 @@ impl RedisCluster {
     pub fn kill_node(&mut self, i: usize) {
         self.nodes[i].kill();
     }
+}
+
+/// `url` with `query` appended after `?`, or after `&` when it has a query already.
+fn with_query(url: &str, query: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{query}")
 }

@@ -1,10 +1,15 @@
--- renew: KEYS[1] lease, KEYS[2] expiry zset
+-- renew: KEYS[1] lease, KEYS[2] expiry zset, KEYS[3] token counter
 -- ARGV[1] name, ARGV[2] token, ARGV[3] ttl (ms); ttl '0' only checks, changing nothing.
 -- Returns 1 renewed, 0 current and live (check only), -1 released, -2 superseded,
--- -3 expired.
+-- -3 expired, -4 the store lost its state (no record, and the token is above every
+-- token the namespace's counter has handed out: the counter went back).
 local now = now_us()
 local rec = redis.call('HMGET', KEYS[1], 't', 'e')
 if not rec[1] then
+  local issued = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if tonumber(ARGV[2]) > issued then
+    return -4
+  end
   return -1
 end
 if rec[1] ~= ARGV[2] then

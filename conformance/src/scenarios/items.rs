@@ -446,6 +446,17 @@ pub async fn foreign_lease_refused_unchanged(ctx: Ctx) {
         assert_foreign(b.fail(foreign, owned, false).await, "fail");
         assert_foreign(b.release(foreign).await, "release");
     }
+    // In a batch, the foreign lease is refused alone and the local one still renews.
+    let mut answers = b
+        .renew_many(&[lookalike.clone(), lb.clone()])
+        .await
+        .unwrap()
+        .into_iter();
+    assert_foreign(answers.next().expect("two answers"), "renew_many");
+    answers
+        .next()
+        .expect("two answers")
+        .expect("renew_many renews the local lease beside a foreign one");
     assert_eq!(
         b.item_counts().await.unwrap(),
         before,

@@ -7,10 +7,12 @@ use std::pin::Pin;
 
 use crate::Ctx;
 
+mod batches;
 mod items;
 mod leases;
 mod machines;
 
+pub use batches::*;
 pub use items::*;
 pub use leases::*;
 pub use machines::*;
@@ -55,6 +57,10 @@ macro_rules! __scenarios {
             fail_retry_and_dead_letter,
             requeue_is_idempotent,
             requeue_ignores_live_tokens,
+            renew_many_answers_each_lease_alone,
+            renew_many_over_max_batch_rejected,
+            reap_many_answers_each_entry_alone,
+            requeue_orphans_many_answers_each_token_alone,
             poison_item_is_dead_lettered,
             namespaces_are_isolated,
             foreign_lease_refused_unchanged,

@@ -1,0 +1,198 @@
+//! Regression tests (issue 12, section 3) that need the crate's insides: the keep-alive
+//! slots, a release attempt on a given read, and another handle's half-finished ttl
+//! change written by hand. They run against the test binary's shared etcd member.
+
+use std::time::Duration;
+
+use etcd_client::{PutOptions, Txn, TxnOp};
+use liveness_conformance::fleet::wait_until;
+use liveness_conformance::fresh_namespace;
+use liveness_core::{Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostReason, Ttl};
+
+use crate::keys::Record;
+use crate::store::Released;
+use crate::txn::{create_rev, mod_rev, put, token_i64};
+use crate::{EtcdConfig, EtcdStore};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn store() -> Option<EtcdStore> {
+    let server = liveness_testkit::etcd::shared()?;
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(fresh_namespace());
+    Some(EtcdStore::connect(config).await.unwrap())
+}
+
+fn holder() -> HolderId {
+    HolderId::new("h").unwrap()
+}
+
+/// What another handle's `renew` with a new ttl does — the lease-bound key and the
+/// record move to a fresh etcd lease of `ttl` — except that the revoke of the old
+/// etcd lease never happens (that process stopped, or the revoke failed). Returns
+/// the old etcd lease's id.
+async fn move_without_revoke(store: &EtcdStore, lease: &Lease, ttl: Ttl) -> i64 {
+    let current = store
+        .snapshot(&lease.key)
+        .await
+        .unwrap()
+        .check(lease)
+        .unwrap();
+    let id = store.grant(ttl).await.unwrap();
+    let k = store.keys();
+    let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+    let rec = Record {
+        token: Some(lease.token.0),
+        ttl,
+        lease_id: id,
+        holder: current.rec.holder.clone(),
+    };
+    let resp = store
+        .txn(
+            Txn::new()
+                .when(vec![
+                    mod_rev(&rec_key, current.mod_rev),
+                    create_rev(&live_key, token_i64(lease.token)),
+                ])
+                .and_then(vec![
+                    TxnOp::put(
+                        live_key.as_str(),
+                        "",
+                        Some(PutOptions::new().with_lease(id)),
+                    ),
+                    put(&rec_key, rec.encode()),
+                ]),
+        )
+        .await
+        .unwrap();
+    assert!(resp.succeeded());
+    current.rec.lease_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_refuses_a_lease_forged_for_another_key() {
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let a = Key::member("a").unwrap();
+    let b = Key::member("b").unwrap();
+    let la = store.acquire(&a, &holder(), ttl).await.unwrap();
+    let lb = store.acquire(&b, &holder(), ttl).await.unwrap();
+    // The real lease is renewed once on this handle: its keep-alive slot exists.
+    store.renew(&la).await.unwrap();
+    // A's token on B's key: it must not extend A's etcd lease and answer for B.
+    let forged = Lease {
+        key: b.clone(),
+        ..la.clone()
+    };
+    match store.renew(&forged).await {
+        Err(Error::Lost {
+            reason: LostReason::Superseded,
+            ..
+        }) => {}
+        other => panic!("a forged lease was renewed: {other:?}"),
+    }
+    assert!(!store.release(&forged).await.unwrap());
+    // Both real leases are untouched.
+    store.renew(&la).await.unwrap();
+    store.renew(&lb).await.unwrap();
+    assert!(store.release(&la).await.unwrap());
+    assert!(store.release(&lb).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_does_not_keep_an_etcd_lease_the_key_moved_away_from() {
+    let Some(store) = store().await else { return };
+    let min = store.capabilities().min_ttl;
+    let ttl = Ttl::new(min).unwrap();
+    let key = Key::member("m").unwrap();
+    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    store.renew(&lease).await.unwrap();
+    // Another handle changed the ttl; the old etcd lease lives on, bound to nothing.
+    let old = move_without_revoke(&store, &lease, Ttl::new(min * 3).unwrap()).await;
+    assert!(store.time_to_live(old).await.unwrap() >= 0);
+    // This handle's renewal (ttl `ttl`) must renew the etcd lease the key is bound
+    // to — moving it back to `ttl` — not the orphan its slot still names.
+    let renewed = store.renew(&lease).await.unwrap();
+    assert_eq!(renewed.token, lease.token);
+    let info = store.inspect(&key).await.unwrap().unwrap();
+    assert_eq!(
+        info.ttl, ttl,
+        "the renewal kept the orphan etcd lease alive"
+    );
+    assert!(matches!(info.status, LeaseStatus::Live { .. }));
+    // And the orphan is revoked (in the background).
+    wait_until("the orphan etcd lease is revoked", DEADLINE, || async {
+        store.time_to_live(old).await.unwrap() < 0
+    })
+    .await;
+    assert!(store.release(&lease).await.unwrap());
+    assert!(store.inspect(&key).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_does_not_answer_true_while_the_lease_lives_on() {
+    let Some(store) = store().await else { return };
+    let min = store.capabilities().min_ttl;
+    let key = Key::member("m").unwrap();
+    let lease = store
+        .acquire(&key, &holder(), Ttl::new(min).unwrap())
+        .await
+        .unwrap();
+    // The release reads the record, then another handle moves the lease to a new
+    // etcd lease (its revoke of the old one fails), then the release revokes the
+    // etcd lease it read — the old one — and tries to retire the record.
+    let snap = store.snapshot(&key).await.unwrap();
+    move_without_revoke(&store, &lease, Ttl::new(min * 3).unwrap()).await;
+    let attempt = store.release_from(&lease, snap).await.unwrap();
+    let info = store.inspect(&key).await.unwrap();
+    assert!(
+        matches!(&info, Some(i) if matches!(i.status, LeaseStatus::Live { .. })),
+        "{info:?}"
+    );
+    assert_eq!(
+        attempt,
+        Released::Retry,
+        "release said it ended a lease that is live"
+    );
+    // The whole release ends it.
+    assert!(store.release(&lease).await.unwrap());
+    assert!(store.inspect(&key).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_slots_of_abandoned_leases_are_dropped() {
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    // Three members renew once and are dropped without releasing.
+    for name in ["a", "b", "c"] {
+        let lease = store
+            .acquire(&Key::member(name).unwrap(), &holder(), ttl)
+            .await
+            .unwrap();
+        store.renew(&lease).await.unwrap();
+    }
+    // One member keeps renewing.
+    let mut kept = store
+        .acquire(&Key::member("kept").unwrap(), &holder(), ttl)
+        .await
+        .unwrap();
+    kept = store.renew(&kept).await.unwrap();
+    assert_eq!(store.inner.slots.len(), 4);
+    wait_until(
+        "the abandoned leases' keep-alive slots are dropped",
+        DEADLINE,
+        || {
+            let store = store.clone();
+            let lease = kept.clone();
+            async move {
+                tokio::time::sleep(ttl.duration() / 4).await;
+                store.renew(&lease).await.unwrap();
+                store.inner.slots.len() == 1
+            }
+        },
+    )
+    .await;
+    kept = store.renew(&kept).await.unwrap();
+    assert!(store.release(&kept).await.unwrap());
+}

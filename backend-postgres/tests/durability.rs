@@ -1,0 +1,103 @@
+//! Issue 12: the durability check at connect (the kit's server runs with `fsync=off`
+//! and `synchronous_commit=off`: refused unless the URL says `durability=relaxed`),
+//! and a read-only transaction (SQLSTATE 25006, a standby reached during a failover)
+//! being transient.
+
+use liveness_core::durability::UnsafeSetting;
+use liveness_core::{Error, HolderId, Key, LeaseStore, Ttl};
+use sqlx::AssertSqlSafe;
+
+fn ns() -> String {
+    liveness_conformance::fresh_namespace().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_fsync_off_is_refused_unless_relaxed_and_left_unchanged() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    if std::env::var("LIVENESS_POSTGRES_URL").is_ok() {
+        return; // an external server's settings are its own
+    }
+    let ns = ns();
+    let strict = server
+        .url_with(&format!("ns={ns}"))
+        .replace("durability=relaxed", "durability=strict");
+    let err = backend_postgres::connect(&strict).await.unwrap_err();
+    let setting = match &err {
+        Error::Backend { source, .. } => {
+            source
+                .downcast_ref::<UnsafeSetting>()
+                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"))
+                .setting
+        }
+        other => panic!("expected a permanent Backend error, got {other:?}"),
+    };
+    assert_eq!(setting, "fsync");
+    assert!(err.to_string().contains("fsync = on"), "{err}");
+    assert!(err.to_string().contains("durability=relaxed"), "{err}");
+    // Accepted with the kit's URL (durability=relaxed); the refusal created nothing.
+    let store = backend_postgres::connect(&server.url_with("ns=default"))
+        .await
+        .unwrap();
+    let schemas: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(format!("liveness_{ns}"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(schemas, 0, "a refused connect created the schema");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_transaction_is_unavailable_not_permanent() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    if std::env::var("LIVENESS_POSTGRES_URL").is_ok() {
+        return; // creating roles on an external server is not ours to do
+    }
+    let ns = ns();
+    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    // A role whose every transaction is read-only: what a connection that reached a
+    // standby sees (the schema exists, its writes fail with SQLSTATE 25006).
+    let role = format!("ro_{ns}");
+    for stmt in [
+        format!("CREATE ROLE {role} LOGIN PASSWORD 'pw'"),
+        format!("ALTER ROLE {role} SET default_transaction_read_only = on"),
+        format!("GRANT ALL ON SCHEMA {} TO {role}", store.schema()),
+        format!(
+            "GRANT ALL ON ALL TABLES IN SCHEMA {} TO {role}",
+            store.schema()
+        ),
+        format!(
+            "GRANT ALL ON ALL SEQUENCES IN SCHEMA {} TO {role}",
+            store.schema()
+        ),
+        format!("GRANT CREATE ON DATABASE postgres TO {role}"),
+    ] {
+        sqlx::query(AssertSqlSafe(stmt))
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    let mut url = url::Url::parse(&server.url_with(&format!("ns={ns}"))).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(Some("pw")).unwrap();
+    let err = match backend_postgres::connect(url.as_str()).await {
+        Err(e) => e,
+        Ok(ro) => ro
+            .acquire(
+                &Key::member("m").unwrap(),
+                &HolderId::new("h").unwrap(),
+                Ttl::from_secs(5).unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    };
+    assert!(
+        err.is_retryable(),
+        "a read-only transaction (a standby) must be retryable: {err:?}"
+    );
+}

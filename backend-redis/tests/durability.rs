@@ -1,0 +1,157 @@
+//! The durability check at connect (issue 12, section 2): a server whose settings can
+//! lose acknowledged writes is refused with an error naming the setting and the fix,
+//! unless the URL says `durability=relaxed`; where `CONFIG` is denied the connection
+//! goes on (with a warning in the log).
+
+use backend_redis::RedisConfig;
+use liveness_conformance::fresh_namespace;
+use liveness_core::durability::{Durability, UnsafeSetting};
+use liveness_core::{Error, HolderId, Key, LeaseStore, Ttl};
+use liveness_testkit::redis::{RedisOptions, RedisServer};
+
+/// A strict connect to `url` (whatever its `durability` parameter says).
+async fn connect_strict(url: &str) -> liveness_core::Result<backend_redis::RedisStore> {
+    let config = RedisConfig::from_url(url)
+        .unwrap()
+        .with_namespace(fresh_namespace())
+        .with_durability(Durability::Strict);
+    backend_redis::RedisStore::connect(config).await
+}
+
+/// The setting a refusal names.
+fn refused_setting(err: &Error) -> &'static str {
+    match err {
+        Error::Backend { source, .. } => {
+            source
+                .downcast_ref::<UnsafeSetting>()
+                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"))
+                .setting
+        }
+        other => panic!("expected a permanent Backend error, got {other:?}"),
+    }
+}
+
+async fn config_set(server: &RedisServer, name: &str, value: &str) {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_aof_is_refused_unless_relaxed() {
+    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let err = connect_strict(server.url()).await.unwrap_err();
+    assert_eq!(refused_setting(&err), "appendonly");
+    let text = err.to_string();
+    assert!(text.contains("appendonly yes"), "no fix named: {text}");
+    assert!(text.contains("durability=relaxed"), "{text}");
+    // The kit's URL for this server says `durability=relaxed`: accepted.
+    assert!(server.url().contains("durability=relaxed"));
+    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+        .await
+        .unwrap();
+    let lease = store
+        .acquire(
+            &Key::member("m").unwrap(),
+            &HolderId::new("h").unwrap(),
+            Ttl::from_secs(5).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(store.release(&lease).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_always_and_noeviction_are_accepted_and_each_weaker_setting_refused() {
+    let Some(server) = RedisServer::spawn(RedisOptions {
+        durable: true,
+        ..RedisOptions::default()
+    }) else {
+        return;
+    };
+    assert!(!server.url().contains("durability"));
+    connect_strict(server.url()).await.unwrap();
+
+    config_set(&server, "appendfsync", "everysec").await;
+    let err = connect_strict(server.url()).await.unwrap_err();
+    assert_eq!(refused_setting(&err), "appendfsync");
+    config_set(&server, "appendfsync", "always").await;
+
+    config_set(&server, "maxmemory-policy", "allkeys-lru").await;
+    let err = connect_strict(server.url()).await.unwrap_err();
+    assert_eq!(refused_setting(&err), "maxmemory-policy");
+    // Accepting weaker guarantees explicitly.
+    backend_redis::connect(&server.url_with("durability=relaxed"))
+        .await
+        .unwrap();
+    config_set(&server, "maxmemory-policy", "noeviction").await;
+    connect_strict(server.url()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_config_permission_the_check_is_skipped() {
+    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    // A user who may do everything but CONFIG (as on managed services).
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "noconf", "on", ">pw", "~*", "&*", "+@all", "-config",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://noconf:pw@", 1)
+        .replace("durability=relaxed", "durability=strict");
+    // The settings cannot be read (and here are unsafe): a warning, and on it goes.
+    connect_strict(&url).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_the_server_lost_its_data_says_so() {
+    let Some(server) = RedisServer::shared() else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let store = backend_redis::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    let key = Key::member("m").unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let lease = store.acquire(&key, &holder, ttl).await.unwrap();
+    // A plain release is still `Lost(Released)`.
+    let released = store
+        .acquire(&Key::member("r").unwrap(), &holder, ttl)
+        .await
+        .unwrap();
+    assert!(store.release(&released).await.unwrap());
+    let err = store.renew(&released).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
+    // The server loses the namespace's data (as a restart without AOF does).
+    let n = store.purge().await.unwrap();
+    assert!(n > 0);
+    let err = store.renew(&lease).await.unwrap_err();
+    match &err {
+        Error::Backend { source, .. } => {
+            let lost = source
+                .downcast_ref::<liveness_core::durability::StoreLostState>()
+                .unwrap_or_else(|| panic!("not a store-lost-state error: {err:?}"));
+            assert_eq!((&lost.key, lost.token), (&key, lease.token));
+        }
+        other => panic!("a wiped store answered {other:?}, not store-lost-state"),
+    }
+    assert!(err.to_string().contains("store lost state"), "{err}");
+}

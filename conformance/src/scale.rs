@@ -1,0 +1,622 @@
+//! The scale bench (issue 13): a whole fleet of members in this process, one checker,
+//! real time. Figures, not assertions. Any store runs it with [`main`] (flags below)
+//! or [`run`].
+//!
+//! ```text
+//! --members 10000,100000   fleet sizes, one run each
+//! --ttl 10s                member ttl (renew every ttl/3, margin ttl/5)
+//! --seconds 60             length of a quiet run
+//! --batch-ms 2             renew through a shared Renewals batcher with this window
+//!                          (0: every member renews by itself)
+//! --overload               instead of a quiet run: `before` (1 ttl), then a spinning
+//!                          process steals CPU for --steal seconds (`during`), then
+//!                          `after` (2 ttl); figures per phase
+//! --steal 30               seconds of CPU stealing
+//! --spinners 1             spinning processes
+//! ```
+//!
+//! Printed per run and phase: join time; renewals/s achieved vs needed; renew latency
+//! p50 / p99 / max per store call; `Lost` events; false deaths (a `Died` of a member
+//! that was not killed); checker round p50 / p99 and store calls per round; detection
+//! p50 / p99 beyond the store expiry for 1 % of members killed (dropped without
+//! release; expiry = their last renewal's send time + ttl, so the figure slightly
+//! overstates); client CPU µs per renewal (utime + stime of this process from
+//! `/proc/self/stat`); resident bytes per member (`/proc/self/statm` before and after
+//! the join).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Event, EventBus,
+    ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member, MemberConfig, Renewals, RequestId,
+    Requeued, Result, Space, Store, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::Factory;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ScaleOptions {
+    /// Fleet sizes, one run each.
+    pub members: Vec<usize>,
+    /// Member ttl.
+    pub ttl: Duration,
+    /// Length of a quiet run.
+    pub seconds: f64,
+    /// The batcher's window; `None`: each member renews by itself.
+    pub batch: Option<Duration>,
+    /// Overload mode: before / during (CPU stolen) / after.
+    pub overload: bool,
+    /// How long the CPU is stolen.
+    pub steal: Duration,
+    /// How many spinning processes steal it.
+    pub spinners: usize,
+}
+
+impl Default for ScaleOptions {
+    fn default() -> Self {
+        ScaleOptions {
+            members: vec![10_000],
+            ttl: Duration::from_secs(10),
+            seconds: 60.0,
+            batch: Some(Duration::from_millis(2)),
+            overload: false,
+            steal: Duration::from_secs(30),
+            spinners: 1,
+        }
+    }
+}
+
+fn secs(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Some(ms) = v.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    v.strip_suffix('s')
+        .unwrap_or(v)
+        .parse::<f64>()
+        .ok()
+        .map(Duration::from_secs_f64)
+}
+
+impl ScaleOptions {
+    /// Parses the flags above from the process arguments; others are ignored.
+    pub fn from_args() -> ScaleOptions {
+        let mut o = ScaleOptions::default();
+        let args: Vec<String> = std::env::args().collect();
+        o.overload = args.iter().any(|a| a == "--overload");
+        for w in args.windows(2) {
+            match w[0].as_str() {
+                "--members" => {
+                    o.members = w[1]
+                        .split(',')
+                        .filter_map(|x| x.trim().parse().ok())
+                        .collect()
+                }
+                "--ttl" => o.ttl = secs(&w[1]).unwrap_or(o.ttl),
+                "--seconds" => o.seconds = w[1].parse().unwrap_or(o.seconds),
+                "--batch-ms" => {
+                    o.batch = match w[1].parse::<u64>() {
+                        Ok(0) => None,
+                        Ok(ms) => Some(Duration::from_millis(ms)),
+                        Err(_) => o.batch,
+                    }
+                }
+                "--steal" => o.steal = secs(&w[1]).unwrap_or(o.steal),
+                "--spinners" => o.spinners = w[1].parse().unwrap_or(o.spinners),
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// Builds a multi-threaded runtime and runs [`run`] with options from the arguments.
+pub fn main(factory: Factory) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    rt.block_on(run(factory, ScaleOptions::from_args()));
+}
+
+/// Runs every fleet size of `options` on a fresh store from `factory`, printing the
+/// figures.
+pub async fn run(factory: Factory, options: ScaleOptions) {
+    for &n in &options.members {
+        let Some(store) = factory().await else {
+            println!("scale: no store");
+            return;
+        };
+        one(store, n, &options).await;
+    }
+}
+
+/// A latency histogram: buckets 5 % wide from 1 µs up, lock-free.
+struct Histogram {
+    buckets: Vec<AtomicU64>,
+    max: AtomicU64,
+}
+
+const BUCKETS: usize = 420; // 1.05^420 µs ≈ 8 × 10^8 µs
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            max: AtomicU64::new(0),
+        }
+    }
+    fn record(&self, d: Duration) {
+        let us = d.as_micros().max(1) as f64;
+        let i = ((us.ln() / 1.05f64.ln()) as usize).min(BUCKETS - 1);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.max.fetch_max(d.as_micros() as u64, Ordering::Relaxed);
+    }
+    fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+    fn quantile(&self, q: f64) -> Duration {
+        let total = self.count();
+        if total == 0 {
+            return Duration::ZERO;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            seen += b.load(Ordering::Relaxed);
+            if seen >= want {
+                return Duration::from_micros(1.05f64.powi(i as i32 + 1) as u64);
+            }
+        }
+        self.max()
+    }
+    fn max(&self) -> Duration {
+        Duration::from_micros(self.max.load(Ordering::Relaxed))
+    }
+}
+
+/// Per-phase counters.
+struct Phase {
+    renew: Histogram,
+    renewed: AtomicU64,
+    renew_calls: AtomicU64,
+    rounds: Histogram,
+    round_calls: AtomicU64,
+    round_count: AtomicU64,
+}
+
+impl Phase {
+    fn new() -> Phase {
+        Phase {
+            renew: Histogram::new(),
+            renewed: AtomicU64::new(0),
+            renew_calls: AtomicU64::new(0),
+            rounds: Histogram::new(),
+            round_calls: AtomicU64::new(0),
+            round_count: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A forwarding store that measures what the bench prints.
+struct Meter {
+    inner: Arc<dyn Store>,
+    phases: Vec<Phase>,
+    phase: AtomicUsize,
+    /// Send time of the last renewal of each victim (killed member).
+    victims: Mutex<HashMap<Key, Instant>>,
+    watched: HashSet<Key>,
+    /// The checker's current round: start, store calls so far.
+    round: Mutex<Option<(Instant, u64)>>,
+}
+
+impl std::fmt::Debug for Meter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Meter")
+    }
+}
+
+impl Meter {
+    fn phase(&self) -> &Phase {
+        &self.phases[self
+            .phase
+            .load(Ordering::Relaxed)
+            .min(self.phases.len() - 1)]
+    }
+    fn renewed(&self, leases: &[Lease], sent: Instant) {
+        let p = self.phase();
+        p.renew.record(sent.elapsed());
+        p.renew_calls.fetch_add(1, Ordering::Relaxed);
+        p.renewed.fetch_add(leases.len() as u64, Ordering::Relaxed);
+        let mut v = self.victims.lock().unwrap_or_else(|e| e.into_inner());
+        for l in leases {
+            if self.watched.contains(&l.key) {
+                v.insert(l.key.clone(), sent);
+            }
+        }
+    }
+    fn round_call(&self) {
+        if let Some((_, n)) = self
+            .round
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            *n += 1;
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Meter {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn issuer(&self) -> &Issuer {
+        self.inner.issuer()
+    }
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.inner.acquire(key, holder, ttl).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let sent = Instant::now();
+        let r = self.inner.renew(lease).await;
+        self.renewed(std::slice::from_ref(lease), sent);
+        r
+    }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        let sent = Instant::now();
+        let r = self.inner.renew_many(leases).await;
+        self.renewed(leases, sent);
+        r
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        self.inner.inspect(key).await
+    }
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), 1));
+        self.inner.expired(space, limit).await
+    }
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.round_call();
+        self.inner.reap(key, token).await
+    }
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.round_call();
+        self.inner.reap_many(expired).await
+    }
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.round_call();
+        self.inner.dead_tokens(limit).await
+    }
+    async fn store_time(&self) -> Result<StoreTime> {
+        self.inner.store_time().await
+    }
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let r = self.inner.next_expiry(space).await;
+        if let Some((start, calls)) = self.round.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let p = self.phase();
+            p.rounds.record(start.elapsed());
+            p.round_calls.fetch_add(calls + 1, Ordering::Relaxed);
+            p.round_count.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        self.inner.wakeups()
+    }
+}
+
+#[async_trait]
+impl ItemStore for Meter {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        self.inner.enqueue(payload, options).await
+    }
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
+        self.inner.claim_request(lease, n, request).await
+    }
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        self.inner.complete(lease, id).await
+    }
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        self.inner.fail(lease, id, retry).await
+    }
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        self.round_call();
+        self.inner.requeue_orphans(token).await
+    }
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.round_call();
+        self.inner.requeue_orphans_many(tokens).await
+    }
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        self.inner.item(id).await
+    }
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        self.inner.item_counts().await
+    }
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        self.inner.dead_letters(limit).await
+    }
+}
+
+/// utime + stime of this process, from `/proc/self/stat` (clock ticks of 10 ms).
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// Resident bytes of this process, from `/proc/self/statm` (4 KiB pages).
+fn resident() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    Some(statm.split_whitespace().nth(1)?.parse::<u64>().ok()? * 4096)
+}
+
+/// The 1- and 5-minute load averages.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".into())
+}
+
+#[derive(Default)]
+struct Seen {
+    lost: [u64; 3],
+    joined: [u64; 3],
+    false_deaths: [u64; 3],
+    deaths: Vec<(Key, Instant)>,
+    lagged: u64,
+}
+
+async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
+    let ttl = Ttl::new(Duration::from_millis(o.ttl.as_millis() as u64))
+        .unwrap_or_else(|e| panic!("ttl: {e}"));
+    let names: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+    let kill_n = (n / 100).max(1);
+    let victims: Vec<usize> = (0..kill_n).map(|i| i * (n / kill_n)).collect();
+    let watched: HashSet<Key> = victims
+        .iter()
+        .map(|&i| Key::member(&names[i]).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let phases = if o.overload { 3 } else { 1 };
+    let meter = Arc::new(Meter {
+        inner,
+        phases: (0..phases).map(|_| Phase::new()).collect(),
+        phase: AtomicUsize::new(0),
+        victims: Mutex::default(),
+        watched: watched.clone(),
+        round: Mutex::default(),
+    });
+    let store: Arc<dyn Store> = meter.clone();
+    let bus = EventBus::new(1 << 16);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let collector = {
+        let mut rx = bus.subscribe();
+        let seen = seen.clone();
+        let meter = meter.clone();
+        let watched = watched.clone();
+        tokio::spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(e) => {
+                        let p = meter.phase.load(Ordering::Relaxed).min(2);
+                        let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        match e {
+                            Event::Lost { .. } => s.lost[p] += 1,
+                            Event::Joined { .. } => s.joined[p] += 1,
+                            Event::Died { key, .. } => {
+                                if watched.contains(&key) {
+                                    s.deaths.push((key, Instant::now()));
+                                } else {
+                                    s.false_deaths[p] += 1;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(k)) => {
+                        seen.lock().unwrap_or_else(|e| e.into_inner()).lagged += k
+                    }
+                    Err(_) => return,
+                }
+            }
+        })
+    };
+    let renewals = o.batch.map(|w| Renewals::new(store.clone(), w));
+    let rss_before = resident();
+    let join_start = Instant::now();
+    let gate = Arc::new(tokio::sync::Semaphore::new(256));
+    let mut joins = Vec::with_capacity(n);
+    for name in &names {
+        let mut config = MemberConfig::new(name, ttl)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .events(bus.clone());
+        if let Some(r) = &renewals {
+            config = config.renewals(r.clone());
+        }
+        let (store, gate) = (store.clone(), gate.clone());
+        joins.push(tokio::spawn(async move {
+            let _permit = gate.acquire_owned().await;
+            Member::join(store, config).await
+        }));
+    }
+    let mut members = Vec::with_capacity(n);
+    for j in joins {
+        match j.await {
+            Ok(Ok(m)) => members.push(Some(m)),
+            Ok(Err(e)) => panic!("join: {e}"),
+            Err(e) => panic!("join task: {e}"),
+        }
+    }
+    let join_time = join_start.elapsed();
+    let per_member = match (rss_before, resident()) {
+        (Some(a), Some(b)) => format!("{}", b.saturating_sub(a) / n as u64),
+        _ => "?".into(),
+    };
+    let checker = Checker::new(
+        store.clone(),
+        CheckerConfig {
+            events: bus.clone(),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    println!(
+        "== scale: backend={} members={n} ttl={:?} batch={} mode={} load(1/5/15 min) at start={} ==",
+        meter.backend(),
+        o.ttl,
+        o.batch.map(|w| format!("{w:?}")).unwrap_or_else(|| "off".into()),
+        if o.overload { "overload" } else { "quiet" },
+        load()
+    );
+    println!("join         {n} members in {join_time:.2?}; resident bytes per member {per_member}");
+
+    let needed = n as f64 / (o.ttl.as_secs_f64() / 3.0);
+    let kill = |members: &mut Vec<Option<Member>>| {
+        for &i in &victims {
+            members[i] = None; // dropped: the heartbeat stops, nothing is released
+        }
+    };
+    let lens: Vec<Duration> = if o.overload {
+        vec![o.ttl, o.steal, o.ttl * 2]
+    } else {
+        vec![Duration::from_secs_f64(o.seconds)]
+    };
+    let names_of = if o.overload {
+        vec!["before", "during", "after"]
+    } else {
+        vec!["quiet"]
+    };
+    let mut kill_at = None;
+    for (p, len) in lens.iter().enumerate() {
+        meter.phase.store(p, Ordering::Relaxed);
+        let cpu0 = cpu_time();
+        let start = Instant::now();
+        let mut spinners = Vec::new();
+        if o.overload && p == 1 {
+            for _ in 0..o.spinners {
+                if let Ok(c) = std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                {
+                    spinners.push(c);
+                }
+            }
+        }
+        // Kill 1 %: a third into a quiet run, at the start of the steal in overload.
+        if (!o.overload && p == 0) || (o.overload && p == 1) {
+            let wait = if o.overload { Duration::ZERO } else { *len / 3 };
+            tokio::time::sleep(wait).await;
+            kill(&mut members);
+            kill_at = Some(Instant::now());
+            tokio::time::sleep(len.saturating_sub(wait)).await;
+        } else {
+            tokio::time::sleep(*len).await;
+        }
+        for mut c in spinners {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let elapsed = start.elapsed();
+        let ph = &meter.phases[p];
+        let renewed = ph.renewed.load(Ordering::Relaxed);
+        let cpu_us = match (cpu0, cpu_time()) {
+            (Some(a), Some(b)) if renewed > 0 => {
+                format!("{:.1}", (b - a).as_micros() as f64 / renewed as f64)
+            }
+            _ => "?".into(),
+        };
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let calls = ph.round_calls.load(Ordering::Relaxed);
+        let rounds = ph.round_count.load(Ordering::Relaxed).max(1);
+        println!(
+            "{:<7} {:>5.1}s renewals/s {:>8.0} (needed {:>7.0}) in {:>8} store calls; renew call p50={:.2?} p99={:.2?} max={:.2?}; Lost={} re-joins={} false deaths={}; checker rounds={} p50={:.2?} p99={:.2?} calls/round={:.1}; client CPU µs/renewal={cpu_us}; load={}",
+            names_of[p],
+            elapsed.as_secs_f64(),
+            renewed as f64 / elapsed.as_secs_f64(),
+            needed,
+            ph.renew_calls.load(Ordering::Relaxed),
+            ph.renew.quantile(0.5),
+            ph.renew.quantile(0.99),
+            ph.renew.max(),
+            s.lost[p],
+            // The fleet's own joins are counted in the first phase.
+            s.joined[p].saturating_sub(if p == 0 { n as u64 } else { 0 }),
+            s.false_deaths[p],
+            ph.round_count.load(Ordering::Relaxed),
+            ph.rounds.quantile(0.5),
+            ph.rounds.quantile(0.99),
+            calls as f64 / rounds as f64,
+            load()
+        );
+    }
+    // Detection: each killed member's Died, past its store expiry (last renewal sent
+    // + ttl). Deaths not seen by the end are reported as missing.
+    let expiry: HashMap<Key, Instant> = meter
+        .victims
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(k, t)| (k.clone(), *t + o.ttl))
+        .collect();
+    {
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut beyond: Vec<Duration> = s
+            .deaths
+            .iter()
+            .filter_map(|(k, at)| expiry.get(k).map(|e| at.saturating_duration_since(*e)))
+            .collect();
+        beyond.sort();
+        let q = |p: f64| -> Duration {
+            if beyond.is_empty() {
+                return Duration::ZERO;
+            }
+            beyond[((beyond.len() - 1) as f64 * p).round() as usize]
+        };
+        println!(
+            "detection    killed={} at {:?} into the run; declared dead={} missing={}; beyond store expiry p50={:.2?} p99={:.2?} max={:.2?}; events lagged={}",
+            victims.len(),
+            kill_at.map(|k| k.saturating_duration_since(join_start)),
+            s.deaths.len(),
+            victims.len().saturating_sub(s.deaths.len()),
+            q(0.5),
+            q(0.99),
+            q(1.0),
+            s.lagged
+        );
+    }
+    let not_live = members
+        .iter()
+        .flatten()
+        .filter(|m| m.check().is_err())
+        .count();
+    println!(
+        "end          members not live at the end: {not_live} of {}",
+        n - victims.len()
+    );
+    checker.stop().await;
+    collector.abort();
+    drop(members);
+}

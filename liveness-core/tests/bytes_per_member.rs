@@ -1,0 +1,65 @@
+//! Memory a member costs its process (issue 13): counted by a global allocator that
+//! tracks live bytes. One test in this binary, so no other test allocates meanwhile.
+
+use std::alloc::System;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
+
+use liveness_core::{EventBus, Member, MemberConfig, MemoryServer, Namespace, Store, Ttl};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Live heap bytes of the process.
+fn live() -> isize {
+    let s = GLOBAL.stats();
+    s.bytes_allocated as isize + s.bytes_reallocated - s.bytes_deallocated as isize
+}
+
+#[test]
+fn a_member_costs_a_few_kib_and_an_unobserved_bus_allocates_no_buffer() {
+    // A bus nobody subscribed to: one small allocation, no event buffer.
+    let before = live();
+    let bus = EventBus::default();
+    let bus_bytes = live() - before;
+    assert!(
+        bus_bytes <= 128,
+        "an unobserved bus holds {bus_bytes} bytes"
+    );
+    drop(bus);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store: Arc<dyn Store> =
+            Arc::new(MemoryServer::new().store(&Namespace::new("bytes").unwrap()));
+        let ttl = Ttl::from_secs(10).unwrap();
+        // Warm the store's maps and the runtime with one member first.
+        let warm = Member::join(store.clone(), MemberConfig::new("warm", ttl).unwrap())
+            .await
+            .unwrap();
+        let n = 1000;
+        let before = live();
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            let config = MemberConfig::new(&format!("m{i}"), ttl).unwrap();
+            members.push(Member::join(store.clone(), config).await.unwrap());
+        }
+        // Let every heartbeat renew a few times: steady state, not just the join.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let per_member = (live() - before) / n as isize;
+        println!("bytes per member (process side, memory store included): {per_member}");
+        // Issue 13 measured 124 KiB per member (a 1,024-slot bus each).
+        assert!(
+            per_member < 8 * 1024,
+            "{per_member} bytes per member (the 1,024-slot bus each is back?)"
+        );
+        drop(members);
+        drop(warm);
+    });
+}

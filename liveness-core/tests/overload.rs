@@ -1,0 +1,558 @@
+//! Overload behaviour of the state machines (issue 13), on the memory model under
+//! tokio's paused time: jittered timers, and a slow store that makes the fleet slower,
+//! never smaller. Every assertion counts calls or compares instants of paused time:
+//! deterministic (the jitter comes from `fastrand`, seeded per test; a paused-time
+//! test runs on one thread).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Error, Event,
+    EventBus, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
+    ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LossReason, Member, MemberConfig,
+    MemoryServer, Namespace, Renewals, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+/// What the wrapper saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Instant of every renew call, per key.
+    renews: HashMap<Key, Vec<Instant>>,
+    /// Instant of every acquire call, per key.
+    acquires: HashMap<Key, Vec<Instant>>,
+    /// Renewals in flight now, per key, and the most ever seen at once.
+    in_flight: HashMap<Key, usize>,
+    max_in_flight: usize,
+}
+
+/// A store wrapper that records calls and can be made slow: while `slow_until` is in
+/// the future, every lease call takes `timeout` and then answers `Unavailable`, but
+/// the store APPLIES it (the client gave up at its timeout, the server did the work
+/// anyway: the worst case of an overloaded store).
+#[derive(Debug)]
+struct Slow {
+    inner: Arc<dyn Store>,
+    seen: Mutex<Seen>,
+    slow_until: Mutex<Option<Instant>>,
+    timeout: Duration,
+    /// Leases the store handed out (tokens burned).
+    granted: AtomicUsize,
+    /// Instant of every `next_expiry` call: one per checker round.
+    rounds: Mutex<Vec<Instant>>,
+    /// Every `renew_many` call: when, and how many leases.
+    batches: Mutex<Vec<(Instant, usize)>>,
+    /// Calls a checker makes (listings, reaps, requeues).
+    checker_calls: AtomicUsize,
+}
+
+impl Slow {
+    fn new(inner: Arc<dyn Store>, timeout: Duration) -> Arc<Slow> {
+        Arc::new(Slow {
+            inner,
+            seen: Mutex::default(),
+            slow_until: Mutex::new(None),
+            timeout,
+            granted: AtomicUsize::new(0),
+            rounds: Mutex::default(),
+            batches: Mutex::default(),
+            checker_calls: AtomicUsize::new(0),
+        })
+    }
+
+    fn slow_for(&self, d: Duration) {
+        *self.slow_until.lock().unwrap() = Some(Instant::now() + d);
+    }
+
+    /// Runs `op` as the store would; when slow, answers `Unavailable` after the
+    /// client timeout although the store applied it.
+    async fn call<T>(&self, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let slow = self
+            .slow_until
+            .lock()
+            .unwrap()
+            .is_some_and(|t| Instant::now() < t);
+        if slow {
+            tokio::time::sleep(self.timeout).await;
+            let _ = op.await;
+            return Err(Error::unavailable("slow", "client timeout"));
+        }
+        op.await
+    }
+}
+
+struct InFlight<'a>(&'a Slow, Key);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .seen
+            .lock()
+            .unwrap()
+            .in_flight
+            .entry(self.1.clone())
+            .or_default() -= 1;
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Slow {
+    fn backend(&self) -> &'static str {
+        "slow"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn issuer(&self) -> &liveness_core::Issuer {
+        self.inner.issuer()
+    }
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        self.seen
+            .lock()
+            .unwrap()
+            .acquires
+            .entry(key.clone())
+            .or_default()
+            .push(Instant::now());
+        self.call(async {
+            let r = self.inner.acquire(key, holder, ttl).await;
+            if r.is_ok() {
+                self.granted.fetch_add(1, Ordering::SeqCst);
+            }
+            r
+        })
+        .await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        {
+            let mut seen = self.seen.lock().unwrap();
+            let seen = &mut *seen;
+            seen.renews
+                .entry(lease.key.clone())
+                .or_default()
+                .push(Instant::now());
+            let n = seen.in_flight.entry(lease.key.clone()).or_default();
+            *n += 1;
+            seen.max_in_flight = seen.max_in_flight.max(*n);
+        }
+        // Counted out when the call ends or the caller drops it.
+        let _out = InFlight(self, lease.key.clone());
+        self.call(self.inner.renew(lease)).await
+    }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.batches
+            .lock()
+            .unwrap()
+            .push((Instant::now(), leases.len()));
+        self.call(self.inner.renew_many(leases)).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.call(self.inner.release(lease)).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        self.inner.inspect(key).await
+    }
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.expired(space, limit)).await
+    }
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.reap(key, token)).await
+    }
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.reap_many(expired)).await
+    }
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.dead_tokens(limit)).await
+    }
+    async fn store_time(&self) -> Result<StoreTime> {
+        self.inner.store_time().await
+    }
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.rounds.lock().unwrap().push(Instant::now());
+        self.call(self.inner.next_expiry(space)).await
+    }
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        self.inner.wakeups()
+    }
+}
+
+#[async_trait]
+impl ItemStore for Slow {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        self.inner.enqueue(payload, options).await
+    }
+    async fn claim_request(
+        &self,
+        lease: &Lease,
+        n: usize,
+        request: RequestId,
+    ) -> Result<Vec<Item>> {
+        self.inner.claim_request(lease, n, request).await
+    }
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        self.inner.complete(lease, id).await
+    }
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        self.inner.fail(lease, id, retry).await
+    }
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.requeue_orphans(token)).await
+    }
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        self.call(self.inner.requeue_orphans_many(tokens)).await
+    }
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        self.inner.item(id).await
+    }
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        self.inner.item_counts().await
+    }
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        self.inner.dead_letters(limit).await
+    }
+}
+
+fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryServer::new().store(&Namespace::new("overload").unwrap()))
+}
+
+async fn join_fleet(store: &Arc<Slow>, n: usize, ttl: Ttl, bus: &EventBus) -> Vec<Member> {
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let joins = (0..n).map(|i| {
+        let config = MemberConfig::new(&format!("m{i}"), ttl)
+            .unwrap()
+            .events(bus.clone());
+        Member::join(dyn_store.clone(), config)
+    });
+    let mut members = Vec::new();
+    for j in futures_join_all(joins).await {
+        members.push(j.unwrap());
+    }
+    members
+}
+
+/// Joins every future at once (all start at the same instant of paused time).
+async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_joined_at_one_instant_renews_spread_over_the_interval() {
+    fastrand::seed(13);
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let bus = EventBus::default();
+    let n = 200;
+    let ttl = ttl(9_000);
+    let every = Duration::from_secs(3);
+    let start = Instant::now();
+    let members = join_fleet(&store, n, ttl, &bus).await;
+    assert_eq!(Instant::now(), start, "all joined at the same instant");
+    tokio::time::sleep(every * 6).await;
+
+    // The renewals of the 5th interval, in tenths of the interval: spread out, no
+    // tenth carrying more than a quarter of the fleet (uniform would be n / 10).
+    let window = (start + every * 4, start + every * 5);
+    let mut tenths = [0usize; 10];
+    let seen = store.seen.lock().unwrap();
+    for times in seen.renews.values() {
+        for t in times.iter().filter(|t| **t >= window.0 && **t < window.1) {
+            let i = ((*t - window.0).as_secs_f64() / every.as_secs_f64() * 10.0) as usize;
+            tenths[i.min(9)] += 1;
+        }
+    }
+    let total: usize = tenths.iter().sum();
+    assert!(total >= n, "every member renewed in the window: {tenths:?}");
+    assert!(
+        tenths.iter().all(|&c| c <= n / 4),
+        "renewals bunched together: {tenths:?}"
+    );
+    // No renewal later than configured: every gap between two renewals of a member is
+    // at most the renew interval (jitter only ever brings a renewal forward).
+    for times in seen.renews.values() {
+        for w in times.windows(2) {
+            assert!(
+                w[1] - w[0] <= every,
+                "a renewal came late: {:?}",
+                w[1] - w[0]
+            );
+        }
+    }
+    drop(seen);
+    for m in &members {
+        m.check().unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn checkers_started_together_drift_apart() {
+    // Two checkers over an empty space, started at one instant: their rounds are
+    // capped by `check_every` (no lease to wait for) and must not stay in lockstep.
+    fastrand::seed(5);
+    let shared = memory();
+    let (a_store, b_store) = (
+        Slow::new(shared.clone(), Duration::from_secs(1)),
+        Slow::new(shared, Duration::from_secs(1)),
+    );
+    let every = Duration::from_secs(1);
+    let config = CheckerConfig {
+        check_every: every,
+        ..CheckerConfig::default()
+    };
+    let a = Checker::new(a_store.clone(), config.clone()).spawn();
+    let b = Checker::new(b_store.clone(), config).spawn();
+    tokio::time::sleep(every * 10).await;
+    a.stop().await;
+    b.stop().await;
+    let a_rounds = a_store.rounds.lock().unwrap().clone();
+    let b_rounds = b_store.rounds.lock().unwrap().clone();
+    assert!(a_rounds.len() >= 10 && b_rounds.len() >= 10);
+    let together = a_rounds.iter().filter(|t| b_rounds.contains(t)).count();
+    assert!(
+        together <= 2,
+        "{together} of {} rounds at the same instant",
+        a_rounds.len()
+    );
+    // Never slower than configured: no gap between rounds beyond `check_every`.
+    for w in a_rounds.windows(2) {
+        assert!(w[1] - w[0] <= every);
+    }
+}
+
+/// The overload scenario of issue 13: a store whose every call takes longer than the
+/// client timeout (and is still applied) for longer than the safety margin. Members
+/// lose their leases (they could not reach the store within their margin), but the
+/// recovery must not amplify: no tight re-join loop, no token burned per attempt, and
+/// the whole fleet live again soon after the store recovers.
+#[tokio::test(start_paused = true)]
+async fn a_store_slower_than_the_client_timeout_makes_the_fleet_slower_not_smaller() {
+    fastrand::seed(11);
+    let ttl = ttl(10_000);
+    let config = liveness_core::HeartbeatConfig::new(ttl);
+    let timeout = config.client_timeout();
+    let store = Slow::new(memory(), timeout);
+    let bus = EventBus::new(100_000);
+    let mut events = bus.subscribe();
+    let n = 50;
+    let members = join_fleet(&store, n, ttl, &bus).await;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let checker = Checker::new(
+        dyn_store,
+        CheckerConfig {
+            events: bus.clone(),
+            ..CheckerConfig::default()
+        },
+    )
+    .spawn();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let granted_before = store.granted.load(Ordering::SeqCst);
+    assert_eq!(granted_before, n, "quiet: no re-join before the stall");
+
+    let stall = Duration::from_secs(20);
+    let stall_start = Instant::now();
+    store.slow_for(stall);
+    tokio::time::sleep(stall).await;
+    // Recovery: within 2 ttl after the store is fast again, every member is live.
+    tokio::time::sleep(ttl.duration() * 2).await;
+    for m in &members {
+        m.check()
+            .unwrap_or_else(|e| panic!("{} not live after recovery: {e}", m.key()));
+        let live = live_token(&store, m).await;
+        assert_eq!(live, Some(m.token()), "{} holds its lease", m.key());
+    }
+
+    // Tokens burned: at most one re-join per member (its old token was truly lost:
+    // the store could not be reached within the margin). Ghosts of timed-out acquires
+    // are adopted, never released for a new token.
+    let granted = store.granted.load(Ordering::SeqCst) - granted_before;
+    assert!(
+        granted <= n,
+        "{granted} leases granted to {n} members during the stall and recovery"
+    );
+
+    // No tight loop: per member, one acquire at a time, each taking the client
+    // timeout while the store is slow, then a backoff pause of at least an eighth of
+    // the renew interval; never two acquires without a pause between them.
+    {
+        let seen = store.seen.lock().unwrap();
+        let per_attempt = timeout + config.renew_every / 8;
+        let bound = ((stall + ttl.duration() * 2).as_secs_f64() / per_attempt.as_secs_f64()).ceil()
+            as usize;
+        for (key, times) in &seen.acquires {
+            let during: Vec<_> = times.iter().filter(|t| **t >= stall_start).collect();
+            assert!(
+                during.len() <= bound,
+                "{key}: {} acquires during the stall and recovery (bound {bound})",
+                during.len()
+            );
+            for w in during.windows(2) {
+                assert!(
+                    *w[1] - *w[0] >= config.renew_every / 8,
+                    "{key}: acquires {:?} apart",
+                    *w[1] - *w[0]
+                );
+            }
+        }
+        assert_eq!(seen.max_in_flight, 1, "one renewal in flight per lease");
+    }
+    checker.stop().await;
+
+    // No false deaths declared, and at most one loss per member (the store truly was
+    // out of reach for longer than its margin).
+    let mut died = 0;
+    let mut lost = 0;
+    while let Ok(e) = events.try_recv() {
+        match e {
+            Event::Died { .. } => died += 1,
+            Event::Lost { .. } => lost += 1,
+            _ => {}
+        }
+    }
+    assert!(lost <= n, "{lost} Lost events for {n} members");
+    assert_eq!(died, 0, "false deaths");
+}
+
+/// The live token on `member`'s key in the store behind the wrapper.
+async fn live_token(store: &Arc<Slow>, member: &Member) -> Option<FencingToken> {
+    store
+        .inner
+        .inspect(member.key())
+        .await
+        .unwrap()
+        .filter(|i| i.is_live())
+        .map(|i| i.token)
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_answer() {
+    fastrand::seed(17);
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let window = Duration::from_millis(50);
+    let renewals = Renewals::new(dyn_store.clone(), window);
+    let bus = EventBus::new(100_000);
+    let mut events = bus.subscribe();
+    let ttl = ttl(9_000);
+    let n = 1000;
+    let mut members = Vec::new();
+    for i in 0..n {
+        let config = MemberConfig::new(&format!("m{i}"), ttl)
+            .unwrap()
+            .events(bus.clone())
+            .renewals(renewals.clone());
+        members.push(Member::join(dyn_store.clone(), config).await.unwrap());
+    }
+    let run = Duration::from_secs(30);
+    tokio::time::sleep(run / 2).await;
+    // One lease is released behind its member's back: only that member loses (its
+    // own answer in the batch), the others keep renewing in the same batches.
+    let victim = members[7].lease();
+    assert!(store.inner.release(&victim).await.unwrap());
+    tokio::time::sleep(run / 2).await;
+
+    let batches = store.batches.lock().unwrap().clone();
+    let renewed: usize = batches.iter().map(|(_, n)| n).sum();
+    let single = store
+        .seen
+        .lock()
+        .unwrap()
+        .renews
+        .values()
+        .map(Vec::len)
+        .sum::<usize>();
+    assert_eq!(single, 0, "no renewal went around the batcher");
+    // Every member renews at least every 3 s: 10 times in 30 s.
+    assert!(
+        renewed >= n * 10,
+        "{renewed} renewals for {n} members in {run:?}"
+    );
+    // Batches leave at least one window apart: the round trips are bounded by time,
+    // not by the number of members.
+    let bound = (run.as_millis() / window.as_millis()) as usize + 1;
+    assert!(
+        batches.len() <= bound,
+        "{} renew_many calls in {run:?} (bound {bound})",
+        batches.len()
+    );
+    for w in batches.windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= window,
+            "two batches less than a window apart"
+        );
+    }
+    let mut lost = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::Lost { key, reason, .. } = e {
+            lost.push((key, reason));
+        }
+    }
+    assert_eq!(
+        lost,
+        vec![(
+            victim.key.clone(),
+            LossReason::Store(liveness_core::LostReason::Released)
+        )]
+    );
+    for m in &members {
+        m.check().unwrap();
+        assert_eq!(live_token(&store, m).await, Some(m.token()));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let ttl = ttl(1_000);
+    let n = 50;
+    for i in 0..n {
+        let key = Key::new(
+            Space::members(),
+            liveness_core::Name::new(format!("d{i}")).unwrap(),
+        );
+        let lease = dyn_store
+            .acquire(&key, &HolderId::new("h").unwrap(), ttl)
+            .await
+            .unwrap();
+        dyn_store
+            .enqueue(b"x", EnqueueOptions::default())
+            .await
+            .unwrap();
+        dyn_store.claim(&lease, 1).await.unwrap();
+    }
+    tokio::time::sleep(ttl.duration() * 2).await;
+    let checker = Checker::new(dyn_store.clone(), CheckerConfig::default());
+    let before = store.checker_calls.load(Ordering::SeqCst);
+    let report = checker.round().await.unwrap();
+    let calls = store.checker_calls.load(Ordering::SeqCst) - before;
+    assert_eq!(report.deaths.len(), n);
+    assert!(report.deaths.iter().all(|d| d.requeued.requeued.len() == 1));
+    // expired, reap_many, requeue_orphans_many, dead_tokens, next_expiry: not two
+    // calls per death.
+    assert_eq!(calls, 5, "{calls} store calls for {n} deaths");
+    assert_eq!(dyn_store.item_counts().await.unwrap().pending, n as u64);
+}
