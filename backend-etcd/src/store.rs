@@ -16,9 +16,9 @@ use etcd_client::{
 };
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreTime,
-    Ttl,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -60,6 +60,9 @@ pub(crate) struct Inner {
     started: tokio::time::Instant,
     pub(crate) slots: Slots,
     pub(crate) expiry: Arc<ExpiryWatch>,
+    /// Who issues this handle's leases: the namespace on the cluster at the
+    /// configured endpoints (sorted).
+    issuer: Issuer,
 }
 
 impl Drop for Inner {
@@ -165,6 +168,11 @@ impl EtcdStore {
                 started: tokio::time::Instant::now(),
                 slots: Slots::default(),
                 expiry: ExpiryWatch::new(),
+                issuer: Issuer::located(
+                    BACKEND,
+                    &location(&config.endpoints),
+                    config.namespace.clone(),
+                ),
             }),
         })
     }
@@ -282,6 +290,10 @@ impl LeaseStore for EtcdStore {
         self.inner.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.inner.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
         let id = self.grant(ttl).await?;
@@ -332,6 +344,7 @@ impl LeaseStore for EtcdStore {
                 if resp.succeeded() {
                     let token = u64::try_from(revision(&resp)).unwrap_or(0);
                     return Ok(Lease::granted(
+                        &self.inner.issuer,
                         key.clone(),
                         holder.clone(),
                         FencingToken(token),
@@ -351,6 +364,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.inner.issuer)?;
         let slot = match self.inner.slots.get(&lease.key, lease.token) {
             Some(s) => s,
             None => {
@@ -415,6 +429,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.inner.issuer)?;
         self.inner.slots.remove(&lease.key, lease.token);
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
@@ -608,6 +623,7 @@ impl ItemStore for EtcdStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
         let request = request.to_hex();
         let k = self.keys();
@@ -722,6 +738,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.inner.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let resp = self
@@ -739,6 +756,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.inner.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
@@ -927,4 +945,13 @@ fn hand_back(k: &Keys, owned: &str, id: u64, meta: &Meta, retry: bool) -> (ItemS
         put(&k.meta(id), meta.encode_with(state)),
     ];
     (state, ops)
+}
+
+/// Where a handle's cluster is, for its [`Issuer`]: the configured endpoints, sorted
+/// (no credentials, no timeouts), so that every handle on the same cluster agrees.
+fn location(endpoints: &[String]) -> String {
+    let mut endpoints = endpoints.to_vec();
+    endpoints.sort();
+    endpoints.dedup();
+    endpoints.join(",")
 }

@@ -186,6 +186,7 @@ impl DoubleDatabase {
     pub fn store(&self, namespace: &Namespace) -> FdbStore {
         FdbStore::over(
             Arc::new(self.clone()),
+            &format!("double {:p}", Arc::as_ptr(&self.state)),
             namespace,
             crate::FdbConfig::default_options(),
         )

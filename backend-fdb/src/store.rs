@@ -9,8 +9,8 @@ use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
-    Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore,
-    Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
+    Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
+    LeaseStore, Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -51,6 +51,9 @@ pub struct FdbStore {
     /// What this handle observed: its judge of expiry.
     pub(crate) obs: Arc<Mutex<Observer>>,
     wake: Arc<watch::Sender<u64>>,
+    /// Who issues this handle's leases: the namespace under the prefix on the
+    /// database at `over`'s location.
+    issuer: Issuer,
 }
 
 impl std::fmt::Debug for FdbStore {
@@ -69,8 +72,16 @@ impl FdbStore {
         #[cfg(feature = "native")]
         {
             let db = crate::native::NativeDatabase::open(&config)?;
+            let cluster = match &config.cluster_file {
+                Some(path) => std::fs::canonicalize(path)
+                    .unwrap_or_else(|_| path.clone())
+                    .display()
+                    .to_string(),
+                None => "default cluster file".to_owned(),
+            };
             Ok(FdbStore::over(
                 Arc::new(db),
+                &cluster,
                 &config.namespace,
                 config.options,
             ))
@@ -85,8 +96,17 @@ impl FdbStore {
         }
     }
 
-    pub(crate) fn over(db: Arc<dyn Database>, namespace: &Namespace, options: Options) -> FdbStore {
+    /// A handle on `namespace` of `db`, which `location` names (a cluster file, a
+    /// double's identity) for the handle's [`Issuer`].
+    pub(crate) fn over(
+        db: Arc<dyn Database>,
+        location: &str,
+        namespace: &Namespace,
+        options: Options,
+    ) -> FdbStore {
+        let location = format!("{location}|{}", options.prefix);
         FdbStore {
+            issuer: Issuer::located(BACKEND, &location, namespace.clone()),
             db,
             layout: Layout::new(&options.prefix, namespace),
             namespace: namespace.clone(),
@@ -135,6 +155,10 @@ impl LeaseStore for FdbStore {
         self.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(
         &self,
         key: &Key,
@@ -159,15 +183,13 @@ impl LeaseStore for FdbStore {
         };
         lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
         Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token,
-            ttl,
             expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
+            ..Lease::granted(&self.issuer, key.clone(), holder.clone(), token, ttl)
         })
     }
 
     async fn renew(&self, lease: &Lease) -> liveness_core::Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let sent = Instant::now();
         let (_, stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
         let stamp = stamp.ok_or_else(|| corrupt("commit without versionstamp"))?;
@@ -179,6 +201,7 @@ impl LeaseStore for FdbStore {
     }
 
     async fn release(&self, lease: &Lease) -> liveness_core::Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         let nonce = fastrand::u64(..);
         let (outcome, _) = transact!(self.db, |tx, at| self.release_once(tx, at, lease, nonce))?;
         Ok(self.retired(&lease.key, outcome))
@@ -243,11 +266,13 @@ impl ItemStore for FdbStore {
         n: usize,
         request: RequestId,
     ) -> liveness_core::Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, request))?.0)
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {
+        lease.check_issuer(&self.issuer)?;
         transact!(self.db, |tx, at| self.complete_once(tx, at, lease, id))?;
         Ok(())
     }
@@ -258,6 +283,7 @@ impl ItemStore for FdbStore {
         id: ItemId,
         retry: bool,
     ) -> liveness_core::Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         Ok(transact!(self.db, |tx, at| self.fail_once(tx, at, lease, id, retry))?.0)
     }
 

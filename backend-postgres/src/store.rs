@@ -7,9 +7,9 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId,
-    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
+    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -69,6 +69,10 @@ struct Inner {
     wake: Arc<watch::Sender<u64>>,
     listener: OnceLock<Option<AbortHandle>>,
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace in the database at the
+    /// configured `host:port/database` (the one the server defaults to when none is
+    /// given: the user's).
+    issuer: Issuer,
 }
 
 impl Drop for Inner {
@@ -194,6 +198,14 @@ impl PostgresStore {
         crate::durability::check(&pool, config.durability).await?;
         migrate(&pool, &schema).await?;
         let channel = schema.clone();
+        let location = format!(
+            "{}:{}/{}",
+            connect.get_host(),
+            connect.get_port(),
+            connect
+                .get_database()
+                .unwrap_or_else(|| connect.get_username())
+        );
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 conns: Conns::new(
@@ -203,7 +215,7 @@ impl PostgresStore {
                 ),
                 pool,
                 connect,
-                namespace: config.namespace,
+                namespace: config.namespace.clone(),
                 schema,
                 channel,
                 caps: Capabilities::default(),
@@ -211,6 +223,7 @@ impl PostgresStore {
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
                 high_water: HighWater::default(),
+                issuer: Issuer::located(BACKEND, &location, config.namespace.clone()),
             }),
         })
     }
@@ -391,6 +404,10 @@ impl LeaseStore for PostgresStore {
         self.inner.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.inner.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
         for _ in 0..ACQUIRE_RETRIES {
@@ -408,6 +425,7 @@ impl LeaseStore for PostgresStore {
             }
             if let Some(token) = token {
                 return Ok(Lease::granted(
+                    &self.inner.issuer,
                     key.clone(),
                     holder.clone(),
                     token_of(token)?,
@@ -430,6 +448,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.inner.issuer)?;
         let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
         let q = on_key(sql::RENEW, &lease.key)
             .bind(db_token(lease.token))
@@ -446,6 +465,15 @@ impl LeaseStore for PostgresStore {
         liveness_core::store::check_batch(self.inner.caps, "leases", leases.len())?;
         if leases.is_empty() {
             return Ok(Vec::new());
+        }
+        if leases.iter().any(|lease| lease.issuer != self.inner.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
         }
         let (mut spaces, mut names, mut tokens, mut ttls) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -487,6 +515,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.inner.issuer)?;
         self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
             .await
     }
@@ -625,6 +654,7 @@ impl ItemStore for PostgresStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
         let q = on_key(sql::CLAIM, &lease.key)
             .bind(db_token(lease.token))
@@ -659,6 +689,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.inner.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q).await? {
@@ -668,6 +699,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.inner.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q.bind(retry)).await? {

@@ -6,9 +6,9 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::store::check_batch;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result,
-    Space, StoreTime, Ttl,
+    HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key,
+    Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued,
+    Result, Space, StoreTime, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -46,6 +46,9 @@ pub struct RedisStore {
     /// The highest store time this handle reported, so that `store_time` never goes
     /// backwards on one handle even if the server's clock is stepped back.
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace on the server (or cluster) at
+    /// the configured address(es), see [`location`].
+    issuer: Issuer,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -185,6 +188,7 @@ impl RedisStore {
             script.load_async(&mut conn).await.map_err(map)?;
         }
         Ok(RedisStore {
+            issuer: Issuer::located(BACKEND, &location(&config), config.namespace.clone()),
             conn,
             keys: Keys::new(&config.namespace),
             namespace: config.namespace,
@@ -285,6 +289,10 @@ impl LeaseStore for RedisStore {
         self.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.caps.check_ttl(ttl)?;
         let mut call = scripts().acquire.prepare_invoke();
@@ -302,6 +310,7 @@ impl LeaseStore for RedisStore {
             1 => {
                 let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
                 Ok(Lease::granted(
+                    &self.issuer,
                     key.clone(),
                     holder.clone(),
                     FencingToken(token),
@@ -323,6 +332,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         // The reference model checks the lease before the ttl: an out-of-bounds ttl on
         // a lost lease reports the loss. Ttl 0 asks the script to check only.
         let ttl_ok = self.caps.check_ttl(lease.ttl);
@@ -351,6 +361,15 @@ impl LeaseStore for RedisStore {
         check_batch(self.caps, "leases", leases.len())?;
         if leases.is_empty() {
             return Ok(Vec::new());
+        }
+        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
         }
         // One script for the whole batch: one round trip, one server instant.
         let mut call = scripts().renew_many.prepare_invoke();
@@ -383,6 +402,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().release.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
             .key(self.keys.expiry(lease.key.space()))
@@ -577,6 +597,7 @@ impl ItemStore for RedisStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut call = scripts().claim.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
@@ -600,6 +621,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().complete.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -613,6 +635,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut call = scripts().fail.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -785,4 +808,27 @@ async fn connect_cluster(
     }
     let client = builder.build().map_err(|e| Error::backend(BACKEND, e))?;
     client.get_async_connection().await.map_err(map)
+}
+
+/// Where a handle's store is, for its [`Issuer`]: `host:port/db` of the server, or
+/// `cluster:` and the sorted `host:port` of the configured nodes — no credentials, no
+/// tuning parameters, so that every handle on the same server agrees.
+fn location(config: &RedisConfig) -> String {
+    let node = |u: &url::Url| {
+        format!(
+            "{}:{}",
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or(6379)
+        )
+    };
+    if config.cluster_nodes.is_empty() {
+        let db = config.client_url.path().trim_start_matches('/');
+        let db = if db.is_empty() { "0" } else { db };
+        format!("{}/{db}", node(&config.client_url))
+    } else {
+        let mut nodes: Vec<String> = config.cluster_nodes.iter().map(node).collect();
+        nodes.sort();
+        nodes.dedup();
+        format!("cluster:{}", nodes.join(","))
+    }
 }

@@ -26,9 +26,9 @@ use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId,
-    Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
+    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -152,6 +152,8 @@ pub struct SqliteStore {
     /// The highest store time this handle read, so its store time never goes back,
     /// whatever its clock does.
     high_water: HighWater,
+    /// Who issues this handle's leases: the namespace in the canonical database file.
+    issuer: Issuer,
 }
 
 impl SqliteStore {
@@ -232,6 +234,11 @@ impl SqliteStore {
             wake: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
+            issuer: Issuer::located(
+                BACKEND,
+                &lock_path.display().to_string(),
+                config.namespace.clone(),
+            ),
         })
     }
 
@@ -492,6 +499,10 @@ impl LeaseStore for SqliteStore {
         self.caps
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.caps.check_ttl(ttl)?;
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
@@ -527,10 +538,17 @@ impl LeaseStore for SqliteStore {
             tick(&self.wake);
         }
         let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
-        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
+        Ok(Lease::granted(
+            &self.issuer,
+            key.clone(),
+            holder.clone(),
+            token,
+            ttl,
+        ))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let ttl_ok = self.caps.check_ttl(lease.ttl);
         let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
         // The clock is read holding the write lock, so the renewal happens at that
@@ -573,6 +591,15 @@ impl LeaseStore for SqliteStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
+        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+            // A foreign lease among them: each alone, so `renew` refuses the foreign
+            // ones (ForeignLease) and renews the others.
+            let mut out = Vec::with_capacity(leases.len());
+            for lease in leases {
+                out.push(self.renew(lease).await);
+            }
+            return Ok(out);
+        }
         // Every lease in one write transaction, at one instant read holding the write
         // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
         // whole batch instead of one per lease. A lease not renewed is answered why at
@@ -613,6 +640,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         self.retire(sql::RELEASE, &lease.key, lease.token, false)
             .await
     }
@@ -754,6 +782,7 @@ impl ItemStore for SqliteStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let request = request.to_hex();
         let mut w = self.write().await?;
@@ -791,6 +820,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
         let done = self
@@ -807,6 +837,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut w = self.write().await?;
         let state: Option<i64> = sqlx::query_scalar(sql::FAIL)
             .bind(self.ns.as_ref())

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -345,6 +345,9 @@ impl LeaseStore for Faulty {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn issuer(&self) -> &Issuer {
+        self.inner.issuer()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let (s, key, holder) = (self.inner.clone(), key.clone(), holder.clone());

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Event, EventBus,
-    ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member, MemberConfig, Renewals, RequestId,
     Requeued, Result, Space, Store, StoreTime, Ttl,
 };
@@ -261,6 +261,9 @@ impl LeaseStore for Meter {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn issuer(&self) -> &Issuer {
+        self.inner.issuer()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.acquire(key, holder, ttl).await

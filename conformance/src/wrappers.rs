@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -96,6 +96,9 @@ impl LeaseStore for Wrapped {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn issuer(&self) -> &Issuer {
+        self.inner.issuer()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.count();

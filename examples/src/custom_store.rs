@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStatus, LeaseStore, LostReason, RequestId, Requeued, Result, Space, StoreTime, Ttl,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
+    StoreTime, Ttl,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -77,6 +78,9 @@ pub struct TableStore {
     /// Answer `expired` and `next_expiry` by scanning every lease row (the mistake the
     /// expiry index avoids).
     scan: bool,
+    /// Who issues this store's leases: a random identity drawn by `new` (one store,
+    /// one namespace). Every operation that takes a lease refuses another's.
+    issuer: Issuer,
 }
 
 impl Default for TableStore {
@@ -93,6 +97,10 @@ impl TableStore {
             tables: Arc::default(),
             visited: Arc::default(),
             scan: false,
+            issuer: Issuer::new(
+                Namespace::new("default").unwrap_or_else(|_| unreachable!("valid literal")),
+                fastrand::u64(..),
+            ),
         }
     }
 
@@ -206,6 +214,10 @@ impl LeaseStore for TableStore {
         Self::caps()
     }
 
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
+    }
+
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         Self::caps().check_ttl(ttl)?;
         let mut t = self.tables.lock().await;
@@ -234,16 +246,17 @@ impl LeaseStore for TableStore {
         );
         t.by_expiry
             .insert((key.space().clone(), expires_at_ms, key.clone()));
-        Ok(Lease {
-            key: key.clone(),
-            holder: holder.clone(),
-            token: FencingToken(token),
+        Ok(Lease::granted(
+            &self.issuer,
+            key.clone(),
+            holder.clone(),
+            FencingToken(token),
             ttl,
-            expires_in: ttl.duration(),
-        })
+        ))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let mut t = self.tables.lock().await;
         let now = self.now_ms();
         let old = t.current(lease, now)?.expires_at_ms;
@@ -265,6 +278,7 @@ impl LeaseStore for TableStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         let mut t = self.tables.lock().await;
         let current = t.leases.get(&lease.key).map(|r| r.token) == Some(lease.token.0);
         if current {
@@ -441,6 +455,7 @@ impl ItemStore for TableStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = Self::caps().clamp_limit("n", n)?;
         let mut t = self.tables.lock().await;
         t.current(lease, self.now_ms())?;
@@ -472,6 +487,7 @@ impl ItemStore for TableStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         let mut t = self.tables.lock().await;
         t.owned(id, lease.token)?;
         t.items.remove(&id.0);
@@ -479,6 +495,7 @@ impl ItemStore for TableStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut t = self.tables.lock().await;
         Ok(give_back(t.owned(id, lease.token)?, retry))
     }

@@ -141,6 +141,7 @@ impl Election {
                         // store applied. Nobody leads with it: release it and try again
                         // (a new, greater token) instead of waiting out its ttl.
                         let ghost = Lease {
+                            issuer: self.store.issuer().clone(),
                             key: info.key,
                             holder: info.holder,
                             token: info.token,

@@ -2,16 +2,76 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, LostReason};
+use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::item::ItemId;
-use crate::types::{FencingToken, HolderId, Key, Ttl};
+use crate::types::{FencingToken, HolderId, Key, Namespace, Ttl};
+
+/// Which store and namespace issued a [`Lease`]. Fencing tokens are counted per
+/// namespace (every namespace starts at 1), so a token alone does not say where a
+/// lease is valid: a store refuses a lease whose issuer is not its own with
+/// [`InputProblem::ForeignLease`] and changes nothing ([`Lease::check_issuer`]).
+///
+/// Two parts: the namespace, and a 64-bit identity of the store instance. A backend
+/// derives the instance from the location its handle reached (a server's addresses, a
+/// database file's canonical path: [`Issuer::located`]), so every handle on the same
+/// location and namespace has the same issuer and accepts the others' leases, while
+/// the same namespace on another server or file does not. An in-process store draws a
+/// random one per server ([`Issuer::new`]).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Issuer {
+    namespace: Namespace,
+    store: u64,
+}
+
+impl Issuer {
+    /// The issuer for `namespace` of the store instance `store` (any 64-bit identity
+    /// that differs between instances, e.g. a random one drawn when an in-process
+    /// store is created).
+    pub fn new(namespace: Namespace, store: u64) -> Issuer {
+        Issuer { namespace, store }
+    }
+
+    /// The issuer for `namespace` of the store that `backend` reaches at `location`:
+    /// the instance is a stable hash (64-bit FNV-1a, the same in every build) of the
+    /// backend name and the location. Give the location without credentials or
+    /// tuning parameters (server addresses and database, a canonical file path), so
+    /// that every handle on the same store agrees.
+    pub fn located(backend: &str, location: &str, namespace: Namespace) -> Issuer {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in backend.bytes().chain([0]).chain(location.bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Issuer::new(namespace, hash)
+    }
+
+    /// The namespace that issued the lease.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The identity of the store instance that issued the lease.
+    pub fn store(&self) -> u64 {
+        self.store
+    }
+}
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{:016x}", self.namespace, self.store)
+    }
+}
 
 /// A lease held by the caller: the proof of an acquisition, passed back to `renew`,
-/// `release`, `claim`, `complete` and `fail`.
+/// `release`, `claim`, `complete` and `fail` of the store (and namespace) that
+/// issued it.
 ///
-/// Only [`Lease::token`] identifies the acquisition; the other fields describe it.
+/// [`Lease::token`] and [`Lease::issuer`] together identify the acquisition; the
+/// other fields describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// The store and namespace that issued it; every other one refuses it.
+    pub issuer: Issuer,
     /// The leased key.
     pub key: Key,
     /// Who holds it.
@@ -26,9 +86,16 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// A lease the store just granted: the whole `ttl` left.
-    pub fn granted(key: Key, holder: HolderId, token: FencingToken, ttl: Ttl) -> Lease {
+    /// A lease the store with identity `issuer` just granted: the whole `ttl` left.
+    pub fn granted(
+        issuer: &Issuer,
+        key: Key,
+        holder: HolderId,
+        token: FencingToken,
+        ttl: Ttl,
+    ) -> Lease {
         Lease {
+            issuer: issuer.clone(),
             key,
             holder,
             token,
@@ -43,6 +110,18 @@ impl Lease {
         Lease {
             expires_in: self.ttl.duration(),
             ..self.clone()
+        }
+    }
+
+    /// Refuses a lease issued by another store or namespace than `issuer` (the
+    /// checking store's own): [`Error::InvalidInput`] with `what: "lease"` and
+    /// [`InputProblem::ForeignLease`]. Every operation that takes a lease calls it
+    /// first, before it reads or changes anything.
+    pub fn check_issuer(&self, issuer: &Issuer) -> Result<()> {
+        if &self.issuer == issuer {
+            Ok(())
+        } else {
+            Err(Error::invalid("lease", InputProblem::ForeignLease))
         }
     }
 

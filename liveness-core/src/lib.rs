@@ -34,7 +34,7 @@ pub use item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
     DEFAULT_MAX_ATTEMPTS,
 };
-pub use lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
+pub use lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
 pub use store::{Capabilities, ItemStore, LeaseStore, Store};

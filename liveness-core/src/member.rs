@@ -693,6 +693,7 @@ async fn adopt(
     token: FencingToken,
 ) -> Adopted {
     let ghost = Lease {
+        issuer: store.issuer().clone(),
         key: key.clone(),
         holder,
         token,

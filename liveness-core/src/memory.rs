@@ -20,7 +20,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo, LeaseStatus};
+use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
 use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
@@ -144,10 +144,14 @@ impl NsState {
 }
 
 /// A shared in-memory "server": the namespaces that [`MemoryStore`] handles see.
-/// Handles made from the same server on the same namespace share state; different
-/// namespaces never see each other.
+/// Handles made from the same server (or its clones) on the same namespace share state
+/// and accept each other's leases; different namespaces, or the same namespace of
+/// another server, never see each other and refuse each other's leases (each server
+/// draws a random store identity for its [`Issuer`]s).
 #[derive(Debug, Clone)]
 pub struct MemoryServer {
+    /// The random store identity of this server's issuers.
+    id: u64,
     clock: Arc<dyn Clock>,
     spaces: Arc<Mutex<HashMap<Namespace, Arc<Mutex<NsState>>>>>,
     caps: Capabilities,
@@ -168,6 +172,7 @@ impl MemoryServer {
     /// A server on the given clock (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryServer {
+            id: fastrand::u64(..),
             clock,
             spaces: Arc::default(),
             caps: Capabilities::default(),
@@ -191,7 +196,7 @@ impl MemoryServer {
             clock: self.clock.clone(),
             state,
             caps: self.caps,
-            namespace: namespace.clone(),
+            issuer: Issuer::new(namespace.clone(), self.id),
         }
     }
 }
@@ -202,7 +207,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     state: Arc<Mutex<NsState>>,
     caps: Capabilities,
-    namespace: Namespace,
+    issuer: Issuer,
 }
 
 impl Default for MemoryStore {
@@ -220,7 +225,7 @@ impl MemoryStore {
 
     /// The namespace this handle is scoped to.
     pub fn namespace(&self) -> &Namespace {
-        &self.namespace
+        self.issuer.namespace()
     }
 
     fn now(&self) -> Duration {
@@ -236,6 +241,10 @@ impl LeaseStore for MemoryStore {
 
     fn capabilities(&self) -> Capabilities {
         self.caps
+    }
+
+    fn issuer(&self) -> &Issuer {
+        &self.issuer
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
@@ -265,10 +274,17 @@ impl LeaseStore for MemoryStore {
             },
         );
         st.index(key, expires_at);
-        Ok(Lease::granted(key.clone(), holder.clone(), token, ttl))
+        Ok(Lease::granted(
+            &self.issuer,
+            key.clone(),
+            holder.clone(),
+            token,
+            ttl,
+        ))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
         self.renew_locked(&mut st, lease, now)
@@ -295,6 +311,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease.check_issuer(&self.issuer)?;
         let mut st = lock(&self.state);
         match st.leases.get(&lease.key) {
             Some(rec) if rec.token == lease.token => {
@@ -420,6 +437,7 @@ impl ItemStore for MemoryStore {
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>> {
+        lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let now = self.now();
         let mut st = lock(&self.state);
@@ -453,6 +471,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        lease.check_issuer(&self.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         st.items.remove(&id);
@@ -466,6 +485,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        lease.check_issuer(&self.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         Ok(st.hand_back(id, retry))
@@ -522,6 +542,7 @@ impl ItemStore for MemoryStore {
 /// for a whole batch.
 impl MemoryStore {
     fn renew_locked(&self, st: &mut NsState, lease: &Lease, now: Duration) -> Result<Lease> {
+        lease.check_issuer(&self.issuer)?;
         let old = st.check_current(lease, now)?.expires_at;
         let ttl = lease.ttl;
         self.caps.check_ttl(ttl)?;

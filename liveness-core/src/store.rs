@@ -49,6 +49,11 @@
 //!   [`RequestId`]) and `enqueue` (its [`EnqueueOptions::key`]). A store never lets
 //!   its client library re-send a call that is not safe to repeat on its own.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
+//! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
+//!   `fail`) first refuses one issued by another store or namespace
+//!   ([`Lease::check_issuer`] against [`LeaseStore::issuer`]) with
+//!   [`Error::InvalidInput`] (`what: "lease"`, [`InputProblem::ForeignLease`]) and
+//!   changes nothing.
 
 use std::time::Duration;
 
@@ -59,7 +64,7 @@ use crate::error::{Error, InputProblem, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
+use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
 /// What a store declares about itself. The conformance suite and the state machines
@@ -163,6 +168,15 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// # Contract
     /// - Constant for the handle's lifetime.
     fn capabilities(&self) -> Capabilities;
+
+    /// Who issues this handle's leases: its namespace and the identity of the store
+    /// instance (see [`Issuer`]). Every lease it grants carries it, and every
+    /// operation that takes a lease refuses one with another issuer.
+    ///
+    /// # Contract
+    /// - Constant for the handle's lifetime; the same for every handle on the same
+    ///   store and namespace, different for another namespace or store instance.
+    fn issuer(&self) -> &Issuer;
 
     /// Takes the lease on `key` for `holder`.
     ///

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Lease, LeaseInfo};
+use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Store};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
@@ -41,6 +41,9 @@ impl LeaseStore for Traced {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn issuer(&self) -> &Issuer {
+        self.inner.issuer()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let span = span!(self, "acquire", key = key);

@@ -453,7 +453,7 @@ mod faulty {
 
     use liveness_core::{
         async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-        HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
+        HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
         LeaseInfo, LeaseStore, LostReason, RequestId, Requeued, Result, Space, Store, StoreTime,
         Ttl,
     };
@@ -519,6 +519,9 @@ mod faulty {
         }
         fn capabilities(&self) -> Capabilities {
             self.inner.capabilities()
+        }
+        fn issuer(&self) -> &Issuer {
+            self.inner.issuer()
         }
         async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
             self.knobs.acquires.fetch_add(1, Ordering::SeqCst);

@@ -112,6 +112,9 @@ impl LeaseStore for Slow {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn issuer(&self) -> &liveness_core::Issuer {
+        self.inner.issuer()
+    }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.seen
             .lock()

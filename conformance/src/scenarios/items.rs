@@ -415,6 +415,86 @@ pub async fn namespaces_are_isolated(ctx: Ctx) {
     assert!(b.inspect(&key).await.unwrap().unwrap().is_live());
 }
 
+/// A lease issued by another namespace (whose tokens start at 1 too, so its token
+/// may well be current here) is refused by every operation that takes a lease —
+/// `renew`, `release`, `claim`, `complete`, `fail` — with `InvalidInput("lease",
+/// ForeignLease)`, and changes nothing: the local lease with that very token still
+/// renews, keeps its items and is not in the dead set; pending items stay pending.
+pub async fn foreign_lease_refused_unchanged(ctx: Ctx) {
+    let a = &ctx.store;
+    let b = ctx.other_namespace().await;
+    let key = member_key("foreign");
+    let la = a.acquire(&key, &holder("a"), ctx.long).await.unwrap();
+    let lb = b.acquire(&key, &holder("b"), ctx.long).await.unwrap();
+    let owned = b.enqueue(b"owned", opts(3)).await.unwrap();
+    assert_eq!(b.claim(&lb, 1).await.unwrap().len(), 1);
+    let pending = b.enqueue(b"pending", opts(3)).await.unwrap();
+    let before = b.item_counts().await.unwrap();
+    // A's lease as it is, and A's lease made to look like B's in every field a
+    // store compares (key, holder, token): only where it was issued differs.
+    let lookalike = Lease {
+        key: lb.key.clone(),
+        holder: lb.holder.clone(),
+        token: lb.token,
+        ..la.clone()
+    };
+    for foreign in [&la, &lookalike] {
+        assert_foreign(b.renew(foreign).await, "renew");
+        assert_foreign(b.claim(foreign, 10).await, "claim");
+        assert_foreign(b.complete(foreign, owned).await, "complete");
+        assert_foreign(b.fail(foreign, owned, true).await, "fail(retry)");
+        assert_foreign(b.fail(foreign, owned, false).await, "fail");
+        assert_foreign(b.release(foreign).await, "release");
+    }
+    // In a batch, the foreign lease is refused alone and the local one still renews.
+    let mut answers = b
+        .renew_many(&[lookalike.clone(), lb.clone()])
+        .await
+        .unwrap()
+        .into_iter();
+    assert_foreign(answers.next().expect("two answers"), "renew_many");
+    answers
+        .next()
+        .expect("two answers")
+        .expect("renew_many renews the local lease beside a foreign one");
+    assert_eq!(
+        b.item_counts().await.unwrap(),
+        before,
+        "a foreign lease moved items"
+    );
+    assert_eq!(state(&b, owned).await, Some(ItemState::Owned(lb.token)));
+    assert_eq!(state(&b, pending).await, Some(ItemState::Pending));
+    assert!(
+        b.dead_tokens(100).await.unwrap().is_empty(),
+        "a foreign release buried the local lease"
+    );
+    let info = b
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("the local lease is still there");
+    assert_eq!((info.token, info.is_live()), (lb.token, true));
+    let lb = b.renew(&lb).await.expect("the local lease still renews");
+    b.complete(&lb, owned)
+        .await
+        .expect("the local lease still owns its item");
+    // A's own lease is untouched and still works where it was issued.
+    a.renew(&la).await.expect("A's lease still renews on A");
+    assert!(a.release(&la).await.unwrap());
+}
+
+fn assert_foreign<T: std::fmt::Debug>(r: liveness_core::Result<T>, op: &str) {
+    match r {
+        Err(Error::InvalidInput {
+            what: "lease",
+            problem: InputProblem::ForeignLease,
+        }) => {}
+        other => panic!(
+            "{op} with a foreign lease: expected InvalidInput(lease, ForeignLease), got {other:?}"
+        ),
+    }
+}
+
 pub(crate) fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
     match r {
         Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),

@@ -63,6 +63,7 @@ macro_rules! __scenarios {
             requeue_orphans_many_answers_each_token_alone,
             poison_item_is_dead_lettered,
             namespaces_are_isolated,
+            foreign_lease_refused_unchanged,
             bad_input_rejected_unchanged,
             works_through_box_and_arc,
             checker_declares_each_death_once,

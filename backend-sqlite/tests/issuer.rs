@@ -1,0 +1,57 @@
+//! A lease names the database file and namespace that issued it (issue 11, item 5):
+//! every handle on the same file and namespace accepts it, also one opened through
+//! another path to the file; the same namespace in another file refuses it.
+
+use backend_sqlite::{SqliteConfig, SqliteStore};
+use liveness_core::{Error, HolderId, InputProblem, ItemStore, Key, LeaseStore, Namespace, Ttl};
+
+fn config(path: &std::path::Path) -> SqliteConfig {
+    SqliteConfig::new(path, Namespace::new("issuer_test").unwrap())
+}
+
+#[tokio::test]
+async fn handles_on_one_file_agree_and_another_file_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let one = SqliteStore::connect(config(&path)).await.unwrap();
+    // The same file through another path: the issuer uses the canonical one.
+    let two = SqliteStore::connect(config(&dir.path().join(".").join("a.db")))
+        .await
+        .unwrap();
+    let other = SqliteStore::connect(config(&dir.path().join("b.db")))
+        .await
+        .unwrap();
+    assert_eq!(one.issuer(), two.issuer());
+    assert_ne!(one.issuer(), other.issuer());
+
+    let key = Key::member("w").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let lease = one
+        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
+        .await
+        .unwrap();
+    let theirs = other
+        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(lease.token, theirs.token, "each file counts from 1");
+
+    match other.renew(&lease).await {
+        Err(Error::InvalidInput {
+            what: "lease",
+            problem: InputProblem::ForeignLease,
+        }) => {}
+        r => panic!("another file renewed the lease: {r:?}"),
+    }
+    assert!(matches!(
+        other.claim(&lease, 1).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    assert!(other.inspect(&key).await.unwrap().unwrap().is_live());
+    let lease = two
+        .renew(&lease)
+        .await
+        .expect("a second handle on the file");
+    assert!(two.release(&lease).await.unwrap());
+    other.renew(&theirs).await.unwrap();
+}
