@@ -57,7 +57,7 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
     }
     assert!(
         err.to_string().contains(
-            "database schema version 99 is newer than this build supports (2); upgrade liveness"
+            "database schema version 99 is newer than this build supports (3); upgrade liveness"
         ),
         "{err}"
     );
@@ -218,7 +218,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     assert!(matches!(
         store.inspect(&old).await.unwrap().unwrap().status,
         LeaseStatus::Live { .. }
