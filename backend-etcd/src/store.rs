@@ -661,24 +661,7 @@ impl ItemStore for EtcdStore {
             if !earlier.is_empty() {
                 let bodies: Vec<TxnOp> = earlier.iter().map(|(id, _)| get(&k.body(*id))).collect();
                 let resp = self.txn(Txn::new().and_then(bodies)).await?;
-                let bodies = ranges(&resp);
-                return earlier
-                    .into_iter()
-                    .zip(bodies.iter())
-                    .map(|((id, meta), body)| {
-                        let payload = body
-                            .kvs()
-                            .first()
-                            .map(|kv| kv.value().to_vec())
-                            .ok_or_else(|| corrupt(k.body(id).as_bytes()))?;
-                        Ok(Item {
-                            id: ItemId(id),
-                            payload,
-                            attempts: meta.attempts,
-                            max_attempts: meta.max_attempts,
-                        })
-                    })
-                    .collect();
+                return claimed_items(k, earlier, &resp);
             }
             if pending.is_empty() {
                 return Ok(Vec::new());
@@ -715,24 +698,7 @@ impl ItemStore for EtcdStore {
                     _ => continue,
                 }
             }
-            let bodies = ranges(&resp);
-            return claimed
-                .into_iter()
-                .zip(bodies.iter())
-                .map(|((id, meta), body)| {
-                    let payload = body
-                        .kvs()
-                        .first()
-                        .map(|kv| kv.value().to_vec())
-                        .ok_or_else(|| corrupt(k.body(id).as_bytes()))?;
-                    Ok(Item {
-                        id: ItemId(id),
-                        payload,
-                        attempts: meta.attempts,
-                        max_attempts: meta.max_attempts,
-                    })
-                })
-                .collect();
+            return claimed_items(k, claimed, &resp);
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
@@ -929,6 +895,29 @@ impl ItemStore for EtcdStore {
             })
             .collect()
     }
+}
+
+/// The items a claim answers: each `(id, meta)` with its body, read by the `get` ops of
+/// `resp` in the same order.
+fn claimed_items(k: &Keys, claimed: Vec<(u64, Meta)>, resp: &TxnResponse) -> Result<Vec<Item>> {
+    let bodies = ranges(resp);
+    claimed
+        .into_iter()
+        .zip(bodies.iter())
+        .map(|((id, meta), body)| {
+            let payload = body
+                .kvs()
+                .first()
+                .map(|kv| kv.value().to_vec())
+                .ok_or_else(|| corrupt(k.body(id).as_bytes()))?;
+            Ok(Item {
+                id: ItemId(id),
+                payload,
+                attempts: meta.attempts,
+                max_attempts: meta.max_attempts,
+            })
+        })
+        .collect()
 }
 
 /// The writes that give back item `id`, owned under the index entry `owned` with
