@@ -273,6 +273,44 @@ impl SqliteStore {
         )
     }
 
+    /// Renews `lease` at store time `now` inside the open write transaction on `conn`:
+    /// the renewed lease, or why not, read at the same instant in the same
+    /// transaction. The outer error is a fault of the store itself.
+    async fn renew_at(
+        &self,
+        conn: &mut SqliteConnection,
+        lease: &Lease,
+        now: i64,
+    ) -> Result<Result<Lease>> {
+        let ttl_ok = self.caps.check_ttl(lease.ttl);
+        if ttl_ok.is_ok() {
+            let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
+            let done = self
+                .query(sql::RENEW)
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(ttl_ms)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+            if done.rows_affected() == 1 {
+                return Ok(Ok(lease.renewed()));
+            }
+        }
+        let cur = self.current(conn, &lease.key, now).await?;
+        Ok(match Self::lost(lease, &cur) {
+            Some(e) => Err(e),
+            None => match ttl_ok {
+                Err(e) => Err(e),
+                // Unreachable: the UPDATE matched nothing, so the lease is not current
+                // and live at `now`. Answer as the safe side would.
+                Ok(()) => Err(lease.lost(LostReason::Expired)),
+            },
+        })
+    }
+
     /// Reads the lease on `key`, to judge it at the store's `now`.
     async fn current(&self, conn: &mut SqliteConnection, key: &Key, now: i64) -> Result<Current> {
         let row = self
@@ -549,41 +587,18 @@ impl LeaseStore for SqliteStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         lease.check_issuer(&self.issuer)?;
-        let ttl_ok = self.caps.check_ttl(lease.ttl);
-        let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
         // The clock is read holding the write lock, so the renewal happens at that
         // instant: a lease that expired while this call queued for the lock (another
         // process writing) stays expired.
         let mut w = self.write().await?;
         let now = self.now()?;
-        if ttl_ok.is_ok() {
-            let done = self
-                .query(sql::RENEW)
-                .bind(lease.key.space().as_ref())
-                .bind(lease.key.name().as_ref())
-                .bind(as_db(lease.token.0))
-                .bind(ttl_ms)
-                .bind(now)
-                .execute(w.conn())
-                .await
-                .map_err(map)?;
-            if done.rows_affected() == 1 {
-                w.commit().await?;
-                return Ok(lease.renewed());
-            }
+        let renewed = self.renew_at(w.conn(), lease, now).await?;
+        if renewed.is_ok() {
+            w.commit().await?;
+        } else {
+            w.rollback().await?;
         }
-        // Not renewed: say why, at the same instant, in the same transaction.
-        let cur = self.current(w.conn(), &lease.key, now).await?;
-        w.rollback().await?;
-        match Self::lost(lease, &cur) {
-            Some(e) => Err(e),
-            None => match ttl_ok {
-                Err(e) => Err(e),
-                // Unreachable: the UPDATE matched nothing, so the lease is not current
-                // and live at `now`. Answer as the safe side would.
-                Ok(()) => Err(lease.lost(LostReason::Expired)),
-            },
-        }
+        renewed
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
@@ -602,38 +617,12 @@ impl LeaseStore for SqliteStore {
         }
         // Every lease in one write transaction, at one instant read holding the write
         // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
-        // whole batch instead of one per lease. A lease not renewed is answered why at
-        // the same instant, in the same transaction.
+        // whole batch instead of one per lease.
         let mut w = self.write().await?;
         let now = self.now()?;
         let mut out = Vec::with_capacity(leases.len());
         for lease in leases {
-            let ttl_ok = self.caps.check_ttl(lease.ttl);
-            if ttl_ok.is_ok() {
-                let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
-                let done = self
-                    .query(sql::RENEW)
-                    .bind(lease.key.space().as_ref())
-                    .bind(lease.key.name().as_ref())
-                    .bind(as_db(lease.token.0))
-                    .bind(ttl_ms)
-                    .bind(now)
-                    .execute(w.conn())
-                    .await
-                    .map_err(map)?;
-                if done.rows_affected() == 1 {
-                    out.push(Ok(lease.renewed()));
-                    continue;
-                }
-            }
-            let cur = self.current(w.conn(), &lease.key, now).await?;
-            out.push(match Self::lost(lease, &cur) {
-                Some(e) => Err(e),
-                None => match ttl_ok {
-                    Err(e) => Err(e),
-                    Ok(()) => Err(lease.lost(LostReason::Expired)),
-                },
-            });
+            out.push(self.renew_at(w.conn(), lease, now).await?);
         }
         w.commit().await?;
         Ok(out)
