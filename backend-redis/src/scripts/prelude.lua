@@ -33,3 +33,27 @@ local function hand_back(item_key, id, retry, pending_key, dl_key)
   return 2
 end
 
+
+-- Requeues the items of dead `token` (in the dead set `dead_key`, owning `owned_key`):
+-- each back to pending or, out of attempts, to the dead-letter set; forgets the token.
+-- Acts only when the token is in the dead set. Returns {{requeued ids}, {dead-lettered ids}}.
+local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix)
+  local requeued, dead = {}, {}
+  if #redis.call('ZRANGEBYSCORE', dead_key, token, token) == 0 then
+    return {requeued, dead}
+  end
+  redis.call('ZREMRANGEBYSCORE', dead_key, token, token)
+  local ids = redis.call('ZRANGE', owned_key, 0, -1)
+  redis.call('DEL', owned_key)
+  for _, id in ipairs(ids) do
+    if hand_back(prefix .. id, id, true, pending_key, dl_key) == 1 then
+      requeued[#requeued + 1] = id
+    else
+      dead[#dead + 1] = id
+    end
+  end
+  if #ids > 0 then
+    redis.call('DECRBY', count_key, #ids)
+  end
+  return {requeued, dead}
+end
