@@ -29,13 +29,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::layer::BoxCall;
 use liveness_core::{
-    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Event, EventBus,
-    ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member, MemberConfig, Renewals, RequestId,
-    Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Call, Checker, CheckerConfig, Event, EventBus, Key, Layer, Lease, LeaseStore,
+    Member, MemberConfig, Op, Renewals, Result, Store, Ttl,
 };
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::Factory;
@@ -242,6 +240,15 @@ impl Meter {
             }
         }
     }
+    /// Ends the checker's round (its `next_expiry` came back), if one was open.
+    fn round_ended(&self) {
+        if let Some((start, calls)) = self.round.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let p = self.phase();
+            p.rounds.record(start.elapsed());
+            p.round_calls.fetch_add(calls + 1, Ordering::Relaxed);
+            p.round_count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     fn round_call(&self) {
         if let Some((_, n)) = self
             .round
@@ -255,106 +262,27 @@ impl Meter {
 }
 
 #[async_trait]
-impl LeaseStore for Meter {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+impl Layer for Meter {
+    fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner.issuer()
-    }
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.inner.acquire(key, holder, ttl).await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let sent = Instant::now();
-        let r = self.inner.renew(lease).await;
-        self.renewed(std::slice::from_ref(lease), sent);
-        r
-    }
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        let sent = Instant::now();
-        let r = self.inner.renew_many(leases).await;
-        self.renewed(leases, sent);
-        r
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        self.inner.inspect(key).await
-    }
-    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), 1));
-        self.inner.expired(space, limit).await
-    }
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.round_call();
-        self.inner.reap(key, token).await
-    }
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        self.round_call();
-        self.inner.reap_many(expired).await
-    }
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        self.round_call();
-        self.inner.dead_tokens(limit).await
-    }
-    async fn store_time(&self) -> Result<StoreTime> {
-        self.inner.store_time().await
-    }
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let r = self.inner.next_expiry(space).await;
-        if let Some((start, calls)) = self.round.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let p = self.phase();
-            p.rounds.record(start.elapsed());
-            p.round_calls.fetch_add(calls + 1, Ordering::Relaxed);
-            p.round_count.fetch_add(1, Ordering::Relaxed);
-        }
-        r
-    }
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner.wakeups()
-    }
-}
 
-#[async_trait]
-impl ItemStore for Meter {
-    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        self.inner.enqueue(payload, options).await
-    }
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
-        self.inner.claim_request(lease, n, request).await
-    }
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        self.inner.complete(lease, id).await
-    }
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        self.inner.fail(lease, id, retry).await
-    }
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.round_call();
-        self.inner.requeue_orphans(token).await
-    }
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
-        self.round_call();
-        self.inner.requeue_orphans_many(tokens).await
-    }
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        self.inner.item(id).await
-    }
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        self.inner.item_counts().await
-    }
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        self.inner.dead_letters(limit).await
+    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+        let sent = Instant::now();
+        match call.op {
+            Op::Expired => {
+                *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, 1));
+            }
+            op if op.is_checker_call() && op != Op::NextExpiry => self.round_call(),
+            _ => {}
+        }
+        let answer = run.await;
+        match call.op {
+            Op::Renew | Op::RenewMany => self.renewed(call.leases, sent),
+            Op::NextExpiry => self.round_ended(),
+            _ => {}
+        }
+        answer
     }
 }
 

@@ -6,12 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
-};
-use tokio::sync::watch;
+use liveness_core::layer::BoxCall;
+use liveness_core::{async_trait, Call, Error, Layer, Op, Result, Store};
 
 /// Forwards every call to an inner store, counting them (a `*_many` call counts once:
 /// one round trip on a store that implements it natively, one per entry on a store
@@ -90,120 +86,27 @@ impl Wrapped {
 }
 
 #[async_trait]
-impl LeaseStore for Wrapped {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+impl Layer for Wrapped {
+    fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner.issuer()
-    }
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.count();
-        self.inner.acquire(key, holder, ttl).await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        while self.stalled.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.count();
-        self.inner.renew(lease).await
-    }
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        while self.stalled.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.count();
-        self.inner.renew_many(leases).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.count();
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        self.count();
-        self.inner.inspect(key).await
-    }
-    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        self.count();
-        self.inner.expired(space, limit).await
-    }
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.count();
-        self.inner.reap(key, token).await
-    }
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        self.count();
-        self.inner.reap_many(expired).await
-    }
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        self.count();
-        self.inner.dead_tokens(limit).await
-    }
-    async fn store_time(&self) -> Result<StoreTime> {
-        self.count();
-        self.inner.store_time().await
-    }
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        self.count();
-        self.inner.next_expiry(space).await
-    }
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner.wakeups()
-    }
-}
 
-#[async_trait]
-impl ItemStore for Wrapped {
-    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        self.count();
-        self.inner.enqueue(payload, options).await
-    }
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
-        self.count();
-        let items = self.inner.claim_request(lease, n, request).await?;
-        if self.lose_claim() {
-            return Err(self.lost_reply("claim"));
+    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+        if matches!(call.op, Op::Renew | Op::RenewMany) {
+            while self.stalled.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
-        Ok(items)
-    }
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         self.count();
-        self.inner.complete(lease, id).await?;
-        if take_one(&self.lose_completes) {
-            return Err(self.lost_reply("complete"));
+        let answer = run.await?;
+        let lost = match call.op {
+            Op::Claim => self.lose_claim(),
+            Op::Complete => take_one(&self.lose_completes),
+            _ => false,
+        };
+        if lost {
+            return Err(self.lost_reply(call.op.name()));
         }
-        Ok(())
-    }
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        self.count();
-        self.inner.fail(lease, id, retry).await
-    }
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.count();
-        self.inner.requeue_orphans(token).await
-    }
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
-        self.count();
-        self.inner.requeue_orphans_many(tokens).await
-    }
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        self.count();
-        self.inner.item(id).await
-    }
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        self.count();
-        self.inner.item_counts().await
-    }
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        self.count();
-        self.inner.dead_letters(limit).await
+        Ok(answer)
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod heartbeat;
 pub mod item;
+pub mod layer;
 pub mod lease;
 pub mod member;
 pub mod memory;
@@ -34,6 +35,7 @@ pub use item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
     DEFAULT_MAX_ATTEMPTS,
 };
+pub use layer::{Call, Layer, Op};
 pub use lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};

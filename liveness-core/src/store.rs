@@ -240,12 +240,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// The default renews one lease after the other; backends that can do it in one
     /// round trip override it.
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        check_batch(self.capabilities(), "leases", leases.len())?;
-        let mut out = Vec::with_capacity(leases.len());
-        for lease in leases {
-            out.push(self.renew(lease).await);
-        }
-        Ok(out)
+        renew_each(self, leases).await
     }
 
     /// Gives a lease up.
@@ -315,12 +310,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// The default reaps one after the other.
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        check_batch(self.capabilities(), "expired", expired.len())?;
-        let mut out = Vec::with_capacity(expired.len());
-        for (key, token) in expired {
-            out.push(self.reap(key, *token).await);
-        }
-        Ok(out)
+        reap_each(self, expired).await
     }
 
     /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
@@ -485,11 +475,7 @@ pub trait ItemStore: Send + Sync {
     ///
     /// The default requeues one token after the other.
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
-        let mut out = Vec::with_capacity(tokens.len());
-        for token in tokens {
-            out.push(self.requeue_orphans(*token).await);
-        }
-        Ok(out)
+        requeue_each(self, tokens).await
     }
 
     /// Reads one item.
@@ -519,6 +505,45 @@ pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result
         return Err(Error::invalid(what, InputProblem::TooLong { max, len }));
     }
     Ok(())
+}
+
+/// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
+pub(crate) async fn renew_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    leases: &[Lease],
+) -> Result<Vec<Result<Lease>>> {
+    check_batch(store.capabilities(), "leases", leases.len())?;
+    let mut out = Vec::with_capacity(leases.len());
+    for lease in leases {
+        out.push(store.renew(lease).await);
+    }
+    Ok(out)
+}
+
+/// [`LeaseStore::reap_many`] as one `reap` after the other (the trait's default).
+pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    expired: &[(Key, FencingToken)],
+) -> Result<Vec<Result<bool>>> {
+    check_batch(store.capabilities(), "expired", expired.len())?;
+    let mut out = Vec::with_capacity(expired.len());
+    for (key, token) in expired {
+        out.push(store.reap(key, *token).await);
+    }
+    Ok(out)
+}
+
+/// [`ItemStore::requeue_orphans_many`] as one `requeue_orphans` after the other (the
+/// trait's default).
+pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
+    store: &S,
+    tokens: &[FencingToken],
+) -> Result<Vec<Result<Requeued>>> {
+    let mut out = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        out.push(store.requeue_orphans(*token).await);
+    }
+    Ok(out)
 }
 
 /// A complete store: leases and items in one namespace. Implemented automatically for

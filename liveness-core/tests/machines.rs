@@ -451,13 +451,10 @@ mod faulty {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use liveness_core::layer::BoxCall;
     use liveness_core::{
-        async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-        HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-        LeaseInfo, LeaseStore, LostReason, RequestId, Requeued, Result, Space, Store, StoreTime,
-        Ttl,
+        async_trait, Call, Error, FencingToken, Layer, LostReason, Op, Result, Store,
     };
-    use tokio::sync::watch;
 
     #[derive(Debug, Default)]
     pub struct Knobs {
@@ -513,105 +510,64 @@ mod faulty {
     }
 
     #[async_trait]
-    impl LeaseStore for Faulty {
-        fn backend(&self) -> &'static str {
-            "faulty"
+    impl Layer for Faulty {
+        fn inner(&self) -> &Arc<dyn Store> {
+            &self.inner
         }
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        fn issuer(&self) -> &Issuer {
-            self.inner.issuer()
-        }
-        async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-            self.knobs.acquires.fetch_add(1, Ordering::SeqCst);
-            let r = self.inner.acquire(key, holder, ttl).await;
-            let lose = self
-                .knobs
-                .lose_acquire_replies
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
-            if lose && r.is_ok() {
-                return Err(down());
-            }
-            r
-        }
-        async fn renew(&self, lease: &Lease) -> Result<Lease> {
-            if self.knobs.stall_renew.load(Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-            if self.knobs.lose_renew.load(Ordering::SeqCst) {
-                return Err(Error::Lost {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                    reason: LostReason::Released,
-                });
-            }
-            self.inner.renew(lease).await
-        }
-        async fn release(&self, lease: &Lease) -> Result<bool> {
-            if self.knobs.fail_release.load(Ordering::SeqCst) {
-                // A failed call still takes a round trip.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                return Err(down());
-            }
-            self.inner.release(lease).await
-        }
-        async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-            self.inner.inspect(key).await
-        }
-        async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-            self.inner.expired(space, limit).await
-        }
-        async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-            self.broken(token)?;
-            self.inner.reap(key, token).await
-        }
-        async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-            self.inner.dead_tokens(limit).await
-        }
-        async fn store_time(&self) -> Result<StoreTime> {
-            self.inner.store_time().await
-        }
-        async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-            self.inner.next_expiry(space).await
-        }
-        fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-            self.inner.wakeups()
-        }
-    }
 
-    #[async_trait]
-    impl ItemStore for Faulty {
-        async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-            self.inner.enqueue(payload, options).await
+        /// Per lease and per token, as the trait's default `*_many` loops do.
+        fn split_batches(&self) -> bool {
+            true
         }
-        async fn claim_request(
-            &self,
-            lease: &Lease,
-            n: usize,
-            request: RequestId,
-        ) -> Result<Vec<Item>> {
-            self.inner.claim_request(lease, n, request).await
-        }
-        async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-            self.inner.complete(lease, id).await
-        }
-        async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-            self.inner.fail(lease, id, retry).await
-        }
-        async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-            self.broken(token)?;
-            self.inner.requeue_orphans(token).await
-        }
-        async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-            self.inner.item(id).await
-        }
-        async fn item_counts(&self) -> Result<ItemCounts> {
-            self.inner.item_counts().await
-        }
-        async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-            self.inner.dead_letters(limit).await
+
+        async fn call<'a, T: Send + 'a>(
+            &'a self,
+            call: Call<'a>,
+            run: BoxCall<'a, T>,
+        ) -> Result<T> {
+            let knobs = &self.knobs;
+            match call.op {
+                Op::Acquire => {
+                    knobs.acquires.fetch_add(1, Ordering::SeqCst);
+                    let answer = run.await?;
+                    let lose = knobs
+                        .lose_acquire_replies
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if lose {
+                        return Err(down());
+                    }
+                    return Ok(answer);
+                }
+                Op::Renew => {
+                    if knobs.stall_renew.load(Ordering::SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
+                    if let (true, Some(key), Some(token)) = (
+                        knobs.lose_renew.load(Ordering::SeqCst),
+                        call.key,
+                        call.token,
+                    ) {
+                        return Err(Error::Lost {
+                            key: key.clone(),
+                            token,
+                            reason: LostReason::Released,
+                        });
+                    }
+                }
+                Op::Release if knobs.fail_release.load(Ordering::SeqCst) => {
+                    // A failed call still takes a round trip.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    return Err(down());
+                }
+                Op::Reap | Op::RequeueOrphans => {
+                    if let Some(token) = call.token {
+                        self.broken(token)?;
+                    }
+                }
+                _ => {}
+            }
+            run.await
         }
     }
 }

@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::layer::BoxCall;
 use liveness_core::{
-    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Error, Event,
-    EventBus, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LossReason, Member, MemberConfig,
-    MemoryServer, Namespace, Renewals, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Call, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
+    FencingToken, HolderId, Key, Layer, LossReason, Member, MemberConfig, MemoryServer, Namespace,
+    Op, Renewals, Result, Space, Store, Ttl,
 };
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 fn ttl(ms: u64) -> Ttl {
@@ -71,22 +70,6 @@ impl Slow {
     fn slow_for(&self, d: Duration) {
         *self.slow_until.lock().unwrap() = Some(Instant::now() + d);
     }
-
-    /// Runs `op` as the store would; when slow, answers `Unavailable` after the
-    /// client timeout although the store applied it.
-    async fn call<T>(&self, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        let slow = self
-            .slow_until
-            .lock()
-            .unwrap()
-            .is_some_and(|t| Instant::now() < t);
-        if slow {
-            tokio::time::sleep(self.timeout).await;
-            let _ = op.await;
-            return Err(Error::unavailable("slow", "client timeout"));
-        }
-        op.await
-    }
 }
 
 struct InFlight<'a>(&'a Slow, Key);
@@ -105,126 +88,61 @@ impl Drop for InFlight<'_> {
 }
 
 #[async_trait]
-impl LeaseStore for Slow {
-    fn backend(&self) -> &'static str {
-        "slow"
+impl Layer for Slow {
+    fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn issuer(&self) -> &liveness_core::Issuer {
-        self.inner.issuer()
-    }
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.seen
-            .lock()
-            .unwrap()
-            .acquires
-            .entry(key.clone())
-            .or_default()
-            .push(Instant::now());
-        self.call(async {
-            let r = self.inner.acquire(key, holder, ttl).await;
-            if r.is_ok() {
-                self.granted.fetch_add(1, Ordering::SeqCst);
-            }
-            r
-        })
-        .await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        {
-            let mut seen = self.seen.lock().unwrap();
-            let seen = &mut *seen;
-            seen.renews
-                .entry(lease.key.clone())
-                .or_default()
-                .push(Instant::now());
-            let n = seen.in_flight.entry(lease.key.clone()).or_default();
-            *n += 1;
-            seen.max_in_flight = seen.max_in_flight.max(*n);
-        }
-        // Counted out when the call ends or the caller drops it.
-        let _out = InFlight(self, lease.key.clone());
-        self.call(self.inner.renew(lease)).await
-    }
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        self.batches
-            .lock()
-            .unwrap()
-            .push((Instant::now(), leases.len()));
-        self.call(self.inner.renew_many(leases)).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.call(self.inner.release(lease)).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        self.inner.inspect(key).await
-    }
-    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.expired(space, limit)).await
-    }
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.reap(key, token)).await
-    }
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.reap_many(expired)).await
-    }
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.dead_tokens(limit)).await
-    }
-    async fn store_time(&self) -> Result<StoreTime> {
-        self.inner.store_time().await
-    }
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.rounds.lock().unwrap().push(Instant::now());
-        self.call(self.inner.next_expiry(space)).await
-    }
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner.wakeups()
-    }
-}
 
-#[async_trait]
-impl ItemStore for Slow {
-    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        self.inner.enqueue(payload, options).await
-    }
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
-        self.inner.claim_request(lease, n, request).await
-    }
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        self.inner.complete(lease, id).await
-    }
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        self.inner.fail(lease, id, retry).await
-    }
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.requeue_orphans(token)).await
-    }
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
-        self.checker_calls.fetch_add(1, Ordering::SeqCst);
-        self.call(self.inner.requeue_orphans_many(tokens)).await
-    }
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        self.inner.item(id).await
-    }
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        self.inner.item_counts().await
-    }
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        self.inner.dead_letters(limit).await
+    /// Records the call; lease and checker calls are made slow while `slow_until` is
+    /// in the future (see [`Slow`]).
+    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+        let now = Instant::now();
+        // A renewal is counted in flight until the call ends or the caller drops it.
+        let mut _in_flight = None;
+        match (call.op, call.key) {
+            (Op::Acquire, Some(key)) => {
+                let mut seen = self.seen.lock().unwrap();
+                seen.acquires.entry(key.clone()).or_default().push(now);
+            }
+            (Op::Renew, Some(key)) => {
+                let mut seen = self.seen.lock().unwrap();
+                let seen = &mut *seen;
+                seen.renews.entry(key.clone()).or_default().push(now);
+                let n = seen.in_flight.entry(key.clone()).or_default();
+                *n += 1;
+                seen.max_in_flight = seen.max_in_flight.max(*n);
+                _in_flight = Some(InFlight(self, key.clone()));
+            }
+            (Op::RenewMany, _) => self.batches.lock().unwrap().push((now, call.n)),
+            (Op::NextExpiry, _) => self.rounds.lock().unwrap().push(now),
+            _ => {}
+        }
+        if call.op.is_checker_call() {
+            self.checker_calls.fetch_add(1, Ordering::SeqCst);
+        }
+        let gated = call.op.is_checker_call()
+            || matches!(
+                call.op,
+                Op::Acquire | Op::Renew | Op::RenewMany | Op::Release
+            );
+        let slow = gated
+            && self
+                .slow_until
+                .lock()
+                .unwrap()
+                .is_some_and(|t| Instant::now() < t);
+        if slow {
+            tokio::time::sleep(self.timeout).await;
+        }
+        let answer = run.await;
+        if call.op == Op::Acquire && answer.is_ok() {
+            self.granted.fetch_add(1, Ordering::SeqCst);
+        }
+        if slow {
+            // The store applied it; the client had given up at its timeout.
+            return Err(Error::unavailable("slow", "client timeout"));
+        }
+        answer
     }
 }
 
