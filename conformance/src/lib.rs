@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{Capabilities, Key, LeaseStatus, Namespace, Space, Store, Ttl};
+use liveness_core::{
+    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, Namespace, Space, Store, Ttl,
+};
 
 pub mod bench;
 pub mod bench_util;
@@ -82,6 +84,25 @@ impl Ctx {
     pub fn machine_ttl(&self) -> Ttl {
         let d = self.caps().min_ttl.max(Duration::from_millis(1500));
         Ttl::new(round_up_ms(d)).unwrap_or_else(|e| panic!("machine ttl: {e}"))
+    }
+
+    /// Acquires `key` for `holder` with `ttl`; panics (failing the scenario) when the
+    /// store refuses.
+    pub async fn grant(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Lease {
+        self.store
+            .acquire(key, holder, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("acquire {key} for {holder}: {e}"))
+    }
+
+    /// The record of the lease on `key`; panics (failing the scenario) when there is
+    /// none or the store fails.
+    pub async fn info(&self, key: &Key) -> LeaseInfo {
+        self.store
+            .inspect(key)
+            .await
+            .unwrap_or_else(|e| panic!("inspect {key}: {e}"))
+            .unwrap_or_else(|| panic!("no lease record on {key}"))
     }
 
     /// The store's capabilities.

@@ -15,11 +15,7 @@ pub(crate) fn holder(s: &str) -> HolderId {
 /// shows it live with the same holder and token.
 pub async fn acquire_free_key(ctx: Ctx) {
     let key = member_key("a");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h1"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h1"), ctx.long).await;
     assert_eq!(lease.key, key);
     assert_eq!(lease.holder, holder("h1"));
     assert_eq!(lease.ttl, ctx.long);
@@ -29,12 +25,7 @@ pub async fn acquire_free_key(ctx: Ctx) {
         "{:?}",
         lease.expires_in
     );
-    let info = ctx
-        .store
-        .inspect(&key)
-        .await
-        .unwrap()
-        .expect("lease record");
+    let info = ctx.info(&key).await;
     assert_eq!(info.token, lease.token);
     assert_eq!(info.holder, holder("h1"));
     assert!(info.is_live());
@@ -44,11 +35,7 @@ pub async fn acquire_free_key(ctx: Ctx) {
 /// nothing.
 pub async fn acquire_held_key_fails_unchanged(ctx: Ctx) {
     let key = member_key("held");
-    let first = ctx
-        .store
-        .acquire(&key, &holder("h1"), ctx.long)
-        .await
-        .unwrap();
+    let first = ctx.grant(&key, &holder("h1"), ctx.long).await;
     match ctx.store.acquire(&key, &holder("h2"), ctx.long).await {
         Err(Error::Held {
             key: k,
@@ -96,11 +83,7 @@ pub async fn tokens_strictly_increase(ctx: Ctx) {
 /// renew before expiry succeeds and restores about one ttl of time left.
 pub async fn renew_extends_live_lease(ctx: Ctx) {
     let key = member_key("renew");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.ttl).await;
     // Renew three times across more than one ttl in total: each keeps it live.
     for _ in 0..3 {
         tokio::time::sleep(ctx.ttl.duration() / 3).await;
@@ -121,11 +104,7 @@ pub async fn renew_extends_live_lease(ctx: Ctx) {
 /// Expired, and the record stays as it was (expired, same token).
 pub async fn expired_lease_never_renewed(ctx: Ctx) {
     let key = member_key("exp");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.ttl).await;
     ctx.wait_expired(&key).await;
     match ctx.store.renew(&lease).await {
         Err(Error::Lost { reason, token, .. }) => {
@@ -134,12 +113,7 @@ pub async fn expired_lease_never_renewed(ctx: Ctx) {
         }
         other => panic!("expected Lost(Expired), got {other:?}"),
     }
-    let info = ctx
-        .store
-        .inspect(&key)
-        .await
-        .unwrap()
-        .expect("record stays until reaped");
+    let info = ctx.info(&key).await;
     assert_eq!(info.status, LeaseStatus::Expired);
     assert_eq!(info.token, lease.token);
     // Still not renewable a second time.
@@ -153,17 +127,9 @@ pub async fn expired_lease_never_renewed(ctx: Ctx) {
 /// Lost(Released); neither changes the current holder.
 pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
     let key = member_key("sup");
-    let old = ctx
-        .store
-        .acquire(&key, &holder("old"), ctx.ttl)
-        .await
-        .unwrap();
+    let old = ctx.grant(&key, &holder("old"), ctx.ttl).await;
     ctx.wait_expired(&key).await;
-    let new = ctx
-        .store
-        .acquire(&key, &holder("new"), ctx.long)
-        .await
-        .unwrap();
+    let new = ctx.grant(&key, &holder("new"), ctx.long).await;
     assert_eq!(
         ctx.store.renew(&old).await.unwrap_err().lost_reason(),
         Some(LostReason::Superseded)
@@ -184,11 +150,7 @@ pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
 /// InvalidInput and changes nothing; on an expired lease, Lost(Expired) comes first.
 pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
     let key = member_key("rttl");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
     let shorter = Lease {
         ttl: ctx.ttl,
         ..lease.clone()
@@ -206,12 +168,7 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
         renewed.expires_in,
         ctx.ttl
     );
-    let info = ctx
-        .store
-        .inspect(&key)
-        .await
-        .unwrap()
-        .expect("lease record");
+    let info = ctx.info(&key).await;
     assert_eq!(info.ttl, ctx.ttl, "inspect does not report the renewed ttl");
     match info.status {
         LeaseStatus::Live { remaining } => assert!(
@@ -232,11 +189,7 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
         Some(caps.max_ttl + Duration::from_millis(1)),
     ];
     let key = member_key("rttl-bad");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
     for bad in out_of_bounds.into_iter().flatten() {
         let Ok(bad) = Ttl::new(bad) else { continue };
         let r = ctx
@@ -259,12 +212,7 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
             Some(LostReason::Expired),
             "an expired lease renewed with a bad ttl"
         );
-        let info = ctx
-            .store
-            .inspect(&key)
-            .await
-            .unwrap()
-            .expect("lease record");
+        let info = ctx.info(&key).await;
         assert_eq!(info.ttl, ctx.long, "a rejected renew changed the ttl");
         assert!(info.is_live(), "a rejected renew ended the lease");
     }
@@ -274,21 +222,13 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
 /// removes a newer holder's lease.
 pub async fn release_is_idempotent_and_fenced(ctx: Ctx) {
     let key = member_key("rel");
-    let a = ctx
-        .store
-        .acquire(&key, &holder("a"), ctx.long)
-        .await
-        .unwrap();
+    let a = ctx.grant(&key, &holder("a"), ctx.long).await;
     assert!(ctx.store.release(&a).await.unwrap());
     assert!(
         !ctx.store.release(&a).await.unwrap(),
         "second release is a no-op"
     );
-    let b = ctx
-        .store
-        .acquire(&key, &holder("b"), ctx.long)
-        .await
-        .unwrap();
+    let b = ctx.grant(&key, &holder("b"), ctx.long).await;
     assert!(
         !ctx.store.release(&a).await.unwrap(),
         "stale release must not remove b"
@@ -301,11 +241,7 @@ pub async fn release_is_idempotent_and_fenced(ctx: Ctx) {
 /// requeued by a sweep.
 pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
     let key = member_key("dead");
-    let a = ctx
-        .store
-        .acquire(&key, &holder("a"), ctx.long)
-        .await
-        .unwrap();
+    let a = ctx.grant(&key, &holder("a"), ctx.long).await;
     assert!(ctx
         .store
         .dead_tokens(1000)
@@ -327,11 +263,7 @@ pub async fn release_puts_token_in_dead_set(ctx: Ctx) {
 pub async fn inspect_reports_live_and_expired(ctx: Ctx) {
     let key = member_key("insp");
     assert!(ctx.store.inspect(&key).await.unwrap().is_none());
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.ttl).await;
     match ctx.store.inspect(&key).await.unwrap().unwrap().status {
         LeaseStatus::Live { remaining } => assert!(remaining <= ctx.ttl.duration()),
         LeaseStatus::Expired => panic!("fresh lease reported expired"),
@@ -348,18 +280,9 @@ pub async fn expired_lists_only_expired(ctx: Ctx) {
     let short = member_key("short");
     let live = member_key("live");
     let leader = liveness_core::Key::leader(&format!("l{:08x}", fastrand::u32(..))).unwrap();
-    ctx.store
-        .acquire(&short, &holder("s"), ctx.ttl)
-        .await
-        .unwrap();
-    ctx.store
-        .acquire(&live, &holder("l"), ctx.long)
-        .await
-        .unwrap();
-    ctx.store
-        .acquire(&leader, &holder("x"), ctx.ttl)
-        .await
-        .unwrap();
+    ctx.grant(&short, &holder("s"), ctx.ttl).await;
+    ctx.grant(&live, &holder("l"), ctx.long).await;
+    ctx.grant(&leader, &holder("x"), ctx.ttl).await;
     ctx.wait_listed_expired(&short).await;
     let list = ctx.store.expired(&members(), 1000).await.unwrap();
     assert!(list.iter().any(|l| l.key == short));
@@ -380,10 +303,7 @@ pub async fn expired_respects_limit_and_order(ctx: Ctx) {
     let mut keys = Vec::new();
     for i in 0..4 {
         let key = member_key(&format!("o{i}"));
-        ctx.store
-            .acquire(&key, &holder("h"), ctx.ttl)
-            .await
-            .unwrap();
+        ctx.grant(&key, &holder("h"), ctx.ttl).await;
         keys.push(key);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -404,11 +324,7 @@ pub async fn expired_respects_limit_and_order(ctx: Ctx) {
 /// reap removes only an expired lease with the current token, once.
 pub async fn reap_only_expired_current_lease(ctx: Ctx) {
     let key = member_key("reap");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.ttl).await;
     assert!(
         !ctx.store.reap(&key, lease.token).await.unwrap(),
         "reaped a live lease"
@@ -433,11 +349,7 @@ pub async fn reap_only_expired_current_lease(ctx: Ctx) {
 /// Exactly one of 16 concurrent reapers of the same expired lease gets true.
 pub async fn reap_has_exactly_one_winner(ctx: Ctx) {
     let key = member_key("race");
-    let lease = ctx
-        .store
-        .acquire(&key, &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.ttl).await;
     ctx.wait_expired(&key).await;
     ctx.wait_listed_expired(&key).await;
     let mut tasks = Vec::new();
@@ -466,17 +378,9 @@ pub async fn reap_has_exactly_one_winner(ctx: Ctx) {
 /// token in the dead set in the same step.
 pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
     let key = member_key("over");
-    let old = ctx
-        .store
-        .acquire(&key, &holder("old"), ctx.ttl)
-        .await
-        .unwrap();
+    let old = ctx.grant(&key, &holder("old"), ctx.ttl).await;
     ctx.wait_expired(&key).await;
-    let new = ctx
-        .store
-        .acquire(&key, &holder("new"), ctx.long)
-        .await
-        .unwrap();
+    let new = ctx.grant(&key, &holder("new"), ctx.long).await;
     assert!(new.token > old.token);
     let dead = ctx.store.dead_tokens(1000).await.unwrap();
     assert!(
@@ -496,20 +400,12 @@ pub async fn next_expiry_is_a_duration(ctx: Ctx) {
         |n: &str| liveness_core::Key::new(space.clone(), liveness_core::Name::new(n).unwrap());
     let next = || async { ctx.store.next_expiry(&space).await.unwrap() };
     assert_eq!(next().await, None, "an empty space");
-    let short = ctx
-        .store
-        .acquire(&key("n"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let short = ctx.grant(&key("n"), &holder("h"), ctx.ttl).await;
     let left = next().await.expect("a live lease");
     assert!(left <= ctx.ttl.duration(), "{left:?} > ttl");
     ctx.wait_listed_expired(&key("n")).await;
     assert_eq!(next().await, Some(Duration::ZERO), "only an expired lease");
-    let long = ctx
-        .store
-        .acquire(&key("m"), &holder("h"), ctx.long)
-        .await
-        .unwrap();
+    let long = ctx.grant(&key("m"), &holder("h"), ctx.long).await;
     assert_eq!(
         next().await,
         Some(Duration::ZERO),
@@ -518,11 +414,7 @@ pub async fn next_expiry_is_a_duration(ctx: Ctx) {
     assert!(ctx.store.reap(&key("n"), short.token).await.unwrap());
     let left = next().await.expect("a live lease");
     assert!(left <= ctx.long.duration(), "{left:?} > ttl");
-    let soon = ctx
-        .store
-        .acquire(&key("o"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let soon = ctx.grant(&key("o"), &holder("h"), ctx.ttl).await;
     if !ctx.caps().pushes_expiry_events {
         let left = next().await.expect("live leases");
         assert!(

@@ -112,12 +112,7 @@ pub async fn member_cancel_fires_before_store_expiry(ctx: Ctx) {
     timeout(ttl.duration() * 2, cancel.cancelled())
         .await
         .expect("cancellation fires within one ttl of the last renewal");
-    let info = ctx
-        .store
-        .inspect(&key)
-        .await
-        .unwrap()
-        .expect("lease record");
+    let info = ctx.info(&key).await;
     assert!(
         info.is_live(),
         "the store expired the lease before the member's cancellation fired"
