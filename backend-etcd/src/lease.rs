@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use etcd_client::{KeyValue, PutOptions, Txn, TxnOp, TxnResponse};
+use liveness_core::durability::StoreLostState;
 use liveness_core::{Error, FencingToken, Key, Lease, LostReason, Result, Ttl};
 
 use crate::error::{corrupt, is_not_found, map, Fault};
@@ -40,6 +41,10 @@ pub(crate) struct Snapshot {
     pub(crate) record: Option<Current>,
     /// The lease-bound key, if etcd has not deleted it.
     pub(crate) live: Option<KeyValue>,
+    /// The revision the reads saw (0: not known). A token above it was never
+    /// handed out by this etcd: it lost its data (restored without
+    /// `--bump-revision`, or started afresh).
+    pub(crate) revision: i64,
 }
 
 impl Snapshot {
@@ -59,7 +64,17 @@ impl Snapshot {
                 })
             }
         };
-        Ok(Snapshot { record, live })
+        Ok(Snapshot {
+            record,
+            live,
+            revision: 0,
+        })
+    }
+
+    /// The snapshot, read at the revision `resp` reports.
+    pub(crate) fn at(mut self, resp: &TxnResponse) -> Snapshot {
+        self.revision = resp.header().map_or(0, |h| h.revision());
+        self
     }
 
     /// True when the lease-bound key exists and belongs to the record's token.
@@ -74,6 +89,9 @@ impl Snapshot {
     pub(crate) fn check(self, lease: &Lease) -> Result<Current> {
         let live = self.is_live();
         match self.record {
+            None if self.revision > 0 && lease.token.0 > self.revision.unsigned_abs() => {
+                Err(StoreLostState::of(BACKEND, lease))
+            }
             None => Err(lease.lost(LostReason::Released)),
             Some(c) if c.token != lease.token => Err(lease.lost(LostReason::Superseded)),
             Some(_) if !live => Err(lease.lost(LostReason::Expired)),
@@ -90,7 +108,7 @@ impl EtcdStore {
             .txn(Txn::new().and_then(vec![get(&k.record(key)), get(&k.live(key))]))
             .await?;
         let r = ranges(&resp);
-        Snapshot::from(first(r.first()), first(r.get(1)))
+        Ok(Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp))
     }
 
     pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
@@ -191,7 +209,7 @@ impl EtcdStore {
     /// from the `or_else` reads of its record and lease-bound key.
     pub(crate) fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
         let r = ranges(resp);
-        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?;
+        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(resp);
         Ok(match snap.check(lease) {
             Err(e) => e,
             // Live after all: the transaction lost a race on an item instead.

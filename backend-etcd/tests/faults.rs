@@ -130,3 +130,47 @@ async fn pause_past_ttl_every_expired_member_sees_lost_first() {
     world.assert_lost_before_requeue();
     world.shut_down().await;
 }
+
+/// Issue 12: an etcd that lost its data (its data folder gone, or a snapshot restored
+/// without `--bump-revision`) starts its revisions over: a renewal of a lease acquired
+/// before fails loudly with `StoreLostState` (its token, a revision, is above every
+/// revision this etcd has seen), never a plain `Lost(Released)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_etcd_lost_its_data_says_so() {
+    let Some(mut server) = liveness_testkit::etcd::start() else {
+        return;
+    };
+    let store = connect(&server).await;
+    let ttl = Ttl::from_secs(30).unwrap();
+    let holder = liveness_core::HolderId::new("h").unwrap();
+    use liveness_core::LeaseStore;
+    // Enough writes that the lease's token (a revision) is above what a fresh etcd
+    // reaches by the time the renewal runs.
+    for i in 0..20 {
+        let key = liveness_core::Key::member(&format!("filler{i}")).unwrap();
+        store.acquire(&key, &holder, ttl).await.unwrap();
+    }
+    let key = liveness_core::Key::member("w").unwrap();
+    let lease = store.acquire(&key, &holder, ttl).await.unwrap();
+    store.renew(&lease).await.unwrap();
+
+    server.kill().unwrap();
+    let data = server.process().unwrap().dir().join("data");
+    std::fs::remove_dir_all(&data).unwrap();
+    server.restart().unwrap();
+
+    let until = Instant::now() + DEADLINE;
+    let err = loop {
+        match store.renew(&lease).await {
+            Err(e) if e.is_retryable() && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => break other.unwrap_err(),
+        }
+    };
+    assert!(
+        liveness_core::durability::StoreLostState::is_source_of(&err),
+        "expected StoreLostState, got {err:?}"
+    );
+    assert!(!err.is_retryable());
+}

@@ -77,10 +77,14 @@ WHERE l.space = b.space AND l.name = b.name AND l.token = b.token
 RETURNING l.space, l.name, l.token
 "#;
 
-/// Why a [`RENEW`] matched nothing: $1 space, $2 name. No row: the key has no lease;
-/// otherwise its current token and whether it is live. Read-only.
+/// Why a [`RENEW`] matched nothing: $1 space, $2 name. One row: the key's current
+/// token and whether it is live (both NULL when the key has no lease), and the highest
+/// token the namespace has handed out (0 before the first): a lease with no record
+/// whose token is above it was forgotten by a server that lost state. Read-only.
 pub const RENEW_WHY: &str = r#"
-SELECT token, expires_at > clock_timestamp() FROM leases WHERE space = $1 AND name = $2
+SELECT l.token, l.expires_at > clock_timestamp(),
+       CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
 "#;
 
 /// `release`: $1 space, $2 name, $3 token, $4 notify channel. Removes the lease iff

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
@@ -269,12 +270,15 @@ impl PostgresStore {
     /// the UPDATE, which wrote nothing. `Err` only when the read itself failed.
     async fn renew_why(&self, lease: &Lease, ttl_ok: Result<()>) -> Result<Error> {
         let q = on_key(sql::RENEW_WHY, &lease.key);
-        let row = self.db().fetch_optional(q).await?;
-        let Some(row) = row else {
+        let row = self.db().fetch_one(q).await?;
+        let (current, live, handed_out): (Option<i64>, Option<bool>, i64) =
+            (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
+        let (Some(current), Some(live)) = (current, live) else {
+            if db_token(lease.token) > handed_out {
+                return Ok(StoreLostState::of(BACKEND, lease));
+            }
             return Ok(lease.lost(LostReason::Released));
         };
-        let current: i64 = get(&row, 0)?;
-        let live: bool = get(&row, 1)?;
         if token_of(current)? != lease.token {
             return Ok(lease.lost(LostReason::Superseded));
         }

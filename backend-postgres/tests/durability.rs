@@ -101,3 +101,67 @@ async fn a_read_only_transaction_is_unavailable_not_permanent() {
         "a read-only transaction (a standby) must be retryable: {err:?}"
     );
 }
+
+/// Issue 12: a server that lost state (a restore from an older backup, a promoted
+/// standby that lacked the last writes) forgot a live lease and rewound the token
+/// sequence: the holder's renewal fails loudly with `StoreLostState`, never a plain
+/// `Lost(Released)` that reads like a graceful release. A lease that really was
+/// released stays `Lost(Released)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_the_server_lost_state_says_so() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let ns = ns();
+    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let released = store
+        .acquire(
+            &Key::parse("m/released").unwrap(),
+            &HolderId::new("a").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    assert!(store.release(&released).await.unwrap());
+    let err = store.renew(&released).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
+
+    let lease = store
+        .acquire(
+            &Key::parse("m/w").unwrap(),
+            &HolderId::new("w").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    // The state as an older backup had it: no leases, the sequence back at its start.
+    let wipe =
+        format!("TRUNCATE liveness_{ns}.leases; ALTER SEQUENCE liveness_{ns}.tokens RESTART");
+    sqlx::raw_sql(AssertSqlSafe(wipe))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let err = store.renew(&lease).await.unwrap_err();
+    match &err {
+        Error::Backend { source, .. } => {
+            let lost = source
+                .downcast_ref::<liveness_core::durability::StoreLostState>()
+                .unwrap_or_else(|| panic!("not StoreLostState: {err:?}"));
+            assert_eq!((&lost.key, lost.token), (&lease.key, lease.token));
+        }
+        other => panic!("expected StoreLostState, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    // renew_many reports the same per lease.
+    let many = store
+        .renew_many(std::slice::from_ref(&lease))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&many[0], Err(Error::Backend { source, .. }) if source.is::<liveness_core::durability::StoreLostState>()),
+        "{many:?}"
+    );
+}

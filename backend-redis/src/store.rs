@@ -346,13 +346,7 @@ impl LeaseStore for RedisStore {
             1 => Ok(lease.renewed()),
             0 => ttl_ok.map(|()| lease.clone()),
             code @ -3..=-1 => Err(lost(lease, code)),
-            -4 => Err(Error::backend(
-                BACKEND,
-                StoreLostState {
-                    key: lease.key.clone(),
-                    token: lease.token,
-                },
-            )),
+            -4 => Err(StoreLostState::of(BACKEND, lease)),
             _ => Err(unexpected("renew", "an unknown status")),
         }
     }

@@ -25,6 +25,10 @@ pub(crate) const NEXT_TOKEN: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
     ON CONFLICT (ns) DO UPDATE SET next_token = next_token + 1 RETURNING next_token";
 
+/// The highest fencing token the namespace has handed out (?1 ns); no row before the
+/// first.
+pub(crate) const HANDED_OUT: &str = "SELECT next_token FROM liveness_counters WHERE ns = ?1";
+
 /// Writes the lease on a key (?1 ns, ?2 space, ?3 name, ?4 holder, ?5 token, ?6 ttl ms,
 /// ?7 expiry).
 pub(crate) const PUT_LEASE: &str =

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
@@ -300,6 +301,11 @@ impl SqliteStore {
             }
         }
         let cur = self.current(conn, &lease.key, now).await?;
+        if cur.lease.is_none() && lease.token.0 > self.handed_out(conn).await? {
+            // No record, and a token the namespace never handed out: the file lost
+            // state (restored from an older copy), not a release.
+            return Ok(Err(StoreLostState::of(BACKEND, lease)));
+        }
         Ok(match Self::lost(lease, &cur) {
             Some(e) => Err(e),
             None => match ttl_ok {
@@ -309,6 +315,19 @@ impl SqliteStore {
                 Ok(()) => Err(lease.lost(LostReason::Expired)),
             },
         })
+    }
+
+    /// The highest token the namespace has handed out (0 before the first).
+    async fn handed_out(&self, conn: &mut SqliteConnection) -> Result<u64> {
+        let row = self
+            .query(sql::HANDED_OUT)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        match row {
+            None => Ok(0),
+            Some(row) => get_u64(&row, 0, "next_token"),
+        }
     }
 
     /// Reads the lease on `key`, to judge it at the store's `now`.

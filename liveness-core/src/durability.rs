@@ -108,6 +108,27 @@ pub struct StoreLostState {
     pub token: FencingToken,
 }
 
+impl StoreLostState {
+    /// The error a renewal of `lease` fails with when the store found no record of it
+    /// and its token is above every token the namespace has handed out:
+    /// [`Error::Backend`] from `backend` with this as its source (not retryable).
+    pub fn of(backend: &'static str, lease: &crate::lease::Lease) -> Error {
+        Error::backend(
+            backend,
+            StoreLostState {
+                key: lease.key.clone(),
+                token: lease.token,
+            },
+        )
+    }
+
+    /// True when `error` is a [`StoreLostState`] (the source of an
+    /// [`Error::Backend`]).
+    pub fn is_source_of(error: &Error) -> bool {
+        matches!(error, Error::Backend { source, .. } if source.is::<StoreLostState>())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,12 @@ pub enum LossReason {
     Deadline,
     /// The store answered a permanent error to a renewal.
     Fault,
+    /// The store answered that it lost acknowledged state
+    /// ([`StoreLostState`](crate::durability::StoreLostState)): it has no record of
+    /// the lease and never handed out its token (a restart without persistence, a
+    /// restore from an older backup, a failover to a stale replica). Not a release:
+    /// items may be gone and tokens will repeat. Page somebody.
+    StoreLostState,
 }
 
 /// A step of a checker round (see [`Checker::round`](crate::Checker::round)).

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::batch::Renewals;
 use crate::clock::Clock;
+use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
@@ -432,7 +433,12 @@ pub(crate) async fn keep_alive_via(
                 Err(e) => {
                     tracing::error!(key = %lease.key, error = %e, "renew failed permanently");
                     standing.lose(LostReason::GaveUp);
-                    return End::Lost(lease, LossReason::Fault);
+                    let reason = if StoreLostState::is_source_of(&e) {
+                        LossReason::StoreLostState
+                    } else {
+                        LossReason::Fault
+                    };
+                    return End::Lost(lease, reason);
                 }
             }
         }

@@ -156,6 +156,35 @@ async fn a_store_clock_jump_makes_the_member_lose_and_rejoin() {
     assert!(matches!(events.recv().await.unwrap(), Event::Joined { .. }));
 }
 
+/// Issue 12: a store that lost state (it forgot the lease, and its token counter went
+/// back) is not a graceful release: the member's loss says so, loudly and distinctly.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_lost_state_is_a_distinct_loss_not_a_release() {
+    use std::sync::atomic::Ordering;
+    let (_, store, knobs) = faulty_memory();
+    let member = join(&store, "w", 900).await;
+    let mut events = member.events().subscribe();
+    let first = member.generation();
+    knobs.renew_finds_state_lost.store(true, Ordering::SeqCst);
+    timeout(Duration::from_secs(2), first.cancel.cancelled())
+        .await
+        .expect("the next renewal ends the generation");
+    let event = timeout(Duration::from_secs(2), events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            event,
+            Event::Lost {
+                reason: LossReason::StoreLostState,
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
     let store = memory();
@@ -451,6 +480,7 @@ mod faulty {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use liveness_core::durability::StoreLostState;
     use liveness_core::layer::BoxCall;
     use liveness_core::{
         async_trait, Call, Error, FencingToken, Layer, LostReason, Op, Result, Store,
@@ -462,6 +492,8 @@ mod faulty {
         pub stall_renew: AtomicBool,
         /// Renewals answer `Lost(Released)` without reaching the store.
         pub lose_renew: AtomicBool,
+        /// Renewals answer that the store lost state (`StoreLostState`).
+        pub renew_finds_state_lost: AtomicBool,
         /// Releases fail with `Unavailable` without reaching the store.
         pub fail_release: AtomicBool,
         /// How many acquires to apply and then answer `Unavailable` (a lost reply).
@@ -553,6 +585,14 @@ mod faulty {
                             token,
                             reason: LostReason::Released,
                         });
+                    }
+                    if let (true, Some(key), Some(token)) = (
+                        knobs.renew_finds_state_lost.load(Ordering::SeqCst),
+                        call.key,
+                        call.token,
+                    ) {
+                        let key = key.clone();
+                        return Err(Error::backend("faulty", StoreLostState { key, token }));
                     }
                 }
                 Op::Release if knobs.fail_release.load(Ordering::SeqCst) => {

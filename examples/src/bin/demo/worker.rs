@@ -48,6 +48,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
                         LossReason::Store(r) => format!("the store answered: {r}"),
                         LossReason::Deadline => "its local safety deadline passed".to_owned(),
                         LossReason::Fault => "a store fault".to_owned(),
+                        LossReason::StoreLostState => "the store lost its state".to_owned(),
                     },
                 },
                 _ => continue,
