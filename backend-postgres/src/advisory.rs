@@ -136,9 +136,7 @@ impl AdvisoryElection {
     ///
     /// Fails with `Unavailable` when the server cannot be reached.
     pub async fn try_lead(&self) -> Result<Option<AdvisoryLeadership>> {
-        let mut conn = PgConnection::connect_with(self.store.connect_options())
-            .await
-            .map_err(map)?;
+        let mut conn = self.store.open_connection().await?;
         let locked: bool = sqlx::query_scalar(q::TRY_LOCK)
             .bind(self.lock_key.as_str())
             .fetch_one(&mut conn)

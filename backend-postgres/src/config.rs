@@ -21,6 +21,13 @@ const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, 256);
 const ACQUIRE_TIMEOUT_MS: Param = Param::timeout_ms("acquire_timeout_ms");
 /// `notify`: LISTEN for release / reap notifications.
 const NOTIFY: Param = Param::flag("notify");
+/// `target_session_attrs`: libpq's name for "connect only to a server that takes
+/// writes". The only behaviour this store has (it always writes), so the only values
+/// accepted are `read-write` and `primary`; given for libpq URLs pasted as they are.
+const TARGET_SESSION_ATTRS: Param = Param::word("target_session_attrs", &["read-write", "primary"]);
+
+/// PostgreSQL's port when a host names none.
+const DEFAULT_PORT: u16 = 5432;
 
 /// The driver's (libpq's) parameters this crate passes on: the ones sqlx reads.
 /// Anything sqlx would ignore (`connect_timeout`, `target_session_attrs`, ...) or that
@@ -46,12 +53,13 @@ const APPLICATION_NAME: Param = Param::text("application_name");
 /// The URLs [`PostgresConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
     schemes: SCHEMES,
-    authority: Authority::OneHost,
+    authority: Authority::Hosts,
     params: &[
         MAX_CONNECTIONS,
         ACQUIRE_TIMEOUT_MS,
         NOTIFY,
         DURABILITY,
+        TARGET_SESSION_ATTRS,
         SSLMODE,
         SSLROOTCERT,
         SSLCERT,
@@ -59,8 +67,10 @@ pub const URL: UrlForm = UrlForm {
         APPLICATION_NAME,
     ],
     fragments: &[],
-    expected: "postgres://[user[:password]@]host[:port][/database][?ns=NAME&max_connections=N\
+    expected: "postgres://[user[:password]@]host[:port][,host[:port]...][/database]\
+               [?ns=NAME&max_connections=N\
                &acquire_timeout_ms=N&notify=true|false&durability=strict|relaxed\
+               &target_session_attrs=read-write\
                &sslmode=MODE&sslrootcert=PATH\
                &sslcert=PATH&sslkey=PATH&application_name=NAME]",
 };
@@ -76,6 +86,13 @@ pub struct PostgresConfig {
     /// The driver's connection options (host, credentials, TLS), without the
     /// namespace's `search_path`, which the store adds.
     pub connect: PgConnectOptions,
+    /// Every server to connect to, in order, each with `connect`'s credentials,
+    /// database and TLS (a URL's host list, `h1:5432,h2:5432`). Empty (the default of
+    /// [`PostgresConfig::new`]): `connect`'s own host. With more than one, a new
+    /// connection goes to the first server, starting with the last one that worked,
+    /// that answers and is not in recovery (a primary, not a standby): after a
+    /// failover the store follows the promoted standby by itself.
+    pub hosts: Vec<(String, u16)>,
     /// The pool's maximum number of connections.
     pub max_connections: u32,
     /// How long an operation waits for a pooled connection.
@@ -96,6 +113,7 @@ impl PostgresConfig {
         PostgresConfig {
             namespace,
             connect,
+            hosts: Vec::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             notify: true,
@@ -116,7 +134,15 @@ impl PostgresConfig {
     /// (`what: "namespace"`).
     pub fn from_url(url: &str) -> Result<Self> {
         let parsed = URL.parse(url)?;
-        let mut driver_url = url::Url::parse(url).map_err(|_| URL.malformed())?;
+        let hosts = parsed
+            .hosts()
+            .iter()
+            .map(|h| Some((h.decoded()?, h.port.unwrap_or(DEFAULT_PORT))))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| URL.malformed())?;
+        let first = parsed.hosts().first().ok_or_else(|| URL.malformed())?;
+        let one_host = with_one_host(url, first).ok_or_else(|| URL.malformed())?;
+        let mut driver_url = url::Url::parse(&one_host).map_err(|_| URL.malformed())?;
         driver_url.set_query(None);
         for (param, value) in parsed.given() {
             if DRIVER.contains(&param) {
@@ -132,6 +158,7 @@ impl PostgresConfig {
         Ok(PostgresConfig {
             namespace: parsed.namespace()?,
             connect,
+            hosts: if hosts.len() > 1 { hosts } else { Vec::new() },
             max_connections: parsed
                 .number(MAX_CONNECTIONS)?
                 .unwrap_or(DEFAULT_MAX_CONNECTIONS),
@@ -147,6 +174,31 @@ impl PostgresConfig {
     pub fn schema(&self) -> String {
         format!("liveness_{}", self.namespace)
     }
+
+    /// The driver's options for each server to try, in order: `connect` itself when
+    /// [`PostgresConfig::hosts`] is empty, else `connect` pointed at each host.
+    pub(crate) fn servers(&self) -> Vec<PgConnectOptions> {
+        if self.hosts.is_empty() {
+            return vec![self.connect.clone()];
+        }
+        self.hosts
+            .iter()
+            .map(|(host, port)| self.connect.clone().host(host).port(*port))
+            .collect()
+    }
+}
+
+/// `url` with its host list replaced by `first` alone (the driver parses one host).
+fn with_one_host(url: &str, first: &liveness_core::url::Host) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let userinfo = authority.rfind('@').map_or("", |i| &authority[..=i]);
+    let host = match first.port {
+        Some(port) => format!("{}:{port}", first.name),
+        None => first.name.clone(),
+    };
+    Some(format!("{scheme}://{userinfo}{host}{tail}"))
 }
 
 #[cfg(test)]
@@ -166,6 +218,41 @@ mod tests {
         assert_eq!(c.schema(), "liveness_team_a");
         assert_eq!(c.connect.get_port(), 5433);
         assert_eq!(c.connect.get_database(), Some("db"));
+    }
+
+    #[test]
+    fn a_host_list_names_every_server_in_order() {
+        let c = PostgresConfig::from_url(
+            "postgres://u:p@10.0.0.1:5433,db2,[::1]:6000/jobs?target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(
+            c.hosts,
+            [
+                ("10.0.0.1".to_owned(), 5433),
+                ("db2".to_owned(), 5432),
+                ("::1".to_owned(), 6000)
+            ]
+        );
+        assert_eq!(c.connect.get_host(), "10.0.0.1");
+        assert_eq!(c.connect.get_database(), Some("jobs"));
+        let servers = c.servers();
+        assert_eq!(servers.len(), 3);
+        assert_eq!(
+            (servers[1].get_host(), servers[1].get_port()),
+            ("db2", 5432)
+        );
+        assert_eq!(servers[2].get_database(), Some("jobs"));
+        assert_eq!(servers[2].get_username(), "u");
+        // One host: no list, the URL's own options.
+        let one = PostgresConfig::from_url("postgres://u@h:5433/db").unwrap();
+        assert!(one.hosts.is_empty());
+        assert_eq!(one.servers().len(), 1);
+        refused(
+            PostgresConfig::from_url,
+            "postgres://h1,h2/db?target_session_attrs=any",
+            Expect::BadValue("target_session_attrs"),
+        );
     }
 
     #[test]

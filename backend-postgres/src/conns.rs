@@ -6,7 +6,12 @@
 //! to the idle list only when its statement completed (with rows or with a database
 //! error); one whose statement hit a transport fault, or whose caller was cancelled
 //! mid-statement, is dropped (closed) instead, and a fresh one is opened on demand.
+//!
+//! New connections go through [`Servers`]: with a host list, to the first server
+//! (starting with the last one that worked) that answers and is a primary, so the
+//! store follows a promoted standby by itself.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,8 +42,93 @@ macro_rules! on_conn {
     }};
 }
 
+/// The servers a connection may go to, in order, and which one worked last.
+pub(crate) struct Servers {
+    options: Vec<PgConnectOptions>,
+    current: AtomicUsize,
+}
+
+/// Why a server of a host list was passed over: it is in recovery (a standby).
+#[derive(Debug, thiserror::Error)]
+#[error("every server of the host list is unreachable or a standby (in recovery); last: {last}")]
+pub(crate) struct NoPrimary {
+    last: String,
+}
+
+impl Servers {
+    /// `options`: one per server, in order (at least one).
+    pub(crate) fn new(options: Vec<PgConnectOptions>) -> Self {
+        Servers {
+            options,
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// The options of the server that worked last.
+    pub(crate) fn current(&self) -> &PgConnectOptions {
+        let i = self.current.load(Ordering::Relaxed) % self.options.len().max(1);
+        &self.options[i]
+    }
+
+    /// A new connection. One server: to it. A list: to the first one, starting with
+    /// the one that worked last, that answers within `timeout` and is not in
+    /// recovery; `Unavailable` when none is.
+    pub(crate) async fn connect(&self, timeout: Duration) -> Result<PgConnection> {
+        let open = |options: &PgConnectOptions| {
+            let options = options.clone();
+            async move {
+                tokio::time::timeout(timeout, PgConnection::connect_with(&options))
+                    .await
+                    .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
+                    .map_err(map)
+            }
+        };
+        if self.options.len() == 1 {
+            return open(&self.options[0]).await;
+        }
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for step in 0..self.options.len() {
+            let i = (start + step) % self.options.len();
+            let options = &self.options[i];
+            let mut conn = match open(options).await {
+                Ok(conn) => conn,
+                Err(e) if e.is_retryable() => {
+                    last = e.to_string();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let standby = tokio::time::timeout(
+                timeout,
+                sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()").fetch_one(&mut conn),
+            )
+            .await;
+            match standby {
+                Ok(Ok(false)) => {
+                    if i != start % self.options.len() {
+                        tracing::info!(
+                            host = options.get_host(),
+                            port = options.get_port(),
+                            "postgres: connecting to another server of the host list (a failover?)"
+                        );
+                    }
+                    self.current.store(i, Ordering::Relaxed);
+                    return Ok(conn);
+                }
+                Ok(Ok(true)) => {
+                    last = format!("{}:{} is a standby", options.get_host(), options.get_port());
+                }
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = format!("{}:{} timed out", options.get_host(), options.get_port()),
+            }
+        }
+        Err(Error::unavailable(BACKEND, NoPrimary { last }))
+    }
+}
+
 pub(crate) struct Conns {
-    options: PgConnectOptions,
+    servers: Arc<Servers>,
     idle: Mutex<Vec<PgConnection>>,
     permits: Arc<Semaphore>,
     acquire_timeout: Duration,
@@ -66,9 +156,9 @@ impl Checkout<'_> {
 }
 
 impl Conns {
-    pub(crate) fn new(options: PgConnectOptions, max: u32, acquire_timeout: Duration) -> Self {
+    pub(crate) fn new(servers: Arc<Servers>, max: u32, acquire_timeout: Duration) -> Self {
         Conns {
-            options,
+            servers,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
             acquire_timeout,
@@ -84,13 +174,7 @@ impl Conns {
         let idle = lock(&self.idle).pop();
         let conn = match idle {
             Some(c) => c,
-            None => tokio::time::timeout(
-                self.acquire_timeout,
-                PgConnection::connect_with(&self.options),
-            )
-            .await
-            .map_err(|_| Error::unavailable(BACKEND, sqlx::Error::PoolTimedOut))?
-            .map_err(map)?,
+            None => self.servers.connect(self.acquire_timeout).await?,
         };
         Ok(Checkout {
             pool: self,

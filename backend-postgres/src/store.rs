@@ -13,13 +13,13 @@ use liveness_core::{
     RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, SqlSafeStr};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::config::PostgresConfig;
-use crate::conns::{Conns, Query};
+use crate::conns::{Conns, Query, Servers};
 use crate::error::{corrupt, map, MigrationFailed};
 use crate::{sql, BACKEND};
 
@@ -61,7 +61,10 @@ pub struct PostgresStore {
 struct Inner {
     conns: Conns,
     pool: PgPool,
-    connect: PgConnectOptions,
+    /// Where new connections go (the host list, and the server that worked last).
+    servers: Arc<Servers>,
+    /// How long a new connection may take.
+    acquire_timeout: Duration,
     namespace: Namespace,
     schema: String,
     channel: String,
@@ -182,10 +185,19 @@ impl PostgresStore {
     /// `config.durability` is strict. Nothing is written before that check.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
         let schema = config.schema();
-        let connect = config
-            .connect
-            .clone()
-            .options([("search_path", schema.as_str())]);
+        let servers = Arc::new(Servers::new(
+            config
+                .servers()
+                .into_iter()
+                .map(|o| o.options([("search_path", schema.as_str())]))
+                .collect(),
+        ));
+        if !config.hosts.is_empty() {
+            // A host list: find the primary first; the pool, the durability check and
+            // the migrations go to it.
+            drop(servers.connect(config.acquire_timeout).await?);
+        }
+        let connect = servers.current().clone();
         // A small sqlx pool for migrations, diagnostics and the advisory election's
         // `leader()`; the store's own statements use `conns`.
         let pool = PgPoolOptions::new()
@@ -199,10 +211,16 @@ impl PostgresStore {
         crate::durability::check(&pool, config.durability).await?;
         migrate(&pool, &schema).await?;
         let channel = schema.clone();
+        // Every server of the list, in order: handles connected before and after a
+        // failover name the same issuer.
+        let hosts: Vec<String> = config
+            .servers()
+            .iter()
+            .map(|o| format!("{}:{}", o.get_host(), o.get_port()))
+            .collect();
         let location = format!(
-            "{}:{}/{}",
-            connect.get_host(),
-            connect.get_port(),
+            "{}/{}",
+            hosts.join(","),
             connect
                 .get_database()
                 .unwrap_or_else(|| connect.get_username())
@@ -210,12 +228,13 @@ impl PostgresStore {
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 conns: Conns::new(
-                    connect.clone(),
+                    servers.clone(),
                     config.max_connections,
                     config.acquire_timeout,
                 ),
                 pool,
-                connect,
+                servers,
+                acquire_timeout: config.acquire_timeout,
                 namespace: config.namespace.clone(),
                 schema,
                 channel,
@@ -251,9 +270,9 @@ impl PostgresStore {
         &self.inner.channel
     }
 
-    /// The options a dedicated connection (outside the pool) is opened with.
-    pub(crate) fn connect_options(&self) -> &PgConnectOptions {
-        &self.inner.connect
+    /// A dedicated connection (outside the pool), to the primary of the host list.
+    pub(crate) async fn open_connection(&self) -> Result<PgConnection> {
+        self.inner.servers.connect(self.inner.acquire_timeout).await
     }
 
     /// Every row a listing statement returns, each read by `read`.
@@ -318,25 +337,27 @@ impl PostgresStore {
     fn ensure_listener(&self) {
         self.inner.listener.get_or_init(|| {
             let handle = tokio::runtime::Handle::try_current().ok()?;
-            let connect = self.inner.connect.clone();
+            let servers = self.inner.servers.clone();
             let channel = self.inner.channel.clone();
             let wake = self.inner.wake.clone();
-            let task = handle.spawn(listen(connect, channel, wake));
+            let task = handle.spawn(listen(servers, channel, wake));
             Some(task.abort_handle())
         });
     }
 }
 
-async fn listen(connect: PgConnectOptions, channel: String, wake: Arc<watch::Sender<u64>>) {
-    // Its own one-connection pool, so the listener never starves the store's pool.
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .max_lifetime(None)
-        .idle_timeout(None)
-        .connect_lazy_with(connect);
+async fn listen(servers: Arc<Servers>, channel: String, wake: Arc<watch::Sender<u64>>) {
     let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     let mut backoff = pace();
     loop {
+        // Its own one-connection pool, so the listener never starves the store's pool;
+        // made afresh on each attempt, on the server that worked last (a failover
+        // moves it with the store's own connections).
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(servers.current().clone());
         if let Ok(mut listener) = PgListener::connect_with(&pool).await {
             if listener.listen(&channel).await.is_ok() {
                 backoff = pace();

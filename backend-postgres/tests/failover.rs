@@ -36,8 +36,29 @@ use tokio::time::Instant;
 const DEADLINE: Duration = Duration::from_secs(90);
 const ITEMS: usize = 150;
 
+/// How the clients reach the primary, and follow the promotion.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Route {
+    /// Through the forwarder (a virtual IP), which the test switches to the standby.
+    Forwarder,
+    /// By the URL's host list (`primary,standby`): the store finds the new primary.
+    HostList,
+}
+
 async fn connect(pair: &PgPair, ns: &Namespace) -> backend_postgres::PostgresStore {
-    let url = format!("{}&ns={ns}&acquire_timeout_ms=1000", pair.url());
+    connect_by(pair, ns, Route::Forwarder).await
+}
+
+async fn connect_by(
+    pair: &PgPair,
+    ns: &Namespace,
+    route: Route,
+) -> backend_postgres::PostgresStore {
+    let base = match route {
+        Route::Forwarder => pair.url(),
+        Route::HostList => pair.host_list_url(),
+    };
+    let url = format!("{base}&ns={ns}&acquire_timeout_ms=1000");
     backend_postgres::connect(&url).await.unwrap()
 }
 
@@ -48,12 +69,16 @@ struct Figures {
 }
 
 async fn run(replication: Replication) -> Option<Figures> {
+    run_by(replication, Route::Forwarder).await
+}
+
+async fn run_by(replication: Replication, route: Route) -> Option<Figures> {
     let mut pair = PgPair::start(replication)?;
     let ttl = Ttl::from_secs(3).unwrap();
     let ns = fresh_namespace();
     let (on, in_ns) = (&pair, &ns);
     let world = Fleet::start_connected(
-        move || async move { Arc::new(connect(on, in_ns).await) as Arc<dyn Store> },
+        move || async move { Arc::new(connect_by(on, in_ns, route).await) as Arc<dyn Store> },
         3,
         ttl,
         ITEMS,
@@ -62,7 +87,7 @@ async fn run(replication: Replication) -> Option<Figures> {
     .await;
     world.wait_working(ITEMS as u64 - 20).await;
 
-    let probe_store = connect(&pair, &ns).await;
+    let probe_store = connect_by(&pair, &ns, route).await;
     let (probe_key, probe, probe_due) = fleet::acquire_probe(&probe_store, ttl).await;
 
     // The sequence as each server sees it: the standby replays the value the primary
@@ -90,7 +115,9 @@ async fn run(replication: Replication) -> Option<Figures> {
             )
             .unwrap_or_default();
         pair.promote().unwrap();
-        pair.proxy().switch(pair.standby_port());
+        if route == Route::Forwarder {
+            pair.proxy().switch(pair.standby_port());
+        }
         lag
     });
     let failover = fault_at.elapsed();
@@ -115,7 +142,7 @@ async fn run(replication: Replication) -> Option<Figures> {
         not_above: after.iter().filter(|t| **t <= max_before).count(),
     };
     eprintln!(
-        "FIGURES postgres failover, {replication:?}: failover (kill, promote, switch) \
+        "FIGURES postgres failover, {replication:?}, {route:?}: failover (kill, promote, switch) \
          {failover:?}; members kept their lease {kept}/3, lost {}; probe lease (ttl {:?}) \
          reported expired {detection:?} after its nominal expiry; sequence last_value \
          before the fault: primary {on_primary}, standby {on_standby}; tokens: max before \
@@ -136,6 +163,25 @@ async fn run(replication: Replication) -> Option<Figures> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn synchronous_standby_promoted_mid_run_loses_nothing_and_tokens_increase() {
     let Some(f) = run(Replication::Synchronous).await else {
+        return;
+    };
+    assert_eq!(f.tokens_twice, 0, "a token was handed out twice");
+    assert_eq!(
+        f.not_above, 0,
+        "a token after the promotion is not above every one before"
+    );
+    assert_eq!(
+        f.early_reaps, 0,
+        "work was handed on before its holder saw Lost"
+    );
+}
+
+/// Issue 12: the clients name both servers in the URL (`primary,standby`) instead of a
+/// virtual IP: after the promotion each handle's next connection finds the new
+/// primary by itself. The same guarantees as through the forwarder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_list_follows_the_promoted_standby_by_itself() {
+    let Some(f) = run_by(Replication::Synchronous, Route::HostList).await else {
         return;
     };
     assert_eq!(f.tokens_twice, 0, "a token was handed out twice");

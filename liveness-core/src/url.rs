@@ -240,6 +240,20 @@ pub struct Host {
     pub port: Option<u16>,
 }
 
+impl Host {
+    /// The name as a driver takes it: percent escapes decoded (a Unix socket folder
+    /// written `%2Fvar%2Frun%2Fpostgresql`), IPv6 brackets removed. `None` when an
+    /// escape is bad or decodes to text that is not UTF-8.
+    pub fn decoded(&self) -> Option<String> {
+        let name = self
+            .name
+            .strip_prefix('[')
+            .and_then(|n| n.strip_suffix(']'))
+            .unwrap_or(&self.name);
+        percent_decode(name)
+    }
+}
+
 /// A URL that passed [`UrlForm::parse`]: its parts, and query parameters that are
 /// all declared, given once, non-empty and valid for their [`Kind`]. Its `Debug`
 /// output never shows the password.

@@ -111,6 +111,18 @@ impl PgPair {
         self.url_of(self.standby.port())
     }
 
+    /// The URL naming both servers, primary first, as a host list
+    /// (`127.0.0.1:P,127.0.0.1:S`): a client that follows a promotion by itself, with
+    /// no forwarder in between.
+    pub fn host_list_url(&self) -> String {
+        format!(
+            "postgres://postgres:{}@127.0.0.1:{},127.0.0.1:{}/postgres?durability=relaxed",
+            self.password,
+            self.primary.port(),
+            self.standby.port()
+        )
+    }
+
     fn url_of(&self, port: u16) -> String {
         format!(
             "postgres://postgres:{}@127.0.0.1:{port}/postgres?durability=relaxed",
