@@ -8,7 +8,7 @@
 //! | --- | --- | --- |
 //! | `lease/<space>/<name>` | [`Record`] | the lease record, NOT bound to an etcd lease |
 //! | `w/l/<space>/<name>` | empty | bound to the etcd lease; its create revision is the token |
-//! | `w/sync` | empty | written by `expired` to know when the watch has caught up |
+//! | `w/sync` | empty | written by `expired` to know when the watch has caught up, only when the watch stream sends no progress notification |
 //! | `dead/<token>` | `space/name` | the dead set |
 //! | `item/ctr` | last item id | the item id counter |
 //! | `item/r/<id>` | [`Meta`] with state | attempts, max attempts, state |

@@ -196,3 +196,41 @@ async fn keep_alive_slots_of_abandoned_leases_are_dropped() {
     kept = store.renew(&kept).await.unwrap();
     assert!(store.release(&kept).await.unwrap());
 }
+
+/// Issue 13: a checker round (`expired`, then `next_expiry`) costs reads, never raft
+/// writes: its watch sync asks the watch stream for progress instead of writing a
+/// sync key (two writes per round per checker, delivered to every watcher, before).
+/// A dedicated member, so that no other test's writes move its revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checker_round_writes_nothing() {
+    let Some(server) = liveness_testkit::etcd::start() else {
+        return;
+    };
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(fresh_namespace());
+    let store = EtcdStore::connect(config).await.unwrap();
+    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let key = Key::member("w").unwrap();
+    store.acquire(&key, &holder(), ttl).await.unwrap();
+    let space = key.space().clone();
+    // The first round starts the watch (its own start may read, never write).
+    store.expired(&space, 10).await.unwrap();
+    store.next_expiry(&space).await.unwrap();
+    let revision = |store: EtcdStore| async move {
+        let resp = store.inner.kv.clone().get("x", None).await.unwrap();
+        resp.header().unwrap().revision()
+    };
+    let before = revision(store.clone()).await;
+    for _ in 0..5 {
+        store.expired(&space, 10).await.unwrap();
+        store.next_expiry(&space).await.unwrap();
+    }
+    let after = revision(store.clone()).await;
+    assert_eq!(
+        after,
+        before,
+        "5 checker rounds wrote {} revisions",
+        after - before
+    );
+}

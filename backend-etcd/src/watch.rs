@@ -73,6 +73,8 @@ pub(crate) struct ExpiryWatch {
     candidates: Mutex<Candidates>,
     seen: watch::Sender<i64>,
     wake: watch::Sender<u64>,
+    /// Asks the watch task for a progress notification (no write needed).
+    progress: tokio::sync::Notify,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -83,6 +85,7 @@ impl ExpiryWatch {
             candidates: Mutex::default(),
             seen: watch::channel(0).0,
             wake: watch::channel(0).0,
+            progress: tokio::sync::Notify::new(),
             stop: CancellationToken::new(),
             task: Mutex::new(None),
         })
@@ -167,6 +170,13 @@ impl ExpiryWatch {
         (keys, c.generation)
     }
 
+    /// Asks etcd, through the watch stream, to report how far the watch has got (a
+    /// progress notification, which etcd sends once the watch has delivered every
+    /// event up to the revision it reports). Nothing is written.
+    pub(crate) fn request_progress(&self) {
+        self.progress.notify_one();
+    }
+
     /// Waits until the watch has delivered every event up to `rev`; false after
     /// `within`.
     pub(crate) async fn caught_up(&self, rev: i64, within: Duration) -> bool {
@@ -248,8 +258,8 @@ impl ExpiryWatch {
                 _ = self.stop.cancelled() => return,
                 r = client.watch(keys.watched(), Some(opts)) => r,
             };
-            let mut stream = match created {
-                Ok(s) => s,
+            let (mut requests, mut stream) = match created {
+                Ok(s) => s.split(),
                 Err(e) => {
                     tracing::debug!(error = %e, "etcd expiry watch failed to start");
                     if !self.pause(backoff.next()).await {
@@ -261,6 +271,12 @@ impl ExpiryWatch {
             loop {
                 let msg = tokio::select! {
                     _ = self.stop.cancelled() => return,
+                    () = self.progress.notified() => {
+                        if let Err(e) = requests.request_progress().await {
+                            tracing::debug!(error = %e, "etcd watch progress request failed");
+                        }
+                        continue;
+                    }
                     m = stream.message() => m,
                 };
                 let resp = match msg {
@@ -280,6 +296,14 @@ impl ExpiryWatch {
                     break;
                 }
                 backoff = pace();
+                if resp.events().is_empty() && !resp.created() {
+                    // A progress notification: every event up to its revision has
+                    // been delivered.
+                    if let Some(h) = resp.header() {
+                        self.saw(h.revision());
+                    }
+                    continue;
+                }
                 let mut max = 0;
                 let mut deleted = false;
                 for ev in resp.events() {
@@ -386,17 +410,42 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, K
     Ok((rev, expired))
 }
 
+/// How long `sync_expiry` waits for a progress notification before it falls back to
+/// writing the sync key.
+const PROGRESS_WAIT: Duration = Duration::from_millis(500);
+
 /// Candidates verified per read transaction (2 reads each, under 128).
 const VERIFY_CHUNK: usize = 64;
 
 /// Watch sync: what `expired` and `next_expiry` read the expiry watch through.
 impl EtcdStore {
-    /// Makes sure the expiry watch runs and has delivered every event up to now: a
-    /// write of the sync key, then a wait until the watch saw it. When the watch does
-    /// not catch up within the request timeout, a full scan (O(leases)) stands in.
+    /// Makes sure the expiry watch runs and has delivered every event up to now.
+    /// Without writing: the current revision from a read, then a progress
+    /// notification of the watch stream. Only when that does not come within
+    /// [`PROGRESS_WAIT`] (an old server, a watch being re-created): a write of the
+    /// sync key and a wait until the watch saw it. When the watch does not catch up
+    /// within the request timeout, a full scan (O(leases)) stands in.
     pub(crate) async fn sync_expiry(&self) -> Result<()> {
         let inner = &self.inner;
         inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        let now = inner
+            .kv
+            .clone()
+            .get(
+                inner.keys.sync(),
+                Some(etcd_client::GetOptions::new().with_count_only()),
+            )
+            .await
+            .map_err(map)?;
+        let rev = now.header().map(|h| h.revision()).unwrap_or(0);
+        inner.expiry.request_progress();
+        if inner
+            .expiry
+            .caught_up(rev, PROGRESS_WAIT.min(inner.timeout))
+            .await
+        {
+            return Ok(());
+        }
         let resp = inner
             .kv
             .clone()
