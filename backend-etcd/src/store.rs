@@ -456,8 +456,22 @@ impl LeaseStore for EtcdStore {
         };
         let status = if live {
             match self.time_to_live(c.rec.lease_id).await? {
-                // Revoked since the read: the key is gone now.
-                left if left < 0 => LeaseStatus::Expired,
+                // Unknown to the lessor that answered: revoked since the read, or a
+                // member that lost leadership without knowing it yet answered from its
+                // stale lessor (LeaseTimeToLive is not linearizable). A second
+                // linearizable read decides: a lease-bound key still bound to this
+                // token is live.
+                left if left < 0 => match self.snapshot(key).await? {
+                    again
+                        if again.is_live()
+                            && again.record.as_ref().map(|r| r.token) == Some(c.token) =>
+                    {
+                        LeaseStatus::Live {
+                            remaining: Duration::from_millis(1),
+                        }
+                    }
+                    _ => LeaseStatus::Expired,
+                },
                 // etcd reports whole seconds, truncated: the last second reads 0.
                 left => LeaseStatus::Live {
                     remaining: secs(left)

@@ -184,13 +184,11 @@ async fn run(fault: Fault) {
     }
 }
 
-#[ignore = "flaky under load (issue 12): inspect's Expired comes from LeaseTimeToLive, which a resumed ex-leader can answer before it steps down, and a leader killed on a loaded 2-core machine left items unfinished after 90 s; run with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_killed_mid_run_no_lease_outlives_its_expiry_and_no_item_is_lost() {
     run(Fault::Kill).await;
 }
 
-#[ignore = "flaky under load (issue 12): inspect's Expired comes from LeaseTimeToLive, which a resumed ex-leader can answer before it steps down, and a leader killed on a loaded 2-core machine left items unfinished after 90 s; run with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_frozen_mid_run_no_lease_outlives_its_expiry_and_no_item_is_lost() {
     run(Fault::Freeze).await;
