@@ -46,8 +46,8 @@ pub enum Op {
     /// request id (greater than every one used before in the case).
     Claim(usize, usize, usize),
     /// Holder `h` claims up to `n` items under its lease on key `k` again with the
-    /// `r`-th request id used before in the case: a repeat, a late copy, or an older
-    /// id after a newer one.
+    /// `r`-th most recent request id of the case (0: the last one): a repeat, a late
+    /// copy, or an older id after a newer one.
     Reclaim(usize, usize, usize, usize),
     /// Holder `h` completes the `i`-th item under its lease on key `k`.
     Complete(usize, usize, usize),
@@ -74,7 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (k.clone(), 0..8usize).prop_map(|(k, t)| Op::Reap(k, t)),
         3 => (1..4u32).prop_map(Op::Enqueue),
         3 => (h.clone(), k.clone(), 1..4usize).prop_map(|(h, k, n)| Op::Claim(h, k, n)),
-        2 => (h.clone(), k.clone(), 1..4usize, 0..6usize).prop_map(|(h, k, n, r)| Op::Reclaim(h, k, n, r)),
+        3 => (h.clone(), k.clone(), 1..4usize, 0..3usize).prop_map(|(h, k, n, r)| Op::Reclaim(h, k, n, r)),
         2 => (h.clone(), k.clone(), 0..10usize).prop_map(|(h, k, i)| Op::Complete(h, k, i)),
         2 => (h.clone(), k.clone(), 0..10usize, any::<bool>()).prop_map(|(h, k, i, r)| Op::Fail(h, k, i, r)),
         2 => (0..8usize).prop_map(Op::Requeue),
@@ -269,7 +269,12 @@ impl Side {
                 self.requests.push(request);
                 self.claim(*h, *k, *n, request).await
             }
-            Op::Reclaim(h, k, n, r) => match self.requests.get(*r) {
+            Op::Reclaim(h, k, n, r) => match self
+                .requests
+                .len()
+                .checked_sub(r + 1)
+                .and_then(|i| self.requests.get(i))
+            {
                 None => Seen::Skipped,
                 Some(request) => self.claim(*h, *k, *n, *request).await,
             },
