@@ -186,6 +186,9 @@ pub struct Injected {
     pub lost_replies: u64,
     /// Calls delivered after the caller's timeout.
     pub delayed: u64,
+    /// How many of the faults above hit a `claim` (so a run shows that lost and late
+    /// claims were exercised).
+    pub claims: u64,
 }
 
 /// A store wrapper that injects [`Fault`]s, decided per call from a seed, into every
@@ -206,6 +209,7 @@ pub struct Faulty {
     failed_before: AtomicU64,
     lost_replies: AtomicU64,
     delayed: AtomicU64,
+    claims: AtomicU64,
 }
 
 type Boxed<T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send>>;
@@ -224,6 +228,7 @@ impl Faulty {
             failed_before: AtomicU64::new(0),
             lost_replies: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
         }
     }
 
@@ -256,6 +261,7 @@ impl Faulty {
             failed_before: self.failed_before.load(Ordering::SeqCst),
             lost_replies: self.lost_replies.load(Ordering::SeqCst),
             delayed: self.delayed.load(Ordering::SeqCst),
+            claims: self.claims.load(Ordering::SeqCst),
         }
     }
 
@@ -291,7 +297,11 @@ impl Faulty {
 
     /// Runs `call` (the inner store call, owning its arguments) under the next fault.
     async fn run<T: Send + 'static>(&self, op: Op, call: Boxed<T>) -> Result<T> {
-        match self.decide(op) {
+        let fault = self.decide(op);
+        if op == Op::Claim && fault != Fault::Pass {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+        }
+        match fault {
             Fault::Pass => self.forward(call).await,
             Fault::FailBefore => {
                 self.failed_before.fetch_add(1, Ordering::SeqCst);

@@ -269,6 +269,7 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
             failed_before: a.failed_before + b.failed_before,
             lost_replies: a.lost_replies + b.lost_replies,
             delayed: a.delayed + b.delayed,
+            claims: a.claims + b.claims,
         });
     Outcome {
         seed: config.seed,
