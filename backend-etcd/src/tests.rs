@@ -239,5 +239,9 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
     assert!(store.release(&lease).await.unwrap());
     let moved = store.requeue_orphans(lease.token).await.unwrap();
     assert_eq!(moved.requeued.len(), max);
-    assert_eq!(read(store.clone(), mark).await, 0, "the mark outlived its token");
+    assert_eq!(
+        read(store.clone(), mark).await,
+        0,
+        "the mark outlived its token"
+    );
 }
