@@ -36,8 +36,8 @@ use crate::BACKEND;
 
 /// The most items or leases one call moves or lists. A claim writes 3 keys and reads
 /// 1 per item in ONE transaction (and writes the token's claim high-water mark), and
-/// etcd refuses transactions of more than [`MAX_TXN_OPS`] operations by default: 32 ×
-/// 4 = 128 (a full batch reads its last body right after).
+/// etcd refuses transactions of more than 128 operations by default
+/// (`--max-txn-ops`): 32 × 4 = 128 (a full batch reads its last body right after).
 pub const MAX_BATCH: usize = 32;
 
 /// etcd's default limit on the operations of one transaction (`--max-txn-ops`).
