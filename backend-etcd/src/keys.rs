@@ -16,13 +16,23 @@
 //! | `item/p/<id>` | [`Meta`] | pending index |
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
 //! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
+//! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when its orphans are requeued |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
 //!
 //! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
 //! deleted the lease-bound key when it expired the lease, and the record stays until
 //! a reap, a release or an acquire retires it.
 
-use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, Space, Ttl};
+use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, RequestId, Space, Ttl};
+
+/// A request id written as [`RequestId::to_hex`] (a claim high-water mark).
+pub(crate) fn parse_request_id(raw: &[u8]) -> Option<RequestId> {
+    let s = std::str::from_utf8(raw).ok()?;
+    if s.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(s, 16).ok().map(RequestId)
+}
 
 /// The keys of one namespace.
 #[derive(Clone, Debug)]
@@ -101,6 +111,12 @@ impl Keys {
     /// The enqueue idempotency key `key` (32 hex digits): the id it answered.
     pub(crate) fn enqueue_key(&self, key: &str) -> String {
         format!("{}item/k/{key}", self.root)
+    }
+
+    /// The claim high-water mark of `token`: the greatest claim request id (32 hex
+    /// digits) admitted under it.
+    pub(crate) fn claim_mark(&self, token: FencingToken) -> String {
+        format!("{}item/h/{:020}", self.root, token.0)
     }
 
     pub(crate) fn owned_by(&self, token: FencingToken) -> String {
@@ -249,6 +265,14 @@ mod tests {
         };
         assert_eq!(Record::decode(r.encode().as_bytes()), Some(r));
         assert_eq!(Record::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn claim_marks_parse_back() {
+        let id = RequestId::next();
+        assert_eq!(parse_request_id(id.to_hex().as_bytes()), Some(id));
+        assert_eq!(parse_request_id(b"00ff"), None);
+        assert_eq!(parse_request_id(&[b'g'; 32]), None);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, KeyValue, KvClient, LeaseClient, PutOptions, Txn, TxnOp,
-    TxnResponse, WatchClient,
+    Client, ConnectOptions, GetOptions, GetResponse, KeyValue, KvClient, LeaseClient, PutOptions,
+    Txn, TxnOp, TxnResponse, WatchClient,
 };
 use liveness_core::{
     async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
 use crate::keepalive::Slots;
-use crate::keys::{Keys, Meta, Record};
+use crate::keys::{parse_request_id, Keys, Meta, Record};
 use crate::lease::{secs, Snapshot};
 use crate::txn::{
     create_rev, del, exists, first, first_range, get, mod_rev, put, ranges, revision, token_i64,
@@ -35,9 +35,13 @@ use crate::watch::ExpiryWatch;
 use crate::BACKEND;
 
 /// The most items or leases one call moves or lists. A claim writes 3 keys and reads
-/// 1 per item in ONE transaction, and etcd refuses transactions of more than 128
-/// operations by default (`--max-txn-ops`): 32 × 4 = 128.
+/// 1 per item in ONE transaction (and writes the token's claim high-water mark), and
+/// etcd refuses transactions of more than 128 operations by default
+/// (`--max-txn-ops`): 32 × 4 = 128 (a full batch reads its last body right after).
 pub const MAX_BATCH: usize = 32;
+
+/// etcd's default limit on the operations of one transaction (`--max-txn-ops`).
+pub const MAX_TXN_OPS: usize = 128;
 
 /// The largest item payload: 1 MiB, under etcd's default request limit of 1.5 MiB
 /// (`--max-request-bytes`). etcd is happiest with much smaller values.
@@ -639,9 +643,10 @@ impl ItemStore for EtcdStore {
     ) -> Result<Vec<Item>> {
         lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
-        let request = request.to_hex();
+        let request_hex = request.to_hex();
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let mark_key = k.claim_mark(lease.token);
         let is_live = create_rev(&live_key, token_i64(lease.token));
         let why_not = || vec![get(&rec_key), get(&live_key)];
         for _ in 0..MAX_TRIES {
@@ -653,6 +658,7 @@ impl ItemStore for EtcdStore {
                         .and_then(vec![
                             TxnOp::get(k.pendings(), Some(opts)),
                             TxnOp::get(k.owned_by(lease.token), Some(under(usize::MAX))),
+                            get(&mark_key),
                         ])
                         .or_else(why_not()),
                 )
@@ -663,10 +669,11 @@ impl ItemStore for EtcdStore {
             let mut reads = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
             let pending = reads.next().unwrap_or_default();
             let owned = reads.next().unwrap_or_default();
+            let mark = reads.next().unwrap_or_default().into_iter().next();
             // A repeat of this request answers what it assigned, and assigns nothing.
             let mut earlier = Vec::new();
             for kv in &owned {
-                if Meta::request_of(kv.value()) == Some(request.as_str()) {
+                if Meta::request_of(kv.value()) == Some(request_hex.as_str()) {
                     let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
                     let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
                     earlier.push((id, meta));
@@ -675,13 +682,24 @@ impl ItemStore for EtcdStore {
             if !earlier.is_empty() {
                 let bodies: Vec<TxnOp> = earlier.iter().map(|(id, _)| get(&k.body(*id))).collect();
                 let resp = self.txn(Txn::new().and_then(bodies)).await?;
-                return claimed_items(k, earlier, &resp);
+                return claimed_items(k, earlier, ranges(&resp));
             }
-            if pending.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut compares = vec![is_live.clone()];
-            let mut ops = Vec::with_capacity(pending.len() * 4);
+            // Else admitted only above the token's high-water mark, which the write
+            // below raises (also when nothing is pending): a late or repeated copy,
+            // or an older id after a newer one, assigns nothing.
+            let mark_guard = match &mark {
+                Some(kv) => {
+                    let last = parse_request_id(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                    if request <= last {
+                        return Ok(Vec::new());
+                    }
+                    mod_rev(&mark_key, kv.mod_revision())
+                }
+                None => version(&mark_key, 0),
+            };
+            let mut compares = vec![is_live.clone(), mark_guard];
+            let mut ops = Vec::with_capacity(pending.len() * 4 + 1);
+            ops.push(put(&mark_key, request_hex.clone()));
             let mut claimed = Vec::with_capacity(pending.len());
             for kv in &pending {
                 let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
@@ -694,15 +712,20 @@ impl ItemStore for EtcdStore {
                 ops.push(del(&k.pending(id)));
                 ops.push(put(
                     &k.owned(lease.token, id),
-                    meta.encode_claimed(lease.token, &request),
+                    meta.encode_claimed(lease.token, &request_hex),
                 ));
                 ops.push(put(
                     &k.meta(id),
                     meta.encode_with(ItemState::Owned(lease.token)),
                 ));
-                ops.push(get(&k.body(id)));
                 claimed.push((id, meta));
             }
+            // The bodies are read in the same transaction as far as etcd's limit on
+            // operations allows (a full batch leaves one over), the rest right after:
+            // bodies never change while the item is owned.
+            let mut gets: Vec<TxnOp> = claimed.iter().map(|(id, _)| get(&k.body(*id))).collect();
+            let later = gets.split_off(gets.len().min(MAX_TXN_OPS.saturating_sub(ops.len())));
+            ops.extend(gets);
             let resp = self
                 .txn(Txn::new().when(compares).and_then(ops).or_else(why_not()))
                 .await?;
@@ -712,7 +735,11 @@ impl ItemStore for EtcdStore {
                     _ => continue,
                 }
             }
-            return claimed_items(k, claimed, &resp);
+            let mut bodies = ranges(&resp);
+            if !later.is_empty() {
+                bodies.extend(ranges(&self.txn(Txn::new().and_then(later)).await?));
+            }
+            return claimed_items(k, claimed, bodies);
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
@@ -780,10 +807,11 @@ impl ItemStore for EtcdStore {
             }
             let owned = first_range(&resp);
             if owned.is_empty() {
+                // The token is forgotten, its claim high-water mark with it.
                 self.txn(
                     Txn::new()
                         .when(vec![exists(&dead)])
-                        .and_then(vec![del(&dead)]),
+                        .and_then(vec![del(&dead), del(&k.claim_mark(token))]),
                 )
                 .await?;
                 return Ok(out);
@@ -911,10 +939,13 @@ impl ItemStore for EtcdStore {
     }
 }
 
-/// The items a claim answers: each `(id, meta)` with its body, read by the `get` ops of
-/// `resp` in the same order.
-fn claimed_items(k: &Keys, claimed: Vec<(u64, Meta)>, resp: &TxnResponse) -> Result<Vec<Item>> {
-    let bodies = ranges(resp);
+/// The items a claim answers: each `(id, meta)` with its body, read by the `get` ops
+/// whose responses are `bodies`, in the same order.
+fn claimed_items(
+    k: &Keys,
+    claimed: Vec<(u64, Meta)>,
+    bodies: Vec<GetResponse>,
+) -> Result<Vec<Item>> {
     claimed
         .into_iter()
         .zip(bodies.iter())

@@ -234,3 +234,52 @@ async fn a_checker_round_writes_nothing() {
         after - before
     );
 }
+
+/// A full batch claim fits etcd's limit on the operations of one transaction although
+/// it also writes the token's claim high-water mark (its last body is read right
+/// after), answers every item with its payload, and the mark is forgotten when the
+/// token's orphans are requeued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
+    use liveness_core::{EnqueueOptions, ItemStore, RequestId};
+    let Some(store) = store().await else { return };
+    let max = store.capabilities().max_batch;
+    assert_eq!(max, crate::store::MAX_BATCH);
+    for i in 0..max + 1 {
+        store
+            .enqueue(format!("p{i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let key = Key::member("full").unwrap();
+    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let request = RequestId::next();
+    let items = store.claim_request(&lease, max, request).await.unwrap();
+    assert_eq!(items.len(), max);
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item.payload, format!("p{i}").into_bytes());
+    }
+    // The repeat answers the same batch, bodies included.
+    assert_eq!(
+        store.claim_request(&lease, max, request).await.unwrap(),
+        items
+    );
+    let mark = store.keys().claim_mark(lease.token);
+    let read = |store: EtcdStore, mark: String| async move {
+        let resp = store
+            .txn(Txn::new().and_then(vec![TxnOp::get(mark.as_str(), None)]))
+            .await
+            .unwrap();
+        crate::txn::first_range(&resp).len()
+    };
+    assert_eq!(read(store.clone(), mark.clone()).await, 1);
+    assert!(store.release(&lease).await.unwrap());
+    let moved = store.requeue_orphans(lease.token).await.unwrap();
+    assert_eq!(moved.requeued.len(), max);
+    assert_eq!(
+        read(store.clone(), mark).await,
+        0,
+        "the mark outlived its token"
+    );
+}

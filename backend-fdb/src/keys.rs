@@ -13,6 +13,8 @@
 //!   ("o", token, id)                    -> request(16)            owned, by token then id;
 //!                                                                 the claim's request id
 //!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good
+//!   ("h", token)                        -> request(16)            the token's claim high-water
+//!                                                                 mark; cleared with its dead entry
 //!   ("x", id)                           -> ""                     dead letters, by id
 //!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts
 //! ```
@@ -151,6 +153,12 @@ impl Layout {
     /// The enqueue idempotency key: the item id it answered.
     pub(crate) fn enqueue_key(&self, key: [u8; 16]) -> Vec<u8> {
         self.pack(&("k", key.as_slice()))
+    }
+
+    /// The claim high-water mark of `token`: the greatest claim request id admitted
+    /// under it (16 big-endian bytes).
+    pub(crate) fn claim_mark(&self, token: FencingToken) -> Vec<u8> {
+        self.pack(&("h", token.0))
     }
 
     pub(crate) fn owned_by(&self, token: FencingToken) -> (Vec<u8>, Vec<u8>) {

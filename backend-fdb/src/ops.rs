@@ -534,6 +534,7 @@ impl FdbStore {
         self.check_current(tx, lease).await?;
         // A repeat of this request (by the caller, or by the retry loop after an
         // unknown commit result): hand back exactly what it took, take nothing new.
+        let request_id = request;
         let request = request.to_bytes();
         let (b, e) = self.layout.owned_by(lease.token);
         let mut ours = Vec::new();
@@ -551,6 +552,19 @@ impl FdbStore {
             }
             return Ok(items);
         }
+        // Else admitted only above the token's high-water mark, which it raises (also
+        // when nothing is pending): a late or repeated copy, or an older id after a
+        // newer one, takes nothing. Read for conflicts: concurrent claims of one
+        // token serialize on it.
+        let mark = self.layout.claim_mark(lease.token);
+        if let Some(raw) = tx.get(&mark, false).await? {
+            let last = <[u8; 16]>::try_from(raw.as_slice())
+                .map_err(|_| Fail::Stop(corrupt("claim high-water mark")))?;
+            if request_id <= RequestId(u128::from_be_bytes(last)) {
+                return Ok(Vec::new());
+            }
+        }
+        tx.set(&mark, &request);
         let (b, e) = self.layout.pending_all();
         let rows = tx.range(RangeRead::new(&b, &e, n)).await?;
         let mut items = Vec::with_capacity(rows.len());
@@ -663,7 +677,9 @@ impl FdbStore {
             }
         }
         if done {
+            // The token is forgotten, its claim high-water mark with it.
             tx.clear(&self.layout.dead(token));
+            tx.clear(&self.layout.claim_mark(token));
         }
         Ok(Some((out, done)))
     }

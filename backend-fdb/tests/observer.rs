@@ -194,7 +194,7 @@ async fn unknown_commit_results_of_item_calls_answer_as_applied() {
         "one item per key"
     );
 
-    let request = RequestId::random();
+    let request = RequestId::next();
     let got = s.claim_request(&lease, 2, request).await.unwrap();
     assert_eq!(got.len(), 2);
     assert_eq!(s.claim_request(&lease, 2, request).await.unwrap(), got);

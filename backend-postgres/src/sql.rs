@@ -36,7 +36,7 @@ put AS (
     WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
     ON CONFLICT (space, name) DO UPDATE
         SET holder = excluded.holder, token = excluded.token,
-            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at
+            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL
         WHERE l.token = (SELECT token FROM cur WHERE NOT live)
     RETURNING token
 ),
@@ -190,7 +190,12 @@ SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 /// Checks the lease (current and live by the server clock) and takes up to n
 /// pending items, lowest id first, skipping rows other claimers have locked, in one
 /// statement, recording the request id on each. A repeat of the request (items the
-/// token owns carry its id) answers those items and takes nothing new. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
+/// token owns carry its id) answers those items and takes nothing new. Otherwise the
+/// claim is admitted only when its id is above the token's high-water mark
+/// (`leases.last_claim`), which `admit` raises to it on the lease row (a row lock:
+/// concurrent claims of one token serialize there, and the later one re-checks the
+/// mark the earlier one wrote); a late or repeated copy, or an older id, takes
+/// nothing. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
 /// reap (a DELETE) waits for the claim and then requeues what it took. One row per
 /// claimed item, or one row with NULL item columns; `cur_token` NULL when the key has
 /// no lease.
@@ -207,10 +212,17 @@ prev AS MATERIALIZED (
     WHERE state = 1 AND owner = $3 AND claim_request = $5
       AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
 ),
+admit AS (
+    UPDATE leases l SET last_claim = $5
+    FROM clk
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at > clk.t
+      AND NOT EXISTS (SELECT 1 FROM prev)
+      AND (l.last_claim IS NULL OR l.last_claim < $5)
+    RETURNING l.token
+),
 pick AS (
     SELECT id FROM items
-    WHERE state = 0 AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
-      AND NOT EXISTS (SELECT 1 FROM prev)
+    WHERE state = 0 AND EXISTS (SELECT 1 FROM admit)
     ORDER BY id
     LIMIT $4
     FOR UPDATE SKIP LOCKED

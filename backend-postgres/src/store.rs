@@ -36,10 +36,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "request_ids",
         include_str!("../migrations/0002_request_ids.sql"),
     ),
+    (
+        3,
+        "claim_high_water",
+        include_str!("../migrations/0003_claim_high_water.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How many times a keyed `enqueue` reruns its statement after waiting on a
 /// concurrent enqueue of the same key (the rerun then answers that one's id).

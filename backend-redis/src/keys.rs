@@ -22,7 +22,9 @@ impl Keys {
         format!("{}*", self.prefix)
     }
 
-    /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`.
+    /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`,
+    /// and `c`, the greatest claim request id admitted under the token (its claim
+    /// high-water mark; absent until the first claim, gone with the hash).
     pub(crate) fn lease(&self, key: &Key) -> String {
         format!("{}{}", self.lease_prefix(key.space()), key.name())
     }

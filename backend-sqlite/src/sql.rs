@@ -35,7 +35,8 @@ pub(crate) const PUT_LEASE: &str =
     "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_boot_ms) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
     ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
-    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = excluded.expires_boot_ms";
+    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = excluded.expires_boot_ms, \
+    last_claim = NULL";
 
 /// Extends a current lease, live at ?6 (now), by its ttl (?1 ns, ?2 space, ?3 name, ?4
 /// token, ?5 ttl ms), in one statement.
@@ -86,6 +87,14 @@ pub(crate) const NEXT_ITEM: &str =
 pub(crate) const ENQUEUE: &str =
     "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
     VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)";
+
+/// Admits claim request ?5 under token ?4 of the lease on a key (?1 ns, ?2 space, ?3
+/// name): raises the token's high-water mark to ?5 when ?5 is greater (one row
+/// affected), else changes nothing (a late or repeated copy, or an older id). Runs
+/// after the lease was found current and live in the same transaction.
+pub(crate) const ADMIT_CLAIM: &str = "UPDATE liveness_leases SET last_claim = ?5 \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 \
+    AND (last_claim IS NULL OR last_claim < ?5)";
 
 /// Hands up to ?3 pending items to token ?2 (?1 ns), oldest first, marked with the
 /// claim's request id ?4.

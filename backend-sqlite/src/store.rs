@@ -59,6 +59,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "request_ids",
         include_str!("../migrations/0003_request_ids.sql"),
     ),
+    (
+        4,
+        "claim_high_water",
+        include_str!("../migrations/0004_claim_high_water.sql"),
+    ),
 ];
 
 /// The table recording applied schema migrations.
@@ -808,7 +813,21 @@ impl ItemStore for SqliteStore {
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
-        if rows.is_empty() {
+        // Else admitted only above the token's high-water mark, which it raises: a
+        // late or repeated copy, or an older id after a newer one, assigns nothing.
+        let admitted = rows.is_empty()
+            && self
+                .query(sql::ADMIT_CLAIM)
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(&request)
+                .execute(w.conn())
+                .await
+                .map_err(map)?
+                .rows_affected()
+                == 1;
+        if admitted {
             rows = self
                 .query(sql::CLAIM)
                 .bind(as_db(lease.token.0))

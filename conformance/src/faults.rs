@@ -50,12 +50,13 @@ pub enum Op {
 }
 
 impl Op {
-    /// True for the operations whose faults can still strand work: a lost `claim`
-    /// reply is recovered by repeating its request id, but a claim delivered after its
-    /// caller's timeout and after that repeat still assigns items nobody knows
-    /// (issue 11). [`FaultPlan::default`] spares them; `LIVENESS_SIM_FAULTS=all` does
-    /// not.
-    pub fn strands_work_when_lost(self) -> bool {
+    /// True for the operations that act twice when repeated unless the caller gives
+    /// them a request id (`claim_request`, a keyed `enqueue`): their faults are
+    /// survived only through the store's request-id handling (a lost claim reply is
+    /// recovered by repeating its id; a copy delivered late, after that repeat, answers
+    /// nothing by the token's high-water mark). [`FaultPlan::default`] hits them like
+    /// every other operation; [`FaultPlan::sparing_request_ids`] spares them.
+    pub fn takes_request_id(self) -> bool {
         matches!(self, Op::Claim | Op::Enqueue)
     }
 }
@@ -87,8 +88,7 @@ pub struct FaultPlan {
     pub timeout: Duration,
     /// How long after the timeout a delayed call reaches the store.
     pub late_by: Duration,
-    /// Whether faults may hit `op`. Default: every operation but the ones that can
-    /// still strand work ([`Op::strands_work_when_lost`]).
+    /// Whether faults may hit `op`. Default: every operation.
     pub hits: fn(Op) -> bool,
 }
 
@@ -100,12 +100,22 @@ impl Default for FaultPlan {
             delay: 0.02,
             timeout: Duration::from_millis(300),
             late_by: Duration::from_millis(300),
-            hits: |op| !op.strands_work_when_lost(),
+            hits: |_| true,
         }
     }
 }
 
 impl FaultPlan {
+    /// This plan with its faults sparing the operations that rely on request ids
+    /// ([`Op::takes_request_id`]): to tell a fault in their id handling from any other
+    /// when a run fails.
+    pub fn sparing_request_ids(self) -> Self {
+        FaultPlan {
+            hits: |op| !op.takes_request_id(),
+            ..self
+        }
+    }
+
     /// No faults at all.
     pub fn none() -> Self {
         FaultPlan {
@@ -176,6 +186,9 @@ pub struct Injected {
     pub lost_replies: u64,
     /// Calls delivered after the caller's timeout.
     pub delayed: u64,
+    /// How many of the faults above hit a `claim` (so a run shows that lost and late
+    /// claims were exercised).
+    pub claims: u64,
 }
 
 /// A store wrapper that injects [`Fault`]s, decided per call from a seed, into every
@@ -196,6 +209,7 @@ pub struct Faulty {
     failed_before: AtomicU64,
     lost_replies: AtomicU64,
     delayed: AtomicU64,
+    claims: AtomicU64,
 }
 
 type Boxed<T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send>>;
@@ -214,6 +228,7 @@ impl Faulty {
             failed_before: AtomicU64::new(0),
             lost_replies: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
         }
     }
 
@@ -246,6 +261,7 @@ impl Faulty {
             failed_before: self.failed_before.load(Ordering::SeqCst),
             lost_replies: self.lost_replies.load(Ordering::SeqCst),
             delayed: self.delayed.load(Ordering::SeqCst),
+            claims: self.claims.load(Ordering::SeqCst),
         }
     }
 
@@ -281,7 +297,11 @@ impl Faulty {
 
     /// Runs `call` (the inner store call, owning its arguments) under the next fault.
     async fn run<T: Send + 'static>(&self, op: Op, call: Boxed<T>) -> Result<T> {
-        match self.decide(op) {
+        let fault = self.decide(op);
+        if op == Op::Claim && fault != Fault::Pass {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+        }
+        match fault {
             Fault::Pass => self.forward(call).await,
             Fault::FailBefore => {
                 self.failed_before.fetch_add(1, Ordering::SeqCst);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use liveness_core::{
     EnqueueOptions, Error, FencingToken, HolderId, ItemId, ItemState, Key, Lease, MemoryServer,
-    Store, Ttl,
+    RequestId, Store, Ttl,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -42,8 +42,13 @@ pub enum Op {
     Reap(usize, usize),
     /// Enqueue an item with this many attempts.
     Enqueue(u32),
-    /// Holder `h` claims up to `n` items under its lease on key `k`.
+    /// Holder `h` claims up to `n` items under its lease on key `k`, with a fresh
+    /// request id (greater than every one used before in the case).
     Claim(usize, usize, usize),
+    /// Holder `h` claims up to `n` items under its lease on key `k` again with the
+    /// `r`-th most recent request id of the case (0: the last one): a repeat, a late
+    /// copy, or an older id after a newer one.
+    Reclaim(usize, usize, usize, usize),
     /// Holder `h` completes the `i`-th item under its lease on key `k`.
     Complete(usize, usize, usize),
     /// Holder `h` fails the `i`-th item, with or without retry.
@@ -69,6 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (k.clone(), 0..8usize).prop_map(|(k, t)| Op::Reap(k, t)),
         3 => (1..4u32).prop_map(Op::Enqueue),
         3 => (h.clone(), k.clone(), 1..4usize).prop_map(|(h, k, n)| Op::Claim(h, k, n)),
+        3 => (h.clone(), k.clone(), 1..4usize, 0..3usize).prop_map(|(h, k, n, r)| Op::Reclaim(h, k, n, r)),
         2 => (h.clone(), k.clone(), 0..10usize).prop_map(|(h, k, i)| Op::Complete(h, k, i)),
         2 => (h.clone(), k.clone(), 0..10usize, any::<bool>()).prop_map(|(h, k, i, r)| Op::Fail(h, k, i, r)),
         2 => (0..8usize).prop_map(Op::Requeue),
@@ -141,6 +147,8 @@ struct Side {
     tokens: Vec<FencingToken>,
     ids: Vec<ItemId>,
     leases: HashMap<(usize, usize), Lease>,
+    /// The claim request ids used so far, in order (the same values on both sides).
+    requests: Vec<RequestId>,
 }
 
 impl Side {
@@ -150,6 +158,7 @@ impl Side {
             tokens: Vec::new(),
             ids: Vec::new(),
             leases: HashMap::new(),
+            requests: Vec::new(),
         }
     }
 
@@ -178,6 +187,18 @@ impl Side {
         match s {
             ItemState::Owned(t) => format!("owned {}", self.tok(t)),
             other => format!("{other:?}"),
+        }
+    }
+
+    async fn claim(&self, h: usize, k: usize, n: usize, request: RequestId) -> Seen {
+        match self.leases.get(&(h, k)) {
+            None => Seen::Skipped,
+            Some(l) => match self.store.claim_request(l, n, request).await {
+                Ok(items) => {
+                    Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect())
+                }
+                Err(e) => self.err(e),
+            },
         }
     }
 
@@ -242,14 +263,20 @@ impl Side {
                     Err(e) => self.err(e),
                 }
             }
-            Op::Claim(h, k, n) => match self.leases.get(&(*h, *k)) {
+            Op::Claim(h, k, n) => {
+                // Both sides draw the same increasing ids: the case's own sequence.
+                let request = RequestId((self.requests.len() as u128 + 1) << 64);
+                self.requests.push(request);
+                self.claim(*h, *k, *n, request).await
+            }
+            Op::Reclaim(h, k, n, r) => match self
+                .requests
+                .len()
+                .checked_sub(r + 1)
+                .and_then(|i| self.requests.get(i))
+            {
                 None => Seen::Skipped,
-                Some(l) => match s.claim(l, *n).await {
-                    Ok(items) => {
-                        Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect())
-                    }
-                    Err(e) => self.err(e),
-                },
+                Some(request) => self.claim(*h, *k, *n, *request).await,
             },
             Op::Complete(h, k, i) => match (self.leases.get(&(*h, *k)), self.ids.get(*i)) {
                 (Some(l), Some(id)) => match s.complete(l, *id).await {

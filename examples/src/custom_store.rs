@@ -37,6 +37,9 @@ struct LeaseRow {
     ttl: Ttl,
     /// Store-clock milliseconds since the store's epoch.
     expires_at_ms: u64,
+    /// The greatest claim request id admitted under `token` (its high-water mark):
+    /// claim ids are single-use per token. A new token gets a new row, without one.
+    last_claim: Option<RequestId>,
 }
 
 /// One row of the `items` table.
@@ -242,6 +245,7 @@ impl LeaseStore for TableStore {
                 token,
                 ttl,
                 expires_at_ms,
+                last_claim: None,
             },
         );
         t.by_expiry
@@ -458,7 +462,7 @@ impl ItemStore for TableStore {
         lease.check_issuer(&self.issuer)?;
         let n = Self::caps().clamp_limit("n", n)?;
         let mut t = self.tables.lock().await;
-        t.current(lease, self.now_ms())?;
+        let last_claim = t.current(lease, self.now_ms())?.last_claim;
         // A repeat of this request answers the rows it assigned, and assigns nothing.
         let earlier: Vec<Item> = t
             .items
@@ -468,6 +472,15 @@ impl ItemStore for TableStore {
             .collect();
         if !earlier.is_empty() {
             return Ok(earlier);
+        }
+        // Else admitted only above the token's high-water mark, which it raises (also
+        // when nothing is pending): a late or repeated copy, or an older id after a
+        // newer one, assigns nothing.
+        if last_claim.is_some_and(|last| request <= last) {
+            return Ok(Vec::new());
+        }
+        if let Some(row) = t.leases.get_mut(&lease.key) {
+            row.last_claim = Some(request);
         }
         // A linear scan for pending rows: fine for an example; a real store keeps a
         // pending index (a sorted set, a partial SQL index).

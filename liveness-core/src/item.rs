@@ -1,6 +1,7 @@
 //! Work items: ids, payloads, states, and what requeueing reports.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use crate::error::{Error, InputProblem, Result};
 use crate::types::FencingToken;
@@ -19,17 +20,38 @@ impl fmt::Display for ItemId {
 /// the store recognises a retry of that request and answers it as it answered the
 /// first time instead of acting twice.
 ///
-/// Pick a fresh one per request ([`RequestId::random`]: 128 random bits, so two
-/// requests never share one by chance) and send the SAME one again when retrying that
-/// request after [`Error::Unavailable`]. Written as 32
-/// lowercase hex digits.
+/// Pick a fresh one per request and send the SAME one again when retrying that
+/// request after [`Error::Unavailable`]. Written as 32 lowercase hex digits; ids
+/// compare as 128-bit unsigned integers (the hex text compares the same way).
+///
+/// - Claim ids must INCREASE per token: a store admits a claim only when its id is
+///   greater than every claim id it admitted before under that token (its high-water
+///   mark), and answers an older or equal id with no items (see
+///   [`ItemStore::claim_request`](crate::ItemStore::claim_request)). So a claim
+///   delivered late, after a repeat of it already ran, assigns nothing. Take claim ids
+///   from [`RequestId::next`].
+/// - Enqueue keys only need to be unique: [`RequestId::random`] (128 random bits, so
+///   two requests never share one by chance) or [`RequestId::next`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct RequestId(pub u128);
 
+/// The sequence behind [`RequestId::next`]: the high 64 bits of its ids.
+static NEXT_SEQUENCE: AtomicU64 = AtomicU64::new(1);
+
 impl RequestId {
-    /// A fresh random id.
+    /// A fresh random id (for enqueue keys; claim ids come from [`RequestId::next`]).
     pub fn random() -> RequestId {
         RequestId(fastrand::u128(..))
+    }
+
+    /// A fresh id greater than every id `next` returned before in this process, from
+    /// any thread: the high 64 bits are a process-wide sequence (starting at 1), the
+    /// low 64 bits random, so ids of different processes still differ. What claims
+    /// use: a token's claims then carry increasing ids, as
+    /// [`ItemStore::claim_request`](crate::ItemStore::claim_request) requires.
+    pub fn next() -> RequestId {
+        let seq = NEXT_SEQUENCE.fetch_add(1, AtomicOrdering::Relaxed);
+        RequestId((u128::from(seq) << 64) | u128::from(fastrand::u64(..)))
     }
 
     /// The id as 32 lowercase hex digits (how text-keyed stores record it).
@@ -163,4 +185,35 @@ pub struct ItemCounts {
     pub owned: u64,
     /// In the dead-letter set.
     pub dead_lettered: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestId;
+
+    #[test]
+    fn next_ids_increase_across_threads() {
+        let mut ids: Vec<RequestId> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..1000).map(|_| RequestId::next()).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        // Each thread saw its own ids strictly increase; all are distinct.
+        for chunk in ids.chunks(1000) {
+            assert!(chunk.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert_eq!(ids.len(), 4000);
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 4000);
+        // Later calls are greater than every earlier one.
+        let later = RequestId::next();
+        assert!(ids.iter().all(|id| *id < later));
+        // Hex text orders as the ids do.
+        assert!(ids[0].to_hex() < later.to_hex());
+    }
 }

@@ -381,7 +381,8 @@ impl Member {
     /// [`Generation::check`] (cancelled, or its local deadline passed: waiting for a
     /// re-join); fails with `Lost` when the store finds the lease no longer live.
     ///
-    /// Every claim carries a fresh [`RequestId`]. When one fails with `Unavailable`
+    /// Every claim carries a fresh [`RequestId::next`] (increasing, as the store's
+    /// per-token high-water mark requires). When one fails with `Unavailable`
     /// the store may have applied it (a lost reply): the member keeps its id, and the
     /// next `claim` under the same lease repeats that request first
     /// ([`ItemStore::claim_request`](crate::ItemStore::claim_request)), so it answers
@@ -400,7 +401,7 @@ impl Member {
             unanswered.retain(|(t, _, _)| *t == token);
             unanswered
                 .pop()
-                .map_or((RequestId::random(), n), |(_, request, n)| (request, n))
+                .map_or((RequestId::next(), n), |(_, request, n)| (request, n))
         };
         let items = match self.inner.store.claim_request(&gen.lease, n, request).await {
             Ok(items) => items,

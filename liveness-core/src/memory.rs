@@ -34,6 +34,9 @@ struct LeaseRec {
     token: FencingToken,
     ttl: Ttl,
     expires_at: Duration,
+    /// The greatest claim request id admitted under this token (the claim high-water
+    /// mark); forgotten with the record when the token ends.
+    last_claim: Option<RequestId>,
 }
 
 #[derive(Debug)]
@@ -271,6 +274,7 @@ impl LeaseStore for MemoryStore {
                 token,
                 ttl,
                 expires_at,
+                last_claim: None,
             },
         );
         st.index(key, expires_at);
@@ -441,7 +445,7 @@ impl ItemStore for MemoryStore {
         let n = self.caps.clamp_limit("n", n)?;
         let now = self.now();
         let mut st = lock(&self.state);
-        st.check_current(lease, now)?;
+        let last_claim = st.check_current(lease, now)?.last_claim;
         // A repeat of this request: answer what it assigned, assign nothing new.
         let earlier: Vec<Item> = st
             .owned
@@ -454,6 +458,13 @@ impl ItemStore for MemoryStore {
             .collect();
         if !earlier.is_empty() {
             return Ok(earlier);
+        }
+        // A late or repeated copy, or an older id after a newer one: nothing.
+        if last_claim.is_some_and(|last| request <= last) {
+            return Ok(Vec::new());
+        }
+        if let Some(rec) = st.leases.get_mut(&lease.key) {
+            rec.last_claim = Some(request);
         }
         let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
         let mut out = Vec::with_capacity(ids.len());

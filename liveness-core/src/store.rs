@@ -46,7 +46,8 @@
 //!   the operation may or may not have taken effect. Retrying it is safe: each
 //!   method's `# Retry` section says what a repeat of an applied call answers. The
 //!   two that would act twice take an id the caller repeats: `claim_request` (a
-//!   [`RequestId`]) and `enqueue` (its [`EnqueueOptions::key`]). A store never lets
+//!   [`RequestId`], increasing per token: single-use by a per-token high-water
+//!   mark) and `enqueue` (its [`EnqueueOptions::key`]). A store never lets
 //!   its client library re-send a call that is not safe to repeat on its own.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
 //! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
@@ -383,12 +384,12 @@ pub trait ItemStore: Send + Sync {
     ///   (at-least-once). Use a key when a duplicate matters.
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId>;
 
-    /// [`ItemStore::claim_request`] with a fresh [`RequestId`]: convenient, but a caller
-    /// that gets `Unavailable` cannot repeat it, so the items the store may have
+    /// [`ItemStore::claim_request`] with a fresh [`RequestId::next`]: convenient, but a
+    /// caller that gets `Unavailable` cannot repeat it, so the items the store may have
     /// assigned stay owned by the token until it ends. Callers that keep their lease
     /// (a member) use `claim_request`. Provided; do not override it.
     async fn claim(&self, lease: &Lease, n: usize) -> Result<Vec<Item>> {
-        self.claim_request(lease, n, RequestId::random()).await
+        self.claim_request(lease, n, RequestId::next()).await
     }
 
     /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
@@ -399,18 +400,29 @@ pub trait ItemStore: Send + Sync {
     ///   same atomic step; otherwise [`Error::Lost`] and nothing is assigned.
     /// - `n == 0` is `InvalidInput`; larger `n` is clamped to `max_batch`.
     /// - Returns the claimed items with their new attempt counts (possibly none).
-    /// - A repeat: when items the token owns carry `request` (an earlier call with
-    ///   this token and this id assigned them), returns exactly those items, lowest id
-    ///   first, with their attempt counts unchanged, and assigns nothing new. Only a
-    ///   call with no such item left (the first one; or one whose items the caller
-    ///   has all completed or failed already) assigns pending items.
+    /// - Claim ids are single-use and must increase per token. The store keeps, with
+    ///   the token's lease record, the greatest id it admitted under that token (its
+    ///   high-water mark; a new token starts with none). In one atomic step with the
+    ///   lease check, a call:
+    ///   1. when items the token owns carry `request` (an earlier call with this token
+    ///      and this id assigned them): returns exactly those items, lowest id first,
+    ///      with their attempt counts unchanged, and assigns nothing new;
+    ///   2. else, when `request` is not greater than the mark (a late or repeated copy
+    ///      of a call whose items are all completed or failed already, or an older id
+    ///      arriving after a newer one): returns no items and changes nothing;
+    ///   3. else: is admitted, assigns pending items, and raises the mark to `request`
+    ///      (also when no item was pending).
     /// - `request` is scoped to the token: the same id under another token is a new
-    ///   request. Callers pick a fresh id per claim ([`RequestId::random`]).
+    ///   request. Callers take each claim's id from [`RequestId::next`], so one
+    ///   caller's ids increase; concurrent claims under one token may reach the store
+    ///   out of order, and the older one then answers no items.
     ///
     /// # Retry
     /// - Idempotent with the same `request` (and `n`): a repeat after `Unavailable`
     ///   answers the items the first call assigned, so none of them stays owned by a
-    ///   live token that does not know it has them.
+    ///   live token that does not know it has them; a copy delivered after the repeat
+    ///   (and after its items were completed) assigns nothing, so no item is assigned
+    ///   under an id nobody waits for.
     async fn claim_request(&self, lease: &Lease, n: usize, request: RequestId)
         -> Result<Vec<Item>>;
 

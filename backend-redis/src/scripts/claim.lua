@@ -5,9 +5,27 @@
 -- Returns {-1|-2|-3} when the lease is released / superseded / expired, else
 -- {1, id, payload, attempts, max, id, payload, attempts, max, ...}, lowest id first.
 -- A repeat of a request (items the token owns carry its id in `r`) answers those
--- items and claims nothing new.
+-- items and claims nothing new. Otherwise the claim is admitted only when its id is
+-- greater than the token's high-water mark (`c` in the lease hash, which it then
+-- raises): a late or repeated copy, or an older id, answers {1} and claims nothing.
+
+-- True when request id a is greater than b (32 lowercase hex digits each), compared
+-- byte by byte: `<` on Lua strings follows the server's collation locale.
+local function greater(a, b)
+  if #a ~= #b then
+    return #a > #b
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x > y
+    end
+  end
+  return false
+end
+
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e')
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'c')
 if not rec[1] then
   return {-1}
 end
@@ -30,6 +48,10 @@ end
 if #out > 1 then
   return out
 end
+if rec[3] and not greater(ARGV[4], rec[3]) then
+  return out
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[4])
 local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1)
 for _, id in ipairs(ids) do
   local item_key = ARGV[3] .. id

@@ -86,7 +86,7 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
         .acquire(&member_key("w"), &holder("w"), ctx.long)
         .await
         .unwrap();
-    let request = RequestId::random();
+    let request = RequestId::next();
     let first = s.claim_request(&lease, 3, request).await.unwrap();
     assert_eq!(ids(&first), all[..3].to_vec());
     let again = s.claim_request(&lease, 3, request).await.unwrap();
@@ -104,10 +104,7 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
         "a repeat assigns nothing new"
     );
     // A new request takes the rest; the old one still answers its own items.
-    let second = s
-        .claim_request(&lease, 3, RequestId::random())
-        .await
-        .unwrap();
+    let second = s.claim_request(&lease, 3, RequestId::next()).await.unwrap();
     assert_eq!(ids(&second), all[3..].to_vec());
     s.complete(&lease, all[0]).await.unwrap();
     let rest = s.claim_request(&lease, 3, request).await.unwrap();
@@ -131,6 +128,105 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
         Some(LostReason::Released)
     );
     assert_eq!(state(s, all[1]).await, Some(ItemState::Owned(lease.token)));
+}
+
+/// A claim id is single-use per token: a copy of a claim delivered late, after its
+/// repeat ran and the repeat's items were completed, answers no items and assigns
+/// nothing (before the high-water mark it assigned new items under an id nobody
+/// waited for, stranded under the live token); so does a copy of an admitted claim
+/// that took nothing; a newer id is still admitted.
+pub async fn late_claim_after_its_repeat_completed_assigns_nothing(ctx: Ctx) {
+    let s = &ctx.store;
+    let mut all = Vec::new();
+    for i in 0..4u8 {
+        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
+    }
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
+    let request = RequestId::next();
+    // The first copy's reply was lost; its repeat answers the same items.
+    let first = s.claim_request(&lease, 2, request).await.unwrap();
+    assert_eq!(ids(&first), all[..2].to_vec());
+    let repeat = s.claim_request(&lease, 2, request).await.unwrap();
+    assert_eq!(repeat, first);
+    for item in &repeat {
+        s.complete(&lease, item.id).await.unwrap();
+    }
+    // A late copy of the same request arrives now.
+    let late = s.claim_request(&lease, 2, request).await.unwrap();
+    assert!(late.is_empty(), "a late copy assigned {:?}", ids(&late));
+    assert_eq!(
+        s.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 2,
+            owned: 0,
+            dead_lettered: 0
+        },
+        "a late copy assigns nothing"
+    );
+    assert_eq!(state(s, all[2]).await, Some(ItemState::Pending));
+    // A newer id is admitted and takes what is pending.
+    let next = s.claim_request(&lease, 2, RequestId::next()).await.unwrap();
+    assert_eq!(ids(&next), all[2..].to_vec());
+    // An admitted claim that found nothing pending is single-use too.
+    let empty = RequestId::next();
+    assert!(s.claim_request(&lease, 2, empty).await.unwrap().is_empty());
+    let more = s.enqueue(b"more", opts(3)).await.unwrap();
+    assert!(
+        s.claim_request(&lease, 2, empty).await.unwrap().is_empty(),
+        "a copy of an admitted empty claim assigns nothing"
+    );
+    assert_eq!(state(s, more).await, Some(ItemState::Pending));
+}
+
+/// A claim id older than one the token already used answers no items and assigns
+/// nothing, whether the newer one took items or not; the newer one still answers its
+/// own items on a repeat; under a new token (a new lease on the same key) the mark
+/// starts afresh.
+pub async fn older_claim_id_after_a_newer_one_assigns_nothing(ctx: Ctx) {
+    let s = &ctx.store;
+    let mut all = Vec::new();
+    for i in 0..4u8 {
+        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
+    }
+    let lease = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
+    let older = RequestId::next();
+    let newer = RequestId::next();
+    assert!(older < newer);
+    let taken = s.claim_request(&lease, 1, newer).await.unwrap();
+    assert_eq!(ids(&taken), vec![all[0]]);
+    let stale = s.claim_request(&lease, 2, older).await.unwrap();
+    assert!(stale.is_empty(), "an older id assigned {:?}", ids(&stale));
+    assert_eq!(
+        s.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 3,
+            owned: 1,
+            dead_lettered: 0
+        },
+        "an older id assigns nothing"
+    );
+    // The newer one still answers its own items on a repeat.
+    assert_eq!(s.claim_request(&lease, 1, newer).await.unwrap(), taken);
+    // Equal ids of the high-water mark: the mark's own id, its items completed.
+    s.complete(&lease, all[0]).await.unwrap();
+    assert!(s.claim_request(&lease, 1, newer).await.unwrap().is_empty());
+    assert_eq!(state(s, all[1]).await, Some(ItemState::Pending));
+    // A new token (the key released and acquired again) starts with no mark: the
+    // old ids are new requests under it.
+    assert!(s.release(&lease).await.unwrap());
+    let again = s
+        .acquire(&member_key("w"), &holder("w"), ctx.long)
+        .await
+        .unwrap();
+    assert_ne!(again.token, lease.token);
+    let fresh = s.claim_request(&again, 1, older).await.unwrap();
+    assert_eq!(ids(&fresh), vec![all[1]]);
 }
 
 /// enqueue with a key adds the item once: a repeat (also a concurrent one, also

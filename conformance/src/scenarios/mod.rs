@@ -50,6 +50,8 @@ macro_rules! __scenarios {
             store_time_never_decreases,
             enqueue_claim_complete,
             claim_repeat_answers_the_same_items,
+            late_claim_after_its_repeat_completed_assigns_nothing,
+            older_claim_id_after_a_newer_one_assigns_nothing,
             enqueue_with_key_is_idempotent,
             claim_refused_on_expired_lease,
             claim_refused_on_superseded_lease,
