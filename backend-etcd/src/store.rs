@@ -635,15 +635,10 @@ impl ItemStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
-        let request_hex = request.to_hex();
+        let request_hex = req.to_hex();
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         let mark_key = k.claim_mark(lease.token);
@@ -690,7 +685,7 @@ impl ItemStore for EtcdStore {
             let mark_guard = match &mark {
                 Some(kv) => {
                     let last = parse_request_id(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
-                    if request <= last {
+                    if req <= last {
                         return Ok(Vec::new());
                     }
                     mod_rev(&mark_key, kv.mod_revision())

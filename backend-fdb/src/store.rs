@@ -264,11 +264,11 @@ impl ItemStore for FdbStore {
         &self,
         lease: &Lease,
         n: usize,
-        request: RequestId,
+        req: RequestId,
     ) -> liveness_core::Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
-        Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, request))?.0)
+        Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, req))?.0)
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {

@@ -678,18 +678,13 @@ impl ItemStore for PostgresStore {
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.inner.issuer)?;
         let n = self.inner.caps.clamp_limit("n", n)?;
         let q = on_key(sql::CLAIM, &lease.key)
             .bind(db_token(lease.token))
             .bind(limit_param(n))
-            .bind(request.to_hex());
+            .bind(req.to_hex());
         let rows = self.db().fetch_all(q).await?;
         let Some(first) = rows.first() else {
             return Err(corrupt("claim", "no row"));

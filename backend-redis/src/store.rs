@@ -585,12 +585,7 @@ impl ItemStore for RedisStore {
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let mut call = scripts().claim.prepare_invoke();
@@ -601,7 +596,7 @@ impl ItemStore for RedisStore {
             .arg(lease.token.0)
             .arg(n)
             .arg(self.keys.item_prefix())
-            .arg(request.to_hex());
+            .arg(req.to_hex());
         let mut flat = array("claim", self.run(call).await?)?;
         if flat.is_empty() {
             return Err(unexpected("claim", "an empty reply"));

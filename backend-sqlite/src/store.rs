@@ -789,15 +789,10 @@ impl ItemStore for SqliteStore {
         Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("item id"))?))
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
-        let request = request.to_hex();
+        let req = req.to_hex();
         let mut w = self.write().await?;
         let now = self.now()?;
         let cur = self.current(w.conn(), &lease.key, now).await?;
@@ -809,7 +804,7 @@ impl ItemStore for SqliteStore {
         let mut rows = self
             .query(sql::CLAIMED_BY)
             .bind(as_db(lease.token.0))
-            .bind(&request)
+            .bind(&req)
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
@@ -821,7 +816,7 @@ impl ItemStore for SqliteStore {
                 .bind(lease.key.space().as_ref())
                 .bind(lease.key.name().as_ref())
                 .bind(as_db(lease.token.0))
-                .bind(&request)
+                .bind(&req)
                 .execute(w.conn())
                 .await
                 .map_err(map)?
@@ -832,7 +827,7 @@ impl ItemStore for SqliteStore {
                 .query(sql::CLAIM)
                 .bind(as_db(lease.token.0))
                 .bind(limit_param(n))
-                .bind(&request)
+                .bind(&req)
                 .fetch_all(w.conn())
                 .await
                 .map_err(map)?;

@@ -453,17 +453,12 @@ impl ItemStore for Faulty {
         )
         .await
     }
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
         self.run(
             Op::Claim,
             Box::pin(async move {
-                let r = s.claim_request(&lease, n, request).await;
+                let r = s.claim_request(&lease, n, req).await;
                 if let Ok(items) = &r {
                     let ids = items.iter().map(|i| i.id).collect();
                     let token = lease.token;

@@ -453,12 +453,7 @@ impl ItemStore for TableStore {
         Ok(ItemId(id))
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = Self::caps().clamp_limit("n", n)?;
         let mut t = self.tables.lock().await;
@@ -467,7 +462,7 @@ impl ItemStore for TableStore {
         let earlier: Vec<Item> = t
             .items
             .iter()
-            .filter(|(_, row)| row.owner == Some(lease.token.0) && row.claimed_by == Some(request))
+            .filter(|(_, row)| row.owner == Some(lease.token.0) && row.claimed_by == Some(req))
             .map(|(id, row)| record(*id, row).item)
             .collect();
         if !earlier.is_empty() {
@@ -476,11 +471,11 @@ impl ItemStore for TableStore {
         // Else admitted only above the token's high-water mark, which it raises (also
         // when nothing is pending): a late or repeated copy, or an older id after a
         // newer one, assigns nothing.
-        if last_claim.is_some_and(|last| request <= last) {
+        if last_claim.is_some_and(|last| req <= last) {
             return Ok(Vec::new());
         }
         if let Some(row) = t.leases.get_mut(&lease.key) {
-            row.last_claim = Some(request);
+            row.last_claim = Some(req);
         }
         // A linear scan for pending rows: fine for an example; a real store keeps a
         // pending index (a sorted set, a partial SQL index).
@@ -491,7 +486,7 @@ impl ItemStore for TableStore {
             }
             if row.owner.is_none() && !row.dead {
                 row.owner = Some(lease.token.0);
-                row.claimed_by = Some(request);
+                row.claimed_by = Some(req);
                 row.attempts += 1;
                 out.push(record(*id, row).item);
             }

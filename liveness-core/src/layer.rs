@@ -320,14 +320,9 @@ impl<L: Layer> ItemStore for L {
         self.call(call, self.inner().enqueue(payload, options))
             .await
     }
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let call = Call::new(Op::Claim).lease(lease).n(n);
-        let run = self.inner().claim_request(lease, n, request);
+        let run = self.inner().claim_request(lease, n, req);
         self.call(call, run).await
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {

@@ -435,12 +435,7 @@ impl ItemStore for MemoryStore {
         Ok(id)
     }
 
-    async fn claim_request(
-        &self,
-        lease: &Lease,
-        n: usize,
-        request: RequestId,
-    ) -> Result<Vec<Item>> {
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         lease.check_issuer(&self.issuer)?;
         let n = self.caps.clamp_limit("n", n)?;
         let now = self.now();
@@ -453,18 +448,18 @@ impl ItemStore for MemoryStore {
             .into_iter()
             .flatten()
             .filter_map(|id| st.items.get(id))
-            .filter(|rec| rec.claimed_by == Some(request))
+            .filter(|rec| rec.claimed_by == Some(req))
             .map(|rec| rec.item.clone())
             .collect();
         if !earlier.is_empty() {
             return Ok(earlier);
         }
         // A late or repeated copy, or an older id after a newer one: nothing.
-        if last_claim.is_some_and(|last| request <= last) {
+        if last_claim.is_some_and(|last| req <= last) {
             return Ok(Vec::new());
         }
         if let Some(rec) = st.leases.get_mut(&lease.key) {
-            rec.last_claim = Some(request);
+            rec.last_claim = Some(req);
         }
         let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
         let mut out = Vec::with_capacity(ids.len());
@@ -474,7 +469,7 @@ impl ItemStore for MemoryStore {
             if let Some(rec) = st.items.get_mut(&id) {
                 rec.item.attempts += 1;
                 rec.state = ItemState::Owned(lease.token);
-                rec.claimed_by = Some(request);
+                rec.claimed_by = Some(req);
                 out.push(rec.item.clone());
             }
         }

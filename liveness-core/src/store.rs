@@ -393,7 +393,7 @@ pub trait ItemStore: Send + Sync {
     }
 
     /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
-    /// one attempt on each, and records `request` on each: the claim of `request`.
+    /// one attempt on each, and records `req` on each: the claim of `req`.
     ///
     /// # Contract
     /// - Only while the lease is current and live by the store clock, checked in the
@@ -404,27 +404,26 @@ pub trait ItemStore: Send + Sync {
     ///   the token's lease record, the greatest id it admitted under that token (its
     ///   high-water mark; a new token starts with none). In one atomic step with the
     ///   lease check, a call:
-    ///   1. when items the token owns carry `request` (an earlier call with this token
+    ///   1. when items the token owns carry `req` (an earlier call with this token
     ///      and this id assigned them): returns exactly those items, lowest id first,
     ///      with their attempt counts unchanged, and assigns nothing new;
-    ///   2. else, when `request` is not greater than the mark (a late or repeated copy
+    ///   2. else, when `req` is not greater than the mark (a late or repeated copy
     ///      of a call whose items are all completed or failed already, or an older id
     ///      arriving after a newer one): returns no items and changes nothing;
-    ///   3. else: is admitted, assigns pending items, and raises the mark to `request`
+    ///   3. else: is admitted, assigns pending items, and raises the mark to `req`
     ///      (also when no item was pending).
-    /// - `request` is scoped to the token: the same id under another token is a new
+    /// - `req` is scoped to the token: the same id under another token is a new
     ///   request. Callers take each claim's id from [`RequestId::next`], so one
     ///   caller's ids increase; concurrent claims under one token may reach the store
     ///   out of order, and the older one then answers no items.
     ///
     /// # Retry
-    /// - Idempotent with the same `request` (and `n`): a repeat after `Unavailable`
+    /// - Idempotent with the same `req` (and `n`): a repeat after `Unavailable`
     ///   answers the items the first call assigned, so none of them stays owned by a
     ///   live token that does not know it has them; a copy delivered after the repeat
     ///   (and after its items were completed) assigns nothing, so no item is assigned
     ///   under an id nobody waits for.
-    async fn claim_request(&self, lease: &Lease, n: usize, request: RequestId)
-        -> Result<Vec<Item>>;
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>>;
 
     /// Marks an item done and removes it.
     ///
