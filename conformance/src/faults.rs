@@ -26,39 +26,17 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// The store operations, to choose which ones faults may hit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)] // one variant per store method, named after it
-pub enum Op {
-    Acquire,
-    Renew,
-    Release,
-    Inspect,
-    Expired,
-    Reap,
-    DeadTokens,
-    StoreTime,
-    NextExpiry,
-    Enqueue,
-    Claim,
-    Complete,
-    Fail,
-    RequeueOrphans,
-    Item,
-    ItemCounts,
-    DeadLetters,
-}
+/// The store operations, to choose which ones faults may hit: the core's [`Op`].
+pub use liveness_core::Op;
 
-impl Op {
-    /// True for the operations that act twice when repeated unless the caller gives
-    /// them a request id (`claim_request`, a keyed `enqueue`): their faults are
-    /// survived only through the store's request-id handling (a lost claim reply is
-    /// recovered by repeating its id; a copy delivered late, after that repeat, answers
-    /// nothing by the token's high-water mark). [`FaultPlan::default`] hits them like
-    /// every other operation; [`FaultPlan::sparing_request_ids`] spares them.
-    pub fn takes_request_id(self) -> bool {
-        matches!(self, Op::Claim | Op::Enqueue)
-    }
+/// True for the operations that act twice when repeated unless the caller gives
+/// them a request id (`claim_request`, a keyed `enqueue`): their faults are
+/// survived only through the store's request-id handling (a lost claim reply is
+/// recovered by repeating its id; a copy delivered late, after that repeat, answers
+/// nothing by the token's high-water mark). [`FaultPlan::default`] hits them like
+/// every other operation; [`FaultPlan::sparing_request_ids`] spares them.
+pub fn takes_request_id(op: Op) -> bool {
+    matches!(op, Op::Claim | Op::Enqueue)
 }
 
 /// What one call suffers.
@@ -107,11 +85,11 @@ impl Default for FaultPlan {
 
 impl FaultPlan {
     /// This plan with its faults sparing the operations that rely on request ids
-    /// ([`Op::takes_request_id`]): to tell a fault in their id handling from any other
+    /// ([`takes_request_id`]): to tell a fault in their id handling from any other
     /// when a run fails.
     pub fn sparing_request_ids(self) -> Self {
         FaultPlan {
-            hits: |op| !op.takes_request_id(),
+            hits: |op| !takes_request_id(op),
             ..self
         }
     }

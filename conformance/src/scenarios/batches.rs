@@ -21,30 +21,17 @@ fn opts(max_attempts: u32) -> EnqueueOptions {
 pub async fn renew_many_answers_each_lease_alone(ctx: Ctx) {
     let s = &ctx.store;
     assert!(s.renew_many(&[]).await.unwrap().is_empty());
-    let live = s
-        .acquire(&member_key("live"), &holder("h"), ctx.long)
-        .await
-        .unwrap();
-    let released = s
-        .acquire(&member_key("rel"), &holder("h"), ctx.long)
-        .await
-        .unwrap();
+    let live = ctx.grant(&member_key("live"), &holder("h"), ctx.long).await;
+    let released = ctx.grant(&member_key("rel"), &holder("h"), ctx.long).await;
     assert!(s.release(&released).await.unwrap());
-    let old = s
-        .acquire(&member_key("sup"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
-    let expiring = s
-        .acquire(&member_key("exp"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let old = ctx.grant(&member_key("sup"), &holder("h"), ctx.ttl).await;
+    let expiring = ctx.grant(&member_key("exp"), &holder("h"), ctx.ttl).await;
     ctx.wait_expired(&old.key).await;
     ctx.wait_expired(&expiring.key).await;
-    let newer = s.acquire(&old.key, &holder("h2"), ctx.long).await.unwrap();
-    let live2 = s
-        .acquire(&member_key("live2"), &holder("h"), ctx.long)
-        .await
-        .unwrap();
+    let newer = ctx.grant(&old.key, &holder("h2"), ctx.long).await;
+    let live2 = ctx
+        .grant(&member_key("live2"), &holder("h"), ctx.long)
+        .await;
     let asked = [
         live.clone(),
         released.clone(),
@@ -87,10 +74,7 @@ pub async fn renew_many_over_max_batch_rejected(ctx: Ctx) {
     if max > 5_000 {
         return; // building the list would be the whole scenario's time
     }
-    let lease = s
-        .acquire(&member_key("one"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("one"), &holder("h"), ctx.ttl).await;
     let many: Vec<Lease> = std::iter::repeat_n(lease.clone(), max + 1).collect();
     match s.renew_many(&many).await {
         Err(Error::InvalidInput {
@@ -107,14 +91,8 @@ pub async fn renew_many_over_max_batch_rejected(ctx: Ctx) {
 pub async fn reap_many_answers_each_entry_alone(ctx: Ctx) {
     let s = &ctx.store;
     assert!(s.reap_many(&[]).await.unwrap().is_empty());
-    let live = s
-        .acquire(&member_key("live"), &holder("h"), ctx.long)
-        .await
-        .unwrap();
-    let dead = s
-        .acquire(&member_key("dead"), &holder("h"), ctx.ttl)
-        .await
-        .unwrap();
+    let live = ctx.grant(&member_key("live"), &holder("h"), ctx.long).await;
+    let dead = ctx.grant(&member_key("dead"), &holder("h"), ctx.ttl).await;
     ctx.wait_expired(&dead.key).await;
     ctx.wait_listed_expired(&dead.key).await;
     let wrong = FencingToken(dead.token.0 + 1_000_000);
@@ -145,22 +123,13 @@ pub async fn requeue_orphans_many_answers_each_token_alone(ctx: Ctx) {
     let s = &ctx.store;
     assert!(s.requeue_orphans_many(&[]).await.unwrap().is_empty());
     let a_item = s.enqueue(b"a", opts(3)).await.unwrap();
-    let a = s
-        .acquire(&member_key("a"), &holder("a"), ctx.long)
-        .await
-        .unwrap();
+    let a = ctx.grant(&member_key("a"), &holder("a"), ctx.long).await;
     assert_eq!(s.claim(&a, 1).await.unwrap().len(), 1);
     let b_item = s.enqueue(b"b", opts(3)).await.unwrap();
-    let b = s
-        .acquire(&member_key("b"), &holder("b"), ctx.long)
-        .await
-        .unwrap();
+    let b = ctx.grant(&member_key("b"), &holder("b"), ctx.long).await;
     assert_eq!(s.claim(&b, 1).await.unwrap().len(), 1);
     let live_item = s.enqueue(b"c", opts(3)).await.unwrap();
-    let live = s
-        .acquire(&member_key("c"), &holder("c"), ctx.long)
-        .await
-        .unwrap();
+    let live = ctx.grant(&member_key("c"), &holder("c"), ctx.long).await;
     assert_eq!(s.claim(&live, 1).await.unwrap().len(), 1);
     assert!(s.release(&a).await.unwrap());
     assert!(s.release(&b).await.unwrap());

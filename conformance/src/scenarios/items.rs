@@ -37,10 +37,7 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
     let b = s.enqueue(b"b", opts(3)).await.unwrap();
     let c = s.enqueue(b"", opts(3)).await.unwrap();
     assert!(a < b && b < c, "ids increase in enqueue order");
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     let got = s.claim(&lease, 2).await.unwrap();
     assert_eq!(got.iter().map(|i| i.id).collect::<Vec<_>>(), vec![a, b]);
     assert_eq!(got[0].payload, b"a");
@@ -67,6 +64,15 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
     assert!(s.claim(&lease, 10).await.unwrap().is_empty());
 }
 
+/// Enqueues `n` one-byte items (3 attempts each); their ids in order.
+async fn enqueue_n(s: &Arc<dyn Store>, n: u8) -> Vec<ItemId> {
+    let mut all = Vec::new();
+    for i in 0..n {
+        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
+    }
+    all
+}
+
 fn ids(items: &[liveness_core::Item]) -> Vec<ItemId> {
     items.iter().map(|i| i.id).collect()
 }
@@ -78,14 +84,8 @@ fn ids(items: &[liveness_core::Item]) -> Vec<ItemId> {
 /// retried without stranding items under a live token.)
 pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
     let s = &ctx.store;
-    let mut all = Vec::new();
-    for i in 0..5u8 {
-        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
-    }
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let all = enqueue_n(s, 5).await;
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     let request = RequestId::next();
     let first = s.claim_request(&lease, 3, request).await.unwrap();
     assert_eq!(ids(&first), all[..3].to_vec());
@@ -112,10 +112,7 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
     assert_eq!(rest[0].attempts, 1);
     // The id is scoped to the token: under another lease it is a new request.
     let extra = s.enqueue(b"extra", opts(3)).await.unwrap();
-    let other = s
-        .acquire(&member_key("o"), &holder("o"), ctx.long)
-        .await
-        .unwrap();
+    let other = ctx.grant(&member_key("o"), &holder("o"), ctx.long).await;
     let theirs = s.claim_request(&other, 3, request).await.unwrap();
     assert_eq!(ids(&theirs), vec![extra]);
     // A repeat on a lost lease is Lost, and its items go to whoever requeues them.
@@ -137,14 +134,8 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
 /// that took nothing; a newer id is still admitted.
 pub async fn late_claim_after_its_repeat_completed_assigns_nothing(ctx: Ctx) {
     let s = &ctx.store;
-    let mut all = Vec::new();
-    for i in 0..4u8 {
-        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
-    }
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let all = enqueue_n(s, 4).await;
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     let request = RequestId::next();
     // The first copy's reply was lost; its repeat answers the same items.
     let first = s.claim_request(&lease, 2, request).await.unwrap();
@@ -187,14 +178,8 @@ pub async fn late_claim_after_its_repeat_completed_assigns_nothing(ctx: Ctx) {
 /// starts afresh.
 pub async fn older_claim_id_after_a_newer_one_assigns_nothing(ctx: Ctx) {
     let s = &ctx.store;
-    let mut all = Vec::new();
-    for i in 0..4u8 {
-        all.push(s.enqueue(&[i], opts(3)).await.unwrap());
-    }
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let all = enqueue_n(s, 4).await;
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     let older = RequestId::next();
     let newer = RequestId::next();
     assert!(older < newer);
@@ -220,10 +205,7 @@ pub async fn older_claim_id_after_a_newer_one_assigns_nothing(ctx: Ctx) {
     // A new token (the key released and acquired again) starts with no mark: the
     // old ids are new requests under it.
     assert!(s.release(&lease).await.unwrap());
-    let again = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let again = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     assert_ne!(again.token, lease.token);
     let fresh = s.claim_request(&again, 1, older).await.unwrap();
     assert_eq!(ids(&fresh), vec![all[1]]);
@@ -267,10 +249,7 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
         .unwrap();
     let plain = s.enqueue(b"once", opts(3)).await.unwrap();
     assert!(id < other && other < plain);
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     let claimed = s.claim(&lease, 1).await.unwrap();
     assert_eq!(claimed[0].id, id);
     assert_eq!(claimed[0].payload, b"once");
@@ -290,10 +269,7 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
 pub async fn claim_refused_on_expired_lease(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.ttl).await;
     ctx.wait_expired(&lease.key).await;
     match s.claim(&lease, 5).await {
         Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
@@ -307,9 +283,9 @@ pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
     let key = member_key("w");
-    let old = s.acquire(&key, &holder("w"), ctx.ttl).await.unwrap();
+    let old = ctx.grant(&key, &holder("w"), ctx.ttl).await;
     ctx.wait_expired(&key).await;
-    let new = s.acquire(&key, &holder("w"), ctx.long).await.unwrap();
+    let new = ctx.grant(&key, &holder("w"), ctx.long).await;
     assert_eq!(
         s.claim(&old, 5).await.unwrap_err().lost_reason(),
         Some(LostReason::Superseded)
@@ -327,10 +303,7 @@ pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
 pub async fn complete_fenced_after_requeue(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"job", opts(5)).await.unwrap();
-    let dead = s
-        .acquire(&member_key("d"), &holder("d"), ctx.ttl)
-        .await
-        .unwrap();
+    let dead = ctx.grant(&member_key("d"), &holder("d"), ctx.ttl).await;
     assert_eq!(s.claim(&dead, 1).await.unwrap().len(), 1);
     let moved = kill(&ctx, &dead).await;
     assert_eq!(moved.requeued, vec![id]);
@@ -346,10 +319,7 @@ pub async fn complete_fenced_after_requeue(ctx: Ctx) {
         s.fail(&dead, id, true).await,
         Err(Error::Fenced { .. })
     ));
-    let live = s
-        .acquire(&member_key("l"), &holder("l"), ctx.long)
-        .await
-        .unwrap();
+    let live = ctx.grant(&member_key("l"), &holder("l"), ctx.long).await;
     let got = s.claim(&live, 1).await.unwrap();
     assert_eq!(got[0].id, id);
     assert_eq!(got[0].attempts, 2);
@@ -367,10 +337,7 @@ pub async fn fail_retry_and_dead_letter(ctx: Ctx) {
     let s = &ctx.store;
     let a = s.enqueue(b"a", opts(3)).await.unwrap();
     let b = s.enqueue(b"b", opts(3)).await.unwrap();
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     s.claim(&lease, 2).await.unwrap();
     assert_eq!(s.fail(&lease, a, true).await.unwrap(), ItemState::Pending);
     assert_eq!(
@@ -410,10 +377,7 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
         s.enqueue(b"1", opts(3)).await.unwrap(),
         s.enqueue(b"2", opts(3)).await.unwrap(),
     ];
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.ttl).await;
     s.claim(&lease, 2).await.unwrap();
     ctx.wait_listed_expired(&lease.key).await;
     assert!(s.reap(&lease.key, lease.token).await.unwrap());
@@ -445,10 +409,7 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
 pub async fn requeue_ignores_live_tokens(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
-    let lease = s
-        .acquire(&member_key("w"), &holder("w"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     s.claim(&lease, 1).await.unwrap();
     assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
     assert!(s
@@ -466,10 +427,9 @@ pub async fn poison_item_is_dead_lettered(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"poison", opts(2)).await.unwrap();
     for attempt in 1..=2u32 {
-        let lease = s
-            .acquire(&member_key(&format!("p{attempt}")), &holder("p"), ctx.ttl)
-            .await
-            .unwrap();
+        let lease = ctx
+            .grant(&member_key(&format!("p{attempt}")), &holder("p"), ctx.ttl)
+            .await;
         let got = s.claim(&lease, 1).await.unwrap();
         assert_eq!(got.len(), 1, "attempt {attempt} claims the item");
         assert_eq!(got[0].attempts, attempt);
@@ -482,10 +442,7 @@ pub async fn poison_item_is_dead_lettered(ctx: Ctx) {
         }
     }
     assert_eq!(state(s, id).await, Some(ItemState::DeadLettered));
-    let lease = s
-        .acquire(&member_key("x"), &holder("x"), ctx.long)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("x"), &holder("x"), ctx.long).await;
     assert!(s.claim(&lease, 5).await.unwrap().is_empty());
     assert_eq!(s.item_counts().await.unwrap().dead_lettered, 1);
 }
@@ -629,7 +586,7 @@ pub async fn bad_input_rejected_unchanged(ctx: Ctx) {
         before,
         "rejected enqueue added an item"
     );
-    let lease = s.acquire(&key, &holder("h"), ctx.long).await.unwrap();
+    let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
     assert_invalid(s.claim(&lease, 0).await, "n");
     // Names are validated before they reach any store.
     assert!(matches!(

@@ -62,21 +62,21 @@ pub async fn acquire_held_key_fails_unchanged(ctx: Ctx) {
 pub async fn tokens_strictly_increase(ctx: Ctx) {
     let s = &ctx.store;
     let (k1, k2) = (member_key("t1"), member_key("t2"));
-    let a = s.acquire(&k1, &holder("h"), ctx.long).await.unwrap();
-    let b = s.acquire(&k2, &holder("h"), ctx.long).await.unwrap();
+    let a = ctx.grant(&k1, &holder("h"), ctx.long).await;
+    let b = ctx.grant(&k2, &holder("h"), ctx.long).await;
     assert!(b.token > a.token);
     assert!(s.release(&a).await.unwrap());
-    let c = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
+    let c = ctx.grant(&k1, &holder("h"), ctx.ttl).await;
     assert!(
         c.token > b.token,
         "re-acquire after release reused or lowered a token"
     );
     ctx.wait_expired(&k1).await;
-    let d = s.acquire(&k1, &holder("h"), ctx.ttl).await.unwrap();
+    let d = ctx.grant(&k1, &holder("h"), ctx.ttl).await;
     assert!(d.token > c.token, "acquire after expiry");
     ctx.wait_expired(&k1).await;
     assert!(s.reap(&k1, d.token).await.unwrap());
-    let e = s.acquire(&k1, &holder("h"), ctx.long).await.unwrap();
+    let e = ctx.grant(&k1, &holder("h"), ctx.long).await;
     assert!(e.token > d.token, "acquire after reap");
 }
 

@@ -23,10 +23,9 @@ pub async fn checker_declares_each_death_once(ctx: Ctx) {
     let s = &ctx.store;
     let mut leases = Vec::new();
     for i in 0..3 {
-        let lease = s
-            .acquire(&member_key(&format!("c{i}")), &holder("w"), ctx.ttl)
-            .await
-            .unwrap();
+        let lease = ctx
+            .grant(&member_key(&format!("c{i}")), &holder("w"), ctx.ttl)
+            .await;
         s.enqueue(format!("item{i}").as_bytes(), EnqueueOptions::default())
             .await
             .unwrap();
@@ -64,10 +63,7 @@ pub async fn checker_declares_each_death_once(ctx: Ctx) {
 /// next round's sweep of the dead set requeues the items.
 pub async fn checker_crash_between_reap_and_requeue_loses_nothing(ctx: Ctx) {
     let s = &ctx.store;
-    let lease = s
-        .acquire(&member_key("crash"), &holder("w"), ctx.ttl)
-        .await
-        .unwrap();
+    let lease = ctx.grant(&member_key("crash"), &holder("w"), ctx.ttl).await;
     let a = s.enqueue(b"a", EnqueueOptions::default()).await.unwrap();
     let b = s.enqueue(b"b", EnqueueOptions::default()).await.unwrap();
     s.claim(&lease, 2).await.unwrap();
