@@ -10,9 +10,10 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
+use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Store};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
@@ -81,6 +82,22 @@ impl LeaseStore for Traced {
         let span = span!(self, "dead_tokens");
         self.inner.dead_tokens(limit).instrument(span).await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let span = span!(self, "members", space = space);
+        self.inner
+            .members(space, after, limit)
+            .instrument(span)
+            .await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let span = span!(self, "deaths");
+        self.inner.deaths(before, limit).instrument(span).await
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         let span = span!(self, "store_time");
         self.inner.store_time().instrument(span).await
@@ -142,5 +159,22 @@ impl ItemStore for Traced {
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let span = span!(self, "dead_letters");
         self.inner.dead_letters(limit).instrument(span).await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let span = span!(self, "items", state = state);
+        self.inner.items(state, after, limit).instrument(span).await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let span = span!(self, "retry_dead_letter", item = id);
+        self.inner.retry_dead_letter(id).instrument(span).await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let span = span!(self, "retry_dead_letters");
+        self.inner.retry_dead_letters(limit).instrument(span).await
     }
 }
