@@ -14,8 +14,9 @@ fn double() -> &'static DoubleDatabase {
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {
+    // A small death retention, so that the suite fills it and checks the bound.
     Some(Arc::new(
-        double().store(&liveness_conformance::fresh_namespace()),
+        double().store_keeping_deaths(&liveness_conformance::fresh_namespace(), 20),
     ))
 }
 
