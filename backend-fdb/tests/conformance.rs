@@ -15,9 +15,10 @@ fn double() -> &'static DoubleDatabase {
 
 async fn factory() -> Option<Arc<dyn Store>> {
     // A small death retention, so that the suite fills it and checks the bound.
-    Some(Arc::new(
-        double().store_keeping_deaths(&liveness_conformance::fresh_namespace(), 20),
-    ))
+    Some(Arc::new(double().store_keeping_deaths(
+        &liveness_conformance::fresh_namespace(),
+        20,
+    )))
 }
 
 liveness_conformance::suite!(factory, cases = 64);

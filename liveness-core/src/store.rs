@@ -360,15 +360,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         space: &Space,
         after: Option<&Key>,
         limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let _ = (space, after, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    ) -> Result<Vec<LeaseInfo>>;
 
     /// Lists the namespace's death history, newest first: every token that stopped
     /// being current (reaped, released, or superseded by an acquire), with what its
@@ -393,15 +385,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   namespace and drops older ones as new ones are written, at a cost that does
     ///   not grow with the history (no scan).
     /// - Changes nothing.
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let _ = (before, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>>;
 
     /// The store clock's now, for diagnostics and tests.
     ///
@@ -596,15 +580,7 @@ pub trait ItemStore: Send + Sync {
         state: ItemStateKind,
         after: Option<ItemId>,
         limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let _ = (state, after, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    ) -> Result<Vec<ItemRecord>>;
 
     /// Moves a dead-lettered item back to pending, with its attempts reset to zero:
     /// the operator's "retry this one".
@@ -619,15 +595,7 @@ pub trait ItemStore: Send + Sync {
     /// # Retry
     /// - A repeat of an applied call answers `NotDeadLettered` (the item is pending,
     ///   or claimed since) and changes nothing.
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let _ = id;
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()>;
 
     /// Moves up to `limit` dead-lettered items, lowest id first, back to pending with
     /// their attempts reset to zero, and returns their ids (in id order): the
@@ -640,15 +608,7 @@ pub trait ItemStore: Send + Sync {
     ///
     /// # Retry
     /// - A repeat moves the items dead-lettered by then; none twice.
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let _ = limit;
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>>;
 }
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
