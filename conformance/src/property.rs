@@ -133,6 +133,9 @@ pub fn run(factory: Factory, default_cases: u32) {
     }
 }
 
+/// A death record, normalised: cause, key, holder, token index, swept counts.
+type DeathSeen = (String, String, String, usize, Option<(u64, u64)>);
+
 /// What one side saw, normalised so both sides compare equal when they agree.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
@@ -149,7 +152,7 @@ enum Seen {
     Tokens(Vec<usize>),
     Counts(u64, u64, u64, Vec<usize>),
     Members(Vec<(String, String, usize, bool)>),
-    Deaths(Vec<(String, String, String, usize, Option<(u64, u64)>)>),
+    Deaths(Vec<DeathSeen>),
     Records(Vec<(usize, String, u32)>),
     Input(String),
     Unit,
