@@ -4,11 +4,13 @@
 //! This file is the one place that says what every backend must guarantee: the
 //! bullets under each `# Contract` heading. The conformance suite (crate
 //! `liveness-conformance`) checks them: every bullet of a method has a named scenario,
-//! except two that no scenario can see — the cost of [`LeaseStore::expired`] (a store
+//! except those no scenario can see — the cost of [`LeaseStore::expired`] (a store
 //! that scans every lease gives the same answers, only slower), checked by the suite's
-//! `bench::check_round_cost`, and the transport-fault bullet below, which needs faults
-//! injected into the backend's own transport (each backend's fault tests). The suite
-//! crate's README maps every bullet to what checks it.
+//! `bench::check_round_cost`; the cost of [`LeaseStore::members`] and of trimming the
+//! death history ([`LeaseStore::deaths`]), which each backend meets with an index; and
+//! the transport-fault bullet below, which needs faults injected into the backend's own
+//! transport (each backend's fault tests). The suite crate's README maps every bullet
+//! to what checks it.
 //!
 //! # Contract shared by every method
 //!
