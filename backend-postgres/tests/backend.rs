@@ -180,6 +180,66 @@ async fn expired_reads_only_the_expiry_index_prefix() {
         .is_empty());
 }
 
+/// `members` reads one page of an index in name-byte order: no sort of the whole
+/// space, whatever the database's collation (the cost is O(page), not O(members)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_reads_a_page_of_the_name_index() {
+    let Some(store) = store().await else { return };
+    // The test server's database collation is C, under which the primary key alone
+    // would serve the byte order: give the column a linguistic collation (ICU's root
+    // locale, when the server has ICU), as a database created with a locale has.
+    let icu: Option<String> =
+        sqlx::query_scalar("SELECT collname::text FROM pg_collation WHERE collname = 'und-x-icu'")
+            .fetch_optional(store.pool())
+            .await
+            .unwrap();
+    match icu {
+        Some(_) => {
+            sqlx::query(r#"ALTER TABLE leases ALTER COLUMN name TYPE text COLLATE "und-x-icu""#)
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        None => eprintln!("no ICU collation on this server: checking under the C collation only"),
+    }
+    sqlx::query(
+        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
+         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
+         FROM generate_series(1, 5000) g",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE leases")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query(AssertSqlSafe(format!(
+        "EXPLAIN {}",
+        backend_postgres::sql::MEMBERS
+    )))
+    .bind("members")
+    .bind("m2")
+    .bind(100i64)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<String, _>(0))
+    .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index") && plan.contains("Index Cond") && !plan.contains("Sort"),
+        "members must read a page of an index in name order, not sort the space:\n{plan}"
+    );
+    let page = store
+        .members(&liveness_core::Space::members(), None, 3)
+        .await
+        .unwrap();
+    let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();
+    assert_eq!(names, vec!["m1", "m10", "m100"], "byte order");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_by_another_handle_wakes_the_checker() {
     let Some(server) = liveness_testkit::postgres::shared() else {
