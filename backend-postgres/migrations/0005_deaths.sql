@@ -37,3 +37,25 @@ CREATE INDEX items_owned_id ON items (id) WHERE state = 1;
 -- `members` pages a space's leases in byte order of their names (COLLATE "C", the
 -- same on every server whatever the database's collation): O(page) on this index.
 CREATE INDEX leases_members ON leases (space, name COLLATE "C");
+
+-- One page of `members`. A function so that the page is read in index order whatever
+-- the planner's statistics say: right after many leases were inserted, before any
+-- ANALYZE, the planner estimates a handful of rows and would rather collect the whole
+-- space and sort it (O(members)); with sorts, bitmap and sequential scans priced out
+-- for this one query, it walks `leases_members` and stops after the page.
+CREATE FUNCTION members_page(p_space text, p_after text, p_limit bigint)
+RETURNS TABLE (m_name text, m_holder text, m_token bigint, m_ttl_ms bigint,
+               m_remaining_us bigint)
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+SELECT l.name, l.holder, l.token, l.ttl_ms,
+       (extract(epoch FROM (l.expires_at - clk.t)) * 1000000)::bigint
+FROM leases l, (SELECT clock_timestamp() AS t) clk
+WHERE l.space = p_space AND l.name COLLATE "C" > p_after
+ORDER BY l.name COLLATE "C"
+LIMIT p_limit
+$$;

@@ -329,14 +329,11 @@ WHERE state = 2 ORDER BY id LIMIT $1
 /// `members`: $1 space, $2 after (the last name of the previous page, '' for the
 /// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
 /// default collation may not be, so the order is the same on every server) and the
-/// page is read on the `leases_members` index: O(page).
+/// page is read on the `leases_members` index, by the function `members_page`
+/// (migration 5), which keeps the planner on that index whatever its statistics:
+/// O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff live).
 pub const MEMBERS: &str = r#"
-SELECT name, holder, token, ttl_ms,
-       (extract(epoch FROM (expires_at - clk.t)) * 1000000)::bigint AS remaining_us
-FROM leases, (SELECT clock_timestamp() AS t) clk
-WHERE space = $1 AND name COLLATE "C" > $2
-ORDER BY name COLLATE "C"
-LIMIT $3
+SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us FROM members_page($1, $2, $3)
 "#;
 
 /// `deaths`: $1 before (exclusive seq), $2 limit. Newest first; `at` in microseconds
