@@ -102,6 +102,13 @@ pub struct Round {
     pub time: Duration,
     /// Store calls the round made.
     pub round_trips: u64,
+    /// Median time of `members` answering the first page (100) of the members space,
+    /// measured before the round: with an index by key it stays about one round trip
+    /// however many members there are.
+    pub members_page: Duration,
+    /// Median time of one single-read store call (`dead_tokens(1)`), the round trip
+    /// `members_page` compares with.
+    pub one_call: Duration,
 }
 
 /// Detection latencies.
@@ -146,8 +153,14 @@ impl std::fmt::Display for Round {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={}",
-            self.members, self.expired, self.time, self.round_trips
+            "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={} \
+             members_page(100)={:.3?} (one call {:.3?})",
+            self.members,
+            self.expired,
+            self.time,
+            self.round_trips,
+            self.members_page,
+            self.one_call
         )
     }
 }
@@ -275,6 +288,7 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
     let dying = populate(&store, "dying", expired, short).await;
     // Wait for the dying ones to be seen expired (observer-local stores observe here).
     wait_listed(&store, dying.len(), short).await;
+    let (members_page, one_call) = members_page(&store).await;
     let wrapped = Arc::new(Wrapped::new(store));
     let checker = Checker::new(
         wrapped.clone(),
@@ -293,7 +307,33 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
         expired: report.deaths.len(),
         time: start.elapsed(),
         round_trips: wrapped.calls(),
+        members_page,
+        one_call,
     }
+}
+
+/// The median times of `members` answering its first page of 100 and of one
+/// single-read call (`dead_tokens(1)`), over 5 tries each.
+async fn members_page(store: &Arc<dyn Store>) -> (Duration, Duration) {
+    let (mut page, mut one) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let start = Instant::now();
+        store
+            .members(&liveness_core::Space::members(), None, 100)
+            .await
+            .unwrap_or_else(|e| panic!("members: {e}"));
+        page.push(start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        store
+            .dead_tokens(1)
+            .await
+            .unwrap_or_else(|e| panic!("dead_tokens: {e}"));
+        one.push(start.elapsed().as_secs_f64());
+    }
+    (
+        Duration::from_secs_f64(median(&mut page)),
+        Duration::from_secs_f64(median(&mut one)),
+    )
 }
 
 /// Measures detection latency over `deaths` members that stop renewing, with a

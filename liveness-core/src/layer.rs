@@ -38,9 +38,10 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
+use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::store::{
     reap_each, renew_each, requeue_each, Capabilities, ItemStore, LeaseStore, Store,
 };
@@ -76,6 +77,10 @@ pub enum Op {
     StoreTime,
     /// [`LeaseStore::next_expiry`].
     NextExpiry,
+    /// [`LeaseStore::members`].
+    Members,
+    /// [`LeaseStore::deaths`].
+    Deaths,
     /// [`ItemStore::enqueue`].
     Enqueue,
     /// [`ItemStore::claim_request`].
@@ -94,6 +99,12 @@ pub enum Op {
     ItemCounts,
     /// [`ItemStore::dead_letters`].
     DeadLetters,
+    /// [`ItemStore::items`].
+    Items,
+    /// [`ItemStore::retry_dead_letter`].
+    RetryDeadLetter,
+    /// [`ItemStore::retry_dead_letters`].
+    RetryDeadLetters,
 }
 
 impl Op {
@@ -111,6 +122,8 @@ impl Op {
             Op::DeadTokens => "dead_tokens",
             Op::StoreTime => "store_time",
             Op::NextExpiry => "next_expiry",
+            Op::Members => "members",
+            Op::Deaths => "deaths",
             Op::Enqueue => "enqueue",
             Op::Claim => "claim",
             Op::Complete => "complete",
@@ -120,6 +133,9 @@ impl Op {
             Op::Item => "item",
             Op::ItemCounts => "item_counts",
             Op::DeadLetters => "dead_letters",
+            Op::Items => "items",
+            Op::RetryDeadLetter => "retry_dead_letter",
+            Op::RetryDeadLetters => "retry_dead_letters",
         }
     }
 
@@ -147,13 +163,14 @@ pub struct Call<'a> {
     /// Which operation.
     pub op: Op,
     /// The key it acts on (acquire, renew, release, inspect, reap; the lease's key for
-    /// item calls made under a lease).
+    /// item calls made under a lease; the page's `after` of `members`).
     pub key: Option<&'a Key>,
-    /// The space it scans (expired, next_expiry).
+    /// The space it scans (expired, next_expiry, members).
     pub space: Option<&'a Space>,
     /// The token it acts on (a lease's token, a reaped or swept token).
     pub token: Option<FencingToken>,
-    /// The item it acts on (complete, fail, item).
+    /// The item it acts on (complete, fail, item, retry_dead_letter; the page's
+    /// `after` of `items`).
     pub item: Option<ItemId>,
     /// The leases of a `renew` (one) or `renew_many` (all), empty otherwise.
     pub leases: &'a [Lease],
@@ -308,6 +325,21 @@ impl<L: Layer> LeaseStore for L {
         let call = Call::new(Op::NextExpiry).space(space);
         self.call(call, self.inner().next_expiry(space)).await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let mut call = Call::new(Op::Members).space(space).n(limit);
+        call.key = after;
+        self.call(call, self.inner().members(space, after, limit))
+            .await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let call = Call::new(Op::Deaths).n(limit);
+        self.call(call, self.inner().deaths(before, limit)).await
+    }
     fn wakeups(&self) -> Option<watch::Receiver<u64>> {
         self.inner().wakeups()
     }
@@ -356,5 +388,25 @@ impl<L: Layer> ItemStore for L {
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         let call = Call::new(Op::DeadLetters).n(limit);
         self.call(call, self.inner().dead_letters(limit)).await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let mut call = Call::new(Op::Items).n(limit);
+        call.item = after;
+        self.call(call, self.inner().items(state, after, limit))
+            .await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let call = Call::new(Op::RetryDeadLetter).item(id);
+        self.call(call, self.inner().retry_dead_letter(id)).await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let call = Call::new(Op::RetryDeadLetters).n(limit);
+        self.call(call, self.inner().retry_dead_letters(limit))
+            .await
     }
 }
