@@ -28,6 +28,7 @@ use crate::clock::Clock;
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
+use crate::metrics::HolderMetrics;
 use crate::store::Store;
 use crate::types::{FencingToken, Key, Ttl};
 
@@ -343,6 +344,7 @@ async fn watch<F: std::future::Future>(
 /// that produced `lease` (acquire or renew) was sent, on tokio's clock (it plans the
 /// renewals; the deadline lives in `standing`). Fires the standing's cancellation on
 /// loss.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn keep_alive(
     store: &Arc<dyn Store>,
     lease: Lease,
@@ -351,8 +353,12 @@ pub(crate) async fn keep_alive(
     standing: &Standing,
     stop: &CancellationToken,
     events: &EventBus,
+    metrics: &HolderMetrics,
 ) -> End {
-    keep_alive_via(store, None, lease, sent, config, standing, stop, events).await
+    keep_alive_via(
+        store, None, lease, sent, config, standing, stop, events, metrics,
+    )
+    .await
 }
 
 /// [`keep_alive`], renewing through `renewals` (coalesced into batches) when given.
@@ -362,12 +368,36 @@ pub(crate) async fn keep_alive(
 pub(crate) async fn keep_alive_via(
     store: &Arc<dyn Store>,
     renewals: Option<&Renewals>,
+    lease: Lease,
+    sent: Instant,
+    config: HeartbeatConfig,
+    standing: &Standing,
+    stop: &CancellationToken,
+    events: &EventBus,
+    metrics: &HolderMetrics,
+) -> End {
+    let end = renew_until_end(
+        store, renewals, lease, sent, config, standing, stop, events, metrics,
+    )
+    .await;
+    if let End::Lost(_, reason) = &end {
+        metrics.lost(*reason);
+    }
+    end
+}
+
+/// The loop of [`keep_alive_via`], which counts how it ended.
+#[allow(clippy::too_many_arguments)]
+async fn renew_until_end(
+    store: &Arc<dyn Store>,
+    renewals: Option<&Renewals>,
     mut lease: Lease,
     mut sent: Instant,
     config: HeartbeatConfig,
     standing: &Standing,
     stop: &CancellationToken,
     events: &EventBus,
+    metrics: &HolderMetrics,
 ) -> End {
     let tick = config.tick();
     // The first renewal of a lease comes anywhere in its first interval: a fleet that
@@ -395,7 +425,10 @@ pub(crate) async fn keep_alive_via(
                 }
             };
             let attempt = match watch(standing, tick, stop, renewal).await {
-                Woke::Done(r) => r,
+                Woke::Done(r) => {
+                    metrics.renewal(now.elapsed(), r.is_ok());
+                    r
+                }
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
             };

@@ -15,6 +15,7 @@ pub mod item;
 pub mod lease;
 pub mod member;
 pub mod memory;
+pub mod metrics;
 pub mod store;
 pub mod sync;
 mod traced;
