@@ -154,6 +154,7 @@ impl EtcdStore {
             observer_local_expiry: false,
             max_batch: MAX_BATCH,
             max_payload: MAX_PAYLOAD,
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         };
         Ok(EtcdStore {
             inner: Arc::new(Inner {

@@ -117,6 +117,7 @@ impl FdbStore {
                 observer_local_expiry: true,
                 max_batch: MAX_BATCH,
                 max_payload: MAX_PAYLOAD,
+                death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             },
             obs: Arc::new(Mutex::new(Observer::new())),
             wake: Arc::new(watch::channel(0).0),

@@ -199,6 +199,7 @@ impl RedisStore {
                 observer_local_expiry: false,
                 max_batch: 1000,
                 max_payload: MAX_PAYLOAD,
+                death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             },
             high_water: HighWater::default(),
         })

@@ -60,6 +60,10 @@ pub struct SqliteConfig {
     /// Connections in this handle's pool (URL `?max_connections=`, default 4). Writes
     /// are serialized anyway; extra connections let reads run beside a write.
     pub max_connections: u32,
+    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
+    /// the namespace keeps, the newest ones (default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); at least 1).
+    pub death_retention: usize,
 }
 
 impl SqliteConfig {
@@ -71,6 +75,7 @@ impl SqliteConfig {
             busy_timeout: Duration::from_secs(5),
             durability: Durability::Full,
             max_connections: 4,
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         }
     }
 

@@ -38,9 +38,10 @@ pub(crate) const PUT_LEASE: &str =
 pub(crate) const RENEW: &str = "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?6 + ?5 \
     WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms > ?6";
 
-/// Deletes the lease on a key if it has token ?4 (?1 ns, ?2 space, ?3 name).
-pub(crate) const RELEASE: &str =
-    "DELETE FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4";
+/// Deletes the lease on a key if it has token ?4 (?1 ns, ?2 space, ?3 name), answering
+/// its holder (for the death record).
+pub(crate) const RELEASE: &str = "DELETE FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 RETURNING holder";
 
 /// The lease on a key (?1 ns, ?2 space, ?3 name).
 pub(crate) const INSPECT: &str = "SELECT holder, token, ttl_ms, expires_boot_ms \
@@ -52,9 +53,10 @@ pub(crate) const EXPIRED: &str = "SELECT name, holder, token FROM liveness_lease
     ORDER BY expires_boot_ms, name LIMIT ?3";
 
 /// Deletes the lease on a key if it has token ?4 and is expired at ?5 (now) (?1 ns, ?2
-/// space, ?3 name).
+/// space, ?3 name), answering its holder (for the death record).
 pub(crate) const REAP: &str = "DELETE FROM liveness_leases \
-    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms <= ?5";
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms <= ?5 \
+    RETURNING holder";
 
 /// Up to ?2 tokens of the dead set (?1 ns), oldest first.
 pub(crate) const DEAD_TOKENS: &str =
@@ -137,3 +139,45 @@ pub(crate) const ITEM_COUNTS: &str =
 pub(crate) const DEAD_LETTERS: &str =
     "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
     WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2";
+
+/// Up to ?4 leases of space ?2 (?1 ns) whose name is greater than ?3, in name (byte)
+/// order, on the primary key: O(page).
+pub(crate) const MEMBERS: &str = "SELECT name, holder, token, ttl_ms, expires_boot_ms \
+    FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name > ?3 ORDER BY name LIMIT ?4";
+
+/// Draws the namespace's next death seq (?1 ns).
+pub(crate) const NEXT_DEATH: &str =
+    "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) VALUES (?1, 0, 0, 1) \
+    ON CONFLICT (ns) DO UPDATE SET next_death = next_death + 1 RETURNING next_death";
+
+/// Records a death (?1 ns, ?2 seq, ?3 space, ?4 name, ?5 holder, ?6 token, ?7 at, ?8
+/// cause).
+pub(crate) const RECORD_DEATH: &str = "INSERT INTO liveness_deaths \
+    (ns, seq, space, name, holder, token, at_ms, cause) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// Drops the death records of seq ?2 and older (?1 ns): those out of the retention.
+pub(crate) const TRIM_DEATHS: &str = "DELETE FROM liveness_deaths WHERE ns = ?1 AND seq <= ?2";
+
+/// Fills in what the sweep of token ?2 moved (?1 ns, ?3 requeued, ?4 dead-lettered).
+pub(crate) const SWEPT: &str = "UPDATE liveness_deaths SET requeued = ?3, dead_lettered = ?4 \
+    WHERE ns = ?1 AND token = ?2 AND requeued IS NULL";
+
+/// Up to ?3 death records with seq below ?2 (?1 ns), newest first.
+pub(crate) const DEATHS: &str = "SELECT seq, space, name, holder, token, at_ms, cause, \
+    requeued, dead_lettered FROM liveness_deaths WHERE ns = ?1 AND seq < ?2 \
+    ORDER BY seq DESC LIMIT ?3";
+
+/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first.
+pub(crate) const ITEMS: &str =
+    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
+
+/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
+pub(crate) const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id = ?2 AND state = 2";
+
+/// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
+/// attempts (?1 ns).
+pub(crate) const RETRY_DEAD_LETTERS: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";

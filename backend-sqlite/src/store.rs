@@ -25,10 +25,11 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
-    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
+    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
+    StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -58,6 +59,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "request_ids",
         include_str!("../migrations/0003_request_ids.sql"),
     ),
+    (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
 ];
 
 /// The table recording applied schema migrations.
@@ -228,6 +230,7 @@ impl SqliteStore {
             caps: Capabilities {
                 // The store clock counts whole milliseconds.
                 min_ttl: Duration::from_millis(1),
+                death_retention: config.death_retention.max(1),
                 ..Capabilities::default()
             },
             writer,
@@ -354,20 +357,33 @@ impl SqliteStore {
         clocked: bool,
     ) -> Result<bool> {
         let mut w = self.write().await?;
+        let now = self.now()?;
         let mut q = self
             .query(statement)
             .bind(key.space().as_ref())
             .bind(key.name().as_ref())
             .bind(as_db(token.0));
         if clocked {
-            q = q.bind(self.now()?);
+            q = q.bind(now);
         }
-        let done = q.execute(w.conn()).await.map_err(map)?;
-        if done.rows_affected() == 0 {
+        let holder: Option<String> = q
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?
+            .map(|row| get_text(&row, 0))
+            .transpose()?;
+        let Some(holder) = holder else {
             w.rollback().await?;
             return Ok(false);
-        }
+        };
         self.bury(w.conn(), key, token.0).await?;
+        let cause = if clocked {
+            DeathCause::Reaped
+        } else {
+            DeathCause::Released
+        };
+        self.record_death(w.conn(), key, &holder, token.0, now, cause)
+            .await?;
         w.commit().await?;
         tick(&self.wake);
         Ok(true)
@@ -410,6 +426,67 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Records the death of `token` on `key` (held by `holder`) at store time `now`,
+    /// inside the open write transaction, and drops the records that fell out of the
+    /// retention (by seq: each record is deleted once, so O(1) amortized).
+    async fn record_death(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        holder: &str,
+        token: u64,
+        now: i64,
+        cause: DeathCause,
+    ) -> Result<()> {
+        let seq = self.next(conn, sql::NEXT_DEATH).await?;
+        self.query(sql::RECORD_DEATH)
+            .bind(seq)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder)
+            .bind(to_i64(token, "token")?)
+            .bind(now)
+            .bind(cause_code(cause))
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let keep = to_i64(self.caps.death_retention.max(1) as u64, "retention")?;
+        if seq > keep {
+            self.query(sql::TRIM_DEATHS)
+                .bind(seq - keep)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(())
+    }
+
+    /// Fills in the death record of `token` with what its sweep moved (`rows` of
+    /// [`sql::REQUEUE_ORPHANS`]), inside the sweep's write transaction.
+    async fn record_sweep(
+        &self,
+        conn: &mut SqliteConnection,
+        token: i64,
+        rows: &[SqliteRow],
+    ) -> Result<()> {
+        let mut requeued = 0i64;
+        for row in rows {
+            let state: i64 = row.try_get(1).map_err(map)?;
+            if state == STATE_PENDING {
+                requeued += 1;
+            }
+        }
+        let dead = i64::try_from(rows.len()).unwrap_or(i64::MAX) - requeued;
+        self.query(sql::SWEPT)
+            .bind(token)
+            .bind(requeued)
+            .bind(dead)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
     fn item_from_row(row: &SqliteRow) -> Result<(Item, ItemState)> {
         let id = ItemId(get_u64(row, 0, "item id")?);
         let payload: Vec<u8> = row.try_get(1).map_err(map)?;
@@ -434,6 +511,43 @@ impl SqliteStore {
             },
             state,
         ))
+    }
+}
+
+/// A lease's status at store time `now`, from its expiry.
+fn status_at(expires_at: i64, now: i64) -> LeaseStatus {
+    if now < expires_at {
+        LeaseStatus::Live {
+            remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
+        }
+    } else {
+        LeaseStatus::Expired
+    }
+}
+
+/// How `liveness_deaths.cause` writes a [`DeathCause`].
+fn cause_code(cause: DeathCause) -> i64 {
+    match cause {
+        DeathCause::Reaped => 0,
+        DeathCause::Released => 1,
+        DeathCause::Superseded => 2,
+    }
+}
+
+fn cause_from_code(code: i64) -> Result<DeathCause> {
+    match code {
+        0 => Ok(DeathCause::Reaped),
+        1 => Ok(DeathCause::Released),
+        2 => Ok(DeathCause::Superseded),
+        _ => Err(corrupt("death cause")),
+    }
+}
+
+fn state_code(state: ItemStateKind) -> i64 {
+    match state {
+        ItemStateKind::Pending => STATE_PENDING,
+        ItemStateKind::Owned => STATE_OWNED,
+        ItemStateKind::DeadLettered => STATE_DEAD,
     }
 }
 
@@ -558,6 +672,15 @@ impl LeaseStore for SqliteStore {
                 });
             }
             self.bury(w.conn(), key, token).await?;
+            self.record_death(
+                w.conn(),
+                key,
+                &live_holder,
+                token,
+                cur.now,
+                DeathCause::Superseded,
+            )
+            .await?;
             retired = true;
         }
         let token = self.next(w.conn(), sql::NEXT_TOKEN).await?;
@@ -697,6 +820,68 @@ impl LeaseStore for SqliteStore {
             Ok(DeadToken {
                 token: FencingToken(get_u64(row, 0, "token")?),
                 key: Key::new(space, name),
+            })
+        })
+        .await
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(Error::invalid("after", InputProblem::OtherSpace));
+        }
+        let now = self.now()?;
+        let q = self
+            .query(sql::MEMBERS)
+            .bind(space.as_ref())
+            .bind(after.map_or("", |k| k.name().as_ref()))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name = Name::new(get_text(row, 0)?).map_err(|_| corrupt("name"))?;
+            let expires_at: i64 = row.try_get(4).map_err(map)?;
+            Ok(LeaseInfo {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(get_text(row, 1)?).map_err(|_| corrupt("holder"))?,
+                token: FencingToken(get_u64(row, 2, "token")?),
+                ttl: Ttl::from_millis(get_u64(row, 3, "ttl")?).map_err(|_| corrupt("ttl"))?,
+                status: status_at(expires_at, now),
+            })
+        })
+        .await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let q = self
+            .query(sql::DEATHS)
+            .bind(before.map_or(i64::MAX, as_db))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
+            let name = Name::new(get_text(row, 2)?).map_err(|_| corrupt("name"))?;
+            let requeued: Option<i64> = row.try_get(7).map_err(map)?;
+            let dead: Option<i64> = row.try_get(8).map_err(map)?;
+            let count = |n: i64| u64::try_from(n).map_err(|_| corrupt("swept count"));
+            let swept = match (requeued, dead) {
+                (Some(r), Some(d)) => Some(Swept {
+                    requeued: count(r)?,
+                    dead_lettered: count(d)?,
+                }),
+                _ => None,
+            };
+            Ok(DeathRecord {
+                seq: get_u64(row, 0, "seq")?,
+                key: Key::new(space, name),
+                holder: HolderId::new(get_text(row, 3)?).map_err(|_| corrupt("holder"))?,
+                token: FencingToken(get_u64(row, 4, "token")?),
+                at: StoreTime::from_epoch(Duration::from_millis(get_u64(row, 5, "at")?)),
+                cause: cause_from_code(row.try_get(6).map_err(map)?)?,
+                swept,
             })
         })
         .await
@@ -867,6 +1052,7 @@ impl ItemStore for SqliteStore {
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
+        self.record_sweep(w.conn(), t, &rows).await?;
         w.commit().await?;
         let mut out = Requeued::default();
         for row in &rows {
@@ -921,5 +1107,69 @@ impl ItemStore for SqliteStore {
             Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
         })
         .await
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let q = self
+            .query(sql::ITEMS)
+            .bind(state_code(state))
+            .bind(after.map_or(0, |id| as_db(id.0)))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let mut w = self.write().await?;
+        let done = self
+            .query(sql::RETRY_DEAD_LETTER)
+            .bind(as_db(id.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 1 {
+            return w.commit().await;
+        }
+        let found = self
+            .query(sql::ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
+        w.rollback().await?;
+        Err(Error::invalid(
+            "item",
+            if found.is_some() {
+                InputProblem::NotDeadLettered
+            } else {
+                InputProblem::NoSuchItem
+            },
+        ))
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut w = self.write().await?;
+        let rows = self
+            .query(sql::RETRY_DEAD_LETTERS)
+            .bind(limit_param(limit))
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
+        w.commit().await?;
+        let mut ids = rows
+            .iter()
+            .map(|row| get_u64(row, 0, "item id").map(ItemId))
+            .collect::<Result<Vec<_>>>()?;
+        ids.sort();
+        Ok(ids)
     }
 }

@@ -16,7 +16,9 @@ fn db_path() -> std::path::PathBuf {
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {
-    let config = SqliteConfig::new(db_path(), liveness_conformance::fresh_namespace());
+    let mut config = SqliteConfig::new(db_path(), liveness_conformance::fresh_namespace());
+    // Small, so that the suite fills it and checks the bound.
+    config.death_retention = 20;
     let store = SqliteStore::connect(config)
         .await
         .expect("open the sqlite store");

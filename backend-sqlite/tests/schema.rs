@@ -51,13 +51,13 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 3));
+            assert_eq!((too_new.found, too_new.supported), (99, 5));
         }
         other => panic!("expected Backend, got {other:?}"),
     }
     assert!(
         err.to_string().contains(
-            "database schema version 99 is newer than this build supports (3); upgrade liveness"
+            "database schema version 99 is newer than this build supports (5); upgrade liveness"
         ),
         "{err}"
     );
@@ -218,7 +218,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 5);
     assert!(matches!(
         store.inspect(&old).await.unwrap().unwrap().status,
         LeaseStatus::Live { .. }

@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store,
+    StoreTime, Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -47,6 +48,11 @@ pub enum Op {
     Item,
     ItemCounts,
     DeadLetters,
+    Members,
+    Deaths,
+    Items,
+    RetryDeadLetter,
+    RetryDeadLetters,
 }
 
 impl Op {
@@ -405,6 +411,27 @@ impl LeaseStore for Faulty {
         )
         .await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let (s, space, after) = (self.inner.clone(), space.clone(), after.cloned());
+        self.run(
+            Op::Members,
+            Box::pin(async move { s.members(&space, after.as_ref(), limit).await }),
+        )
+        .await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let s = self.inner.clone();
+        self.run(
+            Op::Deaths,
+            Box::pin(async move { s.deaths(before, limit).await }),
+        )
+        .await
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         let s = self.inner.clone();
         self.run(Op::StoreTime, Box::pin(async move { s.store_time().await }))
@@ -519,6 +546,35 @@ impl ItemStore for Faulty {
         self.run(
             Op::DeadLetters,
             Box::pin(async move { s.dead_letters(limit).await }),
+        )
+        .await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let s = self.inner.clone();
+        self.run(
+            Op::Items,
+            Box::pin(async move { s.items(state, after, limit).await }),
+        )
+        .await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let s = self.inner.clone();
+        self.run(
+            Op::RetryDeadLetter,
+            Box::pin(async move { s.retry_dead_letter(id).await }),
+        )
+        .await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let s = self.inner.clone();
+        self.run(
+            Op::RetryDeadLetters,
+            Box::pin(async move { s.retry_dead_letters(limit).await }),
         )
         .await
     }

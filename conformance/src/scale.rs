@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Event, EventBus,
-    ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member, MemberConfig, Renewals, RequestId,
-    Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, DeathRecord, EnqueueOptions,
+    Event, EventBus, ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStore, Member,
+    MemberConfig, Renewals, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -302,6 +302,17 @@ impl LeaseStore for Meter {
         self.round_call();
         self.inner.dead_tokens(limit).await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        self.inner.members(space, after, limit).await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.inner.deaths(before, limit).await
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         self.inner.store_time().await
     }
@@ -355,6 +366,20 @@ impl ItemStore for Meter {
     }
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         self.inner.dead_letters(limit).await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        self.inner.items(state, after, limit).await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        self.inner.retry_dead_letter(id).await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        self.inner.retry_dead_letters(limit).await
     }
 }
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease,
+    FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store,
+    StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -142,6 +143,19 @@ impl LeaseStore for Wrapped {
         self.count();
         self.inner.dead_tokens(limit).await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        self.count();
+        self.inner.members(space, after, limit).await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.count();
+        self.inner.deaths(before, limit).await
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         self.count();
         self.inner.store_time().await
@@ -205,5 +219,22 @@ impl ItemStore for Wrapped {
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         self.count();
         self.inner.dead_letters(limit).await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        self.count();
+        self.inner.items(state, after, limit).await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        self.count();
+        self.inner.retry_dead_letter(id).await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        self.count();
+        self.inner.retry_dead_letters(limit).await
     }
 }

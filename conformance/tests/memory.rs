@@ -2,11 +2,17 @@
 
 use std::sync::{Arc, OnceLock};
 
-use liveness_core::{MemoryServer, Store};
+use liveness_core::{Capabilities, MemoryServer, Store};
 
 fn server() -> &'static MemoryServer {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
-    SERVER.get_or_init(MemoryServer::new)
+    // A small death retention, so that the suite fills it and checks the bound.
+    SERVER.get_or_init(|| {
+        MemoryServer::new().with_capabilities(Capabilities {
+            death_retention: 20,
+            ..Capabilities::default()
+        })
+    })
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {

@@ -110,6 +110,13 @@ pub enum InputProblem {
         /// The parameter's name.
         name: String,
     },
+    /// No item with this id is in the store (never enqueued, or completed).
+    NoSuchItem,
+    /// The item is not in the dead-letter set (pending or owned): only a
+    /// dead-lettered item can be retried.
+    NotDeadLettered,
+    /// A paging cursor that does not belong to the listing (a key of another space).
+    OtherSpace,
     /// A URL query parameter without a value (`ns=` or `ns`).
     EmptyParameter {
         /// The parameter's name.
@@ -165,6 +172,9 @@ impl std::fmt::Display for InputProblem {
                 known.join(", ")
             ),
             InputProblem::ForeignLease => write!(f, "belongs to another store or namespace"),
+            InputProblem::NoSuchItem => write!(f, "names no item in this namespace"),
+            InputProblem::NotDeadLettered => write!(f, "is not dead-lettered"),
+            InputProblem::OtherSpace => write!(f, "is a key of another space"),
             InputProblem::UnknownParameter { name, known } => write!(
                 f,
                 "has the unknown parameter `{name}` (names are case-sensitive); this store takes: {}",

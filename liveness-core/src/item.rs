@@ -128,6 +128,47 @@ pub enum ItemState {
     DeadLettered,
 }
 
+impl ItemState {
+    /// The state without its owner: what [`ItemStore::items`](crate::ItemStore::items)
+    /// pages by.
+    pub fn kind(self) -> ItemStateKind {
+        match self {
+            ItemState::Pending => ItemStateKind::Pending,
+            ItemState::Owned(_) => ItemStateKind::Owned,
+            ItemState::DeadLettered => ItemStateKind::DeadLettered,
+        }
+    }
+}
+
+/// An item state without its owner: which page [`ItemStore::items`](crate::ItemStore::items)
+/// lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ItemStateKind {
+    /// Waiting to be claimed.
+    Pending,
+    /// Owned by some token.
+    Owned,
+    /// In the dead-letter set.
+    DeadLettered,
+}
+
+impl ItemStateKind {
+    /// A short lowercase word: `pending`, `owned`, `dead-lettered`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStateKind::Pending => "pending",
+            ItemStateKind::Owned => "owned",
+            ItemStateKind::DeadLettered => "dead-lettered",
+        }
+    }
+}
+
+impl fmt::Display for ItemStateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An item with its state, as `item` and `dead_letters` report it. Completed items are
 /// gone from the store.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::item::ItemId;
-use crate::types::{FencingToken, HolderId, Key, Namespace, Ttl};
+use crate::types::{FencingToken, HolderId, Key, Namespace, StoreTime, Ttl};
 
 /// Which store and namespace issued a [`Lease`]. Fencing tokens are counted per
 /// namespace (every namespace starts at 1), so a token alone does not say where a
@@ -197,4 +197,71 @@ pub struct DeadToken {
     pub key: Key,
     /// The dead token.
     pub token: FencingToken,
+}
+
+/// The default for [`Capabilities::death_retention`](crate::Capabilities::death_retention):
+/// how many death records a store keeps per namespace (the newest ones).
+pub const DEFAULT_DEATH_RETENTION: usize = 10_000;
+
+/// Why a token stopped being current, as a [`DeathRecord`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeathCause {
+    /// Expired by the store clock and reaped (by a checker's `reap` or `reap_many`).
+    Reaped,
+    /// Released by its holder (`release`), live or expired.
+    Released,
+    /// Expired, and taken over by a new `acquire` of the same key, which reaped it in
+    /// the same atomic step (a member that lost its lease and joined again, or another
+    /// contender).
+    Superseded,
+}
+
+impl DeathCause {
+    /// A short lowercase word for tables and logs: `reaped`, `released`, `superseded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeathCause::Reaped => "reaped",
+            DeathCause::Released => "released",
+            DeathCause::Superseded => "superseded",
+        }
+    }
+}
+
+impl std::fmt::Display for DeathCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the sweep of a dead token moved: filled into its [`DeathRecord`] by the
+/// `requeue_orphans` (or `requeue_orphans_many`) call that took the token out of the
+/// dead set, in the same atomic step, whichever checker made it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Swept {
+    /// Items the token still owned that went back to pending.
+    pub requeued: u64,
+    /// Items the token still owned that went to the dead-letter set (out of attempts).
+    pub dead_lettered: u64,
+}
+
+/// One entry of a namespace's death history ([`LeaseStore::deaths`](crate::LeaseStore::deaths)):
+/// a token that stopped being current and went to the dead set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeathRecord {
+    /// Its place in the namespace's history: strictly increasing in the order the
+    /// deaths happened, never reused.
+    pub seq: u64,
+    /// The key the token was acquired on.
+    pub key: Key,
+    /// Who held it.
+    pub holder: HolderId,
+    /// The dead token.
+    pub token: FencingToken,
+    /// The store time of the death (the reap, the release or the superseding acquire).
+    pub at: StoreTime,
+    /// Why it died.
+    pub cause: DeathCause,
+    /// What the sweep of the token moved: `None` until `requeue_orphans` took the
+    /// token out of the dead set.
+    pub swept: Option<Swept>,
 }

@@ -32,10 +32,13 @@ pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, Sche
 pub use events::{CheckStep, Event, EventBus, LossReason};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
-    DEFAULT_MAX_ATTEMPTS,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued, DEFAULT_MAX_ATTEMPTS,
 };
-pub use lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
+pub use lease::{
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus, Swept,
+    DEFAULT_DEATH_RETENTION,
+};
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
 pub use store::{Capabilities, ItemStore, LeaseStore, Store};

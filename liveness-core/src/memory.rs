@@ -9,6 +9,7 @@
 //! moved by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,11 +17,14 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
-use crate::error::{Error, LostReason, Result};
+use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus};
+use crate::lease::{
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus, Swept,
+};
 use crate::store::{Capabilities, ItemStore, LeaseStore};
 use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
@@ -51,7 +55,14 @@ struct NsState {
     leases: HashMap<Key, LeaseRec>,
     /// The expiry index: per space, (expires_at, name).
     expiry: BTreeMap<Space, BTreeSet<(Duration, Name)>>,
+    /// The key index: per space, the names with a lease record, in key order.
+    names: BTreeMap<Space, BTreeSet<Name>>,
     dead: BTreeMap<FencingToken, Key>,
+    /// The death history, by seq; the newest `death_retention` kept.
+    deaths: BTreeMap<u64, DeathRecord>,
+    last_death: u64,
+    /// The seq of each dead token's record whose `swept` is still to be filled.
+    death_of: HashMap<FencingToken, u64>,
     items: BTreeMap<ItemId, ItemRec>,
     pending: BTreeSet<ItemId>,
     owned: HashMap<FencingToken, BTreeSet<ItemId>>,
@@ -68,7 +79,11 @@ impl NsState {
             next_item: 0,
             leases: HashMap::new(),
             expiry: BTreeMap::new(),
+            names: BTreeMap::new(),
             dead: BTreeMap::new(),
+            deaths: BTreeMap::new(),
+            last_death: 0,
+            death_of: HashMap::new(),
             items: BTreeMap::new(),
             pending: BTreeSet::new(),
             owned: HashMap::new(),
@@ -91,13 +106,93 @@ impl NsState {
             .insert((expires_at, key.name().clone()));
     }
 
-    /// Removes the lease on `key` and puts its token in the dead set.
-    fn retire(&mut self, key: &Key) {
+    /// Removes the lease on `key`, puts its token in the dead set and records its
+    /// death (keeping the newest `retention` records).
+    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration, retention: usize) {
         if let Some(rec) = self.leases.remove(key) {
             self.unindex(key, rec.expires_at);
+            if let Some(set) = self.names.get_mut(key.space()) {
+                set.remove(key.name());
+                if set.is_empty() {
+                    self.names.remove(key.space());
+                }
+            }
             self.dead.insert(rec.token, key.clone());
+            self.last_death += 1;
+            let seq = self.last_death;
+            self.deaths.insert(
+                seq,
+                DeathRecord {
+                    seq,
+                    key: key.clone(),
+                    holder: rec.holder,
+                    token: rec.token,
+                    at: StoreTime::from_epoch(now),
+                    cause,
+                    swept: None,
+                },
+            );
+            self.death_of.insert(rec.token, seq);
+            // Each record is dropped once: O(1) amortized per death.
+            while self.deaths.len() > retention.max(1) {
+                if let Some((_, old)) = self.deaths.pop_first() {
+                    if self.death_of.get(&old.token) == Some(&old.seq) {
+                        self.death_of.remove(&old.token);
+                    }
+                }
+            }
             tick(&self.wake);
         }
+    }
+
+    /// Fills in what the sweep of `token` moved, in its death record (if kept).
+    fn record_sweep(&mut self, token: FencingToken, moved: &Requeued) {
+        if let Some(seq) = self.death_of.remove(&token) {
+            if let Some(rec) = self.deaths.get_mut(&seq) {
+                rec.swept = Some(Swept {
+                    requeued: moved.requeued.len() as u64,
+                    dead_lettered: moved.dead_lettered.len() as u64,
+                });
+            }
+        }
+    }
+
+    fn info(&self, key: &Key, rec: &LeaseRec, now: Duration) -> LeaseInfo {
+        LeaseInfo {
+            key: key.clone(),
+            holder: rec.holder.clone(),
+            token: rec.token,
+            ttl: rec.ttl,
+            status: if now < rec.expires_at {
+                LeaseStatus::Live {
+                    remaining: rec.expires_at - now,
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }
+    }
+
+    fn record(&self, id: ItemId) -> Option<ItemRecord> {
+        self.items.get(&id).map(|rec| ItemRecord {
+            item: rec.item.clone(),
+            state: rec.state,
+        })
+    }
+
+    /// Moves a dead-lettered item back to pending with no attempts counted.
+    fn revive(&mut self, id: ItemId) -> Result<()> {
+        let Some(rec) = self.items.get_mut(&id) else {
+            return Err(Error::invalid("item", InputProblem::NoSuchItem));
+        };
+        if rec.state != ItemState::DeadLettered {
+            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
+        }
+        rec.state = ItemState::Pending;
+        rec.item.attempts = 0;
+        self.dead_letters.remove(&id);
+        self.pending.insert(id);
+        Ok(())
     }
 
     fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
@@ -259,7 +354,7 @@ impl LeaseStore for MemoryStore {
                     token: rec.token,
                 });
             }
-            st.retire(key);
+            st.retire(key, DeathCause::Superseded, now, self.caps.death_retention);
         }
         st.next_token += 1;
         let token = FencingToken(st.next_token);
@@ -274,6 +369,10 @@ impl LeaseStore for MemoryStore {
             },
         );
         st.index(key, expires_at);
+        st.names
+            .entry(key.space().clone())
+            .or_default()
+            .insert(key.name().clone());
         Ok(Lease::granted(
             &self.issuer,
             key.clone(),
@@ -306,16 +405,22 @@ impl LeaseStore for MemoryStore {
         let mut st = lock(&self.state);
         Ok(expired
             .iter()
-            .map(|(key, token)| Ok(reap_locked(&mut st, key, *token, now)))
+            .map(|(key, token)| Ok(self.reap_locked(&mut st, key, *token, now)))
             .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         lease.check_issuer(&self.issuer)?;
+        let now = self.now();
         let mut st = lock(&self.state);
         match st.leases.get(&lease.key) {
             Some(rec) if rec.token == lease.token => {
-                st.retire(&lease.key);
+                st.retire(
+                    &lease.key,
+                    DeathCause::Released,
+                    now,
+                    self.caps.death_retention,
+                );
                 Ok(true)
             }
             _ => Ok(false),
@@ -325,19 +430,49 @@ impl LeaseStore for MemoryStore {
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let now = self.now();
         let st = lock(&self.state);
-        Ok(st.leases.get(key).map(|rec| LeaseInfo {
-            key: key.clone(),
-            holder: rec.holder.clone(),
-            token: rec.token,
-            ttl: rec.ttl,
-            status: if now < rec.expires_at {
-                LeaseStatus::Live {
-                    remaining: rec.expires_at - now,
-                }
-            } else {
-                LeaseStatus::Expired
-            },
-        }))
+        Ok(st.leases.get(key).map(|rec| st.info(key, rec, now)))
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(Error::invalid("after", InputProblem::OtherSpace));
+        }
+        let now = self.now();
+        let st = lock(&self.state);
+        let Some(names) = st.names.get(space) else {
+            return Ok(Vec::new());
+        };
+        let from = match after {
+            Some(k) => Bound::Excluded(k.name().clone()),
+            None => Bound::Unbounded,
+        };
+        Ok(names
+            .range((from, Bound::Unbounded))
+            .take(limit)
+            .filter_map(|name| {
+                let key = Key::new(space.clone(), name.clone());
+                st.leases.get(&key).map(|rec| st.info(&key, rec, now))
+            })
+            .collect())
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let st = lock(&self.state);
+        let until = before.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(st
+            .deaths
+            .range((Bound::Unbounded, until))
+            .rev()
+            .take(limit)
+            .map(|(_, rec)| rec.clone())
+            .collect())
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
@@ -365,7 +500,7 @@ impl LeaseStore for MemoryStore {
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let now = self.now();
         let mut st = lock(&self.state);
-        Ok(reap_locked(&mut st, key, token, now))
+        Ok(self.reap_locked(&mut st, key, token, now))
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -506,10 +641,55 @@ impl ItemStore for MemoryStore {
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let st = lock(&self.state);
-        Ok(st.items.get(&id).map(|rec| ItemRecord {
-            item: rec.item.clone(),
-            state: rec.state,
-        }))
+        Ok(st.record(id))
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let st = lock(&self.state);
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let ids: Vec<ItemId> = match state {
+            ItemStateKind::Pending => st
+                .pending
+                .range((from, Bound::Unbounded))
+                .take(limit)
+                .copied()
+                .collect(),
+            ItemStateKind::DeadLettered => st
+                .dead_letters
+                .range((from, Bound::Unbounded))
+                .take(limit)
+                .copied()
+                .collect(),
+            // The model scans: it is written for obviousness.
+            ItemStateKind::Owned => st
+                .items
+                .range((from, Bound::Unbounded))
+                .filter(|(_, rec)| rec.state.kind() == ItemStateKind::Owned)
+                .take(limit)
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        Ok(ids.into_iter().filter_map(|id| st.record(id)).collect())
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        lock(&self.state).revive(id)
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut st = lock(&self.state);
+        let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();
+        for id in &ids {
+            st.revive(*id)?;
+        }
+        Ok(ids)
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
@@ -555,15 +735,15 @@ impl MemoryStore {
         }
         Ok(lease.renewed())
     }
-}
 
-fn reap_locked(st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
-    match st.leases.get(key) {
-        Some(rec) if rec.token == token && now >= rec.expires_at => {
-            st.retire(key);
-            true
+    fn reap_locked(&self, st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
+        match st.leases.get(key) {
+            Some(rec) if rec.token == token && now >= rec.expires_at => {
+                st.retire(key, DeathCause::Reaped, now, self.caps.death_retention);
+                true
+            }
+            _ => false,
         }
-        _ => false,
     }
 }
 
@@ -579,5 +759,6 @@ fn requeue_locked(st: &mut NsState, token: FencingToken) -> Requeued {
             _ => out.dead_lettered.push(id),
         }
     }
+    st.record_sweep(token, &out);
     out
 }

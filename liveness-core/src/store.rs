@@ -62,9 +62,12 @@ use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
+use crate::lease::{
+    DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, DEFAULT_DEATH_RETENTION,
+};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
 /// What a store declares about itself. The conformance suite and the state machines
@@ -100,6 +103,10 @@ pub struct Capabilities {
     pub max_batch: usize,
     /// The largest item payload in bytes.
     pub max_payload: usize,
+    /// How many death records ([`LeaseStore::deaths`]) the store keeps per namespace:
+    /// the newest ones; older ones are dropped as new deaths are recorded. Default
+    /// [`DEFAULT_DEATH_RETENTION`]; at least 1.
+    pub death_retention: usize,
 }
 
 impl Default for Capabilities {
@@ -111,6 +118,7 @@ impl Default for Capabilities {
             observer_local_expiry: false,
             max_batch: 1000,
             max_payload: 1024 * 1024,
+            death_retention: DEFAULT_DEATH_RETENTION,
         }
     }
 }
@@ -330,6 +338,71 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - A token leaves the dead set only through [`ItemStore::requeue_orphans`].
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>>;
 
+    /// Lists the leases of `space`, live or expired-not-reaped, in key order: the
+    /// operator's "who is alive right now".
+    ///
+    /// # Contract
+    /// - Returns the leases whose key is greater than `after` (all of them without
+    ///   `after`), lowest key first (keys compare by their name's bytes), at most
+    ///   `limit` of them (clamped to `max_batch`; zero is `InvalidInput`): a caller
+    ///   pages through by passing the last key it got as the next `after`.
+    /// - Each entry is what [`LeaseStore::inspect`] of its key would report: holder,
+    ///   token, ttl and status by the store clock (live with the time left, or
+    ///   expired and not yet reaped). Released and reaped leases are not listed.
+    /// - An `after` key of another space is `InvalidInput`
+    ///   ([`InputProblem::OtherSpace`]).
+    /// - Its cost grows with the page, never with the number of leases in the space
+    ///   (an index by key).
+    /// - Changes nothing. The page is one snapshot, except on stores whose `expired`
+    ///   may read in several steps (etcd), where each entry was true when it was read.
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let _ = (space, after, limit);
+        Err(Error::invalid(
+            "operation",
+            InputProblem::Malformed {
+                expected: "an implemented operation (TEMPORARY default)",
+            },
+        ))
+    }
+
+    /// Lists the namespace's death history, newest first: every token that stopped
+    /// being current (reaped, released, or superseded by an acquire), with what its
+    /// sweep moved.
+    ///
+    /// # Contract
+    /// - Every reap that returns true, every release that returns true and every
+    ///   acquire that reaps an expired lease writes one [`DeathRecord`] in the same
+    ///   atomic step (so of racing reapers, exactly one death is recorded), with the
+    ///   store time and the [`DeathCause`](crate::DeathCause).
+    /// - Its `swept` is `None` until [`ItemStore::requeue_orphans`] (or
+    ///   `requeue_orphans_many`) takes the token out of the dead set, and then says
+    ///   exactly how many items that sweep sent back to pending and how many to the
+    ///   dead-letter set, whichever of any number of checkers made it (written in the
+    ///   sweep's own atomic step; a sweep split over several steps fills it in with
+    ///   the last one, counting them all).
+    /// - Records have increasing `seq` in the order the deaths happened. Returns those
+    ///   with `seq < before` (all without `before`), highest `seq` first, at most
+    ///   `limit` (clamped to `max_batch`; zero is `InvalidInput`): a caller pages back
+    ///   by passing the last `seq` it got as the next `before`.
+    /// - The store keeps the newest [`Capabilities::death_retention`] records of the
+    ///   namespace and drops older ones as new ones are written, at a cost that does
+    ///   not grow with the history (no scan).
+    /// - Changes nothing.
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let _ = (before, limit);
+        Err(Error::invalid(
+            "operation",
+            InputProblem::Malformed {
+                expected: "an implemented operation (TEMPORARY default)",
+            },
+        ))
+    }
+
     /// The store clock's now, for diagnostics and tests.
     ///
     /// # Contract
@@ -509,6 +582,73 @@ pub trait ItemStore: Send + Sync {
     /// # Contract
     /// - At most `limit` (clamped; zero is `InvalidInput`).
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>>;
+
+    /// Lists a page of the items in one state, lowest id first.
+    ///
+    /// # Contract
+    /// - The items in `state` whose id is greater than `after` (all without `after`),
+    ///   at most `limit` (clamped to `max_batch`; zero is `InvalidInput`): a caller
+    ///   pages through by passing the last id it got as the next `after`.
+    /// - Each entry is what [`ItemStore::item`] would report. The page is one
+    ///   snapshot. Changes nothing.
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let _ = (state, after, limit);
+        Err(Error::invalid(
+            "operation",
+            InputProblem::Malformed {
+                expected: "an implemented operation (TEMPORARY default)",
+            },
+        ))
+    }
+
+    /// Moves a dead-lettered item back to pending, with its attempts reset to zero:
+    /// the operator's "retry this one".
+    ///
+    /// # Contract
+    /// - Iff item `id` is dead-lettered, it becomes pending with `attempts == 0`
+    ///   (payload and `max_attempts` unchanged), in one atomic step.
+    /// - An id of no item (never enqueued, or completed) is `InvalidInput` with
+    ///   [`InputProblem::NoSuchItem`]; a pending or owned item is `InvalidInput`
+    ///   with [`InputProblem::NotDeadLettered`] (`what: "item"`). Nothing changes.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call answers `NotDeadLettered` (the item is pending,
+    ///   or claimed since) and changes nothing.
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let _ = id;
+        Err(Error::invalid(
+            "operation",
+            InputProblem::Malformed {
+                expected: "an implemented operation (TEMPORARY default)",
+            },
+        ))
+    }
+
+    /// Moves up to `limit` dead-lettered items, lowest id first, back to pending with
+    /// their attempts reset to zero, and returns their ids (in id order): the
+    /// operator's "retry them all", called until it answers an empty list.
+    ///
+    /// # Contract
+    /// - Each moved item is exactly as [`ItemStore::retry_dead_letter`] would move it;
+    ///   the call is one atomic step.
+    /// - `limit` is clamped to `max_batch`; zero is `InvalidInput`.
+    ///
+    /// # Retry
+    /// - A repeat moves the items dead-lettered by then; none twice.
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let _ = limit;
+        Err(Error::invalid(
+            "operation",
+            InputProblem::Malformed {
+                expected: "an implemented operation (TEMPORARY default)",
+            },
+        ))
+    }
 }
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with

@@ -13,9 +13,10 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, RequestId, Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
+    Requeued,
 };
-use crate::lease::{DeadToken, ExpiredLease, Issuer, Lease, LeaseInfo};
+use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::metrics::{error_kind, Labels, STORE_ERRORS_TOTAL};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Store};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
@@ -129,6 +130,27 @@ impl LeaseStore for Traced {
         self.count("dead_tokens", &r);
         r
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let span = span!(self, "members", space = space);
+        let r = self
+            .inner
+            .members(space, after, limit)
+            .instrument(span)
+            .await;
+        self.count("members", &r);
+        r
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let span = span!(self, "deaths");
+        let r = self.inner.deaths(before, limit).instrument(span).await;
+        self.count("deaths", &r);
+        r
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         let span = span!(self, "store_time");
         let r = self.inner.store_time().instrument(span).await;
@@ -213,6 +235,29 @@ impl ItemStore for Traced {
         let span = span!(self, "dead_letters");
         let r = self.inner.dead_letters(limit).instrument(span).await;
         self.count("dead_letters", &r);
+        r
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let span = span!(self, "items", state = state);
+        let r = self.inner.items(state, after, limit).instrument(span).await;
+        self.count("items", &r);
+        r
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let span = span!(self, "retry_dead_letter", item = id);
+        let r = self.inner.retry_dead_letter(id).instrument(span).await;
+        self.count("retry_dead_letter", &r);
+        r
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let span = span!(self, "retry_dead_letters");
+        let r = self.inner.retry_dead_letters(limit).instrument(span).await;
+        self.count("retry_dead_letters", &r);
         r
     }
 }

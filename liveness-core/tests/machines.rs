@@ -452,10 +452,10 @@ mod faulty {
     use std::time::Duration;
 
     use liveness_core::{
-        async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-        HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-        LeaseInfo, LeaseStore, LostReason, RequestId, Requeued, Result, Space, Store, StoreTime,
-        Ttl,
+        async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease,
+        FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+        ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LostReason, RequestId,
+        Requeued, Result, Space, Store, StoreTime, Ttl,
     };
     use tokio::sync::watch;
 
@@ -570,6 +570,17 @@ mod faulty {
         async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
             self.inner.dead_tokens(limit).await
         }
+        async fn members(
+            &self,
+            space: &Space,
+            after: Option<&Key>,
+            limit: usize,
+        ) -> Result<Vec<LeaseInfo>> {
+            self.inner.members(space, after, limit).await
+        }
+        async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+            self.inner.deaths(before, limit).await
+        }
         async fn store_time(&self) -> Result<StoreTime> {
             self.inner.store_time().await
         }
@@ -612,6 +623,20 @@ mod faulty {
         }
         async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
             self.inner.dead_letters(limit).await
+        }
+        async fn items(
+            &self,
+            state: ItemStateKind,
+            after: Option<ItemId>,
+            limit: usize,
+        ) -> Result<Vec<ItemRecord>> {
+            self.inner.items(state, after, limit).await
+        }
+        async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+            self.inner.retry_dead_letter(id).await
+        }
+        async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+            self.inner.retry_dead_letters(limit).await
         }
     }
 }

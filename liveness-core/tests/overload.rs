@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, EnqueueOptions, Error, Event,
-    EventBus, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LossReason, Member, MemberConfig,
-    MemoryServer, Namespace, Renewals, RequestId, Requeued, Result, Space, Store, StoreTime, Ttl,
+    async_trait, Capabilities, Checker, CheckerConfig, DeadToken, DeathRecord, EnqueueOptions,
+    Error, Event, EventBus, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStore, LossReason,
+    Member, MemberConfig, MemoryServer, Namespace, Renewals, RequestId, Requeued, Result, Space,
+    Store, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -177,6 +178,17 @@ impl LeaseStore for Slow {
         self.checker_calls.fetch_add(1, Ordering::SeqCst);
         self.call(self.inner.dead_tokens(limit)).await
     }
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        self.inner.members(space, after, limit).await
+    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.inner.deaths(before, limit).await
+    }
     async fn store_time(&self) -> Result<StoreTime> {
         self.inner.store_time().await
     }
@@ -225,6 +237,20 @@ impl ItemStore for Slow {
     }
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
         self.inner.dead_letters(limit).await
+    }
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        self.inner.items(state, after, limit).await
+    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        self.inner.retry_dead_letter(id).await
+    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        self.inner.retry_dead_letters(limit).await
     }
 }
 

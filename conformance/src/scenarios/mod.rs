@@ -11,11 +11,13 @@ mod batches;
 mod items;
 mod leases;
 mod machines;
+mod operator;
 
 pub use batches::*;
 pub use items::*;
 pub use leases::*;
 pub use machines::*;
+pub use operator::*;
 
 /// One named scenario.
 #[derive(Clone, Copy)]
@@ -66,6 +68,13 @@ macro_rules! __scenarios {
             foreign_lease_refused_unchanged,
             bad_input_rejected_unchanged,
             works_through_box_and_arc,
+            members_pages_in_key_order,
+            members_show_expired_until_reaped,
+            deaths_record_each_death_once,
+            death_swept_counts_are_exact,
+            deaths_retention_keeps_newest,
+            retry_dead_letters_back_to_pending,
+            items_page_by_state,
             checker_declares_each_death_once,
             checker_crash_between_reap_and_requeue_loses_nothing,
             member_cancel_fires_before_store_expiry,
