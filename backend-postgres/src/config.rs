@@ -88,6 +88,10 @@ pub struct PostgresConfig {
     /// default) or accepted with a warning ([`Durability::Relaxed`], the URL's
     /// `durability=relaxed`).
     pub durability: Durability,
+    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
+    /// the namespace keeps, the newest ones (default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); at least 1).
+    pub death_retention: usize,
 }
 
 impl PostgresConfig {
@@ -100,6 +104,7 @@ impl PostgresConfig {
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             notify: true,
             durability: Durability::Strict,
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         }
     }
 
@@ -140,6 +145,7 @@ impl PostgresConfig {
                 .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT),
             notify: parsed.flag(NOTIFY)?.unwrap_or(true),
             durability: Durability::from_url(&parsed)?,
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         })
     }
 

@@ -9,10 +9,11 @@
 //!
 //! Public so that benches and reviewers can see exactly what runs; not an API.
 
-/// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel.
+/// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel, $6 death
+/// retention.
 ///
-/// Locks the current row (if any); an expired one is retired to the dead set and
-/// overwritten in the same statement; a live one is reported as held. `token` is
+/// Locks the current row (if any); an expired one is retired to the dead set (with
+/// its death record, cause superseded) and overwritten in the same statement; a live one is reported as held. `token` is
 /// NULL and `held_token` NULL only when a concurrent acquire inserted the key first:
 /// the caller runs the statement again.
 pub const ACQUIRE: &str = r#"
@@ -28,6 +29,18 @@ retired AS (
     SELECT token, $1, $2 FROM cur WHERE NOT live
     ON CONFLICT (token) DO NOTHING
     RETURNING token
+),
+dseq AS (
+    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM retired) RETURNING last
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last, $1, $2, cur.holder, cur.token, clk.t, 2 FROM dseq, cur, clk WHERE NOT cur.live
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $6
+      AND seq > (SELECT last FROM dseq) - $6 - 64
 ),
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
@@ -83,22 +96,38 @@ pub const RENEW_WHY: &str = r#"
 SELECT token, expires_at > clock_timestamp() FROM leases WHERE space = $1 AND name = $2
 "#;
 
-/// `release`: $1 space, $2 name, $3 token, $4 notify channel. Removes the lease iff
-/// the token is current (live or expired), puts it in the dead set, and notifies.
+/// `release`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention.
+/// Removes the lease iff the token is current (live or expired), puts it in the dead
+/// set with its death record (cause released), and notifies.
 pub const RELEASE: &str = r#"
-WITH del AS (
-    DELETE FROM leases WHERE space = $1 AND name = $2 AND token = $3 RETURNING token
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+del AS (
+    DELETE FROM leases WHERE space = $1 AND name = $2 AND token = $3
+    RETURNING token, holder
 ),
 dead AS (
     INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
     ON CONFLICT (token) DO NOTHING
     RETURNING token
 ),
+dseq AS (
+    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, 1 FROM dseq, del, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $5
+      AND seq > (SELECT last FROM dseq) - $5 - 64
+),
 woke AS (SELECT pg_notify($4, 'released') FROM dead)
 SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
 "#;
 
-/// `reap`: $1 space, $2 name, $3 token, $4 notify channel. Like [`RELEASE`], only
+/// `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention (the
+/// death record's cause: reaped). Like [`RELEASE`], only
 /// when the lease is expired by the server clock. Concurrent reaps serialize on the
 /// row: exactly one deletes it.
 pub const REAP: &str = r#"
@@ -106,12 +135,24 @@ WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 del AS (
     DELETE FROM leases l USING clk
     WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at <= clk.t
-    RETURNING l.token
+    RETURNING l.token, l.holder
 ),
 dead AS (
     INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
     ON CONFLICT (token) DO NOTHING
     RETURNING token
+),
+dseq AS (
+    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, 0 FROM dseq, del, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $5
+      AND seq > (SELECT last FROM dseq) - $5 - 64
 ),
 woke AS (SELECT pg_notify($4, 'reaped') FROM dead)
 SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
@@ -245,8 +286,9 @@ RETURNING state
 
 /// `requeue_orphans`: $1 token. Acts only if the token is in the dead set: removes
 /// it and hands every item it owns back (pending, or dead-lettered when out of
-/// attempts). Concurrent calls serialize on the dead-set row: one moves, the other
-/// finds nothing.
+/// attempts), and fills in the token's death record with the counts it moved.
+/// Concurrent calls serialize on the dead-set row: one moves, the other finds
+/// nothing.
 pub const REQUEUE_ORPHANS: &str = r#"
 WITH d AS (DELETE FROM dead_tokens WHERE token = $1 RETURNING token),
 moved AS (
@@ -255,6 +297,12 @@ moved AS (
     FROM d
     WHERE i.state = 1 AND i.owner = d.token
     RETURNING i.id, i.state
+),
+swept AS (
+    UPDATE deaths
+    SET requeued = (SELECT count(*) FROM moved WHERE state = 0),
+        dead_lettered = (SELECT count(*) FROM moved WHERE state = 2)
+    WHERE token = $1 AND requeued IS NULL AND EXISTS (SELECT 1 FROM d)
 )
 SELECT id, state FROM moved ORDER BY id
 "#;
@@ -276,4 +324,53 @@ FROM items
 pub const DEAD_LETTERS: &str = r#"
 SELECT id, payload, attempts, max_attempts FROM items
 WHERE state = 2 ORDER BY id LIMIT $1
+"#;
+
+/// `members`: $1 space, $2 after (the last name of the previous page, '' for the
+/// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
+/// default collation may not be, so the order is the same on every server) and the
+/// page is read on the `leases_members` index: O(page).
+pub const MEMBERS: &str = r#"
+SELECT name, holder, token, ttl_ms,
+       (extract(epoch FROM (expires_at - clk.t)) * 1000000)::bigint AS remaining_us
+FROM leases, (SELECT clock_timestamp() AS t) clk
+WHERE space = $1 AND name COLLATE "C" > $2
+ORDER BY name COLLATE "C"
+LIMIT $3
+"#;
+
+/// `deaths`: $1 before (exclusive seq), $2 limit. Newest first; `at` in microseconds
+/// since the Unix epoch (the clock of [`STORE_TIME`]).
+pub const DEATHS: &str = r#"
+SELECT seq, space, name, holder, token,
+       (extract(epoch FROM at) * 1000000)::bigint, cause, requeued, dead_lettered
+FROM deaths WHERE seq < $1 ORDER BY seq DESC LIMIT $2
+"#;
+
+/// `items`: $1 state, $2 after (exclusive id), $3 limit. Lowest id first, on the
+/// state's partial index.
+pub const ITEMS: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM items
+WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
+"#;
+
+/// `retry_dead_letter`: $1 id. Back to pending with no attempts iff dead-lettered;
+/// answers the item's state before (no row: no such item).
+pub const RETRY_DEAD_LETTER: &str = r#"
+WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
+moved AS (
+    UPDATE items i SET state = 0, attempts = 0
+    FROM cur WHERE i.id = cur.id AND cur.state = 2
+)
+SELECT state FROM cur
+"#;
+
+/// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
+/// back to pending with no attempts; answers their ids.
+pub const RETRY_DEAD_LETTERS: &str = r#"
+WITH pick AS (
+    SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+UPDATE items i SET state = 0, attempts = 0 FROM pick WHERE i.id = pick.id
+RETURNING i.id
 "#;

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Backoff, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace,
-    RequestId, Requeued, Result, SchemaTooNew, Space, StoreTime, Ttl,
+    async_trait, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
+    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
+    StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -35,10 +36,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "request_ids",
         include_str!("../migrations/0002_request_ids.sql"),
     ),
+    (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How many times a keyed `enqueue` reruns its statement after waiting on a
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
@@ -163,6 +165,17 @@ fn item_of(row: &PgRow) -> Result<Item> {
     })
 }
 
+/// A lease's status from its time left in microseconds (> 0 iff live).
+fn status_of(remaining_us: i64) -> LeaseStatus {
+    if remaining_us > 0 {
+        LeaseStatus::Live {
+            remaining: Duration::from_micros(remaining_us.unsigned_abs()),
+        }
+    } else {
+        LeaseStatus::Expired
+    }
+}
+
 fn key_of(space: String, name: String) -> Result<Key> {
     let space = Space::new(space).map_err(|_| corrupt("space", "invalid space"))?;
     let name = Name::new(name).map_err(|_| corrupt("name", "invalid name"))?;
@@ -218,7 +231,10 @@ impl PostgresStore {
                 namespace: config.namespace.clone(),
                 schema,
                 channel,
-                caps: Capabilities::default(),
+                caps: Capabilities {
+                    death_retention: config.death_retention.max(1),
+                    ..Capabilities::default()
+                },
                 notify: config.notify,
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
@@ -289,6 +305,11 @@ impl PostgresStore {
         })
     }
 
+    /// The death retention, as the statements that record deaths bind it.
+    fn retention(&self) -> i64 {
+        i64::try_from(self.inner.caps.death_retention).unwrap_or(i64::MAX)
+    }
+
     pub(crate) fn wake_local(&self) {
         tick(&self.inner.wake);
     }
@@ -299,7 +320,8 @@ impl PostgresStore {
     async fn retire(&self, statement: &'static str, key: &Key, token: i64) -> Result<bool> {
         let q = on_key(statement, key)
             .bind(token)
-            .bind(self.inner.channel.as_str());
+            .bind(self.inner.channel.as_str())
+            .bind(self.retention());
         let row = self.db().fetch_one(q).await?;
         let removed: i64 = get(&row, 0)?;
         if removed > 0 {
@@ -414,7 +436,8 @@ impl LeaseStore for PostgresStore {
             let q = on_key(sql::ACQUIRE, key)
                 .bind(holder.as_str())
                 .bind(ttl_ms(ttl))
-                .bind(self.inner.channel.as_str());
+                .bind(self.inner.channel.as_str())
+                .bind(self.retention());
             let row = self.db().fetch_one(q).await?;
             let token: Option<i64> = get(&row, 0)?;
             let held_by: Option<String> = get(&row, 1)?;
@@ -580,6 +603,82 @@ impl LeaseStore for PostgresStore {
             Ok(DeadToken {
                 token: token_of(get(row, 0)?)?,
                 key: key_of(get(row, 1)?, get(row, 2)?)?,
+            })
+        })
+        .await
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(Error::invalid("after", InputProblem::OtherSpace));
+        }
+        let q = sqlx::query(sql::MEMBERS)
+            .bind(space.as_str())
+            .bind(after.map_or("", |k| k.name().as_str()))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name: String = get(row, 0)?;
+            let holder: String = get(row, 1)?;
+            let ttl: i64 = get(row, 3)?;
+            let remaining: i64 = get(row, 4)?;
+            Ok(LeaseInfo {
+                key: key_of(space.as_str().to_owned(), name)?,
+                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+                token: token_of(get(row, 2)?)?,
+                ttl: u64::try_from(ttl)
+                    .ok()
+                    .and_then(|ms| Ttl::from_millis(ms).ok())
+                    .ok_or_else(|| corrupt("ttl_ms", ttl))?,
+                status: status_of(remaining),
+            })
+        })
+        .await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        let q = sqlx::query(sql::DEATHS)
+            .bind(before)
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let count = |i: usize| -> Result<Option<u64>> {
+                let v: Option<i64> = get(row, i)?;
+                v.map(|v| u64::try_from(v).map_err(|_| corrupt("swept count", v)))
+                    .transpose()
+            };
+            let swept = match (count(7)?, count(8)?) {
+                (Some(requeued), Some(dead_lettered)) => Some(Swept {
+                    requeued,
+                    dead_lettered,
+                }),
+                _ => None,
+            };
+            let seq: i64 = get(row, 0)?;
+            let holder: String = get(row, 3)?;
+            let at: i64 = get(row, 5)?;
+            let cause: i16 = get(row, 6)?;
+            Ok(DeathRecord {
+                seq: u64::try_from(seq).map_err(|_| corrupt("seq", seq))?,
+                key: key_of(get(row, 1)?, get(row, 2)?)?,
+                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+                token: token_of(get(row, 4)?)?,
+                at: StoreTime::from_epoch(Duration::from_micros(
+                    u64::try_from(at).map_err(|_| corrupt("at", at))?,
+                )),
+                cause: match cause {
+                    0 => DeathCause::Reaped,
+                    1 => DeathCause::Released,
+                    2 => DeathCause::Superseded,
+                    other => return Err(corrupt("cause", other)),
+                },
+                swept,
             })
         })
         .await
@@ -765,5 +864,61 @@ impl ItemStore for PostgresStore {
             })
         })
         .await
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let code: i16 = match state {
+            ItemStateKind::Pending => 0,
+            ItemStateKind::Owned => 1,
+            ItemStateKind::DeadLettered => 2,
+        };
+        let after = after.map_or(0, |id| i64::try_from(id.0).unwrap_or(i64::MAX));
+        let q = sqlx::query(sql::ITEMS)
+            .bind(code)
+            .bind(after)
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: state_of(get(row, 4)?, get(row, 5)?)?,
+            })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let no_such = || Error::invalid("item", InputProblem::NoSuchItem);
+        let Some(db_id) = id_param(id) else {
+            return Err(no_such());
+        };
+        let q = sqlx::query(sql::RETRY_DEAD_LETTER).bind(db_id);
+        let Some(row) = self.db().fetch_optional(q).await? else {
+            return Err(no_such());
+        };
+        let before: i16 = get(&row, 0)?;
+        if before == 2 {
+            Ok(())
+        } else {
+            Err(Error::invalid("item", InputProblem::NotDeadLettered))
+        }
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let q = sqlx::query(sql::RETRY_DEAD_LETTERS).bind(limit_param(limit));
+        let mut ids = self
+            .list(q, |row| {
+                let id: i64 = get(row, 0)?;
+                Ok(ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?))
+            })
+            .await?;
+        ids.sort();
+        Ok(ids)
     }
 }

@@ -72,6 +72,8 @@ pub struct RedisConfig {
     /// Whether a server that may lose acknowledged writes is refused (the default)
     /// or accepted (`durability=relaxed`).
     pub(crate) durability: Durability,
+    /// How many death records the namespace keeps (the newest ones).
+    pub(crate) death_retention: usize,
 }
 
 /// Where the root certificate for `rediss://` comes from.
@@ -101,6 +103,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("durability", &self.durability)
+            .field("death_retention", &self.death_retention)
             .finish()
     }
 }
@@ -180,6 +183,7 @@ impl RedisConfig {
                 .unwrap_or(Duration::from_secs(2)),
             cluster_nodes,
             durability: Durability::from_url(&parsed)?,
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         })
     }
 
@@ -220,6 +224,18 @@ impl RedisConfig {
     pub fn with_durability(mut self, durability: Durability) -> RedisConfig {
         self.durability = durability;
         self
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
+    /// `InvalidInput`).
+    pub fn with_death_retention(mut self, keep: usize) -> Result<RedisConfig> {
+        if keep == 0 {
+            return Err(Error::invalid("death_retention", InputProblem::Zero));
+        }
+        self.death_retention = keep;
+        Ok(self)
     }
 
     /// True for `rediss://`.

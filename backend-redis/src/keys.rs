@@ -83,6 +83,19 @@ impl Keys {
         format!("{}owned", self.prefix)
     }
 
+    /// The member index of `space`: ZSET of names, score 0, read with ZRANGEBYLEX.
+    /// Scripts derive it in-script as `<prefix>m:<space>` (see `prelude.lua`).
+    pub(crate) fn members(&self, space: &Space) -> String {
+        format!("{}m:{}", self.prefix, space)
+    }
+
+    /// The death seq counter (INCR). The death records are hashes `<prefix>d:<seq>`
+    /// and `<prefix>dt` maps a dead token to its record until the sweep; scripts
+    /// derive both in-script from the namespace prefix (see `prelude.lua`).
+    pub(crate) fn death_seq(&self) -> String {
+        format!("{}dseq", self.prefix)
+    }
+
     /// Dead-lettered items: ZSET of ids, score = id.
     pub(crate) fn dead_letters(&self) -> String {
         format!("{}dl", self.prefix)

@@ -48,6 +48,11 @@ scripts!(
     item,
     item_counts,
     dead_letters,
+    members,
+    deaths,
+    items,
+    retry_dead_letter,
+    retry_dead_letters,
 );
 
 /// The scripts, hashed on first use.

@@ -5,10 +5,11 @@ use std::time::Duration;
 use liveness_core::durability::StoreLostState;
 use liveness_core::store::check_batch;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HighWater, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key,
-    Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued,
-    Result, Space, StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
+    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, Space, StoreTime, Swept,
+    Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -199,7 +200,7 @@ impl RedisStore {
                 observer_local_expiry: false,
                 max_batch: 1000,
                 max_payload: MAX_PAYLOAD,
-                death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+                death_retention: config.death_retention.max(1),
             },
             high_water: HighWater::default(),
         })
@@ -304,7 +305,8 @@ impl LeaseStore for RedisStore {
             .arg(key.name().as_str())
             .arg(holder.as_str())
             .arg(ttl.as_millis())
-            .arg(key_text(key));
+            .arg(key_text(key))
+            .arg(self.caps.death_retention);
         let mut reply = array("acquire", self.run(call).await?)?.into_iter();
         let status = int("acquire", &reply.next().unwrap_or(Value::Nil))?;
         match status {
@@ -410,7 +412,8 @@ impl LeaseStore for RedisStore {
             .key(self.keys.dead())
             .arg(lease.key.name().as_str())
             .arg(lease.token.0)
-            .arg(key_text(&lease.key));
+            .arg(key_text(&lease.key))
+            .arg(self.caps.death_retention);
         Ok(int("release", &self.run(call).await?)? == 1)
     }
 
@@ -471,7 +474,8 @@ impl LeaseStore for RedisStore {
             .key(self.keys.dead())
             .arg(key.name().as_str())
             .arg(token.0)
-            .arg(key_text(key));
+            .arg(key_text(key))
+            .arg(self.caps.death_retention);
         Ok(int("reap", &self.run(call).await?)? == 1)
     }
 
@@ -481,7 +485,7 @@ impl LeaseStore for RedisStore {
             return Ok(Vec::new());
         }
         let mut call = scripts().reap_many.prepare_invoke();
-        call.key(self.keys.dead());
+        call.key(self.keys.dead()).arg(self.caps.death_retention);
         for (key, token) in expired {
             call.key(self.keys.lease(key))
                 .key(self.keys.expiry(key.space()))
@@ -521,6 +525,95 @@ impl LeaseStore for RedisStore {
                 })
             })
             .collect()
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(Error::invalid("after", InputProblem::OtherSpace));
+        }
+        let mut call = scripts().members.prepare_invoke();
+        call.key(self.keys.members(space))
+            .arg(after.map_or_else(|| "-".to_owned(), |k| format!("({}", k.name())))
+            .arg(limit)
+            .arg(self.keys.lease_prefix(space));
+        let flat = array("members", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 5);
+        let mut it = flat.into_iter();
+        while let Some(name) = it.next() {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let name = Name::new(text("members", name)?)
+                .map_err(|_| unexpected("members", "an invalid stored name"))?;
+            let holder = HolderId::new(text("members", next())?)
+                .map_err(|_| unexpected("members", "an invalid stored holder"))?;
+            let token = FencingToken(uint("members", &next())?);
+            let ttl = Ttl::from_millis(uint("members", &next())?)
+                .map_err(|_| unexpected("members", "an invalid stored ttl"))?;
+            let left = int("members", &next())?;
+            out.push(LeaseInfo {
+                key: Key::new(space.clone(), name),
+                holder,
+                token,
+                ttl,
+                status: status_of(left),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().deaths.prepare_invoke();
+        call.key(self.keys.death_seq())
+            .arg(before.map_or_else(String::new, |b| b.to_string()))
+            .arg(limit);
+        let flat = array("deaths", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 8);
+        let mut it = flat.into_iter();
+        while let Some(seq) = it.next() {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let seq = uint("deaths", &seq)?;
+            let key = Key::parse(&text("deaths", next())?)
+                .map_err(|_| unexpected("deaths", "an invalid stored key"))?;
+            let holder = HolderId::new(text("deaths", next())?)
+                .map_err(|_| unexpected("deaths", "an invalid stored holder"))?;
+            let token = FencingToken(uint("deaths", &next())?);
+            let at = StoreTime::from_epoch(Duration::from_micros(uint("deaths", &next())?));
+            let cause = match uint("deaths", &next())? {
+                0 => DeathCause::Reaped,
+                1 => DeathCause::Released,
+                2 => DeathCause::Superseded,
+                _ => return Err(unexpected("deaths", "an invalid stored cause")),
+            };
+            let (requeued, dead) = (text("deaths", next())?, text("deaths", next())?);
+            let swept = if requeued.is_empty() {
+                None
+            } else {
+                let count = |v: &str| {
+                    v.parse::<u64>()
+                        .map_err(|_| unexpected("deaths", "an invalid stored count"))
+                };
+                Some(Swept {
+                    requeued: count(&requeued)?,
+                    dead_lettered: count(&dead)?,
+                })
+            };
+            out.push(DeathRecord {
+                seq,
+                key,
+                holder,
+                token,
+                at,
+                cause,
+                swept,
+            });
+        }
+        Ok(out)
     }
 
     async fn store_time(&self) -> Result<StoreTime> {
@@ -757,6 +850,99 @@ impl ItemStore for RedisStore {
             state: ItemState::DeadLettered,
         })
         .collect())
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().items.prepare_invoke();
+        let code = match state {
+            ItemStateKind::Pending => {
+                call.key(self.keys.pending());
+                "p"
+            }
+            ItemStateKind::Owned => {
+                call.key(self.keys.item_ids());
+                "o"
+            }
+            ItemStateKind::DeadLettered => {
+                call.key(self.keys.dead_letters());
+                "d"
+            }
+        };
+        call.arg(code)
+            .arg(after.map_or(0, |id| id.0))
+            .arg(limit)
+            .arg(self.keys.item_prefix());
+        let flat = array("items", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 5);
+        let mut it = flat.into_iter();
+        while let Some(id) = it.next() {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let id = ItemId(uint("items", &id)?);
+            let payload = bytes("items", next())?;
+            let attempts = u32::try_from(uint("items", &next())?)
+                .map_err(|_| unexpected("items", "an invalid stored attempt count"))?;
+            let max_attempts = u32::try_from(uint("items", &next())?)
+                .map_err(|_| unexpected("items", "an invalid stored attempt limit"))?;
+            let state = match text("items", next())?.as_str() {
+                "p" => ItemState::Pending,
+                "d" => ItemState::DeadLettered,
+                owner => ItemState::Owned(FencingToken(
+                    owner
+                        .parse()
+                        .map_err(|_| unexpected("items", "an invalid stored owner"))?,
+                )),
+            };
+            out.push(ItemRecord {
+                item: Item {
+                    id,
+                    payload,
+                    attempts,
+                    max_attempts,
+                },
+                state,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let mut call = scripts().retry_dead_letter.prepare_invoke();
+        call.key(self.keys.item(id))
+            .key(self.keys.dead_letters())
+            .key(self.keys.pending())
+            .arg(id.0);
+        match int("retry_dead_letter", &self.run(call).await?)? {
+            2 => Ok(()),
+            1 => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
+            _ => Err(Error::invalid("item", InputProblem::NoSuchItem)),
+        }
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        let mut call = scripts().retry_dead_letters.prepare_invoke();
+        call.key(self.keys.dead_letters())
+            .key(self.keys.pending())
+            .arg(limit)
+            .arg(self.keys.item_prefix());
+        ids("retry_dead_letters", self.run(call).await?)
+    }
+}
+
+/// A lease's status from its time left in microseconds (-1 when expired).
+fn status_of(left_us: i64) -> LeaseStatus {
+    if left_us > 0 {
+        LeaseStatus::Live {
+            remaining: Duration::from_micros(left_us.unsigned_abs()),
+        }
+    } else {
+        LeaseStatus::Expired
     }
 }
 

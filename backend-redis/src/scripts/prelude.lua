@@ -12,11 +12,47 @@ local function s(n)
   return string.format('%.0f', n)
 end
 
--- Removes a lease record and puts (key, token) in the dead set.
-local function retire(lease_key, expiry_key, dead_key, name, token, key_text)
+-- The namespace's key prefix `liveness:{ns}:`, from its dead-set key (`<prefix>dead`).
+-- The death history and the member index are derived from it in-script (same hash
+-- slot as every key of the namespace; see keys.rs).
+local function ns_prefix(dead_key)
+  return string.sub(dead_key, 1, #dead_key - 4)
+end
+
+-- The member index of the space of `key_text` ("space/name"): ZSET of names, score 0,
+-- read in name order with ZRANGEBYLEX.
+local function members_key(prefix, key_text)
+  return prefix .. 'm:' .. string.match(key_text, '^([^/]*)/')
+end
+
+-- Records the death of `token` (held by `holder` on `key_text`) at `now`, cause `cause`
+-- ('0' reaped, '1' released, '2' superseded): hash <prefix>d:<seq> with k, h, t, at, c
+-- (and r, dl once swept), <prefix>dt maps the token to its seq until the sweep. Keeps
+-- the newest `retention` records: drops exactly the one that fell out (O(1)).
+local function record_death(prefix, key_text, holder, token, now, cause, retention)
+  local seq = redis.call('INCR', prefix .. 'dseq')
+  redis.call('HSET', prefix .. 'd:' .. seq, 'k', key_text, 'h', holder, 't', token,
+    'at', s(now), 'c', cause)
+  redis.call('HSET', prefix .. 'dt', token, seq)
+  local old = seq - tonumber(retention)
+  if old >= 1 then
+    local gone = redis.call('HGET', prefix .. 'd:' .. old, 't')
+    if gone and redis.call('HGET', prefix .. 'dt', gone) == tostring(old) then
+      redis.call('HDEL', prefix .. 'dt', gone)
+    end
+    redis.call('DEL', prefix .. 'd:' .. old)
+  end
+end
+
+-- Removes a lease record, puts (key, token) in the dead set and records the death.
+local function retire(lease_key, expiry_key, dead_key, name, token, key_text, holder, now,
+                      cause, retention)
   redis.call('DEL', lease_key)
   redis.call('ZREM', expiry_key, name)
   redis.call('ZADD', dead_key, token, token .. ':' .. key_text)
+  local prefix = ns_prefix(dead_key)
+  redis.call('ZREM', members_key(prefix, key_text), name)
+  record_death(prefix, key_text, holder, token, now, cause, retention)
 end
 
 -- Moves an owned item back to pending, or to the dead-letter set when it is out of
@@ -54,6 +90,13 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
   end
   if #ids > 0 then
     redis.call('DECRBY', count_key, #ids)
+  end
+  -- The token's death record learns what its sweep moved, in this same step.
+  local prefix = ns_prefix(dead_key)
+  local seq = redis.call('HGET', prefix .. 'dt', token)
+  if seq then
+    redis.call('HSET', prefix .. 'd:' .. seq, 'r', #requeued, 'dl', #dead)
+    redis.call('HDEL', prefix .. 'dt', token)
   end
   return {requeued, dead}
 end

@@ -1,10 +1,10 @@
 -- reap: KEYS[1] lease, KEYS[2] expiry zset, KEYS[3] dead set
--- ARGV[1] name, ARGV[2] token, ARGV[3] key text
+-- ARGV[1] name, ARGV[2] token, ARGV[3] key text, ARGV[4] death retention
 -- Returns 1 iff the lease with that token was there and expired by the server clock.
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e')
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'h')
 if rec[1] == ARGV[2] and now >= tonumber(rec[2]) then
-  retire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
+  retire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], rec[3], now, '0', ARGV[4])
   return 1
 end
 return 0

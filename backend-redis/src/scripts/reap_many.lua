@@ -1,14 +1,15 @@
 -- reap_many: KEYS[1] dead set; for entry i (1-based), KEYS[2i] lease, KEYS[2i+1]
--- expiry zset; ARGV[3i-2] name, ARGV[3i-1] token, ARGV[3i] key text.
+-- expiry zset; ARGV[1] death retention; ARGV[3i-1] name, ARGV[3i] token,
+-- ARGV[3i+1] key text.
 -- Returns one 1/0 per entry, as reap.lua.
 local now = now_us()
 local out = {}
-for i = 1, #ARGV / 3 do
+for i = 1, (#ARGV - 1) / 3 do
   local lease, expiry = KEYS[2 * i], KEYS[2 * i + 1]
-  local name, token, text = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local rec = redis.call('HMGET', lease, 't', 'e')
+  local name, token, text = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  local rec = redis.call('HMGET', lease, 't', 'e', 'h')
   if rec[1] == token and now >= tonumber(rec[2]) then
-    retire(lease, expiry, KEYS[1], name, token, text)
+    retire(lease, expiry, KEYS[1], name, token, text, rec[3], now, '0', ARGV[1])
     out[i] = 1
   else
     out[i] = 0

@@ -1,0 +1,35 @@
+-- items: KEYS[1] the state's zset of ids (pending or dead-letter), or the item id
+-- counter for owned items; ARGV[1] state ('p', 'o' or 'd'), ARGV[2] after (exclusive
+-- id), ARGV[3] limit, ARGV[4] item key prefix
+-- Returns {id, payload, attempts, max, state, ...}, lowest id first; state 'p', 'd' or
+-- the owner token. Pending and dead-lettered pages are ZRANGEBYSCORE ranges (O(log n +
+-- page)); owned items have no index of their own, so their page walks the ids above
+-- `after` (O(ids walked)).
+local out = {}
+local limit = tonumber(ARGV[3])
+local function add(id, rec)
+  out[#out + 1] = id
+  out[#out + 1] = rec[1]
+  out[#out + 1] = rec[2]
+  out[#out + 1] = rec[3]
+  out[#out + 1] = rec[4]
+end
+if ARGV[1] ~= 'o' then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'LIMIT', 0, limit)
+  for _, id in ipairs(ids) do
+    add(id, redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's'))
+  end
+  return out
+end
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local id = tonumber(ARGV[2]) + 1
+local n = 0
+while id <= last and n < limit do
+  local rec = redis.call('HMGET', ARGV[4] .. s(id), 'p', 'a', 'm', 's')
+  if rec[4] and rec[4] ~= 'p' and rec[4] ~= 'd' then
+    add(s(id), rec)
+    n = n + 1
+  end
+  id = id + 1
+end
+return out

@@ -1,0 +1,23 @@
+-- members: KEYS[1] member index of the space (ZSET of names, score 0)
+-- ARGV[1] the range start ('-' for the first page, else '(' .. the last name seen),
+-- ARGV[2] limit, ARGV[3] the space's lease key prefix (lease keys derived in-script)
+-- Returns {name, holder, token, ttl, remaining_us, ...} in name (byte) order, with
+-- remaining_us -1 when expired: ZRANGEBYLEX, O(log n + page).
+local now = now_us()
+local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, name in ipairs(names) do
+  local rec = redis.call('HMGET', ARGV[3] .. name, 'h', 't', 'ttl', 'e')
+  if rec[2] then
+    local left = tonumber(rec[4]) - now
+    if left <= 0 then
+      left = -1
+    end
+    out[#out + 1] = name
+    out[#out + 1] = rec[1]
+    out[#out + 1] = rec[2]
+    out[#out + 1] = rec[3]
+    out[#out + 1] = left
+  end
+end
+return out
