@@ -45,6 +45,22 @@ fn liveness_json(url: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Asserts that `stderr` ends in exactly one line of reason, `liveness: …` (a store's
+/// own warnings, logged on connect, may come before it).
+fn assert_one_reason(stderr: &[u8]) {
+    let err = String::from_utf8_lossy(stderr);
+    let reasons = err.lines().filter(|l| l.starts_with("liveness: ")).count();
+    assert_eq!(reasons, 1, "{err}");
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("liveness: "),
+        "{err}"
+    );
+}
+
 /// Polls `f` until it answers `Some`, failing after [`PATIENCE`].
 fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let until = Instant::now() + PATIENCE;
@@ -331,7 +347,7 @@ fn dead_letters_are_listed_and_retried(url: &str) {
     assert_eq!(again.status.code(), Some(2), "{again:?}");
     let unknown = liveness(url, &["retry", "987654321"]);
     assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
-    assert_eq!(String::from_utf8_lossy(&unknown.stderr).lines().count(), 1);
+    assert_one_reason(&unknown.stderr);
 
     let all = liveness_json(url, &["retry", "--all-dead-letters"]);
     assert_eq!(all["retried"], Value::from(vec![ids[1].0, ids[2].0]));
@@ -458,4 +474,61 @@ fn a_store_that_never_answers_exits_3_after_the_timeout() {
         .unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     drop(silent);
+}
+
+#[test]
+fn watch_redraws_until_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir, "watched");
+    let _worker = Worker::start(&url, "w", 0);
+    let mut child = Command::new(BIN)
+        .args(["--store", &url, "watch", "--every", "100ms", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        let frame: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(frame["members"][0]["name"], "w", "{frame}");
+        assert_eq!(frame["items"]["pending"], 0, "{frame}");
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_for("watch to exit on SIGINT", || child.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bench_reports_every_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir, "app");
+    let figures = liveness_json(
+        &url,
+        &[
+            "bench",
+            "--members",
+            "50",
+            "--concurrency",
+            "1",
+            "--seconds",
+            "0.2",
+            "--deaths",
+            "2",
+        ],
+    );
+    let what: Vec<&str> = figures
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        what,
+        ["renewals", "checker_round", "checker_round", "detection"]
+    );
+    assert!(figures[0]["value"].as_f64().unwrap() > 0.0, "{figures}");
 }
