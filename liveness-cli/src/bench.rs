@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use liveness::Store;
+use liveness::{Space, Store};
 use liveness_conformance::bench::{self, Options};
 use serde::Serialize;
+use tokio::time::Instant;
 
 use crate::output::{duration, print, table};
 use crate::{Ctx, Failure};
@@ -15,14 +16,16 @@ use crate::{Ctx, Failure};
 /// One figure, as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct Figure {
-    /// `renewals`, `checker_round` or `detection`.
+    /// `renewals`, `checker_round`, `members_first_page` or `detection`.
     what: &'static str,
     /// What it was measured over (`members=64`, `members=10000 expired=100`).
     setting: String,
-    /// `per_second` for renewals, `ms` for a round, `median_ms` for detection.
+    /// `per_second` for renewals, `ms` for a round and a page, `median_ms` for
+    /// detection.
     value: f64,
     unit: &'static str,
-    /// Store calls of a checker round; detection's p99 in ms.
+    /// Store calls of a checker round; one round trip (`store_time`) in ms beside a
+    /// page; detection's p99 in ms.
     extra: Option<f64>,
 }
 
@@ -48,8 +51,26 @@ async fn fresh(ctx: &Ctx) -> Result<Arc<dyn Store>, Failure> {
     crate::within(ctx.timeout, async { Ok(liveness::connect(&url).await?) }).await
 }
 
+/// The page `members_first_page` asks for.
+const PAGE: usize = 100;
+
+/// The median time of `members` asking for the first [`PAGE`] of the members space,
+/// and of one `store_time` (one round trip), in ms, over 7 calls each.
+async fn first_page(store: &dyn Store) -> Result<(f64, f64), Failure> {
+    let (mut page, mut trip) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let start = Instant::now();
+        store.members(&Space::members(), None, PAGE).await?;
+        page.push(start.elapsed().as_secs_f64() * 1e3);
+        let start = Instant::now();
+        store.store_time().await?;
+        trip.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((bench::median(&mut page), bench::median(&mut trip)))
+}
+
 pub(crate) async fn run(ctx: &Ctx, o: Options) -> Result<(), Failure> {
-    let steps = o.concurrency.len() + 2 * o.members.len() + usize::from(o.deaths > 0);
+    let steps = o.concurrency.len() + 3 * o.members.len() + usize::from(o.deaths > 0);
     let bar = ProgressBar::new(steps as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}")
@@ -73,7 +94,8 @@ pub(crate) async fn run(ctx: &Ctx, o: Options) -> Result<(), Failure> {
         for pct in [0, 1] {
             let expired = m * pct / 100;
             bar.set_message(format!("checker round, {m} members, {expired} expired"));
-            let r = bench::checker_round(fresh(ctx).await?, m, expired).await;
+            let store = fresh(ctx).await?;
+            let r = bench::checker_round(store.clone(), m, expired).await;
             figures.push(Figure {
                 what: "checker_round",
                 setting: format!("members={m} expired={expired}"),
@@ -82,6 +104,18 @@ pub(crate) async fn run(ctx: &Ctx, o: Options) -> Result<(), Failure> {
                 extra: Some(r.round_trips as f64),
             });
             bar.inc(1);
+            if pct == 0 {
+                bar.set_message(format!("members: first page of {m}"));
+                let (page, trip) = first_page(&*store).await?;
+                figures.push(Figure {
+                    what: "members_first_page",
+                    setting: format!("members={m} page={PAGE}"),
+                    value: page,
+                    unit: "ms",
+                    extra: Some(trip),
+                });
+                bar.inc(1);
+            }
         }
     }
     if o.deaths > 0 {
@@ -105,6 +139,10 @@ pub(crate) async fn run(ctx: &Ctx, o: Options) -> Result<(), Failure> {
                 "checker_round" => (
                     format!("{:.3} ms", f.value),
                     format!("{} round trips", f.extra.unwrap_or(0.0)),
+                ),
+                "members_first_page" => (
+                    format!("{:.3} ms", f.value),
+                    format!("one round trip {:.3} ms", f.extra.unwrap_or(0.0)),
                 ),
                 _ => (
                     format!("median {:.0} ms", f.value),

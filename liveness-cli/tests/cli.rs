@@ -528,7 +528,14 @@ fn bench_reports_every_figure() {
         .collect();
     assert_eq!(
         what,
-        ["renewals", "checker_round", "checker_round", "detection"]
+        [
+            "renewals",
+            "checker_round",
+            "members_first_page",
+            "checker_round",
+            "detection"
+        ]
     );
     assert!(figures[0]["value"].as_f64().unwrap() > 0.0, "{figures}");
+    assert_eq!(figures[2]["setting"], "members=50 page=100", "{figures}");
 }
