@@ -50,6 +50,8 @@ pub struct EtcdConfig {
     pub(crate) tls: Option<TlsConfig>,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    /// How many death records the namespace keeps (the newest ones).
+    pub(crate) death_retention: usize,
 }
 
 /// TLS settings of an `etcds://` URL.
@@ -70,6 +72,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("death_retention", &self.death_retention)
             .finish()
     }
 }
@@ -147,7 +150,20 @@ impl EtcdConfig {
             connect_timeout: parsed
                 .millis(CONNECT_TIMEOUT_MS)?
                 .unwrap_or(Duration::from_secs(3)),
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         })
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
+    /// `InvalidInput`).
+    pub fn with_death_retention(mut self, keep: usize) -> Result<EtcdConfig> {
+        if keep == 0 {
+            return Err(Error::invalid("death_retention", InputProblem::Zero));
+        }
+        self.death_retention = keep;
+        Ok(self)
     }
 
     /// The same configuration on another namespace.

@@ -15,6 +15,8 @@ pub(crate) enum Fault {
     Orphan(String),
     #[error("gave up after {MAX_TRIES} conflicting transactions")]
     Contention,
+    #[error("a task of this call failed: {0}")]
+    Task(String),
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),
     #[cfg(feature = "tls")]

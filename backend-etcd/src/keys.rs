@@ -17,6 +17,10 @@
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
 //! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
+//! | `death/ctr` | last death seq | bumped (compared) by every transaction that records a death |
+//! | `death/s/<seq>` | a death record (`deaths.rs`) | the newest `death_retention` are kept |
+//! | `death/t/<token>` | its record's seq | until the token's sweep ends |
+//! | `death/w/<token>` | `requeued dead_lettered` | the sweep's running tally (etcd sweeps in batches) |
 //!
 //! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
 //! deleted the lease-bound key when it expired the lease, and the record stays until
@@ -117,6 +121,36 @@ impl Keys {
 
     pub(crate) fn dead_letters(&self) -> String {
         format!("{}item/d/", self.root)
+    }
+
+    /// The death seq counter.
+    pub(crate) fn death_ctr(&self) -> String {
+        format!("{}death/ctr", self.root)
+    }
+
+    /// The death record with `seq`.
+    pub(crate) fn death(&self, seq: u64) -> String {
+        format!("{}death/s/{seq:020}", self.root)
+    }
+
+    /// The seq of dead `token`'s record, until its sweep ends.
+    pub(crate) fn death_of(&self, token: FencingToken) -> String {
+        format!("{}death/t/{:020}", self.root, token.0)
+    }
+
+    /// The running tally of dead `token`'s sweep.
+    pub(crate) fn death_tally(&self, token: FencingToken) -> String {
+        format!("{}death/w/{:020}", self.root, token.0)
+    }
+
+    /// The item meta records, every state (`item/r/`).
+    pub(crate) fn metas(&self) -> String {
+        format!("{}item/r/", self.root)
+    }
+
+    /// The prefix of the lease records of `space`.
+    pub(crate) fn records_in(&self, space: &Space) -> String {
+        format!("{}lease/{space}/", self.root)
     }
 
     /// The lease key named by a record or lease-bound key under `prefix`.

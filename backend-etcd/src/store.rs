@@ -15,10 +15,10 @@ use etcd_client::{
     TxnResponse, WatchClient,
 };
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
-    StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason,
+    Namespace, RequestId, Requeued, Result, Space, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -57,7 +57,10 @@ pub(crate) struct Inner {
     pub(crate) caps: Capabilities,
     /// The request timeout.
     pub(crate) timeout: Duration,
-    started: tokio::time::Instant,
+    pub(crate) started: tokio::time::Instant,
+    /// The host's wall clock at `started`, since the Unix epoch: the epoch of this
+    /// handle's store time (diagnostics and death records only; never expiry).
+    pub(crate) wall_at_start: Duration,
     pub(crate) slots: Slots,
     pub(crate) expiry: Arc<ExpiryWatch>,
     /// Who issues this handle's leases: the namespace on the cluster at the
@@ -154,7 +157,7 @@ impl EtcdStore {
             observer_local_expiry: false,
             max_batch: MAX_BATCH,
             max_payload: MAX_PAYLOAD,
-            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            death_retention: config.death_retention.max(1),
         };
         Ok(EtcdStore {
             inner: Arc::new(Inner {
@@ -167,6 +170,9 @@ impl EtcdStore {
                 caps,
                 timeout: config.timeout,
                 started: tokio::time::Instant::now(),
+                wall_at_start: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default(),
                 slots: Slots::default(),
                 expiry: ExpiryWatch::new(),
                 issuer: Issuer::located(
@@ -188,7 +194,7 @@ impl EtcdStore {
     }
 
     /// The key-values of a plain (not transactional) range read.
-    async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
+    pub(crate) async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
         let mut resp = self
             .inner
             .kv
@@ -203,7 +209,7 @@ impl EtcdStore {
         self.inner.kv.clone().txn(txn).await.map_err(map)
     }
 
-    async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+    pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
     }
@@ -225,23 +231,29 @@ impl EtcdStore {
         let revoked = self.revoke(c.rec.lease_id).await?;
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let death = self
+            .death_write(&lease.key, &c.rec.holder, c.token, DeathCause::Released)
+            .await?;
+        let mut ops = vec![
+            del(&rec_key),
+            del(&live_key),
+            put(&k.dead(c.token), lease.key.to_string()),
+        ];
+        ops.extend(death.ops);
         let resp = self
             .txn(
                 Txn::new()
-                    .when(vec![mod_rev(&rec_key, c.mod_rev)])
-                    .and_then(vec![
-                        del(&rec_key),
-                        del(&live_key),
-                        put(&k.dead(c.token), lease.key.to_string()),
-                    ])
+                    .when(vec![mod_rev(&rec_key, c.mod_rev), death.compare])
+                    .and_then(ops)
                     .or_else(vec![get(&rec_key)]),
             )
             .await?;
         if resp.succeeded() {
             return Ok(Released::Retired);
         }
-        // The record changed since the read. Still this token's: the lease moved to
-        // another etcd lease (which the revoke above did not end), so try again.
+        // The record changed since the read, or another death took the counter.
+        // Still this token's: the lease moved to another etcd lease (which the
+        // revoke above did not end), or only the counter moved, so try again.
         // Gone or another token's: a checker or an acquire retired it to the dead set,
         // after the revoke above ended it if that etcd lease was still its own.
         let now = Snapshot::from(first_range(&resp).into_iter().next(), None)?;
@@ -329,14 +341,26 @@ impl LeaseStore for EtcdStore {
                     (None, Some(_)) => {
                         return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
                     }
-                    // Expired, not yet reaped: retire it to the dead set in this step.
-                    (Some(c), _) => Txn::new()
-                        .when(vec![mod_rev(&rec_key, c.mod_rev), version(&live_key, 0)])
-                        .and_then(vec![
+                    // Expired, not yet reaped: retire it to the dead set in this step,
+                    // with its death record.
+                    (Some(c), _) => {
+                        let death = self
+                            .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
+                            .await?;
+                        let mut ops = vec![
                             put(&k.dead(c.token), key.to_string()),
                             put(&rec_key, rec.clone()),
                             put_live(),
-                        ]),
+                        ];
+                        ops.extend(death.ops);
+                        Txn::new()
+                            .when(vec![
+                                mod_rev(&rec_key, c.mod_rev),
+                                version(&live_key, 0),
+                                death.compare,
+                            ])
+                            .and_then(ops)
+                    }
                     (None, None) => Txn::new()
                         .when(vec![version(&rec_key, 0), version(&live_key, 0)])
                         .and_then(vec![put(&rec_key, rec.clone()), put_live()]),
@@ -485,29 +509,43 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let seen = self.inner.expiry.generation();
-        let snap = self.snapshot(key).await?;
-        let live = snap.live.is_some();
-        let Some(c) = snap.record else {
-            self.inner.expiry.forget_upto(key, seen);
-            return Ok(false);
-        };
-        if c.token != token || live {
-            return Ok(false);
+        for _ in 0..MAX_TRIES {
+            let seen = self.inner.expiry.generation();
+            let snap = self.snapshot(key).await?;
+            let live = snap.live.is_some();
+            let Some(c) = snap.record else {
+                self.inner.expiry.forget_upto(key, seen);
+                return Ok(false);
+            };
+            if c.token != token || live {
+                return Ok(false);
+            }
+            let k = self.keys();
+            let (rec_key, live_key) = (k.record(key), k.live(key));
+            let death = self
+                .death_write(key, &c.rec.holder, token, DeathCause::Reaped)
+                .await?;
+            let mut ops = vec![del(&rec_key), put(&k.dead(token), key.to_string())];
+            ops.extend(death.ops);
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![
+                            mod_rev(&rec_key, c.mod_rev),
+                            version(&live_key, 0),
+                            death.compare,
+                        ])
+                        .and_then(ops),
+                )
+                .await?;
+            if resp.succeeded() {
+                self.inner.expiry.forget_upto(key, seen);
+                return Ok(true);
+            }
+            // The record changed (another reaper, an acquire), or another death
+            // took the counter: read again.
         }
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(key), k.live(key));
-        let resp = self
-            .txn(
-                Txn::new()
-                    .when(vec![mod_rev(&rec_key, c.mod_rev), version(&live_key, 0)])
-                    .and_then(vec![del(&rec_key), put(&k.dead(token), key.to_string())]),
-            )
-            .await?;
-        if resp.succeeded() {
-            self.inner.expiry.forget_upto(key, seen);
-        }
-        Ok(resp.succeeded())
+        Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -533,9 +571,24 @@ impl LeaseStore for EtcdStore {
     async fn store_time(&self) -> Result<StoreTime> {
         // etcd exposes no clock reading (its lease countdown runs on the leader and
         // is only visible per lease, in whole seconds). This is the handle's own
-        // monotonic clock since connect: for diagnostics only; no expiry decision
-        // ever uses it.
-        Ok(StoreTime::from_epoch(self.inner.started.elapsed()))
+        // monotonic clock, anchored at the Unix epoch by the host clock read once at
+        // connect (so that death records written by other handles compare, up to
+        // the hosts' clock offset): for diagnostics only; no expiry decision ever
+        // uses it.
+        Ok(self.store_now())
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        self.member_page(space, after, limit).await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_page(before, limit).await
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -755,27 +808,30 @@ impl ItemStore for EtcdStore {
         loop {
             let opts = under(MAX_BATCH);
             let resp = self
-                .txn(
-                    Txn::new()
-                        .when(vec![exists(&dead)])
-                        .and_then(vec![TxnOp::get(k.owned_by(token), Some(opts))]),
-                )
+                .txn(Txn::new().when(vec![exists(&dead)]).and_then(vec![
+                    TxnOp::get(k.owned_by(token), Some(opts)),
+                    get(&k.death_tally(token)),
+                ]))
                 .await?;
             if !resp.succeeded() {
                 // Not (or no longer) in the dead set: nothing to do.
                 return Ok(out);
             }
+            let r = ranges(&resp);
+            let (tally_cmp, mut swept) = self.sweep_tally(token, first(r.get(1)).as_ref())?;
             let owned = first_range(&resp);
             if owned.is_empty() {
-                self.txn(
-                    Txn::new()
-                        .when(vec![exists(&dead)])
-                        .and_then(vec![del(&dead)]),
-                )
-                .await?;
-                return Ok(out);
+                // The last step: forget the token and write what all the batches
+                // (of every concurrent sweeper) moved into its death record.
+                if !self.finish_sweep(token, tally_cmp, swept).await? {
+                    conflicts += 1;
+                    if conflicts >= MAX_TRIES {
+                        return Err(Error::unavailable(BACKEND, Fault::Contention));
+                    }
+                }
+                continue;
             }
-            let mut compares = vec![exists(&dead)];
+            let mut compares = vec![exists(&dead), tally_cmp];
             let mut ops = Vec::with_capacity(owned.len() * 3);
             let mut moved = Vec::with_capacity(owned.len());
             for kv in &owned {
@@ -786,7 +842,12 @@ impl ItemStore for EtcdStore {
                 compares.push(mod_rev(&owned, kv.mod_revision()));
                 ops.extend(back);
                 moved.push((ItemId(id), state));
+                match state {
+                    ItemState::Pending => swept.requeued += 1,
+                    _ => swept.dead_lettered += 1,
+                }
             }
+            ops.push(self.tally_op(token, swept));
             let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
             if resp.succeeded() {
                 for (id, state) in moved {
@@ -895,6 +956,28 @@ impl ItemStore for EtcdStore {
                 })
             })
             .collect()
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        self.item_page(state, after, limit).await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        for _ in 0..MAX_TRIES {
+            if let Some(mut answer) = self.revive(&[id.0]).await? {
+                return answer.pop().unwrap_or(Ok(id.0)).map(|_| ());
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        self.revive_many(limit).await
     }
 }
 

@@ -31,6 +31,8 @@ pub(crate) struct Options {
     pub(crate) prefix: String,
     /// The real client's per-transaction timeout (retries included).
     pub(crate) timeout: Duration,
+    /// How many death records the namespace keeps (the newest ones).
+    pub(crate) death_retention: usize,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
         Options {
             prefix: "liveness".to_owned(),
             timeout: Duration::from_secs(10),
+            death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         }
     }
 }
@@ -72,6 +75,21 @@ impl FdbConfig {
     /// retryable [`liveness_core::Error::Unavailable`] (URL `?timeout_ms=`, default 10 s).
     pub fn timeout(&self) -> Duration {
         self.options.timeout
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
+    /// `InvalidInput`).
+    pub fn with_death_retention(mut self, keep: usize) -> Result<FdbConfig> {
+        if keep == 0 {
+            return Err(liveness_core::Error::invalid(
+                "death_retention",
+                liveness_core::InputProblem::Zero,
+            ));
+        }
+        self.options.death_retention = keep;
+        Ok(self)
     }
 
     /// The first element of the subspace tuple (URL `?prefix=`, default `liveness`).

@@ -192,6 +192,19 @@ impl DoubleDatabase {
         )
     }
 
+    /// [`DoubleDatabase::store`] keeping `keep` death records (at least 1) instead of
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION).
+    pub fn store_keeping_deaths(&self, namespace: &Namespace, keep: usize) -> FdbStore {
+        let mut options = crate::FdbConfig::default_options();
+        options.death_retention = keep.max(1);
+        FdbStore::over(
+            Arc::new(self.clone()),
+            &format!("double {:p}", Arc::as_ptr(&self.state)),
+            namespace,
+            options,
+        )
+    }
+
     /// Makes the next `n` commits apply their writes and then report
     /// `commit_unknown_result`, as FoundationDB does when a proxy fails mid-commit.
     pub fn inject_unknown_results(&self, n: u32) {

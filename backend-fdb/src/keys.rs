@@ -15,6 +15,10 @@
 //!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good
 //!   ("x", id)                           -> ""                     dead letters, by id
 //!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts
+//!   ("D", seq)                          -> death record (`deaths.rs`); the newest `death_retention`
+//!   ("Dt", token)                       -> u64 big-endian         its record's seq, until swept
+//!   ("Dw", token)                       -> requeued(8) dead(8)    the sweep's running tally
+//!   ("n", "death")                      -> u64 big-endian         the death seq counter
 //! ```
 //!
 //! The lease record and its index entry carry the stamp of the last acquire or renew
@@ -173,6 +177,49 @@ impl Layout {
         let (_, _, id): (String, u64, u64) =
             self.root.unpack(key).map_err(|_| corrupt("item index"))?;
         Ok(id)
+    }
+
+    /// The lease records of `space` whose name is greater than `after` (all without
+    /// it): tuple-encoded strings sort by their bytes.
+    pub(crate) fn leases_after(&self, space: &Space, after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
+        let (begin, end) = strinc_range(self.pack(&("l", space.as_str())));
+        match after {
+            // The first key after `("l", space, after)`: a lease key has no extension.
+            Some(name) => {
+                let mut from = self.pack(&("l", space.as_str(), name));
+                from.push(0);
+                (from, end)
+            }
+            None => (begin, end),
+        }
+    }
+
+    /// Decodes a lease record key: its name.
+    pub(crate) fn parse_lease(&self, key: &[u8]) -> Result<String, Error> {
+        let (_, _, name): (String, String, String) =
+            self.root.unpack(key).map_err(|_| corrupt("lease key"))?;
+        Ok(name)
+    }
+
+    /// The `p`, `x` or `i` entries with ids from `first_id` on.
+    pub(crate) fn ids_from(&self, which: &str, first_id: u64) -> (Vec<u8>, Vec<u8>) {
+        let end = strinc_range(self.pack(&(which,))).1;
+        (self.pack(&(which, first_id)), end)
+    }
+
+    /// The death record with `seq`.
+    pub(crate) fn death(&self, seq: u64) -> Vec<u8> {
+        self.pack(&("D", seq))
+    }
+
+    /// The seq of dead `token`'s death record, until its sweep ends.
+    pub(crate) fn death_of(&self, token: FencingToken) -> Vec<u8> {
+        self.pack(&("Dt", token.0))
+    }
+
+    /// The running tally of dead `token`'s sweep.
+    pub(crate) fn death_tally(&self, token: FencingToken) -> Vec<u8> {
+        self.pack(&("Dw", token.0))
     }
 
     pub(crate) fn count(&self, which: Count) -> Vec<u8> {

@@ -126,7 +126,6 @@ impl<'a> RangeRead<'a> {
     }
 
     /// The same read, last key first.
-    #[cfg(test)]
     pub(crate) fn reverse(self) -> Self {
         RangeRead {
             reverse: true,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    DeadToken, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId, ItemRecord,
-    ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId, Requeued, Space,
-    Ttl,
+    DeadToken, DeathCause, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId,
+    Requeued, Space, Ttl,
 };
 use tokio::time::Instant;
 
@@ -160,6 +160,8 @@ impl FdbStore {
                 }));
             }
             self.retire(tx, key, &rec, nonce);
+            self.record_death(tx, key, &rec, DeathCause::Superseded)
+                .await?;
             retired = Some(rec);
         }
         let token = FencingToken(self.next_counter(tx, "token").await?);
@@ -218,6 +220,8 @@ impl FdbStore {
         match self.read_lease(tx, &lease.key, false).await? {
             Some(rec) if rec.token == lease.token => {
                 self.retire(tx, &lease.key, &rec, nonce);
+                self.record_death(tx, &lease.key, &rec, DeathCause::Released)
+                    .await?;
                 Ok(Retire::Done(Some(rec)))
             }
             _ => Ok(Retire::No),
@@ -352,6 +356,7 @@ impl FdbStore {
         match self.read_lease(tx, key, false).await? {
             Some(rec) if rec.token == token && self.is_expired(key, &rec, now) => {
                 self.retire(tx, key, &rec, nonce);
+                self.record_death(tx, key, &rec, DeathCause::Reaped).await?;
                 Ok(Retire::Done(Some(rec)))
             }
             _ => Ok(Retire::No),
@@ -662,6 +667,9 @@ impl FdbStore {
                 _ => tx.clear(&k), // a stray index entry
             }
         }
+        // The sweep's tally (every batch, whichever sweeper ran it) goes into the
+        // token's death record with the last batch.
+        self.tally_sweep(tx, token, &out, done).await?;
         if done {
             tx.clear(&self.layout.dead(token));
         }

@@ -8,9 +8,9 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, ExpiredLease, FencingToken, HolderId,
-    Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease, LeaseInfo,
-    LeaseStore, Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, ExpiredLease, FencingToken,
+    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore,
+    Key, Lease, LeaseInfo, LeaseStore, Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -54,6 +54,9 @@ pub struct FdbStore {
     /// Who issues this handle's leases: the namespace under the prefix on the
     /// database at `over`'s location.
     issuer: Issuer,
+    /// The host's wall clock when the handle was made, since the Unix epoch: the
+    /// epoch of its store time (diagnostics and death records only; never expiry).
+    pub(crate) wall_at_start: Duration,
 }
 
 impl std::fmt::Debug for FdbStore {
@@ -117,10 +120,13 @@ impl FdbStore {
                 observer_local_expiry: true,
                 max_batch: MAX_BATCH,
                 max_payload: MAX_PAYLOAD,
-                death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+                death_retention: options.death_retention.max(1),
             },
             obs: Arc::new(Mutex::new(Observer::new())),
             wake: Arc::new(watch::channel(0).0),
+            wall_at_start: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
         }
     }
 
@@ -233,9 +239,34 @@ impl LeaseStore for FdbStore {
     }
 
     async fn store_time(&self) -> liveness_core::Result<StoreTime> {
-        Ok(StoreTime::from_epoch(
-            lock(&self.obs).since_epoch(Instant::now()),
-        ))
+        Ok(self.store_now())
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> liveness_core::Result<Vec<LeaseInfo>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(liveness_core::Error::invalid(
+                "after",
+                liveness_core::InputProblem::OtherSpace,
+            ));
+        }
+        Ok(transact!(self.db, |tx, _at| self
+            .members_once(tx, space, after, limit))?
+        .0)
+    }
+
+    async fn deaths(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> liveness_core::Result<Vec<DeathRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        Ok(transact!(self.db, |tx, _at| self.deaths_once(tx, before, limit))?.0)
     }
 
     async fn next_expiry(&self, space: &Space) -> liveness_core::Result<Option<Duration>> {
@@ -315,5 +346,25 @@ impl ItemStore for FdbStore {
     async fn dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemRecord>> {
         let limit = self.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.dead_letters_once(tx, limit))?.0)
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> liveness_core::Result<Vec<ItemRecord>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        Ok(transact!(self.db, |tx, _at| self.items_once(tx, state, after, limit))?.0)
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> liveness_core::Result<()> {
+        transact!(self.db, |tx, at| self.revive_once(tx, at, id))?;
+        Ok(())
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemId>> {
+        let limit = self.caps.clamp_limit("limit", limit)?;
+        Ok(transact!(self.db, |tx, _at| self.revive_many_once(tx, limit))?.0)
     }
 }

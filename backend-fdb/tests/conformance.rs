@@ -14,9 +14,11 @@ fn double() -> &'static DoubleDatabase {
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {
-    Some(Arc::new(
-        double().store(&liveness_conformance::fresh_namespace()),
-    ))
+    // A small death retention, so that the suite fills it and checks the bound.
+    Some(Arc::new(double().store_keeping_deaths(
+        &liveness_conformance::fresh_namespace(),
+        20,
+    )))
 }
 
 liveness_conformance::suite!(factory, cases = 64);

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use liveness_core::{
-    EnqueueOptions, Error, FencingToken, HolderId, ItemId, ItemState, Key, Lease, MemoryServer,
-    Store, Ttl,
+    EnqueueOptions, Error, FencingToken, HolderId, ItemId, ItemState, ItemStateKind, Key, Lease,
+    MemoryServer, Space, Store, Ttl,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -56,6 +56,19 @@ pub enum Op {
     Counts,
     /// Read the `i`-th item.
     Item(usize),
+    /// List the members space from the first key after `k` (or from the start).
+    Members(Option<usize>),
+    /// List the newest death records (at most 10: the store under test may keep
+    /// fewer than the model).
+    Deaths,
+    /// List the items in a state (0 pending, 1 owned, 2 dead-lettered) after the
+    /// `i`-th item (or from the start).
+    Items(u8, Option<usize>),
+    /// Retry the `i`-th item out of the dead-letter set (an id never handed out when
+    /// there is no `i`-th).
+    RetryDeadLetter(usize),
+    /// Retry up to `n` dead letters.
+    RetryDeadLetters(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -75,6 +88,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::DeadTokens),
         1 => Just(Op::Counts),
         1 => (0..10usize).prop_map(Op::Item),
+        1 => proptest::option::of(k.clone()).prop_map(Op::Members),
+        1 => Just(Op::Deaths),
+        1 => (0..3u8, proptest::option::of(0..10usize)).prop_map(|(s, i)| Op::Items(s, i)),
+        1 => (0..10usize).prop_map(Op::RetryDeadLetter),
+        1 => (1..4usize).prop_map(Op::RetryDeadLetters),
     ]
 }
 
@@ -115,6 +133,9 @@ pub fn run(factory: Factory, default_cases: u32) {
     }
 }
 
+/// A death record, normalised: cause, key, holder, token index, swept counts.
+type DeathSeen = (String, String, String, usize, Option<(u64, u64)>);
+
 /// What one side saw, normalised so both sides compare equal when they agree.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
@@ -130,6 +151,10 @@ enum Seen {
     Ids(Vec<usize>, Vec<usize>),
     Tokens(Vec<usize>),
     Counts(u64, u64, u64, Vec<usize>),
+    Members(Vec<(String, String, usize, bool)>),
+    Deaths(Vec<DeathSeen>),
+    Records(Vec<(usize, String, u32)>),
+    Input(String),
     Unit,
     Skipped,
     Other(String),
@@ -291,6 +316,68 @@ impl Side {
                     dl.iter().map(|r| self.id(r.item.id)).collect(),
                 ),
                 (Err(e), _) | (_, Err(e)) => self.err(e),
+            },
+            Op::Members(after) => {
+                let after = after.map(key);
+                match s.members(&Space::members(), after.as_ref(), 1000).await {
+                    Ok(page) => Seen::Members(
+                        page.iter()
+                            .map(|i| {
+                                (
+                                    i.key.to_string(),
+                                    i.holder.to_string(),
+                                    self.tok(i.token),
+                                    i.is_live(),
+                                )
+                            })
+                            .collect(),
+                    ),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::Deaths => match s.deaths(None, 10).await {
+                Ok(page) => Seen::Deaths(
+                    page.iter()
+                        .map(|d| {
+                            (
+                                d.cause.to_string(),
+                                d.key.to_string(),
+                                d.holder.to_string(),
+                                self.tok(d.token),
+                                d.swept.map(|w| (w.requeued, w.dead_lettered)),
+                            )
+                        })
+                        .collect(),
+                ),
+                Err(e) => self.err(e),
+            },
+            Op::Items(state, after) => {
+                let kind = match state {
+                    0 => ItemStateKind::Pending,
+                    1 => ItemStateKind::Owned,
+                    _ => ItemStateKind::DeadLettered,
+                };
+                let after = after.and_then(|i| self.ids.get(i).copied());
+                match s.items(kind, after, 1000).await {
+                    Ok(page) => Seen::Records(
+                        page.iter()
+                            .map(|r| (self.id(r.item.id), self.state(r.state), r.item.attempts))
+                            .collect(),
+                    ),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::RetryDeadLetter(i) => {
+                let id = self.ids.get(*i).copied().unwrap_or(ItemId(u64::MAX - 1));
+                match s.retry_dead_letter(id).await {
+                    Ok(()) => Seen::Unit,
+                    Err(Error::InvalidInput { problem, .. }) => Seen::Input(format!("{problem:?}")),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::RetryDeadLetters(n) => match s.retry_dead_letters(*n).await {
+                Ok(moved) => Seen::Ids(moved.iter().map(|i| self.id(*i)).collect(), Vec::new()),
+                Err(e) => self.err(e),
             },
             Op::Item(i) => match self.ids.get(*i) {
                 None => Seen::Skipped,

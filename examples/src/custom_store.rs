@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStore, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space,
-    StoreTime, Ttl,
+    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    ExpiredLease, FencingToken, HolderId, InputProblem, Issuer, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
+    LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreTime, Swept, Ttl,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -65,6 +65,11 @@ struct Tables {
     items: BTreeMap<u64, ItemRow>,
     /// Enqueue idempotency keys and the ids they answered, kept for good.
     enqueue_keys: BTreeMap<RequestId, u64>,
+    /// The death history by seq: the newest `death_retention` rows.
+    deaths: BTreeMap<u64, DeathRecord>,
+    last_death: u64,
+    /// token -> seq of its death row, until its sweep fills the row in.
+    death_of: BTreeMap<u64, u64>,
 }
 
 /// A store kept in process memory as tables of rows, with its own clock.
@@ -137,17 +142,59 @@ impl TableStore {
         Capabilities {
             max_batch: 500,
             max_payload: 256 * 1024,
+            // Small enough that the conformance suite fills it and checks the bound.
+            death_retention: 100,
             ..Capabilities::default()
         }
     }
 }
 
 impl Tables {
-    fn retire(&mut self, key: &Key) {
+    /// Removes the lease row on `key`, puts its token in the dead set and writes its
+    /// death row, all under the one lock; drops the death row that fell out of the
+    /// retention (one per death).
+    fn retire(&mut self, key: &Key, cause: DeathCause, now_ms: u64) {
         if let Some(row) = self.leases.remove(key) {
             self.by_expiry
                 .remove(&(key.space().clone(), row.expires_at_ms, key.clone()));
             self.dead.insert(row.token, key.clone());
+            self.last_death += 1;
+            let seq = self.last_death;
+            self.deaths.insert(
+                seq,
+                DeathRecord {
+                    seq,
+                    key: key.clone(),
+                    holder: row.holder,
+                    token: FencingToken(row.token),
+                    at: StoreTime::from_epoch(Duration::from_millis(now_ms)),
+                    cause,
+                    swept: None,
+                },
+            );
+            self.death_of.insert(row.token, seq);
+            let keep = TableStore::caps().death_retention as u64;
+            if seq > keep {
+                if let Some(old) = self.deaths.remove(&(seq - keep)) {
+                    if self.death_of.get(&old.token.0) == Some(&old.seq) {
+                        self.death_of.remove(&old.token.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves a dead-lettered row back to pending with no attempts counted.
+    fn revive(&mut self, id: u64) -> Result<()> {
+        match self.items.get_mut(&id) {
+            None => Err(Error::invalid("item", InputProblem::NoSuchItem)),
+            Some(row) if !row.dead => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
+            Some(row) => {
+                row.dead = false;
+                row.owner = None;
+                row.attempts = 0;
+                Ok(())
+            }
         }
     }
 
@@ -230,7 +277,7 @@ impl LeaseStore for TableStore {
                     token: FencingToken(row.token),
                 });
             }
-            t.retire(key);
+            t.retire(key, DeathCause::Superseded, now);
         }
         t.last_token += 1;
         let token = t.last_token;
@@ -282,7 +329,7 @@ impl LeaseStore for TableStore {
         let mut t = self.tables.lock().await;
         let current = t.leases.get(&lease.key).map(|r| r.token) == Some(lease.token.0);
         if current {
-            t.retire(&lease.key);
+            t.retire(&lease.key, DeathCause::Released, self.now_ms());
         }
         Ok(current)
     }
@@ -339,7 +386,7 @@ impl LeaseStore for TableStore {
         let expired =
             matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
         if expired {
-            t.retire(key);
+            t.retire(key, DeathCause::Reaped, now);
         }
         Ok(expired)
     }
@@ -362,6 +409,54 @@ impl LeaseStore for TableStore {
 
     async fn store_time(&self) -> Result<StoreTime> {
         Ok(StoreTime::from_epoch(Duration::from_millis(self.now_ms())))
+    }
+
+    async fn members(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        if after.is_some_and(|k| k.space() != space) {
+            return Err(Error::invalid("after", InputProblem::OtherSpace));
+        }
+        let t = self.tables.lock().await;
+        let now = self.now_ms();
+        // Keys sort by space, then name: a range of the leases table, O(page).
+        let from = match after {
+            Some(k) => std::ops::Bound::Excluded(k.clone()),
+            None => std::ops::Bound::Included(Key::new(space.clone(), min_name())),
+        };
+        Ok(t.leases
+            .range((from, std::ops::Bound::Unbounded))
+            .take_while(|(key, _)| key.space() == space)
+            .take(limit)
+            .map(|(key, row)| LeaseInfo {
+                key: key.clone(),
+                holder: row.holder.clone(),
+                token: FencingToken(row.token),
+                ttl: row.ttl,
+                status: if now < row.expires_at_ms {
+                    LeaseStatus::Live {
+                        remaining: Duration::from_millis(row.expires_at_ms - now),
+                    }
+                } else {
+                    LeaseStatus::Expired
+                },
+            })
+            .collect())
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let t = self.tables.lock().await;
+        Ok(t.deaths
+            .range(..before.unwrap_or(u64::MAX))
+            .rev()
+            .take(limit)
+            .map(|(_, d)| d.clone())
+            .collect())
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -515,7 +610,55 @@ impl ItemStore for TableStore {
                 }
             }
         }
+        // The death row learns what its sweep moved, under the same lock.
+        if let Some(seq) = t.death_of.remove(&token.0) {
+            if let Some(d) = t.deaths.get_mut(&seq) {
+                d.swept = Some(Swept {
+                    requeued: out.requeued.len() as u64,
+                    dead_lettered: out.dead_lettered.len() as u64,
+                });
+            }
+        }
         Ok(out)
+    }
+
+    async fn items(
+        &self,
+        state: ItemStateKind,
+        after: Option<ItemId>,
+        limit: usize,
+    ) -> Result<Vec<ItemRecord>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let t = self.tables.lock().await;
+        // A scan from `after`: fine for an example; a real store keeps an index per
+        // state.
+        let from = after.map_or(0, |a| a.0.saturating_add(1));
+        Ok(t.items
+            .range(from..)
+            .map(|(id, row)| record(*id, row))
+            .filter(|r| r.state.kind() == state)
+            .take(limit)
+            .collect())
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        self.tables.lock().await.revive(id.0)
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let limit = Self::caps().clamp_limit("limit", limit)?;
+        let mut t = self.tables.lock().await;
+        let ids: Vec<u64> = t
+            .items
+            .iter()
+            .filter(|(_, row)| row.dead)
+            .map(|(id, _)| *id)
+            .take(limit)
+            .collect();
+        for id in &ids {
+            t.revive(*id)?;
+        }
+        Ok(ids.into_iter().map(ItemId).collect())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {

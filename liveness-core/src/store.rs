@@ -4,11 +4,13 @@
 //! This file is the one place that says what every backend must guarantee: the
 //! bullets under each `# Contract` heading. The conformance suite (crate
 //! `liveness-conformance`) checks them: every bullet of a method has a named scenario,
-//! except two that no scenario can see — the cost of [`LeaseStore::expired`] (a store
+//! except those no scenario can see — the cost of [`LeaseStore::expired`] (a store
 //! that scans every lease gives the same answers, only slower), checked by the suite's
-//! `bench::check_round_cost`, and the transport-fault bullet below, which needs faults
-//! injected into the backend's own transport (each backend's fault tests). The suite
-//! crate's README maps every bullet to what checks it.
+//! `bench::check_round_cost`; the cost of [`LeaseStore::members`] and of trimming the
+//! death history ([`LeaseStore::deaths`]), which each backend meets with an index; and
+//! the transport-fault bullet below, which needs faults injected into the backend's own
+//! transport (each backend's fault tests). The suite crate's README maps every bullet
+//! to what checks it.
 //!
 //! # Contract shared by every method
 //!
@@ -360,15 +362,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         space: &Space,
         after: Option<&Key>,
         limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let _ = (space, after, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    ) -> Result<Vec<LeaseInfo>>;
 
     /// Lists the namespace's death history, newest first: every token that stopped
     /// being current (reaped, released, or superseded by an acquire), with what its
@@ -393,15 +387,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   namespace and drops older ones as new ones are written, at a cost that does
     ///   not grow with the history (no scan).
     /// - Changes nothing.
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let _ = (before, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>>;
 
     /// The store clock's now, for diagnostics and tests.
     ///
@@ -596,15 +582,7 @@ pub trait ItemStore: Send + Sync {
         state: ItemStateKind,
         after: Option<ItemId>,
         limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let _ = (state, after, limit);
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    ) -> Result<Vec<ItemRecord>>;
 
     /// Moves a dead-lettered item back to pending, with its attempts reset to zero:
     /// the operator's "retry this one".
@@ -619,15 +597,7 @@ pub trait ItemStore: Send + Sync {
     /// # Retry
     /// - A repeat of an applied call answers `NotDeadLettered` (the item is pending,
     ///   or claimed since) and changes nothing.
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let _ = id;
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()>;
 
     /// Moves up to `limit` dead-lettered items, lowest id first, back to pending with
     /// their attempts reset to zero, and returns their ids (in id order): the
@@ -640,15 +610,7 @@ pub trait ItemStore: Send + Sync {
     ///
     /// # Retry
     /// - A repeat moves the items dead-lettered by then; none twice.
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let _ = limit;
-        Err(Error::invalid(
-            "operation",
-            InputProblem::Malformed {
-                expected: "an implemented operation (TEMPORARY default)",
-            },
-        ))
-    }
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>>;
 }
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
