@@ -16,7 +16,7 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_liveness");
 /// Set in a re-executed test binary: the store URL its worker joins.
 const WORKER_URL: &str = "LIVENESS_CLI_TEST_WORKER_URL";
-/// The worker's member name and how many items it claims: `NAME:N`.
+/// The worker's member name, how many items it claims and its ttl: `NAME:N:TTL_MS`.
 const WORKER_ROLE: &str = "LIVENESS_CLI_TEST_WORKER_ROLE";
 /// The longest any wait in these tests lasts before it fails.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -90,10 +90,15 @@ fn worker_process() {
         return;
     };
     let role = std::env::var(WORKER_ROLE).unwrap();
-    let (name, n) = role.split_once(':').unwrap();
+    let mut parts = role.split(':');
+    let (name, n, ttl) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    );
     rt().block_on(async {
         let store = liveness::connect(&url).await.unwrap();
-        let config = MemberConfig::new(name, Ttl::from_millis(1000).unwrap()).unwrap();
+        let config = MemberConfig::new(name, Ttl::from_millis(ttl).unwrap()).unwrap();
         let member = Member::join(store, config).await.unwrap();
         let n: usize = n.parse().unwrap();
         let mut held = Vec::new();
@@ -112,7 +117,7 @@ fn worker_process() {
 struct Worker(Child);
 
 impl Worker {
-    fn start(url: &str, name: &str, items: usize) -> Worker {
+    fn start(url: &str, name: &str, items: usize, ttl_ms: u64) -> Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "worker_process",
@@ -121,7 +126,7 @@ impl Worker {
                 "--test-threads=1",
             ])
             .env(WORKER_URL, url)
-            .env(WORKER_ROLE, format!("{name}:{items}"))
+            .env(WORKER_ROLE, format!("{name}:{items}:{ttl_ms}"))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -229,7 +234,7 @@ fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
 /// exactly the live ones, `liveness check` declares the death and requeues its items,
 /// `deaths` shows it with its requeued count, the scraped metrics match, and the
 /// checker exits cleanly on SIGTERM.
-fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str) {
+fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str, ttl_ms: u64) {
     rt().block_on(async {
         let store = liveness::connect(url).await.unwrap();
         for i in 0..3 {
@@ -239,8 +244,8 @@ fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str) {
                 .unwrap();
         }
     });
-    let doomed = Worker::start(url, "doomed", 2);
-    let _steady = Worker::start(url, "steady", 0);
+    let doomed = Worker::start(url, "doomed", 2, ttl_ms);
+    let _steady = Worker::start(url, "steady", 0, ttl_ms);
     assert_eq!(member_names(url), ["doomed", "steady"]);
     let counts = liveness_json(url, &["items"]);
     assert_eq!(
@@ -374,7 +379,7 @@ fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {
 #[test]
 fn sqlite_a_killed_worker_is_seen_by_every_command() {
     let dir = tempfile::tempdir().unwrap();
-    a_killed_worker_is_seen_by_every_command(&sqlite_url(&dir, "ops"), "ops");
+    a_killed_worker_is_seen_by_every_command(&sqlite_url(&dir, "ops"), "ops", 1000);
 }
 
 #[test]
@@ -394,7 +399,7 @@ fn redis_a_killed_worker_is_seen_by_every_command() {
         return;
     };
     let ns = fresh_ns("cli");
-    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns);
+    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns, 1000);
 }
 
 #[test]
@@ -411,7 +416,7 @@ fn postgres_a_killed_worker_is_seen_by_every_command() {
         return;
     };
     let ns = fresh_ns("cli");
-    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns);
+    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns, 1000);
 }
 
 #[test]
@@ -420,6 +425,30 @@ fn postgres_dead_letters_are_listed_and_retried() {
         return;
     };
     dead_letters_are_listed_and_retried(&server.url_with(&format!("ns={}", fresh_ns("dlq"))));
+}
+
+/// The etcd server's URL with the namespace `ns`.
+fn etcd_url(server: &liveness_testkit::etcd::EtcdServer, ns: &str) -> String {
+    let sep = if server.url().contains('?') { '&' } else { '?' };
+    format!("{}{sep}ns={ns}", server.url())
+}
+
+#[test]
+fn etcd_a_killed_worker_is_seen_by_every_command() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    let ns = fresh_ns("cli");
+    // etcd refuses ttls under its minimum lease ttl (2 s by default).
+    a_killed_worker_is_seen_by_every_command(&etcd_url(server, &ns), &ns, 2000);
+}
+
+#[test]
+fn etcd_dead_letters_are_listed_and_retried() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    dead_letters_are_listed_and_retried(&etcd_url(server, &fresh_ns("dlq")));
 }
 
 #[test]
@@ -480,7 +509,7 @@ fn a_store_that_never_answers_exits_3_after_the_timeout() {
 fn watch_redraws_until_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(&dir, "watched");
-    let _worker = Worker::start(&url, "w", 0);
+    let _worker = Worker::start(&url, "w", 0, 1000);
     let mut child = Command::new(BIN)
         .args(["--store", &url, "watch", "--every", "100ms", "--json"])
         .stdout(Stdio::piped())
