@@ -24,8 +24,9 @@ use crate::error::{Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
 use crate::item::Requeued;
 use crate::lease::ExpiredLease;
-use crate::store::Store;
-use crate::traced::traced;
+use crate::metrics::CheckerMetrics;
+use crate::store::{ItemStore, LeaseStore, Store};
+use crate::traced::{traced, Traced};
 use crate::types::{FencingToken, Key, Space};
 
 /// How a checker behaves.
@@ -131,14 +132,16 @@ impl RoundReport {
 #[derive(Clone, Debug)]
 pub struct Checker {
     raw: Arc<dyn Store>,
-    store: Arc<dyn Store>,
+    store: Arc<Traced>,
     config: CheckerConfig,
+    metrics: CheckerMetrics,
 }
 
 impl Checker {
     /// A checker over `store`.
     pub fn new(store: Arc<dyn Store>, config: CheckerConfig) -> Self {
         Checker {
+            metrics: CheckerMetrics::new(&*store),
             raw: store.clone(),
             store: traced(store),
             config,
@@ -162,6 +165,34 @@ impl Checker {
     /// `next_expiry`): then with the first of those errors.
     pub async fn round(&self) -> Result<RoundReport> {
         self.config.validate()?;
+        let started = tokio::time::Instant::now();
+        let calls = self.store.calls();
+        let report = self.round_inner().await;
+        let m = &self.metrics;
+        m.rounds.increment(1);
+        m.round_seconds.record(started.elapsed().as_secs_f64());
+        m.round_trips
+            .record(self.store.calls().saturating_sub(calls) as f64);
+        if let Ok(report) = &report {
+            m.deaths.increment(report.deaths.len() as u64);
+            let moved = report
+                .deaths
+                .iter()
+                .map(|d| &d.requeued)
+                .chain(report.swept.iter().map(|(_, r)| r));
+            let (mut requeued, mut dead_lettered) = (0, 0);
+            for r in moved {
+                requeued += r.requeued.len() as u64;
+                dead_lettered += r.dead_lettered.len() as u64;
+            }
+            m.requeued.increment(requeued);
+            m.dead_lettered.increment(dead_lettered);
+        }
+        report
+    }
+
+    /// The work of [`Checker::round`], which counts it.
+    async fn round_inner(&self) -> Result<RoundReport> {
         let store = &self.store;
         let batch = self.config.batch.max(1);
         // The store clamps every limit to its own `max_batch`: a full answer is one

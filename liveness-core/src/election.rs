@@ -18,6 +18,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
 use crate::heartbeat::{keep_alive, End, HeartbeatConfig, Standing};
 use crate::lease::{Lease, LeaseInfo};
+use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
 use crate::traced::traced;
 use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
@@ -69,6 +70,7 @@ pub struct Election {
     store: Arc<dyn Store>,
     config: ElectionConfig,
     key: Key,
+    metrics: HolderMetrics,
 }
 
 impl Election {
@@ -76,6 +78,7 @@ impl Election {
     pub fn new(store: Arc<dyn Store>, config: ElectionConfig) -> Self {
         let key = Key::new(Space::leaders(), config.name.clone());
         Election {
+            metrics: HolderMetrics::new(&*store, Role::Leader),
             store: traced(store),
             config,
             key,
@@ -190,6 +193,10 @@ impl Election {
         let cancel = standing.cancel().clone();
         let stop = CancellationToken::new();
         let events = self.config.events.clone();
+        self.metrics
+            .labels()
+            .counter(crate::metrics::LEADERSHIPS_TOTAL, &[])
+            .increment(1);
         events.emit(Event::LeadershipAcquired {
             key: lease.key.clone(),
             token: lease.token,
@@ -198,9 +205,12 @@ impl Election {
             let store = self.store.clone();
             let (standing, stop, lease) = (standing.clone(), stop.clone(), lease.clone());
             let heartbeat = self.config.heartbeat;
+            let metrics = self.metrics.clone();
             async move {
-                let end =
-                    keep_alive(&store, lease, sent, heartbeat, &standing, &stop, &events).await;
+                let end = keep_alive(
+                    &store, lease, sent, heartbeat, &standing, &stop, &events, &metrics,
+                )
+                .await;
                 match end {
                     End::Lost(lease, reason) => {
                         events.emit(Event::LeadershipLost {

@@ -29,6 +29,7 @@ use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
+use crate::metrics::HolderMetrics;
 use crate::store::Store;
 use crate::types::{FencingToken, Key, Ttl};
 
@@ -344,6 +345,7 @@ async fn watch<F: std::future::Future>(
 /// that produced `lease` (acquire or renew) was sent, on tokio's clock (it plans the
 /// renewals; the deadline lives in `standing`). Fires the standing's cancellation on
 /// loss.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn keep_alive(
     store: &Arc<dyn Store>,
     lease: Lease,
@@ -352,8 +354,12 @@ pub(crate) async fn keep_alive(
     standing: &Standing,
     stop: &CancellationToken,
     events: &EventBus,
+    metrics: &HolderMetrics,
 ) -> End {
-    keep_alive_via(store, None, lease, sent, config, standing, stop, events).await
+    keep_alive_via(
+        store, None, lease, sent, config, standing, stop, events, metrics,
+    )
+    .await
 }
 
 /// [`keep_alive`], renewing through `renewals` (coalesced into batches) when given.
@@ -363,12 +369,36 @@ pub(crate) async fn keep_alive(
 pub(crate) async fn keep_alive_via(
     store: &Arc<dyn Store>,
     renewals: Option<&Renewals>,
+    lease: Lease,
+    sent: Instant,
+    config: HeartbeatConfig,
+    standing: &Standing,
+    stop: &CancellationToken,
+    events: &EventBus,
+    metrics: &HolderMetrics,
+) -> End {
+    let end = renew_until_end(
+        store, renewals, lease, sent, config, standing, stop, events, metrics,
+    )
+    .await;
+    if let End::Lost(_, reason) = &end {
+        metrics.lost(*reason);
+    }
+    end
+}
+
+/// The loop of [`keep_alive_via`], which counts how it ended.
+#[allow(clippy::too_many_arguments)]
+async fn renew_until_end(
+    store: &Arc<dyn Store>,
+    renewals: Option<&Renewals>,
     mut lease: Lease,
     mut sent: Instant,
     config: HeartbeatConfig,
     standing: &Standing,
     stop: &CancellationToken,
     events: &EventBus,
+    metrics: &HolderMetrics,
 ) -> End {
     let tick = config.tick();
     // The first renewal of a lease comes anywhere in its first interval: a fleet that
@@ -396,7 +426,10 @@ pub(crate) async fn keep_alive_via(
                 }
             };
             let attempt = match watch(standing, tick, stop, renewal).await {
-                Woke::Done(r) => r,
+                Woke::Done(r) => {
+                    metrics.renewal(now.elapsed(), r.is_ok());
+                    r
+                }
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
             };

@@ -16,6 +16,7 @@ pub mod layer;
 pub mod lease;
 pub mod member;
 pub mod memory;
+pub mod metrics;
 pub mod store;
 pub mod sync;
 mod traced;

@@ -29,6 +29,7 @@ use crate::events::{Event, EventBus, LossReason};
 use crate::heartbeat::{keep_alive_via, spread, End, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
+use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
@@ -207,6 +208,7 @@ impl Claimed {
 struct Inner {
     store: Arc<dyn Store>,
     config: MemberConfig,
+    metrics: HolderMetrics,
     key: Key,
     generation: watch::Sender<Generation>,
     stop: CancellationToken,
@@ -258,7 +260,8 @@ impl Member {
     pub async fn join(store: Arc<dyn Store>, config: MemberConfig) -> Result<Member> {
         config.heartbeat.validate()?;
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
-        let store = traced(store);
+        let metrics = HolderMetrics::new(&*store, Role::Member);
+        let store: Arc<dyn Store> = traced(store);
         let key = Key::new(crate::types::Space::members(), config.name.clone());
         let give_up = Instant::now() + config.heartbeat.ttl.duration();
         let mut backoff = Backoff::new(
@@ -303,6 +306,10 @@ impl Member {
                 Err(e) => return Err(e),
             }
         };
+        metrics
+            .labels()
+            .counter(JOINS_TOTAL, &[("kind", "join")])
+            .increment(1);
         config.events.emit(Event::Joined {
             key: key.clone(),
             holder: config.holder.clone(),
@@ -318,6 +325,7 @@ impl Member {
         let inner = Arc::new(Inner {
             store,
             config,
+            metrics,
             key,
             generation: watch::channel(first.clone()).0,
             stop: CancellationToken::new(),
@@ -450,6 +458,7 @@ impl Member {
                 r = Ok(());
             }
         }
+        self.count_fenced("complete", &r);
         self.forget(claimed, &r);
         r
     }
@@ -476,6 +485,14 @@ impl Member {
                 _ => {}
             }
         }
+        self.count_fenced("fail", &r);
+        if let Ok(ItemState::DeadLettered) = r {
+            self.inner
+                .metrics
+                .labels()
+                .counter(ITEMS_DEAD_LETTERED_TOTAL, &[])
+                .increment(1);
+        }
         self.forget(claimed, &r);
         r
     }
@@ -498,6 +515,17 @@ impl Member {
                 lock(&self.inner.unsure).remove(&id);
                 false
             }
+        }
+    }
+
+    /// Counts a `complete` or `fail` (`op`) refused by fencing.
+    fn count_fenced<T>(&self, op: &'static str, r: &Result<T>) {
+        if let Err(Error::Fenced { .. }) = r {
+            self.inner
+                .metrics
+                .labels()
+                .counter(FENCED_TOTAL, &[("op", op)])
+                .increment(1);
         }
     }
 
@@ -601,6 +629,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     let config = strong.config.clone();
     let key = strong.key.clone();
     let stop = strong.stop.clone();
+    let metrics = strong.metrics.clone();
     drop(strong);
     let (mut gen, mut sent) = (first, sent);
     loop {
@@ -613,6 +642,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
             &gen.standing,
             &stop,
             &config.events,
+            &metrics,
         )
         .await;
         let (old, reason) = match end {
@@ -652,6 +682,10 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         }
         match rejoin(&store, &config, &key, &old, &stop).await {
             Some((lease, at, at_on_clock)) => {
+                metrics
+                    .labels()
+                    .counter(JOINS_TOTAL, &[("kind", "rejoin")])
+                    .increment(1);
                 config.events.emit(Event::Joined {
                     key: key.clone(),
                     holder: config.holder.clone(),

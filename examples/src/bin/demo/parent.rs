@@ -593,6 +593,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
     view.say("");
     view.say("summary");
     view.say(&format!("  store: {url}"));
+    if _tmp.is_none() {
+        view.say(&format!(
+            "  look again: liveness --store '{url}' deaths (or members, items; crate liveness-cli)"
+        ));
+    } else {
+        view.say(
+            "  (a temporary file, removed now: give --store sqlite:///PATH/demo.db to keep it for `liveness deaths`)",
+        );
+    }
     view.say(&format!(
         "  items: {total} enqueued, {} done at least once, {} lost, {} dead-lettered",
         total as usize - lost.len() - dead_lettered.len(),

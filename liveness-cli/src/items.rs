@@ -1,0 +1,109 @@
+//! `liveness items`: counts by state, or a page of the items in one state.
+
+use liveness::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
+use serde::Serialize;
+
+use crate::output::{print, table};
+use crate::{Ctx, Failure};
+
+/// Item counts, as `--json` prints them.
+#[derive(Debug, Serialize)]
+pub(crate) struct Counts {
+    pub pending: u64,
+    pub owned: u64,
+    pub dead_lettered: u64,
+}
+
+impl From<ItemCounts> for Counts {
+    fn from(c: ItemCounts) -> Self {
+        Counts {
+            pending: c.pending,
+            owned: c.owned,
+            dead_lettered: c.dead_lettered,
+        }
+    }
+}
+
+/// The human table of `counts`.
+pub(crate) fn render_counts(c: &Counts) -> String {
+    table(
+        &["state", "items"],
+        [
+            vec!["pending".into(), c.pending.to_string()],
+            vec!["owned".into(), c.owned.to_string()],
+            vec!["dead-lettered".into(), c.dead_lettered.to_string()],
+        ],
+    )
+}
+
+/// One item, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct ItemRow {
+    id: u64,
+    state: &'static str,
+    /// The owning token, for an owned item.
+    owner: Option<u64>,
+    attempts: u32,
+    max_attempts: u32,
+    payload_bytes: usize,
+    /// The payload as text (invalid UTF-8 replaced), cut to 60 characters.
+    payload: String,
+}
+
+impl From<&ItemRecord> for ItemRow {
+    fn from(r: &ItemRecord) -> Self {
+        let (state, owner) = match r.state {
+            ItemState::Pending => ("pending", None),
+            ItemState::Owned(t) => ("owned", Some(t.0)),
+            ItemState::DeadLettered => ("dead-lettered", None),
+        };
+        let text = String::from_utf8_lossy(&r.item.payload);
+        ItemRow {
+            id: r.item.id.0,
+            state,
+            owner,
+            attempts: r.item.attempts,
+            max_attempts: r.item.max_attempts,
+            payload_bytes: r.item.payload.len(),
+            payload: text.chars().take(60).collect(),
+        }
+    }
+}
+
+pub(crate) async fn run(
+    ctx: &Ctx,
+    state: Option<ItemStateKind>,
+    limit: usize,
+) -> Result<(), Failure> {
+    let Some(state) = state else {
+        let counts = Counts::from(ctx.store.item_counts().await?);
+        return print(ctx.json, &counts, || render_counts(&counts));
+    };
+    let page = ctx.store.capabilities().max_batch.max(1);
+    let mut rows: Vec<ItemRow> = Vec::new();
+    let mut after: Option<ItemId> = None;
+    while rows.len() < limit {
+        let want = page.min(limit - rows.len());
+        let got = ctx.store.items(state, after, want).await?;
+        let done = got.len() < want;
+        after = got.last().map(|r| r.item.id);
+        rows.extend(got.iter().map(ItemRow::from));
+        if done || after.is_none() {
+            break;
+        }
+    }
+    print(ctx.json, &rows, || {
+        table(
+            &["id", "state", "owner", "attempts", "payload"],
+            rows.iter().map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.state.into(),
+                    r.owner.map_or_else(|| "-".into(), |t| t.to_string()),
+                    format!("{}/{}", r.attempts, r.max_attempts),
+                    r.payload.clone(),
+                ]
+            }),
+        )
+    })
+}

@@ -1,0 +1,274 @@
+//! `liveness`: the operator's command for any store of the liveness framework. Who is
+//! alive, who died, what is stuck; a standalone checker; a live view; a bench.
+//!
+//! Exit codes: 0 done; 2 bad input (an argument, a URL, an item id) with a one-line
+//! reason; 3 the store did not answer (unreachable, or not within `--timeout`); 1 any
+//! other failure.
+
+mod bench;
+mod check;
+mod deaths;
+mod items;
+mod members;
+mod output;
+mod retry;
+mod watch;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use liveness::{Error, ItemStateKind, Store};
+
+/// Who is alive, who died, what is stuck: the operator's view of a liveness store.
+#[derive(Debug, Parser)]
+#[command(name = "liveness", version)]
+struct Cli {
+    /// The store's URL, as `liveness::connect` takes it: sqlite:///path/file.db?ns=NAME,
+    /// redis://HOST:PORT?ns=NAME, postgres://USER@HOST/DB?ns=NAME, etcd://HOST:PORT?ns=NAME.
+    #[arg(long, env = "LIVENESS_STORE", value_name = "URL")]
+    store: String,
+    /// Print JSON (one document; `watch` prints one line per refresh) instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// How long to wait for the store to answer (connecting, and each one-shot
+    /// command) before exiting with status 3.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The leases of a space (live, or expired and not yet reaped), in name order.
+    Members {
+        /// The space to list.
+        #[arg(long, default_value = "members")]
+        space: String,
+        /// List at most this many.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// The death history, newest first: who died, why, and where their items went.
+    Deaths {
+        /// Only deaths at most this long ago by the store clock (`90s`, `15m`, `1h`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<Duration>,
+        /// List at most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Item counts by state, or with `--state`, the items in one state.
+    Items {
+        /// List the items in this state instead of counting.
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+        /// List at most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Moves a dead-lettered item (or all of them) back to pending, attempts reset.
+    Retry {
+        /// The item's id.
+        #[arg(required_unless_present = "all_dead_letters")]
+        id: Option<u64>,
+        /// Retry every dead-lettered item.
+        #[arg(long, conflicts_with = "id")]
+        all_dead_letters: bool,
+    },
+    /// Runs a checker until SIGTERM or SIGINT: declares expired members dead, requeues
+    /// their items, and logs every death.
+    Check {
+        /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
+        /// http://ADDR/health.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<SocketAddr>,
+        /// The space to watch.
+        #[arg(long, default_value = "members")]
+        space: String,
+        /// The longest pause between rounds.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        check_every: Duration,
+    },
+    /// A live view of members, items and deaths, refreshed in place; Ctrl-C exits.
+    Watch {
+        /// The space to show.
+        #[arg(long, default_value = "members")]
+        space: String,
+        /// How often to refresh.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        every: Duration,
+    },
+    /// Measures this deployment with the conformance bench kit: renewals per second,
+    /// checker rounds, detection latency. Writes to fresh namespaces `bench_*`.
+    Bench {
+        /// Live member counts for the checker-round figures.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        members: Vec<usize>,
+        /// Concurrency levels for the renewal figures.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        concurrency: Vec<usize>,
+        /// How long each renewal measurement runs, in seconds.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// How many deaths the detection latency is measured over (0: skip it).
+        #[arg(long, default_value_t = 20)]
+        deaths: usize,
+    },
+}
+
+/// An item state on the command line.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StateArg {
+    Pending,
+    Owned,
+    DeadLettered,
+}
+
+impl From<StateArg> for ItemStateKind {
+    fn from(s: StateArg) -> Self {
+        match s {
+            StateArg::Pending => ItemStateKind::Pending,
+            StateArg::Owned => ItemStateKind::Owned,
+            StateArg::DeadLettered => ItemStateKind::DeadLettered,
+        }
+    }
+}
+
+/// Why the command failed, and so its exit status.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Bad input: exit 2.
+    Input(String),
+    /// The store did not answer: exit 3.
+    Unreachable(String),
+    /// Anything else: exit 1.
+    Other(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidInput { .. } => Failure::Input(e.to_string()),
+            e if e.is_retryable() => Failure::Unreachable(e.to_string()),
+            e => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+impl Failure {
+    fn exit(self) -> ExitCode {
+        let (code, msg) = match self {
+            Failure::Input(m) => (2, m),
+            Failure::Unreachable(m) => (3, m),
+            Failure::Other(m) => (1, m),
+        };
+        // One line, whatever the store's client put in its message.
+        let msg = msg.split_whitespace().collect::<Vec<_>>().join(" ");
+        eprintln!("liveness: {msg}");
+        ExitCode::from(code)
+    }
+}
+
+/// What every command gets: the store, the options shared by all.
+pub(crate) struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub url: String,
+    pub json: bool,
+    /// How long one store call may take before the store counts as unreachable.
+    pub timeout: Duration,
+}
+
+/// Awaits `fut` for at most `timeout`; past it, the store counts as unreachable.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    fut: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure::Unreachable(format!(
+                "the store did not answer within {}",
+                humantime::format_duration(timeout)
+            )))
+        })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.command {
+        Command::Check { .. } => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_max_level(level)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return Failure::Other(format!("cannot start the runtime: {e}")).exit(),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.exit(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    // The recorder goes in before the checker binds its metric handles.
+    if let Command::Check {
+        metrics: Some(addr),
+        ..
+    } = &cli.command
+    {
+        check::serve_metrics(*addr)?;
+    }
+    let store = within(cli.timeout, async {
+        Ok(liveness::connect(&cli.store).await?)
+    })
+    .await?;
+    let ctx = Ctx {
+        store,
+        url: cli.store,
+        json: cli.json,
+        timeout: cli.timeout,
+    };
+    let t = cli.timeout;
+    match cli.command {
+        Command::Members { space, limit } => within(t, members::run(&ctx, &space, limit)).await,
+        Command::Deaths { since, limit } => within(t, deaths::run(&ctx, since, limit)).await,
+        Command::Items { state, limit } => {
+            within(t, items::run(&ctx, state.map(Into::into), limit)).await
+        }
+        Command::Retry {
+            id,
+            all_dead_letters,
+        } => within(t, retry::run(&ctx, id, all_dead_letters)).await,
+        Command::Check {
+            space, check_every, ..
+        } => check::run(&ctx, &space, check_every).await,
+        Command::Watch { space, every } => watch::run(&ctx, &space, every).await,
+        Command::Bench {
+            members,
+            concurrency,
+            seconds,
+            deaths,
+        } => {
+            let options = liveness_conformance::bench::Options {
+                members,
+                concurrency,
+                seconds,
+                deaths,
+                check_cost: false,
+            };
+            bench::run(&ctx, options).await
+        }
+    }
+}

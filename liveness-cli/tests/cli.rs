@@ -1,0 +1,570 @@
+//! The `liveness` binary as an operator runs it, against real stores: a SQLite file,
+//! and Redis and PostgreSQL servers the test kit starts.
+//!
+//! Workers are real processes (this test binary re-executed as `worker_process`), and
+//! the killed one is killed with SIGKILL: the store sees exactly what it sees when a
+//! worker host dies.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use liveness::{EnqueueOptions, Member, MemberConfig, Ttl};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_liveness");
+/// Set in a re-executed test binary: the store URL its worker joins.
+const WORKER_URL: &str = "LIVENESS_CLI_TEST_WORKER_URL";
+/// The worker's member name, how many items it claims and its ttl: `NAME:N:TTL_MS`.
+const WORKER_ROLE: &str = "LIVENESS_CLI_TEST_WORKER_ROLE";
+/// The longest any wait in these tests lasts before it fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `liveness --store URL ARGS…` to completion.
+fn liveness(url: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--store")
+        .arg(url)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `liveness … --json` and parses what it printed; panics unless it exited 0.
+fn liveness_json(url: &str, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = liveness(url, &all);
+    assert!(
+        out.status.success(),
+        "liveness {all:?}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Asserts that `stderr` ends in exactly one line of reason, `liveness: …` (a store's
+/// own warnings, logged on connect, may come before it).
+fn assert_one_reason(stderr: &[u8]) {
+    let err = String::from_utf8_lossy(stderr);
+    let reasons = err.lines().filter(|l| l.starts_with("liveness: ")).count();
+    assert_eq!(reasons, 1, "{err}");
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("liveness: "),
+        "{err}"
+    );
+}
+
+/// Polls `f` until it answers `Some`, failing after [`PATIENCE`].
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < until, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A runtime for the test's own store calls.
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Not a test of its own: the worker process. In a re-executed test binary with
+/// [`WORKER_URL`] set, joins as a member, claims its items, prints `ready`, and holds
+/// them (renewing) until it is killed. Otherwise it does nothing.
+#[test]
+fn worker_process() {
+    let Ok(url) = std::env::var(WORKER_URL) else {
+        return;
+    };
+    let role = std::env::var(WORKER_ROLE).unwrap();
+    let mut parts = role.split(':');
+    let (name, n, ttl) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    );
+    rt().block_on(async {
+        let store = liveness::connect(&url).await.unwrap();
+        let config = MemberConfig::new(name, Ttl::from_millis(ttl).unwrap()).unwrap();
+        let member = Member::join(store, config).await.unwrap();
+        let n: usize = n.parse().unwrap();
+        let mut held = Vec::new();
+        while held.len() < n {
+            held.extend(member.claim(n - held.len()).await.unwrap());
+        }
+        println!("ready {}", member.token());
+        std::io::stdout().flush().unwrap();
+        // Held until killed; a worker whose test died goes away by itself.
+        tokio::time::sleep(PATIENCE * 2).await;
+        drop(held);
+    });
+}
+
+/// A worker process: a member `name` on `url` holding `items` claimed items.
+struct Worker(Child);
+
+impl Worker {
+    fn start(url: &str, name: &str, items: usize, ttl_ms: u64) -> Worker {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "worker_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(WORKER_URL, url)
+            .env(WORKER_ROLE, format!("{name}:{items}:{ttl_ms}"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("ready ") => break,
+                Some(_) => continue,
+                None => panic!("worker {name} ended before it was ready"),
+            }
+        }
+        Worker(child)
+    }
+
+    /// SIGKILL: the process dies holding its lease and items.
+    fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The names of the leases `members --json` lists.
+fn member_names(url: &str) -> Vec<String> {
+    let rows = liveness_json(url, &["members"]);
+    let mut names: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "live")
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// An HTTP GET of `path` on 127.0.0.1:`port`: the status line and the body.
+fn http_get(port: u16, path: &str) -> Option<(String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
+}
+
+/// The value of the metric `name` in namespace `ns` in a Prometheus text page.
+fn metric(page: &str, name: &str, ns: &str) -> Option<f64> {
+    page.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| l.contains(&format!("namespace=\"{ns}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A `liveness check` process serving metrics on `port`.
+fn start_checker(url: &str, port: u16) -> Child {
+    Command::new(BIN)
+        .args([
+            "--store",
+            url,
+            "check",
+            "--check-every",
+            "200ms",
+            "--metrics",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Sends SIGTERM to `child` and waits for it to exit; returns its status and stderr.
+fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_for("the checker to exit after SIGTERM", || {
+        child.try_wait().unwrap()
+    });
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, err)
+}
+
+/// The whole operator story on one store: two workers, one killed; `members` shows
+/// exactly the live ones, `liveness check` declares the death and requeues its items,
+/// `deaths` shows it with its requeued count, the scraped metrics match, and the
+/// checker exits cleanly on SIGTERM.
+fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str, ttl_ms: u64) {
+    rt().block_on(async {
+        let store = liveness::connect(url).await.unwrap();
+        for i in 0..3 {
+            store
+                .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
+                .await
+                .unwrap();
+        }
+    });
+    let doomed = Worker::start(url, "doomed", 2, ttl_ms);
+    let _steady = Worker::start(url, "steady", 0, ttl_ms);
+    assert_eq!(member_names(url), ["doomed", "steady"]);
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(
+        (counts["pending"].clone(), counts["owned"].clone()),
+        (1.into(), 2.into())
+    );
+
+    doomed.kill();
+    let port = liveness_testkit::free_port().unwrap();
+    let checker = start_checker(url, port);
+    let death = wait_for("the death in `liveness deaths`", || {
+        let rows = liveness_json(url, &["deaths", "--since", "10m"]);
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["key"] == "members/doomed" && !d["requeued"].is_null())
+            .cloned()
+    });
+    assert_eq!(death["cause"], "reaped", "{death}");
+    assert_eq!(death["requeued"], 2, "{death}");
+    assert_eq!(death["dead_lettered"], 0, "{death}");
+    assert_eq!(member_names(url), ["steady"]);
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(
+        (counts["pending"].clone(), counts["owned"].clone()),
+        (3.into(), 0.into())
+    );
+
+    let page = wait_for("the metrics page", || {
+        let (status, body) = http_get(port, "/metrics")?;
+        (status.contains("200") && metric(&body, "liveness_deaths_total", ns) == Some(1.0))
+            .then_some(body)
+    });
+    assert_eq!(
+        metric(&page, "liveness_items_requeued_total", ns),
+        Some(2.0),
+        "{page}"
+    );
+    assert_eq!(
+        metric(&page, "liveness_items_dead_lettered_total", ns),
+        Some(0.0),
+        "{page}"
+    );
+    assert!(
+        metric(&page, "liveness_checker_rounds_total", ns).unwrap() >= 1.0,
+        "{page}"
+    );
+    let (health, _) = http_get(port, "/health").unwrap();
+    assert!(health.contains("200"), "{health}");
+
+    let (status, log) = terminate(checker);
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("died") && log.contains("members/doomed"),
+        "{log}"
+    );
+    assert!(log.contains("checker stopped"), "{log}");
+}
+
+/// Dead letters: counted, listed, retried one by one and all at once; a retry of an
+/// unknown or not-dead-lettered item is refused with status 2.
+fn dead_letters_are_listed_and_retried(url: &str) {
+    let ids = rt().block_on(async {
+        let store = liveness::connect(url).await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            ids.push(
+                store
+                    .enqueue(format!("poison {i}").as_bytes(), EnqueueOptions::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let member = Member::join(
+            store,
+            MemberConfig::new("failer", Ttl::from_secs(30).unwrap()).unwrap(),
+        )
+        .await
+        .unwrap();
+        for claimed in member.claim(3).await.unwrap() {
+            member.fail(&claimed, false).await.unwrap();
+        }
+        member.leave(Duration::ZERO).await.unwrap();
+        ids
+    });
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(counts["dead_lettered"], 3, "{counts}");
+    let listed = liveness_json(url, &["items", "--state", "dead-lettered"]);
+    let listed: Vec<u64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(listed, ids.iter().map(|id| id.0).collect::<Vec<_>>());
+
+    let first = ids[0].0.to_string();
+    assert_eq!(
+        liveness_json(url, &["retry", &first])["retried"],
+        Value::from(vec![ids[0].0])
+    );
+    // Pending now: not a dead letter any more.
+    let again = liveness(url, &["retry", &first]);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    let unknown = liveness(url, &["retry", "987654321"]);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    assert_one_reason(&unknown.stderr);
+
+    let all = liveness_json(url, &["retry", "--all-dead-letters"]);
+    assert_eq!(all["retried"], Value::from(vec![ids[1].0, ids[2].0]));
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(
+        (counts["pending"].clone(), counts["dead_lettered"].clone()),
+        (3.into(), 0.into())
+    );
+    let pending = liveness_json(url, &["items", "--state", "pending"]);
+    assert!(
+        pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["attempts"] == 0),
+        "{pending}"
+    );
+}
+
+fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {
+    format!("sqlite://{}?ns={ns}", dir.path().join("ops.db").display())
+}
+
+#[test]
+fn sqlite_a_killed_worker_is_seen_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    a_killed_worker_is_seen_by_every_command(&sqlite_url(&dir, "ops"), "ops", 1000);
+}
+
+#[test]
+fn sqlite_dead_letters_are_listed_and_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    dead_letters_are_listed_and_retried(&sqlite_url(&dir, "dlq"));
+}
+
+/// A fresh namespace per test on a shared server.
+fn fresh_ns(prefix: &str) -> String {
+    format!("{prefix}_{:08x}", fastrand::u32(..))
+}
+
+#[test]
+fn redis_a_killed_worker_is_seen_by_every_command() {
+    let Some(server) = liveness_testkit::redis::RedisServer::shared() else {
+        return;
+    };
+    let ns = fresh_ns("cli");
+    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns, 1000);
+}
+
+#[test]
+fn redis_dead_letters_are_listed_and_retried() {
+    let Some(server) = liveness_testkit::redis::RedisServer::shared() else {
+        return;
+    };
+    dead_letters_are_listed_and_retried(&server.url_with(&format!("ns={}", fresh_ns("dlq"))));
+}
+
+#[test]
+fn postgres_a_killed_worker_is_seen_by_every_command() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let ns = fresh_ns("cli");
+    a_killed_worker_is_seen_by_every_command(&server.url_with(&format!("ns={ns}")), &ns, 1000);
+}
+
+#[test]
+fn postgres_dead_letters_are_listed_and_retried() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    dead_letters_are_listed_and_retried(&server.url_with(&format!("ns={}", fresh_ns("dlq"))));
+}
+
+/// The etcd server's URL with the namespace `ns`.
+fn etcd_url(server: &liveness_testkit::etcd::EtcdServer, ns: &str) -> String {
+    let sep = if server.url().contains('?') { '&' } else { '?' };
+    format!("{}{sep}ns={ns}", server.url())
+}
+
+#[test]
+fn etcd_a_killed_worker_is_seen_by_every_command() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    let ns = fresh_ns("cli");
+    // etcd refuses ttls under its minimum lease ttl (2 s by default).
+    a_killed_worker_is_seen_by_every_command(&etcd_url(server, &ns), &ns, 2000);
+}
+
+#[test]
+fn etcd_dead_letters_are_listed_and_retried() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    dead_letters_are_listed_and_retried(&etcd_url(server, &fresh_ns("dlq")));
+}
+
+#[test]
+fn a_bad_url_exits_2_with_a_one_line_reason() {
+    for url in [
+        "nosuch://host",
+        "no scheme",
+        "sqlite://",
+        "redis://127.0.0.1:6379?bogus=1",
+    ] {
+        let out = liveness(url, &["members"]);
+        assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{url}: {err}");
+        assert!(err.starts_with("liveness: invalid"), "{url}: {err}");
+        assert!(out.stdout.is_empty(), "{url}");
+    }
+    // Bad arguments too.
+    let out = liveness("sqlite://x.db", &["items", "--state", "gone"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn an_unreachable_store_exits_3() {
+    // Nobody listens: refused at once.
+    let port = liveness_testkit::free_port().unwrap();
+    let out = liveness(&format!("redis://127.0.0.1:{port}"), &["members"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn a_store_that_never_answers_exits_3_after_the_timeout() {
+    // A server that accepts connections and never says a word.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let mut child = Command::new(BIN)
+        .args(["--timeout", "1s", "--store"])
+        .arg(format!("redis://127.0.0.1:{port}"))
+        .arg("members")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_for("liveness to give up", || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(3));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(silent);
+}
+
+#[test]
+fn watch_redraws_until_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir, "watched");
+    let _worker = Worker::start(&url, "w", 0, 1000);
+    let mut child = Command::new(BIN)
+        .args(["--store", &url, "watch", "--every", "100ms", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        let frame: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(frame["members"][0]["name"], "w", "{frame}");
+        assert_eq!(frame["items"]["pending"], 0, "{frame}");
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_for("watch to exit on SIGINT", || child.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bench_reports_every_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir, "app");
+    let figures = liveness_json(
+        &url,
+        &[
+            "bench",
+            "--members",
+            "50",
+            "--concurrency",
+            "1",
+            "--seconds",
+            "0.2",
+            "--deaths",
+            "2",
+        ],
+    );
+    let what: Vec<&str> = figures
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        what,
+        [
+            "renewals",
+            "checker_round",
+            "members_first_page",
+            "checker_round",
+            "detection"
+        ]
+    );
+    assert!(figures[0]["value"].as_f64().unwrap() > 0.0, "{figures}");
+    assert_eq!(figures[2]["setting"], "members=50 page=100", "{figures}");
+}

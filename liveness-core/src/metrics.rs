@@ -1,0 +1,248 @@
+//! The metrics the state machines record, through the [`metrics`] facade.
+//!
+//! Nothing is recorded unless the application installs a recorder (for example
+//! `metrics-exporter-prometheus`); without one every call below is a no-op. Install
+//! it before building members, checkers and elections: each binds its metric handles
+//! once, when it is built (so a renewal costs two atomic updates, no allocation and
+//! no registry look-up).
+//!
+//! Every metric carries the labels `backend` (the store's [`backend`] name) and
+//! `namespace`; some carry one more, named beside each constant. The names follow
+//! the Prometheus conventions (`_total` counters, `_seconds` histograms). The project's
+//! `docs/metrics.md` lists them in one table.
+//!
+//! [`backend`]: crate::LeaseStore::backend
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Counter, Histogram, Label};
+
+use crate::error::{Error, LostReason};
+use crate::events::LossReason;
+use crate::store::Store;
+
+/// Counter: successful lease renewals (label `role`: `member` or `leader`).
+pub const RENEWALS_TOTAL: &str = "liveness_renewals_total";
+/// Histogram: the time one renewal call took, successful or not (label `role`).
+pub const RENEWAL_SECONDS: &str = "liveness_renewal_seconds";
+/// Counter: leases their holder lost (labels `role`, and `reason`: `expired`,
+/// `superseded`, `released` as the store answered, `deadline` when the local safety
+/// deadline passed first, `fault` after a permanent store error).
+pub const LEASES_LOST_TOTAL: &str = "liveness_leases_lost_total";
+/// Counter: member leases acquired (label `kind`: `join` for [`Member::join`],
+/// `rejoin` for a re-join with a new token after a loss).
+///
+/// [`Member::join`]: crate::Member::join
+pub const JOINS_TOTAL: &str = "liveness_joins_total";
+/// Counter: elections won.
+pub const LEADERSHIPS_TOTAL: &str = "liveness_leaderships_total";
+/// Counter: deaths a checker declared (it won the reap).
+pub const DEATHS_TOTAL: &str = "liveness_deaths_total";
+/// Counter: items a checker sent back to pending (for a death it declared, or in
+/// its sweep of the dead set).
+pub const ITEMS_REQUEUED_TOTAL: &str = "liveness_items_requeued_total";
+/// Counter: items sent to the dead-letter set, by a checker's requeue (out of
+/// attempts) or by a member's `fail`.
+pub const ITEMS_DEAD_LETTERED_TOTAL: &str = "liveness_items_dead_lettered_total";
+/// Counter: a member's `complete` or `fail` refused because the item is no longer
+/// its token's (label `op`: `complete` or `fail`).
+pub const FENCED_TOTAL: &str = "liveness_fenced_total";
+/// Counter: checker rounds run.
+pub const CHECKER_ROUNDS_TOTAL: &str = "liveness_checker_rounds_total";
+/// Histogram: the time one checker round took.
+pub const CHECKER_ROUND_SECONDS: &str = "liveness_checker_round_seconds";
+/// Histogram: the store calls one checker round made.
+pub const CHECKER_ROUND_TRIPS: &str = "liveness_checker_round_trips";
+/// Counter: store calls of the state machines that failed (labels `op`, the store
+/// method, and `kind`: `unavailable`, `backend` or `invalid_input`). The contract's
+/// answers (`Held`, `Lost`, `Fenced`) are not errors here: the metrics above count
+/// them.
+pub const STORE_ERRORS_TOTAL: &str = "liveness_store_errors_total";
+
+/// The label of the backend's name.
+pub const LABEL_BACKEND: &str = "backend";
+/// The label of the store handle's namespace.
+pub const LABEL_NAMESPACE: &str = "namespace";
+
+/// Every metric name, for documentation checks and exporters that describe them.
+pub const ALL: &[&str] = &[
+    RENEWALS_TOTAL,
+    RENEWAL_SECONDS,
+    LEASES_LOST_TOTAL,
+    JOINS_TOTAL,
+    LEADERSHIPS_TOTAL,
+    DEATHS_TOTAL,
+    ITEMS_REQUEUED_TOTAL,
+    ITEMS_DEAD_LETTERED_TOTAL,
+    FENCED_TOTAL,
+    CHECKER_ROUNDS_TOTAL,
+    CHECKER_ROUND_SECONDS,
+    CHECKER_ROUND_TRIPS,
+    STORE_ERRORS_TOTAL,
+];
+
+/// The `backend` and `namespace` labels of one store handle, built once.
+#[derive(Clone, Debug)]
+pub(crate) struct Labels(Arc<[Label]>);
+
+impl Labels {
+    /// The labels of `store`.
+    pub(crate) fn of(store: &dyn Store) -> Labels {
+        Labels(Arc::from([
+            Label::new(LABEL_BACKEND, store.backend()),
+            Label::new(
+                LABEL_NAMESPACE,
+                store.issuer().namespace().as_str().to_owned(),
+            ),
+        ]))
+    }
+
+    fn with(&self, extra: &[(&'static str, &'static str)]) -> Vec<Label> {
+        let mut labels = self.0.to_vec();
+        labels.extend(extra.iter().map(|&(k, v)| Label::new(k, v)));
+        labels
+    }
+
+    /// The counter `name` with these labels and `extra` ones. Registers it: for rare
+    /// events, or once per handle.
+    pub(crate) fn counter(
+        &self,
+        name: &'static str,
+        extra: &[(&'static str, &'static str)],
+    ) -> Counter {
+        metrics::counter!(name, self.with(extra))
+    }
+
+    /// The histogram `name` with these labels and `extra` ones.
+    pub(crate) fn histogram(
+        &self,
+        name: &'static str,
+        extra: &[(&'static str, &'static str)],
+    ) -> Histogram {
+        metrics::histogram!(name, self.with(extra))
+    }
+}
+
+/// Which kind of holder a heartbeat keeps alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A [`Member`](crate::Member).
+    Member,
+    /// A [`Leadership`](crate::Leadership).
+    Leader,
+}
+
+impl Role {
+    fn label(self) -> (&'static str, &'static str) {
+        (
+            "role",
+            match self {
+                Role::Member => "member",
+                Role::Leader => "leader",
+            },
+        )
+    }
+}
+
+/// The handles of one lease holder's heartbeat, built once per member or leadership.
+#[derive(Clone)]
+pub(crate) struct HolderMetrics {
+    labels: Labels,
+    role: Role,
+    renewals: Counter,
+    renewal_seconds: Histogram,
+}
+
+impl std::fmt::Debug for HolderMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HolderMetrics")
+            .field("labels", &self.labels)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HolderMetrics {
+    /// The handles of a holder of `role` on `store`.
+    pub(crate) fn new(store: &dyn Store, role: Role) -> HolderMetrics {
+        let labels = Labels::of(store);
+        HolderMetrics {
+            renewals: labels.counter(RENEWALS_TOTAL, &[role.label()]),
+            renewal_seconds: labels.histogram(RENEWAL_SECONDS, &[role.label()]),
+            labels,
+            role,
+        }
+    }
+
+    /// The labels of the holder's store.
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// A renewal call answered after `took`; `ok` when it renewed the lease.
+    pub(crate) fn renewal(&self, took: Duration, ok: bool) {
+        self.renewal_seconds.record(took.as_secs_f64());
+        if ok {
+            self.renewals.increment(1);
+        }
+    }
+
+    /// The holder lost its lease for `reason`.
+    pub(crate) fn lost(&self, reason: LossReason) {
+        let reason = match reason {
+            LossReason::Store(LostReason::Expired) => "expired",
+            LossReason::Store(LostReason::Superseded) => "superseded",
+            LossReason::Store(LostReason::Released) => "released",
+            LossReason::Store(LostReason::GaveUp) | LossReason::Deadline => "deadline",
+            LossReason::Fault => "fault",
+            LossReason::StoreLostState => "store_lost_state",
+        };
+        self.labels
+            .counter(LEASES_LOST_TOTAL, &[self.role.label(), ("reason", reason)])
+            .increment(1);
+    }
+}
+
+/// The handles of one checker, built once.
+#[derive(Clone)]
+pub(crate) struct CheckerMetrics {
+    pub(crate) rounds: Counter,
+    pub(crate) round_seconds: Histogram,
+    pub(crate) round_trips: Histogram,
+    pub(crate) deaths: Counter,
+    pub(crate) requeued: Counter,
+    pub(crate) dead_lettered: Counter,
+}
+
+impl std::fmt::Debug for CheckerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckerMetrics").finish_non_exhaustive()
+    }
+}
+
+impl CheckerMetrics {
+    /// The handles of a checker on `store`.
+    pub(crate) fn new(store: &dyn Store) -> CheckerMetrics {
+        let labels = Labels::of(store);
+        CheckerMetrics {
+            rounds: labels.counter(CHECKER_ROUNDS_TOTAL, &[]),
+            round_seconds: labels.histogram(CHECKER_ROUND_SECONDS, &[]),
+            round_trips: labels.histogram(CHECKER_ROUND_TRIPS, &[]),
+            deaths: labels.counter(DEATHS_TOTAL, &[]),
+            requeued: labels.counter(ITEMS_REQUEUED_TOTAL, &[]),
+            dead_lettered: labels.counter(ITEMS_DEAD_LETTERED_TOTAL, &[]),
+        }
+    }
+}
+
+/// The `kind` label of a store error, or `None` for the contract's answers (`Held`,
+/// `Lost`, `Fenced`), which are not errors of the store.
+pub(crate) fn error_kind(error: &Error) -> Option<&'static str> {
+    match error {
+        Error::Unavailable { .. } => Some("unavailable"),
+        Error::Backend { .. } => Some("backend"),
+        Error::InvalidInput { .. } => Some("invalid_input"),
+        Error::Held { .. } | Error::Lost { .. } | Error::Fenced { .. } => None,
+    }
+}

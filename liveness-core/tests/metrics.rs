@@ -1,0 +1,266 @@
+//! The state machines record their metrics through the `metrics` facade: a debugging
+//! recorder installed for this test binary sees the counters move when the events
+//! happen. Every test uses a namespace of its own, so their metrics never mix.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use liveness_core::metrics::{
+    CHECKER_ROUNDS_TOTAL, CHECKER_ROUND_SECONDS, CHECKER_ROUND_TRIPS, DEATHS_TOTAL, FENCED_TOTAL,
+    ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOINS_TOTAL, LEADERSHIPS_TOTAL,
+    LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
+};
+use liveness_core::{
+    Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, Member,
+    MemberConfig, MemoryServer, Namespace, Store, Ttl,
+};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+/// One metric: its name and labels, sorted.
+type Series = (String, Vec<(String, String)>);
+
+/// What the recorder saw so far, added up: a snapshot drains the recorder, and the
+/// tests of this binary take snapshots concurrently.
+#[derive(Default)]
+struct Seen {
+    counters: HashMap<Series, u64>,
+    histograms: HashMap<Series, Vec<f64>>,
+}
+
+fn recorder() -> &'static (Snapshotter, Mutex<Seen>) {
+    static RECORDER: OnceLock<(Snapshotter, Mutex<Seen>)> = OnceLock::new();
+    RECORDER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().unwrap();
+        (snapshotter, Mutex::new(Seen::default()))
+    })
+}
+
+/// Installs the recorder (before any handle is built).
+fn install() {
+    recorder();
+}
+
+fn seen() -> std::sync::MutexGuard<'static, Seen> {
+    let (snapshotter, seen) = recorder();
+    let mut seen = seen.lock().unwrap();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let mut labels: Vec<(String, String)> = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        let series = (key.key().name().to_owned(), labels);
+        match value {
+            DebugValue::Counter(n) => *seen.counters.entry(series).or_default() += n,
+            DebugValue::Histogram(v) => seen
+                .histograms
+                .entry(series)
+                .or_default()
+                .extend(v.into_iter().map(|x| x.into_inner())),
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    seen
+}
+
+/// Whether `labels` carry the namespace `ns`, backend `memory`, and every `extra` one.
+fn matches(labels: &[(String, String)], ns: &str, extra: &[(&str, &str)]) -> bool {
+    let has = |k: &str, v: &str| labels.iter().any(|(lk, lv)| lk == k && lv == v);
+    has("namespace", ns) && has("backend", "memory") && extra.iter().all(|(k, v)| has(k, v))
+}
+
+/// The counter `name` in namespace `ns` with the `extra` labels, summed over the rest.
+fn counter(name: &str, ns: &str, extra: &[(&str, &str)]) -> u64 {
+    seen()
+        .counters
+        .iter()
+        .filter(|((n, labels), _)| n == name && matches(labels, ns, extra))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+/// Every value recorded in the histogram `name` in namespace `ns`.
+fn histogram(name: &str, ns: &str, extra: &[(&str, &str)]) -> Vec<f64> {
+    seen()
+        .histograms
+        .iter()
+        .filter(|((n, labels), _)| n == name && matches(labels, ns, extra))
+        .flat_map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn store(ns: &str) -> Arc<dyn Store> {
+    install();
+    Arc::new(MemoryServer::new().store(&Namespace::new(ns).unwrap()))
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewing_member_counts_its_join_and_renewals() {
+    let ns = "metrics_renew";
+    let store = store(ns);
+    let member = Member::join(store, MemberConfig::new("w", ttl(300)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(counter(JOINS_TOTAL, ns, &[("kind", "join")]), 1);
+    // ttl 300 ms, renewals every 100 ms at most: 2 s hold at least ten.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let renewals = counter(RENEWALS_TOTAL, ns, &[("role", "member")]);
+    assert!(renewals >= 10, "{renewals} renewals counted");
+    assert!(histogram(RENEWAL_SECONDS, ns, &[("role", "member")]).len() as u64 >= renewals);
+    assert_eq!(counter(LEASES_LOST_TOTAL, ns, &[]), 0);
+    member.leave(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_counts_its_reason_and_the_rejoin() {
+    let ns = "metrics_lost";
+    let store = store(ns);
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
+        .await
+        .unwrap();
+    let mut events = member.events().subscribe();
+    // Somebody else releases the member's lease: its next renewal answers `Lost`.
+    assert!(store.release(&member.lease()).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Event::Joined { .. } = events.recv().await.unwrap() {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        counter(
+            LEASES_LOST_TOTAL,
+            ns,
+            &[("role", "member"), ("reason", "released")]
+        ),
+        1
+    );
+    assert_eq!(counter(JOINS_TOTAL, ns, &[("kind", "rejoin")]), 1);
+    assert_eq!(counter(JOINS_TOTAL, ns, &[("kind", "join")]), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declared_death_counts_the_death_and_its_items() {
+    let ns = "metrics_death";
+    let store = store(ns);
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
+        .await
+        .unwrap();
+    store
+        .enqueue(b"again", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let poison = EnqueueOptions {
+        max_attempts: 1,
+        ..EnqueueOptions::default()
+    };
+    store.enqueue(b"poison", poison).await.unwrap();
+    assert_eq!(member.claim(2).await.unwrap().len(), 2);
+    drop(member);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = checker.round().await.unwrap();
+    assert_eq!(report.deaths.len(), 1);
+    assert_eq!(counter(DEATHS_TOTAL, ns, &[]), 1);
+    assert_eq!(counter(ITEMS_REQUEUED_TOTAL, ns, &[]), 1);
+    assert_eq!(counter(ITEMS_DEAD_LETTERED_TOTAL, ns, &[]), 1);
+    assert_eq!(counter(CHECKER_ROUNDS_TOTAL, ns, &[]), 1);
+    assert_eq!(histogram(CHECKER_ROUND_SECONDS, ns, &[]).len(), 1);
+    // expired, reap_many, requeue_orphans_many, dead_tokens, next_expiry.
+    assert_eq!(histogram(CHECKER_ROUND_TRIPS, ns, &[]), vec![5.0]);
+    // A round with nothing to do declares nothing more.
+    checker.round().await.unwrap();
+    assert_eq!(counter(DEATHS_TOTAL, ns, &[]), 1);
+    assert_eq!(counter(CHECKER_ROUNDS_TOTAL, ns, &[]), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_completions_and_fails_are_counted() {
+    let ns = "metrics_fenced";
+    let store = store(ns);
+    let config = MemberConfig::new("w", ttl(300)).unwrap().rejoin(false);
+    let member = Member::join(store.clone(), config).await.unwrap();
+    store
+        .enqueue(b"x", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let claimed = member.claim(1).await.unwrap().remove(0);
+    // The lease is released behind the member's back and a checker's sweep requeues
+    // the item: the member's completion is refused.
+    assert!(store.release(&member.lease()).await.unwrap());
+    let report = Checker::new(store.clone(), CheckerConfig::default())
+        .round()
+        .await
+        .unwrap();
+    assert_eq!(report.swept.len(), 1);
+    assert_eq!(counter(ITEMS_REQUEUED_TOTAL, ns, &[]), 1);
+    assert!(matches!(
+        member.complete(&claimed).await,
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(counter(FENCED_TOTAL, ns, &[("op", "complete")]), 1);
+    let failed = member.fail(&claimed, true).await;
+    assert!(matches!(failed, Err(Error::Fenced { .. })), "{failed:?}");
+    assert_eq!(counter(FENCED_TOTAL, ns, &[("op", "fail")]), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_error_is_counted_by_operation_and_kind() {
+    let ns = "metrics_errors";
+    let store = store(ns);
+    let member = Member::join(store, MemberConfig::new("w", ttl(300)).unwrap())
+        .await
+        .unwrap();
+    // A claim of zero items: the store refuses it.
+    let refused = member.claim(0).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidInput { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        counter(
+            STORE_ERRORS_TOTAL,
+            ns,
+            &[("op", "claim"), ("kind", "invalid_input")]
+        ),
+        1
+    );
+    member.leave(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_election_counts_its_leadership_and_renewals() {
+    let ns = "metrics_leader";
+    let store = store(ns);
+    let election = Election::new(
+        store,
+        ElectionConfig::new("dispatch", "a", ttl(300)).unwrap(),
+    );
+    let leadership = election.campaign().await.unwrap();
+    assert_eq!(counter(LEADERSHIPS_TOTAL, ns, &[]), 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(counter(RENEWALS_TOTAL, ns, &[("role", "leader")]) >= 3);
+    leadership.resign().await.unwrap();
+}
+
+#[test]
+fn every_metric_is_documented_in_the_table() {
+    let table = include_str!("../../docs/metrics.md");
+    for name in liveness_core::metrics::ALL {
+        assert!(
+            table.contains(&format!("| `{name}` |")),
+            "{name} has no row in docs/metrics.md"
+        );
+    }
+}
