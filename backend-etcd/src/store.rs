@@ -7,6 +7,7 @@
 //! lease-bound key, and "record present, lease-bound key gone" is "expired, not yet
 //! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
 
+use liveness_core::Page;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -596,12 +597,8 @@ impl LeaseStore for EtcdStore {
         Ok(self.store_now())
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         self.member_page(space, after, limit).await
     }
 
@@ -994,12 +991,8 @@ impl ItemStore for EtcdStore {
             .collect()
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         self.item_page(state, after, limit).await
     }
 

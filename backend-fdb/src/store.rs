@@ -2,6 +2,7 @@
 //! transaction interface ([`crate::kv`]), run on the real client or on the test
 //! double. Each trait method runs its transaction body (`ops.rs`) in `transact!`.
 
+use liveness_core::Page;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -245,9 +246,9 @@ impl LeaseStore for FdbStore {
     async fn members(
         &self,
         space: &Space,
-        after: Option<&Key>,
-        limit: usize,
+        page: Page<&Key>,
     ) -> liveness_core::Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(liveness_core::Error::invalid(
@@ -351,9 +352,9 @@ impl ItemStore for FdbStore {
     async fn items(
         &self,
         state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
+        page: Page<ItemId>,
     ) -> liveness_core::Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.items_once(tx, state, after, limit))?.0)
     }

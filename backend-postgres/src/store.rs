@@ -1,5 +1,6 @@
 //! [`PostgresStore`]: the lease and item contract over PostgreSQL.
 
+use liveness_core::Page;
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -638,12 +639,8 @@ impl LeaseStore for PostgresStore {
         .await
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -891,12 +888,8 @@ impl ItemStore for PostgresStore {
         .await
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = self.inner.caps.clamp_limit("limit", limit)?;
         let code: i16 = match state {
             ItemStateKind::Pending => 0,

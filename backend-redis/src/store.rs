@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the lease and item store on a Redis server.
 
+use liveness_core::Page;
 use std::time::Duration;
 
 use liveness_core::durability::StoreLostState;
@@ -521,12 +522,8 @@ impl LeaseStore for RedisStore {
             .collect()
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -841,12 +838,8 @@ impl ItemStore for RedisStore {
         .collect())
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().items.prepare_invoke();
         let code = match state {

@@ -17,6 +17,7 @@
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 
+use liveness_core::Page;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
@@ -849,12 +850,8 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -1142,12 +1139,8 @@ impl ItemStore for SqliteStore {
         .await
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         let q = self
             .query(sql::ITEMS)

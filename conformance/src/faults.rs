@@ -12,6 +12,7 @@
 //! order it was sent and answered: the simulation's oracle ([`crate::sim`]) judges
 //! ownership from it.
 
+use liveness_core::Page;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -404,16 +405,18 @@ impl LeaseStore for Faulty {
         )
         .await
     }
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let (s, space, after) = (self.inner.clone(), space.clone(), after.cloned());
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let (s, space, after) = (self.inner.clone(), space.clone(), page.after.cloned());
+        let limit = page.limit;
         self.run(
             Op::Members,
-            Box::pin(async move { s.members(&space, after.as_ref(), limit).await }),
+            Box::pin(async move {
+                let page = Page {
+                    after: after.as_ref(),
+                    limit,
+                };
+                s.members(&space, page).await
+            }),
         )
         .await
     }
@@ -537,16 +540,11 @@ impl ItemStore for Faulty {
         )
         .await
     }
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
         let s = self.inner.clone();
         self.run(
             Op::Items,
-            Box::pin(async move { s.items(state, after, limit).await }),
+            Box::pin(async move { s.items(state, page).await }),
         )
         .await
     }

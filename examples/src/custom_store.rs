@@ -15,6 +15,7 @@
 //! catching a store that scans every lease — which the conformance scenarios alone
 //! cannot see.
 
+use liveness_core::Page;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -415,12 +416,8 @@ impl LeaseStore for TableStore {
         Ok(StoreTime::from_epoch(Duration::from_millis(self.now_ms())))
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = Self::caps().clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -630,12 +627,8 @@ impl ItemStore for TableStore {
         Ok(out)
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = Self::caps().clamp_limit("limit", limit)?;
         let t = self.tables.lock().await;
         // A scan from `after`: fine for an example; a real store keeps an index per

@@ -8,6 +8,7 @@
 //! (which follows tokio's paused time in tests), or a [`ManualClock`](crate::ManualClock)
 //! moved by hand.
 
+use crate::store::Page;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -437,12 +438,8 @@ impl LeaseStore for MemoryStore {
         Ok(st.leases.get(key).map(|rec| st.info(key, rec, now)))
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -650,12 +647,8 @@ impl ItemStore for MemoryStore {
         Ok(st.record(id))
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = self.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);

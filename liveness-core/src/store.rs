@@ -335,25 +335,21 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// operator's "who is alive right now".
     ///
     /// # Contract
-    /// - Returns the leases whose key is greater than `after` (all of them without
-    ///   `after`), lowest key first (keys compare by their name's bytes), at most
-    ///   `limit` of them (clamped to `max_batch`; zero is `InvalidInput`): a caller
-    ///   pages through by passing the last key it got as the next `after`.
+    /// - Returns the leases whose key is greater than `page.after` (all of them
+    ///   without it), lowest key first (keys compare by their name's bytes), at most
+    ///   `page.limit` of them (clamped to `max_batch`; zero is `InvalidInput`): a
+    ///   caller pages through by passing the last key it got as the next `after`
+    ///   ([`Page::next`]).
     /// - Each entry is what [`LeaseStore::inspect`] of its key would report: holder,
     ///   token, ttl and status by the store clock (live with the time left, or
     ///   expired and not yet reaped). Released and reaped leases are not listed.
-    /// - An `after` key of another space is `InvalidInput`
+    /// - A `page.after` key of another space is `InvalidInput`
     ///   ([`InputProblem::OtherSpace`]).
     /// - Its cost grows with the page, never with the number of leases in the space
     ///   (an index by key).
     /// - Changes nothing. The page is one snapshot, except on stores whose `expired`
     ///   may read in several steps (etcd), where each entry was true when it was read.
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>>;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>>;
 
     /// Lists the namespace's death history, newest first: every token that stopped
     /// being current (reaped, released, or superseded by an acquire), with what its
@@ -569,17 +565,13 @@ pub trait ItemStore: Send + Sync {
     /// Lists a page of the items in one state, lowest id first.
     ///
     /// # Contract
-    /// - The items in `state` whose id is greater than `after` (all without `after`),
-    ///   at most `limit` (clamped to `max_batch`; zero is `InvalidInput`): a caller
-    ///   pages through by passing the last id it got as the next `after`.
+    /// - The items in `state` whose id is greater than `page.after` (all without it),
+    ///   at most `page.limit` (clamped to `max_batch`; zero is `InvalidInput`): a
+    ///   caller pages through by passing the last id it got as the next `after`
+    ///   ([`Page::next`]).
     /// - Each entry is what [`ItemStore::item`] would report. The page is one
     ///   snapshot. Changes nothing.
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>>;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>>;
 
     /// Moves a dead-lettered item back to pending, with its attempts reset to zero:
     /// the operator's "retry this one".
@@ -657,6 +649,39 @@ pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
         out.push(store.requeue_orphans(*token).await);
     }
     Ok(out)
+}
+
+/// Which page of a listing to read ([`LeaseStore::members`], [`ItemStore::items`]):
+/// the entries after the cursor `after` (exclusive; `None`: from the first), at most
+/// `limit` of them. A store clamps `limit` to its `max_batch` and refuses zero
+/// (`InvalidInput`).
+///
+/// ```
+/// use liveness_core::store::Page;
+/// let first: Page<u64> = Page::first(100);
+/// assert_eq!(first.next(7), Page { after: Some(7), limit: 100 });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page<C> {
+    /// The last entry of the previous page (its key or id); `None` for the first page.
+    pub after: Option<C>,
+    /// How many entries at most.
+    pub limit: usize,
+}
+
+impl<C> Page<C> {
+    /// The first page, of at most `limit` entries.
+    pub fn first(limit: usize) -> Self {
+        Page { after: None, limit }
+    }
+
+    /// The page after `cursor` (the last entry of this one), of the same size.
+    pub fn next(self, cursor: C) -> Self {
+        Page {
+            after: Some(cursor),
+            limit: self.limit,
+        }
+    }
 }
 
 /// A complete store: leases and items in one namespace. Implemented automatically for
