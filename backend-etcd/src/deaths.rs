@@ -146,7 +146,7 @@ impl EtcdStore {
             put(&k.death(seq), encode(&rec)),
             put(&k.death_of(token), seq.to_string()),
         ];
-        let keep = u64::try_from(self.inner.caps.death_retention.max(1)).unwrap_or(u64::MAX);
+        let keep = u64::try_from(self.inner.info.caps.death_retention.max(1)).unwrap_or(u64::MAX);
         if seq > keep {
             ops.push(del(&k.death(seq - keep)));
         }
@@ -226,7 +226,7 @@ impl EtcdStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<DeathRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let last = match self.get_one(&k.death_ctr()).await? {
             None => return Ok(Vec::new()),
@@ -261,7 +261,7 @@ impl EtcdStore {
         after: Option<&Key>,
         limit: usize,
     ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -346,7 +346,7 @@ impl EtcdStore {
         after: Option<ItemId>,
         limit: usize,
     ) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let first_id = after.map_or(0, |a| a.0.saturating_add(1));
         let mut ids = Vec::new();
@@ -473,7 +473,7 @@ impl EtcdStore {
     /// `ItemStore::retry_dead_letters`: the lowest dead-lettered ids, moved in one
     /// transaction (retried when one of them changed meanwhile).
     pub(crate) async fn revive_many(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         for _ in 0..MAX_TRIES {
             let prefix = k.dead_letters();

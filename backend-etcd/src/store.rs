@@ -19,7 +19,7 @@ use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason,
-    Namespace, RequestId, Requeued, Result, Space, StoreTime, Ttl,
+    Namespace, RequestId, Requeued, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -59,7 +59,6 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     namespace: Namespace,
     endpoints: Vec<String>,
-    pub(crate) caps: Capabilities,
     /// The request timeout.
     pub(crate) timeout: Duration,
     pub(crate) started: tokio::time::Instant,
@@ -68,9 +67,8 @@ pub(crate) struct Inner {
     pub(crate) wall_at_start: Duration,
     pub(crate) slots: Slots,
     pub(crate) expiry: Arc<ExpiryWatch>,
-    /// Who issues this handle's leases: the namespace on the cluster at the
-    /// configured endpoints (sorted).
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) info: StoreInfo,
 }
 
 impl Drop for Inner {
@@ -172,7 +170,6 @@ impl EtcdStore {
                 keys,
                 namespace: config.namespace.clone(),
                 endpoints: config.endpoints.clone(),
-                caps,
                 timeout: config.timeout,
                 started: tokio::time::Instant::now(),
                 wall_at_start: std::time::SystemTime::now()
@@ -180,11 +177,15 @@ impl EtcdStore {
                     .unwrap_or_default(),
                 slots: Slots::default(),
                 expiry: ExpiryWatch::new(),
-                issuer: Issuer::located(
-                    BACKEND,
-                    &location(&config.endpoints),
-                    config.namespace.clone(),
-                ),
+                info: StoreInfo {
+                    backend: BACKEND,
+                    caps,
+                    issuer: Issuer::located(
+                        BACKEND,
+                        &location(&config.endpoints),
+                        config.namespace.clone(),
+                    ),
+                },
             }),
         })
     }
@@ -300,20 +301,12 @@ fn with_tls(_: ConnectOptions, _: &crate::config::TlsConfig) -> Result<ConnectOp
 
 #[async_trait]
 impl LeaseStore for EtcdStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.inner.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.inner.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.inner.caps.check_ttl(ttl)?;
+        self.inner.info.caps.check_ttl(ttl)?;
         let id = self.grant(ttl).await?;
         let k = self.keys();
         let (rec_key, live_key) = (k.record(key), k.live(key));
@@ -374,7 +367,7 @@ impl LeaseStore for EtcdStore {
                 if resp.succeeded() {
                     let token = u64::try_from(revision(&resp)).unwrap_or(0);
                     return Ok(Lease::granted(
-                        &self.inner.issuer,
+                        &self.inner.info.issuer,
                         key.clone(),
                         holder.clone(),
                         FencingToken(token),
@@ -394,7 +387,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let slot = match self.inner.slots.get(&lease.key, lease.token) {
             Some(s) => s,
             None => {
@@ -459,7 +452,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         self.inner.slots.remove(&lease.key, lease.token);
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
@@ -522,7 +515,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         self.sync_expiry().await?;
         self.verified(space, limit).await
     }
@@ -568,7 +561,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         self.range(k.deads(), under(limit))
             .await?
@@ -636,7 +629,7 @@ impl LeaseStore for EtcdStore {
 #[async_trait]
 impl ItemStore for EtcdStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.inner.caps.max_payload)?;
+        options.validate(payload, self.inner.info.caps.max_payload)?;
         let k = self.keys();
         let counter = k.counter();
         let meta = Meta {
@@ -687,8 +680,8 @@ impl ItemStore for EtcdStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.inner.issuer)?;
-        let n = self.inner.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
+        let n = self.inner.info.caps.clamp_limit("n", n)?;
         let request_hex = req.to_hex();
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
@@ -791,7 +784,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let resp = self
@@ -809,7 +802,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
@@ -950,7 +943,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let ids = self
             .range(k.dead_letters(), under(limit).with_keys_only())

@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store,
-    StoreTime, Ttl,
+    async_trait, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key,
+    Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreInfo, StoreTime,
+    Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -340,14 +340,8 @@ fn report(watch: &Option<(Arc<dyn Observer>, u64)>, applied: Applied) {
 
 #[async_trait]
 impl LeaseStore for Faulty {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner.issuer()
+    fn info(&self) -> &StoreInfo {
+        self.inner.info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let (s, key, holder) = (self.inner.clone(), key.clone(), holder.clone());

@@ -42,10 +42,8 @@ use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
 };
-use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
-use crate::store::{
-    reap_each, renew_each, requeue_each, Capabilities, ItemStore, LeaseStore, Store,
-};
+use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
+use crate::store::{reap_each, renew_each, requeue_each, ItemStore, LeaseStore, Store, StoreInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
 /// The inner store's answer to one call, not yet awaited.
@@ -265,14 +263,8 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
 
 #[async_trait]
 impl<L: Layer> LeaseStore for L {
-    fn backend(&self) -> &'static str {
-        self.inner().backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner().capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner().issuer()
+    fn info(&self) -> &StoreInfo {
+        self.inner().info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let run = self.inner().acquire(key, holder, ttl);

@@ -161,6 +161,19 @@ impl Capabilities {
     }
 }
 
+/// What a store is, fixed for the handle's lifetime: the backend's name, its
+/// capabilities, and the issuer of its leases. A store keeps one and lends it from
+/// [`LeaseStore::info`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
+    pub backend: &'static str,
+    /// What the store supports.
+    pub caps: Capabilities,
+    /// Who issues the store's leases (see [`Issuer`]).
+    pub issuer: Issuer,
+}
+
 /// Expiring leases with fencing tokens, judged by the store's clock.
 ///
 /// Implement this (and [`ItemStore`]) to plug a new backend in; run the
@@ -171,23 +184,40 @@ impl Capabilities {
 /// The trait is object safe: everything works through `Arc<dyn Store>`.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + std::fmt::Debug {
-    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
-    fn backend(&self) -> &'static str;
+    /// What this store is: its backend's name, its capabilities and the issuer of
+    /// its leases ([`StoreInfo`]). The one method of the three that a store writes.
+    ///
+    /// # Contract
+    /// - Constant for the handle's lifetime; the issuer is the same for every handle
+    ///   on the same store and namespace, different for another namespace or store
+    ///   instance.
+    fn info(&self) -> &StoreInfo;
 
-    /// What this store supports.
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces:
+    /// [`StoreInfo::backend`]. Provided; do not override it.
+    fn backend(&self) -> &'static str {
+        self.info().backend
+    }
+
+    /// What this store supports: [`StoreInfo::caps`]. Provided; do not override it.
     ///
     /// # Contract
     /// - Constant for the handle's lifetime.
-    fn capabilities(&self) -> Capabilities;
+    fn capabilities(&self) -> Capabilities {
+        self.info().caps
+    }
 
     /// Who issues this handle's leases: its namespace and the identity of the store
     /// instance (see [`Issuer`]). Every lease it grants carries it, and every
     /// operation that takes a lease refuses one with another issuer.
+    /// [`StoreInfo::issuer`]. Provided; do not override it.
     ///
     /// # Contract
     /// - Constant for the handle's lifetime; the same for every handle on the same
     ///   store and namespace, different for another namespace or store instance.
-    fn issuer(&self) -> &Issuer;
+    fn issuer(&self) -> &Issuer {
+        &self.info().issuer
+    }
 
     /// Takes the lease on `key` for `holder`.
     ///
