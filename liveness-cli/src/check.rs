@@ -100,14 +100,20 @@ impl Health {
                 (Some(ok), _) if ok.elapsed() <= bound => {
                     Ok(format!("ok: last round completed {} ago", ago(ok)))
                 }
-                (_, Some(running)) if running.elapsed() > bound => Err(format!(
-                    "rounds stuck: the current round has run for {} (bound {})",
-                    ago(running),
+                (Some(ok), Some(running)) => Err(format!(
+                    "rounds stuck: none completed for {} (bound {}); the current one has run for {}",
+                    ago(ok),
+                    humantime::format_duration(bound),
+                    ago(running)
+                )),
+                (Some(ok), None) => Err(format!(
+                    "rounds stuck: none completed for {} (bound {})",
+                    ago(ok),
                     humantime::format_duration(bound)
                 )),
-                (Some(ok), _) => Err(format!(
-                    "rounds stuck: no round completed for {} (bound {})",
-                    ago(ok),
+                (None, Some(running)) if running.elapsed() > bound => Err(format!(
+                    "rounds stuck: the first round has run for {} (bound {})",
+                    ago(running),
                     humantime::format_duration(bound)
                 )),
                 (None, _) => Err(format!(

@@ -482,6 +482,7 @@ fn health_follows_the_store(url: &str, ns: &str, down: impl FnOnce(), up: impl F
     let checker = start_checker(url, port);
     let ok = wait_health(port, "200", "/health 200 while rounds succeed");
     assert!(ok.starts_with("ok"), "{ok}");
+    eprintln!("/health with the store up: {ok}");
     assert_metrics_and_404(port, ns);
 
     down();
