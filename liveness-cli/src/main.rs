@@ -83,7 +83,8 @@ enum Command {
     /// their items, and logs every death.
     Check {
         /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
-        /// http://ADDR/health.
+        /// http://ADDR/health: 200 while rounds complete (the last one within
+        /// 3 × --check-every, at least 5s), 503 with the reason otherwise.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<SocketAddr>,
         /// The space to watch.
