@@ -4,14 +4,15 @@
 //! while its rounds complete; 503 with the reason otherwise).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use liveness::{Backoff, CancellationToken, Checker, CheckerConfig, Event, EventBus, Space};
+use liveness::{CancellationToken, Checker, CheckerConfig, CheckerStatus, Event, EventBus, Space};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{Ctx, Failure};
@@ -23,73 +24,39 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// The least time `/health` allows since the last completed round.
 const MIN_HEALTH_BOUND: Duration = Duration::from_secs(5);
 
-/// The checker's health as `/health` reports it: the rounds of [`run`] write it.
+/// What `/health` answers: the outcome of the checker's rounds ([`CheckerStatus`]),
+/// judged against a bound (3 × `check_every`, at least [`MIN_HEALTH_BOUND`]).
 #[derive(Debug)]
 pub(crate) struct Health {
-    /// How long after the last successful round the checker still counts as healthy:
-    /// 3 × `check_every`, at least [`MIN_HEALTH_BOUND`].
     bound: Duration,
-    state: Mutex<HealthState>,
-}
-
-#[derive(Debug)]
-struct HealthState {
-    /// When the process started serving.
     started: Instant,
-    /// When the last successful round ended.
-    last_ok: Option<Instant>,
-    /// Since when rounds fail, and the last one's reason; `None` after a success.
-    failing: Option<(Instant, String)>,
-    /// When the round in progress started.
-    running: Option<Instant>,
+    status: OnceLock<watch::Receiver<CheckerStatus>>,
 }
 
 impl Health {
     fn new(check_every: Duration) -> Self {
         Health {
             bound: check_every.saturating_mul(3).max(MIN_HEALTH_BOUND),
-            state: Mutex::new(HealthState {
-                started: Instant::now(),
-                last_ok: None,
-                failing: None,
-                running: None,
-            }),
+            started: Instant::now(),
+            status: OnceLock::new(),
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut HealthState) -> T) -> T {
-        // A panic elsewhere while holding the lock leaves plain data behind: use it.
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut state)
+    /// Follows `checker`'s rounds from now on.
+    fn attach(&self, checker: &Checker) {
+        let _ = self.status.set(checker.status());
     }
 
-    fn round_started(&self) {
-        self.with(|s| s.running = Some(Instant::now()));
-    }
-
-    fn round_succeeded(&self) {
-        self.with(|s| {
-            s.running = None;
-            s.failing = None;
-            s.last_ok = Some(Instant::now());
-        });
-    }
-
-    fn round_failed(&self, why: String) {
-        self.with(|s| {
-            let now = Instant::now();
-            s.running = None;
-            let since = s.failing.as_ref().map_or(now, |(since, _)| *since);
-            s.failing = Some((since, why));
-        });
-    }
-
-    /// `Ok` with a one-line summary while the last round succeeded within the bound;
-    /// `Err` with a one-line reason otherwise.
     fn verdict(&self) -> Result<String, String> {
         let bound = self.bound;
         let ago = |t: Instant| format!("{:.1}s", t.elapsed().as_secs_f64());
-        self.with(|s| {
+        let status = self
+            .status
+            .get()
+            .map(|rx| rx.borrow().clone())
+            .unwrap_or_default();
+        {
+            let s = &status;
             if let Some((since, why)) = &s.failing {
                 return Err(format!(
                     "store unreachable: rounds failing for {}: {why}",
@@ -118,10 +85,10 @@ impl Health {
                 )),
                 (None, _) => Err(format!(
                     "starting: no round completed yet ({} since start)",
-                    ago(s.started)
+                    ago(self.started)
                 )),
             }
-        })
+        }
     }
 }
 
@@ -228,88 +195,6 @@ fn log(event: Event) {
     }
 }
 
-/// How much of `check_every` a pause between rounds may be shortened by (as in
-/// [`Checker::run`]), so checkers started together drift apart.
-const CHECK_JITTER: f64 = 0.2;
-
-/// Runs `checker`'s rounds until `stop` fires, paced as [`Checker::run`] paces them
-/// (after the next expiry, at most `check_every` apart, sooner on a store wake-up,
-/// with backoff while rounds fail), and records each round's outcome in `health`.
-/// `stop` is looked at only between rounds: a round in progress ends first.
-async fn rounds(
-    checker: Checker,
-    mut wake: Option<tokio::sync::watch::Receiver<u64>>,
-    check_every: Duration,
-    health: Option<Arc<Health>>,
-    stop: CancellationToken,
-) {
-    let fresh_backoff = || Backoff::new(Duration::from_millis(10), check_every);
-    let mut backoff = fresh_backoff();
-    loop {
-        if let Some(h) = &health {
-            h.round_started();
-        }
-        let started = Instant::now();
-        let outcome = checker.round().await;
-        let pause = match outcome {
-            Ok(report) if report.listing_failed() => {
-                if let Some(h) = &health {
-                    let steps: Vec<String> = report
-                        .skipped
-                        .iter()
-                        .map(|s| format!("{:?}", s.step))
-                        .collect();
-                    h.round_failed(format!(
-                        "the store did not answer every listing (skipped: {})",
-                        steps.join(", ")
-                    ));
-                }
-                let next = report.next_expiry.unwrap_or(check_every);
-                backoff.next().min(next).min(check_every)
-            }
-            Ok(report) => {
-                if let Some(h) = &health {
-                    h.round_succeeded();
-                }
-                if report.more {
-                    // Behind: go on soon, never in a tight loop.
-                    started
-                        .elapsed()
-                        .clamp(Duration::from_millis(1), check_every)
-                } else {
-                    backoff = fresh_backoff();
-                    let capped = check_every.mul_f64(1.0 - CHECK_JITTER * fastrand::f64());
-                    report
-                        .next_expiry
-                        .map(|d| d + Duration::from_millis(1))
-                        .unwrap_or(check_every)
-                        .min(capped)
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "checker round failed");
-                if let Some(h) = &health {
-                    h.round_failed(e.to_string());
-                }
-                backoff.next().min(check_every)
-            }
-        };
-        // Never two rounds closer than a fiftieth of `check_every`: a burst of
-        // wake-ups is served by one round.
-        let until = Instant::now() + pause;
-        let gap = (check_every / 50).max(Duration::from_millis(1));
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(gap.min(pause.max(Duration::from_millis(1)))) => {}
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(until) => {}
-            _ = liveness::wake::woken(&mut wake) => {}
-        }
-    }
-}
-
 /// Runs the checker until SIGTERM or SIGINT, logging its events; `health` (from
 /// [`serve_metrics`]) learns the outcome of every round.
 pub(crate) async fn run(
@@ -328,14 +213,14 @@ pub(crate) async fn run(
     };
     config.validate()?;
     let checker = Checker::new(ctx.store.clone(), config);
+    if let Some(health) = &health {
+        health.attach(&checker);
+    }
     let stop = CancellationToken::new();
-    let task = tokio::spawn(rounds(
-        checker,
-        ctx.store.wakeups(),
-        check_every,
-        health,
-        stop.clone(),
-    ));
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { checker.run(stop).await }
+    });
     tracing::info!(
         backend = ctx.store.backend(),
         namespace = %ctx.store.issuer().namespace(),

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -135,6 +136,21 @@ pub struct Checker {
     store: Arc<Traced>,
     config: CheckerConfig,
     metrics: CheckerMetrics,
+    status: Arc<watch::Sender<CheckerStatus>>,
+}
+
+/// What a running checker is doing, for health checks ([`Checker::status`]). Times are
+/// tokio instants.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckerStatus {
+    /// When the round in progress started, while one runs.
+    pub running: Option<tokio::time::Instant>,
+    /// When the last good round ended: one that completed with every listing
+    /// answered. `None` before the first.
+    pub last_ok: Option<tokio::time::Instant>,
+    /// While rounds fail (an error, or a listing the store did not answer): since
+    /// when, and the latest reason. `None` after a good round.
+    pub failing: Option<(tokio::time::Instant, String)>,
 }
 
 impl Checker {
@@ -145,7 +161,14 @@ impl Checker {
             raw: store.clone(),
             store: traced(store),
             config,
+            status: Arc::new(watch::channel(CheckerStatus::default()).0),
         }
+    }
+
+    /// Follows what [`Checker::run`] does: each round's start and outcome. Take it
+    /// before [`Checker::spawn`]; every receiver sees the latest status.
+    pub fn status(&self) -> watch::Receiver<CheckerStatus> {
+        self.status.subscribe()
     }
 
     /// The bus this checker sends its events to.
@@ -398,7 +421,10 @@ impl Checker {
         let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {
             let started = tokio::time::Instant::now();
-            let pause = match self.round().await {
+            self.status.send_modify(|s| s.running = Some(started));
+            let outcome = self.round().await;
+            self.record(&outcome);
+            let pause = match outcome {
                 Ok(report) if report.listing_failed() => {
                     // Part of the store did not answer: retry soon, with backoff.
                     let next = report.next_expiry.unwrap_or(self.config.check_every);
@@ -445,6 +471,39 @@ impl Checker {
                 _ = crate::wake::woken(&mut wake) => {}
             }
         }
+    }
+
+    /// Records a round's outcome in [`Checker::status`].
+    fn record(&self, outcome: &Result<RoundReport>) {
+        let now = tokio::time::Instant::now();
+        let failure = match outcome {
+            Ok(report) if report.listing_failed() => {
+                let steps: Vec<String> = report
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{:?}", s.step))
+                    .collect();
+                Some(format!(
+                    "the store did not answer every listing (skipped: {})",
+                    steps.join(", ")
+                ))
+            }
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        self.status.send_modify(|s| {
+            s.running = None;
+            match failure {
+                None => {
+                    s.last_ok = Some(now);
+                    s.failing = None;
+                }
+                Some(why) => {
+                    let since = s.failing.as_ref().map_or(now, |(since, _)| *since);
+                    s.failing = Some((since, why));
+                }
+            }
+        });
     }
 
     /// Spawns [`Checker::run`] on the current tokio runtime.

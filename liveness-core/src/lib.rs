@@ -26,7 +26,9 @@ pub mod wake;
 
 pub use backoff::Backoff;
 pub use batch::Renewals;
-pub use checker::{Checker, CheckerConfig, CheckerHandle, Death, RoundReport, Skipped};
+pub use checker::{
+    Checker, CheckerConfig, CheckerHandle, CheckerStatus, Death, RoundReport, Skipped,
+};
 pub use clock::{Clock, HighWater, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
 pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, SchemaTooNew};

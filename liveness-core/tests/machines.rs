@@ -935,3 +935,24 @@ async fn a_checker_with_check_every_zero_is_rejected() {
     .await
     .expect("run refuses the configuration");
 }
+
+/// `Checker::status` follows the rounds `run` makes: none before the first, then the
+/// last good round's end, and nothing failing.
+#[tokio::test(start_paused = true)]
+async fn checker_status_follows_its_rounds() {
+    let store = memory();
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let mut status = checker.status();
+    assert_eq!(*status.borrow(), liveness_core::CheckerStatus::default());
+    let handle = checker.spawn();
+    timeout(
+        Duration::from_secs(5),
+        status.wait_for(|s| s.last_ok.is_some()),
+    )
+    .await
+    .expect("a round completes")
+    .unwrap();
+    let seen = status.borrow().clone();
+    assert!(seen.failing.is_none(), "{seen:?}");
+    handle.stop().await;
+}
