@@ -100,45 +100,18 @@ SELECT l.token, l.expires_at > clock_timestamp(),
 FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
 "#;
 
-/// `release`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention.
-/// Removes the lease iff the token is current (live or expired), puts it in the dead
-/// set with its death record (cause released), and notifies.
-pub const RELEASE: &str = r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
-del AS (
-    DELETE FROM leases WHERE space = $1 AND name = $2 AND token = $3
-    RETURNING token, holder
-),
-dead AS (
-    INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
-    ON CONFLICT (token) DO NOTHING
-    RETURNING token
-),
-dseq AS (
-    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
-),
-died AS (
-    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, 1 FROM dseq, del, clk
-),
-trimmed AS (
-    DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - $5
-      AND seq > (SELECT last FROM dseq) - $5 - 64
-),
-woke AS (SELECT pg_notify($4, 'released') FROM dead)
-SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
-"#;
-
-/// `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention (the
-/// death record's cause: reaped). Like [`RELEASE`], only
-/// when the lease is expired by the server clock. Concurrent reaps serialize on the
-/// row: exactly one deletes it.
-pub const REAP: &str = r#"
+/// `release` and `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death
+/// retention, $6 the death's cause (0 reaped, 1 released). Removes the lease iff the
+/// token is current — and, for a reap, expired by the server clock — puts it in the
+/// dead set with its death record, drops the record that fell out of the retention,
+/// and notifies (`reaped` or `released`). Concurrent reaps serialize on the row:
+/// exactly one deletes it.
+pub const RETIRE: &str = r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 del AS (
     DELETE FROM leases l USING clk
-    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at <= clk.t
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3
+      AND ($6 = 1 OR l.expires_at <= clk.t)
     RETURNING l.token, l.holder
 ),
 dead AS (
@@ -151,14 +124,16 @@ dseq AS (
 ),
 died AS (
     INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, 0 FROM dseq, del, clk
+    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, $6 FROM dseq, del, clk
 ),
 trimmed AS (
     DELETE FROM deaths
     WHERE seq <= (SELECT last FROM dseq) - $5
       AND seq > (SELECT last FROM dseq) - $5 - 64
 ),
-woke AS (SELECT pg_notify($4, 'reaped') FROM dead)
+woke AS (
+    SELECT pg_notify($4, CASE WHEN $6 = 0 THEN 'reaped' ELSE 'released' END) FROM dead
+)
 SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
 "#;
 

@@ -343,14 +343,20 @@ impl PostgresStore {
         tick(&self.inner.wake);
     }
 
-    /// Runs [`sql::RELEASE`] or [`sql::REAP`] on the lease on `key` with `token`:
-    /// true when it removed the lease (its token went to the dead set), and then
-    /// wakes this process's waiters.
-    async fn retire(&self, statement: &'static str, key: &Key, token: i64) -> Result<bool> {
-        let q = on_key(statement, key)
+    /// Runs [`sql::RETIRE`] on the lease on `key` with `token`, for `cause`
+    /// (`Reaped`: only when expired; `Released`): true when it removed the lease (its
+    /// token went to the dead set), and then wakes this process's waiters.
+    async fn retire(&self, cause: DeathCause, key: &Key, token: i64) -> Result<bool> {
+        let cause: i16 = match cause {
+            DeathCause::Reaped => 0,
+            DeathCause::Released => 1,
+            DeathCause::Superseded => 2,
+        };
+        let q = on_key(sql::RETIRE, key)
             .bind(token)
             .bind(self.inner.channel.as_str())
-            .bind(self.retention());
+            .bind(self.retention())
+            .bind(cause);
         let row = self.db().fetch_one(q).await?;
         let removed: i64 = get(&row, 0)?;
         if removed > 0 {
@@ -565,7 +571,7 @@ impl LeaseStore for PostgresStore {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         lease.check_issuer(&self.inner.info.issuer)?;
-        self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
+        self.retire(DeathCause::Released, &lease.key, db_token(lease.token))
             .await
     }
 
@@ -619,7 +625,7 @@ impl LeaseStore for PostgresStore {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(false);
         };
-        self.retire(sql::REAP, key, token).await
+        self.retire(DeathCause::Reaped, key, token).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
