@@ -22,9 +22,11 @@ impl Keys {
         format!("{}*", self.prefix)
     }
 
-    /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`,
-    /// and `c`, the greatest claim request id admitted under the token (its claim
-    /// high-water mark; absent until the first claim, gone with the hash).
+    /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`
+    /// (by the clock of the server that wrote it), `ep`, the expiry epoch it was last
+    /// written in (see [`Keys::srv`]), and `c`, the greatest claim request id admitted
+    /// under the token (its claim high-water mark; absent until the first claim, gone
+    /// with the hash).
     pub(crate) fn lease(&self, key: &Key) -> String {
         format!("{}{}", self.lease_prefix(key.space()), key.name())
     }
@@ -42,6 +44,12 @@ impl Keys {
     /// The fencing token counter (INCR).
     pub(crate) fn tokens(&self) -> String {
         format!("{}tokens", self.prefix)
+    }
+
+    /// The server record: HASH `id` (the run_id of the server last seen judging
+    /// expiries), `ep` (the expiry epoch it opened), `since` (when, by its clock).
+    pub(crate) fn srv(&self) -> String {
+        format!("{}srv", self.prefix)
     }
 
     /// The dead set: ZSET of `token:space/name`, score = token.

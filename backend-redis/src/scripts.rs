@@ -53,6 +53,7 @@ scripts!(
     items,
     retry_dead_letter,
     retry_dead_letters,
+    hello,
 );
 
 /// The scripts, hashed on first use.

@@ -187,6 +187,11 @@ impl RedisStore {
         ] {
             script.load_async(&mut conn).await.map_err(map)?;
         }
+        let keys = Keys::new(&config.namespace);
+        // Records the server this handle talks to (the expiry epoch: see hello.lua).
+        let mut hello = all.hello.prepare_invoke();
+        hello.key(keys.srv());
+        hello.invoke_async::<Value>(&mut conn).await.map_err(map)?;
         Ok(RedisStore {
             info: StoreInfo {
                 backend: BACKEND,
@@ -202,7 +207,7 @@ impl RedisStore {
                 issuer: Issuer::located(BACKEND, &location(&config), config.namespace.clone()),
             },
             conn,
-            keys: Keys::new(&config.namespace),
+            keys,
             namespace: config.namespace,
             high_water: HighWater::default(),
         })

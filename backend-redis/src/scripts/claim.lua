@@ -25,14 +25,14 @@ local function greater(a, b)
 end
 
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'c')
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'c', 'ttl', 'ep')
 if not rec[1] then
   return {-1}
 end
 if rec[1] ~= ARGV[1] then
   return {-2}
 end
-if now >= tonumber(rec[2]) then
+if now >= judged(prefix_of(KEYS[1]), rec[2], rec[4], rec[5], now) then
   return {-3}
 end
 local out = {1}

@@ -7,9 +7,9 @@ local now = now_us()
 local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, name in ipairs(names) do
-  local rec = redis.call('HMGET', ARGV[3] .. name, 'h', 't', 'ttl', 'e')
+  local rec = redis.call('HMGET', ARGV[3] .. name, 'h', 't', 'ttl', 'e', 'ep')
   if rec[2] then
-    local left = tonumber(rec[4]) - now
+    local left = judged(prefix_of(ARGV[3]), rec[4], rec[3], rec[5], now) - now
     if left <= 0 then
       left = -1
     end

@@ -12,6 +12,60 @@ local function s(n)
   return string.format('%.0f', n)
 end
 
+-- The namespace's key prefix `liveness:{ns}:`, from any key (or key prefix) of it.
+local function prefix_of(key)
+  return string.match(key, '^(.-}:)')
+end
+
+-- Which server judges expiries (issue 12). Expiries are absolute microseconds of the
+-- clock of the server that wrote them; after a failover (or a restart) another
+-- server, with another clock, judges them. <prefix>srv records the server last seen
+-- (its run_id), the epoch `ep` it opened and when (`since`, by its own clock); every
+-- lease records the epoch it was last written in (`ep`). The first time a server that
+-- is not the recorded one judges an expiry, a new epoch starts at its now. A lease
+-- written in an older epoch is then judged expired no earlier than one full ttl after
+-- that instant, by this server's clock: a failover can make a lease expire later,
+-- never earlier, whatever the offset between the servers' clocks. Costs one INFO,
+-- only when a lease looks expired.
+local function epoch(prefix, now)
+  local key = prefix .. 'srv'
+  local rec = redis.call('HMGET', key, 'id', 'since', 'ep')
+  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if rec[1] == id then
+    return tonumber(rec[3]), tonumber(rec[2])
+  end
+  local ep = tonumber(rec[3] or '0') + 1
+  -- The namespace's first server: no older clock to distrust.
+  local since = 0
+  if rec[1] then
+    since = now
+  end
+  redis.call('HSET', key, 'id', id, 'since', s(since), 'ep', ep)
+  return ep, since
+end
+
+-- The epoch a write stamps on a lease: the recorded one (no INFO), 0 before any.
+local function stamp(prefix)
+  return redis.call('HGET', prefix .. 'srv', 'ep') or '0'
+end
+
+-- The expiry of a lease record (its `e`, `ttl` in ms and `ep`) as this server judges
+-- it at `now` (see `epoch`).
+local function judged(prefix, e, ttl, ep, now)
+  e = tonumber(e)
+  if now < e then
+    return e
+  end
+  local current, since = epoch(prefix, now)
+  if tonumber(ep or '0') < current then
+    local floor = since + tonumber(ttl) * 1000
+    if floor > e then
+      return floor
+    end
+  end
+  return e
+end
+
 -- The namespace's key prefix `liveness:{ns}:`, from its dead-set key (`<prefix>dead`).
 -- The death history and the member index are derived from it in-script (same hash
 -- slot as every key of the namespace; see keys.rs).

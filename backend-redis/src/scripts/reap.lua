@@ -2,8 +2,8 @@
 -- ARGV[1] name, ARGV[2] token, ARGV[3] key text, ARGV[4] death retention
 -- Returns 1 iff the lease with that token was there and expired by the server clock.
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'h')
-if rec[1] == ARGV[2] and now >= tonumber(rec[2]) then
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'h', 'ttl', 'ep')
+if rec[1] == ARGV[2] and now >= judged(prefix_of(KEYS[1]), rec[2], rec[4], rec[5], now) then
   retire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], rec[3], now, '0', ARGV[4])
   return 1
 end

@@ -4,7 +4,8 @@
 -- -3 expired, -4 the store lost its state (no record, and the token is above every
 -- token the namespace's counter has handed out: the counter went back).
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e')
+local prefix = prefix_of(KEYS[1])
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'ttl', 'ep')
 if not rec[1] then
   local issued = tonumber(redis.call('GET', KEYS[3]) or '0')
   if tonumber(ARGV[2]) > issued then
@@ -15,13 +16,13 @@ end
 if rec[1] ~= ARGV[2] then
   return -2
 end
-if now >= tonumber(rec[2]) then
+if now >= judged(prefix, rec[2], rec[3], rec[4], now) then
   return -3
 end
 if ARGV[3] == '0' then
   return 0
 end
 local exp = s(now + tonumber(ARGV[3]) * 1000)
-redis.call('HSET', KEYS[1], 'e', exp, 'ttl', ARGV[3])
+redis.call('HSET', KEYS[1], 'e', exp, 'ttl', ARGV[3], 'ep', stamp(prefix))
 redis.call('ZADD', KEYS[2], exp, ARGV[1])
 return 1

@@ -7,19 +7,20 @@ local out = {}
 for i = 1, #ARGV / 3 do
   local lease, expiry = KEYS[2 * i - 1], KEYS[2 * i]
   local name, token, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local rec = redis.call('HMGET', lease, 't', 'e')
+  local prefix = prefix_of(lease)
+  local rec = redis.call('HMGET', lease, 't', 'e', 'ttl', 'ep')
   local code
   if not rec[1] then
     code = -1
   elseif rec[1] ~= token then
     code = -2
-  elseif now >= tonumber(rec[2]) then
+  elseif now >= judged(prefix, rec[2], rec[3], rec[4], now) then
     code = -3
   elseif ttl == '0' then
     code = 0
   else
     local exp = s(now + tonumber(ttl) * 1000)
-    redis.call('HSET', lease, 'e', exp, 'ttl', ttl)
+    redis.call('HSET', lease, 'e', exp, 'ttl', ttl, 'ep', stamp(prefix))
     redis.call('ZADD', expiry, exp, name)
     code = 1
   end
