@@ -7,6 +7,7 @@
 //! lease-bound key, and "record present, lease-bound key gone" is "expired, not yet
 //! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,29 @@ pub(crate) struct Inner {
     /// Who issues this handle's leases: the namespace on the cluster at the
     /// configured endpoints (sorted).
     issuer: Issuer,
+    /// What this handle asked etcd for, counted (tests compare costs with them).
+    pub(crate) calls: Calls,
+}
+
+/// Counts of the etcd requests a handle made, by kind (relaxed counters: for tests
+/// and diagnostics, never for decisions).
+#[derive(Default)]
+pub(crate) struct Calls {
+    /// Lease grants.
+    pub(crate) grants: AtomicU64,
+    /// KV requests: ranges, transactions, puts.
+    pub(crate) kv: AtomicU64,
+}
+
+impl Calls {
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn read(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Inner {
@@ -184,6 +208,7 @@ impl EtcdStore {
                     &location(&config.endpoints),
                     config.namespace.clone(),
                 ),
+                calls: Calls::default(),
             }),
         })
     }
@@ -199,6 +224,7 @@ impl EtcdStore {
 
     /// The key-values of a plain (not transactional) range read.
     pub(crate) async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
+        Calls::count(&self.inner.calls.kv);
         let mut resp = self
             .inner
             .kv
@@ -210,12 +236,99 @@ impl EtcdStore {
     }
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        Calls::count(&self.inner.calls.kv);
         self.inner.kv.clone().txn(txn).await.map_err(map)
     }
 
     pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+        Calls::count(&self.inner.calls.kv);
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
+    }
+
+    /// The attempts of one `acquire`: reads the key, and only when it is free or
+    /// expired grants the etcd lease (once, into `granted`, reused by later attempts)
+    /// and writes the record and lease-bound key in one guarded `Txn`.
+    async fn acquire_with(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        granted: &mut Option<i64>,
+    ) -> Result<Lease> {
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(key), k.live(key));
+        for _ in 0..MAX_TRIES {
+            let snap = self.snapshot(key).await?;
+            let live = snap.is_live();
+            let (record, bound) = (snap.record, snap.live);
+            match (&record, &bound) {
+                (Some(c), Some(_)) if live => {
+                    return Err(Error::Held {
+                        key: key.clone(),
+                        holder: c.rec.holder.clone(),
+                        token: c.token,
+                    })
+                }
+                (None, Some(_)) => {
+                    return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
+                }
+                _ => {}
+            }
+            let id = match *granted {
+                Some(id) => id,
+                None => *granted.insert(self.grant(ttl).await?),
+            };
+            let rec = Record {
+                token: None,
+                ttl,
+                lease_id: id,
+                holder: holder.clone(),
+            }
+            .encode();
+            let put_live = TxnOp::put(
+                live_key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(id)),
+            );
+            let txn = match record {
+                // Expired, not yet reaped: retire it to the dead set in this step,
+                // with its death record.
+                Some(c) => {
+                    let death = self
+                        .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
+                        .await?;
+                    let mut ops = vec![
+                        put(&k.dead(c.token), key.to_string()),
+                        put(&rec_key, rec),
+                        put_live,
+                    ];
+                    ops.extend(death.ops);
+                    Txn::new()
+                        .when(vec![
+                            mod_rev(&rec_key, c.mod_rev),
+                            version(&live_key, 0),
+                            death.compare,
+                        ])
+                        .and_then(ops)
+                }
+                None => Txn::new()
+                    .when(vec![version(&rec_key, 0), version(&live_key, 0)])
+                    .and_then(vec![put(&rec_key, rec), put_live]),
+            };
+            let resp = self.txn(txn).await?;
+            if resp.succeeded() {
+                let token = u64::try_from(revision(&resp)).unwrap_or(0);
+                return Ok(Lease::granted(
+                    &self.inner.issuer,
+                    key.clone(),
+                    holder.clone(),
+                    FencingToken(token),
+                    ttl,
+                ));
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
     /// One release attempt on `snap`, the key's record and lease-bound key as just
@@ -313,81 +426,23 @@ impl LeaseStore for EtcdStore {
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.caps.check_ttl(ttl)?;
-        let id = self.grant(ttl).await?;
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(key), k.live(key));
-        let rec = Record {
-            token: None,
-            ttl,
-            lease_id: id,
-            holder: holder.clone(),
-        }
-        .encode();
-        let put_live = || {
-            TxnOp::put(
-                live_key.as_str(),
-                "",
-                Some(PutOptions::new().with_lease(id)),
-            )
-        };
-        let outcome = async {
-            for _ in 0..MAX_TRIES {
-                let snap = self.snapshot(key).await?;
-                let live = snap.is_live();
-                let txn = match (snap.record, snap.live) {
-                    (Some(c), Some(_)) if live => {
-                        return Err(Error::Held {
-                            key: key.clone(),
-                            holder: c.rec.holder,
-                            token: c.token,
-                        })
-                    }
-                    (None, Some(_)) => {
-                        return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
-                    }
-                    // Expired, not yet reaped: retire it to the dead set in this step,
-                    // with its death record.
-                    (Some(c), _) => {
-                        let death = self
-                            .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
-                            .await?;
-                        let mut ops = vec![
-                            put(&k.dead(c.token), key.to_string()),
-                            put(&rec_key, rec.clone()),
-                            put_live(),
-                        ];
-                        ops.extend(death.ops);
-                        Txn::new()
-                            .when(vec![
-                                mod_rev(&rec_key, c.mod_rev),
-                                version(&live_key, 0),
-                                death.compare,
-                            ])
-                            .and_then(ops)
-                    }
-                    (None, None) => Txn::new()
-                        .when(vec![version(&rec_key, 0), version(&live_key, 0)])
-                        .and_then(vec![put(&rec_key, rec.clone()), put_live()]),
-                };
-                let resp = self.txn(txn).await?;
-                if resp.succeeded() {
-                    let token = u64::try_from(revision(&resp)).unwrap_or(0);
-                    return Ok(Lease::granted(
-                        &self.inner.issuer,
-                        key.clone(),
-                        holder.clone(),
-                        FencingToken(token),
-                        ttl,
-                    ));
+        // The etcd lease is granted only once a read found the key free or expired:
+        // a losing acquire (the key held live) costs that read, no grant and revoke.
+        let mut granted: Option<i64> = None;
+        let outcome = self.acquire_with(key, holder, ttl, &mut granted).await;
+        match &outcome {
+            Ok(_) => self.inner.expiry.not_interested(key),
+            Err(e) => {
+                if matches!(e, Error::Held { .. }) {
+                    // Wake this handle when that lease ends (an election candidate).
+                    self.inner.expiry.interested(key);
+                }
+                if let Some(id) = granted {
+                    // Nothing holds this etcd lease (or, after a lost answer, nobody
+                    // knows that something does): let it go.
+                    self.revoke_later(id);
                 }
             }
-            Err(Error::unavailable(BACKEND, Fault::Contention))
-        }
-        .await;
-        if outcome.is_err() {
-            // Nothing holds this etcd lease (or, after a lost answer, nobody knows
-            // that something does): let it go.
-            self.revoke_later(id);
         }
         outcome
     }

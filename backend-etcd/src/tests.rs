@@ -283,3 +283,128 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
         "the mark outlived its token"
     );
 }
+
+/// A second handle on `store`'s namespace (another process, as far as etcd knows).
+async fn other(store: &EtcdStore) -> EtcdStore {
+    let server = liveness_testkit::etcd::shared().unwrap();
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(store.namespace().clone());
+    EtcdStore::connect(config).await.unwrap()
+}
+
+/// The namespace's current etcd revision, by one read.
+async fn revision_now(store: &EtcdStore) -> i64 {
+    let resp = store.inner.kv.clone().get("x", None).await.unwrap();
+    resp.header().unwrap().revision()
+}
+
+/// Waits until `store`'s expiry watch has delivered every event up to now (progress
+/// notifications: other tests write to the shared member too).
+async fn synced(store: &EtcdStore) {
+    let now = revision_now(store).await;
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        store.inner.expiry.request_progress();
+        if store
+            .inner
+            .expiry
+            .caught_up(now, Duration::from_millis(500))
+            .await
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the watch never caught up"
+        );
+    }
+}
+
+/// Issue 13 (5): an `acquire` that loses (the key is held live by someone else)
+/// granted an etcd lease and revoked it again: two raft writes for an answer a read
+/// gives. It now reads first and grants only for a key it may take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_losing_acquire_grants_no_etcd_lease() {
+    use crate::store::Calls;
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let key = Key::leader("role").unwrap();
+    let held = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let candidate = other(&store).await;
+    let grants = Calls::read(&candidate.inner.calls.grants);
+    for _ in 0..3 {
+        match candidate
+            .acquire(&key, &HolderId::new("c").unwrap(), ttl)
+            .await
+        {
+            Err(Error::Held { token, .. }) => assert_eq!(token, held.token),
+            other => panic!("a held key was acquired: {other:?}"),
+        }
+    }
+    assert_eq!(
+        Calls::read(&candidate.inner.calls.grants) - grants,
+        0,
+        "3 losing acquires granted etcd leases"
+    );
+    // A free key still costs one grant.
+    let free = Key::leader("free").unwrap();
+    let lease = candidate.acquire(&free, &holder(), ttl).await.unwrap();
+    assert_eq!(Calls::read(&candidate.inner.calls.grants) - grants, 1);
+    assert!(candidate.release(&lease).await.unwrap());
+    assert!(store.release(&held).await.unwrap());
+}
+
+/// Issue 13 (5): `Election::campaign` subscribes to `wakeups` and acquires; on etcd
+/// that started the namespace-wide expiry watch with a full scan of every lease in
+/// each candidate process, and then woke the candidate on every member's death. A
+/// handle that does not check (no `expired` / `next_expiry`) now watches without a
+/// scan and wakes only for the keys it was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let role = Key::leader("role").unwrap();
+    let leader = store.acquire(&role, &holder(), ttl).await.unwrap();
+    let mut members = Vec::new();
+    for i in 0..5 {
+        let key = Key::member(&format!("m{i}")).unwrap();
+        members.push(store.acquire(&key, &holder(), ttl).await.unwrap());
+    }
+    let candidate = other(&store).await;
+    let mut wake = candidate.wakeups().unwrap();
+    wake.borrow_and_update();
+    let me = HolderId::new("c").unwrap();
+    assert!(matches!(
+        candidate.acquire(&role, &me, ttl).await,
+        Err(Error::Held { .. })
+    ));
+    // The watch runs (it saw the revision of the refused acquire's read at least).
+    synced(&candidate).await;
+    // Members die (released here): the candidate's watch sees it, and does not wake.
+    for m in members.drain(..) {
+        assert!(store.release(&m).await.unwrap());
+    }
+    synced(&candidate).await;
+    assert!(
+        !wake.has_changed().unwrap(),
+        "the candidate woke for members' deaths"
+    );
+    // The leader goes: the candidate wakes, and takes the role.
+    assert!(store.release(&leader).await.unwrap());
+    tokio::time::timeout(DEADLINE, wake.changed())
+        .await
+        .expect("the candidate did not wake when its role was released")
+        .unwrap();
+    let lease = candidate.acquire(&role, &me, ttl).await.unwrap();
+    assert_eq!(
+        candidate
+            .inner
+            .expiry
+            .scans
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "a candidate scanned the namespace's leases"
+    );
+    assert!(candidate.release(&lease).await.unwrap());
+}
