@@ -91,6 +91,15 @@ fn tally(raw: &[u8]) -> Option<Swept> {
     })
 }
 
+/// The compare on the death counter `ctr` as read in `kv`, and its value (the last
+/// death's seq, 0 before the first).
+pub(crate) fn death_counter(ctr: &str, kv: Option<&KeyValue>) -> Result<(Compare, u64)> {
+    Ok(match kv {
+        None => (version(ctr, 0), 0),
+        Some(kv) => (mod_rev(ctr, kv.mod_revision()), number(kv)?),
+    })
+}
+
 fn number(kv: &KeyValue) -> Result<u64> {
     std::str::from_utf8(kv.value())
         .ok()
@@ -127,11 +136,25 @@ impl EtcdStore {
     ) -> Result<DeathWrite> {
         let k = self.keys();
         let ctr = k.death_ctr();
-        let (compare, last) = match self.get_one(&ctr).await? {
-            None => (version(&ctr, 0), 0),
-            Some(kv) => (mod_rev(&ctr, kv.mod_revision()), number(&kv)?),
-        };
+        let (compare, last) = death_counter(&ctr, self.get_one(&ctr).await?.as_ref())?;
         let seq = last + 1;
+        let mut ops = vec![put(&ctr, seq.to_string())];
+        ops.extend(self.death_ops(key, holder, token, cause, seq));
+        Ok(DeathWrite { compare, ops })
+    }
+
+    /// The writes that record death number `seq` (of `token`, held by `holder` on
+    /// `key`), except the death counter's own: the record, the token's pointer to
+    /// it, and the delete of the record that falls out of the retention window.
+    pub(crate) fn death_ops(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        token: FencingToken,
+        cause: DeathCause,
+        seq: u64,
+    ) -> Vec<TxnOp> {
+        let k = self.keys();
         let rec = DeathRecord {
             seq,
             key: key.clone(),
@@ -142,15 +165,19 @@ impl EtcdStore {
             swept: None,
         };
         let mut ops = vec![
-            put(&ctr, seq.to_string()),
             put(&k.death(seq), encode(&rec)),
             put(&k.death_of(token), seq.to_string()),
         ];
-        let keep = u64::try_from(self.inner.caps.death_retention.max(1)).unwrap_or(u64::MAX);
+        let keep = self.death_keep();
         if seq > keep {
             ops.push(del(&k.death(seq - keep)));
         }
-        Ok(DeathWrite { compare, ops })
+        ops
+    }
+
+    /// How many death records the namespace keeps.
+    pub(crate) fn death_keep(&self) -> u64 {
+        u64::try_from(self.inner.caps.death_retention.max(1)).unwrap_or(u64::MAX)
     }
 
     /// The compare and the value of dead `token`'s sweep tally, as read in `kv`.

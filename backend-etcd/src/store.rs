@@ -15,6 +15,7 @@ use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KeyValue, KvClient, LeaseClient, PutOptions,
     Txn, TxnOp, TxnResponse, WatchClient,
 };
+use liveness_core::store::check_batch;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
-use crate::keepalive::Slots;
+use crate::keepalive::{Slot, Slots};
 use crate::keys::{parse_request_id, Keys, Meta, Record};
 use crate::lease::{secs, Snapshot};
 use crate::txn::{
@@ -331,6 +332,56 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
+    /// The end of a renewal on `slot`: etcd's answer to its keep-alive (`left`
+    /// seconds, 0 when etcd no longer knows the etcd lease) and the lease-bound key
+    /// as read beside it (`bound`). The renewal counts only when both say the key
+    /// is still bound to the slot's etcd lease with this token; else a read tells
+    /// why, or renews the etcd lease the record names now.
+    async fn renew_judged(
+        &self,
+        lease: &Lease,
+        slot: &Slot,
+        left: i64,
+        bound: Option<KeyValue>,
+    ) -> Result<Lease> {
+        let on_slot = bound.is_some_and(|kv| {
+            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
+        });
+        if left > 0 && on_slot {
+            return Ok(Self::renewed(lease, left));
+        }
+        // etcd no longer knows that etcd lease (expired, or released), or this
+        // handle's slot is stale (another handle changed the ttl). Read why.
+        self.inner.slots.remove(&lease.key, lease.token);
+        let current = self.snapshot(&lease.key).await?.check(lease)?;
+        if current.rec.lease_id == slot.lease_id {
+            // Live by the key but unknown to the lessor: it is being revoked now.
+            return Err(lease.lost(LostReason::Expired));
+        }
+        // The key moved to another etcd lease: the slot's one binds nothing now (its
+        // revoke may have failed); end it, and renew the one the record names.
+        self.revoke_later(slot.lease_id);
+        let slot = self.inner.slots.set(
+            &lease.key,
+            lease.token,
+            current.rec.lease_id,
+            current.rec.ttl,
+        );
+        if slot.ttl != lease.ttl {
+            return self.renew_with_ttl(lease).await;
+        }
+        match slot
+            .keep_alive(&self.inner.lease, self.inner.timeout)
+            .await?
+        {
+            left if left > 0 => Ok(Self::renewed(lease, left)),
+            _ => {
+                self.inner.slots.remove(&lease.key, lease.token);
+                Err(lease.lost(LostReason::Expired))
+            }
+        }
+    }
+
     /// One release attempt on `snap`, the key's record and lease-bound key as just
     /// read: revokes the etcd lease the record names, then retires the record if it
     /// is unchanged. [`Released::Retry`] when the record changed in between (another
@@ -473,43 +524,69 @@ impl LeaseStore for EtcdStore {
             slot.keep_alive(&self.inner.lease, self.inner.timeout),
             self.get_one(&live_key),
         );
-        let (left, bound) = (left?, bound?);
-        let on_slot = bound.is_some_and(|kv| {
-            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
-        });
-        if left > 0 && on_slot {
-            return Ok(Self::renewed(lease, left));
-        }
-        // etcd no longer knows that etcd lease (expired, or released), or this
-        // handle's slot is stale (another handle changed the ttl). Read why.
-        self.inner.slots.remove(&lease.key, lease.token);
-        let current = self.snapshot(&lease.key).await?.check(lease)?;
-        if current.rec.lease_id == slot.lease_id {
-            // Live by the key but unknown to the lessor: it is being revoked now.
-            return Err(lease.lost(LostReason::Expired));
-        }
-        // The key moved to another etcd lease: the slot's one binds nothing now (its
-        // revoke may have failed); end it, and renew the one the record names.
-        self.revoke_later(slot.lease_id);
-        let slot = self.inner.slots.set(
-            &lease.key,
-            lease.token,
-            current.rec.lease_id,
-            current.rec.ttl,
-        );
-        if slot.ttl != lease.ttl {
-            return self.renew_with_ttl(lease).await;
-        }
-        match slot
-            .keep_alive(&self.inner.lease, self.inner.timeout)
-            .await?
-        {
-            left if left > 0 => Ok(Self::renewed(lease, left)),
-            _ => {
-                self.inner.slots.remove(&lease.key, lease.token);
-                Err(lease.lost(LostReason::Expired))
+        self.renew_judged(lease, &slot, left?, bound?).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.inner.caps, "leases", leases.len())?;
+        // Leases this handle renews already on their etcd lease (a keep-alive slot of
+        // their ttl): every keep-alive goes out at once on its stream, beside ONE
+        // read of all their lease-bound keys. The others (a first renewal, a ttl
+        // change, another issuer) take `renew`'s path, at the same time.
+        let mut fast = Vec::new();
+        let mut slow = Vec::new();
+        for (i, lease) in leases.iter().enumerate() {
+            let slot = (lease.check_issuer(&self.inner.issuer).is_ok())
+                .then(|| self.inner.slots.get(&lease.key, lease.token))
+                .flatten()
+                .filter(|slot| slot.ttl == lease.ttl);
+            match slot {
+                Some(slot) => fast.push((i, slot)),
+                None => slow.push(i),
             }
         }
+        let k = self.keys();
+        let reads: Vec<TxnOp> = fast
+            .iter()
+            .map(|(i, _)| get(&k.live(&leases[*i].key)))
+            .collect();
+        let keep_alives = futures::future::join_all(
+            fast.iter()
+                .map(|(_, slot)| slot.keep_alive(&self.inner.lease, self.inner.timeout)),
+        );
+        let bound = async {
+            if reads.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(ranges(&self.txn(Txn::new().and_then(reads)).await?)
+                .into_iter()
+                .map(|mut r| r.take_kvs().into_iter().next())
+                .collect::<Vec<_>>())
+        };
+        let slow_renewals = futures::future::join_all(slow.iter().map(|i| self.renew(&leases[*i])));
+        let (lefts, bound, slow_answers) = tokio::join!(keep_alives, bound, slow_renewals);
+        let bound: Vec<Option<KeyValue>> = bound?;
+        let mut out: Vec<Option<Result<Lease>>> = leases.iter().map(|_| None).collect();
+        for (i, answer) in slow.into_iter().zip(slow_answers) {
+            out[i] = Some(answer);
+        }
+        let judged = futures::future::join_all(fast.iter().zip(lefts).zip(bound).map(
+            |(((i, slot), left), bound)| async move {
+                let lease = &leases[*i];
+                match left {
+                    Ok(left) => self.renew_judged(lease, slot, left, bound).await,
+                    Err(e) => Err(e),
+                }
+            },
+        ))
+        .await;
+        for ((i, _), answer) in fast.iter().zip(judged) {
+            out[*i] = Some(answer);
+        }
+        Ok(out
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(Error::unavailable(BACKEND, Fault::Contention))))
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -619,6 +696,11 @@ impl LeaseStore for EtcdStore {
             // took the counter: read again.
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        check_batch(self.inner.caps, "expired", expired.len())?;
+        self.reap_batch(expired).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {

@@ -408,3 +408,91 @@ async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
     );
     assert!(candidate.release(&lease).await.unwrap());
 }
+
+/// Issue 13 (3): `renew_many` of leases this handle renews already is one read of
+/// their lease-bound keys beside their keep-alives (sent all at once), not one read
+/// per lease after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_reads_once_for_the_batch() {
+    use crate::store::Calls;
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let mut leases = Vec::new();
+    for i in 0..10 {
+        let key = Key::member(&format!("r{i}")).unwrap();
+        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+        store.renew(&lease).await.unwrap();
+        leases.push(lease);
+    }
+    // One of them released meanwhile: it answers Lost alone.
+    assert!(store.release(&leases[3]).await.unwrap());
+    let kv = Calls::read(&store.inner.calls.kv);
+    let answers = store.renew_many(&leases).await.unwrap();
+    let reads = Calls::read(&store.inner.calls.kv) - kv;
+    for (i, answer) in answers.iter().enumerate() {
+        match (i, answer) {
+            (3, Err(Error::Lost { .. })) => {}
+            (3, other) => panic!("a released lease answered {other:?}"),
+            (_, Ok(l)) => assert_eq!(l.token, leases[i].token),
+            (_, Err(e)) => panic!("lease {i} was not renewed: {e}"),
+        }
+    }
+    // The batch's read, and the released lease's own read of why.
+    assert_eq!(reads, 2, "renew_many of 10 leases made {reads} KV requests");
+    for lease in leases.iter().filter(|l| l.token != leases[3].token) {
+        assert!(store.release(lease).await.unwrap());
+    }
+}
+
+/// Issue 13 (3): `reap_many` is one read and one transaction for a batch, not a
+/// read, a counter read and a transaction per lease; each entry answers what `reap`
+/// alone would (a repeat and a live lease: false).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reap_many_is_one_read_and_one_transaction() {
+    use crate::store::Calls;
+    use liveness_core::{FencingToken, ItemStore};
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let mut batch: Vec<(Key, FencingToken)> = Vec::new();
+    for i in 0..10 {
+        let key = Key::member(&format!("d{i}")).unwrap();
+        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+        // etcd ends the lease (as its countdown would): expired, not yet reaped.
+        let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
+        assert!(store.revoke(current.rec.lease_id).await.unwrap());
+        batch.push((key, lease.token));
+    }
+    let live = store
+        .acquire(&Key::member("alive").unwrap(), &holder(), ttl)
+        .await
+        .unwrap();
+    batch.push((live.key.clone(), live.token));
+    batch.push(batch[0].clone());
+    let kv = Calls::read(&store.inner.calls.kv);
+    let answers = store.reap_many(&batch).await.unwrap();
+    let requests = Calls::read(&store.inner.calls.kv) - kv;
+    let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+    let mut expected = vec![true; 10];
+    expected.extend([false, false]);
+    assert_eq!(answers, expected);
+    // The batch's read and transaction, and the repeat's own `reap` (one read).
+    assert_eq!(
+        requests, 3,
+        "reap_many of 12 entries made {requests} KV requests"
+    );
+    for (key, token) in &batch[..10] {
+        assert!(store.inspect(key).await.unwrap().is_none());
+        store.requeue_orphans(*token).await.unwrap();
+    }
+    let deaths = store.deaths(None, 32).await.unwrap();
+    let mut reaped: Vec<u64> = deaths
+        .iter()
+        .filter(|d| d.cause == liveness_core::DeathCause::Reaped)
+        .map(|d| d.token.0)
+        .collect();
+    reaped.sort_unstable();
+    let mut tokens: Vec<u64> = batch[..10].iter().map(|(_, t)| t.0).collect();
+    tokens.sort_unstable();
+    assert_eq!(reaped, tokens, "one death record per reaped lease");
+    assert!(store.release(&live).await.unwrap());
+}
