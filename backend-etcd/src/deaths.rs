@@ -214,30 +214,56 @@ impl EtcdStore {
         tally_cmp: Compare,
         swept: Swept,
     ) -> Result<bool> {
+        let of = self.get_one(&self.keys().death_of(token)).await?;
+        let rec = match &of {
+            Some(kv) => self.get_one(&self.keys().death(number(kv)?)).await?,
+            None => None,
+        };
+        let (compares, ops) =
+            self.finish_plan(token, tally_cmp, swept, of.as_ref(), rec.as_ref())?;
+        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
+        Ok(resp.succeeded())
+    }
+
+    /// The compares and writes of a sweep's last step (see
+    /// [`EtcdStore::finish_sweep`]), given the token's pointer to its death record
+    /// (`of`) and that record (`rec`) as read: at most 4 compares and 5 writes.
+    pub(crate) fn finish_plan(
+        &self,
+        token: FencingToken,
+        tally_cmp: Compare,
+        swept: Swept,
+        of: Option<&KeyValue>,
+        rec: Option<&KeyValue>,
+    ) -> Result<(Vec<Compare>, Vec<TxnOp>)> {
         let k = self.keys();
         let dead = k.dead(token);
-        let of = k.death_of(token);
+        let of_key = k.death_of(token);
         let mut compares = vec![exists(&dead), tally_cmp];
         // The token is forgotten, its claim high-water mark with it.
         let mut ops = vec![
             del(&dead),
             del(&k.death_tally(token)),
-            del(&of),
+            del(&of_key),
             del(&k.claim_mark(token)),
         ];
-        if let Some(seq_kv) = self.get_one(&of).await? {
-            let seq = number(&seq_kv)?;
-            compares.push(mod_rev(&of, seq_kv.mod_revision()));
-            let rec_key = k.death(seq);
-            if let Some(kv) = self.get_one(&rec_key).await? {
+        if let Some(seq_kv) = of {
+            let seq = number(seq_kv)?;
+            compares.push(mod_rev(&of_key, seq_kv.mod_revision()));
+            if let Some(kv) = rec {
+                let rec_key = k.death(seq);
                 let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(kv.key()))?;
                 rec.swept = Some(swept);
                 compares.push(mod_rev(&rec_key, kv.mod_revision()));
                 ops.push(put(&rec_key, encode(&rec)));
             }
         }
-        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
-        Ok(resp.succeeded())
+        Ok((compares, ops))
+    }
+
+    /// The death record `death_of` points to (its value is the seq).
+    pub(crate) fn death_pointed(&self, of: &KeyValue) -> Result<String> {
+        Ok(self.keys().death(number(of)?))
     }
 
     /// The handle's store time (see [`liveness_core::LeaseStore::store_time`] on

@@ -1038,6 +1038,14 @@ impl ItemStore for EtcdStore {
         }
     }
 
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        for chunk in tokens.chunks(crate::batch::REQUEUE_CHUNK) {
+            out.extend(self.requeue_batch(chunk).await?);
+        }
+        Ok(out)
+    }
+
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let k = self.keys();
         let resp = self
@@ -1182,7 +1190,13 @@ fn claimed_items(
 
 /// The writes that give back item `id`, owned under the index entry `owned` with
 /// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
-fn hand_back(k: &Keys, owned: &str, id: u64, meta: &Meta, retry: bool) -> (ItemState, [TxnOp; 3]) {
+pub(crate) fn hand_back(
+    k: &Keys,
+    owned: &str,
+    id: u64,
+    meta: &Meta,
+    retry: bool,
+) -> (ItemState, [TxnOp; 3]) {
     let (state, index) = if retry && meta.attempts < meta.max_attempts {
         (ItemState::Pending, k.pending(id))
     } else {

@@ -496,3 +496,66 @@ async fn reap_many_is_one_read_and_one_transaction() {
     assert_eq!(reaped, tokens, "one death record per reaped lease");
     assert!(store.release(&live).await.unwrap());
 }
+
+/// Issue 13 (3): `requeue_orphans_many` sweeps a round's dead tokens in two reads
+/// and one transaction (each token's items moved and its death record completed
+/// in one step), not two to four round trips per token; each token answers what
+/// `requeue_orphans` alone would (a repeat and a live token: nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
+    use crate::store::Calls;
+    use liveness_core::{EnqueueOptions, FencingToken, ItemStore, RequestId};
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    for i in 0..12 {
+        store
+            .enqueue(format!("i{i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut tokens: Vec<FencingToken> = Vec::new();
+    for i in 0..6 {
+        let key = Key::member(&format!("q{i}")).unwrap();
+        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+        let items = store
+            .claim_request(&lease, 2, RequestId::next())
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 2);
+        assert!(store.release(&lease).await.unwrap());
+        tokens.push(lease.token);
+    }
+    let live = store
+        .acquire(&Key::member("alive").unwrap(), &holder(), ttl)
+        .await
+        .unwrap();
+    tokens.push(live.token);
+    tokens.push(tokens[0]);
+    let kv = Calls::read(&store.inner.calls.kv);
+    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let requests = Calls::read(&store.inner.calls.kv) - kv;
+    let moved: Vec<usize> = answers
+        .into_iter()
+        .map(|a| {
+            let a = a.unwrap();
+            assert!(a.dead_lettered.is_empty());
+            a.requeued.len()
+        })
+        .collect();
+    assert_eq!(moved, vec![2, 2, 2, 2, 2, 2, 0, 0]);
+    // Two reads and one transaction, and the repeat's own `requeue_orphans` (one
+    // read that finds the token gone).
+    assert_eq!(
+        requests, 4,
+        "requeue_orphans_many of 8 tokens made {requests} KV requests"
+    );
+    assert_eq!(store.item_counts().await.unwrap().pending, 12);
+    assert!(store.dead_tokens(32).await.unwrap().is_empty());
+    for death in store.deaths(None, 32).await.unwrap() {
+        if tokens[..6].contains(&death.token) {
+            let swept = death.swept.expect("the sweep's tally was not recorded");
+            assert_eq!((swept.requeued, swept.dead_lettered), (2, 0));
+        }
+    }
+    assert!(store.release(&live).await.unwrap());
+}
