@@ -73,9 +73,6 @@ pub(crate) struct Inner {
     /// Who issues this handle's leases: the namespace on the cluster at the
     /// configured endpoints (sorted).
     issuer: Issuer,
-    /// Per space, the lease-bound key `next_expiry` last found live: read by key
-    /// while it lives, instead of a range.
-    pub(crate) probes: std::sync::Mutex<std::collections::HashMap<Space, String>>,
     /// What this handle asked etcd for, counted (tests compare costs with them).
     pub(crate) calls: Calls,
 }
@@ -215,7 +212,6 @@ impl EtcdStore {
                     &location(&config.endpoints),
                     config.namespace.clone(),
                 ),
-                probes: std::sync::Mutex::default(),
                 calls: Calls::default(),
             }),
         })
@@ -759,11 +755,11 @@ impl LeaseStore for EtcdStore {
         if !self.verified(space, 1).await?.is_empty() {
             return Ok(Some(Duration::ZERO));
         }
-        // One live lease of the space: the one the last call found, read by its key,
-        // while it lives; else the first by name. etcd 3.4 serves a range with a
+        // One live lease of the space: the one the watch's scan or the last call
+        // found, read by its key while it lives; else the first by name. etcd 3.4 serves a range with a
         // limit by walking the range's whole index (O(live leases in the space)):
         // a checker pays that only when its probe lease ended, not every round.
-        let probe = lock(&self.inner.probes).get(space).cloned();
+        let probe = lock(&self.inner.expiry.probes).get(space).cloned();
         let kv = match probe {
             Some(key) => self.get_one(&key).await?,
             None => None,
@@ -774,7 +770,7 @@ impl LeaseStore for EtcdStore {
                 let first_live = self
                     .range(self.keys().lives_in(space), under(1).with_keys_only())
                     .await?;
-                let mut probes = lock(&self.inner.probes);
+                let mut probes = lock(&self.inner.expiry.probes);
                 let Some(kv) = first_live.into_iter().next() else {
                     probes.remove(space);
                     return Ok(None);

@@ -107,6 +107,9 @@ pub(crate) struct ExpiryWatch {
     task: Mutex<Option<JoinHandle<()>>>,
     /// Full scans absorbed (tests compare costs with it).
     pub(crate) scans: std::sync::atomic::AtomicU64,
+    /// Per space, the lease-bound key `next_expiry` reads by key while it lives
+    /// (found by the last scan or range), instead of ranging over the space.
+    pub(crate) probes: Mutex<HashMap<Space, String>>,
 }
 
 impl ExpiryWatch {
@@ -120,6 +123,7 @@ impl ExpiryWatch {
             stop: CancellationToken::new(),
             task: Mutex::new(None),
             scans: std::sync::atomic::AtomicU64::new(0),
+            probes: Mutex::default(),
         })
     }
 
@@ -275,10 +279,17 @@ impl ExpiryWatch {
     }
 
     /// Adds the result of a full scan: (token, key) pairs, ranked before any later
-    /// pass.
-    pub(crate) fn absorb_scan(&self, expired: Vec<(u64, Key)>) {
+    /// pass, and a probe for `next_expiry` in each space that has none.
+    pub(crate) fn absorb_scan(&self, scan: Scan) {
         self.scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut probes = lock(&self.probes);
+            for (space, key) in scan.probes {
+                probes.entry(space).or_insert(key);
+            }
+        }
+        let expired = scan.expired;
         let any = !expired.is_empty();
         {
             let mut c = lock(&self.candidates);
@@ -334,8 +345,9 @@ impl ExpiryWatch {
                     }
                 },
                 None => match scan(&kv, &keys).await {
-                    Ok((rev, expired)) => {
-                        self.absorb_scan(expired);
+                    Ok(found) => {
+                        let rev = found.revision;
+                        self.absorb_scan(found);
                         self.saw(rev);
                         rev + 1
                     }
@@ -500,17 +512,34 @@ pub(crate) async fn range_all(
     Ok((rev.unwrap_or(0), out))
 }
 
+/// What a full scan found.
+pub(crate) struct Scan {
+    /// The revision it read at.
+    pub(crate) revision: i64,
+    /// (rank, key) of the records whose lease-bound key is gone.
+    pub(crate) expired: Vec<(u64, Key)>,
+    /// Per space, its first live lease-bound key: `next_expiry`'s probe.
+    pub(crate) probes: HashMap<Space, String>,
+}
+
 /// The full scan: records whose lease-bound key is gone, at one revision, with the
 /// records' mod revisions (the token, unless a renewal changed the ttl) for ranking.
 /// Costs O(leases in the namespace).
-pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, Key)>)> {
+pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<Scan> {
     let records = keys.records();
     let lives = keys.lives();
     let (rev, recs) = range_all(kv, &records, None).await?;
     let (_, live) = range_all(kv, &lives, Some(rev)).await?;
+    let mut probes = HashMap::new();
     let live: std::collections::HashSet<Key> = live
         .iter()
-        .filter_map(|kv| keys.parse_key(&lives, kv.key()))
+        .filter_map(|kv| {
+            let key = keys.parse_key(&lives, kv.key())?;
+            probes
+                .entry(key.space().clone())
+                .or_insert_with(|| String::from_utf8_lossy(kv.key()).into_owned());
+            Some(key)
+        })
         .collect();
     let expired = recs
         .iter()
@@ -520,7 +549,11 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, K
             (!live.contains(&key)).then_some((rank, key))
         })
         .collect();
-    Ok((rev, expired))
+    Ok(Scan {
+        revision: rev,
+        expired,
+        probes,
+    })
 }
 
 /// How long `sync_expiry` waits for a progress notification before it falls back to
@@ -547,7 +580,7 @@ impl EtcdStore {
             // what expired before now is found by one full scan, read after the
             // watch's start (so nothing falls between them).
             match scan(&inner.kv, &inner.keys).await {
-                Ok((_, expired)) => inner.expiry.absorb_scan(expired),
+                Ok(found) => inner.expiry.absorb_scan(found),
                 Err(e) => {
                     inner.expiry.owe_scan();
                     return Err(e);
@@ -583,8 +616,8 @@ impl EtcdStore {
             return Ok(());
         }
         tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
-        let (_, expired) = scan(&inner.kv, &inner.keys).await?;
-        inner.expiry.absorb_scan(expired);
+        let found = scan(&inner.kv, &inner.keys).await?;
+        inner.expiry.absorb_scan(found);
         Ok(())
     }
 
