@@ -592,3 +592,40 @@ async fn next_expiry_reads_its_probe_by_key() {
     }
     assert_eq!(store.next_expiry(&space).await.unwrap(), None);
 }
+
+/// A handle whose watch started without a scan (it only waited, as an election
+/// candidate does) and that starts checking later still lists every lease that
+/// expired before: its first `expired` runs the scan it skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let waiter = other(&store).await;
+    let _wake = waiter.wakeups().unwrap();
+    synced(&waiter).await;
+    let key = Key::member("gone").unwrap();
+    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
+    assert!(store.revoke(current.rec.lease_id).await.unwrap());
+    // The waiting handle's watch saw that DELETE and kept no candidate for it.
+    synced(&waiter).await;
+    assert_eq!(
+        waiter
+            .inner
+            .expiry
+            .scans
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    let listed = waiter.expired(key.space(), 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|e| e.token).collect::<Vec<_>>(),
+        vec![lease.token],
+        "the expiry before the handle checked was missed"
+    );
+    assert_eq!(
+        waiter.next_expiry(key.space()).await.unwrap(),
+        Some(Duration::ZERO)
+    );
+    assert!(waiter.reap(&key, lease.token).await.unwrap());
+}
