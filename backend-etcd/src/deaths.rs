@@ -177,7 +177,7 @@ impl EtcdStore {
 
     /// How many death records the namespace keeps.
     pub(crate) fn death_keep(&self) -> u64 {
-        u64::try_from(self.inner.caps.death_retention.max(1)).unwrap_or(u64::MAX)
+        u64::try_from(self.inner.info.caps.death_retention.max(1)).unwrap_or(u64::MAX)
     }
 
     /// The compare and the value of dead `token`'s sweep tally, as read in `kv`.
@@ -279,7 +279,7 @@ impl EtcdStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<DeathRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let last = match self.get_one(&k.death_ctr()).await? {
             None => return Ok(Vec::new()),
@@ -314,7 +314,7 @@ impl EtcdStore {
         after: Option<&Key>,
         limit: usize,
     ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -399,7 +399,7 @@ impl EtcdStore {
         after: Option<ItemId>,
         limit: usize,
     ) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let first_id = after.map_or(0, |a| a.0.saturating_add(1));
         let mut ids = Vec::new();
@@ -526,7 +526,7 @@ impl EtcdStore {
     /// `ItemStore::retry_dead_letters`: the lowest dead-lettered ids, moved in one
     /// transaction (retried when one of them changed meanwhile).
     pub(crate) async fn revive_many(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         for _ in 0..MAX_TRIES {
             let prefix = k.dead_letters();

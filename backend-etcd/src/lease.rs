@@ -168,7 +168,7 @@ impl EtcdStore {
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         for _ in 0..MAX_TRIES {
             let current = self.snapshot(&lease.key).await?.check(lease)?;
-            self.inner.caps.check_ttl(lease.ttl)?;
+            self.inner.info.caps.check_ttl(lease.ttl)?;
             let id = self.grant(lease.ttl).await?;
             let rec = Record {
                 token: Some(lease.token.0),

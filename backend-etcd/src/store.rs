@@ -7,6 +7,7 @@
 //! lease-bound key, and "record present, lease-bound key gone" is "expired, not yet
 //! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
 
+use liveness_core::Page;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason,
-    Namespace, RequestId, Requeued, Result, Space, StoreTime, Ttl,
+    Namespace, RequestId, Requeued, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -61,7 +62,6 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     namespace: Namespace,
     endpoints: Vec<String>,
-    pub(crate) caps: Capabilities,
     /// The request timeout.
     pub(crate) timeout: Duration,
     pub(crate) started: tokio::time::Instant,
@@ -70,9 +70,8 @@ pub(crate) struct Inner {
     pub(crate) wall_at_start: Duration,
     pub(crate) slots: Slots,
     pub(crate) expiry: Arc<ExpiryWatch>,
-    /// Who issues this handle's leases: the namespace on the cluster at the
-    /// configured endpoints (sorted).
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) info: StoreInfo,
     /// What this handle asked etcd for, counted (tests compare costs with them).
     pub(crate) calls: Calls,
 }
@@ -199,7 +198,6 @@ impl EtcdStore {
                 keys,
                 namespace: config.namespace.clone(),
                 endpoints: config.endpoints.clone(),
-                caps,
                 timeout: config.timeout,
                 started: tokio::time::Instant::now(),
                 wall_at_start: std::time::SystemTime::now()
@@ -207,11 +205,15 @@ impl EtcdStore {
                     .unwrap_or_default(),
                 slots: Slots::default(),
                 expiry: ExpiryWatch::new(),
-                issuer: Issuer::located(
-                    BACKEND,
-                    &location(&config.endpoints),
-                    config.namespace.clone(),
-                ),
+                info: StoreInfo {
+                    backend: BACKEND,
+                    caps,
+                    issuer: Issuer::located(
+                        BACKEND,
+                        &location(&config.endpoints),
+                        config.namespace.clone(),
+                    ),
+                },
                 calls: Calls::default(),
             }),
         })
@@ -325,7 +327,7 @@ impl EtcdStore {
             if resp.succeeded() {
                 let token = u64::try_from(revision(&resp)).unwrap_or(0);
                 return Ok(Lease::granted(
-                    &self.inner.issuer,
+                    &self.inner.info.issuer,
                     key.clone(),
                     holder.clone(),
                     FencingToken(token),
@@ -467,20 +469,12 @@ fn with_tls(_: ConnectOptions, _: &crate::config::TlsConfig) -> Result<ConnectOp
 
 #[async_trait]
 impl LeaseStore for EtcdStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.inner.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.inner.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.inner.caps.check_ttl(ttl)?;
+        self.inner.info.caps.check_ttl(ttl)?;
         // The etcd lease is granted only once a read found the key free or expired:
         // a losing acquire (the key held live) costs that read, no grant and revoke.
         let mut granted: Option<i64> = None;
@@ -503,7 +497,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let slot = match self.inner.slots.get(&lease.key, lease.token) {
             Some(s) => s,
             None => {
@@ -532,7 +526,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        check_batch(self.inner.caps, "leases", leases.len())?;
+        check_batch(self.inner.info.caps, "leases", leases.len())?;
         // Leases this handle renews already on their etcd lease (a keep-alive slot of
         // their ttl): every keep-alive goes out at once on its stream, beside ONE
         // read of all their lease-bound keys. The others (a first renewal, a ttl
@@ -540,7 +534,7 @@ impl LeaseStore for EtcdStore {
         let mut fast = Vec::new();
         let mut slow = Vec::new();
         for (i, lease) in leases.iter().enumerate() {
-            let slot = (lease.check_issuer(&self.inner.issuer).is_ok())
+            let slot = (lease.check_issuer(&self.inner.info.issuer).is_ok())
                 .then(|| self.inner.slots.get(&lease.key, lease.token))
                 .flatten()
                 .filter(|slot| slot.ttl == lease.ttl);
@@ -594,7 +588,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         self.inner.slots.remove(&lease.key, lease.token);
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
@@ -657,7 +651,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         self.sync_expiry().await?;
         self.verified(space, limit).await
     }
@@ -703,12 +697,12 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        check_batch(self.inner.caps, "expired", expired.len())?;
+        check_batch(self.inner.info.caps, "expired", expired.len())?;
         self.reap_batch(expired).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         self.range(k.deads(), under(limit))
             .await?
@@ -737,12 +731,8 @@ impl LeaseStore for EtcdStore {
         Ok(self.store_now())
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         self.member_page(space, after, limit).await
     }
 
@@ -799,7 +789,7 @@ impl LeaseStore for EtcdStore {
 #[async_trait]
 impl ItemStore for EtcdStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.inner.caps.max_payload)?;
+        options.validate(payload, self.inner.info.caps.max_payload)?;
         let k = self.keys();
         let counter = k.counter();
         let meta = Meta {
@@ -850,8 +840,8 @@ impl ItemStore for EtcdStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.inner.issuer)?;
-        let n = self.inner.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
+        let n = self.inner.info.caps.clamp_limit("n", n)?;
         let request_hex = req.to_hex();
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
@@ -954,7 +944,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let resp = self
@@ -972,7 +962,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
@@ -1121,7 +1111,7 @@ impl ItemStore for EtcdStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let ids = self
             .range(k.dead_letters(), under(limit).with_keys_only())
@@ -1162,12 +1152,8 @@ impl ItemStore for EtcdStore {
             .collect()
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         self.item_page(state, after, limit).await
     }
 

@@ -119,7 +119,7 @@ impl FdbStore {
         };
         tx.set(&self.layout.death(seq), &encode(&death));
         tx.set(&self.layout.death_of(rec.token), &seq.to_be_bytes());
-        let keep = u64::try_from(self.caps.death_retention.max(1)).unwrap_or(u64::MAX);
+        let keep = u64::try_from(self.info.caps.death_retention.max(1)).unwrap_or(u64::MAX);
         if seq > keep {
             tx.clear(&self.layout.death(seq - keep));
         }

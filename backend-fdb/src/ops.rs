@@ -194,7 +194,7 @@ impl FdbStore {
         lease: &Lease,
     ) -> Result<LeaseRec, Fail> {
         let rec = self.check_current(tx, lease).await?;
-        self.caps.check_ttl(lease.ttl)?;
+        self.info.caps.check_ttl(lease.ttl)?;
         tx.clear(&self.layout.index(&lease.key, rec.ttl_ms, &rec.stamp));
         self.write_lease(
             tx,

@@ -2,6 +2,7 @@
 //! transaction interface ([`crate::kv`]), run on the real client or on the test
 //! double. Each trait method runs its transaction body (`ops.rs`) in `transact!`.
 
+use liveness_core::Page;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, ExpiredLease, FencingToken,
     HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStore, Namespace, RequestId, Requeued, Space, StoreTime, Ttl,
+    Key, Lease, LeaseInfo, LeaseStore, Namespace, RequestId, Requeued, Space, StoreInfo, StoreTime,
+    Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -47,13 +49,11 @@ pub struct FdbStore {
     db: Arc<dyn Database>,
     pub(crate) layout: Layout,
     namespace: Namespace,
-    pub(crate) caps: Capabilities,
     /// What this handle observed: its judge of expiry.
     pub(crate) obs: Arc<Mutex<Observer>>,
     wake: Arc<watch::Sender<u64>>,
-    /// Who issues this handle's leases: the namespace under the prefix on the
-    /// database at `over`'s location.
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) info: StoreInfo,
     /// The host's wall clock when the handle was made, since the Unix epoch: the
     /// epoch of its store time (diagnostics and death records only; never expiry).
     pub(crate) wall_at_start: Duration,
@@ -109,19 +109,22 @@ impl FdbStore {
     ) -> FdbStore {
         let location = format!("{location}|{}", options.prefix);
         FdbStore {
-            issuer: Issuer::located(BACKEND, &location, namespace.clone()),
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: Capabilities {
+                    min_ttl: MIN_TTL,
+                    max_ttl: Ttl::MAX,
+                    pushes_expiry_events: false,
+                    observer_local_expiry: true,
+                    max_batch: MAX_BATCH,
+                    max_payload: MAX_PAYLOAD,
+                    death_retention: options.death_retention.max(1),
+                },
+                issuer: Issuer::located(BACKEND, &location, namespace.clone()),
+            },
             db,
             layout: Layout::new(&options.prefix, namespace),
             namespace: namespace.clone(),
-            caps: Capabilities {
-                min_ttl: MIN_TTL,
-                max_ttl: Ttl::MAX,
-                pushes_expiry_events: false,
-                observer_local_expiry: true,
-                max_batch: MAX_BATCH,
-                max_payload: MAX_PAYLOAD,
-                death_retention: options.death_retention.max(1),
-            },
             obs: Arc::new(Mutex::new(Observer::new())),
             wake: Arc::new(watch::channel(0).0),
             wall_at_start: std::time::SystemTime::now()
@@ -154,16 +157,8 @@ impl FdbStore {
 
 #[async_trait]
 impl LeaseStore for FdbStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.info
     }
 
     async fn acquire(
@@ -172,7 +167,7 @@ impl LeaseStore for FdbStore {
         holder: &HolderId,
         ttl: Ttl,
     ) -> liveness_core::Result<Lease> {
-        self.caps.check_ttl(ttl)?;
+        self.info.caps.check_ttl(ttl)?;
         let sent = Instant::now();
         let nonce = fastrand::u64(..);
         let (outcome, stamp) = transact!(self.db, |tx, at| self
@@ -191,12 +186,12 @@ impl LeaseStore for FdbStore {
         lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
         Ok(Lease {
             expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
-            ..Lease::granted(&self.issuer, key.clone(), holder.clone(), token, ttl)
+            ..Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl)
         })
     }
 
     async fn renew(&self, lease: &Lease) -> liveness_core::Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let sent = Instant::now();
         let (_, stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
         let stamp = stamp.ok_or_else(|| corrupt("commit without versionstamp"))?;
@@ -208,7 +203,7 @@ impl LeaseStore for FdbStore {
     }
 
     async fn release(&self, lease: &Lease) -> liveness_core::Result<bool> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let nonce = fastrand::u64(..);
         let (outcome, _) = transact!(self.db, |tx, at| self.release_once(tx, at, lease, nonce))?;
         Ok(self.retired(&lease.key, outcome))
@@ -223,7 +218,7 @@ impl LeaseStore for FdbStore {
         space: &Space,
         limit: usize,
     ) -> liveness_core::Result<Vec<ExpiredLease>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.expired_once(tx, space, limit))?.0)
     }
 
@@ -234,7 +229,7 @@ impl LeaseStore for FdbStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> liveness_core::Result<Vec<DeadToken>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.dead_once(tx, limit))?.0)
     }
 
@@ -245,10 +240,10 @@ impl LeaseStore for FdbStore {
     async fn members(
         &self,
         space: &Space,
-        after: Option<&Key>,
-        limit: usize,
+        page: Page<&Key>,
     ) -> liveness_core::Result<Vec<LeaseInfo>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(liveness_core::Error::invalid(
                 "after",
@@ -265,7 +260,7 @@ impl LeaseStore for FdbStore {
         before: Option<u64>,
         limit: usize,
     ) -> liveness_core::Result<Vec<DeathRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.deaths_once(tx, before, limit))?.0)
     }
 
@@ -285,7 +280,7 @@ impl ItemStore for FdbStore {
         payload: &[u8],
         options: EnqueueOptions,
     ) -> liveness_core::Result<ItemId> {
-        options.validate(payload, self.caps.max_payload)?;
+        options.validate(payload, self.info.caps.max_payload)?;
         let (max, key) = (options.max_attempts, options.key);
         Ok(ItemId(
             transact!(self.db, |tx, _at| self.enqueue_once(tx, payload, max, key))?.0,
@@ -298,13 +293,13 @@ impl ItemStore for FdbStore {
         n: usize,
         req: RequestId,
     ) -> liveness_core::Result<Vec<Item>> {
-        lease.check_issuer(&self.issuer)?;
-        let n = self.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.info.issuer)?;
+        let n = self.info.caps.clamp_limit("n", n)?;
         Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, req))?.0)
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         transact!(self.db, |tx, at| self.complete_once(tx, at, lease, id))?;
         Ok(())
     }
@@ -315,7 +310,7 @@ impl ItemStore for FdbStore {
         id: ItemId,
         retry: bool,
     ) -> liveness_core::Result<ItemState> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         Ok(transact!(self.db, |tx, at| self.fail_once(tx, at, lease, id, retry))?.0)
     }
 
@@ -344,17 +339,17 @@ impl ItemStore for FdbStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.dead_letters_once(tx, limit))?.0)
     }
 
     async fn items(
         &self,
         state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
+        page: Page<ItemId>,
     ) -> liveness_core::Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.items_once(tx, state, after, limit))?.0)
     }
 
@@ -364,7 +359,7 @@ impl ItemStore for FdbStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemId>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.revive_many_once(tx, limit))?.0)
     }
 }

@@ -1,5 +1,6 @@
 //! [`PostgresStore`]: the lease and item contract over PostgreSQL.
 
+use liveness_core::Page;
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use liveness_core::{
     ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
     ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
     LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
-    StoreTime, Swept, Ttl,
+    StoreInfo, StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -75,15 +76,12 @@ struct Inner {
     namespace: Namespace,
     schema: String,
     channel: String,
-    caps: Capabilities,
     notify: bool,
     wake: Arc<watch::Sender<u64>>,
     listener: OnceLock<Option<AbortHandle>>,
     high_water: HighWater,
-    /// Who issues this handle's leases: the namespace in the database at the
-    /// configured `host:port/database` (the one the server defaults to when none is
-    /// given: the user's).
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    info: StoreInfo,
 }
 
 impl Drop for Inner {
@@ -256,15 +254,18 @@ impl PostgresStore {
                 namespace: config.namespace.clone(),
                 schema,
                 channel,
-                caps: Capabilities {
-                    death_retention: config.death_retention.max(1),
-                    ..Capabilities::default()
-                },
                 notify: config.notify,
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
                 high_water: HighWater::default(),
-                issuer: Issuer::located(BACKEND, &location, config.namespace.clone()),
+                info: StoreInfo {
+                    backend: BACKEND,
+                    caps: Capabilities {
+                        death_retention: config.death_retention.max(1),
+                        ..Capabilities::default()
+                    },
+                    issuer: Issuer::located(BACKEND, &location, config.namespace.clone()),
+                },
             }),
         })
     }
@@ -335,7 +336,7 @@ impl PostgresStore {
 
     /// The death retention, as the statements that record deaths bind it.
     fn retention(&self) -> i64 {
-        i64::try_from(self.inner.caps.death_retention).unwrap_or(i64::MAX)
+        i64::try_from(self.inner.info.caps.death_retention).unwrap_or(i64::MAX)
     }
 
     pub(crate) fn wake_local(&self) {
@@ -448,20 +449,12 @@ async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.inner.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.inner.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.inner.caps.check_ttl(ttl)?;
+        self.inner.info.caps.check_ttl(ttl)?;
         for _ in 0..ACQUIRE_RETRIES {
             let q = on_key(sql::ACQUIRE, key)
                 .bind(holder.as_str())
@@ -478,7 +471,7 @@ impl LeaseStore for PostgresStore {
             }
             if let Some(token) = token {
                 return Ok(Lease::granted(
-                    &self.inner.issuer,
+                    &self.inner.info.issuer,
                     key.clone(),
                     holder.clone(),
                     token_of(token)?,
@@ -501,8 +494,8 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.inner.issuer)?;
-        let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
+        lease.check_issuer(&self.inner.info.issuer)?;
+        let ttl_ok = self.inner.info.caps.check_ttl(lease.ttl);
         let q = on_key(sql::RENEW, &lease.key)
             .bind(db_token(lease.token))
             .bind(ttl_ms(lease.ttl))
@@ -515,11 +508,14 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        liveness_core::store::check_batch(self.inner.caps, "leases", leases.len())?;
+        liveness_core::store::check_batch(self.inner.info.caps, "leases", leases.len())?;
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        if leases.iter().any(|lease| lease.issuer != self.inner.issuer) {
+        if leases
+            .iter()
+            .any(|lease| lease.issuer != self.inner.info.issuer)
+        {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
             let mut out = Vec::with_capacity(leases.len());
@@ -531,7 +527,7 @@ impl LeaseStore for PostgresStore {
         let (mut spaces, mut names, mut tokens, mut ttls) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for lease in leases {
-            if self.inner.caps.check_ttl(lease.ttl).is_ok() {
+            if self.inner.info.caps.check_ttl(lease.ttl).is_ok() {
                 spaces.push(lease.key.space().as_str().to_owned());
                 names.push(lease.key.name().as_str().to_owned());
                 tokens.push(db_token(lease.token));
@@ -560,7 +556,7 @@ impl LeaseStore for PostgresStore {
             if renewed.contains(&id) {
                 out.push(Ok(lease.renewed()));
             } else {
-                let ttl_ok = self.inner.caps.check_ttl(lease.ttl);
+                let ttl_ok = self.inner.info.caps.check_ttl(lease.ttl);
                 out.push(Err(self.renew_why(lease, ttl_ok).await?));
             }
         }
@@ -568,7 +564,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         self.retire(sql::RELEASE, &lease.key, db_token(lease.token))
             .await
     }
@@ -603,7 +599,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::EXPIRED)
             .bind(space.as_str())
             .bind(limit_param(limit));
@@ -627,7 +623,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit));
         self.list(q, |row| {
             Ok(DeadToken {
@@ -638,13 +634,9 @@ impl LeaseStore for PostgresStore {
         .await
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -672,7 +664,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
         let q = sqlx::query(sql::DEATHS)
             .bind(before)
@@ -747,7 +739,7 @@ impl LeaseStore for PostgresStore {
 #[async_trait]
 impl ItemStore for PostgresStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.inner.caps.max_payload)?;
+        options.validate(payload, self.inner.info.caps.max_payload)?;
         let row = match options.key {
             None => {
                 let q = sqlx::query(sql::ENQUEUE)
@@ -778,8 +770,8 @@ impl ItemStore for PostgresStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.inner.issuer)?;
-        let n = self.inner.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
+        let n = self.inner.info.caps.clamp_limit("n", n)?;
         let q = on_key(sql::CLAIM, &lease.key)
             .bind(db_token(lease.token))
             .bind(limit_param(n))
@@ -813,7 +805,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::COMPLETE, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q).await? {
@@ -823,7 +815,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.inner.issuer)?;
+        lease.check_issuer(&self.inner.info.issuer)?;
         let fenced = || lease.fenced(id);
         let q = on_owned_item(sql::FAIL, lease, id).ok_or_else(fenced)?;
         match self.db().fetch_optional(q.bind(retry)).await? {
@@ -880,7 +872,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::DEAD_LETTERS).bind(limit_param(limit));
         self.list(q, |row| {
             Ok(ItemRecord {
@@ -891,13 +883,9 @@ impl ItemStore for PostgresStore {
         .await
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let code: i16 = match state {
             ItemStateKind::Pending => 0,
             ItemStateKind::Owned => 1,
@@ -935,7 +923,7 @@ impl ItemStore for PostgresStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.inner.caps.clamp_limit("limit", limit)?;
+        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::RETRY_DEAD_LETTERS).bind(limit_param(limit));
         let mut ids = self
             .list(q, |row| {

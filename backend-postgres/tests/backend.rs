@@ -2,6 +2,7 @@
 //! version check, the expiry index, LISTEN/NOTIFY wake-ups and the advisory-lock
 //! election, against the test binary's shared PostgreSQL.
 
+use liveness_core::Page;
 use std::time::Duration;
 
 use backend_postgres::{AdvisoryElection, PostgresStore};
@@ -235,7 +236,7 @@ async fn members_reads_a_page_of_the_name_index() {
          not collect and sort the space"
     );
     let page = store
-        .members(&liveness_core::Space::members(), None, 3)
+        .members(&liveness_core::Space::members(), Page::first(3))
         .await
         .unwrap();
     let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();

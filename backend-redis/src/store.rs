@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the lease and item store on a Redis server.
 
+use liveness_core::Page;
 use std::time::Duration;
 
 use liveness_core::durability::StoreLostState;
@@ -8,8 +9,8 @@ use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
     ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, Space, StoreTime, Swept,
-    Ttl,
+    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, Space, StoreInfo,
+    StoreTime, Swept, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -43,13 +44,11 @@ pub struct RedisStore {
     conn: Conn,
     keys: Keys,
     namespace: Namespace,
-    caps: Capabilities,
     /// The highest store time this handle reported, so that `store_time` never goes
     /// backwards on one handle even if the server's clock is stepped back.
     high_water: HighWater,
-    /// Who issues this handle's leases: the namespace on the server (or cluster) at
-    /// the configured address(es), see [`location`].
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    info: StoreInfo,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -189,19 +188,22 @@ impl RedisStore {
             script.load_async(&mut conn).await.map_err(map)?;
         }
         Ok(RedisStore {
-            issuer: Issuer::located(BACKEND, &location(&config), config.namespace.clone()),
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: Capabilities {
+                    min_ttl: Duration::from_millis(1),
+                    max_ttl: Ttl::MAX,
+                    pushes_expiry_events: false,
+                    observer_local_expiry: false,
+                    max_batch: 1000,
+                    max_payload: MAX_PAYLOAD,
+                    death_retention: config.death_retention.max(1),
+                },
+                issuer: Issuer::located(BACKEND, &location(&config), config.namespace.clone()),
+            },
             conn,
             keys: Keys::new(&config.namespace),
             namespace: config.namespace,
-            caps: Capabilities {
-                min_ttl: Duration::from_millis(1),
-                max_ttl: Ttl::MAX,
-                pushes_expiry_events: false,
-                observer_local_expiry: false,
-                max_batch: 1000,
-                max_payload: MAX_PAYLOAD,
-                death_retention: config.death_retention.max(1),
-            },
             high_water: HighWater::default(),
         })
     }
@@ -283,20 +285,12 @@ fn key_text(key: &Key) -> String {
 
 #[async_trait]
 impl LeaseStore for RedisStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.caps.check_ttl(ttl)?;
+        self.info.caps.check_ttl(ttl)?;
         let mut call = scripts().acquire.prepare_invoke();
         call.key(self.keys.lease(key))
             .key(self.keys.expiry(key.space()))
@@ -306,14 +300,14 @@ impl LeaseStore for RedisStore {
             .arg(holder.as_str())
             .arg(ttl.as_millis())
             .arg(key_text(key))
-            .arg(self.caps.death_retention);
+            .arg(self.info.caps.death_retention);
         let mut reply = array("acquire", self.run(call).await?)?.into_iter();
         let status = int("acquire", &reply.next().unwrap_or(Value::Nil))?;
         match status {
             1 => {
                 let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
                 Ok(Lease::granted(
-                    &self.issuer,
+                    &self.info.issuer,
                     key.clone(),
                     holder.clone(),
                     FencingToken(token),
@@ -335,10 +329,10 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         // The reference model checks the lease before the ttl: an out-of-bounds ttl on
         // a lost lease reports the loss. Ttl 0 asks the script to check only.
-        let ttl_ok = self.caps.check_ttl(lease.ttl);
+        let ttl_ok = self.info.caps.check_ttl(lease.ttl);
         let ttl_ms = if ttl_ok.is_ok() {
             lease.ttl.as_millis()
         } else {
@@ -355,11 +349,11 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        check_batch(self.caps, "leases", leases.len())?;
+        check_batch(self.info.caps, "leases", leases.len())?;
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+        if leases.iter().any(|lease| lease.issuer != self.info.issuer) {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
             let mut out = Vec::with_capacity(leases.len());
@@ -372,7 +366,7 @@ impl LeaseStore for RedisStore {
         let mut call = scripts().renew_many.prepare_invoke();
         let mut ttl_ok = Vec::with_capacity(leases.len());
         for lease in leases {
-            let ok = self.caps.check_ttl(lease.ttl);
+            let ok = self.info.caps.check_ttl(lease.ttl);
             let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
             call.key(self.keys.lease(&lease.key))
                 .key(self.keys.expiry(lease.key.space()))
@@ -399,7 +393,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut call = scripts().release.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
             .key(self.keys.expiry(lease.key.space()))
@@ -407,7 +401,7 @@ impl LeaseStore for RedisStore {
             .arg(lease.key.name().as_str())
             .arg(lease.token.0)
             .arg(key_text(&lease.key))
-            .arg(self.caps.death_retention);
+            .arg(self.info.caps.death_retention);
         Ok(int("release", &self.run(call).await?)? == 1)
     }
 
@@ -440,7 +434,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().expired.prepare_invoke();
         call.key(self.keys.expiry(space))
             .arg(self.keys.lease_prefix(space))
@@ -469,17 +463,18 @@ impl LeaseStore for RedisStore {
             .arg(key.name().as_str())
             .arg(token.0)
             .arg(key_text(key))
-            .arg(self.caps.death_retention);
+            .arg(self.info.caps.death_retention);
         Ok(int("reap", &self.run(call).await?)? == 1)
     }
 
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        check_batch(self.caps, "expired", expired.len())?;
+        check_batch(self.info.caps, "expired", expired.len())?;
         if expired.is_empty() {
             return Ok(Vec::new());
         }
         let mut call = scripts().reap_many.prepare_invoke();
-        call.key(self.keys.dead()).arg(self.caps.death_retention);
+        call.key(self.keys.dead())
+            .arg(self.info.caps.death_retention);
         for (key, token) in expired {
             call.key(self.keys.lease(key))
                 .key(self.keys.expiry(key.space()))
@@ -498,7 +493,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().dead_tokens.prepare_invoke();
         call.key(self.keys.dead()).arg(limit);
         array("dead_tokens", self.run(call).await?)?
@@ -521,13 +516,9 @@ impl LeaseStore for RedisStore {
             .collect()
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -561,7 +552,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().deaths.prepare_invoke();
         call.key(self.keys.death_seq())
             .arg(before.map_or_else(String::new, |b| b.to_string()))
@@ -667,7 +658,7 @@ fn ids(op: &'static str, v: Value) -> Result<Vec<ItemId>> {
 #[async_trait]
 impl ItemStore for RedisStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.caps.max_payload)?;
+        options.validate(payload, self.info.caps.max_payload)?;
         let mut call = scripts().enqueue.prepare_invoke();
         call.key(self.keys.item_ids())
             .key(self.keys.pending())
@@ -680,8 +671,8 @@ impl ItemStore for RedisStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.issuer)?;
-        let n = self.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.info.issuer)?;
+        let n = self.info.caps.clamp_limit("n", n)?;
         let mut call = scripts().claim.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
             .key(self.keys.pending())
@@ -704,7 +695,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut call = scripts().complete.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -718,7 +709,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut call = scripts().fail.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -754,7 +745,7 @@ impl ItemStore for RedisStore {
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
         let mut out = Vec::with_capacity(tokens.len());
         // One script per `max_batch` tokens.
-        for chunk in tokens.chunks(self.caps.max_batch.max(1)) {
+        for chunk in tokens.chunks(self.info.caps.max_batch.max(1)) {
             let mut call = scripts().requeue_orphans_many.prepare_invoke();
             call.key(self.keys.dead())
                 .key(self.keys.owned_count())
@@ -824,7 +815,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().dead_letters.prepare_invoke();
         call.key(self.keys.dead_letters())
             .arg(limit)
@@ -841,13 +832,9 @@ impl ItemStore for RedisStore {
         .collect())
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().items.prepare_invoke();
         let code = match state {
             ItemStateKind::Pending => {
@@ -914,7 +901,7 @@ impl ItemStore for RedisStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut call = scripts().retry_dead_letters.prepare_invoke();
         call.key(self.keys.dead_letters())
             .key(self.keys.pending())

@@ -17,6 +17,7 @@
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 
+use liveness_core::Page;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
@@ -30,7 +31,7 @@ use liveness_core::{
     ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
     ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
     LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
-    StoreTime, Swept, Ttl,
+    StoreInfo, StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -152,7 +153,6 @@ struct Current {
 pub struct SqliteStore {
     pool: SqlitePool,
     ns: Namespace,
-    caps: Capabilities,
     writer: Arc<Mutex<()>>,
     wake: Arc<watch::Sender<u64>>,
     /// The store clock: the host's boot clock (a hand-driven one in unit tests).
@@ -160,8 +160,8 @@ pub struct SqliteStore {
     /// The highest store time this handle read, so its store time never goes back,
     /// whatever its clock does.
     high_water: HighWater,
-    /// Who issues this handle's leases: the namespace in the canonical database file.
-    issuer: Issuer,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    info: StoreInfo,
 }
 
 impl SqliteStore {
@@ -233,21 +233,24 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             ns: config.namespace.clone(),
-            caps: Capabilities {
-                // The store clock counts whole milliseconds.
-                min_ttl: Duration::from_millis(1),
-                death_retention: config.death_retention.max(1),
-                ..Capabilities::default()
-            },
             writer,
             wake: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
-            issuer: Issuer::located(
-                BACKEND,
-                &lock_path.display().to_string(),
-                config.namespace.clone(),
-            ),
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: Capabilities {
+                    // The store clock counts whole milliseconds.
+                    min_ttl: Duration::from_millis(1),
+                    death_retention: config.death_retention.max(1),
+                    ..Capabilities::default()
+                },
+                issuer: Issuer::located(
+                    BACKEND,
+                    &lock_path.display().to_string(),
+                    config.namespace.clone(),
+                ),
+            },
         })
     }
 
@@ -291,7 +294,7 @@ impl SqliteStore {
         lease: &Lease,
         now: i64,
     ) -> Result<Result<Lease>> {
-        let ttl_ok = self.caps.check_ttl(lease.ttl);
+        let ttl_ok = self.info.caps.check_ttl(lease.ttl);
         if ttl_ok.is_ok() {
             let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
             let done = self
@@ -474,7 +477,7 @@ impl SqliteStore {
             .execute(&mut *conn)
             .await
             .map_err(map)?;
-        let keep = to_i64(self.caps.death_retention.max(1) as u64, "retention")?;
+        let keep = to_i64(self.info.caps.death_retention.max(1) as u64, "retention")?;
         if seq > keep {
             self.query(sql::TRIM_DEATHS)
                 .bind(seq - keep)
@@ -667,20 +670,12 @@ async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.caps.check_ttl(ttl)?;
+        self.info.caps.check_ttl(ttl)?;
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let mut w = self.write().await?;
         let now = self.now()?;
@@ -724,7 +719,7 @@ impl LeaseStore for SqliteStore {
         }
         let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
         Ok(Lease::granted(
-            &self.issuer,
+            &self.info.issuer,
             key.clone(),
             holder.clone(),
             token,
@@ -733,7 +728,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         // The clock is read holding the write lock, so the renewal happens at that
         // instant: a lease that expired while this call queued for the lock (another
         // process writing) stays expired.
@@ -749,11 +744,11 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        liveness_core::store::check_batch(self.caps, "leases", leases.len())?;
+        liveness_core::store::check_batch(self.info.caps, "leases", leases.len())?;
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        if leases.iter().any(|lease| lease.issuer != self.issuer) {
+        if leases.iter().any(|lease| lease.issuer != self.info.issuer) {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
             let mut out = Vec::with_capacity(leases.len());
@@ -776,7 +771,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         self.retire(sql::RELEASE, &lease.key, lease.token, false)
             .await
     }
@@ -814,7 +809,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self
             .query(sql::EXPIRED)
             .bind(space.as_ref())
@@ -836,7 +831,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self.query(sql::DEAD_TOKENS).bind(limit_param(limit));
         self.list(q, |row| {
             let space = Space::new(get_text(row, 1)?).map_err(|_| corrupt("space"))?;
@@ -849,13 +844,9 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -880,7 +871,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self
             .query(sql::DEATHS)
             .bind(before.map_or(i64::MAX, as_db))
@@ -939,7 +930,7 @@ impl LeaseStore for SqliteStore {
 #[async_trait]
 impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.caps.max_payload)?;
+        options.validate(payload, self.info.caps.max_payload)?;
         let mut w = self.write().await?;
         let key = options.key.map(RequestId::to_hex);
         if let Some(key) = &key {
@@ -975,8 +966,8 @@ impl ItemStore for SqliteStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.issuer)?;
-        let n = self.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.info.issuer)?;
+        let n = self.info.caps.clamp_limit("n", n)?;
         let req = req.to_hex();
         let mut w = self.write().await?;
         let now = self.now()?;
@@ -1027,7 +1018,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         // One DELETE in autocommit: atomic on its own.
         let _guard = self.writer.lock().await;
         let done = self
@@ -1044,7 +1035,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut w = self.write().await?;
         let state: Option<i64> = sqlx::query_scalar(sql::FAIL)
             .bind(self.ns.as_ref())
@@ -1134,7 +1125,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self.query(sql::DEAD_LETTERS).bind(limit_param(limit));
         self.list(q, |row| {
             Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
@@ -1142,13 +1133,9 @@ impl ItemStore for SqliteStore {
         .await
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self
             .query(sql::ITEMS)
             .bind(state_code(state))
@@ -1189,7 +1176,7 @@ impl ItemStore for SqliteStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut w = self.write().await?;
         let rows = self
             .query(sql::RETRY_DEAD_LETTERS)

@@ -18,6 +18,7 @@
 //! of live ones"), which no conformance scenario can see: a store that scans every
 //! lease gives the same answers, only slower.
 
+use liveness_core::Page;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -319,7 +320,7 @@ async fn members_page(store: &Arc<dyn Store>) -> (Duration, Duration) {
     for _ in 0..5 {
         let start = Instant::now();
         store
-            .members(&liveness_core::Space::members(), None, 100)
+            .members(&liveness_core::Space::members(), Page::first(100))
             .await
             .unwrap_or_else(|e| panic!("members: {e}"));
         page.push(start.elapsed().as_secs_f64());

@@ -12,16 +12,17 @@
 //! order it was sent and answered: the simulation's oracle ([`crate::sim`]) judges
 //! ownership from it.
 
+use liveness_core::Page;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease,
-    FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
-    ItemStore, Key, Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store,
-    StoreTime, Ttl,
+    async_trait, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease, FencingToken,
+    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key,
+    Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreInfo, StoreTime,
+    Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -339,14 +340,8 @@ fn report(watch: &Option<(Arc<dyn Observer>, u64)>, applied: Applied) {
 
 #[async_trait]
 impl LeaseStore for Faulty {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner.issuer()
+    fn info(&self) -> &StoreInfo {
+        self.inner.info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let (s, key, holder) = (self.inner.clone(), key.clone(), holder.clone());
@@ -404,16 +399,18 @@ impl LeaseStore for Faulty {
         )
         .await
     }
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let (s, space, after) = (self.inner.clone(), space.clone(), after.cloned());
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let (s, space, after) = (self.inner.clone(), space.clone(), page.after.cloned());
+        let limit = page.limit;
         self.run(
             Op::Members,
-            Box::pin(async move { s.members(&space, after.as_ref(), limit).await }),
+            Box::pin(async move {
+                let page = Page {
+                    after: after.as_ref(),
+                    limit,
+                };
+                s.members(&space, page).await
+            }),
         )
         .await
     }
@@ -537,16 +534,11 @@ impl ItemStore for Faulty {
         )
         .await
     }
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
         let s = self.inner.clone();
         self.run(
             Op::Items,
-            Box::pin(async move { s.items(state, after, limit).await }),
+            Box::pin(async move { s.items(state, page).await }),
         )
         .await
     }

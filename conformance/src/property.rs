@@ -12,6 +12,7 @@
 //! The case count comes from `PROPTEST_CASES`, else the default given to
 //! [`suite!`](crate::suite).
 
+use liveness_core::Page;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -346,7 +347,16 @@ impl Side {
             },
             Op::Members(after) => {
                 let after = after.map(key);
-                match s.members(&Space::members(), after.as_ref(), 1000).await {
+                match s
+                    .members(
+                        &Space::members(),
+                        Page {
+                            after: after.as_ref(),
+                            limit: 1000,
+                        },
+                    )
+                    .await
+                {
                     Ok(page) => Seen::Members(
                         page.iter()
                             .map(|i| {
@@ -385,7 +395,7 @@ impl Side {
                     _ => ItemStateKind::DeadLettered,
                 };
                 let after = after.and_then(|i| self.ids.get(i).copied());
-                match s.items(kind, after, 1000).await {
+                match s.items(kind, Page { after, limit: 1000 }).await {
                     Ok(page) => Seen::Records(
                         page.iter()
                             .map(|r| (self.id(r.item.id), self.state(r.state), r.item.attempts))

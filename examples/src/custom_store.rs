@@ -15,6 +15,7 @@
 //! catching a store that scans every lease — which the conformance scenarios alone
 //! cannot see.
 
+use liveness_core::Page;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +25,8 @@ use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, InputProblem, Issuer, Item, ItemCounts, ItemId,
     ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreTime, Swept, Ttl,
+    LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreInfo, StoreTime,
+    Swept, Ttl,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -86,9 +88,10 @@ pub struct TableStore {
     /// Answer `expired` and `next_expiry` by scanning every lease row (the mistake the
     /// expiry index avoids).
     scan: bool,
-    /// Who issues this store's leases: a random identity drawn by `new` (one store,
-    /// one namespace). Every operation that takes a lease refuses another's.
-    issuer: Issuer,
+    /// What the store is: its name, its capabilities ([`TableStore::caps`]) and who
+    /// issues its leases (a random identity drawn by `new`: one store, one namespace;
+    /// every operation that takes a lease refuses another's).
+    info: StoreInfo,
 }
 
 impl Default for TableStore {
@@ -105,10 +108,14 @@ impl TableStore {
             tables: Arc::default(),
             visited: Arc::default(),
             scan: false,
-            issuer: Issuer::new(
-                Namespace::new("default").unwrap_or_else(|_| unreachable!("valid literal")),
-                fastrand::u64(..),
-            ),
+            info: StoreInfo {
+                backend: "table-example",
+                caps: Self::caps(),
+                issuer: Issuer::new(
+                    Namespace::new("default").unwrap_or_else(|_| unreachable!("valid literal")),
+                    fastrand::u64(..),
+                ),
+            },
         }
     }
 
@@ -256,16 +263,8 @@ fn record(id: u64, row: &ItemRow) -> ItemRecord {
 
 #[async_trait]
 impl LeaseStore for TableStore {
-    fn backend(&self) -> &'static str {
-        "table-example"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Self::caps()
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
@@ -298,7 +297,7 @@ impl LeaseStore for TableStore {
         t.by_expiry
             .insert((key.space().clone(), expires_at_ms, key.clone()));
         Ok(Lease::granted(
-            &self.issuer,
+            &self.info.issuer,
             key.clone(),
             holder.clone(),
             FencingToken(token),
@@ -307,7 +306,7 @@ impl LeaseStore for TableStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut t = self.tables.lock().await;
         let now = self.now_ms();
         let old = t.current(lease, now)?.expires_at_ms;
@@ -329,7 +328,7 @@ impl LeaseStore for TableStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut t = self.tables.lock().await;
         let current = t.leases.get(&lease.key).map(|r| r.token) == Some(lease.token.0);
         if current {
@@ -415,12 +414,8 @@ impl LeaseStore for TableStore {
         Ok(StoreTime::from_epoch(Duration::from_millis(self.now_ms())))
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
         let limit = Self::caps().clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
@@ -549,7 +544,7 @@ impl ItemStore for TableStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let n = Self::caps().clamp_limit("n", n)?;
         let mut t = self.tables.lock().await;
         let last_claim = t.current(lease, self.now_ms())?.last_claim;
@@ -590,7 +585,7 @@ impl ItemStore for TableStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut t = self.tables.lock().await;
         t.owned(id, lease.token)?;
         t.items.remove(&id.0);
@@ -598,7 +593,7 @@ impl ItemStore for TableStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut t = self.tables.lock().await;
         Ok(give_back(t.owned(id, lease.token)?, retry))
     }
@@ -630,12 +625,8 @@ impl ItemStore for TableStore {
         Ok(out)
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
         let limit = Self::caps().clamp_limit("limit", limit)?;
         let t = self.tables.lock().await;
         // A scan from `after`: fine for an example; a real store keeps an index per

@@ -2,6 +2,7 @@
 //! measures their own deployment. Each measurement runs on a fresh namespace
 //! `bench_XXXXXXXX` of the same store (left behind: drop it when done).
 
+use liveness::Page;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -63,7 +64,7 @@ async fn first_page(store: &dyn Store) -> Result<(f64, f64), Failure> {
     let one = Key::member("live0")?;
     for _ in 0..7 {
         let start = Instant::now();
-        store.members(&Space::members(), None, PAGE).await?;
+        store.members(&Space::members(), Page::first(PAGE)).await?;
         page.push(start.elapsed().as_secs_f64() * 1e3);
         let start = Instant::now();
         store.inspect(&one).await?;

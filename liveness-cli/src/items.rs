@@ -1,5 +1,6 @@
 //! `liveness items`: counts by state, or a page of the items in one state.
 
+use liveness::Page;
 use liveness::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
 use serde::Serialize;
 
@@ -84,7 +85,7 @@ pub(crate) async fn run(
     let mut after: Option<ItemId> = None;
     while rows.len() < limit {
         let want = page.min(limit - rows.len());
-        let got = ctx.store.items(state, after, want).await?;
+        let got = ctx.store.items(state, Page { after, limit: want }).await?;
         let done = got.len() < want;
         after = got.last().map(|r| r.item.id);
         rows.extend(got.iter().map(ItemRow::from));

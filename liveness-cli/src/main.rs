@@ -83,7 +83,8 @@ enum Command {
     /// their items, and logs every death.
     Check {
         /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
-        /// http://ADDR/health.
+        /// http://ADDR/health: 200 while rounds complete (the last one within
+        /// 3 × --check-every, at least 5s), 503 with the reason otherwise.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<SocketAddr>,
         /// The space to watch.
@@ -223,13 +224,14 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     // The recorder goes in before the checker binds its metric handles.
-    if let Command::Check {
-        metrics: Some(addr),
-        ..
-    } = &cli.command
-    {
-        check::serve_metrics(*addr)?;
-    }
+    let health = match &cli.command {
+        Command::Check {
+            metrics: Some(addr),
+            check_every,
+            ..
+        } => Some(check::serve_metrics(*addr, *check_every).await?),
+        _ => None,
+    };
     let store = within(cli.timeout, async {
         Ok(liveness::connect(&cli.store).await?)
     })
@@ -253,7 +255,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => within(t, retry::run(&ctx, id, all_dead_letters)).await,
         Command::Check {
             space, check_every, ..
-        } => check::run(&ctx, &space, check_every).await,
+        } => check::run(&ctx, &space, check_every, health).await,
         Command::Watch { space, every } => watch::run(&ctx, &space, every).await,
         Command::Bench {
             members,

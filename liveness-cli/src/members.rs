@@ -1,5 +1,6 @@
 //! `liveness members`: the leases of a space, in name order, with their time left.
 
+use liveness::Page;
 use liveness::{Key, LeaseInfo, LeaseStatus, Space};
 use serde::Serialize;
 
@@ -53,7 +54,16 @@ pub(crate) async fn list(
     let mut after: Option<Key> = None;
     while out.len() < limit {
         let want = page.min(limit - out.len());
-        let got = ctx.store.members(space, after.as_ref(), want).await?;
+        let got = ctx
+            .store
+            .members(
+                space,
+                Page {
+                    after: after.as_ref(),
+                    limit: want,
+                },
+            )
+            .await?;
         let done = got.len() < want;
         after = got.last().map(|l| l.key.clone());
         out.extend(got);

@@ -451,6 +451,129 @@ fn etcd_dead_letters_are_listed_and_retried() {
     dead_letters_are_listed_and_retried(&etcd_url(server, &fresh_ns("dlq")));
 }
 
+/// Waits until `/health` on `port` answers `code`; returns its body, checked to be one
+/// line.
+fn wait_health(port: u16, code: &str, why: &str) -> String {
+    let body = wait_for(why, || {
+        let (status, body) = http_get(port, "/health")?;
+        status.contains(code).then_some(body)
+    });
+    assert_eq!(body.trim_end().lines().count(), 1, "{body:?}");
+    body
+}
+
+/// `/metrics` still answers with the checker's counters, and any other path is 404.
+fn assert_metrics_and_404(port: u16, ns: &str) {
+    let (status, page) = http_get(port, "/metrics").unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        metric(&page, "liveness_checker_rounds_total", ns).unwrap() >= 1.0,
+        "{page}"
+    );
+    let (status, _) = http_get(port, "/nope").unwrap();
+    assert!(status.contains("404"), "{status}");
+}
+
+/// `/health` follows the store: 200 while rounds succeed, 503 with a one-line reason
+/// while the store is gone (`down`), 200 again once it is back (`up`); `/metrics` is
+/// served throughout and other paths are 404.
+fn health_follows_the_store(url: &str, ns: &str, down: impl FnOnce(), up: impl FnOnce()) {
+    let port = liveness_testkit::free_port().unwrap();
+    let checker = start_checker(url, port);
+    let ok = wait_health(port, "200", "/health 200 while rounds succeed");
+    assert!(ok.starts_with("ok"), "{ok}");
+    eprintln!("/health with the store up: {ok}");
+    assert_metrics_and_404(port, ns);
+
+    down();
+    let reason = wait_health(port, "503", "/health 503 with the store gone");
+    eprintln!("/health with the store gone: {reason}");
+    assert!(
+        reason.starts_with("store unreachable") || reason.starts_with("rounds stuck"),
+        "{reason}"
+    );
+    assert_metrics_and_404(port, ns);
+
+    up();
+    wait_health(port, "200", "/health 200 with the store back");
+    assert_metrics_and_404(port, ns);
+
+    let (status, log) = terminate(checker);
+    assert!(status.success(), "{status:?}\n{log}");
+}
+
+#[test]
+fn redis_health_follows_a_killed_and_a_paused_server() {
+    let Some(server) =
+        liveness_testkit::redis::RedisServer::spawn(liveness_testkit::redis::RedisOptions {
+            durable: true,
+            ..Default::default()
+        })
+    else {
+        return;
+    };
+    let server = std::cell::RefCell::new(server);
+    let url = server.borrow().url_with("ns=health");
+    // Killed, then started again on the same port and data.
+    health_follows_the_store(
+        &url,
+        "health",
+        || server.borrow_mut().process_mut().unwrap().kill(),
+        || {
+            server
+                .borrow_mut()
+                .process_mut()
+                .unwrap()
+                .restart(PATIENCE)
+                .unwrap()
+        },
+    );
+    // Frozen (SIGSTOP): connected, answering nothing; then resumed.
+    health_follows_the_store(
+        &url,
+        "health",
+        || server.borrow().process().unwrap().pause().unwrap(),
+        || server.borrow().process().unwrap().resume().unwrap(),
+    );
+}
+
+#[test]
+fn postgres_health_follows_a_stopped_server() {
+    let Some(server) = liveness_testkit::postgres::PgServer::start() else {
+        return;
+    };
+    let server = std::cell::RefCell::new(server);
+    let url = server.borrow().url_with("ns=health");
+    health_follows_the_store(
+        &url,
+        "health",
+        || {
+            // A fast shutdown (SIGINT): every session ends, the port closes.
+            let mut server = server.borrow_mut();
+            let process = server.process().unwrap();
+            let pid = process.pid().unwrap().to_string();
+            assert!(Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success());
+            wait_for("postgres to stop", || {
+                TcpStream::connect(("127.0.0.1", process.port()))
+                    .is_err()
+                    .then_some(())
+            });
+        },
+        || {
+            server
+                .borrow_mut()
+                .process()
+                .unwrap()
+                .restart(PATIENCE)
+                .unwrap()
+        },
+    );
+}
+
 #[test]
 fn a_bad_url_exits_2_with_a_one_line_reason() {
     for url in [

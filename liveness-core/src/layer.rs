@@ -28,6 +28,7 @@
 //! assert_eq!(counted.backend(), "memory");
 //! ```
 
+use crate::store::Page;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,10 +42,8 @@ use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
 };
-use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
-use crate::store::{
-    reap_each, renew_each, requeue_each, Capabilities, ItemStore, LeaseStore, Store,
-};
+use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
+use crate::store::{reap_each, renew_each, requeue_each, ItemStore, LeaseStore, Store, StoreInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
 /// The inner store's answer to one call, not yet awaited.
@@ -264,14 +263,8 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
 
 #[async_trait]
 impl<L: Layer> LeaseStore for L {
-    fn backend(&self) -> &'static str {
-        self.inner().backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner().capabilities()
-    }
-    fn issuer(&self) -> &Issuer {
-        self.inner().issuer()
+    fn info(&self) -> &StoreInfo {
+        self.inner().info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let run = self.inner().acquire(key, holder, ttl);
@@ -325,16 +318,10 @@ impl<L: Layer> LeaseStore for L {
         let call = Call::new(Op::NextExpiry).space(space);
         self.call(call, self.inner().next_expiry(space)).await
     }
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let mut call = Call::new(Op::Members).space(space).n(limit);
-        call.key = after;
-        self.call(call, self.inner().members(space, after, limit))
-            .await
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let mut call = Call::new(Op::Members).space(space).n(page.limit);
+        call.key = page.after;
+        self.call(call, self.inner().members(space, page)).await
     }
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
         let call = Call::new(Op::Deaths).n(limit);
@@ -389,16 +376,10 @@ impl<L: Layer> ItemStore for L {
         let call = Call::new(Op::DeadLetters).n(limit);
         self.call(call, self.inner().dead_letters(limit)).await
     }
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let mut call = Call::new(Op::Items).n(limit);
-        call.item = after;
-        self.call(call, self.inner().items(state, after, limit))
-            .await
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let mut call = Call::new(Op::Items).n(page.limit);
+        call.item = page.after;
+        self.call(call, self.inner().items(state, page)).await
     }
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
         let call = Call::new(Op::RetryDeadLetter).item(id);

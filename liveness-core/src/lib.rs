@@ -43,7 +43,7 @@ pub use lease::{
 };
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
-pub use store::{Capabilities, ItemStore, LeaseStore, Store};
+pub use store::{Capabilities, ItemStore, LeaseStore, Page, Store, StoreInfo};
 pub use traced::Traced;
 pub use types::{
     FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl, MAX_NAMESPACE_LEN,

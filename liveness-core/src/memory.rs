@@ -25,7 +25,7 @@ use crate::item::{
 use crate::lease::{
     DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus, Swept,
 };
-use crate::store::{Capabilities, ItemStore, LeaseStore};
+use crate::store::{Capabilities, ItemStore, LeaseStore, Page, StoreInfo};
 use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
 use crate::wake::tick;
@@ -293,8 +293,11 @@ impl MemoryServer {
         MemoryStore {
             clock: self.clock.clone(),
             state,
-            caps: self.caps,
-            issuer: Issuer::new(namespace.clone(), self.id),
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: self.caps,
+                issuer: Issuer::new(namespace.clone(), self.id),
+            },
         }
     }
 }
@@ -304,8 +307,7 @@ impl MemoryServer {
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     state: Arc<Mutex<NsState>>,
-    caps: Capabilities,
-    issuer: Issuer,
+    info: StoreInfo,
 }
 
 impl Default for MemoryStore {
@@ -323,7 +325,7 @@ impl MemoryStore {
 
     /// The namespace this handle is scoped to.
     pub fn namespace(&self) -> &Namespace {
-        self.issuer.namespace()
+        self.info.issuer.namespace()
     }
 
     fn now(&self) -> Duration {
@@ -333,20 +335,12 @@ impl MemoryStore {
 
 #[async_trait]
 impl LeaseStore for MemoryStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.caps
-    }
-
-    fn issuer(&self) -> &Issuer {
-        &self.issuer
+    fn info(&self) -> &StoreInfo {
+        &self.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.caps.check_ttl(ttl)?;
+        self.info.caps.check_ttl(ttl)?;
         let now = self.now();
         let mut st = lock(&self.state);
         if let Some(rec) = st.leases.get(key) {
@@ -357,7 +351,12 @@ impl LeaseStore for MemoryStore {
                     token: rec.token,
                 });
             }
-            st.retire(key, DeathCause::Superseded, now, self.caps.death_retention);
+            st.retire(
+                key,
+                DeathCause::Superseded,
+                now,
+                self.info.caps.death_retention,
+            );
         }
         st.next_token += 1;
         let token = FencingToken(st.next_token);
@@ -378,7 +377,7 @@ impl LeaseStore for MemoryStore {
             .or_default()
             .insert(key.name().clone());
         Ok(Lease::granted(
-            &self.issuer,
+            &self.info.issuer,
             key.clone(),
             holder.clone(),
             token,
@@ -387,14 +386,14 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
         self.renew_locked(&mut st, lease, now)
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        crate::store::check_batch(self.caps, "leases", leases.len())?;
+        crate::store::check_batch(self.info.caps, "leases", leases.len())?;
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(leases
@@ -404,7 +403,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        crate::store::check_batch(self.caps, "expired", expired.len())?;
+        crate::store::check_batch(self.info.caps, "expired", expired.len())?;
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(expired
@@ -414,7 +413,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
         match st.leases.get(&lease.key) {
@@ -423,7 +422,7 @@ impl LeaseStore for MemoryStore {
                     &lease.key,
                     DeathCause::Released,
                     now,
-                    self.caps.death_retention,
+                    self.info.caps.death_retention,
                 );
                 Ok(true)
             }
@@ -437,13 +436,9 @@ impl LeaseStore for MemoryStore {
         Ok(st.leases.get(key).map(|rec| st.info(key, rec, now)))
     }
 
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         if after.is_some_and(|k| k.space() != space) {
             return Err(Error::invalid("after", InputProblem::OtherSpace));
         }
@@ -467,7 +462,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         let until = before.map_or(Bound::Unbounded, Bound::Excluded);
         Ok(st
@@ -480,7 +475,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let now = self.now();
         let st = lock(&self.state);
         let Some(index) = st.expiry.get(space) else {
@@ -508,7 +503,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         Ok(st
             .dead
@@ -543,7 +538,7 @@ impl LeaseStore for MemoryStore {
 #[async_trait]
 impl ItemStore for MemoryStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.caps.max_payload)?;
+        options.validate(payload, self.info.caps.max_payload)?;
         let mut st = lock(&self.state);
         if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
             return Ok(*id);
@@ -571,8 +566,8 @@ impl ItemStore for MemoryStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.issuer)?;
-        let n = self.caps.clamp_limit("n", n)?;
+        lease.check_issuer(&self.info.issuer)?;
+        let n = self.info.caps.clamp_limit("n", n)?;
         let now = self.now();
         let mut st = lock(&self.state);
         let last_claim = st.check_current(lease, now)?.last_claim;
@@ -612,7 +607,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         st.items.remove(&id);
@@ -626,7 +621,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         Ok(st.hand_back(id, retry))
@@ -650,13 +645,9 @@ impl ItemStore for MemoryStore {
         Ok(st.record(id))
     }
 
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let ids: Vec<ItemId> = match state {
@@ -689,7 +680,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut st = lock(&self.state);
         let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();
         for id in &ids {
@@ -708,7 +699,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.caps.clamp_limit("limit", limit)?;
+        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         Ok(st
             .dead_letters
@@ -728,10 +719,10 @@ impl ItemStore for MemoryStore {
 /// for a whole batch.
 impl MemoryStore {
     fn renew_locked(&self, st: &mut NsState, lease: &Lease, now: Duration) -> Result<Lease> {
-        lease.check_issuer(&self.issuer)?;
+        lease.check_issuer(&self.info.issuer)?;
         let old = st.check_current(lease, now)?.expires_at;
         let ttl = lease.ttl;
-        self.caps.check_ttl(ttl)?;
+        self.info.caps.check_ttl(ttl)?;
         let expires_at = now + ttl.duration();
         st.unindex(&lease.key, old);
         st.index(&lease.key, expires_at);
@@ -745,7 +736,7 @@ impl MemoryStore {
     fn reap_locked(&self, st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
         match st.leases.get(key) {
             Some(rec) if rec.token == token && now >= rec.expires_at => {
-                st.retire(key, DeathCause::Reaped, now, self.caps.death_retention);
+                st.retire(key, DeathCause::Reaped, now, self.info.caps.death_retention);
                 true
             }
             _ => false,

@@ -161,6 +161,19 @@ impl Capabilities {
     }
 }
 
+/// What a store is, fixed for the handle's lifetime: the backend's name, its
+/// capabilities, and the issuer of its leases. A store keeps one and lends it from
+/// [`LeaseStore::info`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
+    pub backend: &'static str,
+    /// What the store supports.
+    pub caps: Capabilities,
+    /// Who issues the store's leases (see [`Issuer`]).
+    pub issuer: Issuer,
+}
+
 /// Expiring leases with fencing tokens, judged by the store's clock.
 ///
 /// Implement this (and [`ItemStore`]) to plug a new backend in; run the
@@ -171,23 +184,40 @@ impl Capabilities {
 /// The trait is object safe: everything works through `Arc<dyn Store>`.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + std::fmt::Debug {
-    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
-    fn backend(&self) -> &'static str;
+    /// What this store is: its backend's name, its capabilities and the issuer of
+    /// its leases ([`StoreInfo`]). The one method of the three that a store writes.
+    ///
+    /// # Contract
+    /// - Constant for the handle's lifetime; the issuer is the same for every handle
+    ///   on the same store and namespace, different for another namespace or store
+    ///   instance.
+    fn info(&self) -> &StoreInfo;
 
-    /// What this store supports.
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces:
+    /// [`StoreInfo::backend`]. Provided; do not override it.
+    fn backend(&self) -> &'static str {
+        self.info().backend
+    }
+
+    /// What this store supports: [`StoreInfo::caps`]. Provided; do not override it.
     ///
     /// # Contract
     /// - Constant for the handle's lifetime.
-    fn capabilities(&self) -> Capabilities;
+    fn capabilities(&self) -> Capabilities {
+        self.info().caps
+    }
 
     /// Who issues this handle's leases: its namespace and the identity of the store
     /// instance (see [`Issuer`]). Every lease it grants carries it, and every
     /// operation that takes a lease refuses one with another issuer.
+    /// [`StoreInfo::issuer`]. Provided; do not override it.
     ///
     /// # Contract
     /// - Constant for the handle's lifetime; the same for every handle on the same
     ///   store and namespace, different for another namespace or store instance.
-    fn issuer(&self) -> &Issuer;
+    fn issuer(&self) -> &Issuer {
+        &self.info().issuer
+    }
 
     /// Takes the lease on `key` for `holder`.
     ///
@@ -335,25 +365,21 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// operator's "who is alive right now".
     ///
     /// # Contract
-    /// - Returns the leases whose key is greater than `after` (all of them without
-    ///   `after`), lowest key first (keys compare by their name's bytes), at most
-    ///   `limit` of them (clamped to `max_batch`; zero is `InvalidInput`): a caller
-    ///   pages through by passing the last key it got as the next `after`.
+    /// - Returns the leases whose key is greater than `page.after` (all of them
+    ///   without it), lowest key first (keys compare by their name's bytes), at most
+    ///   `page.limit` of them (clamped to `max_batch`; zero is `InvalidInput`): a
+    ///   caller pages through by passing the last key it got as the next `after`
+    ///   ([`Page::next`]).
     /// - Each entry is what [`LeaseStore::inspect`] of its key would report: holder,
     ///   token, ttl and status by the store clock (live with the time left, or
     ///   expired and not yet reaped). Released and reaped leases are not listed.
-    /// - An `after` key of another space is `InvalidInput`
+    /// - A `page.after` key of another space is `InvalidInput`
     ///   ([`InputProblem::OtherSpace`]).
     /// - Its cost grows with the page, never with the number of leases in the space
     ///   (an index by key).
     /// - Changes nothing. The page is one snapshot, except on stores whose `expired`
     ///   may read in several steps (etcd), where each entry was true when it was read.
-    async fn members(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>>;
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>>;
 
     /// Lists the namespace's death history, newest first: every token that stopped
     /// being current (reaped, released, or superseded by an acquire), with what its
@@ -569,17 +595,13 @@ pub trait ItemStore: Send + Sync {
     /// Lists a page of the items in one state, lowest id first.
     ///
     /// # Contract
-    /// - The items in `state` whose id is greater than `after` (all without `after`),
-    ///   at most `limit` (clamped to `max_batch`; zero is `InvalidInput`): a caller
-    ///   pages through by passing the last id it got as the next `after`.
+    /// - The items in `state` whose id is greater than `page.after` (all without it),
+    ///   at most `page.limit` (clamped to `max_batch`; zero is `InvalidInput`): a
+    ///   caller pages through by passing the last id it got as the next `after`
+    ///   ([`Page::next`]).
     /// - Each entry is what [`ItemStore::item`] would report. The page is one
     ///   snapshot. Changes nothing.
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>>;
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>>;
 
     /// Moves a dead-lettered item back to pending, with its attempts reset to zero:
     /// the operator's "retry this one".
@@ -657,6 +679,39 @@ pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
         out.push(store.requeue_orphans(*token).await);
     }
     Ok(out)
+}
+
+/// Which page of a listing to read ([`LeaseStore::members`], [`ItemStore::items`]):
+/// the entries after the cursor `after` (exclusive; `None`: from the first), at most
+/// `limit` of them. A store clamps `limit` to its `max_batch` and refuses zero
+/// (`InvalidInput`).
+///
+/// ```
+/// use liveness_core::store::Page;
+/// let first: Page<u64> = Page::first(100);
+/// assert_eq!(first.next(7), Page { after: Some(7), limit: 100 });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page<C> {
+    /// The last entry of the previous page (its key or id); `None` for the first page.
+    pub after: Option<C>,
+    /// How many entries at most.
+    pub limit: usize,
+}
+
+impl<C> Page<C> {
+    /// The first page, of at most `limit` entries.
+    pub fn first(limit: usize) -> Self {
+        Page { after: None, limit }
+    }
+
+    /// The page after `cursor` (the last entry of this one), of the same size.
+    pub fn next(self, cursor: C) -> Self {
+        Page {
+            after: Some(cursor),
+            limit: self.limit,
+        }
+    }
 }
 
 /// A complete store: leases and items in one namespace. Implemented automatically for

@@ -4,6 +4,7 @@
 //! `LeaseStore::deaths`, `ItemStore::items` and `ItemStore::retry_dead_letter*`
 //! contract bullets).
 
+use liveness_core::Page;
 use std::sync::Arc;
 
 use liveness_core::{
@@ -78,7 +79,16 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
     let mut got: Vec<LeaseInfo> = Vec::new();
     loop {
         let after = got.last().map(|i| i.key.clone());
-        let page = s.members(&members(), after.as_ref(), 3).await.unwrap();
+        let page = s
+            .members(
+                &members(),
+                Page {
+                    after: after.as_ref(),
+                    limit: 3,
+                },
+            )
+            .await
+            .unwrap();
         assert!(page.len() <= 3, "at most limit entries");
         if page.is_empty() {
             break;
@@ -98,23 +108,36 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
         }
         assert!(leases.iter().any(|l| l.token == info.token));
     }
-    let all = s.members(&members(), None, usize::MAX).await.unwrap();
+    let all = s
+        .members(&members(), Page::first(usize::MAX))
+        .await
+        .unwrap();
     assert_eq!(names(&all), want, "a huge limit is clamped, not refused");
-    let leaders = s.members(&Space::leaders(), None, 10).await.unwrap();
+    let leaders = s.members(&Space::leaders(), Page::first(10)).await.unwrap();
     assert_eq!(names(&leaders), vec!["n-other"]);
-    assert_invalid(s.members(&members(), None, 0).await, "limit");
+    assert_invalid(s.members(&members(), Page::first(0)).await, "limit");
     assert_problem(
-        s.members(&members(), Some(&other), 10).await,
+        s.members(
+            &members(),
+            Page {
+                after: Some(&other),
+                limit: 10,
+            },
+        )
+        .await,
         "after",
         InputProblem::OtherSpace,
     );
     // `after` need not name a lease: it is a position.
-    let tail = s.members(&members(), Some(&key("nB")), 10).await.unwrap();
+    let tail = s
+        .members(&members(), Page::first(10).next(&key("nB")))
+        .await
+        .unwrap();
     assert_eq!(names(&tail), vec!["n_", "na", "n\u{e9}"]);
 
     let gone = &leases[0];
     assert!(s.release(gone).await.unwrap());
-    let after = s.members(&members(), None, 100).await.unwrap();
+    let after = s.members(&members(), Page::first(100)).await.unwrap();
     assert!(
         after.iter().all(|i| i.key != gone.key),
         "a released lease is not listed"
@@ -135,13 +158,13 @@ pub async fn members_show_expired_until_reaped(ctx: Ctx) {
         .await
         .unwrap();
     ctx.wait_listed_expired(&short.key).await;
-    let page = s.members(&members(), None, 10).await.unwrap();
+    let page = s.members(&members(), Page::first(10)).await.unwrap();
     assert_eq!(names(&page), vec!["e-long", "e-short"]);
     assert!(page[0].is_live() && page[0].token == long.token);
     assert_eq!(page[1].status, LeaseStatus::Expired);
     assert_eq!(page[1].token, short.token);
     assert!(s.reap(&short.key, short.token).await.unwrap());
-    let page = s.members(&members(), None, 10).await.unwrap();
+    let page = s.members(&members(), Page::first(10)).await.unwrap();
     assert_eq!(names(&page), vec!["e-long"], "a reaped lease is not listed");
 }
 
@@ -447,7 +470,7 @@ pub async fn items_page_by_state(ctx: Ctx) {
         let mut got = Vec::new();
         let mut after = None;
         loop {
-            let page = s.items(kind, after, 2).await.unwrap();
+            let page = s.items(kind, Page { after, limit: 2 }).await.unwrap();
             assert!(page.len() <= 2, "at most limit");
             let Some(last) = page.last() else { break };
             after = Some(last.item.id);
@@ -458,11 +481,14 @@ pub async fn items_page_by_state(ctx: Ctx) {
             got.extend(page.iter().map(|r| r.item.id));
         }
         assert_eq!(got, want(kind), "{kind} in id order");
-        let all = s.items(kind, None, usize::MAX).await.unwrap();
+        let all = s.items(kind, Page::first(usize::MAX)).await.unwrap();
         assert_eq!(all.len(), want(kind).len(), "a huge limit is clamped");
-        assert_invalid(s.items(kind, None, 0).await, "limit");
+        assert_invalid(s.items(kind, Page::first(0)).await, "limit");
     }
-    let owned = s.items(ItemStateKind::Owned, None, 10).await.unwrap();
+    let owned = s
+        .items(ItemStateKind::Owned, Page::first(10))
+        .await
+        .unwrap();
     assert!(owned
         .iter()
         .all(|r| r.state == ItemState::Owned(lease.token)));
