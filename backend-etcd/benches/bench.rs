@@ -12,8 +12,9 @@
 //!   what a hand-written etcd client does;
 //! - the ratio framework ÷ bare.
 //!
-//! Then the kit's checker rounds (1 % expired and none) and the detection latency
-//! with the expiry watch.
+//! Then `renew_many` against one `renew` after the other for a batch of `max_batch`
+//! leases on one handle (leases renewed per second, one task), the kit's checker
+//! rounds (1 % expired and none) and the detection latency with the expiry watch.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +128,15 @@ fn main() {
                 fw / raw.max(1.0)
             );
         }
+        {
+            let s = factory().await.unwrap_or_else(|| panic!("no store"));
+            let (one, many) = batch_renewals(s, options.seconds).await;
+            println!(
+                "renew batch  leases={:<4} one by one={one:>9.0}/s renew_many={many:>9.0}/s (ratio {:.2})",
+                backend_etcd::MAX_BATCH,
+                many / one.max(1.0)
+            );
+        }
         for &m in &options.members {
             for pct in [0usize, 1] {
                 let s = factory().await.unwrap_or_else(|| panic!("no store"));
@@ -147,6 +157,59 @@ fn main() {
         let d = bench::detection(s, options.deaths).await;
         println!("{d}");
     });
+}
+
+/// Leases renewed per second for `max_batch` leases on one handle, one task: one
+/// `renew` after the other, then `renew_many` of them all.
+async fn batch_renewals(store: Arc<dyn Store>, seconds: f64) -> (f64, f64) {
+    let caps = store.capabilities();
+    let ttl = liveness_core::Ttl::new(caps.min_ttl.max(Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("ttl: {e}"));
+    let leases = liveness_conformance::bench_util::member_leases(
+        &*store,
+        "batch",
+        caps.max_batch,
+        "bench",
+        ttl,
+    )
+    .await;
+    // Open every keep-alive stream first.
+    for l in &leases {
+        store
+            .renew(l)
+            .await
+            .unwrap_or_else(|e| panic!("renew: {e}"));
+    }
+    let run = |many: bool| {
+        let (store, leases) = (store.clone(), leases.clone());
+        async move {
+            let start = Instant::now();
+            let until = start + Duration::from_secs_f64(seconds);
+            let mut n = 0usize;
+            while Instant::now() < until {
+                if many {
+                    let answers = store
+                        .renew_many(&leases)
+                        .await
+                        .unwrap_or_else(|e| panic!("renew_many: {e}"));
+                    n += answers.iter().filter(|a| a.is_ok()).count();
+                } else {
+                    for l in &leases {
+                        if store.renew(l).await.is_ok() {
+                            n += 1;
+                        }
+                    }
+                }
+            }
+            n as f64 / start.elapsed().as_secs_f64()
+        }
+    };
+    let one = run(false).await;
+    let many = run(true).await;
+    for l in &leases {
+        let _ = store.release(l).await;
+    }
+    (one, many)
 }
 
 fn etcd_version() -> String {

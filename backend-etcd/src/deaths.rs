@@ -91,6 +91,15 @@ fn tally(raw: &[u8]) -> Option<Swept> {
     })
 }
 
+/// The compare on the death counter `ctr` as read in `kv`, and its value (the last
+/// death's seq, 0 before the first).
+pub(crate) fn death_counter(ctr: &str, kv: Option<&KeyValue>) -> Result<(Compare, u64)> {
+    Ok(match kv {
+        None => (version(ctr, 0), 0),
+        Some(kv) => (mod_rev(ctr, kv.mod_revision()), number(kv)?),
+    })
+}
+
 fn number(kv: &KeyValue) -> Result<u64> {
     std::str::from_utf8(kv.value())
         .ok()
@@ -127,11 +136,25 @@ impl EtcdStore {
     ) -> Result<DeathWrite> {
         let k = self.keys();
         let ctr = k.death_ctr();
-        let (compare, last) = match self.get_one(&ctr).await? {
-            None => (version(&ctr, 0), 0),
-            Some(kv) => (mod_rev(&ctr, kv.mod_revision()), number(&kv)?),
-        };
+        let (compare, last) = death_counter(&ctr, self.get_one(&ctr).await?.as_ref())?;
         let seq = last + 1;
+        let mut ops = vec![put(&ctr, seq.to_string())];
+        ops.extend(self.death_ops(key, holder, token, cause, seq));
+        Ok(DeathWrite { compare, ops })
+    }
+
+    /// The writes that record death number `seq` (of `token`, held by `holder` on
+    /// `key`), except the death counter's own: the record, the token's pointer to
+    /// it, and the delete of the record that falls out of the retention window.
+    pub(crate) fn death_ops(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        token: FencingToken,
+        cause: DeathCause,
+        seq: u64,
+    ) -> Vec<TxnOp> {
+        let k = self.keys();
         let rec = DeathRecord {
             seq,
             key: key.clone(),
@@ -142,15 +165,19 @@ impl EtcdStore {
             swept: None,
         };
         let mut ops = vec![
-            put(&ctr, seq.to_string()),
             put(&k.death(seq), encode(&rec)),
             put(&k.death_of(token), seq.to_string()),
         ];
-        let keep = u64::try_from(self.inner.info.caps.death_retention.max(1)).unwrap_or(u64::MAX);
+        let keep = self.death_keep();
         if seq > keep {
             ops.push(del(&k.death(seq - keep)));
         }
-        Ok(DeathWrite { compare, ops })
+        ops
+    }
+
+    /// How many death records the namespace keeps.
+    pub(crate) fn death_keep(&self) -> u64 {
+        u64::try_from(self.inner.info.caps.death_retention.max(1)).unwrap_or(u64::MAX)
     }
 
     /// The compare and the value of dead `token`'s sweep tally, as read in `kv`.
@@ -187,30 +214,56 @@ impl EtcdStore {
         tally_cmp: Compare,
         swept: Swept,
     ) -> Result<bool> {
+        let of = self.get_one(&self.keys().death_of(token)).await?;
+        let rec = match &of {
+            Some(kv) => self.get_one(&self.keys().death(number(kv)?)).await?,
+            None => None,
+        };
+        let (compares, ops) =
+            self.finish_plan(token, tally_cmp, swept, of.as_ref(), rec.as_ref())?;
+        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
+        Ok(resp.succeeded())
+    }
+
+    /// The compares and writes of a sweep's last step (see
+    /// [`EtcdStore::finish_sweep`]), given the token's pointer to its death record
+    /// (`of`) and that record (`rec`) as read: at most 4 compares and 5 writes.
+    pub(crate) fn finish_plan(
+        &self,
+        token: FencingToken,
+        tally_cmp: Compare,
+        swept: Swept,
+        of: Option<&KeyValue>,
+        rec: Option<&KeyValue>,
+    ) -> Result<(Vec<Compare>, Vec<TxnOp>)> {
         let k = self.keys();
         let dead = k.dead(token);
-        let of = k.death_of(token);
+        let of_key = k.death_of(token);
         let mut compares = vec![exists(&dead), tally_cmp];
         // The token is forgotten, its claim high-water mark with it.
         let mut ops = vec![
             del(&dead),
             del(&k.death_tally(token)),
-            del(&of),
+            del(&of_key),
             del(&k.claim_mark(token)),
         ];
-        if let Some(seq_kv) = self.get_one(&of).await? {
-            let seq = number(&seq_kv)?;
-            compares.push(mod_rev(&of, seq_kv.mod_revision()));
-            let rec_key = k.death(seq);
-            if let Some(kv) = self.get_one(&rec_key).await? {
+        if let Some(seq_kv) = of {
+            let seq = number(seq_kv)?;
+            compares.push(mod_rev(&of_key, seq_kv.mod_revision()));
+            if let Some(kv) = rec {
+                let rec_key = k.death(seq);
                 let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(kv.key()))?;
                 rec.swept = Some(swept);
                 compares.push(mod_rev(&rec_key, kv.mod_revision()));
                 ops.push(put(&rec_key, encode(&rec)));
             }
         }
-        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
-        Ok(resp.succeeded())
+        Ok((compares, ops))
+    }
+
+    /// The death record `death_of` points to (its value is the seq).
+    pub(crate) fn death_pointed(&self, of: &KeyValue) -> Result<String> {
+        Ok(self.keys().death(number(of)?))
     }
 
     /// The handle's store time (see [`liveness_core::LeaseStore::store_time`] on

@@ -112,6 +112,7 @@ impl EtcdStore {
     }
 
     pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
+        crate::store::Calls::count(&self.inner.calls.grants);
         let resp = self
             .inner
             .lease

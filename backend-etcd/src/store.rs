@@ -8,6 +8,7 @@
 //! reaped". Every multi-key change is one `Txn` guarded by compares on revisions.
 
 use liveness_core::Page;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KeyValue, KvClient, LeaseClient, PutOptions,
     Txn, TxnOp, TxnResponse, WatchClient,
 };
+use liveness_core::store::check_batch;
+use liveness_core::sync::lock;
 use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
@@ -25,7 +28,7 @@ use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
-use crate::keepalive::Slots;
+use crate::keepalive::{Slot, Slots};
 use crate::keys::{parse_request_id, Keys, Meta, Record};
 use crate::lease::{secs, Snapshot};
 use crate::txn::{
@@ -69,6 +72,31 @@ pub(crate) struct Inner {
     pub(crate) expiry: Arc<ExpiryWatch>,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
+    /// What this handle asked etcd for, counted (tests compare costs with them).
+    pub(crate) calls: Calls,
+}
+
+/// Counts of the etcd requests a handle made, by kind (relaxed counters: for tests
+/// and diagnostics, never for decisions).
+#[derive(Default)]
+pub(crate) struct Calls {
+    /// Lease grants.
+    pub(crate) grants: AtomicU64,
+    /// KV requests: ranges, transactions, puts.
+    pub(crate) kv: AtomicU64,
+    /// Of those, prefix ranges (what etcd 3.4 serves by walking the range's index).
+    pub(crate) ranges: AtomicU64,
+}
+
+impl Calls {
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn read(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Inner {
@@ -186,6 +214,7 @@ impl EtcdStore {
                         config.namespace.clone(),
                     ),
                 },
+                calls: Calls::default(),
             }),
         })
     }
@@ -201,6 +230,8 @@ impl EtcdStore {
 
     /// The key-values of a plain (not transactional) range read.
     pub(crate) async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
+        Calls::count(&self.inner.calls.kv);
+        Calls::count(&self.inner.calls.ranges);
         let mut resp = self
             .inner
             .kv
@@ -212,12 +243,149 @@ impl EtcdStore {
     }
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        Calls::count(&self.inner.calls.kv);
         self.inner.kv.clone().txn(txn).await.map_err(map)
     }
 
     pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+        Calls::count(&self.inner.calls.kv);
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
+    }
+
+    /// The attempts of one `acquire`: reads the key, and only when it is free or
+    /// expired grants the etcd lease (once, into `granted`, reused by later attempts)
+    /// and writes the record and lease-bound key in one guarded `Txn`.
+    async fn acquire_with(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        granted: &mut Option<i64>,
+    ) -> Result<Lease> {
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(key), k.live(key));
+        for _ in 0..MAX_TRIES {
+            let snap = self.snapshot(key).await?;
+            let live = snap.is_live();
+            let (record, bound) = (snap.record, snap.live);
+            match (&record, &bound) {
+                (Some(c), Some(_)) if live => {
+                    return Err(Error::Held {
+                        key: key.clone(),
+                        holder: c.rec.holder.clone(),
+                        token: c.token,
+                    })
+                }
+                (None, Some(_)) => {
+                    return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
+                }
+                _ => {}
+            }
+            let id = match *granted {
+                Some(id) => id,
+                None => *granted.insert(self.grant(ttl).await?),
+            };
+            let rec = Record {
+                token: None,
+                ttl,
+                lease_id: id,
+                holder: holder.clone(),
+            }
+            .encode();
+            let put_live = TxnOp::put(
+                live_key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(id)),
+            );
+            let txn = match record {
+                // Expired, not yet reaped: retire it to the dead set in this step,
+                // with its death record.
+                Some(c) => {
+                    let death = self
+                        .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
+                        .await?;
+                    let mut ops = vec![
+                        put(&k.dead(c.token), key.to_string()),
+                        put(&rec_key, rec),
+                        put_live,
+                    ];
+                    ops.extend(death.ops);
+                    Txn::new()
+                        .when(vec![
+                            mod_rev(&rec_key, c.mod_rev),
+                            version(&live_key, 0),
+                            death.compare,
+                        ])
+                        .and_then(ops)
+                }
+                None => Txn::new()
+                    .when(vec![version(&rec_key, 0), version(&live_key, 0)])
+                    .and_then(vec![put(&rec_key, rec), put_live]),
+            };
+            let resp = self.txn(txn).await?;
+            if resp.succeeded() {
+                let token = u64::try_from(revision(&resp)).unwrap_or(0);
+                return Ok(Lease::granted(
+                    &self.inner.info.issuer,
+                    key.clone(),
+                    holder.clone(),
+                    FencingToken(token),
+                    ttl,
+                ));
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    /// The end of a renewal on `slot`: etcd's answer to its keep-alive (`left`
+    /// seconds, 0 when etcd no longer knows the etcd lease) and the lease-bound key
+    /// as read beside it (`bound`). The renewal counts only when both say the key
+    /// is still bound to the slot's etcd lease with this token; else a read tells
+    /// why, or renews the etcd lease the record names now.
+    async fn renew_judged(
+        &self,
+        lease: &Lease,
+        slot: &Slot,
+        left: i64,
+        bound: Option<KeyValue>,
+    ) -> Result<Lease> {
+        let on_slot = bound.is_some_and(|kv| {
+            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
+        });
+        if left > 0 && on_slot {
+            return Ok(Self::renewed(lease, left));
+        }
+        // etcd no longer knows that etcd lease (expired, or released), or this
+        // handle's slot is stale (another handle changed the ttl). Read why.
+        self.inner.slots.remove(&lease.key, lease.token);
+        let current = self.snapshot(&lease.key).await?.check(lease)?;
+        if current.rec.lease_id == slot.lease_id {
+            // Live by the key but unknown to the lessor: it is being revoked now.
+            return Err(lease.lost(LostReason::Expired));
+        }
+        // The key moved to another etcd lease: the slot's one binds nothing now (its
+        // revoke may have failed); end it, and renew the one the record names.
+        self.revoke_later(slot.lease_id);
+        let slot = self.inner.slots.set(
+            &lease.key,
+            lease.token,
+            current.rec.lease_id,
+            current.rec.ttl,
+        );
+        if slot.ttl != lease.ttl {
+            return self.renew_with_ttl(lease).await;
+        }
+        match slot
+            .keep_alive(&self.inner.lease, self.inner.timeout)
+            .await?
+        {
+            left if left > 0 => Ok(Self::renewed(lease, left)),
+            _ => {
+                self.inner.slots.remove(&lease.key, lease.token);
+                Err(lease.lost(LostReason::Expired))
+            }
+        }
     }
 
     /// One release attempt on `snap`, the key's record and lease-bound key as just
@@ -307,81 +475,23 @@ impl LeaseStore for EtcdStore {
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.inner.info.caps.check_ttl(ttl)?;
-        let id = self.grant(ttl).await?;
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(key), k.live(key));
-        let rec = Record {
-            token: None,
-            ttl,
-            lease_id: id,
-            holder: holder.clone(),
-        }
-        .encode();
-        let put_live = || {
-            TxnOp::put(
-                live_key.as_str(),
-                "",
-                Some(PutOptions::new().with_lease(id)),
-            )
-        };
-        let outcome = async {
-            for _ in 0..MAX_TRIES {
-                let snap = self.snapshot(key).await?;
-                let live = snap.is_live();
-                let txn = match (snap.record, snap.live) {
-                    (Some(c), Some(_)) if live => {
-                        return Err(Error::Held {
-                            key: key.clone(),
-                            holder: c.rec.holder,
-                            token: c.token,
-                        })
-                    }
-                    (None, Some(_)) => {
-                        return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
-                    }
-                    // Expired, not yet reaped: retire it to the dead set in this step,
-                    // with its death record.
-                    (Some(c), _) => {
-                        let death = self
-                            .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
-                            .await?;
-                        let mut ops = vec![
-                            put(&k.dead(c.token), key.to_string()),
-                            put(&rec_key, rec.clone()),
-                            put_live(),
-                        ];
-                        ops.extend(death.ops);
-                        Txn::new()
-                            .when(vec![
-                                mod_rev(&rec_key, c.mod_rev),
-                                version(&live_key, 0),
-                                death.compare,
-                            ])
-                            .and_then(ops)
-                    }
-                    (None, None) => Txn::new()
-                        .when(vec![version(&rec_key, 0), version(&live_key, 0)])
-                        .and_then(vec![put(&rec_key, rec.clone()), put_live()]),
-                };
-                let resp = self.txn(txn).await?;
-                if resp.succeeded() {
-                    let token = u64::try_from(revision(&resp)).unwrap_or(0);
-                    return Ok(Lease::granted(
-                        &self.inner.info.issuer,
-                        key.clone(),
-                        holder.clone(),
-                        FencingToken(token),
-                        ttl,
-                    ));
+        // The etcd lease is granted only once a read found the key free or expired:
+        // a losing acquire (the key held live) costs that read, no grant and revoke.
+        let mut granted: Option<i64> = None;
+        let outcome = self.acquire_with(key, holder, ttl, &mut granted).await;
+        match &outcome {
+            Ok(_) => self.inner.expiry.not_interested(key),
+            Err(e) => {
+                if matches!(e, Error::Held { .. }) {
+                    // Wake this handle when that lease ends (an election candidate).
+                    self.inner.expiry.interested(key);
+                }
+                if let Some(id) = granted {
+                    // Nothing holds this etcd lease (or, after a lost answer, nobody
+                    // knows that something does): let it go.
+                    self.revoke_later(id);
                 }
             }
-            Err(Error::unavailable(BACKEND, Fault::Contention))
-        }
-        .await;
-        if outcome.is_err() {
-            // Nothing holds this etcd lease (or, after a lost answer, nobody knows
-            // that something does): let it go.
-            self.revoke_later(id);
         }
         outcome
     }
@@ -412,43 +522,69 @@ impl LeaseStore for EtcdStore {
             slot.keep_alive(&self.inner.lease, self.inner.timeout),
             self.get_one(&live_key),
         );
-        let (left, bound) = (left?, bound?);
-        let on_slot = bound.is_some_and(|kv| {
-            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
-        });
-        if left > 0 && on_slot {
-            return Ok(Self::renewed(lease, left));
-        }
-        // etcd no longer knows that etcd lease (expired, or released), or this
-        // handle's slot is stale (another handle changed the ttl). Read why.
-        self.inner.slots.remove(&lease.key, lease.token);
-        let current = self.snapshot(&lease.key).await?.check(lease)?;
-        if current.rec.lease_id == slot.lease_id {
-            // Live by the key but unknown to the lessor: it is being revoked now.
-            return Err(lease.lost(LostReason::Expired));
-        }
-        // The key moved to another etcd lease: the slot's one binds nothing now (its
-        // revoke may have failed); end it, and renew the one the record names.
-        self.revoke_later(slot.lease_id);
-        let slot = self.inner.slots.set(
-            &lease.key,
-            lease.token,
-            current.rec.lease_id,
-            current.rec.ttl,
-        );
-        if slot.ttl != lease.ttl {
-            return self.renew_with_ttl(lease).await;
-        }
-        match slot
-            .keep_alive(&self.inner.lease, self.inner.timeout)
-            .await?
-        {
-            left if left > 0 => Ok(Self::renewed(lease, left)),
-            _ => {
-                self.inner.slots.remove(&lease.key, lease.token);
-                Err(lease.lost(LostReason::Expired))
+        self.renew_judged(lease, &slot, left?, bound?).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.inner.info.caps, "leases", leases.len())?;
+        // Leases this handle renews already on their etcd lease (a keep-alive slot of
+        // their ttl): every keep-alive goes out at once on its stream, beside ONE
+        // read of all their lease-bound keys. The others (a first renewal, a ttl
+        // change, another issuer) take `renew`'s path, at the same time.
+        let mut fast = Vec::new();
+        let mut slow = Vec::new();
+        for (i, lease) in leases.iter().enumerate() {
+            let slot = (lease.check_issuer(&self.inner.info.issuer).is_ok())
+                .then(|| self.inner.slots.get(&lease.key, lease.token))
+                .flatten()
+                .filter(|slot| slot.ttl == lease.ttl);
+            match slot {
+                Some(slot) => fast.push((i, slot)),
+                None => slow.push(i),
             }
         }
+        let k = self.keys();
+        let reads: Vec<TxnOp> = fast
+            .iter()
+            .map(|(i, _)| get(&k.live(&leases[*i].key)))
+            .collect();
+        let keep_alives = futures::future::join_all(
+            fast.iter()
+                .map(|(_, slot)| slot.keep_alive(&self.inner.lease, self.inner.timeout)),
+        );
+        let bound = async {
+            if reads.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(ranges(&self.txn(Txn::new().and_then(reads)).await?)
+                .into_iter()
+                .map(|mut r| r.take_kvs().into_iter().next())
+                .collect::<Vec<_>>())
+        };
+        let slow_renewals = futures::future::join_all(slow.iter().map(|i| self.renew(&leases[*i])));
+        let (lefts, bound, slow_answers) = tokio::join!(keep_alives, bound, slow_renewals);
+        let bound: Vec<Option<KeyValue>> = bound?;
+        let mut out: Vec<Option<Result<Lease>>> = leases.iter().map(|_| None).collect();
+        for (i, answer) in slow.into_iter().zip(slow_answers) {
+            out[i] = Some(answer);
+        }
+        let judged = futures::future::join_all(fast.iter().zip(lefts).zip(bound).map(
+            |(((i, slot), left), bound)| async move {
+                let lease = &leases[*i];
+                match left {
+                    Ok(left) => self.renew_judged(lease, slot, left, bound).await,
+                    Err(e) => Err(e),
+                }
+            },
+        ))
+        .await;
+        for ((i, _), answer) in fast.iter().zip(judged) {
+            out[*i] = Some(answer);
+        }
+        Ok(out
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(Error::unavailable(BACKEND, Fault::Contention))))
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -560,6 +696,11 @@ impl LeaseStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        check_batch(self.inner.info.caps, "expired", expired.len())?;
+        self.reap_batch(expired).await
+    }
+
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
@@ -604,15 +745,34 @@ impl LeaseStore for EtcdStore {
         if !self.verified(space, 1).await?.is_empty() {
             return Ok(Some(Duration::ZERO));
         }
-        let first_live = self
-            .range(self.keys().lives_in(space), under(1).with_keys_only())
-            .await?;
-        let Some(kv) = first_live.first() else {
-            return Ok(None);
+        // One live lease of the space: the one the watch's scan or the last call
+        // found, read by its key while it lives; else the first by name. etcd 3.4 serves a range with a
+        // limit by walking the range's whole index (O(live leases in the space)):
+        // a checker pays that only when its probe lease ended, not every round.
+        let probe = lock(&self.inner.expiry.probes).get(space).cloned();
+        let kv = match probe {
+            Some(key) => self.get_one(&key).await?,
+            None => None,
         };
-        // The time left of one live lease (the first by name), at least a second:
-        // etcd keeps no expiry index that a client can read, so this is an estimate;
-        // the expiry watch wakes the checker the moment etcd expires any lease.
+        let kv = match kv {
+            Some(kv) => kv,
+            None => {
+                let first_live = self
+                    .range(self.keys().lives_in(space), under(1).with_keys_only())
+                    .await?;
+                let mut probes = lock(&self.inner.expiry.probes);
+                let Some(kv) = first_live.into_iter().next() else {
+                    probes.remove(space);
+                    return Ok(None);
+                };
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                probes.insert(space.clone(), key);
+                kv
+            }
+        };
+        // The time left of one live lease, at least a second: etcd keeps no expiry
+        // index that a client can read, so this is an estimate; the expiry watch
+        // wakes the checker the moment etcd expires any lease.
         Ok(Some(match self.time_to_live(kv.lease()).await? {
             left if left < 0 => Duration::ZERO,
             left => secs(left.max(1)),
@@ -891,6 +1051,14 @@ impl ItemStore for EtcdStore {
         }
     }
 
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        for chunk in tokens.chunks(crate::batch::REQUEUE_CHUNK) {
+            out.extend(self.requeue_batch(chunk).await?);
+        }
+        Ok(out)
+    }
+
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let k = self.keys();
         let resp = self
@@ -1031,7 +1199,13 @@ fn claimed_items(
 
 /// The writes that give back item `id`, owned under the index entry `owned` with
 /// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
-fn hand_back(k: &Keys, owned: &str, id: u64, meta: &Meta, retry: bool) -> (ItemState, [TxnOp; 3]) {
+pub(crate) fn hand_back(
+    k: &Keys,
+    owned: &str,
+    id: u64,
+    meta: &Meta,
+    retry: bool,
+) -> (ItemState, [TxnOp; 3]) {
     let (state, index) = if retry && meta.attempts < meta.max_attempts {
         (ItemState::Pending, k.pending(id))
     } else {

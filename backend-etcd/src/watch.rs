@@ -5,11 +5,18 @@
 //!
 //! - Started lazily by the first `expired`, `next_expiry` or `wakeups` call on a
 //!   handle (members that only acquire and renew never pay for it).
-//! - At start, and whenever the watch cannot resume (its revision was compacted), a
-//!   full scan compares the namespace's records with its lease-bound keys at one
-//!   revision: O(leases) once, then the watch resumes from that revision + 1. After a
-//!   plain break (connection lost, member restarted) it resumes from the last revision
-//!   it saw, so no DELETE is missed.
+//! - A handle *checks* from its first `expired` or `next_expiry` on. Only then does
+//!   the watch keep candidates and tick `wakeups` for every expiry. Before (a handle
+//!   that only subscribed to `wakeups`, like an election candidate), it keeps no
+//!   candidates, scans nothing, and ticks only for the keys whose `acquire` this
+//!   handle lost (`Held`): a candidate wakes when its role's lease ends, not on every
+//!   member's death.
+//! - When a handle starts checking, and whenever the watch cannot resume (its
+//!   revision was compacted) while it checks, a full scan compares the namespace's
+//!   records with its lease-bound keys at one revision: O(leases) once, then the
+//!   watch resumes from that revision + 1. After a plain break (connection lost,
+//!   member restarted) it resumes from the last revision it saw, so no DELETE is
+//!   missed.
 //! - Candidates are hints: `expired` verifies each against the records before
 //!   listing it, and forgets the stale ones (released or re-acquired keys).
 
@@ -68,26 +75,55 @@ impl Candidates {
     }
 }
 
+/// At most this many keys are watched for a handle that does not check; past it,
+/// it ticks for every expiry (a tick is only a hint).
+const MAX_INTEREST: usize = 1024;
+
+/// What a handle wants from its watch.
+#[derive(Default)]
+struct Mode {
+    /// The handle checks (`expired`, `next_expiry`): candidates are kept, every
+    /// expiry ticks.
+    checking: bool,
+    /// The watch started (or restarted) without the full scan that checking needs:
+    /// the first `expired` runs it.
+    scan_owed: bool,
+    /// Keys whose lease's end ticks even while the handle does not check (its
+    /// acquire was refused: `Held`).
+    interest: std::collections::HashSet<Key>,
+    /// More keys than [`MAX_INTEREST`] were of interest: every expiry ticks.
+    overflow: bool,
+}
+
 /// The watch state of one store handle (shared by its clones).
 pub(crate) struct ExpiryWatch {
     candidates: Mutex<Candidates>,
+    mode: Mutex<Mode>,
     seen: watch::Sender<i64>,
     wake: watch::Sender<u64>,
     /// Asks the watch task for a progress notification (no write needed).
     progress: tokio::sync::Notify,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Full scans absorbed (tests compare costs with it).
+    pub(crate) scans: std::sync::atomic::AtomicU64,
+    /// Per space, the lease-bound key `next_expiry` reads by key while it lives
+    /// (found by the last scan or range), instead of ranging over the space.
+    pub(crate) probes: Mutex<HashMap<Space, String>>,
 }
 
 impl ExpiryWatch {
     pub(crate) fn new() -> Arc<ExpiryWatch> {
         Arc::new(ExpiryWatch {
             candidates: Mutex::default(),
+            mode: Mutex::default(),
             seen: watch::channel(0).0,
             wake: watch::channel(0).0,
             progress: tokio::sync::Notify::new(),
             stop: CancellationToken::new(),
             task: Mutex::new(None),
+            scans: std::sync::atomic::AtomicU64::new(0),
+            probes: Mutex::default(),
         })
     }
 
@@ -103,6 +139,49 @@ impl ExpiryWatch {
         let me = self.clone();
         let (kv, wc, keys) = (kv.clone(), wc.clone(), keys.clone());
         *task = Some(rt.spawn(async move { me.run(kv, wc, keys).await }));
+    }
+
+    /// Ticks `wakeups` when the lease on `key` ends (this handle's acquire of it
+    /// was refused), also while the handle does not check.
+    pub(crate) fn interested(&self, key: &Key) {
+        let mut m = lock(&self.mode);
+        if m.interest.len() >= MAX_INTEREST && !m.interest.contains(key) {
+            m.overflow = true;
+            return;
+        }
+        m.interest.insert(key.clone());
+    }
+
+    /// Forgets the interest in `key` (this handle acquired it).
+    pub(crate) fn not_interested(&self, key: &Key) {
+        let mut m = lock(&self.mode);
+        if !m.interest.is_empty() {
+            m.interest.remove(key);
+        }
+    }
+
+    /// The handle checks from now on. True when the watch started without the full
+    /// scan that checking needs: the caller runs it (after this call, so that it
+    /// reads at a revision past the watch's start).
+    pub(crate) fn checking(&self) -> bool {
+        let mut m = lock(&self.mode);
+        m.checking = true;
+        std::mem::take(&mut m.scan_owed)
+    }
+
+    /// The scan [`ExpiryWatch::checking`] asked for failed: the next call runs it.
+    pub(crate) fn owe_scan(&self) {
+        lock(&self.mode).scan_owed = true;
+    }
+
+    /// Whether a DELETE of `key` keeps a candidate (the handle checks) and whether
+    /// it ticks `wakeups`.
+    fn wants(&self, key: &Key) -> (bool, bool) {
+        let m = lock(&self.mode);
+        (
+            m.checking,
+            m.checking || m.overflow || m.interest.contains(key),
+        )
     }
 
     /// Ends the watch task (the store handle is gone).
@@ -200,8 +279,17 @@ impl ExpiryWatch {
     }
 
     /// Adds the result of a full scan: (token, key) pairs, ranked before any later
-    /// pass.
-    pub(crate) fn absorb_scan(&self, expired: Vec<(u64, Key)>) {
+    /// pass, and a probe for `next_expiry` in each space that has none.
+    pub(crate) fn absorb_scan(&self, scan: Scan) {
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut probes = lock(&self.probes);
+            for (space, key) in scan.probes {
+                probes.entry(space).or_insert(key);
+            }
+        }
+        let expired = scan.expired;
         let any = !expired.is_empty();
         {
             let mut c = lock(&self.candidates);
@@ -233,9 +321,33 @@ impl ExpiryWatch {
             }
             let start = match from {
                 Some(r) => r,
+                None if !lock(&self.mode).checking => match now(&kv, &keys).await {
+                    // Not checking: no scan, the watch starts at the current
+                    // revision; a scan is owed should the handle start checking.
+                    Ok(rev) => {
+                        let mut m = lock(&self.mode);
+                        if m.checking {
+                            // It started meanwhile: scan here after all.
+                            drop(m);
+                            continue;
+                        }
+                        m.scan_owed = true;
+                        drop(m);
+                        self.saw(rev);
+                        rev + 1
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "etcd expiry watch: revision read failed");
+                        if !self.pause(backoff.next()).await {
+                            return;
+                        }
+                        continue;
+                    }
+                },
                 None => match scan(&kv, &keys).await {
-                    Ok((rev, expired)) => {
-                        self.absorb_scan(expired);
+                    Ok(found) => {
+                        let rev = found.revision;
+                        self.absorb_scan(found);
                         self.saw(rev);
                         rev + 1
                     }
@@ -311,12 +423,15 @@ impl ExpiryWatch {
                     max = max.max(kv.mod_revision());
                     if ev.event_type() == EventType::Delete {
                         if let Some(key) = keys.parse_key(&lives, kv.key()) {
-                            let token = ev
-                                .prev_kv()
-                                .and_then(|p| u64::try_from(p.create_revision()).ok())
-                                .unwrap_or(u64::MAX);
-                            self.deleted(token, key);
-                            deleted = true;
+                            let (keep, wake) = self.wants(&key);
+                            if keep {
+                                let token = ev
+                                    .prev_kv()
+                                    .and_then(|p| u64::try_from(p.create_revision()).ok())
+                                    .unwrap_or(u64::MAX);
+                                self.deleted(token, key);
+                            }
+                            deleted |= wake;
                         }
                     }
                 }
@@ -333,6 +448,16 @@ impl ExpiryWatch {
             }
         }
     }
+}
+
+/// The cluster's current revision, by a count-only read of one key (no write).
+async fn now(kv: &KvClient, keys: &Keys) -> Result<i64> {
+    let resp = kv
+        .clone()
+        .get(keys.sync(), Some(GetOptions::new().with_count_only()))
+        .await
+        .map_err(map)?;
+    Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
 }
 
 /// The first key after every key that starts with `prefix`.
@@ -387,17 +512,34 @@ pub(crate) async fn range_all(
     Ok((rev.unwrap_or(0), out))
 }
 
+/// What a full scan found.
+pub(crate) struct Scan {
+    /// The revision it read at.
+    pub(crate) revision: i64,
+    /// (rank, key) of the records whose lease-bound key is gone.
+    pub(crate) expired: Vec<(u64, Key)>,
+    /// Per space, its first live lease-bound key: `next_expiry`'s probe.
+    pub(crate) probes: HashMap<Space, String>,
+}
+
 /// The full scan: records whose lease-bound key is gone, at one revision, with the
 /// records' mod revisions (the token, unless a renewal changed the ttl) for ranking.
 /// Costs O(leases in the namespace).
-pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, Key)>)> {
+pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<Scan> {
     let records = keys.records();
     let lives = keys.lives();
     let (rev, recs) = range_all(kv, &records, None).await?;
     let (_, live) = range_all(kv, &lives, Some(rev)).await?;
+    let mut probes = HashMap::new();
     let live: std::collections::HashSet<Key> = live
         .iter()
-        .filter_map(|kv| keys.parse_key(&lives, kv.key()))
+        .filter_map(|kv| {
+            let key = keys.parse_key(&lives, kv.key())?;
+            probes
+                .entry(key.space().clone())
+                .or_insert_with(|| String::from_utf8_lossy(kv.key()).into_owned());
+            Some(key)
+        })
         .collect();
     let expired = recs
         .iter()
@@ -407,7 +549,11 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<(i64, Vec<(u64, K
             (!live.contains(&key)).then_some((rank, key))
         })
         .collect();
-    Ok((rev, expired))
+    Ok(Scan {
+        revision: rev,
+        expired,
+        probes,
+    })
 }
 
 /// How long `sync_expiry` waits for a progress notification before it falls back to
@@ -427,7 +573,20 @@ impl EtcdStore {
     /// within the request timeout, a full scan (O(leases)) stands in.
     pub(crate) async fn sync_expiry(&self) -> Result<()> {
         let inner = &self.inner;
+        let owed = inner.expiry.checking();
         inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        if owed {
+            // The watch runs since before this handle checked, without candidates:
+            // what expired before now is found by one full scan, read after the
+            // watch's start (so nothing falls between them).
+            match scan(&inner.kv, &inner.keys).await {
+                Ok(found) => inner.expiry.absorb_scan(found),
+                Err(e) => {
+                    inner.expiry.owe_scan();
+                    return Err(e);
+                }
+            }
+        }
         let now = inner
             .kv
             .clone()
@@ -457,8 +616,8 @@ impl EtcdStore {
             return Ok(());
         }
         tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
-        let (_, expired) = scan(&inner.kv, &inner.keys).await?;
-        inner.expiry.absorb_scan(expired);
+        let found = scan(&inner.kv, &inner.keys).await?;
+        inner.expiry.absorb_scan(found);
         Ok(())
     }
 
