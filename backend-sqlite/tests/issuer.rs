@@ -2,7 +2,8 @@
 //! every handle on the same file and namespace accepts it, also one opened through
 //! another path to the file; the same namespace in another file refuses it.
 
-use liveness_core::{Error, HolderId, InputProblem, ItemStore, Key, LeaseStore, Ttl};
+use liveness_conformance::fixtures::acquire_member;
+use liveness_core::{Error, InputProblem, ItemStore, Key, LeaseStore, Ttl};
 
 mod common;
 
@@ -20,14 +21,8 @@ async fn handles_on_one_file_agree_and_another_file_refuses() {
 
     let key = Key::member("w").unwrap();
     let ttl = Ttl::from_secs(60).unwrap();
-    let lease = one
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
-    let theirs = other
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
+    let lease = acquire_member(&one, "w", "a", ttl).await;
+    let theirs = acquire_member(&other, "w", "a", ttl).await;
     assert_eq!(lease.token, theirs.token, "each file counts from 1");
 
     match other.renew(&lease).await {
