@@ -194,6 +194,16 @@ fn holder_of(holder: String) -> Result<HolderId> {
     HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))
 }
 
+/// The key (in `space`), holder and token of a lease listed by `EXPIRED` or
+/// `MEMBERS`: the row's first three columns.
+fn listed_lease(space: &Space, row: &PgRow) -> Result<(Key, HolderId, FencingToken)> {
+    Ok((
+        key_of(space.as_str().to_owned(), get(row, 0)?)?,
+        holder_of(get(row, 1)?)?,
+        token_of(get(row, 2)?)?,
+    ))
+}
+
 /// The ttl stored in a row, in milliseconds.
 fn ttl_of(ms: i64) -> Result<Ttl> {
     u64::try_from(ms)
@@ -609,11 +619,8 @@ impl LeaseStore for PostgresStore {
             .bind(space.as_str())
             .bind(limit_param(limit));
         self.list(q, |row| {
-            Ok(ExpiredLease {
-                key: key_of(space.as_str().to_owned(), get(row, 0)?)?,
-                holder: holder_of(get(row, 1)?)?,
-                token: token_of(get(row, 2)?)?,
-            })
+            let (key, holder, token) = listed_lease(space, row)?;
+            Ok(ExpiredLease { key, holder, token })
         })
         .await
     }
@@ -648,10 +655,11 @@ impl LeaseStore for PostgresStore {
             .bind(after.map_or("", |k| k.name().as_str()))
             .bind(limit_param(limit));
         self.list(q, |row| {
+            let (key, holder, token) = listed_lease(space, row)?;
             Ok(LeaseInfo {
-                key: key_of(space.as_str().to_owned(), get(row, 0)?)?,
-                holder: holder_of(get(row, 1)?)?,
-                token: token_of(get(row, 2)?)?,
+                key,
+                holder,
+                token,
                 ttl: ttl_of(get(row, 3)?)?,
                 status: status_of(get(row, 4)?),
             })
