@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use backend_fdb::DoubleDatabase;
+use backend_fdb::{DoubleDatabase, FdbStore};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     EnqueueOptions, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostReason,
@@ -17,6 +17,13 @@ fn holder() -> HolderId {
 
 fn ttl() -> Ttl {
     Ttl::from_secs(1).unwrap()
+}
+
+/// Two handles on one fresh namespace of a fresh database: a holder and an observer.
+fn two_handles() -> (FdbStore, FdbStore) {
+    let db = DoubleDatabase::new();
+    let ns = fresh_namespace();
+    (db.store(&ns), db.store(&ns))
 }
 
 #[tokio::test(start_paused = true)]
@@ -63,10 +70,7 @@ async fn a_fresh_observer_waits_one_ttl_of_its_own() {
 
 #[tokio::test(start_paused = true)]
 async fn a_renew_restarts_every_observers_count() {
-    let db = DoubleDatabase::new();
-    let ns = fresh_namespace();
-    let a = db.store(&ns);
-    let b = db.store(&ns);
+    let (a, b) = two_handles();
     let key = Key::member("w2").unwrap();
     let lease = a.acquire(&key, &holder(), ttl()).await.unwrap();
     assert!(b.expired(&Space::members(), 10).await.unwrap().is_empty());
@@ -84,10 +88,7 @@ async fn a_renew_restarts_every_observers_count() {
 
 #[tokio::test(start_paused = true)]
 async fn the_holder_expires_before_any_observer() {
-    let db = DoubleDatabase::new();
-    let ns = fresh_namespace();
-    let a = db.store(&ns);
-    let b = db.store(&ns);
+    let (a, b) = two_handles();
     let key = Key::member("w3").unwrap();
     b.expired(&Space::members(), 10).await.unwrap(); // b watches from before the acquire
     let lease = a.acquire(&key, &holder(), ttl()).await.unwrap();

@@ -189,6 +189,29 @@ fn key_of(space: String, name: String) -> Result<Key> {
     Ok(Key::new(space, name))
 }
 
+/// The holder stored in a row.
+fn holder_of(holder: String) -> Result<HolderId> {
+    HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))
+}
+
+/// The key (in `space`), holder and token of a lease listed by `EXPIRED` or
+/// `MEMBERS`: the row's first three columns.
+fn listed_lease(space: &Space, row: &PgRow) -> Result<(Key, HolderId, FencingToken)> {
+    Ok((
+        key_of(space.as_str().to_owned(), get(row, 0)?)?,
+        holder_of(get(row, 1)?)?,
+        token_of(get(row, 2)?)?,
+    ))
+}
+
+/// The ttl stored in a row, in milliseconds.
+fn ttl_of(ms: i64) -> Result<Ttl> {
+    u64::try_from(ms)
+        .ok()
+        .and_then(|ms| Ttl::from_millis(ms).ok())
+        .ok_or_else(|| corrupt("ttl_ms", ms))
+}
+
 impl PostgresStore {
     /// Connects, creates the namespace's schema if needed and applies the embedded
     /// migrations (serialized across processes by sqlx's migration lock).
@@ -487,7 +510,7 @@ impl LeaseStore for PostgresStore {
             if let (Some(h), Some(t)) = (held_by, held_token) {
                 return Err(Error::Held {
                     key: key.clone(),
-                    holder: HolderId::new(h).map_err(|_| corrupt("holder", "invalid holder"))?,
+                    holder: holder_of(h)?,
                     token: token_of(t)?,
                 });
             }
@@ -581,26 +604,12 @@ impl LeaseStore for PostgresStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        let holder: String = get(&row, 0)?;
-        let token: i64 = get(&row, 1)?;
-        let ttl: i64 = get(&row, 2)?;
-        let remaining: i64 = get(&row, 3)?;
-        let ttl = u64::try_from(ttl)
-            .ok()
-            .and_then(|ms| Ttl::from_millis(ms).ok())
-            .ok_or_else(|| corrupt("ttl_ms", ttl))?;
         Ok(Some(LeaseInfo {
             key: key.clone(),
-            holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
-            token: token_of(token)?,
-            ttl,
-            status: if remaining > 0 {
-                LeaseStatus::Live {
-                    remaining: Duration::from_micros(remaining.unsigned_abs()),
-                }
-            } else {
-                LeaseStatus::Expired
-            },
+            holder: holder_of(get(&row, 0)?)?,
+            token: token_of(get(&row, 1)?)?,
+            ttl: ttl_of(get(&row, 2)?)?,
+            status: status_of(get(&row, 3)?),
         }))
     }
 
@@ -610,13 +619,8 @@ impl LeaseStore for PostgresStore {
             .bind(space.as_str())
             .bind(limit_param(limit));
         self.list(q, |row| {
-            let name: String = get(row, 0)?;
-            let holder: String = get(row, 1)?;
-            Ok(ExpiredLease {
-                key: key_of(space.as_str().to_owned(), name)?,
-                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
-                token: token_of(get(row, 2)?)?,
-            })
+            let (key, holder, token) = listed_lease(space, row)?;
+            Ok(ExpiredLease { key, holder, token })
         })
         .await
     }
@@ -651,19 +655,13 @@ impl LeaseStore for PostgresStore {
             .bind(after.map_or("", |k| k.name().as_str()))
             .bind(limit_param(limit));
         self.list(q, |row| {
-            let name: String = get(row, 0)?;
-            let holder: String = get(row, 1)?;
-            let ttl: i64 = get(row, 3)?;
-            let remaining: i64 = get(row, 4)?;
+            let (key, holder, token) = listed_lease(space, row)?;
             Ok(LeaseInfo {
-                key: key_of(space.as_str().to_owned(), name)?,
-                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
-                token: token_of(get(row, 2)?)?,
-                ttl: u64::try_from(ttl)
-                    .ok()
-                    .and_then(|ms| Ttl::from_millis(ms).ok())
-                    .ok_or_else(|| corrupt("ttl_ms", ttl))?,
-                status: status_of(remaining),
+                key,
+                holder,
+                token,
+                ttl: ttl_of(get(row, 3)?)?,
+                status: status_of(get(row, 4)?),
             })
         })
         .await
@@ -695,7 +693,7 @@ impl LeaseStore for PostgresStore {
             Ok(DeathRecord {
                 seq: u64::try_from(seq).map_err(|_| corrupt("seq", seq))?,
                 key: key_of(get(row, 1)?, get(row, 2)?)?,
-                holder: HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
+                holder: holder_of(holder)?,
                 token: token_of(get(row, 4)?)?,
                 at: StoreTime::from_epoch(Duration::from_micros(
                     u64::try_from(at).map_err(|_| corrupt("at", at))?,

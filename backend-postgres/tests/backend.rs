@@ -144,14 +144,7 @@ async fn newer_schema_is_refused() {
 async fn expired_reads_only_the_expiry_index_prefix() {
     let Some(store) = store().await else { return };
     // Many live leases, then ask the planner how it finds the expired ones.
-    sqlx::query(
-        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
-         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
-         FROM generate_series(1, 5000) g",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
+    insert_live_members(&store, 5000).await;
     sqlx::query("ANALYZE leases")
         .execute(store.pool())
         .await
@@ -205,14 +198,7 @@ async fn members_reads_a_page_of_the_name_index() {
         }
         None => eprintln!("no ICU collation on this server: checking under the C collation only"),
     }
-    sqlx::query(
-        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
-         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
-         FROM generate_series(1, 20000) g",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
+    insert_live_members(&store, 20000).await;
     let mut tx = store.pool().begin().await.unwrap();
     let rows = sqlx::query(backend_postgres::sql::MEMBERS)
         .bind("members")
@@ -305,4 +291,17 @@ async fn advisory_election_one_leader_with_fencing_tokens() {
     other_lead.resign().await.unwrap();
     second.resign().await.unwrap();
     assert_eq!(a.leader().await.unwrap(), None);
+}
+
+/// Inserts `n` live leases (`members/m1` … `members/mN`, 60 s) straight into the table.
+async fn insert_live_members(store: &PostgresStore, n: i64) {
+    sqlx::query(
+        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
+         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(store.pool())
+    .await
+    .unwrap();
 }

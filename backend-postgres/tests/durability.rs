@@ -4,7 +4,7 @@
 //! being transient.
 
 use liveness_core::durability::UnsafeSetting;
-use liveness_core::{Error, HolderId, Key, LeaseStore, Ttl};
+use liveness_core::{Error, HolderId, Key, Lease, LeaseStore, Ttl};
 use sqlx::AssertSqlSafe;
 
 fn ns() -> String {
@@ -117,26 +117,12 @@ async fn a_renewal_after_the_server_lost_state_says_so() {
         .await
         .unwrap();
     let ttl = Ttl::from_secs(60).unwrap();
-    let released = store
-        .acquire(
-            &Key::parse("m/released").unwrap(),
-            &HolderId::new("a").unwrap(),
-            ttl,
-        )
-        .await
-        .unwrap();
+    let released = grant(&store, "m/released", "a", ttl).await;
     assert!(store.release(&released).await.unwrap());
     let err = store.renew(&released).await.unwrap_err();
     assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
 
-    let lease = store
-        .acquire(
-            &Key::parse("m/w").unwrap(),
-            &HolderId::new("w").unwrap(),
-            ttl,
-        )
-        .await
-        .unwrap();
+    let lease = grant(&store, "m/w", "w", ttl).await;
     // The state as an older backup had it: no leases, the sequence back at its start.
     let wipe =
         format!("TRUNCATE liveness_{ns}.leases; ALTER SEQUENCE liveness_{ns}.tokens RESTART");
@@ -164,4 +150,16 @@ async fn a_renewal_after_the_server_lost_state_says_so() {
         matches!(&many[0], Err(Error::Backend { source, .. }) if source.is::<liveness_core::durability::StoreLostState>()),
         "{many:?}"
     );
+}
+
+/// A lease on `key` (`space/name`) for `holder`.
+async fn grant(store: &impl LeaseStore, key: &str, holder: &str, ttl: Ttl) -> Lease {
+    store
+        .acquire(
+            &Key::parse(key).unwrap(),
+            &HolderId::new(holder).unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap()
 }

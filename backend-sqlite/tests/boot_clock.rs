@@ -9,15 +9,15 @@
 use std::path::Path;
 use std::time::Duration;
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
+use backend_sqlite::SqliteStore;
 use liveness_core::{
     EnqueueOptions, Error, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
-    LostReason, Namespace, Space, Ttl,
+    LostReason, Space, Ttl,
 };
 
-fn config(path: &Path) -> SqliteConfig {
-    SqliteConfig::new(path, Namespace::new("boot_test").unwrap())
-}
+mod common;
+
+const NS: &str = "boot_test";
 
 /// The host's boot clock now, in milliseconds: what every process of the host reads.
 fn boot_ms() -> i64 {
@@ -55,9 +55,7 @@ async fn recorded_boot(store: &SqliteStore) -> String {
 #[tokio::test]
 async fn expiry_is_counted_on_the_boot_clock_and_the_boot_id_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::connect(config(&dir.path().join("b.db")))
-        .await
-        .unwrap();
+    let store = common::open(&dir.path().join("b.db"), NS).await;
     let key = Key::member("a").unwrap();
     let ttl = Ttl::from_secs(3600).unwrap();
     let before = boot_ms();
@@ -87,7 +85,7 @@ async fn expiry_is_counted_on_the_boot_clock_and_the_boot_id_is_recorded() {
 /// lease's expiry `ahead` past the current boot clock: a boot that ran for days
 /// leaves expiries far beyond the new boot's clock, which restarted near zero.
 async fn as_if_written_under(path: &Path, boot: &str, ahead: Duration) {
-    let store = SqliteStore::connect(config(path)).await.unwrap();
+    let store = common::open(path, NS).await;
     sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
         .bind(boot)
         .execute(store.pool())
@@ -103,9 +101,8 @@ async fn as_if_written_under(path: &Path, boot: &str, ahead: Duration) {
 
 #[tokio::test]
 async fn a_lease_written_under_another_boot_is_expired_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("reboot.db");
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let (_dir, path) = common::scratch("reboot.db");
+    let store = common::open(&path, NS).await;
     let holder = HolderId::new("h").unwrap();
     let ttl = Ttl::from_secs(3600).unwrap();
     let worker = Key::member("worker").unwrap();
@@ -132,7 +129,7 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
         Duration::from_secs(40 * 86_400),
     )
     .await;
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let store = common::open(&path, NS).await;
     assert_eq!(recorded_boot(&store).await, this_boot());
 
     for key in [&worker, &other] {
@@ -211,9 +208,8 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn opening_at_once_after_a_reboot_retires_only_the_old_boots_leases() {
     for round in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("r{round}.db"));
-        let store = SqliteStore::connect(config(&path)).await.unwrap();
+        let (_dir, path) = common::scratch(&format!("r{round}.db"));
+        let store = common::open(&path, NS).await;
         let ttl = Ttl::from_secs(3600).unwrap();
         let old = Key::member("old").unwrap();
         store
@@ -227,7 +223,7 @@ async fn opening_at_once_after_a_reboot_retires_only_the_old_boots_leases() {
             .map(|i| {
                 let path = path.clone();
                 tokio::spawn(async move {
-                    let store = SqliteStore::connect(config(&path)).await.unwrap();
+                    let store = common::open(&path, NS).await;
                     let key = Key::member(&format!("new{i}")).unwrap();
                     store
                         .acquire(&key, &HolderId::new("h").unwrap(), ttl)

@@ -2,38 +2,27 @@
 //! every handle on the same file and namespace accepts it, also one opened through
 //! another path to the file; the same namespace in another file refuses it.
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
-use liveness_core::{Error, HolderId, InputProblem, ItemStore, Key, LeaseStore, Namespace, Ttl};
+use liveness_conformance::fixtures::acquire_member;
+use liveness_core::{Error, InputProblem, ItemStore, Key, LeaseStore, Ttl};
 
-fn config(path: &std::path::Path) -> SqliteConfig {
-    SqliteConfig::new(path, Namespace::new("issuer_test").unwrap())
-}
+mod common;
+
+const NS: &str = "issuer_test";
 
 #[tokio::test]
 async fn handles_on_one_file_agree_and_another_file_refuses() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.db");
-    let one = SqliteStore::connect(config(&path)).await.unwrap();
+    let (dir, path) = common::scratch("a.db");
+    let one = common::open(&path, NS).await;
     // The same file through another path: the issuer uses the canonical one.
-    let two = SqliteStore::connect(config(&dir.path().join(".").join("a.db")))
-        .await
-        .unwrap();
-    let other = SqliteStore::connect(config(&dir.path().join("b.db")))
-        .await
-        .unwrap();
+    let two = common::open(&dir.path().join(".").join("a.db"), NS).await;
+    let other = common::open(&dir.path().join("b.db"), NS).await;
     assert_eq!(one.issuer(), two.issuer());
     assert_ne!(one.issuer(), other.issuer());
 
     let key = Key::member("w").unwrap();
     let ttl = Ttl::from_secs(60).unwrap();
-    let lease = one
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
-    let theirs = other
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
+    let lease = acquire_member(&one, "w", "a", ttl).await;
+    let theirs = acquire_member(&other, "w", "a", ttl).await;
     assert_eq!(lease.token, theirs.token, "each file counts from 1");
 
     match other.renew(&lease).await {

@@ -2,23 +2,21 @@
 //! since: their holders' renewals fail loudly with `StoreLostState`, never a plain
 //! `Lost(Released)` that reads like a graceful release.
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::durability::StoreLostState;
-use liveness_core::{Error, HolderId, Key, LeaseStore, LostReason, Namespace, Ttl};
+use liveness_core::{Error, HolderId, Key, LeaseStore, LostReason, Ttl};
 
-fn config(path: &std::path::Path) -> SqliteConfig {
-    SqliteConfig::new(path, Namespace::new("lost_state").unwrap())
-}
+mod common;
+
+const NS: &str = "lost_state";
 
 #[tokio::test]
 async fn a_renewal_after_the_file_was_restored_from_an_older_copy_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
+    let (dir, path) = common::scratch("s.db");
     let backup = dir.path().join("backup.db");
     let ttl = Ttl::from_secs(60).unwrap();
     let holder = HolderId::new("h").unwrap();
 
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let store = common::open(&path, NS).await;
     let early = store
         .acquire(&Key::member("early").unwrap(), &holder, ttl)
         .await
@@ -27,7 +25,7 @@ async fn a_renewal_after_the_file_was_restored_from_an_older_copy_says_so() {
     store.close().await;
     std::fs::copy(&path, &backup).unwrap();
 
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let store = common::open(&path, NS).await;
     let lease = store
         .acquire(&Key::member("w").unwrap(), &holder, ttl)
         .await
@@ -38,7 +36,7 @@ async fn a_renewal_after_the_file_was_restored_from_an_older_copy_says_so() {
 
     // The operator restores yesterday's copy.
     std::fs::copy(&backup, &path).unwrap();
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let store = common::open(&path, NS).await;
     let err = store.renew(&lease).await.unwrap_err();
     match &err {
         Error::Backend { source, .. } => {

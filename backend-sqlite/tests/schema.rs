@@ -3,24 +3,23 @@
 
 use std::time::Duration;
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
+use backend_sqlite::SqliteStore;
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
-    Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, Namespace,
+    Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
     SchemaTooNew, Space, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Connection, SqlSafeStr};
 
-fn config(path: &std::path::Path) -> SqliteConfig {
-    SqliteConfig::new(path, Namespace::new("schema_test").unwrap())
-}
+mod common;
+
+const NS: &str = "schema_test";
 
 #[tokio::test]
 async fn reconnect_keeps_state_and_newer_schema_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let (_dir, path) = common::scratch("s.db");
+    let store = common::open(&path, NS).await;
     let key = Key::member("a").unwrap();
     let holder = HolderId::new("h").unwrap();
     let lease = store
@@ -30,7 +29,7 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
     store.close().await;
 
     // Connecting again applies nothing twice and sees the same lease.
-    let again = SqliteStore::connect(config(&path)).await.unwrap();
+    let again = common::open(&path, NS).await;
     assert_eq!(
         again.inspect(&key).await.unwrap().unwrap().token,
         lease.token
@@ -45,7 +44,9 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
     .await
     .unwrap();
     again.close().await;
-    let err = SqliteStore::connect(config(&path)).await.unwrap_err();
+    let err = SqliteStore::connect(common::config(&path, NS))
+        .await
+        .unwrap_err();
     match &err {
         Error::Backend { source, .. } => {
             let too_new = source
@@ -65,9 +66,8 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
 
 #[tokio::test]
 async fn a_locked_database_is_unavailable() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("busy.db");
-    let mut cfg = config(&path);
+    let (_dir, path) = common::scratch("busy.db");
+    let mut cfg = common::config(&path, NS);
     cfg.busy_timeout = Duration::from_millis(50);
     let store = SqliteStore::connect(cfg).await.unwrap();
 
@@ -126,12 +126,11 @@ async fn bad_urls_are_invalid_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_handles_open_a_new_file_at_once() {
     for round in 0..20 {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("fresh{round}.db"));
+        let (_dir, path) = common::scratch(&format!("fresh{round}.db"));
         let opens: Vec<_> = (0..8)
             .map(|_| {
                 let path = path.clone();
-                tokio::spawn(async move { SqliteStore::connect(config(&path)).await })
+                tokio::spawn(async move { SqliteStore::connect(common::config(&path, NS)).await })
             })
             .collect();
         let mut stores = Vec::new();
@@ -165,8 +164,7 @@ async fn many_handles_open_a_new_file_at_once() {
 /// old counter.
 #[tokio::test]
 async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1.db");
+    let (_dir, path) = common::scratch("v1.db");
     let url = format!("sqlite://{}?mode=rwc", path.display());
     {
         let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
@@ -192,7 +190,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         pool.close().await;
     }
 
-    let store = SqliteStore::connect(config(&path)).await.unwrap();
+    let store = common::open(&path, NS).await;
     let old = Key::member("old").unwrap();
     let info = store.inspect(&old).await.unwrap().unwrap();
     assert_eq!(info.status, LeaseStatus::Expired);

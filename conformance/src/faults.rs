@@ -276,6 +276,16 @@ impl Faulty {
     }
 
     /// Runs `call` (the inner store call, owning its arguments) under the next fault.
+    /// [`Faulty::run`] of `call` on the wrapped store.
+    async fn on_inner<T, F, Fut>(&self, op: Op, call: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.run(op, Box::pin(call(self.inner.clone()))).await
+    }
+
     async fn run<T: Send + 'static>(&self, op: Op, call: Boxed<T>) -> Result<T> {
         let fault = self.decide(op);
         if op == Op::Claim && fault != Fault::Pass {
@@ -344,95 +354,78 @@ impl LeaseStore for Faulty {
         self.inner.info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        let (s, key, holder) = (self.inner.clone(), key.clone(), holder.clone());
-        self.run(
-            Op::Acquire,
-            Box::pin(async move { s.acquire(&key, &holder, ttl).await }),
-        )
+        let (key, holder) = (key.clone(), holder.clone());
+        self.on_inner(Op::Acquire, move |s| async move {
+            s.acquire(&key, &holder, ttl).await
+        })
         .await
     }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let (s, lease) = (self.inner.clone(), lease.clone());
-        self.run(Op::Renew, Box::pin(async move { s.renew(&lease).await }))
+        let lease = lease.clone();
+        self.on_inner(Op::Renew, move |s| async move { s.renew(&lease).await })
             .await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let (s, lease) = (self.inner.clone(), lease.clone());
-        self.run(
-            Op::Release,
-            Box::pin(async move { s.release(&lease).await }),
-        )
-        .await
+        let lease = lease.clone();
+        self.on_inner(Op::Release, move |s| async move { s.release(&lease).await })
+            .await
     }
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let (s, key) = (self.inner.clone(), key.clone());
-        self.run(Op::Inspect, Box::pin(async move { s.inspect(&key).await }))
+        let key = key.clone();
+        self.on_inner(Op::Inspect, move |s| async move { s.inspect(&key).await })
             .await
     }
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let (s, space) = (self.inner.clone(), space.clone());
-        self.run(
-            Op::Expired,
-            Box::pin(async move { s.expired(&space, limit).await }),
-        )
+        let space = space.clone();
+        self.on_inner(Op::Expired, move |s| async move {
+            s.expired(&space, limit).await
+        })
         .await
     }
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let (s, key, watch) = (self.inner.clone(), key.clone(), self.watch());
-        self.run(
-            Op::Reap,
-            Box::pin(async move {
-                let r = s.reap(&key, token).await;
-                if matches!(r, Ok(true)) {
-                    report(&watch, Applied::Reaped { key, token });
-                }
-                r
-            }),
-        )
+        let (key, watch) = (key.clone(), self.watch());
+        self.on_inner(Op::Reap, move |s| async move {
+            let r = s.reap(&key, token).await;
+            if matches!(r, Ok(true)) {
+                report(&watch, Applied::Reaped { key, token });
+            }
+            r
+        })
         .await
     }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let s = self.inner.clone();
-        self.run(
-            Op::DeadTokens,
-            Box::pin(async move { s.dead_tokens(limit).await }),
-        )
+        self.on_inner(Op::DeadTokens, move |s| async move {
+            s.dead_tokens(limit).await
+        })
         .await
     }
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let (s, space, after) = (self.inner.clone(), space.clone(), page.after.cloned());
-        let limit = page.limit;
-        self.run(
-            Op::Members,
-            Box::pin(async move {
-                let page = Page {
-                    after: after.as_ref(),
-                    limit,
-                };
-                s.members(&space, page).await
-            }),
-        )
+        let (space, after, limit) = (space.clone(), page.after.cloned(), page.limit);
+        self.on_inner(Op::Members, move |s| async move {
+            let page = Page {
+                after: after.as_ref(),
+                limit,
+            };
+            s.members(&space, page).await
+        })
         .await
     }
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let s = self.inner.clone();
-        self.run(
+        self.on_inner(
             Op::Deaths,
-            Box::pin(async move { s.deaths(before, limit).await }),
+            move |s| async move { s.deaths(before, limit).await },
         )
         .await
     }
     async fn store_time(&self) -> Result<StoreTime> {
-        let s = self.inner.clone();
-        self.run(Op::StoreTime, Box::pin(async move { s.store_time().await }))
+        self.on_inner(Op::StoreTime, move |s| async move { s.store_time().await })
             .await
     }
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let (s, space) = (self.inner.clone(), space.clone());
-        self.run(
-            Op::NextExpiry,
-            Box::pin(async move { s.next_expiry(&space).await }),
-        )
+        let space = space.clone();
+        self.on_inner(Op::NextExpiry, move |s| async move {
+            s.next_expiry(&space).await
+        })
         .await
     }
     fn wakeups(&self) -> Option<watch::Receiver<u64>> {
@@ -443,119 +436,97 @@ impl LeaseStore for Faulty {
 #[async_trait]
 impl ItemStore for Faulty {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        let (s, payload) = (self.inner.clone(), payload.to_vec());
-        self.run(
-            Op::Enqueue,
-            Box::pin(async move { s.enqueue(&payload, options).await }),
-        )
+        let payload = payload.to_vec();
+        self.on_inner(Op::Enqueue, move |s| async move {
+            s.enqueue(&payload, options).await
+        })
         .await
     }
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
-        self.run(
-            Op::Claim,
-            Box::pin(async move {
-                let r = s.claim_request(&lease, n, req).await;
-                if let Ok(items) = &r {
-                    let ids = items.iter().map(|i| i.id).collect();
-                    let token = lease.token;
-                    report(&watch, Applied::Claimed { token, ids });
-                }
-                r
-            }),
-        )
+        let (lease, watch) = (lease.clone(), self.watch());
+        self.on_inner(Op::Claim, move |s| async move {
+            let r = s.claim_request(&lease, n, req).await;
+            if let Ok(items) = &r {
+                let ids = items.iter().map(|i| i.id).collect();
+                let token = lease.token;
+                report(&watch, Applied::Claimed { token, ids });
+            }
+            r
+        })
         .await
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
-        self.run(
-            Op::Complete,
-            Box::pin(async move {
-                let r = s.complete(&lease, id).await;
-                if r.is_ok() {
-                    let token = lease.token;
-                    report(&watch, Applied::Completed { token, id });
-                }
-                r
-            }),
-        )
+        let (lease, watch) = (lease.clone(), self.watch());
+        self.on_inner(Op::Complete, move |s| async move {
+            let r = s.complete(&lease, id).await;
+            if r.is_ok() {
+                let token = lease.token;
+                report(&watch, Applied::Completed { token, id });
+            }
+            r
+        })
         .await
     }
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let (s, lease, watch) = (self.inner.clone(), lease.clone(), self.watch());
-        self.run(
-            Op::Fail,
-            Box::pin(async move {
-                let r = s.fail(&lease, id, retry).await;
-                if r.is_ok() {
-                    let token = lease.token;
-                    report(&watch, Applied::Failed { token, id });
-                }
-                r
-            }),
-        )
+        let (lease, watch) = (lease.clone(), self.watch());
+        self.on_inner(Op::Fail, move |s| async move {
+            let r = s.fail(&lease, id, retry).await;
+            if r.is_ok() {
+                let token = lease.token;
+                report(&watch, Applied::Failed { token, id });
+            }
+            r
+        })
         .await
     }
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let (s, watch) = (self.inner.clone(), self.watch());
-        self.run(
-            Op::RequeueOrphans,
-            Box::pin(async move {
-                let r = s.requeue_orphans(token).await;
-                if let Ok(moved) = &r {
-                    if !moved.is_empty() {
-                        let moved = moved.clone();
-                        report(&watch, Applied::Requeued { token, moved });
-                    }
+        let watch = self.watch();
+        self.on_inner(Op::RequeueOrphans, move |s| async move {
+            let r = s.requeue_orphans(token).await;
+            if let Ok(moved) = &r {
+                if !moved.is_empty() {
+                    let moved = moved.clone();
+                    report(&watch, Applied::Requeued { token, moved });
                 }
-                r
-            }),
-        )
+            }
+            r
+        })
         .await
     }
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let s = self.inner.clone();
-        self.run(Op::Item, Box::pin(async move { s.item(id).await }))
+        self.on_inner(Op::Item, move |s| async move { s.item(id).await })
             .await
     }
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let s = self.inner.clone();
-        self.run(
+        self.on_inner(
             Op::ItemCounts,
-            Box::pin(async move { s.item_counts().await }),
+            move |s| async move { s.item_counts().await },
         )
         .await
     }
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let s = self.inner.clone();
-        self.run(
-            Op::DeadLetters,
-            Box::pin(async move { s.dead_letters(limit).await }),
-        )
+        self.on_inner(Op::DeadLetters, move |s| async move {
+            s.dead_letters(limit).await
+        })
         .await
     }
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let s = self.inner.clone();
-        self.run(
+        self.on_inner(
             Op::Items,
-            Box::pin(async move { s.items(state, page).await }),
+            move |s| async move { s.items(state, page).await },
         )
         .await
     }
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let s = self.inner.clone();
-        self.run(
-            Op::RetryDeadLetter,
-            Box::pin(async move { s.retry_dead_letter(id).await }),
-        )
+        self.on_inner(Op::RetryDeadLetter, move |s| async move {
+            s.retry_dead_letter(id).await
+        })
         .await
     }
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let s = self.inner.clone();
-        self.run(
-            Op::RetryDeadLetters,
-            Box::pin(async move { s.retry_dead_letters(limit).await }),
-        )
+        self.on_inner(Op::RetryDeadLetters, move |s| async move {
+            s.retry_dead_letters(limit).await
+        })
         .await
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, Namespace, Space, Store, Ttl,
+    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, MemoryServer, Namespace, Space,
+    Store, Ttl,
 };
 
 pub mod bench;
@@ -38,6 +39,15 @@ where
     Fut: Future<Output = Option<Arc<dyn Store>>> + Send + 'static,
 {
     Arc::new(move || Box::pin(f()) as StoreFuture)
+}
+
+/// A [`Factory`] of fresh namespaces on one in-memory `server` (the reference model):
+/// what the bench binaries run on when no backend is named.
+pub fn memory_factory(server: MemoryServer) -> Factory {
+    factory(move || {
+        let store: Arc<dyn Store> = Arc::new(server.store(&fresh_namespace()));
+        async move { Some(store) }
+    })
 }
 
 /// A random namespace (`t_` and 16 hex digits), for one scenario or one case.

@@ -44,6 +44,26 @@ struct LeaseRow {
     last_claim: Option<RequestId>,
 }
 
+impl LeaseRow {
+    /// What `inspect` and `list` show of this row, the lease on `key`, at store-clock
+    /// milliseconds `now`.
+    fn info(&self, key: &Key, now: u64) -> LeaseInfo {
+        LeaseInfo {
+            key: key.clone(),
+            holder: self.holder.clone(),
+            token: FencingToken(self.token),
+            ttl: self.ttl,
+            status: if now < self.expires_at_ms {
+                LeaseStatus::Live {
+                    remaining: Duration::from_millis(self.expires_at_ms - now),
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }
+    }
+}
+
 /// One row of the `items` table.
 #[derive(Clone, Debug)]
 struct ItemRow {
@@ -340,19 +360,7 @@ impl LeaseStore for TableStore {
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let t = self.tables.lock().await;
         let now = self.now_ms();
-        Ok(t.leases.get(key).map(|row| LeaseInfo {
-            key: key.clone(),
-            holder: row.holder.clone(),
-            token: FencingToken(row.token),
-            ttl: row.ttl,
-            status: if now < row.expires_at_ms {
-                LeaseStatus::Live {
-                    remaining: Duration::from_millis(row.expires_at_ms - now),
-                }
-            } else {
-                LeaseStatus::Expired
-            },
-        }))
+        Ok(t.leases.get(key).map(|row| row.info(key, now)))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
@@ -431,19 +439,7 @@ impl LeaseStore for TableStore {
             .range((from, std::ops::Bound::Unbounded))
             .take_while(|(key, _)| key.space() == space)
             .take(limit)
-            .map(|(key, row)| LeaseInfo {
-                key: key.clone(),
-                holder: row.holder.clone(),
-                token: FencingToken(row.token),
-                ttl: row.ttl,
-                status: if now < row.expires_at_ms {
-                    LeaseStatus::Live {
-                        remaining: Duration::from_millis(row.expires_at_ms - now),
-                    }
-                } else {
-                    LeaseStatus::Expired
-                },
-            })
+            .map(|(key, row)| row.info(key, now))
             .collect())
     }
 

@@ -209,14 +209,16 @@ fn start_checker(url: &str, port: u16) -> Child {
         .unwrap()
 }
 
+/// Sends `signal` (`-TERM`, `-INT`) to the process `pid`, with `kill`.
+fn send_signal(signal: &str, pid: &str) {
+    let sent = Command::new("kill").args([signal, pid]).status().unwrap();
+    assert!(sent.success(), "kill {signal} {pid}: {sent}");
+}
+
 /// Sends SIGTERM to `child` and waits for it to exit; returns its status and stderr.
 fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
     let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    send_signal("-TERM", &pid);
     let status = wait_for("the checker to exit after SIGTERM", || {
         child.try_wait().unwrap()
     });
@@ -552,11 +554,7 @@ fn postgres_health_follows_a_stopped_server() {
             let mut server = server.borrow_mut();
             let process = server.process().unwrap();
             let pid = process.pid().unwrap().to_string();
-            assert!(Command::new("kill")
-                .args(["-INT", &pid])
-                .status()
-                .unwrap()
-                .success());
+            send_signal("-INT", &pid);
             wait_for("postgres to stop", || {
                 TcpStream::connect(("127.0.0.1", process.port()))
                     .is_err()
@@ -645,11 +643,7 @@ fn watch_redraws_until_interrupted() {
         assert_eq!(frame["items"]["pending"], 0, "{frame}");
     }
     let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
+    send_signal("-INT", &pid);
     let status = wait_for("watch to exit on SIGINT", || child.try_wait().unwrap());
     assert!(status.success(), "{status:?}");
 }

@@ -16,7 +16,7 @@ use crate::backoff::Backoff;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus};
-use crate::heartbeat::{keep_alive, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{End, Heartbeat, HeartbeatConfig, Standing};
 use crate::lease::{Lease, LeaseInfo};
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
@@ -207,10 +207,15 @@ impl Election {
             let heartbeat = self.config.heartbeat;
             let metrics = self.metrics.clone();
             async move {
-                let end = keep_alive(
-                    &store, lease, sent, heartbeat, &standing, &stop, &events, &metrics,
-                )
-                .await;
+                let heartbeat = Heartbeat {
+                    store: &store,
+                    renewals: None,
+                    config: heartbeat,
+                    stop: &stop,
+                    events: &events,
+                    metrics: &metrics,
+                };
+                let end = heartbeat.keep_alive(lease, sent, &standing).await;
                 match end {
                     End::Lost(lease, reason) => {
                         events.emit(Event::LeadershipLost {

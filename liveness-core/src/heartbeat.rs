@@ -341,137 +341,126 @@ async fn watch<F: std::future::Future>(
     }
 }
 
-/// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the request
-/// that produced `lease` (acquire or renew) was sent, on tokio's clock (it plans the
-/// renewals; the deadline lives in `standing`). Fires the standing's cancellation on
-/// loss.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn keep_alive(
-    store: &Arc<dyn Store>,
-    lease: Lease,
-    sent: Instant,
-    config: HeartbeatConfig,
-    standing: &Standing,
-    stop: &CancellationToken,
-    events: &EventBus,
-    metrics: &HolderMetrics,
-) -> End {
-    keep_alive_via(
-        store, None, lease, sent, config, standing, stop, events, metrics,
-    )
-    .await
+/// What a holder's heartbeat renews through and reports to: the same for every lease
+/// it keeps alive.
+pub(crate) struct Heartbeat<'a> {
+    /// The store renewals go to.
+    pub(crate) store: &'a Arc<dyn Store>,
+    /// When given, renewals go through it, coalesced into batches.
+    pub(crate) renewals: Option<&'a Renewals>,
+    /// When to renew and how long a lease may go unrenewed.
+    pub(crate) config: HeartbeatConfig,
+    /// Ends the heartbeat (with [`End::Stopped`]) when fired.
+    pub(crate) stop: &'a CancellationToken,
+    /// Where late renewals are reported.
+    pub(crate) events: &'a EventBus,
+    /// Counts renewals and losses.
+    pub(crate) metrics: &'a HolderMetrics,
 }
 
-/// [`keep_alive`], renewing through `renewals` (coalesced into batches) when given.
-/// The send time of each renewal is taken when it is handed to the batcher, no later
-/// than the batch leaves: the deadline never comes later than with a renewal of its own.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn keep_alive_via(
-    store: &Arc<dyn Store>,
-    renewals: Option<&Renewals>,
-    lease: Lease,
-    sent: Instant,
-    config: HeartbeatConfig,
-    standing: &Standing,
-    stop: &CancellationToken,
-    events: &EventBus,
-    metrics: &HolderMetrics,
-) -> End {
-    let end = renew_until_end(
-        store, renewals, lease, sent, config, standing, stop, events, metrics,
-    )
-    .await;
-    if let End::Lost(_, reason) = &end {
-        metrics.lost(*reason);
-    }
-    end
-}
-
-/// The loop of [`keep_alive_via`], which counts how it ended.
-#[allow(clippy::too_many_arguments)]
-async fn renew_until_end(
-    store: &Arc<dyn Store>,
-    renewals: Option<&Renewals>,
-    mut lease: Lease,
-    mut sent: Instant,
-    config: HeartbeatConfig,
-    standing: &Standing,
-    stop: &CancellationToken,
-    events: &EventBus,
-    metrics: &HolderMetrics,
-) -> End {
-    let tick = config.tick();
-    // The first renewal of a lease comes anywhere in its first interval: a fleet that
-    // joined together (a deploy, a restart) is spread over one interval at once.
-    let mut interval = spread(config.renew_every, 1.0);
-    loop {
-        let planned = sent + interval;
-        // Later renewals come up to a fifth of the interval early, never late: the
-        // spread never closes again, and no renewal is planned nearer the deadline
-        // than configured.
-        interval = spread(config.renew_every, RENEW_JITTER);
-        match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
-            Woke::Done(()) => {}
-            Woke::Stopped => return End::Stopped(lease),
-            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+impl Heartbeat<'_> {
+    /// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the
+    /// request that produced `lease` (acquire or renew) was sent, on tokio's clock (it
+    /// plans the renewals; the deadline lives in `standing`). Fires the standing's
+    /// cancellation on loss. Through a batcher, the send time of each renewal is taken
+    /// when it is handed to the batcher, no later than the batch leaves: the deadline
+    /// never comes later than with a renewal of its own.
+    pub(crate) async fn keep_alive(&self, lease: Lease, sent: Instant, standing: &Standing) -> End {
+        let end = self.renew_until_end(lease, sent, standing).await;
+        if let End::Lost(_, reason) = &end {
+            self.metrics.lost(*reason);
         }
-        let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
+        end
+    }
+
+    /// The loop of [`Heartbeat::keep_alive`], which counts how it ended.
+    async fn renew_until_end(
+        &self,
+        mut lease: Lease,
+        mut sent: Instant,
+        standing: &Standing,
+    ) -> End {
+        let Heartbeat {
+            store,
+            renewals,
+            config,
+            stop,
+            events,
+            metrics,
+        } = *self;
+        let tick = config.tick();
+        // The first renewal of a lease comes anywhere in its first interval: a fleet that
+        // joined together (a deploy, a restart) is spread over one interval at once.
+        let mut interval = spread(config.renew_every, 1.0);
         loop {
-            let now = Instant::now();
-            let sent_on_clock = standing.clock().boot();
-            let renewal = async {
-                match renewals {
-                    Some(batch) => batch.renew(&lease).await,
-                    None => store.renew(&lease).await,
-                }
-            };
-            let attempt = match watch(standing, tick, stop, renewal).await {
-                Woke::Done(r) => {
-                    metrics.renewal(now.elapsed(), r.is_ok());
-                    r
-                }
+            let planned = sent + interval;
+            // Later renewals come up to a fifth of the interval early, never late: the
+            // spread never closes again, and no renewal is planned nearer the deadline
+            // than configured.
+            interval = spread(config.renew_every, RENEW_JITTER);
+            match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
+                Woke::Done(()) => {}
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
-            };
-            match attempt {
-                Ok(renewed) => {
-                    if let Err(reason) = standing.extend(sent_on_clock, &config) {
+            }
+            let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
+            loop {
+                let now = Instant::now();
+                let sent_on_clock = standing.clock().boot();
+                let renewal = async {
+                    match renewals {
+                        Some(batch) => batch.renew(&lease).await,
+                        None => store.renew(&lease).await,
+                    }
+                };
+                let attempt = match watch(standing, tick, stop, renewal).await {
+                    Woke::Done(r) => {
+                        metrics.renewal(now.elapsed(), r.is_ok());
+                        r
+                    }
+                    Woke::Stopped => return End::Stopped(lease),
+                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                };
+                match attempt {
+                    Ok(renewed) => {
+                        if let Err(reason) = standing.extend(sent_on_clock, &config) {
+                            return End::Lost(lease, loss_of(reason));
+                        }
+                        let late_by = now.saturating_duration_since(planned);
+                        if late_by > config.renew_every / 2 {
+                            events.emit(Event::RenewedLate {
+                                key: lease.key.clone(),
+                                token: lease.token,
+                                late_by,
+                            });
+                        }
+                        lease = renewed;
+                        sent = now;
+                        break;
+                    }
+                    Err(Error::Lost { reason, .. }) => {
+                        let reason = standing.lose(reason);
                         return End::Lost(lease, loss_of(reason));
                     }
-                    let late_by = now.saturating_duration_since(planned);
-                    if late_by > config.renew_every / 2 {
-                        events.emit(Event::RenewedLate {
-                            key: lease.key.clone(),
-                            token: lease.token,
-                            late_by,
-                        });
+                    Err(e) if e.is_retryable() => {
+                        tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
+                        let pause = backoff.next();
+                        match watch(standing, tick, stop, tokio::time::sleep(pause)).await {
+                            Woke::Done(()) => {}
+                            Woke::Stopped => return End::Stopped(lease),
+                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                        }
                     }
-                    lease = renewed;
-                    sent = now;
-                    break;
-                }
-                Err(Error::Lost { reason, .. }) => {
-                    let reason = standing.lose(reason);
-                    return End::Lost(lease, loss_of(reason));
-                }
-                Err(e) if e.is_retryable() => {
-                    tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
-                    let pause = backoff.next();
-                    match watch(standing, tick, stop, tokio::time::sleep(pause)).await {
-                        Woke::Done(()) => {}
-                        Woke::Stopped => return End::Stopped(lease),
-                        Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                    Err(e) => {
+                        tracing::error!(key = %lease.key, error = %e, "renew failed permanently");
+                        standing.lose(LostReason::GaveUp);
+                        let reason = if StoreLostState::is_source_of(&e) {
+                            LossReason::StoreLostState
+                        } else {
+                            LossReason::Fault
+                        };
+                        return End::Lost(lease, reason);
                     }
-                }
-                Err(e) => {
-                    tracing::error!(key = %lease.key, error = %e, "renew failed permanently");
-                    standing.lose(LostReason::GaveUp);
-                    let reason = if StoreLostState::is_source_of(&e) {
-                        LossReason::StoreLostState
-                    } else {
-                        LossReason::Fault
-                    };
-                    return End::Lost(lease, reason);
                 }
             }
         }

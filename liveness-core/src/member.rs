@@ -26,7 +26,7 @@ use crate::batch::Renewals;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
-use crate::heartbeat::{keep_alive_via, spread, End, HeartbeatConfig, Standing};
+use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
@@ -148,6 +148,33 @@ impl Generation {
             cancel: standing.cancel().clone(),
             standing: Arc::new(standing),
         }
+    }
+
+    /// The generation of `lease`, just taken by a join of `kind` (`join` or `rejoin`)
+    /// whose acquire was sent at `sent_on_clock`: counted and announced.
+    fn joined(
+        config: &MemberConfig,
+        metrics: &HolderMetrics,
+        kind: &'static str,
+        lease: Lease,
+        sent_on_clock: Duration,
+    ) -> Self {
+        metrics
+            .labels()
+            .counter(JOINS_TOTAL, &[("kind", kind)])
+            .increment(1);
+        config.events.emit(Event::Joined {
+            key: lease.key.clone(),
+            holder: config.holder.clone(),
+            token: lease.token,
+        });
+        let standing = Standing::new(
+            config.clock.clone(),
+            &lease,
+            &config.heartbeat,
+            sent_on_clock,
+        );
+        Generation::new(lease, standing)
     }
 
     /// May work still act under this generation? Returns its token while the lease
@@ -306,22 +333,7 @@ impl Member {
                 Err(e) => return Err(e),
             }
         };
-        metrics
-            .labels()
-            .counter(JOINS_TOTAL, &[("kind", "join")])
-            .increment(1);
-        config.events.emit(Event::Joined {
-            key: key.clone(),
-            holder: config.holder.clone(),
-            token: lease.token,
-        });
-        let standing = Standing::new(
-            config.clock.clone(),
-            &lease,
-            &config.heartbeat,
-            sent_on_clock,
-        );
-        let first = Generation::new(lease, standing);
+        let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock);
         let inner = Arc::new(Inner {
             store,
             config,
@@ -631,20 +643,19 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     let stop = strong.stop.clone();
     let metrics = strong.metrics.clone();
     drop(strong);
+    let heartbeat = Heartbeat {
+        store: &store,
+        renewals: config.renewals.as_ref(),
+        config: config.heartbeat,
+        stop: &stop,
+        events: &config.events,
+        metrics: &metrics,
+    };
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let end = keep_alive_via(
-            &store,
-            config.renewals.as_ref(),
-            gen.lease.clone(),
-            sent,
-            config.heartbeat,
-            &gen.standing,
-            &stop,
-            &config.events,
-            &metrics,
-        )
-        .await;
+        let end = heartbeat
+            .keep_alive(gen.lease.clone(), sent, &gen.standing)
+            .await;
         let (old, reason) = match end {
             End::Stopped(lease) => {
                 if let Some(inner) = inner.upgrade() {
@@ -682,18 +693,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         }
         match rejoin(&store, &config, &key, &old, &stop).await {
             Some((lease, at, at_on_clock)) => {
-                metrics
-                    .labels()
-                    .counter(JOINS_TOTAL, &[("kind", "rejoin")])
-                    .increment(1);
-                config.events.emit(Event::Joined {
-                    key: key.clone(),
-                    holder: config.holder.clone(),
-                    token: lease.token,
-                });
-                let standing =
-                    Standing::new(config.clock.clone(), &lease, &config.heartbeat, at_on_clock);
-                gen = Generation::new(lease, standing);
+                gen = Generation::joined(&config, &metrics, "rejoin", lease, at_on_clock);
                 sent = at;
                 let Some(inner) = inner.upgrade() else {
                     return;

@@ -12,6 +12,19 @@ fn ns(name: &str) -> Namespace {
     Namespace::new(name).unwrap()
 }
 
+/// A lease on member `w` for `holder`, 60 s.
+async fn acquire_w(store: &impl LeaseStore, holder: &str) -> Lease {
+    let ttl = Ttl::from_secs(60).unwrap();
+    store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &HolderId::new(holder).unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap()
+}
+
 fn is_foreign<T: std::fmt::Debug>(r: liveness_core::Result<T>) {
     match r {
         Err(Error::InvalidInput {
@@ -27,15 +40,8 @@ async fn the_same_namespace_of_another_server_refuses_the_lease() {
     let (one, two) = (MemoryServer::new(), MemoryServer::new());
     let (a, b) = (one.store(&ns("default")), two.store(&ns("default")));
     let key = Key::member("w").unwrap();
-    let ttl = Ttl::from_secs(60).unwrap();
-    let la = a
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
-    let lb = b
-        .acquire(&key, &HolderId::new("b").unwrap(), ttl)
-        .await
-        .unwrap();
+    let la = acquire_w(&a, "a").await;
+    let lb = acquire_w(&b, "b").await;
     assert_eq!(la.token, lb.token, "both servers start counting at 1");
     let id = b
         .enqueue(
@@ -73,12 +79,7 @@ async fn handles_on_the_same_server_and_namespace_accept_each_others_leases() {
     let b = server.clone().store(&ns("default"));
     assert_eq!(a.issuer(), b.issuer());
     assert_ne!(a.issuer(), server.store(&ns("other")).issuer());
-    let key = Key::member("w").unwrap();
-    let ttl = Ttl::from_secs(60).unwrap();
-    let lease = a
-        .acquire(&key, &HolderId::new("a").unwrap(), ttl)
-        .await
-        .unwrap();
+    let lease = acquire_w(&a, "a").await;
     assert_eq!(&lease.issuer, a.issuer());
     let lease = b.renew(&lease).await.unwrap();
     assert!(b.release(&lease).await.unwrap());

@@ -102,13 +102,18 @@ fn ttl(ms: u64) -> Ttl {
     Ttl::from_millis(ms).unwrap()
 }
 
+/// Member `w` (ttl 300 ms, rejoining) joined on `store`.
+async fn join_w(store: Arc<dyn Store>) -> Member {
+    Member::join(store, MemberConfig::new("w", ttl(300)).unwrap())
+        .await
+        .unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_renewing_member_counts_its_join_and_renewals() {
     let ns = "metrics_renew";
     let store = store(ns);
-    let member = Member::join(store, MemberConfig::new("w", ttl(300)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(store).await;
     assert_eq!(counter(JOINS_TOTAL, ns, &[("kind", "join")]), 1);
     // ttl 300 ms, renewals every 100 ms at most: 2 s hold at least ten.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -123,9 +128,7 @@ async fn a_renewing_member_counts_its_join_and_renewals() {
 async fn a_lost_lease_counts_its_reason_and_the_rejoin() {
     let ns = "metrics_lost";
     let store = store(ns);
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(store.clone()).await;
     let mut events = member.events().subscribe();
     // Somebody else releases the member's lease: its next renewal answers `Lost`.
     assert!(store.release(&member.lease()).await.unwrap());
@@ -155,9 +158,7 @@ async fn a_declared_death_counts_the_death_and_its_items() {
     let ns = "metrics_death";
     let store = store(ns);
     let checker = Checker::new(store.clone(), CheckerConfig::default());
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(300)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(store.clone()).await;
     store
         .enqueue(b"again", EnqueueOptions::default())
         .await
@@ -219,9 +220,7 @@ async fn fenced_completions_and_fails_are_counted() {
 async fn a_store_error_is_counted_by_operation_and_kind() {
     let ns = "metrics_errors";
     let store = store(ns);
-    let member = Member::join(store, MemberConfig::new("w", ttl(300)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(store).await;
     // A claim of zero items: the store refuses it.
     let refused = member.claim(0).await;
     assert!(

@@ -321,19 +321,13 @@ async fn a_store_slower_than_the_client_timeout_makes_the_fleet_slower_not_small
         let bound = ((stall + ttl.duration() * 2).as_secs_f64() / per_attempt.as_secs_f64()).ceil()
             as usize;
         for (key, times) in &seen.acquires {
-            let during: Vec<_> = times.iter().filter(|t| **t >= stall_start).collect();
-            assert!(
-                during.len() <= bound,
-                "{key}: {} acquires during the stall and recovery (bound {bound})",
-                during.len()
-            );
-            for w in during.windows(2) {
-                assert!(
-                    *w[1] - *w[0] >= config.renew_every / 8,
-                    "{key}: acquires {:?} apart",
-                    *w[1] - *w[0]
-                );
-            }
+            let during: Vec<_> = times
+                .iter()
+                .copied()
+                .filter(|t| *t >= stall_start)
+                .collect();
+            let what = format!("{key}: acquires during the stall and recovery");
+            assert_few_and_spaced(&during, bound, config.renew_every / 8, &what);
         }
         assert_eq!(seen.max_in_flight, 1, "one renewal in flight per lease");
     }
@@ -411,17 +405,13 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
     // Batches leave at least one window apart: the round trips are bounded by time,
     // not by the number of members.
     let bound = (run.as_millis() / window.as_millis()) as usize + 1;
-    assert!(
-        batches.len() <= bound,
-        "{} renew_many calls in {run:?} (bound {bound})",
-        batches.len()
+    let sent: Vec<_> = batches.iter().map(|(at, _)| *at).collect();
+    assert_few_and_spaced(
+        &sent,
+        bound,
+        window,
+        &format!("renew_many calls in {run:?}"),
     );
-    for w in batches.windows(2) {
-        assert!(
-            w[1].0 - w[0].0 >= window,
-            "two batches less than a window apart"
-        );
-    }
     let mut lost = Vec::new();
     while let Ok(e) = events.try_recv() {
         if let Event::Lost { key, reason, .. } = e {
@@ -473,4 +463,17 @@ async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
     // calls per death.
     assert_eq!(calls, 5, "{calls} store calls for {n} deaths");
     assert_eq!(dyn_store.item_counts().await.unwrap().pending, n as u64);
+}
+
+/// Asserts that `times` (in order) are at most `bound`, each at least `gap` after the
+/// one before: `what` they are, for the message.
+fn assert_few_and_spaced(times: &[Instant], bound: usize, gap: Duration, what: &str) {
+    assert!(
+        times.len() <= bound,
+        "{} {what} (bound {bound})",
+        times.len()
+    );
+    for w in times.windows(2) {
+        assert!(w[1] - w[0] >= gap, "{what}: {:?} apart", w[1] - w[0]);
+    }
 }

@@ -225,10 +225,8 @@ fn try_launch(etcd: &Path, tls: bool, password: Option<&str>) -> std::io::Result
     let etcd = etcd.to_path_buf();
     let launch_files = files.clone();
     let launcher: crate::Launcher = Box::new(move |dir: &Path, port: u16| {
-        let client = format!("{scheme}://127.0.0.1:{port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
-        let initial = format!("default={peer}");
-        let mut cmd = member_command(&etcd, dir, "default", &client, &peer, &initial);
+        let initial = format!("default=http://127.0.0.1:{peer_port}");
+        let mut cmd = member_command(&etcd, dir, "default", (scheme, port), peer_port, &initial);
         if let Some(f) = &launch_files {
             cmd.arg(format!("--cert-file={}", f.cert.display()))
                 .arg(format!("--key-file={}", f.key.display()));
@@ -308,17 +306,19 @@ pub(crate) fn poll_healthy(
 }
 
 /// The command that starts one etcd member named `name` in `dir` (data in
-/// `dir/data`), serving clients at `client` and peers at `peer`, in a new cluster
-/// of the members `initial_cluster` lists (`name=peer-url,...`); logs warnings to
-/// stderr.
+/// `dir/data`), serving clients at `client_scheme://127.0.0.1:client_port` and peers
+/// at `http://127.0.0.1:peer_port`, in a new cluster of the members `initial_cluster`
+/// lists (`name=peer-url,...`); logs warnings to stderr.
 pub(crate) fn member_command(
     etcd: &Path,
     dir: &Path,
     name: &str,
-    client: &str,
-    peer: &str,
+    (client_scheme, client_port): (&str, u16),
+    peer_port: u16,
     initial_cluster: &str,
 ) -> Command {
+    let client = format!("{client_scheme}://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
     let mut cmd = Command::new(etcd);
     cmd.current_dir(dir)
         .arg(format!("--name={name}"))

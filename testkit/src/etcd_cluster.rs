@@ -215,10 +215,10 @@ fn try_start(etcd: &Path) -> std::io::Result<EtcdCluster> {
         let etcd = etcd.to_path_buf();
         let initial = initial.clone();
         let launcher: crate::Launcher = Box::new(move |dir: &Path, port: u16| {
-            let client = format!("http://127.0.0.1:{port}");
-            let peer = format!("http://127.0.0.1:{peer_port}");
             let name = format!("m{i}");
-            let mut cmd = crate::etcd::member_command(&etcd, dir, &name, &client, &peer, &initial);
+            let client = ("http", port);
+            let mut cmd =
+                crate::etcd::member_command(&etcd, dir, &name, client, peer_port, &initial);
             cmd.arg("--initial-cluster-token=liveness-test");
             cmd
         });

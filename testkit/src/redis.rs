@@ -263,12 +263,7 @@ impl RedisCluster {
     fn try_start(server: &Path, cli: &Path) -> Result<RedisCluster, String> {
         let mut nodes = Vec::new();
         for _ in 0..CLUSTER_NODES {
-            let dir = tempfile::Builder::new()
-                .prefix("liveness-redis-cluster-")
-                .tempdir()
-                .map_err(|e| format!("cannot make a temp dir: {e}"))?;
-            let port = free_port().map_err(|e| format!("no free port: {e}"))?;
-            let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
+            let (dir, port, bus) = node_place("liveness-redis-cluster-")?;
             let binary = server.to_path_buf();
             let launcher = Box::new(move |dir: &Path, port: u16| {
                 let mut cmd = cluster_node_command(&binary, dir, port, bus, 2000);
@@ -388,6 +383,18 @@ pub(crate) fn cluster_url(addrs: &[String]) -> String {
         addrs[0],
         addrs[1..].join(",")
     )
+}
+
+/// Where a new cluster node lives: a fresh temporary folder named with `prefix`, a
+/// free port for its clients and one for its cluster bus.
+pub(crate) fn node_place(prefix: &str) -> Result<(tempfile::TempDir, u16, u16), String> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| format!("cannot make a temp dir: {e}"))?;
+    let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+    let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
+    Ok((dir, port, bus))
 }
 
 /// `redis-server` as a cluster node in `dir` (the working folder and the data

@@ -23,9 +23,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::redis::{
-    cluster_node_command, cluster_url, create_cluster, node_addrs, server_and_cli, BIN_DIRS,
+    cluster_node_command, cluster_url, create_cluster, node_addrs, node_place, server_and_cli,
+    BIN_DIRS,
 };
-use crate::{find_binary, free_port, missing, ServerProcess};
+use crate::{find_binary, missing, ServerProcess};
 
 const INSTALL_HINT: &str = "apt-get install redis-server redis-tools";
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -283,12 +284,7 @@ fn try_start(
     let mut nodes = Vec::new();
     let mut buses = Vec::new();
     for i in 0..6 {
-        let dir = tempfile::Builder::new()
-            .prefix("liveness-redis-failover-")
-            .tempdir()
-            .map_err(|e| format!("cannot make a temp dir: {e}"))?;
-        let port = free_port().map_err(|e| format!("no free port: {e}"))?;
-        let bus = free_port().map_err(|e| format!("no free port: {e}"))?;
+        let (dir, port, bus) = node_place("liveness-redis-failover-")?;
         buses.push(bus);
         let binary = server.to_path_buf();
         let shifted = faketime.filter(|_| i >= 3).cloned();

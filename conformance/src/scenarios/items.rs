@@ -44,14 +44,7 @@ pub async fn enqueue_claim_complete(ctx: Ctx) {
     assert_eq!(got[0].attempts, 1);
     assert_eq!(got[0].max_attempts, 3);
     assert_eq!(state(s, a).await, Some(ItemState::Owned(lease.token)));
-    assert_eq!(
-        s.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 1,
-            owned: 2,
-            dead_lettered: 0
-        }
-    );
+    assert_counts(s, [1, 2, 0], "item counts").await;
     s.complete(&lease, a).await.unwrap();
     assert_eq!(state(s, a).await, None, "completed items are removed");
     assert!(matches!(
@@ -73,6 +66,40 @@ async fn enqueue_n(s: &Arc<dyn Store>, n: u8) -> Vec<ItemId> {
     all
 }
 
+/// Asserts the store's `[pending, owned, dead_lettered]` item counts; `why` says what
+/// they show.
+async fn assert_counts(s: &Arc<dyn Store>, [pending, owned, dead_lettered]: [u64; 3], why: &str) {
+    let want = ItemCounts {
+        pending,
+        owned,
+        dead_lettered,
+    };
+    assert_eq!(s.item_counts().await.unwrap(), want, "{why}");
+}
+
+/// `total` items enqueued, then a claim of `n` by member `w` sent twice with one request
+/// id (as after a lost reply): the first takes the oldest `n`, the repeat answers the
+/// same items with the same attempt counts. Returns the items, the lease, the request
+/// id and the repeat's answer.
+async fn claim_twice(
+    ctx: &Ctx,
+    total: u8,
+    n: usize,
+) -> (Vec<ItemId>, Lease, RequestId, Vec<liveness_core::Item>) {
+    let s = &ctx.store;
+    let all = enqueue_n(s, total).await;
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
+    let request = RequestId::next();
+    let first = s.claim_request(&lease, n, request).await.unwrap();
+    assert_eq!(ids(&first), all[..n].to_vec());
+    let again = s.claim_request(&lease, n, request).await.unwrap();
+    assert_eq!(
+        again, first,
+        "a repeat answers the same items, attempts unchanged"
+    );
+    (all, lease, request, again)
+}
+
 fn ids(items: &[liveness_core::Item]) -> Vec<ItemId> {
     items.iter().map(|i| i.id).collect()
 }
@@ -84,25 +111,8 @@ fn ids(items: &[liveness_core::Item]) -> Vec<ItemId> {
 /// retried without stranding items under a live token.)
 pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
     let s = &ctx.store;
-    let all = enqueue_n(s, 5).await;
-    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
-    let request = RequestId::next();
-    let first = s.claim_request(&lease, 3, request).await.unwrap();
-    assert_eq!(ids(&first), all[..3].to_vec());
-    let again = s.claim_request(&lease, 3, request).await.unwrap();
-    assert_eq!(
-        again, first,
-        "a repeat answers the same items, attempts unchanged"
-    );
-    assert_eq!(
-        s.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 2,
-            owned: 3,
-            dead_lettered: 0
-        },
-        "a repeat assigns nothing new"
-    );
+    let (all, lease, request, _) = claim_twice(&ctx, 5, 3).await;
+    assert_counts(s, [2, 3, 0], "a repeat assigns nothing new").await;
     // A new request takes the rest; the old one still answers its own items.
     let second = s.claim_request(&lease, 3, RequestId::next()).await.unwrap();
     assert_eq!(ids(&second), all[3..].to_vec());
@@ -134,29 +144,15 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
 /// that took nothing; a newer id is still admitted.
 pub async fn late_claim_after_its_repeat_completed_assigns_nothing(ctx: Ctx) {
     let s = &ctx.store;
-    let all = enqueue_n(s, 4).await;
-    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
-    let request = RequestId::next();
     // The first copy's reply was lost; its repeat answers the same items.
-    let first = s.claim_request(&lease, 2, request).await.unwrap();
-    assert_eq!(ids(&first), all[..2].to_vec());
-    let repeat = s.claim_request(&lease, 2, request).await.unwrap();
-    assert_eq!(repeat, first);
+    let (all, lease, request, repeat) = claim_twice(&ctx, 4, 2).await;
     for item in &repeat {
         s.complete(&lease, item.id).await.unwrap();
     }
     // A late copy of the same request arrives now.
     let late = s.claim_request(&lease, 2, request).await.unwrap();
     assert!(late.is_empty(), "a late copy assigned {:?}", ids(&late));
-    assert_eq!(
-        s.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 2,
-            owned: 0,
-            dead_lettered: 0
-        },
-        "a late copy assigns nothing"
-    );
+    assert_counts(s, [2, 0, 0], "a late copy assigns nothing").await;
     assert_eq!(state(s, all[2]).await, Some(ItemState::Pending));
     // A newer id is admitted and takes what is pending.
     let next = s.claim_request(&lease, 2, RequestId::next()).await.unwrap();
@@ -187,15 +183,7 @@ pub async fn older_claim_id_after_a_newer_one_assigns_nothing(ctx: Ctx) {
     assert_eq!(ids(&taken), vec![all[0]]);
     let stale = s.claim_request(&lease, 2, older).await.unwrap();
     assert!(stale.is_empty(), "an older id assigned {:?}", ids(&stale));
-    assert_eq!(
-        s.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 3,
-            owned: 1,
-            dead_lettered: 0
-        },
-        "an older id assigns nothing"
-    );
+    assert_counts(s, [3, 1, 0], "an older id assigns nothing").await;
     // The newer one still answers its own items on a repeat.
     assert_eq!(s.claim_request(&lease, 1, newer).await.unwrap(), taken);
     // Equal ids of the high-water mark: the mark's own id, its items completed.

@@ -192,21 +192,13 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
     let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
     for bad in out_of_bounds.into_iter().flatten() {
         let Ok(bad) = Ttl::new(bad) else { continue };
-        let r = ctx
-            .store
-            .renew(&Lease {
-                ttl: bad,
-                ..lease.clone()
-            })
-            .await;
+        let with_bad_ttl = |l: &Lease| Lease {
+            ttl: bad,
+            ..l.clone()
+        };
+        let r = ctx.store.renew(&with_bad_ttl(&lease)).await;
         super::items::assert_invalid(r, "ttl");
-        let lost = ctx
-            .store
-            .renew(&Lease {
-                ttl: bad,
-                ..shorter.clone()
-            })
-            .await;
+        let lost = ctx.store.renew(&with_bad_ttl(&shorter)).await;
         assert_eq!(
             lost.unwrap_err().lost_reason(),
             Some(LostReason::Expired),

@@ -98,10 +98,8 @@ pub async fn checker_crash_between_reap_and_requeue_loses_nothing(ctx: Ctx) {
 /// else can be handed that work.
 pub async fn member_cancel_fires_before_store_expiry(ctx: Ctx) {
     let ttl = ctx.machine_ttl();
-    let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
-    let store: Arc<dyn Store> = wrapped.clone();
     let config = MemberConfig::new(&unique("m"), ttl).unwrap().rejoin(false);
-    let member = Member::join(store, config).await.unwrap();
+    let (wrapped, member) = join_wrapped(&ctx, config).await;
     let key = member.key().clone();
     let cancel = member.cancelled();
     wrapped.stall_renewals(true);
@@ -123,11 +121,7 @@ pub async fn member_cancel_fires_before_store_expiry(ctx: Ctx) {
 pub async fn member_rejoins_with_new_token(ctx: Ctx) {
     let ttl = ctx.machine_ttl();
     let deadline = ttl.duration() * 4 + Duration::from_secs(2);
-    let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
-    let store: Arc<dyn Store> = wrapped.clone();
-    let member = Member::join(store, MemberConfig::new(&unique("r"), ttl).unwrap())
-        .await
-        .unwrap();
+    let (wrapped, member) = join_wrapped(&ctx, MemberConfig::new(&unique("r"), ttl).unwrap()).await;
     let mut events = member.events().subscribe();
     let first = member.generation();
     let mut gens = member.generations();
@@ -193,14 +187,8 @@ pub async fn member_leave_hands_back_items(ctx: Ctx) {
 /// and all 10 complete; nothing stays owned.
 pub async fn member_recovers_lost_claim_reply(ctx: Ctx) {
     let s = &ctx.store;
-    let wrapped = Arc::new(Wrapped::new(s.clone()));
-    let store: Arc<dyn Store> = wrapped.clone();
-    let member = Member::join(
-        store,
-        MemberConfig::new(&unique("lostreply"), ctx.long).unwrap(),
-    )
-    .await
-    .unwrap();
+    let config = MemberConfig::new(&unique("lostreply"), ctx.long).unwrap();
+    let (wrapped, member) = join_wrapped(&ctx, config).await;
     let mut ids = Vec::new();
     for i in 0..10 {
         let payload = format!("job{i}");
@@ -244,14 +232,8 @@ pub async fn member_recovers_lost_claim_reply(ctx: Ctx) {
 /// its own completion from a loss: the retry answers Ok, and the item stays completed.
 pub async fn member_complete_retried_after_lost_reply(ctx: Ctx) {
     let s = &ctx.store;
-    let wrapped = Arc::new(Wrapped::new(s.clone()));
-    let store: Arc<dyn Store> = wrapped.clone();
-    let member = Member::join(
-        store,
-        MemberConfig::new(&unique("lostdone"), ctx.long).unwrap(),
-    )
-    .await
-    .unwrap();
+    let config = MemberConfig::new(&unique("lostdone"), ctx.long).unwrap();
+    let (wrapped, member) = join_wrapped(&ctx, config).await;
     let id = s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
     let claimed = member.claim(1).await.unwrap();
     assert_eq!(claimed.len(), 1);
@@ -371,4 +353,13 @@ pub async fn election_failover_after_leader_stops(ctx: Ctx) {
     wrapped.stall_renewals(false);
     drop(leader);
     next.resign().await.unwrap();
+}
+
+/// A member joined through a [`Wrapped`] view of the store under test, and the view
+/// (to stall its renewals or lose its replies).
+async fn join_wrapped(ctx: &Ctx, config: MemberConfig) -> (Arc<Wrapped>, Member) {
+    let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
+    let store: Arc<dyn Store> = wrapped.clone();
+    let member = Member::join(store, config).await.unwrap();
+    (wrapped, member)
 }

@@ -71,8 +71,32 @@ impl Process {
     }
 }
 
-/// Starts a process thread named `name` running `body(name, store, seed, shared,
-/// commands)` on its own current-thread runtime.
+/// What a process's body starts with: its name, its view of the store, its seed, the
+/// run's shared state, what freezes it, and its command channel.
+struct Start {
+    name: String,
+    store: Arc<Faulty>,
+    seed: u64,
+    shared: Shared,
+    pauser: Arc<Pauser>,
+    rx: mpsc::UnboundedReceiver<Command>,
+}
+
+impl Start {
+    /// How long a freeze waits for the process to be busy: one ttl.
+    fn wait(&self) -> Duration {
+        self.shared.config.ttl.duration()
+    }
+
+    /// Obeys freeze and suspend commands until another one (or the end) comes.
+    async fn obey(&mut self) -> Option<Command> {
+        let wait = self.wait();
+        self.pauser.obey(&mut self.rx, wait).await
+    }
+}
+
+/// Starts a process thread named `name` running `body` on its own current-thread
+/// runtime.
 fn spawn_process<F, Fut>(
     name: String,
     store: Arc<Faulty>,
@@ -81,13 +105,18 @@ fn spawn_process<F, Fut>(
     body: F,
 ) -> Process
 where
-    F: FnOnce(String, Arc<Faulty>, u64, Shared, mpsc::UnboundedReceiver<Command>) -> Fut
-        + Send
-        + 'static,
+    F: FnOnce(Start) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
     let (control, rx) = mpsc::unbounded_channel();
-    let (thread_name, handle) = (name.clone(), store.clone());
+    let start = Start {
+        name: name.clone(),
+        store: store.clone(),
+        seed,
+        shared,
+        pauser: Arc::new(Pauser::default()),
+        rx,
+    };
     let thread = std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
@@ -95,7 +124,7 @@ where
                 .enable_all()
                 .build()
                 .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-            rt.block_on(body(thread_name, handle, seed, shared, rx));
+            rt.block_on(body(start));
         })
         .unwrap_or_else(|e| panic!("spawn a process thread: {e}"));
     Process {
@@ -210,18 +239,11 @@ pub(super) fn spawn_member(i: usize, store: Arc<Faulty>, seed: u64, shared: Shar
 
 /// A member process: joins, runs its workers, obeys commands; a `Leave` leaves and
 /// joins again under the same name.
-async fn member_process(
-    name: String,
-    store: Arc<Faulty>,
-    seed: u64,
-    shared: Shared,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-) {
-    let pauser = Arc::new(Pauser::default());
-    let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
-    let wait = shared.config.ttl.duration();
+async fn member_process(mut start: Start) {
+    let (shared, pauser) = (start.shared.clone(), start.pauser.clone());
+    let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(start.seed)));
     loop {
-        let member = join(&name, &store, &shared, pauser.clock.clone()).await;
+        let member = join(&start.name, &start.store, &shared, pauser.clock.clone()).await;
         let work = Work {
             shared: shared.clone(),
             pauser: pauser.clone(),
@@ -231,10 +253,10 @@ async fn member_process(
         let workers: Vec<_> = (0..shared.config.workers)
             .map(|_| tokio::spawn(worker(member.clone(), work.clone())))
             .collect();
-        let command = pauser.obey(&mut rx, wait).await;
+        let command = start.obey().await;
         let grace = match command {
             Some(Command::Leave(grace)) => {
-                wait_busy(&pauser.busy, wait).await;
+                wait_busy(&pauser.busy, start.wait()).await;
                 grace
             }
             _ => shared.config.step(),
@@ -356,25 +378,18 @@ pub(super) fn spawn_candidate(i: usize, store: Arc<Faulty>, seed: u64, shared: S
 
 /// A candidate process: campaigns, acts as leader while it may, sometimes resigns;
 /// obeys commands.
-async fn candidate_process(
-    name: String,
-    store: Arc<Faulty>,
-    seed: u64,
-    shared: Shared,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-) {
-    let pauser = Arc::new(Pauser::default());
-    let holder = format!("{name}-{seed:016x}");
+async fn candidate_process(mut start: Start) {
+    let (shared, pauser) = (start.shared.clone(), start.pauser.clone());
+    let holder = format!("{}-{:016x}", start.name, start.seed);
     let config = ElectionConfig::new(LEADER_ROLE, &holder, shared.config.ttl)
         .unwrap_or_else(|e| panic!("election config: {e}"))
         .events(shared.bus.clone())
         .clock(pauser.clock.clone());
-    let election = Election::new(store, config);
+    let election = Election::new(start.store.clone(), config);
     let stop = CancellationToken::new();
-    let wait = shared.config.ttl.duration();
-    let leading = tokio::spawn(lead(election, shared, pauser.clone(), stop.clone(), seed));
+    let leading = tokio::spawn(lead(election, shared, pauser, stop.clone(), start.seed));
     // Candidates ignore `Leave`: only a stop (or the end of the channel) ends them.
-    while let Some(Command::Leave(_)) = pauser.obey(&mut rx, wait).await {}
+    while let Some(Command::Leave(_)) = start.obey().await {}
     stop.cancel();
     let _ = leading.await;
 }

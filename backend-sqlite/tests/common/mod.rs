@@ -1,0 +1,26 @@
+//! Fixtures the SQLite integration tests share: each test file names its own
+//! namespace, and each test opens its stores on a file in a fresh temporary directory.
+#![allow(dead_code)] // every test file uses only part of it
+
+use std::path::{Path, PathBuf};
+
+use backend_sqlite::{SqliteConfig, SqliteStore};
+use liveness_core::Namespace;
+use tempfile::TempDir;
+
+/// The configuration of a store on the file `path`, namespace `ns`.
+pub fn config(path: &Path, ns: &str) -> SqliteConfig {
+    SqliteConfig::new(path, Namespace::new(ns).unwrap())
+}
+
+/// A store on the file `path` (created if new), namespace `ns`.
+pub async fn open(path: &Path, ns: &str) -> SqliteStore {
+    SqliteStore::connect(config(path, ns)).await.unwrap()
+}
+
+/// A fresh temporary directory (removed when dropped) and the path of `file` in it.
+pub fn scratch(file: &str) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file);
+    (dir, path)
+}
