@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
+use liveness_core::lease::death_page;
 use liveness_core::{
     DeathCause, DeathRecord, Error, FencingToken, HolderId, InputProblem, Item, ItemId, ItemRecord,
     ItemState, ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, Result, Space, StoreTime, Swept,
@@ -285,13 +286,9 @@ impl EtcdStore {
             None => return Ok(Vec::new()),
             Some(kv) => number(&kv)?,
         };
-        let top = before.map_or(last, |b| b.saturating_sub(1).min(last));
-        if top == 0 {
+        let Some((bottom, top)) = death_page(last, before, limit) else {
             return Ok(Vec::new());
-        }
-        let bottom = top
-            .saturating_sub(u64::try_from(limit).unwrap_or(u64::MAX) - 1)
-            .max(1);
+        };
         let opts = GetOptions::new().with_range(k.death(top + 1));
         let mut out = self
             .range(k.death(bottom), opts)

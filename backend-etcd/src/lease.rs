@@ -164,31 +164,11 @@ impl EtcdStore {
     /// ttl takes the lease-bound key over (its create revision, the token, stays),
     /// and the old etcd lease is revoked.
     pub(crate) async fn renew_with_ttl(&self, lease: &Lease) -> Result<Lease> {
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         for _ in 0..MAX_TRIES {
             let current = self.snapshot(&lease.key).await?.check(lease)?;
             self.inner.info.caps.check_ttl(lease.ttl)?;
             let id = self.grant(lease.ttl).await?;
-            let rec = Record {
-                token: Some(lease.token.0),
-                ttl: lease.ttl,
-                lease_id: id,
-                holder: current.rec.holder.clone(),
-            };
-            let txn = Txn::new()
-                .when(vec![
-                    mod_rev(&rec_key, current.mod_rev),
-                    create_rev(&live_key, token_i64(lease.token)),
-                ])
-                .and_then(vec![
-                    TxnOp::put(
-                        live_key.as_str(),
-                        "",
-                        Some(PutOptions::new().with_lease(id)),
-                    ),
-                    put(&rec_key, rec.encode()),
-                ]);
+            let txn = self.move_txn(lease, &current, id, lease.ttl);
             let resp = match self.txn(txn).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -204,6 +184,33 @@ impl EtcdStore {
             self.revoke_later(id);
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    /// The transaction that moves `lease` (as `current` read it) to the etcd lease
+    /// `id` with `ttl`: the lease-bound key and the record are rewritten under `id`,
+    /// guarded by the record being unchanged and the key still carrying the token.
+    pub(crate) fn move_txn(&self, lease: &Lease, current: &Current, id: i64, ttl: Ttl) -> Txn {
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let rec = Record {
+            token: Some(lease.token.0),
+            ttl,
+            lease_id: id,
+            holder: current.rec.holder.clone(),
+        };
+        Txn::new()
+            .when(vec![
+                mod_rev(&rec_key, current.mod_rev),
+                create_rev(&live_key, token_i64(lease.token)),
+            ])
+            .and_then(vec![
+                TxnOp::put(
+                    live_key.as_str(),
+                    "",
+                    Some(PutOptions::new().with_lease(id)),
+                ),
+                put(&rec_key, rec.encode()),
+            ])
     }
 
     /// Why a transaction guarded by `lease` being live failed: the lease's loss, read

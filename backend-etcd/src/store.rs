@@ -30,7 +30,7 @@ use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
 use crate::keepalive::{Slot, Slots};
 use crate::keys::{parse_request_id, Keys, Meta, Record};
-use crate::lease::{secs, Snapshot};
+use crate::lease::{secs, Current, Snapshot};
 use crate::txn::{
     create_rev, del, exists, first, first_range, get, mod_rev, put, ranges, revision, token_i64,
     under, version, MAX_TRIES,
@@ -135,6 +135,14 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 impl EtcdStore {
+    /// The keep-alive slot of `lease` on the etcd lease its record names (`current`).
+    pub(crate) fn slot_for(&self, lease: &Lease, current: &Current) -> Arc<Slot> {
+        let rec = &current.rec;
+        self.inner
+            .slots
+            .set(&lease.key, lease.token, rec.lease_id, rec.ttl)
+    }
+
     /// Connects to the cluster, authenticates when the config has a user, and probes
     /// etcd's minimum lease ttl (a 1 s grant comes back with the server's minimum,
     /// which becomes [`Capabilities::min_ttl`]).
@@ -367,12 +375,7 @@ impl EtcdStore {
         // The key moved to another etcd lease: the slot's one binds nothing now (its
         // revoke may have failed); end it, and renew the one the record names.
         self.revoke_later(slot.lease_id);
-        let slot = self.inner.slots.set(
-            &lease.key,
-            lease.token,
-            current.rec.lease_id,
-            current.rec.ttl,
-        );
+        let slot = self.slot_for(lease, &current);
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
@@ -502,12 +505,7 @@ impl LeaseStore for EtcdStore {
             Some(s) => s,
             None => {
                 let current = self.snapshot(&lease.key).await?.check(lease)?;
-                self.inner.slots.set(
-                    &lease.key,
-                    lease.token,
-                    current.rec.lease_id,
-                    current.rec.ttl,
-                )
+                self.slot_for(lease, &current)
             }
         };
         if slot.ttl != lease.ttl {

@@ -4,14 +4,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{PutOptions, Txn, TxnOp};
+use etcd_client::{Txn, TxnOp};
 use liveness_conformance::fleet::wait_until;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostReason, Ttl};
 
-use crate::keys::Record;
 use crate::store::Released;
-use crate::txn::{create_rev, mod_rev, put, token_i64};
 use crate::{EtcdConfig, EtcdStore};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -40,32 +38,8 @@ async fn move_without_revoke(store: &EtcdStore, lease: &Lease, ttl: Ttl) -> i64 
         .check(lease)
         .unwrap();
     let id = store.grant(ttl).await.unwrap();
-    let k = store.keys();
-    let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
-    let rec = Record {
-        token: Some(lease.token.0),
-        ttl,
-        lease_id: id,
-        holder: current.rec.holder.clone(),
-    };
-    let resp = store
-        .txn(
-            Txn::new()
-                .when(vec![
-                    mod_rev(&rec_key, current.mod_rev),
-                    create_rev(&live_key, token_i64(lease.token)),
-                ])
-                .and_then(vec![
-                    TxnOp::put(
-                        live_key.as_str(),
-                        "",
-                        Some(PutOptions::new().with_lease(id)),
-                    ),
-                    put(&rec_key, rec.encode()),
-                ]),
-        )
-        .await
-        .unwrap();
+    let txn = store.move_txn(lease, &current, id, ttl);
+    let resp = store.txn(txn).await.unwrap();
     assert!(resp.succeeded());
     current.rec.lease_id
 }

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use liveness_core::lease::death_page;
 use liveness_core::sync::lock;
 use liveness_core::{
     DeathCause, DeathRecord, Error, FencingToken, HolderId, InputProblem, ItemId, ItemRecord,
@@ -174,13 +175,9 @@ impl FdbStore {
             Some(raw) => decode_u64(&raw)?,
             None => return Ok(Vec::new()),
         };
-        let top = before.map_or(last, |b| b.saturating_sub(1).min(last));
-        if top == 0 {
+        let Some((bottom, top)) = death_page(last, before, limit) else {
             return Ok(Vec::new());
-        }
-        let bottom = top
-            .saturating_sub(u64::try_from(limit).unwrap_or(u64::MAX) - 1)
-            .max(1);
+        };
         let (b, e) = (self.layout.death(bottom), self.layout.death(top + 1));
         let mut out = Vec::new();
         for (k, v) in tx

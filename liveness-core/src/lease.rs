@@ -244,6 +244,29 @@ pub struct Swept {
     pub dead_lettered: u64,
 }
 
+/// The seqs of one page of [`LeaseStore::deaths`](crate::LeaseStore::deaths) on a
+/// store whose records are contiguous by seq (the oldest are dropped first) and whose
+/// newest record has seq `last` (0: none yet): `(bottom, top)`, both included, newest
+/// first from `top`; `None` when the page is empty. `limit` is already clamped.
+///
+/// ```
+/// use liveness_core::lease::death_page;
+/// assert_eq!(death_page(10, None, 3), Some((8, 10)));
+/// assert_eq!(death_page(10, Some(9), 3), Some((6, 8)));
+/// assert_eq!(death_page(10, Some(1), 3), None);
+/// assert_eq!(death_page(0, None, 3), None);
+/// ```
+pub fn death_page(last: u64, before: Option<u64>, limit: usize) -> Option<(u64, u64)> {
+    let top = before.map_or(last, |b| b.saturating_sub(1).min(last));
+    if top == 0 || limit == 0 {
+        return None;
+    }
+    let bottom = top
+        .saturating_sub(u64::try_from(limit).unwrap_or(u64::MAX) - 1)
+        .max(1);
+    Some((bottom, top))
+}
+
 /// One entry of a namespace's death history ([`LeaseStore::deaths`](crate::LeaseStore::deaths)):
 /// a token that stopped being current and went to the dead set.
 #[derive(Clone, Debug, PartialEq, Eq)]
