@@ -547,11 +547,7 @@ impl LeaseStore for PostgresStore {
         {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
-            let mut out = Vec::with_capacity(leases.len());
-            for lease in leases {
-                out.push(self.renew(lease).await);
-            }
-            return Ok(out);
+            return liveness_core::store::renew_each(self, leases).await;
         }
         let (mut spaces, mut names, mut tokens, mut ttls) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());

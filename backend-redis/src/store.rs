@@ -361,11 +361,7 @@ impl LeaseStore for RedisStore {
         if leases.iter().any(|lease| lease.issuer != self.info.issuer) {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
-            let mut out = Vec::with_capacity(leases.len());
-            for lease in leases {
-                out.push(self.renew(lease).await);
-            }
-            return Ok(out);
+            return liveness_core::store::renew_each(self, leases).await;
         }
         // One script for the whole batch: one round trip, one server instant.
         let mut call = scripts().renew_many.prepare_invoke();

@@ -751,11 +751,7 @@ impl LeaseStore for SqliteStore {
         if leases.iter().any(|lease| lease.issuer != self.info.issuer) {
             // A foreign lease among them: each alone, so `renew` refuses the foreign
             // ones (ForeignLease) and renews the others.
-            let mut out = Vec::with_capacity(leases.len());
-            for lease in leases {
-                out.push(self.renew(lease).await);
-            }
-            return Ok(out);
+            return liveness_core::store::renew_each(self, leases).await;
         }
         // Every lease in one write transaction, at one instant read holding the write
         // lock (as `renew` does): one commit (one fsync with synchronous=full) for the

@@ -643,7 +643,9 @@ pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result
 }
 
 /// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
-pub(crate) async fn renew_each<S: LeaseStore + ?Sized>(
+/// A native `renew_many` falls back to it for a batch its one step cannot take, such
+/// as one with a foreign lease (each `renew` then refuses just that one).
+pub async fn renew_each<S: LeaseStore + ?Sized>(
     store: &S,
     leases: &[Lease],
 ) -> Result<Vec<Result<Lease>>> {
