@@ -528,11 +528,8 @@ impl EtcdStore {
         for _ in 0..MAX_TRIES {
             let prefix = k.dead_letters();
             let ids = self
-                .range(prefix.clone(), from(&prefix, limit).with_keys_only())
-                .await?
-                .iter()
-                .map(|kv| Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key())))
-                .collect::<Result<Vec<u64>>>()?;
+                .trailing_ids(prefix.clone(), from(&prefix, limit).with_keys_only())
+                .await?;
             if ids.is_empty() {
                 return Ok(Vec::new());
             }

@@ -135,6 +135,16 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 impl EtcdStore {
+    /// The ids that end the keys a range read of `prefix` with `opts` returns (the
+    /// dead-letter index's keys end with the item id).
+    pub(crate) async fn trailing_ids(&self, prefix: String, opts: GetOptions) -> Result<Vec<u64>> {
+        self.range(prefix, opts)
+            .await?
+            .iter()
+            .map(|kv| Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key())))
+            .collect()
+    }
+
     /// The keep-alive slot of `lease` on the etcd lease its record names (`current`).
     pub(crate) fn slot_for(&self, lease: &Lease, current: &Current) -> Arc<Slot> {
         let rec = &current.rec;
@@ -1112,11 +1122,8 @@ impl ItemStore for EtcdStore {
         let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let ids = self
-            .range(k.dead_letters(), under(limit).with_keys_only())
-            .await?
-            .iter()
-            .map(|kv| Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key())))
-            .collect::<Result<Vec<u64>>>()?;
+            .trailing_ids(k.dead_letters(), under(limit).with_keys_only())
+            .await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
