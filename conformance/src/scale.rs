@@ -6,7 +6,7 @@
 //! --members 10000,100000   fleet sizes, one run each
 //! --ttl 10s                member ttl (renew every ttl/3, margin ttl/5)
 //! --seconds 60             length of a quiet run
-//! --batch-ms 2             renew through a shared Renewals batcher with this window
+//! --batch-ms 2             renew through a shared Batcher with this window
 //!                          (0: every member renews by itself)
 //! --overload               instead of a quiet run: `before` (1 ttl), then a spinning
 //!                          process steals CPU for --steal seconds (`during`), then
@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use liveness_core::layer::BoxCall;
 use liveness_core::{
-    async_trait, Call, Checker, CheckerConfig, Event, EventBus, Key, Layer, Lease, LeaseStore,
-    Member, MemberConfig, Op, Renewals, Result, Store, Ttl,
+    async_trait, Batcher, Call, Checker, CheckerConfig, Event, EventBus, Key, Layer, Lease,
+    LeaseStore, Member, MemberConfig, Op, Result, Store, Ttl,
 };
 use tokio::time::Instant;
 
@@ -372,7 +372,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             }
         })
     };
-    let renewals = o.batch.map(|w| Renewals::new(store.clone(), w));
+    let renewals = o.batch.map(|w| Batcher::new(store.clone(), w));
     let rss_before = resident();
     let join_start = Instant::now();
     let gate = Arc::new(tokio::sync::Semaphore::new(256));
@@ -382,7 +382,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             .unwrap_or_else(|e| panic!("{e}"))
             .events(bus.clone());
         if let Some(r) = &renewals {
-            config = config.renewals(r.clone());
+            config = config.batcher(r.clone());
         }
         let (store, gate) = (store.clone(), gate.clone());
         joins.push(tokio::spawn(async move {

@@ -1,10 +1,13 @@
-//! Coalesced renewals: one round trip for the renewals of many leases that one
-//! process holds on one store.
+//! Coalesced round trips: one call for the renewals (or the acquires) of many leases
+//! that one process holds on one store.
 //!
-//! A [`Renewals`] handle is shared by every member (or leadership) of a process that
-//! renews through the same store. Each heartbeat hands it a renewal and waits for that
-//! lease's own answer; the handle sends every renewal handed to it within a short
-//! window in one [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) call.
+//! A [`Batcher`] is shared by every member (or leadership) of a process that talks to
+//! the same store. Each heartbeat hands it a renewal and waits for that lease's own
+//! answer; the batcher sends every renewal handed to it within a short window in one
+//! [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) call. Joins and re-joins
+//! hand it their acquire the same way, sent in one
+//! [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many): a process starting
+//! 100,000 members sends a hundred calls, not 100,000.
 //!
 //! Safety is per lease and unchanged: each heartbeat takes its send time when it hands
 //! its renewal over, which is no later than the moment the batch leaves, so the local
@@ -14,73 +17,145 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::{Error, Result};
-use crate::lease::Lease;
+use crate::lease::{Acquire, Lease};
 use crate::store::Store;
 use crate::traced::traced;
+use crate::types::{HolderId, Key, Ttl};
 
-/// The longest a renewal waits for others to join its batch, by default.
+/// The longest a request waits for others to join its batch, by default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2);
 
-/// How many batches one handle keeps in flight at once.
+/// How many batches of one kind a batcher keeps in flight at once.
 const IN_FLIGHT: usize = 4;
 
-struct Ask {
-    lease: Lease,
-    answer: oneshot::Sender<Result<Lease>>,
-}
-
 /// A shared handle that coalesces renewals into
-/// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) calls. Cheap to clone:
-/// clones share the batches. Give it to members with
-/// [`MemberConfig::renewals`](crate::MemberConfig::renewals).
+/// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) calls and acquires into
+/// [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many) calls. Cheap to
+/// clone: clones share the batches. Give it to members with
+/// [`MemberConfig::batcher`](crate::MemberConfig::batcher).
 ///
 /// Each batch holds at most the store's [`max_batch`](crate::Capabilities::max_batch)
-/// leases; at most four batches are in flight at once, so a slow store makes batches
-/// larger, not more numerous. The handle's task ends when the last clone is dropped.
+/// requests; at most four batches of each kind are in flight at once, so a slow store
+/// makes batches larger, not more numerous. Every answer is exactly what the store
+/// answered for that request. The batcher's tasks end when the last clone is dropped.
+///
+/// ```
+/// # async fn run() -> liveness_core::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use liveness_core::{Batcher, Member, MemberConfig, MemoryStore, Store, Ttl};
+///
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// let batcher = Batcher::new(store.clone(), liveness_core::batch::DEFAULT_WINDOW);
+/// let ttl = Ttl::from_secs(10)?;
+/// let mut joins = tokio::task::JoinSet::new();
+/// for i in 0..100 {
+///     let config = MemberConfig::new(&format!("worker-{i}"), ttl)?.batcher(batcher.clone());
+///     joins.spawn(Member::join(store.clone(), config));
+/// }
+/// while let Some(joined) = joins.join_next().await {
+///     joined.expect("join task")?.leave(Duration::from_secs(5)).await?;
+/// }
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Clone, Debug)]
-pub struct Renewals {
-    tx: mpsc::UnboundedSender<Ask>,
+pub struct Batcher {
+    renewals: mpsc::UnboundedSender<Ask<Lease>>,
+    acquires: mpsc::UnboundedSender<Ask<Acquire>>,
 }
 
-impl Renewals {
-    /// A handle renewing through `store`, gathering each batch for up to `window`
-    /// after its first renewal ([`DEFAULT_WINDOW`] is a good start). Spawns its task
-    /// on the current tokio runtime: call it inside one.
-    pub fn new(store: Arc<dyn Store>, window: Duration) -> Renewals {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(traced(store), window, rx));
-        Renewals { tx }
+impl Batcher {
+    /// A batcher talking to `store`, gathering each batch for up to `window` after
+    /// its first request ([`DEFAULT_WINDOW`] is a good start). Spawns its tasks on the
+    /// current tokio runtime: call it inside one.
+    pub fn new(store: Arc<dyn Store>, window: Duration) -> Batcher {
+        let store: Arc<dyn Store> = traced(store);
+        let (renewals, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run::<Lease>(store.clone(), window, rx));
+        let (acquires, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run::<Acquire>(store, window, rx));
+        Batcher { renewals, acquires }
     }
 
     /// Renews `lease` in the next batch and answers what the store answered for it.
-    /// Fails with [`Error::Unavailable`] when the handle's task is gone.
+    /// Fails with [`Error::Unavailable`] when the batcher's task is gone.
     pub async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let (answer, rx) = oneshot::channel();
-        let ask = Ask {
-            lease: lease.clone(),
-            answer,
-        };
-        if self.tx.send(ask).is_err() {
-            return Err(gone());
-        }
-        rx.await.unwrap_or_else(|_| Err(gone()))
+        ask(&self.renewals, lease.clone()).await
+    }
+
+    /// Acquires `key` for `holder` in the next batch and answers what the store
+    /// answered for it (exactly [`LeaseStore::acquire`](crate::LeaseStore::acquire)'s
+    /// contract). Fails with [`Error::Unavailable`] when the batcher's task is gone.
+    pub async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        ask(
+            &self.acquires,
+            Acquire::new(key.clone(), holder.clone(), ttl),
+        )
+        .await
     }
 }
 
-fn gone() -> Error {
-    Error::unavailable("batch", "the renewal batcher stopped")
+struct Ask<R> {
+    request: R,
+    answer: oneshot::Sender<Result<Lease>>,
 }
 
-async fn run(store: Arc<dyn Store>, window: Duration, mut rx: mpsc::UnboundedReceiver<Ask>) {
+async fn ask<R>(queue: &mpsc::UnboundedSender<Ask<R>>, request: R) -> Result<Lease> {
+    let (answer, rx) = oneshot::channel();
+    if queue.send(Ask { request, answer }).is_err() {
+        return Err(gone());
+    }
+    rx.await.unwrap_or_else(|_| Err(gone()))
+}
+
+fn gone() -> Error {
+    Error::unavailable("batch", "the batcher stopped")
+}
+
+/// A request the batcher gathers: how a batch of them is sent, and how one is sent
+/// alone when the batch was refused as a whole.
+#[async_trait]
+trait Request: Clone + Send + Sync + 'static {
+    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>>;
+    async fn one(store: &dyn Store, request: &Self) -> Result<Lease>;
+}
+
+#[async_trait]
+impl Request for Lease {
+    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>> {
+        store.renew_many(batch).await
+    }
+    async fn one(store: &dyn Store, lease: &Self) -> Result<Lease> {
+        store.renew(lease).await
+    }
+}
+
+#[async_trait]
+impl Request for Acquire {
+    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>> {
+        store.acquire_many(batch).await
+    }
+    async fn one(store: &dyn Store, a: &Self) -> Result<Lease> {
+        store.acquire(&a.key, &a.holder, a.ttl).await
+    }
+}
+
+async fn run<R: Request>(
+    store: Arc<dyn Store>,
+    window: Duration,
+    mut rx: mpsc::UnboundedReceiver<Ask<R>>,
+) {
     let max = store.capabilities().max_batch.max(1);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut batch = Vec::with_capacity(max);
     loop {
-        // Take everything queued at once (one wake-up for many renewals, not one per
-        // renewal: on a busy runtime each wake-up waits its turn behind every other
+        // Take everything queued at once (one wake-up for many requests, not one per
+        // request: on a busy runtime each wake-up waits its turn behind every other
         // task), then gather more until the window closes or the batch is full.
         if rx.recv_many(&mut batch, max).await == 0 {
             return;
@@ -95,7 +170,8 @@ async fn run(store: Arc<dyn Store>, window: Duration, mut rx: mpsc::UnboundedRec
             }
         }
         let mut batch = std::mem::replace(&mut batch, Vec::with_capacity(max));
-        // Renewals whose heartbeat gave up meanwhile (deadline passed) are not sent.
+        // Requests whose caller gave up meanwhile (a heartbeat whose deadline passed)
+        // are not sent.
         batch.retain(|a| !a.answer.is_closed());
         if batch.is_empty() {
             continue;
@@ -105,37 +181,38 @@ async fn run(store: Arc<dyn Store>, window: Duration, mut rx: mpsc::UnboundedRec
         };
         let store = store.clone();
         tokio::spawn(async move {
-            let leases: Vec<Lease> = batch.iter().map(|a| a.lease.clone()).collect();
-            match store.renew_many(&leases).await {
-                Ok(answers) => {
-                    let mut answers = answers.into_iter();
-                    for ask in batch {
-                        let answer = answers.next().unwrap_or_else(|| {
-                            Err(Error::backend(
-                                "batch",
-                                "renew_many answered too few leases",
-                            ))
-                        });
-                        let _ = ask.answer.send(answer);
-                    }
-                }
-                Err(e) => {
-                    // The whole call failed: every lease gets a retryable fault (each
-                    // heartbeat retries with its own backoff) unless the call was
-                    // refused as invalid, which renewing one lease would not be.
-                    let retryable = e.is_retryable();
-                    for ask in batch {
-                        let lease = ask.lease.clone();
-                        let answer = if retryable {
-                            Err(Error::unavailable("batch", e.to_string()))
-                        } else {
-                            store.renew(&lease).await
-                        };
-                        let _ = ask.answer.send(answer);
-                    }
-                }
-            }
+            send(&*store, batch).await;
             drop(slot);
         });
+    }
+}
+
+/// Sends one batch and hands each caller its own answer.
+async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
+    let requests: Vec<R> = batch.iter().map(|a| a.request.clone()).collect();
+    match R::many(store, &requests).await {
+        Ok(answers) => {
+            let mut answers = answers.into_iter();
+            for ask in batch {
+                let answer = answers.next().unwrap_or_else(|| {
+                    Err(Error::backend("batch", "a batch answered too few requests"))
+                });
+                let _ = ask.answer.send(answer);
+            }
+        }
+        Err(e) => {
+            // The whole call failed: every request gets a retryable fault (each caller
+            // retries with its own backoff) unless the call was refused as invalid,
+            // which one request alone would not be: then each is sent alone.
+            let retryable = e.is_retryable();
+            for ask in batch {
+                let answer = if retryable {
+                    Err(Error::unavailable("batch", e.to_string()))
+                } else {
+                    R::one(store, &ask.request).await
+                };
+                let _ = ask.answer.send(answer);
+            }
+        }
     }
 }

@@ -209,7 +209,7 @@ impl Election {
             async move {
                 let heartbeat = Heartbeat {
                     store: &store,
-                    renewals: None,
+                    batcher: None,
                     config: heartbeat,
                     stop: &stop,
                     events: &events,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::batch::Renewals;
+use crate::batch::Batcher;
 use crate::clock::Clock;
 use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
@@ -347,7 +347,7 @@ pub(crate) struct Heartbeat<'a> {
     /// The store renewals go to.
     pub(crate) store: &'a Arc<dyn Store>,
     /// When given, renewals go through it, coalesced into batches.
-    pub(crate) renewals: Option<&'a Renewals>,
+    pub(crate) batcher: Option<&'a Batcher>,
     /// When to renew and how long a lease may go unrenewed.
     pub(crate) config: HeartbeatConfig,
     /// Ends the heartbeat (with [`End::Stopped`]) when fired.
@@ -382,7 +382,7 @@ impl Heartbeat<'_> {
     ) -> End {
         let Heartbeat {
             store,
-            renewals,
+            batcher,
             config,
             stop,
             events,
@@ -408,7 +408,7 @@ impl Heartbeat<'_> {
                 let now = Instant::now();
                 let sent_on_clock = standing.clock().boot();
                 let renewal = async {
-                    match renewals {
+                    match batcher {
                         Some(batch) => batch.renew(&lease).await,
                         None => store.renew(&lease).await,
                     }

@@ -42,8 +42,10 @@ use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
 };
-use crate::lease::{DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
-use crate::store::{reap_each, renew_each, requeue_each, ItemStore, LeaseStore, Store, StoreInfo};
+use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
+use crate::store::{
+    acquire_each, reap_each, renew_each, requeue_each, ItemStore, LeaseStore, Store, StoreInfo,
+};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
 /// The inner store's answer to one call, not yet awaited.
@@ -56,6 +58,8 @@ pub type BoxCall<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 pub enum Op {
     /// [`LeaseStore::acquire`].
     Acquire,
+    /// [`LeaseStore::acquire_many`].
+    AcquireMany,
     /// [`LeaseStore::renew`].
     Renew,
     /// [`LeaseStore::renew_many`].
@@ -111,6 +115,7 @@ impl Op {
     pub fn name(self) -> &'static str {
         match self {
             Op::Acquire => "acquire",
+            Op::AcquireMany => "acquire_many",
             Op::Renew => "renew",
             Op::RenewMany => "renew_many",
             Op::Release => "release",
@@ -254,7 +259,7 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
 
     /// False (the default): a `*_many` call reaches [`Layer::call`] once, as one
     /// batch, and the inner store's own `*_many` answers it. True: it is split, as the
-    /// trait's defaults do, into one `renew` / `reap` / `requeue_orphans` per entry,
+    /// trait's defaults do, into one `acquire` / `renew` / `reap` / `requeue_orphans` per entry,
     /// each through `call` (for a layer that acts per lease or per token).
     fn split_batches(&self) -> bool {
         false
@@ -269,6 +274,13 @@ impl<L: Layer> LeaseStore for L {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let run = self.inner().acquire(key, holder, ttl);
         self.call(Call::new(Op::Acquire).key(key), run).await
+    }
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        if self.split_batches() {
+            return acquire_each(self, asks).await;
+        }
+        let call = Call::new(Op::AcquireMany).n(asks.len());
+        self.call(call, self.inner().acquire_many(asks)).await
     }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let call = Call::new(Op::Renew)

@@ -144,6 +144,25 @@ impl Lease {
     }
 }
 
+/// One entry of [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many): the
+/// arguments of one [`LeaseStore::acquire`](crate::LeaseStore::acquire).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    /// The key to take.
+    pub key: Key,
+    /// Who takes it.
+    pub holder: HolderId,
+    /// The lease's ttl.
+    pub ttl: Ttl,
+}
+
+impl Acquire {
+    /// The acquire of `key` by `holder` for `ttl`.
+    pub fn new(key: Key, holder: HolderId, ttl: Ttl) -> Acquire {
+        Acquire { key, holder, ttl }
+    }
+}
+
 /// Whether a lease is live by the store clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseStatus {

@@ -25,7 +25,7 @@ pub mod url;
 pub mod wake;
 
 pub use backoff::Backoff;
-pub use batch::Renewals;
+pub use batch::Batcher;
 pub use checker::{
     Checker, CheckerConfig, CheckerHandle, CheckerStatus, Death, RoundReport, Skipped,
 };
@@ -40,8 +40,8 @@ pub use item::{
 };
 pub use layer::{Call, Layer, Op};
 pub use lease::{
-    DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus, Swept,
-    DEFAULT_DEATH_RETENTION,
+    Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
+    LeaseStatus, Swept, DEFAULT_DEATH_RETENTION,
 };
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::batch::Renewals;
+use crate::batch::Batcher;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
@@ -56,11 +56,11 @@ pub struct MemberConfig {
     pub events: EventBus,
     /// The clock of the local safety deadline and of every "may I still act?" check.
     pub clock: Arc<dyn Clock>,
-    /// When set, renewals go through this shared batcher (one `renew_many` round trip
-    /// for the renewals of many members due within its window) instead of one round
-    /// trip each; default none. Each lease's deadline still counts from its own
-    /// renewal's send time.
-    pub renewals: Option<Renewals>,
+    /// When set, renewals and acquires (join, re-join) go through this shared
+    /// batcher: one `renew_many` (or `acquire_many`) round trip for those of many
+    /// members due within its window, instead of one round trip each; default none.
+    /// Each lease's deadline still counts from its own request's send time.
+    pub batcher: Option<Batcher>,
 }
 
 impl MemberConfig {
@@ -84,7 +84,7 @@ impl MemberConfig {
             rejoin: true,
             events: EventBus::default(),
             clock: Arc::new(HostClock::new()),
-            renewals: None,
+            batcher: None,
         })
     }
 
@@ -118,9 +118,9 @@ impl MemberConfig {
         self
     }
 
-    /// Renews through this shared batcher ([`MemberConfig::renewals`]).
-    pub fn renewals(mut self, renewals: Renewals) -> Self {
-        self.renewals = Some(renewals);
+    /// Renews and acquires through this shared batcher ([`MemberConfig::batcher`]).
+    pub fn batcher(mut self, batcher: Batcher) -> Self {
+        self.batcher = Some(batcher);
         self
     }
 
@@ -301,10 +301,7 @@ impl Member {
         let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
             let sent_on_clock = config.clock.boot();
-            match store
-                .acquire(&key, &config.holder, config.heartbeat.ttl)
-                .await
-            {
+            match acquire(&store, &config, &key).await {
                 Ok(lease) => break (lease, sent, sent_on_clock),
                 Err(Error::Held { holder, token, .. })
                     if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
@@ -645,7 +642,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     drop(strong);
     let heartbeat = Heartbeat {
         store: &store,
-        renewals: config.renewals.as_ref(),
+        batcher: config.batcher.as_ref(),
         config: config.heartbeat,
         stop: &stop,
         events: &config.events,
@@ -744,6 +741,15 @@ async fn adopt(
     }
 }
 
+/// One acquire of the member's key: through the batcher when the member has one.
+async fn acquire(store: &Arc<dyn Store>, config: &MemberConfig, key: &Key) -> Result<Lease> {
+    let ttl = config.heartbeat.ttl;
+    match &config.batcher {
+        Some(batcher) => batcher.acquire(key, &config.holder, ttl).await,
+        None => store.acquire(key, &config.holder, ttl).await,
+    }
+}
+
 /// Acquires the member key again, waiting out a live lease and retrying faults, until
 /// it succeeds or `stop` fires.
 ///
@@ -767,10 +773,7 @@ async fn rejoin(
         }
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let pause = match store
-            .acquire(key, &config.holder, config.heartbeat.ttl)
-            .await
-        {
+        let pause = match acquire(store, config, key).await {
             Ok(lease) => return Some((lease, sent, sent_on_clock)),
             Err(Error::Held { token, .. }) if token == old.token => {
                 // The lease we just lost, still live by the store's clock (it started

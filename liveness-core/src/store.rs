@@ -69,7 +69,8 @@ use crate::item::{
     Requeued,
 };
 use crate::lease::{
-    DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, DEFAULT_DEATH_RETENTION,
+    Acquire, DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
+    DEFAULT_DEATH_RETENTION,
 };
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
@@ -238,6 +239,34 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   releases it with that token and acquires again, as [`Member`](crate::Member)
     ///   and [`Election`](crate::Election) do. Nothing is acquired twice.
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease>;
+
+    /// Takes many leases in one call: what a process starting many members (or a
+    /// batcher gathering their re-joins) sends instead of one round trip per key.
+    ///
+    /// # Contract
+    /// - One answer per entry, in the order given, each exactly what
+    ///   [`LeaseStore::acquire`] of that entry alone would answer when the store
+    ///   applies it: every bullet of `acquire` holds for each entry by itself (a new
+    ///   token per success, strictly increasing in the order of the entries; `Held`
+    ///   changes nothing; an expired lease on the key is reaped by the same step).
+    ///   One entry's answer never depends on another's, except that a later entry on
+    ///   the same key sees what an earlier one took.
+    /// - Not atomic across entries.
+    /// - More entries than [`Capabilities::max_batch`] is `InvalidInput` and changes
+    ///   nothing; an invalid entry (a ttl outside the capabilities) fails alone with
+    ///   `InvalidInput`; no entry answers an empty list.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit.
+    ///
+    /// # Retry
+    /// - As for `acquire`: a repeat of an applied entry answers [`Error::Held`] naming
+    ///   the caller's own holder id and the token it took (a "ghost" lease).
+    ///
+    /// The default acquires one entry after the other; backends that can do it in
+    /// one round trip override it.
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        acquire_each(self, asks).await
+    }
 
     /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease
     /// value passed in (normally the one [`LeaseStore::acquire`] returned), not the
@@ -640,6 +669,21 @@ pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result
         return Err(Error::invalid(what, InputProblem::TooLong { max, len }));
     }
     Ok(())
+}
+
+/// [`LeaseStore::acquire_many`] as one `acquire` after the other (the trait's
+/// default). A native `acquire_many` may fall back to it for a batch its one step
+/// cannot take.
+pub async fn acquire_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    asks: &[Acquire],
+) -> Result<Vec<Result<Lease>>> {
+    check_batch(store.capabilities(), "acquires", asks.len())?;
+    let mut out = Vec::with_capacity(asks.len());
+    for ask in asks {
+        out.push(store.acquire(&ask.key, &ask.holder, ask.ttl).await);
+    }
+    Ok(out)
 }
 
 /// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).

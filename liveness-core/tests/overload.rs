@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use liveness_core::layer::BoxCall;
 use liveness_core::{
-    async_trait, Call, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
+    async_trait, Batcher, Call, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
     FencingToken, HolderId, Key, Layer, LossReason, Member, MemberConfig, MemoryServer, Namespace,
-    Op, Renewals, Result, Space, Store, Ttl,
+    Op, Result, Space, Store, Ttl,
 };
 use tokio::time::Instant;
 
@@ -49,6 +49,8 @@ struct Slow {
     rounds: Mutex<Vec<Instant>>,
     /// Every `renew_many` call: when, and how many leases.
     batches: Mutex<Vec<(Instant, usize)>>,
+    /// Every `acquire_many` call: how many entries.
+    acquire_batches: Mutex<Vec<usize>>,
     /// Calls a checker makes (listings, reaps, requeues).
     checker_calls: AtomicUsize,
 }
@@ -63,6 +65,7 @@ impl Slow {
             granted: AtomicUsize::new(0),
             rounds: Mutex::default(),
             batches: Mutex::default(),
+            acquire_batches: Mutex::default(),
             checker_calls: AtomicUsize::new(0),
         })
     }
@@ -114,6 +117,7 @@ impl Layer for Slow {
                 _in_flight = Some(InFlight(self, key.clone()));
             }
             (Op::RenewMany, _) => self.batches.lock().unwrap().push((now, call.n)),
+            (Op::AcquireMany, _) => self.acquire_batches.lock().unwrap().push(call.n),
             (Op::NextExpiry, _) => self.rounds.lock().unwrap().push(now),
             _ => {}
         }
@@ -123,7 +127,7 @@ impl Layer for Slow {
         let gated = call.op.is_checker_call()
             || matches!(
                 call.op,
-                Op::Acquire | Op::Renew | Op::RenewMany | Op::Release
+                Op::Acquire | Op::AcquireMany | Op::Renew | Op::RenewMany | Op::Release
             );
         let slow = gated
             && self
@@ -365,19 +369,23 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
     let store = Slow::new(memory(), Duration::from_secs(1));
     let dyn_store: Arc<dyn Store> = store.clone();
     let window = Duration::from_millis(50);
-    let renewals = Renewals::new(dyn_store.clone(), window);
+    let renewals = Batcher::new(dyn_store.clone(), window);
     let bus = EventBus::new(100_000);
     let mut events = bus.subscribe();
     let ttl = ttl(9_000);
     let n = 1000;
-    let mut members = Vec::new();
-    for i in 0..n {
+    let joins = (0..n).map(|i| {
         let config = MemberConfig::new(&format!("m{i}"), ttl)
             .unwrap()
             .events(bus.clone())
-            .renewals(renewals.clone());
-        members.push(Member::join(dyn_store.clone(), config).await.unwrap());
-    }
+            .batcher(renewals.clone());
+        Member::join(dyn_store.clone(), config)
+    });
+    let members: Vec<Member> = futures_join_all(joins)
+        .await
+        .into_iter()
+        .map(|m| m.unwrap())
+        .collect();
     let run = Duration::from_secs(30);
     tokio::time::sleep(run / 2).await;
     // One lease is released behind its member's back: only that member loses (its
@@ -429,6 +437,71 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
         m.check().unwrap();
         assert_eq!(live_token(&store, m).await, Some(m.token()));
     }
+}
+
+/// Issue 13 (3), "same for acquire at join time": a fleet joining together through a
+/// batcher sends a few `acquire_many` calls, not one acquire per member, and a
+/// member that re-joins after a loss acquires through the batcher too.
+#[tokio::test(start_paused = true)]
+async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
+    fastrand::seed(23);
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let batcher = Batcher::new(dyn_store.clone(), Duration::from_millis(20));
+    let ttl = ttl(3_000);
+    let n = 2_000;
+    let joins = (0..n).map(|i| {
+        let config = MemberConfig::new(&format!("m{i}"), ttl)
+            .unwrap()
+            .batcher(batcher.clone());
+        Member::join(dyn_store.clone(), config)
+    });
+    let members: Vec<Member> = futures_join_all(joins)
+        .await
+        .into_iter()
+        .map(|m| m.unwrap())
+        .collect();
+    let single: usize = store
+        .seen
+        .lock()
+        .unwrap()
+        .acquires
+        .values()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(single, 0, "no join went around the batcher");
+    let batches = store.acquire_batches.lock().unwrap().clone();
+    assert_eq!(batches.iter().sum::<usize>(), n, "one entry per member");
+    let max = dyn_store.capabilities().max_batch;
+    assert!(
+        batches.len() <= n.div_ceil(max) + 4,
+        "{} acquire_many calls for {n} joins (max_batch {max}): {batches:?}",
+        batches.len()
+    );
+    for m in &members {
+        assert_eq!(live_token(&store, m).await, Some(m.token()));
+    }
+    // A lease released behind its member's back: the member re-joins, through the
+    // batcher, under a new token.
+    let victim = &members[11];
+    let old = victim.token();
+    assert!(store.inner.release(&victim.lease()).await.unwrap());
+    tokio::time::sleep(ttl.duration() * 2).await;
+    assert!(victim.token() > old, "re-joined under a new token");
+    assert_eq!(live_token(&store, victim).await, Some(victim.token()));
+    let single: usize = store
+        .seen
+        .lock()
+        .unwrap()
+        .acquires
+        .values()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(single, 0, "the re-join went around the batcher");
+    assert_eq!(
+        store.acquire_batches.lock().unwrap().iter().sum::<usize>(),
+        n + 1
+    );
 }
 
 #[tokio::test(start_paused = true)]

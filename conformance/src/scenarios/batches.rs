@@ -1,8 +1,12 @@
-//! Batch scenarios: `renew_many`, `reap_many`, `requeue_orphans_many` answer per
+//! Batch scenarios: `acquire_many`, `renew_many`, `reap_many`, `requeue_orphans_many` answer per
 //! entry exactly what the single-entry method would (issue 13: one round trip for many
 //! leases, with each lease's own result).
 
-use liveness_core::{EnqueueOptions, Error, FencingToken, InputProblem, Lease, LostReason};
+use std::time::Duration;
+
+use liveness_core::{
+    Acquire, EnqueueOptions, Error, FencingToken, InputProblem, Lease, LostReason, Ttl,
+};
 
 use crate::scenarios::leases::holder;
 use crate::{member_key, Ctx};
@@ -12,6 +16,129 @@ fn opts(max_attempts: u32) -> EnqueueOptions {
         max_attempts,
         ..EnqueueOptions::default()
     }
+}
+
+/// acquire_many answers per entry, in order, what `acquire` of that entry alone would:
+/// a free key is taken with the whole ttl left; a key held live by another holder
+/// answers `Held` naming it and changes nothing; an expired lease is reaped by the
+/// same step (its token in the dead set); a second entry on a key an earlier entry
+/// took answers `Held` naming that token; an entry with a ttl outside the
+/// capabilities fails alone; the tokens taken grow in the order of the entries; an
+/// empty list answers empty. A repeat of the whole call answers each taken entry
+/// `Held` by its own holder and token (its ghost), and takes nothing new.
+pub async fn acquire_many_answers_each_entry_alone(ctx: Ctx) {
+    let s = &ctx.store;
+    assert!(s.acquire_many(&[]).await.unwrap().is_empty());
+    let other = ctx
+        .grant(&member_key("am-held"), &holder("o"), ctx.long)
+        .await;
+    let old = ctx
+        .grant(&member_key("am-exp"), &holder("o"), ctx.ttl)
+        .await;
+    ctx.wait_expired(&old.key).await;
+    let caps = ctx.caps();
+    let bad = Ttl::new(caps.max_ttl + Duration::from_millis(1)).ok();
+    let a_key = member_key("am-a");
+    let mut asked = vec![
+        Acquire::new(a_key.clone(), holder("h1"), ctx.long),
+        Acquire::new(other.key.clone(), holder("h2"), ctx.long),
+        Acquire::new(old.key.clone(), holder("h3"), ctx.long),
+        Acquire::new(a_key, holder("h4"), ctx.long),
+        Acquire::new(member_key("am-b"), holder("h5"), ctx.long),
+    ];
+    if let Some(bad) = bad {
+        asked.push(Acquire::new(member_key("am-bad"), holder("h6"), bad));
+    }
+    let answers = s.acquire_many(&asked).await.unwrap();
+    assert_eq!(answers.len(), asked.len(), "one answer per entry");
+    let taken = |i: usize| -> Lease {
+        let lease = answers[i]
+            .as_ref()
+            .unwrap_or_else(|e| panic!("entry {i}: {e}"))
+            .clone();
+        assert_eq!(lease.key, asked[i].key);
+        assert_eq!(lease.holder, asked[i].holder);
+        assert_eq!(lease.ttl, asked[i].ttl);
+        assert_eq!(lease.expires_in, asked[i].ttl.duration());
+        lease
+    };
+    let (a, c, b) = (taken(0), taken(2), taken(4));
+    assert!(other.token < a.token && a.token < c.token && c.token < b.token);
+    assert!(old.token < a.token);
+    match &answers[1] {
+        Err(Error::Held {
+            holder: h, token, ..
+        }) => {
+            assert_eq!((h, *token), (&other.holder, other.token));
+        }
+        got => panic!("entry on a live key: expected Held, got {got:?}"),
+    }
+    match &answers[3] {
+        Err(Error::Held {
+            holder: h, token, ..
+        }) => {
+            assert_eq!(
+                (h, *token),
+                (&a.holder, a.token),
+                "the earlier entry's lease"
+            );
+        }
+        got => panic!("second entry on one key: expected Held, got {got:?}"),
+    }
+    if bad.is_some() {
+        assert!(
+            matches!(answers[5], Err(Error::InvalidInput { .. })),
+            "bad ttl: {:?}",
+            answers[5]
+        );
+        assert!(s.inspect(&asked[5].key).await.unwrap().is_none());
+    }
+    for lease in [&a, &b, &c] {
+        let info = s.inspect(&lease.key).await.unwrap().expect("taken");
+        assert_eq!((info.token, &info.holder), (lease.token, &lease.holder));
+        assert!(info.is_live());
+    }
+    let info = s.inspect(&other.key).await.unwrap().unwrap();
+    assert_eq!(info.token, other.token, "Held changed nothing");
+    let dead = s.dead_tokens(1000).await.unwrap();
+    assert!(
+        dead.iter()
+            .any(|d| d.token == old.token && d.key == old.key),
+        "the expired lease taken over is in the dead set"
+    );
+    // A repeat (a lost reply, retried): every taken entry is its own ghost.
+    let again = s.acquire_many(&asked[..5]).await.unwrap();
+    for (i, lease) in [(0, &a), (2, &c), (4, &b)] {
+        match &again[i] {
+            Err(Error::Held {
+                holder: h, token, ..
+            }) => {
+                assert_eq!((h, *token), (&lease.holder, lease.token), "entry {i}");
+            }
+            got => panic!("repeated entry {i}: expected Held, got {got:?}"),
+        }
+    }
+}
+
+/// acquire_many with more entries than `max_batch` is `InvalidInput` and takes none.
+pub async fn acquire_many_over_max_batch_rejected(ctx: Ctx) {
+    let s = &ctx.store;
+    let max = ctx.caps().max_batch.max(1);
+    if max > 5_000 {
+        return; // building the list would be the whole scenario's time
+    }
+    let many: Vec<Acquire> = (0..=max)
+        .map(|i| Acquire::new(member_key(&format!("many-{i}")), holder("h"), ctx.long))
+        .collect();
+    match s.acquire_many(&many).await {
+        Err(Error::InvalidInput {
+            problem: InputProblem::TooLong { .. },
+            ..
+        }) => {}
+        other => panic!("expected InvalidInput, got {:?}", other.map(|v| v.len())),
+    }
+    assert!(s.inspect(&many[0].key).await.unwrap().is_none());
+    assert!(s.inspect(&many[max].key).await.unwrap().is_none());
 }
 
 /// renew_many answers per lease, in order: live current leases are extended (same

@@ -61,6 +61,8 @@ macro_rules! __scenarios {
             fail_retry_and_dead_letter,
             requeue_is_idempotent,
             requeue_ignores_live_tokens,
+            acquire_many_answers_each_entry_alone,
+            acquire_many_over_max_batch_rejected,
             renew_many_answers_each_lease_alone,
             renew_many_over_max_batch_rejected,
             reap_many_answers_each_entry_alone,
