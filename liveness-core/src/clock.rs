@@ -15,8 +15,10 @@
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use crate::types::StoreTime;
 
@@ -31,6 +33,16 @@ pub trait Clock: Send + Sync + Debug {
     /// default is [`Clock::now`]: a clock that knows nothing of suspend.
     fn boot(&self) -> Duration {
         self.now()
+    }
+
+    /// A signal that changes whenever [`Clock::boot`] may have jumped ahead of tokio's
+    /// clock (a host suspend ended), soon after it did. Holders waiting for a deadline
+    /// on this clock then sleep until the deadline itself and wake early only on the
+    /// signal. `None` (the default): the clock cannot tell, so waiters read it again
+    /// every [`HeartbeatConfig::tick`](crate::HeartbeatConfig::tick) of tokio time,
+    /// which costs one wake-up per tick per held lease.
+    fn resumes(&self) -> Option<watch::Receiver<u64>> {
+        None
     }
 }
 
@@ -76,8 +88,57 @@ impl Clock for HostClock {
     fn boot(&self) -> Duration {
         let boot = self.tokio.now() + suspended().saturating_sub(self.suspended_at_start);
         let nanos = u64::try_from(boot.as_nanos()).unwrap_or(u64::MAX);
-        let high = self.high.fetch_max(nanos, Ordering::SeqCst).max(nanos);
+        let high = self.high.fetch_max(nanos, Ordering::Relaxed).max(nanos);
         Duration::from_nanos(high)
+    }
+
+    /// The process's resume signal: one thread per process reads the suspended time
+    /// every [`RESUME_POLL`] (jittered) and bumps the signal when it grew, so a holder
+    /// wakes within about that long after a resume, and a process holding 100,000
+    /// leases pays one wake-up per poll instead of one per lease per tick.
+    fn resumes(&self) -> Option<watch::Receiver<u64>> {
+        resume_signal()
+    }
+}
+
+/// How often the process's resume watcher reads the host's suspended time: a holder
+/// whose deadline passed during a suspend is cancelled at most about this long after
+/// the host resumes.
+pub const RESUME_POLL: Duration = Duration::from_millis(50);
+
+/// The process-wide resume signal of [`HostClock`], its watcher thread started on first
+/// use. `None` if the thread could not be started (holders then poll every tick).
+fn resume_signal() -> Option<watch::Receiver<u64>> {
+    static SIGNAL: OnceLock<Option<watch::Sender<u64>>> = OnceLock::new();
+    SIGNAL
+        .get_or_init(|| {
+            let (tx, _) = watch::channel(0);
+            let watcher = tx.clone();
+            // A thread, not a task: it outlives every tokio runtime of the process,
+            // and its sleep counts on the monotonic clock, so it runs within one
+            // poll of a resume.
+            std::thread::Builder::new()
+                .name("liveness-resume".into())
+                .spawn(move || watch_suspends(&watcher))
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+        .map(watch::Sender::subscribe)
+}
+
+/// Bumps `signal` each time the host's suspended time grew (by more than the jitter of
+/// two clock reads) since the last poll. Runs for the life of the process.
+fn watch_suspends(signal: &watch::Sender<u64>) {
+    let mut last = suspended();
+    loop {
+        let jitter = 1.0 - 0.2 * fastrand::f64();
+        std::thread::sleep(RESUME_POLL.mul_f64(jitter));
+        let now = suspended();
+        if now > last + Duration::from_millis(1) {
+            last = now;
+            signal.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 }
 

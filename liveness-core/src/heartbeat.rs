@@ -10,11 +10,15 @@
 //! lease and hand its work to anybody else. Only clock RATE matters, never offset.
 //!
 //! Which clock each timer uses: renewals are planned and slept on tokio's monotonic
-//! clock; every sleep is capped at [`HeartbeatConfig::tick`], and on every wake the
-//! heartbeat compares the boot clock with the deadline. A host that resumes from a
-//! suspend therefore fires the cancellation within one tick, and every synchronous
-//! check (`Claimed::check`, `Leadership::check`, ...) reads the boot clock itself and
-//! answers `Lost` at once.
+//! clock, and on every wake the heartbeat compares the boot clock with the deadline.
+//! Only a host suspend moves the boot clock ahead of tokio's. The default
+//! [`HostClock`](crate::HostClock) signals resumes (one watcher thread per process,
+//! [`Clock::resumes`](crate::Clock::resumes)): the heartbeat sleeps until its next
+//! renewal or its deadline and wakes on the signal, so a resumed host fires the
+//! cancellation within [`RESUME_POLL`](crate::clock::RESUME_POLL). A clock without
+//! the signal caps every sleep at [`HeartbeatConfig::tick`] instead (within one tick).
+//! Either way every synchronous check (`Claimed::check`, `Leadership::check`, ...)
+//! reads the boot clock itself and answers `Lost` at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,9 +118,10 @@ impl HeartbeatConfig {
     }
 
     /// The longest the heartbeat sleeps before it compares its clock with the local
-    /// deadline again: a quarter of the safety margin, between 1 ms and 1 s. It bounds
-    /// how late the cancellation fires when the clock jumps (a host suspend); every
-    /// synchronous check sees the jump at once.
+    /// deadline again, when the clock does not signal resumes
+    /// ([`Clock::resumes`](crate::Clock::resumes)): a quarter of the safety margin,
+    /// between 1 ms and 1 s. It bounds how late the cancellation fires when the clock
+    /// jumps (a host suspend); every synchronous check sees the jump at once.
     pub fn tick(&self) -> Duration {
         (self.safety_margin / 4).clamp(Duration::from_millis(1), Duration::from_secs(1))
     }
@@ -201,17 +206,28 @@ impl Standing {
     /// The reason the lease is lost, if it is: a recorded loss, or its local deadline
     /// passed by the clock right now (then recorded). Fires the cancellation when lost.
     fn lost(&self) -> Option<LostReason> {
-        let reason = {
+        self.judge().err()
+    }
+
+    /// One reading of the clock against the deadline: the time left, or the reason
+    /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
+    /// the cancellation fires).
+    fn judge(&self) -> Result<Duration, LostReason> {
+        let now = self.clock.boot();
+        let judged = {
             let mut st = self.state();
-            if st.lost.is_none() && self.clock.boot() >= st.deadline {
+            if st.lost.is_none() && now >= st.deadline {
                 st.lost = Some(LostReason::GaveUp);
             }
-            st.lost
+            match st.lost {
+                Some(reason) => Err(reason),
+                None => Ok(st.deadline - now),
+            }
         };
-        if reason.is_some() {
+        if judged.is_err() {
             self.cancel.cancel();
         }
-        reason
+        judged
     }
 
     /// The token, while the lease may still be acted on: not lost, its local deadline
@@ -254,11 +270,7 @@ impl Standing {
     /// The time left before the local deadline, or `None` once the lease is lost or
     /// the deadline passed (then it is marked lost and the cancellation fires).
     fn left(&self) -> Option<Duration> {
-        if self.lost().is_some() {
-            return None;
-        }
-        let deadline = self.state().deadline;
-        Some(deadline.saturating_sub(self.clock.boot()))
+        self.judge().ok()
     }
 
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
@@ -318,9 +330,13 @@ enum Woke<T> {
     Lost,
 }
 
-/// Awaits `fut` while watching `stop` and the local deadline. The deadline is checked
-/// on the standing's clock at least every `tick` of tokio time, so a clock that jumps
-/// (a host suspend, a manual test clock) is noticed within one tick.
+/// Awaits `fut` while watching `stop` and the local deadline. With a clock that
+/// signals resumes ([`Clock::resumes`](crate::Clock::resumes), the default
+/// [`HostClock`](crate::HostClock) does), it sleeps until the deadline itself and
+/// wakes early on the signal: only a suspend moves the boot clock ahead of tokio's.
+/// Otherwise the deadline is read on the standing's clock at least every `tick` of
+/// tokio time, so a clock that jumps (a host suspend, a manual test clock) is noticed
+/// within one tick.
 async fn watch<F: std::future::Future>(
     standing: &Standing,
     tick: Duration,
@@ -328,17 +344,35 @@ async fn watch<F: std::future::Future>(
     fut: F,
 ) -> Woke<F::Output> {
     tokio::pin!(fut);
+    let mut resumes = standing.clock().resumes();
     loop {
         let Some(left) = standing.left() else {
             return Woke::Lost;
+        };
+        let nap = if resumes.is_some() {
+            left
+        } else {
+            left.min(tick)
         };
         tokio::select! {
             biased;
             _ = stop.cancelled() => return Woke::Stopped,
             out = &mut fut => return Woke::Done(out),
-            _ = tokio::time::sleep(left.min(tick)) => {}
+            _ = tokio::time::sleep(nap) => {}
+            _ = resumed(&mut resumes) => {}
         }
     }
+}
+
+/// Completes when the resume signal changes; never without one (or once its sender
+/// is gone, which the process-wide one never is).
+async fn resumed(signal: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(rx) = signal {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// What a holder's heartbeat renews through and reports to: the same for every lease

@@ -741,6 +741,76 @@ async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() 
     assert!(leader.is_lost());
 }
 
+/// A host clock whose resume signal the test sends by hand (as the process's resume
+/// watcher does after a real suspend), counting its boot-clock reads.
+#[derive(Debug)]
+struct SignalledHost {
+    host: SuspendableHost,
+    signal: tokio::sync::watch::Sender<u64>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Clock for SignalledHost {
+    fn now(&self) -> Duration {
+        self.host.now()
+    }
+    fn boot(&self) -> Duration {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.host.boot()
+    }
+    fn resumes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.signal.subscribe())
+    }
+}
+
+/// Issue 13 (client CPU): with a clock that signals resumes, a heartbeat does not wake
+/// every tick to read the clock between renewals (100,000 members paid about seven
+/// wake-ups per renewal for it), and a suspend still fires the cancellation as soon
+/// as the signal comes, without any check.
+#[tokio::test(start_paused = true)]
+async fn with_a_resume_signal_the_heartbeat_sleeps_between_renewals_and_still_sees_a_suspend() {
+    let store = memory();
+    let suspended = ManualClock::new();
+    let clock = Arc::new(SignalledHost {
+        host: SuspendableHost {
+            tokio: TokioClock::new(),
+            suspended: suspended.clone(),
+        },
+        signal: tokio::sync::watch::channel(0).0,
+        reads: Default::default(),
+    });
+    let ttl = ttl(10_000);
+    let config = MemberConfig::new("w", ttl).unwrap().clock(clock.clone());
+    let renew_every = config.heartbeat.renew_every;
+    let tick = config.heartbeat.tick();
+    let member = Member::join(store.clone(), config).await.unwrap();
+    let token = member.token();
+    tokio::time::sleep(renew_every).await;
+    let before = clock.reads.load(std::sync::atomic::Ordering::SeqCst);
+    let intervals = 20;
+    tokio::time::sleep(renew_every * intervals).await;
+    let reads = clock.reads.load(std::sync::atomic::Ordering::SeqCst) - before;
+    let ticks = (renew_every.as_nanos() / tick.as_nanos()) as usize;
+    assert!(
+        reads <= 5 * intervals as usize,
+        "{reads} boot-clock reads in {intervals} renew intervals (a tick every {tick:?} would be {} at least)",
+        ticks * intervals as usize
+    );
+    assert_eq!(member.token(), token, "renewed all along");
+    let generation = member.generation();
+    suspended.advance(Duration::from_secs(600));
+    let resumed = Instant::now();
+    clock.signal.send_modify(|n| *n += 1);
+    timeout(Duration::from_secs(60), generation.cancel.cancelled())
+        .await
+        .expect("the heartbeat never noticed the suspend");
+    assert!(
+        Instant::now() < resumed + Duration::from_millis(1),
+        "cancelled {:?} after the signal",
+        Instant::now() - resumed
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
     let (memory, store, knobs) = faulty_memory();
