@@ -3,12 +3,13 @@
 //! must decide from what it reads, never from an earlier attempt's answer). The trait
 //! impls in `store.rs` call them.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    DeadToken, DeathCause, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId,
+    Acquire, DeadToken, DeathCause, Error, ExpiredLease, FencingToken, HolderId, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, Key, Lease, LeaseInfo, LeaseStatus, LostReason, Name, RequestId,
     Requeued, Space, Ttl,
 };
 use tokio::time::Instant;
@@ -147,6 +148,77 @@ impl FdbStore {
         nonce: u64,
     ) -> Result<Acquired, Fail> {
         let now = self.observe(tx).await?;
+        self.acquire_at(tx, at, now, key, holder, ttl, nonce).await
+    }
+
+    /// One attempt of `acquire_many`: every entry in order in this one transaction,
+    /// each as [`FdbStore::acquire_once`] would take it alone, judged at one `now`.
+    /// An entry's answer (`Held`, an invalid ttl) fails only that entry; a database
+    /// failure fails the attempt. All the leases written carry `nonce` (the call's),
+    /// so a retry after an unknown result finds each of them (`Already`).
+    ///
+    /// A later entry on a key an earlier entry took answers `Held` from what this
+    /// attempt wrote, without reading the key again: its lease record is
+    /// versionstamped, which FoundationDB does not let the writing transaction read.
+    pub(crate) async fn acquire_many_once(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        asks: &[Acquire],
+        nonce: u64,
+    ) -> Result<Vec<Result<Acquired, Error>>, Fail> {
+        let now = self.observe(tx).await?;
+        let mut taken: HashMap<&Key, (HolderId, FencingToken)> = HashMap::new();
+        let mut out = Vec::with_capacity(asks.len());
+        for ask in asks {
+            if let Err(e) = self.info.caps.check_ttl(ask.ttl) {
+                out.push(Err(e));
+                continue;
+            }
+            if let Some((holder, token)) = taken.get(&ask.key) {
+                out.push(Err(Error::Held {
+                    key: ask.key.clone(),
+                    holder: holder.clone(),
+                    token: *token,
+                }));
+                continue;
+            }
+            let entry = match self
+                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce)
+                .await
+            {
+                Ok(acquired) => acquired,
+                Err(Fail::Stop(e)) => {
+                    out.push(Err(e));
+                    continue;
+                }
+                Err(e @ Fail::Db(_)) => return Err(e),
+            };
+            let owner = match &entry {
+                Acquired::New { token, .. } => (ask.holder.clone(), *token),
+                Acquired::Already(rec) => (rec.holder.clone(), rec.token),
+            };
+            taken.insert(&ask.key, owner);
+            out.push(Ok(entry));
+        }
+        Ok(out)
+    }
+
+    /// Acquires `key` at `now` (this attempt's observation) in the open transaction:
+    /// the one step of [`FdbStore::acquire_once`] and of each entry of
+    /// [`FdbStore::acquire_many_once`]. A live lease answers `Held` (`Fail::Stop`,
+    /// nothing written); an expired one is retired (dead set, death record) first.
+    #[allow(clippy::too_many_arguments)]
+    async fn acquire_at(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        now: Instant,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        nonce: u64,
+    ) -> Result<Acquired, Fail> {
         let mut retired = None;
         if let Some(rec) = self.read_lease(tx, key, false).await? {
             if at.maybe_committed && rec.nonce == nonce {

@@ -6,13 +6,14 @@ use liveness_core::Page;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::store::check_batch;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathRecord, EnqueueOptions, ExpiredLease, FencingToken,
-    HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore,
-    Key, Lease, LeaseInfo, LeaseStore, Namespace, RequestId, Requeued, Space, StoreInfo, StoreTime,
-    Ttl,
+    async_trait, Acquire, Capabilities, DeadToken, DeathRecord, EnqueueOptions, ExpiredLease,
+    FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
+    ItemStore, Key, Lease, LeaseInfo, LeaseStore, Namespace, RequestId, Requeued, Result, Space,
+    StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -20,7 +21,7 @@ use tokio::time::Instant;
 use crate::config::{FdbConfig, Options};
 use crate::error::corrupt;
 use crate::keys::Layout;
-use crate::kv::{transact, Database};
+use crate::kv::{transact, Database, Stamp};
 use crate::observe::Observer;
 use crate::ops::{Acquired, Retire};
 use crate::BACKEND;
@@ -140,6 +141,36 @@ impl FdbStore {
 }
 
 impl FdbStore {
+    /// The lease an acquire (or an entry of `acquire_many`) took, committed with
+    /// `stamp` (the commit's, `None` when nothing was written) from a call sent at
+    /// `sent`: records the write in the observations, forgets the lease it retired.
+    fn granted(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        outcome: Acquired,
+        stamp: Option<Stamp>,
+        sent: Instant,
+    ) -> liveness_core::Result<Lease> {
+        let (token, stamp) = match (outcome, stamp) {
+            (Acquired::New { token, retired }, Some(stamp)) => {
+                if let Some(old) = retired {
+                    lock(&self.obs).forget_stamp(key, &old.stamp);
+                    tick(&self.wake);
+                }
+                (token, stamp)
+            }
+            (Acquired::Already(rec), _) => (rec.token, rec.stamp),
+            (Acquired::New { .. }, None) => return Err(corrupt("commit without versionstamp")),
+        };
+        lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
+        Ok(Lease {
+            expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
+            ..Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl)
+        })
+    }
+
     /// After a release or reap: forgets our write, wakes checkers, answers.
     fn retired(&self, key: &Key, outcome: Retire) -> bool {
         match outcome {
@@ -172,22 +203,29 @@ impl LeaseStore for FdbStore {
         let nonce = fastrand::u64(..);
         let (outcome, stamp) = transact!(self.db, |tx, at| self
             .acquire_once(tx, at, key, holder, ttl, nonce))?;
-        let (token, stamp) = match (outcome, stamp) {
-            (Acquired::New { token, retired }, Some(stamp)) => {
-                if let Some(old) = retired {
-                    lock(&self.obs).forget_stamp(key, &old.stamp);
-                    tick(&self.wake);
-                }
-                (token, stamp)
-            }
-            (Acquired::Already(rec), _) => (rec.token, rec.stamp),
-            (Acquired::New { .. }, None) => return Err(corrupt("commit without versionstamp")),
-        };
-        lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
-        Ok(Lease {
-            expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
-            ..Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl)
-        })
+        self.granted(key, holder, ttl, outcome, stamp, sent)
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> liveness_core::Result<Vec<Result<Lease>>> {
+        check_batch(self.info.caps, "acquires", asks.len())?;
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every entry in one transaction: one commit for the whole batch.
+        let sent = Instant::now();
+        let nonce = fastrand::u64(..);
+        let (outcomes, stamp) = transact!(self.db, |tx, at| self
+            .acquire_many_once(tx, at, asks, nonce))?;
+        if outcomes.len() != asks.len() {
+            return Err(corrupt("acquire_many answered another number of entries"));
+        }
+        Ok(asks
+            .iter()
+            .zip(outcomes)
+            .map(|(ask, outcome)| {
+                self.granted(&ask.key, &ask.holder, ask.ttl, outcome?, stamp, sent)
+            })
+            .collect())
     }
 
     async fn renew(&self, lease: &Lease) -> liveness_core::Result<Lease> {

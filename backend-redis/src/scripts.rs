@@ -29,6 +29,7 @@ macro_rules! scripts {
 
 scripts!(
     acquire,
+    acquire_many,
     renew,
     renew_many,
     release,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use liveness_core::durability::StoreLostState;
 use liveness_core::store::check_batch;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    async_trait, Acquire, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
     ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
     LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, Space, StoreInfo,
@@ -261,6 +261,43 @@ impl RedisStore {
         }
     }
 
+    /// The answer of one acquire from its script reply: `{1, token}` taken, or
+    /// `{0, holder, token}` held by a live lease.
+    fn acquired(
+        &self,
+        op: &'static str,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        reply: Value,
+    ) -> Result<Lease> {
+        let mut reply = array(op, reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        match int(op, &next())? {
+            1 => {
+                let token = uint(op, &next())?;
+                Ok(Lease::granted(
+                    &self.info.issuer,
+                    key.clone(),
+                    holder.clone(),
+                    FencingToken(token),
+                    ttl,
+                ))
+            }
+            0 => {
+                let held_by = text(op, next())?;
+                let token = uint(op, &next())?;
+                Err(Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(held_by)
+                        .map_err(|_| unexpected(op, "an invalid stored holder"))?,
+                    token: FencingToken(token),
+                })
+            }
+            _ => Err(unexpected(op, "an unknown status")),
+        }
+    }
+
     async fn run(&self, call: ScriptInvocation<'_>) -> Result<Value> {
         let mut conn = self.conn.clone();
         call.invoke_async::<Value>(&mut conn).await.map_err(map)
@@ -306,31 +343,50 @@ impl LeaseStore for RedisStore {
             .arg(ttl.as_millis())
             .arg(key_text(key))
             .arg(self.info.caps.death_retention);
-        let mut reply = array("acquire", self.run(call).await?)?.into_iter();
-        let status = int("acquire", &reply.next().unwrap_or(Value::Nil))?;
-        match status {
-            1 => {
-                let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
-                Ok(Lease::granted(
-                    &self.info.issuer,
-                    key.clone(),
-                    holder.clone(),
-                    FencingToken(token),
-                    ttl,
-                ))
-            }
-            0 => {
-                let held_by = text("acquire", reply.next().unwrap_or(Value::Nil))?;
-                let token = uint("acquire", &reply.next().unwrap_or(Value::Nil))?;
-                Err(Error::Held {
-                    key: key.clone(),
-                    holder: HolderId::new(held_by)
-                        .map_err(|_| unexpected("acquire", "an invalid stored holder"))?,
-                    token: FencingToken(token),
-                })
-            }
-            _ => Err(unexpected("acquire", "an unknown status")),
+        let reply = self.run(call).await?;
+        self.acquired("acquire", key, holder, ttl, reply)
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.info.caps, "acquires", asks.len())?;
+        // An entry with a ttl outside the capabilities fails alone, here; the others
+        // go to one script for the whole batch: one round trip, one server instant.
+        let checked: Vec<Result<()>> = asks
+            .iter()
+            .map(|ask| self.info.caps.check_ttl(ask.ttl))
+            .collect();
+        let mut call = scripts().acquire_many.prepare_invoke();
+        call.key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(self.info.caps.death_retention);
+        let mut sent = 0;
+        for (ask, _) in asks.iter().zip(&checked).filter(|(_, ok)| ok.is_ok()) {
+            call.key(self.keys.lease(&ask.key))
+                .key(self.keys.expiry(ask.key.space()))
+                .arg(ask.key.name().as_str())
+                .arg(ask.holder.as_str())
+                .arg(ask.ttl.as_millis())
+                .arg(key_text(&ask.key));
+            sent += 1;
         }
+        let replies = if sent == 0 {
+            Vec::new()
+        } else {
+            array("acquire_many", self.run(call).await?)?
+        };
+        if replies.len() != sent {
+            return Err(unexpected("acquire_many", "a reply of another length"));
+        }
+        let mut replies = replies.into_iter();
+        Ok(asks
+            .iter()
+            .zip(checked)
+            .map(|(ask, ok)| {
+                ok?;
+                let reply = replies.next().unwrap_or(Value::Nil);
+                self.acquired("acquire_many", &ask.key, &ask.holder, ask.ttl, reply)
+            })
+            .collect())
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

@@ -27,11 +27,11 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
-    ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
-    StoreInfo, StoreTime, Swept, Ttl,
+    async_trait, Acquire, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord,
+    EnqueueOptions, Error, ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer,
+    Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result,
+    SchemaTooNew, Space, StoreInfo, StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -326,6 +326,60 @@ impl SqliteStore {
                 Ok(()) => Err(lease.lost(LostReason::Expired)),
             },
         })
+    }
+
+    /// Acquires `key` for `holder` at store time `now` inside the open write
+    /// transaction on `conn` (the caller checked `ttl`): the lease, or `Held` naming
+    /// the live holder (nothing changed). An expired lease on the key is buried (dead
+    /// set, death record) first; the flag says so, for the caller to wake this
+    /// process's waiters after the commit. The outer error is a fault of the store
+    /// itself.
+    async fn acquire_at(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        now: i64,
+    ) -> Result<(Result<Lease>, bool)> {
+        let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
+        let cur = self.current(conn, key, now).await?;
+        let mut retired = false;
+        if let Some((live_holder, token, expires_at)) = cur.lease {
+            if cur.now < expires_at {
+                let held = Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(live_holder).map_err(|_| corrupt("holder"))?,
+                    token: FencingToken(token),
+                };
+                return Ok((Err(held), false));
+            }
+            self.bury(conn, key, token).await?;
+            self.record_death(
+                conn,
+                key,
+                &live_holder,
+                token,
+                cur.now,
+                DeathCause::Superseded,
+            )
+            .await?;
+            retired = true;
+        }
+        let token = self.next(conn, sql::NEXT_TOKEN).await?;
+        self.query(sql::PUT_LEASE)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder.as_ref())
+            .bind(token)
+            .bind(ttl_ms)
+            .bind(cur.now.saturating_add(ttl_ms))
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
+        let lease = Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl);
+        Ok((Ok(lease), retired))
     }
 
     /// The highest token the namespace has handed out (0 before the first).
@@ -676,55 +730,49 @@ impl LeaseStore for SqliteStore {
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         self.info.caps.check_ttl(ttl)?;
-        let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let mut w = self.write().await?;
         let now = self.now()?;
-        let cur = self.current(w.conn(), key, now).await?;
-        let mut retired = false;
-        if let Some((live_holder, token, expires_at)) = cur.lease {
-            if cur.now < expires_at {
-                w.rollback().await?;
-                return Err(Error::Held {
-                    key: key.clone(),
-                    holder: HolderId::new(live_holder).map_err(|_| corrupt("holder"))?,
-                    token: FencingToken(token),
-                });
-            }
-            self.bury(w.conn(), key, token).await?;
-            self.record_death(
-                w.conn(),
-                key,
-                &live_holder,
-                token,
-                cur.now,
-                DeathCause::Superseded,
-            )
-            .await?;
-            retired = true;
+        let (taken, retired) = self.acquire_at(w.conn(), key, holder, ttl, now).await?;
+        if taken.is_ok() {
+            w.commit().await?;
+        } else {
+            w.rollback().await?;
         }
-        let token = self.next(w.conn(), sql::NEXT_TOKEN).await?;
-        self.query(sql::PUT_LEASE)
-            .bind(key.space().as_ref())
-            .bind(key.name().as_ref())
-            .bind(holder.as_ref())
-            .bind(token)
-            .bind(ttl_ms)
-            .bind(cur.now.saturating_add(ttl_ms))
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
+        if retired {
+            tick(&self.wake);
+        }
+        taken
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        liveness_core::store::check_batch(self.info.caps, "acquires", asks.len())?;
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every entry in one write transaction, in order, at one instant read holding
+        // the write lock (as `acquire` does): one commit (one fsync with
+        // synchronous=full) for the whole batch instead of one per key. An entry with
+        // a ttl outside the capabilities fails alone.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(asks.len());
+        let mut retired = false;
+        for ask in asks {
+            if let Err(e) = self.info.caps.check_ttl(ask.ttl) {
+                out.push(Err(e));
+                continue;
+            }
+            let (taken, buried) = self
+                .acquire_at(w.conn(), &ask.key, &ask.holder, ask.ttl, now)
+                .await?;
+            retired |= buried;
+            out.push(taken);
+        }
         w.commit().await?;
         if retired {
             tick(&self.wake);
         }
-        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token"))?);
-        Ok(Lease::granted(
-            &self.info.issuer,
-            key.clone(),
-            holder.clone(),
-            token,
-            ttl,
-        ))
+        Ok(out)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

@@ -154,3 +154,29 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
   end
   return {requeued, dead}
 end
+
+-- Takes the lease on `lease_key` (its space's expiry zset `expiry_key`, the
+-- namespace's token counter `tokens_key` and dead set `dead_key`; `name` and
+-- `key_text` "space/name" name the key) for `holder` with `ttl` ms at `now`: the one
+-- step of acquire.lua and of each entry of acquire_many.lua. A live lease on the key
+-- wins; an expired one is retired first (dead set, death record, cause '2'). Returns
+-- {1, token} or {0, holder, token} when a live lease holds the key.
+local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
+                           key_text, retention, now)
+  local prefix = prefix_of(lease_key)
+  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep')
+  if rec[2] then
+    if now < judged(prefix, rec[3], rec[4], rec[5], now) then
+      return {0, rec[1], rec[2]}
+    end
+    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
+      retention)
+  end
+  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
+  local token = s(redis.call('INCR', tokens_key))
+  local exp = s(now + tonumber(ttl) * 1000)
+  redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', ttl, 'e', exp,
+    'ep', stamp(prefix))
+  redis.call('ZADD', expiry_key, exp, name)
+  return {1, token}
+end
