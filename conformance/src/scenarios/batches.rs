@@ -19,7 +19,7 @@ fn opts(max_attempts: u32) -> EnqueueOptions {
 }
 
 /// acquire_many answers per entry, in order, what `acquire` of that entry alone would:
-/// a free key is taken with the whole ttl left; a key held live by another holder
+/// a free key is taken with at most its ttl (and more than half of it) left; a key held live by another holder
 /// answers `Held` naming it and changes nothing; an expired lease is reaped by the
 /// same step (its token in the dead set); a second entry on a key an earlier entry
 /// took answers `Held` naming that token; an entry with a ttl outside the
@@ -59,7 +59,11 @@ pub async fn acquire_many_answers_each_entry_alone(ctx: Ctx) {
         assert_eq!(lease.key, asked[i].key);
         assert_eq!(lease.holder, asked[i].holder);
         assert_eq!(lease.ttl, asked[i].ttl);
-        assert_eq!(lease.expires_in, asked[i].ttl.duration());
+        let ttl = asked[i].ttl.duration();
+        assert!(
+            lease.expires_in <= ttl && lease.expires_in > ttl / 2,
+            "{lease:?}"
+        );
         lease
     };
     let (a, c, b) = (taken(0), taken(2), taken(4));
