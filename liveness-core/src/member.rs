@@ -298,10 +298,29 @@ impl Member {
         // True once an attempt failed with a transient fault: the store may have
         // applied it and lost the reply, leaving a "ghost" lease of ours.
         let mut maybe_ghost = false;
+        // A lease of ours to adopt (renew) instead of acquiring anew.
+        let mut ghost: Option<Lease> = None;
         let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
             let sent_on_clock = config.clock.boot();
-            match acquire(&store, &config, &key).await {
+            let answer = match &ghost {
+                Some(g) => match renew(&store, &config, g).await {
+                    // Gone or expired meanwhile: the next acquire takes (and reaps) it.
+                    Err(Error::Lost { .. }) => {
+                        ghost = None;
+                        continue;
+                    }
+                    other => other,
+                },
+                None => acquire(&store, &config, &key).await,
+            };
+            match answer {
+                Ok(lease) if born_dead(&config, sent_on_clock) && Instant::now() < give_up => {
+                    // Answered after the deadline it starts (an overloaded queue or
+                    // store): nothing was done under it, so it is adopted, not thrown
+                    // away for a new token, a dead-set entry and a sweep.
+                    ghost = Some(lease);
+                }
                 Ok(lease) => break (lease, sent, sent_on_clock),
                 Err(Error::Held { holder, token, .. })
                     if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
@@ -311,17 +330,7 @@ impl Member {
                     // knows its token and it owns nothing: adopt it by renewing it,
                     // instead of burning a token (and a dead-set entry) on a release
                     // and a new acquire.
-                    match adopt(&store, &config, &key, holder, token).await {
-                        Adopted::Yes(lease, sent, sent_on_clock) => {
-                            break (lease, sent, sent_on_clock)
-                        }
-                        // Gone or expired meanwhile: the next acquire takes (and reaps) it.
-                        Adopted::Gone => maybe_ghost = false,
-                        Adopted::Failed(e) if e.is_retryable() => {
-                            tokio::time::sleep(backoff.next()).await;
-                        }
-                        Adopted::Failed(e) => return Err(e),
-                    }
+                    ghost = Some(ghost_lease(&store, &config, &key, holder, token));
                 }
                 Err(e) if e.is_retryable() && Instant::now() < give_up => {
                     maybe_ghost = true;
@@ -702,42 +711,41 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
     }
 }
 
-/// What adopting an own ghost lease gave.
-enum Adopted {
-    /// Renewed: ours now, with the renewal's send time (tokio's clock, the member's).
-    Yes(Lease, Instant, Duration),
-    /// The store no longer has it live (released, expired, superseded).
-    Gone,
-    /// The renewal failed otherwise.
-    Failed(Error),
-}
-
-/// Adopts a "ghost": a lease of this member's own holder id that an attempt whose
-/// reply was lost created, so that nobody knows its token and nothing was claimed
-/// under it. Renewing it makes it the member's lease exactly as a fresh acquire would
-/// (its deadline counts from the renewal's send time), without burning a new token,
-/// a dead-set entry and a sweep on a release and another acquire.
-async fn adopt(
+/// A "ghost": a lease of this member's own holder id that an attempt whose reply was
+/// lost (or came too late) created, so that nothing was claimed under it. Renewing it
+/// ([`renew`]) makes it the member's lease exactly as a fresh acquire would (its
+/// deadline counts from the renewal's send time), without burning a new token, a
+/// dead-set entry and a sweep on a release and another acquire.
+fn ghost_lease(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
     holder: HolderId,
     token: FencingToken,
-) -> Adopted {
-    let ghost = Lease {
+) -> Lease {
+    Lease {
         issuer: store.issuer().clone(),
         key: key.clone(),
         holder,
         token,
         ttl: config.heartbeat.ttl,
         expires_in: Duration::ZERO,
-    };
-    let sent = Instant::now();
-    let sent_on_clock = config.clock.boot();
-    match store.renew(&ghost).await {
-        Ok(lease) => Adopted::Yes(lease, sent, sent_on_clock),
-        Err(Error::Lost { .. }) => Adopted::Gone,
-        Err(e) => Adopted::Failed(e),
+    }
+}
+
+/// True when an answer to a request sent at `sent_on_clock` (the member's boot clock)
+/// came back after the local deadline it would start: the request waited longer than
+/// `ttl − margin` in an overloaded queue or store.
+fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
+    let budget = config.heartbeat.ttl.duration() - config.heartbeat.safety_margin;
+    config.clock.boot() >= sent_on_clock + budget
+}
+
+/// One renewal of `lease`: through the batcher when the member has one.
+async fn renew(store: &Arc<dyn Store>, config: &MemberConfig, lease: &Lease) -> Result<Lease> {
+    match &config.batcher {
+        Some(batcher) => batcher.renew(lease).await,
+        None => store.renew(lease).await,
     }
 }
 
@@ -767,13 +775,32 @@ async fn rejoin(
         config.heartbeat.renew_every / 8,
         config.heartbeat.renew_every,
     );
+    // A lease of ours to adopt (renew) instead of acquiring anew.
+    let mut ghost: Option<Lease> = None;
     loop {
         if stop.is_cancelled() {
             return None;
         }
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let pause = match acquire(store, config, key).await {
+        let answer = match &ghost {
+            Some(g) => match renew(store, config, g).await {
+                // Gone or expired meanwhile: the next acquire takes (and reaps) it.
+                Err(Error::Lost { .. }) => {
+                    ghost = None;
+                    continue;
+                }
+                other => other,
+            },
+            None => acquire(store, config, key).await,
+        };
+        let pause = match answer {
+            Ok(lease) if born_dead(config, sent_on_clock) => {
+                // Answered after the deadline it starts (an overloaded queue or
+                // store): adopt it rather than burn another token on it.
+                ghost = Some(lease);
+                Duration::ZERO
+            }
             Ok(lease) => return Some((lease, sent, sent_on_clock)),
             Err(Error::Held { token, .. }) if token == old.token => {
                 // The lease we just lost, still live by the store's clock (it started
@@ -792,14 +819,8 @@ async fn rejoin(
                 // A "ghost": an acquire of this re-join that timed out on our side but
                 // was applied by the store. Holder ids are unique per member instance,
                 // so nobody else's lease matches. Adopt it.
-                match adopt(store, config, key, holder, token).await {
-                    Adopted::Yes(lease, at, at_on_clock) => return Some((lease, at, at_on_clock)),
-                    Adopted::Gone => Duration::ZERO,
-                    Adopted::Failed(e) => {
-                        tracing::warn!(%key, error = %e, "adopting an own ghost lease failed, retrying");
-                        backoff.next()
-                    }
-                }
+                ghost = Some(ghost_lease(store, config, key, holder, token));
+                Duration::ZERO
             }
             // Somebody else's live lease (another instance of this name): look again
             // in about one renew interval, jittered so that many re-joiners spread.

@@ -504,6 +504,63 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
     );
 }
 
+/// A store whose first `acquires` acquires wait `queued` before they are applied (a
+/// request that sat in an overloaded queue), then answer at once.
+#[derive(Debug)]
+struct Queued {
+    inner: Arc<dyn Store>,
+    queued: Duration,
+    late: AtomicUsize,
+}
+
+#[async_trait]
+impl Layer for Queued {
+    fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+        if call.op == Op::Acquire
+            && self
+                .late
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            tokio::time::sleep(self.queued).await;
+        }
+        run.await
+    }
+}
+
+/// Issue 13 (no amplification): an acquire answered after the local deadline it would
+/// start (it waited longer than ttl − margin in a queue) is adopted by a renewal, not
+/// thrown away: no `Lost`, no second token, no dead-set entry for the checker. Before,
+/// each such join was lost at once and re-joined with a new token, whose acquire
+/// queued again: an overloaded join never got out of the loop.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_answered_after_its_deadline_is_adopted_not_thrown_away() {
+    let ttl = ttl(1_000);
+    let store = Arc::new(Queued {
+        inner: memory(),
+        queued: ttl.duration().mul_f64(0.9),
+        late: AtomicUsize::new(1),
+    });
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let bus = EventBus::new(1_000);
+    let mut events = bus.subscribe();
+    let config = MemberConfig::new("late", ttl).unwrap().events(bus.clone());
+    let member = Member::join(dyn_store.clone(), config).await.unwrap();
+    let token = member.token();
+    member.check().expect("live after the join");
+    tokio::time::sleep(ttl.duration() * 5).await;
+    assert_eq!(member.token(), token, "kept its first token");
+    member.check().expect("still live");
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, Event::Lost { .. }), "lost: {e:?}");
+    }
+    assert!(store.inner.dead_tokens(100).await.unwrap().is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
     let store = Slow::new(memory(), Duration::from_secs(1));
