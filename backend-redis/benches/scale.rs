@@ -16,13 +16,26 @@ use liveness_testkit::redis::RedisServer;
 
 /// used_cpu_user + used_cpu_sys of the server, and its total command calls.
 async fn server_cpu(url: &str) -> Option<(f64, u64)> {
-    let client = redis::Client::open(url.split('?').next().unwrap_or(url)).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let cpu: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut conn)
-        .await
-        .ok()?;
+    match server_cpu_of(url).await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("scale: reading the redis-server's CPU failed: {e}");
+            None
+        }
+    }
+}
+
+async fn server_cpu_of(url: &str) -> redis::RedisResult<(f64, u64)> {
+    let client = redis::Client::open(url.split('?').next().unwrap_or(url))?;
+    // Generous timeouts: right after a run the server may still be busy with the
+    // fleet's last calls.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
     let field = |name: &str| -> f64 {
         cpu.lines()
             .find_map(|l| l.strip_prefix(name))
@@ -32,14 +45,13 @@ async fn server_cpu(url: &str) -> Option<(f64, u64)> {
     let stats: String = redis::cmd("INFO")
         .arg("stats")
         .query_async(&mut conn)
-        .await
-        .ok()?;
+        .await?;
     let calls = stats
         .lines()
         .find_map(|l| l.strip_prefix("total_commands_processed:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    Some((field("used_cpu_user:") + field("used_cpu_sys:"), calls))
+    Ok((field("used_cpu_user:") + field("used_cpu_sys:"), calls))
 }
 
 fn main() {

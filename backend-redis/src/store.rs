@@ -444,6 +444,7 @@ impl LeaseStore for RedisStore {
                 1 => Ok(lease.renewed()),
                 0 => ok.map(|()| lease.clone()),
                 code @ -3..=-1 => Err(lost(lease, code)),
+                -4 => Err(StoreLostState::of(BACKEND, lease)),
                 _ => Err(unexpected("renew_many", "an unknown status")),
             })
             .collect())

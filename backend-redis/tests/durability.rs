@@ -154,4 +154,19 @@ async fn a_renewal_after_the_server_lost_its_data_says_so() {
         other => panic!("a wiped store answered {other:?}, not store-lost-state"),
     }
     assert!(err.to_string().contains("store lost state"), "{err}");
+    // The batched renewal (what members sharing a Batcher send) says the same, lease
+    // by lease (both tokens are above the wiped counter).
+    let batch = [lease.clone(), released.clone()];
+    let answers = store.renew_many(&batch).await.unwrap();
+    for (asked, answer) in batch.iter().zip(&answers) {
+        match answer {
+            Err(Error::Backend { source, .. }) => {
+                let lost = source
+                    .downcast_ref::<liveness_core::durability::StoreLostState>()
+                    .unwrap_or_else(|| panic!("renew_many: not store-lost-state: {source:?}"));
+                assert_eq!((&lost.key, lost.token), (&asked.key, asked.token));
+            }
+            other => panic!("renew_many on a wiped store answered {other:?}"),
+        }
+    }
 }
