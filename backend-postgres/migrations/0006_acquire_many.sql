@@ -1,0 +1,118 @@
+-- The liveness schema, version 6 (issue 13): `acquire_many`, many acquires in one
+-- statement (one round trip) instead of one statement each. Runs with search_path set
+-- to the namespace's schema.
+
+-- Acquires each entry (p_spaces[i], p_names[i], p_holders[i], p_ttls[i] ms) in the
+-- order given, each by the logic of the single `acquire` statement (sql::ACQUIRE):
+-- lock the key's row; a live lease answers held (its holder and token) and changes
+-- nothing; an expired one goes to the dead set (with a death record, cause
+-- superseded) and is overwritten; a free key is inserted; a new lease draws its token
+-- from `tokens`, so tokens grow in the order of the entries. Each entry's statement
+-- runs after the previous one's in the same transaction and sees what it wrote: a
+-- second entry on a key an earlier one took answers held naming that lease.
+--
+-- One row per entry, in order (a_i, from 1): a_token the new lease's token, or NULL
+-- when held by (a_holder, a_held_token); all three NULL when concurrent acquires kept
+-- inserting the key first (8 times running; the caller answers that entry
+-- Unavailable). a_woke: a lease was retired to the dead set (the caller wakes its
+-- own waiters).
+--
+-- The death records of the retired leases are written after the last entry, in entry
+-- order, with their retirement instants, by one bump of `death_seq`: the batch takes
+-- `death_seq`'s row lock last, after every lease row it locks, as the single
+-- statements do (a lease row, then `death_seq`), so a batch and a concurrent release
+-- or reap never wait on each other in a cycle. Nothing outside the transaction sees
+-- the difference.
+CREATE FUNCTION acquire_many(p_spaces text[], p_names text[], p_holders text[],
+                             p_ttls bigint[], p_channel text, p_retention bigint)
+RETURNS TABLE (a_i integer, a_token bigint, a_holder text, a_held_token bigint,
+               a_woke boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n integer := coalesce(array_length(p_names, 1), 0);
+    v_attempt integer;
+    v_retired bigint;
+    v_at timestamptz;
+    v_last bigint;
+    d_spaces text[] := '{}';
+    d_names text[] := '{}';
+    d_holders text[] := '{}';
+    d_tokens bigint[] := '{}';
+    d_ats timestamptz[] := '{}';
+BEGIN
+    IF array_length(p_spaces, 1) IS DISTINCT FROM array_length(p_names, 1)
+       OR array_length(p_holders, 1) IS DISTINCT FROM array_length(p_names, 1)
+       OR array_length(p_ttls, 1) IS DISTINCT FROM array_length(p_names, 1) THEN
+        RAISE EXCEPTION 'acquire_many: arrays of different lengths'
+            USING ERRCODE = '22023';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        a_i := i;
+        a_token := NULL;
+        a_holder := NULL;
+        a_held_token := NULL;
+        a_woke := false;
+        FOR v_attempt IN 1 .. 8 LOOP
+            WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+            cur AS MATERIALIZED (
+                SELECT l.holder, l.token, l.expires_at > clk.t AS live
+                FROM leases l, clk
+                WHERE l.space = p_spaces[i] AND l.name = p_names[i]
+                FOR UPDATE OF l
+            ),
+            retired AS (
+                INSERT INTO dead_tokens (token, space, name)
+                SELECT cur.token, p_spaces[i], p_names[i] FROM cur WHERE NOT cur.live
+                ON CONFLICT (token) DO NOTHING
+                RETURNING dead_tokens.token
+            ),
+            put AS (
+                INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
+                SELECT p_spaces[i], p_names[i], p_holders[i], nextval('tokens'), p_ttls[i],
+                       clk.t + p_ttls[i] * interval '1 millisecond'
+                FROM clk
+                WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.live)
+                ON CONFLICT (space, name) DO UPDATE
+                    SET holder = excluded.holder, token = excluded.token,
+                        ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at,
+                        last_claim = NULL
+                    WHERE l.token = (SELECT cur.token FROM cur WHERE NOT cur.live)
+                RETURNING l.token
+            )
+            SELECT (SELECT put.token FROM put),
+                   (SELECT cur.holder FROM cur),
+                   (SELECT cur.token FROM cur),
+                   (SELECT retired.token FROM retired),
+                   (SELECT clk.t FROM clk)
+            INTO a_token, a_holder, a_held_token, v_retired, v_at;
+            IF v_retired IS NOT NULL THEN
+                a_woke := true;
+                d_spaces := d_spaces || p_spaces[i];
+                d_names := d_names || p_names[i];
+                d_holders := d_holders || a_holder;
+                d_tokens := d_tokens || v_retired;
+                d_ats := d_ats || v_at;
+            END IF;
+            -- Taken, or held: this entry's answer. Neither: a concurrent acquire
+            -- inserted the key after this statement's snapshot; run it again.
+            EXIT WHEN a_token IS NOT NULL OR a_held_token IS NOT NULL;
+        END LOOP;
+        RETURN NEXT;
+    END LOOP;
+    IF coalesce(array_length(d_tokens, 1), 0) > 0 THEN
+        UPDATE death_seq SET last = last + array_length(d_tokens, 1)
+        RETURNING last INTO v_last;
+        INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+        SELECT v_last - array_length(d_tokens, 1) + d.n, d.space, d.name, d.holder,
+               d.token, d.at, 2
+        FROM unnest(d_spaces, d_names, d_holders, d_tokens, d_ats)
+             WITH ORDINALITY AS d(space, name, holder, token, at, n);
+        DELETE FROM deaths
+        WHERE seq <= v_last - p_retention
+          AND seq > v_last - p_retention - 64 - array_length(d_tokens, 1);
+        PERFORM pg_notify(p_channel, 'retired');
+    END IF;
+END
+$$;
