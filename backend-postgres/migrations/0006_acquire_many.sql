@@ -4,10 +4,11 @@
 
 -- Acquires each entry (p_spaces[i], p_names[i], p_holders[i], p_ttls[i] ms) in the
 -- order given, each by the logic of the single `acquire` statement (sql::ACQUIRE):
--- lock the key's row; a live lease answers held (its holder and token) and changes
--- nothing; an expired one goes to the dead set (with a death record, cause
--- superseded) and is overwritten; a free key is inserted; a new lease draws its token
--- from `tokens`, so tokens grow in the order of the entries. Each entry's statement
+-- a live lease answers held (its holder and token) and changes nothing (it is read
+-- without a lock: the row is locked only to take it over); an expired one goes to
+-- the dead set (with a death record, cause superseded) and is overwritten; a free
+-- key is inserted; a new lease draws its token from `tokens`, so tokens grow in the
+-- order of the entries. Each entry's statement
 -- runs after the previous one's in the same transaction and sees what it wrote: a
 -- second entry on a key an earlier one took answers held naming that lease.
 --
@@ -54,6 +55,17 @@ BEGIN
         a_holder := NULL;
         a_held_token := NULL;
         a_woke := false;
+        -- Held live (by another, or by an earlier entry of this batch): the answer,
+        -- read without locking the row, so that the batch holds no lock on a lease
+        -- it leaves alone (its renewals go on meanwhile).
+        SELECT l.holder, l.token INTO a_holder, a_held_token
+        FROM leases l
+        WHERE l.space = p_spaces[i] AND l.name = p_names[i]
+          AND l.expires_at > clock_timestamp();
+        IF FOUND THEN
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         FOR v_attempt IN 1 .. 8 LOOP
             WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
             cur AS MATERIALIZED (

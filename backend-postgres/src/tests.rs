@@ -150,3 +150,42 @@ async fn racing_batches_take_each_key_once() {
         assert_eq!((info.token, &info.holder), (lease.token, &lease.holder));
     }
 }
+
+/// A batch holds no lock on a lease it answers `Held`: while its transaction is
+/// still open, the holder's renewal goes through (with a lock timeout, so a lock
+/// shows as an error rather than a hang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_many_locks_no_lease_it_leaves_alone() {
+    let Some(store) = store().await else { return };
+    let long = Ttl::from_secs(60).unwrap();
+    let key = Key::member("busy").unwrap();
+    let held = store.acquire(&key, &holder("o"), long).await.unwrap();
+    let mut batch = store.pool().begin().await.unwrap();
+    let rows = sqlx::query(crate::sql::ACQUIRE_MANY)
+        .bind(vec![key.space().as_str().to_owned()])
+        .bind(vec![key.name().as_str().to_owned()])
+        .bind(vec!["h".to_owned()])
+        .bind(vec![60_000i64])
+        .bind(store.channel())
+        .bind(100i64)
+        .fetch_all(&mut *batch)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let mut other = store.pool().acquire().await.unwrap();
+    sqlx::query("SET lock_timeout = '5s'")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let renewed = sqlx::query(crate::sql::RENEW)
+        .bind(key.space().as_str())
+        .bind(key.name().as_str())
+        .bind(i64::try_from(held.token.0).unwrap())
+        .bind(60_000i64)
+        .bind(true)
+        .execute(&mut *other)
+        .await
+        .unwrap_or_else(|e| panic!("the renewal waited on the batch's lock: {e}"));
+    assert_eq!(renewed.rows_affected(), 1);
+    batch.rollback().await.unwrap();
+}
