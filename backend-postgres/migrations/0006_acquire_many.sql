@@ -2,7 +2,7 @@
 -- statement (one round trip) instead of one statement each. Runs with search_path set
 -- to the namespace's schema.
 
--- Acquires each entry (p_spaces[i], p_names[i], p_holders[i], p_ttls[i] ms) in the
+-- Acquires each entry (v_space, v_name, v_holder, v_ttl ms) in the
 -- order given, each by the logic of the single `acquire` statement (sql::ACQUIRE):
 -- a live lease answers held (its holder and token) and changes nothing (it is read
 -- without a lock: the row is locked only to take it over); an expired one goes to
@@ -32,10 +32,14 @@ LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_n integer := coalesce(array_length(p_names, 1), 0);
+    v_space text;
+    v_name text;
+    v_holder text;
+    v_ttl bigint;
     v_attempt integer;
     v_retired bigint;
     v_at timestamptz;
+    v_live boolean;
     v_last bigint;
     d_spaces text[] := '{}';
     d_names text[] := '{}';
@@ -49,41 +53,65 @@ BEGIN
         RAISE EXCEPTION 'acquire_many: arrays of different lengths'
             USING ERRCODE = '22023';
     END IF;
-    FOR i IN 1 .. v_n LOOP
-        a_i := i;
+    -- The entries as rows (indexing a text array is a walk from its start).
+    FOR a_i, v_space, v_name, v_holder, v_ttl IN
+        SELECT e.n::integer, e.space, e.name, e.holder, e.ttl
+        FROM unnest(p_spaces, p_names, p_holders, p_ttls)
+             WITH ORDINALITY AS e(space, name, holder, ttl, n)
+        ORDER BY e.n
+    LOOP
         a_token := NULL;
         a_holder := NULL;
         a_held_token := NULL;
         a_woke := false;
-        -- Held live (by another, or by an earlier entry of this batch): the answer,
-        -- read without locking the row, so that the batch holds no lock on a lease
-        -- it leaves alone (its renewals go on meanwhile).
-        SELECT l.holder, l.token INTO a_holder, a_held_token
+        -- The key's lease as it stands, read without locking the row. Held live (by
+        -- another, or by an earlier entry of this batch): that is the answer, and
+        -- the batch holds no lock on a lease it leaves alone (its renewals go on
+        -- meanwhile).
+        SELECT l.holder, l.token, l.expires_at > clock_timestamp()
+        INTO a_holder, a_held_token, v_live
         FROM leases l
-        WHERE l.space = p_spaces[i] AND l.name = p_names[i]
-          AND l.expires_at > clock_timestamp();
-        IF FOUND THEN
+        WHERE l.space = v_space AND l.name = v_name;
+        IF FOUND AND v_live THEN
             RETURN NEXT;
             CONTINUE;
         END IF;
+        a_holder := NULL;
+        a_held_token := NULL;
+        -- No lease: insert one (what the statement below does for a free key, in
+        -- one plain statement); a concurrent acquire that inserted the key
+        -- meanwhile makes it insert nothing, and the statement below decides.
+        IF NOT FOUND THEN
+            INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at)
+            VALUES (v_space, v_name, v_holder, nextval('tokens'), v_ttl,
+                    clock_timestamp() + v_ttl * interval '1 millisecond')
+            ON CONFLICT (space, name) DO NOTHING
+            RETURNING leases.token INTO a_token;
+            IF a_token IS NOT NULL THEN
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        END IF;
+        -- An expired lease to take over (or a lost insert race): the single
+        -- acquire's statement, which locks the row and decides again.
         FOR v_attempt IN 1 .. 8 LOOP
             WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
             cur AS MATERIALIZED (
                 SELECT l.holder, l.token, l.expires_at > clk.t AS live
                 FROM leases l, clk
-                WHERE l.space = p_spaces[i] AND l.name = p_names[i]
+                WHERE l.space = v_space AND l.name = v_name
                 FOR UPDATE OF l
             ),
             retired AS (
                 INSERT INTO dead_tokens (token, space, name)
-                SELECT cur.token, p_spaces[i], p_names[i] FROM cur WHERE NOT cur.live
+                SELECT cur.token, v_space, v_name FROM cur WHERE NOT cur.live
                 ON CONFLICT (token) DO NOTHING
                 RETURNING dead_tokens.token
             ),
             put AS (
                 INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
-                SELECT p_spaces[i], p_names[i], p_holders[i], nextval('tokens'), p_ttls[i],
-                       clk.t + p_ttls[i] * interval '1 millisecond'
+                SELECT v_space, v_name, v_holder, nextval('tokens'), v_ttl,
+                       clk.t + v_ttl * interval '1 millisecond'
                 FROM clk
                 WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.live)
                 ON CONFLICT (space, name) DO UPDATE
@@ -101,8 +129,8 @@ BEGIN
             INTO a_token, a_holder, a_held_token, v_retired, v_at;
             IF v_retired IS NOT NULL THEN
                 a_woke := true;
-                d_spaces := d_spaces || p_spaces[i];
-                d_names := d_names || p_names[i];
+                d_spaces := d_spaces || v_space;
+                d_names := d_names || v_name;
                 d_holders := d_holders || a_holder;
                 d_tokens := d_tokens || v_retired;
                 d_ats := d_ats || v_at;
