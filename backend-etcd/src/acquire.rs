@@ -84,8 +84,8 @@ impl EtcdStore {
                 .acquire_pipelined(asks, &open, &mut out, &mut granted)
                 .await
             {
-                // The read failed: the whole call fails; every grant of this call is
-                // let go (nobody knows of them).
+                // A read failed (or read a corrupt record): the whole call fails,
+                // and every grant of this call is let go (nobody will know of them).
                 for id in granted.into_iter().flatten() {
                     self.revoke_later(id);
                 }
