@@ -189,3 +189,46 @@ async fn acquire_many_locks_no_lease_it_leaves_alone() {
     assert_eq!(renewed.rows_affected(), 1);
     batch.rollback().await.unwrap();
 }
+
+/// A batch taking over many expired leases records one death each (cause
+/// superseded), numbered in the order of the entries, and keeps only the newest
+/// `death_retention` records, as that many single acquires would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_many_records_each_takeover_within_the_retention() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", fresh_namespace()));
+    let mut config = crate::PostgresConfig::from_url(&url).unwrap();
+    config.death_retention = 5;
+    let store = PostgresStore::connect(config).await.unwrap();
+    let short = Ttl::from_millis(50).unwrap();
+    let long = Ttl::from_secs(60).unwrap();
+    let mut old = Vec::new();
+    for i in 0..12 {
+        let key = Key::member(&format!("e{i}")).unwrap();
+        old.push(store.acquire(&key, &holder("o"), short).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for lease in &old {
+        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
+            assert!(tokio::time::Instant::now() < deadline, "never expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let asks: Vec<Acquire> = old
+        .iter()
+        .map(|l| Acquire::new(l.key.clone(), holder("h"), long))
+        .collect();
+    let answers = store.acquire_many(&asks).await.unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let deaths = store.deaths(None, 100).await.unwrap();
+    let seqs: Vec<u64> = deaths.iter().map(|d| d.seq).collect();
+    assert_eq!(seqs, vec![12, 11, 10, 9, 8], "the newest 5, newest first");
+    for (death, lease) in deaths.iter().zip(old.iter().rev()) {
+        assert_eq!((death.token, &death.key), (lease.token, &lease.key));
+        assert_eq!(death.cause, DeathCause::Superseded);
+    }
+    let dead = store.dead_tokens(100).await.unwrap();
+    assert_eq!(dead.len(), 12, "every lease taken over is in the dead set");
+}
