@@ -113,6 +113,7 @@ impl EtcdStore {
 
     pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
         crate::store::Calls::count(&self.inner.calls.grants);
+        let _flying = self.inner.calls.flying();
         let resp = self
             .inner
             .lease

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod acquire;
 mod batch;
 mod config;
 mod deaths;

@@ -19,7 +19,7 @@ use etcd_client::{
 use liveness_core::store::check_batch;
 use liveness_core::sync::lock;
 use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
+    async_trait, Acquire, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, Issuer, Item, ItemCounts, ItemId, ItemRecord, ItemState,
     ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, LostReason,
     Namespace, RequestId, Requeued, Result, Space, StoreInfo, StoreTime, Ttl,
@@ -86,11 +86,32 @@ pub(crate) struct Calls {
     pub(crate) kv: AtomicU64,
     /// Of those, prefix ranges (what etcd 3.4 serves by walking the range's index).
     pub(crate) ranges: AtomicU64,
+    /// Grants and KV requests sent and not yet answered.
+    in_flight: AtomicU64,
+    /// The most of them in flight at once (what shows requests pipelined on the one
+    /// connection rather than sent one after the other).
+    pub(crate) most_in_flight: AtomicU64,
+}
+
+/// One request in flight, counted in [`Calls`] until dropped (answered or abandoned).
+pub(crate) struct InFlight<'a>(&'a Calls);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Calls {
     pub(crate) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request in flight until the guard is dropped.
+    pub(crate) fn flying(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::Relaxed);
+        InFlight(self)
     }
 
     #[cfg(test)]
@@ -250,6 +271,7 @@ impl EtcdStore {
     pub(crate) async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
         Calls::count(&self.inner.calls.kv);
         Calls::count(&self.inner.calls.ranges);
+        let _flying = self.inner.calls.flying();
         let mut resp = self
             .inner
             .kv
@@ -262,11 +284,13 @@ impl EtcdStore {
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         Calls::count(&self.inner.calls.kv);
+        let _flying = self.inner.calls.flying();
         self.inner.kv.clone().txn(txn).await.map_err(map)
     }
 
     pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
         Calls::count(&self.inner.calls.kv);
+        let _flying = self.inner.calls.flying();
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
         Ok(resp.take_kvs().into_iter().next())
     }
@@ -274,7 +298,7 @@ impl EtcdStore {
     /// The attempts of one `acquire`: reads the key, and only when it is free or
     /// expired grants the etcd lease (once, into `granted`, reused by later attempts)
     /// and writes the record and lease-bound key in one guarded `Txn`.
-    async fn acquire_with(
+    pub(crate) async fn acquire_with(
         &self,
         key: &Key,
         holder: &HolderId,
@@ -492,21 +516,13 @@ impl LeaseStore for EtcdStore {
         // a losing acquire (the key held live) costs that read, no grant and revoke.
         let mut granted: Option<i64> = None;
         let outcome = self.acquire_with(key, holder, ttl, &mut granted).await;
-        match &outcome {
-            Ok(_) => self.inner.expiry.not_interested(key),
-            Err(e) => {
-                if matches!(e, Error::Held { .. }) {
-                    // Wake this handle when that lease ends (an election candidate).
-                    self.inner.expiry.interested(key);
-                }
-                if let Some(id) = granted {
-                    // Nothing holds this etcd lease (or, after a lost answer, nobody
-                    // knows that something does): let it go.
-                    self.revoke_later(id);
-                }
-            }
-        }
+        self.settle_acquire(key, &outcome, granted);
         outcome
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.inner.info.caps, "acquires", asks.len())?;
+        self.acquire_batch(asks).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

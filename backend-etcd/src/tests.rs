@@ -603,3 +603,144 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
     );
     assert!(waiter.reap(&key, lease.token).await.unwrap());
 }
+
+/// Issue 13 (3): `acquire_many` sends its grants and transactions pipelined on the
+/// one connection (every entry's request in flight before the first answers), not
+/// one acquire after the other, and still answers each entry as `acquire` would:
+/// free keys taken with tokens growing in entry order, expired leases taken over
+/// (each in the dead set with its own death record, the death counter chained
+/// through the batch), a live key `Held`, a second entry on a key the batch took
+/// `Held` by that lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_many_pipelines_the_batch() {
+    use crate::store::Calls;
+    use liveness_core::{Acquire, DeathCause, FencingToken};
+    use std::sync::atomic::Ordering;
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let held = store
+        .acquire(&Key::member("held").unwrap(), &holder(), ttl)
+        .await
+        .unwrap();
+    let mut expired = Vec::new();
+    for i in 0..3 {
+        let key = Key::member(&format!("x{i}")).unwrap();
+        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+        // etcd ends the lease (as its countdown would): expired, not yet reaped.
+        let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
+        assert!(store.revoke(current.rec.lease_id).await.unwrap());
+        expired.push(lease);
+    }
+    let fresh = 20;
+    let mut asks: Vec<Acquire> = (0..fresh)
+        .map(|i| Acquire::new(Key::member(&format!("k{i}")).unwrap(), holder(), ttl))
+        .collect();
+    for (i, lease) in expired.iter().enumerate() {
+        asks.insert(3 + 5 * i, Acquire::new(lease.key.clone(), holder(), ttl));
+    }
+    asks.push(Acquire::new(held.key.clone(), holder(), ttl));
+    asks.push(Acquire::new(asks[0].key.clone(), holder(), ttl));
+    let takers = fresh + expired.len();
+    store.inner.calls.most_in_flight.store(0, Ordering::Relaxed);
+    let kv = Calls::read(&store.inner.calls.kv);
+    let answers = store.acquire_many(&asks).await.unwrap();
+    let requests = Calls::read(&store.inner.calls.kv) - kv;
+    let most = store.inner.calls.most_in_flight.load(Ordering::Relaxed);
+    eprintln!(
+        "acquire_many of {} entries: {requests} KV requests, at most {most} in flight",
+        asks.len()
+    );
+    assert!(
+        most >= takers as u64,
+        "acquire_many of {} entries had at most {most} requests in flight: one after the other",
+        asks.len()
+    );
+    let mut last = FencingToken(0);
+    for (i, answer) in answers[..takers].iter().enumerate() {
+        let lease = answer.as_ref().unwrap_or_else(|e| panic!("entry {i}: {e}"));
+        assert!(lease.token > last, "tokens grow in entry order");
+        assert_eq!(lease.key, asks[i].key);
+        last = lease.token;
+        let info = store.inspect(&lease.key).await.unwrap().unwrap();
+        assert_eq!(info.token, lease.token);
+        assert!(info.is_live());
+    }
+    match &answers[takers] {
+        Err(Error::Held { token, .. }) => assert_eq!(*token, held.token),
+        other => panic!("a live key answered {other:?}"),
+    }
+    match &answers[takers + 1] {
+        Err(Error::Held { token, .. }) => {
+            assert_eq!(*token, answers[0].as_ref().unwrap().token);
+        }
+        other => panic!("a second entry on a key the batch took answered {other:?}"),
+    }
+    let dead = store.dead_tokens(32).await.unwrap();
+    let deaths = store.deaths(None, 32).await.unwrap();
+    for lease in &expired {
+        assert!(dead.iter().any(|d| d.token == lease.token));
+        let death = deaths
+            .iter()
+            .find(|d| d.token == lease.token)
+            .expect("a death record per lease taken over");
+        assert_eq!(death.cause, DeathCause::Superseded);
+    }
+    let mut seqs: Vec<u64> = deaths.iter().map(|d| d.seq).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), deaths.len(), "death seqs are distinct");
+}
+
+/// Two handles racing `acquire_many` over the same keys in opposite orders: every
+/// key is taken exactly once, by the holder `inspect` then names, and each handle's
+/// tokens still grow in the order of its entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_batches_take_each_key_once() {
+    use liveness_core::Acquire;
+    let Some(a) = store().await else { return };
+    let server = liveness_testkit::etcd::shared().unwrap();
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(a.namespace().clone());
+    let b = EtcdStore::connect(config).await.unwrap();
+    let ttl = Ttl::new(a.capabilities().min_ttl * 5).unwrap();
+    let keys: Vec<Key> = (0..a.capabilities().max_batch)
+        .map(|i| Key::member(&format!("r{i}")).unwrap())
+        .collect();
+    let asks = |who: &str, reversed: bool| -> Vec<Acquire> {
+        let mut v: Vec<Acquire> = keys
+            .iter()
+            .map(|k| Acquire::new(k.clone(), HolderId::new(who).unwrap(), ttl))
+            .collect();
+        if reversed {
+            v.reverse();
+        }
+        v
+    };
+    let (asks_a, asks_b) = (asks("a", false), asks("b", true));
+    let (ra, rb) = tokio::join!(a.acquire_many(&asks_a), b.acquire_many(&asks_b));
+    let mut won = std::collections::HashMap::new();
+    for (asks, answers) in [(&asks_a, ra.unwrap()), (&asks_b, rb.unwrap())] {
+        let mut last = 0;
+        for (ask, answer) in asks.iter().zip(answers) {
+            match answer {
+                Ok(lease) => {
+                    assert!(lease.token.0 > last, "tokens grow in entry order");
+                    last = lease.token.0;
+                    assert!(
+                        won.insert(ask.key.clone(), lease).is_none(),
+                        "{} taken twice",
+                        ask.key
+                    );
+                }
+                Err(Error::Held { .. }) => {}
+                Err(e) => panic!("{}: {e}", ask.key),
+            }
+        }
+    }
+    for key in &keys {
+        let info = a.inspect(key).await.unwrap().expect("every key taken");
+        let lease = won.get(key).expect("every key answered by its winner");
+        assert_eq!((info.token, &info.holder), (lease.token, &lease.holder));
+    }
+}

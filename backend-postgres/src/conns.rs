@@ -11,7 +11,7 @@
 //! (starting with the last one that worked) that answers and is a primary, so the
 //! store follows a promoted standby by itself.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,6 +128,9 @@ impl Servers {
 }
 
 pub(crate) struct Conns {
+    /// How many statements were sent (each is one round trip): a relaxed counter for
+    /// tests and diagnostics, never for decisions.
+    statements: AtomicU64,
     servers: Arc<Servers>,
     idle: Mutex<Vec<PgConnection>>,
     permits: Arc<Semaphore>,
@@ -158,6 +161,7 @@ impl Checkout<'_> {
 impl Conns {
     pub(crate) fn new(servers: Arc<Servers>, max: u32, acquire_timeout: Duration) -> Self {
         Conns {
+            statements: AtomicU64::new(0),
             servers,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
@@ -165,7 +169,15 @@ impl Conns {
         }
     }
 
+    /// How many statements this pool has sent (each one round trip).
+    #[cfg(test)]
+    pub(crate) fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    /// A connection for one statement (counted in [`Conns::statements`]).
     async fn checkout(&self) -> Result<Checkout<'_>> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
         let permit =
             tokio::time::timeout(self.acquire_timeout, self.permits.clone().acquire_owned())
                 .await

@@ -9,6 +9,8 @@ mod durability;
 mod error;
 pub mod sql;
 mod store;
+#[cfg(test)]
+mod tests;
 
 pub use advisory::{AdvisoryElection, AdvisoryLeadership};
 pub use config::{PostgresConfig, URL};

@@ -60,6 +60,22 @@ SELECT (SELECT token FROM put) AS token,
        (SELECT count(*) FROM woke) AS woke
 "#;
 
+/// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
+/// entry (each with a ttl the store accepts), $5 notify channel, $6 death retention.
+///
+/// One statement for the whole batch (one round trip, one commit): the function
+/// `acquire_many` (migration 6) runs the single [`ACQUIRE`]'s logic for each entry in
+/// the order given, each after the previous one in the same transaction, so a later
+/// entry on a key sees what an earlier one took and tokens grow in entry order. One
+/// row per entry, in order: `token` of the new lease, or NULL with the live `holder`
+/// and `held_token`; all three NULL when concurrent acquires kept winning the insert
+/// race on the key; `woke` when it retired an expired lease.
+pub const ACQUIRE_MANY: &str = r#"
+SELECT a_token, a_holder, a_held_token, a_woke
+FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
+ORDER BY a_i
+"#;
+
 /// `renew`: $1 space, $2 name, $3 token, $4 ttl_ms, $5 apply (false: change nothing).
 ///
 /// The hot path of the whole framework, so it is the bare single-row UPDATE by

@@ -8,11 +8,11 @@ use std::time::Duration;
 use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
-    ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result, SchemaTooNew, Space,
-    StoreInfo, StoreTime, Swept, Ttl,
+    async_trait, Acquire, Backoff, Capabilities, DeadToken, DeathCause, DeathRecord,
+    EnqueueOptions, Error, ExpiredLease, FencingToken, HighWater, HolderId, InputProblem, Issuer,
+    Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, LostReason, Name, Namespace, RequestId, Requeued, Result,
+    SchemaTooNew, Space, StoreInfo, StoreTime, Swept, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -44,10 +44,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0003_claim_high_water.sql"),
     ),
     (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
+    (
+        6,
+        "acquire_many",
+        include_str!("../migrations/0006_acquire_many.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How many times a keyed `enqueue` reruns its statement after waiting on a
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
@@ -56,6 +61,14 @@ const ENQUEUE_RETRIES: usize = 8;
 /// How many times `acquire` reruns its statement after losing an insert race on a
 /// free key (the rerun then reports the winner as `Held`).
 const ACQUIRE_RETRIES: usize = 8;
+
+/// What an acquire answers when concurrent acquires kept inserting its key first.
+fn insert_races() -> Error {
+    Error::unavailable(
+        BACKEND,
+        std::io::Error::other("acquire kept losing insert races; retry"),
+    )
+}
 
 /// A store handle on one namespace of a PostgreSQL database.
 ///
@@ -325,6 +338,12 @@ impl PostgresStore {
         self.db().fetch_all(q).await?.iter().map(read).collect()
     }
 
+    /// How many statements this handle has sent (each one round trip).
+    #[cfg(test)]
+    pub(crate) fn statements(&self) -> u64 {
+        self.inner.conns.statements()
+    }
+
     /// The connections the store's statements run on.
     fn db(&self) -> &Conns {
         &self.inner.conns
@@ -360,6 +379,39 @@ impl PostgresStore {
     /// The death retention, as the statements that record deaths bind it.
     fn retention(&self) -> i64 {
         i64::try_from(self.inner.info.caps.death_retention).unwrap_or(i64::MAX)
+    }
+
+    /// The answer of an acquire of `key` by `holder` for `ttl` from a row whose first
+    /// three columns are the new token, the live holder and the live token
+    /// ([`sql::ACQUIRE`], [`sql::ACQUIRE_MANY`]): the lease, or `Held`; `None` when
+    /// all three are NULL (a concurrent acquire inserted the key first).
+    fn acquired(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        row: &PgRow,
+    ) -> Result<Option<Result<Lease>>> {
+        let token: Option<i64> = get(row, 0)?;
+        let held_by: Option<String> = get(row, 1)?;
+        let held_token: Option<i64> = get(row, 2)?;
+        if let Some(token) = token {
+            return Ok(Some(Ok(Lease::granted(
+                &self.inner.info.issuer,
+                key.clone(),
+                holder.clone(),
+                token_of(token)?,
+                ttl,
+            ))));
+        }
+        if let (Some(h), Some(t)) = (held_by, held_token) {
+            return Ok(Some(Err(Error::Held {
+                key: key.clone(),
+                holder: holder_of(h)?,
+                token: token_of(t)?,
+            })));
+        }
+        Ok(None)
     }
 
     pub(crate) fn wake_local(&self) {
@@ -491,35 +543,75 @@ impl LeaseStore for PostgresStore {
                 .bind(self.inner.channel.as_str())
                 .bind(self.retention());
             let row = self.db().fetch_one(q).await?;
-            let token: Option<i64> = get(&row, 0)?;
-            let held_by: Option<String> = get(&row, 1)?;
-            let held_token: Option<i64> = get(&row, 2)?;
             let woke: i64 = get(&row, 3)?;
             if woke > 0 {
                 self.wake_local();
             }
-            if let Some(token) = token {
-                return Ok(Lease::granted(
-                    &self.inner.info.issuer,
-                    key.clone(),
-                    holder.clone(),
-                    token_of(token)?,
-                    ttl,
-                ));
-            }
-            if let (Some(h), Some(t)) = (held_by, held_token) {
-                return Err(Error::Held {
-                    key: key.clone(),
-                    holder: holder_of(h)?,
-                    token: token_of(t)?,
-                });
+            if let Some(answer) = self.acquired(key, holder, ttl, &row)? {
+                return answer;
             }
             // A concurrent acquire inserted the key after our snapshot: run again.
         }
-        Err(Error::unavailable(
-            BACKEND,
-            std::io::Error::other("acquire kept losing insert races; retry"),
-        ))
+        Err(insert_races())
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        let caps = self.inner.info.caps;
+        liveness_core::store::check_batch(caps, "acquires", asks.len())?;
+        // Entries with a ttl the store refuses answer InvalidInput alone, and are not
+        // sent; the others go in one statement, in the order given.
+        let mut out: Vec<Option<Result<Lease>>> = Vec::with_capacity(asks.len());
+        let (mut spaces, mut names, mut holders, mut ttls) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ask in asks {
+            match caps.check_ttl(ask.ttl) {
+                Ok(()) => {
+                    spaces.push(ask.key.space().as_str().to_owned());
+                    names.push(ask.key.name().as_str().to_owned());
+                    holders.push(ask.holder.as_str().to_owned());
+                    ttls.push(ttl_ms(ask.ttl));
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        if !names.is_empty() {
+            let sent = names.len();
+            let q = sqlx::query(sql::ACQUIRE_MANY)
+                .bind(spaces)
+                .bind(names)
+                .bind(holders)
+                .bind(ttls)
+                .bind(self.inner.channel.as_str())
+                .bind(self.retention());
+            let rows = self.db().fetch_all(q).await?;
+            if rows.len() != sent {
+                return Err(corrupt("acquire_many rows", rows.len()));
+            }
+            let mut woke = false;
+            let mut rows = rows.iter();
+            for (ask, slot) in asks.iter().zip(out.iter_mut()) {
+                if slot.is_some() {
+                    continue;
+                }
+                let Some(row) = rows.next() else {
+                    return Err(corrupt("acquire_many rows", sent));
+                };
+                let row_woke: bool = get(row, 3)?;
+                woke |= row_woke;
+                *slot = Some(
+                    self.acquired(&ask.key, &ask.holder, ask.ttl, row)?
+                        .unwrap_or_else(|| Err(insert_races())),
+                );
+            }
+            if woke {
+                self.wake_local();
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err(corrupt("acquire_many", "no answer"))))
+            .collect())
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
