@@ -25,16 +25,33 @@ async fn server_cpu(url: &str) -> Option<(f64, u64)> {
     }
 }
 
-async fn server_cpu_of(url: &str) -> redis::RedisResult<(f64, u64)> {
+async fn connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(url.split('?').next().unwrap_or(url))?;
     // Generous timeouts: right after a run the server may still be busy with the
     // fleet's last calls.
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(10)))
         .set_response_timeout(Some(Duration::from_secs(10)));
-    let mut conn = client
+    client
         .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+        .await
+}
+
+/// The server's process id (`INFO server`), for the per-phase server CPU figure.
+async fn server_pid(url: &str) -> Option<u32> {
+    let mut conn = connection(url).await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn server_cpu_of(url: &str) -> redis::RedisResult<(f64, u64)> {
+    let mut conn = connection(url).await?;
     let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
     let field = |name: &str| -> f64 {
         cpu.lines()
@@ -92,6 +109,10 @@ fn main() {
             let start = std::time::Instant::now();
             let one = ScaleOptions {
                 members: vec![n],
+                server_pid: match options.server_pid {
+                    Some(pid) => Some(pid),
+                    None => server_pid(&url).await,
+                },
                 ..options.clone()
             };
             let s: Arc<dyn Store> = Arc::new(store);

@@ -13,6 +13,8 @@
 //!                          `after` (2 ttl); figures per phase
 //! --steal 30               seconds of CPU stealing
 //! --spinners 1             spinning processes
+//! --server-pid PID         also print the CPU of this local server process per
+//!                          phase (% of one core, µs per renewal), from /proc
 //! ```
 //!
 //! Printed per run and phase: join time; renewals/s achieved vs needed; renew latency
@@ -55,6 +57,8 @@ pub struct ScaleOptions {
     pub steal: Duration,
     /// How many spinning processes steal it.
     pub spinners: usize,
+    /// A local server process whose CPU is printed per phase (Linux `/proc`).
+    pub server_pid: Option<u32>,
 }
 
 impl Default for ScaleOptions {
@@ -67,6 +71,7 @@ impl Default for ScaleOptions {
             overload: false,
             steal: Duration::from_secs(30),
             spinners: 1,
+            server_pid: None,
         }
     }
 }
@@ -108,6 +113,7 @@ impl ScaleOptions {
                 }
                 "--steal" => o.steal = secs(&w[1]).unwrap_or(o.steal),
                 "--spinners" => o.spinners = w[1].parse().unwrap_or(o.spinners),
+                "--server-pid" => o.server_pid = w[1].parse().ok(),
                 _ => {}
             }
         }
@@ -288,7 +294,13 @@ impl Layer for Meter {
 
 /// utime + stime of this process, from `/proc/self/stat` (clock ticks of 10 ms).
 fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    proc_cpu("self")
+}
+
+/// utime + stime of process `pid` ("self" for this one), from `/proc/PID/stat`
+/// (clock ticks of 10 ms).
+fn proc_cpu(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
@@ -441,6 +453,8 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
     for (p, len) in lens.iter().enumerate() {
         meter.phase.store(p, Ordering::Relaxed);
         let cpu0 = cpu_time();
+        let server = o.server_pid.map(|pid| pid.to_string());
+        let server0 = server.as_deref().and_then(proc_cpu);
         let start = Instant::now();
         let mut spinners = Vec::new();
         if o.overload && p == 1 {
@@ -476,11 +490,19 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             }
             _ => "?".into(),
         };
+        let server_cpu = match (server0, server.as_deref().and_then(proc_cpu)) {
+            (Some(a), Some(b)) => format!(
+                "; server CPU {:.1} % of one core, {:.1} µs/renewal",
+                (b - a).as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+                (b - a).as_micros() as f64 / renewed.max(1) as f64
+            ),
+            _ => String::new(),
+        };
         let s = seen.lock().unwrap_or_else(|e| e.into_inner());
         let calls = ph.round_calls.load(Ordering::Relaxed);
         let rounds = ph.round_count.load(Ordering::Relaxed).max(1);
         println!(
-            "{:<7} {:>5.1}s renewals/s {:>8.0} (needed {:>7.0}) in {:>8} store calls; renew call p50={:.2?} p99={:.2?} max={:.2?}; Lost={} re-joins={} false deaths={}; checker rounds={} p50={:.2?} p99={:.2?} calls/round={:.1}; client CPU µs/renewal={cpu_us}; load={}",
+            "{:<7} {:>5.1}s renewals/s {:>8.0} (needed {:>7.0}) in {:>8} store calls; renew call p50={:.2?} p99={:.2?} max={:.2?}; Lost={} re-joins={} false deaths={}; checker rounds={} p50={:.2?} p99={:.2?} calls/round={:.1}; client CPU µs/renewal={cpu_us}{server_cpu}; load={}",
             names_of[p],
             elapsed.as_secs_f64(),
             renewed as f64 / elapsed.as_secs_f64(),
