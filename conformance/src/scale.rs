@@ -321,11 +321,14 @@ fn load() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// The phase slot of the join (phases are 0, 1, 2).
+const JOIN: usize = 3;
+
 #[derive(Default)]
 struct Seen {
-    lost: [u64; 3],
-    joined: [u64; 3],
-    false_deaths: [u64; 3],
+    lost: [u64; 4],
+    joined: [u64; 4],
+    false_deaths: [u64; 4],
     deaths: Vec<(Key, Instant)>,
     lagged: u64,
 }
@@ -340,11 +343,12 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         .iter()
         .map(|&i| Key::member(&names[i]).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    let phases = if o.overload { 3 } else { 1 };
     let meter = Arc::new(Meter {
         inner,
-        phases: (0..phases).map(|_| Phase::new()).collect(),
-        phase: AtomicUsize::new(0),
+        // One slot per phase, and the last one (JOIN) for the join, so that the calls
+        // of a long join are not counted in the first phase's figures.
+        phases: (0..=JOIN).map(|_| Phase::new()).collect(),
+        phase: AtomicUsize::new(JOIN),
         victims: Mutex::default(),
         watched: watched.clone(),
         round: Mutex::default(),
@@ -361,7 +365,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             loop {
                 match rx.recv().await {
                     Ok(e) => {
-                        let p = meter.phase.load(Ordering::Relaxed).min(2);
+                        let p = meter.phase.load(Ordering::Relaxed).min(JOIN);
                         let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                         match e {
                             Event::Lost { .. } => s.lost[p] += 1,
@@ -431,7 +435,17 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         if o.overload { "overload" } else { "quiet" },
         load()
     );
-    println!("join         {n} members in {join_time:.2?}; resident bytes per member {per_member}");
+    {
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let j = &meter.phases[JOIN];
+        println!(
+            "join         {n} members in {join_time:.2?}; resident bytes per member {per_member}; during the join: Lost={} re-joins={} renewals={} (p99 {:.2?})",
+            s.lost[JOIN],
+            s.joined[JOIN].saturating_sub(n as u64),
+            j.renewed.load(Ordering::Relaxed),
+            j.renew.quantile(0.99),
+        );
+    }
 
     let needed = n as f64 / (o.ttl.as_secs_f64() / 3.0);
     let kill = |members: &mut Vec<Option<Member>>| {
@@ -513,7 +527,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             ph.renew.max(),
             s.lost[p],
             // The fleet's own joins are counted in the first phase.
-            s.joined[p].saturating_sub(if p == 0 { n as u64 } else { 0 }),
+            s.joined[p],
             s.false_deaths[p],
             ph.round_count.load(Ordering::Relaxed),
             ph.rounds.quantile(0.5),
