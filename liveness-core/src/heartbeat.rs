@@ -13,7 +13,7 @@
 //! clock, and on every wake the heartbeat compares the boot clock with the deadline.
 //! Only a host suspend moves the boot clock ahead of tokio's. The default
 //! [`HostClock`](crate::HostClock) signals resumes (one watcher thread per process,
-//! [`Clock::resumes`](crate::Clock::resumes)): the heartbeat sleeps until its next
+//! [`Clock::resumes`]): the heartbeat sleeps until its next
 //! renewal or its deadline and wakes on the signal, so a resumed host fires the
 //! cancellation within [`RESUME_POLL`](crate::clock::RESUME_POLL). A clock without
 //! the signal caps every sleep at [`HeartbeatConfig::tick`] instead (within one tick).
@@ -119,7 +119,7 @@ impl HeartbeatConfig {
 
     /// The longest the heartbeat sleeps before it compares its clock with the local
     /// deadline again, when the clock does not signal resumes
-    /// ([`Clock::resumes`](crate::Clock::resumes)): a quarter of the safety margin,
+    /// ([`Clock::resumes`]): a quarter of the safety margin,
     /// between 1 ms and 1 s. It bounds how late the cancellation fires when the clock
     /// jumps (a host suspend); every synchronous check sees the jump at once.
     pub fn tick(&self) -> Duration {
@@ -331,7 +331,7 @@ enum Woke<T> {
 }
 
 /// Awaits `fut` while watching `stop` and the local deadline. With a clock that
-/// signals resumes ([`Clock::resumes`](crate::Clock::resumes), the default
+/// signals resumes ([`Clock::resumes`], the default
 /// [`HostClock`](crate::HostClock) does), it sleeps until the deadline itself and
 /// wakes early on the signal: only a suspend moves the boot clock ahead of tokio's.
 /// Otherwise the deadline is read on the standing's clock at least every `tick` of
