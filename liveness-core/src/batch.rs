@@ -43,6 +43,10 @@ const IN_FLIGHT: usize = 4;
 /// makes batches larger, not more numerous. Every answer is exactly what the store
 /// answered for that request. The batcher's tasks end when the last clone is dropped.
 ///
+/// Use it with a store whose `renew_many` and `acquire_many` are native (every backend
+/// of this project): with the trait's default loops a batch is sent one request after
+/// the other, which is slower than the requests sent concurrently without a batcher.
+///
 /// ```
 /// # async fn run() -> liveness_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
