@@ -117,7 +117,7 @@ fn main() {
         println!("== etcd bench ({}) ==", etcd_version());
         {
             let s = factory().await.unwrap_or_else(|| panic!("no store"));
-            print_acquires(&*s).await;
+            bench::print_acquires(&*s, 1).await;
         }
         if std::env::args().any(|a| a == "--acquire-only") {
             return;
@@ -229,54 +229,4 @@ fn etcd_version() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.lines().next().map(str::to_owned))
         .unwrap_or_else(|| "etcd".to_owned())
-}
-
-/// How many keys the acquire figure takes, each way.
-const ACQUIRES: usize = 1000;
-
-/// Acquires per second of `n` fresh keys on one handle, one task: one `acquire`
-/// after the other, then `acquire_many` in batches of `max_batch` (fresh keys
-/// again). Returns (one by one, acquire_many).
-async fn batch_acquires(store: &dyn Store, n: usize) -> (f64, f64) {
-    use liveness_core::{Acquire, HolderId, Key};
-    let caps = store.capabilities();
-    let ttl = liveness_core::Ttl::new(caps.min_ttl.max(std::time::Duration::from_secs(60)))
-        .unwrap_or_else(|e| panic!("ttl: {e}"));
-    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("holder: {e}"));
-    let key = |what: &str, i: usize| {
-        Key::member(&format!("{what}-{i}")).unwrap_or_else(|e| panic!("key: {e}"))
-    };
-    let start = tokio::time::Instant::now();
-    for i in 0..n {
-        store
-            .acquire(&key("one", i), &holder, ttl)
-            .await
-            .unwrap_or_else(|e| panic!("acquire: {e}"));
-    }
-    let one = n as f64 / start.elapsed().as_secs_f64();
-    let asks: Vec<Acquire> = (0..n)
-        .map(|i| Acquire::new(key("many", i), holder.clone(), ttl))
-        .collect();
-    let start = tokio::time::Instant::now();
-    for chunk in asks.chunks(caps.max_batch.max(1)) {
-        for answer in store
-            .acquire_many(chunk)
-            .await
-            .unwrap_or_else(|e| panic!("acquire_many: {e}"))
-        {
-            answer.unwrap_or_else(|e| panic!("acquire_many entry: {e}"));
-        }
-    }
-    let many = n as f64 / start.elapsed().as_secs_f64();
-    (one, many)
-}
-
-/// Prints the acquire figure on a fresh store.
-async fn print_acquires(store: &dyn Store) {
-    let (one, many) = batch_acquires(store, ACQUIRES).await;
-    println!(
-        "acquire batch keys={ACQUIRES} batch={} one by one={one:>8.0}/s acquire_many={many:>8.0}/s (ratio {:.1})",
-        store.capabilities().max_batch,
-        many / one.max(1.0)
-    );
 }

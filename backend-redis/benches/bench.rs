@@ -20,7 +20,7 @@ use std::time::Duration;
 use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
-use liveness_core::{Acquire, Checker, CheckerConfig, HolderId, Key, LeaseStore, Store, Ttl};
+use liveness_core::{Checker, CheckerConfig, Store, Ttl};
 use liveness_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
@@ -116,46 +116,6 @@ fn redis_benchmark(url: &str, concurrency: usize, seconds: f64, expected: f64) -
         .next_back()
 }
 
-/// Keys taken per second, `n` fresh keys at a time on one handle, one task: one
-/// `acquire` after the other, then one `acquire_many` of all `n` (issue 13: what a
-/// process hosting many members sends at join). Medians of `REPEATS` rounds each.
-async fn batch_acquires(store: &dyn Store, n: usize) -> (f64, f64) {
-    let ttl = Ttl::from_secs(3600).unwrap_or_else(|e| panic!("{e}"));
-    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
-    let asks = |prefix: String| -> Vec<Acquire> {
-        (0..n)
-            .map(|i| {
-                let key = Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("{e}"));
-                Acquire::new(key, holder.clone(), ttl)
-            })
-            .collect()
-    };
-    let (mut one, mut many) = (Vec::new(), Vec::new());
-    for round in 0..REPEATS {
-        let each = asks(format!("join-one-{round}-"));
-        let start = Instant::now();
-        for ask in &each {
-            store
-                .acquire(&ask.key, &ask.holder, ask.ttl)
-                .await
-                .unwrap_or_else(|e| panic!("acquire: {e}"));
-        }
-        one.push(n as f64 / start.elapsed().as_secs_f64());
-        let all = asks(format!("join-many-{round}-"));
-        let start = Instant::now();
-        let answers = store
-            .acquire_many(&all)
-            .await
-            .unwrap_or_else(|e| panic!("acquire_many: {e}"));
-        many.push(n as f64 / start.elapsed().as_secs_f64());
-        assert!(
-            answers.iter().all(|a| a.is_ok()),
-            "acquire_many refused a fresh key"
-        );
-    }
-    (bench::median(&mut one), bench::median(&mut many))
-}
-
 fn main() {
     let options = Options::from_args();
     let Some(server) = RedisServer::start() else {
@@ -213,13 +173,8 @@ fn main() {
         }
         {
             let s = store(&url).await;
-            let n = s.capabilities().max_batch.min(1000);
-            let (one, many) = batch_acquires(&s, n).await;
+            bench::print_acquires(&s, REPEATS).await;
             let _ = s.purge().await;
-            println!(
-                "join batch   keys={n:<4} one by one={one:>9.0}/s acquire_many={many:>9.0}/s (ratio {:.2})",
-                many / one.max(1.0)
-            );
         }
         for &m in &options.members {
             for pct in [0usize, 1] {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Checker, CheckerConfig, EnqueueOptions, HolderId, ItemState, Key, Lease, Store, Ttl,
+    Acquire, Checker, CheckerConfig, EnqueueOptions, HolderId, ItemState, Key, Lease, Store, Ttl,
 };
 use tokio::time::Instant;
 
@@ -209,6 +209,58 @@ fn ttl_of(d: Duration) -> Ttl {
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Keys taken per second on one handle, one task, `n` fresh keys each way: one
+/// `acquire` after the other, then `acquire_many` in batches of `max_batch` (what a
+/// process hosting many members sends at join, issue 13). Medians of `rounds` rounds;
+/// returns (one by one, acquire_many). Panics if the store refuses a fresh key.
+pub async fn acquires(store: &dyn Store, n: usize, rounds: usize) -> (f64, f64) {
+    let ttl = ttl_of(store.capabilities().min_ttl.max(Duration::from_secs(3600)));
+    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+    let max = store.capabilities().max_batch.max(1);
+    let asks = |prefix: String| -> Vec<Acquire> {
+        (0..n)
+            .map(|i| Acquire::new(key(&prefix, i), holder.clone(), ttl))
+            .collect()
+    };
+    let (mut one, mut many) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let each = asks(format!("join-one-{round}-"));
+        let start = Instant::now();
+        for ask in &each {
+            store
+                .acquire(&ask.key, &ask.holder, ask.ttl)
+                .await
+                .unwrap_or_else(|e| panic!("acquire: {e}"));
+        }
+        one.push(n as f64 / start.elapsed().as_secs_f64());
+        let all = asks(format!("join-many-{round}-"));
+        let start = Instant::now();
+        for chunk in all.chunks(max) {
+            for answer in store
+                .acquire_many(chunk)
+                .await
+                .unwrap_or_else(|e| panic!("acquire_many: {e}"))
+            {
+                answer.unwrap_or_else(|e| panic!("acquire_many refused a fresh key: {e}"));
+            }
+        }
+        many.push(n as f64 / start.elapsed().as_secs_f64());
+    }
+    (median(&mut one), median(&mut many))
+}
+
+/// Measures [`acquires`] of 1,000 keys and prints the line every backend bench
+/// prints: `join batch keys=1000 batch=B one by one=…/s acquire_many=…/s (ratio …)`.
+pub async fn print_acquires(store: &dyn Store, rounds: usize) {
+    let n = 1000;
+    let (one, many) = acquires(store, n, rounds).await;
+    println!(
+        "join batch   keys={n} batch={} one by one={one:>9.0}/s acquire_many={many:>9.0}/s (ratio {:.2})",
+        store.capabilities().max_batch,
+        many / one.max(1.0)
+    );
 }
 
 /// Adds up what `tasks` counted (each, the operations it completed since `start`)

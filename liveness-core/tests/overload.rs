@@ -70,6 +70,17 @@ impl Slow {
         })
     }
 
+    /// How many single `acquire` calls reached the store.
+    fn single_acquires(&self) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .acquires
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+
     fn slow_for(&self, d: Duration) {
         *self.slow_until.lock().unwrap() = Some(Instant::now() + d);
     }
@@ -461,15 +472,11 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
         .into_iter()
         .map(|m| m.unwrap())
         .collect();
-    let single: usize = store
-        .seen
-        .lock()
-        .unwrap()
-        .acquires
-        .values()
-        .map(Vec::len)
-        .sum();
-    assert_eq!(single, 0, "no join went around the batcher");
+    assert_eq!(
+        store.single_acquires(),
+        0,
+        "no join went around the batcher"
+    );
     let batches = store.acquire_batches.lock().unwrap().clone();
     assert_eq!(batches.iter().sum::<usize>(), n, "one entry per member");
     let max = dyn_store.capabilities().max_batch;
@@ -489,15 +496,11 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
     tokio::time::sleep(ttl.duration() * 2).await;
     assert!(victim.token() > old, "re-joined under a new token");
     assert_eq!(live_token(&store, victim).await, Some(victim.token()));
-    let single: usize = store
-        .seen
-        .lock()
-        .unwrap()
-        .acquires
-        .values()
-        .map(Vec::len)
-        .sum();
-    assert_eq!(single, 0, "the re-join went around the batcher");
+    assert_eq!(
+        store.single_acquires(),
+        0,
+        "the re-join went around the batcher"
+    );
     assert_eq!(
         store.acquire_batches.lock().unwrap().iter().sum::<usize>(),
         n + 1
