@@ -104,53 +104,6 @@ async fn acquire_many_is_one_statement_for_the_batch() {
     assert_eq!(death.holder, old.holder);
 }
 
-/// Two handles racing `acquire_many` over the same keys in opposite orders: every
-/// key is taken exactly once, the other handle answers `Held` naming the winner (or,
-/// when the two batches deadlock on each other's rows, the loser's whole call fails
-/// `Unavailable` and takes nothing); nothing is taken twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_batches_take_each_key_once() {
-    let Some(a) = store().await else { return };
-    let url = liveness_testkit::postgres::shared()
-        .unwrap()
-        .url_with(&format!("ns={}", a.namespace()));
-    let b = crate::connect(&url).await.unwrap();
-    let long = Ttl::from_secs(60).unwrap();
-    let keys: Vec<Key> = (0..200)
-        .map(|i| Key::member(&format!("r{i}")).unwrap())
-        .collect();
-    let asks = |who: &str, reversed: bool| -> Vec<Acquire> {
-        let mut v: Vec<Acquire> = keys
-            .iter()
-            .map(|k| Acquire::new(k.clone(), holder(who), long))
-            .collect();
-        if reversed {
-            v.reverse();
-        }
-        v
-    };
-    let (asks_a, asks_b) = (asks("a", false), asks("b", true));
-    let (ra, rb) = tokio::join!(a.acquire_many(&asks_a), b.acquire_many(&asks_b));
-    let mut won = std::collections::HashMap::new();
-    for (asks, answers) in [(&asks_a, ra), (&asks_b, rb)] {
-        let Ok(answers) = answers else { continue };
-        for (ask, answer) in asks.iter().zip(answers) {
-            if let Ok(lease) = answer {
-                assert!(
-                    won.insert(ask.key.clone(), lease).is_none(),
-                    "{} taken twice",
-                    ask.key
-                );
-            }
-        }
-    }
-    for key in &keys {
-        let info = a.inspect(key).await.unwrap().expect("every key taken");
-        let lease = won.get(key).expect("every key answered by its winner");
-        assert_eq!((info.token, &info.holder), (lease.token, &lease.holder));
-    }
-}
-
 /// A batch holds no lock on a lease it answers `Held`: while its transaction is
 /// still open, the holder's renewal goes through (with a lock timeout, so a lock
 /// shows as an error rather than a hang).

@@ -124,6 +124,62 @@ pub async fn acquire_many_answers_each_entry_alone(ctx: Ctx) {
     }
 }
 
+/// Two `acquire_many` calls racing over the same keys in opposite orders: every key
+/// is taken exactly once, by the holder `inspect` then names; each call's tokens grow
+/// in the order of its entries; a losing entry answers `Held`. A call may fail as a
+/// whole with a retryable fault (a store that aborts one of two deadlocked batches),
+/// and then took nothing.
+pub async fn racing_acquire_many_take_each_key_once(ctx: Ctx) {
+    let s = &ctx.store;
+    let n = ctx.caps().max_batch.clamp(1, 64);
+    let keys: Vec<_> = (0..n).map(|i| member_key(&format!("race{i}"))).collect();
+    let asks = |who: &str, reversed: bool| -> Vec<Acquire> {
+        let mut v: Vec<Acquire> = keys
+            .iter()
+            .map(|k| Acquire::new(k.clone(), holder(who), ctx.long))
+            .collect();
+        if reversed {
+            v.reverse();
+        }
+        v
+    };
+    let (asks_a, asks_b) = (asks("a", false), asks("b", true));
+    let (ra, rb) = tokio::join!(s.acquire_many(&asks_a), s.acquire_many(&asks_b));
+    assert!(
+        ra.is_ok() || rb.is_ok(),
+        "both racing calls failed: {ra:?} {rb:?}"
+    );
+    let mut won = std::collections::HashMap::new();
+    for (asks, answers) in [(&asks_a, ra), (&asks_b, rb)] {
+        let answers = match answers {
+            Ok(answers) => answers,
+            Err(e) if e.is_retryable() => continue,
+            Err(e) => panic!("a racing acquire_many failed: {e}"),
+        };
+        let mut last = 0;
+        for (ask, answer) in asks.iter().zip(answers) {
+            match answer {
+                Ok(lease) => {
+                    assert!(lease.token.0 > last, "tokens grow in entry order");
+                    last = lease.token.0;
+                    assert!(
+                        won.insert(ask.key.clone(), lease).is_none(),
+                        "{} taken twice",
+                        ask.key
+                    );
+                }
+                Err(Error::Held { .. }) => {}
+                Err(e) => panic!("{}: {e}", ask.key),
+            }
+        }
+    }
+    for key in &keys {
+        let info = s.inspect(key).await.unwrap().expect("every key taken");
+        let lease = won.get(key).expect("every key answered by its winner");
+        assert_eq!((info.token, &info.holder), (lease.token, &lease.holder));
+    }
+}
+
 /// acquire_many with more entries than `max_batch` is `InvalidInput` and takes none.
 pub async fn acquire_many_over_max_batch_rejected(ctx: Ctx) {
     let s = &ctx.store;

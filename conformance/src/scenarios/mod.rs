@@ -63,6 +63,7 @@ macro_rules! __scenarios {
             requeue_ignores_live_tokens,
             acquire_many_answers_each_entry_alone,
             acquire_many_over_max_batch_rejected,
+            racing_acquire_many_take_each_key_once,
             renew_many_answers_each_lease_alone,
             renew_many_over_max_batch_rejected,
             reap_many_answers_each_entry_alone,
