@@ -166,11 +166,25 @@ fn memory() -> Arc<dyn Store> {
 }
 
 async fn join_fleet(store: &Arc<Slow>, n: usize, ttl: Ttl, bus: &EventBus) -> Vec<Member> {
+    join_fleet_with(store, n, ttl, bus, None).await
+}
+
+/// Joins `n` members at one instant, through `batcher` when given.
+async fn join_fleet_with(
+    store: &Arc<Slow>,
+    n: usize,
+    ttl: Ttl,
+    bus: &EventBus,
+    batcher: Option<&Batcher>,
+) -> Vec<Member> {
     let dyn_store: Arc<dyn Store> = store.clone();
     let joins = (0..n).map(|i| {
-        let config = MemberConfig::new(&format!("m{i}"), ttl)
+        let mut config = MemberConfig::new(&format!("m{i}"), ttl)
             .unwrap()
             .events(bus.clone());
+        if let Some(b) = batcher {
+            config = config.batcher(b.clone());
+        }
         Member::join(dyn_store.clone(), config)
     });
     let mut members = Vec::new();
@@ -385,18 +399,7 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
     let mut events = bus.subscribe();
     let ttl = ttl(9_000);
     let n = 1000;
-    let joins = (0..n).map(|i| {
-        let config = MemberConfig::new(&format!("m{i}"), ttl)
-            .unwrap()
-            .events(bus.clone())
-            .batcher(renewals.clone());
-        Member::join(dyn_store.clone(), config)
-    });
-    let members: Vec<Member> = futures_join_all(joins)
-        .await
-        .into_iter()
-        .map(|m| m.unwrap())
-        .collect();
+    let members = join_fleet_with(&store, n, ttl, &bus, Some(&renewals)).await;
     let run = Duration::from_secs(30);
     tokio::time::sleep(run / 2).await;
     // One lease is released behind its member's back: only that member loses (its
@@ -461,17 +464,7 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
     let batcher = Batcher::new(dyn_store.clone(), Duration::from_millis(20));
     let ttl = ttl(3_000);
     let n = 2_000;
-    let joins = (0..n).map(|i| {
-        let config = MemberConfig::new(&format!("m{i}"), ttl)
-            .unwrap()
-            .batcher(batcher.clone());
-        Member::join(dyn_store.clone(), config)
-    });
-    let members: Vec<Member> = futures_join_all(joins)
-        .await
-        .into_iter()
-        .map(|m| m.unwrap())
-        .collect();
+    let members = join_fleet_with(&store, n, ttl, &EventBus::default(), Some(&batcher)).await;
     assert_eq!(
         store.single_acquires(),
         0,
