@@ -28,7 +28,7 @@ impl Keys {
     /// under the token (its claim high-water mark; absent until the first claim, gone
     /// with the hash).
     pub(crate) fn lease(&self, key: &Key) -> String {
-        format!("{}{}", self.lease_prefix(key.space()), key.name())
+        format!("{}l:{}/{}", self.prefix, key.space(), key.name())
     }
 
     /// The prefix of every lease key in `space` (the name follows).

@@ -422,11 +422,18 @@ impl LeaseStore for RedisStore {
         // One script for the whole batch: one round trip, one server instant.
         let mut call = scripts().renew_many.prepare_invoke();
         let mut ttl_ok = Vec::with_capacity(leases.len());
+        // The expiry index's key, built once per run of leases in the same space.
+        let mut expiry: Option<(&Space, String)> = None;
         for lease in leases {
             let ok = self.info.caps.check_ttl(lease.ttl);
             let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
+            let space = lease.key.space();
+            if expiry.as_ref().is_none_or(|(s, _)| *s != space) {
+                expiry = Some((space, self.keys.expiry(space)));
+            }
+            let expiry_key = expiry.as_ref().map_or("", |(_, k)| k.as_str());
             call.key(self.keys.lease(&lease.key))
-                .key(self.keys.expiry(lease.key.space()))
+                .key(expiry_key)
                 .arg(lease.key.name().as_str())
                 .arg(lease.token.0)
                 .arg(ttl_ms);

@@ -193,15 +193,16 @@ async fn run<R: Request>(
 
 /// Sends one batch and hands each caller its own answer.
 async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
-    let requests: Vec<R> = batch.iter().map(|a| a.request.clone()).collect();
+    let (requests, callers): (Vec<R>, Vec<_>) =
+        batch.into_iter().map(|a| (a.request, a.answer)).unzip();
     match R::many(store, &requests).await {
         Ok(answers) => {
             let mut answers = answers.into_iter();
-            for ask in batch {
+            for caller in callers {
                 let answer = answers.next().unwrap_or_else(|| {
                     Err(Error::backend("batch", "a batch answered too few requests"))
                 });
-                let _ = ask.answer.send(answer);
+                let _ = caller.send(answer);
             }
         }
         Err(e) => {
@@ -209,13 +210,13 @@ async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
             // retries with its own backoff) unless the call was refused as invalid,
             // which one request alone would not be: then each is sent alone.
             let retryable = e.is_retryable();
-            for ask in batch {
+            for (request, caller) in requests.iter().zip(callers) {
                 let answer = if retryable {
                     Err(Error::unavailable("batch", e.to_string()))
                 } else {
-                    R::one(store, &ask.request).await
+                    R::one(store, request).await
                 };
-                let _ = ask.answer.send(answer);
+                let _ = caller.send(answer);
             }
         }
     }
