@@ -104,6 +104,33 @@ impl Batcher {
     }
 }
 
+/// Renews `lease` through `batcher` when there is one, else by itself: the one place
+/// a holder (heartbeat, join, re-join) chooses.
+pub(crate) async fn renew_via(
+    store: &Arc<dyn Store>,
+    batcher: Option<&Batcher>,
+    lease: &Lease,
+) -> Result<Lease> {
+    match batcher {
+        Some(batcher) => batcher.renew(lease).await,
+        None => store.renew(lease).await,
+    }
+}
+
+/// Acquires `key` through `batcher` when there is one, else by itself.
+pub(crate) async fn acquire_via(
+    store: &Arc<dyn Store>,
+    batcher: Option<&Batcher>,
+    key: &Key,
+    holder: &HolderId,
+    ttl: Ttl,
+) -> Result<Lease> {
+    match batcher {
+        Some(batcher) => batcher.acquire(key, holder, ttl).await,
+        None => store.acquire(key, holder, ttl).await,
+    }
+}
+
 struct Ask<R> {
     request: R,
     answer: oneshot::Sender<Result<Lease>>,

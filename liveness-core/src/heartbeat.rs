@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::batch::Batcher;
+use crate::batch::{renew_via, Batcher};
 use crate::clock::Clock;
 use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
@@ -65,7 +65,7 @@ impl HeartbeatConfig {
 
     /// Checks that a renewal is planned before the local deadline.
     pub fn validate(&self) -> Result<()> {
-        let budget = self.ttl.duration().saturating_sub(self.safety_margin);
+        let budget = self.budget();
         if self.safety_margin >= self.ttl.duration() {
             return Err(Error::invalid(
                 "safety_margin",
@@ -94,7 +94,14 @@ impl HeartbeatConfig {
     /// on tokio's clock. The heartbeat itself measures it on the boot clock
     /// ([`Clock::boot`]), which also counts the time the host spent suspended.
     pub fn deadline(&self, sent: Instant) -> Instant {
-        sent + self.ttl.duration() - self.safety_margin
+        sent + self.budget()
+    }
+
+    /// How long after a successful request's send time the holder may still act:
+    /// `ttl − safety_margin` (zero for a margin not below the ttl, which
+    /// [`HeartbeatConfig::validate`] refuses).
+    pub fn budget(&self) -> Duration {
+        self.ttl.duration().saturating_sub(self.safety_margin)
     }
 
     /// The client timeout a store handle serving this heartbeat should use for one
@@ -181,7 +188,7 @@ impl Standing {
             token: lease.token,
             cancel: CancellationToken::new(),
             state: Mutex::new(State {
-                deadline: sent + config.ttl.duration() - config.safety_margin,
+                deadline: sent + config.budget(),
                 store_expiry: sent + config.ttl.duration(),
                 lost: None,
                 stopped: None,
@@ -282,7 +289,7 @@ impl Standing {
                 st.lost = Some(LostReason::GaveUp);
             }
             if st.lost.is_none() {
-                st.deadline = sent + config.ttl.duration() - config.safety_margin;
+                st.deadline = sent + config.budget();
                 st.store_expiry = sent + config.ttl.duration();
             }
             st.lost
@@ -441,12 +448,7 @@ impl Heartbeat<'_> {
             loop {
                 let now = Instant::now();
                 let sent_on_clock = standing.clock().boot();
-                let renewal = async {
-                    match batcher {
-                        Some(batch) => batch.renew(&lease).await,
-                        None => store.renew(&lease).await,
-                    }
-                };
+                let renewal = renew_via(store, batcher, &lease);
                 let attempt = match watch(standing, tick, stop, renewal).await {
                     Woke::Done(r) => {
                         metrics.renewal(now.elapsed(), r.is_ok());

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::batch::Batcher;
+use crate::batch::{acquire_via, renew_via, Batcher};
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostReason, Result};
 use crate::events::{Event, EventBus, LossReason};
@@ -303,18 +303,7 @@ impl Member {
         let (lease, sent, sent_on_clock) = loop {
             let sent = Instant::now();
             let sent_on_clock = config.clock.boot();
-            let answer = match &ghost {
-                Some(g) => match renew(&store, &config, g).await {
-                    // Gone or expired meanwhile: the next acquire takes (and reaps) it.
-                    Err(Error::Lost { .. }) => {
-                        ghost = None;
-                        continue;
-                    }
-                    other => other,
-                },
-                None => acquire(&store, &config, &key).await,
-            };
-            match answer {
+            match attempt(&store, &config, &key, &mut ghost).await {
                 Ok(lease) if born_dead(&config, sent_on_clock) && Instant::now() < give_up => {
                     // Answered after the deadline it starts (an overloaded queue or
                     // store): nothing was done under it, so it is adopted, not thrown
@@ -737,25 +726,33 @@ fn ghost_lease(
 /// came back after the local deadline it would start: the request waited longer than
 /// `ttl − margin` in an overloaded queue or store.
 fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
-    let budget = config.heartbeat.ttl.duration() - config.heartbeat.safety_margin;
-    config.clock.boot() >= sent_on_clock + budget
+    config.clock.boot() >= sent_on_clock + config.heartbeat.budget()
 }
 
-/// One renewal of `lease`: through the batcher when the member has one.
-async fn renew(store: &Arc<dyn Store>, config: &MemberConfig, lease: &Lease) -> Result<Lease> {
-    match &config.batcher {
-        Some(batcher) => batcher.renew(lease).await,
-        None => store.renew(lease).await,
+/// One attempt of a join or re-join: renews the `ghost` lease of ours when there is
+/// one (adopting it), else acquires the key; through the batcher when the member has
+/// one. A ghost that is gone meanwhile is forgotten and the key acquired at once (the
+/// acquire takes, and reaps, what is left of it); one the renewal did not reach stays
+/// for the next attempt.
+async fn attempt(
+    store: &Arc<dyn Store>,
+    config: &MemberConfig,
+    key: &Key,
+    ghost: &mut Option<Lease>,
+) -> Result<Lease> {
+    let batcher = config.batcher.as_ref();
+    if let Some(g) = ghost.take() {
+        match renew_via(store, batcher, &g).await {
+            Err(Error::Lost { .. }) => {}
+            Err(e) => {
+                *ghost = Some(g);
+                return Err(e);
+            }
+            Ok(lease) => return Ok(lease),
+        }
     }
-}
-
-/// One acquire of the member's key: through the batcher when the member has one.
-async fn acquire(store: &Arc<dyn Store>, config: &MemberConfig, key: &Key) -> Result<Lease> {
     let ttl = config.heartbeat.ttl;
-    match &config.batcher {
-        Some(batcher) => batcher.acquire(key, &config.holder, ttl).await,
-        None => store.acquire(key, &config.holder, ttl).await,
-    }
+    acquire_via(store, batcher, key, &config.holder, ttl).await
 }
 
 /// Acquires the member key again, waiting out a live lease and retrying faults, until
@@ -783,18 +780,7 @@ async fn rejoin(
         }
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let answer = match &ghost {
-            Some(g) => match renew(store, config, g).await {
-                // Gone or expired meanwhile: the next acquire takes (and reaps) it.
-                Err(Error::Lost { .. }) => {
-                    ghost = None;
-                    continue;
-                }
-                other => other,
-            },
-            None => acquire(store, config, key).await,
-        };
-        let pause = match answer {
+        let pause = match attempt(store, config, key, &mut ghost).await {
             Ok(lease) if born_dead(config, sent_on_clock) => {
                 // Answered after the deadline it starts (an overloaded queue or
                 // store): adopt it rather than burn another token on it.
