@@ -66,6 +66,51 @@ local function judged(prefix, e, ttl, ep, now)
   return e
 end
 
+-- One renewal (renew.lua, renew_many.lua): `lease` its record, `expiry` its space's
+-- index, `ttl` in ms ('0' only checks). `cache` keeps per-namespace reads across the
+-- entries of one batch (epoch stamp, token counter). Returns 1 renewed, 0 current
+-- and live (check only), -1 released, -2 superseded, -3 expired, -4 the store lost
+-- its state (no record, and the token is above every token the namespace's counter
+-- has handed out: the counter went back). A renewal that changes neither ttl nor
+-- epoch writes only the expiry: three commands (read, write, index).
+local function renew_one(lease, expiry, name, token, ttl, now, cache)
+  local prefix = prefix_of(lease)
+  local rec = redis.call('HMGET', lease, 't', 'e', 'ttl', 'ep')
+  if not rec[1] then
+    local issued = cache['issued' .. prefix]
+    if issued == nil then
+      issued = tonumber(redis.call('GET', prefix .. 'tokens') or '0')
+      cache['issued' .. prefix] = issued
+    end
+    if tonumber(token) > issued then
+      return -4
+    end
+    return -1
+  end
+  if rec[1] ~= token then
+    return -2
+  end
+  if now >= judged(prefix, rec[2], rec[3], rec[4], now) then
+    return -3
+  end
+  if ttl == '0' then
+    return 0
+  end
+  local exp = s(now + tonumber(ttl) * 1000)
+  local ep = cache['ep' .. prefix]
+  if ep == nil then
+    ep = stamp(prefix)
+    cache['ep' .. prefix] = ep
+  end
+  if rec[3] == ttl and rec[4] == ep then
+    redis.call('HSET', lease, 'e', exp)
+  else
+    redis.call('HSET', lease, 'e', exp, 'ttl', ttl, 'ep', ep)
+  end
+  redis.call('ZADD', expiry, exp, name)
+  return 1
+end
+
 -- The namespace's key prefix `liveness:{ns}:`, from its dead-set key (`<prefix>dead`).
 -- The death history and the member index are derived from it in-script (same hash
 -- slot as every key of the namespace; see keys.rs).
