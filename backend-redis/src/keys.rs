@@ -24,9 +24,9 @@ impl Keys {
 
     /// The hash of the lease on `key`: holder `h`, token `t`, ttl ms `ttl`, expiry µs `e`
     /// (by the clock of the server that wrote it), `ep`, the expiry epoch it was last
-    /// written in (see [`Keys::srv`]), and `c`, the greatest claim request id admitted
-    /// under the token (its claim high-water mark; absent until the first claim, gone
-    /// with the hash).
+    /// written in (see [`Keys::srv`]), `ix`, its score in the expiry index, and `c`, the
+    /// greatest claim request id admitted under the token (its claim high-water mark;
+    /// absent until the first claim, gone with the hash).
     pub(crate) fn lease(&self, key: &Key) -> String {
         format!("{}l:{}/{}", self.prefix, key.space(), key.name())
     }
@@ -36,7 +36,8 @@ impl Keys {
         format!("{}l:{}/", self.prefix, space)
     }
 
-    /// The expiry index of `space`: ZSET of names, score = expiry µs.
+    /// The expiry index of `space`: ZSET of names, each scored no later than its
+    /// lease's expiry µs (its `ix`; coarse, see the prelude's `renew_one`).
     pub(crate) fn expiry(&self, space: &Space) -> String {
         format!("{}x:{}", self.prefix, space)
     }

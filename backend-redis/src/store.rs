@@ -677,7 +677,8 @@ impl LeaseStore for RedisStore {
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
         let mut call = scripts().next_expiry.prepare_invoke();
-        call.key(self.keys.expiry(space));
+        call.key(self.keys.expiry(space))
+            .arg(self.keys.lease_prefix(space));
         match self.run(call).await? {
             Value::Nil => Ok(None),
             v => Ok(Some(us(int("next_expiry", &v)?))),

@@ -341,7 +341,8 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Contract
     /// - Returns at most `limit` (clamped to `max_batch`; zero is `InvalidInput`),
-    ///   earliest expiry first.
+    ///   earliest expiry first. Only expired leases: a store with a coarse index
+    ///   (see [`LeaseStore::next_expiry`]) checks each candidate's real expiry.
     /// - Its cost grows with the number of expired leases, not with the number of live
     ///   ones (an expiry index). No scenario can see this (a scan gives the same
     ///   answers); `liveness_conformance::bench::check_round_cost` checks it.
@@ -451,7 +452,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// - `Some(Duration::ZERO)` while any lease in the space is expired and not yet
     ///   reaped — also when it is the only lease, and whatever live leases are beside
     ///   it.
-    /// - Otherwise the time left of the earliest-expiring live lease (at most its ttl).
+    /// - Otherwise the time left of the earliest-expiring live lease (at most its ttl),
+    ///   or less: a store may keep a coarse expiry index that is never later than the
+    ///   real expiries (Redis's: a renewal moves its lease in the index only every
+    ///   half ttl), and a checker woken early just finds nothing expired yet. It may
+    ///   also answer zero when such an index needs more correcting than one call does.
     ///   A store whose [`LeaseStore::wakeups`] signal expiries
     ///   ([`Capabilities::pushes_expiry_events`]) may answer a longer time, because
     ///   its wakeup, not this duration, brings the checker to the expiry. On

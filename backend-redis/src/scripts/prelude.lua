@@ -66,23 +66,46 @@ local function judged(prefix, e, ttl, ep, now)
   return e
 end
 
+-- What the renewals of one call share: the namespace prefix (every lease of one call
+-- is in one namespace: a store handle serves one), per-call reads and texts that
+-- renew_one fills in once (the epoch stamp `ep`, the token counter `issued`, and per
+-- ttl its expiry `x[ttl] = {us, text, half ttl}`: formatting a double costs more than
+-- the rest), and the index moves `moves[expiry key] = {score, name, ...}` that
+-- `moved` makes as one ZADD per index at the end of the call.
+local function batch_of(lease_key)
+  return {prefix = prefix_of(lease_key), x = {}, moves = {}}
+end
+
+-- Applies a batch's index moves: one ZADD per expiry index.
+local function moved(batch)
+  for expiry, m in pairs(batch.moves) do
+    redis.call('ZADD', expiry, unpack(m))
+  end
+end
+
 -- One renewal (renew.lua, renew_many.lua): `lease` its record, `expiry` its space's
--- index, `ttl` in ms ('0' only checks). `cache` keeps per-namespace reads across the
--- entries of one batch (epoch stamp, token counter). Returns 1 renewed, 0 current
--- and live (check only), -1 released, -2 superseded, -3 expired, -4 the store lost
--- its state (no record, and the token is above every token the namespace's counter
--- has handed out: the counter went back). A renewal that changes neither ttl nor
--- epoch writes only the expiry: three commands (read, write, index).
-local function renew_one(lease, expiry, name, token, ttl, now, cache)
-  local prefix = prefix_of(lease)
-  local rec = redis.call('HMGET', lease, 't', 'e', 'ttl', 'ep')
+-- index, `ttl` in ms ('0' only checks), `batch` from batch_of (the caller applies its
+-- index moves with `moved` before it returns). Returns 1 renewed, 0
+-- current and live (check only), -1 released, -2 superseded, -3 expired, -4 the store
+-- lost its state (no record, and the token is above every token the namespace's
+-- counter has handed out: the counter went back).
+--
+-- The expiry index (issue 13) is coarse: a lease's score `ix` (also kept in its hash)
+-- is never later than its expiry `e`, and a renewal moves it only when it would
+-- otherwise lag `e` by half the ttl or more. At the default cadence (renew every
+-- ttl/3) every other renewal skips the index: two commands, not three, and no
+-- skiplist update. A live lease therefore never reaches the front of the index before
+-- its renewal is more than ttl/2 late; one that does (a dead one, a late one) is
+-- re-scored to its real expiry by `expired`/`next_expiry` (`reindex`), which list it
+-- only once that has passed.
+local function renew_one(lease, expiry, name, token, ttl, now, batch)
+  local prefix = batch.prefix
+  local rec = redis.call('HMGET', lease, 't', 'e', 'ttl', 'ep', 'ix')
   if not rec[1] then
-    local issued = cache['issued' .. prefix]
-    if issued == nil then
-      issued = tonumber(redis.call('GET', prefix .. 'tokens') or '0')
-      cache['issued' .. prefix] = issued
+    if batch.issued == nil then
+      batch.issued = tonumber(redis.call('GET', prefix .. 'tokens') or '0')
     end
-    if tonumber(token) > issued then
+    if tonumber(token) > batch.issued then
       return -4
     end
     return -1
@@ -90,25 +113,56 @@ local function renew_one(lease, expiry, name, token, ttl, now, cache)
   if rec[1] ~= token then
     return -2
   end
-  if now >= judged(prefix, rec[2], rec[3], rec[4], now) then
+  local e = tonumber(rec[2])
+  if now >= e and now >= judged(prefix, e, rec[3], rec[4], now) then
     return -3
   end
   if ttl == '0' then
     return 0
   end
-  local exp = s(now + tonumber(ttl) * 1000)
-  local ep = cache['ep' .. prefix]
-  if ep == nil then
-    ep = stamp(prefix)
-    cache['ep' .. prefix] = ep
+  local x = batch.x[ttl]
+  if x == nil then
+    local us = now + tonumber(ttl) * 1000
+    x = {us, s(us), tonumber(ttl) * 500}
+    batch.x[ttl] = x
   end
-  if rec[3] == ttl and rec[4] == ep then
-    redis.call('HSET', lease, 'e', exp)
-  else
-    redis.call('HSET', lease, 'e', exp, 'ttl', ttl, 'ep', ep)
+  if batch.ep == nil then
+    batch.ep = stamp(prefix)
   end
-  redis.call('ZADD', expiry, exp, name)
+  if rec[3] == ttl and rec[4] == batch.ep and x[1] >= e
+      and x[1] - tonumber(rec[5] or '0') < x[3] then
+    redis.call('HSET', lease, 'e', x[2])
+    return 1
+  end
+  redis.call('HSET', lease, 'e', x[2], 'ttl', ttl, 'ep', batch.ep, 'ix', x[2])
+  local m = batch.moves[expiry]
+  if m == nil then
+    m = {}
+    batch.moves[expiry] = m
+  end
+  m[#m + 1] = x[2]
+  m[#m + 1] = name
   return 1
+end
+
+-- The lease `name` of the space whose expiry index is `expiry` and lease key prefix
+-- `lease_prefix`, met at the front of the index at `now`. Returns 'expired', its
+-- record {h, t, e, ttl, ep} and its judged expiry when it is expired; 'moved' when it
+-- was live (renewed since it was indexed, or written under another server's clock):
+-- it now sits at its real expiry in the index; 'none' for a name without a record.
+local function reindex(expiry, lease_prefix, name, now)
+  local rec = redis.call('HMGET', lease_prefix .. name, 'h', 't', 'e', 'ttl', 'ep')
+  if not rec[2] then
+    return 'none'
+  end
+  local e = judged(prefix_of(lease_prefix), rec[3], rec[4], rec[5], now)
+  if now >= e then
+    return 'expired', rec, e
+  end
+  local text = s(e)
+  redis.call('ZADD', expiry, text, name)
+  redis.call('HSET', lease_prefix .. name, 'ix', text)
+  return 'moved'
 end
 
 -- The namespace's key prefix `liveness:{ns}:`, from its dead-set key (`<prefix>dead`).
@@ -221,7 +275,7 @@ local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, ho
   local token = s(redis.call('INCR', tokens_key))
   local exp = s(now + tonumber(ttl) * 1000)
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', ttl, 'e', exp,
-    'ep', stamp(prefix))
+    'ep', stamp(prefix), 'ix', exp)
   redis.call('ZADD', expiry_key, exp, name)
   return {1, token}
 end

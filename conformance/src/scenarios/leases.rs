@@ -384,7 +384,7 @@ pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
 
 /// next_expiry: None iff the space has no lease record; zero while any lease is
 /// expired and unreaped (also when it is the only one, and beside live ones);
-/// otherwise the time until the earliest live lease expires, at most its ttl (stores
+/// otherwise no more than the time until the earliest live lease expires (stores
 /// that push expiry events may answer another live lease's time).
 pub async fn next_expiry_is_a_duration(ctx: Ctx) {
     let space = liveness_core::Space::new(format!("s{:08x}", fastrand::u32(..))).unwrap();
