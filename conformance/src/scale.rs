@@ -331,6 +331,8 @@ struct Seen {
     false_deaths: [u64; 4],
     deaths: Vec<(Key, Instant)>,
     lagged: u64,
+    /// `Lost` events by reason, over the whole run.
+    why_lost: std::collections::BTreeMap<String, u64>,
 }
 
 async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
@@ -368,7 +370,10 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
                         let p = meter.phase.load(Ordering::Relaxed).min(JOIN);
                         let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                         match e {
-                            Event::Lost { .. } => s.lost[p] += 1,
+                            Event::Lost { reason, .. } => {
+                                s.lost[p] += 1;
+                                *s.why_lost.entry(format!("{reason:?}")).or_default() += 1;
+                            }
                             Event::Joined { .. } => s.joined[p] += 1,
                             Event::Died { key, .. } => {
                                 if watched.contains(&key) {
@@ -576,8 +581,12 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         .flatten()
         .filter(|m| m.check().is_err())
         .count();
+    let why_lost = {
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        format!("{:?}", s.why_lost)
+    };
     println!(
-        "end          members not live at the end: {not_live} of {}",
+        "end          members not live at the end: {not_live} of {}; Lost by reason over the run: {why_lost}",
         n - victims.len()
     );
     checker.stop().await;

@@ -1,15 +1,16 @@
 -- Shared by every script (prepended at compile time).
 -- Times are microseconds of the Redis server's own clock (TIME), read inside the
 -- script: the client never sends a timestamp. Numbers that go into keys or values are
--- written with '%.0f' so they stay exact decimal integers (Lua numbers are doubles,
--- exact up to 2^53).
+-- whole and below 2^53 (Lua numbers are doubles), and are written with '%d', which
+-- Redis's Lua 5.1 formats through a C long: exact decimal integers, and much cheaper
+-- than '%.0f'.
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 local function s(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 -- The namespace's key prefix `liveness:{ns}:`, from any key (or key prefix) of it.
@@ -69,8 +70,7 @@ end
 -- What the renewals of one call share: the namespace prefix (every lease of one call
 -- is in one namespace: a store handle serves one), per-call reads and texts that
 -- renew_one fills in once (the epoch stamp `ep`, the token counter `issued`, and per
--- ttl its expiry `x[ttl] = {us, text, half ttl}`: formatting a double costs more than
--- the rest), and the index moves `moves[expiry key] = {score, name, ...}` that
+-- ttl its expiry `x[ttl] = {us, text, half ttl in µs}`), and the index moves `moves[expiry key] = {score, name, ...}` that
 -- `moved` makes as one ZADD per index at the end of the call.
 local function batch_of(lease_key)
   return {prefix = prefix_of(lease_key), x = {}, moves = {}}
@@ -134,13 +134,17 @@ local function renew_one(lease, expiry, name, token, ttl, now, batch)
     redis.call('HSET', lease, 'e', x[2])
     return 1
   end
-  redis.call('HSET', lease, 'e', x[2], 'ttl', ttl, 'ep', batch.ep, 'ix', x[2])
   local m = batch.moves[expiry]
   if m == nil then
     m = {}
     batch.moves[expiry] = m
   end
-  m[#m + 1] = x[2]
+  -- The k-th move of the batch is scored k µs before the expiry: distinct scores, so
+  -- the index's skiplist orders them without comparing names (still never later than
+  -- the expiry).
+  local ix = s(x[1] - #m / 2)
+  redis.call('HSET', lease, 'e', x[2], 'ttl', ttl, 'ep', batch.ep, 'ix', ix)
+  m[#m + 1] = ix
   m[#m + 1] = name
   return 1
 end
