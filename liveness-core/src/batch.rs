@@ -183,7 +183,10 @@ async fn run<R: Request>(
 ) {
     let max = store.capabilities().max_batch.max(1);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut batch = Vec::with_capacity(max);
+    // Sized by what arrives, not by `max`: a buffer for a thousand requests on every
+    // batch is a large allocation each time (and large frees make the allocator
+    // consolidate its free lists), while batches are usually far smaller.
+    let mut batch = Vec::new();
     loop {
         // Take everything queued at once (one wake-up for many requests, not one per
         // request: on a busy runtime each wake-up waits its turn behind every other
@@ -200,7 +203,8 @@ async fn run<R: Request>(
                 _ = tokio::time::sleep_until(until) => break,
             }
         }
-        let mut batch = std::mem::replace(&mut batch, Vec::with_capacity(max));
+        let room = batch.len();
+        let mut batch = std::mem::replace(&mut batch, Vec::with_capacity(room));
         // Requests whose caller gave up meanwhile (a heartbeat whose deadline passed)
         // are not sent.
         batch.retain(|a| !a.answer.is_closed());
