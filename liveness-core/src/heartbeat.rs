@@ -20,11 +20,15 @@
 //! Either way every synchronous check (`Claimed::check`, `Leadership::check`, ...)
 //! reads the boot clock itself and answers `Lost` at once.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::backoff::Backoff;
 use crate::batch::{renew_via, Batcher};
@@ -220,7 +224,11 @@ impl Standing {
     /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
     /// the cancellation fires).
     fn judge(&self) -> Result<Duration, LostReason> {
-        let now = self.clock.boot();
+        self.judge_at(self.clock.boot())
+    }
+
+    /// [`Standing::judge`] with a reading of the clock (`now`) the caller just took.
+    fn judge_at(&self, now: Duration) -> Result<Duration, LostReason> {
         let judged = {
             let mut st = self.state();
             if st.lost.is_none() && now >= st.deadline {
@@ -274,33 +282,29 @@ impl Standing {
         self.cancel.cancel();
     }
 
-    /// The time left before the local deadline, or `None` once the lease is lost or
-    /// the deadline passed (then it is marked lost and the cancellation fires).
-    fn left(&self) -> Option<Duration> {
-        self.judge().ok()
-    }
-
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
     /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
-    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
-        let lost = {
+    /// On success, the reading of the clock it compared the old deadline with.
+    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<Duration, LostReason> {
+        let now = self.clock.boot();
+        let judged = {
             let mut st = self.state();
-            if st.lost.is_none() && self.clock.boot() >= st.deadline {
+            if st.lost.is_none() && now >= st.deadline {
                 st.lost = Some(LostReason::GaveUp);
             }
             if st.lost.is_none() {
                 st.deadline = sent + config.budget();
                 st.store_expiry = sent + config.ttl.duration();
             }
-            st.lost
-        };
-        match lost {
-            None => Ok(()),
-            Some(reason) => {
-                self.cancel.cancel();
-                Err(reason)
+            match st.lost {
+                None => Ok(now),
+                Some(reason) => Err(reason),
             }
+        };
+        if judged.is_err() {
+            self.cancel.cancel();
         }
+        judged
     }
 
     /// The earliest moment the store itself can expire the lease, on
@@ -337,49 +341,119 @@ enum Woke<T> {
     Lost,
 }
 
-/// Awaits `fut` while watching `stop` and the local deadline. With a clock that
-/// signals resumes ([`Clock::resumes`], the default
-/// [`HostClock`](crate::HostClock) does), it sleeps until the deadline itself and
-/// wakes early on the signal: only a suspend moves the boot clock ahead of tokio's.
-/// Otherwise the deadline is read on the standing's clock at least every `tick` of
-/// tokio time, so a clock that jumps (a host suspend, a manual test clock) is noticed
-/// within one tick.
-async fn watch<F: std::future::Future>(
-    standing: &Standing,
-    tick: Duration,
-    stop: &CancellationToken,
-    fut: F,
-) -> Woke<F::Output> {
-    tokio::pin!(fut);
-    let mut resumes = standing.clock().resumes();
-    loop {
-        let Some(left) = standing.left() else {
-            return Woke::Lost;
-        };
-        let nap = if resumes.is_some() {
-            left
-        } else {
-            left.min(tick)
-        };
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => return Woke::Stopped,
-            out = &mut fut => return Woke::Done(out),
-            _ = tokio::time::sleep(nap) => {}
-            _ = resumed(&mut resumes) => {}
-        }
-    }
+/// The resume signal's next change: the receiver back, or `None` once its sender is
+/// gone (which the process-wide one never is).
+type NextResume<'a> = Pin<Box<dyn Future<Output = Option<watch::Receiver<u64>>> + Send + 'a>>;
+
+fn next_resume<'a>(mut rx: watch::Receiver<u64>) -> NextResume<'a> {
+    Box::pin(async move { rx.changed().await.ok().map(|()| rx) })
 }
 
-/// Completes when the resume signal changes; never without one (or once its sender
-/// is gone, which the process-wide one never is).
-async fn resumed(signal: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    if let Some(rx) = signal {
-        if rx.changed().await.is_ok() {
-            return;
+/// What one heartbeat waits on, made once for the life of a lease instead of anew for
+/// every wait: each renewal then arms one timer (its planned time) and moves the
+/// deadline timer's expiry (tokio extends a pending timer lazily, without touching
+/// the timer wheel), instead of registering and cancelling a timer, a stop waiter and
+/// a resume waiter for every wait.
+///
+/// Every wait watches `stop` and the local deadline. With a clock that signals resumes
+/// ([`Clock::resumes`], the default [`HostClock`](crate::HostClock) does), the
+/// deadline timer sleeps until the deadline itself and the signal wakes it early: only
+/// a suspend moves the boot clock ahead of tokio's. Otherwise the deadline is read on
+/// the standing's clock at least every `tick` of tokio time, so a clock that jumps (a
+/// host suspend, a manual test clock) is noticed within one tick.
+struct Waits<'a> {
+    standing: &'a Standing,
+    tick: Duration,
+    stop: Pin<Box<WaitForCancellationFuture<'a>>>,
+    /// Whether the clock signals resumes (then the deadline timer is not capped by
+    /// `tick`), and the signal's next change while its sender lives.
+    signalled: bool,
+    resumed: Option<NextResume<'a>>,
+    /// Wakes the waiter to compare the clock with the deadline again, at `armed`
+    /// (`None` once it fired: it must be set again before it is awaited).
+    guard: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    /// The planned renewal or the pause after a failed one (`None` while awaited).
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<'a> Waits<'a> {
+    fn new(standing: &'a Standing, tick: Duration, stop: &'a CancellationToken) -> Self {
+        let resumes = standing.clock().resumes();
+        let now = Instant::now();
+        Waits {
+            standing,
+            tick,
+            stop: Box::pin(stop.cancelled()),
+            signalled: resumes.is_some(),
+            resumed: resumes.map(next_resume),
+            guard: Box::pin(tokio::time::sleep_until(now)),
+            armed: None,
+            timer: None,
         }
     }
-    std::future::pending().await
+
+    /// Sleeps until `at` (tokio's clock), watching `stop` and the deadline.
+    async fn sleep_until(&mut self, at: Instant, now: Option<Duration>) -> Woke<()> {
+        let mut timer = match self.timer.take() {
+            Some(mut timer) => {
+                timer.as_mut().reset(at);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(at)),
+        };
+        let woke = self.watch(timer.as_mut(), now).await;
+        self.timer = Some(timer);
+        woke
+    }
+
+    /// Awaits `fut` while watching `stop` and the local deadline. `now`: a reading of
+    /// the standing's clock just taken, for the first comparison with the deadline.
+    async fn watch<F: Future>(&mut self, fut: F, mut now: Option<Duration>) -> Woke<F::Output> {
+        tokio::pin!(fut);
+        loop {
+            let judged = match now.take() {
+                Some(now) => self.standing.judge_at(now),
+                None => self.standing.judge(),
+            };
+            let Ok(left) = judged else {
+                return Woke::Lost;
+            };
+            let nap = if self.signalled {
+                left
+            } else {
+                left.min(self.tick)
+            };
+            let wake = Instant::now() + nap;
+            if self.armed != Some(wake) {
+                self.guard.as_mut().reset(wake);
+                self.armed = Some(wake);
+            }
+            let woke = std::future::poll_fn(|cx| {
+                if self.stop.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Woke::Stopped));
+                }
+                if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+                    return Poll::Ready(Some(Woke::Done(out)));
+                }
+                if self.guard.as_mut().poll(cx).is_ready() {
+                    self.armed = None;
+                    return Poll::Ready(None);
+                }
+                if let Some(resumed) = self.resumed.as_mut() {
+                    if let Poll::Ready(rx) = resumed.as_mut().poll(cx) {
+                        self.resumed = rx.map(next_resume);
+                        return Poll::Ready(None);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            if let Some(woke) = woke {
+                return woke;
+            }
+        }
+    }
 }
 
 /// What a holder's heartbeat renews through and reports to: the same for every lease
@@ -429,7 +503,9 @@ impl Heartbeat<'_> {
             events,
             metrics,
         } = *self;
-        let tick = config.tick();
+        let mut waits = Waits::new(standing, config.tick(), stop);
+        // The reading of the clock the last renewal's success was judged with.
+        let mut judged_at = None;
         // The first renewal of a lease comes anywhere in its first interval: a fleet that
         // joined together (a deploy, a restart) is spread over one interval at once.
         let mut interval = spread(config.renew_every, 1.0);
@@ -439,7 +515,7 @@ impl Heartbeat<'_> {
             // spread never closes again, and no renewal is planned nearer the deadline
             // than configured.
             interval = spread(config.renew_every, RENEW_JITTER);
-            match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
+            match waits.sleep_until(planned, judged_at.take()).await {
                 Woke::Done(()) => {}
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
@@ -449,7 +525,7 @@ impl Heartbeat<'_> {
                 let now = Instant::now();
                 let sent_on_clock = standing.clock().boot();
                 let renewal = renew_via(store, batcher, &lease);
-                let attempt = match watch(standing, tick, stop, renewal).await {
+                let attempt = match waits.watch(renewal, Some(sent_on_clock)).await {
                     Woke::Done(r) => {
                         metrics.renewal(now.elapsed(), r.is_ok());
                         r
@@ -459,8 +535,9 @@ impl Heartbeat<'_> {
                 };
                 match attempt {
                     Ok(renewed) => {
-                        if let Err(reason) = standing.extend(sent_on_clock, &config) {
-                            return End::Lost(lease, loss_of(reason));
+                        match standing.extend(sent_on_clock, &config) {
+                            Ok(at) => judged_at = Some(at),
+                            Err(reason) => return End::Lost(lease, loss_of(reason)),
                         }
                         let late_by = now.saturating_duration_since(planned);
                         if late_by > config.renew_every / 2 {
@@ -481,7 +558,7 @@ impl Heartbeat<'_> {
                     Err(e) if e.is_retryable() => {
                         tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
                         let pause = backoff.next();
-                        match watch(standing, tick, stop, tokio::time::sleep(pause)).await {
+                        match waits.sleep_until(Instant::now() + pause, None).await {
                             Woke::Done(()) => {}
                             Woke::Stopped => return End::Stopped(lease),
                             Woke::Lost => return End::Lost(lease, LossReason::Deadline),
