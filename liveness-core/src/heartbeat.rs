@@ -22,8 +22,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -39,6 +40,7 @@ use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
 use crate::metrics::HolderMetrics;
 use crate::store::Store;
+use crate::sync::lock;
 use crate::types::{FencingToken, Key, Ttl};
 
 /// Timing of a heartbeat.
@@ -349,8 +351,31 @@ fn next_resume<'a>(mut rx: watch::Receiver<u64>) -> NextResume<'a> {
     Box::pin(async move { rx.changed().await.ok().map(|()| rx) })
 }
 
+/// The waker a heartbeat polls its rare waits with (`stop`, the resume signal): it
+/// marks that one of them may be ready and wakes the heartbeat's task. The other
+/// wake-ups (the planned time, a renewal's answer) then leave those waits alone: each
+/// poll of them takes a lock.
+#[derive(Default)]
+struct Flag {
+    set: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.set.store(true, Ordering::Release);
+        if let Some(task) = lock(&self.task).as_ref() {
+            task.wake_by_ref();
+        }
+    }
+}
+
 /// What one heartbeat waits on, made once for the life of a lease instead of anew for
-/// every wait: each renewal then arms one timer (its planned time) and moves the
+/// every wait: each renewal then sets one timer (its planned time) and moves the
 /// deadline timer's expiry (tokio extends a pending timer lazily, without touching
 /// the timer wheel), instead of registering and cancelling a timer, a stop waiter and
 /// a resume waiter for every wait.
@@ -361,50 +386,60 @@ fn next_resume<'a>(mut rx: watch::Receiver<u64>) -> NextResume<'a> {
 /// a suspend moves the boot clock ahead of tokio's. Otherwise the deadline is read on
 /// the standing's clock at least every `tick` of tokio time, so a clock that jumps (a
 /// host suspend, a manual test clock) is noticed within one tick.
-struct Waits<'a> {
+struct Waits<'a, 'p> {
     standing: &'a Standing,
     tick: Duration,
-    stop: Pin<Box<WaitForCancellationFuture<'a>>>,
+    stop: Pin<&'p mut WaitForCancellationFuture<'a>>,
     /// Whether the clock signals resumes (then the deadline timer is not capped by
     /// `tick`), and the signal's next change while its sender lives.
     signalled: bool,
     resumed: Option<NextResume<'a>>,
+    /// `stop` and `resumed` are polled with `flag`'s waker, and only when it was woken
+    /// or `rare` is set (not polled since made, or the task's waker changed).
+    flag: Arc<Flag>,
+    flag_waker: Waker,
+    task: Option<Waker>,
+    rare: bool,
     /// Wakes the waiter to compare the clock with the deadline again, at `armed`
     /// (`None` once it fired: it must be set again before it is awaited).
-    guard: Pin<Box<Sleep>>,
+    guard: Pin<&'p mut Sleep>,
     armed: Option<Instant>,
-    /// The planned renewal or the pause after a failed one (`None` while awaited).
-    timer: Option<Pin<Box<Sleep>>>,
 }
 
-impl<'a> Waits<'a> {
-    fn new(standing: &'a Standing, tick: Duration, stop: &'a CancellationToken) -> Self {
+impl<'a, 'p> Waits<'a, 'p> {
+    fn new(
+        standing: &'a Standing,
+        tick: Duration,
+        stop: Pin<&'p mut WaitForCancellationFuture<'a>>,
+        guard: Pin<&'p mut Sleep>,
+    ) -> Self {
         let resumes = standing.clock().resumes();
-        let now = Instant::now();
+        let flag = Arc::new(Flag::default());
         Waits {
             standing,
             tick,
-            stop: Box::pin(stop.cancelled()),
+            stop,
             signalled: resumes.is_some(),
             resumed: resumes.map(next_resume),
-            guard: Box::pin(tokio::time::sleep_until(now)),
+            flag_waker: Waker::from(flag.clone()),
+            flag,
+            task: None,
+            rare: true,
+            guard,
             armed: None,
-            timer: None,
         }
     }
 
-    /// Sleeps until `at` (tokio's clock), watching `stop` and the deadline.
-    async fn sleep_until(&mut self, at: Instant, now: Option<Duration>) -> Woke<()> {
-        let mut timer = match self.timer.take() {
-            Some(mut timer) => {
-                timer.as_mut().reset(at);
-                timer
-            }
-            None => Box::pin(tokio::time::sleep_until(at)),
-        };
-        let woke = self.watch(timer.as_mut(), now).await;
-        self.timer = Some(timer);
-        woke
+    /// Sleeps until `at` (tokio's clock) on `timer`, watching `stop` and the deadline.
+    /// `now`: a reading of the standing's clock just taken, if there is one.
+    async fn sleep_until(
+        &mut self,
+        mut timer: Pin<&mut Sleep>,
+        at: Instant,
+        now: Option<Duration>,
+    ) -> Woke<()> {
+        timer.as_mut().reset(at);
+        self.watch(timer, now).await
     }
 
     /// Awaits `fut` while watching `stop` and the local deadline. `now`: a reading of
@@ -425,34 +460,58 @@ impl<'a> Waits<'a> {
                 left.min(self.tick)
             };
             let wake = Instant::now() + nap;
-            if self.armed != Some(wake) {
+            // Set again when it fired, must fire earlier, or would fire well before
+            // it must (a timer that fires up to a millisecond early only costs a
+            // wake-up that compares the clock again).
+            let stale = self
+                .armed
+                .is_none_or(|armed| wake < armed || wake > armed + Duration::from_millis(1));
+            if stale {
                 self.guard.as_mut().reset(wake);
                 self.armed = Some(wake);
             }
-            let woke = std::future::poll_fn(|cx| {
-                if self.stop.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Some(Woke::Stopped));
-                }
-                if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-                    return Poll::Ready(Some(Woke::Done(out)));
-                }
-                if self.guard.as_mut().poll(cx).is_ready() {
-                    self.armed = None;
-                    return Poll::Ready(None);
-                }
-                if let Some(resumed) = self.resumed.as_mut() {
-                    if let Poll::Ready(rx) = resumed.as_mut().poll(cx) {
-                        self.resumed = rx.map(next_resume);
-                        return Poll::Ready(None);
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
+            let woke = std::future::poll_fn(|cx| self.poll_once(cx, fut.as_mut())).await;
             if let Some(woke) = woke {
                 return woke;
             }
         }
+    }
+
+    /// One poll of a wait, in this order: `stop`, `fut`, the deadline timer, the
+    /// resume signal (`stop` and the signal only when they may be ready). `None` when
+    /// the clock must be compared with the deadline again.
+    fn poll_once<F: Future>(
+        &mut self,
+        cx: &mut Context<'_>,
+        fut: Pin<&mut F>,
+    ) -> Poll<Option<Woke<F::Output>>> {
+        if !self.task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+            *lock(&self.flag.task) = Some(cx.waker().clone());
+            self.task = Some(cx.waker().clone());
+            self.rare = true;
+        }
+        let rare = std::mem::take(&mut self.rare) | self.flag.set.swap(false, Ordering::AcqRel);
+        if rare {
+            let mut flagged = Context::from_waker(&self.flag_waker);
+            if self.stop.as_mut().poll(&mut flagged).is_ready() {
+                return Poll::Ready(Some(Woke::Stopped));
+            }
+            if let Some(resumed) = self.resumed.as_mut() {
+                if let Poll::Ready(rx) = resumed.as_mut().poll(&mut flagged) {
+                    self.resumed = rx.map(next_resume);
+                    self.rare = true;
+                    return Poll::Ready(None);
+                }
+            }
+        }
+        if let Poll::Ready(out) = fut.poll(cx) {
+            return Poll::Ready(Some(Woke::Done(out)));
+        }
+        if self.guard.as_mut().poll(cx).is_ready() {
+            self.armed = None;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
     }
 }
 
@@ -503,7 +562,11 @@ impl Heartbeat<'_> {
             events,
             metrics,
         } = *self;
-        let mut waits = Waits::new(standing, config.tick(), stop);
+        let stop_wait = stop.cancelled();
+        let guard = tokio::time::sleep_until(Instant::now());
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(stop_wait, guard, timer);
+        let mut waits = Waits::new(standing, config.tick(), stop_wait, guard);
         // The reading of the clock the last renewal's success was judged with.
         let mut judged_at = None;
         // The first renewal of a lease comes anywhere in its first interval: a fleet that
@@ -515,7 +578,10 @@ impl Heartbeat<'_> {
             // spread never closes again, and no renewal is planned nearer the deadline
             // than configured.
             interval = spread(config.renew_every, RENEW_JITTER);
-            match waits.sleep_until(planned, judged_at.take()).await {
+            match waits
+                .sleep_until(timer.as_mut(), planned, judged_at.take())
+                .await
+            {
                 Woke::Done(()) => {}
                 Woke::Stopped => return End::Stopped(lease),
                 Woke::Lost => return End::Lost(lease, LossReason::Deadline),
@@ -558,7 +624,10 @@ impl Heartbeat<'_> {
                     Err(e) if e.is_retryable() => {
                         tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
                         let pause = backoff.next();
-                        match waits.sleep_until(Instant::now() + pause, None).await {
+                        match waits
+                            .sleep_until(timer.as_mut(), Instant::now() + pause, None)
+                            .await
+                        {
                             Woke::Done(()) => {}
                             Woke::Stopped => return End::Stopped(lease),
                             Woke::Lost => return End::Lost(lease, LossReason::Deadline),
