@@ -354,8 +354,10 @@ fn next_resume<'a>(mut rx: watch::Receiver<u64>) -> NextResume<'a> {
 /// The waker a heartbeat polls its rare waits with (`stop`, the resume signal): it
 /// marks that one of them may be ready and wakes the heartbeat's task. The other
 /// wake-ups (the planned time, a renewal's answer) then leave those waits alone: each
-/// poll of them takes a lock.
+/// poll of them takes a lock. Alone on its cache line: it is read on every wake-up,
+/// and a line shared with another task's busy state would bounce between cores.
 #[derive(Default)]
+#[repr(align(64))]
 struct Flag {
     set: AtomicBool,
     task: Mutex<Option<Waker>>,
@@ -490,7 +492,10 @@ impl<'a, 'p> Waits<'a, 'p> {
             self.task = Some(cx.waker().clone());
             self.rare = true;
         }
-        let rare = std::mem::take(&mut self.rare) | self.flag.set.swap(false, Ordering::AcqRel);
+        // Read before written: the flag is rarely set, and a read leaves the line shared.
+        let flagged =
+            self.flag.set.load(Ordering::Acquire) && self.flag.set.swap(false, Ordering::AcqRel);
+        let rare = std::mem::take(&mut self.rare) | flagged;
         if rare {
             let mut flagged = Context::from_waker(&self.flag_waker);
             if self.stop.as_mut().poll(&mut flagged).is_ready() {
