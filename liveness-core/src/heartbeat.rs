@@ -32,7 +32,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::backoff::Backoff;
-use crate::batch::{renew_via, Batcher};
+use crate::batch::Batcher;
 use crate::clock::Clock;
 use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
@@ -583,26 +583,57 @@ impl Heartbeat<'_> {
             // spread never closes again, and no renewal is planned nearer the deadline
             // than configured.
             interval = spread(config.renew_every, RENEW_JITTER);
-            match waits
-                .sleep_until(timer.as_mut(), planned, judged_at.take())
-                .await
-            {
-                Woke::Done(()) => {}
-                Woke::Stopped => return End::Stopped(lease),
-                Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+            // Through a batcher, the first attempt waits for its planned time in the
+            // batcher's queue (no timer and no wake-up of this task until the answer);
+            // without one, this task sleeps until then.
+            let mut first = Some(planned);
+            if batcher.is_none() {
+                first = None;
+                match waits
+                    .sleep_until(timer.as_mut(), planned, judged_at.take())
+                    .await
+                {
+                    Woke::Done(()) => {}
+                    Woke::Stopped => return End::Stopped(lease),
+                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                }
             }
             let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
             loop {
-                let now = Instant::now();
-                let sent_on_clock = standing.clock().boot();
-                let renewal = renew_via(store, batcher, &lease);
-                let attempt = match waits.watch(renewal, Some(sent_on_clock)).await {
-                    Woke::Done(r) => {
-                        metrics.renewal(now.elapsed(), r.is_ok());
-                        r
+                let (attempt, now, sent_on_clock) = match batcher {
+                    Some(batcher) => {
+                        let handed = Instant::now();
+                        let at = first.take();
+                        let reading = judged_at.take().unwrap_or_else(|| standing.clock().boot());
+                        let renewal = batcher.renew_at(&lease, at, standing.clock());
+                        match waits.watch(renewal, Some(reading)).await {
+                            Woke::Done(answered) => {
+                                // Timed like a renewal of its own: from the later of
+                                // its hand-over and its planned time.
+                                let from = at.map_or(handed, |at| at.max(handed));
+                                metrics.renewal(from.elapsed(), answered.answer.is_ok());
+                                // The batcher reads the clock just before the batch
+                                // leaves; `reading` (earlier) only if it could not.
+                                let sent_on_clock = answered.sent_on_clock.unwrap_or(reading);
+                                (answered.answer, answered.sent, sent_on_clock)
+                            }
+                            Woke::Stopped => return End::Stopped(lease),
+                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                        }
                     }
-                    Woke::Stopped => return End::Stopped(lease),
-                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                    None => {
+                        let now = Instant::now();
+                        let sent_on_clock = standing.clock().boot();
+                        let renewal = store.renew(&lease);
+                        match waits.watch(renewal, Some(sent_on_clock)).await {
+                            Woke::Done(r) => {
+                                metrics.renewal(now.elapsed(), r.is_ok());
+                                (r, now, sent_on_clock)
+                            }
+                            Woke::Stopped => return End::Stopped(lease),
+                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                        }
+                    }
                 };
                 match attempt {
                     Ok(renewed) => {
