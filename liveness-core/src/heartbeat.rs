@@ -10,7 +10,8 @@
 //! lease and hand its work to anybody else. Only clock RATE matters, never offset.
 //!
 //! Which clock each timer uses: renewals are planned and slept on tokio's monotonic
-//! clock, and on every wake the heartbeat compares the boot clock with the deadline.
+//! clock (through a [`Batcher`], in the batcher's queue), and on every wake the
+//! heartbeat compares the boot clock with the deadline.
 //! Only a host suspend moves the boot clock ahead of tokio's. The default
 //! [`HostClock`](crate::HostClock) signals resumes (one watcher thread per process,
 //! [`Clock::resumes`]): the heartbeat sleeps until its next
@@ -541,9 +542,10 @@ impl Heartbeat<'_> {
     /// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the
     /// request that produced `lease` (acquire or renew) was sent, on tokio's clock (it
     /// plans the renewals; the deadline lives in `standing`). Fires the standing's
-    /// cancellation on loss. Through a batcher, the send time of each renewal is taken
-    /// when it is handed to the batcher, no later than the batch leaves: the deadline
-    /// never comes later than with a renewal of its own.
+    /// cancellation on loss. Through a batcher, each renewal waits for its planned time
+    /// in the batcher's queue, and the batcher reads the clock for its send time just
+    /// before the batch leaves: the deadline never comes later than with a renewal of
+    /// its own.
     pub(crate) async fn keep_alive(&self, lease: Lease, sent: Instant, standing: &Standing) -> End {
         let end = self.renew_until_end(lease, sent, standing).await;
         if let End::Lost(_, reason) = &end {
