@@ -79,9 +79,11 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher talking to `store` whose batches leave every `window` (a request due
-    /// now waits at most `window` for others; [`DEFAULT_WINDOW`] is a good start).
-    /// Spawns its tasks on the current tokio runtime: call it inside one.
+    /// A batcher talking to `store` that gathers each batch for `window`: a batch
+    /// leaves no earlier than one window after the one before, so a request waits
+    /// for others about one window ([`DEFAULT_WINDOW`] is a good start), and never
+    /// leaves before its planned time. Spawns its tasks on the current tokio
+    /// runtime: call it inside one.
     pub fn new(store: Arc<dyn Store>, window: Duration) -> Batcher {
         let store: Arc<dyn Store> = traced(store);
         let (renewals, rx) = mpsc::unbounded_channel();
@@ -238,10 +240,11 @@ async fn run<R: Request>(
 ) {
     let max = store.capabilities().max_batch.max(1);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    // Batches leave on the boundaries of `window` since `origin`: a request leaves on
-    // the first boundary at or after both its arrival and its planned time, so the
-    // ones due within the same window share a batch, and a request waits for others
-    // at most one window.
+    // Requests are queued by the first boundary of `window` since `origin` at or after
+    // both their arrival and their planned time, and leave no earlier than that
+    // boundary (never before they are due), and no earlier than one window after the
+    // last batch left: as before, a batch gathers for a window, so that a steady
+    // stream of requests makes one batch per window, not more.
     let origin = Instant::now();
     let step = window.as_nanos().max(1);
     let boundary = |t: Instant| -> u128 {
@@ -266,13 +269,17 @@ async fn run<R: Request>(
     let wait = tokio::time::sleep_until(origin);
     tokio::pin!(wait);
     let mut armed = None;
+    let mut last: Option<Instant> = None;
     loop {
-        let next = due.keys().next().copied();
+        let next = due.keys().next().map(|&k| {
+            let due = at(k);
+            last.map_or(due, |last| due.max(last + window))
+        });
         match next {
             None if !open => return,
-            Some(k) if armed != Some(k) => {
-                wait.as_mut().reset(at(k));
-                armed = Some(k);
+            Some(t) if armed != Some(t) => {
+                wait.as_mut().reset(t);
+                armed = Some(t);
             }
             _ => {}
         }
@@ -297,6 +304,7 @@ async fn run<R: Request>(
             _ = &mut wait, if next.is_some() => armed = None,
         }
         let now = Instant::now();
+        last = Some(now);
         let mut batch = Vec::new();
         while let Some(entry) = due.first_entry() {
             if at(*entry.key()) > now {
