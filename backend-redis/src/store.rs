@@ -16,7 +16,10 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
+use redis::{
+    Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, Script, ScriptInvocation, ServerErrorKind,
+    Value,
+};
 
 use crate::config::{CaSource, RedisConfig};
 use crate::error::{map, unexpected};
@@ -302,6 +305,20 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         call.invoke_async::<Value>(&mut conn).await.map_err(map)
     }
+
+    /// Runs `call`, an `EVALSHA` of `script` built by hand; like
+    /// [`ScriptInvocation::invoke_async`], loads the script and sends the call again
+    /// when the server does not know it (after a restart or `SCRIPT FLUSH`).
+    async fn run_script(&self, script: &Script, call: &Cmd) -> Result<Value> {
+        let mut conn = self.conn.clone();
+        match call.query_async::<Value>(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut conn).await.map_err(map)?;
+                call.query_async::<Value>(&mut conn).await.map_err(map)
+            }
+            answer => answer.map_err(map),
+        }
+    }
 }
 
 /// Picks rustls' `ring` provider for the process unless one is installed already
@@ -419,27 +436,46 @@ impl LeaseStore for RedisStore {
             // ones (ForeignLease) and renews the others.
             return liveness_core::store::renew_each(self, leases).await;
         }
-        // One script for the whole batch: one round trip, one server instant.
-        let mut call = scripts().renew_many.prepare_invoke();
+        // One script for the whole batch: one round trip, one server instant. The
+        // command is written straight into one buffer (keys, then arguments), without
+        // a buffer per key and argument.
+        let script = &scripts().renew_many;
+        let mut call = Cmd::with_capacity(3 + 5 * leases.len(), 64 + 96 * leases.len());
+        call.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2 * leases.len());
         let mut ttl_ok = Vec::with_capacity(leases.len());
-        // The expiry index's key, built once per run of leases in the same space.
-        let mut expiry: Option<(&Space, String)> = None;
+        // The expiry index's key and the lease keys' prefix, built once per run of
+        // leases in the same space; each lease key (prefix and name) written into one
+        // reused buffer.
+        let mut space_keys: Option<(&Space, String, String)> = None;
+        let mut lease_key = String::new();
+        for lease in leases {
+            let space = lease.key.space();
+            if space_keys.as_ref().is_none_or(|(s, _, _)| *s != space) {
+                space_keys = Some((
+                    space,
+                    self.keys.expiry(space),
+                    self.keys.lease_prefix(space),
+                ));
+            }
+            let (expiry_key, prefix) = space_keys
+                .as_ref()
+                .map_or(("", ""), |(_, x, p)| (x.as_str(), p.as_str()));
+            lease_key.clear();
+            lease_key.push_str(prefix);
+            lease_key.push_str(lease.key.name().as_str());
+            call.arg(lease_key.as_str()).arg(expiry_key);
+        }
         for lease in leases {
             let ok = self.info.caps.check_ttl(lease.ttl);
             let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
-            let space = lease.key.space();
-            if expiry.as_ref().is_none_or(|(s, _)| *s != space) {
-                expiry = Some((space, self.keys.expiry(space)));
-            }
-            let expiry_key = expiry.as_ref().map_or("", |(_, k)| k.as_str());
-            call.key(self.keys.lease(&lease.key))
-                .key(expiry_key)
-                .arg(lease.key.name().as_str())
+            call.arg(lease.key.name().as_str())
                 .arg(lease.token.0)
                 .arg(ttl_ms);
             ttl_ok.push(ok);
         }
-        let codes = array("renew_many", self.run(call).await?)?;
+        let codes = array("renew_many", self.run_script(script, &call).await?)?;
         if codes.len() != leases.len() {
             return Err(unexpected("renew_many", "a reply of another length"));
         }

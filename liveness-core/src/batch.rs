@@ -2,24 +2,29 @@
 //! that one process holds on one store.
 //!
 //! A [`Batcher`] is shared by every member (or leadership) of a process that talks to
-//! the same store. Each heartbeat hands it a renewal and waits for that lease's own
-//! answer; the batcher sends every renewal handed to it within a short window in one
-//! [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) call. Joins and re-joins
-//! hand it their acquire the same way, sent in one
+//! the same store. Each heartbeat hands it its next renewal with the renewal's planned
+//! time and waits for that lease's own answer; the batcher keeps the renewals in a
+//! queue ordered by time and sends every renewal due within a short window in one
+//! [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) call (a heartbeat thus
+//! needs no timer of its own for its planned time, and no wake-up until its answer).
+//! Joins and re-joins hand it their acquire the same way, sent in one
 //! [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many): a process starting
 //! 100,000 members sends a hundred calls, not 100,000.
 //!
-//! Safety is per lease and unchanged: each heartbeat takes its send time when it hands
-//! its renewal over, which is no later than the moment the batch leaves, so the local
-//! deadline it computes from it (`send time + ttl − margin`) comes no later than with
-//! a renewal of its own. The window only spends a few milliseconds of the margin.
+//! Safety is per lease and unchanged: the batcher reads each heartbeat's clock just
+//! before the batch leaves, and the heartbeat counts its local deadline
+//! (`send time + ttl − margin`) from that reading, so the deadline comes no later than
+//! with a renewal of its own. The window only spends a few milliseconds of the margin.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::lease::{Acquire, Lease};
 use crate::store::Store;
@@ -74,9 +79,11 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher talking to `store`, gathering each batch for up to `window` after
-    /// its first request ([`DEFAULT_WINDOW`] is a good start). Spawns its tasks on the
-    /// current tokio runtime: call it inside one.
+    /// A batcher talking to `store` that gathers each batch for `window`: a batch
+    /// leaves no earlier than one window after the one before, so a request waits
+    /// for others about one window ([`DEFAULT_WINDOW`] is a good start), and never
+    /// leaves before its planned time. Spawns its tasks on the current tokio
+    /// runtime: call it inside one.
     pub fn new(store: Arc<dyn Store>, window: Duration) -> Batcher {
         let store: Arc<dyn Store> = traced(store);
         let (renewals, rx) = mpsc::unbounded_channel();
@@ -89,7 +96,21 @@ impl Batcher {
     /// Renews `lease` in the next batch and answers what the store answered for it.
     /// Fails with [`Error::Unavailable`] when the batcher's task is gone.
     pub async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        ask(&self.renewals, lease.clone()).await
+        ask(&self.renewals, lease.clone(), None, None).await.answer
+    }
+
+    /// Renews `lease` in the first batch that leaves at or after `at` (at once when
+    /// `None`), reading `clock` ([`Clock::boot`]) just before that batch leaves: one
+    /// wait for the planned time and the renewal, with no timer and no wake-up of the
+    /// caller's own until the answer. Answers the store's answer, when the batch left
+    /// (tokio's clock) and the reading of `clock` then.
+    pub(crate) async fn renew_at(
+        &self,
+        lease: &Lease,
+        at: Option<Instant>,
+        clock: &Arc<dyn Clock>,
+    ) -> Answered {
+        ask(&self.renewals, lease.clone(), at, Some(clock.clone())).await
     }
 
     /// Acquires `key` for `holder` in the next batch and answers what the store
@@ -99,8 +120,11 @@ impl Batcher {
         ask(
             &self.acquires,
             Acquire::new(key.clone(), holder.clone(), ttl),
+            None,
+            None,
         )
         .await
+        .answer
     }
 }
 
@@ -133,15 +157,48 @@ pub(crate) async fn acquire_via(
 
 struct Ask<R> {
     request: R,
-    answer: oneshot::Sender<Result<Lease>>,
+    answer: oneshot::Sender<Answered>,
+    /// The earliest time it may leave; `None`: at once.
+    at: Option<Instant>,
+    /// The clock read when its batch leaves.
+    clock: Option<Arc<dyn Clock>>,
 }
 
-async fn ask<R>(queue: &mpsc::UnboundedSender<Ask<R>>, request: R) -> Result<Lease> {
+/// The answer to one request, and when its batch left.
+pub(crate) struct Answered {
+    /// What the store answered for the request.
+    pub(crate) answer: Result<Lease>,
+    /// When the batch left, on tokio's clock (when the request was handed over, if it
+    /// never left: the batcher is gone).
+    pub(crate) sent: Instant,
+    /// The request's clock ([`Clock::boot`]) read just before the batch left; `None`
+    /// without a clock, or when it never left.
+    pub(crate) sent_on_clock: Option<Duration>,
+}
+
+async fn ask<R>(
+    queue: &mpsc::UnboundedSender<Ask<R>>,
+    request: R,
+    at: Option<Instant>,
+    clock: Option<Arc<dyn Clock>>,
+) -> Answered {
+    let handed = Instant::now();
+    let unsent = || Answered {
+        answer: Err(gone()),
+        sent: handed,
+        sent_on_clock: None,
+    };
     let (answer, rx) = oneshot::channel();
-    if queue.send(Ask { request, answer }).is_err() {
-        return Err(gone());
+    let ask = Ask {
+        request,
+        answer,
+        at,
+        clock,
+    };
+    if queue.send(ask).is_err() {
+        return unsent();
     }
-    rx.await.unwrap_or_else(|_| Err(gone()))
+    rx.await.unwrap_or_else(|_| unsent())
 }
 
 fn gone() -> Error {
@@ -183,53 +240,154 @@ async fn run<R: Request>(
 ) {
     let max = store.capabilities().max_batch.max(1);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut batch = Vec::with_capacity(max);
+    // Requests are queued by the first boundary of `window` since `origin` at or after
+    // both their arrival and their planned time, and leave no earlier than that
+    // boundary (never before they are due), and no earlier than one window after the
+    // last batch left: as before, a batch gathers for a window, so that a steady
+    // stream of requests makes one batch per window, not more.
+    let origin = Instant::now();
+    let step = window.as_nanos().max(1);
+    let boundary = |t: Instant| -> u128 {
+        t.saturating_duration_since(origin)
+            .as_nanos()
+            .div_ceil(step)
+    };
+    let at = |k: u128| -> Instant {
+        let nanos = k.saturating_mul(step);
+        origin
+            + Duration::new(
+                (nanos / 1_000_000_000) as u64,
+                (nanos % 1_000_000_000) as u32,
+            )
+    };
+    let mut due: BTreeMap<u128, Vec<Ask<R>>> = BTreeMap::new();
+    // Emptied queues of past windows, reused for the next ones (no allocation and no
+    // regrowth per window).
+    let mut spare: Vec<Vec<Ask<R>>> = Vec::new();
+    let mut incoming = Vec::new();
+    let mut open = true;
+    let wait = tokio::time::sleep_until(origin);
+    tokio::pin!(wait);
+    let mut armed = None;
+    let mut last: Option<Instant> = None;
     loop {
-        // Take everything queued at once (one wake-up for many requests, not one per
-        // request: on a busy runtime each wake-up waits its turn behind every other
-        // task), then gather more until the window closes or the batch is full.
-        if rx.recv_many(&mut batch, max).await == 0 {
-            return;
+        let next = due.keys().next().map(|&k| {
+            let due = at(k);
+            last.map_or(due, |last| due.max(last + window))
+        });
+        match next {
+            None if !open => return,
+            Some(t) if armed != Some(t) => {
+                wait.as_mut().reset(t);
+                armed = Some(t);
+            }
+            _ => {}
         }
-        let until = tokio::time::Instant::now() + window;
-        while batch.len() < max {
-            let room = max - batch.len();
-            tokio::select! {
-                biased;
-                got = rx.recv_many(&mut batch, room) => if got == 0 { break },
-                _ = tokio::time::sleep_until(until) => break,
+        tokio::select! {
+            biased;
+            got = rx.recv_many(&mut incoming, RECEIVE), if open => {
+                if got == 0 {
+                    open = false;
+                }
+                // Take everything queued at once (one wake-up for many requests, not
+                // one per request: on a busy runtime each wake-up waits its turn
+                // behind every other task).
+                let now = boundary(Instant::now());
+                for ask in incoming.drain(..) {
+                    let k = ask.at.map_or(now, |t| boundary(t).max(now));
+                    due.entry(k)
+                        .or_insert_with(|| spare.pop().unwrap_or_default())
+                        .push(ask);
+                }
+                continue;
+            }
+            _ = &mut wait, if next.is_some() => armed = None,
+        }
+        let now = Instant::now();
+        last = Some(now);
+        let mut batch = Vec::new();
+        while let Some(entry) = due.first_entry() {
+            if at(*entry.key()) > now {
+                break;
+            }
+            let mut asks = entry.remove();
+            batch.reserve(asks.len().min(max - batch.len()));
+            for ask in asks.drain(..) {
+                // Requests whose caller gave up meanwhile (a heartbeat whose deadline
+                // passed, a member that stopped) are not sent.
+                if ask.answer.is_closed() {
+                    continue;
+                }
+                batch.push(ask);
+                if batch.len() == max {
+                    let full = std::mem::take(&mut batch);
+                    if !dispatch(&store, &slots, full).await {
+                        return;
+                    }
+                }
+            }
+            if spare.len() < SPARE {
+                spare.push(asks);
             }
         }
-        let mut batch = std::mem::replace(&mut batch, Vec::with_capacity(max));
-        // Requests whose caller gave up meanwhile (a heartbeat whose deadline passed)
-        // are not sent.
-        batch.retain(|a| !a.answer.is_closed());
-        if batch.is_empty() {
-            continue;
-        }
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        if !batch.is_empty() && !dispatch(&store, &slots, batch).await {
             return;
-        };
-        let store = store.clone();
-        tokio::spawn(async move {
-            send(&*store, batch).await;
-            drop(slot);
-        });
+        }
     }
+}
+
+/// How many requests the batcher takes from its queue at once.
+const RECEIVE: usize = 1024;
+
+/// How many emptied window queues the batcher keeps for reuse.
+const SPARE: usize = 64;
+
+/// Sends `batch` on a task of its own once one of the in-flight slots is free. False
+/// when the slots are gone (never: the batcher holds them).
+async fn dispatch<R: Request>(
+    store: &Arc<dyn Store>,
+    slots: &Arc<Semaphore>,
+    batch: Vec<Ask<R>>,
+) -> bool {
+    let Ok(slot) = slots.clone().acquire_owned().await else {
+        return false;
+    };
+    let store = store.clone();
+    tokio::spawn(async move {
+        send(&*store, batch).await;
+        drop(slot);
+    });
+    true
 }
 
 /// Sends one batch and hands each caller its own answer.
 async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
-    let (requests, callers): (Vec<R>, Vec<_>) =
-        batch.into_iter().map(|a| (a.request, a.answer)).unzip();
+    let mut requests = Vec::with_capacity(batch.len());
+    let mut callers = Vec::with_capacity(batch.len());
+    for ask in batch {
+        requests.push(ask.request);
+        callers.push((ask.answer, ask.clock));
+    }
+    // The clocks are read just before the batch leaves, and no later: each caller's
+    // deadline counts from a moment no later than the store saw its request.
+    let sent = Instant::now();
+    let readings: Vec<Option<Duration>> = callers
+        .iter()
+        .map(|(_, clock)| clock.as_ref().map(|c| c.boot()))
+        .collect();
+    let reply = |answer: Result<Lease>, sent_on_clock: Option<Duration>| Answered {
+        answer,
+        sent,
+        sent_on_clock,
+    };
     match R::many(store, &requests).await {
         Ok(answers) => {
             let mut answers = answers.into_iter();
-            for caller in callers {
+            for ((caller, _), reading) in callers.into_iter().zip(readings) {
                 let answer = answers.next().unwrap_or_else(|| {
                     Err(Error::backend("batch", "a batch answered too few requests"))
                 });
-                let _ = caller.send(answer);
+                let _ = caller.send(reply(answer, reading));
             }
         }
         Err(e) => {
@@ -237,13 +395,20 @@ async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
             // retries with its own backoff) unless the call was refused as invalid,
             // which one request alone would not be: then each is sent alone.
             let retryable = e.is_retryable();
-            for (request, caller) in requests.iter().zip(callers) {
-                let answer = if retryable {
-                    Err(Error::unavailable("batch", e.to_string()))
+            for ((request, (caller, clock)), reading) in requests.iter().zip(callers).zip(readings)
+            {
+                let answered = if retryable {
+                    reply(Err(Error::unavailable("batch", e.to_string())), reading)
                 } else {
-                    R::one(store, request).await
+                    let sent = Instant::now();
+                    let sent_on_clock = clock.as_ref().map(|c| c.boot());
+                    Answered {
+                        answer: R::one(store, request).await,
+                        sent,
+                        sent_on_clock,
+                    }
                 };
-                let _ = caller.send(answer);
+                let _ = caller.send(answered);
             }
         }
     }

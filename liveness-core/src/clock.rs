@@ -47,49 +47,80 @@ pub trait Clock: Send + Sync + Debug {
 }
 
 /// The default local clock of members and leaders: [`Clock::now`] is tokio's
-/// monotonic clock (like [`TokioClock`]; `CLOCK_MONOTONIC` on Linux, which stops while
-/// the host is suspended), and [`Clock::boot`] adds the time the host spent suspended
-/// since this value was made. On Linux and Android that is the growth of
-/// `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which changes only during a suspend; elsewhere
-/// it is zero (`boot` then equals `now`).
+/// monotonic clock (`CLOCK_MONOTONIC` on Linux, which stops while the host is
+/// suspended), and [`Clock::boot`] adds the time the host spent suspended. On Linux and
+/// Android that is the growth of `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which changes
+/// only during a suspend; elsewhere it is zero (`boot` then equals `now`).
+///
+/// Every `HostClock` of the process reads the same time: both readings count from one
+/// process-wide epoch (well before the first reading), so a clock holds no state of
+/// its own, costs nothing to make, and a reading touches no memory of the instance
+/// (a process holding 100,000 leases reads it on every renewal). Readings of any two
+/// instances, taken one after the other, never go back.
 ///
 /// Under `tokio::time::pause` both follow tokio's paused time, plus any real suspend.
-#[derive(Debug)]
+#[derive(Debug, Default, Clone, Copy)]
 pub struct HostClock {
-    tokio: TokioClock,
-    suspended_at_start: Duration,
-    /// The highest `boot` reading so far, in nanoseconds: two clock reads are not
-    /// atomic, so their difference may jitter by a few nanoseconds.
-    high: AtomicU64,
+    _private: (),
 }
 
 impl HostClock {
-    /// A clock whose epoch is now.
+    /// The host's clock (all instances read the same time).
     pub fn new() -> Self {
-        HostClock {
-            tokio: TokioClock::new(),
-            suspended_at_start: suspended(),
-            high: AtomicU64::new(0),
-        }
+        HostClock { _private: () }
     }
 }
 
-impl Default for HostClock {
-    fn default() -> Self {
-        Self::new()
+/// The process-wide epoch of every [`HostClock`] (on tokio's clock), and the host's
+/// suspended time then.
+struct Epoch {
+    at: tokio::time::Instant,
+    suspended: Duration,
+}
+
+fn epoch() -> &'static Epoch {
+    static EPOCH: OnceLock<Epoch> = OnceLock::new();
+    EPOCH.get_or_init(|| {
+        // A day before the first reading (where the platform's instants reach back
+        // that far), so that tokio's time in every runtime of the process reads past
+        // it, paused test runtimes whose time lags the real one included.
+        let now = std::time::Instant::now();
+        let at = now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now);
+        let suspended = suspended_high();
+        Epoch {
+            at: tokio::time::Instant::from_std(at),
+            suspended,
+        }
+    })
+}
+
+/// The highest suspended time of the host read so far in this process, in
+/// nanoseconds: two clock reads are not atomic, so one reading of the suspended time
+/// may come out a little higher than the next; readings through this mark never go
+/// back. Written only when a reading exceeds it (a suspend ended, or a larger read
+/// jitter than any before), so it stays in every core's cache.
+static SUSPENDED_HIGH: AtomicU64 = AtomicU64::new(0);
+
+/// The host's suspended time, never lower than any reading before.
+fn suspended_high() -> Duration {
+    let nanos = u64::try_from(suspended().as_nanos()).unwrap_or(u64::MAX);
+    let high = SUSPENDED_HIGH.load(Ordering::Acquire);
+    if nanos <= high {
+        return Duration::from_nanos(high);
     }
+    let prev = SUSPENDED_HIGH.fetch_max(nanos, Ordering::AcqRel);
+    Duration::from_nanos(prev.max(nanos))
 }
 
 impl Clock for HostClock {
     fn now(&self) -> Duration {
-        self.tokio.now()
+        tokio::time::Instant::now().saturating_duration_since(epoch().at)
     }
 
     fn boot(&self) -> Duration {
-        let boot = self.tokio.now() + suspended().saturating_sub(self.suspended_at_start);
-        let nanos = u64::try_from(boot.as_nanos()).unwrap_or(u64::MAX);
-        let high = self.high.fetch_max(nanos, Ordering::Relaxed).max(nanos);
-        Duration::from_nanos(high)
+        let epoch = epoch();
+        let now = tokio::time::Instant::now().saturating_duration_since(epoch.at);
+        now + suspended_high().saturating_sub(epoch.suspended)
     }
 
     /// The process's resume signal: one thread per process reads the suspended time
@@ -145,16 +176,38 @@ fn watch_suspends(signal: &watch::Sender<u64>) {
 /// The time the host spent suspended since it booted: `CLOCK_BOOTTIME` minus
 /// `CLOCK_MONOTONIC` (both count the same running time; only the boot clock counts
 /// suspend). Zero when the clocks cannot be read.
+///
+/// The boot clock is read between two reads of the monotonic clock, and the reading
+/// kept only when those two are at most [`READ_WINDOW`] apart (a few tries; the thread
+/// may be preempted in between): it then exceeds the true value by at most that
+/// window, never falls below it, and a suspend is always counted in full.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn suspended() -> Duration {
     use nix::time::{clock_gettime, ClockId};
-    let mono = clock_gettime(ClockId::CLOCK_MONOTONIC);
-    let boot = clock_gettime(ClockId::CLOCK_BOOTTIME);
-    match (mono, boot) {
-        (Ok(mono), Ok(boot)) => Duration::from(boot).saturating_sub(Duration::from(mono)),
-        _ => Duration::ZERO,
+    let read = |id| clock_gettime(id).map(Duration::from);
+    let mut tries = 0;
+    loop {
+        let (Ok(mono), Ok(boot), Ok(after)) = (
+            read(ClockId::CLOCK_MONOTONIC),
+            read(ClockId::CLOCK_BOOTTIME),
+            read(ClockId::CLOCK_MONOTONIC),
+        ) else {
+            return Duration::ZERO;
+        };
+        tries += 1;
+        if after.saturating_sub(mono) <= READ_WINDOW || tries == 4 {
+            // After the last try, the lower bound: a suspend still counts (less the
+            // time the thread was preempted), and no large error is kept for good.
+            let base = if tries == 4 { after } else { mono };
+            return boot.saturating_sub(base);
+        }
     }
 }
+
+/// How far apart two reads of the monotonic clock around a read of the boot clock may
+/// be for [`suspended`] to keep the reading.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const READ_WINDOW: Duration = Duration::from_micros(20);
 
 /// No portable boot clock here: suspend is not counted.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -250,7 +303,26 @@ impl HighWater {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::{Clock, HostClock};
+
+    #[test]
+    fn host_clocks_made_at_different_times_read_the_same_time() {
+        let first = HostClock::new();
+        std::thread::sleep(Duration::from_millis(5));
+        let later = HostClock::new();
+        let (a, b, c) = (first.boot(), later.boot(), first.boot());
+        assert!(
+            a <= b && b <= c,
+            "boot readings {a:?} {b:?} {c:?} went back"
+        );
+        let (a, b, c) = (first.now(), later.now(), first.now());
+        assert!(
+            a <= b && b <= c,
+            "monotonic readings {a:?} {b:?} {c:?} went back"
+        );
+    }
 
     #[test]
     fn host_clock_boot_time_never_runs_behind_its_monotonic_time_nor_back() {

@@ -10,7 +10,8 @@
 //! lease and hand its work to anybody else. Only clock RATE matters, never offset.
 //!
 //! Which clock each timer uses: renewals are planned and slept on tokio's monotonic
-//! clock, and on every wake the heartbeat compares the boot clock with the deadline.
+//! clock (through a [`Batcher`], in the batcher's queue), and on every wake the
+//! heartbeat compares the boot clock with the deadline.
 //! Only a host suspend moves the boot clock ahead of tokio's. The default
 //! [`HostClock`](crate::HostClock) signals resumes (one watcher thread per process,
 //! [`Clock::resumes`]): the heartbeat sleeps until its next
@@ -20,14 +21,19 @@
 //! Either way every synchronous check (`Claimed::check`, `Leadership::check`, ...)
 //! reads the boot clock itself and answers `Lost` at once.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::backoff::Backoff;
-use crate::batch::{renew_via, Batcher};
+use crate::batch::Batcher;
 use crate::clock::Clock;
 use crate::durability::StoreLostState;
 use crate::error::{Error, InputProblem, LostReason, Result};
@@ -35,6 +41,7 @@ use crate::events::{Event, EventBus, LossReason};
 use crate::lease::Lease;
 use crate::metrics::HolderMetrics;
 use crate::store::Store;
+use crate::sync::lock;
 use crate::types::{FencingToken, Key, Ttl};
 
 /// Timing of a heartbeat.
@@ -220,7 +227,11 @@ impl Standing {
     /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
     /// the cancellation fires).
     fn judge(&self) -> Result<Duration, LostReason> {
-        let now = self.clock.boot();
+        self.judge_at(self.clock.boot())
+    }
+
+    /// [`Standing::judge`] with a reading of the clock (`now`) the caller just took.
+    fn judge_at(&self, now: Duration) -> Result<Duration, LostReason> {
         let judged = {
             let mut st = self.state();
             if st.lost.is_none() && now >= st.deadline {
@@ -274,33 +285,29 @@ impl Standing {
         self.cancel.cancel();
     }
 
-    /// The time left before the local deadline, or `None` once the lease is lost or
-    /// the deadline passed (then it is marked lost and the cancellation fires).
-    fn left(&self) -> Option<Duration> {
-        self.judge().ok()
-    }
-
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
     /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
-    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
-        let lost = {
+    /// On success, the reading of the clock it compared the old deadline with.
+    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<Duration, LostReason> {
+        let now = self.clock.boot();
+        let judged = {
             let mut st = self.state();
-            if st.lost.is_none() && self.clock.boot() >= st.deadline {
+            if st.lost.is_none() && now >= st.deadline {
                 st.lost = Some(LostReason::GaveUp);
             }
             if st.lost.is_none() {
                 st.deadline = sent + config.budget();
                 st.store_expiry = sent + config.ttl.duration();
             }
-            st.lost
-        };
-        match lost {
-            None => Ok(()),
-            Some(reason) => {
-                self.cancel.cancel();
-                Err(reason)
+            match st.lost {
+                None => Ok(now),
+                Some(reason) => Err(reason),
             }
+        };
+        if judged.is_err() {
+            self.cancel.cancel();
         }
+        judged
     }
 
     /// The earliest moment the store itself can expire the lease, on
@@ -337,49 +344,181 @@ enum Woke<T> {
     Lost,
 }
 
-/// Awaits `fut` while watching `stop` and the local deadline. With a clock that
-/// signals resumes ([`Clock::resumes`], the default
-/// [`HostClock`](crate::HostClock) does), it sleeps until the deadline itself and
-/// wakes early on the signal: only a suspend moves the boot clock ahead of tokio's.
-/// Otherwise the deadline is read on the standing's clock at least every `tick` of
-/// tokio time, so a clock that jumps (a host suspend, a manual test clock) is noticed
-/// within one tick.
-async fn watch<F: std::future::Future>(
-    standing: &Standing,
-    tick: Duration,
-    stop: &CancellationToken,
-    fut: F,
-) -> Woke<F::Output> {
-    tokio::pin!(fut);
-    let mut resumes = standing.clock().resumes();
-    loop {
-        let Some(left) = standing.left() else {
-            return Woke::Lost;
-        };
-        let nap = if resumes.is_some() {
-            left
-        } else {
-            left.min(tick)
-        };
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => return Woke::Stopped,
-            out = &mut fut => return Woke::Done(out),
-            _ = tokio::time::sleep(nap) => {}
-            _ = resumed(&mut resumes) => {}
+/// The resume signal's next change: the receiver back, or `None` once its sender is
+/// gone (which the process-wide one never is).
+type NextResume<'a> = Pin<Box<dyn Future<Output = Option<watch::Receiver<u64>>> + Send + 'a>>;
+
+fn next_resume<'a>(mut rx: watch::Receiver<u64>) -> NextResume<'a> {
+    Box::pin(async move { rx.changed().await.ok().map(|()| rx) })
+}
+
+/// The waker a heartbeat polls its rare waits with (`stop`, the resume signal): it
+/// marks that one of them may be ready and wakes the heartbeat's task. The other
+/// wake-ups (the planned time, a renewal's answer) then leave those waits alone: each
+/// poll of them takes a lock. Alone on its cache line: it is read on every wake-up,
+/// and a line shared with another task's busy state would bounce between cores.
+#[derive(Default)]
+#[repr(align(64))]
+struct Flag {
+    set: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.set.store(true, Ordering::Release);
+        if let Some(task) = lock(&self.task).as_ref() {
+            task.wake_by_ref();
         }
     }
 }
 
-/// Completes when the resume signal changes; never without one (or once its sender
-/// is gone, which the process-wide one never is).
-async fn resumed(signal: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    if let Some(rx) = signal {
-        if rx.changed().await.is_ok() {
-            return;
+/// What one heartbeat waits on, made once for the life of a lease instead of anew for
+/// every wait: each renewal then sets one timer (its planned time) and moves the
+/// deadline timer's expiry (tokio extends a pending timer lazily, without touching
+/// the timer wheel), instead of registering and cancelling a timer, a stop waiter and
+/// a resume waiter for every wait.
+///
+/// Every wait watches `stop` and the local deadline. With a clock that signals resumes
+/// ([`Clock::resumes`], the default [`HostClock`](crate::HostClock) does), the
+/// deadline timer sleeps until the deadline itself and the signal wakes it early: only
+/// a suspend moves the boot clock ahead of tokio's. Otherwise the deadline is read on
+/// the standing's clock at least every `tick` of tokio time, so a clock that jumps (a
+/// host suspend, a manual test clock) is noticed within one tick.
+struct Waits<'a, 'p> {
+    standing: &'a Standing,
+    tick: Duration,
+    stop: Pin<&'p mut WaitForCancellationFuture<'a>>,
+    /// Whether the clock signals resumes (then the deadline timer is not capped by
+    /// `tick`), and the signal's next change while its sender lives.
+    signalled: bool,
+    resumed: Option<NextResume<'a>>,
+    /// `stop` and `resumed` are polled with `flag`'s waker, and only when it was woken
+    /// or `rare` is set (not polled since made, or the task's waker changed).
+    flag: Arc<Flag>,
+    flag_waker: Waker,
+    task: Option<Waker>,
+    rare: bool,
+    /// Wakes the waiter to compare the clock with the deadline again, at `armed`
+    /// (`None` once it fired: it must be set again before it is awaited).
+    guard: Pin<&'p mut Sleep>,
+    armed: Option<Instant>,
+}
+
+impl<'a, 'p> Waits<'a, 'p> {
+    fn new(
+        standing: &'a Standing,
+        tick: Duration,
+        stop: Pin<&'p mut WaitForCancellationFuture<'a>>,
+        guard: Pin<&'p mut Sleep>,
+    ) -> Self {
+        let resumes = standing.clock().resumes();
+        let flag = Arc::new(Flag::default());
+        Waits {
+            standing,
+            tick,
+            stop,
+            signalled: resumes.is_some(),
+            resumed: resumes.map(next_resume),
+            flag_waker: Waker::from(flag.clone()),
+            flag,
+            task: None,
+            rare: true,
+            guard,
+            armed: None,
         }
     }
-    std::future::pending().await
+
+    /// Sleeps until `at` (tokio's clock) on `timer`, watching `stop` and the deadline.
+    /// `now`: a reading of the standing's clock just taken, if there is one.
+    async fn sleep_until(
+        &mut self,
+        mut timer: Pin<&mut Sleep>,
+        at: Instant,
+        now: Option<Duration>,
+    ) -> Woke<()> {
+        timer.as_mut().reset(at);
+        self.watch(timer, now).await
+    }
+
+    /// Awaits `fut` while watching `stop` and the local deadline. `now`: a reading of
+    /// the standing's clock just taken, for the first comparison with the deadline.
+    async fn watch<F: Future>(&mut self, fut: F, mut now: Option<Duration>) -> Woke<F::Output> {
+        tokio::pin!(fut);
+        loop {
+            let judged = match now.take() {
+                Some(now) => self.standing.judge_at(now),
+                None => self.standing.judge(),
+            };
+            let Ok(left) = judged else {
+                return Woke::Lost;
+            };
+            let nap = if self.signalled {
+                left
+            } else {
+                left.min(self.tick)
+            };
+            let wake = Instant::now() + nap;
+            // Set again when it fired, must fire earlier, or would fire well before
+            // it must (a timer that fires up to a millisecond early only costs a
+            // wake-up that compares the clock again).
+            let stale = self
+                .armed
+                .is_none_or(|armed| wake < armed || wake > armed + Duration::from_millis(1));
+            if stale {
+                self.guard.as_mut().reset(wake);
+                self.armed = Some(wake);
+            }
+            let woke = std::future::poll_fn(|cx| self.poll_once(cx, fut.as_mut())).await;
+            if let Some(woke) = woke {
+                return woke;
+            }
+        }
+    }
+
+    /// One poll of a wait, in this order: `stop`, `fut`, the deadline timer, the
+    /// resume signal (`stop` and the signal only when they may be ready). `None` when
+    /// the clock must be compared with the deadline again.
+    fn poll_once<F: Future>(
+        &mut self,
+        cx: &mut Context<'_>,
+        fut: Pin<&mut F>,
+    ) -> Poll<Option<Woke<F::Output>>> {
+        if !self.task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+            *lock(&self.flag.task) = Some(cx.waker().clone());
+            self.task = Some(cx.waker().clone());
+            self.rare = true;
+        }
+        // Read before written: the flag is rarely set, and a read leaves the line shared.
+        let flagged =
+            self.flag.set.load(Ordering::Acquire) && self.flag.set.swap(false, Ordering::AcqRel);
+        let rare = std::mem::take(&mut self.rare) | flagged;
+        if rare {
+            let mut flagged = Context::from_waker(&self.flag_waker);
+            if self.stop.as_mut().poll(&mut flagged).is_ready() {
+                return Poll::Ready(Some(Woke::Stopped));
+            }
+            if let Some(resumed) = self.resumed.as_mut() {
+                if let Poll::Ready(rx) = resumed.as_mut().poll(&mut flagged) {
+                    self.resumed = rx.map(next_resume);
+                    self.rare = true;
+                    return Poll::Ready(None);
+                }
+            }
+        }
+        if let Poll::Ready(out) = fut.poll(cx) {
+            return Poll::Ready(Some(Woke::Done(out)));
+        }
+        if self.guard.as_mut().poll(cx).is_ready() {
+            self.armed = None;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
 }
 
 /// What a holder's heartbeat renews through and reports to: the same for every lease
@@ -403,9 +542,10 @@ impl Heartbeat<'_> {
     /// Renews `lease` until `stop` fires or the lease is lost. `sent` is when the
     /// request that produced `lease` (acquire or renew) was sent, on tokio's clock (it
     /// plans the renewals; the deadline lives in `standing`). Fires the standing's
-    /// cancellation on loss. Through a batcher, the send time of each renewal is taken
-    /// when it is handed to the batcher, no later than the batch leaves: the deadline
-    /// never comes later than with a renewal of its own.
+    /// cancellation on loss. Through a batcher, each renewal waits for its planned time
+    /// in the batcher's queue, and the batcher reads the clock for its send time just
+    /// before the batch leaves: the deadline never comes later than with a renewal of
+    /// its own.
     pub(crate) async fn keep_alive(&self, lease: Lease, sent: Instant, standing: &Standing) -> End {
         let end = self.renew_until_end(lease, sent, standing).await;
         if let End::Lost(_, reason) = &end {
@@ -429,7 +569,13 @@ impl Heartbeat<'_> {
             events,
             metrics,
         } = *self;
-        let tick = config.tick();
+        let stop_wait = stop.cancelled();
+        let guard = tokio::time::sleep_until(Instant::now());
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(stop_wait, guard, timer);
+        let mut waits = Waits::new(standing, config.tick(), stop_wait, guard);
+        // The reading of the clock the last renewal's success was judged with.
+        let mut judged_at = None;
         // The first renewal of a lease comes anywhere in its first interval: a fleet that
         // joined together (a deploy, a restart) is spread over one interval at once.
         let mut interval = spread(config.renew_every, 1.0);
@@ -439,28 +585,63 @@ impl Heartbeat<'_> {
             // spread never closes again, and no renewal is planned nearer the deadline
             // than configured.
             interval = spread(config.renew_every, RENEW_JITTER);
-            match watch(standing, tick, stop, tokio::time::sleep_until(planned)).await {
-                Woke::Done(()) => {}
-                Woke::Stopped => return End::Stopped(lease),
-                Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+            // Through a batcher, the first attempt waits for its planned time in the
+            // batcher's queue (no timer and no wake-up of this task until the answer);
+            // without one, this task sleeps until then.
+            let mut first = Some(planned);
+            if batcher.is_none() {
+                first = None;
+                match waits
+                    .sleep_until(timer.as_mut(), planned, judged_at.take())
+                    .await
+                {
+                    Woke::Done(()) => {}
+                    Woke::Stopped => return End::Stopped(lease),
+                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                }
             }
             let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
             loop {
-                let now = Instant::now();
-                let sent_on_clock = standing.clock().boot();
-                let renewal = renew_via(store, batcher, &lease);
-                let attempt = match watch(standing, tick, stop, renewal).await {
-                    Woke::Done(r) => {
-                        metrics.renewal(now.elapsed(), r.is_ok());
-                        r
+                let (attempt, now, sent_on_clock) = match batcher {
+                    Some(batcher) => {
+                        let handed = Instant::now();
+                        let at = first.take();
+                        let reading = judged_at.take().unwrap_or_else(|| standing.clock().boot());
+                        let renewal = batcher.renew_at(&lease, at, standing.clock());
+                        match waits.watch(renewal, Some(reading)).await {
+                            Woke::Done(answered) => {
+                                // Timed like a renewal of its own: from the later of
+                                // its hand-over and its planned time.
+                                let from = at.map_or(handed, |at| at.max(handed));
+                                metrics.renewal(from.elapsed(), answered.answer.is_ok());
+                                // The batcher reads the clock just before the batch
+                                // leaves; `reading` (earlier) only if it could not.
+                                let sent_on_clock = answered.sent_on_clock.unwrap_or(reading);
+                                (answered.answer, answered.sent, sent_on_clock)
+                            }
+                            Woke::Stopped => return End::Stopped(lease),
+                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                        }
                     }
-                    Woke::Stopped => return End::Stopped(lease),
-                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                    None => {
+                        let now = Instant::now();
+                        let sent_on_clock = standing.clock().boot();
+                        let renewal = store.renew(&lease);
+                        match waits.watch(renewal, Some(sent_on_clock)).await {
+                            Woke::Done(r) => {
+                                metrics.renewal(now.elapsed(), r.is_ok());
+                                (r, now, sent_on_clock)
+                            }
+                            Woke::Stopped => return End::Stopped(lease),
+                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                        }
+                    }
                 };
                 match attempt {
                     Ok(renewed) => {
-                        if let Err(reason) = standing.extend(sent_on_clock, &config) {
-                            return End::Lost(lease, loss_of(reason));
+                        match standing.extend(sent_on_clock, &config) {
+                            Ok(at) => judged_at = Some(at),
+                            Err(reason) => return End::Lost(lease, loss_of(reason)),
                         }
                         let late_by = now.saturating_duration_since(planned);
                         if late_by > config.renew_every / 2 {
@@ -481,7 +662,10 @@ impl Heartbeat<'_> {
                     Err(e) if e.is_retryable() => {
                         tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
                         let pause = backoff.next();
-                        match watch(standing, tick, stop, tokio::time::sleep(pause)).await {
+                        match waits
+                            .sleep_until(timer.as_mut(), Instant::now() + pause, None)
+                            .await
+                        {
                             Woke::Done(()) => {}
                             Woke::Stopped => return End::Stopped(lease),
                             Woke::Lost => return End::Lost(lease, LossReason::Deadline),

@@ -5,6 +5,7 @@
 //! anything is sent.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, InputProblem, Result};
@@ -38,8 +39,11 @@ fn printable(c: char) -> bool {
 macro_rules! text_type {
     ($(#[$doc:meta])* $name:ident, $what:literal, $max:expr, $allow:expr) => {
         $(#[$doc])*
+        ///
+        /// Cloning is cheap: clones share the text (a reference count, no copy), so a
+        /// lease passed around on every renewal allocates nothing.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates and wraps a string. Fails with [`Error::InvalidInput`] when it is
@@ -47,7 +51,7 @@ macro_rules! text_type {
             pub fn new(s: impl Into<String>) -> Result<Self> {
                 let s = s.into();
                 check_text($what, &s, $max, $allow)?;
-                Ok(Self(s))
+                Ok(Self(Arc::from(s)))
             }
 
             /// Validates raw bytes, rejecting non-UTF-8 with [`InputProblem::NotUtf8`].
@@ -138,12 +142,12 @@ text_type!(
 impl Space {
     /// The space of worker members: what the checker watches.
     pub fn members() -> Space {
-        Space("members".to_owned())
+        Space(Arc::from("members"))
     }
 
     /// The space of singleton roles: what elections campaign on.
     pub fn leaders() -> Space {
-        Space("leaders".to_owned())
+        Space(Arc::from("leaders"))
     }
 }
 
