@@ -81,11 +81,16 @@ struct Epoch {
 fn epoch() -> &'static Epoch {
     static EPOCH: OnceLock<Epoch> = OnceLock::new();
     EPOCH.get_or_init(|| {
-        // A day before the first reading (where the platform's instants reach back
-        // that far), so that tokio's time in every runtime of the process reads past
-        // it, paused test runtimes whose time lags the real one included.
+        // A day before the first reading, so that tokio's time in every runtime of
+        // the process reads past it, paused test runtimes whose time lags the real one
+        // included. Where the platform's instants do not reach back that far (a host
+        // booted less than a day ago: Linux counts them from boot), as far back as they
+        // reach, to the second.
         let now = std::time::Instant::now();
-        let at = now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now);
+        let at = [86_400, 3_600, 60, 1]
+            .into_iter()
+            .find_map(|secs| now.checked_sub(Duration::from_secs(secs)))
+            .unwrap_or(now);
         let suspended = suspended_high();
         Epoch {
             at: tokio::time::Instant::from_std(at),
