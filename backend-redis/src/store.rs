@@ -437,43 +437,40 @@ impl LeaseStore for RedisStore {
             return liveness_core::store::renew_each(self, leases).await;
         }
         // One script for the whole batch: one round trip, one server instant. The
-        // command is written straight into one buffer (keys, then arguments), without
-        // a buffer per key and argument.
+        // command is written straight into one buffer, without a buffer per argument.
+        // Leases come in runs of the same space (usually one run): per run, its expiry
+        // index as a key, and its lease keys' prefix, count and leases as arguments;
+        // the script derives each lease key (prefix and name, same hash slot), so a
+        // lease costs the server three arguments, not five.
         let script = &scripts().renew_many;
-        let mut call = Cmd::with_capacity(3 + 5 * leases.len(), 64 + 96 * leases.len());
-        call.arg("EVALSHA")
-            .arg(script.get_hash())
-            .arg(2 * leases.len());
-        let mut ttl_ok = Vec::with_capacity(leases.len());
-        // The expiry index's key and the lease keys' prefix, built once per run of
-        // leases in the same space; each lease key (prefix and name) written into one
-        // reused buffer.
-        let mut space_keys: Option<(&Space, String, String)> = None;
-        let mut lease_key = String::new();
+        let mut runs: Vec<(&Space, usize)> = Vec::new();
         for lease in leases {
             let space = lease.key.space();
-            if space_keys.as_ref().is_none_or(|(s, _, _)| *s != space) {
-                space_keys = Some((
-                    space,
-                    self.keys.expiry(space),
-                    self.keys.lease_prefix(space),
-                ));
+            match runs.last_mut() {
+                Some((s, n)) if *s == space => *n += 1,
+                _ => runs.push((space, 1)),
             }
-            let (expiry_key, prefix) = space_keys
-                .as_ref()
-                .map_or(("", ""), |(_, x, p)| (x.as_str(), p.as_str()));
-            lease_key.clear();
-            lease_key.push_str(prefix);
-            lease_key.push_str(lease.key.name().as_str());
-            call.arg(lease_key.as_str()).arg(expiry_key);
         }
-        for lease in leases {
-            let ok = self.info.caps.check_ttl(lease.ttl);
-            let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
-            call.arg(lease.key.name().as_str())
-                .arg(lease.token.0)
-                .arg(ttl_ms);
-            ttl_ok.push(ok);
+        let mut call = Cmd::with_capacity(
+            3 + 3 * runs.len() + 3 * leases.len(),
+            64 + 96 * runs.len() + 48 * leases.len(),
+        );
+        call.arg("EVALSHA").arg(script.get_hash()).arg(runs.len());
+        for (space, _) in &runs {
+            call.arg(self.keys.expiry(space));
+        }
+        let mut ttl_ok = Vec::with_capacity(leases.len());
+        let mut rest = leases.iter();
+        for (space, n) in &runs {
+            call.arg(self.keys.lease_prefix(space)).arg(*n);
+            for lease in rest.by_ref().take(*n) {
+                let ok = self.info.caps.check_ttl(lease.ttl);
+                let ttl_ms = if ok.is_ok() { lease.ttl.as_millis() } else { 0 };
+                call.arg(lease.key.name().as_str())
+                    .arg(lease.token.0)
+                    .arg(ttl_ms);
+                ttl_ok.push(ok);
+            }
         }
         let codes = array("renew_many", self.run_script(script, &call).await?)?;
         if codes.len() != leases.len() {

@@ -1,15 +1,24 @@
--- renew_many: for lease i (1-based), KEYS[2i-1] lease, KEYS[2i] expiry zset;
--- ARGV[3i-2] name, ARGV[3i-1] token, ARGV[3i] ttl (ms; '0' only checks). Every lease
--- is in one namespace (the calling store handle's).
--- Returns one renew_one code (prelude) per lease, as renew.lua does for one. One
--- server instant for all; the epoch stamp, the token counter and each ttl's expiry
--- text are read or made once for the batch, and each index moved by one ZADD.
+-- renew_many: leases in runs of one space each. For run r (1-based): KEYS[r] the
+-- space's expiry zset; in ARGV, in order, per run: the space's lease key prefix
+-- ("liveness:{ns}:l:<space>/"), the run's lease count n, then n times: name, token,
+-- ttl (ms; '0' only checks). Each lease key is derived in-script (prefix and name:
+-- the same hash slot). Every lease is in one namespace (the calling store handle's).
+-- Returns one renew_one code (prelude) per lease, in order, as renew.lua does for one.
+-- One server instant for all; the epoch stamp, the token counter and each ttl's
+-- expiry text are read or made once for the batch, and each index moved by one ZADD.
 local now = now_us()
-local batch = batch_of(KEYS[1])
+local batch = batch_of(ARGV[1])
 local out = {}
-for i = 1, #ARGV / 3 do
-  out[i] = renew_one(KEYS[2 * i - 1], KEYS[2 * i], ARGV[3 * i - 2], ARGV[3 * i - 1],
-    ARGV[3 * i], now, batch)
+local a = 1
+for r = 1, #KEYS do
+  local prefix, expiry = ARGV[a], KEYS[r]
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
+  for _ = 1, n do
+    out[#out + 1] = renew_one(prefix .. ARGV[a], expiry, ARGV[a], ARGV[a + 1], ARGV[a + 2],
+      now, batch)
+    a = a + 3
+  end
 end
 moved(batch)
 return out

@@ -202,9 +202,9 @@ pub async fn acquire_many_over_max_batch_rejected(ctx: Ctx) {
 }
 
 /// renew_many answers per lease, in order: live current leases are extended (same
-/// token, at most their ttl left); a released, a superseded and an expired lease each
-/// answer `Lost` with its own reason, without touching the others; an empty list
-/// answers empty.
+/// token, at most their ttl left), also when leases of two spaces alternate; a
+/// released, a superseded and an expired lease each answer `Lost` with its own reason,
+/// without touching the others; an empty list answers empty.
 pub async fn renew_many_answers_each_lease_alone(ctx: Ctx) {
     let s = &ctx.store;
     assert!(s.renew_many(&[]).await.unwrap().is_empty());
@@ -219,16 +219,26 @@ pub async fn renew_many_answers_each_lease_alone(ctx: Ctx) {
     let live2 = ctx
         .grant(&member_key("live2"), &holder("h"), ctx.long)
         .await;
+    let leader = liveness_core::Key::leader(&format!("lead-{:08x}", fastrand::u32(..)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lead = ctx.grant(&leader, &holder("h"), ctx.long).await;
     let asked = [
         live.clone(),
         released.clone(),
         old.clone(),
         expiring.clone(),
         live2.clone(),
+        lead.clone(),
+        live.clone(),
     ];
     let answers = s.renew_many(&asked).await.unwrap();
     assert_eq!(answers.len(), asked.len(), "one answer per lease");
-    for (lease, answer) in [&live, &live2].into_iter().zip([&answers[0], &answers[4]]) {
+    for (lease, answer) in [&live, &live2, &lead, &live].into_iter().zip([
+        &answers[0],
+        &answers[4],
+        &answers[5],
+        &answers[6],
+    ]) {
         let renewed = answer
             .as_ref()
             .unwrap_or_else(|e| panic!("{}: {e}", lease.key));
@@ -252,6 +262,7 @@ pub async fn renew_many_answers_each_lease_alone(ctx: Ctx) {
     let info = s.inspect(&old.key).await.unwrap().unwrap();
     assert_eq!(info.token, newer.token);
     assert!(!s.inspect(&expiring.key).await.unwrap().unwrap().is_live());
+    assert!(s.release(&lead).await.unwrap());
 }
 
 /// renew_many with more leases than `max_batch` is `InvalidInput` and renews none.
