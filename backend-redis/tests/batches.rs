@@ -39,31 +39,15 @@ async fn calls(conn: &mut redis::aio::MultiplexedConnection, commands: &[&str]) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_many_is_one_script_for_the_batch() {
-    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+    let Some((_server, store, mut conn)) = fresh().await else {
         return;
     };
-    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
-        .await
-        .unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let ttl = Ttl::from_secs(30).unwrap();
-    let ask = |i: usize| {
-        Acquire::new(
-            Key::member(&format!("m{i}")).unwrap(),
-            HolderId::new(format!("h{i}")).unwrap(),
-            ttl,
-        )
-    };
     // A first batch loads the script (a NOSCRIPT answer and a retry on a fresh server).
-    let warm = store.acquire_many(&[ask(1000)]).await.unwrap();
+    let warm = store.acquire_many(&[ask(1000, ttl)]).await.unwrap();
     assert!(warm[0].is_ok());
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let asks: Vec<Acquire> = (0..50).map(ask).collect();
+    reset_stats(&mut conn).await;
+    let asks: Vec<Acquire> = (0..50).map(|i| ask(i, ttl)).collect();
     let answers = store.acquire_many(&asks).await.unwrap();
     assert_eq!(answers.len(), asks.len());
     for (ask, answer) in asks.iter().zip(&answers) {
@@ -79,6 +63,31 @@ async fn acquire_many_is_one_script_for_the_batch() {
     );
 }
 
+/// A server of this test's own (nothing else runs scripts on it), a store on a fresh
+/// namespace of it, and a plain connection to it; `None` where no server can start.
+async fn fresh() -> Option<(
+    RedisServer,
+    backend_redis::RedisStore,
+    redis::aio::MultiplexedConnection,
+)> {
+    let server = RedisServer::spawn(RedisOptions::default())?;
+    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    Some((server, store, conn))
+}
+
+/// The acquire of member `m<i>` by holder `h<i>`.
+fn ask(i: usize, ttl: Ttl) -> Acquire {
+    Acquire::new(
+        Key::member(&format!("m{i}")).unwrap(),
+        HolderId::new(format!("h{i}")).unwrap(),
+        ttl,
+    )
+}
+
 async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -89,24 +98,11 @@ async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_move_the_expiry_index_at_most_every_half_ttl() {
-    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+    let Some((_server, store, mut conn)) = fresh().await else {
         return;
     };
-    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
-        .await
-        .unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let ttl = Ttl::new(Duration::from_millis(1200)).unwrap();
-    let asks: Vec<Acquire> = (0..50)
-        .map(|i| {
-            Acquire::new(
-                Key::member(&format!("m{i}")).unwrap(),
-                HolderId::new(format!("h{i}")).unwrap(),
-                ttl,
-            )
-        })
-        .collect();
+    let asks: Vec<Acquire> = (0..50).map(|i| ask(i, ttl)).collect();
     let leases: Vec<Lease> = store
         .acquire_many(&asks)
         .await
