@@ -227,11 +227,7 @@ impl Standing {
     /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
     /// the cancellation fires).
     fn judge(&self) -> Result<Duration, LostReason> {
-        self.judge_at(self.clock.boot())
-    }
-
-    /// [`Standing::judge`] with a reading of the clock (`now`) the caller just took.
-    fn judge_at(&self, now: Duration) -> Result<Duration, LostReason> {
+        let now = self.clock.boot();
         let judged = {
             let mut st = self.state();
             if st.lost.is_none() && now >= st.deadline {
@@ -287,8 +283,7 @@ impl Standing {
 
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
     /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
-    /// On success, the reading of the clock it compared the old deadline with.
-    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<Duration, LostReason> {
+    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
         let now = self.clock.boot();
         let judged = {
             let mut st = self.state();
@@ -300,7 +295,7 @@ impl Standing {
                 st.store_expiry = sent + config.ttl.duration();
             }
             match st.lost {
-                None => Ok(now),
+                None => Ok(()),
                 Some(reason) => Err(reason),
             }
         };
@@ -434,27 +429,19 @@ impl<'a, 'p> Waits<'a, 'p> {
     }
 
     /// Sleeps until `at` (tokio's clock) on `timer`, watching `stop` and the deadline.
-    /// `now`: a reading of the standing's clock just taken, if there is one.
-    async fn sleep_until(
-        &mut self,
-        mut timer: Pin<&mut Sleep>,
-        at: Instant,
-        now: Option<Duration>,
-    ) -> Woke<()> {
+    async fn sleep_until(&mut self, mut timer: Pin<&mut Sleep>, at: Instant) -> Woke<()> {
         timer.as_mut().reset(at);
-        self.watch(timer, now).await
+        self.watch(timer).await
     }
 
-    /// Awaits `fut` while watching `stop` and the local deadline. `now`: a reading of
-    /// the standing's clock just taken, for the first comparison with the deadline.
-    async fn watch<F: Future>(&mut self, fut: F, mut now: Option<Duration>) -> Woke<F::Output> {
+    /// Awaits `fut` while watching `stop` and the local deadline. Each comparison with
+    /// the deadline reads the clock afresh, right before the wake-up time is derived
+    /// from it: a reading taken earlier (and a thread descheduled in between) would
+    /// set the deadline timer late by the time in between.
+    async fn watch<F: Future>(&mut self, fut: F) -> Woke<F::Output> {
         tokio::pin!(fut);
         loop {
-            let judged = match now.take() {
-                Some(now) => self.standing.judge_at(now),
-                None => self.standing.judge(),
-            };
-            let Ok(left) = judged else {
+            let Ok(left) = self.standing.judge() else {
                 return Woke::Lost;
             };
             let nap = if self.signalled {
@@ -574,8 +561,6 @@ impl Heartbeat<'_> {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(stop_wait, guard, timer);
         let mut waits = Waits::new(standing, config.tick(), stop_wait, guard);
-        // The reading of the clock the last renewal's success was judged with.
-        let mut judged_at = None;
         // The first renewal of a lease comes anywhere in its first interval: a fleet that
         // joined together (a deploy, a restart) is spread over one interval at once.
         let mut interval = spread(config.renew_every, 1.0);
@@ -591,10 +576,7 @@ impl Heartbeat<'_> {
             let mut first = Some(planned);
             if batcher.is_none() {
                 first = None;
-                match waits
-                    .sleep_until(timer.as_mut(), planned, judged_at.take())
-                    .await
-                {
+                match waits.sleep_until(timer.as_mut(), planned).await {
                     Woke::Done(()) => {}
                     Woke::Stopped => return End::Stopped(lease),
                     Woke::Lost => return End::Lost(lease, LossReason::Deadline),
@@ -606,9 +588,9 @@ impl Heartbeat<'_> {
                     Some(batcher) => {
                         let handed = Instant::now();
                         let at = first.take();
-                        let reading = judged_at.take().unwrap_or_else(|| standing.clock().boot());
+                        let reading = standing.clock().boot();
                         let renewal = batcher.renew_at(&lease, at, standing.clock());
-                        match waits.watch(renewal, Some(reading)).await {
+                        match waits.watch(renewal).await {
                             Woke::Done(answered) => {
                                 // Timed like a renewal of its own: from the later of
                                 // its hand-over and its planned time.
@@ -627,7 +609,7 @@ impl Heartbeat<'_> {
                         let now = Instant::now();
                         let sent_on_clock = standing.clock().boot();
                         let renewal = store.renew(&lease);
-                        match waits.watch(renewal, Some(sent_on_clock)).await {
+                        match waits.watch(renewal).await {
                             Woke::Done(r) => {
                                 metrics.renewal(now.elapsed(), r.is_ok());
                                 (r, now, sent_on_clock)
@@ -640,7 +622,7 @@ impl Heartbeat<'_> {
                 match attempt {
                     Ok(renewed) => {
                         match standing.extend(sent_on_clock, &config) {
-                            Ok(at) => judged_at = Some(at),
+                            Ok(()) => {}
                             Err(reason) => return End::Lost(lease, loss_of(reason)),
                         }
                         let late_by = now.saturating_duration_since(planned);
@@ -663,7 +645,7 @@ impl Heartbeat<'_> {
                         tracing::warn!(key = %lease.key, error = %e, "renew failed, retrying");
                         let pause = backoff.next();
                         match waits
-                            .sleep_until(timer.as_mut(), Instant::now() + pause, None)
+                            .sleep_until(timer.as_mut(), Instant::now() + pause)
                             .await
                         {
                             Woke::Done(()) => {}
