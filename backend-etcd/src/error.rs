@@ -19,6 +19,13 @@ pub(crate) enum Fault {
     Task(String),
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),
+    /// A keep-alive answered in another raft term than a read made after it: maybe by
+    /// a deposed leader, whose renewal the cluster does not keep.
+    #[error(
+        "a keep-alive was answered in raft term {answered}, a read after it in term \
+         {current}: the renewal is not counted"
+    )]
+    TermChanged { answered: u64, current: u64 },
     #[cfg(feature = "tls")]
     #[error("could not read {0:?}")]
     Unreadable(std::path::PathBuf, #[source] std::io::Error),

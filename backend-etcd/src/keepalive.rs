@@ -17,7 +17,6 @@ use liveness_core::{Error, FencingToken, Key, Result, Ttl};
 use tokio::time::Instant;
 
 use crate::error::{is_not_found, map, Fault};
-use crate::lease::etcd_secs;
 use crate::BACKEND;
 
 /// How often, at most, a lookup sweeps the slots for idle ones.
@@ -113,40 +112,71 @@ impl Slots {
     }
 }
 
+/// etcd's answer to one keep-alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeptAlive {
+    /// The seconds the etcd lease has left by the answering lessor's countdown; 0
+    /// when etcd no longer knows the lease.
+    pub(crate) left: i64,
+    /// The raft term of the member that answered (0 when the answer carried no
+    /// header). A deposed leader answers with the term it led in, older than the
+    /// cluster's.
+    pub(crate) term: u64,
+}
+
+impl KeptAlive {
+    /// The answer for an etcd lease etcd no longer knows.
+    const UNKNOWN: KeptAlive = KeptAlive { left: 0, term: 0 };
+}
+
 impl Slot {
-    /// One keep-alive request on the lease's stream: Ok(ttl seconds), 0 when etcd no
-    /// longer knows the lease.
-    pub(crate) async fn keep_alive(&self, client: &LeaseClient, timeout: Duration) -> Result<i64> {
+    /// One keep-alive request on the lease's stream, opening (or, once, reopening)
+    /// the stream first when needed.
+    ///
+    /// The answer is always one read off the stream, with its header: opening a
+    /// stream sends a first keep-alive whose answer etcd-client keeps to itself, so a
+    /// fresh stream gets a second one. Whether the answer counts is the caller's call
+    /// (see `EtcdStore::renew_judged`): a deposed leader answers too.
+    pub(crate) async fn keep_alive(
+        &self,
+        client: &LeaseClient,
+        timeout: Duration,
+    ) -> Result<KeptAlive> {
         let slot = self;
+        let timed_out = || Error::unavailable(BACKEND, Fault::Timeout(timeout));
         let mut guard = slot.stream.lock().await;
         for _ in 0..2 {
-            let Some((keeper, stream)) = guard.as_mut() else {
-                // Opening the stream sends the first keep-alive and reads its answer.
+            if guard.is_none() {
                 let opened =
                     tokio::time::timeout(timeout, client.clone().keep_alive(slot.lease_id))
                         .await
-                        .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(timeout)))?;
-                return match opened {
-                    Ok(pair) => {
-                        *guard = Some(pair);
-                        Ok(etcd_secs(slot.ttl))
-                    }
-                    Err(e) if is_not_found(&e) => Ok(0),
-                    Err(e) => Err(map(e)),
-                };
+                        .map_err(|_| timed_out())?;
+                match opened {
+                    Ok(pair) => *guard = Some(pair),
+                    Err(e) if is_not_found(&e) => return Ok(KeptAlive::UNKNOWN),
+                    Err(e) => return Err(map(e)),
+                }
+            }
+            let Some((keeper, stream)) = guard.as_mut() else {
+                continue;
             };
             let exchange = async {
                 keeper.keep_alive().await?;
                 stream.message().await
             };
             match tokio::time::timeout(timeout, exchange).await {
-                Ok(Ok(Some(resp))) => return Ok(resp.ttl().max(0)),
+                Ok(Ok(Some(resp))) => {
+                    return Ok(KeptAlive {
+                        left: resp.ttl().max(0),
+                        term: resp.header().map_or(0, |h| h.raft_term()),
+                    })
+                }
                 // A broken stream (the member restarted, the connection reset): drop
                 // it and open a fresh one once.
                 Ok(Ok(None)) | Ok(Err(_)) => *guard = None,
                 Err(_) => {
                     *guard = None;
-                    return Err(Error::unavailable(BACKEND, Fault::Timeout(timeout)));
+                    return Err(timed_out());
                 }
             }
         }

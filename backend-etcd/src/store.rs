@@ -28,7 +28,7 @@ use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
 use crate::error::{corrupt, map, Fault};
-use crate::keepalive::{Slot, Slots};
+use crate::keepalive::{KeptAlive, Slot, Slots};
 use crate::keys::{parse_request_id, Keys, Meta, Record};
 use crate::lease::{secs, Current, Snapshot};
 use crate::txn::{
@@ -295,6 +295,23 @@ impl EtcdStore {
         Ok(resp.take_kvs().into_iter().next())
     }
 
+    /// Reads `lease`'s lease-bound key (linearizable, as every read here): the key
+    /// and the raft term of the member that answered.
+    async fn read_bound(&self, key: &Key) -> Result<(Option<KeyValue>, u64)> {
+        Calls::count(&self.inner.calls.kv);
+        let _flying = self.inner.calls.flying();
+        let live_key = self.keys().live(key);
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(live_key.as_str(), None)
+            .await
+            .map_err(map)?;
+        let term = resp.header().map_or(0, |h| h.raft_term());
+        Ok((resp.take_kvs().into_iter().next(), term))
+    }
+
     /// The attempts of one `acquire`: reads the key, and only when it is free or
     /// expired grants the etcd lease (once, into `granted`, reused by later attempts)
     /// and writes the record and lease-bound key in one guarded `Txn`.
@@ -380,23 +397,58 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// The end of a renewal on `slot`: etcd's answer to its keep-alive (`left`
-    /// seconds, 0 when etcd no longer knows the etcd lease) and the lease-bound key
-    /// as read beside it (`bound`). The renewal counts only when both say the key
-    /// is still bound to the slot's etcd lease with this token; else a read tells
-    /// why, or renews the etcd lease the record names now.
+    /// The end of a renewal on `slot`: etcd's answer to its keep-alive (`kept`) and
+    /// the lease-bound key as read AFTER that answer came (`bound`, read in raft term
+    /// `term`). The renewal counts only when both say the key is still bound to the
+    /// slot's etcd lease with this token, and the keep-alive was answered in the term
+    /// the read was: else a read tells why, or renews the etcd lease the record names
+    /// now.
+    ///
+    /// Why the terms: etcd 3.4 renews a lease on its leader's lessor alone, without
+    /// asking the cluster (3.5.3 made renewals linearizable, etcd-io/etcd#13932). A
+    /// leader that was frozen while the others elected a new one still believes it
+    /// leads for a moment when it resumes, and answers keep-alives from its own
+    /// countdown, which the new leader, counting every lease from its own election,
+    /// does not keep. Each answer is stamped with the raft term the answering member
+    /// has applied up to. A linearizable read is served only once the current leader
+    /// has committed an entry of its own term, so a read made after the answer
+    /// carries the current term, and a deposed leader's answer an older one. Equal
+    /// terms mean the answer came from the lessor that counts. A differing term is
+    /// `Unavailable` (retried), also when the answer was good but came from a member
+    /// that had not yet applied the new term.
+    ///
+    /// Not closed: a keep-alive that a follower forwards is stamped with the
+    /// follower's term after the forward. Should the follower apply the new term in
+    /// those microseconds while a deposed leader renewed, the check passes (an etcd
+    /// that confirms leadership before renewing closes it, upstream).
     async fn renew_judged(
         &self,
         lease: &Lease,
         slot: &Slot,
-        left: i64,
+        kept: KeptAlive,
         bound: Option<KeyValue>,
+        term: u64,
     ) -> Result<Lease> {
-        let on_slot = bound.is_some_and(|kv| {
-            kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
-        });
-        if left > 0 && on_slot {
-            return Ok(Self::renewed(lease, left));
+        let on_slot = |slot: &Slot, bound: Option<KeyValue>| {
+            bound.is_some_and(|kv| {
+                kv.lease() == slot.lease_id && kv.create_revision() == token_i64(lease.token)
+            })
+        };
+        let counted = |kept: KeptAlive, term: u64| {
+            if kept.term == term {
+                Ok(Self::renewed(lease, kept.left))
+            } else {
+                Err(Error::unavailable(
+                    BACKEND,
+                    Fault::TermChanged {
+                        answered: kept.term,
+                        current: term,
+                    },
+                ))
+            }
+        };
+        if kept.left > 0 && on_slot(slot, bound) {
+            return counted(kept, term);
         }
         // etcd no longer knows that etcd lease (expired, or released), or this
         // handle's slot is stale (another handle changed the ttl). Read why.
@@ -413,16 +465,19 @@ impl EtcdStore {
         if slot.ttl != lease.ttl {
             return self.renew_with_ttl(lease).await;
         }
-        match slot
+        let kept = slot
             .keep_alive(&self.inner.lease, self.inner.timeout)
-            .await?
-        {
-            left if left > 0 => Ok(Self::renewed(lease, left)),
-            _ => {
-                self.inner.slots.remove(&lease.key, lease.token);
-                Err(lease.lost(LostReason::Expired))
-            }
+            .await?;
+        if kept.left <= 0 {
+            self.inner.slots.remove(&lease.key, lease.token);
+            return Err(lease.lost(LostReason::Expired));
         }
+        let (bound, term) = self.read_bound(&lease.key).await?;
+        if !on_slot(&slot, bound) {
+            // Moved again meanwhile: the caller's retry reads afresh.
+            return Err(Error::unavailable(BACKEND, Fault::Contention));
+        }
+        counted(kept, term)
     }
 
     /// One release attempt on `snap`, the key's record and lease-bound key as just
@@ -538,23 +593,24 @@ impl LeaseStore for EtcdStore {
             return self.renew_with_ttl(lease).await;
         }
         // The keep-alive counts only while the lease-bound key is still bound to the
-        // slot's etcd lease with this token: another handle may have moved it to a
-        // new etcd lease (a ttl change), and the old one lives on when its revoke
-        // failed. Both requests go out at once (one round trip).
-        let live_key = self.keys().live(&lease.key);
-        let (left, bound) = tokio::join!(
-            slot.keep_alive(&self.inner.lease, self.inner.timeout),
-            self.get_one(&live_key),
-        );
-        self.renew_judged(lease, &slot, left?, bound?).await
+        // slot's etcd lease with this token (another handle may have moved it to a
+        // new etcd lease, a ttl change, and the old one lives on when its revoke
+        // failed), and only when a read made after its answer shows the same raft
+        // term (`renew_judged`): the read follows the keep-alive, two round trips.
+        let kept = slot
+            .keep_alive(&self.inner.lease, self.inner.timeout)
+            .await?;
+        let (bound, term) = self.read_bound(&lease.key).await?;
+        self.renew_judged(lease, &slot, kept, bound, term).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
         check_batch(self.inner.info.caps, "leases", leases.len())?;
         // Leases this handle renews already on their etcd lease (a keep-alive slot of
-        // their ttl): every keep-alive goes out at once on its stream, beside ONE
-        // read of all their lease-bound keys. The others (a first renewal, a ttl
-        // change, another issuer) take `renew`'s path, at the same time.
+        // their ttl): every keep-alive goes out at once on its stream, then ONE read
+        // of all their lease-bound keys (after the answers: `renew_judged`). The
+        // others (a first renewal, a ttl change, another issuer) take `renew`'s path,
+        // at the same time.
         let mut fast = Vec::new();
         let mut slow = Vec::new();
         for (i, lease) in leases.iter().enumerate() {
@@ -568,39 +624,49 @@ impl LeaseStore for EtcdStore {
             }
         }
         let k = self.keys();
-        let reads: Vec<TxnOp> = fast
-            .iter()
-            .map(|(i, _)| get(&k.live(&leases[*i].key)))
-            .collect();
-        let keep_alives = futures::future::join_all(
-            fast.iter()
-                .map(|(_, slot)| slot.keep_alive(&self.inner.lease, self.inner.timeout)),
-        );
-        let bound = async {
+        let fast_renewals = async {
+            let kept = futures::future::join_all(
+                fast.iter()
+                    .map(|(_, slot)| slot.keep_alive(&self.inner.lease, self.inner.timeout)),
+            )
+            .await;
+            // Read only the keys whose keep-alive was answered.
+            let reads: Vec<TxnOp> = fast
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| k.is_ok())
+                .map(|((i, _), _)| get(&k.live(&leases[*i].key)))
+                .collect();
             if reads.is_empty() {
-                return Ok(Vec::new());
+                return Ok((kept, Vec::new(), 0));
             }
-            Ok(ranges(&self.txn(Txn::new().and_then(reads)).await?)
+            let resp = self.txn(Txn::new().and_then(reads)).await?;
+            let term = resp.header().map_or(0, |h| h.raft_term());
+            let bound: Vec<Option<KeyValue>> = ranges(&resp)
                 .into_iter()
                 .map(|mut r| r.take_kvs().into_iter().next())
-                .collect::<Vec<_>>())
+                .collect();
+            Ok::<_, Error>((kept, bound, term))
         };
         let slow_renewals = futures::future::join_all(slow.iter().map(|i| self.renew(&leases[*i])));
-        let (lefts, bound, slow_answers) = tokio::join!(keep_alives, bound, slow_renewals);
-        let bound: Vec<Option<KeyValue>> = bound?;
+        let (fast_answers, slow_answers) = tokio::join!(fast_renewals, slow_renewals);
+        let (kept, bound, term) = fast_answers?;
         let mut out: Vec<Option<Result<Lease>>> = leases.iter().map(|_| None).collect();
         for (i, answer) in slow.into_iter().zip(slow_answers) {
             out[i] = Some(answer);
         }
-        let judged = futures::future::join_all(fast.iter().zip(lefts).zip(bound).map(
-            |(((i, slot), left), bound)| async move {
+        let mut bound = bound.into_iter();
+        let judged = futures::future::join_all(fast.iter().zip(kept).map(|((i, slot), kept)| {
+            // The reads are in the order of the answered keep-alives.
+            let bound = kept.is_ok().then(|| bound.next().flatten()).flatten();
+            async move {
                 let lease = &leases[*i];
-                match left {
-                    Ok(left) => self.renew_judged(lease, slot, left, bound).await,
+                match kept {
+                    Ok(kept) => self.renew_judged(lease, slot, kept, bound, term).await,
                     Err(e) => Err(e),
                 }
-            },
-        ))
+            }
+        }))
         .await;
         for ((i, _), answer) in fast.iter().zip(judged) {
             out[*i] = Some(answer);

@@ -262,10 +262,25 @@ impl Fleet {
     /// Waits until every item is completed: nothing pending, owned or dead-lettered,
     /// and every enqueued id gone (items leave the store only through `complete`).
     pub async fn wait_all_completed(&self) {
-        wait_until("every item is completed", self.deadline, || async {
-            self.counts().await == Some(ItemCounts::default())
-        })
-        .await;
+        let until = Instant::now() + self.deadline;
+        loop {
+            let counts = self.counts().await;
+            if counts == Some(ItemCounts::default()) {
+                break;
+            }
+            // What a stuck run looks like, for whoever reads the failure.
+            assert!(
+                Instant::now() < until,
+                "timed out after {:?} waiting until every item is completed: item counts \
+                 {counts:?} (None: the store did not answer), members' tokens {:?}, tokens \
+                 that saw Lost {:?}, the last events {:?}",
+                self.deadline,
+                self.tokens(),
+                self.lost_tokens(),
+                self.last_events(12),
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let until = Instant::now() + self.deadline;
         for id in &self.ids {
             // A store handle may still route some requests to a member that is down.
@@ -311,6 +326,12 @@ impl Fleet {
     /// Every event so far, in order.
     pub fn events(&self) -> Vec<Event> {
         lock(&self.events).clone()
+    }
+
+    /// The last `n` events, oldest first.
+    fn last_events(&self, n: usize) -> Vec<Event> {
+        let events = lock(&self.events);
+        events[events.len().saturating_sub(n)..].to_vec()
     }
 
     /// The tokens whose members reported `Lost`.
