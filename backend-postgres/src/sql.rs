@@ -153,6 +153,92 @@ woke AS (
 SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
 "#;
 
+/// `reap_many`: $1 spaces, $2 names, $3 tokens (one entry per lease, no key twice),
+/// $4 notify channel, $5 death retention. [`RETIRE`] with cause "reaped" for every
+/// entry at once, in one statement (one commit): removes each lease whose token is
+/// current and that is expired by the server clock, puts each in the dead set with a
+/// death record of its own (consecutive sequence numbers, in entry order), drops the
+/// records that fell out of the retention, and notifies `reaped` once. The rows are
+/// locked in key order first, so two concurrent batches cannot deadlock; concurrent
+/// reapers of one lease serialize on its row: exactly one deletes it. Returns the
+/// entries removed, by their 1-based position.
+pub const REAP_MANY: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY
+        AS b(space, name, token, i)
+),
+locked AS MATERIALIZED (
+    SELECT l.space, l.name, l.token, b.i FROM leases l JOIN b
+        ON l.space = b.space AND l.name = b.name AND l.token = b.token
+    ORDER BY l.space, l.name
+    FOR UPDATE OF l
+),
+del AS (
+    DELETE FROM leases l USING locked, clk
+    WHERE l.space = locked.space AND l.name = locked.name AND l.token = locked.token
+      AND l.expires_at <= clk.t
+    RETURNING locked.i, l.space, l.name, l.token, l.holder
+),
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM del
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+n AS (SELECT count(*) AS n FROM dead),
+dseq AS (
+    UPDATE death_seq SET last = last + (SELECT n FROM n)
+    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+numbered AS (
+    SELECT del.*, row_number() OVER (ORDER BY del.i) AS k
+    FROM del WHERE del.token IN (SELECT token FROM dead)
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
+           numbered.token, clk.t, 0
+    FROM dseq, n, numbered, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $5
+      AND seq > (SELECT last FROM dseq) - $5 - 64 - (SELECT n FROM n)
+),
+woke AS (
+    SELECT pg_notify($4, 'reaped') WHERE EXISTS (SELECT 1 FROM dead)
+)
+SELECT i, (SELECT count(*) FROM woke) FROM del
+"#;
+
+/// `requeue_orphans_many`: $1 tokens (no token twice). [`REQUEUE_ORPHANS`] for every
+/// token at once, in one statement: each token in the dead set leaves it, its owned
+/// items go back to pending (or to the dead-letter set when out of attempts), and its
+/// death record gets its swept counts. Returns the moved items with their token.
+pub const REQUEUE_ORPHANS_MANY: &str = r#"
+WITH d AS (DELETE FROM dead_tokens WHERE token = ANY($1::bigint[]) RETURNING token),
+moved AS (
+    UPDATE items i
+    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
+    FROM d
+    WHERE i.state = 1 AND i.owner = d.token
+    RETURNING d.token, i.id, i.state
+),
+counts AS (
+    SELECT d.token,
+           count(m.id) FILTER (WHERE m.state = 0) AS requeued,
+           count(m.id) FILTER (WHERE m.state = 2) AS dead_lettered
+    FROM d LEFT JOIN moved m ON m.token = d.token
+    GROUP BY d.token
+),
+swept AS (
+    UPDATE deaths SET requeued = c.requeued, dead_lettered = c.dead_lettered
+    FROM counts c
+    WHERE deaths.token = c.token AND deaths.requeued IS NULL
+)
+SELECT token, id, state FROM moved ORDER BY token, id
+"#;
+
 /// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live.
 pub const INSPECT: &str = r#"
 SELECT holder, token, ttl_ms,

@@ -720,6 +720,51 @@ impl LeaseStore for PostgresStore {
         self.retire(DeathCause::Reaped, key, token).await
     }
 
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        liveness_core::store::check_batch(self.inner.info.caps, "expired", expired.len())?;
+        // One statement for the batch ([`sql::REAP_MANY`]). An entry given twice is
+        // sent once: a repeat of a reap answers false, whatever the first answered. A
+        // token no lease can have is false without being sent.
+        let mut sent = std::collections::HashSet::new();
+        // Where each sent entry is in `expired`, in the order sent.
+        let mut positions = Vec::new();
+        let (mut spaces, mut names, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+        for (at, (key, token)) in expired.iter().enumerate() {
+            let Ok(db) = i64::try_from(token.0) else {
+                continue;
+            };
+            if sent.insert((key, db)) {
+                positions.push(at);
+                spaces.push(key.space().as_str().to_owned());
+                names.push(key.name().as_str().to_owned());
+                tokens.push(db);
+            }
+        }
+        let mut out: Vec<Result<bool>> = expired.iter().map(|_| Ok(false)).collect();
+        if tokens.is_empty() {
+            return Ok(out);
+        }
+        let q = sqlx::query(sql::REAP_MANY)
+            .bind(spaces)
+            .bind(names)
+            .bind(tokens)
+            .bind(self.inner.channel.as_str())
+            .bind(self.retention());
+        let rows = self.db().fetch_all(q).await?;
+        for row in &rows {
+            let i: i64 = get(row, 0)?;
+            let at = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| positions.get(i))
+                .ok_or_else(|| corrupt("reap_many position", i))?;
+            out[*at] = Ok(true);
+        }
+        if !rows.is_empty() {
+            self.wake_local();
+        }
+        Ok(out)
+    }
+
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let q = sqlx::query(sql::DEAD_TOKENS).bind(limit_param(limit));
@@ -929,6 +974,39 @@ impl ItemStore for PostgresStore {
             match state_of(get(row, 1)?, None)? {
                 ItemState::Pending => out.requeued.push(id),
                 _ => out.dead_lettered.push(id),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        // One statement per `max_batch` tokens ([`sql::REQUEUE_ORPHANS_MANY`]); a token
+        // given twice is sent once (its repeat moves nothing: an empty answer).
+        let mut out: Vec<Result<Requeued>> =
+            tokens.iter().map(|_| Ok(Requeued::default())).collect();
+        let mut first = std::collections::HashMap::new();
+        for (at, token) in tokens.iter().enumerate() {
+            if let Ok(db) = i64::try_from(token.0) {
+                first.entry(db).or_insert(at);
+            }
+        }
+        let mut unique: Vec<(i64, usize)> = first.into_iter().collect();
+        unique.sort_by_key(|(_, at)| *at);
+        for chunk in unique.chunks(self.inner.info.caps.max_batch.max(1)) {
+            let ids: Vec<i64> = chunk.iter().map(|(db, _)| *db).collect();
+            let at: std::collections::HashMap<i64, usize> = chunk.iter().copied().collect();
+            let q = sqlx::query(sql::REQUEUE_ORPHANS_MANY).bind(ids);
+            for row in &self.db().fetch_all(q).await? {
+                let token: i64 = get(row, 0)?;
+                let id: i64 = get(row, 1)?;
+                let id = ItemId(u64::try_from(id).map_err(|_| corrupt("id", id))?);
+                let Some(Ok(answer)) = at.get(&token).map(|i| &mut out[*i]) else {
+                    return Err(corrupt("requeue_orphans_many token", token));
+                };
+                match state_of(get(row, 2)?, None)? {
+                    ItemState::Pending => answer.requeued.push(id),
+                    _ => answer.dead_lettered.push(id),
+                }
             }
         }
         Ok(out)

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Acquire, DeathCause, Error, HolderId, Key, LeaseStore, Ttl};
+use liveness_core::{
+    Acquire, DeathCause, EnqueueOptions, Error, FencingToken, HolderId, ItemState, ItemStore, Key,
+    Lease, LeaseStore, Ttl,
+};
 
 use crate::PostgresStore;
 
@@ -184,4 +187,145 @@ async fn acquire_many_records_each_takeover_within_the_retention() {
     }
     let dead = store.dead_tokens(100).await.unwrap();
     assert_eq!(dead.len(), 12, "every lease taken over is in the dead set");
+}
+
+/// Acquires `n` leases with a short ttl on keys `prefix<i>` and waits until every one
+/// has expired by the server's clock.
+async fn expired_leases(store: &PostgresStore, prefix: &str, n: usize) -> Vec<Lease> {
+    let short = Ttl::from_millis(50).unwrap();
+    let mut leases = Vec::new();
+    for i in 0..n {
+        let key = Key::member(&format!("{prefix}{i}")).unwrap();
+        leases.push(store.acquire(&key, &holder("w"), short).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for lease in &leases {
+        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
+            assert!(tokio::time::Instant::now() < deadline, "never expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    leases
+}
+
+/// Issue 13 (3): a checker round's deaths are one statement (one round trip, one
+/// commit under `synchronous_commit`), not one per lease: with 20 deaths a round on
+/// a server that syncs every commit, one statement each made rounds take seconds at
+/// 100,000 members. Each entry is still answered as `reap` would: true for each
+/// expired lease, false for a live one, a wrong token and a repeat; every reaped
+/// token is in the dead set with a death record of its own (cause `Reaped`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reap_many_is_one_statement_for_the_batch() {
+    let Some(store) = store().await else { return };
+    let dead = expired_leases(&store, "dead", 20).await;
+    let live = store
+        .acquire(
+            &Key::member("live").unwrap(),
+            &holder("w"),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut entries: Vec<(Key, FencingToken)> =
+        dead.iter().map(|l| (l.key.clone(), l.token)).collect();
+    entries.push((live.key.clone(), live.token));
+    entries.push((
+        dead[0].key.clone(),
+        FencingToken(dead[0].token.0 + 1_000_000),
+    ));
+    entries.push((dead[1].key.clone(), dead[1].token));
+    let before = store.statements();
+    let answers = store.reap_many(&entries).await.unwrap();
+    let sent = store.statements() - before;
+    assert_eq!(
+        sent,
+        1,
+        "reap_many of {} entries sent {sent} statements",
+        entries.len()
+    );
+    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let mut expected = vec![true; 20];
+    expected.extend([false, false, false]);
+    assert_eq!(answers, expected);
+    assert!(store.inspect(&live.key).await.unwrap().unwrap().is_live());
+    let tokens = store.dead_tokens(1000).await.unwrap();
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    let mut seqs = Vec::new();
+    for lease in &dead {
+        assert!(store.inspect(&lease.key).await.unwrap().is_none());
+        assert!(tokens
+            .iter()
+            .any(|d| d.token == lease.token && d.key == lease.key));
+        let death = deaths
+            .iter()
+            .find(|d| d.token == lease.token)
+            .unwrap_or_else(|| panic!("no death record for {}", lease.token));
+        assert_eq!(
+            (&death.key, &death.holder, death.cause),
+            (&lease.key, &lease.holder, DeathCause::Reaped)
+        );
+        seqs.push(death.seq);
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 20, "death records share a sequence number");
+}
+
+/// Issue 13 (3): requeueing a round's dead tokens is one statement, not one per
+/// token, and answers each token as `requeue_orphans` would: its items back to
+/// pending once (a repeat moves nothing), a token not in the dead set moves nothing;
+/// each death record gets its swept counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_orphans_many_is_one_statement_for_the_batch() {
+    let Some(store) = store().await else { return };
+    let mut items = Vec::new();
+    let long = Ttl::from_secs(60).unwrap();
+    let mut holders = Vec::new();
+    for i in 0..10 {
+        let lease = store
+            .acquire(&Key::member(&format!("h{i}")).unwrap(), &holder("w"), long)
+            .await
+            .unwrap();
+        let id = store
+            .enqueue(format!("item {i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+        items.push(id);
+        holders.push(lease);
+    }
+    for lease in &holders[..9] {
+        assert!(store.release(lease).await.unwrap());
+    }
+    let live = &holders[9];
+    let mut tokens: Vec<FencingToken> = holders[..9].iter().map(|l| l.token).collect();
+    tokens.push(live.token);
+    tokens.push(holders[0].token);
+    let before = store.statements();
+    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let sent = store.statements() - before;
+    assert_eq!(
+        sent,
+        1,
+        "requeue_orphans_many of {} tokens sent {sent} statements",
+        tokens.len()
+    );
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    for (i, answer) in answers[..9].iter().enumerate() {
+        assert_eq!(answer.requeued, vec![items[i]], "token {i}");
+        assert!(answer.dead_lettered.is_empty());
+    }
+    assert!(answers[9].is_empty(), "a live token's items moved");
+    assert!(answers[10].is_empty(), "a token's items moved twice");
+    let owned = store.item(items[9]).await.unwrap().unwrap();
+    assert_eq!(owned.state, ItemState::Owned(live.token));
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    for lease in &holders[..9] {
+        let death = deaths.iter().find(|d| d.token == lease.token).unwrap();
+        let swept = death
+            .swept
+            .unwrap_or_else(|| panic!("{} not swept", lease.token));
+        assert_eq!((swept.requeued, swept.dead_lettered), (1, 0));
+    }
+    assert!(store.dead_tokens(1000).await.unwrap().is_empty());
 }

@@ -5,6 +5,12 @@
 //! [--batch-ms 2|0] [--overload --steal 30]`. Uses `LIVENESS_REDIS_URL` when set, else
 //! starts a private redis-server (no persistence). The store's response timeout is the
 //! heartbeat's recommended client timeout ([`HeartbeatConfig::client_timeout`]).
+//!
+//! After each run, the raw primitive on the same server: as many bare lease hashes,
+//! renewed at the same rate in batches of the run's mean size by a script that does
+//! only the two commands a renewal needs (read the lease, write its expiry) — no
+//! token or expiry check, no index, no epoch. Its server CPU per renewal, beside the
+//! framework's, gives the ratio, whatever the machine.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +77,76 @@ async fn server_cpu_of(url: &str) -> redis::RedisResult<(f64, u64)> {
     Ok((field("used_cpu_user:") + field("used_cpu_sys:"), calls))
 }
 
+/// The raw primitive's script: per lease (ARGV: a key prefix, then names), read the
+/// lease hash and write its expiry.
+const RAW_RENEW: &str = r"
+local n = 0
+for i = 2, #ARGV do
+  local key = ARGV[1] .. ARGV[i]
+  redis.call('HMGET', key, 't', 'e', 'ttl', 'ep', 'ix')
+  redis.call('HSET', key, 'e', '1767225600000000')
+  n = n + 1
+end
+return n
+";
+
+/// Renews `members` bare lease hashes with [`RAW_RENEW`] at `per_sec` renewals a
+/// second, `batch` per call, for `seconds`; returns the server's CPU µs per renewal
+/// and the share of one core, or `None` when the server could not be read.
+async fn raw_renewals(
+    url: &str,
+    members: usize,
+    per_sec: f64,
+    batch: usize,
+    seconds: u64,
+) -> redis::RedisResult<Option<(f64, f64)>> {
+    let mut conn = connection(url).await?;
+    let prefix = format!(
+        "raw:{{{}}}:l:members/",
+        liveness_conformance::fresh_namespace()
+    );
+    for chunk in (0..members).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("HSET")
+                .arg(format!("{prefix}m{i}"))
+                .arg(&[
+                    "h", "w", "t", "1", "e", "1", "ttl", "10000", "ep", "1", "ix", "1",
+                ])
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await?;
+    }
+    let script = redis::Script::new(RAW_RENEW);
+    let batch = batch.clamp(1, members.max(1));
+    let every = Duration::from_secs_f64(batch as f64 / per_sec.max(1.0));
+    let before = server_cpu_of(url).await?;
+    let start = tokio::time::Instant::now();
+    let mut next = start;
+    let (mut at, mut renewed) = (0usize, 0u64);
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let mut call = script.prepare_invoke();
+        call.arg(&prefix);
+        for _ in 0..batch {
+            call.arg(format!("m{at}"));
+            at = (at + 1) % members;
+        }
+        let n: u64 = call.invoke_async(&mut conn).await?;
+        renewed += n;
+        next += every;
+        tokio::time::sleep_until(next).await;
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let after = server_cpu_of(url).await?;
+    let mut purge = redis::pipe();
+    for i in 0..members {
+        purge.cmd("DEL").arg(format!("{prefix}m{i}")).ignore();
+    }
+    purge.query_async::<()>(&mut conn).await?;
+    let cpu = after.0 - before.0;
+    Ok((renewed > 0).then(|| (cpu * 1e6 / renewed as f64, cpu / wall * 100.0)))
+}
+
 fn main() {
     let options = ScaleOptions::from_args();
     let server = match std::env::var("LIVENESS_REDIS_URL") {
@@ -135,6 +211,18 @@ fn main() {
                 );
             }
             let _ = purge.purge().await;
+            // The raw primitive at the rate the fleet sends (members / renew_every with
+            // renew_every = ttl / 3, plus the 10 % that early jitter adds), 100 a call
+            // (a 100k run's batches average about 120).
+            let per_sec = n as f64 * 3.3 / ttl.duration().as_secs_f64();
+            let batch = 100;
+            match raw_renewals(&url, n, per_sec, batch, 20).await {
+                Ok(Some((us, core))) => println!(
+                    "raw primitive {n} bare lease hashes, {per_sec:.0} renewals/s, {batch} a call, 20 s: script HMGET + HSET per lease: server {core:.1} % of one core, {us:.1} µs per renewal (compare the framework's µs per renewal in the run above)"
+                ),
+                Ok(None) => println!("raw primitive: nothing renewed"),
+                Err(e) => eprintln!("scale: the raw primitive failed: {e}"),
+            }
         }
     });
 }
