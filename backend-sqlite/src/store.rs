@@ -439,6 +439,30 @@ impl SqliteStore {
     ) -> Result<bool> {
         let mut w = self.write().await?;
         let now = self.now()?;
+        if !self
+            .retire_in(w.conn(), statement, key, token, clocked, now)
+            .await?
+        {
+            w.rollback().await?;
+            return Ok(false);
+        }
+        w.commit().await?;
+        tick(&self.wake);
+        Ok(true)
+    }
+
+    /// [`SqliteStore::retire`]'s work inside the open write transaction on `conn`, at
+    /// store time `now`: true when it removed the lease, buried its token and
+    /// recorded its death (the caller commits, and wakes the waiters).
+    async fn retire_in(
+        &self,
+        conn: &mut SqliteConnection,
+        statement: &'static str,
+        key: &Key,
+        token: FencingToken,
+        clocked: bool,
+        now: i64,
+    ) -> Result<bool> {
         let mut q = self
             .query(statement)
             .bind(key.space().as_ref())
@@ -448,26 +472,63 @@ impl SqliteStore {
             q = q.bind(now);
         }
         let holder: Option<String> = q
-            .fetch_optional(w.conn())
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map)?
             .map(|row| get_text(&row, 0))
             .transpose()?;
         let Some(holder) = holder else {
-            w.rollback().await?;
             return Ok(false);
         };
-        self.bury(w.conn(), key, token.0).await?;
+        self.bury(&mut *conn, key, token.0).await?;
         let cause = if clocked {
             DeathCause::Reaped
         } else {
             DeathCause::Released
         };
-        self.record_death(w.conn(), key, &holder, token.0, now, cause)
+        self.record_death(&mut *conn, key, &holder, token.0, now, cause)
             .await?;
-        w.commit().await?;
-        tick(&self.wake);
         Ok(true)
+    }
+
+    /// [`ItemStore::requeue_orphans`]'s work inside the open write transaction on
+    /// `conn` (the caller commits); `None` when the token is not in the dead set
+    /// (nothing written).
+    async fn requeue_in(
+        &self,
+        conn: &mut SqliteConnection,
+        token: FencingToken,
+    ) -> Result<Option<Requeued>> {
+        let t = as_db(token.0);
+        let done = self
+            .query(sql::FORGET_DEAD)
+            .bind(t)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let rows = self
+            .query(sql::REQUEUE_ORPHANS)
+            .bind(t)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        self.record_sweep(&mut *conn, t, &rows).await?;
+        let mut out = Requeued::default();
+        for row in &rows {
+            let id = ItemId(get_u64(row, 0, "item id")?);
+            let state: i64 = row.try_get(1).map_err(map)?;
+            if state == STATE_PENDING {
+                out.requeued.push(id);
+            } else {
+                out.dead_lettered.push(id);
+            }
+        }
+        out.requeued.sort();
+        out.dead_lettered.sort();
+        Ok(Some(out))
     }
 
     /// A statement of this namespace: `?1` is bound to it.
@@ -874,6 +935,29 @@ impl LeaseStore for SqliteStore {
         self.retire(sql::REAP, key, token, true).await
     }
 
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        liveness_core::store::check_batch(self.info.caps, "expired", expired.len())?;
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every reap in one write transaction at one instant read holding the write
+        // lock (as `reap` does): one commit for a round's deaths instead of one per
+        // lease. A repeat of a reap in the batch sees the first's: false.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(expired.len());
+        for (key, token) in expired {
+            out.push(Ok(self
+                .retire_in(w.conn(), sql::REAP, key, *token, true, now)
+                .await?));
+        }
+        w.commit().await?;
+        if out.iter().any(|r| matches!(r, Ok(true))) {
+            tick(&self.wake);
+        }
+        Ok(out)
+    }
+
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let limit = self.info.caps.clamp_limit("limit", limit)?;
         let q = self.query(sql::DEAD_TOKENS).bind(limit_param(limit));
@@ -1103,37 +1187,30 @@ impl ItemStore for SqliteStore {
 
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut w = self.write().await?;
-        let t = as_db(token.0);
-        let done = self
-            .query(sql::FORGET_DEAD)
-            .bind(t)
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
-        if done.rows_affected() == 0 {
+        let Some(out) = self.requeue_in(w.conn(), token).await? else {
             w.rollback().await?;
             return Ok(Requeued::default());
-        }
-        let rows = self
-            .query(sql::REQUEUE_ORPHANS)
-            .bind(t)
-            .fetch_all(w.conn())
-            .await
-            .map_err(map)?;
-        self.record_sweep(w.conn(), t, &rows).await?;
+        };
         w.commit().await?;
-        let mut out = Requeued::default();
-        for row in &rows {
-            let id = ItemId(get_u64(row, 0, "item id")?);
-            let state: i64 = row.try_get(1).map_err(map)?;
-            if state == STATE_PENDING {
-                out.requeued.push(id);
-            } else {
-                out.dead_lettered.push(id);
-            }
+        Ok(out)
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        // Every token in one write transaction: one commit (one fsync with
+        // synchronous=full) for a round's deaths instead of one per token. A repeat of
+        // a token sees the first's work: it moves nothing.
+        if tokens.is_empty() {
+            return Ok(Vec::new());
         }
-        out.requeued.sort();
-        out.dead_lettered.sort();
+        let mut w = self.write().await?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            out.push(Ok(self
+                .requeue_in(w.conn(), *token)
+                .await?
+                .unwrap_or_default()));
+        }
+        w.commit().await?;
         Ok(out)
     }
 

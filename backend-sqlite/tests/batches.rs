@@ -1,19 +1,25 @@
-//! Issue 13: a batch is one transaction. `acquire_many` of many keys commits once
+//! Issue 13: a batch is one transaction. `acquire_many` of many keys, `reap_many` of
+//! many deaths and `requeue_orphans_many` of many dead tokens each commit once
 //! (counted by SQLite's own commit hook on the pool's only connection), not once per
-//! key.
+//! entry.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Acquire, HolderId, Key, LeaseStore, Ttl};
+use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_many_is_one_commit_for_the_batch() {
+use liveness_core::{
+    Acquire, DeathCause, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease,
+    LeaseStore, Ttl,
+};
+
+/// A store on a fresh file with one connection, and the count of its commits (a
+/// hook on that connection sees every commit of the handle).
+async fn counted() -> (tempfile::TempDir, SqliteStore, Arc<AtomicU64>) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = SqliteConfig::new(dir.path().join("batches.db"), fresh_namespace());
-    // One connection, so that the hook set on it sees every commit of the handle.
     config.max_connections = 1;
     let store = SqliteStore::connect(config).await.unwrap();
     let commits = Arc::new(AtomicU64::new(0));
@@ -26,6 +32,12 @@ async fn acquire_many_is_one_commit_for_the_batch() {
             true
         });
     }
+    (dir, store, commits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_many_is_one_commit_for_the_batch() {
+    let (_dir, store, commits) = counted().await;
     let ttl = Ttl::from_secs(30).unwrap();
     let asks: Vec<Acquire> = (0..50)
         .map(|i| {
@@ -49,4 +61,118 @@ async fn acquire_many_is_one_commit_for_the_batch() {
         "acquire_many of {} keys committed {n} times",
         asks.len()
     );
+}
+
+/// `n` leases with a short ttl on keys `prefix<i>`, each holding one claimed item,
+/// waited on until every one has expired by the store clock.
+async fn expired_owners(store: &SqliteStore, prefix: &str, n: usize) -> Vec<(Lease, ItemId)> {
+    let short = Ttl::from_millis(100).unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let key = Key::member(&format!("{prefix}{i}")).unwrap();
+        let lease = store
+            .acquire(&key, &HolderId::new("w").unwrap(), short)
+            .await
+            .unwrap();
+        let id = store
+            .enqueue(format!("{prefix}{i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.claim(&lease, 1).await.unwrap(),
+            vec![id_item(store, id).await]
+        );
+        out.push((lease, id));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for (lease, _) in &out {
+        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
+            assert!(std::time::Instant::now() < deadline, "never expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    out
+}
+
+async fn id_item(store: &SqliteStore, id: ItemId) -> liveness_core::Item {
+    store.item(id).await.unwrap().unwrap().item
+}
+
+/// A checker round's deaths commit once, not once per lease, and each entry is
+/// answered as `reap` would: true for each expired lease, false for a live one and a
+/// repeat; each reaped token is in the dead set with a death record of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reap_many_is_one_commit_for_the_batch() {
+    let (_dir, store, commits) = counted().await;
+    let dead = expired_owners(&store, "dead", 20).await;
+    let live = store
+        .acquire(
+            &Key::member("live").unwrap(),
+            &HolderId::new("w").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut entries: Vec<(Key, FencingToken)> =
+        dead.iter().map(|(l, _)| (l.key.clone(), l.token)).collect();
+    entries.push((live.key.clone(), live.token));
+    entries.push((dead[0].0.key.clone(), dead[0].0.token));
+    let before = commits.load(Ordering::SeqCst);
+    let answers = store.reap_many(&entries).await.unwrap();
+    let n = commits.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        n,
+        1,
+        "reap_many of {} entries committed {n} times",
+        entries.len()
+    );
+    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let mut expected = vec![true; 20];
+    expected.extend([false, false]);
+    assert_eq!(answers, expected);
+    let tokens = store.dead_tokens(1000).await.unwrap();
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    for (lease, _) in &dead {
+        assert!(tokens.iter().any(|d| d.token == lease.token));
+        let death = deaths.iter().find(|d| d.token == lease.token).unwrap();
+        assert_eq!(death.cause, DeathCause::Reaped);
+    }
+}
+
+/// Requeueing a round's dead tokens commits once, not once per token, and answers
+/// each token as `requeue_orphans` would (a repeat and a live token move nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_orphans_many_is_one_commit_for_the_batch() {
+    let (_dir, store, commits) = counted().await;
+    let dead = expired_owners(&store, "dead", 10).await;
+    let entries: Vec<(Key, FencingToken)> =
+        dead.iter().map(|(l, _)| (l.key.clone(), l.token)).collect();
+    assert!(store
+        .reap_many(&entries)
+        .await
+        .unwrap()
+        .into_iter()
+        .all(|a| a.unwrap()));
+    let mut tokens: Vec<FencingToken> = dead.iter().map(|(l, _)| l.token).collect();
+    tokens.push(dead[0].0.token);
+    tokens.push(FencingToken(dead[9].0.token.0 + 1_000));
+    let before = commits.load(Ordering::SeqCst);
+    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let n = commits.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        n,
+        1,
+        "requeue_orphans_many of {} tokens committed {n} times",
+        tokens.len()
+    );
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    for (i, (_, id)) in dead.iter().enumerate() {
+        assert_eq!(answers[i].requeued, vec![*id]);
+    }
+    assert!(answers[10].is_empty(), "a token's items moved twice");
+    assert!(
+        answers[11].is_empty(),
+        "a token not in the dead set moved items"
+    );
+    assert!(store.dead_tokens(1000).await.unwrap().is_empty());
 }
