@@ -266,6 +266,36 @@ impl LeaseStore for FdbStore {
         Ok(self.retired(key, outcome))
     }
 
+    async fn reap_many(
+        &self,
+        expired: &[(Key, FencingToken)],
+    ) -> liveness_core::Result<Vec<liveness_core::Result<bool>>> {
+        check_batch(self.info.caps, "expired", expired.len())?;
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every reap in one transaction: one commit for a round's deaths. Each entry
+        // has its nonce, so a retry after an unknown commit result recognises the
+        // reaps that commit applied; a repeat of an entry reads the first's work
+        // (read-your-writes) and answers false.
+        let nonces: Vec<u64> = expired.iter().map(|_| fastrand::u64(..)).collect();
+        let (outcomes, _) = transact!(self.db, |tx, at| async {
+            let mut out = Vec::with_capacity(expired.len());
+            for ((key, token), nonce) in expired.iter().zip(&nonces) {
+                out.push(self.reap_once(tx, at, key, *token, *nonce).await?);
+            }
+            Ok(out)
+        })?;
+        if outcomes.len() != expired.len() {
+            return Err(corrupt("reap_many answered another number of entries"));
+        }
+        Ok(expired
+            .iter()
+            .zip(outcomes)
+            .map(|((key, _), outcome)| Ok(self.retired(key, outcome)))
+            .collect())
+    }
+
     async fn dead_tokens(&self, limit: usize) -> liveness_core::Result<Vec<DeadToken>> {
         let limit = self.info.caps.clamp_limit("limit", limit)?;
         Ok(transact!(self.db, |tx, _at| self.dead_once(tx, limit))?.0)

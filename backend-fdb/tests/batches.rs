@@ -1,11 +1,13 @@
-//! Issue 13: a batch is one transaction. `acquire_many` of many keys commits once on
-//! the test double (counted by its commit version), not once per key; a commit that
-//! reports an unknown result is retried and answers each entry with the lease the
-//! applied commit took.
+//! Issue 13: a batch is one transaction. `acquire_many` of many keys and `reap_many`
+//! of many deaths each commit once on the test double (counted by its commit
+//! version), not once per entry; a commit that reports an unknown result is retried
+//! and answers each entry with what the applied commit did.
 
 use backend_fdb::DoubleDatabase;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Acquire, HolderId, Key, LeaseStore, Ttl};
+use std::time::Duration;
+
+use liveness_core::{Acquire, FencingToken, HolderId, Key, LeaseStore, Space, Ttl};
 
 fn asks(prefix: &str, n: usize) -> Vec<Acquire> {
     let ttl = Ttl::from_secs(30).unwrap();
@@ -72,5 +74,71 @@ async fn acquire_many_after_an_unknown_result_answers_what_the_commit_took() {
             assert_eq!((holder, *token), (&first.holder, first.token));
         }
         got => panic!("second entry on one key: expected Held, got {got:?}"),
+    }
+}
+
+/// A checker round's deaths commit once, not once per lease; each entry is answered
+/// as `reap` would (true for each expired lease, false for a live one and a repeat),
+/// also when the commit reports an unknown result and is retried.
+#[tokio::test(start_paused = true)]
+async fn reap_many_is_one_commit_for_the_batch() {
+    for unknown in [false, true] {
+        let db = DoubleDatabase::new();
+        let ns = fresh_namespace();
+        let holder = db.store(&ns);
+        let checker = db.store(&ns);
+        let mut dead = Vec::new();
+        for i in 0..20 {
+            let key = Key::member(&format!("d{i}")).unwrap();
+            let ttl = Ttl::from_secs(1).unwrap();
+            dead.push(
+                holder
+                    .acquire(&key, &HolderId::new("w").unwrap(), ttl)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let live = holder
+            .acquire(
+                &Key::member("live").unwrap(),
+                &HolderId::new("w").unwrap(),
+                Ttl::from_secs(60).unwrap(),
+            )
+            .await
+            .unwrap();
+        // The checker watches every lease for a ttl of its own.
+        assert!(checker
+            .expired(&Space::members(), 100)
+            .await
+            .unwrap()
+            .is_empty());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(
+            checker.expired(&Space::members(), 100).await.unwrap().len(),
+            20
+        );
+        let mut entries: Vec<(Key, FencingToken)> =
+            dead.iter().map(|l| (l.key.clone(), l.token)).collect();
+        entries.push((live.key.clone(), live.token));
+        entries.push((dead[0].key.clone(), dead[0].token));
+        if unknown {
+            db.inject_unknown_results(1);
+        }
+        let before = db.version();
+        let answers = checker.reap_many(&entries).await.unwrap();
+        let commits = db.version() - before;
+        let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap()).collect();
+        let mut expected = vec![true; 20];
+        expected.extend([false, false]);
+        assert_eq!(answers, expected, "unknown result: {unknown}");
+        let most = if unknown { 2 } else { 1 };
+        assert!(
+            commits <= most,
+            "reap_many of {} entries made {commits} commits",
+            entries.len()
+        );
+        let tokens = checker.dead_tokens(100).await.unwrap();
+        assert_eq!(tokens.len(), 20);
+        assert!(checker.inspect(&live.key).await.unwrap().unwrap().is_live());
     }
 }
