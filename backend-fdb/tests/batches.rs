@@ -98,14 +98,7 @@ async fn reap_many_is_one_commit_for_the_batch() {
                     .unwrap(),
             );
         }
-        let live = holder
-            .acquire(
-                &Key::member("live").unwrap(),
-                &HolderId::new("w").unwrap(),
-                Ttl::from_secs(60).unwrap(),
-            )
-            .await
-            .unwrap();
+        let live = liveness_conformance::live_lease(&holder, "live").await;
         // The checker watches every lease for a ttl of its own.
         assert!(checker
             .expired(&Space::members(), 100)

@@ -218,14 +218,7 @@ async fn expired_leases(store: &PostgresStore, prefix: &str, n: usize) -> Vec<Le
 async fn reap_many_is_one_statement_for_the_batch() {
     let Some(store) = store().await else { return };
     let dead = expired_leases(&store, "dead", 20).await;
-    let live = store
-        .acquire(
-            &Key::member("live").unwrap(),
-            &holder("w"),
-            Ttl::from_secs(60).unwrap(),
-        )
-        .await
-        .unwrap();
+    let live = liveness_conformance::live_lease(&store, "live").await;
     let mut entries: Vec<(Key, FencingToken)> =
         dead.iter().map(|l| (l.key.clone(), l.token)).collect();
     entries.push((live.key.clone(), live.token));

@@ -105,14 +105,7 @@ async fn id_item(store: &SqliteStore, id: ItemId) -> liveness_core::Item {
 async fn reap_many_is_one_commit_for_the_batch() {
     let (_dir, store, commits) = counted().await;
     let dead = expired_owners(&store, "dead", 20).await;
-    let live = store
-        .acquire(
-            &Key::member("live").unwrap(),
-            &HolderId::new("w").unwrap(),
-            Ttl::from_secs(60).unwrap(),
-        )
-        .await
-        .unwrap();
+    let live = liveness_conformance::live_lease(&store, "live").await;
     let mut entries: Vec<(Key, FencingToken)> =
         dead.iter().map(|(l, _)| (l.key.clone(), l.token)).collect();
     entries.push((live.key.clone(), live.token));

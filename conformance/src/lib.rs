@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, MemoryServer, Namespace, Space,
-    Store, Ttl,
+    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, MemoryServer,
+    Namespace, Space, Store, Ttl,
 };
 
 pub mod bench;
@@ -188,6 +188,18 @@ fn round_up_ms(d: Duration) -> Duration {
 pub fn member_key(prefix: &str) -> Key {
     Key::member(&format!("{prefix}-{:08x}", fastrand::u32(..)))
         .unwrap_or_else(|e| panic!("member key: {e}"))
+}
+
+/// A lease on the members key `name`, held by `w` for 60 s: one that stays live
+/// through a test (what a batch test mixes in among expired ones).
+pub async fn live_lease(store: &dyn LeaseStore, name: &str) -> Lease {
+    let key = Key::member(name).unwrap_or_else(|e| panic!("member key: {e}"));
+    let holder = HolderId::new("w").unwrap_or_else(|e| panic!("holder: {e}"));
+    let ttl = Ttl::from_secs(60).unwrap_or_else(|e| panic!("ttl: {e}"));
+    store
+        .acquire(&key, &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name}: {e}"))
 }
 
 /// The members space.
