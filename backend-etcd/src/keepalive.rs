@@ -118,8 +118,9 @@ pub(crate) struct KeptAlive {
     /// The seconds the etcd lease has left by the answering lessor's countdown; 0
     /// when etcd no longer knows the lease.
     pub(crate) left: i64,
-    /// The raft term of the member that answered (0 when the answer carried no
-    /// header). A deposed leader answers with the term it led in, older than the
+    /// The raft term stamped on the answer: the term the answering member has
+    /// applied up to (0 when the answer carried no header, as when opening a stream
+    /// failed). A deposed leader answers with the term it led in, older than the
     /// cluster's.
     pub(crate) term: u64,
 }

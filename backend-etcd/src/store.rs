@@ -450,6 +450,11 @@ impl EtcdStore {
         if kept.left > 0 && on_slot(slot, bound) {
             return counted(kept, term);
         }
+        if kept.left <= 0 && kept.term != 0 && kept.term != term {
+            // "Unknown lease" from a member behind the cluster (a deposed leader does
+            // not know leases granted after it froze): retried, not taken as a loss.
+            return counted(kept, term);
+        }
         // etcd no longer knows that etcd lease (expired, or released), or this
         // handle's slot is stale (another handle changed the ttl). Read why.
         self.inner.slots.remove(&lease.key, lease.token);
