@@ -153,7 +153,7 @@ woke AS (
 SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
 "#;
 
-/// `reap_many`: $1 spaces, $2 names, $3 tokens (one entry per lease, no key twice),
+/// `reap_many`: $1 spaces, $2 names, $3 tokens (no entry twice),
 /// $4 notify channel, $5 death retention. [`RETIRE`] with cause "reaped" for every
 /// entry at once, in one statement (one commit): removes each lease whose token is
 /// current and that is expired by the server clock, puts each in the dead set with a

@@ -209,9 +209,9 @@ async fn expired_leases(store: &PostgresStore, prefix: &str, n: usize) -> Vec<Le
 }
 
 /// Issue 13 (3): a checker round's deaths are one statement (one round trip, one
-/// commit under `synchronous_commit`), not one per lease: with 20 deaths a round on
-/// a server that syncs every commit, one statement each made rounds take seconds at
-/// 100,000 members. Each entry is still answered as `reap` would: true for each
+/// commit under `synchronous_commit`), not one per lease: a statement and a commit
+/// per death made a round with deaths take seconds at 100,000 members. Each entry is
+/// still answered as `reap` would: true for each
 /// expired lease, false for a live one, a wrong token and a repeat; every reaped
 /// token is in the dead set with a death record of its own (cause `Reaped`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
