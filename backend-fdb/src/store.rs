@@ -398,6 +398,45 @@ impl ItemStore for FdbStore {
         Ok(total)
     }
 
+    async fn requeue_orphans_many(
+        &self,
+        tokens: &[FencingToken],
+    ) -> liveness_core::Result<Vec<liveness_core::Result<Requeued>>> {
+        // As many tokens per transaction as their items fit (`MAX_BATCH` moved, give
+        // or take one token's batch): a round's deaths, a few items each, are one
+        // commit instead of one per token. A token with more items than fit goes on
+        // in the next transaction, exactly as `requeue_orphans` batches them. A
+        // repeat of a token reads the first's work (read-your-writes): it moves
+        // nothing.
+        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        let mut next = 0;
+        while next < tokens.len() {
+            let ((moved, upto), _) = transact!(self.db, |tx, _at| async {
+                let mut moved: Vec<(usize, Requeued)> = Vec::new();
+                let (mut count, mut i) = (0, next);
+                while i < tokens.len() && count < MAX_BATCH {
+                    let Some((batch, done)) = self.requeue_once(tx, tokens[i]).await? else {
+                        i += 1;
+                        continue;
+                    };
+                    count += batch.requeued.len() + batch.dead_lettered.len();
+                    moved.push((i, batch));
+                    if !done {
+                        break;
+                    }
+                    i += 1;
+                }
+                Ok((moved, i))
+            })?;
+            for (i, batch) in moved {
+                out[i].requeued.extend(batch.requeued);
+                out[i].dead_lettered.extend(batch.dead_lettered);
+            }
+            next = upto;
+        }
+        Ok(out.into_iter().map(Ok).collect())
+    }
+
     async fn item(&self, id: ItemId) -> liveness_core::Result<Option<ItemRecord>> {
         Ok(transact!(self.db, |tx, _at| self.read_record(tx, id.0))?.0)
     }

@@ -7,7 +7,9 @@ use backend_fdb::DoubleDatabase;
 use liveness_conformance::fresh_namespace;
 use std::time::Duration;
 
-use liveness_core::{Acquire, FencingToken, HolderId, Key, LeaseStore, Space, Ttl};
+use liveness_core::{
+    Acquire, EnqueueOptions, FencingToken, HolderId, ItemStore, Key, LeaseStore, Space, Ttl,
+};
 
 fn asks(prefix: &str, n: usize) -> Vec<Acquire> {
     let ttl = Ttl::from_secs(30).unwrap();
@@ -134,4 +136,83 @@ async fn reap_many_is_one_commit_for_the_batch() {
         assert_eq!(tokens.len(), 20);
         assert!(checker.inspect(&live.key).await.unwrap().unwrap().is_live());
     }
+}
+
+/// Requeueing a round's dead tokens commits once for them all (their items fit one
+/// transaction), not once per token, and answers each token as `requeue_orphans`
+/// would: its items back to pending once (a repeat moves nothing), a token not in the
+/// dead set moves nothing.
+#[tokio::test]
+async fn requeue_orphans_many_is_one_commit_for_the_batch() {
+    let db = DoubleDatabase::new();
+    let store = db.store(&fresh_namespace());
+    let mut owners = Vec::new();
+    for i in 0..10 {
+        let lease = liveness_conformance::live_lease(&store, &format!("o{i}")).await;
+        let id = store
+            .enqueue(format!("item {i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+        owners.push((lease, id));
+    }
+    for (lease, _) in &owners[..9] {
+        assert!(store.release(lease).await.unwrap());
+    }
+    let mut tokens: Vec<FencingToken> = owners[..9].iter().map(|(l, _)| l.token).collect();
+    tokens.push(owners[9].0.token);
+    tokens.push(owners[0].0.token);
+    let before = db.version();
+    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let commits = db.version() - before;
+    assert_eq!(
+        commits,
+        1,
+        "requeue_orphans_many of {} tokens made {commits} commits",
+        tokens.len()
+    );
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    for (i, (_, id)) in owners[..9].iter().enumerate() {
+        assert_eq!(answers[i].requeued, vec![*id], "token {i}");
+    }
+    assert!(answers[9].is_empty(), "a live token's items moved");
+    assert!(answers[10].is_empty(), "a token's items moved twice");
+    assert!(store.dead_tokens(100).await.unwrap().is_empty());
+}
+
+/// A token with more items than one transaction moves goes on in the next one, within
+/// the same call: every item is requeued, and the token after it too.
+#[tokio::test]
+async fn requeue_orphans_many_carries_a_large_token_over_transactions() {
+    let db = DoubleDatabase::new();
+    let store = db.store(&fresh_namespace());
+    let big = liveness_conformance::live_lease(&store, "big").await;
+    let small = liveness_conformance::live_lease(&store, "small").await;
+    let mut ids = Vec::new();
+    for i in 0..650 {
+        ids.push(
+            store
+                .enqueue(format!("item {i}").as_bytes(), EnqueueOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut claimed = 0;
+    while claimed < 649 {
+        claimed += store.claim(&big, 649 - claimed).await.unwrap().len();
+    }
+    assert_eq!(store.claim(&small, 1).await.unwrap().len(), 1);
+    assert!(store.release(&big).await.unwrap());
+    assert!(store.release(&small).await.unwrap());
+    let answers = store
+        .requeue_orphans_many(&[big.token, small.token])
+        .await
+        .unwrap();
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let mut got = answers[0].requeued.clone();
+    got.sort();
+    assert_eq!(got, ids[..649].to_vec());
+    assert_eq!(answers[1].requeued, vec![ids[649]]);
+    assert!(store.dead_tokens(100).await.unwrap().is_empty());
+    assert_eq!(store.item_counts().await.unwrap().pending, 650);
 }
