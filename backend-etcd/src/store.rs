@@ -289,27 +289,22 @@ impl EtcdStore {
     }
 
     pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.get_in_term(key).await?.0)
+    }
+
+    /// Reads one etcd key (linearizable, as every read here): its key-value and the
+    /// raft term the answer is stamped with.
+    async fn get_in_term(&self, key: &str) -> Result<(Option<KeyValue>, u64)> {
         Calls::count(&self.inner.calls.kv);
         let _flying = self.inner.calls.flying();
         let mut resp = self.inner.kv.clone().get(key, None).await.map_err(map)?;
-        Ok(resp.take_kvs().into_iter().next())
-    }
-
-    /// Reads `lease`'s lease-bound key (linearizable, as every read here): the key
-    /// and the raft term of the member that answered.
-    async fn read_bound(&self, key: &Key) -> Result<(Option<KeyValue>, u64)> {
-        Calls::count(&self.inner.calls.kv);
-        let _flying = self.inner.calls.flying();
-        let live_key = self.keys().live(key);
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(live_key.as_str(), None)
-            .await
-            .map_err(map)?;
         let term = resp.header().map_or(0, |h| h.raft_term());
         Ok((resp.take_kvs().into_iter().next(), term))
+    }
+
+    /// Reads `lease`'s lease-bound key, with the raft term the answer is stamped with.
+    async fn read_bound(&self, key: &Key) -> Result<(Option<KeyValue>, u64)> {
+        self.get_in_term(&self.keys().live(key)).await
     }
 
     /// The attempts of one `acquire`: reads the key, and only when it is free or

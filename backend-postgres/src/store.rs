@@ -984,14 +984,14 @@ impl ItemStore for PostgresStore {
         // given twice is sent once (its repeat moves nothing: an empty answer).
         let mut out: Vec<Result<Requeued>> =
             tokens.iter().map(|_| Ok(Requeued::default())).collect();
-        let mut first = std::collections::HashMap::new();
-        for (at, token) in tokens.iter().enumerate() {
-            if let Ok(db) = i64::try_from(token.0) {
-                first.entry(db).or_insert(at);
-            }
-        }
-        let mut unique: Vec<(i64, usize)> = first.into_iter().collect();
-        unique.sort_by_key(|(_, at)| *at);
+        // Each token once, with where it first is in `tokens`.
+        let mut seen = std::collections::HashSet::new();
+        let unique: Vec<(i64, usize)> = tokens
+            .iter()
+            .enumerate()
+            .filter_map(|(at, token)| Some((i64::try_from(token.0).ok()?, at)))
+            .filter(|(db, _)| seen.insert(*db))
+            .collect();
         for chunk in unique.chunks(self.inner.info.caps.max_batch.max(1)) {
             let ids: Vec<i64> = chunk.iter().map(|(db, _)| *db).collect();
             let at: std::collections::HashMap<i64, usize> = chunk.iter().copied().collect();
