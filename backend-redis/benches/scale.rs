@@ -11,13 +11,20 @@
 //! only the two commands a renewal needs (read the lease, write its expiry) — no
 //! token or expiry check, no index, no epoch. Its server CPU per renewal, beside the
 //! framework's, gives the ratio, whatever the machine.
+//!
+//! Then the framework's own renewal alone, on the same terms: as many leases taken
+//! through the store, renewed with `renew_many` at the same rate and batch size from
+//! one task, with no fleet, checker or member process beside it. The framework's
+//! figure in the fleet run includes what the fleet adds (checker rounds, the client
+//! process competing for the same cores); this one is the renewal script's own cost,
+//! and its ratio to the raw primitive is the framework's overhead per renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::scale::{self, ScaleOptions};
-use liveness_core::{HeartbeatConfig, Store, Ttl};
+use liveness_core::{Acquire, HeartbeatConfig, HolderId, Key, LeaseStore, Store, Ttl};
 use liveness_testkit::redis::RedisServer;
 
 /// used_cpu_user + used_cpu_sys of the server, and its total command calls.
@@ -147,6 +154,67 @@ async fn raw_renewals(
     Ok((renewed > 0).then(|| (cpu * 1e6 / renewed as f64, cpu / wall * 100.0)))
 }
 
+/// Takes `members` leases with ttl `ttl` through a fresh [`RedisStore`] namespace and
+/// renews them with `renew_many` at `per_sec` renewals a second, `batch` per call, for
+/// `seconds`, as [`raw_renewals`] does with its bare hashes; returns the server's CPU
+/// µs per renewal and the share of one core (`None`: the server could not be read or
+/// nothing was renewed). A renewal that fails is reported and ends the run.
+async fn framework_renewals(
+    url: &str,
+    members: usize,
+    ttl: Ttl,
+    per_sec: f64,
+    batch: usize,
+    seconds: u64,
+) -> liveness_core::Result<Option<(f64, f64)>> {
+    let config = RedisConfig::from_url(url)?
+        .with_namespace(liveness_conformance::fresh_namespace())
+        .with_response_timeout(Duration::from_secs(10))?;
+    let store = RedisStore::connect(config).await?;
+    let holder = HolderId::new("scale-alone")?;
+    let mut leases = Vec::with_capacity(members);
+    for chunk in (0..members).collect::<Vec<_>>().chunks(1000) {
+        let mut asks = Vec::with_capacity(chunk.len());
+        for i in chunk {
+            asks.push(Acquire::new(
+                Key::parse(&format!("members/m{i}"))?,
+                holder.clone(),
+                ttl,
+            ));
+        }
+        for taken in store.acquire_many(&asks).await? {
+            leases.push(taken?);
+        }
+    }
+    let batch = batch.clamp(1, members.max(1));
+    let every = Duration::from_secs_f64(batch as f64 / per_sec.max(1.0));
+    let Ok(before) = server_cpu_of(url).await else {
+        return Ok(None);
+    };
+    let start = tokio::time::Instant::now();
+    let mut next = start;
+    let (mut at, mut renewed) = (0usize, 0u64);
+    while start.elapsed() < Duration::from_secs(seconds) && !leases.is_empty() {
+        let ids: Vec<usize> = (0..batch).map(|k| (at + k) % leases.len()).collect();
+        at = (at + batch) % leases.len();
+        let asked: Vec<_> = ids.iter().map(|&i| leases[i].clone()).collect();
+        for (i, answer) in ids.into_iter().zip(store.renew_many(&asked).await?) {
+            leases[i] = answer?;
+            renewed += 1;
+        }
+        next += every;
+        tokio::time::sleep_until(next).await;
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let after = server_cpu_of(url).await;
+    store.purge().await?;
+    let Ok(after) = after else {
+        return Ok(None);
+    };
+    let cpu = after.0 - before.0;
+    Ok((renewed > 0).then(|| (cpu * 1e6 / renewed as f64, cpu / wall * 100.0)))
+}
+
 fn main() {
     let options = ScaleOptions::from_args();
     let server = match std::env::var("LIVENESS_REDIS_URL") {
@@ -216,12 +284,32 @@ fn main() {
             // (a 100k run's batches average about 120).
             let per_sec = n as f64 * 3.3 / ttl.duration().as_secs_f64();
             let batch = 100;
-            match raw_renewals(&url, n, per_sec, batch, 20).await {
+            let raw = match raw_renewals(&url, n, per_sec, batch, 20).await {
+                Ok(Some((us, core))) => {
+                    println!(
+                        "raw primitive {n} bare lease hashes, {per_sec:.0} renewals/s, {batch} a call, 20 s: script HMGET + HSET per lease: server {core:.1} % of one core, {us:.1} µs per renewal (compare the framework's µs per renewal in the run above)"
+                    );
+                    Some(us)
+                }
+                Ok(None) => {
+                    println!("raw primitive: nothing renewed");
+                    None
+                }
+                Err(e) => {
+                    eprintln!("scale: the raw primitive failed: {e}");
+                    None
+                }
+            };
+            match framework_renewals(&url, n, ttl, per_sec, batch, 20).await {
                 Ok(Some((us, core))) => println!(
-                    "raw primitive {n} bare lease hashes, {per_sec:.0} renewals/s, {batch} a call, 20 s: script HMGET + HSET per lease: server {core:.1} % of one core, {us:.1} µs per renewal (compare the framework's µs per renewal in the run above)"
+                    "framework renewal alone {n} leases, {per_sec:.0} renewals/s, {batch} a call, 20 s, no fleet: renew_many: server {core:.1} % of one core, {us:.1} µs per renewal{}",
+                    raw.map_or(String::new(), |raw| format!(
+                        ", {:.2} × the raw primitive",
+                        us / raw
+                    ))
                 ),
-                Ok(None) => println!("raw primitive: nothing renewed"),
-                Err(e) => eprintln!("scale: the raw primitive failed: {e}"),
+                Ok(None) => println!("framework renewal alone: nothing renewed"),
+                Err(e) => eprintln!("scale: the framework renewal alone failed: {e}"),
             }
         }
     });
