@@ -305,3 +305,71 @@ async fn insert_live_members(store: &PostgresStore, n: i64) {
     .await
     .unwrap();
 }
+
+/// Two processes joining the same keys through their batchers, one in ascending key
+/// order, the other in descending: `acquire_many` locks lease rows entry by entry
+/// and holds them to the end of its statement, so two batches that meet in opposite
+/// orders wait on each other, PostgreSQL breaks the cycle by aborting one (after its
+/// `deadlock_timeout`), and every entry of that batch answers `Unavailable`. The
+/// batcher sends a batch's acquires in key order, so concurrent batches lock in one
+/// order and only wait: every key is taken exactly once and every other answer is
+/// `Held`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_joins_in_opposite_orders_do_not_deadlock() {
+    use liveness_core::{Batcher, Key, Store};
+    use std::sync::Arc;
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", ns()));
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(
+            backend_postgres::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("connect: {e}")),
+        ));
+    }
+    let ttl = Ttl::from_secs(60).unwrap();
+    for round in 0..3 {
+        let keys: Vec<Key> = (0..300)
+            .map(|i| Key::parse(&format!("shards/r{round}-s{i:03}")).unwrap())
+            .collect();
+        let join = |store: &Arc<dyn Store>, holder: &str, keys: Vec<Key>| {
+            let batcher = Batcher::new(store.clone(), Duration::from_millis(20));
+            let holder = HolderId::new(holder).unwrap();
+            // join_all polls the acquires in order at once: the batcher queues them
+            // in this order, as one batch.
+            async move {
+                futures::future::join_all(keys.into_iter().map(|key| {
+                    let (batcher, holder) = (batcher.clone(), holder.clone());
+                    async move {
+                        let answer = batcher.acquire(&key, &holder, ttl).await;
+                        (key, answer)
+                    }
+                }))
+                .await
+            }
+        };
+        let mut descending = keys.clone();
+        descending.reverse();
+        let (up, down) = tokio::join!(
+            join(&stores[0], "ascending", keys.clone()),
+            join(&stores[1], "descending", descending)
+        );
+        let mut taken = std::collections::BTreeMap::new();
+        for (key, answer) in up.into_iter().chain(down) {
+            match answer {
+                Ok(lease) => {
+                    assert!(
+                        taken.insert(key.clone(), lease.holder).is_none(),
+                        "round {round}: {key} taken twice"
+                    );
+                }
+                Err(Error::Held { .. }) => {}
+                Err(e) => panic!("round {round}: {key}: {e}"),
+            }
+        }
+        assert_eq!(taken.len(), keys.len(), "round {round}: a key nobody took");
+    }
+}

@@ -48,6 +48,10 @@ const IN_FLIGHT: usize = 4;
 /// makes batches larger, not more numerous. Every answer is exactly what the store
 /// answered for that request. The batcher's tasks end when the last clone is dropped.
 ///
+/// A batch of acquires is sent in key order, whatever order they came in: batchers
+/// of different processes that join overlapping keys (shards, say) then never wait on
+/// each other in a cycle on a store that locks keys as it goes (PostgreSQL).
+///
 /// Use it with a store whose `renew_many` and `acquire_many` are native (every backend
 /// of this project): with the trait's default loops a batch is sent one request after
 /// the other, which is slower than the requests sent concurrently without a batcher.
@@ -211,6 +215,8 @@ fn gone() -> Error {
 trait Request: Clone + Send + Sync + 'static {
     async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>>;
     async fn one(store: &dyn Store, request: &Self) -> Result<Lease>;
+    /// Puts a batch in the order it is sent in (as gathered: unchanged).
+    fn arrange(_batch: &mut [Ask<Self>]) {}
 }
 
 #[async_trait]
@@ -230,6 +236,15 @@ impl Request for Acquire {
     }
     async fn one(store: &dyn Store, a: &Self) -> Result<Lease> {
         store.acquire(&a.key, &a.holder, a.ttl).await
+    }
+    /// Key order (stable: acquires of one key keep their order). A store that locks
+    /// keys entry by entry and holds the locks to the end of the call (PostgreSQL's
+    /// `acquire_many`) makes two concurrent batches that meet in opposite orders wait
+    /// on each other, and one of them fails as a deadlock; batchers that all send in
+    /// key order only ever wait. The callers of one batch are unrelated, so the order
+    /// their tokens come in means nothing to them.
+    fn arrange(batch: &mut [Ask<Self>]) {
+        batch.sort_by(|a, b| a.request.key.cmp(&b.request.key));
     }
 }
 
@@ -361,7 +376,8 @@ async fn dispatch<R: Request>(
 }
 
 /// Sends one batch and hands each caller its own answer.
-async fn send<R: Request>(store: &dyn Store, batch: Vec<Ask<R>>) {
+async fn send<R: Request>(store: &dyn Store, mut batch: Vec<Ask<R>>) {
+    R::arrange(&mut batch);
     let mut requests = Vec::with_capacity(batch.len());
     let mut callers = Vec::with_capacity(batch.len());
     for ask in batch {

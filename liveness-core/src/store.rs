@@ -252,6 +252,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   One entry's answer never depends on another's, except that a later entry on
     ///   the same key sees what an earlier one took.
     /// - Not atomic across entries.
+    /// - Concurrent calls on overlapping keys: a store may lock the keys entry by
+    ///   entry until the call ends (PostgreSQL does), so two calls that meet in
+    ///   opposite orders can deadlock, and the store then aborts one of them, which
+    ///   fails with `Unavailable`. Give overlapping keys in key order, as
+    ///   [`Batcher`](crate::Batcher) does, and calls only wait on each other.
     /// - More entries than [`Capabilities::max_batch`] is `InvalidInput` and changes
     ///   nothing; an invalid entry (a ttl outside the capabilities) fails alone with
     ///   `InvalidInput`; no entry answers an empty list.
