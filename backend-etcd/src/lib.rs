@@ -6,6 +6,7 @@ mod acquire;
 mod batch;
 mod config;
 mod deaths;
+mod endpoints;
 mod error;
 mod keepalive;
 mod keys;

@@ -27,6 +27,7 @@ use liveness_core::{
 use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
+use crate::endpoints::Endpoints;
 use crate::error::{corrupt, map, Fault};
 use crate::keepalive::{KeptAlive, Slot, Slots};
 use crate::keys::{parse_request_id, Keys, Meta, Record};
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     namespace: Namespace,
     endpoints: Vec<String>,
+    /// Which of `endpoints` requests go to (members that do not answer are set aside).
+    in_use: Endpoints,
     /// The request timeout.
     pub(crate) timeout: Duration,
     pub(crate) started: tokio::time::Instant,
@@ -197,11 +200,12 @@ impl EtcdStore {
         }
         let client = tokio::time::timeout(
             config.connect_timeout + config.timeout,
-            Client::connect(config.endpoints.clone(), Some(opts)),
+            Client::connect(config.endpoints.clone(), Some(opts.clone())),
         )
         .await
         .map_err(|_| Error::unavailable(BACKEND, Fault::Timeout(config.connect_timeout)))?
         .map_err(map)?;
+        let in_use = Endpoints::watch(&client, &config.endpoints, opts, config.timeout);
         let kv = client
             .kv_client()
             .max_decoding_message_size(MAX_DECODE)
@@ -237,6 +241,7 @@ impl EtcdStore {
                 keys,
                 namespace: config.namespace.clone(),
                 endpoints: config.endpoints.clone(),
+                in_use,
                 timeout: config.timeout,
                 started: tokio::time::Instant::now(),
                 wall_at_start: std::time::SystemTime::now()
@@ -256,6 +261,15 @@ impl EtcdStore {
                 calls: Calls::default(),
             }),
         })
+    }
+
+    /// The endpoints this handle's requests go to now, sorted: the configured ones,
+    /// less the members set aside because they do not answer (or know no leader).
+    /// With several endpoints, each member is asked for its status about once a
+    /// second on a connection of its own; one set aside is taken back as soon as it
+    /// answers. Never empty: with no member answering, every endpoint is in use.
+    pub fn endpoints_in_use(&self) -> Vec<String> {
+        self.inner.in_use.in_use()
     }
 
     /// The namespace this handle is scoped to.
