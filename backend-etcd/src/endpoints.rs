@@ -30,7 +30,7 @@ use tokio::task::AbortHandle;
 use crate::error::map;
 
 /// About how often each member is asked for its status (plus up to 25 % jitter).
-pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// The endpoints a handle sends its requests to, and the task that keeps them
 /// healthy. Dropping it stops the task.
@@ -79,7 +79,7 @@ impl Endpoints {
 
 /// What to use given which endpoints answered: those that did, or every endpoint
 /// when none did.
-pub(crate) fn chosen(all: &[String], answered: &[bool]) -> BTreeSet<String> {
+fn chosen(all: &[String], answered: &[bool]) -> BTreeSet<String> {
     let up: BTreeSet<String> = all
         .iter()
         .zip(answered)
@@ -104,6 +104,8 @@ async fn probe(
     // attempt: a member down at start-up has no connection yet).
     let mut probes: Vec<Option<Client>> = vec![None; all.len()];
     let mut pace = Backoff::new(PROBE_EVERY, PROBE_EVERY);
+    // This task is the only writer of `in_use`: what it last published.
+    let mut now: BTreeSet<String> = all.iter().cloned().collect();
     loop {
         tokio::time::sleep(pace.next()).await;
         let answered = futures::future::join_all(
@@ -114,7 +116,9 @@ async fn probe(
         )
         .await;
         let want = chosen(&all, &answered);
-        let now = lock(&in_use).clone();
+        if want == now {
+            continue;
+        }
         for gone in now.difference(&want) {
             match client.remove_endpoint(gone).await {
                 Ok(()) => tracing::warn!(
@@ -136,7 +140,8 @@ async fn probe(
                 }
             }
         }
-        *lock(&in_use) = want;
+        *lock(&in_use) = want.clone();
+        now = want;
     }
 }
 
@@ -149,19 +154,16 @@ async fn answers(
     timeout: Duration,
 ) -> bool {
     let asked = tokio::time::timeout(timeout, async {
-        if probe.is_none() {
-            *probe = Some(Client::connect([endpoint], Some(options.clone())).await?);
-        }
-        match probe {
-            Some(client) => client.maintenance_client().status().await.map(Some),
-            None => Ok(None),
-        }
+        let client = match probe {
+            Some(client) => client,
+            None => probe.insert(Client::connect([endpoint], Some(options.clone())).await?),
+        };
+        client.maintenance_client().status().await
     })
     .await;
     match asked {
         Err(_) => false,
-        Ok(Ok(Some(status))) => status.leader() != 0,
-        Ok(Ok(None)) => false,
+        Ok(Ok(status)) => status.leader() != 0,
         Ok(Err(e)) => !map(e).is_retryable(),
     }
 }
