@@ -38,12 +38,16 @@ pub struct CheckerConfig {
     /// The longest sleep between rounds; default 1 s. Zero is rejected
     /// ([`CheckerConfig::validate`]). Each such sleep is shortened by a random part
     /// of up to a fifth, so checkers started together do not run in lockstep.
+    /// It also sets the shortest: two rounds are never closer than a fiftieth of it
+    /// (20 ms by default; at least 1 ms), however close the expiries or wake-ups, so
+    /// deaths that come in a burst are declared a batch per round, each at most that
+    /// much after its expiry.
     pub check_every: Duration,
     /// How many expired leases and dead tokens one round handles at most; default 256.
     /// The store may clamp it further ([`Capabilities::max_batch`](crate::Capabilities::max_batch)).
     /// A round that hits the (clamped) limit is followed soon by another: after a
-    /// pause as long as the round took (at least 1 ms), so a backlog never keeps the
-    /// store busy in a tight loop.
+    /// pause as long as the round took (and never sooner than a fiftieth of
+    /// `check_every`), so a backlog never keeps the store busy in a tight loop.
     pub batch: usize,
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
@@ -457,13 +461,16 @@ impl Checker {
                 }
             };
             // Never two rounds closer than a fiftieth of `check_every` (20 ms by
-            // default): wake-ups that come in a burst (a mass loss, every release of
-            // a re-joining fleet) are served by one round, not one round each.
+            // default): what comes in a burst is served by one round, not one round
+            // each: wake-ups (a mass loss, every release of a re-joining fleet) and
+            // expiries alike (a mass death: leases that stopped renewing together
+            // expire a few ms apart; each round reaps all that expired since the
+            // last). A death is declared at most that gap later.
             let until = tokio::time::Instant::now() + pause;
             let gap = (self.config.check_every / 50).max(Duration::from_millis(1));
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(gap.min(pause.max(Duration::from_millis(1)))) => {}
+                _ = tokio::time::sleep(gap) => {}
             }
             tokio::select! {
                 _ = stop.cancelled() => return,

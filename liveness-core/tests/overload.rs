@@ -591,6 +591,79 @@ async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
     assert_eq!(dyn_store.item_counts().await.unwrap().pending, n as u64);
 }
 
+/// Deaths that come one after another (a mass death: leases taken a few ms apart stop
+/// renewing together) are declared in rounds no closer than a fiftieth of
+/// `check_every`, each round reaping every lease expired since the last, and none later
+/// than that gap after its expiry: the checker does not run one round per expiry.
+#[tokio::test(start_paused = true)]
+async fn deaths_a_few_ms_apart_are_declared_in_rounds_spaced_by_the_gap() {
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let ttl = ttl(1_000);
+    let n = 100;
+    let spacing = Duration::from_millis(2);
+    let mut expires = HashMap::new();
+    for i in 0..n {
+        let key = Key::new(
+            Space::members(),
+            liveness_core::Name::new(format!("d{i}")).unwrap(),
+        );
+        dyn_store
+            .acquire(&key, &HolderId::new("h").unwrap(), ttl)
+            .await
+            .unwrap();
+        expires.insert(key, Instant::now() + ttl.duration());
+        tokio::time::sleep(spacing).await;
+    }
+    let bus = EventBus::new(1_000);
+    let mut events = bus.subscribe();
+    let declared = Arc::new(Mutex::new(HashMap::new()));
+    let record = declared.clone();
+    tokio::spawn(async move {
+        while let Ok(e) = events.recv().await {
+            if let Event::Died { key, .. } = &e {
+                let mut d = record.lock().unwrap();
+                assert!(
+                    d.insert(key.clone(), Instant::now()).is_none(),
+                    "{key} twice"
+                );
+            }
+        }
+    });
+    let config = CheckerConfig {
+        events: bus.clone(),
+        ..CheckerConfig::default()
+    };
+    let gap = config.check_every / 50;
+    let checker = Checker::new(dyn_store, config).spawn();
+    tokio::time::sleep(ttl.duration() * 2).await;
+    checker.stop().await;
+    let declared = declared.lock().unwrap().clone();
+    assert_eq!(declared.len(), n, "every lease declared dead once");
+    // None later than the gap (and the 1 ms the checker waits past an expiry).
+    for (key, at) in &declared {
+        let late = *at - expires[key];
+        assert!(
+            late <= gap + Duration::from_millis(1),
+            "{key} declared {late:?} late"
+        );
+    }
+    // The rounds while the deaths came (about 200 ms): spaced by the gap, so about a
+    // dozen rounds, not one per death.
+    let first = expires.values().min().copied().unwrap();
+    let last = expires.values().max().copied().unwrap();
+    let rounds: Vec<Instant> = store
+        .rounds
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|t| *t >= first && *t <= last + gap)
+        .collect();
+    let bound = ((last - first).as_millis() / gap.as_millis()) as usize + 2;
+    assert_few_and_spaced(&rounds, bound, gap, "rounds during the deaths");
+}
+
 /// Asserts that `times` (in order) are at most `bound`, each at least `gap` after the
 /// one before: `what` they are, for the message.
 fn assert_few_and_spaced(times: &[Instant], bound: usize, gap: Duration, what: &str) {
