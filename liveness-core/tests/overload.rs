@@ -165,6 +165,13 @@ fn memory() -> Arc<dyn Store> {
     Arc::new(MemoryServer::new().store(&Namespace::new("overload").unwrap()))
 }
 
+/// A [`Slow`] memory store (1 s timeout, never made slow here), also as a `dyn Store`.
+fn slow_memory() -> (Arc<Slow>, Arc<dyn Store>) {
+    let store = Slow::new(memory(), Duration::from_secs(1));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    (store, dyn_store)
+}
+
 async fn join_fleet(store: &Arc<Slow>, n: usize, ttl: Ttl, bus: &EventBus) -> Vec<Member> {
     join_fleet_with(store, n, ttl, bus, None).await
 }
@@ -559,8 +566,7 @@ async fn an_acquire_answered_after_its_deadline_is_adopted_not_thrown_away() {
 
 #[tokio::test(start_paused = true)]
 async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
-    let store = Slow::new(memory(), Duration::from_secs(1));
-    let dyn_store: Arc<dyn Store> = store.clone();
+    let (store, dyn_store) = slow_memory();
     let ttl = ttl(1_000);
     let n = 50;
     for i in 0..n {
@@ -597,8 +603,7 @@ async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
 /// than that gap after its expiry: the checker does not run one round per expiry.
 #[tokio::test(start_paused = true)]
 async fn deaths_a_few_ms_apart_are_declared_in_rounds_spaced_by_the_gap() {
-    let store = Slow::new(memory(), Duration::from_secs(1));
-    let dyn_store: Arc<dyn Store> = store.clone();
+    let (store, dyn_store) = slow_memory();
     let ttl = ttl(1_000);
     let n = 100;
     let spacing = Duration::from_millis(2);
