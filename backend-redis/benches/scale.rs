@@ -141,6 +141,33 @@ impl Passes {
     }
 }
 
+/// Calls `renew` with `batch` indexes of `n` leases at a time, pass after pass (see
+/// [`Passes`]), paced at `per_sec` renewals a second, for `seconds`. `renew` answers
+/// how many of its leases it renewed; the first error ends the run. Returns the
+/// renewals and the wall seconds taken.
+async fn paced<E>(
+    n: usize,
+    per_sec: f64,
+    batch: usize,
+    seconds: u64,
+    mut renew: impl AsyncFnMut(&[usize]) -> Result<u64, E>,
+) -> Result<(u64, f64), E> {
+    let batch = batch.clamp(1, n.max(1));
+    // Paced per renewal: a pass's last call may be short.
+    let each = Duration::from_secs_f64(1.0 / per_sec.max(1.0));
+    let start = tokio::time::Instant::now();
+    let mut next = start;
+    let mut renewed = 0u64;
+    let mut passes = Passes::new(n);
+    while n > 0 && start.elapsed() < Duration::from_secs(seconds) {
+        let ids = passes.next(batch);
+        next += each * ids.len() as u32;
+        renewed += renew(ids).await?;
+        tokio::time::sleep_until(next).await;
+    }
+    Ok((renewed, start.elapsed().as_secs_f64()))
+}
+
 /// Renews `members` bare lease hashes with [`RAW_RENEW`] at `per_sec` renewals a
 /// second, `batch` per call, for `seconds`; returns the server's CPU µs per renewal
 /// and the share of one core, or `None` when the server could not be read.
@@ -169,26 +196,16 @@ async fn raw_renewals(
         pipe.query_async::<()>(&mut conn).await?;
     }
     let script = redis::Script::new(RAW_RENEW);
-    let batch = batch.clamp(1, members.max(1));
-    // Paced per renewal: a pass's last call may be short.
-    let each = Duration::from_secs_f64(1.0 / per_sec.max(1.0));
     let before = server_cpu_of(url).await?;
-    let start = tokio::time::Instant::now();
-    let mut next = start;
-    let mut renewed = 0u64;
-    let mut passes = Passes::new(members);
-    while start.elapsed() < Duration::from_secs(seconds) && members > 0 {
+    let (renewed, wall) = paced(members, per_sec, batch, seconds, async |ids: &[usize]| {
         let mut call = script.prepare_invoke();
         call.arg(&prefix);
-        for i in passes.next(batch) {
+        for i in ids {
             call.arg(format!("m{i}"));
         }
-        let n: u64 = call.invoke_async(&mut conn).await?;
-        renewed += n;
-        next += each * n as u32;
-        tokio::time::sleep_until(next).await;
-    }
-    let wall = start.elapsed().as_secs_f64();
+        call.invoke_async::<u64>(&mut conn).await
+    })
+    .await?;
     let after = server_cpu_of(url).await?;
     let mut purge = redis::pipe();
     for i in 0..members {
@@ -231,27 +248,18 @@ async fn framework_renewals(
             leases.push(taken?);
         }
     }
-    let batch = batch.clamp(1, members.max(1));
-    // Paced per renewal: a pass's last call may be short.
-    let each = Duration::from_secs_f64(1.0 / per_sec.max(1.0));
     let Ok(before) = server_cpu_of(url).await else {
         return Ok(None);
     };
-    let start = tokio::time::Instant::now();
-    let mut next = start;
-    let mut renewed = 0u64;
-    let mut passes = Passes::new(leases.len());
-    while start.elapsed() < Duration::from_secs(seconds) && !leases.is_empty() {
-        let ids = passes.next(batch).to_vec();
+    let n = leases.len();
+    let (renewed, wall) = paced(n, per_sec, batch, seconds, async |ids: &[usize]| {
         let asked: Vec<_> = ids.iter().map(|&i| leases[i].clone()).collect();
-        next += each * asked.len() as u32;
-        for (i, answer) in ids.into_iter().zip(store.renew_many(&asked).await?) {
+        for (&i, answer) in ids.iter().zip(store.renew_many(&asked).await?) {
             leases[i] = answer?;
-            renewed += 1;
         }
-        tokio::time::sleep_until(next).await;
-    }
-    let wall = start.elapsed().as_secs_f64();
+        Ok::<_, liveness_core::Error>(ids.len() as u64)
+    })
+    .await?;
     let after = server_cpu_of(url).await;
     store.purge().await?;
     let Ok(after) = after else {
