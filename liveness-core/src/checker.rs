@@ -438,10 +438,9 @@ impl Checker {
                 // loop. The pause is as long as the round took, so a backlog (a mass
                 // death, a dead set grown under overload) takes at most half of the
                 // store's time this checker can claim: a slow store slows the checker
-                // down instead of being kept busy by it.
-                Ok(report) if report.more => started
-                    .elapsed()
-                    .clamp(Duration::from_millis(1), self.config.check_every),
+                // down instead of being kept busy by it (and never shorter than the
+                // gap between rounds, below).
+                Ok(report) if report.more => started.elapsed().min(self.config.check_every),
                 Ok(report) => {
                     backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
                     // Wake just after the next expiry (store clocks tick in ms); the
