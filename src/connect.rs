@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use liveness_core::url::{Authority, UrlForm};
-use liveness_core::{Error, InputProblem, MemoryServer, Result, Store};
+use liveness_core::{checked, Error, InputProblem, MemoryServer, Result, Store};
 
 const EXPECTED_URL: &str =
     "SCHEME:... with a scheme such as sqlite (sqlite:///path/file.db?ns=NAME) or memory (memory://?ns=NAME)";
@@ -39,15 +39,15 @@ macro_rules! backend {
 /// tries their schemes.
 const BACKENDS: &[Backend] = &[
     #[cfg(feature = "sqlite")]
-    backend!(backend_sqlite),
+    backend!(liveness_sqlite),
     #[cfg(feature = "redis")]
-    backend!(backend_redis),
+    backend!(liveness_redis),
     #[cfg(feature = "postgres")]
-    backend!(backend_postgres),
+    backend!(liveness_postgres),
     #[cfg(feature = "etcd")]
-    backend!(backend_etcd),
+    backend!(liveness_etcd),
     #[cfg(feature = "fdb")]
-    backend!(backend_fdb),
+    backend!(liveness_fdb),
 ];
 
 /// Every URL scheme [`connect`] serves in this build: `memory`, and the schemes of
@@ -57,7 +57,9 @@ pub fn schemes() -> Vec<&'static str> {
     MEMORY_SCHEMES.iter().chain(backends).copied().collect()
 }
 
-/// Opens the store a URL names, choosing the backend by the URL's scheme.
+/// Opens the store a URL names, choosing the backend by the URL's scheme. The store
+/// stands behind [`CheckInput`](liveness_core::CheckInput): every call's input is
+/// checked once, before it reaches the backend.
 ///
 /// - `memory://?ns=NAME`: the in-process reference store. Every `memory://` handle of
 ///   one process shares one [`MemoryServer`], so two handles on the same namespace see
@@ -80,13 +82,13 @@ pub fn schemes() -> Vec<&'static str> {
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
     let scheme = scheme_of(url)?;
     if MEMORY_SCHEMES.contains(&scheme.as_str()) {
-        return memory(url);
+        return memory(url).map(checked);
     }
     if let Some(backend) = BACKENDS
         .iter()
         .find(|b| b.schemes.contains(&scheme.as_str()))
     {
-        return (backend.connect)(url).await;
+        return (backend.connect)(url).await.map(checked);
     }
     Err(Error::invalid(
         "url",

@@ -8,16 +8,16 @@ pub use connect::{connect, schemes, MEMORY_URL};
 
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]
-pub use backend_etcd;
+pub use liveness_etcd;
 /// The FoundationDB backend (feature `fdb`).
 #[cfg(feature = "fdb")]
-pub use backend_fdb;
+pub use liveness_fdb;
 /// The PostgreSQL backend (feature `postgres`).
 #[cfg(feature = "postgres")]
-pub use backend_postgres;
+pub use liveness_postgres;
 /// The Redis backend (feature `redis`).
 #[cfg(feature = "redis")]
-pub use backend_redis;
+pub use liveness_redis;
 /// The SQLite backend (feature `sqlite`, on by default).
 #[cfg(feature = "sqlite")]
-pub use backend_sqlite;
+pub use liveness_sqlite;

@@ -18,8 +18,9 @@
 //! of live ones"), which no conformance scenario can see: a store that scans every
 //! lease gives the same answers, only slower.
 
+use liveness_core::sync::lock;
 use liveness_core::Page;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
@@ -213,7 +214,7 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Keys taken per second on one handle, one task, `n` fresh keys each way: one
 /// `acquire` after the other, then `acquire_many` in batches of `max_batch` (what a
-/// process hosting many members sends at join, issue 13). Medians of `rounds` rounds;
+/// process hosting many members sends at join). Medians of `rounds` rounds;
 /// returns (one by one, acquire_many). Panics if the store refuses a fresh key.
 pub async fn acquires(store: &dyn Store, n: usize, rounds: usize) -> (f64, f64) {
     let ttl = ttl_of(store.capabilities().min_ttl.max(Duration::from_secs(3600)));
@@ -496,6 +497,32 @@ pub async fn run(factory: Factory, options: Options) {
 /// only goes up. A store that can count its own work hands one to [`CostCheck::work`]:
 /// unlike wall time, it is deterministic, so a test may judge it.
 pub type WorkMeter = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A [`Factory`] of `make()` stores and the [`WorkMeter`] that reads `work` of the
+/// latest one made, for a store that counts its own work (rows it read): pass the
+/// meter to [`CostCheck::work`] and the factory to [`check_round_cost`]. The check
+/// measures one fresh store per size, one after the other, so the meter always reads
+/// the store being measured. The stores stand behind [`liveness_core::CheckInput`],
+/// as every [`crate::factory`] makes them.
+///
+/// ```ignore
+/// let (factory, meter) = bench::metered(MyStore::new, MyStore::rows_read);
+/// bench::assert_round_cost(factory, &CostCheck::deterministic(vec![1_000, 10_000], Some(meter)));
+/// ```
+pub fn metered<S: Store + 'static>(
+    make: impl Fn() -> S + Send + Sync + 'static,
+    work: fn(&S) -> u64,
+) -> (Factory, WorkMeter) {
+    let latest: Arc<Mutex<Option<Arc<S>>>> = Arc::default();
+    let made = latest.clone();
+    let factory = crate::factory(move || {
+        let store = Arc::new(make());
+        *lock(&made) = Some(store.clone());
+        async move { Some(store as Arc<dyn Store>) }
+    });
+    let meter: WorkMeter = Arc::new(move || lock(&latest).as_deref().map_or(0, work));
+    (factory, meter)
+}
 
 /// What [`check_round_cost`] measures, and how much growth it allows.
 #[derive(Clone)]

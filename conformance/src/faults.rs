@@ -12,20 +12,16 @@
 //! order it was sent and answered: the simulation's oracle ([`crate::sim`]) judges
 //! ownership from it.
 
-use liveness_core::Page;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use liveness_core::layer::{BoxReply, Intercepted};
 use liveness_core::{
-    async_trait, DeadToken, DeathRecord, EnqueueOptions, Error, ExpiredLease, FencingToken,
-    HolderId, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Key,
-    Lease, LeaseInfo, LeaseStore, RequestId, Requeued, Result, Space, Store, StoreInfo, StoreTime,
-    Ttl,
+    async_trait, Error, FencingToken, Intercept, ItemId, Key, Next, Reply, Request, Requeued,
+    Result, Store,
 };
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The store operations, to choose which ones faults may hit: the core's [`Op`].
@@ -171,15 +167,16 @@ pub struct Injected {
     pub claims: u64,
 }
 
-/// A store wrapper that injects [`Fault`]s, decided per call from a seed, into every
-/// call while it is armed ([`Faulty::arm`]); disarmed, it only forwards.
+/// A store layer that injects [`Fault`]s, decided per call from a seed, into every
+/// call while it is armed ([`Faulty::arm`]); disarmed, it only forwards. Every call
+/// is one request, the `*_many` batches included: a fault hits a whole batch, and the
+/// inner store's own batch method runs it.
 ///
 /// With [`Faulty::on_runtime`], every inner call runs on that runtime (the store's
 /// "server side"): a caller frozen or gone does not stop a call already sent, and the
 /// store's connections stay on the runtime that made them.
 #[derive(Debug)]
 pub struct Faulty {
-    inner: Arc<dyn Store>,
     plan: FaultPlan,
     rng: Mutex<fastrand::Rng>,
     armed: AtomicBool,
@@ -192,13 +189,13 @@ pub struct Faulty {
     claims: AtomicU64,
 }
 
-type Boxed<T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+/// A store behind a [`Faulty`] layer; it dereferences to the layer's knobs.
+pub type FaultyStore = Intercepted<Faulty>;
 
 impl Faulty {
-    /// Wraps `inner`, disarmed, with decisions seeded by `seed`.
-    pub fn new(inner: Arc<dyn Store>, plan: FaultPlan, seed: u64) -> Self {
+    /// A disarmed layer with decisions seeded by `seed`.
+    pub fn new(plan: FaultPlan, seed: u64) -> Self {
         Faulty {
-            inner,
             plan,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             armed: AtomicBool::new(false),
@@ -222,6 +219,11 @@ impl Faulty {
     pub fn on_runtime(mut self, runtime: Handle) -> Self {
         self.runtime = Some(runtime);
         self
+    }
+
+    /// `inner` behind this layer.
+    pub fn wrap(self, inner: Arc<dyn Store>) -> Arc<FaultyStore> {
+        Arc::new(Intercepted::new(inner, Arc::new(self)))
     }
 
     /// Turns fault injection on or off.
@@ -271,36 +273,142 @@ impl Faulty {
         }
     }
 
-    fn injected_error(&self, what: &'static str) -> Error {
-        Error::unavailable(self.inner.backend(), what)
+    /// Runs `call` on the store's runtime (or here), to its end even when the caller
+    /// stops waiting.
+    async fn forward(&self, backend: &'static str, call: BoxReply) -> Result<Reply> {
+        match &self.runtime {
+            None => call.await,
+            Some(rt) => match rt.spawn(call).await {
+                Ok(r) => r,
+                Err(e) => Err(Error::unavailable(backend, e)),
+            },
+        }
     }
 
-    /// Runs `call` (the inner store call, owning its arguments) under the next fault.
-    /// [`Faulty::run`] of `call` on the wrapped store.
-    async fn on_inner<T, F, Fut>(&self, op: Op, call: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<dyn Store>) -> Fut,
-        Fut: Future<Output = Result<T>> + Send + 'static,
-    {
-        self.run(op, Box::pin(call(self.inner.clone()))).await
+    /// What to report of `req` once applied, with its send position, when observed.
+    fn watch(&self, req: &Request) -> Option<Watch> {
+        let observer = self.observer.as_ref()?;
+        let facts = Facts::of(req)?;
+        Some(Watch {
+            observer: observer.clone(),
+            sent: observer.sent(),
+            facts,
+        })
     }
+}
 
-    async fn run<T: Send + 'static>(&self, op: Op, call: Boxed<T>) -> Result<T> {
+/// What an observer is told of one applied call: the arguments its report needs.
+#[derive(Debug)]
+enum Facts {
+    Claim(FencingToken),
+    Complete(FencingToken, ItemId),
+    Fail(FencingToken, ItemId),
+    Reap(Vec<(Key, FencingToken)>),
+    Requeue(Vec<FencingToken>),
+}
+
+impl Facts {
+    fn of(req: &Request) -> Option<Facts> {
+        Some(match req {
+            Request::Claim { lease, .. } => Facts::Claim(lease.token),
+            Request::Complete { lease, id } => Facts::Complete(lease.token, *id),
+            Request::Fail { lease, id, .. } => Facts::Fail(lease.token, *id),
+            Request::Reap { key, token } => Facts::Reap(vec![(key.clone(), *token)]),
+            Request::ReapMany(pairs) => Facts::Reap(pairs.clone()),
+            Request::RequeueOrphans(token) => Facts::Requeue(vec![*token]),
+            Request::RequeueOrphansMany(tokens) => Facts::Requeue(tokens.clone()),
+            _ => return None,
+        })
+    }
+}
+
+/// An observed call on its way: who to tell, the send position, what to tell.
+struct Watch {
+    observer: Arc<dyn Observer>,
+    sent: u64,
+    facts: Facts,
+}
+
+impl Watch {
+    /// Tells the observer what the store applied, judged from its reply.
+    fn report(self, reply: &Reply) {
+        let tell = |applied| self.observer.applied(self.sent, applied);
+        match (self.facts, reply) {
+            (Facts::Claim(token), Reply::Claim(items)) => {
+                let ids = items.iter().map(|i| i.id).collect();
+                tell(Applied::Claimed { token, ids });
+            }
+            (Facts::Complete(token, id), Reply::Complete(())) => {
+                tell(Applied::Completed { token, id })
+            }
+            (Facts::Fail(token, id), Reply::Fail(_)) => tell(Applied::Failed { token, id }),
+            (Facts::Reap(pairs), Reply::Reap(won)) => {
+                if let (true, Some((key, token))) = (*won, pairs.into_iter().next()) {
+                    tell(Applied::Reaped { key, token });
+                }
+            }
+            (Facts::Reap(pairs), Reply::ReapMany(answers)) => {
+                for ((key, token), answer) in pairs.into_iter().zip(answers) {
+                    if matches!(answer, Ok(true)) {
+                        tell(Applied::Reaped { key, token });
+                    }
+                }
+            }
+            (Facts::Requeue(tokens), Reply::RequeueOrphans(moved)) => {
+                if let (false, Some(token)) = (moved.is_empty(), tokens.into_iter().next()) {
+                    let moved = moved.clone();
+                    tell(Applied::Requeued { token, moved });
+                }
+            }
+            (Facts::Requeue(tokens), Reply::RequeueOrphansMany(answers)) => {
+                for (token, answer) in tokens.into_iter().zip(answers) {
+                    if let Ok(moved) = answer {
+                        if !moved.is_empty() {
+                            let moved: Requeued = moved.clone();
+                            tell(Applied::Requeued { token, moved });
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[async_trait]
+impl Intercept for Faulty {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let op = req.op();
+        let backend = next.store().backend();
+        let injected = |what: &'static str| Error::unavailable(backend, what);
         let fault = self.decide(op);
         if op == Op::Claim && fault != Fault::Pass {
             self.claims.fetch_add(1, Ordering::SeqCst);
         }
-        match fault {
-            Fault::Pass => self.forward(call).await,
-            Fault::FailBefore => {
-                self.failed_before.fetch_add(1, Ordering::SeqCst);
-                Err(self.injected_error("injected: failed before reaching the store"))
+        if fault == Fault::FailBefore {
+            self.failed_before.fetch_add(1, Ordering::SeqCst);
+            return Err(injected("injected: failed before reaching the store"));
+        }
+        let watch = self.watch(&req);
+        let sent = next.run(req);
+        let call: BoxReply = Box::pin(async move {
+            let reply = sent.await;
+            if let (Some(watch), Ok(reply)) = (watch, &reply) {
+                watch.report(reply);
             }
+            reply
+        });
+        match fault {
             Fault::LoseReply => {
                 self.lost_replies.fetch_add(1, Ordering::SeqCst);
-                let _ = self.forward(call).await;
-                Err(self.injected_error("injected: the store applied it, the reply was lost"))
+                let _ = self.forward(backend, call).await;
+                Err(injected(
+                    "injected: the store applied it, the reply was lost",
+                ))
             }
             Fault::Delay => {
                 self.delayed.fetch_add(1, Ordering::SeqCst);
@@ -314,219 +422,9 @@ impl Faulty {
                     None => drop(tokio::spawn(landing)),
                 }
                 tokio::time::sleep(self.plan.timeout).await;
-                Err(self.injected_error("injected: timed out; the call lands later"))
+                Err(injected("injected: timed out; the call lands later"))
             }
+            _ => self.forward(backend, call).await,
         }
-    }
-
-    /// Runs `call` on the store's runtime (or here), to its end even when the caller
-    /// stops waiting.
-    async fn forward<T: Send + 'static>(&self, call: Boxed<T>) -> Result<T> {
-        match &self.runtime {
-            None => call.await,
-            Some(rt) => match rt.spawn(call).await {
-                Ok(r) => r,
-                Err(e) => Err(Error::unavailable(self.inner.backend(), e)),
-            },
-        }
-    }
-
-    /// The observer and the send position for a mutating call, if observed.
-    fn watch(&self) -> Option<(Arc<dyn Observer>, u64)> {
-        self.observer.as_ref().map(|o| (o.clone(), o.sent()))
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Reports `applied` to the observer, if any.
-fn report(watch: &Option<(Arc<dyn Observer>, u64)>, applied: Applied) {
-    if let Some((observer, sent)) = watch {
-        observer.applied(*sent, applied);
-    }
-}
-
-#[async_trait]
-impl LeaseStore for Faulty {
-    fn info(&self) -> &StoreInfo {
-        self.inner.info()
-    }
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        let (key, holder) = (key.clone(), holder.clone());
-        self.on_inner(Op::Acquire, move |s| async move {
-            s.acquire(&key, &holder, ttl).await
-        })
-        .await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let lease = lease.clone();
-        self.on_inner(Op::Renew, move |s| async move { s.renew(&lease).await })
-            .await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        let lease = lease.clone();
-        self.on_inner(Op::Release, move |s| async move { s.release(&lease).await })
-            .await
-    }
-    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let key = key.clone();
-        self.on_inner(Op::Inspect, move |s| async move { s.inspect(&key).await })
-            .await
-    }
-    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let space = space.clone();
-        self.on_inner(Op::Expired, move |s| async move {
-            s.expired(&space, limit).await
-        })
-        .await
-    }
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let (key, watch) = (key.clone(), self.watch());
-        self.on_inner(Op::Reap, move |s| async move {
-            let r = s.reap(&key, token).await;
-            if matches!(r, Ok(true)) {
-                report(&watch, Applied::Reaped { key, token });
-            }
-            r
-        })
-        .await
-    }
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        self.on_inner(Op::DeadTokens, move |s| async move {
-            s.dead_tokens(limit).await
-        })
-        .await
-    }
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let (space, after, limit) = (space.clone(), page.after.cloned(), page.limit);
-        self.on_inner(Op::Members, move |s| async move {
-            let page = Page {
-                after: after.as_ref(),
-                limit,
-            };
-            s.members(&space, page).await
-        })
-        .await
-    }
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        self.on_inner(
-            Op::Deaths,
-            move |s| async move { s.deaths(before, limit).await },
-        )
-        .await
-    }
-    async fn store_time(&self) -> Result<StoreTime> {
-        self.on_inner(Op::StoreTime, move |s| async move { s.store_time().await })
-            .await
-    }
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let space = space.clone();
-        self.on_inner(Op::NextExpiry, move |s| async move {
-            s.next_expiry(&space).await
-        })
-        .await
-    }
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner.wakeups()
-    }
-}
-
-#[async_trait]
-impl ItemStore for Faulty {
-    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        let payload = payload.to_vec();
-        self.on_inner(Op::Enqueue, move |s| async move {
-            s.enqueue(&payload, options).await
-        })
-        .await
-    }
-    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        let (lease, watch) = (lease.clone(), self.watch());
-        self.on_inner(Op::Claim, move |s| async move {
-            let r = s.claim_request(&lease, n, req).await;
-            if let Ok(items) = &r {
-                let ids = items.iter().map(|i| i.id).collect();
-                let token = lease.token;
-                report(&watch, Applied::Claimed { token, ids });
-            }
-            r
-        })
-        .await
-    }
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let (lease, watch) = (lease.clone(), self.watch());
-        self.on_inner(Op::Complete, move |s| async move {
-            let r = s.complete(&lease, id).await;
-            if r.is_ok() {
-                let token = lease.token;
-                report(&watch, Applied::Completed { token, id });
-            }
-            r
-        })
-        .await
-    }
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let (lease, watch) = (lease.clone(), self.watch());
-        self.on_inner(Op::Fail, move |s| async move {
-            let r = s.fail(&lease, id, retry).await;
-            if r.is_ok() {
-                let token = lease.token;
-                report(&watch, Applied::Failed { token, id });
-            }
-            r
-        })
-        .await
-    }
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let watch = self.watch();
-        self.on_inner(Op::RequeueOrphans, move |s| async move {
-            let r = s.requeue_orphans(token).await;
-            if let Ok(moved) = &r {
-                if !moved.is_empty() {
-                    let moved = moved.clone();
-                    report(&watch, Applied::Requeued { token, moved });
-                }
-            }
-            r
-        })
-        .await
-    }
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        self.on_inner(Op::Item, move |s| async move { s.item(id).await })
-            .await
-    }
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        self.on_inner(
-            Op::ItemCounts,
-            move |s| async move { s.item_counts().await },
-        )
-        .await
-    }
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        self.on_inner(Op::DeadLetters, move |s| async move {
-            s.dead_letters(limit).await
-        })
-        .await
-    }
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        self.on_inner(
-            Op::Items,
-            move |s| async move { s.items(state, page).await },
-        )
-        .await
-    }
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        self.on_inner(Op::RetryDeadLetter, move |s| async move {
-            s.retry_dead_letter(id).await
-        })
-        .await
-    }
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        self.on_inner(Op::RetryDeadLetters, move |s| async move {
-            s.retry_dead_letters(limit).await
-        })
-        .await
     }
 }

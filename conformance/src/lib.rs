@@ -32,13 +32,20 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Option<Arc<dyn Store>>> + Sen
 /// outside CI: see [`skip`].
 pub type Factory = Arc<dyn Fn() -> StoreFuture + Send + Sync>;
 
-/// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`].
+/// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`]
+/// whose stores stand behind [`liveness_core::CheckInput`], as every store the state
+/// machines and `connect` hand out does: the suite checks the store as its users see
+/// it, and a store under test receives only checked input (the store contract).
 pub fn factory<F, Fut>(f: F) -> Factory
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Option<Arc<dyn Store>>> + Send + 'static,
 {
-    Arc::new(move || Box::pin(f()) as StoreFuture)
+    let f = Arc::new(f);
+    Arc::new(move || {
+        let f = f.clone();
+        Box::pin(async move { f().await.map(liveness_core::checked) }) as StoreFuture
+    })
 }
 
 /// A [`Factory`] of fresh namespaces on one in-memory `server` (the reference model):

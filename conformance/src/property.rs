@@ -131,7 +131,7 @@ pub fn run(factory: Factory, default_cases: u32) {
             let real = factory()
                 .await
                 .ok_or_else(|| TestCaseError::fail("factory stopped giving stores"))?;
-            let model: Arc<dyn Store> = Arc::new(model_server.store(&fresh_namespace()));
+            let model = liveness_core::checked(Arc::new(model_server.store(&fresh_namespace())));
             check(real, model, ops).await
         })
     });

@@ -1,4 +1,4 @@
-//! The scale bench (issue 13): a whole fleet of members in this process, one checker,
+//! The scale bench: a whole fleet of members in this process, one checker,
 //! real time. Figures, not assertions. Any store runs it with [`main`] (flags below)
 //! or [`run`].
 //!
@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use liveness_core::layer::BoxCall;
+use liveness_core::layer::{Intercepted, Reply, Request};
 use liveness_core::{
-    async_trait, Batcher, Call, Checker, CheckerConfig, Event, EventBus, Key, Layer, Lease,
-    LeaseStore, Member, MemberConfig, Op, Result, Store, Ttl,
+    async_trait, Batcher, Checker, CheckerConfig, Event, EventBus, Intercept, Key, Lease, Member,
+    MemberConfig, Next, Op, Result, Store, Ttl,
 };
 use tokio::time::Instant;
 
@@ -211,7 +211,6 @@ impl Phase {
 
 /// A forwarding store that measures what the bench prints.
 struct Meter {
-    inner: Arc<dyn Store>,
     phases: Vec<Phase>,
     phase: AtomicUsize,
     /// Send time of the last renewal of each victim (killed member).
@@ -268,25 +267,25 @@ impl Meter {
 }
 
 #[async_trait]
-impl Layer for Meter {
-    fn inner(&self) -> &Arc<dyn Store> {
-        &self.inner
-    }
-
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+impl Intercept for Meter {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let sent = Instant::now();
-        match call.op {
+        let op = req.op();
+        match op {
             Op::Expired => {
                 *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, 1));
             }
             op if op.is_checker_call() && op != Op::NextExpiry => self.round_call(),
             _ => {}
         }
-        let answer = run.await;
-        match call.op {
-            Op::Renew | Op::RenewMany => self.renewed(call.leases, sent),
-            Op::NextExpiry => self.round_ended(),
+        match &req {
+            Request::Renew(lease) => self.renewed(std::slice::from_ref(lease), sent),
+            Request::RenewMany(leases) => self.renewed(leases, sent),
             _ => {}
+        }
+        let answer = next.run(req).await;
+        if op == Op::NextExpiry {
+            self.round_ended();
         }
         answer
     }
@@ -346,7 +345,6 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         .map(|&i| Key::member(&names[i]).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     let meter = Arc::new(Meter {
-        inner,
         // One slot per phase, and the last one (JOIN) for the join, so that the calls
         // of a long join are not counted in the first phase's figures.
         phases: (0..=JOIN).map(|_| Phase::new()).collect(),
@@ -355,7 +353,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         watched: watched.clone(),
         round: Mutex::default(),
     });
-    let store: Arc<dyn Store> = meter.clone();
+    let store: Arc<dyn Store> = Arc::new(Intercepted::new(inner, meter.clone()));
     let bus = EventBus::new(1 << 16);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let collector = {
@@ -434,7 +432,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
     .spawn();
     println!(
         "== scale: backend={} members={n} ttl={:?} batch={} mode={} load(1/5/15 min) at start={} ==",
-        meter.backend(),
+        store.backend(),
         o.ttl,
         o.batch.map(|w| format!("{w:?}")).unwrap_or_else(|| "off".into()),
         if o.overload { "overload" } else { "quiet" },

@@ -35,8 +35,8 @@ use std::future::Future;
 /// pass for a refusal. Needs `tokio` (with `macros`) in the calling crate.
 ///
 /// ```ignore
-/// liveness_conformance::url_suite!(backend_redis::URL, "redis://127.0.0.1:1",
-///     backend_redis::RedisConfig::from_url, backend_redis::connect);
+/// liveness_conformance::url_suite!(liveness_redis::URL, "redis://127.0.0.1:1",
+///     liveness_redis::RedisConfig::from_url, liveness_redis::connect);
 /// ```
 #[macro_export]
 macro_rules! url_suite {

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::layer::BoxCall;
-use liveness_core::{async_trait, Call, Error, Layer, Op, Result, Store};
+use liveness_core::layer::Intercepted;
+use liveness_core::{async_trait, Error, Intercept, Next, Op, Reply, Request, Result, Store};
 
 /// Forwards every call to an inner store, counting them (a `*_many` call counts once:
 /// one round trip on a store that implements it natively, one per entry on a store
@@ -18,7 +18,7 @@ use liveness_core::{async_trait, Call, Error, Layer, Op, Result, Store};
 /// is replaced by [`Error::Unavailable`] (a reply lost on the way back).
 #[derive(Debug)]
 pub struct Wrapped {
-    inner: Arc<dyn Store>,
+    backend: &'static str,
     calls: AtomicU64,
     stalled: AtomicBool,
     lose_claims: AtomicU64,
@@ -26,15 +26,16 @@ pub struct Wrapped {
 }
 
 impl Wrapped {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn Store>) -> Self {
-        Wrapped {
-            inner,
+    /// Wraps `inner`: the store, which dereferences to this wrapper's knobs.
+    pub fn new(inner: Arc<dyn Store>) -> Intercepted<Wrapped> {
+        let hook = Wrapped {
+            backend: inner.backend(),
             calls: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
             lose_claims: AtomicU64::new(0),
             lose_completes: AtomicU64::new(0),
-        }
+        };
+        Intercepted::new(inner, Arc::new(hook))
     }
 
     /// Loses the replies of the next `n` claims: the store applies each, and the
@@ -65,7 +66,7 @@ fn take_one(count: &AtomicU64) -> bool {
 impl Wrapped {
     fn lost_reply(&self, op: &str) -> Error {
         Error::unavailable(
-            self.inner.backend(),
+            self.backend,
             format!("the {op}'s reply was lost (injected)"),
         )
     }
@@ -86,26 +87,23 @@ impl Wrapped {
 }
 
 #[async_trait]
-impl Layer for Wrapped {
-    fn inner(&self) -> &Arc<dyn Store> {
-        &self.inner
-    }
-
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
-        if matches!(call.op, Op::Renew | Op::RenewMany) {
+impl Intercept for Wrapped {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let op = req.op();
+        if matches!(op, Op::Renew | Op::RenewMany) {
             while self.stalled.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
         self.count();
-        let answer = run.await?;
-        let lost = match call.op {
+        let answer = next.run(req).await?;
+        let lost = match op {
             Op::Claim => self.lose_claim(),
             Op::Complete => take_one(&self.lose_completes),
             _ => false,
         };
         if lost {
-            return Err(self.lost_reply(call.op.name()));
+            return Err(self.lost_reply(op.name()));
         }
         Ok(answer)
     }

@@ -1,4 +1,4 @@
-//! Refusing servers whose settings void the guarantees (issue 12, section 2).
+//! Refusing servers whose settings void the guarantees.
 //!
 //! A store server that loses acknowledged writes on a restart (Redis without AOF, or
 //! with `appendfsync everysec`; PostgreSQL with `fsync=off`) hands a fencing token out

@@ -18,7 +18,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a lease holder no longer holds its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LostReason {
+pub enum LostCause {
     /// The store clock passed the lease's expiry. An expired lease is never renewed,
     /// even when nobody else took the key: acquire again for a new token.
     Expired,
@@ -34,13 +34,13 @@ pub enum LostReason {
     GaveUp,
 }
 
-impl std::fmt::Display for LostReason {
+impl std::fmt::Display for LostCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            LostReason::Expired => "expired",
-            LostReason::Superseded => "superseded by a newer token",
-            LostReason::Released => "released or reaped",
-            LostReason::GaveUp => "given up by its holder (local safety deadline passed)",
+            LostCause::Expired => "expired",
+            LostCause::Superseded => "superseded by a newer token",
+            LostCause::Released => "released or reaped",
+            LostCause::GaveUp => "given up by its holder (local safety deadline passed)",
         })
     }
 }
@@ -230,7 +230,7 @@ pub enum Error {
         /// The token that is no longer current.
         token: FencingToken,
         /// Why it was lost.
-        reason: LostReason,
+        reason: LostCause,
     },
     /// An item operation was refused because the item is no longer owned by the token
     /// given (it was requeued, completed, or dead-lettered): a stale owner can do no harm.
@@ -301,7 +301,7 @@ impl Error {
     }
 
     /// The reason, when this is an [`Error::Lost`].
-    pub fn lost_reason(&self) -> Option<LostReason> {
+    pub fn lost_reason(&self) -> Option<LostCause> {
         match self {
             Error::Lost { reason, .. } => Some(*reason),
             _ => None,

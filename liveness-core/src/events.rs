@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::error::LostReason;
+use crate::error::LostCause;
 use crate::item::ItemId;
 use crate::types::{FencingToken, HolderId, Key};
 
 /// Why a holder stopped holding a lease, as its own heartbeat saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LossReason {
+pub enum HolderLoss {
     /// The store answered `Lost` to a renewal.
-    Store(LostReason),
+    Store(LostCause),
     /// The local safety deadline passed without a successful renewal (the store was
     /// unreachable or slow): the holder stopped before the store could expire it.
     Deadline,
@@ -73,7 +73,7 @@ pub enum Event {
         /// The lost token.
         token: FencingToken,
         /// Why.
-        reason: LossReason,
+        reason: HolderLoss,
     },
     /// A checker declared a member dead (it won the reap) and requeued its items.
     Died {
@@ -119,7 +119,7 @@ pub enum Event {
         /// The token that no longer leads.
         token: FencingToken,
         /// Why; `None` for a resignation.
-        reason: Option<LossReason>,
+        reason: Option<HolderLoss>,
     },
     /// A checker round could not handle one entry (or one listing) because the store
     /// answered an error; it skipped it and went on with the rest. The error itself is

@@ -1,34 +1,48 @@
-//! Store middleware: a [`Layer`] sits in front of a store and sees every call, and the
-//! blanket implementations here forward each call to the inner store through
-//! [`Layer::call`]. A layer writes only what it changes (a span, a counter, an injected
-//! delay or a lost reply), never the forwarding of the whole contract, so a new store
-//! operation reaches every layer by one edit in this file.
+//! Store middleware, as tower does it: an [`Intercept`] sees every call a store gets
+//! as an owned [`Request`], decides what to do with it, hands it on through [`Next`]
+//! (or not) and sees the [`Reply`] — it may change either. A [`Layer`] is the factory
+//! that puts one in front of a store, and [`StoreBuilder`] stacks layers.
+//!
+//! Every call of every [`LeaseStore`] and [`ItemStore`] method, the `*_many` batches
+//! included, passes through the intercept as one request, so a new store operation
+//! reaches every layer in the tree (input checks, tracing, metrics, timing, fault
+//! injection) through one edit in this file.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
-//! use liveness_core::{async_trait, Call, Layer, Result, Store, MemoryStore};
-//! use liveness_core::layer::BoxCall;
+//! use liveness_core::layer::{Intercept, Next, Reply, Request, StoreBuilder};
+//! use liveness_core::{async_trait, Error, MemoryStore, Result, Store};
 //!
-//! /// Counts round trips.
-//! #[derive(Debug)]
-//! struct Counted { inner: Arc<dyn Store>, calls: AtomicU64 }
+//! /// Counts round trips, and the renewals that came back `Lost`.
+//! #[derive(Debug, Default)]
+//! struct Counted { calls: AtomicU64, lost: AtomicU64 }
 //!
 //! #[async_trait]
-//! impl Layer for Counted {
-//!     fn inner(&self) -> &Arc<dyn Store> { &self.inner }
-//!     async fn call<'a, T: Send + 'a>(&'a self, _call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+//! impl Intercept for Counted {
+//!     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
 //!         self.calls.fetch_add(1, Ordering::Relaxed);
-//!         run.await
+//!         let reply = next.run(req).await;
+//!         if let Ok(Reply::RenewMany(answers)) = &reply {
+//!             let lost = answers.iter().filter(|a| matches!(a, Err(Error::Lost { .. }))).count();
+//!             self.lost.fetch_add(lost as u64, Ordering::Relaxed);
+//!         }
+//!         reply
 //!     }
 //! }
 //!
-//! let inner: Arc<dyn Store> = Arc::new(MemoryStore::new());
-//! let counted: Arc<dyn Store> = Arc::new(Counted { inner, calls: AtomicU64::new(0) });
-//! assert_eq!(counted.backend(), "memory");
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let counted = Arc::new(Counted::default());
+//! let store: Arc<dyn Store> = StoreBuilder::new(Arc::new(MemoryStore::new()))
+//!     .layer(counted.clone())
+//!     .build();
+//! store.store_time().await.unwrap();
+//! assert_eq!(store.backend(), "memory");
+//! assert_eq!(counted.calls.load(Ordering::Relaxed), 1);
+//! # }
 //! ```
 
-use crate::store::Page;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -37,22 +51,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
 };
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
-use crate::store::{
-    acquire_each, reap_each, renew_each, requeue_each, ItemStore, LeaseStore, Store, StoreInfo,
-};
+use crate::store::{ItemStore, LeaseStore, Page, Store, StoreInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
-/// The inner store's answer to one call, not yet awaited.
-pub type BoxCall<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
-
-/// A store operation, as a [`Layer`] sees it: one variant per round-trip method of
-/// [`LeaseStore`] and [`ItemStore`] (the provided `claim` is [`Op::Claim`]).
+/// A store operation: one variant per round-trip method of [`LeaseStore`] and
+/// [`ItemStore`] (the provided `claim` is [`Op::Claim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Op {
@@ -159,247 +168,678 @@ impl Op {
     }
 }
 
-/// One call as a [`Layer`] sees it: the operation and what it is about. Fields that do
-/// not apply to the operation are `None` or empty.
-#[derive(Clone, Copy, Debug)]
+/// One store call with its arguments, owned: what an [`Intercept`] receives. One
+/// variant per [`Op`], named alike, with the method's arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Call<'a> {
-    /// Which operation.
-    pub op: Op,
-    /// The key it acts on (acquire, renew, release, inspect, reap; the lease's key for
-    /// item calls made under a lease; the page's `after` of `members`).
-    pub key: Option<&'a Key>,
-    /// The space it scans (expired, next_expiry, members).
-    pub space: Option<&'a Space>,
-    /// The token it acts on (a lease's token, a reaped or swept token).
-    pub token: Option<FencingToken>,
-    /// The item it acts on (complete, fail, item, retry_dead_letter; the page's
-    /// `after` of `items`).
-    pub item: Option<ItemId>,
-    /// The leases of a `renew` (one) or `renew_many` (all), empty otherwise.
-    pub leases: &'a [Lease],
-    /// How many entries a batch carries, or the `n` / `limit` asked for; 1 otherwise.
-    pub n: usize,
+#[allow(missing_docs)] // the fields are the trait methods' arguments, documented there
+pub enum Request {
+    /// [`LeaseStore::acquire`].
+    Acquire {
+        key: Key,
+        holder: HolderId,
+        ttl: Ttl,
+    },
+    /// [`LeaseStore::acquire_many`].
+    AcquireMany(Vec<Acquire>),
+    /// [`LeaseStore::renew`].
+    Renew(Lease),
+    /// [`LeaseStore::renew_many`].
+    RenewMany(Vec<Lease>),
+    /// [`LeaseStore::release`].
+    Release(Lease),
+    /// [`LeaseStore::inspect`].
+    Inspect(Key),
+    /// [`LeaseStore::expired`].
+    Expired { space: Space, limit: usize },
+    /// [`LeaseStore::reap`].
+    Reap { key: Key, token: FencingToken },
+    /// [`LeaseStore::reap_many`].
+    ReapMany(Vec<(Key, FencingToken)>),
+    /// [`LeaseStore::dead_tokens`].
+    DeadTokens { limit: usize },
+    /// [`LeaseStore::store_time`].
+    StoreTime,
+    /// [`LeaseStore::next_expiry`].
+    NextExpiry(Space),
+    /// [`LeaseStore::members`].
+    Members { space: Space, page: Page<Key> },
+    /// [`LeaseStore::deaths`].
+    Deaths { before: Option<u64>, limit: usize },
+    /// [`ItemStore::enqueue`].
+    Enqueue {
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    },
+    /// [`ItemStore::claim_request`].
+    Claim {
+        lease: Lease,
+        n: usize,
+        req: RequestId,
+    },
+    /// [`ItemStore::complete`].
+    Complete { lease: Lease, id: ItemId },
+    /// [`ItemStore::fail`].
+    Fail {
+        lease: Lease,
+        id: ItemId,
+        retry: bool,
+    },
+    /// [`ItemStore::requeue_orphans`].
+    RequeueOrphans(FencingToken),
+    /// [`ItemStore::requeue_orphans_many`].
+    RequeueOrphansMany(Vec<FencingToken>),
+    /// [`ItemStore::item`].
+    Item(ItemId),
+    /// [`ItemStore::item_counts`].
+    ItemCounts,
+    /// [`ItemStore::dead_letters`].
+    DeadLetters { limit: usize },
+    /// [`ItemStore::items`].
+    Items {
+        state: ItemStateKind,
+        page: Page<ItemId>,
+    },
+    /// [`ItemStore::retry_dead_letter`].
+    RetryDeadLetter(ItemId),
+    /// [`ItemStore::retry_dead_letters`].
+    RetryDeadLetters { limit: usize },
 }
 
-impl<'a> Call<'a> {
-    /// A call of `op` about nothing in particular.
-    pub fn new(op: Op) -> Self {
-        Call {
-            op,
-            key: None,
-            space: None,
-            token: None,
-            item: None,
-            leases: &[],
-            n: 1,
+impl Request {
+    /// Which operation this is.
+    pub fn op(&self) -> Op {
+        match self {
+            Request::Acquire { .. } => Op::Acquire,
+            Request::AcquireMany(_) => Op::AcquireMany,
+            Request::Renew(_) => Op::Renew,
+            Request::RenewMany(_) => Op::RenewMany,
+            Request::Release(_) => Op::Release,
+            Request::Inspect(_) => Op::Inspect,
+            Request::Expired { .. } => Op::Expired,
+            Request::Reap { .. } => Op::Reap,
+            Request::ReapMany(_) => Op::ReapMany,
+            Request::DeadTokens { .. } => Op::DeadTokens,
+            Request::StoreTime => Op::StoreTime,
+            Request::NextExpiry(_) => Op::NextExpiry,
+            Request::Members { .. } => Op::Members,
+            Request::Deaths { .. } => Op::Deaths,
+            Request::Enqueue { .. } => Op::Enqueue,
+            Request::Claim { .. } => Op::Claim,
+            Request::Complete { .. } => Op::Complete,
+            Request::Fail { .. } => Op::Fail,
+            Request::RequeueOrphans(_) => Op::RequeueOrphans,
+            Request::RequeueOrphansMany(_) => Op::RequeueOrphansMany,
+            Request::Item(_) => Op::Item,
+            Request::ItemCounts => Op::ItemCounts,
+            Request::DeadLetters { .. } => Op::DeadLetters,
+            Request::Items { .. } => Op::Items,
+            Request::RetryDeadLetter(_) => Op::RetryDeadLetter,
+            Request::RetryDeadLetters { .. } => Op::RetryDeadLetters,
         }
     }
 
-    fn key(mut self, key: &'a Key) -> Self {
-        self.key = Some(key);
-        self
+    /// The lease the call acts under (renew, release, claim, complete, fail).
+    pub fn lease(&self) -> Option<&Lease> {
+        match self {
+            Request::Renew(lease)
+            | Request::Release(lease)
+            | Request::Claim { lease, .. }
+            | Request::Complete { lease, .. }
+            | Request::Fail { lease, .. } => Some(lease),
+            _ => None,
+        }
     }
 
-    fn space(mut self, space: &'a Space) -> Self {
-        self.space = Some(space);
-        self
+    /// The key it acts on (acquire, inspect, reap; the lease's key for calls made
+    /// under a lease; the page's `after` of `members`).
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Request::Acquire { key, .. } | Request::Inspect(key) | Request::Reap { key, .. } => {
+                Some(key)
+            }
+            Request::Members { page, .. } => page.after.as_ref(),
+            _ => self.lease().map(|l| &l.key),
+        }
     }
 
-    fn token(mut self, token: FencingToken) -> Self {
-        self.token = Some(token);
-        self
+    /// The space it scans (expired, next_expiry, members).
+    pub fn space(&self) -> Option<&Space> {
+        match self {
+            Request::Expired { space, .. }
+            | Request::NextExpiry(space)
+            | Request::Members { space, .. } => Some(space),
+            _ => None,
+        }
     }
 
-    fn item(mut self, item: ItemId) -> Self {
-        self.item = Some(item);
-        self
+    /// The token it acts on (a lease's token, a reaped or swept token).
+    pub fn token(&self) -> Option<FencingToken> {
+        match self {
+            Request::Reap { token, .. } | Request::RequeueOrphans(token) => Some(*token),
+            _ => self.lease().map(|l| l.token),
+        }
     }
 
-    fn n(mut self, n: usize) -> Self {
-        self.n = n;
-        self
+    /// The item it acts on (complete, fail, item, retry_dead_letter; the page's
+    /// `after` of `items`).
+    pub fn item(&self) -> Option<ItemId> {
+        match self {
+            Request::Complete { id, .. }
+            | Request::Fail { id, .. }
+            | Request::Item(id)
+            | Request::RetryDeadLetter(id) => Some(*id),
+            Request::Items { page, .. } => page.after,
+            _ => None,
+        }
     }
 
-    fn lease(self, lease: &'a Lease) -> Self {
-        self.key(&lease.key).token(lease.token)
+    /// How many entries a batch carries, or the `n` / `limit` asked for; 1 otherwise.
+    pub fn n(&self) -> usize {
+        match self {
+            Request::AcquireMany(v) => v.len(),
+            Request::RenewMany(v) => v.len(),
+            Request::ReapMany(v) => v.len(),
+            Request::RequeueOrphansMany(v) => v.len(),
+            Request::Expired { limit, .. }
+            | Request::DeadTokens { limit }
+            | Request::Deaths { limit, .. }
+            | Request::DeadLetters { limit }
+            | Request::RetryDeadLetters { limit } => *limit,
+            Request::Members { page, .. } => page.limit,
+            Request::Items { page, .. } => page.limit,
+            Request::Claim { n, .. } => *n,
+            _ => 1,
+        }
     }
 
-    fn leases(mut self, leases: &'a [Lease]) -> Self {
-        self.leases = leases;
-        self.n(leases.len())
+    /// A `*_many` request as one single-entry request per entry, in order (what the
+    /// trait's default `*_many` methods send); `Err(self)` for any other request.
+    pub fn split(self) -> std::result::Result<Vec<Request>, Box<Request>> {
+        Ok(match self {
+            Request::AcquireMany(asks) => asks
+                .into_iter()
+                .map(|a| Request::Acquire {
+                    key: a.key,
+                    holder: a.holder,
+                    ttl: a.ttl,
+                })
+                .collect(),
+            Request::RenewMany(leases) => leases.into_iter().map(Request::Renew).collect(),
+            Request::ReapMany(pairs) => pairs
+                .into_iter()
+                .map(|(key, token)| Request::Reap { key, token })
+                .collect(),
+            Request::RequeueOrphansMany(tokens) => {
+                tokens.into_iter().map(Request::RequeueOrphans).collect()
+            }
+            other => return Err(Box::new(other)),
+        })
     }
 }
 
-/// Middleware in front of a store. Implement [`Layer::inner`] and, for what the layer
-/// does, [`Layer::call`]; every type that implements `Layer` is a [`Store`] whose calls
-/// all pass through `call` and then reach the inner store. `backend`, `capabilities`,
-/// `issuer` and `wakeups` are the inner store's.
-///
-/// # Guarantees
-/// - Each round-trip method reaches the inner store's method of the same name (with
-///   the same arguments) at most once per call, and only through `run`: a layer that
-///   never awaits `run` sends nothing.
-/// - The provided `claim` goes through `claim_request`. A `*_many` call reaches the
-///   inner store's own `*_many` (natively batched or not), unless
-///   [`Layer::split_batches`] says otherwise.
-#[async_trait]
-pub trait Layer: Send + Sync + std::fmt::Debug {
-    /// The store this layer forwards to.
-    fn inner(&self) -> &Arc<dyn Store>;
+/// A store's answer to one [`Request`]: the variant of the same name, holding what the
+/// method returns.
+#[derive(Debug)]
+#[non_exhaustive]
+#[allow(missing_docs)] // each holds the return value of the method of its name
+pub enum Reply {
+    Acquire(Lease),
+    AcquireMany(Vec<Result<Lease>>),
+    Renew(Lease),
+    RenewMany(Vec<Result<Lease>>),
+    Release(bool),
+    Inspect(Option<LeaseInfo>),
+    Expired(Vec<ExpiredLease>),
+    Reap(bool),
+    ReapMany(Vec<Result<bool>>),
+    DeadTokens(Vec<DeadToken>),
+    StoreTime(StoreTime),
+    NextExpiry(Option<Duration>),
+    Members(Vec<LeaseInfo>),
+    Deaths(Vec<DeathRecord>),
+    Enqueue(ItemId),
+    Claim(Vec<Item>),
+    Complete(()),
+    Fail(ItemState),
+    RequeueOrphans(Requeued),
+    RequeueOrphansMany(Vec<Result<Requeued>>),
+    Item(Option<ItemRecord>),
+    ItemCounts(ItemCounts),
+    DeadLetters(Vec<ItemRecord>),
+    Items(Vec<ItemRecord>),
+    RetryDeadLetter(()),
+    RetryDeadLetters(Vec<ItemId>),
+}
 
-    /// Runs one call: `run` is the inner store's answer, not yet sent. The default
-    /// awaits it. A layer may act before (delay, count, refuse with an error: then
-    /// the inner store sees nothing), instrument `run`, or look at the answer and
-    /// replace it (a lost reply).
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
-        let _ = call;
-        run.await
+impl Reply {
+    /// Which operation this answers.
+    pub fn op(&self) -> Op {
+        match self {
+            Reply::Acquire(_) => Op::Acquire,
+            Reply::AcquireMany(_) => Op::AcquireMany,
+            Reply::Renew(_) => Op::Renew,
+            Reply::RenewMany(_) => Op::RenewMany,
+            Reply::Release(_) => Op::Release,
+            Reply::Inspect(_) => Op::Inspect,
+            Reply::Expired(_) => Op::Expired,
+            Reply::Reap(_) => Op::Reap,
+            Reply::ReapMany(_) => Op::ReapMany,
+            Reply::DeadTokens(_) => Op::DeadTokens,
+            Reply::StoreTime(_) => Op::StoreTime,
+            Reply::NextExpiry(_) => Op::NextExpiry,
+            Reply::Members(_) => Op::Members,
+            Reply::Deaths(_) => Op::Deaths,
+            Reply::Enqueue(_) => Op::Enqueue,
+            Reply::Claim(_) => Op::Claim,
+            Reply::Complete(_) => Op::Complete,
+            Reply::Fail(_) => Op::Fail,
+            Reply::RequeueOrphans(_) => Op::RequeueOrphans,
+            Reply::RequeueOrphansMany(_) => Op::RequeueOrphansMany,
+            Reply::Item(_) => Op::Item,
+            Reply::ItemCounts(_) => Op::ItemCounts,
+            Reply::DeadLetters(_) => Op::DeadLetters,
+            Reply::Items(_) => Op::Items,
+            Reply::RetryDeadLetter(_) => Op::RetryDeadLetter,
+            Reply::RetryDeadLetters(_) => Op::RetryDeadLetters,
+        }
+    }
+}
+
+/// A layer answered a request with the reply of another operation: a bug in that
+/// layer, reported as the source of an [`Error::Backend`] (never a panic).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a store layer answered {asked} with a reply to {got}")]
+pub struct WrongReply {
+    /// The operation asked.
+    pub asked: &'static str,
+    /// The operation the reply belongs to.
+    pub got: &'static str,
+}
+
+/// Runs `req` on `store`: calls the method of the request's name with its arguments.
+pub async fn dispatch(store: &dyn Store, req: Request) -> Result<Reply> {
+    Ok(match req {
+        Request::Acquire { key, holder, ttl } => {
+            Reply::Acquire(store.acquire(&key, &holder, ttl).await?)
+        }
+        Request::AcquireMany(asks) => Reply::AcquireMany(store.acquire_many(&asks).await?),
+        Request::Renew(lease) => Reply::Renew(store.renew(&lease).await?),
+        Request::RenewMany(leases) => Reply::RenewMany(store.renew_many(&leases).await?),
+        Request::Release(lease) => Reply::Release(store.release(&lease).await?),
+        Request::Inspect(key) => Reply::Inspect(store.inspect(&key).await?),
+        Request::Expired { space, limit } => Reply::Expired(store.expired(&space, limit).await?),
+        Request::Reap { key, token } => Reply::Reap(store.reap(&key, token).await?),
+        Request::ReapMany(pairs) => Reply::ReapMany(store.reap_many(&pairs).await?),
+        Request::DeadTokens { limit } => Reply::DeadTokens(store.dead_tokens(limit).await?),
+        Request::StoreTime => Reply::StoreTime(store.store_time().await?),
+        Request::NextExpiry(space) => Reply::NextExpiry(store.next_expiry(&space).await?),
+        Request::Members { space, page } => {
+            let page = Page {
+                after: page.after.as_ref(),
+                limit: page.limit,
+            };
+            Reply::Members(store.members(&space, page).await?)
+        }
+        Request::Deaths { before, limit } => Reply::Deaths(store.deaths(before, limit).await?),
+        Request::Enqueue { payload, options } => {
+            Reply::Enqueue(store.enqueue(&payload, options).await?)
+        }
+        Request::Claim { lease, n, req } => {
+            Reply::Claim(store.claim_request(&lease, n, req).await?)
+        }
+        Request::Complete { lease, id } => Reply::Complete(store.complete(&lease, id).await?),
+        Request::Fail { lease, id, retry } => Reply::Fail(store.fail(&lease, id, retry).await?),
+        Request::RequeueOrphans(token) => {
+            Reply::RequeueOrphans(store.requeue_orphans(token).await?)
+        }
+        Request::RequeueOrphansMany(tokens) => {
+            Reply::RequeueOrphansMany(store.requeue_orphans_many(&tokens).await?)
+        }
+        Request::Item(id) => Reply::Item(store.item(id).await?),
+        Request::ItemCounts => Reply::ItemCounts(store.item_counts().await?),
+        Request::DeadLetters { limit } => Reply::DeadLetters(store.dead_letters(limit).await?),
+        Request::Items { state, page } => Reply::Items(store.items(state, page).await?),
+        Request::RetryDeadLetter(id) => Reply::RetryDeadLetter(store.retry_dead_letter(id).await?),
+        Request::RetryDeadLetters { limit } => {
+            Reply::RetryDeadLetters(store.retry_dead_letters(limit).await?)
+        }
+    })
+}
+
+/// A boxed, owned future: what [`Next::run`] returns, free to be spawned.
+pub type BoxReply = Pin<Box<dyn Future<Output = Result<Reply>> + Send + 'static>>;
+
+/// The rest of the stack below an [`Intercept`]: the store (or the next layer) a
+/// request goes on to. Cheap to clone; [`Next::run`] owns everything it needs, so its
+/// future may be spawned, delayed or dropped.
+#[derive(Clone, Debug)]
+pub struct Next {
+    inner: Arc<dyn Store>,
+}
+
+impl Next {
+    /// The next step for requests to `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Next {
+        Next { inner }
     }
 
-    /// False (the default): a `*_many` call reaches [`Layer::call`] once, as one
-    /// batch, and the inner store's own `*_many` answers it. True: it is split, as the
-    /// trait's defaults do, into one `acquire` / `renew` / `reap` / `requeue_orphans` per entry,
-    /// each through `call` (for a layer that acts per lease or per token).
+    /// Sends `req` on: the inner store's answer.
+    pub fn run(self, req: Request) -> BoxReply {
+        Box::pin(async move { dispatch(&*self.inner, req).await })
+    }
+
+    /// The store below (for its [`StoreInfo`]).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+}
+
+/// Middleware in front of a store: sees each call as a [`Request`] and answers it,
+/// usually by sending it on through [`Next::run`] and returning (or changing) the
+/// reply.
+///
+/// # Guarantees
+/// - Every round-trip method of the wrapped store, the `*_many` batches included, is
+///   one call of [`Intercept::call`] (unless [`Intercept::split_batches`]); a request
+///   reaches the inner store only through `next`, at most as often as the intercept
+///   sends it.
+/// - `info`, `capabilities`, `issuer` and `wakeups` are the inner store's.
+#[async_trait]
+pub trait Intercept: Send + Sync + std::fmt::Debug + 'static {
+    /// Answers one request. The default sends it on unchanged.
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        next.run(req).await
+    }
+
+    /// False (the default): a `*_many` call is one request. True: it is split into
+    /// one single-entry request per entry ([`Request::split`]), each through
+    /// [`Intercept::call`], and the answers are joined in order (for an intercept that
+    /// acts per lease or per token, as the trait's default loops do).
     fn split_batches(&self) -> bool {
         false
     }
 }
 
+/// Puts something in front of a store: tower's `Layer`, for stores. Every
+/// `Arc<I>` of an [`Intercept`] is one (the stack shares the `Arc`, so its owner can
+/// read counters or turn knobs while the store is in use).
+pub trait Layer: Send + Sync {
+    /// `inner` behind this layer.
+    fn layer(&self, inner: Arc<dyn Store>) -> Arc<dyn Store>;
+}
+
+impl<I: Intercept> Layer for Arc<I> {
+    fn layer(&self, inner: Arc<dyn Store>) -> Arc<dyn Store> {
+        Arc::new(Intercepted::new(inner, self.clone()))
+    }
+}
+
+/// Stacks layers in front of a store, as tower's `ServiceBuilder`: the first layer
+/// added is the outermost (it sees a call first and its reply last).
+///
+/// ```
+/// use std::sync::Arc;
+/// use liveness_core::layer::{CheckInput, StoreBuilder};
+/// use liveness_core::{MemoryStore, Store};
+///
+/// let store: Arc<dyn Store> = StoreBuilder::new(Arc::new(MemoryStore::new()))
+///     .layer(Arc::new(CheckInput))
+///     .build();
+/// assert_eq!(store.backend(), "memory");
+/// ```
+pub struct StoreBuilder {
+    store: Arc<dyn Store>,
+    layers: Vec<Box<dyn Layer>>,
+}
+
+impl std::fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("store", &self.store)
+            .field("layers", &self.layers.len())
+            .finish()
+    }
+}
+
+impl StoreBuilder {
+    /// A stack with `store` at the bottom and no layer yet.
+    pub fn new(store: Arc<dyn Store>) -> StoreBuilder {
+        StoreBuilder {
+            store,
+            layers: Vec::new(),
+        }
+    }
+
+    /// Adds `layer` below the layers added before.
+    pub fn layer(mut self, layer: impl Layer + 'static) -> StoreBuilder {
+        self.layers.push(Box::new(layer));
+        self
+    }
+
+    /// The store with every layer in front of it.
+    pub fn build(self) -> Arc<dyn Store> {
+        self.layers
+            .iter()
+            .rev()
+            .fold(self.store, |inner, layer| layer.layer(inner))
+    }
+}
+
+/// A store behind an [`Intercept`]: what [`Layer::layer`] makes of an `Arc<I>`. It
+/// dereferences to the intercept, so the intercept's own methods (counters, knobs)
+/// are called on the store directly.
+#[derive(Debug)]
+pub struct Intercepted<I> {
+    inner: Arc<dyn Store>,
+    hook: Arc<I>,
+}
+
+impl<I> std::ops::Deref for Intercepted<I> {
+    type Target = I;
+    fn deref(&self) -> &I {
+        &self.hook
+    }
+}
+
+impl<I: Intercept> Intercepted<I> {
+    /// `inner` behind `hook`.
+    pub fn new(inner: Arc<dyn Store>, hook: Arc<I>) -> Self {
+        Intercepted { inner, hook }
+    }
+
+    /// The intercept.
+    pub fn hook(&self) -> &Arc<I> {
+        &self.hook
+    }
+
+    /// The store behind it.
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    async fn send(&self, req: Request) -> Result<Reply> {
+        if self.hook.split_batches() {
+            let op = req.op();
+            match req.split() {
+                Ok(parts) => return self.send_split(op, parts).await,
+                Err(req) => return self.hook.call(*req, Next::new(self.inner.clone())).await,
+            }
+        }
+        self.hook.call(req, Next::new(self.inner.clone())).await
+    }
+
+    /// One call per entry, joined as the `*_many` answer of `op`.
+    async fn send_split(&self, op: Op, parts: Vec<Request>) -> Result<Reply> {
+        let mut replies = Vec::with_capacity(parts.len());
+        for part in parts {
+            replies.push(self.hook.call(part, Next::new(self.inner.clone())).await);
+        }
+        let backend = self.inner.backend();
+        Ok(match op {
+            Op::AcquireMany => {
+                Reply::AcquireMany(join(backend, Op::Acquire, replies, |r| match r {
+                    Reply::Acquire(v) => Ok(v),
+                    other => Err(other),
+                }))
+            }
+            Op::RenewMany => Reply::RenewMany(join(backend, Op::Renew, replies, |r| match r {
+                Reply::Renew(v) => Ok(v),
+                other => Err(other),
+            })),
+            Op::ReapMany => Reply::ReapMany(join(backend, Op::Reap, replies, |r| match r {
+                Reply::Reap(v) => Ok(v),
+                other => Err(other),
+            })),
+            _ => {
+                Reply::RequeueOrphansMany(join(backend, Op::RequeueOrphans, replies, |r| match r {
+                    Reply::RequeueOrphans(v) => Ok(v),
+                    other => Err(other),
+                }))
+            }
+        })
+    }
+}
+
+/// The per-entry answers of a split batch.
+fn join<T>(
+    backend: &'static str,
+    asked: Op,
+    replies: Vec<Result<Reply>>,
+    take: impl Fn(Reply) -> std::result::Result<T, Reply>,
+) -> Vec<Result<T>> {
+    replies
+        .into_iter()
+        .map(|r| r.and_then(|r| take(r).map_err(|other| wrong(backend, asked, other))))
+        .collect()
+}
+
+fn wrong(backend: &'static str, asked: Op, got: Reply) -> Error {
+    Error::backend(
+        backend,
+        WrongReply {
+            asked: asked.name(),
+            got: got.op().name(),
+        },
+    )
+}
+
+/// Sends a request through the intercept and takes the reply of the right variant.
+macro_rules! ask {
+    ($self:ident, $op:ident, $req:expr) => {
+        match $self.send($req).await? {
+            Reply::$op(v) => Ok(v),
+            other => Err(wrong($self.inner.backend(), Op::$op, other)),
+        }
+    };
+}
+
 #[async_trait]
-impl<L: Layer> LeaseStore for L {
+impl<I: Intercept> LeaseStore for Intercepted<I> {
     fn info(&self) -> &StoreInfo {
-        self.inner().info()
+        self.inner.info()
     }
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        let run = self.inner().acquire(key, holder, ttl);
-        self.call(Call::new(Op::Acquire).key(key), run).await
+        let (key, holder) = (key.clone(), holder.clone());
+        ask!(self, Acquire, Request::Acquire { key, holder, ttl })
     }
     async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
-        if self.split_batches() {
-            return acquire_each(self, asks).await;
-        }
-        let call = Call::new(Op::AcquireMany).n(asks.len());
-        self.call(call, self.inner().acquire_many(asks)).await
+        ask!(self, AcquireMany, Request::AcquireMany(asks.to_vec()))
     }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let call = Call::new(Op::Renew)
-            .lease(lease)
-            .leases(std::slice::from_ref(lease));
-        self.call(call, self.inner().renew(lease)).await
+        ask!(self, Renew, Request::Renew(lease.clone()))
     }
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        if self.split_batches() {
-            return renew_each(self, leases).await;
-        }
-        let call = Call::new(Op::RenewMany).leases(leases);
-        self.call(call, self.inner().renew_many(leases)).await
+        ask!(self, RenewMany, Request::RenewMany(leases.to_vec()))
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let call = Call::new(Op::Release).lease(lease);
-        self.call(call, self.inner().release(lease)).await
+        ask!(self, Release, Request::Release(lease.clone()))
     }
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let call = Call::new(Op::Inspect).key(key);
-        self.call(call, self.inner().inspect(key)).await
+        ask!(self, Inspect, Request::Inspect(key.clone()))
     }
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let call = Call::new(Op::Expired).space(space).n(limit);
-        self.call(call, self.inner().expired(space, limit)).await
+        let space = space.clone();
+        ask!(self, Expired, Request::Expired { space, limit })
     }
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let call = Call::new(Op::Reap).key(key).token(token);
-        self.call(call, self.inner().reap(key, token)).await
+        let key = key.clone();
+        ask!(self, Reap, Request::Reap { key, token })
     }
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        if self.split_batches() {
-            return reap_each(self, expired).await;
-        }
-        let call = Call::new(Op::ReapMany).n(expired.len());
-        self.call(call, self.inner().reap_many(expired)).await
+        ask!(self, ReapMany, Request::ReapMany(expired.to_vec()))
     }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let call = Call::new(Op::DeadTokens).n(limit);
-        self.call(call, self.inner().dead_tokens(limit)).await
+        ask!(self, DeadTokens, Request::DeadTokens { limit })
     }
     async fn store_time(&self) -> Result<StoreTime> {
-        let call = Call::new(Op::StoreTime);
-        self.call(call, self.inner().store_time()).await
+        ask!(self, StoreTime, Request::StoreTime)
     }
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let call = Call::new(Op::NextExpiry).space(space);
-        self.call(call, self.inner().next_expiry(space)).await
+        ask!(self, NextExpiry, Request::NextExpiry(space.clone()))
     }
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let mut call = Call::new(Op::Members).space(space).n(page.limit);
-        call.key = page.after;
-        self.call(call, self.inner().members(space, page)).await
+        let page = Page {
+            after: page.after.cloned(),
+            limit: page.limit,
+        };
+        let space = space.clone();
+        ask!(self, Members, Request::Members { space, page })
     }
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let call = Call::new(Op::Deaths).n(limit);
-        self.call(call, self.inner().deaths(before, limit)).await
+        ask!(self, Deaths, Request::Deaths { before, limit })
     }
     fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner().wakeups()
+        self.inner.wakeups()
     }
 }
 
 #[async_trait]
-impl<L: Layer> ItemStore for L {
+impl<I: Intercept> ItemStore for Intercepted<I> {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        let call = Call::new(Op::Enqueue);
-        self.call(call, self.inner().enqueue(payload, options))
-            .await
+        let payload = payload.to_vec();
+        ask!(self, Enqueue, Request::Enqueue { payload, options })
     }
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        let call = Call::new(Op::Claim).lease(lease).n(n);
-        let run = self.inner().claim_request(lease, n, req);
-        self.call(call, run).await
+        let lease = lease.clone();
+        ask!(self, Claim, Request::Claim { lease, n, req })
     }
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let call = Call::new(Op::Complete).lease(lease).item(id);
-        self.call(call, self.inner().complete(lease, id)).await
+        let lease = lease.clone();
+        ask!(self, Complete, Request::Complete { lease, id })
     }
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let call = Call::new(Op::Fail).lease(lease).item(id);
-        self.call(call, self.inner().fail(lease, id, retry)).await
+        let lease = lease.clone();
+        ask!(self, Fail, Request::Fail { lease, id, retry })
     }
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let call = Call::new(Op::RequeueOrphans).token(token);
-        self.call(call, self.inner().requeue_orphans(token)).await
+        ask!(self, RequeueOrphans, Request::RequeueOrphans(token))
     }
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
-        if self.split_batches() {
-            return requeue_each(self, tokens).await;
-        }
-        let call = Call::new(Op::RequeueOrphansMany).n(tokens.len());
-        self.call(call, self.inner().requeue_orphans_many(tokens))
-            .await
+        ask!(
+            self,
+            RequeueOrphansMany,
+            Request::RequeueOrphansMany(tokens.to_vec())
+        )
     }
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let call = Call::new(Op::Item).item(id);
-        self.call(call, self.inner().item(id)).await
+        ask!(self, Item, Request::Item(id))
     }
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let call = Call::new(Op::ItemCounts);
-        self.call(call, self.inner().item_counts()).await
+        ask!(self, ItemCounts, Request::ItemCounts)
     }
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let call = Call::new(Op::DeadLetters).n(limit);
-        self.call(call, self.inner().dead_letters(limit)).await
+        ask!(self, DeadLetters, Request::DeadLetters { limit })
     }
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let mut call = Call::new(Op::Items).n(page.limit);
-        call.item = page.after;
-        self.call(call, self.inner().items(state, page)).await
+        ask!(self, Items, Request::Items { state, page })
     }
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let call = Call::new(Op::RetryDeadLetter).item(id);
-        self.call(call, self.inner().retry_dead_letter(id)).await
+        ask!(self, RetryDeadLetter, Request::RetryDeadLetter(id))
     }
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let call = Call::new(Op::RetryDeadLetters).n(limit);
-        self.call(call, self.inner().retry_dead_letters(limit))
-            .await
+        ask!(self, RetryDeadLetters, Request::RetryDeadLetters { limit })
     }
 }
+
+pub use crate::checked::CheckInput;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, InputProblem, LostReason, Result};
+use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::item::ItemId;
 use crate::types::{FencingToken, HolderId, Key, Namespace, StoreTime, Ttl};
 
@@ -126,7 +126,7 @@ impl Lease {
     }
 
     /// The [`Error::Lost`] a store answers when this lease is no longer current.
-    pub fn lost(&self, reason: LostReason) -> Error {
+    pub fn lost(&self, reason: LostCause) -> Error {
         Error::Lost {
             key: self.key.clone(),
             token: self.token,

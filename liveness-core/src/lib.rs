@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod batch;
+pub mod checked;
 pub mod checker;
 pub mod clock;
 pub mod durability;
@@ -26,19 +27,20 @@ pub mod wake;
 
 pub use backoff::Backoff;
 pub use batch::Batcher;
+pub use checked::{checked, CheckInput};
 pub use checker::{
     Checker, CheckerConfig, CheckerHandle, CheckerStatus, Death, RoundReport, Skipped,
 };
 pub use clock::{Clock, HighWater, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
-pub use error::{BoxError, Corrupt, Error, InputProblem, LostReason, Result, SchemaTooNew};
-pub use events::{CheckStep, Event, EventBus, LossReason};
+pub use error::{BoxError, Corrupt, Error, InputProblem, LostCause, Result, SchemaTooNew};
+pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued, DEFAULT_MAX_ATTEMPTS,
 };
-pub use layer::{Call, Layer, Op};
+pub use layer::{Intercept, Layer, Next, Op, Reply, Request, StoreBuilder};
 pub use lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
     LeaseStatus, Swept, DEFAULT_DEATH_RETENTION,

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
-use crate::error::{Error, InputProblem, LostReason, Result};
+use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
@@ -200,9 +200,9 @@ impl NsState {
 
     fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
         match self.leases.get(&lease.key) {
-            None => Err(lease.lost(LostReason::Released)),
-            Some(rec) if rec.token != lease.token => Err(lease.lost(LostReason::Superseded)),
-            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostReason::Expired)),
+            None => Err(lease.lost(LostCause::Released)),
+            Some(rec) if rec.token != lease.token => Err(lease.lost(LostCause::Superseded)),
+            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostCause::Expired)),
             Some(rec) => Ok(rec),
         }
     }
@@ -340,7 +340,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        self.info.caps.check_ttl(ttl)?;
         let now = self.now();
         let mut st = lock(&self.state);
         if let Some(rec) = st.leases.get(key) {
@@ -386,14 +385,12 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.info.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
         self.renew_locked(&mut st, lease, now)
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        crate::store::check_batch(self.info.caps, "leases", leases.len())?;
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(leases
@@ -403,7 +400,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
-        crate::store::check_batch(self.info.caps, "expired", expired.len())?;
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(expired
@@ -413,7 +409,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.info.issuer)?;
         let now = self.now();
         let mut st = lock(&self.state);
         match st.leases.get(&lease.key) {
@@ -438,10 +433,6 @@ impl LeaseStore for MemoryStore {
 
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
-        if after.is_some_and(|k| k.space() != space) {
-            return Err(Error::invalid("after", InputProblem::OtherSpace));
-        }
         let now = self.now();
         let st = lock(&self.state);
         let Some(names) = st.names.get(space) else {
@@ -462,7 +453,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         let until = before.map_or(Bound::Unbounded, Bound::Excluded);
         Ok(st
@@ -475,7 +465,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let now = self.now();
         let st = lock(&self.state);
         let Some(index) = st.expiry.get(space) else {
@@ -503,7 +492,6 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         Ok(st
             .dead
@@ -538,7 +526,6 @@ impl LeaseStore for MemoryStore {
 #[async_trait]
 impl ItemStore for MemoryStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, self.info.caps.max_payload)?;
         let mut st = lock(&self.state);
         if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
             return Ok(*id);
@@ -566,8 +553,6 @@ impl ItemStore for MemoryStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.info.issuer)?;
-        let n = self.info.caps.clamp_limit("n", n)?;
         let now = self.now();
         let mut st = lock(&self.state);
         let last_claim = st.check_current(lease, now)?.last_claim;
@@ -607,7 +592,6 @@ impl ItemStore for MemoryStore {
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.info.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         st.items.remove(&id);
@@ -621,7 +605,6 @@ impl ItemStore for MemoryStore {
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.info.issuer)?;
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         Ok(st.hand_back(id, retry))
@@ -647,7 +630,6 @@ impl ItemStore for MemoryStore {
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
         let Page { after, limit } = page;
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let ids: Vec<ItemId> = match state {
@@ -680,7 +662,6 @@ impl ItemStore for MemoryStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let mut st = lock(&self.state);
         let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();
         for id in &ids {
@@ -699,7 +680,6 @@ impl ItemStore for MemoryStore {
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = self.info.caps.clamp_limit("limit", limit)?;
         let st = lock(&self.state);
         Ok(st
             .dead_letters
@@ -719,10 +699,8 @@ impl ItemStore for MemoryStore {
 /// for a whole batch.
 impl MemoryStore {
     fn renew_locked(&self, st: &mut NsState, lease: &Lease, now: Duration) -> Result<Lease> {
-        lease.check_issuer(&self.info.issuer)?;
         let old = st.check_current(lease, now)?.expires_at;
         let ttl = lease.ttl;
-        self.info.caps.check_ttl(ttl)?;
         let expires_at = now + ttl.duration();
         st.unindex(&lease.key, old);
         st.index(&lease.key, expires_at);

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram, Label};
 
-use crate::error::{Error, LostReason};
-use crate::events::LossReason;
+use crate::error::{Error, LostCause};
+use crate::events::HolderLoss;
 use crate::store::Store;
 
 /// Counter: successful lease renewals (label `role`: `member` or `leader`).
@@ -189,14 +189,14 @@ impl HolderMetrics {
     }
 
     /// The holder lost its lease for `reason`.
-    pub(crate) fn lost(&self, reason: LossReason) {
+    pub(crate) fn lost(&self, reason: HolderLoss) {
         let reason = match reason {
-            LossReason::Store(LostReason::Expired) => "expired",
-            LossReason::Store(LostReason::Superseded) => "superseded",
-            LossReason::Store(LostReason::Released) => "released",
-            LossReason::Store(LostReason::GaveUp) | LossReason::Deadline => "deadline",
-            LossReason::Fault => "fault",
-            LossReason::StoreLostState => "store_lost_state",
+            HolderLoss::Store(LostCause::Expired) => "expired",
+            HolderLoss::Store(LostCause::Superseded) => "superseded",
+            HolderLoss::Store(LostCause::Released) => "released",
+            HolderLoss::Store(LostCause::GaveUp) | HolderLoss::Deadline => "deadline",
+            HolderLoss::Fault => "fault",
+            HolderLoss::StoreLostState => "store_lost_state",
         };
         self.labels
             .counter(LEASES_LOST_TOTAL, &[self.role.label(), ("reason", reason)])

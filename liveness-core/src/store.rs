@@ -42,8 +42,20 @@
 //!   inside the operation, or, on observer-local stores
 //!   ([`Capabilities::observer_local_expiry`]), this handle's own monotonic clock. A
 //!   caller's clock is never sent or compared.
-//! - Invalid input fails with [`Error::InvalidInput`] and
-//!   changes nothing.
+//! - Invalid input fails with [`Error::InvalidInput`] and changes nothing. **The
+//!   input is checked once, before it reaches the store**: every store a caller gets
+//!   (from the state machines, [`checked`](crate::checked()) or the umbrella crate's
+//!   `connect`, and in the conformance suite) stands behind
+//!   [`CheckInput`](crate::CheckInput), which refuses a foreign lease, a ttl outside
+//!   the capabilities, an oversized batch, a zero limit, a page cursor of another
+//!   space and an invalid enqueue, and clamps limits to `max_batch` (its docs list
+//!   every check). A store implementation receives only input that passed those
+//!   checks and does not repeat them; the `InvalidInput` bullets below describe the
+//!   store as its callers see it. A store still refuses what only it can judge (an
+//!   item id that names no item, a value its backend cannot hold).
+//! - When two answers apply, invalid input wins: a call that fails a check answers
+//!   `InvalidInput` whatever the state of the store (a `claim` with `n == 0` under a
+//!   lost lease is `InvalidInput`, not `Lost`).
 //! - A transport fault fails with [`Error::Unavailable`];
 //!   the operation may or may not have taken effect. Retrying it is safe: each
 //!   method's `# Retry` section says what a repeat of an applied call answers. The
@@ -53,10 +65,11 @@
 //!   its client library re-send a call that is not safe to repeat on its own.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
 //! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
-//!   `fail`) first refuses one issued by another store or namespace
-//!   ([`Lease::check_issuer`] against [`LeaseStore::issuer`]) with
+//!   `fail`, each entry of `renew_many`) refuses one issued by another store or
+//!   namespace ([`Lease::check_issuer`] against [`LeaseStore::issuer`]) with
 //!   [`Error::InvalidInput`] (`what: "lease"`, [`InputProblem::ForeignLease`]) and
-//!   changes nothing.
+//!   changes nothing: [`CheckInput`](crate::CheckInput) does it before the store is
+//!   called.
 
 use std::time::Duration;
 
@@ -284,10 +297,10 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   `lease.ttl`) and the same token.
     /// - A `lease.ttl` other than the acquired one becomes the lease's ttl: it expires
     ///   by it, and [`LeaseStore::inspect`] reports it. A ttl outside the capabilities
-    ///   is `InvalidInput` and changes nothing (on a lost lease, the `Lost` answer
-    ///   comes first).
+    ///   is `InvalidInput` and changes nothing, also on a lost lease (invalid input
+    ///   wins).
     /// - An expired lease is NEVER renewed, even when nobody else took the key:
-    ///   [`Error::Lost`] with [`LostReason::Expired`](crate::LostReason::Expired).
+    ///   [`Error::Lost`] with [`LostCause::Expired`](crate::LostCause::Expired).
     /// - A key now held under another token: `Lost` with `Superseded`; a key with no
     ///   lease: `Lost` with `Released`. Nothing changes on any `Lost`.
     ///
@@ -672,7 +685,8 @@ pub trait ItemStore: Send + Sync {
 }
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
-/// [`Error::InvalidInput`]: the check every `*_many` method starts with.
+/// [`Error::InvalidInput`]: the check [`CheckInput`](crate::CheckInput) makes of
+/// every `*_many` call but `requeue_orphans_many`.
 pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result<()> {
     let max = caps.max_batch.max(1);
     if len > max {

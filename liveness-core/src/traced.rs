@@ -1,7 +1,8 @@
-//! A store wrapper that gives every store call a `tracing` span, counts the calls and
+//! A store layer that gives every store call a `tracing` span, counts the calls and
 //! records the failed ones in [`STORE_ERRORS_TOTAL`](crate::metrics::STORE_ERRORS_TOTAL).
-//! The state machines wrap the store they are given with it, so every call they make
-//! is traced and counted.
+//! The state machines put the store they are given behind it (and behind
+//! [`CheckInput`](crate::CheckInput)), so every call they make is checked, traced and
+//! counted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,57 +10,54 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tracing::Instrument;
 
+use crate::checked::checked;
 use crate::error::Result;
-use crate::layer::{BoxCall, Call, Layer};
+use crate::layer::{Intercept, Intercepted, Next, Reply, Request};
 use crate::metrics::{error_kind, Labels, STORE_ERRORS_TOTAL};
 use crate::store::Store;
 
-/// Wraps `store` in a [`Traced`].
-pub(crate) fn traced(store: Arc<dyn Store>) -> Arc<Traced> {
-    Arc::new(Traced {
+/// `store` behind [`CheckInput`](crate::CheckInput) and then a [`Traced`] layer: the
+/// form in which the state machines use a store.
+pub(crate) fn traced(store: Arc<dyn Store>) -> Arc<Intercepted<Traced>> {
+    let hook = Arc::new(Traced {
         labels: Labels::of(&*store),
-        inner: store,
         calls: AtomicU64::new(0),
-    })
+    });
+    Arc::new(Intercepted::new(checked(store), hook))
 }
 
-/// A store whose every call runs inside a `liveness.store` span carrying the
+/// A layer whose every call runs inside a `liveness.store` span carrying the
 /// operation, the backend and, where the call has them, the key, the space, the
 /// token, the item and the batch size; and whose failed calls are counted in
 /// [`STORE_ERRORS_TOTAL`](crate::metrics::STORE_ERRORS_TOTAL).
 #[derive(Debug)]
 pub struct Traced {
-    inner: Arc<dyn Store>,
     labels: Labels,
     calls: AtomicU64,
 }
 
 impl Traced {
-    /// How many store calls went through this wrapper so far.
+    /// How many store calls went through this layer so far.
     pub(crate) fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
     }
 }
 
 #[async_trait]
-impl Layer for Traced {
-    fn inner(&self) -> &Arc<dyn Store> {
-        &self.inner
-    }
-
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
-        let op = call.op.name();
+impl Intercept for Traced {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let op = req.op().name();
         let span = tracing::debug_span!(
             "liveness.store",
             op,
-            backend = self.inner.backend(),
-            key = call.key.map(tracing::field::display),
-            space = call.space.map(tracing::field::display),
-            token = call.token.map(tracing::field::display),
-            item = call.item.map(tracing::field::display),
-            n = call.n,
+            backend = next.store().backend(),
+            key = req.key().map(tracing::field::display),
+            space = req.space().map(tracing::field::display),
+            token = req.token().map(tracing::field::display),
+            item = req.item().map(tracing::field::display),
+            n = req.n(),
         );
-        let answer = run.instrument(span).await;
+        let answer = next.run(req).instrument(span).await;
         self.calls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &answer {
             if let Some(kind) = error_kind(e) {

@@ -1,4 +1,4 @@
-//! Memory a member costs its process (issue 13): counted by a global allocator that
+//! Memory a member costs its process: counted by a global allocator that
 //! tracks live bytes. One test in this binary, so no other test allocates meanwhile.
 
 use std::alloc::System;
@@ -54,7 +54,7 @@ fn a_member_costs_a_few_kib_and_an_unobserved_bus_allocates_no_buffer() {
         tokio::time::sleep(Duration::from_secs(30)).await;
         let per_member = (live() - before) / n as isize;
         println!("bytes per member (process side, memory store included): {per_member}");
-        // Issue 13 measured 124 KiB per member (a 1,024-slot bus each).
+        // A 1,024-slot event bus per member once cost 124 KiB per member.
         assert!(
             per_member < 8 * 1024,
             "{per_member} bytes per member (the 1,024-slot bus each is back?)"

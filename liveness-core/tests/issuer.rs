@@ -1,10 +1,12 @@
 //! Leases carry their issuer (store instance and namespace); every other store and
-//! namespace refuses them (issue 11, item 5). The conformance scenario
+//! namespace refuses them. The conformance scenario
 //! `foreign_lease_refused_unchanged` checks two namespaces of one store; these tests
 //! check the same namespace of two stores, and handles that must agree.
 
+use std::sync::Arc;
+
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, InputProblem, Issuer, ItemState, ItemStore, Key, Lease,
+    checked, EnqueueOptions, Error, HolderId, InputProblem, Issuer, ItemState, Key, Lease,
     LeaseStore, MemoryServer, Namespace, Ttl,
 };
 
@@ -13,7 +15,7 @@ fn ns(name: &str) -> Namespace {
 }
 
 /// A lease on member `w` for `holder`, 60 s.
-async fn acquire_w(store: &impl LeaseStore, holder: &str) -> Lease {
+async fn acquire_w(store: &dyn LeaseStore, holder: &str) -> Lease {
     let ttl = Ttl::from_secs(60).unwrap();
     store
         .acquire(
@@ -38,10 +40,12 @@ fn is_foreign<T: std::fmt::Debug>(r: liveness_core::Result<T>) {
 #[tokio::test]
 async fn the_same_namespace_of_another_server_refuses_the_lease() {
     let (one, two) = (MemoryServer::new(), MemoryServer::new());
-    let (a, b) = (one.store(&ns("default")), two.store(&ns("default")));
+    // As every caller gets a store: behind the input checks.
+    let a = checked(Arc::new(one.store(&ns("default"))));
+    let b = checked(Arc::new(two.store(&ns("default"))));
     let key = Key::member("w").unwrap();
-    let la = acquire_w(&a, "a").await;
-    let lb = acquire_w(&b, "b").await;
+    let la = acquire_w(&*a, "a").await;
+    let lb = acquire_w(&*b, "b").await;
     assert_eq!(la.token, lb.token, "both servers start counting at 1");
     let id = b
         .enqueue(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use liveness_core::{
     Checker, CheckerConfig, Claimed, Clock, Election, ElectionConfig, EnqueueOptions, Event,
-    EventBus, ItemId, ItemState, LossReason, LostReason, ManualClock, Member, MemberConfig,
+    EventBus, HolderLoss, ItemId, ItemState, LostCause, ManualClock, Member, MemberConfig,
     MemoryServer, Namespace, Store, TokioClock, Ttl,
 };
 use tokio::time::{timeout, Instant};
@@ -93,7 +93,7 @@ fn gave_up<T>(r: &liveness_core::Result<T>) -> bool {
     matches!(
         r,
         Err(liveness_core::Error::Lost {
-            reason: LostReason::GaveUp,
+            reason: LostCause::GaveUp,
             ..
         })
     )
@@ -149,14 +149,14 @@ async fn a_store_clock_jump_makes_the_member_lose_and_rejoin() {
     assert!(matches!(
         events.recv().await.unwrap(),
         Event::Lost {
-            reason: LossReason::Store(LostReason::Expired),
+            reason: HolderLoss::Store(LostCause::Expired),
             ..
         }
     ));
     assert!(matches!(events.recv().await.unwrap(), Event::Joined { .. }));
 }
 
-/// Issue 12: a store that lost state (it forgot the lease, and its token counter went
+/// A store that lost state (it forgot the lease, and its token counter went
 /// back) is not a graceful release: the member's loss says so, loudly and distinctly.
 #[tokio::test(start_paused = true)]
 async fn a_store_that_lost_state_is_a_distinct_loss_not_a_release() {
@@ -177,7 +177,7 @@ async fn a_store_that_lost_state_is_a_distinct_loss_not_a_release() {
         matches!(
             event,
             Event::Lost {
-                reason: LossReason::StoreLostState,
+                reason: HolderLoss::StoreLostState,
                 ..
             }
         ),
@@ -481,9 +481,10 @@ mod faulty {
     use std::time::Duration;
 
     use liveness_core::durability::StoreLostState;
-    use liveness_core::layer::BoxCall;
+    use liveness_core::layer::Intercepted;
     use liveness_core::{
-        async_trait, Call, Error, FencingToken, Layer, LostReason, Op, Result, Store,
+        async_trait, Error, FencingToken, Intercept, LostCause, Next, Op, Reply, Request, Result,
+        Store,
     };
 
     #[derive(Debug, Default)]
@@ -513,19 +514,15 @@ mod faulty {
 
     #[derive(Debug)]
     pub struct Faulty {
-        pub inner: Arc<dyn Store>,
         pub knobs: Arc<Knobs>,
     }
 
     pub fn wrap(inner: Arc<dyn Store>) -> (Arc<dyn Store>, Arc<Knobs>) {
         let knobs = Arc::new(Knobs::default());
-        (
-            Arc::new(Faulty {
-                inner,
-                knobs: knobs.clone(),
-            }),
-            knobs,
-        )
+        let hook = Arc::new(Faulty {
+            knobs: knobs.clone(),
+        });
+        (Arc::new(Intercepted::new(inner, hook)), knobs)
     }
 
     fn down() -> Error {
@@ -542,26 +539,18 @@ mod faulty {
     }
 
     #[async_trait]
-    impl Layer for Faulty {
-        fn inner(&self) -> &Arc<dyn Store> {
-            &self.inner
-        }
-
+    impl Intercept for Faulty {
         /// Per lease and per token, as the trait's default `*_many` loops do.
         fn split_batches(&self) -> bool {
             true
         }
 
-        async fn call<'a, T: Send + 'a>(
-            &'a self,
-            call: Call<'a>,
-            run: BoxCall<'a, T>,
-        ) -> Result<T> {
+        async fn call(&self, req: Request, next: Next) -> Result<Reply> {
             let knobs = &self.knobs;
-            match call.op {
+            match req.op() {
                 Op::Acquire => {
                     knobs.acquires.fetch_add(1, Ordering::SeqCst);
-                    let answer = run.await?;
+                    let answer = next.run(req).await?;
                     let lose = knobs
                         .lose_acquire_replies
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -577,19 +566,19 @@ mod faulty {
                     }
                     if let (true, Some(key), Some(token)) = (
                         knobs.lose_renew.load(Ordering::SeqCst),
-                        call.key,
-                        call.token,
+                        req.key(),
+                        req.token(),
                     ) {
                         return Err(Error::Lost {
                             key: key.clone(),
                             token,
-                            reason: LostReason::Released,
+                            reason: LostCause::Released,
                         });
                     }
                     if let (true, Some(key), Some(token)) = (
                         knobs.renew_finds_state_lost.load(Ordering::SeqCst),
-                        call.key,
-                        call.token,
+                        req.key(),
+                        req.token(),
                     ) {
                         let key = key.clone();
                         return Err(Error::backend("faulty", StoreLostState { key, token }));
@@ -601,13 +590,13 @@ mod faulty {
                     return Err(down());
                 }
                 Op::Reap | Op::RequeueOrphans => {
-                    if let Some(token) = call.token {
+                    if let Some(token) = req.token() {
                         self.broken(token)?;
                     }
                 }
                 _ => {}
             }
-            run.await
+            next.run(req).await
         }
     }
 }
@@ -763,7 +752,7 @@ impl Clock for SignalledHost {
     }
 }
 
-/// Issue 13 (client CPU): with a clock that signals resumes, a heartbeat does not wake
+/// Client CPU at scale: with a clock that signals resumes, a heartbeat does not wake
 /// every tick to read the clock between renewals (100,000 members paid about seven
 /// wake-ups per renewal for it), and a suspend still fires the cancellation as soon
 /// as the signal comes, without any check.

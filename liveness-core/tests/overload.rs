@@ -1,4 +1,4 @@
-//! Overload behaviour of the state machines (issue 13), on the memory model under
+//! Overload behaviour of the state machines, on the memory model under
 //! tokio's paused time: jittered timers, and a slow store that makes the fleet slower,
 //! never smaller. Every assertion counts calls or compares instants of paused time:
 //! deterministic (the jitter comes from `fastrand`, seeded per test; a paused-time
@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use liveness_core::layer::BoxCall;
+use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, Batcher, Call, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
-    FencingToken, HolderId, Key, Layer, LossReason, Member, MemberConfig, MemoryServer, Namespace,
-    Op, Result, Space, Store, Ttl,
+    async_trait, Batcher, Checker, CheckerConfig, EnqueueOptions, Error, Event, EventBus,
+    FencingToken, HolderId, HolderLoss, Intercept, Key, Member, MemberConfig, MemoryServer,
+    Namespace, Next, Op, Reply, Request, Result, Space, Store, Ttl,
 };
 use tokio::time::Instant;
 
@@ -39,7 +39,6 @@ struct Seen {
 /// anyway: the worst case of an overloaded store).
 #[derive(Debug)]
 struct Slow {
-    inner: Arc<dyn Store>,
     seen: Mutex<Seen>,
     slow_until: Mutex<Option<Instant>>,
     timeout: Duration,
@@ -56,9 +55,8 @@ struct Slow {
 }
 
 impl Slow {
-    fn new(inner: Arc<dyn Store>, timeout: Duration) -> Arc<Slow> {
-        Arc::new(Slow {
-            inner,
+    fn new(inner: Arc<dyn Store>, timeout: Duration) -> Arc<Intercepted<Slow>> {
+        let hook = Arc::new(Slow {
             seen: Mutex::default(),
             slow_until: Mutex::new(None),
             timeout,
@@ -67,7 +65,8 @@ impl Slow {
             batches: Mutex::default(),
             acquire_batches: Mutex::default(),
             checker_calls: AtomicUsize::new(0),
-        })
+        });
+        Arc::new(Intercepted::new(inner, hook))
     }
 
     /// How many single `acquire` calls reached the store.
@@ -102,18 +101,15 @@ impl Drop for InFlight<'_> {
 }
 
 #[async_trait]
-impl Layer for Slow {
-    fn inner(&self) -> &Arc<dyn Store> {
-        &self.inner
-    }
-
+impl Intercept for Slow {
     /// Records the call; lease and checker calls are made slow while `slow_until` is
     /// in the future (see [`Slow`]).
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let op = req.op();
         let now = Instant::now();
         // A renewal is counted in flight until the call ends or the caller drops it.
         let mut _in_flight = None;
-        match (call.op, call.key) {
+        match (op, req.key()) {
             (Op::Acquire, Some(key)) => {
                 let mut seen = self.seen.lock().unwrap();
                 seen.acquires.entry(key.clone()).or_default().push(now);
@@ -127,17 +123,17 @@ impl Layer for Slow {
                 seen.max_in_flight = seen.max_in_flight.max(*n);
                 _in_flight = Some(InFlight(self, key.clone()));
             }
-            (Op::RenewMany, _) => self.batches.lock().unwrap().push((now, call.n)),
-            (Op::AcquireMany, _) => self.acquire_batches.lock().unwrap().push(call.n),
+            (Op::RenewMany, _) => self.batches.lock().unwrap().push((now, req.n())),
+            (Op::AcquireMany, _) => self.acquire_batches.lock().unwrap().push(req.n()),
             (Op::NextExpiry, _) => self.rounds.lock().unwrap().push(now),
             _ => {}
         }
-        if call.op.is_checker_call() {
+        if op.is_checker_call() {
             self.checker_calls.fetch_add(1, Ordering::SeqCst);
         }
-        let gated = call.op.is_checker_call()
+        let gated = op.is_checker_call()
             || matches!(
-                call.op,
+                op,
                 Op::Acquire | Op::AcquireMany | Op::Renew | Op::RenewMany | Op::Release
             );
         let slow = gated
@@ -149,8 +145,8 @@ impl Layer for Slow {
         if slow {
             tokio::time::sleep(self.timeout).await;
         }
-        let answer = run.await;
-        if call.op == Op::Acquire && answer.is_ok() {
+        let answer = next.run(req).await;
+        if op == Op::Acquire && answer.is_ok() {
             self.granted.fetch_add(1, Ordering::SeqCst);
         }
         if slow {
@@ -166,19 +162,24 @@ fn memory() -> Arc<dyn Store> {
 }
 
 /// A [`Slow`] memory store (1 s timeout, never made slow here), also as a `dyn Store`.
-fn slow_memory() -> (Arc<Slow>, Arc<dyn Store>) {
+fn slow_memory() -> (Arc<Intercepted<Slow>>, Arc<dyn Store>) {
     let store = Slow::new(memory(), Duration::from_secs(1));
     let dyn_store: Arc<dyn Store> = store.clone();
     (store, dyn_store)
 }
 
-async fn join_fleet(store: &Arc<Slow>, n: usize, ttl: Ttl, bus: &EventBus) -> Vec<Member> {
+async fn join_fleet(
+    store: &Arc<Intercepted<Slow>>,
+    n: usize,
+    ttl: Ttl,
+    bus: &EventBus,
+) -> Vec<Member> {
     join_fleet_with(store, n, ttl, bus, None).await
 }
 
 /// Joins `n` members at one instant, through `batcher` when given.
 async fn join_fleet_with(
-    store: &Arc<Slow>,
+    store: &Arc<Intercepted<Slow>>,
     n: usize,
     ttl: Ttl,
     bus: &EventBus,
@@ -297,7 +298,7 @@ async fn checkers_started_together_drift_apart() {
     }
 }
 
-/// The overload scenario of issue 13: a store whose every call takes longer than the
+/// The overload scenario: a store whose every call takes longer than the
 /// client timeout (and is still applied) for longer than the safety margin. Members
 /// lose their leases (they could not reach the store within their margin), but the
 /// recovery must not amplify: no tight re-join loop, no token burned per attempt, and
@@ -385,9 +386,9 @@ async fn a_store_slower_than_the_client_timeout_makes_the_fleet_slower_not_small
 }
 
 /// The live token on `member`'s key in the store behind the wrapper.
-async fn live_token(store: &Arc<Slow>, member: &Member) -> Option<FencingToken> {
+async fn live_token(store: &Arc<Intercepted<Slow>>, member: &Member) -> Option<FencingToken> {
     store
-        .inner
+        .inner()
         .inspect(member.key())
         .await
         .unwrap()
@@ -412,7 +413,7 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
     // One lease is released behind its member's back: only that member loses (its
     // own answer in the batch), the others keep renewing in the same batches.
     let victim = members[7].lease();
-    assert!(store.inner.release(&victim).await.unwrap());
+    assert!(store.inner().release(&victim).await.unwrap());
     tokio::time::sleep(run / 2).await;
 
     let batches = store.batches.lock().unwrap().clone();
@@ -451,7 +452,7 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
         lost,
         vec![(
             victim.key.clone(),
-            LossReason::Store(liveness_core::LostReason::Released)
+            HolderLoss::Store(liveness_core::LostCause::Released)
         )]
     );
     for m in &members {
@@ -460,7 +461,7 @@ async fn members_sharing_a_batcher_renew_in_few_round_trips_each_with_its_own_an
     }
 }
 
-/// Issue 13 (3), "same for acquire at join time": a fleet joining together through a
+/// Joins are batched like renewals: a fleet joining together through a
 /// batcher sends a few `acquire_many` calls, not one acquire per member, and a
 /// member that re-joins after a loss acquires through the batcher too.
 #[tokio::test(start_paused = true)]
@@ -492,7 +493,7 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
     // batcher, under a new token.
     let victim = &members[11];
     let old = victim.token();
-    assert!(store.inner.release(&victim.lease()).await.unwrap());
+    assert!(store.inner().release(&victim.lease()).await.unwrap());
     tokio::time::sleep(ttl.duration() * 2).await;
     assert!(victim.token() > old, "re-joined under a new token");
     assert_eq!(live_token(&store, victim).await, Some(victim.token()));
@@ -511,19 +512,14 @@ async fn members_sharing_a_batcher_join_and_rejoin_in_few_round_trips() {
 /// request that sat in an overloaded queue), then answer at once.
 #[derive(Debug)]
 struct Queued {
-    inner: Arc<dyn Store>,
     queued: Duration,
     late: AtomicUsize,
 }
 
 #[async_trait]
-impl Layer for Queued {
-    fn inner(&self) -> &Arc<dyn Store> {
-        &self.inner
-    }
-
-    async fn call<'a, T: Send + 'a>(&'a self, call: Call<'a>, run: BoxCall<'a, T>) -> Result<T> {
-        if call.op == Op::Acquire
+impl Intercept for Queued {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        if req.op() == Op::Acquire
             && self
                 .late
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -531,11 +527,11 @@ impl Layer for Queued {
         {
             tokio::time::sleep(self.queued).await;
         }
-        run.await
+        next.run(req).await
     }
 }
 
-/// Issue 13 (no amplification): an acquire answered after the local deadline it would
+/// No amplification: an acquire answered after the local deadline it would
 /// start (it waited longer than ttl − margin in a queue) is adopted by a renewal, not
 /// thrown away: no `Lost`, no second token, no dead-set entry for the checker. Before,
 /// each such join was lost at once and re-joined with a new token, whose acquire
@@ -543,11 +539,13 @@ impl Layer for Queued {
 #[tokio::test(start_paused = true)]
 async fn an_acquire_answered_after_its_deadline_is_adopted_not_thrown_away() {
     let ttl = ttl(1_000);
-    let store = Arc::new(Queued {
-        inner: memory(),
-        queued: ttl.duration().mul_f64(0.9),
-        late: AtomicUsize::new(1),
-    });
+    let store = Arc::new(Intercepted::new(
+        memory(),
+        Arc::new(Queued {
+            queued: ttl.duration().mul_f64(0.9),
+            late: AtomicUsize::new(1),
+        }),
+    ));
     let dyn_store: Arc<dyn Store> = store.clone();
     let bus = EventBus::new(1_000);
     let mut events = bus.subscribe();
@@ -561,7 +559,7 @@ async fn an_acquire_answered_after_its_deadline_is_adopted_not_thrown_away() {
     while let Ok(e) = events.try_recv() {
         assert!(!matches!(e, Event::Lost { .. }), "lost: {e:?}");
     }
-    assert!(store.inner.dead_tokens(100).await.unwrap().is_empty());
+    assert!(store.inner().dead_tokens(100).await.unwrap().is_empty());
 }
 
 #[tokio::test(start_paused = true)]

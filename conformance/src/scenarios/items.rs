@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use liveness_core::{
     EnqueueOptions, Error, FencingToken, InputProblem, ItemCounts, ItemId, ItemState, Lease,
-    LostReason, Name, RequestId, Store, Ttl,
+    LostCause, Name, RequestId, Store, Ttl,
 };
 
 use super::leases::holder;
@@ -132,7 +132,7 @@ pub async fn claim_repeat_answers_the_same_items(ctx: Ctx) {
             .await
             .unwrap_err()
             .lost_reason(),
-        Some(LostReason::Released)
+        Some(LostCause::Released)
     );
     assert_eq!(state(s, all[1]).await, Some(ItemState::Owned(lease.token)));
 }
@@ -260,7 +260,7 @@ pub async fn claim_refused_on_expired_lease(ctx: Ctx) {
     let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.ttl).await;
     ctx.wait_expired(&lease.key).await;
     match s.claim(&lease, 5).await {
-        Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
+        Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostCause::Expired),
         other => panic!("expected Lost(Expired), got {other:?}"),
     }
     assert_eq!(state(s, id).await, Some(ItemState::Pending));
@@ -276,12 +276,12 @@ pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
     let new = ctx.grant(&key, &holder("w"), ctx.long).await;
     assert_eq!(
         s.claim(&old, 5).await.unwrap_err().lost_reason(),
-        Some(LostReason::Superseded)
+        Some(LostCause::Superseded)
     );
     s.release(&new).await.unwrap();
     assert_eq!(
         s.claim(&new, 5).await.unwrap_err().lost_reason(),
-        Some(LostReason::Released)
+        Some(LostCause::Released)
     );
     assert_eq!(state(s, id).await, Some(ItemState::Pending));
 }

@@ -182,7 +182,7 @@ pub async fn member_leave_hands_back_items(ctx: Ctx) {
 }
 
 /// A claim whose reply is lost after the store applied it strands nothing under the
-/// live member (issue 11, item 4): one worker, 10 items, claims of 4, the first
+/// live member: one worker, 10 items, claims of 4, the first
 /// claim's reply lost. The member's next claim recovers the items the lost one took,
 /// and all 10 complete; nothing stays owned.
 pub async fn member_recovers_lost_claim_reply(ctx: Ctx) {
@@ -357,7 +357,10 @@ pub async fn election_failover_after_leader_stops(ctx: Ctx) {
 
 /// A member joined through a [`Wrapped`] view of the store under test, and the view
 /// (to stall its renewals or lose its replies).
-async fn join_wrapped(ctx: &Ctx, config: MemberConfig) -> (Arc<Wrapped>, Member) {
+async fn join_wrapped(
+    ctx: &Ctx,
+    config: MemberConfig,
+) -> (Arc<liveness_core::layer::Intercepted<Wrapped>>, Member) {
     let wrapped = Arc::new(Wrapped::new(ctx.store.clone()));
     let store: Arc<dyn Store> = wrapped.clone();
     let member = Member::join(store, config).await.unwrap();

@@ -38,7 +38,7 @@ use liveness_core::{
 };
 use tokio::time::Instant;
 
-use crate::faults::{FaultPlan, Faulty, Injected, Op};
+use crate::faults::{FaultPlan, Faulty, FaultyStore, Injected, Op};
 use crate::Factory;
 use oracle::{Log, Record};
 use process::{spawn_candidate, spawn_member, Command, Process, Shared};
@@ -216,13 +216,12 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
         bus: bus.clone(),
     };
     let mut seeds = fastrand::Rng::with_seed(config.seed);
-    let mut handles: Vec<Arc<Faulty>> = Vec::new();
+    let mut handles: Vec<Arc<FaultyStore>> = Vec::new();
     let mut handle = |seeds: &mut fastrand::Rng| {
-        let h = Arc::new(
-            Faulty::new(store.clone(), config.faults.clone(), seeds.u64(..))
-                .observed(log.clone())
-                .on_runtime(tokio::runtime::Handle::current()),
-        );
+        let h = Faulty::new(config.faults.clone(), seeds.u64(..))
+            .observed(log.clone())
+            .on_runtime(tokio::runtime::Handle::current())
+            .wrap(store.clone());
         handles.push(h.clone());
         h
     };

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, RwLock};
 
 use super::oracle::{Log, Record};
 use super::{SimConfig, LEADER_ROLE};
-use crate::faults::Faulty;
+use crate::faults::FaultyStore;
 
 /// A command to a simulated process.
 #[derive(Debug)]
@@ -47,7 +47,7 @@ pub(super) struct Process {
     /// `member-N` or `candidate-N`; holder ids start with it.
     pub name: String,
     /// Its store handle (the driver cuts its paths through it).
-    pub store: Arc<Faulty>,
+    pub store: Arc<FaultyStore>,
     control: mpsc::UnboundedSender<Command>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -75,7 +75,7 @@ impl Process {
 /// run's shared state, what freezes it, and its command channel.
 struct Start {
     name: String,
-    store: Arc<Faulty>,
+    store: Arc<FaultyStore>,
     seed: u64,
     shared: Shared,
     pauser: Arc<Pauser>,
@@ -99,7 +99,7 @@ impl Start {
 /// runtime.
 fn spawn_process<F, Fut>(
     name: String,
-    store: Arc<Faulty>,
+    store: Arc<FaultyStore>,
     seed: u64,
     shared: Shared,
     body: F,
@@ -233,7 +233,12 @@ struct Work {
 }
 
 /// Starts member process `i`.
-pub(super) fn spawn_member(i: usize, store: Arc<Faulty>, seed: u64, shared: Shared) -> Process {
+pub(super) fn spawn_member(
+    i: usize,
+    store: Arc<FaultyStore>,
+    seed: u64,
+    shared: Shared,
+) -> Process {
     spawn_process(format!("member-{i}"), store, seed, shared, member_process)
 }
 
@@ -281,7 +286,12 @@ async fn wait_busy(busy: &AtomicUsize, wait: Duration) {
 }
 
 /// Joins as `name`, retrying until it succeeds (faults may be armed).
-async fn join(name: &str, store: &Arc<Faulty>, shared: &Shared, clock: Arc<SimClock>) -> Member {
+async fn join(
+    name: &str,
+    store: &Arc<FaultyStore>,
+    shared: &Shared,
+    clock: Arc<SimClock>,
+) -> Member {
     loop {
         let config = MemberConfig::new(name, shared.config.ttl)
             .unwrap_or_else(|e| panic!("member config: {e}"))
@@ -366,7 +376,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Starts candidate process `i`.
-pub(super) fn spawn_candidate(i: usize, store: Arc<Faulty>, seed: u64, shared: Shared) -> Process {
+pub(super) fn spawn_candidate(
+    i: usize,
+    store: Arc<FaultyStore>,
+    seed: u64,
+    shared: Shared,
+) -> Process {
     spawn_process(
         format!("candidate-{i}"),
         store,

@@ -1,0 +1,211 @@
+//! Input checks, once, in front of every store: the [`CheckInput`] layer.
+//!
+//! A store receives only checked input (see the store contract in
+//! [`crate::store`]): the state machines, [`checked`] and the umbrella crate's
+//! `connect` put this layer in front of every store they hand out, so a store that
+//! forgets a check cannot let bad input through: it never sees it. A backend or a
+//! custom store writes only its own logic.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, InputProblem, Result};
+use crate::layer::{Intercept, Layer, Next, Reply, Request};
+use crate::store::{check_batch, Store};
+
+/// Checks every call's input against the inner store's [`StoreInfo`](crate::StoreInfo)
+/// before it reaches the store, and answers [`Error::InvalidInput`] without sending
+/// it when a check fails (so the store changes nothing).
+///
+/// # Guarantees
+/// What the store behind it never receives:
+/// - a lease issued by another store or namespace (`renew`, `release`, `claim`,
+///   `complete`, `fail`, and each entry of `renew_many`): `what: "lease"`,
+///   [`InputProblem::ForeignLease`];
+/// - a ttl outside `min_ttl ..= max_ttl` (`acquire`, `renew`, and each entry of
+///   `acquire_many` and `renew_many`): `what: "ttl"`;
+/// - a batch longer than `max_batch` (`acquire_many`: `"acquires"`, `renew_many`:
+///   `"leases"`, `reap_many`: `"expired"`); `requeue_orphans_many` takes any number;
+/// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `dead_letters`,
+///   `items`, `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
+///   larger one reaches the store clamped to `max_batch`;
+/// - a `members` page whose `after` key is of another space: `what: "after"`,
+///   [`InputProblem::OtherSpace`];
+/// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`.
+///
+/// A batch with some invalid entries answers `InvalidInput` for just those, in their
+/// places, and sends the others as one smaller batch (none, when none is valid).
+/// Invalid input wins over every other answer: a call that fails a check answers
+/// `InvalidInput` whatever the state of the store (a `claim` with `n == 0` under a
+/// lost lease is `InvalidInput`, not `Lost`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckInput;
+
+/// `store` behind [`CheckInput`]: the form in which the state machines and `connect`
+/// hand stores out.
+pub fn checked(store: Arc<dyn Store>) -> Arc<dyn Store> {
+    Arc::new(CheckInput).layer(store)
+}
+
+#[async_trait]
+impl Intercept for CheckInput {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let info = next.store().info();
+        let (caps, issuer) = (info.caps, &info.issuer);
+        let req = match req {
+            Request::Acquire { key, holder, ttl } => {
+                caps.check_ttl(ttl)?;
+                Request::Acquire { key, holder, ttl }
+            }
+            Request::AcquireMany(asks) => {
+                check_batch(caps, "acquires", asks.len())?;
+                let (asks, refused) = sift(asks, |a| caps.check_ttl(a.ttl));
+                return rejoin(refused, asks, Request::AcquireMany, next, |r| match r {
+                    Reply::AcquireMany(v) => Ok(v),
+                    other => Err(other),
+                })
+                .await
+                .map(Reply::AcquireMany);
+            }
+            Request::Renew(lease) => {
+                lease.check_issuer(issuer)?;
+                caps.check_ttl(lease.ttl)?;
+                Request::Renew(lease)
+            }
+            Request::RenewMany(leases) => {
+                check_batch(caps, "leases", leases.len())?;
+                let (leases, refused) = sift(leases, |l| {
+                    l.check_issuer(issuer)?;
+                    caps.check_ttl(l.ttl)
+                });
+                return rejoin(refused, leases, Request::RenewMany, next, |r| match r {
+                    Reply::RenewMany(v) => Ok(v),
+                    other => Err(other),
+                })
+                .await
+                .map(Reply::RenewMany);
+            }
+            Request::ReapMany(pairs) => {
+                check_batch(caps, "expired", pairs.len())?;
+                Request::ReapMany(pairs)
+            }
+            Request::Release(lease) => {
+                lease.check_issuer(issuer)?;
+                Request::Release(lease)
+            }
+            Request::Complete { lease, id } => {
+                lease.check_issuer(issuer)?;
+                Request::Complete { lease, id }
+            }
+            Request::Fail { lease, id, retry } => {
+                lease.check_issuer(issuer)?;
+                Request::Fail { lease, id, retry }
+            }
+            Request::Claim { lease, n, req } => {
+                lease.check_issuer(issuer)?;
+                let n = caps.clamp_limit("n", n)?;
+                Request::Claim { lease, n, req }
+            }
+            Request::Expired { space, limit } => {
+                let limit = caps.clamp_limit("limit", limit)?;
+                Request::Expired { space, limit }
+            }
+            Request::DeadTokens { limit } => Request::DeadTokens {
+                limit: caps.clamp_limit("limit", limit)?,
+            },
+            Request::Members { space, mut page } => {
+                page.limit = caps.clamp_limit("limit", page.limit)?;
+                if page.after.as_ref().is_some_and(|k| k.space() != &space) {
+                    return Err(Error::invalid("after", InputProblem::OtherSpace));
+                }
+                Request::Members { space, page }
+            }
+            Request::Deaths { before, limit } => Request::Deaths {
+                before,
+                limit: caps.clamp_limit("limit", limit)?,
+            },
+            Request::Enqueue { payload, options } => {
+                options.validate(&payload, caps.max_payload)?;
+                Request::Enqueue { payload, options }
+            }
+            Request::DeadLetters { limit } => Request::DeadLetters {
+                limit: caps.clamp_limit("limit", limit)?,
+            },
+            Request::Items { state, mut page } => {
+                page.limit = caps.clamp_limit("limit", page.limit)?;
+                Request::Items { state, page }
+            }
+            Request::RetryDeadLetters { limit } => Request::RetryDeadLetters {
+                limit: caps.clamp_limit("limit", limit)?,
+            },
+            other => other,
+        };
+        next.run(req).await
+    }
+}
+
+/// Splits a batch into the entries that pass `check` and, per position, the error of
+/// each one that does not (`None` where the entry was kept).
+fn sift<E>(entries: Vec<E>, check: impl Fn(&E) -> Result<()>) -> (Vec<E>, Vec<Option<Error>>) {
+    let mut kept = Vec::with_capacity(entries.len());
+    let mut refused = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match check(&entry) {
+            Ok(()) => {
+                kept.push(entry);
+                refused.push(None);
+            }
+            Err(e) => refused.push(Some(e)),
+        }
+    }
+    (kept, refused)
+}
+
+/// Sends the kept entries as one batch (none when nothing is kept) and puts the
+/// answers back in the places of the whole batch, the refused entries' errors in
+/// theirs. A store that answers another number of entries than it was sent breaks
+/// the contract: the call fails with `Backend`.
+async fn rejoin<E, T>(
+    refused: Vec<Option<Error>>,
+    kept: Vec<E>,
+    batch: impl FnOnce(Vec<E>) -> Request,
+    next: Next,
+    take: impl FnOnce(Reply) -> std::result::Result<Vec<Result<T>>, Reply>,
+) -> Result<Vec<Result<T>>> {
+    let sent = kept.len();
+    let backend = next.store().backend();
+    let answers = if sent == 0 {
+        Vec::new()
+    } else {
+        let reply = next.run(batch(kept)).await?;
+        take(reply).map_err(|other| {
+            Error::backend(
+                backend,
+                format!(
+                    "a batch was answered with the reply to {}",
+                    other.op().name()
+                ),
+            )
+        })?
+    };
+    if answers.len() != sent {
+        return Err(Error::backend(
+            backend,
+            format!(
+                "a batch of {sent} entries was answered with {}",
+                answers.len()
+            ),
+        ));
+    }
+    let mut answers = answers.into_iter();
+    Ok(refused
+        .into_iter()
+        .map(|r| match r {
+            Some(e) => Err(e),
+            None => answers
+                .next()
+                .unwrap_or_else(|| Err(Error::backend(backend, "a batch answer went missing"))),
+        })
+        .collect())
+}
