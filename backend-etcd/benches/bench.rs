@@ -1,7 +1,7 @@
 //! The etcd bench: the liveness bench kit's figures beside a bare etcd-client
 //! keep-alive loop, in one run against one etcd member.
 //!
-//! `cargo bench -p backend-etcd` (flags after `--`: `--seconds 3 --members
+//! `cargo bench -p liveness-etcd` (flags after `--`: `--seconds 3 --members
 //! 1000,10000,100000 --concurrency 1,64 --deaths 20`). Uses `LIVENESS_ETCD_URL` when
 //! set, else starts a private etcd member (the test kit's).
 //!
@@ -21,9 +21,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
 use liveness_conformance::bench::{self, Options};
 use liveness_core::Store;
+use liveness_etcd::{EtcdConfig, EtcdStore};
 use tokio::time::Instant;
 
 const REPEATS: usize = 3;
@@ -142,7 +142,7 @@ fn main() {
             let (one, many) = batch_renewals(s, options.seconds).await;
             println!(
                 "renew batch  leases={:<4} one by one={one:>9.0}/s renew_many={many:>9.0}/s (ratio {:.2})",
-                backend_etcd::MAX_BATCH,
+                liveness_etcd::MAX_BATCH,
                 many / one.max(1.0)
             );
         }

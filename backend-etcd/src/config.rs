@@ -18,9 +18,12 @@ const CERT: Param = Param::text("cert");
 const KEY: Param = Param::text("key");
 const DOMAIN: Param = Param::text("domain");
 
+/// The URL schemes this backend serves: `etcd` (plain gRPC) and `etcds` (TLS).
+pub const SCHEMES: &[&str] = &["etcd", "etcds"];
+
 /// The URLs [`EtcdConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
-    schemes: crate::SCHEMES,
+    schemes: SCHEMES,
     authority: Authority::Hosts,
     params: &[TIMEOUT_MS, CONNECT_TIMEOUT_MS, CA, CERT, KEY, DOMAIN],
     fragments: &[],
@@ -42,16 +45,20 @@ pub const URL: UrlForm = UrlForm {
 /// Several comma-separated members may be given; the port defaults to 2379.
 /// `user:password` (percent-encoded) turns on etcd's user/password authentication. The
 /// password never appears in `Debug` output.
+///
+/// The builder: `with_<field>` setters return the changed configuration, wrapped in
+/// a `Result` where the value can be wrong (a zero timeout or retention is
+/// [`Error::InvalidInput`] naming the field); accessors read what other code needs.
 #[derive(Clone)]
 pub struct EtcdConfig {
-    pub(crate) endpoints: Vec<String>,
-    pub(crate) namespace: Namespace,
-    pub(crate) user: Option<(String, String)>,
-    pub(crate) tls: Option<TlsConfig>,
-    pub(crate) timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    endpoints: Vec<String>,
+    namespace: Namespace,
+    user: Option<(String, String)>,
+    tls: Option<TlsConfig>,
+    timeout: Duration,
+    connect_timeout: Duration,
     /// How many death records the namespace keeps (the newest ones).
-    pub(crate) death_retention: usize,
+    death_retention: usize,
 }
 
 /// TLS settings of an `etcds://` URL.
@@ -190,6 +197,31 @@ impl EtcdConfig {
     /// The gRPC endpoints (`http://host:port` or `https://host:port`).
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
+    }
+
+    /// How long one request waits for its answer (`timeout_ms`, default 5 s).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// How long one connection attempt may take (`connect_timeout_ms`, default 3 s).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How many death records the namespace keeps (the newest ones).
+    pub fn death_retention(&self) -> usize {
+        self.death_retention
+    }
+
+    /// The user name and password of etcd's authentication, if any.
+    pub(crate) fn user(&self) -> Option<&(String, String)> {
+        self.user.as_ref()
+    }
+
+    /// The TLS settings of an `etcds://` URL (`None` for `etcd://`).
+    pub(crate) fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
     }
 }
 

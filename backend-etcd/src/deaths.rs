@@ -1,5 +1,6 @@
-//! The operator's read paths on etcd: the death history and its sweep counts, the
-//! member listing, items by state and the dead-letter retries.
+//! Finding and declaring deaths, and the death history: `expired` (the expiry watch's
+//! candidates, verified), `next_expiry`, `reap`, the dead set, the sweep of a dead
+//! token's items (`requeue_orphans`) and the death records (`deaths`).
 //!
 //! A death is recorded by the transaction that ends the lease (reap, release, an
 //! acquire over an expired record): it compares the death counter (`death/ctr`) as it
@@ -14,16 +15,19 @@ use std::time::Duration;
 
 use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
 use liveness_core::lease::death_page;
+use liveness_core::sync::lock;
 use liveness_core::{
-    DeathCause, DeathRecord, Error, FencingToken, HolderId, InputProblem, Item, ItemId, ItemRecord,
-    ItemState, ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, Result, Space, StoreTime, Swept,
+    DeadToken, DeathCause, DeathRecord, Error, ExpiredLease, FencingToken, HolderId, ItemId,
+    ItemState, Key, Requeued, Result, Space, StoreTime, Swept,
 };
 
-use crate::error::{corrupt, Fault};
+use crate::core::{
+    del, exists, first, first_range, get, mod_rev, put, ranges, secs, under, version, EtcdStore,
+    Snapshot, MAX_BATCH,
+};
+use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
-use crate::lease::{secs, Snapshot};
-use crate::store::EtcdStore;
-use crate::txn::{del, exists, first, get, mod_rev, put, ranges, version, MAX_TRIES};
+use crate::watch::scan;
 use crate::BACKEND;
 
 /// The compare and the operations that record one death, to add to the transaction
@@ -105,24 +109,37 @@ fn number(kv: &KeyValue) -> Result<u64> {
     std::str::from_utf8(kv.value())
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| corrupt(kv.key()))
+        .ok_or_else(|| corrupt(at_key(kv.key())))
 }
 
-/// The first key after every key under `prefix` (the range end of a prefix).
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    if let Some(last) = end.last_mut() {
-        *last += 1;
-    }
-    end
+/// The writes that give back item `id`, owned under the index entry `owned` with
+/// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
+pub(crate) fn hand_back(
+    k: &Keys,
+    owned: &str,
+    id: u64,
+    meta: &Meta,
+    retry: bool,
+) -> (ItemState, [TxnOp; 3]) {
+    let (state, index) = if retry && meta.attempts < meta.max_attempts {
+        (ItemState::Pending, k.pending(id))
+    } else {
+        (ItemState::DeadLettered, k.dead_letter(id))
+    };
+    let ops = [
+        del(owned),
+        put(&index, meta.encode()),
+        put(&k.meta(id), meta.encode_with(state)),
+    ];
+    (state, ops)
 }
 
-/// A range read of at most `limit` keys from `start` to the end of `prefix`.
-fn from(prefix: &str, limit: usize) -> GetOptions {
-    GetOptions::new()
-        .with_range(prefix_end(prefix))
-        .with_limit(i64::try_from(limit).unwrap_or(i64::MAX))
-}
+/// How long `sync_expiry` waits for a progress notification before it falls back to
+/// writing the sync key.
+const PROGRESS_WAIT: Duration = Duration::from_millis(500);
+
+/// Candidates verified per read transaction (2 reads each, under 128).
+const VERIFY_CHUNK: usize = 64;
 
 impl EtcdStore {
     /// What records the death of `token` (held by `holder` on `key`): the compare on
@@ -192,7 +209,7 @@ impl EtcdStore {
             None => (version(&key, 0), Swept::default()),
             Some(kv) => (
                 mod_rev(&key, kv.mod_revision()),
-                tally(kv.value()).ok_or_else(|| corrupt(kv.key()))?,
+                tally(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?,
             ),
         })
     }
@@ -253,7 +270,7 @@ impl EtcdStore {
             compares.push(mod_rev(&of_key, seq_kv.mod_revision()));
             if let Some(kv) = rec {
                 let rec_key = k.death(seq);
-                let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(kv.key()))?;
+                let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
                 rec.swept = Some(swept);
                 compares.push(mod_rev(&rec_key, kv.mod_revision()));
                 ops.push(put(&rec_key, encode(&rec)));
@@ -267,12 +284,6 @@ impl EtcdStore {
         Ok(self.keys().death(number(of)?))
     }
 
-    /// The handle's store time (see [`liveness_core::LeaseStore::store_time`] on
-    /// [`EtcdStore`]).
-    pub(crate) fn store_now(&self) -> StoreTime {
-        StoreTime::from_epoch(self.inner.wall_at_start + self.inner.started.elapsed())
-    }
-
     /// `LeaseStore::deaths`: the counter, then the page's window of seqs (records are
     /// contiguous by seq: the oldest ones go first), newest first: O(page).
     pub(crate) async fn death_page(
@@ -280,7 +291,6 @@ impl EtcdStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<DeathRecord>> {
-        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
         let k = self.keys();
         let last = match self.get_one(&k.death_ctr()).await? {
             None => return Ok(Vec::new()),
@@ -295,248 +305,276 @@ impl EtcdStore {
             .await?
             .iter()
             .map(|kv| {
-                let seq = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?;
-                decode(seq, kv.value()).ok_or_else(|| corrupt(kv.key()))
+                let seq = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                decode(seq, kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))
             })
             .collect::<Result<Vec<_>>>()?;
         out.reverse();
         Ok(out)
     }
 
-    /// `LeaseStore::members`: the records and the lease-bound keys of the page in
-    /// one transaction (one revision), then the time left of each live one.
-    pub(crate) async fn member_page(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
-        if after.is_some_and(|k| k.space() != space) {
-            return Err(Error::invalid("after", InputProblem::OtherSpace));
-        }
-        let k = self.keys();
-        let records = k.records_in(space);
-        let lives = k.lives_in(space);
-        // Exclusive of `after`: its name followed by NUL, the next key in byte order.
-        let start = |prefix: &str| match after {
-            Some(a) => format!("{prefix}{}\0", a.name()),
-            None => prefix.to_owned(),
-        };
-        // At most `limit` live keys lie between the page's first and last record, so
-        // the first `limit` live keys from the same start cover them all.
-        let resp = self
-            .txn(Txn::new().and_then(vec![
-                TxnOp::get(start(&records), Some(from(&records, limit))),
-                TxnOp::get(start(&lives), Some(from(&lives, limit).with_keys_only())),
-            ]))
-            .await?;
-        let r = ranges(&resp);
-        let recs = r.first().map(|g| g.kvs().to_vec()).unwrap_or_default();
-        let live: Vec<KeyValue> = r.get(1).map(|g| g.kvs().to_vec()).unwrap_or_default();
-        let mut out = Vec::with_capacity(recs.len());
-        let mut ttls = tokio::task::JoinSet::new();
-        for (i, kv) in recs.into_iter().enumerate() {
-            let name = kv
-                .key()
-                .strip_prefix(records.as_bytes())
-                .and_then(|n| std::str::from_utf8(n).ok())
-                .and_then(|n| Name::new(n).ok())
-                .ok_or_else(|| corrupt(kv.key()))?;
-            let key = Key::new(space.clone(), name);
-            let bound = live
-                .iter()
-                .find(|l| l.key() == k.live(&key).as_bytes())
-                .cloned();
-            let snap = Snapshot::from(Some(kv), bound)?;
-            let is_live = snap.is_live();
-            let Some(c) = snap.record else { continue };
-            if is_live {
-                let store = self.clone();
-                let id = c.rec.lease_id;
-                ttls.spawn(async move { (i, store.time_to_live(id).await) });
-            }
-            out.push((
-                i,
-                LeaseInfo {
-                    key,
-                    holder: c.rec.holder,
-                    token: c.token,
-                    ttl: c.rec.ttl,
-                    status: LeaseStatus::Expired,
-                },
-            ));
-        }
-        while let Some(done) = ttls.join_next().await {
-            let (i, left) =
-                done.map_err(|e| Error::backend(BACKEND, Fault::Task(e.to_string())))?;
-            let left = left?;
-            if let Some((_, info)) = out.iter_mut().find(|(j, _)| *j == i) {
-                // etcd reports whole seconds, truncated: the last second reads 0; a
-                // negative answer means revoked since the read (expired now).
-                if left >= 0 {
-                    info.status = LeaseStatus::Live {
-                        remaining: secs(left)
-                            .min(info.ttl.duration())
-                            .max(Duration::from_millis(1)),
-                    };
-                }
-            }
-        }
-        Ok(out.into_iter().map(|(_, info)| info).collect())
-    }
-
-    /// `ItemStore::items`: ids from the state's index (pending, dead-lettered) or
-    /// from the meta records (owned: there is no index by id), then their metas and
-    /// payloads in one transaction; an item whose state changed in between is left
-    /// out.
-    pub(crate) async fn item_page(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
-        let k = self.keys();
-        let first_id = after.map_or(0, |a| a.0.saturating_add(1));
-        let mut ids = Vec::new();
-        match state {
-            ItemStateKind::Pending | ItemStateKind::DeadLettered => {
-                let (prefix, start) = if state == ItemStateKind::Pending {
-                    (k.pendings(), k.pending(first_id))
-                } else {
-                    (k.dead_letters(), k.dead_letter(first_id))
-                };
-                for kv in self
-                    .range(start, from(&prefix, limit).with_keys_only())
-                    .await?
-                {
-                    ids.push(Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?);
-                }
-            }
-            ItemStateKind::Owned => {
-                // Walk the meta records from `after`, a batch at a time.
-                let prefix = k.metas();
-                let mut start = k.meta(first_id);
-                'walk: loop {
-                    let batch = self.range(start.clone(), from(&prefix, 256)).await?;
-                    let Some(last) = batch.last() else { break };
-                    let next = Keys::trailing_id(last.key()).ok_or_else(|| corrupt(last.key()))?;
-                    for kv in &batch {
-                        if let Some((_, Some(ItemState::Owned(_)))) = Meta::decode_with(kv.value())
-                        {
-                            ids.push(Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(kv.key()))?);
-                            if ids.len() == limit {
-                                break 'walk;
-                            }
-                        }
-                    }
-                    if batch.len() < 256 {
-                        break;
-                    }
-                    start = k.meta(next.saturating_add(1));
-                }
-            }
-        }
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ops = ids
-            .iter()
-            .flat_map(|id| [get(&k.meta(*id)), get(&k.body(*id))])
-            .collect::<Vec<_>>();
-        let resp = self.txn(Txn::new().and_then(ops)).await?;
-        let r = ranges(&resp);
-        let mut out = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let Some(meta_kv) = first(r.get(2 * i)) else {
-                continue; // completed since the listing
-            };
-            let (meta, now) = match Meta::decode_with(meta_kv.value()) {
-                Some((m, Some(s))) => (m, s),
-                _ => return Err(corrupt(meta_kv.key())),
-            };
-            if now.kind() != state {
-                continue;
-            }
-            let payload = first(r.get(2 * i + 1))
-                .map(|kv| kv.value().to_vec())
-                .ok_or_else(|| corrupt(k.body(*id).as_bytes()))?;
-            out.push(ItemRecord {
-                item: Item {
-                    id: ItemId(*id),
-                    payload,
-                    attempts: meta.attempts,
-                    max_attempts: meta.max_attempts,
-                },
-                state: now,
-            });
-        }
-        Ok(out)
-    }
-
-    /// Moves the dead-lettered items `ids` back to pending with no attempts, in one
-    /// transaction guarded by their metas as read. `Ok(None)` when one changed
-    /// meanwhile (the caller reads again); otherwise the ids moved and, for each id
-    /// that is not dead-lettered, why (`NoSuchItem` / `NotDeadLettered`).
-    pub(crate) async fn revive(&self, ids: &[u64]) -> Result<Option<Vec<Result<u64>>>> {
-        let k = self.keys();
-        let resp = self
-            .txn(Txn::new().and_then(ids.iter().map(|id| get(&k.meta(*id))).collect::<Vec<_>>()))
-            .await?;
-        let r = ranges(&resp);
-        let mut compares = Vec::new();
-        let mut ops = Vec::new();
-        let mut out = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let Some(kv) = first(r.get(i)) else {
-                out.push(Err(Error::invalid("item", InputProblem::NoSuchItem)));
-                continue;
-            };
-            let (meta, state) = match Meta::decode_with(kv.value()) {
-                Some((m, Some(s))) => (m, s),
-                _ => return Err(corrupt(kv.key())),
-            };
-            if state != ItemState::DeadLettered {
-                out.push(Err(Error::invalid("item", InputProblem::NotDeadLettered)));
-                continue;
-            }
-            let fresh = Meta {
-                attempts: 0,
-                ..meta
-            };
-            compares.push(mod_rev(&k.meta(*id), kv.mod_revision()));
-            ops.extend([
-                del(&k.dead_letter(*id)),
-                put(&k.pending(*id), fresh.encode()),
-                put(&k.meta(*id), fresh.encode_with(ItemState::Pending)),
-            ]);
-            out.push(Ok(*id));
-        }
-        if ops.is_empty() {
-            return Ok(Some(out));
-        }
-        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
-        Ok(resp.succeeded().then_some(out))
-    }
-
-    /// `ItemStore::retry_dead_letters`: the lowest dead-lettered ids, moved in one
-    /// transaction (retried when one of them changed meanwhile).
-    pub(crate) async fn revive_many(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = self.inner.info.caps.clamp_limit("limit", limit)?;
-        let k = self.keys();
+    /// `LeaseStore::reap`: retires `key`'s record to the dead set, with its death
+    /// record, when it still holds `token` and its lease-bound key is gone; of
+    /// concurrent reapers exactly one wins.
+    pub(crate) async fn reap_one(&self, key: &Key, token: FencingToken) -> Result<bool> {
         for _ in 0..MAX_TRIES {
-            let prefix = k.dead_letters();
-            let ids = self
-                .trailing_ids(prefix.clone(), from(&prefix, limit).with_keys_only())
+            let seen = self.inner.expiry.generation();
+            let snap = self.snapshot(key).await?;
+            let live = snap.live.is_some();
+            let Some(c) = snap.record else {
+                self.inner.expiry.forget_upto(key, seen);
+                return Ok(false);
+            };
+            if c.token != token || live {
+                return Ok(false);
+            }
+            let k = self.keys();
+            let (rec_key, live_key) = (k.record(key), k.live(key));
+            let death = self
+                .death_write(key, &c.rec.holder, token, DeathCause::Reaped)
                 .await?;
-            if ids.is_empty() {
-                return Ok(Vec::new());
+            let mut ops = vec![del(&rec_key), put(&k.dead(token), key.to_string())];
+            ops.extend(death.ops);
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![
+                            mod_rev(&rec_key, c.mod_rev),
+                            version(&live_key, 0),
+                            death.compare,
+                        ])
+                        .and_then(ops),
+                )
+                .await?;
+            if resp.succeeded() {
+                self.inner.expiry.forget_upto(key, seen);
+                return Ok(true);
             }
-            if let Some(moved) = self.revive(&ids).await? {
-                return Ok(moved.into_iter().flatten().map(ItemId).collect());
-            }
+            // The record changed (another reaper, an acquire), or another death
+            // took the counter: read again.
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
+    /// `LeaseStore::dead_tokens`: the dead set, oldest token first.
+    pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let k = self.keys();
+        self.range(k.deads(), under(limit))
+            .await?
+            .into_iter()
+            .map(|kv| {
+                let token = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                let key = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(|s| Key::parse(s).ok())
+                    .ok_or_else(|| corrupt(at_key(kv.key())))?;
+                Ok(DeadToken {
+                    key,
+                    token: FencingToken(token),
+                })
+            })
+            .collect()
+    }
+
+    /// `ItemStore::requeue_orphans`: moves dead `token`'s items back to pending (or
+    /// to the dead letters), [`MAX_BATCH`] per transaction, each guarded by the
+    /// dead-set entry and the items' mod revisions; the last step forgets the token
+    /// and writes the tally into its death record.
+    pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
+        let k = self.keys();
+        let dead = k.dead(token);
+        let mut out = Requeued::default();
+        let mut conflicts = 0;
+        loop {
+            let opts = under(MAX_BATCH);
+            let resp = self
+                .txn(Txn::new().when(vec![exists(&dead)]).and_then(vec![
+                    TxnOp::get(k.owned_by(token), Some(opts)),
+                    get(&k.death_tally(token)),
+                ]))
+                .await?;
+            if !resp.succeeded() {
+                // Not (or no longer) in the dead set: nothing to do.
+                return Ok(out);
+            }
+            let r = ranges(&resp);
+            let (tally_cmp, mut swept) = self.sweep_tally(token, first(r.get(1)).as_ref())?;
+            let owned = first_range(&resp);
+            if owned.is_empty() {
+                // The last step: forget the token and write what all the batches
+                // (of every concurrent sweeper) moved into its death record.
+                if !self.finish_sweep(token, tally_cmp, swept).await? {
+                    conflicts += 1;
+                    if conflicts >= MAX_TRIES {
+                        return Err(Error::unavailable(BACKEND, Fault::Contention));
+                    }
+                }
+                continue;
+            }
+            let mut compares = vec![exists(&dead), tally_cmp];
+            let mut ops = Vec::with_capacity(owned.len() * 3);
+            let mut moved = Vec::with_capacity(owned.len());
+            for kv in &owned {
+                let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                let owned = k.owned(token, id);
+                let (state, back) = hand_back(k, &owned, id, &meta, true);
+                compares.push(mod_rev(&owned, kv.mod_revision()));
+                ops.extend(back);
+                moved.push((ItemId(id), state));
+                match state {
+                    ItemState::Pending => swept.requeued += 1,
+                    _ => swept.dead_lettered += 1,
+                }
+            }
+            ops.push(self.tally_op(token, swept));
+            let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
+            if resp.succeeded() {
+                for (id, state) in moved {
+                    match state {
+                        ItemState::Pending => out.requeued.push(id),
+                        _ => out.dead_lettered.push(id),
+                    }
+                }
+            } else {
+                conflicts += 1;
+                if conflicts >= MAX_TRIES {
+                    return Err(Error::unavailable(BACKEND, Fault::Contention));
+                }
+            }
+        }
+    }
+
+    /// `LeaseStore::next_expiry`: `Some(0)` when a verified expired lease waits,
+    /// `None` when the space has no lease-bound key, else the time left of one live
+    /// lease.
+    pub(crate) async fn next_expiry_in(&self, space: &Space) -> Result<Option<Duration>> {
+        self.sync_expiry().await?;
+        if !self.verified(space, 1).await?.is_empty() {
+            return Ok(Some(Duration::ZERO));
+        }
+        // One live lease of the space: the one the watch's scan or the last call
+        // found, read by its key while it lives; else the first by name. etcd 3.4 serves a range with a
+        // limit by walking the range's whole index (O(live leases in the space)):
+        // a checker pays that only when its probe lease ended, not every round.
+        let probe = lock(&self.inner.expiry.probes).get(space).cloned();
+        let kv = match probe {
+            Some(key) => self.get_one(&key).await?,
+            None => None,
+        };
+        let kv = match kv {
+            Some(kv) => kv,
+            None => {
+                let first_live = self
+                    .range(self.keys().lives_in(space), under(1).with_keys_only())
+                    .await?;
+                let mut probes = lock(&self.inner.expiry.probes);
+                let Some(kv) = first_live.into_iter().next() else {
+                    probes.remove(space);
+                    return Ok(None);
+                };
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                probes.insert(space.clone(), key);
+                kv
+            }
+        };
+        // The time left of one live lease, at least a second: etcd keeps no expiry
+        // index that a client can read, so this is an estimate; the expiry watch
+        // wakes the checker the moment etcd expires any lease.
+        Ok(Some(match self.time_to_live(kv.lease()).await? {
+            left if left < 0 => Duration::ZERO,
+            left => secs(left.max(1)),
+        }))
+    }
+
+    /// Makes sure the expiry watch runs and has delivered every event up to now.
+    /// Without writing: the current revision from a read, then a progress
+    /// notification of the watch stream. Only when that does not come within
+    /// [`PROGRESS_WAIT`] (an old server, a watch being re-created): a write of the
+    /// sync key and a wait until the watch saw it. When the watch does not catch up
+    /// within the request timeout, a full scan (O(leases)) stands in.
+    pub(crate) async fn sync_expiry(&self) -> Result<()> {
+        let inner = &self.inner;
+        let owed = inner.expiry.checking();
+        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        if owed {
+            // The watch runs since before this handle checked, without candidates:
+            // what expired before now is found by one full scan, read after the
+            // watch's start (so nothing falls between them).
+            match scan(&inner.kv, &inner.keys).await {
+                Ok(found) => inner.expiry.absorb_scan(found),
+                Err(e) => {
+                    inner.expiry.owe_scan();
+                    return Err(e);
+                }
+            }
+        }
+        let now = inner
+            .kv
+            .clone()
+            .get(
+                inner.keys.sync(),
+                Some(etcd_client::GetOptions::new().with_count_only()),
+            )
+            .await
+            .map_err(map)?;
+        let rev = now.header().map(|h| h.revision()).unwrap_or(0);
+        inner.expiry.request_progress();
+        if inner
+            .expiry
+            .caught_up(rev, PROGRESS_WAIT.min(inner.timeout))
+            .await
+        {
+            return Ok(());
+        }
+        let resp = inner
+            .kv
+            .clone()
+            .put(inner.keys.sync(), "", None)
+            .await
+            .map_err(map)?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if inner.expiry.caught_up(rev, inner.timeout).await {
+            return Ok(());
+        }
+        tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
+        let found = scan(&inner.kv, &inner.keys).await?;
+        inner.expiry.absorb_scan(found);
+        Ok(())
+    }
+
+    /// Verifies the watch's candidates in `space`, earliest first, forgetting the
+    /// stale ones, until `limit` expired leases are found. Costs O(candidates seen).
+    pub(crate) async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let k = self.keys();
+        let mut out = Vec::new();
+        let (candidates, seen) = self.inner.expiry.candidates(space);
+        for chunk in candidates.chunks(VERIFY_CHUNK / 2) {
+            let ops = chunk
+                .iter()
+                .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
+                .collect::<Vec<_>>();
+            let resp = self.txn(Txn::new().and_then(ops)).await?;
+            let r = ranges(&resp);
+            for (i, key) in chunk.iter().enumerate() {
+                let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
+                match (&snap.record, &snap.live) {
+                    (Some(c), None) => {
+                        if out.len() < limit {
+                            out.push(ExpiredLease {
+                                key: key.clone(),
+                                holder: c.rec.holder.clone(),
+                                token: c.token,
+                            });
+                        }
+                    }
+                    _ => self.inner.expiry.forget_upto(key, seen),
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

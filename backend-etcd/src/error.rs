@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use liveness_core::Error;
 
-use crate::txn::MAX_TRIES;
 use crate::BACKEND;
+
+/// How many times an optimistic transaction is retried under contention before the
+/// call gives up with [`Fault::Contention`] (`Unavailable`).
+pub(crate) const MAX_TRIES: usize = 64;
 
 /// What went wrong inside this backend (the source of a `Backend` or `Unavailable`).
 #[derive(Debug, thiserror::Error)]
@@ -69,14 +72,16 @@ pub(crate) fn is_not_found(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// A value this build cannot have written, at etcd key `key`
-/// ([`liveness_core::Corrupt`]).
-pub(crate) fn corrupt(key: &[u8]) -> Error {
-    Error::corrupt(
-        BACKEND,
-        format!(
-            "corrupt value at etcd key {:?}",
-            String::from_utf8_lossy(key)
-        ),
+/// A value this build cannot have written ([`liveness_core::Corrupt`]); `what`
+/// says where (see [`at_key`]).
+pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::corrupt(BACKEND, what)
+}
+
+/// The detail of a corrupt value at etcd key `key`, for [`corrupt`].
+pub(crate) fn at_key(key: &[u8]) -> String {
+    format!(
+        "corrupt value at etcd key {:?}",
+        String::from_utf8_lossy(key)
     )
 }

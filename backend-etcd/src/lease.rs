@@ -1,228 +1,303 @@
-//! The lease side of [`EtcdStore`]: reading a key's record and lease-bound key at one
-//! revision and judging them ([`Snapshot`]), and the etcd lease calls (grant, revoke,
-//! time to live) the trait methods are made of.
+//! `impl LeaseStore for EtcdStore`: each method runs its own transaction or the
+//! inherent step it names (`etcd_lease.rs` for acquire and renew, `deaths.rs` for
+//! expiry and reaping, `batch.rs` for the `*_many` calls) on input that
+//! `liveness_core::CheckInput` already checked. Here too: release's attempt on one
+//! read, and the member listing.
 
 use std::time::Duration;
 
-use etcd_client::{KeyValue, PutOptions, Txn, TxnOp, TxnResponse};
-use liveness_core::durability::StoreLostState;
-use liveness_core::{Error, FencingToken, Key, Lease, LostReason, Result, Ttl};
+use etcd_client::{KeyValue, Txn, TxnOp};
+use liveness_core::{
+    async_trait, Acquire, DeadToken, DeathCause, DeathRecord, Error, ExpiredLease, FencingToken,
+    HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result, Space, StoreInfo,
+    StoreTime, Ttl,
+};
+use tokio::sync::watch;
 
-use crate::error::{corrupt, is_not_found, map, Fault};
-use crate::keys::Record;
-use crate::store::EtcdStore;
-use crate::txn::{create_rev, first, get, mod_rev, put, ranges, token_i64, MAX_TRIES};
+use crate::core::{
+    del, first_range, get, mod_rev, put, ranges, secs, to_prefix_end, EtcdStore, Snapshot,
+};
+use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
 use crate::BACKEND;
 
-/// The etcd lease ttl for a liveness ttl: whole seconds, rounded UP.
-pub(crate) fn etcd_secs(ttl: Ttl) -> i64 {
-    i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn secs(s: i64) -> Duration {
-    Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-/// A lease record as read, with its token.
-#[derive(Clone, Debug)]
-pub(crate) struct Current {
-    /// The record's mod revision (what a transaction that changes it compares).
-    pub(crate) mod_rev: i64,
-    /// The record.
-    pub(crate) rec: Record,
-    /// The lease's fencing token.
-    pub(crate) token: FencingToken,
-}
-
-/// A record and a lease-bound key read at one revision.
-#[derive(Debug)]
-pub(crate) struct Snapshot {
-    /// The record, if any.
-    pub(crate) record: Option<Current>,
-    /// The lease-bound key, if etcd has not deleted it.
-    pub(crate) live: Option<KeyValue>,
-    /// The revision the reads saw (0: not known). A token above it was never
-    /// handed out by this etcd: it lost its data (restored without
-    /// `--bump-revision`, or started afresh).
-    pub(crate) revision: i64,
-}
-
-impl Snapshot {
-    pub(crate) fn from(rec: Option<KeyValue>, live: Option<KeyValue>) -> Result<Snapshot> {
-        let record = match rec {
-            None => None,
-            Some(kv) => {
-                let rec = Record::decode(kv.value()).ok_or_else(|| corrupt(kv.key()))?;
-                let token = FencingToken(
-                    rec.token
-                        .unwrap_or_else(|| u64::try_from(kv.mod_revision()).unwrap_or(0)),
-                );
-                Some(Current {
-                    mod_rev: kv.mod_revision(),
-                    rec,
-                    token,
-                })
-            }
-        };
-        Ok(Snapshot {
-            record,
-            live,
-            revision: 0,
-        })
-    }
-
-    /// The snapshot, read at the revision `resp` reports.
-    pub(crate) fn at(mut self, resp: &TxnResponse) -> Snapshot {
-        self.revision = resp.header().map_or(0, |h| h.revision());
-        self
-    }
-
-    /// True when the lease-bound key exists and belongs to the record's token.
-    pub(crate) fn is_live(&self) -> bool {
-        match (&self.record, &self.live) {
-            (Some(c), Some(l)) => u64::try_from(l.create_revision()).ok() == Some(c.token.0),
-            _ => false,
-        }
-    }
-
-    /// Why `lease` is not current and live, or the record when it is.
-    pub(crate) fn check(self, lease: &Lease) -> Result<Current> {
-        let live = self.is_live();
-        match self.record {
-            None if self.revision > 0 && lease.token.0 > self.revision.unsigned_abs() => {
-                Err(StoreLostState::of(BACKEND, lease))
-            }
-            None => Err(lease.lost(LostReason::Released)),
-            Some(c) if c.token != lease.token => Err(lease.lost(LostReason::Superseded)),
-            Some(_) if !live => Err(lease.lost(LostReason::Expired)),
-            Some(c) => Ok(c),
-        }
-    }
+/// What one release attempt ([`EtcdStore::release_from`]) came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// This attempt retired the record (to the dead set): the lease is ended.
+    Retired,
+    /// Finished without retiring the record: whether the release ended the lease
+    /// (false when it was not current; true when its etcd lease was revoked and
+    /// somebody else retired the record).
+    Done(bool),
+    /// The record changed between the read and the write: read again.
+    Retry,
 }
 
 impl EtcdStore {
-    /// Reads a key's record and lease-bound key at one revision.
-    pub(crate) async fn snapshot(&self, key: &Key) -> Result<Snapshot> {
+    /// One release attempt on `snap`, the key's record and lease-bound key as just
+    /// read: revokes the etcd lease the record names, then retires the record if it
+    /// is unchanged. [`Released::Retry`] when the record changed in between (another
+    /// handle moved the lease to a new etcd lease, or retired it).
+    pub(crate) async fn release_from(&self, lease: &Lease, snap: Snapshot) -> Result<Released> {
+        let Some(c) = snap.record else {
+            return Ok(Released::Done(false));
+        };
+        if c.token != lease.token {
+            return Ok(Released::Done(false));
+        }
+        // Revoke first: from here on, renewals fail, and should this process stop
+        // before the transaction below, the record shows as expired and a checker
+        // reaps it (its items are requeued all the same).
+        let revoked = self.revoke(c.rec.lease_id).await?;
         let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        let death = self
+            .death_write(&lease.key, &c.rec.holder, c.token, DeathCause::Released)
+            .await?;
+        let mut ops = vec![
+            del(&rec_key),
+            del(&live_key),
+            put(&k.dead(c.token), lease.key.to_string()),
+        ];
+        ops.extend(death.ops);
         let resp = self
-            .txn(Txn::new().and_then(vec![get(&k.record(key)), get(&k.live(key))]))
+            .txn(
+                Txn::new()
+                    .when(vec![mod_rev(&rec_key, c.mod_rev), death.compare])
+                    .and_then(ops)
+                    .or_else(vec![get(&rec_key)]),
+            )
+            .await?;
+        if resp.succeeded() {
+            return Ok(Released::Retired);
+        }
+        // The record changed since the read, or another death took the counter.
+        // Still this token's: the lease moved to another etcd lease (which the
+        // revoke above did not end), or only the counter moved, so try again.
+        // Gone or another token's: a checker or an acquire retired it to the dead set,
+        // after the revoke above ended it if that etcd lease was still its own.
+        let now = Snapshot::from(first_range(&resp).into_iter().next(), None)?;
+        match now.record {
+            Some(c) if c.token == lease.token => Ok(Released::Retry),
+            _ => Ok(Released::Done(revoked)),
+        }
+    }
+
+    /// `LeaseStore::members`: the records and the lease-bound keys of the page in
+    /// one transaction (one revision), then the time left of each live one.
+    pub(crate) async fn member_page(
+        &self,
+        space: &Space,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<LeaseInfo>> {
+        let k = self.keys();
+        let records = k.records_in(space);
+        let lives = k.lives_in(space);
+        // Exclusive of `after`: its name followed by NUL, the next key in byte order.
+        let start = |prefix: &str| match after {
+            Some(a) => format!("{prefix}{}\0", a.name()),
+            None => prefix.to_owned(),
+        };
+        // At most `limit` live keys lie between the page's first and last record, so
+        // the first `limit` live keys from the same start cover them all.
+        let resp = self
+            .txn(Txn::new().and_then(vec![
+                TxnOp::get(start(&records), Some(to_prefix_end(&records, limit))),
+                TxnOp::get(
+                    start(&lives),
+                    Some(to_prefix_end(&lives, limit).with_keys_only()),
+                ),
+            ]))
             .await?;
         let r = ranges(&resp);
-        Ok(Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp))
-    }
-
-    pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
-        crate::store::Calls::count(&self.inner.calls.grants);
-        let _flying = self.inner.calls.flying();
-        let resp = self
-            .inner
-            .lease
-            .clone()
-            .grant(etcd_secs(ttl), None)
-            .await
-            .map_err(map)?;
-        Ok(resp.id())
-    }
-
-    /// Revokes an etcd lease: Ok(true) when it existed, Ok(false) when etcd no longer
-    /// knew it (expired, or revoked before).
-    pub(crate) async fn revoke(&self, id: i64) -> Result<bool> {
-        match self.inner.lease.clone().revoke(id).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(map(e)),
-        }
-    }
-
-    pub(crate) fn revoke_later(&self, id: i64) {
-        let mut lease = self.inner.lease.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = lease.revoke(id).await;
-            });
-        }
-    }
-
-    /// Remaining seconds of an etcd lease by etcd's countdown (truncated), or -1 when
-    /// etcd no longer knows it.
-    pub(crate) async fn time_to_live(&self, id: i64) -> Result<i64> {
-        match self.inner.lease.clone().time_to_live(id, None).await {
-            Ok(r) => Ok(r.ttl()),
-            Err(e) if is_not_found(&e) => Ok(-1),
-            Err(e) => Err(map(e)),
-        }
-    }
-
-    /// `lease` renewed, with etcd's countdown (`ttl_secs`) as its time left.
-    pub(crate) fn renewed(lease: &Lease, ttl_secs: i64) -> Lease {
-        Lease {
-            expires_in: lease.ttl.duration().min(secs(ttl_secs)),
-            ..lease.clone()
-        }
-    }
-
-    /// Renewal with another ttl than the current one: a new etcd lease of the new
-    /// ttl takes the lease-bound key over (its create revision, the token, stays),
-    /// and the old etcd lease is revoked.
-    pub(crate) async fn renew_with_ttl(&self, lease: &Lease) -> Result<Lease> {
-        for _ in 0..MAX_TRIES {
-            let current = self.snapshot(&lease.key).await?.check(lease)?;
-            self.inner.info.caps.check_ttl(lease.ttl)?;
-            let id = self.grant(lease.ttl).await?;
-            let txn = self.move_txn(lease, &current, id, lease.ttl);
-            let resp = match self.txn(txn).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.revoke_later(id);
-                    return Err(e);
-                }
-            };
-            if resp.succeeded() {
-                self.inner.slots.remove(&lease.key, lease.token);
-                self.revoke_later(current.rec.lease_id);
-                return Ok(lease.renewed());
+        let recs = r.first().map(|g| g.kvs().to_vec()).unwrap_or_default();
+        let live: Vec<KeyValue> = r.get(1).map(|g| g.kvs().to_vec()).unwrap_or_default();
+        let mut out = Vec::with_capacity(recs.len());
+        let mut ttls = tokio::task::JoinSet::new();
+        for (i, kv) in recs.into_iter().enumerate() {
+            let name = kv
+                .key()
+                .strip_prefix(records.as_bytes())
+                .and_then(|n| std::str::from_utf8(n).ok())
+                .and_then(|n| Name::new(n).ok())
+                .ok_or_else(|| corrupt(at_key(kv.key())))?;
+            let key = Key::new(space.clone(), name);
+            let bound = live
+                .iter()
+                .find(|l| l.key() == k.live(&key).as_bytes())
+                .cloned();
+            let snap = Snapshot::from(Some(kv), bound)?;
+            let is_live = snap.is_live();
+            let Some(c) = snap.record else { continue };
+            if is_live {
+                let store = self.clone();
+                let id = c.rec.lease_id;
+                ttls.spawn(async move { (i, store.time_to_live(id).await) });
             }
-            self.revoke_later(id);
+            out.push((
+                i,
+                LeaseInfo {
+                    key,
+                    holder: c.rec.holder,
+                    token: c.token,
+                    ttl: c.rec.ttl,
+                    status: LeaseStatus::Expired,
+                },
+            ));
+        }
+        while let Some(done) = ttls.join_next().await {
+            let (i, left) =
+                done.map_err(|e| Error::backend(BACKEND, Fault::Task(e.to_string())))?;
+            let left = left?;
+            if let Some((_, info)) = out.iter_mut().find(|(j, _)| *j == i) {
+                // etcd reports whole seconds, truncated: the last second reads 0; a
+                // negative answer means revoked since the read (expired now).
+                if left >= 0 {
+                    info.status = LeaseStatus::Live {
+                        remaining: secs(left)
+                            .min(info.ttl.duration())
+                            .max(Duration::from_millis(1)),
+                    };
+                }
+            }
+        }
+        Ok(out.into_iter().map(|(_, info)| info).collect())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    fn info(&self) -> &StoreInfo {
+        &self.inner.info
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        // The etcd lease is granted only once a read found the key free or expired:
+        // a losing acquire (the key held live) costs that read, no grant and revoke.
+        let mut granted: Option<i64> = None;
+        let outcome = self.acquire_with(key, holder, ttl, &mut granted).await;
+        self.settle_acquire(key, &outcome, granted);
+        outcome
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        self.acquire_batch(asks).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.renew_one(lease).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.renew_batch(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.slots.remove(&lease.key, lease.token);
+        for _ in 0..MAX_TRIES {
+            let seen = self.inner.expiry.generation();
+            let snap = self.snapshot(&lease.key).await?;
+            match self.release_from(lease, snap).await? {
+                Released::Retired => {
+                    // This release deleted the record: an expiry candidate for it,
+                    // as of the read, is stale.
+                    self.inner.expiry.forget_upto(&lease.key, seen);
+                    return Ok(true);
+                }
+                Released::Done(ended) => return Ok(ended),
+                Released::Retry => {}
+            }
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// The transaction that moves `lease` (as `current` read it) to the etcd lease
-    /// `id` with `ttl`: the lease-bound key and the record are rewritten under `id`,
-    /// guarded by the record being unchanged and the key still carrying the token.
-    pub(crate) fn move_txn(&self, lease: &Lease, current: &Current, id: i64, ttl: Ttl) -> Txn {
-        let k = self.keys();
-        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
-        let rec = Record {
-            token: Some(lease.token.0),
-            ttl,
-            lease_id: id,
-            holder: current.rec.holder.clone(),
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let snap = self.snapshot(key).await?;
+        let live = snap.is_live();
+        let Some(c) = snap.record else {
+            return Ok(None);
         };
-        Txn::new()
-            .when(vec![
-                mod_rev(&rec_key, current.mod_rev),
-                create_rev(&live_key, token_i64(lease.token)),
-            ])
-            .and_then(vec![
-                TxnOp::put(
-                    live_key.as_str(),
-                    "",
-                    Some(PutOptions::new().with_lease(id)),
-                ),
-                put(&rec_key, rec.encode()),
-            ])
+        let status = if live {
+            match self.time_to_live(c.rec.lease_id).await? {
+                // Unknown to the lessor that answered: revoked since the read, or a
+                // member that lost leadership without knowing it yet answered from its
+                // stale lessor (LeaseTimeToLive is not linearizable). A second
+                // linearizable read decides: a lease-bound key still bound to this
+                // token is live.
+                left if left < 0 => match self.snapshot(key).await? {
+                    again
+                        if again.is_live()
+                            && again.record.as_ref().map(|r| r.token) == Some(c.token) =>
+                    {
+                        LeaseStatus::Live {
+                            remaining: Duration::from_millis(1),
+                        }
+                    }
+                    _ => LeaseStatus::Expired,
+                },
+                // etcd reports whole seconds, truncated: the last second reads 0.
+                left => LeaseStatus::Live {
+                    remaining: secs(left)
+                        .min(c.rec.ttl.duration())
+                        .max(Duration::from_millis(1)),
+                },
+            }
+        } else {
+            LeaseStatus::Expired
+        };
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder: c.rec.holder,
+            token: c.token,
+            ttl: c.rec.ttl,
+            status,
+        }))
     }
 
-    /// Why a transaction guarded by `lease` being live failed: the lease's loss, read
-    /// from the `or_else` reads of its record and lease-bound key.
-    pub(crate) fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
-        let r = ranges(resp);
-        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(resp);
-        Ok(match snap.check(lease) {
-            Err(e) => e,
-            // Live after all: the transaction lost a race on an item instead.
-            Ok(_) => Error::unavailable(BACKEND, Fault::Contention),
-        })
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.sync_expiry().await?;
+        self.verified(space, limit).await
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.reap_one(key, token).await
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.reap_batch(expired).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.dead_set(limit).await
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        // etcd exposes no clock reading (its lease countdown runs on the leader and
+        // is only visible per lease, in whole seconds). This is the handle's own
+        // monotonic clock, anchored at the Unix epoch by the host clock read once at
+        // connect (so that death records written by other handles compare, up to
+        // the hosts' clock offset): for diagnostics only; no expiry decision ever
+        // uses it.
+        Ok(self.store_now())
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        self.member_page(space, after, limit).await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_page(before, limit).await
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.next_expiry_in(space).await
+    }
+
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        let inner = &self.inner;
+        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
+        Some(inner.expiry.wakeups())
     }
 }

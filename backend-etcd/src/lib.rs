@@ -2,30 +2,27 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod acquire;
 mod batch;
 mod config;
+mod core;
 mod deaths;
 mod endpoints;
 mod error;
+mod etcd_lease;
+mod items;
 mod keepalive;
 mod keys;
 mod lease;
-mod store;
 #[cfg(test)]
 mod tests;
-mod txn;
 mod watch;
 
-pub use config::{EtcdConfig, URL};
-pub use store::{EtcdStore, MAX_BATCH, MAX_PAYLOAD};
+pub use crate::config::{EtcdConfig, SCHEMES, URL};
+pub use crate::core::{EtcdStore, MAX_BATCH, MAX_PAYLOAD};
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.
 pub const BACKEND: &str = "etcd";
-
-/// The URL schemes this backend serves: `etcd://` (plain gRPC) and `etcds://` (TLS).
-pub const SCHEMES: &[&str] = &["etcd", "etcds"];
 
 /// Parses `url` ([`EtcdConfig::from_url`]) and connects ([`EtcdStore::connect`]).
 ///

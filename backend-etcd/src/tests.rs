@@ -1,15 +1,16 @@
-//! Regression tests (issue 12, section 3) that need the crate's insides: the keep-alive
-//! slots, a release attempt on a given read, and another handle's half-finished ttl
-//! change written by hand. They run against the test binary's shared etcd member.
+//! Tests that need the crate's insides: the keep-alive slots, a release attempt on a
+//! given read, another handle's half-finished ttl change written by hand, and the
+//! request counters that show what a call costs etcd. They run against the test
+//! binary's shared etcd member (or a dedicated one where the revision must not move).
 
 use std::time::Duration;
 
 use etcd_client::{Txn, TxnOp};
 use liveness_conformance::fleet::wait_until;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostReason, Ttl};
+use liveness_core::{Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostCause, Ttl};
 
-use crate::store::Released;
+use crate::lease::Released;
 use crate::{EtcdConfig, EtcdStore};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -61,7 +62,7 @@ async fn renew_refuses_a_lease_forged_for_another_key() {
     };
     match store.renew(&forged).await {
         Err(Error::Lost {
-            reason: LostReason::Superseded,
+            reason: LostCause::Superseded,
             ..
         }) => {}
         other => panic!("a forged lease was renewed: {other:?}"),
@@ -171,9 +172,9 @@ async fn keep_alive_slots_of_abandoned_leases_are_dropped() {
     assert!(store.release(&kept).await.unwrap());
 }
 
-/// Issue 13: a checker round (`expired`, then `next_expiry`) costs reads, never raft
-/// writes: its watch sync asks the watch stream for progress instead of writing a
-/// sync key (two writes per round per checker, delivered to every watcher, before).
+/// A checker round (`expired`, then `next_expiry`) costs reads, never raft writes:
+/// its watch sync asks the watch stream for progress instead of writing a sync key
+/// (which would be two writes per round per checker, delivered to every watcher).
 /// A dedicated member, so that no other test's writes move its revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checker_round_writes_nothing() {
@@ -218,7 +219,7 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
     use liveness_core::{EnqueueOptions, ItemStore, RequestId};
     let Some(store) = store().await else { return };
     let max = store.capabilities().max_batch;
-    assert_eq!(max, crate::store::MAX_BATCH);
+    assert_eq!(max, crate::MAX_BATCH);
     for i in 0..max + 1 {
         store
             .enqueue(format!("p{i}").as_bytes(), EnqueueOptions::default())
@@ -245,7 +246,7 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
             .txn(Txn::new().and_then(vec![TxnOp::get(mark.as_str(), None)]))
             .await
             .unwrap();
-        crate::txn::first_range(&resp).len()
+        crate::core::first_range(&resp).len()
     };
     assert_eq!(read(store.clone(), mark.clone()).await, 1);
     assert!(store.release(&lease).await.unwrap());
@@ -295,12 +296,12 @@ async fn synced(store: &EtcdStore) {
     }
 }
 
-/// Issue 13 (5): an `acquire` that loses (the key is held live by someone else)
-/// granted an etcd lease and revoked it again: two raft writes for an answer a read
-/// gives. It now reads first and grants only for a key it may take.
+/// An `acquire` that loses (the key is held live by someone else) costs one read:
+/// it reads first and grants an etcd lease only for a key it may take (a grant and
+/// a revoke would be two raft writes for an answer a read gives).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_losing_acquire_grants_no_etcd_lease() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
     let key = Key::leader("role").unwrap();
@@ -329,11 +330,10 @@ async fn a_losing_acquire_grants_no_etcd_lease() {
     assert!(store.release(&held).await.unwrap());
 }
 
-/// Issue 13 (5): `Election::campaign` subscribes to `wakeups` and acquires; on etcd
-/// that started the namespace-wide expiry watch with a full scan of every lease in
-/// each candidate process, and then woke the candidate on every member's death. A
-/// handle that does not check (no `expired` / `next_expiry`) now watches without a
-/// scan and wakes only for the keys it was refused.
+/// `Election::campaign` subscribes to `wakeups` and acquires. A handle that does not
+/// check (no `expired` / `next_expiry`) watches without a scan and wakes only for
+/// the keys it was refused: a candidate process must not scan every lease of the
+/// namespace, nor wake on every member's death.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
     let Some(store) = store().await else { return };
@@ -383,12 +383,12 @@ async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
     assert!(candidate.release(&lease).await.unwrap());
 }
 
-/// Issue 13 (3): `renew_many` of leases this handle renews already is one read of
+/// `renew_many` of leases this handle renews already is one read of
 /// their lease-bound keys beside their keep-alives (sent all at once), not one read
 /// per lease after the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_many_reads_once_for_the_batch() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
     let mut leases = Vec::new();
@@ -418,12 +418,12 @@ async fn renew_many_reads_once_for_the_batch() {
     }
 }
 
-/// Issue 13 (3): `reap_many` is one read and one transaction for a batch, not a
+/// `reap_many` is one read and one transaction for a batch, not a
 /// read, a counter read and a transaction per lease; each entry answers what `reap`
 /// alone would (a repeat and a live lease: false).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reap_many_is_one_read_and_one_transaction() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     use liveness_core::{FencingToken, ItemStore};
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
@@ -471,13 +471,13 @@ async fn reap_many_is_one_read_and_one_transaction() {
     assert!(store.release(&live).await.unwrap());
 }
 
-/// Issue 13 (3): `requeue_orphans_many` sweeps a round's dead tokens in two reads
+/// `requeue_orphans_many` sweeps a round's dead tokens in two reads
 /// and one transaction (each token's items moved and its death record completed
 /// in one step), not two to four round trips per token; each token answers what
 /// `requeue_orphans` alone would (a repeat and a live token: nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     use liveness_core::{EnqueueOptions, FencingToken, ItemStore, RequestId};
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
@@ -534,13 +534,12 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
     assert!(store.release(&live).await.unwrap());
 }
 
-/// Issue 13 (5): `next_expiry` read the first live lease of the space by a range with
-/// a limit, which etcd 3.4 serves by walking the whole range's index (a checker
-/// round over 100,000 members took 48 ms against 3 ms over 1,000). It now reads the
-/// lease it found last by its key while that lives: no range after the first round.
+/// `next_expiry` reads the live lease it found last by its key while that lives: no
+/// range after the first round. etcd 3.4 serves a range with a limit by walking the
+/// whole range's index, so a range per round would cost O(live leases in the space).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn next_expiry_reads_its_probe_by_key() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
     let mut leases = Vec::new();
@@ -604,7 +603,7 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
     assert!(waiter.reap(&key, lease.token).await.unwrap());
 }
 
-/// Issue 13 (3): `acquire_many` sends its grants and transactions pipelined on the
+/// `acquire_many` sends its grants and transactions pipelined on the
 /// one connection (every entry's request in flight before the first answers), not
 /// one acquire after the other, and still answers each entry as `acquire` would:
 /// free keys taken with tokens growing in entry order, expired leases taken over
@@ -613,7 +612,7 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
 /// `Held` by that lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_many_pipelines_the_batch() {
-    use crate::store::Calls;
+    use crate::core::Calls;
     use liveness_core::{Acquire, DeathCause, FencingToken};
     use std::sync::atomic::Ordering;
     let Some(store) = store().await else { return };

@@ -24,18 +24,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue, KvClient, Txn, WatchClient, WatchOptions};
+use etcd_client::{EventType, GetOptions, KeyValue, KvClient, WatchClient, WatchOptions};
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
-use liveness_core::{Backoff, CancellationToken, ExpiredLease, Key, Result, Space};
+use liveness_core::{Backoff, CancellationToken, Key, Result, Space};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::map;
 use crate::keys::Keys;
-use crate::lease::Snapshot;
-use crate::store::EtcdStore;
-use crate::txn::{first, get, ranges};
 
 /// Keys per page of the fallback scan.
 const PAGE: i64 = 5_000;
@@ -556,107 +553,6 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<Scan> {
     })
 }
 
-/// How long `sync_expiry` waits for a progress notification before it falls back to
-/// writing the sync key.
-const PROGRESS_WAIT: Duration = Duration::from_millis(500);
-
-/// Candidates verified per read transaction (2 reads each, under 128).
-const VERIFY_CHUNK: usize = 64;
-
-/// Watch sync: what `expired` and `next_expiry` read the expiry watch through.
-impl EtcdStore {
-    /// Makes sure the expiry watch runs and has delivered every event up to now.
-    /// Without writing: the current revision from a read, then a progress
-    /// notification of the watch stream. Only when that does not come within
-    /// [`PROGRESS_WAIT`] (an old server, a watch being re-created): a write of the
-    /// sync key and a wait until the watch saw it. When the watch does not catch up
-    /// within the request timeout, a full scan (O(leases)) stands in.
-    pub(crate) async fn sync_expiry(&self) -> Result<()> {
-        let inner = &self.inner;
-        let owed = inner.expiry.checking();
-        inner.expiry.ensure(&inner.kv, &inner.watch, &inner.keys);
-        if owed {
-            // The watch runs since before this handle checked, without candidates:
-            // what expired before now is found by one full scan, read after the
-            // watch's start (so nothing falls between them).
-            match scan(&inner.kv, &inner.keys).await {
-                Ok(found) => inner.expiry.absorb_scan(found),
-                Err(e) => {
-                    inner.expiry.owe_scan();
-                    return Err(e);
-                }
-            }
-        }
-        let now = inner
-            .kv
-            .clone()
-            .get(
-                inner.keys.sync(),
-                Some(etcd_client::GetOptions::new().with_count_only()),
-            )
-            .await
-            .map_err(map)?;
-        let rev = now.header().map(|h| h.revision()).unwrap_or(0);
-        inner.expiry.request_progress();
-        if inner
-            .expiry
-            .caught_up(rev, PROGRESS_WAIT.min(inner.timeout))
-            .await
-        {
-            return Ok(());
-        }
-        let resp = inner
-            .kv
-            .clone()
-            .put(inner.keys.sync(), "", None)
-            .await
-            .map_err(map)?;
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if inner.expiry.caught_up(rev, inner.timeout).await {
-            return Ok(());
-        }
-        tracing::warn!("etcd expiry watch is behind; scanning the namespace instead");
-        let found = scan(&inner.kv, &inner.keys).await?;
-        inner.expiry.absorb_scan(found);
-        Ok(())
-    }
-
-    /// Verifies the watch's candidates in `space`, earliest first, forgetting the
-    /// stale ones, until `limit` expired leases are found. Costs O(candidates seen).
-    pub(crate) async fn verified(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let k = self.keys();
-        let mut out = Vec::new();
-        let (candidates, seen) = self.inner.expiry.candidates(space);
-        for chunk in candidates.chunks(VERIFY_CHUNK / 2) {
-            let ops = chunk
-                .iter()
-                .flat_map(|key| [get(&k.record(key)), get(&k.live(key))])
-                .collect::<Vec<_>>();
-            let resp = self.txn(Txn::new().and_then(ops)).await?;
-            let r = ranges(&resp);
-            for (i, key) in chunk.iter().enumerate() {
-                let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
-                match (&snap.record, &snap.live) {
-                    (Some(c), None) => {
-                        if out.len() < limit {
-                            out.push(ExpiredLease {
-                                key: key.clone(),
-                                holder: c.rec.holder.clone(),
-                                token: c.token,
-                            });
-                        }
-                    }
-                    _ => self.inner.expiry.forget_upto(key, seen),
-                }
-            }
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,10 +587,10 @@ mod tests {
         assert!(w.candidates(&Space::leaders()).0.is_empty());
     }
 
-    /// Issue 12: `verified` read a candidate, judged it stale, then forgot the key
-    /// unconditionally — dropping a newer DELETE the watch had re-inserted in the
-    /// meantime (a re-acquired lease that expired), so the dead member was not
-    /// listed again until a full rescan.
+    /// A verdict must not drop a DELETE newer than its read: `verified` reads a
+    /// candidate and judges it stale; should the watch re-insert the key meanwhile (a
+    /// re-acquired lease that expired), forgetting it unconditionally would leave
+    /// the dead member unlisted until a full rescan.
     #[tokio::test]
     async fn a_candidate_reinserted_after_the_read_survives_the_stale_verdict() {
         let w = ExpiryWatch::new();

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
+use liveness_etcd::{EtcdConfig, EtcdStore};
 
 async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
     let cluster = liveness_testkit::etcd_cluster::shared()?;

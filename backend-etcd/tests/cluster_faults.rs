@@ -33,10 +33,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{Error, FencingToken, LeaseStatus, LeaseStore, Namespace, Store, Ttl};
+use liveness_etcd::{EtcdConfig, EtcdStore};
 use liveness_testkit::etcd_cluster::EtcdCluster;
 use tokio::time::Instant;
 

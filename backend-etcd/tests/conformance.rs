@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
+use liveness_etcd::{EtcdConfig, EtcdStore};
 
 async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
     let server = liveness_testkit::etcd::shared()?;

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    Checker, CheckerConfig, EnqueueOptions, Error, HolderId, InputProblem, Key, LeaseStatus,
-    LeaseStore, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Error, HolderId, InputProblem, Key, LeaseStatus, Store,
+    Ttl,
 };
+use liveness_etcd::{EtcdConfig, EtcdStore};
 
 /// A short round of everything through `store`: lease life cycle, expiry seen by the
 /// watch and reaped by a checker, items claimed, requeued and completed.
@@ -71,7 +71,7 @@ async fn tls_with_a_private_ca() {
 
     // A CA that did not sign the server's certificate: the handshake fails.
     let wrong = format!("{}?ca={}", server.url(), tls.cert.display());
-    let err = backend_etcd::connect(&wrong).await.unwrap_err();
+    let err = liveness_etcd::connect(&wrong).await.unwrap_err();
     assert!(
         matches!(err, Error::Unavailable { .. } | Error::Backend { .. }),
         "{err:?}"
@@ -86,7 +86,7 @@ async fn tls_with_a_private_ca() {
     // A missing CA file is a permanent error.
     let missing = format!("{}?ca=/nonexistent/ca.pem", server.url());
     assert!(matches!(
-        backend_etcd::connect(&missing).await.unwrap_err(),
+        liveness_etcd::connect(&missing).await.unwrap_err(),
         Error::Backend { .. }
     ));
 }
@@ -105,7 +105,7 @@ async fn user_and_password_auth() {
 
     // A wrong password and no credentials at all are refused, permanently.
     for bad in [format!("etcd://root:nope@{host}"), format!("etcd://{host}")] {
-        let err = backend_etcd::connect(&bad).await.unwrap_err();
+        let err = liveness_etcd::connect(&bad).await.unwrap_err();
         assert!(!err.is_retryable(), "{bad}: {err:?}");
     }
 }
@@ -114,7 +114,7 @@ async fn user_and_password_auth() {
 async fn unreachable_member_is_unavailable() {
     let port = liveness_testkit::free_port().unwrap();
     let url = format!("etcd://127.0.0.1:{port}?connect_timeout_ms=300&timeout_ms=300");
-    let err = backend_etcd::connect(&url).await.unwrap_err();
+    let err = liveness_etcd::connect(&url).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
 }
 
@@ -126,7 +126,9 @@ async fn ttls_below_etcds_minimum_are_refused_and_others_round_up() {
     let config = EtcdConfig::from_url(server.url())
         .unwrap()
         .with_namespace(fresh_namespace());
-    let store = EtcdStore::connect(config).await.unwrap();
+    // Behind the input checks, as every caller gets a store: they refuse a ttl under
+    // the minimum this store probed from etcd.
+    let store = liveness_core::checked(Arc::new(EtcdStore::connect(config).await.unwrap()));
     let min = store.capabilities().min_ttl;
     assert!(
         min >= Duration::from_secs(1),

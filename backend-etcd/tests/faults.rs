@@ -26,10 +26,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{EtcdConfig, EtcdStore};
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{Store, Ttl};
+use liveness_etcd::{EtcdConfig, EtcdStore};
 use liveness_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -131,7 +131,7 @@ async fn pause_past_ttl_every_expired_member_sees_lost_first() {
     world.shut_down().await;
 }
 
-/// Issue 12: an etcd that lost its data (its data folder gone, or a snapshot restored
+/// An etcd that lost its data (its data folder gone, or a snapshot restored
 /// without `--bump-revision`) starts its revisions over: a renewal of a lease acquired
 /// before fails loudly with `StoreLostState` (its token, a revision, is above every
 /// revision this etcd has seen), never a plain `Lost(Released)`.

@@ -1,10 +1,11 @@
-//! [`FdbConfig`]: which cluster and namespace, parsed from a URL.
+//! [`FdbConfig`]: which cluster and namespace (parsed from a URL or built with the
+//! `with_*` setters), and the URL form this backend serves.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use liveness_core::url::{Authority, Param, UrlForm};
-use liveness_core::{Namespace, Result};
+use liveness_core::url::{Authority, Param, UrlForm, MAX_TIMEOUT_MS};
+use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["fdb"];
@@ -24,7 +25,8 @@ pub const URL: UrlForm = UrlForm {
                optionally ?ns=NAME&timeout_ms=N&prefix=TEXT",
 };
 
-/// Options shared by every handle kind.
+/// The options a store handle runs with (what [`FdbConfig`] sets besides the cluster
+/// file and the namespace; the test double's handles take them too).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Options {
     /// The first element of the subspace tuple `(prefix, namespace)`.
@@ -45,16 +47,15 @@ impl Default for Options {
     }
 }
 
-/// Where the FoundationDB cluster is and how this handle uses it.
+/// Where the FoundationDB cluster is and how this handle uses it: built by
+/// [`FdbConfig::new`] or [`FdbConfig::from_url`], then the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FdbConfig {
-    /// The cluster file; `None` for the client's default (`FDB_CLUSTER_FILE`, then
-    /// `/etc/foundationdb/fdb.cluster`).
-    pub cluster_file: Option<PathBuf>,
-    /// The namespace this handle is scoped to (URL `?ns=`, default `default`): the
-    /// subspace `(prefix, namespace)` holds all its keys.
-    pub namespace: Namespace,
-    pub(crate) options: Options,
+    /// The cluster file; `None` for the client's default.
+    cluster_file: Option<PathBuf>,
+    /// The namespace: the subspace `(prefix, namespace)` holds all its keys.
+    namespace: Namespace,
+    options: Options,
 }
 
 impl FdbConfig {
@@ -65,36 +66,6 @@ impl FdbConfig {
             namespace,
             options: Options::default(),
         }
-    }
-
-    pub(crate) fn default_options() -> Options {
-        Options::default()
-    }
-
-    /// How long one operation may take, retries included, before it fails with a
-    /// retryable [`liveness_core::Error::Unavailable`] (URL `?timeout_ms=`, default 10 s).
-    pub fn timeout(&self) -> Duration {
-        self.options.timeout
-    }
-
-    /// The same configuration keeping another number of death records per namespace
-    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
-    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
-    /// `InvalidInput`).
-    pub fn with_death_retention(mut self, keep: usize) -> Result<FdbConfig> {
-        if keep == 0 {
-            return Err(liveness_core::Error::invalid(
-                "death_retention",
-                liveness_core::InputProblem::Zero,
-            ));
-        }
-        self.options.death_retention = keep;
-        Ok(self)
-    }
-
-    /// The first element of the subspace tuple (URL `?prefix=`, default `liveness`).
-    pub fn prefix(&self) -> &str {
-        &self.options.prefix
     }
 
     /// Parses `fdb://` (the default cluster file) or `fdb:///abs/path/fdb.cluster`
@@ -122,25 +93,114 @@ impl FdbConfig {
         }
         Ok(config)
     }
+
+    /// The same configuration on the cluster that the cluster file at `path` names
+    /// (URL path; default: the client's own choice, `FDB_CLUSTER_FILE` and then
+    /// `/etc/foundationdb/fdb.cluster`).
+    pub fn with_cluster_file(mut self, path: impl Into<PathBuf>) -> FdbConfig {
+        self.cluster_file = Some(path.into());
+        self
+    }
+
+    /// The same configuration on another namespace.
+    pub fn with_namespace(mut self, namespace: Namespace) -> FdbConfig {
+        self.namespace = namespace;
+        self
+    }
+
+    /// The same configuration with another first element of the subspace tuple (URL
+    /// `?prefix=`, default `liveness`).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> FdbConfig {
+        self.options.prefix = prefix.into();
+        self
+    }
+
+    /// The same configuration with another timeout for one operation, retries
+    /// included (URL `?timeout_ms=`, default 10 s). The client counts it in whole
+    /// milliseconds: zero is `InvalidInput` (`Zero`), under 1 ms `TooShort`, over
+    /// [`MAX_TIMEOUT_MS`](liveness_core::url::MAX_TIMEOUT_MS) `TooLongDuration`, all
+    /// naming `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<FdbConfig> {
+        let (min, max) = (
+            Duration::from_millis(1),
+            Duration::from_millis(MAX_TIMEOUT_MS),
+        );
+        let problem = if timeout.is_zero() {
+            InputProblem::Zero
+        } else if timeout < min {
+            InputProblem::TooShort { min, got: timeout }
+        } else if timeout > max {
+            InputProblem::TooLongDuration { max, got: timeout }
+        } else {
+            self.options.timeout = timeout;
+            return Ok(self);
+        };
+        Err(Error::invalid("timeout", problem))
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
+    /// `InvalidInput`).
+    pub fn with_death_retention(mut self, keep: usize) -> Result<FdbConfig> {
+        if keep == 0 {
+            return Err(Error::invalid("death_retention", InputProblem::Zero));
+        }
+        self.options.death_retention = keep;
+        Ok(self)
+    }
+
+    /// The cluster file; `None` for the client's default (`FDB_CLUSTER_FILE`, then
+    /// `/etc/foundationdb/fdb.cluster`).
+    pub fn cluster_file(&self) -> Option<&Path> {
+        self.cluster_file.as_deref()
+    }
+
+    /// The namespace the store handle will be scoped to (URL `?ns=`, default
+    /// `default`): the subspace `(prefix, namespace)` holds all its keys.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The first element of the subspace tuple (URL `?prefix=`, default `liveness`).
+    pub fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// How long one operation may take, retries included, before it fails with a
+    /// retryable [`liveness_core::Error::Unavailable`] (URL `?timeout_ms=`, default 10 s).
+    pub fn timeout(&self) -> Duration {
+        self.options.timeout
+    }
+
+    /// How many death records the namespace keeps (the newest ones).
+    pub fn death_retention(&self) -> usize {
+        self.options.death_retention
+    }
+
+    /// The handle options this configuration sets (what `connect` gives the handle).
+    #[cfg(feature = "native")]
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::Error;
 
     #[test]
     fn parses_urls() {
         let c = FdbConfig::from_url("fdb://").unwrap();
-        assert_eq!(c.cluster_file, None);
-        assert_eq!(c.namespace.as_str(), "default");
+        assert_eq!(c.cluster_file(), None);
+        assert_eq!(c.namespace().as_str(), "default");
         let c = FdbConfig::from_url("fdb:///etc/foundationdb/fdb.cluster?ns=jobs&timeout_ms=2500")
             .unwrap();
         assert_eq!(
-            c.cluster_file,
-            Some(PathBuf::from("/etc/foundationdb/fdb.cluster"))
+            c.cluster_file(),
+            Some(Path::new("/etc/foundationdb/fdb.cluster"))
         );
-        assert_eq!(c.namespace.as_str(), "jobs");
+        assert_eq!(c.namespace().as_str(), "jobs");
         assert_eq!(c.timeout(), Duration::from_millis(2500));
         assert_eq!(
             FdbConfig::from_url("fdb://?prefix=app").unwrap().prefix(),
@@ -169,5 +229,46 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn builds_with_setters() {
+        let ns = Namespace::new("jobs").unwrap();
+        let c = FdbConfig::new(Namespace::new("default").unwrap())
+            .with_cluster_file("/etc/foundationdb/fdb.cluster")
+            .with_namespace(ns.clone())
+            .with_prefix("app")
+            .with_timeout(Duration::from_millis(2500))
+            .unwrap()
+            .with_death_retention(7)
+            .unwrap();
+        assert_eq!(
+            c,
+            FdbConfig::from_url(
+                "fdb:///etc/foundationdb/fdb.cluster?ns=jobs&timeout_ms=2500&prefix=app"
+            )
+            .unwrap()
+            .with_death_retention(7)
+            .unwrap()
+        );
+        assert_eq!(c.namespace(), &ns);
+        assert_eq!(c.death_retention(), 7);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            Duration::from_millis(MAX_TIMEOUT_MS + 1),
+        ] {
+            assert!(
+                matches!(
+                    c.clone().with_timeout(bad),
+                    Err(Error::InvalidInput { what, .. }) if what == "timeout"
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            c.with_death_retention(0),
+            Err(Error::InvalidInput { what, .. }) if what == "death_retention"
+        ));
     }
 }

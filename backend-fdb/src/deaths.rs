@@ -1,6 +1,8 @@
-//! The operator's read paths on FoundationDB: the death history and its sweep
-//! counts, the member listing, items by state and the dead-letter retries. Each
-//! `*_once` is one attempt of a transaction, as in `ops.rs`.
+//! Finding and declaring deaths, and the death history: `expired` (which leases
+//! this handle sees as expired) and `next_expiry`, `reap`, the dead set
+//! (`dead_tokens`), the sweep of a dead token's items (`requeue_orphans`, in
+//! batches) and the death records (`deaths`). Each `*_once` is one attempt of a
+//! transaction body, run by `transact!` from `lease.rs`, `items.rs` or `batch.rs`.
 //!
 //! A death is recorded by the transaction that ends the lease: it draws the next seq
 //! from the namespace's death counter (a read-write, so deaths serialize on it) and
@@ -13,17 +15,15 @@ use std::time::Duration;
 use liveness_core::lease::death_page;
 use liveness_core::sync::lock;
 use liveness_core::{
-    DeathCause, DeathRecord, Error, FencingToken, HolderId, InputProblem, ItemId, ItemRecord,
-    ItemState, ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, Requeued, Space, StoreTime, Swept,
-    Ttl,
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, ItemId, ItemState,
+    Key, Name, Requeued, Space, StoreTime, Swept,
 };
 use tokio::time::Instant;
 
+use crate::core::{ttl_of, FdbStore, Retire, MAX_BATCH};
 use crate::error::corrupt;
-use crate::keys::{decode_u64, LeaseRec};
-use crate::kv::{Attempt, Fail, RangeRead, Transaction};
-use crate::ops::ttl_of;
-use crate::store::FdbStore;
+use crate::keys::{decode_dead, decode_index_value, decode_u64, LeaseRec};
+use crate::kv::{Attempt, Fail, RangeRead, Stamp, Transaction};
 
 /// A death record as stored: cause(1) at_us(8) token(8) swept(1 + 8 + 8), then
 /// `space/name`, a newline and the holder.
@@ -92,14 +92,9 @@ fn decode_tally(b: &[u8]) -> Option<Swept> {
     })
 }
 
+// The death records: written by the transaction that ends a lease, completed by
+// the sweep of its token, read back newest first.
 impl FdbStore {
-    /// The handle's store time: its own monotonic clock, anchored at the Unix epoch
-    /// by the host clock read once when the handle was made (for diagnostics and
-    /// death records; expiry never uses it).
-    pub(crate) fn store_now(&self) -> StoreTime {
-        StoreTime::from_epoch(self.wall_at_start + lock(&self.obs).since_epoch(Instant::now()))
-    }
-
     /// Records the death of `rec`'s token on `key` in the transaction that ends it.
     pub(crate) async fn record_death(
         &self,
@@ -138,7 +133,7 @@ impl FdbStore {
     ) -> Result<(), Fail> {
         let tally_key = self.layout.death_tally(token);
         let mut tally = match tx.get(&tally_key, false).await? {
-            Some(raw) => decode_tally(&raw).ok_or_else(|| Fail::Stop(corrupt("sweep tally")))?,
+            Some(raw) => decode_tally(&raw).ok_or_else(|| Fail::Stop(corrupt("a sweep tally")))?,
             None => Swept::default(),
         };
         tally.requeued += moved.requeued.len() as u64;
@@ -156,7 +151,7 @@ impl FdbStore {
         let seq = decode_u64(&raw)?;
         let rec_key = self.layout.death(seq);
         if let Some(raw) = tx.get(&rec_key, false).await? {
-            let mut rec = decode(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("death record")))?;
+            let mut rec = decode(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("a death record")))?;
             rec.swept = Some(tally);
             tx.set(&rec_key, &encode(&rec));
         }
@@ -185,141 +180,211 @@ impl FdbStore {
             .await?
         {
             let seq = self.layout.parse_id(&k)?;
-            out.push(decode(seq, &v).ok_or_else(|| Fail::Stop(corrupt("death record")))?);
+            out.push(decode(seq, &v).ok_or_else(|| Fail::Stop(corrupt("a death record")))?);
         }
         Ok(out)
     }
+}
 
-    /// `members`: a range of lease records in key order, each judged as `inspect`
-    /// judges it.
-    pub(crate) async fn members_once(
+// Expiry as this handle sees it, and the reaping of what expired.
+impl FdbStore {
+    /// The distinct ttls of the index of `space`, each with its oldest entry (one
+    /// single-row read per ttl group: a skip scan).
+    pub(crate) async fn ttl_groups(
         &self,
         tx: &mut dyn Transaction,
         space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>, Fail> {
-        let now = self.observe(tx).await?;
-        let (b, e) = self
-            .layout
-            .leases_after(space, after.map(|k| k.name().as_str()));
-        let mut out = Vec::new();
-        for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
-            let name = Name::new(self.layout.parse_lease(&k)?)
-                .map_err(|_| Fail::Stop(corrupt("lease key")))?;
-            let key = Key::new(space.clone(), name);
-            let rec = LeaseRec::decode(&v)?;
-            let ttl = ttl_of(rec.ttl_ms);
-            let deadline = {
-                let mut obs = lock(&self.obs);
-                obs.note_ttl(ttl);
-                obs.deadline(&key, &rec.stamp, ttl).unwrap_or(now + ttl)
+    ) -> Result<Vec<(u64, Key, Stamp)>, Fail> {
+        let (mut cursor, end) = self.layout.index_space(space);
+        let mut groups = Vec::new();
+        loop {
+            let row = tx
+                .range(RangeRead::new(&cursor, &end, 1).snapshot())
+                .await?;
+            let Some((k, _)) = row.first() else {
+                break;
             };
-            let status = if now < deadline {
-                LeaseStatus::Live {
-                    remaining: deadline - now,
-                }
-            } else {
-                LeaseStatus::Expired
-            };
-            out.push(LeaseInfo {
-                key,
-                holder: rec.holder,
-                token: rec.token,
-                ttl: Ttl::new(ttl).map_err(|_| corrupt("lease ttl"))?,
-                status,
-            });
+            let (ttl_ms, stamp, name) = self.layout.parse_index(k)?;
+            let key = Key::new(
+                space.clone(),
+                Name::new(name).map_err(|_| corrupt("an expiry index entry"))?,
+            );
+            groups.push((ttl_ms, key, stamp));
+            cursor = self.layout.index_after_group(space, ttl_ms);
         }
-        Ok(out)
+        Ok(groups)
     }
 
-    /// `items`: the state's index from `after` (pending, dead-lettered), or the item
-    /// metas from `after` (owned: there is no index by id), read in one transaction.
-    pub(crate) async fn items_once(
+    pub(crate) async fn expired_once(
         &self,
         tx: &mut dyn Transaction,
-        state: ItemStateKind,
-        after: Option<ItemId>,
+        space: &Space,
         limit: usize,
-    ) -> Result<Vec<ItemRecord>, Fail> {
-        let first_id = after.map_or(0, |a| a.0.saturating_add(1));
-        let which = match state {
-            ItemStateKind::Pending => "p",
-            ItemStateKind::DeadLettered => "x",
-            ItemStateKind::Owned => "i",
-        };
-        let (mut b, e) = self.layout.ids_from(which, first_id);
-        let mut out = Vec::new();
-        loop {
-            let batch = if state == ItemStateKind::Owned {
-                256
-            } else {
-                limit
+    ) -> Result<Vec<ExpiredLease>, Fail> {
+        let now = self.observe(tx).await?;
+        let mut found: Vec<(Instant, ExpiredLease)> = Vec::new();
+        for (ttl_ms, _, _) in self.ttl_groups(tx, space).await? {
+            let ttl = ttl_of(ttl_ms);
+            let mark = {
+                let mut obs = lock(&self.obs);
+                obs.note_ttl(ttl);
+                obs.watermark(now, ttl)
             };
-            let rows = tx.range(RangeRead::new(&b, &e, batch).snapshot()).await?;
-            for (k, _) in &rows {
-                let id = self.layout.parse_id(k)?;
-                if let Some(rec) = self.read_record(tx, id).await? {
-                    if rec.state.kind() == state {
-                        out.push(rec);
-                        if out.len() == limit {
-                            return Ok(out);
-                        }
-                    }
-                }
-            }
-            match rows.last() {
-                Some((k, _)) if state == ItemStateKind::Owned && rows.len() == batch => {
-                    b = k.clone();
-                    b.push(0);
-                }
-                _ => return Ok(out),
+            let Some(mark) = mark else {
+                continue; // not watched for a whole ttl yet: nothing of this ttl is expired
+            };
+            let (b, e) = self
+                .layout
+                .index_group(space, ttl_ms, mark.saturating_add(1));
+            for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
+                let (_, stamp, name) = self.layout.parse_index(&k)?;
+                let key = Key::new(
+                    space.clone(),
+                    Name::new(name).map_err(|_| corrupt("an expiry index entry"))?,
+                );
+                let (token, holder) = decode_index_value(&v)?;
+                let deadline = lock(&self.obs).deadline(&key, &stamp, ttl).unwrap_or(now);
+                found.push((deadline, ExpiredLease { key, holder, token }));
             }
         }
+        // Leases this handle wrote itself count from their send time.
+        let due = lock(&self.obs).own_due(space, now, limit);
+        for (key, w) in due {
+            match self.read_lease(tx, &key, true).await? {
+                Some(rec) if rec.stamp == w.stamp => {
+                    if !found.iter().any(|(_, e)| e.key == key) {
+                        found.push((
+                            w.sent + w.ttl,
+                            ExpiredLease {
+                                key,
+                                holder: rec.holder,
+                                token: rec.token,
+                            },
+                        ));
+                    }
+                }
+                _ => lock(&self.obs).forget_stamp(&key, &w.stamp),
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.token.cmp(&b.1.token)));
+        found.truncate(limit);
+        Ok(found.into_iter().map(|(_, e)| e).collect())
     }
 
-    /// `retry_dead_letter`: one item back to pending with no attempts.
-    pub(crate) async fn revive_once(
+    pub(crate) async fn next_expiry_once(
+        &self,
+        tx: &mut dyn Transaction,
+        space: &Space,
+    ) -> Result<Option<Duration>, Fail> {
+        let now = self.observe(tx).await?;
+        let mut earliest: Option<Instant> = None;
+        let mut any = false;
+        for (ttl_ms, key, stamp) in self.ttl_groups(tx, space).await? {
+            any = true;
+            let ttl = ttl_of(ttl_ms);
+            let d = {
+                let mut obs = lock(&self.obs);
+                obs.note_ttl(ttl);
+                obs.deadline(&key, &stamp, ttl).unwrap_or(now + ttl)
+            };
+            earliest = Some(earliest.map_or(d, |e| e.min(d)));
+        }
+        // Own writes may be known from an earlier instant than the oldest stamp.
+        loop {
+            let next = lock(&self.obs).own_next(space);
+            let Some((key, w)) = next else {
+                break;
+            };
+            match self.read_lease(tx, &key, true).await? {
+                Some(rec) if rec.stamp == w.stamp => {
+                    any = true;
+                    let d = w.sent + w.ttl;
+                    earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                    break;
+                }
+                _ => lock(&self.obs).forget_stamp(&key, &w.stamp),
+            }
+        }
+        Ok(if any {
+            earliest.map(|d| d.saturating_duration_since(now))
+        } else {
+            None
+        })
+    }
+
+    pub(crate) async fn reap_once(
         &self,
         tx: &mut dyn Transaction,
         at: &Attempt,
-        id: ItemId,
-    ) -> Result<(), Fail> {
-        let Some(mut meta) = self.read_meta(tx, id.0, false).await? else {
-            return Err(Fail::Stop(Error::invalid("item", InputProblem::NoSuchItem)));
-        };
-        if meta.state != ItemState::DeadLettered {
-            // After an unknown commit result, pending with no attempts is our own
-            // earlier attempt's work.
-            if at.maybe_committed && meta.state == ItemState::Pending && meta.attempts == 0 {
-                return Ok(());
-            }
-            return Err(Fail::Stop(Error::invalid(
-                "item",
-                InputProblem::NotDeadLettered,
-            )));
+        key: &Key,
+        token: FencingToken,
+        nonce: u64,
+    ) -> Result<Retire, Fail> {
+        if self.we_retired(tx, at, token, nonce).await? {
+            return Ok(Retire::Done(None));
         }
-        meta.attempts = 0;
-        self.move_item(tx, id.0, &mut meta, ItemState::Pending, &[]);
-        Ok(())
+        let now = self.observe(tx).await?;
+        match self.read_lease(tx, key, false).await? {
+            Some(rec) if rec.token == token && self.is_expired(key, &rec, now) => {
+                self.retire(tx, key, &rec, nonce);
+                self.record_death(tx, key, &rec, DeathCause::Reaped).await?;
+                Ok(Retire::Done(Some(rec)))
+            }
+            _ => Ok(Retire::No),
+        }
     }
 
-    /// `retry_dead_letters`: the lowest dead-lettered items back to pending.
-    pub(crate) async fn revive_many_once(
+    pub(crate) async fn dead_once(
         &self,
         tx: &mut dyn Transaction,
         limit: usize,
-    ) -> Result<Vec<ItemId>, Fail> {
-        let (b, e) = self.layout.dead_letters_all();
+    ) -> Result<Vec<DeadToken>, Fail> {
+        let (b, e) = self.layout.dead_all();
         let mut out = Vec::new();
-        for (k, _) in tx.range(RangeRead::new(&b, &e, limit)).await? {
-            let id = self.layout.parse_id(&k)?;
-            if let Some(mut meta) = self.read_meta(tx, id, false).await? {
-                meta.attempts = 0;
-                self.move_item(tx, id, &mut meta, ItemState::Pending, &[]);
-                out.push(ItemId(id));
-            }
+        for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
+            let token = self.layout.parse_dead(&k)?;
+            let (_, key) = decode_dead(&v)?;
+            out.push(DeadToken { key, token });
         }
         Ok(out)
+    }
+}
+
+// The sweep: a dead token's items back to pending (or dead-lettered).
+impl FdbStore {
+    /// One batch of `requeue_orphans`: `None` when the token is not in the dead set.
+    pub(crate) async fn requeue_once(
+        &self,
+        tx: &mut dyn Transaction,
+        token: FencingToken,
+    ) -> Result<Option<(Requeued, bool)>, Fail> {
+        if tx.get(&self.layout.dead(token), false).await?.is_none() {
+            return Ok(None);
+        }
+        let (b, e) = self.layout.owned_by(token);
+        let rows = tx.range(RangeRead::new(&b, &e, MAX_BATCH)).await?;
+        let done = rows.len() < MAX_BATCH;
+        let mut out = Requeued::default();
+        for (k, _) in rows {
+            let id = self.layout.parse_id(&k)?;
+            match self.read_meta(tx, id, false).await? {
+                Some(mut meta) if meta.state == ItemState::Owned(token) => {
+                    match self.hand_back(tx, id, &mut meta, true) {
+                        ItemState::Pending => out.requeued.push(ItemId(id)),
+                        _ => out.dead_lettered.push(ItemId(id)),
+                    }
+                }
+                _ => tx.clear(&k), // a stray index entry
+            }
+        }
+        // The sweep's tally (every batch, whichever sweeper ran it) goes into the
+        // token's death record with the last batch.
+        self.tally_sweep(tx, token, &out, done).await?;
+        if done {
+            // The token is forgotten, its claim high-water mark with it.
+            tx.clear(&self.layout.dead(token));
+            tx.clear(&self.layout.claim_mark(token));
+        }
+        Ok(Some((out, done)))
     }
 }

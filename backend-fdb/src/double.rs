@@ -33,8 +33,9 @@ use liveness_core::sync::lock;
 use liveness_core::{async_trait, Namespace};
 use tokio::time::Instant;
 
+use crate::config::Options;
+use crate::core::FdbStore;
 use crate::kv::{Class, Database, DbError, Pair, RangeRead, Stamp, Transaction};
-use crate::store::FdbStore;
 
 const MAX_KEY: usize = 10_000;
 const MAX_VALUE: usize = 100_000;
@@ -188,15 +189,17 @@ impl DoubleDatabase {
             Arc::new(self.clone()),
             &format!("double {:p}", Arc::as_ptr(&self.state)),
             namespace,
-            crate::FdbConfig::default_options(),
+            Options::default(),
         )
     }
 
     /// [`DoubleDatabase::store`] keeping `keep` death records (at least 1) instead of
     /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION).
     pub fn store_keeping_deaths(&self, namespace: &Namespace, keep: usize) -> FdbStore {
-        let mut options = crate::FdbConfig::default_options();
-        options.death_retention = keep.max(1);
+        let options = Options {
+            death_retention: keep.max(1),
+            ..Options::default()
+        };
         FdbStore::over(
             Arc::new(self.clone()),
             &format!("double {:p}", Arc::as_ptr(&self.state)),

@@ -28,12 +28,10 @@ pub(crate) fn is_transient(e: &foundationdb::FdbError) -> bool {
         )
 }
 
-/// A record that does not decode ([`liveness_core::Corrupt`]): a `what` record.
-pub(crate) fn corrupt(what: &'static str) -> Error {
-    Error::corrupt(
-        BACKEND,
-        format!("corrupt {what} record in the FoundationDB subspace"),
-    )
+/// A record that does not decode ([`liveness_core::Corrupt`]): `what` says which
+/// record or value of the namespace's subspace, and why.
+pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::corrupt(BACKEND, what)
 }
 
 /// The error of [`connect`](crate::connect) in a build without the `native` feature.

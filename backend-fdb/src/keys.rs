@@ -110,8 +110,10 @@ impl Layout {
 
     /// Decodes an index key: (ttl_ms, stamp, name).
     pub(crate) fn parse_index(&self, key: &[u8]) -> Result<(u64, Stamp, String), Error> {
-        let (_, _, ttl, vs, name): (String, String, u64, Versionstamp, String) =
-            self.root.unpack(key).map_err(|_| corrupt("index"))?;
+        let (_, _, ttl, vs, name): (String, String, u64, Versionstamp, String) = self
+            .root
+            .unpack(key)
+            .map_err(|_| corrupt("an expiry index entry"))?;
         let mut stamp = [0u8; 10];
         stamp.copy_from_slice(vs.transaction_version());
         Ok((ttl, stamp, name))
@@ -126,7 +128,10 @@ impl Layout {
     }
 
     pub(crate) fn parse_dead(&self, key: &[u8]) -> Result<FencingToken, Error> {
-        let (_, t): (String, u64) = self.root.unpack(key).map_err(|_| corrupt("dead set"))?;
+        let (_, t): (String, u64) = self
+            .root
+            .unpack(key)
+            .map_err(|_| corrupt("a dead set entry"))?;
         Ok(FencingToken(t))
     }
 
@@ -182,8 +187,10 @@ impl Layout {
         if let Ok((_, id)) = self.root.unpack::<(String, u64)>(key) {
             return Ok(id);
         }
-        let (_, _, id): (String, u64, u64) =
-            self.root.unpack(key).map_err(|_| corrupt("item index"))?;
+        let (_, _, id): (String, u64, u64) = self
+            .root
+            .unpack(key)
+            .map_err(|_| corrupt("an item index key"))?;
         Ok(id)
     }
 
@@ -205,7 +212,7 @@ impl Layout {
     /// Decodes a lease record key: its name.
     pub(crate) fn parse_lease(&self, key: &[u8]) -> Result<String, Error> {
         let (_, _, name): (String, String, String) =
-            self.root.unpack(key).map_err(|_| corrupt("lease key"))?;
+            self.root.unpack(key).map_err(|_| corrupt("a lease key"))?;
         Ok(name)
     }
 
@@ -306,7 +313,7 @@ impl LeaseRec {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<LeaseRec, Error> {
-        let bad = || corrupt("lease");
+        let bad = || corrupt("a lease record");
         let mut stamp = [0u8; 10];
         stamp.copy_from_slice(b.get(..10).ok_or_else(bad)?);
         let token = FencingToken(u64_at(b, 10).ok_or_else(bad)?);
@@ -331,7 +338,7 @@ pub(crate) fn encode_index_value(token: FencingToken, holder: &HolderId) -> Vec<
 }
 
 pub(crate) fn decode_index_value(b: &[u8]) -> Result<(FencingToken, HolderId), Error> {
-    let bad = || corrupt("index");
+    let bad = || corrupt("an expiry index entry");
     let token = FencingToken(u64_at(b, 0).ok_or_else(bad)?);
     let holder = HolderId::from_bytes(b.get(8..).ok_or_else(bad)?).map_err(|_| bad())?;
     Ok((token, holder))
@@ -345,7 +352,7 @@ pub(crate) fn encode_dead(nonce: u64, key: &Key) -> Vec<u8> {
 }
 
 pub(crate) fn decode_dead(b: &[u8]) -> Result<(u64, Key), Error> {
-    let bad = || corrupt("dead set");
+    let bad = || corrupt("a dead set entry");
     let nonce = u64_at(b, 0).ok_or_else(bad)?;
     let text = std::str::from_utf8(b.get(8..).ok_or_else(bad)?).map_err(|_| bad())?;
     let key = Key::parse(text).map_err(|_| bad())?;
@@ -353,7 +360,7 @@ pub(crate) fn decode_dead(b: &[u8]) -> Result<(u64, Key), Error> {
 }
 
 pub(crate) fn decode_u64(b: &[u8]) -> Result<u64, Error> {
-    u64_at(b, 0).ok_or_else(|| corrupt("counter"))
+    u64_at(b, 0).ok_or_else(|| corrupt("a counter"))
 }
 
 pub(crate) fn decode_count(b: &[u8]) -> u64 {
@@ -387,7 +394,7 @@ impl ItemMeta {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<ItemMeta, Error> {
-        let bad = || corrupt("item");
+        let bad = || corrupt("an item record");
         let attempts = u32_at(b, 0).ok_or_else(bad)?;
         let max_attempts = u32_at(b, 4).ok_or_else(bad)?;
         let token = u64_at(b, 9).ok_or_else(bad)?;

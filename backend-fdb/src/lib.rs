@@ -2,24 +2,26 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod batch;
 mod config;
+mod core;
 mod deaths;
-pub mod double;
+mod double;
 mod error;
+mod items;
 mod keys;
 mod kv;
+mod lease;
 #[cfg(feature = "native")]
 mod native;
 mod observe;
-mod ops;
-mod store;
 
+pub use crate::core::FdbStore;
 pub use config::{FdbConfig, SCHEMES, URL};
 pub use double::{DoubleDatabase, DoubleError};
 pub use error::NotCompiled;
 #[cfg(feature = "native")]
 pub use native::stop_network;
-pub use store::FdbStore;
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.

@@ -67,8 +67,8 @@ impl std::fmt::Debug for NativeDatabase {
 impl NativeDatabase {
     pub(crate) fn open(config: &FdbConfig) -> Result<NativeDatabase, Error> {
         boot().map_err(|e| map(native(e)))?;
-        let path = config.cluster_file.as_ref().and_then(|p| p.to_str());
-        if config.cluster_file.is_some() && path.is_none() {
+        let path = config.cluster_file().and_then(|p| p.to_str());
+        if config.cluster_file().is_some() && path.is_none() {
             return Err(Error::invalid(
                 "cluster file",
                 liveness_core::InputProblem::NotUtf8,

@@ -1,10 +1,10 @@
-//! Issue 13: a batch is one transaction. `acquire_many` of many keys and `reap_many`
+//! A batch is one transaction. `acquire_many` of many keys and `reap_many`
 //! of many deaths each commit once on the test double (counted by its commit
 //! version), not once per entry; a commit that reports an unknown result is retried
 //! and answers each entry with what the applied commit did.
 
-use backend_fdb::DoubleDatabase;
 use liveness_conformance::fresh_namespace;
+use liveness_fdb::DoubleDatabase;
 use std::time::Duration;
 
 use liveness_core::{

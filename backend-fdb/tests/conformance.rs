@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use backend_fdb::DoubleDatabase;
 use liveness_core::Store;
+use liveness_fdb::DoubleDatabase;
 
 /// One double for the whole test binary, like one cluster shared by many tests; each
 /// store is on a fresh namespace (its own subspace).

@@ -4,7 +4,7 @@
 //! cluster file. Without `FDB_CLUSTER_FILE`, every test here FAILS (never passes
 //! silently): the live suite did not run. Never built in this workspace's CI (it
 //! needs libfdb_c); run it with
-//! `FDB_CLUSTER_FILE=/etc/foundationdb/fdb.cluster cargo test -p backend-fdb --features native --test live`.
+//! `FDB_CLUSTER_FILE=/etc/foundationdb/fdb.cluster cargo test -p liveness-fdb --features native --test live`.
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ async fn factory() -> Option<Arc<dyn Store>> {
     };
     let ns = liveness_conformance::fresh_namespace();
     let url = format!("fdb://{path}?ns={ns}");
-    match backend_fdb::connect(&url).await {
+    match liveness_fdb::connect(&url).await {
         Ok(store) => Some(Arc::new(store)),
         Err(e) => panic!("cannot open the cluster at {path}: {e}: the live suite did not run"),
     }

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use backend_fdb::{DoubleDatabase, FdbStore};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    EnqueueOptions, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostReason,
+    EnqueueOptions, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
     RequestId, Space, Ttl,
 };
+use liveness_fdb::{DoubleDatabase, FdbStore};
 use tokio::time::advance;
 
 fn holder() -> HolderId {
@@ -64,7 +64,7 @@ async fn a_fresh_observer_waits_one_ttl_of_its_own() {
     assert!(!c.reap(&key, lease.token).await.unwrap());
     assert_eq!(
         a.renew(&lease).await.unwrap_err().lost_reason(),
-        Some(LostReason::Released)
+        Some(LostCause::Released)
     );
 }
 
@@ -100,11 +100,11 @@ async fn the_holder_expires_before_any_observer() {
     );
     assert_eq!(
         a.renew(&lease).await.unwrap_err().lost_reason(),
-        Some(LostReason::Expired)
+        Some(LostCause::Expired)
     );
     assert_eq!(
         a.claim(&lease, 1).await.unwrap_err().lost_reason(),
-        Some(LostReason::Expired)
+        Some(LostCause::Expired)
     );
     // b read nothing between the acquire and now: it first sees the stamp now, and
     // gives the lease a whole ttl from here. Observers never expire it before the

@@ -11,7 +11,7 @@
 //! - first, acquires/s of 1,000 fresh keys: one `acquire` after the other against
 //!   `acquire_many` (one batch of `max_batch`), and their ratio.
 //!
-//! Run: `cargo bench -p backend-postgres --bench bench -- [--seconds 3]
+//! Run: `cargo bench -p liveness-postgres --bench bench -- [--seconds 3]
 //! [--members 1000,10000,100000] [--concurrency 1,64] [--acquire-only]`. It starts its own server
 //! through the test kit (or uses `LIVENESS_POSTGRES_URL`).
 
@@ -21,15 +21,23 @@ use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
 use liveness_core::{Lease, LeaseStore, Store, Ttl};
 
+/// The store's renew statement (`RENEW` in `src/lease.rs`; its parameters: $1 space,
+/// $2 name, $3 token, $4 ttl_ms), copied because the crate keeps its statements
+/// private. A unit test in `src/lease.rs` fails when the two differ.
+const RENEW: &str = r#"
+UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
+"#;
+
 fn store_url(server: &liveness_testkit::postgres::PgServer, ns: &str) -> String {
     server.url_with(&format!("ns={ns}&max_connections=80"))
 }
 
 async fn fresh(
     server: &'static liveness_testkit::postgres::PgServer,
-) -> backend_postgres::PostgresStore {
+) -> liveness_postgres::PostgresStore {
     let ns = liveness_conformance::fresh_namespace();
-    let store = backend_postgres::connect(&store_url(server, ns.as_str()))
+    let store = liveness_postgres::connect(&store_url(server, ns.as_str()))
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
     // Open connections before measuring (SCRAM authentication costs a few
@@ -50,12 +58,11 @@ async fn fresh(
 
 /// The renew statement's UPDATE for `lease`, bare, on `conn`: whether it renewed.
 async fn renew_bare<'c, E: sqlx::PgExecutor<'c>>(conn: E, lease: &Lease) -> bool {
-    let r = sqlx::query(backend_postgres::sql::RENEW)
+    let r = sqlx::query(RENEW)
         .bind(lease.key.space().as_str())
         .bind(lease.key.name().as_str())
         .bind(lease.token.0 as i64)
         .bind(lease.ttl.as_millis() as i64)
-        .bind(true)
         .execute(conn)
         .await;
     matches!(r, Ok(ref done) if done.rows_affected() == 1)
@@ -64,7 +71,7 @@ async fn renew_bare<'c, E: sqlx::PgExecutor<'c>>(conn: E, lease: &Lease) -> bool
 /// The renew UPDATE in a bare sqlx loop through a sqlx `PgPool`: `concurrency` tasks,
 /// one lease each.
 async fn bare_renewals(
-    store: &backend_postgres::PostgresStore,
+    store: &liveness_postgres::PostgresStore,
     concurrency: usize,
     seconds: f64,
 ) -> f64 {
@@ -92,7 +99,7 @@ async fn bare_renewals(
 /// The same UPDATE in a bare loop on dedicated connections (no pool): sqlx without its
 /// pool's acquire/release (sqlx's pool pings every connection returned to it).
 async fn dedicated_renewals(
-    store: &backend_postgres::PostgresStore,
+    store: &liveness_postgres::PostgresStore,
     concurrency: usize,
     seconds: f64,
 ) -> f64 {
@@ -141,8 +148,7 @@ fn pgbench(
         .replace("$1", "'members'")
         .replace("$2", "('r' || :client_id)")
         .replace("$3", "(:client_id + 1)")
-        .replace("$4", "60000")
-        .replace("$5", "true");
+        .replace("$4", "60000");
     std::fs::write(&script, format!("{};\n", script_text.trim())).ok()?;
     let out = std::process::Command::new(bin)
         .env("PGPASSWORD", url.password().unwrap_or(""))
@@ -206,7 +212,7 @@ fn main() {
             let dedicated = dedicated_renewals(&store, c, options.seconds).await;
             let seconds = options.seconds;
             let pg = tokio::task::spawn_blocking(move || {
-                pgbench(server, &schema, backend_postgres::sql::RENEW, c, seconds)
+                pgbench(server, &schema, RENEW, c, seconds)
             })
             .await
             .ok()

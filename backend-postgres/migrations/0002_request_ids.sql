@@ -1,4 +1,4 @@
--- The liveness schema, version 2 (lost replies, issue 11): what makes `claim` and
+-- The liveness schema, version 2 (lost replies): what makes `claim` and
 -- `enqueue` safe to retry. Runs with search_path set to the namespace's schema.
 
 -- The request id (32 hex digits) of the claim that assigned an owned item to its

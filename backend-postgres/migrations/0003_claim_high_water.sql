@@ -1,4 +1,4 @@
--- The liveness schema, version 3 (late claims, issue 11): a claim request id is
+-- The liveness schema, version 3 (late claims): a claim request id is
 -- single-use per token. Runs with search_path set to the namespace's schema.
 
 -- The greatest claim request id (32 hex digits; collation "C", so text order is

@@ -1,4 +1,4 @@
--- The liveness schema, version 5 (issue 14): the operator's read paths. Runs with
+-- The liveness schema, version 4: the operator's read paths. Runs with
 -- search_path set to the namespace's schema.
 
 -- The namespace's death sequence: one row, bumped in the statement that records a

@@ -1,9 +1,9 @@
--- The liveness schema, version 6 (issue 13): `acquire_many`, many acquires in one
+-- The liveness schema, version 5: `acquire_many`, many acquires in one
 -- statement (one round trip) instead of one statement each. Runs with search_path set
 -- to the namespace's schema.
 
 -- Acquires each entry (v_space, v_name, v_holder, v_ttl ms) in the
--- order given, each by the logic of the single `acquire` statement (sql::ACQUIRE):
+-- order given, each by the logic of the single `acquire` statement (ACQUIRE in src/lease.rs):
 -- a live lease answers held (its holder and token) and changes nothing (it is read
 -- without a lock: the row is locked only to take it over); an expired one goes to
 -- the dead set (with a death record, cause superseded) and is overwritten; a free

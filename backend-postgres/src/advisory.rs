@@ -27,8 +27,8 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 use tokio::task::JoinHandle;
 
-use crate::error::{corrupt, map};
-use crate::store::PostgresStore;
+use crate::core::{holder_of, token_of, PostgresStore};
+use crate::error::map;
 use crate::BACKEND;
 
 /// The SQL of the election. $1 is always the lock's text key.
@@ -126,10 +126,7 @@ impl AdvisoryElection {
         let Some(row) = row else { return Ok(None) };
         let holder: String = row.try_get(0).map_err(map)?;
         let token: i64 = row.try_get(1).map_err(map)?;
-        Ok(Some((
-            HolderId::new(holder).map_err(|_| corrupt("holder", "invalid holder"))?,
-            FencingToken(u64::try_from(token).map_err(|_| corrupt("token", token))?),
-        )))
+        Ok(Some((holder_of(holder)?, token_of(token)?)))
     }
 
     /// One attempt: leadership if nobody holds the lock now, `None` otherwise.
@@ -159,7 +156,7 @@ impl AdvisoryElection {
                 return Err(map(e));
             }
         };
-        let token = FencingToken(u64::try_from(token).map_err(|_| corrupt("token", token))?);
+        let token = token_of(token)?;
         let cancel = CancellationToken::new();
         let stop = CancellationToken::new();
         let task = tokio::spawn(hold(conn, self.clone(), cancel.clone(), stop.clone()));

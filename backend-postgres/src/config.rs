@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
 use liveness_core::url::{Authority, Kind, Param, UrlForm};
-#[cfg(doc)]
-use liveness_core::{Error, InputProblem};
-use liveness_core::{Namespace, Result};
+use liveness_core::{Error, InputProblem, Namespace, Result};
 use sqlx::postgres::PgConnectOptions;
 
-use crate::SCHEMES;
+/// The URL schemes this backend serves.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 
 const DEFAULT_MAX_CONNECTIONS: u32 = 16;
 const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -78,37 +77,27 @@ pub const URL: UrlForm = UrlForm {
 /// How a [`PostgresStore`](crate::PostgresStore) connects.
 ///
 /// Parsed from a URL ([`PostgresConfig::from_url`]; the crate docs list the
-/// parameters), or built by hand with [`PostgresConfig::new`] and the public fields.
+/// parameters), or built by hand with [`PostgresConfig::new`] and the `with_*`
+/// setters; each setting has a read accessor of the same name.
 #[derive(Clone, Debug)]
 pub struct PostgresConfig {
     /// The namespace this store is scoped to.
-    pub namespace: Namespace,
+    namespace: Namespace,
     /// The driver's connection options (host, credentials, TLS), without the
     /// namespace's `search_path`, which the store adds.
-    pub connect: PgConnectOptions,
-    /// Every server to connect to, in order, each with `connect`'s credentials,
-    /// database and TLS (a URL's host list, `h1:5432,h2:5432`). Empty (the default of
-    /// [`PostgresConfig::new`]): `connect`'s own host. With more than one, a new
-    /// connection goes to the first server, starting with the last one that worked,
-    /// that answers and is not in recovery (a primary, not a standby): after a
-    /// failover the store follows the promoted standby by itself.
-    pub hosts: Vec<(String, u16)>,
+    connect: PgConnectOptions,
+    /// Every server to connect to, in order (see [`PostgresConfig::with_hosts`]).
+    hosts: Vec<(String, u16)>,
     /// The pool's maximum number of connections.
-    pub max_connections: u32,
+    max_connections: u32,
     /// How long an operation waits for a pooled connection.
-    pub acquire_timeout: Duration,
-    /// Whether [`wakeups`](liveness_core::LeaseStore::wakeups) listens for the
-    /// notifications other handles send on release and reap.
-    pub notify: bool,
-    /// Whether a server whose settings may lose acknowledged commits (`fsync=off`,
-    /// `synchronous_commit=off`) is refused at connect ([`Durability::Strict`], the
-    /// default) or accepted with a warning ([`Durability::Relaxed`], the URL's
-    /// `durability=relaxed`).
-    pub durability: Durability,
-    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
-    /// the namespace keeps, the newest ones (default
-    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); at least 1).
-    pub death_retention: usize,
+    acquire_timeout: Duration,
+    /// Whether `wakeups` listens for NOTIFY.
+    notify: bool,
+    /// Whether an unsafe server is refused or accepted with a warning.
+    durability: Durability,
+    /// How many death records the namespace keeps.
+    death_retention: usize,
 }
 
 impl PostgresConfig {
@@ -179,6 +168,120 @@ impl PostgresConfig {
     /// The schema that holds this namespace's tables: `liveness_<ns>`.
     pub fn schema(&self) -> String {
         format!("liveness_{}", self.namespace)
+    }
+
+    /// The namespace this store is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The same configuration on another namespace.
+    pub fn with_namespace(mut self, namespace: Namespace) -> PostgresConfig {
+        self.namespace = namespace;
+        self
+    }
+
+    /// The driver's connection options (host, credentials, TLS), without the
+    /// namespace's `search_path`, which the store adds.
+    pub fn connect(&self) -> &PgConnectOptions {
+        &self.connect
+    }
+
+    /// The same configuration with other driver options (host, credentials, TLS).
+    pub fn with_connect(mut self, connect: PgConnectOptions) -> PostgresConfig {
+        self.connect = connect;
+        self
+    }
+
+    /// Every server to connect to, in order (empty: [`PostgresConfig::connect`]'s own
+    /// host).
+    pub fn hosts(&self) -> &[(String, u16)] {
+        &self.hosts
+    }
+
+    /// The same configuration with every server to connect to, in order, each with
+    /// [`PostgresConfig::connect`]'s credentials, database and TLS (a URL's host list,
+    /// `h1:5432,h2:5432`). Empty (the default of [`PostgresConfig::new`]): `connect`'s
+    /// own host. With more than one, a new connection goes to the first server,
+    /// starting with the last one that worked, that answers and is not in recovery (a
+    /// primary, not a standby): after a failover the store follows the promoted
+    /// standby by itself.
+    pub fn with_hosts(mut self, hosts: Vec<(String, u16)>) -> PostgresConfig {
+        self.hosts = hosts;
+        self
+    }
+
+    /// The pool's maximum number of connections (default 16).
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// The same configuration with another pool size (zero is `InvalidInput`).
+    pub fn with_max_connections(mut self, max: u32) -> Result<PostgresConfig> {
+        if max == 0 {
+            return Err(Error::invalid("max_connections", InputProblem::Zero));
+        }
+        self.max_connections = max;
+        Ok(self)
+    }
+
+    /// How long an operation waits for a pooled connection (default 5 s).
+    pub fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
+
+    /// The same configuration with another wait for a pooled connection (zero is
+    /// `InvalidInput`).
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Result<PostgresConfig> {
+        if timeout.is_zero() {
+            return Err(Error::invalid("acquire_timeout", InputProblem::Zero));
+        }
+        self.acquire_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Whether [`wakeups`](liveness_core::LeaseStore::wakeups) listens for the
+    /// notifications other handles send on release and reap (default true).
+    pub fn notify(&self) -> bool {
+        self.notify
+    }
+
+    /// The same configuration, listening for notifications (`true`) or not.
+    pub fn with_notify(mut self, notify: bool) -> PostgresConfig {
+        self.notify = notify;
+        self
+    }
+
+    /// Whether a server whose settings may lose acknowledged commits (`fsync=off`,
+    /// `synchronous_commit=off`) is refused at connect ([`Durability::Strict`], the
+    /// default) or accepted with a warning ([`Durability::Relaxed`], the URL's
+    /// `durability=relaxed`).
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The same configuration with another durability stance (see
+    /// [`PostgresConfig::durability`]).
+    pub fn with_durability(mut self, durability: Durability) -> PostgresConfig {
+        self.durability = durability;
+        self
+    }
+
+    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
+    /// the namespace keeps, the newest ones (default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION)).
+    pub fn death_retention(&self) -> usize {
+        self.death_retention
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// (zero is `InvalidInput`).
+    pub fn with_death_retention(mut self, keep: usize) -> Result<PostgresConfig> {
+        if keep == 0 {
+            return Err(Error::invalid("death_retention", InputProblem::Zero));
+        }
+        self.death_retention = keep;
+        Ok(self)
     }
 
     /// The driver's options for each server to try, in order: `connect` itself when

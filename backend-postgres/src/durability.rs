@@ -1,4 +1,4 @@
-//! The durability check at connect (issue 12, section 2): the server's `fsync`,
+//! The durability check at connect: the server's `fsync`,
 //! `synchronous_commit` and `full_page_writes` as this session sees them (from
 //! `pg_settings`, which every role may read), logged, and refused when a setting
 //! voids the guarantees unless the URL says `durability=relaxed`

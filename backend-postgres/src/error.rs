@@ -44,11 +44,16 @@ pub(crate) fn map(e: sqlx::Error) -> Error {
 }
 
 /// A stored value this build cannot interpret (a corrupt or foreign row):
-/// [`liveness_core::Corrupt`], naming the column and the value.
-pub(crate) fn corrupt(what: &'static str, value: impl std::fmt::Display) -> Error {
-    Error::corrupt(
+/// [`liveness_core::Corrupt`]; `what` names the column and the value.
+pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::corrupt(BACKEND, what)
+}
+
+/// What an acquire answers when concurrent acquires kept inserting its key first.
+pub(crate) fn insert_races() -> Error {
+    Error::unavailable(
         BACKEND,
-        format!("unexpected value in the {what} column: {value}"),
+        std::io::Error::other("acquire kept losing insert races; retry"),
     )
 }
 
@@ -67,7 +72,8 @@ mod tests {
 
     #[test]
     fn a_read_only_transaction_is_transient() {
-        // Issue 12: on a failover every member and leader cancelled at once.
+        // A standby answers every write with 25006: were it permanent, every member
+        // and leader would cancel at once during a failover.
         assert!(transient_sqlstate("25006"));
         assert!(transient_sqlstate("40001"));
         assert!(!transient_sqlstate("25001"));

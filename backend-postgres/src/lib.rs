@@ -2,22 +2,22 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod advisory;
+mod advisory;
+mod batch;
 mod config;
 mod conns;
+mod core;
+mod deaths;
 mod durability;
 mod error;
-pub mod sql;
-mod store;
+mod items;
+mod lease;
 #[cfg(test)]
 mod tests;
 
 pub use advisory::{AdvisoryElection, AdvisoryLeadership};
-pub use config::{PostgresConfig, URL};
-pub use store::{PostgresStore, SCHEMA_VERSION};
-
-/// The URL schemes this backend serves.
-pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+pub use config::{PostgresConfig, SCHEMES, URL};
+pub use core::{PostgresStore, SCHEMA_VERSION};
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.

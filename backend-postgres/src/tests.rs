@@ -1,13 +1,15 @@
-//! Tests that need the crate's insides (the count of statements a handle sent),
-//! against the test binary's shared PostgreSQL.
+//! Tests that need the crate's insides (the count of statements a handle sent, the
+//! statements themselves), against the test binary's shared PostgreSQL.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Acquire, DeathCause, EnqueueOptions, Error, FencingToken, HolderId, ItemState, ItemStore, Key,
-    Lease, LeaseStore, Ttl,
+    Lease, LeaseStore, Page, Ttl,
 };
+use sqlx::{AssertSqlSafe, Row};
 
 use crate::PostgresStore;
 
@@ -25,12 +27,13 @@ fn holder(name: &str) -> HolderId {
     HolderId::new(name).unwrap()
 }
 
-/// Issue 13 (3): `acquire_many` is one statement (one round trip, one commit) for the
+/// `acquire_many` is one statement (one round trip, one commit) for the
 /// whole batch, not one per entry, and still answers each entry as `acquire` would:
 /// free keys taken with tokens growing in entry order, an expired lease taken over
 /// (its token in the dead set, its death recorded as superseded), a live one `Held`,
 /// a second entry on a key the batch took `Held` by that lease, a bad ttl
-/// `InvalidInput` without being sent.
+/// `InvalidInput` without being sent (the store behind the core's input checks, as
+/// every caller gets it: the others still go as one statement).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_many_is_one_statement_for_the_batch() {
     let Some(store) = store().await else { return };
@@ -59,8 +62,9 @@ async fn acquire_many_is_one_statement_for_the_batch() {
     if let Some(bad) = too_long {
         asks.push(Acquire::new(Key::member("bad").unwrap(), holder("h"), bad));
     }
+    let checked = liveness_core::checked(Arc::new(store.clone()));
     let before = store.statements();
-    let answers = store.acquire_many(&asks).await.unwrap();
+    let answers = checked.acquire_many(&asks).await.unwrap();
     let sent = store.statements() - before;
     assert_eq!(
         sent,
@@ -117,7 +121,7 @@ async fn acquire_many_locks_no_lease_it_leaves_alone() {
     let key = Key::member("busy").unwrap();
     let held = store.acquire(&key, &holder("o"), long).await.unwrap();
     let mut batch = store.pool().begin().await.unwrap();
-    let rows = sqlx::query(crate::sql::ACQUIRE_MANY)
+    let rows = sqlx::query(crate::batch::ACQUIRE_MANY)
         .bind(vec![key.space().as_str().to_owned()])
         .bind(vec![key.name().as_str().to_owned()])
         .bind(vec!["h".to_owned()])
@@ -133,12 +137,11 @@ async fn acquire_many_locks_no_lease_it_leaves_alone() {
         .execute(&mut *other)
         .await
         .unwrap();
-    let renewed = sqlx::query(crate::sql::RENEW)
+    let renewed = sqlx::query(crate::lease::RENEW)
         .bind(key.space().as_str())
         .bind(key.name().as_str())
         .bind(i64::try_from(held.token.0).unwrap())
         .bind(60_000i64)
-        .bind(true)
         .execute(&mut *other)
         .await
         .unwrap_or_else(|e| panic!("the renewal waited on the batch's lock: {e}"));
@@ -155,8 +158,10 @@ async fn acquire_many_records_each_takeover_within_the_retention() {
         return;
     };
     let url = server.url_with(&format!("ns={}", fresh_namespace()));
-    let mut config = crate::PostgresConfig::from_url(&url).unwrap();
-    config.death_retention = 5;
+    let config = crate::PostgresConfig::from_url(&url)
+        .unwrap()
+        .with_death_retention(5)
+        .unwrap();
     let store = PostgresStore::connect(config).await.unwrap();
     let short = Ttl::from_millis(50).unwrap();
     let long = Ttl::from_secs(60).unwrap();
@@ -208,7 +213,7 @@ async fn expired_leases(store: &PostgresStore, prefix: &str, n: usize) -> Vec<Le
     leases
 }
 
-/// Issue 13 (3): a checker round's deaths are one statement (one round trip, one
+/// A checker round's deaths are one statement (one round trip, one
 /// commit under `synchronous_commit`), not one per lease: a statement and a commit
 /// per death made a round with deaths take seconds at 100,000 members. Each entry is
 /// still answered as `reap` would: true for each
@@ -264,7 +269,7 @@ async fn reap_many_is_one_statement_for_the_batch() {
     assert_eq!(seqs.len(), 20, "death records share a sequence number");
 }
 
-/// Issue 13 (3): requeueing a round's dead tokens is one statement, not one per
+/// Requeueing a round's dead tokens is one statement, not one per
 /// token, and answers each token as `requeue_orphans` would: its items back to
 /// pending once (a repeat moves nothing), a token not in the dead set moves nothing;
 /// each death record gets its swept counts.
@@ -321,4 +326,104 @@ async fn requeue_orphans_many_is_one_statement_for_the_batch() {
         assert_eq!((swept.requeued, swept.dead_lettered), (1, 0));
     }
     assert!(store.dead_tokens(1000).await.unwrap().is_empty());
+}
+
+/// Inserts `n` live leases (`members/m1` … `members/mN`, 60 s) straight into the table.
+async fn insert_live_members(store: &PostgresStore, n: i64) {
+    sqlx::query(
+        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
+         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(store.pool())
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_reads_only_the_expiry_index_prefix() {
+    let Some(store) = store().await else { return };
+    // Many live leases, then ask the planner how it finds the expired ones.
+    insert_live_members(&store, 5000).await;
+    sqlx::query("ANALYZE leases")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let plan: Vec<String> =
+        sqlx::query(AssertSqlSafe(format!("EXPLAIN {}", crate::deaths::EXPIRED)))
+            .bind("members")
+            .bind(100i64)
+            .fetch_all(store.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("leases_expiry"), "{plan}");
+    assert!(
+        plan.contains("Index Cond") && plan.contains("expires_at <="),
+        "the expiry bound must be an index condition, not a filter:\n{plan}"
+    );
+    assert!(store
+        .expired(&liveness_core::Space::members(), 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// `members` reads one page of an index in name-byte order, whatever the database's
+/// collation and whatever the planner's statistics: right after 20,000 leases were
+/// inserted (never analyzed), the first page of 100 fetches about 100 rows of
+/// `leases`, not the whole space (counted by the server in the transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_reads_a_page_of_the_name_index() {
+    let Some(store) = store().await else { return };
+    // The test server's database collation is C, under which the primary key alone
+    // would serve the byte order: give the column a linguistic collation (ICU's root
+    // locale, when the server has ICU), as a database created with a locale has.
+    let icu: Option<String> =
+        sqlx::query_scalar("SELECT collname::text FROM pg_collation WHERE collname = 'und-x-icu'")
+            .fetch_optional(store.pool())
+            .await
+            .unwrap();
+    match icu {
+        Some(_) => {
+            sqlx::query(r#"ALTER TABLE leases ALTER COLUMN name TYPE text COLLATE "und-x-icu""#)
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        None => eprintln!("no ICU collation on this server: checking under the C collation only"),
+    }
+    insert_live_members(&store, 20000).await;
+    let mut tx = store.pool().begin().await.unwrap();
+    let rows = sqlx::query(crate::lease::MEMBERS)
+        .bind("members")
+        .bind("")
+        .bind(100i64)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let touched: i64 = sqlx::query_scalar(
+        "SELECT pg_stat_get_xact_tuples_fetched('leases'::regclass) \
+              + pg_stat_get_xact_tuples_returned('leases'::regclass)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(rows.len(), 100);
+    assert!(
+        touched <= 1000,
+        "a page of 100 read {touched} rows of leases: it must walk an index in name order, \
+         not collect and sort the space"
+    );
+    let page = store
+        .members(&liveness_core::Space::members(), Page::first(3))
+        .await
+        .unwrap();
+    let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();
+    assert_eq!(names, vec!["m1", "m10", "m100"], "byte order");
 }

@@ -1,14 +1,14 @@
 //! What the conformance suite cannot see: TLS, password authentication, the schema
-//! version check, the expiry index, LISTEN/NOTIFY wake-ups and the advisory-lock
-//! election, against the test binary's shared PostgreSQL.
+//! version check, LISTEN/NOTIFY wake-ups, batched joins in opposite orders and the
+//! advisory-lock election, against the test binary's shared PostgreSQL. (The query
+//! plans of `expired` and `members` are checked in `src/tests.rs`, which sees the
+//! statements.)
 
-use liveness_core::Page;
 use std::time::Duration;
 
-use backend_postgres::{AdvisoryElection, PostgresStore};
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{Error, HolderId, InputProblem, LeaseStore, Ttl};
-use sqlx::{AssertSqlSafe, Row};
+use liveness_postgres::{AdvisoryElection, PostgresStore};
 
 fn ns() -> String {
     liveness_conformance::fresh_namespace().to_string()
@@ -17,7 +17,7 @@ fn ns() -> String {
 async fn store() -> Option<PostgresStore> {
     let server = liveness_testkit::postgres::shared()?;
     Some(
-        backend_postgres::connect(&server.url_with(&format!("ns={}", ns())))
+        liveness_postgres::connect(&server.url_with(&format!("ns={}", ns())))
             .await
             .unwrap_or_else(|e| panic!("connect: {e}")),
     )
@@ -41,7 +41,7 @@ async fn tls_sslmode_require_encrypts() {
         return;
     }
     let store =
-        backend_postgres::connect(&server.url_with(&format!("ns={}&sslmode=require", ns())))
+        liveness_postgres::connect(&server.url_with(&format!("ns={}&sslmode=require", ns())))
             .await
             .unwrap_or_else(|e| panic!("connect with sslmode=require: {e}"));
     let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
@@ -64,7 +64,7 @@ async fn password_is_checked() {
     // The right password (in the kit's URL) works: every other test relies on it.
     let mut url = url::Url::parse(server.url()).unwrap();
     url.set_password(Some("not-the-password")).unwrap();
-    let err = backend_postgres::connect(url.as_str()).await.unwrap_err();
+    let err = liveness_postgres::connect(url.as_str()).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -81,7 +81,7 @@ async fn password_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_is_unavailable() {
     let port = liveness_testkit::free_port().unwrap();
-    let err = backend_postgres::connect(&format!(
+    let err = liveness_postgres::connect(&format!(
         "postgres://u:p@127.0.0.1:{port}/db?acquire_timeout_ms=2000"
     ))
     .await
@@ -98,14 +98,14 @@ async fn malformed_urls_are_invalid_input() {
     ] {
         assert!(
             matches!(
-                backend_postgres::connect(bad).await,
+                liveness_postgres::connect(bad).await,
                 Err(Error::InvalidInput { .. })
             ),
             "{bad}"
         );
     }
     assert!(matches!(
-        backend_postgres::connect("postgres://h/db?notify=maybe").await,
+        liveness_postgres::connect("postgres://h/db?notify=maybe").await,
         Err(Error::InvalidInput {
             problem: InputProblem::BadValue { name: "notify", .. },
             ..
@@ -120,18 +120,18 @@ async fn newer_schema_is_refused() {
     };
     let ns = ns();
     let url = server.url_with(&format!("ns={ns}"));
-    let store = backend_postgres::connect(&url).await.unwrap();
+    let store = liveness_postgres::connect(&url).await.unwrap();
     // Connecting again to a migrated schema is a no-op.
-    backend_postgres::connect(&url).await.unwrap();
+    liveness_postgres::connect(&url).await.unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES ($1, 'from the future', true, '\\x00', 0)",
     )
-    .bind(backend_postgres::SCHEMA_VERSION + 1)
+    .bind(liveness_postgres::SCHEMA_VERSION + 1)
     .execute(store.pool())
     .await
     .unwrap();
-    let err = backend_postgres::connect(&url).await.unwrap_err();
+    let err = liveness_postgres::connect(&url).await.unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -141,102 +141,13 @@ async fn newer_schema_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_reads_only_the_expiry_index_prefix() {
-    let Some(store) = store().await else { return };
-    // Many live leases, then ask the planner how it finds the expired ones.
-    insert_live_members(&store, 5000).await;
-    sqlx::query("ANALYZE leases")
-        .execute(store.pool())
-        .await
-        .unwrap();
-    let plan: Vec<String> = sqlx::query(AssertSqlSafe(format!(
-        "EXPLAIN {}",
-        backend_postgres::sql::EXPIRED
-    )))
-    .bind("members")
-    .bind(100i64)
-    .fetch_all(store.pool())
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get::<String, _>(0))
-    .collect();
-    let plan = plan.join("\n");
-    assert!(plan.contains("leases_expiry"), "{plan}");
-    assert!(
-        plan.contains("Index Cond") && plan.contains("expires_at <="),
-        "the expiry bound must be an index condition, not a filter:\n{plan}"
-    );
-    assert!(store
-        .expired(&liveness_core::Space::members(), 10)
-        .await
-        .unwrap()
-        .is_empty());
-}
-
-/// `members` reads one page of an index in name-byte order, whatever the database's
-/// collation and whatever the planner's statistics: right after 20,000 leases were
-/// inserted (never analyzed), the first page of 100 fetches about 100 rows of
-/// `leases`, not the whole space (counted by the server in the transaction).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_reads_a_page_of_the_name_index() {
-    let Some(store) = store().await else { return };
-    // The test server's database collation is C, under which the primary key alone
-    // would serve the byte order: give the column a linguistic collation (ICU's root
-    // locale, when the server has ICU), as a database created with a locale has.
-    let icu: Option<String> =
-        sqlx::query_scalar("SELECT collname::text FROM pg_collation WHERE collname = 'und-x-icu'")
-            .fetch_optional(store.pool())
-            .await
-            .unwrap();
-    match icu {
-        Some(_) => {
-            sqlx::query(r#"ALTER TABLE leases ALTER COLUMN name TYPE text COLLATE "und-x-icu""#)
-                .execute(store.pool())
-                .await
-                .unwrap();
-        }
-        None => eprintln!("no ICU collation on this server: checking under the C collation only"),
-    }
-    insert_live_members(&store, 20000).await;
-    let mut tx = store.pool().begin().await.unwrap();
-    let rows = sqlx::query(backend_postgres::sql::MEMBERS)
-        .bind("members")
-        .bind("")
-        .bind(100i64)
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
-    let touched: i64 = sqlx::query_scalar(
-        "SELECT pg_stat_get_xact_tuples_fetched('leases'::regclass) \
-              + pg_stat_get_xact_tuples_returned('leases'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!(rows.len(), 100);
-    assert!(
-        touched <= 1000,
-        "a page of 100 read {touched} rows of leases: it must walk an index in name order, \
-         not collect and sort the space"
-    );
-    let page = store
-        .members(&liveness_core::Space::members(), Page::first(3))
-        .await
-        .unwrap();
-    let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();
-    assert_eq!(names, vec!["m1", "m10", "m100"], "byte order");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_by_another_handle_wakes_the_checker() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
     };
     let url = server.url_with(&format!("ns={}", ns()));
-    let watcher = backend_postgres::connect(&url).await.unwrap();
-    let other = backend_postgres::connect(&url).await.unwrap();
+    let watcher = liveness_postgres::connect(&url).await.unwrap();
+    let other = liveness_postgres::connect(&url).await.unwrap();
     let mut rx = watcher.wakeups().expect("postgres has wake-ups");
     // The listener ticks once when its LISTEN is in place.
     ticked(&mut rx, Duration::from_secs(10)).await;
@@ -293,19 +204,6 @@ async fn advisory_election_one_leader_with_fencing_tokens() {
     assert_eq!(a.leader().await.unwrap(), None);
 }
 
-/// Inserts `n` live leases (`members/m1` … `members/mN`, 60 s) straight into the table.
-async fn insert_live_members(store: &PostgresStore, n: i64) {
-    sqlx::query(
-        "INSERT INTO leases (space, name, holder, token, ttl_ms, expires_at) \
-         SELECT 'members', 'm' || g, 'h', nextval('tokens'), 60000, clock_timestamp() + interval '60 s' \
-         FROM generate_series(1, $1) g",
-    )
-    .bind(n)
-    .execute(store.pool())
-    .await
-    .unwrap();
-}
-
 /// Two processes joining the same keys through their batchers, one in ascending key
 /// order, the other in descending: `acquire_many` locks lease rows entry by entry
 /// and holds them to the end of its statement, so two batches that meet in opposite
@@ -325,7 +223,7 @@ async fn batched_joins_in_opposite_orders_do_not_deadlock() {
     let mut stores: Vec<Arc<dyn Store>> = Vec::new();
     for _ in 0..2 {
         stores.push(Arc::new(
-            backend_postgres::connect(&url)
+            liveness_postgres::connect(&url)
                 .await
                 .unwrap_or_else(|e| panic!("connect: {e}")),
         ));

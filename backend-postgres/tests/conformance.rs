@@ -9,10 +9,11 @@ async fn factory() -> Option<Arc<dyn Store>> {
     let server = liveness_testkit::postgres::shared()?;
     let ns = liveness_conformance::fresh_namespace();
     let url = server.url_with(&format!("ns={ns}&max_connections=8"));
-    let mut config = backend_postgres::PostgresConfig::from_url(&url).expect("test url");
-    // Small, so that the suite fills it and checks the bound.
-    config.death_retention = 20;
-    match backend_postgres::PostgresStore::connect(config).await {
+    // A small death retention, so that the suite fills it and checks the bound.
+    let config = liveness_postgres::PostgresConfig::from_url(&url)
+        .and_then(|c| c.with_death_retention(20))
+        .expect("test url");
+    match liveness_postgres::PostgresStore::connect(config).await {
         Ok(store) => Some(Arc::new(store)),
         Err(e) => panic!("connecting to the test server failed: {e}"),
     }

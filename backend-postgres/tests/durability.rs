@@ -1,4 +1,4 @@
-//! Issue 12: the durability check at connect (the kit's server runs with `fsync=off`
+//! The durability check at connect (the kit's server runs with `fsync=off`
 //! and `synchronous_commit=off`: refused unless the URL says `durability=relaxed`),
 //! and a read-only transaction (SQLSTATE 25006, a standby reached during a failover)
 //! being transient.
@@ -23,7 +23,7 @@ async fn a_server_with_fsync_off_is_refused_unless_relaxed_and_left_unchanged() 
     let strict = server
         .url_with(&format!("ns={ns}"))
         .replace("durability=relaxed", "durability=strict");
-    let err = backend_postgres::connect(&strict).await.unwrap_err();
+    let err = liveness_postgres::connect(&strict).await.unwrap_err();
     let setting = match &err {
         Error::Backend { source, .. } => {
             source
@@ -37,7 +37,7 @@ async fn a_server_with_fsync_off_is_refused_unless_relaxed_and_left_unchanged() 
     assert!(err.to_string().contains("fsync = on"), "{err}");
     assert!(err.to_string().contains("durability=relaxed"), "{err}");
     // Accepted with the kit's URL (durability=relaxed); the refusal created nothing.
-    let store = backend_postgres::connect(&server.url_with("ns=default"))
+    let store = liveness_postgres::connect(&server.url_with("ns=default"))
         .await
         .unwrap();
     let schemas: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
@@ -57,7 +57,7 @@ async fn a_read_only_transaction_is_unavailable_not_permanent() {
         return; // creating roles on an external server is not ours to do
     }
     let ns = ns();
-    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
         .await
         .unwrap();
     // A role whose every transaction is read-only: what a connection that reached a
@@ -85,7 +85,7 @@ async fn a_read_only_transaction_is_unavailable_not_permanent() {
     let mut url = url::Url::parse(&server.url_with(&format!("ns={ns}"))).unwrap();
     url.set_username(&role).unwrap();
     url.set_password(Some("pw")).unwrap();
-    let err = match backend_postgres::connect(url.as_str()).await {
+    let err = match liveness_postgres::connect(url.as_str()).await {
         Err(e) => e,
         Ok(ro) => ro
             .acquire(
@@ -102,7 +102,7 @@ async fn a_read_only_transaction_is_unavailable_not_permanent() {
     );
 }
 
-/// Issue 12: a server that lost state (a restore from an older backup, a promoted
+/// A server that lost state (a restore from an older backup, a promoted
 /// standby that lacked the last writes) forgot a live lease and rewound the token
 /// sequence: the holder's renewal fails loudly with `StoreLostState`, never a plain
 /// `Lost(Released)` that reads like a graceful release. A lease that really was
@@ -113,14 +113,14 @@ async fn a_renewal_after_the_server_lost_state_says_so() {
         return;
     };
     let ns = ns();
-    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
         .await
         .unwrap();
     let ttl = Ttl::from_secs(60).unwrap();
     let released = grant(&store, "m/released", "a", ttl).await;
     assert!(store.release(&released).await.unwrap());
     let err = store.renew(&released).await.unwrap_err();
-    assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
+    assert_eq!(err.lost_reason(), Some(liveness_core::LostCause::Released));
 
     let lease = grant(&store, "m/w", "w", ttl).await;
     // The state as an older backup had it: no leases, the sequence back at its start.

@@ -45,7 +45,7 @@ enum Route {
     HostList,
 }
 
-async fn connect(pair: &PgPair, ns: &Namespace) -> backend_postgres::PostgresStore {
+async fn connect(pair: &PgPair, ns: &Namespace) -> liveness_postgres::PostgresStore {
     connect_by(pair, ns, Route::Forwarder).await
 }
 
@@ -53,13 +53,13 @@ async fn connect_by(
     pair: &PgPair,
     ns: &Namespace,
     route: Route,
-) -> backend_postgres::PostgresStore {
+) -> liveness_postgres::PostgresStore {
     let base = match route {
         Route::Forwarder => pair.url(),
         Route::HostList => pair.host_list_url(),
     };
     let url = format!("{base}&ns={ns}&acquire_timeout_ms=1000");
-    backend_postgres::connect(&url).await.unwrap()
+    liveness_postgres::connect(&url).await.unwrap()
 }
 
 struct Figures {
@@ -182,7 +182,7 @@ async fn synchronous_standby_promoted_mid_run_loses_nothing_and_tokens_increase(
     }
 }
 
-/// Issue 12: the clients name both servers in the URL (`primary,standby`) instead of a
+/// The clients name both servers in the URL (`primary,standby`) instead of a
 /// virtual IP: after the promotion each handle's next connection finds the new
 /// primary by itself. The same guarantees as through the forwarder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -200,7 +200,7 @@ async fn asynchronous_standby_promoted_mid_run_is_measured() {
     run(Replication::Asynchronous).await;
 }
 
-/// Issue 12, section 3: a virtual IP that points at the standby for a moment before the
+/// A virtual IP that points at the standby for a moment before the
 /// promotion (or a connection that lands on a standby) makes every write fail with
 /// SQLSTATE 25006 (read-only transaction). That is a transient state of the cluster,
 /// like a failover in progress: it must be `Unavailable` (retried), never a permanent

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_postgres::AdvisoryElection;
 use liveness_core::{Checker, CheckerConfig, EnqueueOptions, Member, MemberConfig, Store, Ttl};
+use liveness_postgres::AdvisoryElection;
 use liveness_testkit::postgres::PgServer;
 
 /// Retries a store call through a transient outage, up to a deadline.
@@ -33,7 +33,7 @@ async fn server_restart_mid_run_loses_nothing() {
     };
     let ns = liveness_conformance::fresh_namespace();
     let url = server.url_with(&format!("ns={ns}&acquire_timeout_ms=1000"));
-    let store: Arc<dyn Store> = Arc::new(backend_postgres::connect(&url).await.unwrap());
+    let store: Arc<dyn Store> = Arc::new(liveness_postgres::connect(&url).await.unwrap());
 
     for i in 0..20u32 {
         store
@@ -111,7 +111,7 @@ async fn terminated_connection_ends_advisory_leadership_at_once() {
         return;
     };
     let ns = liveness_conformance::fresh_namespace();
-    let store = backend_postgres::connect(&server.url_with(&format!("ns={ns}")))
+    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
         .await
         .unwrap();
     // A long check interval: only the broken connection can explain a quick loss.

@@ -1,18 +1,19 @@
 //! URLs: the shared rules of `liveness_core::url` (through `from_url` and `connect`),
-//! and the cases issue 10 found. No server is needed: every case is refused before a
-//! connection is attempted.
+//! and the cases the driver once let through (a misspelt or repeated parameter, a URL
+//! without a host). No server is needed: every case is refused before a connection is
+//! attempted.
 
-use backend_postgres::PostgresConfig;
 use liveness_conformance::url_rules::{self, Expect};
+use liveness_postgres::PostgresConfig;
 
 /// Nothing listens on port 1: a connection attempt would answer `Unavailable`.
 const BASE: &str = "postgres://u@127.0.0.1:1/db";
 
 liveness_conformance::url_suite!(
-    backend_postgres::URL,
+    liveness_postgres::URL,
     BASE,
     PostgresConfig::from_url,
-    backend_postgres::connect
+    liveness_postgres::connect
 );
 
 #[test]

@@ -1,7 +1,7 @@
 //! The Redis bench: the liveness bench kit's figures beside the raw primitives, in
 //! one run against one redis-server.
 //!
-//! `cargo bench -p backend-redis` (flags after `--`: `--seconds 3 --members
+//! `cargo bench -p liveness-redis` (flags after `--`: `--seconds 3 --members
 //! 1000,10000,100000 --concurrency 1,64 --deaths 20`). Uses `LIVENESS_REDIS_URL` when
 //! set, else starts a private redis-server (no persistence).
 //!
@@ -17,10 +17,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
 use liveness_core::{Checker, CheckerConfig, Store, Ttl};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
@@ -56,14 +56,14 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
         .await
         .into_iter()
         .map(|lease| {
-            let keys = backend_redis::raw::renew_keys(&ns, &lease.key);
+            let keys = liveness_redis::raw::renew_keys(&ns, &lease.key);
             let name = lease.key.name().as_str().to_owned();
             (keys, name, lease.token, conn.clone())
         })
         .collect();
     let per_second = bench_util::ops_per_second(workers, seconds, |worker| async move {
         let ([lease_key, expiry_key, tokens_key], name, token, mut conn) = worker;
-        let r: redis::RedisResult<i64> = backend_redis::raw::renew_script()
+        let r: redis::RedisResult<i64> = liveness_redis::raw::renew_script()
             .key(&lease_key)
             .key(&expiry_key)
             .key(&tokens_key)

@@ -1,7 +1,7 @@
 //! The scale bench of the liveness bench kit (`liveness_conformance::scale`) on one
 //! redis-server, plus the server's own CPU per call over each run.
 //!
-//! `cargo bench -p backend-redis --bench scale -- --members 10000 --ttl 10s --seconds 60
+//! `cargo bench -p liveness-redis --bench scale -- --members 10000 --ttl 10s --seconds 60
 //! [--batch-ms 2|0] [--overload --steal 30]`. Uses `LIVENESS_REDIS_URL` when set, else
 //! starts a private redis-server (no persistence). The store's response timeout is the
 //! heartbeat's recommended client timeout ([`HeartbeatConfig::client_timeout`]).
@@ -23,9 +23,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::scale::{self, ScaleOptions};
 use liveness_core::{Acquire, HeartbeatConfig, HolderId, Key, LeaseStore, Store, Ttl};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisServer;
 
 /// used_cpu_user + used_cpu_sys of the server, and its total command calls.
@@ -102,8 +102,9 @@ return n
 /// renews every lease once, in a new random order. A fleet's members come due in no
 /// particular order, so the server meets their leases (and their places in the expiry
 /// index) scattered in memory; renewing them in the order they were written would
-/// measure a cache-friendly order no fleet has (session 8, framework renewal alone:
-/// 11.8–12.6 µs per renewal in write order, 13.4–13.9 µs shuffled).
+/// measure a cache-friendly order no fleet has (framework renewal alone measured
+/// 11.8–12.6 µs per renewal in write order, 13.4–13.9 µs shuffled: see
+/// `docs/measurements/redis.md`).
 struct Passes {
     order: Vec<usize>,
     at: usize,

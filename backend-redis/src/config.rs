@@ -7,8 +7,6 @@ use liveness_core::durability::{Durability, DURABILITY};
 use liveness_core::url::{bad_value, Authority, Param, UrlForm};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
-use crate::SCHEMES;
-
 /// `timeout_ms`: how long one operation waits for its answer.
 const TIMEOUT_MS: Param = Param::timeout_ms("timeout_ms");
 /// `connect_timeout_ms`: how long one (re)connection attempt may take.
@@ -23,6 +21,9 @@ const SEEDS: Param = Param::text("seeds");
 const CA: Param = Param::text("ca");
 /// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
 const DB: Param = Param::number("db", 0, 15);
+
+/// The URL schemes this backend serves: `redis://` (plain TCP) and `rediss://` (TLS).
+pub const SCHEMES: &[&str] = &["redis", "rediss"];
 
 /// The URLs [`RedisConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
@@ -61,19 +62,19 @@ pub const URL: UrlForm = UrlForm {
 #[derive(Clone)]
 pub struct RedisConfig {
     /// The URL handed to the redis client (without this crate's own parameters).
-    pub(crate) client_url: url::Url,
-    pub(crate) namespace: Namespace,
-    pub(crate) ca: Option<CaSource>,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    client_url: url::Url,
+    namespace: Namespace,
+    ca: Option<CaSource>,
+    response_timeout: Duration,
+    connect_timeout: Duration,
     /// Redis Cluster mode: the node URLs to learn the slot map from (the URL's own
     /// node first); empty for a single server.
-    pub(crate) cluster_nodes: Vec<url::Url>,
+    cluster_nodes: Vec<url::Url>,
     /// Whether a server that may lose acknowledged writes is refused (the default)
     /// or accepted (`durability=relaxed`).
-    pub(crate) durability: Durability,
+    durability: Durability,
     /// How many death records the namespace keeps (the newest ones).
-    pub(crate) death_retention: usize,
+    death_retention: usize,
 }
 
 /// Where the root certificate for `rediss://` comes from.
@@ -209,6 +210,22 @@ impl RedisConfig {
         self.response_timeout
     }
 
+    /// How long one (re)connection attempt may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Whether a server whose settings may lose acknowledged writes is refused
+    /// ([`Durability::Strict`], the default) or accepted ([`Durability::Relaxed`]).
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// How many death records the namespace keeps (the newest ones).
+    pub fn death_retention(&self) -> usize {
+        self.death_retention
+    }
+
     /// The same configuration with another response timeout (zero is `InvalidInput`).
     pub fn with_response_timeout(mut self, timeout: Duration) -> Result<RedisConfig> {
         if timeout.is_zero() {
@@ -246,6 +263,22 @@ impl RedisConfig {
     /// True for a Redis Cluster (`cluster=true`).
     pub fn is_cluster(&self) -> bool {
         !self.cluster_nodes.is_empty()
+    }
+
+    /// The URL handed to the redis client (without this crate's own parameters).
+    pub(crate) fn client_url(&self) -> &url::Url {
+        &self.client_url
+    }
+
+    /// Where the root certificate for `rediss://` comes from, if not the system roots.
+    pub(crate) fn ca(&self) -> Option<&CaSource> {
+        self.ca.as_ref()
+    }
+
+    /// The node URLs of a Redis Cluster (the URL's own node first); empty for a
+    /// single server.
+    pub(crate) fn cluster_nodes(&self) -> &[url::Url] {
+        &self.cluster_nodes
     }
 }
 

@@ -1,9 +1,10 @@
-//! The durability check at connect (issue 12, section 2): `CONFIG GET appendonly
+//! The durability check at connect: `CONFIG GET appendonly
 //! appendfsync maxmemory-policy`, logged, and refused when a setting voids the
 //! guarantees unless the URL says `durability=relaxed`
 //! ([`liveness_core::durability`]).
 //!
-//! What is refused, and why (measured in the held-back restart runs of issue 12):
+//! What is refused, and why (measured in restart runs against a real server, see
+//! `docs/measurements/redis.md`):
 //!
 //! - `appendonly no`: a restart loses every lease, every item and the token counter
 //!   (about 700 of 1,000 items gone in one run; tokens restarted at 1).

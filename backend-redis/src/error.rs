@@ -38,11 +38,11 @@ fn is_transient(e: &RedisError) -> bool {
         }
 }
 
-/// A script answered something this client does not understand (a corrupt record, a
-/// foreign key under the namespace's prefix, a script of another version):
-/// [`liveness_core::Corrupt`], naming the operation.
-pub(crate) fn unexpected(op: &'static str, problem: &'static str) -> Error {
-    Error::corrupt(BACKEND, format!("unexpected reply to {op}: {problem}"))
+/// A record this client cannot read (a corrupt record, a foreign key under the
+/// namespace's prefix, a script of another version): [`liveness_core::Corrupt`],
+/// with `what` saying what was wrong.
+pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::corrupt(BACKEND, what)
 }
 
 /// True for I/O failures that retrying cannot fix: a TLS certificate that does not

@@ -1,4 +1,4 @@
-//! Issue 13: a batch is one round trip. `acquire_many` of many keys is one `EVALSHA`
+//! A batch is one round trip. `acquire_many` of many keys is one `EVALSHA`
 //! on the server (counted by the server's own `INFO commandstats`, on a server of this
 //! test's own so that nothing else runs scripts on it), not one per key. And a
 //! renewal is cheap on the server: it moves its lease in the expiry index only when the
@@ -67,11 +67,11 @@ async fn acquire_many_is_one_script_for_the_batch() {
 /// namespace of it, and a plain connection to it; `None` where no server can start.
 async fn fresh() -> Option<(
     RedisServer,
-    backend_redis::RedisStore,
+    liveness_redis::RedisStore,
     redis::aio::MultiplexedConnection,
 )> {
     let server = RedisServer::spawn(RedisOptions::default())?;
-    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+    let store = liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
         .await
         .unwrap();
     let client = redis::Client::open(server.url()).unwrap();

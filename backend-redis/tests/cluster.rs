@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{EnqueueOptions, ItemStore, LeaseStore, Namespace, Store, Ttl};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisCluster;
 
 /// One cluster for the whole test binary (the fault test starts its own).
@@ -145,7 +145,7 @@ async fn cluster_mode_against_a_standalone_server_is_refused() {
         return;
     };
     let url = server.url_with("cluster=true");
-    let err = backend_redis::connect(&url).await.unwrap_err();
+    let err = liveness_redis::connect(&url).await.unwrap_err();
     assert!(
         matches!(err, liveness_core::Error::Backend { .. }),
         "expected a permanent Backend error, got {err:?}"

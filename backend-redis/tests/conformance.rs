@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use backend_redis::{RedisConfig, RedisStore};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisServer;
 
 async fn factory() -> Option<Arc<dyn liveness_core::Store>> {

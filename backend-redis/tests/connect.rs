@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{EnqueueOptions, Error, ItemStore, LeaseStore, Ttl};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 
 fn with_ns(url: &str) -> String {
@@ -34,7 +34,7 @@ async fn exercise(store: &RedisStore) {
 
 /// Connects to `url` in a fresh namespace and runs [`exercise`] through it.
 async fn exercise_at(url: &str) {
-    let store = backend_redis::connect(&with_ns(url)).await.unwrap();
+    let store = liveness_redis::connect(&with_ns(url)).await.unwrap();
     exercise(&store).await;
 }
 
@@ -83,7 +83,7 @@ async fn tls_refuses_an_untrusted_certificate() {
     };
     let port = server.process().unwrap().port();
     // No `ca`: the system roots do not know the test CA.
-    let err = backend_redis::connect(&format!("rediss://127.0.0.1:{port}?ns=x"))
+    let err = liveness_redis::connect(&format!("rediss://127.0.0.1:{port}?ns=x"))
         .await
         .unwrap_err();
     assert!(permanent(&err), "expected a permanent error, got {err:?}");
@@ -105,7 +105,7 @@ async fn auth_with_user_and_password() {
         format!("redis://worker:wrong@127.0.0.1:{port}?ns=x"),
         format!("redis://127.0.0.1:{port}?ns=x"),
     ] {
-        let err = backend_redis::connect(&url).await.unwrap_err();
+        let err = liveness_redis::connect(&url).await.unwrap_err();
         assert!(
             permanent(&err),
             "{url}: expected a permanent error, got {err:?}"
@@ -121,7 +121,7 @@ async fn auth_with_user_and_password() {
 #[tokio::test]
 async fn unreachable_server_is_unavailable() {
     let port = liveness_testkit::free_port().unwrap();
-    let err = backend_redis::connect(&format!(
+    let err = liveness_redis::connect(&format!(
         "redis://127.0.0.1:{port}?ns=x&connect_timeout_ms=300"
     ))
     .await
@@ -198,7 +198,7 @@ async fn flushed_scripts_are_reloaded() {
     let Some(server) = RedisServer::shared() else {
         return;
     };
-    let store = backend_redis::connect(&with_ns(server.url()))
+    let store = liveness_redis::connect(&with_ns(server.url()))
         .await
         .unwrap();
     let client = redis::Client::open(server.url()).unwrap();

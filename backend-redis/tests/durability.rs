@@ -1,21 +1,21 @@
-//! The durability check at connect (issue 12, section 2): a server whose settings can
+//! The durability check at connect: a server whose settings can
 //! lose acknowledged writes is refused with an error naming the setting and the fix,
 //! unless the URL says `durability=relaxed`; where `CONFIG` is denied the connection
 //! goes on (with a warning in the log).
 
-use backend_redis::RedisConfig;
 use liveness_conformance::fresh_namespace;
 use liveness_core::durability::{Durability, UnsafeSetting};
 use liveness_core::{Error, HolderId, Key, LeaseStore, Ttl};
+use liveness_redis::RedisConfig;
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 
 /// A strict connect to `url` (whatever its `durability` parameter says).
-async fn connect_strict(url: &str) -> liveness_core::Result<backend_redis::RedisStore> {
+async fn connect_strict(url: &str) -> liveness_core::Result<liveness_redis::RedisStore> {
     let config = RedisConfig::from_url(url)
         .unwrap()
         .with_namespace(fresh_namespace())
         .with_durability(Durability::Strict);
-    backend_redis::RedisStore::connect(config).await
+    liveness_redis::RedisStore::connect(config).await
 }
 
 /// The setting a refusal names.
@@ -55,7 +55,7 @@ async fn a_server_without_aof_is_refused_unless_relaxed() {
     assert!(text.contains("durability=relaxed"), "{text}");
     // The kit's URL for this server says `durability=relaxed`: accepted.
     assert!(server.url().contains("durability=relaxed"));
-    let store = backend_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+    let store = liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
         .await
         .unwrap();
     let lease = store
@@ -89,7 +89,7 @@ async fn aof_always_and_noeviction_are_accepted_and_each_weaker_setting_refused(
     let err = connect_strict(server.url()).await.unwrap_err();
     assert_eq!(refused_setting(&err), "maxmemory-policy");
     // Accepting weaker guarantees explicitly.
-    backend_redis::connect(&server.url_with("durability=relaxed"))
+    liveness_redis::connect(&server.url_with("durability=relaxed"))
         .await
         .unwrap();
     config_set(&server, "maxmemory-policy", "noeviction").await;
@@ -125,7 +125,7 @@ async fn a_renewal_after_the_server_lost_its_data_says_so() {
         return;
     };
     let ns = fresh_namespace();
-    let store = backend_redis::connect(&server.url_with(&format!("ns={ns}")))
+    let store = liveness_redis::connect(&server.url_with(&format!("ns={ns}")))
         .await
         .unwrap();
     let key = Key::member("m").unwrap();
@@ -139,7 +139,7 @@ async fn a_renewal_after_the_server_lost_its_data_says_so() {
         .unwrap();
     assert!(store.release(&released).await.unwrap());
     let err = store.renew(&released).await.unwrap_err();
-    assert_eq!(err.lost_reason(), Some(liveness_core::LostReason::Released));
+    assert_eq!(err.lost_reason(), Some(liveness_core::LostCause::Released));
     // The server loses the namespace's data (as a restart without AOF does).
     let n = store.purge().await.unwrap();
     assert!(n > 0);

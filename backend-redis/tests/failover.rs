@@ -17,18 +17,19 @@
 //! handed on before the member saw `Lost` — with the replica's clock AHEAD too: the
 //! first time the promoted replica judges an expiry it opens a new expiry epoch, and
 //! a lease written under the old primary's clock expires no earlier than one full ttl
-//! after that (see the README's "Replication and failover").
+//! after that (see the README's "Durability and failover").
 //!
-//! Figures (`FIGURES ...` lines, summarised in the README): failover duration,
-//! members that kept their lease, the probe's detection delay, tokens before/after.
+//! Figures (`FIGURES ...` lines, recorded in `docs/measurements/redis.md`): failover
+//! duration, members that kept their lease, the probe's detection delay, the tokens
+//! before and after.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{Namespace, Store, Ttl};
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis_failover::{FailoverCluster, FailoverOptions};
 use tokio::time::Instant;
 
@@ -170,10 +171,10 @@ async fn replica_clock_behind_failover_only_delays_expiry() {
     );
 }
 
-/// Issue 12: a failover to a server whose clock runs ahead never expires a lease
-/// earlier than the old primary would have (before the expiry epochs, the promoted
-/// replica read every live lease as expired and a checker reaped all three members
-/// while they worked).
+/// A failover to a server whose clock runs ahead never expires a lease earlier than
+/// the old primary would have (without the expiry epochs, the promoted replica would
+/// read every live lease as expired and a checker would reap all three members while
+/// they worked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replica_clock_ahead_failover_never_expires_a_lease_early() {
     let Some(figures) = run(Fault::ClockOffset(OFFSET)).await else {

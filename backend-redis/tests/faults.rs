@@ -29,14 +29,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
 use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Checker, CheckerConfig, EnqueueOptions, Error, Event, FencingToken, ItemCounts, ItemState,
-    ItemStore, LeaseStatus, LeaseStore, LostReason, Store, Ttl,
+    ItemStore, LeaseStatus, LeaseStore, LostCause, Store, Ttl,
 };
+use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
 
@@ -156,7 +156,7 @@ async fn durable_restart_keeps_live_leases_tokens_and_items() {
     .await;
     assert_eq!(
         store.renew(&short).await.unwrap_err().lost_reason(),
-        Some(LostReason::Expired)
+        Some(LostCause::Expired)
     );
     // Item states survived: owned by their tokens, or pending.
     for item in &kept_items {
@@ -222,7 +222,7 @@ async fn restart_without_persistence_forgets_everything() {
     server.process_mut().unwrap().restart(READY).unwrap();
 
     // The holder learns that the store lost its state — loudly, not as a plain
-    // `Released` (issue 12): its token is above the wiped counter...
+    // `Released`: its token is above the wiped counter...
     let err = retry(|| store.renew(&old)).await.unwrap_err();
     match &err {
         liveness_core::Error::Backend { source, .. } => assert_eq!(

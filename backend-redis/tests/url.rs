@@ -1,24 +1,25 @@
 //! URLs: the shared rules of `liveness_core::url` (through `from_url` and `connect`),
-//! and the cases issue 10 found. No server is needed: every case is refused before a
-//! connection is attempted.
+//! and this backend's own cases (a repeated namespace, the database number, the
+//! protocol). No server is needed: every case is refused before a connection is
+//! attempted.
 
-use backend_redis::RedisConfig;
 use liveness_conformance::url_rules::{self, Expect};
+use liveness_redis::RedisConfig;
 
 /// Nothing listens on port 1: a connection attempt would answer `Unavailable`.
 const BASE: &str = "redis://127.0.0.1:1";
 
 liveness_conformance::url_suite!(
-    backend_redis::URL,
+    liveness_redis::URL,
     BASE,
     RedisConfig::from_url,
-    backend_redis::connect
+    liveness_redis::connect
 );
 
 #[test]
 fn every_url_rule_with_tls() {
     url_rules::check(
-        &backend_redis::URL,
+        &liveness_redis::URL,
         "rediss://127.0.0.1:1",
         RedisConfig::from_url,
     );
@@ -26,7 +27,7 @@ fn every_url_rule_with_tls() {
 
 #[test]
 fn a_repeated_namespace_is_refused() {
-    // Before: the last one won.
+    // Neither wins silently: the URL is refused.
     url_rules::refused(
         RedisConfig::from_url,
         &format!("{BASE}?ns=a&ns=b"),
@@ -36,7 +37,8 @@ fn a_repeated_namespace_is_refused() {
 
 #[test]
 fn a_bad_database_number_is_refused() {
-    // Before: accepted here, then an untyped `Backend` error from the client.
+    // Refused here, naming the parameter, not later as an untyped `Backend` error
+    // from the client.
     for db in ["abc", "-1", "+1", "16", "4294967296"] {
         url_rules::refused(
             RedisConfig::from_url,
@@ -48,7 +50,8 @@ fn a_bad_database_number_is_refused() {
 
 #[test]
 fn an_unknown_protocol_is_refused() {
-    // Before: accepted here, then an untyped `Backend` error from the client.
+    // Refused here, naming the parameter, not later as an untyped `Backend` error
+    // from the client.
     url_rules::refused(
         RedisConfig::from_url,
         &format!("{BASE}?protocol=resp9"),

@@ -4,16 +4,16 @@
 //! second by one `acquire` after the other and by one `acquire_many` of `max_batch`
 //! keys (one transaction), and the ratio.
 //!
-//! Run: `cargo bench -p backend-sqlite --bench bench -- [--seconds 3]
+//! Run: `cargo bench -p liveness-sqlite --bench bench -- [--seconds 3]
 //! [--members 1000,10000] [--concurrency 1,64] [--deaths 20] [--synchronous normal]`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
 use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
 use liveness_core::{Store, Ttl};
+use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 
 /// Rounds of each join-batch measurement (their median is printed).
 const REPEATS: usize = 3;
@@ -70,16 +70,15 @@ fn main() {
         options.members = vec![1_000, 10_000];
     }
     let durability = match args.windows(2).find(|w| w[0] == "--synchronous") {
-        Some(w) if w[1] == "normal" => Durability::Normal,
-        _ => Durability::Full,
+        Some(w) if w[1] == "normal" => Synchronous::Normal,
+        _ => Synchronous::Full,
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bench.db");
     println!("file {} synchronous={durability:?}", path.display());
     let config = move || {
-        let mut c = SqliteConfig::new(&path, liveness_conformance::fresh_namespace());
-        c.durability = durability;
-        c
+        SqliteConfig::new(&path, liveness_conformance::fresh_namespace())
+            .with_synchronous(durability)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

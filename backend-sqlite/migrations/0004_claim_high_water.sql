@@ -1,4 +1,4 @@
--- The liveness schema, version 4 (late claims, issue 11): a claim request id is
+-- The liveness schema, version 4 (late claims): a claim request id is
 -- single-use per token.
 
 -- The greatest claim request id (32 hex digits, so text order is numeric order)

@@ -1,4 +1,4 @@
--- The liveness schema, version 5 (issue 14): the operator's read paths.
+-- The liveness schema, version 5: the operator's read paths.
 
 -- The death history: one row per token that stopped being current (reaped, released,
 -- or superseded by an acquire), written in the same transaction as the death.

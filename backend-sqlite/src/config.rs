@@ -1,23 +1,23 @@
 //! [`SqliteConfig`]: where the database file is and how to open it, parsed from a URL.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liveness_core::url::{Authority, Param, UrlForm, MAX_TIMEOUT_MS};
-#[cfg(doc)]
-use liveness_core::{Error, InputProblem};
-use liveness_core::{Namespace, Result};
+use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["sqlite"];
 
 /// `busy_timeout_ms`: 0 (fail at once when another process writes) to 10 minutes.
 const BUSY_TIMEOUT_MS: Param = Param::number("busy_timeout_ms", 0, MAX_TIMEOUT_MS);
-/// `synchronous`: the [`Durability`].
+/// `synchronous`: the [`Synchronous`].
 const SYNCHRONOUS: Param = Param::word("synchronous", &["full", "normal"]);
-/// `max_connections`: 1 to 64 (writes are serialized; a few readers beside them are
-/// all a pool can use).
-const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, 64);
+/// The most connections one handle's pool may have: writes are serialized, and a few
+/// readers beside them are all a pool can use.
+const MAX_POOL: u32 = 64;
+/// `max_connections`: 1 to [`MAX_POOL`].
+const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, MAX_POOL as u64);
 
 /// The URLs [`SqliteConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
@@ -31,7 +31,7 @@ pub const URL: UrlForm = UrlForm {
 
 /// How durable each commit is (SQLite's `PRAGMA synchronous`, in WAL mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Durability {
+pub enum Synchronous {
     /// `synchronous=FULL`: every commit is on disk before it returns. Survives a power
     /// loss with nothing lost, so a token is never handed out twice. The default.
     #[default]
@@ -45,25 +45,28 @@ pub enum Durability {
 /// Where the SQLite database is and how this handle opens it.
 ///
 /// Built from a URL with [`SqliteConfig::from_url`], or by hand with
-/// [`SqliteConfig::new`] and the public fields.
+/// [`SqliteConfig::new`] and the `with_*` setters:
+///
+/// ```
+/// # fn demo() -> liveness_core::Result<()> {
+/// use liveness_core::Namespace;
+/// use liveness_sqlite::{SqliteConfig, Synchronous};
+///
+/// let config = SqliteConfig::new("/var/lib/myapp/liveness.db", Namespace::new("jobs")?)
+///     .with_synchronous(Synchronous::Normal)
+///     .with_busy_timeout(std::time::Duration::from_millis(250))?
+///     .with_max_connections(2)?;
+/// assert_eq!(config.max_connections(), 2);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqliteConfig {
-    /// The database file. Created (with its schema) when missing.
-    pub path: PathBuf,
-    /// The namespace this handle is scoped to (URL `?ns=`, default `default`).
-    pub namespace: Namespace,
-    /// How long one operation waits for another process's write lock before it fails
-    /// with a retryable [`Error::Unavailable`] (URL `?busy_timeout_ms=`, default 5 s).
-    pub busy_timeout: Duration,
-    /// Commit durability (URL `?synchronous=full|normal`, default full).
-    pub durability: Durability,
-    /// Connections in this handle's pool (URL `?max_connections=`, default 4). Writes
-    /// are serialized anyway; extra connections let reads run beside a write.
-    pub max_connections: u32,
-    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
-    /// the namespace keeps, the newest ones (default
-    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); at least 1).
-    pub death_retention: usize,
+    path: PathBuf,
+    namespace: Namespace,
+    busy_timeout: Duration,
+    synchronous: Synchronous,
+    max_connections: u32,
+    death_retention: usize,
 }
 
 impl SqliteConfig {
@@ -73,7 +76,7 @@ impl SqliteConfig {
             path: path.into(),
             namespace,
             busy_timeout: Duration::from_secs(5),
-            durability: Durability::Full,
+            synchronous: Synchronous::Full,
             max_connections: 4,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
         }
@@ -101,15 +104,118 @@ impl SqliteConfig {
             config.busy_timeout = timeout;
         }
         if let Some(word) = parsed.word(SYNCHRONOUS)? {
-            config.durability = match word {
-                "normal" => Durability::Normal,
-                _ => Durability::Full,
+            config.synchronous = match word {
+                "normal" => Synchronous::Normal,
+                _ => Synchronous::Full,
             };
         }
         if let Some(n) = parsed.number(MAX_CONNECTIONS)? {
             config.max_connections = n;
         }
         Ok(config)
+    }
+
+    /// The same configuration on another database file. Created (with its schema) when
+    /// missing.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> SqliteConfig {
+        self.path = path.into();
+        self
+    }
+
+    /// The same configuration on another namespace.
+    pub fn with_namespace(mut self, namespace: Namespace) -> SqliteConfig {
+        self.namespace = namespace;
+        self
+    }
+
+    /// The same configuration with another busy timeout: how long one operation waits
+    /// for another process's write lock before it fails with a retryable
+    /// [`Error::Unavailable`] (zero: fail at once). Longer than 10 minutes (the URL's
+    /// `busy_timeout_ms` range) is [`Error::InvalidInput`] naming `busy_timeout`.
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Result<SqliteConfig> {
+        let max = Duration::from_millis(MAX_TIMEOUT_MS);
+        if timeout > max {
+            return Err(Error::invalid(
+                "busy_timeout",
+                InputProblem::TooLongDuration { max, got: timeout },
+            ));
+        }
+        self.busy_timeout = timeout;
+        Ok(self)
+    }
+
+    /// The same configuration with another commit durability.
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> SqliteConfig {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// The same configuration with another number of connections in the handle's pool.
+    /// Writes are serialized anyway; extra connections let reads run beside a write.
+    /// Zero, or more than 64 (the URL's `max_connections` range), is
+    /// [`Error::InvalidInput`] naming `max_connections`.
+    pub fn with_max_connections(mut self, n: u32) -> Result<SqliteConfig> {
+        if n == 0 {
+            return Err(Error::invalid("max_connections", InputProblem::Zero));
+        }
+        if n > MAX_POOL {
+            return Err(Error::invalid(
+                "max_connections",
+                InputProblem::OutOfRange {
+                    name: "max_connections",
+                    min: 1,
+                    max: u64::from(MAX_POOL),
+                    got: n.to_string(),
+                },
+            ));
+        }
+        self.max_connections = n;
+        Ok(self)
+    }
+
+    /// The same configuration keeping another number of death records per namespace
+    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths), the newest ones;
+    /// default [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION)).
+    /// Zero is [`Error::InvalidInput`] naming `death_retention`.
+    pub fn with_death_retention(mut self, keep: usize) -> Result<SqliteConfig> {
+        if keep == 0 {
+            return Err(Error::invalid("death_retention", InputProblem::Zero));
+        }
+        self.death_retention = keep;
+        Ok(self)
+    }
+
+    /// The database file. Created (with its schema) when missing.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The namespace the store handle will be scoped to (URL `?ns=`, default
+    /// `default`).
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// How long one operation waits for another process's write lock before it fails
+    /// with a retryable [`Error::Unavailable`] (URL `?busy_timeout_ms=`, default 5 s).
+    pub fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    /// Commit durability (URL `?synchronous=full|normal`, default full).
+    pub fn synchronous(&self) -> Synchronous {
+        self.synchronous
+    }
+
+    /// Connections in the handle's pool (URL `?max_connections=`, default 4).
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// How many death records the namespace keeps, the newest ones (default
+    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); at least 1).
+    pub fn death_retention(&self) -> usize {
+        self.death_retention
     }
 }
 
@@ -123,7 +229,7 @@ mod tests {
         let c = SqliteConfig::from_url("sqlite:///tmp/x/live.db?ns=team_a").unwrap();
         assert_eq!(c.path, PathBuf::from("/tmp/x/live.db"));
         assert_eq!(c.namespace.as_ref(), "team_a");
-        assert_eq!(c.durability, Durability::Full);
+        assert_eq!(c.synchronous, Synchronous::Full);
 
         let c = SqliteConfig::from_url("sqlite://live.db").unwrap();
         assert_eq!(c.path, PathBuf::from("live.db"));
@@ -134,7 +240,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.path, PathBuf::from("dir/live one.db"));
-        assert_eq!(c.durability, Durability::Normal);
+        assert_eq!(c.synchronous, Synchronous::Normal);
         assert_eq!(c.busy_timeout, Duration::from_millis(250));
         assert_eq!(c.max_connections, 2);
     }
@@ -170,5 +276,39 @@ mod tests {
         ] {
             refused(SqliteConfig::from_url, url, expect);
         }
+    }
+
+    #[test]
+    fn builder_sets_and_checks_fields() {
+        let ns = Namespace::new("team_b").unwrap();
+        let c = SqliteConfig::new("a.db", Namespace::new("team_a").unwrap())
+            .with_path("b.db")
+            .with_namespace(ns.clone())
+            .with_synchronous(Synchronous::Normal)
+            .with_busy_timeout(Duration::ZERO)
+            .unwrap()
+            .with_max_connections(64)
+            .unwrap()
+            .with_death_retention(1)
+            .unwrap();
+        assert_eq!(c.path(), Path::new("b.db"));
+        assert_eq!(c.namespace(), &ns);
+        assert_eq!(c.synchronous(), Synchronous::Normal);
+        assert_eq!(c.busy_timeout(), Duration::ZERO);
+        assert_eq!(c.max_connections(), 64);
+        assert_eq!(c.death_retention(), 1);
+
+        let bad = |r: Result<SqliteConfig>, field: &str| match r {
+            Err(Error::InvalidInput { what, .. }) => assert_eq!(what, field),
+            other => panic!("{field}: expected InvalidInput, got {other:?}"),
+        };
+        let c = SqliteConfig::new("a.db", ns);
+        bad(c.clone().with_max_connections(0), "max_connections");
+        bad(c.clone().with_max_connections(65), "max_connections");
+        bad(c.clone().with_death_retention(0), "death_retention");
+        bad(
+            c.with_busy_timeout(Duration::from_millis(MAX_TIMEOUT_MS + 1)),
+            "busy_timeout",
+        );
     }
 }

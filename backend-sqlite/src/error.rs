@@ -37,7 +37,8 @@ pub(crate) fn map_migrate(e: sqlx::migrate::MigrateError) -> Error {
     }
 }
 
-/// A row this build cannot have written ([`liveness_core::Corrupt`]): a bad `what`.
-pub(crate) fn corrupt(what: &'static str) -> Error {
-    Error::corrupt(BACKEND, format!("bad {what} in the liveness database"))
+/// A row this build cannot have written ([`liveness_core::Corrupt`]): `what` says
+/// which value, and where.
+pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::corrupt(BACKEND, what)
 }

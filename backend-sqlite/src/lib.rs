@@ -2,16 +2,19 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-#[cfg(test)]
-mod boot_tests;
+mod batch;
 mod clock;
 mod config;
+mod core;
+mod deaths;
 mod error;
-mod sql;
-mod store;
+mod items;
+mod lease;
+#[cfg(test)]
+mod tests;
 
-pub use config::{Durability, SqliteConfig, SCHEMES, URL};
-pub use store::SqliteStore;
+pub use crate::config::{SqliteConfig, Synchronous, SCHEMES, URL};
+pub use crate::core::SqliteStore;
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.

@@ -1,4 +1,4 @@
-//! Issue 13: a batch is one transaction. `acquire_many` of many keys, `reap_many` of
+//! A batch is one transaction. `acquire_many` of many keys, `reap_many` of
 //! many deaths and `requeue_orphans_many` of many dead tokens each commit once
 //! (counted by SQLite's own commit hook on the pool's only connection), not once per
 //! entry.
@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_conformance::fresh_namespace;
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 use std::time::Duration;
 
 use liveness_core::{
@@ -19,8 +19,9 @@ use liveness_core::{
 /// hook on that connection sees every commit of the handle).
 async fn counted() -> (tempfile::TempDir, SqliteStore, Arc<AtomicU64>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = SqliteConfig::new(dir.path().join("batches.db"), fresh_namespace());
-    config.max_connections = 1;
+    let config = SqliteConfig::new(dir.path().join("batches.db"), fresh_namespace())
+        .with_max_connections(1)
+        .unwrap();
     let store = SqliteStore::connect(config).await.unwrap();
     let commits = Arc::new(AtomicU64::new(0));
     {

@@ -1,6 +1,6 @@
 //! The store clock is the host's boot clock (`CLOCK_BOOTTIME`), never the wall clock,
 //! and the boot id recorded in the file tells a lease written before a reboot: such a
-//! lease is expired, whatever its expiry says (issue 11, item 9).
+//! lease is expired, whatever its expiry says.
 //!
 //! A reboot is simulated by writing another boot id into the file, as the last boot
 //! left it, and reopening it: every process that held a lease died in that reboot.
@@ -9,11 +9,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use backend_sqlite::SqliteStore;
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
-    LostReason, Space, Ttl,
+    EnqueueOptions, Error, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
+    Space, Ttl,
 };
+use liveness_sqlite::SqliteStore;
 
 mod common;
 
@@ -65,7 +65,7 @@ async fn expiry_is_counted_on_the_boot_clock_and_the_boot_id_is_recorded() {
         .unwrap();
     let after = boot_ms();
     let expiry = stored_expiry(&store, &key).await;
-    // Before: `unixepoch('subsec')` milliseconds (about 1.8e12) + ttl.
+    // Not wall-clock milliseconds (`unixepoch('subsec')`, about 1.8e12) + ttl.
     assert!(
         (before + 3_600_000..=after + 3_600_000).contains(&expiry),
         "expiry {expiry} is not boot time [{before}, {after}] + ttl"
@@ -161,7 +161,7 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
             matches!(
                 e,
                 Error::Lost {
-                    reason: LostReason::Expired,
+                    reason: LostCause::Expired,
                     ..
                 }
             ),

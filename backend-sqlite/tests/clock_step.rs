@@ -1,8 +1,9 @@
 //! A step of the host's wall clock (an NTP step, `date -s`) changes nothing: the
-//! store clock is the boot clock (issue 11, item 9).
+//! store clock is the boot clock.
 //!
-//! Held-back runs stepped the wall clock of every process on the file: +1 h made every
-//! live lease expire at once, −1 h hid a dead worker for the whole hour. Here the
+//! With the wall clock as the store clock, a step of it on every process of the file
+//! made every live lease expire at once (+1 h) or hid a dead worker for the whole hour
+//! (−1 h). Here the
 //! wall clock of a second process is stepped with `faketime` (Debian package
 //! `faketime`; `FAKETIME_DONT_FAKE_MONOTONIC=1` leaves the monotonic and boot clocks
 //! alone, exactly as a real step does), and that process must see the same leases as
@@ -16,10 +17,10 @@
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::{
     Error, FencingToken, HolderId, Key, LeaseStatus, LeaseStore, Namespace, Space, Ttl,
 };
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tokio::time::Instant;
 
 /// Only turns a hang into a failure.
@@ -182,8 +183,9 @@ async fn a_wall_clock_step_changes_nothing() {
             (off - offset).abs() < 60,
             "{step}: the child's wall clock is off by {off} s"
         );
-        // Before: +1 h expired the live lease and let an intruder take it; −1 h kept
-        // the dead worker's lease live, so nobody detected it.
+        // With a wall-clock store clock, +1 h would expire the live lease and let an
+        // intruder take it; −1 h would keep the dead worker's lease live, so nobody
+        // would detect it.
         for fact in ["alive_live", "alive_refused", "dead_listed", "dead_reaped"] {
             if get(fact) != "true" {
                 wrong.push(format!("{step}: {fact} is {}", get(fact)));

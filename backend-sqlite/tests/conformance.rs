@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::Store;
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 
 /// One database file for the whole test binary, so the scenarios, running in
 /// parallel, also exercise many handles (pools) on one file.
@@ -16,9 +16,10 @@ fn db_path() -> std::path::PathBuf {
 }
 
 async fn factory() -> Option<Arc<dyn Store>> {
-    let mut config = SqliteConfig::new(db_path(), liveness_conformance::fresh_namespace());
-    // Small, so that the suite fills it and checks the bound.
-    config.death_retention = 20;
+    // A small death retention, so that the suite fills it and checks the bound.
+    let config = SqliteConfig::new(db_path(), liveness_conformance::fresh_namespace())
+        .with_death_retention(20)
+        .expect("a death retention of 20");
     let store = SqliteStore::connect(config)
         .await
         .expect("open the sqlite store");

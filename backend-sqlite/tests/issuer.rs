@@ -1,9 +1,12 @@
-//! A lease names the database file and namespace that issued it (issue 11, item 5):
+//! A lease names the database file and namespace that issued it:
 //! every handle on the same file and namespace accepts it, also one opened through
-//! another path to the file; the same namespace in another file refuses it.
+//! another path to the file; the same namespace in another file refuses it (behind
+//! the core's input checks, as every caller gets a store).
+
+use std::sync::Arc;
 
 use liveness_conformance::fixtures::acquire_member;
-use liveness_core::{Error, InputProblem, ItemStore, Key, LeaseStore, Ttl};
+use liveness_core::{Error, InputProblem, Key, LeaseStore, Ttl};
 
 mod common;
 
@@ -25,7 +28,8 @@ async fn handles_on_one_file_agree_and_another_file_refuses() {
     let theirs = acquire_member(&other, "w", "a", ttl).await;
     assert_eq!(lease.token, theirs.token, "each file counts from 1");
 
-    match other.renew(&lease).await {
+    let other_checked = liveness_core::checked(Arc::new(other.clone()));
+    match other_checked.renew(&lease).await {
         Err(Error::InvalidInput {
             what: "lease",
             problem: InputProblem::ForeignLease,
@@ -33,7 +37,7 @@ async fn handles_on_one_file_agree_and_another_file_refuses() {
         r => panic!("another file renewed the lease: {r:?}"),
     }
     assert!(matches!(
-        other.claim(&lease, 1).await,
+        other_checked.claim(&lease, 1).await,
         Err(Error::InvalidInput { .. })
     ));
     assert!(other.inspect(&key).await.unwrap().unwrap().is_live());

@@ -1,9 +1,9 @@
-//! Issue 12: a database file restored from an older copy forgot the leases acquired
+//! A database file restored from an older copy forgot the leases acquired
 //! since: their holders' renewals fail loudly with `StoreLostState`, never a plain
 //! `Lost(Released)` that reads like a graceful release.
 
 use liveness_core::durability::StoreLostState;
-use liveness_core::{Error, HolderId, Key, LeaseStore, LostReason, Ttl};
+use liveness_core::{Error, HolderId, Key, LeaseStore, LostCause, Ttl};
 
 mod common;
 
@@ -50,6 +50,6 @@ async fn a_renewal_after_the_file_was_restored_from_an_older_copy_says_so() {
     assert!(!err.is_retryable());
     // A lease the copy knows was released is still just released.
     let err = store.renew(&early).await.unwrap_err();
-    assert_eq!(err.lost_reason(), Some(LostReason::Released));
+    assert_eq!(err.lost_reason(), Some(LostCause::Released));
     store.close().await;
 }

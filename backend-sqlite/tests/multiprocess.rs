@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::{
     EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Namespace, Space, Ttl,
 };
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tokio::time::Instant;
 
 const ITEMS: u64 = 240;

@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_conformance::scenarios::SCENARIOS;
 use liveness_core::Store;
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 
 /// Runs every scenario on `threads` threads, then the property test; panics on the
 /// first failure.

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use backend_sqlite::SqliteStore;
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
     Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
     SchemaTooNew, Space, Ttl,
 };
+use liveness_sqlite::SqliteStore;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Connection, SqlSafeStr};
 
@@ -67,8 +67,9 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
 #[tokio::test]
 async fn a_locked_database_is_unavailable() {
     let (_dir, path) = common::scratch("busy.db");
-    let mut cfg = common::config(&path, NS);
-    cfg.busy_timeout = Duration::from_millis(50);
+    let cfg = common::config(&path, NS)
+        .with_busy_timeout(Duration::from_millis(50))
+        .unwrap();
     let store = SqliteStore::connect(cfg).await.unwrap();
 
     // Another "process" holds the write lock.
@@ -105,11 +106,11 @@ async fn bad_urls_are_invalid_input() {
         "sqlite://x.db?what=1",
         "postgres://x",
     ] {
-        let err = backend_sqlite::connect(url).await.unwrap_err();
+        let err = liveness_sqlite::connect(url).await.unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {err:?}");
     }
     assert!(matches!(
-        backend_sqlite::connect("sqlite://x.db?what=1").await,
+        liveness_sqlite::connect("sqlite://x.db?what=1").await,
         Err(Error::InvalidInput {
             what: "url",
             problem: InputProblem::UnknownParameter { name, .. }

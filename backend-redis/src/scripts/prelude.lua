@@ -18,7 +18,7 @@ local function prefix_of(key)
   return string.match(key, '^(.-}:)')
 end
 
--- Which server judges expiries (issue 12). Expiries are absolute microseconds of the
+-- Which server judges expiries. Expiries are absolute microseconds of the
 -- clock of the server that wrote them; after a failover (or a restart) another
 -- server, with another clock, judges them. <prefix>srv records the server last seen
 -- (its run_id), the epoch `ep` it opened and when (`since`, by its own clock); every
@@ -84,13 +84,12 @@ local function moved(batch)
 end
 
 -- One renewal (renew.lua, renew_many.lua): `lease` its record, `expiry` its space's
--- index, `ttl` in ms ('0' only checks), `batch` from batch_of (the caller applies its
--- index moves with `moved` before it returns). Returns 1 renewed, 0
--- current and live (check only), -1 released, -2 superseded, -3 expired, -4 the store
--- lost its state (no record, and the token is above every token the namespace's
--- counter has handed out: the counter went back).
+-- index, `ttl` in ms, `batch` from batch_of (the caller applies its index moves with
+-- `moved` before it returns). Returns 1 renewed, -1 released, -2 superseded,
+-- -3 expired, -4 the store lost its state (no record, and the token is above every
+-- token the namespace's counter has handed out: the counter went back).
 --
--- The expiry index (issue 13) is coarse: a lease's score `ix` (also kept in its hash)
+-- The expiry index is coarse: a lease's score `ix` (also kept in its hash)
 -- is never later than its expiry `e`, and a renewal moves it only when it would
 -- otherwise lag `e` by half the ttl or more. At the default cadence (renew every
 -- ttl/3) every other renewal skips the index: two commands, not three, and no
@@ -116,9 +115,6 @@ local function renew_one(lease, expiry, name, token, ttl, now, batch)
   local e = tonumber(rec[2])
   if now >= e and now >= judged(prefix, e, rec[3], rec[4], now) then
     return -3
-  end
-  if ttl == '0' then
-    return 0
   end
   local x = batch.x[ttl]
   if x == nil then

@@ -1,8 +1,8 @@
 -- renew_many: leases in runs of one space each. For run r (1-based): KEYS[r] the
 -- space's expiry zset; in ARGV, in order, per run: the space's lease key prefix
 -- ("liveness:{ns}:l:<space>/"), the run's lease count n, then n times: name, token,
--- ttl (ms; '0' only checks). Each lease key is derived in-script (prefix and name:
--- the same hash slot). Every lease is in one namespace (the calling store handle's).
+-- ttl (ms). Each lease key is derived in-script (prefix and name: the same hash
+-- slot). Every lease is in one namespace (the calling store handle's).
 -- Returns one renew_one code (prelude) per lease, in order, as renew.lua does for one.
 -- One server instant for all; the epoch stamp, the token counter and each ttl's
 -- expiry text are read or made once for the batch, and each index moved by one ZADD.

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use backend_sqlite::{SqliteConfig, SqliteStore};
 use liveness_core::Namespace;
+use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tempfile::TempDir;
 
 /// The configuration of a store on the file `path`, namespace `ns`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostReason, Namespace, Space, Ttl,
+    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause, Namespace, Space, Ttl,
 };
 
 use crate::clock::ManualBootClock;
@@ -26,7 +26,7 @@ fn expired_reason(e: &Error) -> bool {
     matches!(
         e,
         Error::Lost {
-            reason: LostReason::Expired,
+            reason: LostCause::Expired,
             ..
         }
     )

@@ -1,0 +1,197 @@
+//! The native batch operations: one transaction, so one commit, for many entries
+//! where the trait's default would run one call (one commit) per entry. Each entry
+//! answers exactly what the single call of it would: `acquire_many` runs the same
+//! acquire step as `acquire` (defined here, [`FdbStore::acquire_at`]) per entry,
+//! `reap_many` the same `reap_once`, `requeue_orphans_many` the same batches of
+//! `requeue_once`. The trait methods (`lease.rs`, `items.rs`) call these, on input
+//! that `liveness_core::CheckInput` already checked.
+
+use std::collections::HashMap;
+
+use liveness_core::{
+    Acquire, DeathCause, Error, FencingToken, HolderId, Key, Lease, Requeued, Result, Ttl,
+};
+use tokio::time::Instant;
+
+use crate::core::{Acquired, FdbStore, MAX_BATCH};
+use crate::error::corrupt;
+use crate::kv::{transact, Attempt, Fail, Transaction};
+
+// Acquires: `acquire_many` in one transaction, and the acquire step it shares with
+// `acquire`.
+impl FdbStore {
+    /// `acquire_many` of a non-empty batch: every entry in one transaction.
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        // Every entry in one transaction: one commit for the whole batch.
+        let sent = Instant::now();
+        let nonce = fastrand::u64(..);
+        let (outcomes, stamp) = transact!(self.db, |tx, at| self
+            .acquire_many_once(tx, at, asks, nonce))?;
+        if outcomes.len() != asks.len() {
+            return Err(corrupt("acquire_many answered another number of entries"));
+        }
+        Ok(asks
+            .iter()
+            .zip(outcomes)
+            .map(|(ask, outcome)| {
+                self.granted(&ask.key, &ask.holder, ask.ttl, outcome?, stamp, sent)
+            })
+            .collect())
+    }
+
+    /// One attempt of `acquire_many`: every entry in order in this one transaction,
+    /// each as [`FdbStore::acquire_once`] would take it alone, judged at one `now`.
+    /// An entry's answer (`Held`) fails only that entry; a database
+    /// failure fails the attempt. All the leases written carry `nonce` (the call's),
+    /// so a retry after an unknown result finds each of them (`Already`).
+    ///
+    /// A later entry on a key an earlier entry took answers `Held` from what this
+    /// attempt wrote, without reading the key again: its lease record is
+    /// versionstamped, which FoundationDB does not let the writing transaction read.
+    pub(crate) async fn acquire_many_once(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        asks: &[Acquire],
+        nonce: u64,
+    ) -> Result<Vec<Result<Acquired, Error>>, Fail> {
+        let now = self.observe(tx).await?;
+        let mut taken: HashMap<&Key, (HolderId, FencingToken)> = HashMap::new();
+        let mut out = Vec::with_capacity(asks.len());
+        for ask in asks {
+            if let Some((holder, token)) = taken.get(&ask.key) {
+                out.push(Err(Error::Held {
+                    key: ask.key.clone(),
+                    holder: holder.clone(),
+                    token: *token,
+                }));
+                continue;
+            }
+            let entry = match self
+                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce)
+                .await
+            {
+                Ok(acquired) => acquired,
+                Err(Fail::Stop(e)) => {
+                    out.push(Err(e));
+                    continue;
+                }
+                Err(e @ Fail::Db(_)) => return Err(e),
+            };
+            let owner = match &entry {
+                Acquired::New { token, .. } => (ask.holder.clone(), *token),
+                Acquired::Already(rec) => (rec.holder.clone(), rec.token),
+            };
+            taken.insert(&ask.key, owner);
+            out.push(Ok(entry));
+        }
+        Ok(out)
+    }
+
+    /// Acquires `key` at `now` (this attempt's observation) in the open transaction:
+    /// the one step of [`FdbStore::acquire_once`] and of each entry of
+    /// [`FdbStore::acquire_many_once`]. A live lease answers `Held` (`Fail::Stop`,
+    /// nothing written); an expired one is retired (dead set, death record) first.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_at(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        now: Instant,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        nonce: u64,
+    ) -> Result<Acquired, Fail> {
+        let mut retired = None;
+        if let Some(rec) = self.read_lease(tx, key, false).await? {
+            if at.maybe_committed && rec.nonce == nonce {
+                return Ok(Acquired::Already(rec));
+            }
+            if !self.is_expired(key, &rec, now) {
+                return Err(Fail::Stop(Error::Held {
+                    key: key.clone(),
+                    holder: rec.holder,
+                    token: rec.token,
+                }));
+            }
+            self.retire(tx, key, &rec, nonce);
+            self.record_death(tx, key, &rec, DeathCause::Superseded)
+                .await?;
+            retired = Some(rec);
+        }
+        let token = FencingToken(self.next_counter(tx, "token").await?);
+        self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder);
+        Ok(Acquired::New { token, retired })
+    }
+}
+
+// Reaps and sweeps of many dead tokens at once.
+impl FdbStore {
+    /// `reap_many` of a non-empty batch: every reap in one transaction.
+    pub(crate) async fn reap_batch(
+        &self,
+        expired: &[(Key, FencingToken)],
+    ) -> Result<Vec<Result<bool>>> {
+        // Every reap in one transaction: one commit for a round's deaths. Each entry
+        // has its nonce, so a retry after an unknown commit result recognises the
+        // reaps that commit applied; a repeat of an entry reads the first's work
+        // (read-your-writes) and answers false.
+        let nonces: Vec<u64> = expired.iter().map(|_| fastrand::u64(..)).collect();
+        let (outcomes, _) = transact!(self.db, |tx, at| async {
+            let mut out = Vec::with_capacity(expired.len());
+            for ((key, token), nonce) in expired.iter().zip(&nonces) {
+                out.push(self.reap_once(tx, at, key, *token, *nonce).await?);
+            }
+            Ok(out)
+        })?;
+        if outcomes.len() != expired.len() {
+            return Err(corrupt("reap_many answered another number of entries"));
+        }
+        Ok(expired
+            .iter()
+            .zip(outcomes)
+            .map(|((key, _), outcome)| Ok(self.retired(key, outcome)))
+            .collect())
+    }
+
+    /// `requeue_orphans_many`: as many dead tokens per transaction as their items fit.
+    pub(crate) async fn requeue_batch(
+        &self,
+        tokens: &[FencingToken],
+    ) -> Result<Vec<Result<Requeued>>> {
+        // As many tokens per transaction as their items fit (`MAX_BATCH` moved, give
+        // or take one token's batch): a round's deaths, a few items each, are one
+        // commit instead of one per token. A token with more items than fit goes on
+        // in the next transaction, exactly as `requeue_orphans` batches them. A
+        // repeat of a token reads the first's work (read-your-writes): it moves
+        // nothing.
+        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        let mut next = 0;
+        while next < tokens.len() {
+            let ((moved, upto), _) = transact!(self.db, |tx, _at| async {
+                let mut moved: Vec<(usize, Requeued)> = Vec::new();
+                let (mut count, mut i) = (0, next);
+                while i < tokens.len() && count < MAX_BATCH {
+                    let Some((batch, done)) = self.requeue_once(tx, tokens[i]).await? else {
+                        i += 1;
+                        continue;
+                    };
+                    count += batch.requeued.len() + batch.dead_lettered.len();
+                    moved.push((i, batch));
+                    if !done {
+                        break;
+                    }
+                    i += 1;
+                }
+                Ok((moved, i))
+            })?;
+            for (i, batch) in moved {
+                out[i].requeued.extend(batch.requeued);
+                out[i].dead_lettered.extend(batch.dead_lettered);
+            }
+            next = upto;
+        }
+        Ok(out.into_iter().map(Ok).collect())
+    }
+}

@@ -1,0 +1,426 @@
+//! [`FdbStore`]: the store handle, its set-up (on the real client or on the test
+//! double), and the steps every transaction body shares: reading the read version
+//! into this handle's observations, reading and decoding lease and item records,
+//! writing and retiring a lease, moving an item between states. The bodies
+//! themselves are in the files of the operations that run them (`lease.rs`,
+//! `items.rs`, `deaths.rs`, `batch.rs`), each one attempt run by
+//! [`transact!`](crate::kv::transact) inside FoundationDB's retry loop.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::sync::lock;
+use liveness_core::wake::tick;
+use liveness_core::{
+    Capabilities, FencingToken, HolderId, Issuer, Item, ItemId, ItemRecord, ItemState, Key, Lease,
+    LostCause, Namespace, StoreInfo, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::{FdbConfig, Options};
+use crate::error::corrupt;
+use crate::keys::{
+    decode_dead, decode_u64, encode_dead, encode_index_value, Count, ItemMeta, Layout, LeaseRec,
+};
+use crate::kv::{Attempt, Database, Fail, Stamp, Transaction};
+use crate::observe::Observer;
+use crate::BACKEND;
+
+/// The most items one transaction moves: keeps every transaction far below
+/// FoundationDB's 10 MB / 5 s limits (500 × a 10,000-byte payload read = 5 MB).
+pub(crate) const MAX_BATCH: usize = 500;
+
+/// The largest payload: FoundationDB's advice for values (100,000 bytes is the hard
+/// limit; values over 10 kB hurt performance).
+pub(crate) const MAX_PAYLOAD: usize = 10_000;
+
+/// The shortest ttl: a few commit round trips, so that a heartbeat every ttl/3 fits.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(500);
+
+/// A lease and item store on FoundationDB (or on the in-crate test double), scoped
+/// to one namespace (a tuple subspace `("liveness", ns)`).
+///
+/// Expiry is observer-local (see the crate docs): each handle judges it on its own
+/// monotonic clock from what it has observed, so a fresh handle needs up to one ttl
+/// of observation before it can see any lease as expired. Clones share the same
+/// observations; separate handles (from `connect` or
+/// [`DoubleDatabase::store`](crate::DoubleDatabase::store)) do not.
+#[derive(Clone)]
+pub struct FdbStore {
+    pub(crate) db: Arc<dyn Database>,
+    pub(crate) layout: Layout,
+    namespace: Namespace,
+    /// What this handle observed: its judge of expiry.
+    pub(crate) obs: Arc<Mutex<Observer>>,
+    /// Ticks on this handle's own releases and reaps (`wakeups`).
+    pub(crate) wake: Arc<watch::Sender<u64>>,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) info: StoreInfo,
+    /// The host's wall clock when the handle was made, since the Unix epoch: the
+    /// epoch of its store time (diagnostics and death records only; never expiry).
+    pub(crate) wall_at_start: Duration,
+}
+
+impl std::fmt::Debug for FdbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdbStore")
+            .field("db", &self.db)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FdbStore {
+    /// Connects to the cluster named by `config` (feature `native`; without it this
+    /// fails with [`Error::Backend`](liveness_core::Error::Backend) saying so).
+    pub async fn connect(config: FdbConfig) -> liveness_core::Result<FdbStore> {
+        #[cfg(feature = "native")]
+        {
+            let db = crate::native::NativeDatabase::open(&config)?;
+            let cluster = match config.cluster_file() {
+                Some(path) => std::fs::canonicalize(path)
+                    .unwrap_or_else(|_| path.to_path_buf())
+                    .display()
+                    .to_string(),
+                None => "default cluster file".to_owned(),
+            };
+            Ok(FdbStore::over(
+                Arc::new(db),
+                &cluster,
+                config.namespace(),
+                config.options().clone(),
+            ))
+        }
+        #[cfg(not(feature = "native"))]
+        {
+            let _ = config;
+            Err(liveness_core::Error::backend(
+                BACKEND,
+                crate::error::NotCompiled,
+            ))
+        }
+    }
+
+    /// A handle on `namespace` of `db`, which `location` names (a cluster file, a
+    /// double's identity) for the handle's [`Issuer`].
+    pub(crate) fn over(
+        db: Arc<dyn Database>,
+        location: &str,
+        namespace: &Namespace,
+        options: Options,
+    ) -> FdbStore {
+        let location = format!("{location}|{}", options.prefix);
+        FdbStore {
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: Capabilities {
+                    min_ttl: MIN_TTL,
+                    max_ttl: Ttl::MAX,
+                    pushes_expiry_events: false,
+                    observer_local_expiry: true,
+                    max_batch: MAX_BATCH,
+                    max_payload: MAX_PAYLOAD,
+                    death_retention: options.death_retention.max(1),
+                },
+                issuer: Issuer::located(BACKEND, &location, namespace.clone()),
+            },
+            db,
+            layout: Layout::new(&options.prefix, namespace),
+            namespace: namespace.clone(),
+            obs: Arc::new(Mutex::new(Observer::new())),
+            wake: Arc::new(watch::channel(0).0),
+            wall_at_start: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The handle's store time: its own monotonic clock, anchored at the Unix epoch
+    /// by the host clock read once when the handle was made (for diagnostics and
+    /// death records; expiry never uses it).
+    pub(crate) fn store_now(&self) -> StoreTime {
+        StoreTime::from_epoch(self.wall_at_start + lock(&self.obs).since_epoch(Instant::now()))
+    }
+}
+
+/// A ttl as stored (milliseconds) as a duration.
+pub(crate) fn ttl_of(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// Stops the attempt: `lease` is lost for `reason`.
+pub(crate) fn lost(lease: &Lease, reason: LostCause) -> Fail {
+    Fail::Stop(lease.lost(reason))
+}
+
+/// What one release or reap attempt did.
+pub(crate) enum Retire {
+    /// It removed the lease (`None`: an earlier attempt of this call did, unknown result).
+    Done(Option<LeaseRec>),
+    /// The lease was not there as required: nothing changed.
+    No,
+}
+
+/// What one acquire attempt did.
+pub(crate) enum Acquired {
+    /// It wrote a new lease with `token`, first retiring the expired lease `retired`
+    /// held (if any).
+    New {
+        token: FencingToken,
+        retired: Option<LeaseRec>,
+    },
+    /// An earlier attempt of this call committed (unknown result); this is its record.
+    Already(LeaseRec),
+}
+
+// After the commit: what a call's outcome means for this handle's observations and
+// wake-ups.
+impl FdbStore {
+    /// The lease an acquire (or an entry of `acquire_many`) took, committed with
+    /// `stamp` (the commit's, `None` when nothing was written) from a call sent at
+    /// `sent`: records the write in the observations, forgets the lease it retired.
+    pub(crate) fn granted(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        outcome: Acquired,
+        stamp: Option<Stamp>,
+        sent: Instant,
+    ) -> liveness_core::Result<Lease> {
+        let (token, stamp) = match (outcome, stamp) {
+            (Acquired::New { token, retired }, Some(stamp)) => {
+                if let Some(old) = retired {
+                    lock(&self.obs).forget_stamp(key, &old.stamp);
+                    tick(&self.wake);
+                }
+                (token, stamp)
+            }
+            (Acquired::Already(rec), _) => (rec.token, rec.stamp),
+            (Acquired::New { .. }, None) => {
+                return Err(corrupt("a versionstamped commit returned no versionstamp"))
+            }
+        };
+        lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
+        Ok(Lease {
+            expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
+            ..Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl)
+        })
+    }
+
+    /// After a release or reap: forgets our write, wakes checkers, answers.
+    pub(crate) fn retired(&self, key: &Key, outcome: Retire) -> bool {
+        match outcome {
+            Retire::Done(rec) => {
+                if let Some(rec) = rec {
+                    lock(&self.obs).forget_stamp(key, &rec.stamp);
+                }
+                tick(&self.wake);
+                true
+            }
+            Retire::No => false,
+        }
+    }
+}
+
+// The steps the transaction bodies share: each runs inside one attempt.
+impl FdbStore {
+    /// Reads the read version and checkpoints it: returns this handle's "now" for
+    /// every expiry decision of the attempt.
+    pub(crate) async fn observe(&self, tx: &mut dyn Transaction) -> Result<Instant, Fail> {
+        let rv = tx.read_version().await?;
+        let now = Instant::now();
+        lock(&self.obs).checkpoint(now, rv);
+        Ok(now)
+    }
+
+    /// True when `rec` on `key` has stood a whole ttl as this handle saw it by `now`.
+    pub(crate) fn is_expired(&self, key: &Key, rec: &LeaseRec, now: Instant) -> bool {
+        lock(&self.obs).is_expired(key, &rec.stamp, ttl_of(rec.ttl_ms), now)
+    }
+
+    /// Reads and decodes the lease record of `key` (a `snapshot` read adds no read
+    /// conflict).
+    pub(crate) async fn read_lease(
+        &self,
+        tx: &mut dyn Transaction,
+        key: &Key,
+        snapshot: bool,
+    ) -> Result<Option<LeaseRec>, Fail> {
+        match tx.get(&self.layout.lease(key), snapshot).await? {
+            Some(raw) => {
+                let rec = LeaseRec::decode(&raw)?;
+                // Sizes how much observation history this handle keeps.
+                lock(&self.obs).note_ttl(ttl_of(rec.ttl_ms));
+                Ok(Some(rec))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Removes the lease record and its index entry and puts the token in the dead set.
+    pub(crate) fn retire(&self, tx: &mut dyn Transaction, key: &Key, rec: &LeaseRec, nonce: u64) {
+        tx.clear(&self.layout.lease(key));
+        tx.clear(&self.layout.index(key, rec.ttl_ms, &rec.stamp));
+        tx.set(&self.layout.dead(rec.token), &encode_dead(nonce, key));
+    }
+
+    /// Writes the lease record and index entry under the commit's stamp.
+    pub(crate) fn write_lease(
+        &self,
+        tx: &mut dyn Transaction,
+        key: &Key,
+        token: FencingToken,
+        ttl_ms: u64,
+        nonce: u64,
+        holder: &HolderId,
+    ) {
+        tx.set_versionstamped_value(
+            &self.layout.lease(key),
+            &LeaseRec::encode_stamped(token, ttl_ms, nonce, holder),
+        );
+        tx.set_versionstamped_key(
+            &self.layout.index_stamped(key, ttl_ms),
+            &encode_index_value(token, holder),
+        );
+    }
+
+    /// True when an earlier attempt of this call (same nonce) retired `token`.
+    pub(crate) async fn we_retired(
+        &self,
+        tx: &mut dyn Transaction,
+        at: &Attempt,
+        token: FencingToken,
+        nonce: u64,
+    ) -> Result<bool, Fail> {
+        if !at.maybe_committed {
+            return Ok(false);
+        }
+        match tx.get(&self.layout.dead(token), false).await? {
+            Some(raw) => Ok(decode_dead(&raw)?.0 == nonce),
+            None => Ok(false),
+        }
+    }
+
+    /// Reads and raises the namespace's `which` counter (a read-write: concurrent
+    /// users conflict and retry), returning the new value.
+    pub(crate) async fn next_counter(
+        &self,
+        tx: &mut dyn Transaction,
+        which: &str,
+    ) -> Result<u64, Fail> {
+        let key = self.layout.counter(which);
+        let n = match tx.get(&key, false).await? {
+            Some(raw) => decode_u64(&raw)?,
+            None => 0,
+        };
+        let next = n + 1;
+        tx.set(&key, &next.to_be_bytes());
+        Ok(next)
+    }
+
+    /// Checks that `lease` is current and live for this handle.
+    pub(crate) async fn check_current(
+        &self,
+        tx: &mut dyn Transaction,
+        lease: &Lease,
+    ) -> Result<LeaseRec, Fail> {
+        let now = self.observe(tx).await?;
+        let Some(rec) = self.read_lease(tx, &lease.key, false).await? else {
+            return Err(lost(lease, LostCause::Released));
+        };
+        if rec.token != lease.token {
+            return Err(lost(lease, LostCause::Superseded));
+        }
+        if self.is_expired(&lease.key, &rec, now) {
+            return Err(lost(lease, LostCause::Expired));
+        }
+        Ok(rec)
+    }
+
+    /// Reads and decodes the metadata of item `id`.
+    pub(crate) async fn read_meta(
+        &self,
+        tx: &mut dyn Transaction,
+        id: u64,
+        snapshot: bool,
+    ) -> Result<Option<ItemMeta>, Fail> {
+        match tx.get(&self.layout.item(id), snapshot).await? {
+            Some(raw) => Ok(Some(ItemMeta::decode(&raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads item `id` as the operator sees it: metadata and payload, by snapshot.
+    pub(crate) async fn read_record(
+        &self,
+        tx: &mut dyn Transaction,
+        id: u64,
+    ) -> Result<Option<ItemRecord>, Fail> {
+        let Some(meta) = self.read_meta(tx, id, true).await? else {
+            return Ok(None);
+        };
+        let payload = tx
+            .get(&self.layout.payload(id), true)
+            .await?
+            .unwrap_or_default();
+        Ok(Some(ItemRecord {
+            item: Item {
+                id: ItemId(id),
+                payload,
+                attempts: meta.attempts,
+                max_attempts: meta.max_attempts,
+            },
+            state: meta.state,
+        }))
+    }
+
+    /// Moves an item between states, keeping the indexes and counters in step.
+    pub(crate) fn move_item(
+        &self,
+        tx: &mut dyn Transaction,
+        id: u64,
+        meta: &mut ItemMeta,
+        to: ItemState,
+        request: &[u8],
+    ) {
+        match meta.state {
+            ItemState::Pending => tx.clear(&self.layout.pending(id)),
+            ItemState::Owned(t) => tx.clear(&self.layout.owned(t, id)),
+            ItemState::DeadLettered => tx.clear(&self.layout.dead_letter(id)),
+        }
+        match to {
+            ItemState::Pending => tx.set(&self.layout.pending(id), b""),
+            ItemState::Owned(t) => tx.set(&self.layout.owned(t, id), request),
+            ItemState::DeadLettered => tx.set(&self.layout.dead_letter(id), b""),
+        }
+        tx.add(&self.layout.count(Count::of(meta.state)), -1);
+        tx.add(&self.layout.count(Count::of(to)), 1);
+        meta.state = to;
+        tx.set(&self.layout.item(id), &meta.encode());
+    }
+
+    /// Gives an owned item back: pending, or dead-lettered when out of attempts or
+    /// `retry` is false.
+    pub(crate) fn hand_back(
+        &self,
+        tx: &mut dyn Transaction,
+        id: u64,
+        meta: &mut ItemMeta,
+        retry: bool,
+    ) -> ItemState {
+        let to = if retry && meta.attempts < meta.max_attempts {
+            ItemState::Pending
+        } else {
+            ItemState::DeadLettered
+        };
+        self.move_item(tx, id, meta, to, &[]);
+        to
+    }
+}

@@ -1,0 +1,301 @@
+//! The native batches: `acquire_many`, `renew_many`, `reap_many` and
+//! `requeue_orphans_many`, each one statement for the whole batch (or one per
+//! `max_batch` tokens), as inherent methods that `lease.rs` and `items.rs` call.
+//! Their input was checked before the call ([`liveness_core::CheckInput`]: batch
+//! sizes, ttls, issuers): every entry that reaches them is sent.
+
+use std::collections::{HashMap, HashSet};
+
+use liveness_core::{Acquire, FencingToken, ItemState, Key, Lease, Requeued, Result};
+
+use crate::core::{db_token, get, id_of, state_of, ttl_ms, PostgresStore};
+use crate::error::{corrupt, insert_races};
+
+/// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
+/// entry, $5 notify channel, $6 death retention.
+///
+/// One statement for the whole batch (one round trip, one commit): the function
+/// `acquire_many` (migration 5) runs the logic of the single `ACQUIRE` (in
+/// `lease.rs`) for each entry in the order given, each after the previous one in the
+/// same transaction, so a later entry on a key sees what an earlier one took and tokens grow in entry order. One
+/// row per entry, in order: `token` of the new lease, or NULL with the live `holder`
+/// and `held_token`; all three NULL when concurrent acquires kept winning the insert
+/// race on the key; `woke` when it retired an expired lease.
+pub(crate) const ACQUIRE_MANY: &str = r#"
+SELECT a_token, a_holder, a_held_token, a_woke
+FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
+ORDER BY a_i
+"#;
+
+/// `renew_many`: $1 spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease.
+/// One statement for the whole batch: every
+/// current and live lease listed is extended by its own ttl; returns the (space, name,
+/// token) of each one renewed. `RENEW_WHY` (in `core.rs`) says why for the others.
+const RENEW_MANY: &str = r#"
+UPDATE leases l SET expires_at = clock_timestamp() + b.ttl * interval '1 millisecond', ttl_ms = b.ttl
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(space, name, token, ttl)
+WHERE l.space = b.space AND l.name = b.name AND l.token = b.token
+  AND l.expires_at > clock_timestamp()
+RETURNING l.space, l.name, l.token
+"#;
+
+/// `reap_many`: $1 spaces, $2 names, $3 tokens (no entry twice),
+/// $4 notify channel, $5 death retention. `RETIRE` (in `deaths.rs`) with cause "reaped" for every
+/// entry at once, in one statement (one commit): removes each lease whose token is
+/// current and that is expired by the server clock, puts each in the dead set with a
+/// death record of its own (consecutive sequence numbers, in entry order), drops the
+/// records that fell out of the retention, and notifies `reaped` once. The rows are
+/// locked in key order first, so two concurrent batches cannot deadlock; concurrent
+/// reapers of one lease serialize on its row: exactly one deletes it. Returns the
+/// entries removed, by their 1-based position.
+const REAP_MANY: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY
+        AS b(space, name, token, i)
+),
+locked AS MATERIALIZED (
+    SELECT l.space, l.name, l.token, b.i FROM leases l JOIN b
+        ON l.space = b.space AND l.name = b.name AND l.token = b.token
+    ORDER BY l.space, l.name
+    FOR UPDATE OF l
+),
+del AS (
+    DELETE FROM leases l USING locked, clk
+    WHERE l.space = locked.space AND l.name = locked.name AND l.token = locked.token
+      AND l.expires_at <= clk.t
+    RETURNING locked.i, l.space, l.name, l.token, l.holder
+),
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM del
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+n AS (SELECT count(*) AS n FROM dead),
+dseq AS (
+    UPDATE death_seq SET last = last + (SELECT n FROM n)
+    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+numbered AS (
+    SELECT del.*, row_number() OVER (ORDER BY del.i) AS k
+    FROM del WHERE del.token IN (SELECT token FROM dead)
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
+           numbered.token, clk.t, 0
+    FROM dseq, n, numbered, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $5
+      AND seq > (SELECT last FROM dseq) - $5 - 64 - (SELECT n FROM n)
+),
+woke AS (
+    SELECT pg_notify($4, 'reaped') WHERE EXISTS (SELECT 1 FROM dead)
+)
+SELECT i, (SELECT count(*) FROM woke) FROM del
+"#;
+
+/// `requeue_orphans_many`: $1 tokens (no token twice). `REQUEUE_ORPHANS` (in `deaths.rs`) for every
+/// token at once, in one statement: each token in the dead set leaves it, its owned
+/// items go back to pending (or to the dead-letter set when out of attempts), and its
+/// death record gets its swept counts. Returns the moved items with their token.
+const REQUEUE_ORPHANS_MANY: &str = r#"
+WITH d AS (DELETE FROM dead_tokens WHERE token = ANY($1::bigint[]) RETURNING token),
+moved AS (
+    UPDATE items i
+    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
+    FROM d
+    WHERE i.state = 1 AND i.owner = d.token
+    RETURNING d.token, i.id, i.state
+),
+counts AS (
+    SELECT d.token,
+           count(m.id) FILTER (WHERE m.state = 0) AS requeued,
+           count(m.id) FILTER (WHERE m.state = 2) AS dead_lettered
+    FROM d LEFT JOIN moved m ON m.token = d.token
+    GROUP BY d.token
+),
+swept AS (
+    UPDATE deaths SET requeued = c.requeued, dead_lettered = c.dead_lettered
+    FROM counts c
+    WHERE deaths.token = c.token AND deaths.requeued IS NULL
+)
+SELECT token, id, state FROM moved ORDER BY token, id
+"#;
+
+impl PostgresStore {
+    /// `acquire_many`: one [`ACQUIRE_MANY`] for the whole batch, in the order given.
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (mut spaces, mut names, mut holders, mut ttls) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ask in asks {
+            spaces.push(ask.key.space().as_str().to_owned());
+            names.push(ask.key.name().as_str().to_owned());
+            holders.push(ask.holder.as_str().to_owned());
+            ttls.push(ttl_ms(ask.ttl));
+        }
+        let q = sqlx::query(ACQUIRE_MANY)
+            .bind(spaces)
+            .bind(names)
+            .bind(holders)
+            .bind(ttls)
+            .bind(self.channel())
+            .bind(self.retention());
+        let rows = self.db().fetch_all(q).await?;
+        if rows.len() != asks.len() {
+            return Err(corrupt(format!(
+                "acquire_many answered {} rows for {} entries",
+                rows.len(),
+                asks.len()
+            )));
+        }
+        let mut woke = false;
+        let mut out = Vec::with_capacity(asks.len());
+        for (ask, row) in asks.iter().zip(&rows) {
+            let row_woke: bool = get(row, 3)?;
+            woke |= row_woke;
+            out.push(
+                self.acquired(&ask.key, &ask.holder, ask.ttl, row)?
+                    .unwrap_or_else(|| Err(insert_races())),
+            );
+        }
+        if woke {
+            self.wake_local();
+        }
+        Ok(out)
+    }
+
+    /// `renew_many` (not empty): one [`RENEW_MANY`] for the whole batch; each lease it
+    /// did not renew is answered by `renew_why`.
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        let (mut spaces, mut names, mut tokens, mut ttls) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for lease in leases {
+            spaces.push(lease.key.space().as_str().to_owned());
+            names.push(lease.key.name().as_str().to_owned());
+            tokens.push(db_token(lease.token));
+            ttls.push(ttl_ms(lease.ttl));
+        }
+        let q = sqlx::query(RENEW_MANY)
+            .bind(spaces)
+            .bind(names)
+            .bind(tokens)
+            .bind(ttls);
+        let mut renewed = HashSet::new();
+        for row in self.db().fetch_all(q).await? {
+            let space: String = get(&row, 0)?;
+            let name: String = get(&row, 1)?;
+            let token: i64 = get(&row, 2)?;
+            renewed.insert((space, name, token));
+        }
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let id = (
+                lease.key.space().as_str().to_owned(),
+                lease.key.name().as_str().to_owned(),
+                db_token(lease.token),
+            );
+            if renewed.contains(&id) {
+                out.push(Ok(lease.renewed()));
+            } else {
+                out.push(Err(self.renew_why(lease).await?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `reap_many`: one [`REAP_MANY`] for the batch.
+    pub(crate) async fn reap_batch(
+        &self,
+        expired: &[(Key, FencingToken)],
+    ) -> Result<Vec<Result<bool>>> {
+        // One statement for the batch ([`REAP_MANY`]). An entry given twice is
+        // sent once: a repeat of a reap answers false, whatever the first answered. A
+        // token no lease can have is false without being sent.
+        let mut sent = HashSet::new();
+        // Where each sent entry is in `expired`, in the order sent.
+        let mut positions = Vec::new();
+        let (mut spaces, mut names, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+        for (at, (key, token)) in expired.iter().enumerate() {
+            let Ok(db) = i64::try_from(token.0) else {
+                continue;
+            };
+            if sent.insert((key, db)) {
+                positions.push(at);
+                spaces.push(key.space().as_str().to_owned());
+                names.push(key.name().as_str().to_owned());
+                tokens.push(db);
+            }
+        }
+        let mut out: Vec<Result<bool>> = expired.iter().map(|_| Ok(false)).collect();
+        if tokens.is_empty() {
+            return Ok(out);
+        }
+        let q = sqlx::query(REAP_MANY)
+            .bind(spaces)
+            .bind(names)
+            .bind(tokens)
+            .bind(self.channel())
+            .bind(self.retention());
+        let rows = self.db().fetch_all(q).await?;
+        for row in &rows {
+            let i: i64 = get(row, 0)?;
+            let at = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| positions.get(i))
+                .ok_or_else(|| {
+                    corrupt(format!(
+                        "reap_many answered position {i}, not an entry it sent"
+                    ))
+                })?;
+            out[*at] = Ok(true);
+        }
+        if !rows.is_empty() {
+            self.wake_local();
+        }
+        Ok(out)
+    }
+
+    /// `requeue_orphans_many`: one [`REQUEUE_ORPHANS_MANY`] per `max_batch` tokens.
+    pub(crate) async fn sweep_batch(
+        &self,
+        tokens: &[FencingToken],
+    ) -> Result<Vec<Result<Requeued>>> {
+        // One statement per `max_batch` tokens ([`REQUEUE_ORPHANS_MANY`]); a token
+        // given twice is sent once (its repeat moves nothing: an empty answer).
+        let mut out: Vec<Result<Requeued>> =
+            tokens.iter().map(|_| Ok(Requeued::default())).collect();
+        // Each token once, with where it first is in `tokens`.
+        let mut seen = HashSet::new();
+        let unique: Vec<(i64, usize)> = tokens
+            .iter()
+            .enumerate()
+            .filter_map(|(at, token)| Some((i64::try_from(token.0).ok()?, at)))
+            .filter(|(db, _)| seen.insert(*db))
+            .collect();
+        for chunk in unique.chunks(self.caps().max_batch.max(1)) {
+            let ids: Vec<i64> = chunk.iter().map(|(db, _)| *db).collect();
+            let at: HashMap<i64, usize> = chunk.iter().copied().collect();
+            let q = sqlx::query(REQUEUE_ORPHANS_MANY).bind(ids);
+            for row in &self.db().fetch_all(q).await? {
+                let token: i64 = get(row, 0)?;
+                let id = id_of(get(row, 1)?)?;
+                let Some(Ok(answer)) = at.get(&token).map(|i| &mut out[*i]) else {
+                    return Err(corrupt(format!(
+                        "requeue_orphans_many answered token {token}, not one it sent"
+                    )));
+                };
+                match state_of(get(row, 2)?, None)? {
+                    ItemState::Pending => answer.requeued.push(id),
+                    _ => answer.dead_lettered.push(id),
+                }
+            }
+        }
+        Ok(out)
+    }
+}

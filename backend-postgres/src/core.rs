@@ -1,0 +1,558 @@
+//! [`PostgresStore`]: the handle, its connection set-up (migrations, the durability
+//! check, the LISTEN task), the raw round-trip helpers, and the decoding of rows into
+//! the core's types.
+//!
+//! Every statement the store sends is a constant next to the code that runs it, all
+//! parameterised (`$1`, ...). They run with the connection's `search_path` set to the
+//! namespace's schema, so no statement names a schema. Expiry is always compared with
+//! the server's `clock_timestamp()` inside the statement (most read it once, in a
+//! materialized `clk` CTE, and compare every expiry with that one instant); no client
+//! timestamp is ever sent. Each operation is one statement: one round trip, atomic by
+//! itself.
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use liveness_core::durability::StoreLostState;
+use liveness_core::wake::tick;
+use liveness_core::{
+    Backoff, Capabilities, Error, FencingToken, HighWater, HolderId, Issuer, Item, ItemId,
+    ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, Result, SchemaTooNew, Space,
+    StoreInfo, Ttl,
+};
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Row, SqlSafeStr};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::config::PostgresConfig;
+use crate::conns::{Conns, Query, Servers};
+use crate::error::{corrupt, map, MigrationFailed};
+use crate::BACKEND;
+
+/// The embedded migrations, in order. Each runs with `search_path` set to the
+/// namespace's schema.
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "leases_items",
+        include_str!("../migrations/0001_leases_items.sql"),
+    ),
+    (
+        2,
+        "request_ids",
+        include_str!("../migrations/0002_request_ids.sql"),
+    ),
+    (
+        3,
+        "claim_high_water",
+        include_str!("../migrations/0003_claim_high_water.sql"),
+    ),
+    (4, "deaths", include_str!("../migrations/0004_deaths.sql")),
+    (
+        5,
+        "acquire_many",
+        include_str!("../migrations/0005_acquire_many.sql"),
+    ),
+];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 5;
+
+/// A store handle on one namespace of a PostgreSQL database.
+///
+/// Cheap to clone: clones share one connection pool. The namespace's tables live in
+/// schema `liveness_<ns>`; every pooled connection has its `search_path` set to it.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conns: Conns,
+    pool: PgPool,
+    /// Where new connections go (the host list, and the server that worked last).
+    servers: Arc<Servers>,
+    /// How long a new connection may take.
+    acquire_timeout: Duration,
+    namespace: Namespace,
+    schema: String,
+    channel: String,
+    notify: bool,
+    wake: Arc<watch::Sender<u64>>,
+    listener: OnceLock<Option<AbortHandle>>,
+    high_water: HighWater,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    info: StoreInfo,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(Some(task)) = self.listener.get() {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("namespace", &self.inner.namespace)
+            .field("schema", &self.inner.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A statement about one key: its space and name are `$1` and `$2`.
+pub(crate) fn on_key<'q>(statement: &'static str, key: &'q Key) -> Query<'q> {
+    sqlx::query(statement)
+        .bind(key.space().as_str())
+        .bind(key.name().as_str())
+}
+
+/// A statement about item `id` (`$1`) owned by `lease`'s token (`$2`); `None` when
+/// either does not fit a bigint: no stored item can match it.
+pub(crate) fn on_owned_item(
+    statement: &'static str,
+    lease: &Lease,
+    id: ItemId,
+) -> Option<Query<'static>> {
+    let (Some(db_id), Ok(token)) = (id_param(id), i64::try_from(lease.token.0)) else {
+        return None;
+    };
+    Some(sqlx::query(statement).bind(db_id).bind(token))
+}
+
+/// Column `idx` of `row`, as `T`.
+pub(crate) fn get<'r, T>(row: &'r PgRow, idx: usize) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(idx).map_err(map)
+}
+
+/// A fencing token stored in a row.
+pub(crate) fn token_of(v: i64) -> Result<FencingToken> {
+    u64::try_from(v)
+        .map(FencingToken)
+        .map_err(|_| corrupt(format!("unexpected value in the token column: {v}")))
+}
+
+/// A count stored in column `what` of a row (attempts, max attempts).
+pub(crate) fn count_of(v: i64, what: &'static str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| corrupt(format!("unexpected value in the {what} column: {v}")))
+}
+
+/// An item id stored in a row.
+pub(crate) fn id_of(id: i64) -> Result<ItemId> {
+    u64::try_from(id)
+        .map(ItemId)
+        .map_err(|_| corrupt(format!("unexpected value in the id column: {id}")))
+}
+
+/// A token as a bigint parameter. Tokens come from a bigint sequence, so a larger one
+/// is not ours: -1 matches no row, and the statement then reports it as not current.
+pub(crate) fn db_token(token: FencingToken) -> i64 {
+    i64::try_from(token.0).unwrap_or(-1)
+}
+
+/// An item id as a bigint parameter; `None` when no stored item can have it.
+pub(crate) fn id_param(id: ItemId) -> Option<i64> {
+    i64::try_from(id.0).ok()
+}
+
+/// A ttl as a bigint parameter, in milliseconds.
+pub(crate) fn ttl_ms(ttl: Ttl) -> i64 {
+    // Ttl is at most one day: always fits.
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A limit (already checked) as a bigint parameter.
+pub(crate) fn limit_param(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// An item's state from its stored code (0 pending, 1 owned by `owner`, 2
+/// dead-lettered).
+pub(crate) fn state_of(state: i16, owner: Option<i64>) -> Result<ItemState> {
+    match (state, owner) {
+        (0, _) => Ok(ItemState::Pending),
+        (1, Some(t)) => Ok(ItemState::Owned(token_of(t)?)),
+        (2, _) => Ok(ItemState::DeadLettered),
+        _ => Err(corrupt(format!(
+            "unexpected value in the state column: {state}"
+        ))),
+    }
+}
+
+/// An item from a row whose first four columns are id, payload, attempts and max
+/// attempts.
+pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
+    let id: i64 = get(row, 0)?;
+    Ok(Item {
+        id: id_of(id)?,
+        payload: get(row, 1)?,
+        attempts: count_of(get(row, 2)?, "attempts")?,
+        max_attempts: count_of(get(row, 3)?, "max_attempts")?,
+    })
+}
+
+/// A lease's status from its time left in microseconds (> 0 iff live).
+pub(crate) fn status_of(remaining_us: i64) -> LeaseStatus {
+    if remaining_us > 0 {
+        LeaseStatus::Live {
+            remaining: Duration::from_micros(remaining_us.unsigned_abs()),
+        }
+    } else {
+        LeaseStatus::Expired
+    }
+}
+
+/// A key stored in a row as its space and name.
+pub(crate) fn key_of(space: String, name: String) -> Result<Key> {
+    let space = Space::new(space)
+        .map_err(|_| corrupt("unexpected value in the space column: invalid space"))?;
+    let name = Name::new(name)
+        .map_err(|_| corrupt("unexpected value in the name column: invalid name"))?;
+    Ok(Key::new(space, name))
+}
+
+/// The holder stored in a row.
+pub(crate) fn holder_of(holder: String) -> Result<HolderId> {
+    HolderId::new(holder)
+        .map_err(|_| corrupt("unexpected value in the holder column: invalid holder"))
+}
+
+/// The key (in `space`), holder and token of a lease listed by `EXPIRED` or
+/// `MEMBERS`: the row's first three columns.
+pub(crate) fn listed_lease(space: &Space, row: &PgRow) -> Result<(Key, HolderId, FencingToken)> {
+    Ok((
+        key_of(space.as_str().to_owned(), get(row, 0)?)?,
+        holder_of(get(row, 1)?)?,
+        token_of(get(row, 2)?)?,
+    ))
+}
+
+/// The ttl stored in a row, in milliseconds.
+pub(crate) fn ttl_of(ms: i64) -> Result<Ttl> {
+    u64::try_from(ms)
+        .ok()
+        .and_then(|ms| Ttl::from_millis(ms).ok())
+        .ok_or_else(|| corrupt(format!("unexpected value in the ttl_ms column: {ms}")))
+}
+
+/// Why a renewal (`RENEW` in `lease.rs`, `RENEW_MANY` in `batch.rs`) matched nothing:
+/// $1 space, $2 name. One row: the key's current token (NULL when the key has no
+/// lease), and the highest token the namespace has handed out (0 before the first): a
+/// lease with no record whose token is above it was forgotten by a server that lost
+/// state. Read-only.
+const RENEW_WHY: &str = r#"
+SELECT l.token, CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
+"#;
+
+impl PostgresStore {
+    /// Connects, creates the namespace's schema if needed and applies the embedded
+    /// migrations (serialized across processes by sqlx's migration lock).
+    ///
+    /// Fails with `Unavailable` when the server cannot be reached, and with
+    /// `Backend` when the credentials are refused, the schema was migrated by a
+    /// newer version of this crate (it is then left untouched), or the server's
+    /// settings may lose acknowledged commits (`fsync=off`, `synchronous_commit=off`;
+    /// the source is a [`liveness_core::durability::UnsafeSetting`] naming it) and
+    /// `config.durability()` is strict. Nothing is written before that check.
+    pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
+        let schema = config.schema();
+        let servers = Arc::new(Servers::new(
+            config
+                .servers()
+                .into_iter()
+                .map(|o| o.options([("search_path", schema.as_str())]))
+                .collect(),
+        ));
+        if !config.hosts().is_empty() {
+            // A host list: find the primary first; the pool, the durability check and
+            // the migrations go to it.
+            drop(servers.connect(config.acquire_timeout()).await?);
+        }
+        let connect = servers.current().clone();
+        // A small sqlx pool for migrations, diagnostics and the advisory election's
+        // `leader()`; the store's own statements use `conns`.
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections().min(4))
+            .acquire_timeout(config.acquire_timeout())
+            .idle_timeout(Some(Duration::from_secs(30)))
+            .connect_with(connect.clone())
+            .await
+            .map_err(map)?;
+        // Before anything is written: a refused server is left unchanged.
+        crate::durability::check(&pool, config.durability()).await?;
+        migrate(&pool, &schema).await?;
+        let channel = schema.clone();
+        // Every server of the list, in order: handles connected before and after a
+        // failover name the same issuer.
+        let hosts: Vec<String> = config
+            .servers()
+            .iter()
+            .map(|o| format!("{}:{}", o.get_host(), o.get_port()))
+            .collect();
+        let location = format!(
+            "{}/{}",
+            hosts.join(","),
+            connect
+                .get_database()
+                .unwrap_or_else(|| connect.get_username())
+        );
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                conns: Conns::new(
+                    servers.clone(),
+                    config.max_connections(),
+                    config.acquire_timeout(),
+                ),
+                pool,
+                servers,
+                acquire_timeout: config.acquire_timeout(),
+                namespace: config.namespace().clone(),
+                schema,
+                channel,
+                notify: config.notify(),
+                wake: Arc::new(watch::channel(0).0),
+                listener: OnceLock::new(),
+                high_water: HighWater::default(),
+                info: StoreInfo {
+                    backend: BACKEND,
+                    caps: Capabilities {
+                        death_retention: config.death_retention().max(1),
+                        ..Capabilities::default()
+                    },
+                    issuer: Issuer::located(BACKEND, &location, config.namespace().clone()),
+                },
+            }),
+        })
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    /// The schema that holds the namespace's tables (`liveness_<ns>`).
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// A small sqlx pool on the namespace's schema (its connections' `search_path`
+    /// is set to it), for diagnostics, benches and tests. The store's own statements
+    /// run on a separate set of connections.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The channel `release` and `reap` notify on (the schema's name).
+    pub fn channel(&self) -> &str {
+        &self.inner.channel
+    }
+
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) fn store_info(&self) -> &StoreInfo {
+        &self.inner.info
+    }
+
+    /// The store's capabilities.
+    pub(crate) fn caps(&self) -> &Capabilities {
+        &self.inner.info.caps
+    }
+
+    /// The handle's store-time high-water mark (`store_time` never goes back).
+    pub(crate) fn high_water(&self) -> &HighWater {
+        &self.inner.high_water
+    }
+
+    /// A receiver of the handle's wake-up signal, starting the LISTEN task first when
+    /// the handle listens for notifications.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        if self.inner.notify {
+            self.ensure_listener();
+        }
+        self.inner.wake.subscribe()
+    }
+
+    /// A dedicated connection (outside the pool), to the primary of the host list.
+    pub(crate) async fn open_connection(&self) -> Result<PgConnection> {
+        self.inner.servers.connect(self.inner.acquire_timeout).await
+    }
+
+    /// Every row a listing statement returns, each read by `read`.
+    pub(crate) async fn list<T>(
+        &self,
+        q: Query<'_>,
+        read: impl Fn(&PgRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        self.db().fetch_all(q).await?.iter().map(read).collect()
+    }
+
+    /// How many statements this handle has sent (each one round trip).
+    #[cfg(test)]
+    pub(crate) fn statements(&self) -> u64 {
+        self.inner.conns.statements()
+    }
+
+    /// The connections the store's statements run on.
+    pub(crate) fn db(&self) -> &Conns {
+        &self.inner.conns
+    }
+
+    /// Why a renewal of `lease` matched nothing (the lease is lost): read after the
+    /// UPDATE, which wrote nothing. `Err` only when the read itself failed.
+    pub(crate) async fn renew_why(&self, lease: &Lease) -> Result<Error> {
+        let q = on_key(RENEW_WHY, &lease.key);
+        let row = self.db().fetch_one(q).await?;
+        let (current, handed_out): (Option<i64>, i64) = (get(&row, 0)?, get(&row, 1)?);
+        let Some(current) = current else {
+            if db_token(lease.token) > handed_out {
+                return Ok(StoreLostState::of(BACKEND, lease));
+            }
+            return Ok(lease.lost(LostCause::Released));
+        };
+        if token_of(current)? != lease.token {
+            return Ok(lease.lost(LostCause::Superseded));
+        }
+        // The token is current, so the UPDATE matched nothing because it found the
+        // lease expired. Nothing makes an expired lease live again under the same
+        // token (a server clock stepped back between the two reads could show it
+        // live here): the UPDATE's answer stands.
+        Ok(lease.lost(LostCause::Expired))
+    }
+
+    /// The death retention, as the statements that record deaths bind it.
+    pub(crate) fn retention(&self) -> i64 {
+        i64::try_from(self.inner.info.caps.death_retention).unwrap_or(i64::MAX)
+    }
+
+    /// The answer of an acquire of `key` by `holder` for `ttl` from a row whose first
+    /// three columns are the new token, the live holder and the live token (`ACQUIRE`
+    /// in `lease.rs`, `ACQUIRE_MANY` in `batch.rs`): the lease, or `Held`; `None` when
+    /// all three are NULL (a concurrent acquire inserted the key first).
+    pub(crate) fn acquired(
+        &self,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        row: &PgRow,
+    ) -> Result<Option<Result<Lease>>> {
+        let token: Option<i64> = get(row, 0)?;
+        let held_by: Option<String> = get(row, 1)?;
+        let held_token: Option<i64> = get(row, 2)?;
+        if let Some(token) = token {
+            return Ok(Some(Ok(Lease::granted(
+                &self.inner.info.issuer,
+                key.clone(),
+                holder.clone(),
+                token_of(token)?,
+                ttl,
+            ))));
+        }
+        if let (Some(h), Some(t)) = (held_by, held_token) {
+            return Ok(Some(Err(Error::Held {
+                key: key.clone(),
+                holder: holder_of(h)?,
+                token: token_of(t)?,
+            })));
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn wake_local(&self) {
+        tick(&self.inner.wake);
+    }
+
+    /// Starts (once) the task that LISTENs on the namespace's channel and ticks the
+    /// wake-up signal on every notification, and once after every (re)connection
+    /// (notifications sent while it was not listening are lost).
+    fn ensure_listener(&self) {
+        self.inner.listener.get_or_init(|| {
+            let handle = tokio::runtime::Handle::try_current().ok()?;
+            let servers = self.inner.servers.clone();
+            let channel = self.inner.channel.clone();
+            let wake = self.inner.wake.clone();
+            let task = handle.spawn(listen(servers, channel, wake));
+            Some(task.abort_handle())
+        });
+    }
+}
+
+async fn listen(servers: Arc<Servers>, channel: String, wake: Arc<watch::Sender<u64>>) {
+    let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut backoff = pace();
+    loop {
+        // Its own one-connection pool, so the listener never starves the store's pool;
+        // made afresh on each attempt, on the server that worked last (a failover
+        // moves it with the store's own connections).
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(servers.current().clone());
+        if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+            if listener.listen(&channel).await.is_ok() {
+                backoff = pace();
+                tick(&wake);
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(_)) => tick(&wake),
+                        // The connection was lost and re-established (re-listening):
+                        // events may have been missed.
+                        Ok(None) => tick(&wake),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "postgres listener failed; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
+    let migrations = MIGRATIONS
+        .iter()
+        .map(|(version, description, sql)| {
+            Migration::new(
+                *version,
+                Cow::Borrowed(*description),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut migrator = Migrator::with_migrations(migrations);
+    // The schema name is validated ([a-z0-9_] after a fixed prefix); quoted anyway.
+    let quoted = format!("\"{schema}\"");
+    migrator.create_schema(quoted.clone());
+    migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
+    match migrator.run(pool).await {
+        Ok(()) => Ok(()),
+        Err(MigrateError::VersionMissing(version)) => Err(Error::backend(
+            BACKEND,
+            SchemaTooNew {
+                location: format!("schema {schema}"),
+                found: version,
+                supported: SCHEMA_VERSION,
+            },
+        )),
+        Err(MigrateError::Execute(e)) => Err(map(e)),
+        Err(source) => Err(Error::backend(
+            BACKEND,
+            MigrationFailed {
+                schema: schema.to_owned(),
+                source,
+            },
+        )),
+    }
+}

@@ -1,0 +1,349 @@
+//! `impl ItemStore for PostgresStore`: each method runs its own statement (below), or
+//! forwards to `deaths.rs` (the sweep of a dead token) and `batch.rs`
+//! (`requeue_orphans_many`). Their input was checked before the call
+//! ([`liveness_core::CheckInput`]); they refuse only what the core cannot judge (an
+//! item id that names no item).
+
+use liveness_core::{
+    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, LostCause, Page, RequestId, Requeued,
+    Result,
+};
+
+use crate::core::{
+    count_of, db_token, get, id_of, id_param, item_of, limit_param, on_key, on_owned_item,
+    state_of, token_of, PostgresStore,
+};
+use crate::error::corrupt;
+use crate::BACKEND;
+
+/// How many times a keyed `enqueue` reruns its statement after waiting on a
+/// concurrent enqueue of the same key (the rerun then answers that one's id).
+const ENQUEUE_RETRIES: usize = 8;
+
+/// `enqueue`: $1 payload, $2 max_attempts.
+const ENQUEUE: &str = r#"
+INSERT INTO items (payload, max_attempts) VALUES ($1, $2) RETURNING id
+"#;
+
+/// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key.
+///
+/// Records the key with a freshly drawn item id and inserts the item under that id;
+/// when the key is already recorded (committed before this statement), answers its
+/// id and inserts nothing. No row: a concurrent enqueue with the same key committed
+/// while this one waited on the key; running the statement again answers its id.
+const ENQUEUE_KEYED: &str = r#"
+WITH k AS (
+    INSERT INTO enqueue_keys (key, id)
+    VALUES ($3, nextval(pg_get_serial_sequence('items', 'id')))
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id
+),
+new AS (
+    INSERT INTO items (id, payload, max_attempts) OVERRIDING SYSTEM VALUE
+    SELECT id, $1, $2 FROM k
+    RETURNING id
+)
+SELECT id FROM new
+UNION ALL
+SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
+"#;
+
+/// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
+///
+/// Checks the lease (current and live by the server clock) and takes up to n
+/// pending items, lowest id first, skipping rows other claimers have locked, in one
+/// statement, recording the request id on each. A repeat of the request (items the
+/// token owns carry its id) answers those items and takes nothing new. Otherwise the
+/// claim is admitted only when its id is above the token's high-water mark
+/// (`leases.last_claim`), which `admit` raises to it on the lease row (a row lock:
+/// concurrent claims of one token serialize there, and the later one re-checks the
+/// mark the earlier one wrote); a late or repeated copy, or an older id, takes
+/// nothing. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
+/// reap (a DELETE) waits for the claim and then requeues what it took. One row per
+/// claimed item, or one row with NULL item columns; `cur_token` NULL when the key has
+/// no lease.
+const CLAIM: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+    SELECT l.token, l.expires_at > clk.t AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2
+    FOR KEY SHARE OF l
+),
+prev AS MATERIALIZED (
+    SELECT id, payload, attempts, max_attempts FROM items
+    WHERE state = 1 AND owner = $3 AND claim_request = $5
+      AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
+),
+admit AS (
+    UPDATE leases l SET last_claim = $5
+    FROM clk
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at > clk.t
+      AND NOT EXISTS (SELECT 1 FROM prev)
+      AND (l.last_claim IS NULL OR l.last_claim < $5)
+    RETURNING l.token
+),
+pick AS (
+    SELECT id FROM items
+    WHERE state = 0 AND EXISTS (SELECT 1 FROM admit)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+),
+got AS (
+    UPDATE items i SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5
+    FROM pick WHERE i.id = pick.id
+    RETURNING i.id, i.payload, i.attempts, i.max_attempts
+),
+answer AS (
+    SELECT * FROM got
+    UNION ALL
+    SELECT * FROM prev
+)
+SELECT cur.token AS cur_token, cur.live, answer.id, answer.payload, answer.attempts,
+       answer.max_attempts
+FROM (SELECT 1) AS one
+LEFT JOIN cur ON true
+LEFT JOIN answer ON true
+ORDER BY answer.id
+"#;
+
+/// `complete`: $1 id, $2 token. Deletes the item iff that token owns it.
+const COMPLETE: &str = r#"
+DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
+"#;
+
+/// `fail`: $1 id, $2 token, $3 retry. Back to pending (0) or dead-lettered (2) iff
+/// that token owns it.
+const FAIL: &str = r#"
+UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
+                 owner = NULL
+WHERE id = $1 AND state = 1 AND owner = $2
+RETURNING state
+"#;
+
+/// `item`: $1 id.
+const ITEM: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM items WHERE id = $1
+"#;
+
+/// `item_counts`: one consistent snapshot.
+const ITEM_COUNTS: &str = r#"
+SELECT count(*) FILTER (WHERE state = 0),
+       count(*) FILTER (WHERE state = 1),
+       count(*) FILTER (WHERE state = 2)
+FROM items
+"#;
+
+/// `dead_letters`: $1 limit.
+const DEAD_LETTERS: &str = r#"
+SELECT id, payload, attempts, max_attempts FROM items
+WHERE state = 2 ORDER BY id LIMIT $1
+"#;
+
+/// `items`: $1 state, $2 after (exclusive id), $3 limit. Lowest id first, on the
+/// state's partial index.
+const ITEMS: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM items
+WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
+"#;
+
+/// `retry_dead_letter`: $1 id. Back to pending with no attempts iff dead-lettered;
+/// answers the item's state before (no row: no such item).
+const RETRY_DEAD_LETTER: &str = r#"
+WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
+moved AS (
+    UPDATE items i SET state = 0, attempts = 0
+    FROM cur WHERE i.id = cur.id AND cur.state = 2
+)
+SELECT state FROM cur
+"#;
+
+/// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
+/// back to pending with no attempts; answers their ids.
+const RETRY_DEAD_LETTERS: &str = r#"
+WITH pick AS (
+    SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+UPDATE items i SET state = 0, attempts = 0 FROM pick WHERE i.id = pick.id
+RETURNING i.id
+"#;
+
+#[async_trait]
+impl ItemStore for PostgresStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let row = match options.key {
+            None => {
+                let q = sqlx::query(ENQUEUE)
+                    .bind(payload)
+                    .bind(i64::from(options.max_attempts));
+                self.db().fetch_one(q).await?
+            }
+            Some(key) => {
+                let key = key.to_hex();
+                let mut found = None;
+                for _ in 0..ENQUEUE_RETRIES {
+                    let q = sqlx::query(ENQUEUE_KEYED)
+                        .bind(payload)
+                        .bind(i64::from(options.max_attempts))
+                        .bind(&key);
+                    found = self.db().fetch_optional(q).await?;
+                    if found.is_some() {
+                        break;
+                    }
+                }
+                found.ok_or_else(|| {
+                    Error::unavailable(BACKEND, "enqueue: the key stayed contended; retry")
+                })?
+            }
+        };
+        id_of(get(&row, 0)?)
+    }
+
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        let q = on_key(CLAIM, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(limit_param(n))
+            .bind(req.to_hex());
+        let rows = self.db().fetch_all(q).await?;
+        let Some(first) = rows.first() else {
+            return Err(corrupt("claim answered no row"));
+        };
+        let current: Option<i64> = get(first, 0)?;
+        let live: Option<bool> = get(first, 1)?;
+        match current {
+            None => return Err(lease.lost(LostCause::Released)),
+            Some(t) if token_of(t)? != lease.token => return Err(lease.lost(LostCause::Superseded)),
+            Some(_) if live != Some(true) => return Err(lease.lost(LostCause::Expired)),
+            Some(_) => {}
+        }
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Option<i64> = get(row, 2)?;
+            let Some(id) = id else { continue };
+            items.push(Item {
+                id: id_of(id)?,
+                payload: get(row, 3)?,
+                attempts: count_of(get(row, 4)?, "attempts")?,
+                max_attempts: count_of(get(row, 5)?, "max_attempts")?,
+            });
+        }
+        Ok(items)
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        let fenced = || lease.fenced(id);
+        let q = on_owned_item(COMPLETE, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q).await? {
+            Some(_) => Ok(()),
+            None => Err(fenced()),
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let fenced = || lease.fenced(id);
+        let q = on_owned_item(FAIL, lease, id).ok_or_else(fenced)?;
+        match self.db().fetch_optional(q.bind(retry)).await? {
+            Some(row) => state_of(get(&row, 0)?, None),
+            None => Err(fenced()),
+        }
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        let Ok(token) = i64::try_from(token.0) else {
+            return Ok(Requeued::default());
+        };
+        self.sweep(token).await
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.sweep_batch(tokens).await
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let Some(db_id) = id_param(id) else {
+            return Ok(None);
+        };
+        let q = sqlx::query(ITEM).bind(db_id);
+        let row = self.db().fetch_optional(q).await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(ItemRecord {
+            item: item_of(&row)?,
+            state: state_of(get(&row, 4)?, get(&row, 5)?)?,
+        }))
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let q = sqlx::query(ITEM_COUNTS);
+        let row = self.db().fetch_one(q).await?;
+        let n = |i: usize| -> Result<u64> {
+            let v: i64 = get(&row, i)?;
+            u64::try_from(v)
+                .map_err(|_| corrupt(format!("unexpected value in the count column: {v}")))
+        };
+        Ok(ItemCounts {
+            pending: n(0)?,
+            owned: n(1)?,
+            dead_lettered: n(2)?,
+        })
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let q = sqlx::query(DEAD_LETTERS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: ItemState::DeadLettered,
+            })
+        })
+        .await
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let code: i16 = match state {
+            ItemStateKind::Pending => 0,
+            ItemStateKind::Owned => 1,
+            ItemStateKind::DeadLettered => 2,
+        };
+        let after = after.map_or(0, |id| i64::try_from(id.0).unwrap_or(i64::MAX));
+        let q = sqlx::query(ITEMS)
+            .bind(code)
+            .bind(after)
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: state_of(get(row, 4)?, get(row, 5)?)?,
+            })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let no_such = || Error::invalid("item", InputProblem::NoSuchItem);
+        let Some(db_id) = id_param(id) else {
+            return Err(no_such());
+        };
+        let q = sqlx::query(RETRY_DEAD_LETTER).bind(db_id);
+        let Some(row) = self.db().fetch_optional(q).await? else {
+            return Err(no_such());
+        };
+        let before: i16 = get(&row, 0)?;
+        if before == 2 {
+            Ok(())
+        } else {
+            Err(Error::invalid("item", InputProblem::NotDeadLettered))
+        }
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let q = sqlx::query(RETRY_DEAD_LETTERS).bind(limit_param(limit));
+        let mut ids = self.list(q, |row| id_of(get(row, 0)?)).await?;
+        ids.sort();
+        Ok(ids)
+    }
+}

@@ -1,0 +1,262 @@
+//! `impl LeaseStore for PostgresStore`: each method runs its own statement (below),
+//! or forwards to `deaths.rs` (expiry, reaping, the dead set, the death records) and
+//! `batch.rs` (the `*_many` batches). Their input was checked before the call
+//! ([`liveness_core::CheckInput`]): they do not check it again.
+
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
+    Key, Lease, LeaseInfo, LeaseStore, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+};
+use tokio::sync::watch;
+
+use crate::core::{
+    db_token, get, holder_of, limit_param, listed_lease, on_key, status_of, token_of, ttl_ms,
+    ttl_of, PostgresStore,
+};
+use crate::error::{corrupt, insert_races};
+
+/// How many times `acquire` reruns its statement after losing an insert race on a
+/// free key (the rerun then reports the winner as `Held`).
+const ACQUIRE_RETRIES: usize = 8;
+
+/// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel, $6 death
+/// retention.
+///
+/// Locks the current row (if any); an expired one is retired to the dead set (with
+/// its death record, cause superseded) and overwritten in the same statement; a live
+/// one is reported as held. `token` is NULL and `held_token` NULL only when a
+/// concurrent acquire inserted the key first: the caller runs the statement again.
+const ACQUIRE: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+    SELECT l.holder, l.token, l.expires_at > clk.t AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2
+    FOR UPDATE OF l
+),
+retired AS (
+    INSERT INTO dead_tokens (token, space, name)
+    SELECT token, $1, $2 FROM cur WHERE NOT live
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+dseq AS (
+    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM retired) RETURNING last
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last, $1, $2, cur.holder, cur.token, clk.t, 2 FROM dseq, cur, clk WHERE NOT cur.live
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $6
+      AND seq > (SELECT last FROM dseq) - $6 - 64
+),
+put AS (
+    INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
+    SELECT $1, $2, $3, nextval('tokens'), $4, clk.t + $4 * interval '1 millisecond'
+    FROM clk
+    WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
+    ON CONFLICT (space, name) DO UPDATE
+        SET holder = excluded.holder, token = excluded.token,
+            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL
+        WHERE l.token = (SELECT token FROM cur WHERE NOT live)
+    RETURNING token
+),
+woke AS (SELECT pg_notify($5, 'retired') FROM retired)
+SELECT (SELECT token FROM put) AS token,
+       (SELECT holder FROM cur) AS holder,
+       (SELECT token FROM cur) AS held_token,
+       (SELECT count(*) FROM woke) AS woke
+"#;
+
+/// `renew`: $1 space, $2 name, $3 token, $4 ttl_ms.
+///
+/// The hot path of the whole framework, so it is the bare single-row UPDATE by
+/// primary key: it matches (one row affected) iff the token is current and live by
+/// the server clock. The liveness check reads `clock_timestamp()` and the new expiry
+/// reads it again a few microseconds later, which only ever extends the lease from a
+/// later instant. When it matches nothing (the lease is lost: once per lease
+/// lifetime), `RENEW_WHY` (in `core.rs`) reads the row to say why.
+///
+/// This is the one operation that may take two round trips: folding the diagnosis
+/// into the same statement (a data-modifying CTE with a second branch) cost 10-20 %
+/// of the server's renewals per second in the bench, on every renewal, to save a
+/// round trip on the one that fails.
+pub(crate) const RENEW: &str = r#"
+UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
+"#;
+
+/// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live.
+const INSPECT: &str = r#"
+SELECT holder, token, ttl_ms,
+       (extract(epoch FROM (expires_at - clk.t)) * 1000000)::bigint AS remaining_us
+FROM leases, (SELECT clock_timestamp() AS t) clk
+WHERE space = $1 AND name = $2
+"#;
+
+/// `members`: $1 space, $2 after (the last name of the previous page, '' for the
+/// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
+/// default collation may not be, so the order is the same on every server) and the
+/// page is read on the `leases_members` index, by the function `members_page`
+/// (migration 4), which keeps the planner on that index whatever its statistics:
+/// O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff live).
+pub(crate) const MEMBERS: &str = r#"
+SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us FROM members_page($1, $2, $3)
+"#;
+
+/// `store_time`: the server clock in microseconds since the Unix epoch.
+const STORE_TIME: &str = r#"
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+"#;
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    fn info(&self) -> &StoreInfo {
+        self.store_info()
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        for _ in 0..ACQUIRE_RETRIES {
+            let q = on_key(ACQUIRE, key)
+                .bind(holder.as_str())
+                .bind(ttl_ms(ttl))
+                .bind(self.channel())
+                .bind(self.retention());
+            let row = self.db().fetch_one(q).await?;
+            let woke: i64 = get(&row, 3)?;
+            if woke > 0 {
+                self.wake_local();
+            }
+            if let Some(answer) = self.acquired(key, holder, ttl, &row)? {
+                return answer;
+            }
+            // A concurrent acquire inserted the key after our snapshot: run again.
+        }
+        Err(insert_races())
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        self.acquire_batch(asks).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let q = on_key(RENEW, &lease.key)
+            .bind(db_token(lease.token))
+            .bind(ttl_ms(lease.ttl));
+        let renewed = self.db().execute(q).await?;
+        if renewed > 0 {
+            return Ok(lease.renewed());
+        }
+        Err(self.renew_why(lease).await?)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.renew_batch(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.retire(DeathCause::Released, &lease.key, db_token(lease.token))
+            .await
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let q = on_key(INSPECT, key);
+        let row = self.db().fetch_optional(q).await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder: holder_of(get(&row, 0)?)?,
+            token: token_of(get(&row, 1)?)?,
+            ttl: ttl_of(get(&row, 2)?)?,
+            status: status_of(get(&row, 3)?),
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.find_expired(space, limit).await
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let Ok(token) = i64::try_from(token.0) else {
+            return Ok(false);
+        };
+        self.retire(DeathCause::Reaped, key, token).await
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        self.reap_batch(expired).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.list_dead_tokens(limit).await
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let q = sqlx::query(MEMBERS)
+            .bind(space.as_str())
+            .bind(after.map_or("", |k| k.name().as_str()))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let (key, holder, token) = listed_lease(space, row)?;
+            Ok(LeaseInfo {
+                key,
+                holder,
+                token,
+                ttl: ttl_of(get(row, 3)?)?,
+                status: status_of(get(row, 4)?),
+            })
+        })
+        .await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_records(before, limit).await
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        let q = sqlx::query(STORE_TIME);
+        let row = self.db().fetch_one(q).await?;
+        let micros: i64 = get(&row, 0)?;
+        let micros = u64::try_from(micros).map_err(|_| {
+            corrupt(format!(
+                "unexpected value in the clock_timestamp column: {micros}"
+            ))
+        })?;
+        // The contract wants it non-decreasing per handle; a server clock stepped
+        // back (NTP) must not show through.
+        Ok(self.high_water().observe(Duration::from_micros(micros)))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        self.time_to_next_expiry(space).await
+    }
+
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The bench measures the store's renew statement against the same UPDATE in a
+    /// bare loop and in pgbench; it keeps a copy of the text, which must not drift.
+    #[test]
+    fn the_bench_runs_the_renew_statement() {
+        let bench = include_str!("../benches/bench.rs");
+        let copy = format!("const RENEW: &str = r#\"{}\"#;", super::RENEW);
+        assert!(
+            bench.contains(&copy),
+            "benches/bench.rs must carry the RENEW statement of src/lease.rs as it is"
+        );
+    }
+}

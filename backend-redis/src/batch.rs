@@ -1,0 +1,179 @@
+//! The native batches: `acquire_many`, `renew_many`, `reap_many` and
+//! `requeue_orphans_many`, each one script for the whole batch (one round trip, one
+//! server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
+//! with batches the core's `CheckInput` checked.
+
+use liveness_core::durability::StoreLostState;
+use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result, Space};
+use redis::{Cmd, Value};
+
+use crate::core::{array, ids, int, key_text, lost, script, unexpected, RedisStore};
+use crate::BACKEND;
+
+script! {
+    /// `acquire_many.lua`: each entry exactly as `acquire.lua` (the prelude's
+    /// `acquire_one`), in order.
+    static ACQUIRE_MANY = "acquire_many";
+}
+script! {
+    /// `renew_many.lua`: leases in runs of one space, each lease as `renew.lua`.
+    static RENEW_MANY = "renew_many";
+}
+script! {
+    /// `reap_many.lua`: each entry as `reap.lua`.
+    static REAP_MANY = "reap_many";
+}
+script! {
+    /// `requeue_orphans_many.lua`: each token as `requeue_orphans.lua`.
+    static REQUEUE_ORPHANS_MANY = "requeue_orphans_many";
+}
+
+impl RedisStore {
+    /// Acquires every entry of `asks` (a checked batch) in one script: one round
+    /// trip, one server instant.
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = ACQUIRE_MANY.prepare_invoke();
+        call.key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(self.info.caps.death_retention);
+        for ask in asks {
+            call.key(self.keys.lease(&ask.key))
+                .key(self.keys.expiry(ask.key.space()))
+                .arg(ask.key.name().as_str())
+                .arg(ask.holder.as_str())
+                .arg(ask.ttl.as_millis())
+                .arg(key_text(&ask.key));
+        }
+        let replies = array("acquire_many", self.run(call).await?)?;
+        if replies.len() != asks.len() {
+            return Err(unexpected("acquire_many", "a reply of another length"));
+        }
+        Ok(asks
+            .iter()
+            .zip(replies)
+            .map(|(ask, reply)| {
+                self.acquired("acquire_many", &ask.key, &ask.holder, ask.ttl, reply)
+            })
+            .collect())
+    }
+
+    /// Renews `leases` (a checked, non-empty batch of this store's leases) in one
+    /// script.
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        // One script for the whole batch: one round trip, one server instant. The
+        // command is written straight into one buffer, without a buffer per argument.
+        // Leases come in runs of the same space (usually one run): per run, its expiry
+        // index as a key, and its lease keys' prefix, count and leases as arguments;
+        // the script derives each lease key (prefix and name, same hash slot), so a
+        // lease costs the server three arguments, not five.
+        let script = &*RENEW_MANY;
+        let mut runs: Vec<(&Space, usize)> = Vec::new();
+        for lease in leases {
+            let space = lease.key.space();
+            match runs.last_mut() {
+                Some((s, n)) if *s == space => *n += 1,
+                _ => runs.push((space, 1)),
+            }
+        }
+        let mut call = Cmd::with_capacity(
+            3 + 3 * runs.len() + 3 * leases.len(),
+            64 + 96 * runs.len() + 48 * leases.len(),
+        );
+        call.arg("EVALSHA").arg(script.get_hash()).arg(runs.len());
+        for (space, _) in &runs {
+            call.arg(self.keys.expiry(space));
+        }
+        let mut rest = leases.iter();
+        for (space, n) in &runs {
+            call.arg(self.keys.lease_prefix(space)).arg(*n);
+            for lease in rest.by_ref().take(*n) {
+                call.arg(lease.key.name().as_str())
+                    .arg(lease.token.0)
+                    .arg(lease.ttl.as_millis());
+            }
+        }
+        let codes = array("renew_many", self.run_script(script, &call).await?)?;
+        if codes.len() != leases.len() {
+            return Err(unexpected("renew_many", "a reply of another length"));
+        }
+        Ok(leases
+            .iter()
+            .zip(codes)
+            .map(|(lease, code)| match int("renew_many", &code)? {
+                1 => Ok(lease.renewed()),
+                code @ -3..=-1 => Err(lost(lease, code)),
+                -4 => Err(StoreLostState::of(BACKEND, lease)),
+                _ => Err(unexpected("renew_many", "an unknown status")),
+            })
+            .collect())
+    }
+
+    /// Reaps every entry of `expired` (a checked, non-empty batch) in one script.
+    pub(crate) async fn reap_batch(
+        &self,
+        expired: &[(Key, FencingToken)],
+    ) -> Result<Vec<Result<bool>>> {
+        let mut call = REAP_MANY.prepare_invoke();
+        call.key(self.keys.dead())
+            .arg(self.info.caps.death_retention);
+        for (key, token) in expired {
+            call.key(self.keys.lease(key))
+                .key(self.keys.expiry(key.space()))
+                .arg(key.name().as_str())
+                .arg(token.0)
+                .arg(key_text(key));
+        }
+        let codes = array("reap_many", self.run(call).await?)?;
+        if codes.len() != expired.len() {
+            return Err(unexpected("reap_many", "a reply of another length"));
+        }
+        Ok(codes
+            .iter()
+            .map(|c| int("reap_many", c).map(|c| c == 1))
+            .collect())
+    }
+
+    /// Sweeps the items of every dead token of `tokens`, one script per `max_batch`
+    /// tokens.
+    pub(crate) async fn sweep_batch(
+        &self,
+        tokens: &[FencingToken],
+    ) -> Result<Vec<Result<Requeued>>> {
+        let mut out = Vec::with_capacity(tokens.len());
+        // One script per `max_batch` tokens.
+        for chunk in tokens.chunks(self.info.caps.max_batch.max(1)) {
+            let mut call = REQUEUE_ORPHANS_MANY.prepare_invoke();
+            call.key(self.keys.dead())
+                .key(self.keys.owned_count())
+                .key(self.keys.pending())
+                .key(self.keys.dead_letters())
+                .arg(self.keys.item_prefix());
+            for token in chunk {
+                call.key(self.keys.owned(*token)).arg(token.0);
+            }
+            let answers = array("requeue_orphans_many", self.run(call).await?)?;
+            if answers.len() != chunk.len() {
+                return Err(unexpected(
+                    "requeue_orphans_many",
+                    "a reply of another length",
+                ));
+            }
+            for answer in answers {
+                out.push(array("requeue_orphans_many", answer).and_then(|parts| {
+                    let mut parts = parts.into_iter();
+                    Ok(Requeued {
+                        requeued: ids("requeue_orphans_many", parts.next().unwrap_or(Value::Nil))?,
+                        dead_lettered: ids(
+                            "requeue_orphans_many",
+                            parts.next().unwrap_or(Value::Nil),
+                        )?,
+                    })
+                }));
+            }
+        }
+        Ok(out)
+    }
+}

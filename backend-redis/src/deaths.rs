@@ -1,0 +1,175 @@
+//! Finding and declaring deaths, and their history: the expired leases of a space,
+//! reaping one into the dead set, reading the dead set, sweeping a dead token's items
+//! (`requeue_orphans`) and the death records. Inherent methods the trait impls of
+//! `lease.rs` and `items.rs` call with checked input (limits already clamped).
+
+use std::time::Duration;
+
+use liveness_core::{
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Name, Requeued,
+    Result, Space, StoreTime, Swept,
+};
+use redis::Value;
+
+use crate::core::{array, ids, int, key_text, script, text, uint, unexpected, RedisStore};
+
+script! {
+    /// `expired.lua`: the leases of a space whose expiry passed, from the expiry
+    /// index (re-scoring the entries that lag their expiry).
+    static EXPIRED = "expired";
+}
+script! {
+    /// `reap.lua`: retires an expired lease into the dead set with its death record.
+    static REAP = "reap";
+}
+script! {
+    /// `dead_tokens.lua`: the lowest tokens of the dead set.
+    static DEAD_TOKENS = "dead_tokens";
+}
+script! {
+    /// `requeue_orphans.lua`: requeues (or dead-letters) the items of a dead token.
+    static REQUEUE_ORPHANS = "requeue_orphans";
+}
+script! {
+    /// `deaths.lua`: one page of death records, newest first.
+    static DEATHS = "deaths";
+}
+
+impl RedisStore {
+    /// Up to `limit` (already clamped) leases of `space` whose expiry passed.
+    pub(crate) async fn find_expired(
+        &self,
+        space: &Space,
+        limit: usize,
+    ) -> Result<Vec<ExpiredLease>> {
+        let mut call = EXPIRED.prepare_invoke();
+        call.key(self.keys.expiry(space))
+            .arg(self.keys.lease_prefix(space))
+            .arg(limit);
+        let flat = array("expired", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 3);
+        let mut it = flat.into_iter();
+        while let (Some(name), Some(holder), Some(token)) = (it.next(), it.next(), it.next()) {
+            let name = Name::new(text("expired", name)?)
+                .map_err(|_| unexpected("expired", "an invalid stored name"))?;
+            out.push(ExpiredLease {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(text("expired", holder)?)
+                    .map_err(|_| unexpected("expired", "an invalid stored holder"))?,
+                token: FencingToken(uint("expired", &token)?),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reaps the lease on `key` if `token` still holds it and it expired: true when
+    /// this call moved it into the dead set.
+    pub(crate) async fn reap_one(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        let mut call = REAP.prepare_invoke();
+        call.key(self.keys.lease(key))
+            .key(self.keys.expiry(key.space()))
+            .key(self.keys.dead())
+            .arg(key.name().as_str())
+            .arg(token.0)
+            .arg(key_text(key))
+            .arg(self.info.caps.death_retention);
+        Ok(int("reap", &self.run(call).await?)? == 1)
+    }
+
+    /// Up to `limit` (already clamped) entries of the dead set, lowest token first.
+    pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let mut call = DEAD_TOKENS.prepare_invoke();
+        call.key(self.keys.dead()).arg(limit);
+        array("dead_tokens", self.run(call).await?)?
+            .into_iter()
+            .map(|member| {
+                let member = text("dead_tokens", member)?;
+                let (token, key) = member
+                    .split_once(':')
+                    .ok_or_else(|| unexpected("dead_tokens", "a member without a token"))?;
+                Ok(DeadToken {
+                    key: Key::parse(key)
+                        .map_err(|_| unexpected("dead_tokens", "an invalid stored key"))?,
+                    token: FencingToken(
+                        token
+                            .parse()
+                            .map_err(|_| unexpected("dead_tokens", "an invalid token"))?,
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    /// Sweeps the items of the dead `token`: requeued, or dead-lettered once out of
+    /// attempts, and the token leaves the dead set.
+    pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
+        let mut call = REQUEUE_ORPHANS.prepare_invoke();
+        call.key(self.keys.dead())
+            .key(self.keys.owned(token))
+            .key(self.keys.owned_count())
+            .key(self.keys.pending())
+            .key(self.keys.dead_letters())
+            .arg(token.0)
+            .arg(self.keys.item_prefix());
+        let mut parts = array("requeue_orphans", self.run(call).await?)?.into_iter();
+        Ok(Requeued {
+            requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
+            dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
+        })
+    }
+
+    /// Up to `limit` (already clamped) death records with a seq below `before`, newest
+    /// first.
+    pub(crate) async fn death_records(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<DeathRecord>> {
+        let mut call = DEATHS.prepare_invoke();
+        call.key(self.keys.death_seq())
+            .arg(before.map_or_else(String::new, |b| b.to_string()))
+            .arg(limit);
+        let flat = array("deaths", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 8);
+        let mut it = flat.into_iter();
+        while let Some(seq) = it.next() {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let seq = uint("deaths", &seq)?;
+            let key = Key::parse(&text("deaths", next())?)
+                .map_err(|_| unexpected("deaths", "an invalid stored key"))?;
+            let holder = HolderId::new(text("deaths", next())?)
+                .map_err(|_| unexpected("deaths", "an invalid stored holder"))?;
+            let token = FencingToken(uint("deaths", &next())?);
+            let at = StoreTime::from_epoch(Duration::from_micros(uint("deaths", &next())?));
+            let cause = match uint("deaths", &next())? {
+                0 => DeathCause::Reaped,
+                1 => DeathCause::Released,
+                2 => DeathCause::Superseded,
+                _ => return Err(unexpected("deaths", "an invalid stored cause")),
+            };
+            let (requeued, dead) = (text("deaths", next())?, text("deaths", next())?);
+            let swept = if requeued.is_empty() {
+                None
+            } else {
+                let count = |v: &str| {
+                    v.parse::<u64>()
+                        .map_err(|_| unexpected("deaths", "an invalid stored count"))
+                };
+                Some(Swept {
+                    requeued: count(&requeued)?,
+                    dead_lettered: count(&dead)?,
+                })
+            };
+            out.push(DeathRecord {
+                seq,
+                key,
+                holder,
+                token,
+                at,
+                cause,
+                swept,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,229 @@
+//! `impl LeaseStore for RedisStore`: each method runs its own script (declared next
+//! to it), or forwards to the death finding of `deaths.rs` and the batches of
+//! `batch.rs`. The input arrives checked (the core's `CheckInput`).
+
+use std::time::Duration;
+
+use liveness_core::durability::StoreLostState;
+use liveness_core::{
+    async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime,
+    Ttl,
+};
+use redis::{Script, ScriptInvocation, Value};
+
+use crate::core::{
+    array, int, key_text, lost, record, script, status_of, text, uint, unexpected, us, RedisStore,
+};
+use crate::keys::Keys;
+use crate::BACKEND;
+
+script! {
+    /// `acquire.lua`: takes a free or expired lease (retiring an expired one into the
+    /// dead set with its death record), or answers its live holder.
+    static ACQUIRE = "acquire";
+}
+script! {
+    /// `renew.lua` (`KEYS`: lease, expiry index, token counter; `ARGV`: name, token,
+    /// ttl ms).
+    pub(crate) static RENEW = "renew";
+}
+script! {
+    /// `release.lua`: ends the lease if the token still holds it.
+    static RELEASE = "release";
+}
+script! {
+    /// `inspect.lua`: a lease's record and its time left.
+    static INSPECT = "inspect";
+}
+script! {
+    /// `members.lua`: one page of a space's leases, by name.
+    static MEMBERS = "members";
+}
+script! {
+    /// `store_time.lua`: the server's `TIME` in microseconds.
+    static STORE_TIME = "store_time";
+}
+script! {
+    /// `next_expiry.lua`: the time until the space's next expiry.
+    static NEXT_EXPIRY = "next_expiry";
+}
+
+/// The renew script (`KEYS`: lease, expiry index, token counter; `ARGV`: name,
+/// token, ttl ms).
+pub fn renew_script() -> &'static Script {
+    &RENEW
+}
+
+/// The `KEYS` of a renewal of `key` in `namespace`.
+pub fn renew_keys(namespace: &Namespace, key: &Key) -> [String; 3] {
+    let keys = Keys::new(namespace);
+    [keys.lease(key), keys.expiry(key.space()), keys.tokens()]
+}
+
+fn renew_call<'a>(keys: &Keys, lease: &Lease) -> ScriptInvocation<'a> {
+    let mut call = RENEW.prepare_invoke();
+    call.key(keys.lease(&lease.key))
+        .key(keys.expiry(lease.key.space()))
+        .key(keys.tokens())
+        .arg(lease.key.name().as_str())
+        .arg(lease.token.0)
+        .arg(lease.ttl.as_millis());
+    call
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    fn info(&self) -> &StoreInfo {
+        &self.info
+    }
+
+    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key(self.keys.lease(key))
+            .key(self.keys.expiry(key.space()))
+            .key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(key.name().as_str())
+            .arg(holder.as_str())
+            .arg(ttl.as_millis())
+            .arg(key_text(key))
+            .arg(self.info.caps.death_retention);
+        let reply = self.run(call).await?;
+        self.acquired("acquire", key, holder, ttl, reply)
+    }
+
+    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        self.acquire_batch(asks).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let v = self.run(renew_call(&self.keys, lease)).await?;
+        match int("renew", &v)? {
+            1 => Ok(lease.renewed()),
+            code @ -3..=-1 => Err(lost(lease, code)),
+            -4 => Err(StoreLostState::of(BACKEND, lease)),
+            _ => Err(unexpected("renew", "an unknown status")),
+        }
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.renew_batch(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let mut call = RELEASE.prepare_invoke();
+        call.key(self.keys.lease(&lease.key))
+            .key(self.keys.expiry(lease.key.space()))
+            .key(self.keys.dead())
+            .arg(lease.key.name().as_str())
+            .arg(lease.token.0)
+            .arg(key_text(&lease.key))
+            .arg(self.info.caps.death_retention);
+        Ok(int("release", &self.run(call).await?)? == 1)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
+        let mut call = INSPECT.prepare_invoke();
+        call.key(self.keys.lease(key));
+        let Some(mut rec) = record("inspect", self.run(call).await?)? else {
+            return Ok(None);
+        };
+        let mut next = || rec.next().unwrap_or(Value::Nil);
+        let holder = HolderId::new(text("inspect", next())?)
+            .map_err(|_| unexpected("inspect", "an invalid stored holder"))?;
+        let token = FencingToken(uint("inspect", &next())?);
+        let ttl = Ttl::from_millis(uint("inspect", &next())?)
+            .map_err(|_| unexpected("inspect", "an invalid stored ttl"))?;
+        let left = int("inspect", &next())?;
+        Ok(Some(LeaseInfo {
+            key: key.clone(),
+            holder,
+            token,
+            ttl,
+            status: if left > 0 {
+                LeaseStatus::Live {
+                    remaining: us(left),
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }))
+    }
+
+    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
+        self.find_expired(space, limit).await
+    }
+
+    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.reap_one(key, token).await
+    }
+
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.reap_batch(expired).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.dead_set(limit).await
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let mut call = MEMBERS.prepare_invoke();
+        call.key(self.keys.members(space))
+            .arg(after.map_or_else(|| "-".to_owned(), |k| format!("({}", k.name())))
+            .arg(limit)
+            .arg(self.keys.lease_prefix(space));
+        let flat = array("members", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 5);
+        let mut it = flat.into_iter();
+        while let Some(name) = it.next() {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let name = Name::new(text("members", name)?)
+                .map_err(|_| unexpected("members", "an invalid stored name"))?;
+            let holder = HolderId::new(text("members", next())?)
+                .map_err(|_| unexpected("members", "an invalid stored holder"))?;
+            let token = FencingToken(uint("members", &next())?);
+            let ttl = Ttl::from_millis(uint("members", &next())?)
+                .map_err(|_| unexpected("members", "an invalid stored ttl"))?;
+            let left = int("members", &next())?;
+            out.push(LeaseInfo {
+                key: Key::new(space.clone(), name),
+                holder,
+                token,
+                ttl,
+                status: status_of(left),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_records(before, limit).await
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        // The counter key only routes the call to the namespace's node on a cluster
+        // (each node has its own clock); the script reads no key.
+        let mut call = STORE_TIME.prepare_invoke();
+        call.key(self.keys.tokens());
+        let now = uint("store_time", &self.run(call).await?)?;
+        Ok(self.high_water.observe(Duration::from_micros(now)))
+    }
+
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let mut call = NEXT_EXPIRY.prepare_invoke();
+        call.key(self.keys.expiry(space))
+            .arg(self.keys.lease_prefix(space));
+        match self.run(call).await? {
+            Value::Nil => Ok(None),
+            v => Ok(Some(us(int("next_expiry", &v)?))),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The native batches (`acquire_many`, `renew_many`, `reap_many`,
+//! `requeue_orphans_many`): each is one write transaction at one instant, so one
+//! commit (one fsync with `synchronous=full`) for the whole batch instead of one per
+//! entry; and the per-entry steps they share with the single calls, which run one of
+//! them in a write transaction of their own ([`SqliteStore::acquire_at`],
+//! [`SqliteStore::renew_at`]). Their input was checked before the call
+//! ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every entry is run.
+
+use liveness_core::durability::StoreLostState;
+use liveness_core::wake::tick;
+use liveness_core::{
+    Acquire, DeathCause, Error, FencingToken, HolderId, Key, Lease, LostCause, Requeued, Result,
+    Ttl,
+};
+#[cfg(doc)]
+use liveness_core::{ItemStore, LeaseStore};
+use sqlx::sqlite::SqliteConnection;
+
+use crate::core::{as_db, get_u64, to_i64, SqliteStore};
+use crate::error::{corrupt, map};
+use crate::BACKEND;
+
+/// Draws the namespace's next fencing token (?1 ns).
+const NEXT_TOKEN: &str =
+    "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
+    ON CONFLICT (ns) DO UPDATE SET next_token = next_token + 1 RETURNING next_token";
+
+/// The highest fencing token the namespace has handed out (?1 ns); no row before the
+/// first.
+const HANDED_OUT: &str = "SELECT next_token FROM liveness_counters WHERE ns = ?1";
+
+/// Writes the lease on a key (?1 ns, ?2 space, ?3 name, ?4 holder, ?5 token, ?6 ttl ms,
+/// ?7 expiry).
+const PUT_LEASE: &str =
+    "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_boot_ms) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+    ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
+    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = excluded.expires_boot_ms, \
+    last_claim = NULL";
+
+/// Extends a current lease, live at ?6 (now), by its ttl (?1 ns, ?2 space, ?3 name, ?4
+/// token, ?5 ttl ms), in one statement.
+const RENEW: &str = "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?6 + ?5 \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms > ?6";
+
+impl SqliteStore {
+    /// [`LeaseStore::acquire_many`]: every entry in one write transaction.
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every entry in one write transaction, in order, at one instant read holding
+        // the write lock (as `acquire` does): one commit (one fsync with
+        // synchronous=full) for the whole batch instead of one per key.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(asks.len());
+        let mut retired = false;
+        for ask in asks {
+            let (taken, buried) = self
+                .acquire_at(w.conn(), &ask.key, &ask.holder, ask.ttl, now)
+                .await?;
+            retired |= buried;
+            out.push(taken);
+        }
+        w.commit().await?;
+        if retired {
+            tick(&self.wake);
+        }
+        Ok(out)
+    }
+
+    /// [`LeaseStore::renew_many`]: every lease in one write transaction.
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every lease in one write transaction, at one instant read holding the write
+        // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
+        // whole batch instead of one per lease.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            out.push(self.renew_at(w.conn(), lease, now).await?);
+        }
+        w.commit().await?;
+        Ok(out)
+    }
+
+    /// [`LeaseStore::reap_many`]: every reap in one write transaction.
+    pub(crate) async fn reap_batch(
+        &self,
+        expired: &[(Key, FencingToken)],
+    ) -> Result<Vec<Result<bool>>> {
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every reap in one write transaction at one instant read holding the write
+        // lock (as `reap` does): one commit for a round's deaths instead of one per
+        // lease. A repeat of a reap in the batch sees the first's: false.
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let mut out = Vec::with_capacity(expired.len());
+        for (key, token) in expired {
+            out.push(Ok(self.reap_in(w.conn(), key, *token, now).await?));
+        }
+        w.commit().await?;
+        if out.iter().any(|r| matches!(r, Ok(true))) {
+            tick(&self.wake);
+        }
+        Ok(out)
+    }
+
+    /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction.
+    pub(crate) async fn requeue_batch(
+        &self,
+        tokens: &[FencingToken],
+    ) -> Result<Vec<Result<Requeued>>> {
+        // Every token in one write transaction: one commit (one fsync with
+        // synchronous=full) for a round's deaths instead of one per token. A repeat of
+        // a token sees the first's work: it moves nothing.
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            out.push(Ok(self
+                .requeue_in(w.conn(), *token)
+                .await?
+                .unwrap_or_default()));
+        }
+        w.commit().await?;
+        Ok(out)
+    }
+
+    /// Acquires `key` for `holder` at store time `now` inside the open write
+    /// transaction on `conn` (`ttl` was checked before the call): the lease, or `Held`
+    /// naming the live holder (nothing changed). An expired lease on the key is buried
+    /// (dead set, death record) first; the flag says so, for the caller to wake this
+    /// process's waiters after the commit. The outer error is a fault of the store
+    /// itself.
+    pub(crate) async fn acquire_at(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        now: i64,
+    ) -> Result<(Result<Lease>, bool)> {
+        let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
+        let cur = self.current(conn, key, now).await?;
+        let mut retired = false;
+        if let Some((live_holder, token, expires_at)) = cur.lease {
+            if cur.now < expires_at {
+                let held = Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(live_holder)
+                        .map_err(|_| corrupt("bad holder in the liveness database"))?,
+                    token: FencingToken(token),
+                };
+                return Ok((Err(held), false));
+            }
+            self.bury(conn, key, token).await?;
+            self.record_death(
+                conn,
+                key,
+                &live_holder,
+                token,
+                cur.now,
+                DeathCause::Superseded,
+            )
+            .await?;
+            retired = true;
+        }
+        let token = self.next(conn, NEXT_TOKEN).await?;
+        self.query(PUT_LEASE)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder.as_ref())
+            .bind(token)
+            .bind(ttl_ms)
+            .bind(cur.now.saturating_add(ttl_ms))
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let token = FencingToken(
+            u64::try_from(token).map_err(|_| corrupt("bad token in the liveness database"))?,
+        );
+        let lease = Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl);
+        Ok((Ok(lease), retired))
+    }
+
+    /// Renews `lease` at store time `now` inside the open write transaction on `conn`:
+    /// the renewed lease, or why not, read at the same instant in the same
+    /// transaction. The outer error is a fault of the store itself.
+    pub(crate) async fn renew_at(
+        &self,
+        conn: &mut SqliteConnection,
+        lease: &Lease,
+        now: i64,
+    ) -> Result<Result<Lease>> {
+        let ttl_ms = to_i64(lease.ttl.as_millis(), "ttl")?;
+        let done = self
+            .query(RENEW)
+            .bind(lease.key.space().as_ref())
+            .bind(lease.key.name().as_ref())
+            .bind(as_db(lease.token.0))
+            .bind(ttl_ms)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 1 {
+            return Ok(Ok(lease.renewed()));
+        }
+        let cur = self.current(conn, &lease.key, now).await?;
+        if cur.lease.is_none() && lease.token.0 > self.handed_out(conn).await? {
+            // No record, and a token the namespace never handed out: the file lost
+            // state (restored from an older copy), not a release.
+            return Ok(Err(StoreLostState::of(BACKEND, lease)));
+        }
+        // `lost` is never `None` here: the UPDATE matched nothing, so the lease is not
+        // current and live at `now`. Should it be, answer as the safe side would.
+        Ok(Err(
+            Self::lost(lease, &cur).unwrap_or_else(|| lease.lost(LostCause::Expired))
+        ))
+    }
+
+    /// The highest token the namespace has handed out (0 before the first).
+    async fn handed_out(&self, conn: &mut SqliteConnection) -> Result<u64> {
+        let row = self
+            .query(HANDED_OUT)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        match row {
+            None => Ok(0),
+            Some(row) => get_u64(&row, 0, "next_token"),
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! [`SqliteStore`]: the handle on one namespace of one SQLite file in WAL mode. Here:
+//! opening the file (the pool, the schema migrations, the reboot check), the write
+//! transaction, the raw round-trip helpers every operation uses, and the decoding of
+//! rows into the core's types.
+//!
+//! # How each guarantee is met
+//!
+//! - Atomicity: every operation is one SQLite transaction. Writes start with
+//!   `BEGIN IMMEDIATE`, so concurrent writers (threads or processes) queue on the
+//!   database's write lock instead of deadlocking on a read-to-write upgrade; inside a
+//!   process they also queue on an async mutex per file, so they do not spin in
+//!   SQLite's busy handler against each other.
+//! - The store clock: the host's boot clock (`CLOCK_BOOTTIME`, see `clock.rs`), read
+//!   once per operation (by a write after `BEGIN IMMEDIATE` took the write lock) and
+//!   bound into its statements: the operation happens at that one instant. SQLite's
+//!   wall-clock `'now'` is never used. This is only valid because every process that
+//!   opens the file runs on the same host and so reads the same clock. The file
+//!   records the boot its expiries count in; opening it under another boot retires
+//!   every lease ([`retire_other_boot`]).
+//! - Tokens and item ids: from one counter row per namespace, incremented in the
+//!   transaction that uses them; strictly increasing, never reused.
+//!
+//! # Statements
+//!
+//! Each SQL statement is a constant in the file of the code that runs it, beside the
+//! migrations (`migrations/*.sql`) that create the tables. `?1` is always the namespace
+//! ([`SqliteStore::query`] binds it). Times are milliseconds of the store clock: the
+//! store reads it in Rust and binds it as a parameter (the "now" of each statement's
+//! doc).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock};
+use std::time::Duration;
+
+use liveness_core::sync::lock;
+use liveness_core::{
+    Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, Issuer, Item, ItemId,
+    ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace, Result, SchemaTooNew,
+    StoreInfo,
+};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
+use tokio::sync::{watch, Mutex, MutexGuard};
+use tokio::time::Instant;
+
+use crate::clock::{HostBootClock, StoreClock};
+use crate::config::{SqliteConfig, Synchronous};
+use crate::error::{corrupt, map, map_migrate};
+use crate::BACKEND;
+
+/// The embedded schema migrations: version, description, SQL. Append only; never
+/// edit an applied one (its checksum is recorded in the database).
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "boot clock",
+        include_str!("../migrations/0002_boot_clock.sql"),
+    ),
+    (
+        3,
+        "request_ids",
+        include_str!("../migrations/0003_request_ids.sql"),
+    ),
+    (
+        4,
+        "claim_high_water",
+        include_str!("../migrations/0004_claim_high_water.sql"),
+    ),
+    (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
+];
+
+/// The table recording applied schema migrations.
+const MIGRATIONS_TABLE: &str = "liveness_migrations";
+
+/// Whether the table ?1 exists.
+const TABLE_EXISTS: &str = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1";
+
+/// The newest migration version applied to the database.
+const SCHEMA_FOUND: &str = "SELECT MAX(version) FROM liveness_migrations";
+
+/// The boot of the host the file's expiries are counted in.
+const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
+
+/// Expires every lease of every namespace (their holders died in a reboot).
+const RETIRE_ALL: &str = "UPDATE liveness_leases SET expires_boot_ms = 0";
+
+/// Records ?1 as the boot the file's expiries are counted in.
+const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
+
+/// `liveness_items.state`: pending, owned, dead-lettered.
+pub(crate) const STATE_PENDING: i64 = 0;
+pub(crate) const STATE_OWNED: i64 = 1;
+pub(crate) const STATE_DEAD: i64 = 2;
+
+/// `v` as an `i64`, or a corrupt-record error naming `what` when it does not fit.
+pub(crate) fn to_i64(v: u64, what: &'static str) -> Result<i64> {
+    i64::try_from(v).map_err(|_| corrupt(format!("bad {what} in the liveness database")))
+}
+
+/// A token or item id as the database stores it. Tokens and ids handed out are at
+/// least 1 and fit in an `i64`; a value that does not fit can name nothing stored, so
+/// it maps to -1, which matches no row.
+pub(crate) fn as_db(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(-1)
+}
+
+/// A statement with its parameters bound.
+pub(crate) type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
+
+/// A limit as an integer parameter.
+pub(crate) fn limit_param(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Column `idx` of `row` as a `u64` (a negative value is a corrupt `what`).
+pub(crate) fn get_u64(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u64> {
+    let v: i64 = row.try_get(idx).map_err(map)?;
+    u64::try_from(v).map_err(|_| corrupt(format!("bad {what} in the liveness database")))
+}
+
+/// Column `idx` of `row` as a `u32` (a value out of range is a corrupt `what`).
+fn get_u32(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u32> {
+    let v: i64 = row.try_get(idx).map_err(map)?;
+    u32::try_from(v).map_err(|_| corrupt(format!("bad {what} in the liveness database")))
+}
+
+/// Column `idx` of `row` as text.
+pub(crate) fn get_text(row: &SqliteRow, idx: usize) -> Result<String> {
+    row.try_get(idx).map_err(map)
+}
+
+/// One async mutex per database file in this process: writers of one process queue
+/// here instead of polling SQLite's busy handler against each other.
+fn writer_lock(path: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let mut locks = lock(LOCKS.get_or_init(StdMutex::default));
+    locks.entry(path.to_path_buf()).or_default().clone()
+}
+
+/// A write transaction: the process-local writer lock and a `BEGIN IMMEDIATE`
+/// transaction. Dropping it without [`Write::commit`] rolls back.
+pub(crate) struct Write<'a> {
+    tx: Transaction<'static, Sqlite>,
+    _guard: MutexGuard<'a, ()>,
+}
+
+impl Write<'_> {
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
+    pub(crate) async fn commit(self) -> Result<()> {
+        self.tx.commit().await.map_err(map)
+    }
+
+    pub(crate) async fn rollback(self) -> Result<()> {
+        self.tx.rollback().await.map_err(map)
+    }
+}
+
+/// The lease on a key (?1 ns, ?2 space, ?3 name), judged at a `now` read beside it
+/// ([`SqliteStore::current`]).
+const CURRENT: &str = "SELECT holder, token, expires_boot_ms FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3";
+
+/// The current lease on a key as a write transaction sees it, with the store's now
+/// (milliseconds of the boot clock).
+pub(crate) struct Current {
+    /// The store's now.
+    pub(crate) now: i64,
+    /// The lease on the key, if any: holder, token, expiry.
+    pub(crate) lease: Option<(String, u64, i64)>,
+}
+
+/// A store handle on one namespace of one SQLite database file.
+///
+/// Cheap to clone; clones share the connection pool. Many handles, in many
+/// processes of the same host, may open the same file.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    /// The connection pool on the file.
+    pub(crate) pool: SqlitePool,
+    /// The namespace this handle is scoped to.
+    pub(crate) ns: Namespace,
+    /// This process's writer queue on the file ([`writer_lock`]).
+    pub(crate) writer: Arc<Mutex<()>>,
+    /// Ticked when this handle releases or reaps a lease ([`LeaseStore::wakeups`](liveness_core::LeaseStore::wakeups)).
+    pub(crate) wake: Arc<watch::Sender<u64>>,
+    /// The store clock: the host's boot clock (a hand-driven one in unit tests).
+    clock: Arc<dyn StoreClock>,
+    /// The highest store time this handle read, so its store time never goes back,
+    /// whatever its clock does.
+    high_water: HighWater,
+    /// What the store is: the backend, its capabilities, the issuer of its leases.
+    pub(crate) info: StoreInfo,
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the database file, switches it to WAL mode,
+    /// applies the embedded schema migrations, and returns a handle on the
+    /// configured namespace.
+    ///
+    /// Fails with [`Error::Backend`] carrying [`SchemaTooNew`] when the file's schema
+    /// is newer than this build knows, with [`Error::Unavailable`] when the file stays
+    /// locked past the busy timeout, and with [`Error::Backend`] when it cannot be
+    /// opened or is not a liveness database.
+    ///
+    /// Handles opening a brand-new file at the same moment (processes starting
+    /// together) can meet `SQLITE_BUSY` while one of them switches the file to WAL,
+    /// which SQLite reports without waiting in its busy handler; such faults are
+    /// retried, with backoff, until the busy timeout has passed.
+    ///
+    /// The store clock is the host's boot clock; when the file was last opened under
+    /// another boot of the host (a reboot killed every holder), every lease in it is
+    /// retired (expired) as part of opening. Fails with [`Error::Backend`] when the
+    /// host's boot id cannot be read.
+    pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
+        Self::connect_with(config, Arc::new(HostBootClock::new()?)).await
+    }
+
+    /// [`SqliteStore::connect`] with the store clock `clock`.
+    pub(crate) async fn connect_with(
+        config: SqliteConfig,
+        clock: Arc<dyn StoreClock>,
+    ) -> Result<SqliteStore> {
+        let give_up = Instant::now() + config.busy_timeout();
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
+        loop {
+            match Self::open(&config, &clock).await {
+                Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    tracing::debug!(error = %e, path = %config.path().display(), "open retried");
+                    tokio::time::sleep(backoff.next()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`SqliteStore::connect`].
+    async fn open(config: &SqliteConfig, clock: &Arc<dyn StoreClock>) -> Result<SqliteStore> {
+        let options = SqliteConnectOptions::new()
+            .filename(config.path())
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match config.synchronous() {
+                Synchronous::Full => SqliteSynchronous::Full,
+                Synchronous::Normal => SqliteSynchronous::Normal,
+            })
+            .busy_timeout(config.busy_timeout())
+            .foreign_keys(false);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(config.max_connections())
+            .min_connections(0)
+            .acquire_timeout(config.busy_timeout().max(Duration::from_secs(5)))
+            .connect_with(options)
+            .await
+            .map_err(map)?;
+        let lock_path = std::fs::canonicalize(config.path()).unwrap_or(config.path().to_path_buf());
+        let writer = writer_lock(&lock_path);
+        {
+            let _guard = writer.lock().await;
+            migrate(&pool, config.path(), clock.boot_id()).await?;
+        }
+        Ok(SqliteStore {
+            pool,
+            ns: config.namespace().clone(),
+            writer,
+            wake: Arc::new(watch::channel(0).0),
+            clock: clock.clone(),
+            high_water: HighWater::default(),
+            info: StoreInfo {
+                backend: BACKEND,
+                caps: Capabilities {
+                    // The store clock counts whole milliseconds.
+                    min_ttl: Duration::from_millis(1),
+                    death_retention: config.death_retention().max(1),
+                    ..Capabilities::default()
+                },
+                issuer: Issuer::located(
+                    BACKEND,
+                    &lock_path.display().to_string(),
+                    config.namespace().clone(),
+                ),
+            },
+        })
+    }
+
+    /// The namespace this handle is scoped to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    /// The connection pool, for diagnostics and benches (a raw-primitive baseline).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Closes the pool; later operations fail with [`Error::Unavailable`].
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Opens a write transaction: queues on this process's writer lock, then
+    /// `BEGIN IMMEDIATE` takes the file's write lock.
+    pub(crate) async fn write(&self) -> Result<Write<'_>> {
+        let guard = self.writer.lock().await;
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
+        Ok(Write { tx, _guard: guard })
+    }
+
+    /// The store clock now, in milliseconds, never behind an earlier reading of this
+    /// handle. A write reads it after `BEGIN IMMEDIATE`, holding the write lock.
+    pub(crate) fn now(&self) -> Result<i64> {
+        let now = self.high_water.observe(self.clock.now()?).since_epoch();
+        to_i64(
+            u64::try_from(now.as_millis()).unwrap_or(u64::MAX),
+            "store clock",
+        )
+    }
+
+    /// Reads the lease on `key`, to judge it at the store's `now`.
+    pub(crate) async fn current(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        now: i64,
+    ) -> Result<Current> {
+        let row = self
+            .query(CURRENT)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        let lease = match row {
+            None => None,
+            Some(row) => Some((
+                get_text(&row, 0)?,
+                get_u64(&row, 1, "token")?,
+                row.try_get::<i64, _>(2).map_err(map)?,
+            )),
+        };
+        Ok(Current { now, lease })
+    }
+
+    /// Why `lease` is not current and live, or `None` when it is.
+    pub(crate) fn lost(lease: &Lease, cur: &Current) -> Option<Error> {
+        let reason = match &cur.lease {
+            None => LostCause::Released,
+            Some((_, token, _)) if *token != lease.token.0 => LostCause::Superseded,
+            Some((_, _, expires_at)) if cur.now >= *expires_at => LostCause::Expired,
+            Some(_) => return None,
+        };
+        Some(lease.lost(reason))
+    }
+
+    /// A statement of this namespace: `?1` is bound to it.
+    pub(crate) fn query(&self, statement: &'static str) -> Query<'_> {
+        sqlx::query(statement).bind(self.ns.as_ref())
+    }
+
+    /// Every row a listing statement returns, each read by `read`.
+    pub(crate) async fn list<T>(
+        &self,
+        q: Query<'_>,
+        read: impl Fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let rows = q.fetch_all(&self.pool).await.map_err(map)?;
+        rows.iter().map(read).collect()
+    }
+
+    /// Draws the next value of one of the namespace's counters: `counter` is
+    /// an `INSERT ... RETURNING` of the counter row (`NEXT_TOKEN`, `NEXT_ITEM`,
+    /// `NEXT_DEATH`, each beside the code that draws it).
+    pub(crate) async fn next(
+        &self,
+        conn: &mut SqliteConnection,
+        counter: &'static str,
+    ) -> Result<i64> {
+        sqlx::query_scalar(counter)
+            .bind(self.ns.as_ref())
+            .fetch_one(conn)
+            .await
+            .map_err(map)
+    }
+
+    /// An item and its state from a row of `id, payload, attempts, max_attempts, state,
+    /// owner`.
+    pub(crate) fn item_from_row(row: &SqliteRow) -> Result<(Item, ItemState)> {
+        let id = ItemId(get_u64(row, 0, "item id")?);
+        let payload: Vec<u8> = row.try_get(1).map_err(map)?;
+        let attempts = get_u32(row, 2, "attempts")?;
+        let max_attempts = get_u32(row, 3, "max_attempts")?;
+        let state: i64 = row.try_get(4).map_err(map)?;
+        let owner: Option<i64> = row.try_get(5).map_err(map)?;
+        let state = match (state, owner) {
+            (STATE_PENDING, _) => ItemState::Pending,
+            (STATE_OWNED, Some(t)) => ItemState::Owned(FencingToken(
+                u64::try_from(t).map_err(|_| corrupt("bad owner in the liveness database"))?,
+            )),
+            (STATE_DEAD, _) => ItemState::DeadLettered,
+            _ => return Err(corrupt("bad item state in the liveness database")),
+        };
+        Ok((
+            Item {
+                id,
+                payload,
+                attempts,
+                max_attempts,
+            },
+            state,
+        ))
+    }
+}
+
+/// A lease's status at store time `now`, from its expiry.
+pub(crate) fn status_at(expires_at: i64, now: i64) -> LeaseStatus {
+    if now < expires_at {
+        LeaseStatus::Live {
+            remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
+        }
+    } else {
+        LeaseStatus::Expired
+    }
+}
+
+/// How `liveness_deaths.cause` writes a [`DeathCause`].
+pub(crate) fn cause_code(cause: DeathCause) -> i64 {
+    match cause {
+        DeathCause::Reaped => 0,
+        DeathCause::Released => 1,
+        DeathCause::Superseded => 2,
+    }
+}
+
+/// The [`DeathCause`] `liveness_deaths.cause` holds.
+pub(crate) fn cause_from_code(code: i64) -> Result<DeathCause> {
+    match code {
+        0 => Ok(DeathCause::Reaped),
+        1 => Ok(DeathCause::Released),
+        2 => Ok(DeathCause::Superseded),
+        _ => Err(corrupt("bad death cause in the liveness database")),
+    }
+}
+
+/// How `liveness_items.state` writes an [`ItemStateKind`].
+pub(crate) fn state_code(state: ItemStateKind) -> i64 {
+    match state {
+        ItemStateKind::Pending => STATE_PENDING,
+        ItemStateKind::Owned => STATE_OWNED,
+        ItemStateKind::DeadLettered => STATE_DEAD,
+    }
+}
+
+/// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
+/// processes connecting at once apply them exactly once, after refusing a schema
+/// newer than this build; then, in the same transaction, retires every lease when the
+/// file was last opened under another boot than `boot_id` ([`retire_other_boot`]).
+async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str) -> Result<()> {
+    let mut migrator = Migrator::with_migrations(
+        MIGRATIONS
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    );
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+
+    let mut conn = pool.acquire().await.map_err(map)?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
+    let exists: Option<String> = sqlx::query_scalar(TABLE_EXISTS)
+        .bind(MIGRATIONS_TABLE)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
+    if exists.is_some() {
+        let found: Option<i64> = sqlx::query_scalar(SCHEMA_FOUND)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map)?;
+        if let Some(found) = found.filter(|f| *f > supported) {
+            return Err(Error::backend(
+                BACKEND,
+                SchemaTooNew {
+                    location: path.display().to_string(),
+                    found,
+                    supported,
+                },
+            ));
+        }
+    }
+    // `run_direct` on the transaction's connection (sqlx's `run` would need a
+    // higher-ranked `Acquire` bound that makes this future not `Send`). Each
+    // migration runs in a savepoint of our `BEGIN IMMEDIATE` transaction.
+    migrator
+        .run_direct(None, &mut *tx, false)
+        .await
+        .map_err(map_migrate)?;
+    retire_other_boot(&mut tx, boot_id).await?;
+    tx.commit().await.map_err(map)
+}
+
+/// When the file's expiries were counted in another boot than `boot_id` (the host
+/// rebooted since a process last opened it, and every holder died with that boot; or
+/// the file was just migrated from wall-clock expiries), expires every lease of every
+/// namespace and records `boot_id`. The caller holds the write lock (`BEGIN
+/// IMMEDIATE`) and commits, so of the processes opening the file at once after a
+/// reboot, exactly the first retires the old leases and no later one touches a lease
+/// written under this boot.
+async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
+    let recorded: String = sqlx::query_scalar(RECORDED_BOOT)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+    if recorded == boot_id {
+        return Ok(());
+    }
+    let retired = sqlx::query(RETIRE_ALL)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?
+        .rows_affected();
+    sqlx::query(RECORD_BOOT)
+        .bind(boot_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    tracing::info!(
+        retired,
+        previous_boot = %recorded,
+        boot = %boot_id,
+        "first open of the file under this boot of the host: its leases are expired"
+    );
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! Finding and declaring deaths, and their history: the expired leases, the reap that
+//! retires one (its token to the dead set, a death record, in one write transaction),
+//! the dead set, the sweep of a dead token's items (`requeue_orphans`), and the death
+//! records. [`SqliteStore`] methods that `lease.rs`, `items.rs` and `batch.rs` call.
+
+use std::time::Duration;
+
+use liveness_core::wake::tick;
+use liveness_core::{
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, ItemId, Key, Name,
+    Requeued, Result, Space, StoreTime, Swept,
+};
+#[cfg(doc)]
+use liveness_core::{ItemStore, LeaseStore};
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::Row;
+
+use crate::core::{
+    as_db, cause_code, cause_from_code, get_text, get_u64, limit_param, to_i64, SqliteStore,
+    STATE_PENDING,
+};
+use crate::error::{corrupt, map};
+
+/// Up to ?3 leases of space ?2 (?1 ns) expired at ?4 (now), earliest expiry first.
+const EXPIRED: &str = "SELECT name, holder, token FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND expires_boot_ms <= ?4 \
+    ORDER BY expires_boot_ms, name LIMIT ?3";
+
+/// Deletes the lease on a key if it has token ?4 and is expired at ?5 (now) (?1 ns, ?2
+/// space, ?3 name), answering its holder (for the death record).
+const REAP: &str = "DELETE FROM liveness_leases \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms <= ?5 \
+    RETURNING holder";
+
+/// Puts a retired lease's token in the dead set (?1 ns, ?2 token, ?3 space, ?4 name).
+const BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name) VALUES (?1, ?2, ?3, ?4)";
+
+/// Up to ?2 tokens of the dead set (?1 ns), oldest first.
+const DEAD_TOKENS: &str =
+    "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2";
+
+/// Takes token ?2 out of the dead set (?1 ns).
+const FORGET_DEAD: &str = "DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2";
+
+/// Gives back every item token ?2 owns (?1 ns): pending when it has attempts left, else
+/// dead-lettered.
+const REQUEUE_ORPHANS: &str = "UPDATE liveness_items SET owner = NULL, \
+    state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
+    WHERE ns = ?1 AND state = 1 AND owner = ?2 RETURNING id, state";
+
+/// Draws the namespace's next death seq (?1 ns).
+const NEXT_DEATH: &str =
+    "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) VALUES (?1, 0, 0, 1) \
+    ON CONFLICT (ns) DO UPDATE SET next_death = next_death + 1 RETURNING next_death";
+
+/// Records a death (?1 ns, ?2 seq, ?3 space, ?4 name, ?5 holder, ?6 token, ?7 at, ?8
+/// cause).
+const RECORD_DEATH: &str = "INSERT INTO liveness_deaths \
+    (ns, seq, space, name, holder, token, at_ms, cause) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// Drops the death records of seq ?2 and older (?1 ns): those out of the retention.
+const TRIM_DEATHS: &str = "DELETE FROM liveness_deaths WHERE ns = ?1 AND seq <= ?2";
+
+/// Fills in what the sweep of token ?2 moved (?1 ns, ?3 requeued, ?4 dead-lettered).
+const SWEPT: &str = "UPDATE liveness_deaths SET requeued = ?3, dead_lettered = ?4 \
+    WHERE ns = ?1 AND token = ?2 AND requeued IS NULL";
+
+/// Up to ?3 death records with seq below ?2 (?1 ns), newest first.
+const DEATHS: &str = "SELECT seq, space, name, holder, token, at_ms, cause, \
+    requeued, dead_lettered FROM liveness_deaths WHERE ns = ?1 AND seq < ?2 \
+    ORDER BY seq DESC LIMIT ?3";
+
+impl SqliteStore {
+    /// Up to `limit` leases of `space` expired at the store's now, earliest expiry
+    /// first ([`LeaseStore::expired`]; the caller checked `limit`).
+    pub(crate) async fn find_expired(
+        &self,
+        space: &Space,
+        limit: usize,
+    ) -> Result<Vec<ExpiredLease>> {
+        let q = self
+            .query(EXPIRED)
+            .bind(space.as_ref())
+            .bind(limit_param(limit))
+            .bind(self.now()?);
+        self.list(q, |row| {
+            let name = Name::new(get_text(row, 0)?)
+                .map_err(|_| corrupt("bad name in the liveness database"))?;
+            Ok(ExpiredLease {
+                key: Key::new(space.clone(), name),
+                holder: HolderId::new(get_text(row, 1)?)
+                    .map_err(|_| corrupt("bad holder in the liveness database"))?,
+                token: FencingToken(get_u64(row, 2, "token")?),
+            })
+        })
+        .await
+    }
+
+    /// Reaps the lease on `key` if it still has `token` and is expired
+    /// ([`LeaseStore::reap`]): true when this call retired it.
+    pub(crate) async fn reap_key(&self, key: &Key, token: FencingToken) -> Result<bool> {
+        self.retire(REAP, key, token, true).await
+    }
+
+    /// [`SqliteStore::reap_key`]'s work inside the open write transaction on `conn`, at
+    /// store time `now` (the caller commits, and wakes the waiters).
+    pub(crate) async fn reap_in(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<bool> {
+        self.retire_in(conn, REAP, key, token, true, now).await
+    }
+
+    /// Runs `RELEASE` (lease.rs) or [`REAP`] on the lease on `key` with `token`:
+    /// true when it deleted the lease, whose token then goes to the dead set in the
+    /// same transaction; wakes this process's waiters. When `clocked` (`REAP`), the
+    /// store's now, read holding the write lock, is bound last.
+    pub(crate) async fn retire(
+        &self,
+        statement: &'static str,
+        key: &Key,
+        token: FencingToken,
+        clocked: bool,
+    ) -> Result<bool> {
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        if !self
+            .retire_in(w.conn(), statement, key, token, clocked, now)
+            .await?
+        {
+            w.rollback().await?;
+            return Ok(false);
+        }
+        w.commit().await?;
+        tick(&self.wake);
+        Ok(true)
+    }
+
+    /// [`SqliteStore::retire`]'s work inside the open write transaction on `conn`, at
+    /// store time `now`: true when it removed the lease, buried its token and
+    /// recorded its death (the caller commits, and wakes the waiters).
+    async fn retire_in(
+        &self,
+        conn: &mut SqliteConnection,
+        statement: &'static str,
+        key: &Key,
+        token: FencingToken,
+        clocked: bool,
+        now: i64,
+    ) -> Result<bool> {
+        let mut q = self
+            .query(statement)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(as_db(token.0));
+        if clocked {
+            q = q.bind(now);
+        }
+        let holder: Option<String> = q
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?
+            .map(|row| get_text(&row, 0))
+            .transpose()?;
+        let Some(holder) = holder else {
+            return Ok(false);
+        };
+        self.bury(&mut *conn, key, token.0).await?;
+        let cause = if clocked {
+            DeathCause::Reaped
+        } else {
+            DeathCause::Released
+        };
+        self.record_death(&mut *conn, key, &holder, token.0, now, cause)
+            .await?;
+        Ok(true)
+    }
+
+    /// Moves the lease on `key` with `token` to the dead set (the caller deleted it).
+    pub(crate) async fn bury(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        token: u64,
+    ) -> Result<()> {
+        self.query(BURY)
+            .bind(to_i64(token, "token")?)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
+    /// Records the death of `token` on `key` (held by `holder`) at store time `now`,
+    /// inside the open write transaction, and drops the records that fell out of the
+    /// retention (by seq: each record is deleted once, so O(1) amortized).
+    pub(crate) async fn record_death(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        holder: &str,
+        token: u64,
+        now: i64,
+        cause: DeathCause,
+    ) -> Result<()> {
+        let seq = self.next(conn, NEXT_DEATH).await?;
+        self.query(RECORD_DEATH)
+            .bind(seq)
+            .bind(key.space().as_ref())
+            .bind(key.name().as_ref())
+            .bind(holder)
+            .bind(to_i64(token, "token")?)
+            .bind(now)
+            .bind(cause_code(cause))
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let keep = to_i64(self.info.caps.death_retention.max(1) as u64, "retention")?;
+        if seq > keep {
+            self.query(TRIM_DEATHS)
+                .bind(seq - keep)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` tokens of the dead set, oldest first
+    /// ([`LeaseStore::dead_tokens`]; the caller checked `limit`).
+    pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let q = self.query(DEAD_TOKENS).bind(limit_param(limit));
+        self.list(q, |row| {
+            let space = Space::new(get_text(row, 1)?)
+                .map_err(|_| corrupt("bad space in the liveness database"))?;
+            let name = Name::new(get_text(row, 2)?)
+                .map_err(|_| corrupt("bad name in the liveness database"))?;
+            Ok(DeadToken {
+                token: FencingToken(get_u64(row, 0, "token")?),
+                key: Key::new(space, name),
+            })
+        })
+        .await
+    }
+
+    /// Sweeps the items `token` owned ([`ItemStore::requeue_orphans`]): one write
+    /// transaction, which takes the token out of the dead set, gives its items back
+    /// and fills in its death record; nothing when the token is not in the dead set.
+    pub(crate) async fn requeue(&self, token: FencingToken) -> Result<Requeued> {
+        let mut w = self.write().await?;
+        let Some(out) = self.requeue_in(w.conn(), token).await? else {
+            w.rollback().await?;
+            return Ok(Requeued::default());
+        };
+        w.commit().await?;
+        Ok(out)
+    }
+
+    /// [`ItemStore::requeue_orphans`]'s work inside the open write transaction on
+    /// `conn` (the caller commits); `None` when the token is not in the dead set
+    /// (nothing written).
+    pub(crate) async fn requeue_in(
+        &self,
+        conn: &mut SqliteConnection,
+        token: FencingToken,
+    ) -> Result<Option<Requeued>> {
+        let t = as_db(token.0);
+        let done = self
+            .query(FORGET_DEAD)
+            .bind(t)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let rows = self
+            .query(REQUEUE_ORPHANS)
+            .bind(t)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        self.record_sweep(&mut *conn, t, &rows).await?;
+        let mut out = Requeued::default();
+        for row in &rows {
+            let id = ItemId(get_u64(row, 0, "item id")?);
+            let state: i64 = row.try_get(1).map_err(map)?;
+            if state == STATE_PENDING {
+                out.requeued.push(id);
+            } else {
+                out.dead_lettered.push(id);
+            }
+        }
+        out.requeued.sort();
+        out.dead_lettered.sort();
+        Ok(Some(out))
+    }
+
+    /// Fills in the death record of `token` with what its sweep moved (`rows` of
+    /// [`REQUEUE_ORPHANS`]), inside the sweep's write transaction.
+    async fn record_sweep(
+        &self,
+        conn: &mut SqliteConnection,
+        token: i64,
+        rows: &[SqliteRow],
+    ) -> Result<()> {
+        let mut requeued = 0i64;
+        for row in rows {
+            let state: i64 = row.try_get(1).map_err(map)?;
+            if state == STATE_PENDING {
+                requeued += 1;
+            }
+        }
+        let dead = i64::try_from(rows.len()).unwrap_or(i64::MAX) - requeued;
+        self.query(SWEPT)
+            .bind(token)
+            .bind(requeued)
+            .bind(dead)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
+    /// Up to `limit` death records with seq below `before`, newest first
+    /// ([`LeaseStore::deaths`]; the caller checked `limit`).
+    pub(crate) async fn death_records(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<DeathRecord>> {
+        let q = self
+            .query(DEATHS)
+            .bind(before.map_or(i64::MAX, as_db))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let space = Space::new(get_text(row, 1)?)
+                .map_err(|_| corrupt("bad space in the liveness database"))?;
+            let name = Name::new(get_text(row, 2)?)
+                .map_err(|_| corrupt("bad name in the liveness database"))?;
+            let requeued: Option<i64> = row.try_get(7).map_err(map)?;
+            let dead: Option<i64> = row.try_get(8).map_err(map)?;
+            let count = |n: i64| {
+                u64::try_from(n).map_err(|_| corrupt("bad swept count in the liveness database"))
+            };
+            let swept = match (requeued, dead) {
+                (Some(r), Some(d)) => Some(Swept {
+                    requeued: count(r)?,
+                    dead_lettered: count(d)?,
+                }),
+                _ => None,
+            };
+            Ok(DeathRecord {
+                seq: get_u64(row, 0, "seq")?,
+                key: Key::new(space, name),
+                holder: HolderId::new(get_text(row, 3)?)
+                    .map_err(|_| corrupt("bad holder in the liveness database"))?,
+                token: FencingToken(get_u64(row, 4, "token")?),
+                at: StoreTime::from_epoch(Duration::from_millis(get_u64(row, 5, "at")?)),
+                cause: cause_from_code(row.try_get(6).map_err(map)?)?,
+                swept,
+            })
+        })
+        .await
+    }
+}

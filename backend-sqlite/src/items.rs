@@ -1,0 +1,327 @@
+//! `impl ItemStore for SqliteStore`: each method runs its statements here, in one
+//! transaction, or forwards the sweep of a dead token's items to `deaths.rs` and its
+//! batch to `batch.rs`. Their input was checked before the call
+//! ([`liveness_core::CheckInput`]); they refuse only what the core cannot judge (an
+//! item id that names no item).
+
+use liveness_core::{
+    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
+    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued, Result,
+};
+use sqlx::Row;
+
+use crate::core::{
+    as_db, get_u64, limit_param, state_code, SqliteStore, STATE_DEAD, STATE_OWNED, STATE_PENDING,
+};
+use crate::error::{corrupt, map};
+
+/// The item id enqueue key ?2 answered (?1 ns).
+const ENQUEUE_KEY: &str = "SELECT id FROM liveness_enqueue_keys WHERE ns = ?1 AND key = ?2";
+
+/// Draws the namespace's next item id (?1 ns).
+const NEXT_ITEM: &str =
+    "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, 1) \
+    ON CONFLICT (ns) DO UPDATE SET next_item = next_item + 1 RETURNING next_item";
+
+/// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts).
+const ENQUEUE: &str =
+    "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)";
+
+/// Records that enqueue key ?2 answered item ?3 (?1 ns).
+const SAVE_ENQUEUE_KEY: &str =
+    "INSERT INTO liveness_enqueue_keys (ns, key, id) VALUES (?1, ?2, ?3)";
+
+/// The items token ?2 owns that claim request ?3 assigned (?1 ns): a repeated claim's
+/// answer.
+const CLAIMED_BY: &str =
+    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = 1 AND owner = ?2 AND claim_request = ?3 ORDER BY id";
+
+/// Admits claim request ?5 under token ?4 of the lease on a key (?1 ns, ?2 space, ?3
+/// name): raises the token's high-water mark to ?5 when ?5 is greater (one row
+/// affected), else changes nothing (a late or repeated copy, or an older id). Runs
+/// after the lease was found current and live in the same transaction.
+const ADMIT_CLAIM: &str = "UPDATE liveness_leases SET last_claim = ?5 \
+    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 \
+    AND (last_claim IS NULL OR last_claim < ?5)";
+
+/// Hands up to ?3 pending items to token ?2 (?1 ns), oldest first, marked with the
+/// claim's request id ?4.
+const CLAIM: &str = "UPDATE liveness_items \
+    SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
+    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND state = 0 ORDER BY id LIMIT ?3) \
+    RETURNING id, payload, attempts, max_attempts, state, owner";
+
+/// Deletes item ?2 if token ?3 owns it (?1 ns).
+const COMPLETE: &str =
+    "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3";
+
+/// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
+/// attempts left, else dead-lettered.
+const FAIL: &str = "UPDATE liveness_items SET owner = NULL, \
+    state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END \
+    WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
+
+/// Item ?2 (?1 ns).
+const ITEM: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND id = ?2";
+
+/// How many items are in each state (?1 ns).
+const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state";
+
+/// Up to ?2 dead-lettered items (?1 ns), oldest first.
+const DEAD_LETTERS: &str =
+    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2";
+
+/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first.
+const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
+
+/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
+const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id = ?2 AND state = 2";
+
+/// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
+/// attempts (?1 ns).
+const RETRY_DEAD_LETTERS: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";
+
+#[async_trait]
+impl ItemStore for SqliteStore {
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let mut w = self.write().await?;
+        let key = options.key.map(RequestId::to_hex);
+        if let Some(key) = &key {
+            let earlier: Option<i64> = sqlx::query_scalar(ENQUEUE_KEY)
+                .bind(self.ns.as_ref())
+                .bind(key)
+                .fetch_optional(w.conn())
+                .await
+                .map_err(map)?;
+            if let Some(id) = earlier {
+                w.rollback().await?;
+                return Ok(ItemId(
+                    u64::try_from(id)
+                        .map_err(|_| corrupt("bad item id in the liveness database"))?,
+                ));
+            }
+        }
+        let id = self.next(w.conn(), NEXT_ITEM).await?;
+        self.query(ENQUEUE)
+            .bind(id)
+            .bind(payload)
+            .bind(i64::from(options.max_attempts))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if let Some(key) = &key {
+            self.query(SAVE_ENQUEUE_KEY)
+                .bind(key)
+                .bind(id)
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
+        }
+        w.commit().await?;
+        Ok(ItemId(u64::try_from(id).map_err(|_| {
+            corrupt("bad item id in the liveness database")
+        })?))
+    }
+
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        let req = req.to_hex();
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &lease.key, now).await?;
+        if let Some(e) = Self::lost(lease, &cur) {
+            w.rollback().await?;
+            return Err(e);
+        }
+        // A repeat of this request answers what it assigned and assigns nothing new.
+        let mut rows = self
+            .query(CLAIMED_BY)
+            .bind(as_db(lease.token.0))
+            .bind(&req)
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
+        // Else admitted only above the token's high-water mark, which it raises: a
+        // late or repeated copy, or an older id after a newer one, assigns nothing.
+        let admitted = rows.is_empty()
+            && self
+                .query(ADMIT_CLAIM)
+                .bind(lease.key.space().as_ref())
+                .bind(lease.key.name().as_ref())
+                .bind(as_db(lease.token.0))
+                .bind(&req)
+                .execute(w.conn())
+                .await
+                .map_err(map)?
+                .rows_affected()
+                == 1;
+        if admitted {
+            rows = self
+                .query(CLAIM)
+                .bind(as_db(lease.token.0))
+                .bind(limit_param(n))
+                .bind(&req)
+                .fetch_all(w.conn())
+                .await
+                .map_err(map)?;
+        }
+        w.commit().await?;
+        let mut items = rows
+            .iter()
+            .map(|row| Self::item_from_row(row).map(|(item, _)| item))
+            .collect::<Result<Vec<_>>>()?;
+        items.sort_by_key(|i| i.id);
+        Ok(items)
+    }
+
+    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+        // One DELETE in autocommit: atomic on its own.
+        let _guard = self.writer.lock().await;
+        let done = self
+            .query(COMPLETE)
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .execute(&self.pool)
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 0 {
+            return Err(lease.fenced(id));
+        }
+        Ok(())
+    }
+
+    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+        let mut w = self.write().await?;
+        let state: Option<i64> = sqlx::query_scalar(FAIL)
+            .bind(self.ns.as_ref())
+            .bind(as_db(id.0))
+            .bind(as_db(lease.token.0))
+            .bind(retry)
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
+        let Some(state) = state else {
+            w.rollback().await?;
+            return Err(lease.fenced(id));
+        };
+        w.commit().await?;
+        Ok(if state == STATE_PENDING {
+            ItemState::Pending
+        } else {
+            ItemState::DeadLettered
+        })
+    }
+
+    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
+        self.requeue(token).await
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+        self.requeue_batch(tokens).await
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let row = self
+            .query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
+        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
+            .transpose()
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let rows = self
+            .query(ITEM_COUNTS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
+        let mut counts = ItemCounts::default();
+        for row in &rows {
+            let state: i64 = row.try_get(0).map_err(map)?;
+            let n = get_u64(row, 1, "count")?;
+            match state {
+                STATE_PENDING => counts.pending = n,
+                STATE_OWNED => counts.owned = n,
+                STATE_DEAD => counts.dead_lettered = n,
+                _ => return Err(corrupt("bad item state in the liveness database")),
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let q = self.query(DEAD_LETTERS).bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
+        .await
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let q = self
+            .query(ITEMS)
+            .bind(state_code(state))
+            .bind(after.map_or(0, |id| as_db(id.0)))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let mut w = self.write().await?;
+        let done = self
+            .query(RETRY_DEAD_LETTER)
+            .bind(as_db(id.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 1 {
+            return w.commit().await;
+        }
+        let found = self
+            .query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
+        w.rollback().await?;
+        Err(Error::invalid(
+            "item",
+            if found.is_some() {
+                InputProblem::NotDeadLettered
+            } else {
+                InputProblem::NoSuchItem
+            },
+        ))
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let mut w = self.write().await?;
+        let rows = self
+            .query(RETRY_DEAD_LETTERS)
+            .bind(limit_param(limit))
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
+        w.commit().await?;
+        let mut ids = rows
+            .iter()
+            .map(|row| get_u64(row, 0, "item id").map(ItemId))
+            .collect::<Result<Vec<_>>>()?;
+        ids.sort();
+        Ok(ids)
+    }
+}
