@@ -1,401 +1,325 @@
-//! A custom store written from scratch, as a user of the library would: the walk-through
-//! in `docs/custom-store.md` builds exactly this file, and `tests/custom_store.rs` runs
-//! the whole conformance suite against it.
-//!
-//! `TableStore` keeps its state the way a small SQL database would: a `leases` table and
-//! an `items` table of rows, a counter row, and an expiry index. Every operation takes
-//! one async lock (its "transaction"), reads the store clock once inside it, and changes
-//! rows only after every check has passed — the three habits that make a store meet the
-//! contract.
-//!
-//! It also counts the rows it reads ([`TableStore::rows_visited`]), so that a test can
-//! check deterministically that a checker round's cost does not grow with the number of
-//! live leases (`liveness_conformance::bench::check_round_cost`), and it can be built
-//! without its expiry index ([`TableStore::without_expiry_index`]) to show that check
-//! catching a store that scans every lease — which the conformance scenarios alone
-//! cannot see.
+//! A liveness store kept in process memory: the shape every store has, small
+//! enough to read in one sitting. `docs/custom-store.md` builds it block by block.
 
-use liveness_core::Page;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, InputProblem, Issuer, Item, ItemCounts, ItemId,
     ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostReason, Namespace, RequestId, Requeued, Result, Space, StoreInfo, StoreTime,
-    Swept, Ttl,
+    LeaseStore, LostCause, Name, Namespace, Page, RequestId, Requeued, Result, Space, StoreInfo,
+    StoreTime, Swept, Ttl,
 };
-use tokio::sync::Mutex;
-use tokio::time::Instant;
 
-/// One row of the `leases` table.
-#[derive(Clone, Debug)]
+/// The lease on one key.
+#[derive(Debug)]
 struct LeaseRow {
     holder: HolderId,
-    token: u64,
+    token: FencingToken,
     ttl: Ttl,
-    /// Store-clock milliseconds since the store's epoch.
-    expires_at_ms: u64,
-    /// The greatest claim request id admitted under `token` (its high-water mark):
-    /// claim ids are single-use per token. A new token gets a new row, without one.
+    /// On the store clock.
+    expires_at: Duration,
+    /// The greatest claim request admitted under this token (its high-water mark).
     last_claim: Option<RequestId>,
 }
 
-impl LeaseRow {
-    /// What `inspect` and `list` show of this row, the lease on `key`, at store-clock
-    /// milliseconds `now`.
-    fn info(&self, key: &Key, now: u64) -> LeaseInfo {
-        LeaseInfo {
-            key: key.clone(),
-            holder: self.holder.clone(),
-            token: FencingToken(self.token),
-            ttl: self.ttl,
-            status: if now < self.expires_at_ms {
-                LeaseStatus::Live {
-                    remaining: Duration::from_millis(self.expires_at_ms - now),
-                }
-            } else {
-                LeaseStatus::Expired
-            },
-        }
-    }
-}
-
-/// One row of the `items` table.
-#[derive(Clone, Debug)]
+/// One work item, and the claim request that gave it to its current owner.
+#[derive(Debug)]
 struct ItemRow {
-    payload: Vec<u8>,
-    attempts: u32,
-    max_attempts: u32,
-    /// `None` pending, `Some(token)` owned, and `dead` marks the dead-letter set.
-    owner: Option<u64>,
-    dead: bool,
-    /// The request id of the claim that made `owner` its owner: a repeat of that
-    /// claim answers the rows that carry it.
-    claimed_by: Option<RequestId>,
+    item: Item,
+    state: ItemState,
+    req: Option<RequestId>,
 }
 
+/// The whole state of one namespace, behind one lock.
 #[derive(Debug, Default)]
 struct Tables {
     last_token: u64,
     last_item: u64,
-    leases: BTreeMap<Key, LeaseRow>,
-    /// (space, expires_at_ms, key): the expiry index that keeps `expired` O(expired).
-    by_expiry: BTreeSet<(Space, u64, Key)>,
-    /// token -> key: the dead set.
-    dead: BTreeMap<u64, Key>,
-    items: BTreeMap<u64, ItemRow>,
-    /// Enqueue idempotency keys and the ids they answered, kept for good.
-    enqueue_keys: BTreeMap<RequestId, u64>,
-    /// The death history by seq: the newest `death_retention` rows.
-    deaths: BTreeMap<u64, DeathRecord>,
     last_death: u64,
-    /// token -> seq of its death row, until its sweep fills the row in.
-    death_of: BTreeMap<u64, u64>,
+    /// Keys sort by space, then name: `members` reads a range of this map.
+    leases: BTreeMap<Key, LeaseRow>,
+    /// The expiry index, (space, expiry, key): `expired` reads only its head.
+    by_expiry: BTreeSet<(Space, Duration, Key)>,
+    /// The dead set: token → its key and the seq of its death record.
+    dead: BTreeMap<FencingToken, (Key, u64)>,
+    /// The death history by seq: the newest `KEEP_DEATHS` records.
+    deaths: BTreeMap<u64, DeathRecord>,
+    items: BTreeMap<ItemId, ItemRow>,
+    /// Enqueue idempotency keys and the ids they answered, kept for good.
+    enqueue_keys: HashMap<RequestId, ItemId>,
 }
 
-/// A store kept in process memory as tables of rows, with its own clock.
-#[derive(Debug, Clone)]
-pub struct TableStore {
+/// The death records kept: few, so that the conformance suite fills the history.
+const KEEP_DEATHS: u64 = 100;
+
+/// A store in process memory: one namespace per value.
+#[derive(Debug)]
+pub struct MapStore {
     epoch: Instant,
-    tables: Arc<Mutex<Tables>>,
-    /// Rows and index entries read by `expired`, `next_expiry`, `reap`, `dead_tokens`
-    /// and `requeue_orphans`.
-    visited: Arc<AtomicU64>,
-    /// Answer `expired` and `next_expiry` by scanning every lease row (the mistake the
-    /// expiry index avoids).
-    scan: bool,
-    /// What the store is: its name, its capabilities ([`TableStore::caps`]) and who
-    /// issues its leases (a random identity drawn by `new`: one store, one namespace;
-    /// every operation that takes a lease refuses another's).
+    tables: Mutex<Tables>,
     info: StoreInfo,
+    /// Leases read in expiry order ([`MapStore::rows_visited`]).
+    visited: AtomicU64,
+    /// Read every lease instead of the expiry index ([`MapStore::scanning`]).
+    scan: bool,
 }
 
-impl Default for TableStore {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// Tells store instances apart, for their issuers.
+static STORES: AtomicU64 = AtomicU64::new(1);
 
-impl TableStore {
-    /// An empty store whose clock starts now.
-    pub fn new() -> Self {
-        TableStore {
-            epoch: Instant::now(),
-            tables: Arc::default(),
-            visited: Arc::default(),
-            scan: false,
-            info: StoreInfo {
-                backend: "table-example",
-                caps: Self::caps(),
-                issuer: Issuer::new(
-                    Namespace::new("default").unwrap_or_else(|_| unreachable!("valid literal")),
-                    fastrand::u64(..),
-                ),
-            },
-        }
-    }
-
-    /// The same store, except that `expired` and `next_expiry` scan every lease row
-    /// instead of reading the expiry index: correct (it passes every conformance
-    /// scenario) but O(leases) per checker round. It exists to show that
-    /// `liveness_conformance::bench::check_round_cost` catches such a store; never
-    /// build a store this way.
-    pub fn without_expiry_index() -> Self {
-        TableStore {
-            scan: true,
-            ..Self::new()
-        }
-    }
-
-    /// How many rows and index entries this store (and its clones) read so far in
-    /// `expired`, `next_expiry`, `reap`, `dead_tokens` and `requeue_orphans`: a
-    /// deterministic measure of the work behind a checker round.
-    pub fn rows_visited(&self) -> u64 {
-        self.visited.load(Ordering::Relaxed)
-    }
-
-    fn visit(&self, rows: usize) {
-        self.visited.fetch_add(rows as u64, Ordering::Relaxed);
-    }
-
-    /// The store clock: milliseconds since this store was made, on the store's own
-    /// monotonic clock. Callers' clocks are never consulted.
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
-    fn caps() -> Capabilities {
-        Capabilities {
-            max_batch: 500,
-            max_payload: 256 * 1024,
-            // Small enough that the conformance suite fills it and checks the bound.
-            death_retention: 100,
+impl MapStore {
+    /// An empty store on `namespace`, its clock starting now.
+    pub fn new(namespace: Namespace) -> MapStore {
+        let death_retention = KEEP_DEATHS as usize;
+        let caps = Capabilities {
+            death_retention,
             ..Capabilities::default()
+        };
+        let issuer = Issuer::new(namespace, STORES.fetch_add(1, Relaxed));
+        MapStore {
+            epoch: Instant::now(),
+            tables: Mutex::default(),
+            info: StoreInfo {
+                backend: "map",
+                caps,
+                issuer,
+            },
+            visited: AtomicU64::new(0),
+            scan: false,
         }
     }
+
+    /// The same store without its expiry index: `expired` and `next_expiry` read
+    /// every lease of the space. Every answer stays right, so every scenario passes
+    /// it; the cost check fails it. Never build a store this way.
+    pub fn scanning(namespace: Namespace) -> MapStore {
+        let mut store = MapStore::new(namespace);
+        store.scan = true;
+        store
+    }
+
+    /// How many leases `expired` and `next_expiry` have read so far: the work of a
+    /// checker round, counted deterministically for the cost check.
+    pub fn rows_visited(&self) -> u64 {
+        self.visited.load(Relaxed)
+    }
+
+    /// One atomic step: the lock, and the store clock read once, under it.
+    fn step(&self) -> (MutexGuard<'_, Tables>, Duration) {
+        let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        (tables, self.epoch.elapsed())
+    }
+
+    /// The leases of `space` with their expiry, earliest first, each counted as it
+    /// is read: the head of the expiry index, or (scanning) all of them, sorted.
+    fn by_expiry<'a>(&'a self, t: &'a Tables, space: &'a Space) -> ExpiryOrder<'a> {
+        let count = move |read| {
+            self.visited.fetch_add(1, Relaxed);
+            read
+        };
+        if self.scan {
+            let leases = t.leases.range(first_key(space)..);
+            let leases = leases.take_while(|(key, _)| key.space() == space);
+            let mut all: Vec<_> = leases.map(|(k, row)| count((row.expires_at, k))).collect();
+            all.sort();
+            return Box::new(all.into_iter());
+        }
+        let from = entry(&first_key(space), Duration::ZERO);
+        let index = t.by_expiry.range(from..);
+        let index = index.take_while(move |(s, _, _)| s == space);
+        Box::new(index.map(move |(_, at, key)| count((*at, key))))
+    }
+}
+
+/// Leases with their expiry, earliest first.
+type ExpiryOrder<'a> = Box<dyn Iterator<Item = (Duration, &'a Key)> + 'a>;
+
+/// The first key of `space` in key order: no valid name sorts before " ".
+fn first_key(space: &Space) -> Key {
+    let name = Name::new(" ").unwrap_or_else(|_| unreachable!("\" \" is a valid name"));
+    Key::new(space.clone(), name)
+}
+
+/// The expiry index's entry for the lease on `key` expiring at `at`.
+fn entry(key: &Key, at: Duration) -> (Space, Duration, Key) {
+    (key.space().clone(), at, key.clone())
 }
 
 impl Tables {
-    /// Removes the lease row on `key`, puts its token in the dead set and writes its
-    /// death row, all under the one lock; drops the death row that fell out of the
-    /// retention (one per death).
-    fn retire(&mut self, key: &Key, cause: DeathCause, now_ms: u64) {
-        if let Some(row) = self.leases.remove(key) {
-            self.by_expiry
-                .remove(&(key.space().clone(), row.expires_at_ms, key.clone()));
-            self.dead.insert(row.token, key.clone());
-            self.last_death += 1;
-            let seq = self.last_death;
-            self.deaths.insert(
-                seq,
-                DeathRecord {
-                    seq,
-                    key: key.clone(),
-                    holder: row.holder,
-                    token: FencingToken(row.token),
-                    at: StoreTime::from_epoch(Duration::from_millis(now_ms)),
-                    cause,
-                    swept: None,
-                },
-            );
-            self.death_of.insert(row.token, seq);
-            let keep = TableStore::caps().death_retention as u64;
-            if seq > keep {
-                if let Some(old) = self.deaths.remove(&(seq - keep)) {
-                    if self.death_of.get(&old.token.0) == Some(&old.seq) {
-                        self.death_of.remove(&old.token.0);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Moves a dead-lettered row back to pending with no attempts counted.
-    fn revive(&mut self, id: u64) -> Result<()> {
-        match self.items.get_mut(&id) {
-            None => Err(Error::invalid("item", InputProblem::NoSuchItem)),
-            Some(row) if !row.dead => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
-            Some(row) => {
-                row.dead = false;
-                row.owner = None;
-                row.attempts = 0;
-                Ok(())
-            }
-        }
-    }
-
-    fn current(&self, lease: &Lease, now: u64) -> Result<&LeaseRow> {
-        let lost = |reason| Error::Lost {
-            key: lease.key.clone(),
-            token: lease.token,
-            reason,
+    /// Ends the lease on `key`, if any: the row goes, its token joins the dead set
+    /// and its death is recorded, in this one step; the oldest record beyond
+    /// `KEEP_DEATHS` is dropped.
+    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration) {
+        let Some(row) = self.leases.remove(key) else {
+            return;
         };
-        let row = self
-            .leases
-            .get(&lease.key)
-            .ok_or(lost(LostReason::Released))?;
-        if row.token != lease.token.0 {
-            return Err(lost(LostReason::Superseded));
+        self.by_expiry.remove(&entry(key, row.expires_at));
+        self.last_death += 1;
+        let seq = self.last_death;
+        self.dead.insert(row.token, (key.clone(), seq));
+        let record = DeathRecord {
+            seq,
+            key: key.clone(),
+            holder: row.holder,
+            token: row.token,
+            at: StoreTime::from_epoch(now),
+            cause,
+            swept: None,
+        };
+        self.deaths.insert(seq, record);
+        if let Some(old) = seq.checked_sub(KEEP_DEATHS) {
+            self.deaths.remove(&old);
         }
-        if now >= row.expires_at_ms {
-            return Err(lost(LostReason::Expired));
-        }
-        Ok(row)
     }
 
-    fn owned(&mut self, id: ItemId, token: FencingToken) -> Result<&mut ItemRow> {
-        match self.items.get_mut(&id.0) {
-            Some(row) if row.owner == Some(token.0) && !row.dead => Ok(row),
-            _ => Err(Error::Fenced { item: id, token }),
+    /// The row of `lease` if it is current and live, else why it is lost.
+    fn current(&mut self, lease: &Lease, now: Duration) -> Result<&mut LeaseRow> {
+        match self.leases.get_mut(&lease.key) {
+            None => Err(lease.lost(LostCause::Released)),
+            Some(row) if row.token != lease.token => Err(lease.lost(LostCause::Superseded)),
+            Some(row) if now >= row.expires_at => Err(lease.lost(LostCause::Expired)),
+            Some(row) => Ok(row),
+        }
+    }
+
+    /// The item `id` if `lease`'s token owns it, else `Fenced`.
+    fn owned(&mut self, lease: &Lease, id: ItemId) -> Result<&mut ItemRow> {
+        match self.items.get_mut(&id) {
+            Some(row) if row.state == ItemState::Owned(lease.token) => Ok(row),
+            _ => Err(lease.fenced(id)),
+        }
+    }
+
+    /// A dead-lettered item back to pending, no attempts counted. Only the store
+    /// knows its items: refusing an id is its own check.
+    fn revive(&mut self, id: ItemId) -> Result<()> {
+        let Some(row) = self.items.get_mut(&id) else {
+            return Err(Error::invalid("item", InputProblem::NoSuchItem));
+        };
+        if row.state != ItemState::DeadLettered {
+            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
+        }
+        row.state = ItemState::Pending;
+        row.item.attempts = 0;
+        Ok(())
+    }
+}
+
+impl LeaseRow {
+    fn info(&self, key: &Key, now: Duration) -> LeaseInfo {
+        // Live while the store's now is before the expiry; expired from that instant.
+        let remaining = self.expires_at.saturating_sub(now);
+        let status = if remaining.is_zero() {
+            LeaseStatus::Expired
+        } else {
+            LeaseStatus::Live { remaining }
+        };
+        LeaseInfo {
+            key: key.clone(),
+            holder: self.holder.clone(),
+            token: self.token,
+            ttl: self.ttl,
+            status,
         }
     }
 }
 
-fn give_back(row: &mut ItemRow, retry: bool) -> ItemState {
-    row.owner = None;
-    if retry && row.attempts < row.max_attempts {
-        ItemState::Pending
-    } else {
-        row.dead = true;
-        ItemState::DeadLettered
+impl ItemRow {
+    fn record(&self) -> ItemRecord {
+        let (item, state) = (self.item.clone(), self.state);
+        ItemRecord { item, state }
     }
-}
 
-fn record(id: u64, row: &ItemRow) -> ItemRecord {
-    ItemRecord {
-        item: Item {
-            id: ItemId(id),
-            payload: row.payload.clone(),
-            attempts: row.attempts,
-            max_attempts: row.max_attempts,
-        },
-        state: match (row.dead, row.owner) {
-            (true, _) => ItemState::DeadLettered,
-            (false, Some(t)) => ItemState::Owned(FencingToken(t)),
-            (false, None) => ItemState::Pending,
-        },
+    /// Gives the item back: pending again, or dead-lettered when `retry` is false
+    /// or its attempts are used up.
+    fn hand_back(&mut self, retry: bool) -> ItemState {
+        let again = retry && self.item.attempts < self.item.max_attempts;
+        self.req = None;
+        self.state = if again {
+            ItemState::Pending
+        } else {
+            ItemState::DeadLettered
+        };
+        self.state
     }
 }
 
 #[async_trait]
-impl LeaseStore for TableStore {
+impl LeaseStore for MapStore {
     fn info(&self) -> &StoreInfo {
         &self.info
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        Self::caps().check_ttl(ttl)?;
-        let mut t = self.tables.lock().await;
-        let now = self.now_ms();
-        if let Some(row) = t.leases.get(key) {
-            if now < row.expires_at_ms {
-                return Err(Error::Held {
-                    key: key.clone(),
-                    holder: row.holder.clone(),
-                    token: FencingToken(row.token),
-                });
-            }
-            t.retire(key, DeathCause::Superseded, now);
+        let (mut t, now) = self.step();
+        if let Some(row) = t.leases.get(key).filter(|row| now < row.expires_at) {
+            let (key, holder, token) = (key.clone(), row.holder.clone(), row.token);
+            return Err(Error::Held { key, holder, token });
         }
+        // An expired lease still on the key is reaped by this same step.
+        t.retire(key, DeathCause::Superseded, now);
         t.last_token += 1;
-        let token = t.last_token;
-        let expires_at_ms = now + ttl.as_millis();
-        t.leases.insert(
-            key.clone(),
-            LeaseRow {
-                holder: holder.clone(),
-                token,
-                ttl,
-                expires_at_ms,
-                last_claim: None,
-            },
-        );
-        t.by_expiry
-            .insert((key.space().clone(), expires_at_ms, key.clone()));
-        Ok(Lease::granted(
-            &self.info.issuer,
-            key.clone(),
-            holder.clone(),
-            FencingToken(token),
+        let (token, expires_at) = (FencingToken(t.last_token), now + ttl.duration());
+        let holder = holder.clone();
+        let row = LeaseRow {
+            holder: holder.clone(),
+            token,
             ttl,
-        ))
+            expires_at,
+            last_claim: None,
+        };
+        t.leases.insert(key.clone(), row);
+        t.by_expiry.insert(entry(key, expires_at));
+        let issuer = &self.info.issuer;
+        Ok(Lease::granted(issuer, key.clone(), holder, token, ttl))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        lease.check_issuer(&self.info.issuer)?;
-        let mut t = self.tables.lock().await;
-        let now = self.now_ms();
-        let old = t.current(lease, now)?.expires_at_ms;
-        // The ttl carried by the lease value: it may differ from the acquired one, and
-        // becomes the lease's ttl from now on.
-        Self::caps().check_ttl(lease.ttl)?;
-        let new = now + lease.ttl.as_millis();
-        let space = lease.key.space().clone();
-        t.by_expiry.remove(&(space.clone(), old, lease.key.clone()));
-        t.by_expiry.insert((space, new, lease.key.clone()));
-        if let Some(row) = t.leases.get_mut(&lease.key) {
-            row.expires_at_ms = new;
-            row.ttl = lease.ttl;
-        }
-        Ok(Lease {
-            expires_in: lease.ttl.duration(),
-            ..lease.clone()
-        })
+        let (mut t, now) = self.step();
+        let new = now + lease.ttl.duration();
+        let row = t.current(lease, now)?;
+        let old = std::mem::replace(&mut row.expires_at, new);
+        row.ttl = lease.ttl;
+        t.by_expiry.remove(&entry(&lease.key, old));
+        t.by_expiry.insert(entry(&lease.key, new));
+        Ok(lease.renewed())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease.check_issuer(&self.info.issuer)?;
-        let mut t = self.tables.lock().await;
-        let current = t.leases.get(&lease.key).map(|r| r.token) == Some(lease.token.0);
+        let (mut t, now) = self.step();
+        let row = t.leases.get(&lease.key);
+        let current = row.is_some_and(|row| row.token == lease.token);
         if current {
-            t.retire(&lease.key, DeathCause::Released, self.now_ms());
+            t.retire(&lease.key, DeathCause::Released, now);
         }
         Ok(current)
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        let t = self.tables.lock().await;
-        let now = self.now_ms();
+        let (t, now) = self.step();
         Ok(t.leases.get(key).map(|row| row.info(key, now)))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let t = self.tables.lock().await;
-        let now = self.now_ms();
-        if self.scan {
-            return Ok(self.scan_by_expiry(&t, space, now, limit));
-        }
-        let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
-        let mut visited = 0;
-        let out = t
-            .by_expiry
-            .range(from..)
-            .inspect(|_| visited += 1)
-            .take_while(|(s, at, _)| s == space && *at <= now)
-            .take(limit)
-            .filter_map(|(_, _, key)| {
-                t.leases.get(key).map(|row| ExpiredLease {
-                    key: key.clone(),
-                    holder: row.holder.clone(),
-                    token: FencingToken(row.token),
-                })
-            })
-            .collect();
-        self.visit(visited);
-        Ok(out)
+        let (t, now) = self.step();
+        let due = self.by_expiry(&t, space).take_while(|(at, _)| *at <= now);
+        let due = due.take(limit).filter_map(|(_, key)| {
+            let row = t.leases.get(key)?;
+            let (key, holder, token) = (key.clone(), row.holder.clone(), row.token);
+            Some(ExpiredLease { key, holder, token })
+        });
+        Ok(due.collect())
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let mut t = self.tables.lock().await;
-        let now = self.now_ms();
-        self.visit(1);
-        let expired =
-            matches!(t.leases.get(key), Some(r) if r.token == token.0 && now >= r.expires_at_ms);
+        let (mut t, now) = self.step();
+        let row = t.leases.get(key);
+        let expired = row.is_some_and(|row| row.token == token && now >= row.expires_at);
         if expired {
             t.retire(key, DeathCause::Reaped, now);
         }
@@ -403,285 +327,178 @@ impl LeaseStore for TableStore {
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let t = self.tables.lock().await;
-        let out: Vec<_> = t
-            .dead
-            .iter()
-            .take(limit)
-            .map(|(token, key)| DeadToken {
-                key: key.clone(),
-                token: FencingToken(*token),
-            })
-            .collect();
-        self.visit(out.len());
-        Ok(out)
-    }
-
-    async fn store_time(&self) -> Result<StoreTime> {
-        Ok(StoreTime::from_epoch(Duration::from_millis(self.now_ms())))
+        let (t, _) = self.step();
+        let dead = t.dead.iter().take(limit);
+        let dead = dead.map(|(&token, (key, _))| (token, key.clone()));
+        Ok(dead.map(|(token, key)| DeadToken { key, token }).collect())
     }
 
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let Page { after, limit } = page;
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        if after.is_some_and(|k| k.space() != space) {
-            return Err(Error::invalid("after", InputProblem::OtherSpace));
-        }
-        let t = self.tables.lock().await;
-        let now = self.now_ms();
-        // Keys sort by space, then name: a range of the leases table, O(page).
-        let from = match after {
-            Some(k) => std::ops::Bound::Excluded(k.clone()),
-            None => std::ops::Bound::Included(Key::new(space.clone(), min_name())),
+        let (t, now) = self.step();
+        let from = match page.after {
+            Some(key) => Bound::Excluded(key.clone()),
+            None => Bound::Included(first_key(space)),
         };
-        Ok(t.leases
-            .range((from, std::ops::Bound::Unbounded))
+        let rows = t.leases.range((from, Bound::Unbounded));
+        let rows = rows
             .take_while(|(key, _)| key.space() == space)
-            .take(limit)
-            .map(|(key, row)| row.info(key, now))
-            .collect())
+            .take(page.limit);
+        Ok(rows.map(|(key, row)| row.info(key, now)).collect())
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let t = self.tables.lock().await;
-        Ok(t.deaths
-            .range(..before.unwrap_or(u64::MAX))
-            .rev()
-            .take(limit)
-            .map(|(_, d)| d.clone())
-            .collect())
+        let (t, _) = self.step();
+        let newest_first = t.deaths.range(..before.unwrap_or(u64::MAX)).rev();
+        Ok(newest_first.take(limit).map(|(_, d)| d.clone()).collect())
+    }
+
+    async fn store_time(&self) -> Result<StoreTime> {
+        Ok(StoreTime::from_epoch(self.epoch.elapsed()))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let t = self.tables.lock().await;
-        let now = self.now_ms();
-        let earliest = if self.scan {
-            self.visit(t.leases.len());
-            t.leases
-                .iter()
-                .filter(|(key, _)| key.space() == space)
-                .map(|(_, row)| row.expires_at_ms)
-                .min()
-        } else {
-            self.visit(1);
-            let from = (space.clone(), 0, Key::new(space.clone(), min_name()));
-            t.by_expiry
-                .range(from..)
-                .next()
-                .filter(|(s, _, _)| s == space)
-                .map(|(_, at, _)| *at)
-        };
+        let (t, now) = self.step();
+        let earliest = self.by_expiry(&t, space).next();
         // Zero while the earliest lease is expired and not yet reaped.
-        Ok(earliest.map(|at| Duration::from_millis(at.saturating_sub(now))))
+        Ok(earliest.map(|(at, _)| at.saturating_sub(now)))
     }
-}
-
-impl TableStore {
-    /// `expired` without the index: every lease row is read (see
-    /// [`TableStore::without_expiry_index`]).
-    fn scan_by_expiry(
-        &self,
-        t: &Tables,
-        space: &Space,
-        now: u64,
-        limit: usize,
-    ) -> Vec<ExpiredLease> {
-        self.visit(t.leases.len());
-        let mut found: Vec<_> = t
-            .leases
-            .iter()
-            .filter(|(key, row)| key.space() == space && row.expires_at_ms <= now)
-            .collect();
-        found.sort_by_key(|(key, row)| (row.expires_at_ms, (*key).clone()));
-        found
-            .into_iter()
-            .take(limit)
-            .map(|(key, row)| ExpiredLease {
-                key: key.clone(),
-                holder: row.holder.clone(),
-                token: FencingToken(row.token),
-            })
-            .collect()
-    }
-}
-
-fn min_name() -> liveness_core::Name {
-    // The smallest valid name: sorts before every other name of the space.
-    liveness_core::Name::new("\u{20}").unwrap_or_else(|_| unreachable!("a space is a valid name"))
 }
 
 #[async_trait]
-impl ItemStore for TableStore {
+impl ItemStore for MapStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        options.validate(payload, Self::caps().max_payload)?;
-        let mut t = self.tables.lock().await;
-        if let Some(id) = options.key.and_then(|k| t.enqueue_keys.get(&k)) {
-            return Ok(ItemId(*id));
+        let (mut t, _) = self.step();
+        if let Some(id) = options.key.and_then(|key| t.enqueue_keys.get(&key)) {
+            return Ok(*id);
         }
         t.last_item += 1;
-        let id = t.last_item;
-        t.items.insert(
+        let id = ItemId(t.last_item);
+        let item = Item {
             id,
-            ItemRow {
-                payload: payload.to_vec(),
-                attempts: 0,
-                max_attempts: options.max_attempts,
-                owner: None,
-                dead: false,
-                claimed_by: None,
-            },
-        );
+            payload: payload.to_vec(),
+            attempts: 0,
+            max_attempts: options.max_attempts,
+        };
+        let (state, req) = (ItemState::Pending, None);
+        t.items.insert(id, ItemRow { item, state, req });
         if let Some(key) = options.key {
             t.enqueue_keys.insert(key, id);
         }
-        Ok(ItemId(id))
+        Ok(id)
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        lease.check_issuer(&self.info.issuer)?;
-        let n = Self::caps().clamp_limit("n", n)?;
-        let mut t = self.tables.lock().await;
-        let last_claim = t.current(lease, self.now_ms())?.last_claim;
-        // A repeat of this request answers the rows it assigned, and assigns nothing.
-        let earlier: Vec<Item> = t
-            .items
-            .iter()
-            .filter(|(_, row)| row.owner == Some(lease.token.0) && row.claimed_by == Some(req))
-            .map(|(id, row)| record(*id, row).item)
-            .collect();
+        let (mut t, now) = self.step();
+        let last_claim = t.current(lease, now)?.last_claim;
+        // 1. A repeat of `req`: the items it assigned, nothing new.
+        let mine = ItemState::Owned(lease.token);
+        let rows = t.items.values();
+        let earlier = rows.filter(|row| row.state == mine && row.req == Some(req));
+        let earlier: Vec<Item> = earlier.map(|row| row.item.clone()).collect();
         if !earlier.is_empty() {
             return Ok(earlier);
         }
-        // Else admitted only above the token's high-water mark, which it raises (also
-        // when nothing is pending): a late or repeated copy, or an older id after a
-        // newer one, assigns nothing.
+        // 2. Not above the high-water mark: a late copy, or an older id. Nothing.
         if last_claim.is_some_and(|last| req <= last) {
             return Ok(Vec::new());
         }
-        if let Some(row) = t.leases.get_mut(&lease.key) {
-            row.last_claim = Some(req);
+        // 3. Admitted: raise the mark, assign pending items, lowest id first.
+        t.current(lease, now)?.last_claim = Some(req);
+        let rows = t.items.values_mut();
+        let mut claimed = Vec::new();
+        for row in rows.filter(|row| row.state == ItemState::Pending).take(n) {
+            row.state = mine;
+            row.req = Some(req);
+            row.item.attempts += 1;
+            claimed.push(row.item.clone());
         }
-        // A linear scan for pending rows: fine for an example; a real store keeps a
-        // pending index (a sorted set, a partial SQL index).
-        let mut out = Vec::new();
-        for (id, row) in t.items.iter_mut() {
-            if out.len() == n {
-                break;
-            }
-            if row.owner.is_none() && !row.dead {
-                row.owner = Some(lease.token.0);
-                row.claimed_by = Some(req);
-                row.attempts += 1;
-                out.push(record(*id, row).item);
-            }
-        }
-        Ok(out)
+        Ok(claimed)
     }
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        lease.check_issuer(&self.info.issuer)?;
-        let mut t = self.tables.lock().await;
-        t.owned(id, lease.token)?;
-        t.items.remove(&id.0);
+        let (mut t, _) = self.step();
+        t.owned(lease, id)?;
+        t.items.remove(&id);
         Ok(())
     }
 
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        lease.check_issuer(&self.info.issuer)?;
-        let mut t = self.tables.lock().await;
-        Ok(give_back(t.owned(id, lease.token)?, retry))
+        let (mut t, _) = self.step();
+        Ok(t.owned(lease, id)?.hand_back(retry))
     }
 
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let mut t = self.tables.lock().await;
+        let (mut t, _) = self.step();
         let mut out = Requeued::default();
-        if t.dead.remove(&token.0).is_none() {
+        let Some((_, seq)) = t.dead.remove(&token) else {
             return Ok(out);
-        }
-        self.visit(t.items.len());
-        for (id, row) in t.items.iter_mut() {
-            if row.owner == Some(token.0) && !row.dead {
-                match give_back(row, true) {
-                    ItemState::Pending => out.requeued.push(ItemId(*id)),
-                    _ => out.dead_lettered.push(ItemId(*id)),
-                }
+        };
+        let orphans = t
+            .items
+            .iter_mut()
+            .filter(|(_, row)| row.state == ItemState::Owned(token));
+        for (id, row) in orphans {
+            match row.hand_back(true) {
+                ItemState::Pending => out.requeued.push(*id),
+                _ => out.dead_lettered.push(*id),
             }
         }
-        // The death row learns what its sweep moved, under the same lock.
-        if let Some(seq) = t.death_of.remove(&token.0) {
-            if let Some(d) = t.deaths.get_mut(&seq) {
-                d.swept = Some(Swept {
-                    requeued: out.requeued.len() as u64,
-                    dead_lettered: out.dead_lettered.len() as u64,
-                });
-            }
+        // Its death record learns what the sweep moved, in this same step (unless
+        // the retention dropped the record: then nothing is written).
+        if let Some(record) = t.deaths.get_mut(&seq) {
+            let requeued = out.requeued.len() as u64;
+            let dead_lettered = out.dead_lettered.len() as u64;
+            record.swept = Some(Swept {
+                requeued,
+                dead_lettered,
+            });
         }
         Ok(out)
     }
 
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let t = self.tables.lock().await;
-        // A scan from `after`: fine for an example; a real store keeps an index per
-        // state.
-        let from = after.map_or(0, |a| a.0.saturating_add(1));
-        Ok(t.items
-            .range(from..)
-            .map(|(id, row)| record(*id, row))
-            .filter(|r| r.state.kind() == state)
-            .take(limit)
-            .collect())
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        self.tables.lock().await.revive(id.0)
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let mut t = self.tables.lock().await;
-        let ids: Vec<u64> = t
-            .items
-            .iter()
-            .filter(|(_, row)| row.dead)
-            .map(|(id, _)| *id)
-            .take(limit)
-            .collect();
-        for id in &ids {
-            t.revive(*id)?;
-        }
-        Ok(ids.into_iter().map(ItemId).collect())
-    }
-
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let t = self.tables.lock().await;
-        Ok(t.items.get(&id.0).map(|row| record(id.0, row)))
+        Ok(self.step().0.items.get(&id).map(ItemRow::record))
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
-        let t = self.tables.lock().await;
-        let mut c = ItemCounts::default();
-        for row in t.items.values() {
-            match (row.dead, row.owner) {
-                (true, _) => c.dead_lettered += 1,
-                (false, Some(_)) => c.owned += 1,
-                (false, None) => c.pending += 1,
-            }
-        }
-        Ok(c)
+        let (t, _) = self.step();
+        let count = |kind| t.items.values().filter(|r| r.state.kind() == kind).count() as u64;
+        Ok(ItemCounts {
+            pending: count(ItemStateKind::Pending),
+            owned: count(ItemStateKind::Owned),
+            dead_lettered: count(ItemStateKind::DeadLettered),
+        })
     }
 
     async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let limit = Self::caps().clamp_limit("limit", limit)?;
-        let t = self.tables.lock().await;
-        Ok(t.items
-            .iter()
-            .filter(|(_, row)| row.dead)
-            .take(limit)
-            .map(|(id, row)| record(*id, row))
-            .collect())
+        let first = Page::first(limit);
+        self.items(ItemStateKind::DeadLettered, first).await
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let (t, _) = self.step();
+        let from = page.after.map_or(Bound::Unbounded, Bound::Excluded);
+        let rows = t.items.range((from, Bound::Unbounded)).map(|(_, row)| row);
+        let rows = rows
+            .filter(|row| row.state.kind() == state)
+            .take(page.limit);
+        Ok(rows.map(ItemRow::record).collect())
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        self.step().0.revive(id)
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let (mut t, _) = self.step();
+        let dead = t
+            .items
+            .values()
+            .filter(|row| row.state == ItemState::DeadLettered);
+        let ids: Vec<ItemId> = dead.map(|row| row.item.id).take(limit).collect();
+        for id in &ids {
+            t.revive(*id)?;
+        }
+        Ok(ids)
     }
 }

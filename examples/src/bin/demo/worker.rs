@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use liveness::{Error, Event, HolderId, LossReason, Member, MemberConfig, Store, Ttl};
+use liveness::{Error, Event, HolderId, HolderLoss, Member, MemberConfig, Store, Ttl};
 use tokio::io::AsyncReadExt;
 
 use crate::proto::Fact;
@@ -45,10 +45,10 @@ pub async fn run(args: WorkerArgs) -> i32 {
                 Event::Lost { token, reason, .. } => Fact::Lost {
                     token: token.0,
                     reason: match reason {
-                        LossReason::Store(r) => format!("the store answered: {r}"),
-                        LossReason::Deadline => "its local safety deadline passed".to_owned(),
-                        LossReason::Fault => "a store fault".to_owned(),
-                        LossReason::StoreLostState => "the store lost its state".to_owned(),
+                        HolderLoss::Store(r) => format!("the store answered: {r}"),
+                        HolderLoss::Deadline => "its local safety deadline passed".to_owned(),
+                        HolderLoss::Fault => "a store fault".to_owned(),
+                        HolderLoss::StoreLostState => "the store lost its state".to_owned(),
                     },
                 },
                 _ => continue,
