@@ -101,9 +101,18 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "==> cargo clippy (umbrella crate with every backend that links here)"
 cargo clippy -p liveness --features redis,postgres,etcd -- -D warnings
 echo "==> cargo clippy (FoundationDB native path: type-checked, not linked: no libfdb_c here)"
-cargo clippy -p backend-fdb --features native -- -D warnings
+cargo clippy -p liveness-fdb --features native -- -D warnings
 echo "==> cargo doc (a broken intra-doc link is an error)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# Every library crate packages as crates.io would take it: the metadata is there, every
+# dependency has a version, path-only dev-dependencies (liveness-testkit) are stripped,
+# and FoundationDB packages without its `native` feature. Cargo packages the members in
+# dependency order against a local overlay registry. Not verified by building each
+# package again from its .crate (that doubles the build, several minutes on 2 cores);
+# `--allow-dirty`: a local run with uncommitted edits checks the same thing. It runs
+# before the tests, so that the test results are what the run ends with.
+echo "==> cargo package (every library crate)"
+cargo package --workspace --exclude examples --exclude liveness-testkit --no-verify --allow-dirty
 # Most tests wait on leases expiring (I/O and timers, little CPU): run more of them at
 # once than there are cores.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
