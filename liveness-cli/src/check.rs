@@ -57,6 +57,9 @@ impl Health {
             .unwrap_or_default();
         {
             let s = &status;
+            if let Some(why) = &s.stopped {
+                return Err(format!("checker stopped: {why}"));
+            }
             if let Some((since, why)) = &s.failing {
                 return Err(format!(
                     "store unreachable: rounds failing for {}: {why}",
@@ -195,6 +198,23 @@ fn log(event: Event) {
     }
 }
 
+/// The failure of a checker whose task ended before it was told to stop: why, as its
+/// status says (or as the task's end says, when the status could not).
+fn stopped_by_itself(
+    status: &watch::Receiver<CheckerStatus>,
+    ended: Result<(), tokio::task::JoinError>,
+) -> Failure {
+    let why = status
+        .borrow()
+        .stopped
+        .clone()
+        .unwrap_or_else(|| match ended {
+            Err(e) if e.is_panic() => "the checker's task panicked".to_string(),
+            _ => "the checker's task ended".to_string(),
+        });
+    Failure::Other(format!("the checker stopped: {why}"))
+}
+
 /// Runs the checker until SIGTERM or SIGINT, logging its events; `health` (from
 /// [`serve_metrics`]) learns the outcome of every round.
 pub(crate) async fn run(
@@ -216,8 +236,9 @@ pub(crate) async fn run(
     if let Some(health) = &health {
         health.attach(&checker);
     }
+    let status = checker.status();
     let stop = CancellationToken::new();
-    let task = tokio::spawn({
+    let mut task = tokio::spawn({
         let stop = stop.clone();
         async move { checker.run(stop).await }
     });
@@ -232,18 +253,28 @@ pub(crate) async fn run(
     loop {
         tokio::select! {
             _ = &mut signal => break,
+            // The checker ended by itself (a panic): never a silent stop, nor an exit
+            // that looks like a clean one.
+            ended = &mut task => {
+                return Err(stopped_by_itself(&status, ended));
+            }
             event = rx.recv() => match event {
                 Ok(event) => log(event),
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "too many events to log; some were dropped")
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                // The bus closes when the checker is gone: its task ended, which the
+                // arm above reports.
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    let ended = (&mut task).await;
+                    return Err(stopped_by_itself(&status, ended));
+                }
             },
         }
     }
     stop.cancel();
     // The round in progress ends first.
-    let _ = task.await;
+    let _ = (&mut task).await;
     tracing::info!("checker stopped");
     Ok(())
 }

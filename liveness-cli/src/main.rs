@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use liveness::{Error, ItemStateKind, Store};
+use liveness::{CheckerConfig, Error, ItemStateKind, Store};
 
 /// Who is alive, who died, what is stuck: the operator's view of a liveness store.
 #[derive(Debug, Parser)]
@@ -222,7 +222,58 @@ fn main() -> ExitCode {
     }
 }
 
+/// The shortest value any duration flag takes.
+const MIN_FLAG_DURATION: Duration = Duration::from_millis(1);
+
+/// The longest `--timeout`, `--check-every`, `--every` and `--seconds`: one day (the
+/// longest `check_every` a checker takes, and the longest ttl of any store).
+const MAX_FLAG_DURATION: Duration = CheckerConfig::MAX_CHECK_EVERY;
+
+/// The longest `--since`: a hundred years (any history a store keeps).
+const MAX_SINCE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Refuses `flag`'s value `d` (bad input, exit 2) unless it is between
+/// [`MIN_FLAG_DURATION`] and `max`.
+fn in_range(flag: &str, d: Duration, max: Duration) -> Result<(), Failure> {
+    if (MIN_FLAG_DURATION..=max).contains(&d) {
+        return Ok(());
+    }
+    Err(Failure::Input(format!(
+        "invalid {flag} {}: must be between {} and {}",
+        humantime::format_duration(d),
+        humantime::format_duration(MIN_FLAG_DURATION),
+        humantime::format_duration(max)
+    )))
+}
+
+/// Range-checks every duration flag, before anything is bound or connected: a zero
+/// would busy-loop, a huge one overflow a timer or never come.
+fn check_durations(cli: &Cli) -> Result<(), Failure> {
+    in_range("--timeout", cli.timeout, MAX_FLAG_DURATION)?;
+    match &cli.command {
+        Command::Deaths {
+            since: Some(since), ..
+        } => in_range("--since", *since, MAX_SINCE),
+        Command::Check { check_every, .. } => {
+            in_range("--check-every", *check_every, MAX_FLAG_DURATION)
+        }
+        Command::Watch { every, .. } => in_range("--every", *every, MAX_FLAG_DURATION),
+        Command::Bench { seconds, .. } => {
+            let max = MAX_FLAG_DURATION.as_secs_f64();
+            if seconds.is_finite() && (0.001..=max).contains(seconds) {
+                Ok(())
+            } else {
+                Err(Failure::Input(format!(
+                    "invalid --seconds {seconds}: must be between 0.001 and {max}"
+                )))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
+    check_durations(&cli)?;
     // The recorder goes in before the checker binds its metric handles.
     let health = match &cli.command {
         Command::Check {

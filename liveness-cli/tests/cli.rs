@@ -592,6 +592,62 @@ fn a_bad_url_exits_2_with_a_one_line_reason() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
+/// Runs `liveness --store URL ARGS…`, killing it (and failing) when it has not ended
+/// within 30 s.
+fn liveness_bounded(url: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("--store")
+        .arg(url)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "liveness {args:?} still running after 30 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_duration_flag_out_of_range_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir, "flags");
+    for (args, flag) in [
+        (&["check", "--check-every", "0s"][..], "--check-every"),
+        (
+            &["check", "--check-every", "100000000s"][..],
+            "--check-every",
+        ),
+        (&["--timeout", "0s", "members"][..], "--timeout"),
+        (&["--timeout", "100000000s", "members"][..], "--timeout"),
+        (&["watch", "--every", "0s"][..], "--every"),
+        (&["watch", "--every", "100000000s"][..], "--every"),
+        (&["deaths", "--since", "0s"][..], "--since"),
+        (&["bench", "--seconds=-1"][..], "--seconds"),
+        (&["bench", "--seconds=1e30"][..], "--seconds"),
+    ] {
+        let out = liveness_bounded(&url, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert_one_reason(&out.stderr);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("liveness: invalid {flag} ")),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
 #[test]
 fn an_unreachable_store_exits_3() {
     // Nobody listens: refused at once.

@@ -24,6 +24,7 @@ use crate::election::{Election, ElectionConfig};
 use crate::error::{Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
 use crate::item::Requeued;
+use crate::layer::Intercepted;
 use crate::lease::ExpiredLease;
 use crate::metrics::CheckerMetrics;
 use crate::store::{ItemStore, LeaseStore, Store};
@@ -35,7 +36,8 @@ use crate::types::{FencingToken, Key, Space};
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
-    /// The longest sleep between rounds; default 1 s. Zero is rejected
+    /// The longest sleep between rounds; default 1 s. Zero, and anything over
+    /// [`CheckerConfig::MAX_CHECK_EVERY`] (one day), are rejected
     /// ([`CheckerConfig::validate`]). Each such sleep is shortened by a random part
     /// of up to a fifth, so checkers started together do not run in lockstep.
     /// It also sets the shortest: two rounds are never closer than a fiftieth of it
@@ -69,11 +71,30 @@ impl Default for CheckerConfig {
 }
 
 impl CheckerConfig {
-    /// Rejects a configuration that would busy-loop: `check_every` of zero fails with
-    /// [`Error::InvalidInput`].
+    /// The longest `check_every` accepted: one day, as [`Ttl::MAX`](crate::Ttl::MAX)
+    /// (no lease outlives it, so a longer sleep would only delay deaths).
+    pub const MAX_CHECK_EVERY: Duration = crate::types::Ttl::MAX;
+
+    /// Rejects a configuration that would busy-loop or never run again, with
+    /// [`Error::InvalidInput`] naming the field: `check_every` of zero or over
+    /// [`CheckerConfig::MAX_CHECK_EVERY`], and an `elected` configuration whose
+    /// heartbeat [`HeartbeatConfig::validate`](crate::HeartbeatConfig::validate)
+    /// refuses.
     pub fn validate(&self) -> Result<()> {
         if self.check_every.is_zero() {
             return Err(Error::invalid("check_every", InputProblem::Zero));
+        }
+        if self.check_every > Self::MAX_CHECK_EVERY {
+            return Err(Error::invalid(
+                "check_every",
+                InputProblem::TooLongDuration {
+                    max: Self::MAX_CHECK_EVERY,
+                    got: self.check_every,
+                },
+            ));
+        }
+        if let Some(elected) = &self.elected {
+            elected.heartbeat.validate()?;
         }
         Ok(())
     }
@@ -137,7 +158,7 @@ impl RoundReport {
 #[derive(Clone, Debug)]
 pub struct Checker {
     raw: Arc<dyn Store>,
-    store: Arc<Traced>,
+    store: Arc<Intercepted<Traced>>,
     config: CheckerConfig,
     metrics: CheckerMetrics,
     status: Arc<watch::Sender<CheckerStatus>>,
@@ -155,6 +176,36 @@ pub struct CheckerStatus {
     /// While rounds fail (an error, or a listing the store did not answer): since
     /// when, and the latest reason. `None` after a good round.
     pub failing: Option<(tokio::time::Instant, String)>,
+    /// Set once [`Checker::run`] ended, for whatever reason: stopped on request, an
+    /// invalid configuration, a panic, its task dropped. No round runs after it, so
+    /// no death is declared: a health check must fail on it.
+    pub stopped: Option<String>,
+}
+
+/// Records in the status why [`Checker::run`] ended, when dropped: the reason given,
+/// or, when it ended without one, that it panicked or was dropped mid-way.
+struct Ending<'a> {
+    status: &'a watch::Sender<CheckerStatus>,
+    why: Option<String>,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let why = self.why.take().unwrap_or_else(|| {
+            if std::thread::panicking() {
+                "the checker's task panicked".to_string()
+            } else {
+                "the checker's task was dropped before it ended".to_string()
+            }
+        });
+        if std::thread::panicking() {
+            tracing::error!(%why, "checker stopped");
+        }
+        self.status.send_modify(|s| {
+            s.running = None;
+            s.stopped.get_or_insert(why);
+        });
+    }
 }
 
 impl Checker {
@@ -193,13 +244,13 @@ impl Checker {
     pub async fn round(&self) -> Result<RoundReport> {
         self.config.validate()?;
         let started = tokio::time::Instant::now();
-        let calls = self.store.calls();
+        let calls = self.store.hook().calls();
         let report = self.round_inner().await;
         let m = &self.metrics;
         m.rounds.increment(1);
         m.round_seconds.record(started.elapsed().as_secs_f64());
         m.round_trips
-            .record(self.store.calls().saturating_sub(calls) as f64);
+            .record(self.store.hook().calls().saturating_sub(calls) as f64);
         if let Ok(report) = &report {
             m.deaths.increment(report.deaths.len() as u64);
             let moved = report
@@ -378,14 +429,27 @@ impl Checker {
     /// Runs rounds until `stop` fires. Store faults are logged and retried with
     /// backoff; they never end the loop. An invalid configuration
     /// ([`CheckerConfig::validate`]) ends it at once, with the error logged: it never
-    /// runs rounds in a busy loop.
+    /// runs rounds in a busy loop. However it ends (also by a panic, or the future
+    /// dropped), [`CheckerStatus::stopped`] says why.
     pub async fn run(&self, stop: CancellationToken) {
+        self.status.send_modify(|s| s.stopped = None);
+        let mut ending = Ending {
+            status: &self.status,
+            why: None,
+        };
         if let Err(e) = self.config.validate() {
             tracing::error!(error = %e, "checker not started");
+            ending.why = Some(format!("not started: {e}"));
             return;
         }
+        self.run_valid(&stop).await;
+        ending.why = Some("stopped on request".to_string());
+    }
+
+    /// [`Checker::run`] of a valid configuration, until `stop` fires.
+    async fn run_valid(&self, stop: &CancellationToken) {
         match self.config.elected.clone() {
-            None => self.run_rounds(&stop).await,
+            None => self.run_rounds(stop).await,
             Some(cfg) => {
                 let election = Election::new(self.raw.clone(), cfg);
                 loop {
@@ -447,7 +511,7 @@ impl Checker {
                     // cap is jittered, so checkers started together drift apart.
                     report
                         .next_expiry
-                        .map(|d| d + Duration::from_millis(1))
+                        .map(|d| d.saturating_add(Duration::from_millis(1)))
                         .unwrap_or(self.config.check_every)
                         .min(crate::heartbeat::spread(
                             self.config.check_every,

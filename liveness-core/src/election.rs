@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::clock::{Clock, HostClock};
-use crate::error::{Error, LostReason, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus};
 use crate::heartbeat::{End, Heartbeat, HeartbeatConfig, Standing};
 use crate::lease::{Lease, LeaseInfo};
@@ -28,8 +28,13 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 pub struct ElectionConfig {
     /// The role's name: its key is `leaders/NAME`.
     pub name: Name,
-    /// This candidate's id. Give every candidate its own: a campaign recognises the
-    /// leases of its own id as its own.
+    /// This candidate's id, as operators see it. Each acquire attempt's lease carries
+    /// it with a nonce drawn per campaign (and per [`Election::try_lead`]) added:
+    /// `ID#` and 16 hex digits ([`HolderId::instance`]), e.g. `node-a#3f9c0e7a1b2d4c5e`.
+    /// A campaign recognises only its own attempts' leases as its own, by the whole
+    /// id, so two candidates (or two campaigns of one candidate) configured with one
+    /// id never take the role from each other; a distinct id per candidate still
+    /// makes the leader easier to tell apart.
     pub holder: HolderId,
     /// Heartbeat timing while leading.
     pub heartbeat: HeartbeatConfig,
@@ -100,13 +105,20 @@ impl Election {
     }
 
     /// One attempt: leadership if the role is free now, `None` if somebody holds it.
+    /// The lease's holder is this candidate's id with a fresh nonce
+    /// ([`ElectionConfig::holder`]).
     pub async fn try_lead(&self) -> Result<Option<Leadership>> {
+        self.try_lead_as(&self.config.holder.instance()).await
+    }
+
+    /// One attempt under `holder`, this attempt's id.
+    async fn try_lead_as(&self, holder: &HolderId) -> Result<Option<Leadership>> {
         self.config.heartbeat.validate()?;
         let sent = Instant::now();
         let sent_on_clock = self.config.clock.boot();
         match self
             .store
-            .acquire(&self.key, &self.config.holder, self.config.heartbeat.ttl)
+            .acquire(&self.key, holder, self.config.heartbeat.ttl)
             .await
         {
             Ok(lease) => Ok(Some(self.lead(lease, sent, sent_on_clock))),
@@ -120,12 +132,16 @@ impl Election {
     /// clock), or until the store signals a release. Retryable faults are retried;
     /// permanent ones end the campaign.
     ///
-    /// A lease of this candidate's own holder id found after one of its attempts
-    /// failed with a transient fault is the ghost of that attempt (the store applied
-    /// it, the reply was lost): it is released and the campaign acquires again, with a
-    /// greater token. Holder ids must therefore be unique per candidate.
+    /// Every attempt of one campaign carries the same holder id: the configured id
+    /// and a nonce drawn for this campaign ([`ElectionConfig::holder`]). A lease of
+    /// exactly that id, found after one of its attempts failed with a transient
+    /// fault, is the ghost of that attempt (the store applied it, the reply was
+    /// lost): it is released and the campaign acquires again, with a greater token.
+    /// Nobody else's lease carries that id, whatever the configured ids: another
+    /// process's, or another campaign's of this same candidate, is waited out.
     pub async fn campaign(&self) -> Result<Leadership> {
         self.config.heartbeat.validate()?;
+        let holder = self.config.holder.instance();
         let ttl = self.config.heartbeat.ttl.duration();
         let mut wake = self.store.wakeups();
         let mut backoff = Backoff::new(
@@ -136,10 +152,10 @@ impl Election {
         // applied it and lost the reply, leaving a "ghost" lease of ours.
         let mut maybe_ghost = false;
         loop {
-            let pause = match self.try_lead().await {
+            let pause = match self.try_lead_as(&holder).await {
                 Ok(Some(l)) => return Ok(l),
                 Ok(None) => match self.store.inspect(&self.key).await {
-                    Ok(Some(info)) if maybe_ghost && info.holder == self.config.holder => {
+                    Ok(Some(info)) if maybe_ghost && info.holder == holder => {
                         // Our own ghost: an earlier attempt of this campaign that the
                         // store applied. Nobody leads with it: release it and try again
                         // (a new, greater token) instead of waiting out its ttl.
@@ -297,7 +313,7 @@ impl Leadership {
             Some(t) => t.await.ok().flatten(),
             None => None,
         };
-        self.standing.stop_work(LostReason::Released);
+        self.standing.stop_work(LostCause::Released);
         if let Some(lease) = latest {
             self.store.release(&lease).await?;
             self.events.emit(Event::LeadershipLost {
@@ -313,6 +329,6 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         self.stop.cancel();
-        self.standing.stop_work(LostReason::GaveUp);
+        self.standing.stop_work(LostCause::GaveUp);
     }
 }

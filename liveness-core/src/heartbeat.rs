@@ -36,8 +36,8 @@ use crate::backoff::Backoff;
 use crate::batch::Batcher;
 use crate::clock::Clock;
 use crate::durability::StoreLostState;
-use crate::error::{Error, InputProblem, LostReason, Result};
-use crate::events::{Event, EventBus, LossReason};
+use crate::error::{Error, InputProblem, LostCause, Result};
+use crate::events::{Event, EventBus, HolderLoss};
 use crate::lease::Lease;
 use crate::metrics::HolderMetrics;
 use crate::store::Store;
@@ -147,7 +147,7 @@ pub(crate) enum End {
     /// Stopped on request, still holding this lease (its cancellation has NOT fired).
     Stopped(Lease),
     /// The lease is lost (or may be): its cancellation signal has fired.
-    Lost(Lease, LossReason),
+    Lost(Lease, HolderLoss),
 }
 
 /// What one held lease's work may still do: the local safety deadline, the reason it
@@ -175,9 +175,9 @@ struct State {
     /// tell: the send time of the last successful acquire or renew + ttl.
     store_expiry: Duration,
     /// Set once the lease is lost (or given up); never cleared.
-    lost: Option<LostReason>,
+    lost: Option<LostCause>,
     /// Set once the work was told to stop while the lease is still held.
-    stopped: Option<LostReason>,
+    stopped: Option<LostCause>,
 }
 
 impl Standing {
@@ -219,19 +219,21 @@ impl Standing {
 
     /// The reason the lease is lost, if it is: a recorded loss, or its local deadline
     /// passed by the clock right now (then recorded). Fires the cancellation when lost.
-    fn lost(&self) -> Option<LostReason> {
+    /// Unlike [`Standing::check`], work told to stop while the lease is still held
+    /// (a graceful leave) is not lost: what it finishes may still be reported.
+    pub(crate) fn lost(&self) -> Option<LostCause> {
         self.judge().err()
     }
 
     /// One reading of the clock against the deadline: the time left, or the reason
     /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
     /// the cancellation fires).
-    fn judge(&self) -> Result<Duration, LostReason> {
+    fn judge(&self) -> Result<Duration, LostCause> {
         let now = self.clock.boot();
         let judged = {
             let mut st = self.state();
             if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostReason::GaveUp);
+                st.lost = Some(LostCause::GaveUp);
             }
             match st.lost {
                 Some(reason) => Err(reason),
@@ -251,7 +253,7 @@ impl Standing {
     pub(crate) fn check(&self) -> Result<FencingToken> {
         let reason = self.lost().or_else(|| {
             let stopped = self.state().stopped;
-            stopped.or(self.cancel.is_cancelled().then_some(LostReason::GaveUp))
+            stopped.or(self.cancel.is_cancelled().then_some(LostCause::GaveUp))
         });
         match reason {
             None => Ok(self.token),
@@ -268,7 +270,7 @@ impl Standing {
 
     /// Marks the lease lost for `reason` (unless it already was, for another) and fires
     /// the cancellation. Returns the reason that stands.
-    pub(crate) fn lose(&self, reason: LostReason) -> LostReason {
+    pub(crate) fn lose(&self, reason: LostCause) -> LostCause {
         let reason = *self.state().lost.get_or_insert(reason);
         self.cancel.cancel();
         reason
@@ -276,19 +278,19 @@ impl Standing {
 
     /// Tells the work to stop (fires the cancellation; checks answer `Lost` with
     /// `reason`) while the heartbeat goes on renewing: a graceful leave, a drop.
-    pub(crate) fn stop_work(&self, reason: LostReason) {
+    pub(crate) fn stop_work(&self, reason: LostCause) {
         self.state().stopped.get_or_insert(reason);
         self.cancel.cancel();
     }
 
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
     /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
-    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostReason> {
+    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostCause> {
         let now = self.clock.boot();
         let judged = {
             let mut st = self.state();
             if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostReason::GaveUp);
+                st.lost = Some(LostCause::GaveUp);
             }
             if st.lost.is_none() {
                 st.deadline = sent + config.budget();
@@ -533,8 +535,15 @@ impl Heartbeat<'_> {
     /// in the batcher's queue, and the batcher reads the clock for its send time just
     /// before the batch leaves: the deadline never comes later than with a renewal of
     /// its own.
+    ///
+    /// However the heartbeat ends, its standing knows: a panic (in a store layer, a
+    /// client library) or the future dropped mid-way (its task aborted, the runtime
+    /// shut down) marks the lease lost and fires the cancellation at once, instead of
+    /// leaving the work to find out at its next check.
     pub(crate) async fn keep_alive(&self, lease: Lease, sent: Instant, standing: &Standing) -> End {
+        let mut unfinished = Unfinished(Some(standing));
         let end = self.renew_until_end(lease, sent, standing).await;
+        unfinished.0 = None;
         if let End::Lost(_, reason) = &end {
             self.metrics.lost(*reason);
         }
@@ -579,7 +588,7 @@ impl Heartbeat<'_> {
                 match waits.sleep_until(timer.as_mut(), planned).await {
                     Woke::Done(()) => {}
                     Woke::Stopped => return End::Stopped(lease),
-                    Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                    Woke::Lost => return End::Lost(lease, HolderLoss::Deadline),
                 }
             }
             let mut backoff = Backoff::new(config.renew_every / 8, config.renew_every);
@@ -602,7 +611,7 @@ impl Heartbeat<'_> {
                                 (answered.answer, answered.sent, sent_on_clock)
                             }
                             Woke::Stopped => return End::Stopped(lease),
-                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                            Woke::Lost => return End::Lost(lease, HolderLoss::Deadline),
                         }
                     }
                     None => {
@@ -615,7 +624,7 @@ impl Heartbeat<'_> {
                                 (r, now, sent_on_clock)
                             }
                             Woke::Stopped => return End::Stopped(lease),
-                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                            Woke::Lost => return End::Lost(lease, HolderLoss::Deadline),
                         }
                     }
                 };
@@ -650,21 +659,39 @@ impl Heartbeat<'_> {
                         {
                             Woke::Done(()) => {}
                             Woke::Stopped => return End::Stopped(lease),
-                            Woke::Lost => return End::Lost(lease, LossReason::Deadline),
+                            Woke::Lost => return End::Lost(lease, HolderLoss::Deadline),
                         }
                     }
                     Err(e) => {
                         tracing::error!(key = %lease.key, error = %e, "renew failed permanently");
-                        standing.lose(LostReason::GaveUp);
+                        standing.lose(LostCause::GaveUp);
                         let reason = if StoreLostState::is_source_of(&e) {
-                            LossReason::StoreLostState
+                            HolderLoss::StoreLostState
                         } else {
-                            LossReason::Fault
+                            HolderLoss::Fault
                         };
                         return End::Lost(lease, reason);
                     }
                 }
             }
+        }
+    }
+}
+
+/// Marks its standing lost when dropped while still set: a heartbeat that ended
+/// without an [`End`] (a panic, or its future dropped).
+struct Unfinished<'a>(Option<&'a Standing>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(standing) = self.0 {
+            tracing::error!(
+                key = %standing.key,
+                token = %standing.token,
+                panicked = std::thread::panicking(),
+                "the heartbeat ended without an answer: the lease counts as lost"
+            );
+            standing.lose(LostCause::GaveUp);
         }
     }
 }
@@ -683,9 +710,9 @@ pub(crate) fn spread(every: Duration, fraction: f64) -> Duration {
 }
 
 /// The event's reason for a loss whose error reason is `reason`.
-fn loss_of(reason: LostReason) -> LossReason {
+fn loss_of(reason: LostCause) -> HolderLoss {
     match reason {
-        LostReason::GaveUp => LossReason::Deadline,
-        r => LossReason::Store(r),
+        LostCause::GaveUp => HolderLoss::Deadline,
+        r => HolderLoss::Store(r),
     }
 }

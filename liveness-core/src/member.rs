@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::batch::{acquire_via, renew_via, Batcher};
 use crate::clock::{Clock, HostClock};
-use crate::error::{Error, LostReason, Result};
-use crate::events::{Event, EventBus, LossReason};
+use crate::error::{Error, LostCause, Result};
+use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
@@ -40,9 +40,13 @@ use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 pub struct MemberConfig {
     /// The member's name: its key is `members/NAME`. Two live members cannot share it.
     pub name: Name,
-    /// Its holder id: who it is, for diagnostics and for recognising its own leases.
-    /// Default: the name and a random suffix, unique per instance. Give each instance
-    /// its own when you set it.
+    /// Its holder id, as operators see it; default: the member's name. Each
+    /// [`Member::join`] adds a nonce of its own to it: the lease's holder (and the
+    /// [`Event::Joined`] holder) is `ID#` and 16 hex digits ([`HolderId::instance`]),
+    /// e.g. `worker-1#3f9c0e7a1b2d4c5e`, the same for every generation of that
+    /// member. A member recognises only leases of that whole id as its own, so two
+    /// instances configured with one id (a replacement started while the old process
+    /// is frozen) never act under one lease: the second is answered `Held`.
     pub holder: HolderId,
     /// Heartbeat timing: ttl, renew interval, safety margin.
     pub heartbeat: HeartbeatConfig,
@@ -68,17 +72,9 @@ impl MemberConfig {
     /// re-join on loss.
     pub fn new(name: &str, ttl: Ttl) -> Result<Self> {
         let name = Name::new(name)?;
-        // Unique per member instance: `NAME-xxxxxxxx` (or `member-xxxxxxxx` when the
-        // name is too long to carry a suffix), so a re-join can tell its own leftover
-        // leases from anybody else's.
-        let suffix = format!("-{:08x}", fastrand::u32(..));
-        let holder = if name.as_str().len() + suffix.len() <= crate::types::MAX_NAME_LEN {
-            format!("{name}{suffix}")
-        } else {
-            format!("member{suffix}")
-        };
+        // Made unique per instance by `join` (a nonce of its own).
         Ok(MemberConfig {
-            holder: HolderId::new(holder)?,
+            holder: HolderId::new(name.as_str())?,
             name,
             heartbeat: HeartbeatConfig::new(ttl),
             rejoin: true,
@@ -88,7 +84,7 @@ impl MemberConfig {
         })
     }
 
-    /// Sets the holder id.
+    /// Sets the holder id ([`MemberConfig::holder`]: each join adds a nonce to it).
     pub fn holder(mut self, holder: HolderId) -> Self {
         self.holder = holder;
         self
@@ -272,7 +268,7 @@ impl Drop for Inner {
         self.generation
             .borrow()
             .standing
-            .stop_work(LostReason::GaveUp);
+            .stop_work(LostCause::GaveUp);
     }
 }
 
@@ -281,11 +277,14 @@ impl Member {
     ///
     /// Fails with [`Error::Held`] when a live member already has the name, with
     /// `InvalidInput` on a bad configuration, and retries retryable faults for up to
-    /// one ttl before failing with the last one. A lease of its own holder id that an
+    /// one ttl before failing with the last one. A lease of this join's own holder id
+    /// (the configured one and this join's nonce, [`MemberConfig::holder`]) that an
     /// earlier attempt of this call may have created (the store applied it, the reply
-    /// was lost) is recognised as its own ghost: released, and acquired again.
-    pub async fn join(store: Arc<dyn Store>, config: MemberConfig) -> Result<Member> {
+    /// was lost) is recognised as its own ghost and adopted. Another instance's lease
+    /// is never taken for one, whatever its configured id: that is `Held`.
+    pub async fn join(store: Arc<dyn Store>, mut config: MemberConfig) -> Result<Member> {
         config.heartbeat.validate()?;
+        config.holder = config.holder.instance();
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
         let metrics = HolderMetrics::new(&*store, Role::Member);
         let store: Arc<dyn Store> = traced(store);
@@ -314,7 +313,7 @@ impl Member {
                 Err(Error::Held { holder, token, .. })
                     if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
                 {
-                    // Our own ghost (holder ids are unique per member instance): an
+                    // Our own ghost (the holder id carries this join's nonce): an
                     // earlier attempt of this join that the store applied. Nobody
                     // knows its token and it owns nothing: adopt it by renewing it,
                     // instead of burning a token (and a dead-set entry) on a release
@@ -394,7 +393,11 @@ impl Member {
     ///
     /// Returns no items while the member is leaving or its current generation fails
     /// [`Generation::check`] (cancelled, or its local deadline passed: waiting for a
-    /// re-join); fails with `Lost` when the store finds the lease no longer live.
+    /// re-join); fails with `Lost` when the store finds the lease no longer live, and
+    /// when the store's answer comes after the generation failed that check (its
+    /// local deadline passed while the claim was in flight): then nothing is handed
+    /// out, and the items the store gave stay owned by that token until a checker
+    /// requeues them with it.
     ///
     /// Every claim carries a fresh [`RequestId::next`] (increasing, as the store's
     /// per-token high-water mark requires). When one fails with `Unavailable`
@@ -427,6 +430,12 @@ impl Member {
                 return Err(e);
             }
         };
+        // The reply may come after the local deadline (a process frozen, or a store
+        // slow, while the claim was in flight): the items may be requeued to another
+        // worker already, and the heartbeat task may not have run yet. Nothing is
+        // handed out then; the items stay owned by this token, which is dead or about
+        // to be, and a checker requeues them with it.
+        gen.check()?;
         let mut owned = lock(&self.inner.owned);
         Ok(items
             .into_iter()
@@ -448,6 +457,10 @@ impl Member {
 
     /// Completes a claimed item. Fails with [`Error::Fenced`] when the item was
     /// requeued since (its generation was lost): the work must be considered not done.
+    /// Also `Fenced`, at once and without a round trip, once the generation is lost
+    /// or its local deadline passed by the member's clock ([`Claimed::check`] answers
+    /// `Lost`, for any reason but a graceful leave's stop): the item may be requeued
+    /// to another worker by now, so the work counts as not done either way.
     ///
     /// Safe to call again after `Unavailable`: when the earlier call was applied (its
     /// reply lost), the store answers the repeat with `Fenced`; the member then reads
@@ -455,6 +468,9 @@ impl Member {
     /// is gone was completed by that earlier call (a live token's items move only
     /// through its own calls), so it answers `Ok`.
     pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
+        if let Some(refused) = self.refused_past_deadline("complete", claimed) {
+            return refused;
+        }
         let mut r = self
             .inner
             .store
@@ -473,8 +489,12 @@ impl Member {
     /// Gives a claimed item back: to pending with `retry` (unless out of attempts),
     /// else to the dead-letter set. Fails with [`Error::Fenced`] like `complete`, and
     /// is safe to call again after `Unavailable` like `complete`: a repeat of an
-    /// applied fail answers the state that fail gave the item.
+    /// applied fail answers the state that fail gave the item. Past the local
+    /// deadline it is `Fenced` at once, without a round trip, like `complete`.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
+        if let Some(refused) = self.refused_past_deadline("fail", claimed) {
+            return refused;
+        }
         let mut r = self
             .inner
             .store
@@ -502,6 +522,22 @@ impl Member {
         }
         self.forget(claimed, &r);
         r
+    }
+
+    /// `Fenced` (counted as a fenced `op`) when the generation `claimed` belongs to is
+    /// lost or its local deadline passed by the clock right now, read afresh: a process
+    /// woken from a freeze answers before any of its tasks ran. The member then
+    /// forgets the item: its token is dead or about to be, and a checker requeues it.
+    fn refused_past_deadline<T>(&self, op: &'static str, claimed: &Claimed) -> Option<Result<T>> {
+        claimed.standing.lost()?;
+        let r = Err(Error::Fenced {
+            item: claimed.item.id,
+            token: claimed.lease.token,
+        });
+        lock(&self.inner.unsure).remove(&claimed.item.id);
+        self.count_fenced(op, &r);
+        self.forget(claimed, &r);
+        Some(r)
     }
 
     /// Notes an `Unavailable` answer to a complete or fail of `claimed`; true when
@@ -592,11 +628,15 @@ impl Member {
     ///
     /// Items that could not be handed back (store unreachable) stay owned by the
     /// released token, which is in the dead set: a checker's sweep requeues them.
+    ///
+    /// Any `grace` is accepted: one too long for the clock to represent
+    /// (`Duration::MAX`) is capped at [`MAX_GRACE`], which in practice waits as long as
+    /// the workers need.
     pub async fn leave(self, grace: Duration) -> Result<()> {
         let inner = &self.inner;
         inner.leaving.store(true, Ordering::SeqCst);
-        self.wait_let_go(Instant::now() + grace).await;
-        self.generation().standing.stop_work(LostReason::Released);
+        self.wait_let_go(later_by(grace)).await;
+        self.generation().standing.stop_work(LostCause::Released);
         self.wait_let_go(Instant::now() + inner.config.heartbeat.safety_margin)
             .await;
         let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned)
@@ -617,7 +657,7 @@ impl Member {
             let _ = task.await;
         }
         let gen = self.generation();
-        gen.standing.stop_work(LostReason::Released);
+        gen.standing.stop_work(LostCause::Released);
         inner.store.release(&gen.lease).await?;
         inner.config.events.emit(Event::Left {
             key: inner.key.clone(),
@@ -625,6 +665,16 @@ impl Member {
         });
         Ok(())
     }
+}
+
+/// The longest grace [`Member::leave`] waits for: thirty years (the farthest
+/// instant tokio's own timers use). A longer one is capped to it.
+pub const MAX_GRACE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// The instant `d` from now, `d` capped at [`MAX_GRACE`]: never an overflow.
+fn later_by(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d.min(MAX_GRACE)).unwrap_or(now)
 }
 
 /// The heartbeat task: keeps each generation alive, and re-joins after a loss.
@@ -678,7 +728,7 @@ async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
         // itself (an acquire reaps the expired lease on its key in the same atomic
         // step; a lease still live by the store's clock is answered `Held` with the old
         // token and released): no separate release round trip per loss.
-        if !matches!(reason, LossReason::Store(_))
+        if !matches!(reason, HolderLoss::Store(_))
             && !gen
                 .standing
                 .wait_store_expiry(config.heartbeat.tick(), &stop)
@@ -803,8 +853,8 @@ async fn rejoin(
             }
             Err(Error::Held { holder, token, .. }) if holder == config.holder => {
                 // A "ghost": an acquire of this re-join that timed out on our side but
-                // was applied by the store. Holder ids are unique per member instance,
-                // so nobody else's lease matches. Adopt it.
+                // was applied by the store. The holder id carries this member's
+                // nonce, so nobody else's lease matches. Adopt it.
                 ghost = Some(ghost_lease(store, config, key, holder, token));
                 Duration::ZERO
             }

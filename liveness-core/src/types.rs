@@ -116,6 +116,26 @@ text_type!(
     printable
 );
 
+impl HolderId {
+    /// The separator between a configured holder id and the instance nonce of
+    /// [`HolderId::instance`].
+    pub const NONCE_SEPARATOR: char = '#';
+
+    /// The holder id one instance's acquire attempts carry: this (configured) id, `#`,
+    /// and a random 64-bit nonce in 16 hex digits, e.g. `node-a#3f9c0e7a1b2d4c5e`.
+    /// The configured id is cut (at a character boundary) when both would not fit in
+    /// [`MAX_NAME_LEN`] bytes. Two instances configured with one id never hold one
+    /// another's leases: a lease is recognised as one's own only by the whole id.
+    pub fn instance(&self) -> HolderId {
+        let nonce = format!("{}{:016x}", Self::NONCE_SEPARATOR, fastrand::u64(..));
+        let mut end = self.0.len().min(MAX_NAME_LEN - nonce.len());
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        HolderId(Arc::from(format!("{}{nonce}", &self.0[..end])))
+    }
+}
+
 text_type!(
     /// A space of leases: `members`, `leaders`, or a user's own.
     ///
@@ -342,6 +362,19 @@ mod tests {
         assert!(Space::new("a/b").is_err());
         assert!(Namespace::new("Upper").is_err());
         assert!(Namespace::new("ok_1").is_ok());
+    }
+
+    #[test]
+    fn instance_ids_keep_the_configured_id_and_fit() {
+        let id = HolderId::new("node-a").unwrap();
+        let (a, b) = (id.instance(), id.instance());
+        assert_ne!(a, b);
+        assert!(a.as_str().starts_with("node-a#"));
+        assert_eq!(a.as_str().len(), "node-a".len() + 17);
+        let long = HolderId::new("é".repeat(MAX_NAME_LEN / 2)).unwrap();
+        let cut = long.instance();
+        assert!(cut.as_str().len() <= MAX_NAME_LEN);
+        assert!(HolderId::new(cut.as_str()).is_ok());
     }
 
     #[test]
