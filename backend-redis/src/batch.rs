@@ -7,7 +7,7 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result, Space};
 use redis::{Cmd, Value};
 
-use crate::core::{array, ids, int, key_text, lost, script, unexpected, RedisStore};
+use crate::core::{array, ids, int, key_text, lost, script, unexpected, RedisStore, ScriptCall};
 use crate::BACKEND;
 
 script! {
@@ -35,7 +35,7 @@ impl RedisStore {
         if asks.is_empty() {
             return Ok(Vec::new());
         }
-        let mut call = ACQUIRE_MANY.prepare_invoke();
+        let mut call = ScriptCall::default();
         call.key(self.keys.tokens())
             .key(self.keys.dead())
             .arg(self.info.caps.death_retention);
@@ -47,7 +47,7 @@ impl RedisStore {
                 .arg(ask.ttl.as_millis())
                 .arg(key_text(&ask.key));
         }
-        let replies = array("acquire_many", self.run(call).await?)?;
+        let replies = array("acquire_many", self.run_issuing(&ACQUIRE_MANY, call).await?)?;
         if replies.len() != asks.len() {
             return Err(unexpected("acquire_many", "a reply of another length"));
         }

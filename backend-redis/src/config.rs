@@ -19,6 +19,8 @@ const CLUSTER: Param = Param::flag("cluster");
 const SEEDS: Param = Param::text("seeds");
 /// `ca`: the PEM file of the CA that signed the server's certificate (`rediss://`).
 const CA: Param = Param::text("ca");
+/// `wait`: after every script that hands out a fencing token, `WAIT N` replicas.
+const WAIT: Param = Param::number("wait", 1, 100);
 /// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
 const DB: Param = Param::number("db", 0, 15);
 
@@ -37,11 +39,12 @@ pub const URL: UrlForm = UrlForm {
         SEEDS,
         CA,
         DURABILITY,
+        WAIT,
     ],
     fragments: &["insecure"],
     expected: "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N\
                &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...\
-               &durability=strict|relaxed] \
+               &durability=strict|relaxed&wait=N] \
                (rediss:// for TLS, rediss://...#insecure without certificate checks)",
 };
 
@@ -75,6 +78,9 @@ pub struct RedisConfig {
     durability: Durability,
     /// How many death records the namespace keeps (the newest ones).
     death_retention: usize,
+    /// How many replicas must acknowledge a script that hands out a fencing token
+    /// (`wait=N`); `None`: no `WAIT`.
+    wait: Option<u32>,
 }
 
 /// Where the root certificate for `rediss://` comes from.
@@ -105,6 +111,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("durability", &self.durability)
             .field("death_retention", &self.death_retention)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -185,6 +192,7 @@ impl RedisConfig {
             cluster_nodes,
             durability: Durability::from_url(&parsed)?,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            wait: parsed.number(WAIT)?,
         })
     }
 
@@ -253,6 +261,32 @@ impl RedisConfig {
         }
         self.death_retention = keep;
         Ok(self)
+    }
+
+    /// How many replicas must acknowledge every script that hands out a fencing token
+    /// (`acquire`, `acquire_many`) before it answers (`wait=N`); `None` (the default):
+    /// the answer does not wait for replicas.
+    pub fn wait(&self) -> Option<u32> {
+        self.wait
+    }
+
+    /// The same configuration waiting for `replicas` replicas after every script that
+    /// hands out a fencing token (what the URL's `wait=N` says): the script is followed
+    /// by `WAIT replicas T` on the same connection, `T` half the response timeout,
+    /// and the call fails with `Unavailable` when fewer replicas acknowledge. Zero is
+    /// `InvalidInput`.
+    pub fn with_wait(mut self, replicas: u32) -> Result<RedisConfig> {
+        if replicas == 0 {
+            return Err(Error::invalid("wait", InputProblem::Zero));
+        }
+        self.wait = Some(replicas);
+        Ok(self)
+    }
+
+    /// How long a `WAIT` may block: half the response timeout (at least 1 ms), so
+    /// that its answer arrives before the response timeout fires.
+    pub(crate) fn wait_timeout(&self) -> Duration {
+        (self.response_timeout / 2).max(Duration::from_millis(1))
     }
 
     /// True for `rediss://`.
@@ -389,5 +423,18 @@ mod tests {
             .is_tls());
         let c = RedisConfig::from_url("redis://h/15?protocol=RESP3").unwrap();
         assert_eq!(c.client_url.as_str(), "redis://h/15?protocol=resp3");
+    }
+
+    #[test]
+    fn wait_counts_replicas_and_stays_out_of_the_client_url() {
+        assert_eq!(RedisConfig::from_url("redis://h").unwrap().wait(), None);
+        let c = RedisConfig::from_url("redis://h?wait=2&timeout_ms=800").unwrap();
+        assert_eq!(c.wait(), Some(2));
+        assert_eq!(c.wait_timeout(), Duration::from_millis(400));
+        assert_eq!(c.client_url.as_str(), "redis://h");
+        for bad in ["redis://h?wait=0", "redis://h?wait=x", "redis://h?wait=101"] {
+            refused(RedisConfig::from_url, bad, Expect::OutOfRange("wait"));
+        }
+        assert!(c.with_wait(0).is_err());
     }
 }

@@ -15,10 +15,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, Script, ScriptInvocation, ServerErrorKind,
-    Value,
+    ToRedisArgs, Value,
 };
 
 use crate::config::{CaSource, RedisConfig};
+use crate::durability::{parse_info, Report};
 use crate::error::{corrupt, map};
 use crate::keys::Keys;
 use crate::BACKEND;
@@ -109,6 +110,9 @@ pub struct RedisStore {
     pub(crate) high_water: HighWater,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
+    /// `wait=N`: how many replicas must acknowledge a script that hands out a token,
+    /// and how long the `WAIT` may block.
+    wait: Option<(u32, Duration)>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -172,6 +176,40 @@ impl Conn {
             }
         }
     }
+
+    /// What the node serving `key` says of its durability settings, for
+    /// [`crate::durability::check`]: a refused `CONFIG GET` or `INFO` (renamed away,
+    /// denied by an ACL) is recorded as such; a transport fault fails.
+    async fn durability_report(&mut self, key: &str) -> Result<Report> {
+        // A server error (unknown command, NOPERM) says this server does not let us
+        // read it; a transport fault is `Unavailable` as anywhere else.
+        let refused = |e: redis::RedisError| -> Result<String> {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                Err(map(e))
+            } else {
+                Ok(e.to_string())
+            }
+        };
+        let mut config = redis::cmd("CONFIG");
+        config
+            .arg("GET")
+            .arg("appendonly")
+            .arg("appendfsync")
+            .arg("maxmemory-policy");
+        let config = match self.query_at(config, key).await {
+            Ok(reply) => redis::from_redis_value(reply).map_err(|e| e.to_string()),
+            Err(e) => Err(refused(e)?),
+        };
+        let mut info = redis::cmd("INFO");
+        info.arg("persistence").arg("memory").arg("replication");
+        let info = match self.query_at(info, key).await {
+            Ok(reply) => redis::from_redis_value::<String>(reply)
+                .map(|text| parse_info(&text))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(refused(e)?),
+        };
+        Ok(Report { config, info })
+    }
 }
 
 /// Parses `url` ([`RedisConfig::from_url`]) and connects ([`RedisStore::connect`]).
@@ -194,9 +232,12 @@ impl RedisStore {
     /// server that is not in cluster mode while `cluster=true`), or when its settings
     /// may lose acknowledged writes (`appendonly` not `yes`, `appendfsync` not
     /// `always`, `maxmemory-policy` not `noeviction`; the source is a
-    /// [`liveness_core::durability::UnsafeSetting`] naming it) and the config does not
-    /// accept that (`durability=relaxed`). Where `CONFIG GET` is not allowed, a warning
-    /// is logged and the connection goes on.
+    /// [`liveness_core::durability::UnsafeSetting`] naming it), or when it has replicas
+    /// or is one (`INFO replication`) and the URL has no `wait=N`, and the config does
+    /// not accept that (`durability=relaxed`). Where `CONFIG GET` is not allowed, the
+    /// check judges what `INFO` shows (`aof_enabled`, `maxmemory_policy`, the
+    /// replication) and logs a warning naming what it could not check
+    /// (`appendfsync`); a refusal's message says it too.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
         let root_cert = match config.ca() {
             Some(ca) if config.is_tls() => Some(match ca {
@@ -221,11 +262,12 @@ impl RedisStore {
         } else {
             Conn::Single(connect_single(&config, root_cert).await?)
         };
-        crate::durability::check(&mut conn, config.durability()).await?;
+        let keys = Keys::new(config.namespace());
+        let report = conn.durability_report(&keys.tokens()).await?;
+        crate::durability::check(&report, config.durability(), config.wait())?;
         for script in PRELOADED.iter() {
             script.load_async(&mut conn).await.map_err(map)?;
         }
-        let keys = Keys::new(config.namespace());
         // Records the server this handle talks to (the expiry epoch: see hello.lua).
         let mut hello = HELLO.prepare_invoke();
         hello.key(keys.srv());
@@ -248,6 +290,7 @@ impl RedisStore {
             keys,
             namespace: config.namespace().clone(),
             high_water: HighWater::default(),
+            wait: config.wait().map(|n| (n, config.wait_timeout())),
         })
     }
 
@@ -354,6 +397,76 @@ impl RedisStore {
             }
             answer => answer.map_err(map),
         }
+    }
+
+    /// Runs `call`, a script that hands out fencing tokens (`acquire`,
+    /// `acquire_many`). With `wait=N`, the script is followed by `WAIT N T` in the same
+    /// pipeline (one round trip, on the same connection, so `WAIT` counts the replicas
+    /// that have the script's writes), and fewer than N acknowledgements fail the call
+    /// with [`Error::Unavailable`]: the caller never holds a token a failover to one of
+    /// those replicas could hand out again. The script may have run all the same, as
+    /// after any `Unavailable`.
+    pub(crate) async fn run_issuing(&self, script: &Script, call: ScriptCall) -> Result<Value> {
+        let call = call.evalsha(script);
+        let Some((replicas, timeout)) = self.wait else {
+            return self.run_script(script, &call).await;
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(call).cmd("WAIT").arg(replicas).arg(
+            u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
+        let mut conn = self.conn.clone();
+        let (reply, acked): (Value, i64) = match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut conn).await.map_err(map)?;
+                pipe.query_async(&mut conn).await.map_err(map)?
+            }
+            answer => answer.map_err(map)?,
+        };
+        if acked < i64::from(replicas) {
+            return Err(Error::unavailable(
+                BACKEND,
+                format!(
+                    "wait={replicas}: {acked} replica(s) acknowledged within {timeout:?}; \
+                     the token is not handed out (a failover could hand it out again)"
+                ),
+            ));
+        }
+        Ok(reply)
+    }
+}
+
+/// The keys and arguments of a script call built before it is sent (keys and
+/// arguments may be added in any order), for [`RedisStore::run_issuing`].
+#[derive(Default)]
+pub(crate) struct ScriptCall {
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    /// Adds a key.
+    pub(crate) fn key(&mut self, key: String) -> &mut ScriptCall {
+        self.keys.push(key);
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut ScriptCall {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// `EVALSHA` of `script` with these keys and arguments.
+    fn evalsha(self, script: &Script) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(self.keys.len())
+            .arg(self.keys)
+            .arg(self.args);
+        cmd
     }
 }
 

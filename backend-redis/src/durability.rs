@@ -1,10 +1,11 @@
-//! The durability check at connect: `CONFIG GET appendonly
-//! appendfsync maxmemory-policy`, logged, and refused when a setting voids the
-//! guarantees unless the URL says `durability=relaxed`
-//! ([`liveness_core::durability`]).
+//! The durability check at connect: what the server says of its persistence and
+//! replication, logged, and refused when something voids the guarantees unless the URL
+//! says `durability=relaxed` ([`liveness_core::durability`]).
 //!
-//! What is refused, and why (measured in restart runs against a real server, see
-//! `docs/measurements/redis.md`):
+//! `connect` asks the node that serves the namespace (core.rs, [`Report`]):
+//! `CONFIG GET appendonly appendfsync maxmemory-policy` and
+//! `INFO persistence memory replication`. What is refused, and why (measured in
+//! restart and failover runs against real servers, see `docs/measurements/redis.md`):
 //!
 //! - `appendonly no`: a restart loses every lease, every item and the token counter
 //!   (about 700 of 1,000 items gone in one run; tokens restarted at 1).
@@ -14,51 +15,133 @@
 //! - `maxmemory-policy` other than `noeviction`: under memory pressure Redis deletes
 //!   keys (lease records, items, the token counter) to make room; with `noeviction`
 //!   writes fail instead (`OOM`, a permanent error) and nothing is lost.
+//! - replicas (`INFO replication`: `connected_slaves` above 0, or `role:slave`) without
+//!   `wait=N`: replication is asynchronous, so a failover can promote a replica that
+//!   lacks the last `INCR` of the token counter; tokens go back, a token is handed out
+//!   twice, and an old holder renews a new holder's lease under the same token.
 //!
-//! `CONFIG` may be renamed away or denied by an ACL (managed services do both): the
-//! check then logs a warning and the connection goes on; the operator answers for the
-//! settings.
+//! `CONFIG` may be renamed away or denied by an ACL (managed services do both). The
+//! check then judges what `INFO` shows (`aof_enabled`, `maxmemory_policy`, the
+//! replication) and says what it could not check: `appendfsync` is not in `INFO`. The
+//! warning is logged at connect and a refusal's message repeats it.
 
 use std::collections::HashMap;
 
 use liveness_core::durability::{judge, Durability, UnsafeSetting};
 use liveness_core::Result;
-use redis::aio::ConnectionLike;
 
 use crate::BACKEND;
 
-/// Reads the settings through `conn` and judges them ([`judge`]).
-pub(crate) async fn check(conn: &mut impl ConnectionLike, durability: Durability) -> Result<()> {
-    let found: HashMap<String, String> = match redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendonly")
-        .arg("appendfsync")
-        .arg("maxmemory-policy")
-        .query_async(conn)
-        .await
-    {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "redis: CONFIG GET is not allowed here; cannot check that the server \
-                 persists every write (appendonly yes, appendfsync always, \
-                 maxmemory-policy noeviction): make sure it does"
-            );
-            return Ok(());
-        }
-    };
-    let get = |name: &str| found.get(name).map(String::as_str).unwrap_or("");
-    tracing::info!(
-        appendonly = get("appendonly"),
-        appendfsync = get("appendfsync"),
-        maxmemory_policy = get("maxmemory-policy"),
-        "redis durability settings"
-    );
-    judge(BACKEND, durability, unsafe_settings(&found))
+/// What the server answered at connect; each part is the reply, or why it could not
+/// be read (the server's error text).
+#[derive(Debug)]
+pub(crate) struct Report {
+    /// `CONFIG GET appendonly appendfsync maxmemory-policy`.
+    pub(crate) config: std::result::Result<HashMap<String, String>, String>,
+    /// The `field:value` lines of `INFO persistence memory replication`.
+    pub(crate) info: std::result::Result<HashMap<String, String>, String>,
 }
 
-/// The settings in `found` that void the guarantees.
+/// The `field:value` lines of an `INFO` reply (section headers and blank lines
+/// skipped).
+pub(crate) fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Judges `report` ([`judge`]): logs what was found and what could not be checked,
+/// and fails under [`Durability::Strict`] when a setting voids the guarantees.
+/// `wait` is the URL's `wait=N`.
+pub(crate) fn check(report: &Report, durability: Durability, wait: Option<u32>) -> Result<()> {
+    let (mut found, unchecked) = findings(report, wait);
+    let info = report.info.as_ref().ok();
+    let field = |name: &str| info.and_then(|i| i.get(name)).map_or("?", String::as_str);
+    match &report.config {
+        Ok(config) => {
+            let get = |name: &str| config.get(name).map_or("?", String::as_str);
+            tracing::info!(
+                appendonly = get("appendonly"),
+                appendfsync = get("appendfsync"),
+                maxmemory_policy = get("maxmemory-policy"),
+                role = field("role"),
+                connected_replicas = field("connected_slaves"),
+                wait = ?wait,
+                "redis durability settings"
+            );
+        }
+        Err(_) => tracing::info!(
+            aof_enabled = field("aof_enabled"),
+            aof_last_write_status = field("aof_last_write_status"),
+            maxmemory_policy = field("maxmemory_policy"),
+            role = field("role"),
+            connected_replicas = field("connected_slaves"),
+            wait = ?wait,
+            "redis durability settings (from INFO: CONFIG GET is refused)"
+        ),
+    }
+    if !unchecked.is_empty() {
+        let note = not_checked(report, &unchecked);
+        tracing::warn!(
+            "redis: {note}: make sure the server has appendonly yes, appendfsync always \
+             and maxmemory-policy noeviction, and no replica a failover could promote \
+             without wait=N"
+        );
+        for setting in &mut found {
+            setting.found = format!("{}; {note}", setting.found);
+        }
+    }
+    judge(BACKEND, durability, found)
+}
+
+/// "could not check X, Y (why)": what `report` left unjudged.
+fn not_checked(report: &Report, unchecked: &[&str]) -> String {
+    let mut why = Vec::new();
+    if let Err(e) = &report.config {
+        why.push(format!(
+            "CONFIG GET is refused here ({}) and INFO does not show appendfsync",
+            e.trim()
+        ));
+    }
+    if let Err(e) = &report.info {
+        why.push(format!("INFO is refused here ({})", e.trim()));
+    }
+    format!(
+        "could not check {} ({})",
+        unchecked.join(", "),
+        why.join("; ")
+    )
+}
+
+/// The settings in `report` that void the guarantees, and the names of the ones it
+/// could not check.
+pub(crate) fn findings(
+    report: &Report,
+    wait: Option<u32>,
+) -> (Vec<UnsafeSetting>, Vec<&'static str>) {
+    let mut unchecked = Vec::new();
+    let info = report.info.as_ref().ok();
+    let mut out = match (&report.config, info) {
+        (Ok(config), _) => unsafe_settings(config),
+        (Err(_), Some(info)) => {
+            unchecked.push("appendfsync");
+            unsafe_info(info)
+        }
+        (Err(_), None) => {
+            unchecked.extend(["appendonly", "appendfsync", "maxmemory-policy"]);
+            Vec::new()
+        }
+    };
+    match info {
+        Some(info) => out.extend(replication(info, wait)),
+        None => unchecked.push("replication"),
+    }
+    (out, unchecked)
+}
+
+/// The settings in `found` (a `CONFIG GET` reply) that void the guarantees.
 pub(crate) fn unsafe_settings(found: &HashMap<String, String>) -> Vec<UnsafeSetting> {
     let get = |name: &str| found.get(name).map(|v| v.to_ascii_lowercase());
     let mut out = Vec::new();
@@ -66,8 +149,7 @@ pub(crate) fn unsafe_settings(found: &HashMap<String, String>) -> Vec<UnsafeSett
         out.push(UnsafeSetting {
             setting: "appendonly",
             found: v,
-            why: "a restart loses every lease, every item and the token counter \
-                  (tokens start again at 1)",
+            why: APPENDONLY_WHY,
             fix: "`CONFIG SET appendonly yes` and `appendonly yes` in redis.conf, \
                   with `appendfsync always`",
         });
@@ -82,15 +164,86 @@ pub(crate) fn unsafe_settings(found: &HashMap<String, String>) -> Vec<UnsafeSett
         });
     }
     if let Some(v) = get("maxmemory-policy").filter(|v| v != "noeviction") {
-        out.push(UnsafeSetting {
-            setting: "maxmemory-policy",
-            found: v,
-            why: "under memory pressure Redis evicts keys: lease records, items or the \
-                  token counter",
-            fix: "`maxmemory-policy noeviction` (CONFIG SET and redis.conf)",
-        });
+        out.push(eviction(v));
     }
     out
+}
+
+/// The settings in `info` (`INFO persistence memory` fields) that void the
+/// guarantees, for a server that refuses `CONFIG GET`.
+fn unsafe_info(info: &HashMap<String, String>) -> Vec<UnsafeSetting> {
+    let mut out = Vec::new();
+    if let Some(v) = info.get("aof_enabled").filter(|v| v.as_str() != "1") {
+        out.push(UnsafeSetting {
+            setting: "appendonly",
+            found: format!("no (INFO persistence: aof_enabled:{v})"),
+            why: APPENDONLY_WHY,
+            fix: "`appendonly yes` with `appendfsync always` in the server's \
+                  configuration (on a managed service, its persistence setting)",
+        });
+    }
+    if let Some(v) = info
+        .get("maxmemory_policy")
+        .map(|v| v.to_ascii_lowercase())
+        .filter(|v| v != "noeviction")
+    {
+        out.push(eviction(format!("{v} (INFO memory: maxmemory_policy)")));
+    }
+    out
+}
+
+/// What `appendonly no` breaks.
+const APPENDONLY_WHY: &str = "a restart loses every lease, every item and the token \
+                              counter (tokens start again at 1)";
+
+/// An eviction policy other than `noeviction`, as found.
+fn eviction(found: String) -> UnsafeSetting {
+    UnsafeSetting {
+        setting: "maxmemory-policy",
+        found,
+        why: "under memory pressure Redis evicts keys: lease records, items or the \
+              token counter",
+        fix: "`maxmemory-policy noeviction` (CONFIG SET and redis.conf)",
+    }
+}
+
+/// A server with replicas (or itself a replica), from its `INFO replication`
+/// fields, unless the URL's `wait=N` makes every handed-out token reach N replicas
+/// first (then a warning when fewer are connected now).
+fn replication(info: &HashMap<String, String>, wait: Option<u32>) -> Option<UnsafeSetting> {
+    let role = info.get("role").map_or("", String::as_str);
+    let replicas: u32 = info
+        .get("connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let found = match role {
+        "slave" => "role:slave (this server is a replica)".to_owned(),
+        _ if replicas > 0 => format!("role:{role}, connected_slaves:{replicas}"),
+        _ => return None,
+    };
+    match wait {
+        None => Some(UnsafeSetting {
+            setting: "replication",
+            found,
+            why: "replication is asynchronous: a failover can promote a replica that \
+                  lacks the last writes, the token counter goes back, a token is handed \
+                  out twice and an old holder renews a new holder's lease under the \
+                  same token",
+            fix: "add `wait=N` to the URL (N replicas must acknowledge every acquire \
+                  before it answers; fewer make it fail with Unavailable)",
+        }),
+        Some(n) => {
+            if role != "slave" && replicas < n {
+                tracing::warn!(
+                    wait = n,
+                    connected_replicas = replicas,
+                    "redis: wait={n} but {replicas} replica(s) connected: acquires fail \
+                     with Unavailable until {n} acknowledge"
+                );
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -108,21 +261,88 @@ mod tests {
         .collect()
     }
 
+    fn names(s: &[UnsafeSetting]) -> Vec<&'static str> {
+        s.iter().map(|u| u.setting).collect()
+    }
+
     #[test]
     fn only_aof_always_and_noeviction_are_safe() {
         assert!(unsafe_settings(&settings("yes", "always", "noeviction")).is_empty());
-        let names = |s: Vec<UnsafeSetting>| s.iter().map(|u| u.setting).collect::<Vec<_>>();
         assert_eq!(
-            names(unsafe_settings(&settings("no", "everysec", "allkeys-lru"))),
+            names(&unsafe_settings(&settings("no", "everysec", "allkeys-lru"))),
             ["appendonly", "appendfsync", "maxmemory-policy"]
         );
         assert_eq!(
-            names(unsafe_settings(&settings("yes", "everysec", "noeviction"))),
+            names(&unsafe_settings(&settings("yes", "everysec", "noeviction"))),
             ["appendfsync"]
         );
         assert_eq!(
-            names(unsafe_settings(&settings("yes", "always", "volatile-lru"))),
+            names(&unsafe_settings(&settings("yes", "always", "volatile-lru"))),
             ["maxmemory-policy"]
         );
+    }
+
+    const INFO: &str = "# Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n# Memory\r\n\
+                        maxmemory_policy:noeviction\r\n\r\n# Replication\r\nrole:master\r\n\
+                        connected_slaves:0\r\n";
+
+    fn report(config: Option<HashMap<String, String>>, info: &str) -> Report {
+        Report {
+            config: config.ok_or_else(|| "ERR unknown command 'CONFIG'".to_owned()),
+            info: Ok(parse_info(info)),
+        }
+    }
+
+    #[test]
+    fn without_config_info_judges_aof_and_eviction_and_names_appendfsync_unchecked() {
+        let (found, unchecked) = findings(&report(None, INFO), None);
+        assert_eq!(names(&found), ["appendonly"]);
+        assert!(found[0].found.contains("aof_enabled:0"), "{:?}", found[0]);
+        assert_eq!(unchecked, ["appendfsync"]);
+        let on = INFO
+            .replace("aof_enabled:0", "aof_enabled:1")
+            .replace("noeviction", "allkeys-lru");
+        let (found, unchecked) = findings(&report(None, &on), None);
+        assert_eq!(names(&found), ["maxmemory-policy"]);
+        assert_eq!(unchecked, ["appendfsync"]);
+        let err = check(&report(None, &on), Durability::Strict, None).unwrap_err();
+        assert!(
+            err.to_string().contains("could not check appendfsync"),
+            "{err}"
+        );
+        let nothing = Report {
+            config: Err("NOPERM".into()),
+            info: Err("NOPERM".into()),
+        };
+        let (found, unchecked) = findings(&nothing, None);
+        assert!(found.is_empty());
+        assert_eq!(
+            unchecked,
+            [
+                "appendonly",
+                "appendfsync",
+                "maxmemory-policy",
+                "replication"
+            ]
+        );
+        assert!(check(&nothing, Durability::Strict, None).is_ok());
+    }
+
+    #[test]
+    fn replicas_are_refused_without_wait() {
+        let safe = Some(settings("yes", "always", "noeviction"));
+        let primary = INFO.replace("connected_slaves:0", "connected_slaves:1");
+        let (found, _) = findings(&report(safe.clone(), &primary), None);
+        assert_eq!(names(&found), ["replication"]);
+        assert!(found[0].fix.contains("wait=N"));
+        let replica = INFO.replace("role:master", "role:slave");
+        assert_eq!(
+            names(&findings(&report(safe.clone(), &replica), None).0),
+            ["replication"]
+        );
+        assert!(findings(&report(safe.clone(), &primary), Some(1))
+            .0
+            .is_empty());
+        assert!(findings(&report(safe, INFO), None).0.is_empty());
     }
 }

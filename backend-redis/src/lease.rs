@@ -14,6 +14,7 @@ use redis::{Script, ScriptInvocation, Value};
 
 use crate::core::{
     array, int, key_text, lost, record, script, status_of, text, uint, unexpected, us, RedisStore,
+    ScriptCall,
 };
 use crate::keys::Keys;
 use crate::BACKEND;
@@ -79,7 +80,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        let mut call = ACQUIRE.prepare_invoke();
+        let mut call = ScriptCall::default();
         call.key(self.keys.lease(key))
             .key(self.keys.expiry(key.space()))
             .key(self.keys.tokens())
@@ -89,7 +90,7 @@ impl LeaseStore for RedisStore {
             .arg(ttl.as_millis())
             .arg(key_text(key))
             .arg(self.info.caps.death_retention);
-        let reply = self.run(call).await?;
+        let reply = self.run_issuing(&ACQUIRE, call).await?;
         self.acquired("acquire", key, holder, ttl, reply)
     }
 

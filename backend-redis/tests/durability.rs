@@ -1,7 +1,8 @@
 //! The durability check at connect: a server whose settings can
 //! lose acknowledged writes is refused with an error naming the setting and the fix,
-//! unless the URL says `durability=relaxed`; where `CONFIG` is denied the connection
-//! goes on (with a warning in the log).
+//! unless the URL says `durability=relaxed`; where `CONFIG` is denied or renamed away
+//! the check judges what `INFO` shows and warns that `appendfsync` could not be
+//! checked.
 
 use liveness_conformance::fresh_namespace;
 use liveness_core::durability::{Durability, UnsafeSetting};
@@ -97,7 +98,7 @@ async fn aof_always_and_noeviction_are_accepted_and_each_weaker_setting_refused(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_config_permission_the_check_is_skipped() {
+async fn without_config_permission_info_is_judged() {
     let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
         return;
     };
@@ -111,12 +112,94 @@ async fn without_config_permission_the_check_is_skipped() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let url = server
-        .url()
-        .replacen("redis://", "redis://noconf:pw@", 1)
-        .replace("durability=relaxed", "durability=strict");
-    // The settings cannot be read (and here are unsafe): a warning, and on it goes.
-    connect_strict(&url).await.unwrap();
+    let as_user = |user: &str| {
+        server
+            .url()
+            .replacen("redis://", &format!("redis://{user}:pw@"), 1)
+            .replace("durability=relaxed", "durability=strict")
+    };
+    // CONFIG denied: INFO persistence shows AOF off, refused.
+    let err = connect_strict(&as_user("noconf")).await.unwrap_err();
+    assert_eq!(refused_setting(&err), "appendonly");
+    assert!(
+        err.to_string().contains("could not check appendfsync"),
+        "{err}"
+    );
+    // The same user accepting weaker guarantees connects (CONFIG is not needed).
+    let relaxed = RedisConfig::from_url(&as_user("noconf"))
+        .unwrap()
+        .with_namespace(fresh_namespace())
+        .with_durability(Durability::Relaxed);
+    liveness_redis::RedisStore::connect(relaxed).await.unwrap();
+}
+
+/// A private server started as managed services run Redis: `CONFIG` renamed away.
+fn server_without_config(durable: bool) -> Option<RedisServer> {
+    RedisServer::spawn(RedisOptions {
+        durable,
+        extra_args: vec!["--rename-command".into(), "CONFIG".into(), String::new()],
+        ..RedisOptions::default()
+    })
+}
+
+/// Captures what the crate logs through `tracing` while `f` runs on this thread.
+async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        f.await
+    };
+    let text = String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned();
+    (out, text)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn config_renamed_away_aof_off_is_refused_naming_appendonly() {
+    let Some(server) = server_without_config(false) else {
+        return;
+    };
+    let (answer, log) = logged(connect_strict(server.url())).await;
+    let err = answer.unwrap_err();
+    assert_eq!(refused_setting(&err), "appendonly");
+    let text = err.to_string();
+    assert!(text.contains("aof_enabled"), "where it was read: {text}");
+    assert!(text.contains("appendfsync"), "what was not checked: {text}");
+    assert!(log.contains("appendfsync"), "no warning: {log}");
+    // Relaxed: accepted, with the warnings.
+    liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn config_renamed_away_aof_on_connects_and_warns_appendfsync_unchecked() {
+    let Some(server) = server_without_config(true) else {
+        return;
+    };
+    assert!(!server.url().contains("durability"));
+    let (answer, log) = logged(connect_strict(server.url())).await;
+    answer.unwrap();
+    assert!(
+        log.contains("WARN") && log.contains("could not check appendfsync"),
+        "no warning that appendfsync was not checked: {log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

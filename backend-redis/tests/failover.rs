@@ -4,7 +4,11 @@
 //! on one primary, the one the fault hits.
 //!
 //! - **Primary killed** (SIGKILL): its replica is promoted once the others mark it
-//!   failed (`cluster-node-timeout` 1 s); the client follows the new slot map.
+//!   failed (`cluster-node-timeout` 1 s); the client follows the new slot map; the
+//!   killed node is restarted and re-joins as the new primary's replica.
+//!
+//! Every store connects with `wait=1`: an acquire answers only once the replica has
+//! it, so no token a caller holds can be handed out again by the promoted replica.
 //! - **Replica clock ahead / behind** (libfaketime shifts the replicas' wall clock
 //!   by ±10 s), then a graceful `CLUSTER FAILOVER` (the replica catches up with every
 //!   write before it takes over: nothing is lost): the backend stores each expiry as
@@ -28,7 +32,8 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Namespace, Store, Ttl};
+use liveness_core::durability::UnsafeSetting;
+use liveness_core::{Acquire, Error, HolderId, Key, LeaseStore, Namespace, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis_failover::{FailoverCluster, FailoverOptions};
 use tokio::time::Instant;
@@ -43,6 +48,10 @@ async fn connect(cluster: &FailoverCluster, ns: Namespace) -> RedisStore {
         .unwrap()
         .with_namespace(ns)
         .with_response_timeout(Duration::from_millis(500))
+        .unwrap()
+        // Replicated: each acquire answers once the replica has it (without it a
+        // strict connect is refused).
+        .with_wait(1)
         .unwrap();
     RedisStore::connect(config).await.unwrap()
 }
@@ -104,6 +113,26 @@ async fn run(fault: Fault) -> Option<Figures> {
         cluster
             .wait_primary(replica, down, Duration::from_secs(30))
             .unwrap();
+        // The killed primary comes back as the new primary's replica: until it has
+        // synced, acquires (`wait=1`) answer Unavailable and members retry (a retry
+        // of an acquire that was applied answers `Held` naming its own holder, the
+        // contract's ghost, which members adopt; the fresh-token probe below does
+        // not, so it starts once the replica is in sync).
+        if fault == Fault::KillPrimary {
+            cluster.restart(primary).unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            while !cluster
+                .cli(primary, &["info", "replication"])
+                .map(|s| s.contains("master_link_status:up"))
+                .unwrap_or(false)
+            {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "the restarted node never synced with the new primary"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     });
     let failover = fault_at.elapsed();
 
@@ -147,6 +176,68 @@ async fn run(fault: Fault) -> Option<Figures> {
     Some(Figures {
         early_reaps: early.len(),
     })
+}
+
+/// Replication is asynchronous: without `wait=N` a failover can hand a token out
+/// twice, so a strict connect to a primary with a replica is refused naming the risk
+/// and the fix; with `wait=1` an acquire answers only once the replica has its
+/// writes, and fails with `Unavailable` while the replica does not acknowledge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_need_wait_and_wait_answers_only_acknowledged_tokens() {
+    let Some(cluster) = FailoverCluster::start(FailoverOptions::default()) else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let url = |more: &str| format!("{}&ns={ns}{more}", cluster.url());
+    let err = liveness_redis::connect(&url("")).await.unwrap_err();
+    match &err {
+        Error::Backend { source, .. } => {
+            let setting = source
+                .downcast_ref::<UnsafeSetting>()
+                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"));
+            assert_eq!(setting.setting, "replication");
+        }
+        other => panic!("a replicated primary without wait=N: {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("wait=N"), "no fix named: {text}");
+    assert!(text.contains("handed out twice"), "no risk named: {text}");
+    liveness_redis::connect(&url("&durability=relaxed"))
+        .await
+        .unwrap();
+
+    let store = liveness_redis::connect(&url("&wait=1&timeout_ms=1000"))
+        .await
+        .unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    store
+        .acquire(&Key::member("a").unwrap(), &holder, ttl)
+        .await
+        .unwrap();
+    let primary = tokio::task::block_in_place(|| cluster.primary_of(ns.as_str(), 0)).unwrap();
+    let replica = &cluster.nodes()[cluster.partner(primary)];
+    replica.pause().unwrap();
+    let answer = store
+        .acquire(&Key::member("b").unwrap(), &holder, ttl)
+        .await;
+    let many = store
+        .acquire_many(&[Acquire::new(Key::member("c").unwrap(), holder.clone(), ttl)])
+        .await;
+    replica.resume().unwrap();
+    match answer {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("acquire unacknowledged by the replica answered {other:?}"),
+    }
+    match many {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("acquire_many unacknowledged by the replica answered {other:?}"),
+    }
+    // Acknowledged again once the replica runs.
+    store
+        .acquire(&Key::member("d").unwrap(), &holder, ttl)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

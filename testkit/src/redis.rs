@@ -35,6 +35,10 @@ pub struct RedisOptions {
     /// Require this ACL user and password (`--user NAME on >PASSWORD ~* &* +@all`);
     /// the default user then needs the same password.
     pub user: Option<(String, String)>,
+    /// More `redis-server` arguments, appended after the kit's own (e.g.
+    /// `["--rename-command", "CONFIG", ""]` to start a server without `CONFIG`, as
+    /// managed services run it).
+    pub extra_args: Vec<String>,
 }
 
 /// A Redis server for tests: a process this test binary started, or the server named
@@ -160,6 +164,7 @@ impl RedisServer {
                     .arg(format!(">{password}"))
                     .args(["~*", "&*", "+@all"]);
             }
+            cmd.args(&opts.extra_args);
             cmd
         });
         let process = ServerProcess::start("redis-server", dir, port, launcher, READY_WITHIN)
