@@ -287,14 +287,25 @@ impl FdbStore {
         tx: &mut dyn Transaction,
         limit: usize,
     ) -> Result<Vec<ItemRecord>, Fail> {
-        let (b, e) = self.layout.dead_letters_all();
         let mut out = Vec::new();
-        for (k, _) in tx.range(RangeRead::new(&b, &e, limit)).await? {
-            if let Some(rec) = self.read_record(tx, self.layout.parse_id(&k)?).await? {
+        for id in self.dead_letter_ids(tx, limit).await? {
+            if let Some(rec) = self.read_record(tx, id).await? {
                 out.push(rec);
             }
         }
         Ok(out)
+    }
+
+    /// The ids of the first `limit` dead-lettered items, lowest first.
+    async fn dead_letter_ids(
+        &self,
+        tx: &mut dyn Transaction,
+        limit: usize,
+    ) -> Result<Vec<u64>, Fail> {
+        let (b, e) = self.layout.dead_letters_all();
+        let keys = tx.range(RangeRead::new(&b, &e, limit)).await?;
+        let ids = keys.iter().map(|(k, _)| self.layout.parse_id(k));
+        Ok(ids.collect::<Result<_, _>>()?)
     }
 
     /// `items`: the state's index from `after` (pending, dead-lettered), or the item
@@ -374,10 +385,8 @@ impl FdbStore {
         tx: &mut dyn Transaction,
         limit: usize,
     ) -> Result<Vec<ItemId>, Fail> {
-        let (b, e) = self.layout.dead_letters_all();
         let mut out = Vec::new();
-        for (k, _) in tx.range(RangeRead::new(&b, &e, limit)).await? {
-            let id = self.layout.parse_id(&k)?;
+        for id in self.dead_letter_ids(tx, limit).await? {
             if let Some(mut meta) = self.read_meta(tx, id, false).await? {
                 meta.attempts = 0;
                 self.move_item(tx, id, &mut meta, ItemState::Pending, &[]);

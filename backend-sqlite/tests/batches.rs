@@ -64,6 +64,20 @@ async fn acquire_many_is_one_commit_for_the_batch() {
     );
 }
 
+/// Awaits `batch`, asserts that it committed exactly once, and returns its answers
+/// (each of them a success).
+async fn in_one_commit<T>(
+    commits: &AtomicU64,
+    what: &str,
+    batch: impl std::future::Future<Output = liveness_core::Result<Vec<liveness_core::Result<T>>>>,
+) -> Vec<T> {
+    let before = commits.load(Ordering::SeqCst);
+    let answers = batch.await.unwrap();
+    let n = commits.load(Ordering::SeqCst) - before;
+    assert_eq!(n, 1, "{what} committed {n} times");
+    answers.into_iter().map(|a| a.unwrap()).collect()
+}
+
 /// `n` leases with a short ttl on keys `prefix<i>`, each holding one claimed item,
 /// waited on until every one has expired by the store clock.
 async fn expired_owners(store: &SqliteStore, prefix: &str, n: usize) -> Vec<(Lease, ItemId)> {
@@ -111,16 +125,8 @@ async fn reap_many_is_one_commit_for_the_batch() {
         dead.iter().map(|(l, _)| (l.key.clone(), l.token)).collect();
     entries.push((live.key.clone(), live.token));
     entries.push((dead[0].0.key.clone(), dead[0].0.token));
-    let before = commits.load(Ordering::SeqCst);
-    let answers = store.reap_many(&entries).await.unwrap();
-    let n = commits.load(Ordering::SeqCst) - before;
-    assert_eq!(
-        n,
-        1,
-        "reap_many of {} entries committed {n} times",
-        entries.len()
-    );
-    let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let what = format!("reap_many of {} entries", entries.len());
+    let answers = in_one_commit(&commits, &what, store.reap_many(&entries)).await;
     let mut expected = vec![true; 20];
     expected.extend([false, false]);
     assert_eq!(answers, expected);
@@ -150,16 +156,8 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
     let mut tokens: Vec<FencingToken> = dead.iter().map(|(l, _)| l.token).collect();
     tokens.push(dead[0].0.token);
     tokens.push(FencingToken(dead[9].0.token.0 + 1_000));
-    let before = commits.load(Ordering::SeqCst);
-    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
-    let n = commits.load(Ordering::SeqCst) - before;
-    assert_eq!(
-        n,
-        1,
-        "requeue_orphans_many of {} tokens committed {n} times",
-        tokens.len()
-    );
-    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let what = format!("requeue_orphans_many of {} tokens", tokens.len());
+    let answers = in_one_commit(&commits, &what, store.requeue_orphans_many(&tokens)).await;
     for (i, (_, id)) in dead.iter().enumerate() {
         assert_eq!(answers[i].requeued, vec![*id]);
     }

@@ -416,10 +416,7 @@ pub async fn detection(store: Arc<dyn Store>, deaths: usize) -> Detection {
     }
     let checker = Checker::new(
         store.clone(),
-        CheckerConfig {
-            check_every: Duration::from_secs(1),
-            ..CheckerConfig::default()
-        },
+        CheckerConfig::default().check_every(Duration::from_secs(1)),
     )
     .spawn();
     let n = members.len().max(1);

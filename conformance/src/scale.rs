@@ -422,14 +422,7 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         (Some(a), Some(b)) => format!("{}", b.saturating_sub(a) / n as u64),
         _ => "?".into(),
     };
-    let checker = Checker::new(
-        store.clone(),
-        CheckerConfig {
-            events: bus.clone(),
-            ..CheckerConfig::default()
-        },
-    )
-    .spawn();
+    let checker = Checker::new(store.clone(), CheckerConfig::default().events(bus.clone())).spawn();
     println!(
         "== scale: backend={} members={n} ttl={:?} batch={} mode={} load(1/5/15 min) at start={} ==",
         store.backend(),

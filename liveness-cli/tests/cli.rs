@@ -215,6 +215,14 @@ fn send_signal(signal: &str, pid: &str) {
     assert!(sent.success(), "kill {signal} {pid}: {sent}");
 }
 
+/// What `child`, which has exited, wrote to its piped stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    let mut pipe = child.stderr.take().expect("stderr is piped");
+    pipe.read_to_string(&mut err).unwrap();
+    err
+}
+
 /// Sends SIGTERM to `child` and waits for it to exit; returns its status and stderr.
 fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
     let pid = child.id().to_string();
@@ -222,14 +230,7 @@ fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
     let status = wait_for("the checker to exit after SIGTERM", || {
         child.try_wait().unwrap()
     });
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status, err)
+    (status, stderr_of(&mut child))
 }
 
 /// The whole operator story on one store: two workers, one killed; `members` shows
@@ -476,10 +477,14 @@ fn assert_metrics_and_404(port: u16, ns: &str) {
     assert!(status.contains("404"), "{status}");
 }
 
-/// `/health` follows the store: 200 while rounds succeed, 503 with a one-line reason
-/// while the store is gone (`down`), 200 again once it is back (`up`); `/metrics` is
-/// served throughout and other paths are 404.
-fn health_follows_the_store(url: &str, ns: &str, down: impl FnOnce(), up: impl FnOnce()) {
+/// The namespace of the `/health` tests.
+const HEALTH_NS: &str = "health";
+
+/// `/health` follows the store at `url` (namespace [`HEALTH_NS`]): 200 while rounds
+/// succeed, 503 with a one-line reason while the store is gone (`down`), 200 again once
+/// it is back (`up`); `/metrics` is served throughout and other paths are 404.
+fn health_follows_the_store(url: &str, down: impl FnOnce(), up: impl FnOnce()) {
+    let ns = HEALTH_NS;
     let port = liveness_testkit::free_port().unwrap();
     let checker = start_checker(url, port);
     let ok = wait_health(port, "200", "/health 200 while rounds succeed");
@@ -504,6 +509,14 @@ fn health_follows_the_store(url: &str, ns: &str, down: impl FnOnce(), up: impl F
     assert!(status.success(), "{status:?}\n{log}");
 }
 
+/// Starts a stopped server process again, on the same port and data.
+fn restart(process: Option<&mut liveness_testkit::ServerProcess>) {
+    process
+        .expect("a server the test started itself")
+        .restart(PATIENCE)
+        .unwrap()
+}
+
 #[test]
 fn redis_health_follows_a_killed_and_a_paused_server() {
     let Some(server) =
@@ -515,25 +528,16 @@ fn redis_health_follows_a_killed_and_a_paused_server() {
         return;
     };
     let server = std::cell::RefCell::new(server);
-    let url = server.borrow().url_with("ns=health");
+    let url = server.borrow().url_with(&format!("ns={HEALTH_NS}"));
     // Killed, then started again on the same port and data.
     health_follows_the_store(
         &url,
-        "health",
         || server.borrow_mut().process_mut().unwrap().kill(),
-        || {
-            server
-                .borrow_mut()
-                .process_mut()
-                .unwrap()
-                .restart(PATIENCE)
-                .unwrap()
-        },
+        || restart(server.borrow_mut().process_mut()),
     );
     // Frozen (SIGSTOP): connected, answering nothing; then resumed.
     health_follows_the_store(
         &url,
-        "health",
         || server.borrow().process().unwrap().pause().unwrap(),
         || server.borrow().process().unwrap().resume().unwrap(),
     );
@@ -545,10 +549,9 @@ fn postgres_health_follows_a_stopped_server() {
         return;
     };
     let server = std::cell::RefCell::new(server);
-    let url = server.borrow().url_with("ns=health");
+    let url = server.borrow().url_with(&format!("ns={HEALTH_NS}"));
     health_follows_the_store(
         &url,
-        "health",
         || {
             // A fast shutdown (SIGINT): every session ends, the port closes.
             let mut server = server.borrow_mut();
@@ -561,14 +564,7 @@ fn postgres_health_follows_a_stopped_server() {
                     .then_some(())
             });
         },
-        || {
-            server
-                .borrow_mut()
-                .process()
-                .unwrap()
-                .restart(PATIENCE)
-                .unwrap()
-        },
+        || restart(server.borrow_mut().process()),
     );
 }
 
@@ -671,13 +667,7 @@ fn a_store_that_never_answers_exits_3_after_the_timeout() {
         .unwrap();
     let status = wait_for("liveness to give up", || child.try_wait().unwrap());
     assert_eq!(status.code(), Some(3));
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert_eq!(err.lines().count(), 1, "{err}");
     drop(silent);
 }

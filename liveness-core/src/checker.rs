@@ -98,6 +98,18 @@ impl CheckerConfig {
         }
         Ok(())
     }
+
+    /// Sleeps at most `every` between rounds (see [`CheckerConfig::check_every`]).
+    pub fn check_every(mut self, every: Duration) -> Self {
+        self.check_every = every;
+        self
+    }
+
+    /// Sends events to this bus.
+    pub fn events(mut self, events: EventBus) -> Self {
+        self.events = events;
+        self
+    }
 }
 
 /// How much of `check_every` a capped pause between rounds may be shortened by.

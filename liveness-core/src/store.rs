@@ -71,6 +71,7 @@
 //!   changes nothing: [`CheckInput`](crate::CheckInput) does it before the store is
 //!   called.
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -695,6 +696,18 @@ pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result
     Ok(())
 }
 
+/// Answers each entry of a batch by its own `call`, one after the other, in order.
+async fn one_by_one<'a, E, T, F>(entries: &'a [E], call: impl Fn(&'a E) -> F) -> Vec<Result<T>>
+where
+    F: Future<Output = Result<T>>,
+{
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        out.push(call(entry).await);
+    }
+    out
+}
+
 /// [`LeaseStore::acquire_many`] as one `acquire` after the other (the trait's
 /// default). A native `acquire_many` may fall back to it for a batch its one step
 /// cannot take.
@@ -703,11 +716,7 @@ pub async fn acquire_each<S: LeaseStore + ?Sized>(
     asks: &[Acquire],
 ) -> Result<Vec<Result<Lease>>> {
     check_batch(store.capabilities(), "acquires", asks.len())?;
-    let mut out = Vec::with_capacity(asks.len());
-    for ask in asks {
-        out.push(store.acquire(&ask.key, &ask.holder, ask.ttl).await);
-    }
-    Ok(out)
+    Ok(one_by_one(asks, |ask| store.acquire(&ask.key, &ask.holder, ask.ttl)).await)
 }
 
 /// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
@@ -718,11 +727,7 @@ pub async fn renew_each<S: LeaseStore + ?Sized>(
     leases: &[Lease],
 ) -> Result<Vec<Result<Lease>>> {
     check_batch(store.capabilities(), "leases", leases.len())?;
-    let mut out = Vec::with_capacity(leases.len());
-    for lease in leases {
-        out.push(store.renew(lease).await);
-    }
-    Ok(out)
+    Ok(one_by_one(leases, |lease| store.renew(lease)).await)
 }
 
 /// [`LeaseStore::reap_many`] as one `reap` after the other (the trait's default).
@@ -731,11 +736,7 @@ pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
     expired: &[(Key, FencingToken)],
 ) -> Result<Vec<Result<bool>>> {
     check_batch(store.capabilities(), "expired", expired.len())?;
-    let mut out = Vec::with_capacity(expired.len());
-    for (key, token) in expired {
-        out.push(store.reap(key, *token).await);
-    }
-    Ok(out)
+    Ok(one_by_one(expired, |(key, token)| store.reap(key, *token)).await)
 }
 
 /// [`ItemStore::requeue_orphans_many`] as one `requeue_orphans` after the other (the
@@ -744,11 +745,7 @@ pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
     store: &S,
     tokens: &[FencingToken],
 ) -> Result<Vec<Result<Requeued>>> {
-    let mut out = Vec::with_capacity(tokens.len());
-    for token in tokens {
-        out.push(store.requeue_orphans(*token).await);
-    }
-    Ok(out)
+    Ok(one_by_one(tokens, |token| store.requeue_orphans(*token)).await)
 }
 
 /// Which page of a listing to read ([`LeaseStore::members`], [`ItemStore::items`]):

@@ -11,6 +11,9 @@ use liveness_core::{
 };
 use tokio::time::{timeout, Instant};
 
+mod common;
+use common::SuspendableHost;
+
 fn ns() -> Namespace {
     Namespace::new("test").unwrap()
 }
@@ -190,15 +193,10 @@ async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
     let store = memory();
     let bus = EventBus::default();
     let mut events = bus.subscribe();
-    let checker = Checker::new(
-        store.clone(),
-        CheckerConfig {
-            check_every: Duration::from_secs(10),
-            events: bus.clone(),
-            ..CheckerConfig::default()
-        },
-    )
-    .spawn();
+    let config = CheckerConfig::default()
+        .check_every(Duration::from_secs(10))
+        .events(bus.clone());
+    let checker = Checker::new(store.clone(), config).spawn();
     let member = join(&store, "w", 1000).await;
     let id = enqueue_job(&store).await;
     let claimed = member.claim(1).await.unwrap();
@@ -628,10 +626,7 @@ async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_i
     let (memory, store, knobs) = faulty_memory();
     let checker = Checker::new(
         memory.clone(),
-        CheckerConfig {
-            check_every: Duration::from_millis(50),
-            ..CheckerConfig::default()
-        },
+        CheckerConfig::default().check_every(Duration::from_millis(50)),
     )
     .spawn();
     let id = enqueue_job(&memory).await;
@@ -658,37 +653,11 @@ async fn a_member_that_gave_up_releases_no_earlier_than_the_store_would_expire_i
     checker.stop().await;
 }
 
-/// A host clock for tests: monotonic time is tokio's (paused) time; boot time adds a
-/// suspend that the test injects by hand, as a laptop lid or a VM suspend does.
-#[derive(Debug, Clone)]
-struct SuspendableHost {
-    tokio: TokioClock,
-    suspended: ManualClock,
-}
-
-impl Clock for SuspendableHost {
-    fn now(&self) -> Duration {
-        self.tokio.now()
-    }
-    fn boot(&self) -> Duration {
-        self.tokio.now() + self.suspended.now()
-    }
-}
-
-fn suspendable_host() -> (Arc<dyn Clock>, ManualClock) {
-    let suspended = ManualClock::new();
-    let clock = SuspendableHost {
-        tokio: TokioClock::new(),
-        suspended: suspended.clone(),
-    };
-    (Arc::new(clock), suspended)
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
     let store = memory();
     enqueue_job(&store).await;
-    let (clock, suspend) = suspendable_host();
+    let (clock, suspend) = SuspendableHost::shared();
     let config = MemberConfig::new("w", ttl(1000)).unwrap().clock(clock);
     let member = Member::join(store.clone(), config).await.unwrap();
     let claimed = member.claim(1).await.unwrap().pop().unwrap();
@@ -705,7 +674,7 @@ async fn a_host_suspend_past_the_ttl_cancels_the_member_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_host_suspend_past_the_ttl_fires_the_cancellation_without_any_check() {
     let store = memory();
-    let (clock, suspend) = suspendable_host();
+    let (clock, suspend) = SuspendableHost::shared();
     let config = ElectionConfig::new("sched", "a", ttl(1000))
         .unwrap()
         .clock(clock);
@@ -759,12 +728,9 @@ impl Clock for SignalledHost {
 #[tokio::test(start_paused = true)]
 async fn with_a_resume_signal_the_heartbeat_sleeps_between_renewals_and_still_sees_a_suspend() {
     let store = memory();
-    let suspended = ManualClock::new();
+    let (host, suspended) = SuspendableHost::new();
     let clock = Arc::new(SignalledHost {
-        host: SuspendableHost {
-            tokio: TokioClock::new(),
-            suspended: suspended.clone(),
-        },
+        host,
         signal: tokio::sync::watch::channel(0).0,
         reads: Default::default(),
     });
@@ -805,13 +771,7 @@ async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
     let (memory, store, knobs) = faulty_memory();
     let bus = EventBus::default();
     let mut events = bus.subscribe();
-    let checker = Checker::new(
-        store.clone(),
-        CheckerConfig {
-            events: bus,
-            ..CheckerConfig::default()
-        },
-    );
+    let checker = Checker::new(store.clone(), CheckerConfig::default().events(bus));
     let broken = join(&memory, "a", 1000).await;
     let dying = join(&memory, "b", 1000).await;
     let live = join(&memory, "c", 5000).await;
@@ -979,10 +939,7 @@ async fn a_rejoin_whose_leftover_release_fails_backs_off() {
 #[tokio::test(start_paused = true)]
 async fn a_checker_with_check_every_zero_is_rejected() {
     let store = memory();
-    let config = CheckerConfig {
-        check_every: Duration::ZERO,
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default().check_every(Duration::ZERO);
     assert!(rejects(&config.validate(), "check_every"));
     let checker = Checker::new(store.clone(), config);
     assert!(rejects(&checker.round().await, "check_every"));

@@ -274,10 +274,7 @@ async fn checkers_started_together_drift_apart() {
         Slow::new(shared, Duration::from_secs(1)),
     );
     let every = Duration::from_secs(1);
-    let config = CheckerConfig {
-        check_every: every,
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default().check_every(every);
     let a = Checker::new(a_store.clone(), config.clone()).spawn();
     let b = Checker::new(b_store.clone(), config).spawn();
     tokio::time::sleep(every * 10).await;
@@ -315,14 +312,7 @@ async fn a_store_slower_than_the_client_timeout_makes_the_fleet_slower_not_small
     let n = 50;
     let members = join_fleet(&store, n, ttl, &bus).await;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let checker = Checker::new(
-        dyn_store,
-        CheckerConfig {
-            events: bus.clone(),
-            ..CheckerConfig::default()
-        },
-    )
-    .spawn();
+    let checker = Checker::new(dyn_store, CheckerConfig::default().events(bus.clone())).spawn();
     tokio::time::sleep(Duration::from_secs(20)).await;
     let granted_before = store.granted.load(Ordering::SeqCst);
     assert_eq!(granted_before, n, "quiet: no re-join before the stall");
@@ -633,10 +623,7 @@ async fn deaths_a_few_ms_apart_are_declared_in_rounds_spaced_by_the_gap() {
             }
         }
     });
-    let config = CheckerConfig {
-        events: bus.clone(),
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default().events(bus.clone());
     let gap = config.check_every / 50;
     let checker = Checker::new(dyn_store, config).spawn();
     tokio::time::sleep(ttl.duration() * 2).await;

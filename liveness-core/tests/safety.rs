@@ -9,15 +9,33 @@ use std::time::Duration;
 
 use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, Checker, CheckerConfig, Clock, Election, ElectionConfig, EnqueueOptions, Error,
-    HeartbeatConfig, HolderId, Intercept, ItemState, ManualClock, Member, MemberConfig,
-    MemoryServer, Namespace, Next, Op, Reply, Request, Result, Store, TokioClock, Ttl,
-    MAX_NAME_LEN,
+    async_trait, Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error,
+    HeartbeatConfig, HolderId, Intercept, ItemState, Member, MemberConfig, MemoryServer, Namespace,
+    Next, Op, Reply, Request, Result, Store, Ttl, MAX_NAME_LEN,
 };
 use tokio::time::{timeout, Instant};
 
+mod common;
+use common::SuspendableHost;
+
 fn ttl(ms: u64) -> Ttl {
     Ttl::from_millis(ms).unwrap()
+}
+
+/// An election of `role` on `store`, its candidates configured with the id `id`, with
+/// a ttl of one second.
+fn election(store: &Arc<dyn Store>, role: &str, id: &str) -> Election {
+    Election::new(
+        store.clone(),
+        ElectionConfig::new(role, id, ttl(1000)).unwrap(),
+    )
+}
+
+/// Joins `store` as member `w` with a ttl of one second.
+async fn join_w(store: &Arc<dyn Store>) -> Member {
+    Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
+        .await
+        .unwrap()
 }
 
 /// A fresh memory store, and the same store behind [`Knobs`] that inject faults.
@@ -93,9 +111,8 @@ impl Intercept for Knobs {
 #[tokio::test(start_paused = true)]
 async fn two_candidates_configured_with_one_id_never_both_lead() {
     let (_, store, knobs) = faulty();
-    let config = || ElectionConfig::new("dispatcher", "node-a", ttl(1000)).unwrap();
-    let a = Election::new(store.clone(), config());
-    let b = Election::new(store.clone(), config());
+    let a = election(&store, "dispatcher", "node-a");
+    let b = election(&store, "dispatcher", "node-a");
     let first = a.campaign().await.unwrap();
     knobs.fail_acquires.store(1, Ordering::SeqCst);
     let second = timeout(Duration::from_millis(600), b.campaign()).await;
@@ -116,10 +133,7 @@ async fn two_candidates_configured_with_one_id_never_both_lead() {
 #[tokio::test(start_paused = true)]
 async fn two_campaigns_of_one_cloned_election_never_both_lead() {
     let (_, store, knobs) = faulty();
-    let election = Election::new(
-        store.clone(),
-        ElectionConfig::new("dispatcher", "node-a", ttl(1000)).unwrap(),
-    );
+    let election = election(&store, "dispatcher", "node-a");
     let first = election.campaign().await.unwrap();
     knobs.fail_acquires.store(1, Ordering::SeqCst);
     let second = timeout(Duration::from_millis(600), election.clone().campaign()).await;
@@ -159,10 +173,7 @@ async fn a_candidate_with_the_readme_s_fixed_id_still_takes_over_its_own_ghost()
         Arc::new(MemoryServer::new().store(&Namespace::new("test").unwrap()));
     let hook = Arc::new(LoseReply(AtomicBool::new(true)));
     let store: Arc<dyn Store> = Arc::new(Intercepted::new(memory.clone(), hook));
-    let election = Election::new(
-        store,
-        ElectionConfig::new("dispatcher", "node-a", ttl(1000)).unwrap(),
-    );
+    let election = election(&store, "dispatcher", "node-a");
     let start = Instant::now();
     let leader = election.campaign().await.unwrap();
     assert!(start.elapsed() < Duration::from_millis(500));
@@ -233,9 +244,7 @@ async fn leave_with_duration_max_waits_for_the_workers_and_releases() {
         .enqueue(b"job", EnqueueOptions::default())
         .await
         .unwrap();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(&store).await;
     let key = member.key().clone();
     let claimed = member.claim(1).await.unwrap().pop().unwrap();
     let worker = tokio::spawn(async move {
@@ -259,10 +268,7 @@ fn rejects<T>(r: &Result<T>, what: &str) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn durations_out_of_range_are_refused_naming_the_field() {
-    let checker = |check_every| CheckerConfig {
-        check_every,
-        ..CheckerConfig::default()
-    };
+    let checker = |check_every| CheckerConfig::default().check_every(check_every);
     assert!(rejects(&checker(Duration::MAX).validate(), "check_every"));
     assert!(rejects(
         &checker(Duration::from_secs(365 * 24 * 3600)).validate(),
@@ -334,9 +340,7 @@ async fn a_checker_stopped_on_request_says_so() {
 #[tokio::test(start_paused = true)]
 async fn a_member_whose_heartbeat_task_panics_fires_its_cancellation_at_once() {
     let (_, store, knobs) = faulty();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(&store).await;
     let cancel = member.cancelled();
     knobs.panic_renew.store(true, Ordering::SeqCst);
     // The first renewal comes within ttl/3 (333 ms) and panics; the local deadline is
@@ -349,13 +353,7 @@ async fn a_member_whose_heartbeat_task_panics_fires_its_cancellation_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_leader_whose_heartbeat_task_panics_fires_its_cancellation_at_once() {
     let (_, store, knobs) = faulty();
-    let leader = Election::new(
-        store.clone(),
-        ElectionConfig::new("r", "a", ttl(1000)).unwrap(),
-    )
-    .campaign()
-    .await
-    .unwrap();
+    let leader = election(&store, "r", "a").campaign().await.unwrap();
     knobs.panic_renew.store(true, Ordering::SeqCst);
     timeout(Duration::from_millis(500), leader.cancelled().cancelled())
         .await
@@ -373,9 +371,7 @@ async fn a_claim_answered_after_the_deadline_hands_out_nothing() {
         .enqueue(b"job", EnqueueOptions::default())
         .await
         .unwrap();
-    let member = Member::join(store.clone(), MemberConfig::new("w", ttl(1000)).unwrap())
-        .await
-        .unwrap();
+    let member = join_w(&store).await;
     let token = member.token();
     // The store is applied the claim, then the process (or the network) stalls: the
     // reply comes after the local deadline, renewals do not get through meanwhile.
@@ -400,22 +396,6 @@ async fn a_claim_answered_after_the_deadline_hands_out_nothing() {
     );
 }
 
-/// A host clock for tests: tokio's (paused) time, plus a suspend injected by hand.
-#[derive(Debug, Clone)]
-struct SuspendableHost {
-    tokio: TokioClock,
-    suspended: ManualClock,
-}
-
-impl Clock for SuspendableHost {
-    fn now(&self) -> Duration {
-        self.tokio.now()
-    }
-    fn boot(&self) -> Duration {
-        self.tokio.now() + self.suspended.now()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn complete_and_fail_past_the_deadline_are_fenced_without_a_round_trip() {
     let (memory, store, knobs) = faulty();
@@ -425,11 +405,7 @@ async fn complete_and_fail_past_the_deadline_are_fenced_without_a_round_trip() {
             .await
             .unwrap();
     }
-    let suspended = ManualClock::new();
-    let clock = Arc::new(SuspendableHost {
-        tokio: TokioClock::new(),
-        suspended: suspended.clone(),
-    });
+    let (clock, suspended) = SuspendableHost::shared();
     let member = Member::join(
         store.clone(),
         MemberConfig::new("w", ttl(1000)).unwrap().clock(clock),

@@ -464,6 +464,28 @@ async fn assert_deaths(
     );
 }
 
+/// Checks what one call reaped: exactly the tokens of `reaped` in the dead set (the
+/// message says `which` those should be) and a death record with `cause` for each;
+/// then empties the dead set for the next call.
+async fn assert_reaped(
+    ctx: &Ctx,
+    since: Option<u64>,
+    mut reaped: Vec<(Key, FencingToken)>,
+    cause: DeathCause,
+    what: &str,
+    which: &str,
+) {
+    reaped.sort_by_key(|d| d.1);
+    assert_eq!(
+        dead_set(ctx).await,
+        reaped,
+        "{what}: the dead set after the call ({which})"
+    );
+    let died = reaped.into_iter().map(|(k, t)| (k, t, cause)).collect();
+    assert_deaths(ctx, since, died, what).await;
+    drain_dead_set(ctx).await;
+}
+
 /// The entry of interest in an `acquire_many` position batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AcquireCase {
@@ -602,18 +624,10 @@ pub async fn acquire_many_takes_each_entry_at_every_position(ctx: Ctx) {
                 "{at}: the lease taken is not live: {info:?}"
             );
         }
-        let reaped: Vec<_> = old.iter().map(|o| (o.key.clone(), o.token)).collect();
-        assert_eq!(
-            dead_set(&ctx).await,
-            reaped,
-            "acquire_many, {batch}: the dead set after the call (only an expired lease taken over goes there)"
-        );
-        let died = old
-            .iter()
-            .map(|o| (o.key.clone(), o.token, DeathCause::Superseded))
-            .collect();
-        assert_deaths(&ctx, since, died, &format!("acquire_many, {batch}")).await;
-        drain_dead_set(&ctx).await;
+        let reaped = old.iter().map(|o| (o.key.clone(), o.token)).collect();
+        let what = format!("acquire_many, {batch}");
+        let which = "only an expired lease taken over goes there";
+        assert_reaped(&ctx, since, reaped, DeathCause::Superseded, &what, which).await;
     }
 }
 
@@ -907,19 +921,10 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
                 }
             }
         }
-        let mut want: Vec<_> = reaped.iter().map(|l| (l.key.clone(), l.token)).collect();
-        want.sort_by_key(|d| d.1);
-        assert_eq!(
-            dead_set(&ctx).await,
-            want,
-            "reap_many, {batch}: the dead set after the call: exactly the tokens reaped"
-        );
-        let died = reaped
-            .iter()
-            .map(|l| (l.key.clone(), l.token, DeathCause::Reaped))
-            .collect();
-        assert_deaths(&ctx, since, died, &format!("reap_many, {batch}")).await;
-        drain_dead_set(&ctx).await;
+        let reaped = reaped.iter().map(|l| (l.key.clone(), l.token)).collect();
+        let what = format!("reap_many, {batch}");
+        let which = "exactly the tokens reaped";
+        assert_reaped(&ctx, since, reaped, DeathCause::Reaped, &what, which).await;
     }
 }
 

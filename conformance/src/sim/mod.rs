@@ -351,11 +351,9 @@ fn start_checker(store: Arc<dyn Store>, config: &SimConfig, bus: &EventBus) -> C
     let every = (config.ttl.duration() / 4).max(Duration::from_millis(50));
     Checker::new(
         store,
-        CheckerConfig {
-            check_every: every,
-            events: bus.clone(),
-            ..CheckerConfig::default()
-        },
+        CheckerConfig::default()
+            .check_every(every)
+            .events(bus.clone()),
     )
     .spawn()
 }

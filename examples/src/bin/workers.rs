@@ -32,14 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     });
-    let checker = Checker::new(
-        store.clone(),
-        CheckerConfig {
-            events: bus.clone(),
-            ..Default::default()
-        },
-    )
-    .spawn();
+    let checker = Checker::new(store.clone(), CheckerConfig::default().events(bus.clone())).spawn();
     for i in 0..30 {
         store
             .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
