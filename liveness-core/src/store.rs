@@ -42,6 +42,10 @@
 //!   inside the operation, or, on observer-local stores
 //!   ([`Capabilities::observer_local_expiry`]), this handle's own monotonic clock. A
 //!   caller's clock is never sent or compared.
+//! - A lease is live while the store's now is strictly before its expiry, and
+//!   expired from that instant on: at exactly its expiry `renew` and `claim` answer
+//!   `Lost` (`Expired`), `reap` may declare it dead, and any holder may acquire the
+//!   key.
 //! - Invalid input fails with [`Error::InvalidInput`] and changes nothing. **The
 //!   input is checked once, before it reaches the store**: every store a caller gets
 //!   (from the state machines, [`checked`](crate::checked()) or the umbrella crate's
@@ -451,7 +455,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   by passing the last `seq` it got as the next `before`.
     /// - The store keeps the newest [`Capabilities::death_retention`] records of the
     ///   namespace and drops older ones as new ones are written, at a cost that does
-    ///   not grow with the history (no scan).
+    ///   not grow with the history (no scan). A record once dropped is never written
+    ///   again: the sweep of its token still requeues its items and takes it out of
+    ///   the dead set, but `deaths` never lists that token again.
     /// - Changes nothing.
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>>;
 
