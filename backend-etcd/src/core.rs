@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     pub(crate) info: StoreInfo,
     /// What this handle asked etcd for, counted (tests compare costs with them).
     pub(crate) calls: Calls,
+    /// Where a test holds a release between its transaction and its revoke.
+    #[cfg(test)]
+    pub(crate) between_release_steps: Pause,
 }
 
 /// Counts of the etcd requests a handle made, by kind (relaxed counters: for tests
@@ -231,6 +234,8 @@ impl EtcdStore {
                     ),
                 },
                 calls: Calls::default(),
+                #[cfg(test)]
+                between_release_steps: Pause::default(),
             }),
         })
     }
@@ -568,4 +573,42 @@ pub(crate) fn to_prefix_end(prefix: &str, limit: usize) -> GetOptions {
     GetOptions::new()
         .with_range(prefix_end(prefix))
         .with_limit(i64::try_from(limit).unwrap_or(i64::MAX))
+}
+
+/// A point where an operation waits while a test looks at the store, once armed.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Pause(
+    std::sync::Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
+);
+
+#[cfg(test)]
+impl Pause {
+    /// Arms the point for the next operation that reaches it: it says so on the
+    /// returned receiver, then waits until the returned sender fires (or drops).
+    pub(crate) fn arm(
+        &self,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (reached, on_reach) = tokio::sync::oneshot::channel();
+        let (resume, on_resume) = tokio::sync::oneshot::channel();
+        *liveness_core::sync::lock(&self.0) = Some((reached, on_resume));
+        (on_reach, resume)
+    }
+
+    /// Waits here when armed (once).
+    pub(crate) async fn here(&self) {
+        let armed = liveness_core::sync::lock(&self.0).take();
+        if let Some((reached, resume)) = armed {
+            let _ = reached.send(());
+            let _ = resume.await;
+        }
+    }
 }

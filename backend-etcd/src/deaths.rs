@@ -501,13 +501,9 @@ impl EtcdStore {
             // The watch runs since before this handle checked, without candidates:
             // what expired before now is found by one full scan, read after the
             // watch's start (so nothing falls between them).
-            match scan(&inner.kv, &inner.keys).await {
-                Ok(found) => inner.expiry.absorb_scan(found),
-                Err(e) => {
-                    inner.expiry.owe_scan();
-                    return Err(e);
-                }
-            }
+            // Owed again when the scan fails or this call is dropped mid-way.
+            let debt = inner.expiry.owe_scan();
+            debt.paid(scan(&inner.kv, &inner.keys).await?);
         }
         let now = inner
             .kv

@@ -136,7 +136,9 @@ impl Slot {
     ///
     /// The answer is always one read off the stream, with its header: opening a
     /// stream sends a first keep-alive whose answer etcd-client keeps to itself, so a
-    /// fresh stream gets a second one. Whether the answer counts is the caller's call
+    /// fresh stream gets a second one. Cancel-safe: the answer read is this call's
+    /// own; a call dropped mid-way drops the stream, never leaving its answer for
+    /// the next call to read. Whether the answer counts is the caller's call
     /// (see `EtcdStore::renew_judged`): a deposed leader answers too.
     pub(crate) async fn keep_alive(
         &self,
@@ -158,7 +160,11 @@ impl Slot {
                     Err(e) => return Err(map(e)),
                 }
             }
-            let Some((keeper, stream)) = guard.as_mut() else {
+            // Out of the slot while the exchange runs: a caller that drops this call
+            // after the request went out and before its answer was read (a timeout
+            // around `renew`) drops the stream with it, so that the answer is never
+            // read by the next renewal as its own. The next one opens a fresh stream.
+            let Some((mut keeper, mut stream)) = guard.take() else {
                 continue;
             };
             let exchange = async {
@@ -167,23 +173,60 @@ impl Slot {
             };
             match tokio::time::timeout(timeout, exchange).await {
                 Ok(Ok(Some(resp))) => {
+                    *guard = Some((keeper, stream));
                     return Ok(KeptAlive {
                         left: resp.ttl().max(0),
                         term: resp.header().map_or(0, |h| h.raft_term()),
-                    })
+                    });
                 }
-                // A broken stream (the member restarted, the connection reset): drop
-                // it and open a fresh one once.
-                Ok(Ok(None)) | Ok(Err(_)) => *guard = None,
-                Err(_) => {
-                    *guard = None;
-                    return Err(timed_out());
-                }
+                // A broken stream (the member restarted, the connection reset): it
+                // is dropped; open a fresh one once.
+                Ok(Ok(None)) | Ok(Err(_)) => {}
+                // Dropped with its unread answer.
+                Err(_) => return Err(timed_out()),
             }
         }
         Err(Error::unavailable(
             BACKEND,
             etcd_client::Error::LeaseKeepAliveError("keep-alive stream closed".into()),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use liveness_core::{Key, LeaseStore, Ttl};
+
+    use crate::tests::{holder, store};
+
+    /// A renewal dropped by its caller after its keep-alive went out and before its
+    /// answer was read (a timeout around `renew`) leaves no answer behind: the next
+    /// keep-alive on the slot reads its own answer, not the dropped one's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_renewal_leaves_no_answer_for_the_next() {
+        let Some(store) = store().await else { return };
+        let ttl = Ttl::new(store.capabilities().min_ttl * 10).unwrap();
+        let key = Key::member("m").unwrap();
+        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+        store.renew(&lease).await.unwrap();
+        // Polled once, then dropped: the keep-alive is sent, its answer never read.
+        let dropped = store.renew(&lease).now_or_never();
+        assert!(dropped.is_none(), "the renewal was not dropped mid-way");
+        // Let the dropped keep-alive's answer (the lease alive) arrive, then end the
+        // etcd lease: a keep-alive sent from now on is answered "unknown".
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let slot = store.inner.slots.get(&key, lease.token).unwrap();
+        assert!(store.revoke(slot.lease_id).await.unwrap());
+        let kept = slot
+            .keep_alive(&store.inner.lease, store.inner.timeout)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept.left, 0,
+            "the keep-alive read the answer to a dropped one: {kept:?}"
+        );
     }
 }

@@ -23,32 +23,37 @@ use crate::BACKEND;
 /// What one release attempt ([`EtcdStore::release_from`]) came to.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// This attempt retired the record (to the dead set): the lease is ended.
+    /// This attempt ended the lease: the record is retired to the dead set.
     Retired,
-    /// Finished without retiring the record: whether the release ended the lease
-    /// (false when it was not current; true when its etcd lease was revoked and
-    /// somebody else retired the record).
-    Done(bool),
+    /// The lease was not current (gone, or another token's): nothing changed.
+    NotCurrent,
     /// The record changed between the read and the write: read again.
     Retry,
 }
 
 impl EtcdStore {
     /// One release attempt on `snap`, the key's record and lease-bound key as just
-    /// read: revokes the etcd lease the record names, then retires the record if it
-    /// is unchanged. [`Released::Retry`] when the record changed in between (another
-    /// handle moved the lease to a new etcd lease, or retired it).
+    /// read: ONE transaction, guarded by the record being unchanged, deletes the
+    /// record and the lease-bound key, puts the token in the dead set and records the
+    /// death as a release; then the etcd lease the record named is revoked.
+    /// [`Released::Retry`] when the record changed in between (another handle moved
+    /// the lease to a new etcd lease, or another death took the death counter).
+    ///
+    /// Why one transaction, and the revoke after it: a release that first revoked
+    /// the etcd lease (which deletes the lease-bound key) and then retired the record
+    /// showed a checker in between "record present, lease-bound key gone", an
+    /// expired lease, which it reaped and recorded as a death (`Reaped`) of a member
+    /// that had left. Ended in one step, the lease is never seen expired on the way.
+    /// The etcd lease binds nothing once the transaction applied: a renewal of it
+    /// (on any handle) finds the lease-bound key gone and answers `Lost`. Should the
+    /// revoke fail, or the caller stop before it, it expires by its own ttl.
     pub(crate) async fn release_from(&self, lease: &Lease, snap: Snapshot) -> Result<Released> {
         let Some(c) = snap.record else {
-            return Ok(Released::Done(false));
+            return Ok(Released::NotCurrent);
         };
         if c.token != lease.token {
-            return Ok(Released::Done(false));
+            return Ok(Released::NotCurrent);
         }
-        // Revoke first: from here on, renewals fail, and should this process stop
-        // before the transaction below, the record shows as expired and a checker
-        // reaps it (its items are requeued all the same).
-        let revoked = self.revoke(c.rec.lease_id).await?;
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         let death = self
@@ -69,17 +74,21 @@ impl EtcdStore {
             )
             .await?;
         if resp.succeeded() {
+            #[cfg(test)]
+            self.inner.between_release_steps.here().await;
+            if self.revoke(c.rec.lease_id).await.is_err() {
+                self.revoke_later(c.rec.lease_id);
+            }
             return Ok(Released::Retired);
         }
         // The record changed since the read, or another death took the counter.
-        // Still this token's: the lease moved to another etcd lease (which the
-        // revoke above did not end), or only the counter moved, so try again.
-        // Gone or another token's: a checker or an acquire retired it to the dead set,
-        // after the revoke above ended it if that etcd lease was still its own.
+        // Still this token's: the lease moved to another etcd lease, or only the
+        // counter moved, so try again. Gone or another token's: a checker or an
+        // acquire retired it (it had expired), or another release did.
         let now = Snapshot::from(first_range(&resp).into_iter().next(), None)?;
         match now.record {
             Some(c) if c.token == lease.token => Ok(Released::Retry),
-            _ => Ok(Released::Done(revoked)),
+            _ => Ok(Released::NotCurrent),
         }
     }
 
@@ -205,7 +214,7 @@ impl LeaseStore for EtcdStore {
                     self.inner.expiry.forget_upto(&lease.key, seen);
                     return Ok(true);
                 }
-                Released::Done(ended) => return Ok(ended),
+                Released::NotCurrent => return Ok(false),
                 Released::Retry => {}
             }
         }

@@ -3,6 +3,7 @@
 //! request counters that show what a call costs etcd. They run against the test
 //! binary's shared etcd member (or a dedicated one where the revision must not move).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Txn, TxnOp};
@@ -15,7 +16,7 @@ use crate::{EtcdConfig, EtcdStore};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-async fn store() -> Option<EtcdStore> {
+pub(crate) async fn store() -> Option<EtcdStore> {
     let server = liveness_testkit::etcd::shared()?;
     let config = EtcdConfig::from_url(server.url())
         .unwrap()
@@ -23,7 +24,7 @@ async fn store() -> Option<EtcdStore> {
     Some(EtcdStore::connect(config).await.unwrap())
 }
 
-fn holder() -> HolderId {
+pub(crate) fn holder() -> HolderId {
     HolderId::new("h").unwrap()
 }
 
@@ -133,6 +134,78 @@ async fn release_does_not_answer_true_while_the_lease_lives_on() {
     // The whole release ends it.
     assert!(store.release(&lease).await.unwrap());
     assert!(store.inspect(&key).await.unwrap().is_none());
+}
+
+/// A checker round that runs while a release is between its two steps declares no
+/// death: the member left, and the history, the events and the metrics say so
+/// (`Released`), never `Reaped`. A release that first ended the etcd lease and then
+/// retired the record showed the checker "record present, lease-bound key gone" in
+/// between: an expired lease, reaped as a death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checker_between_the_steps_of_a_release_declares_no_death() {
+    use liveness_core::{Checker, CheckerConfig, DeathCause};
+    let Some(store) = store().await else { return };
+    let ttl = Ttl::new(store.capabilities().min_ttl * 10).unwrap();
+    let key = Key::member("leaving").unwrap();
+    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let (reached, resume) = store.inner.between_release_steps.arm();
+    let releasing = {
+        let (store, lease) = (store.clone(), lease.clone());
+        tokio::spawn(async move { store.release(&lease).await })
+    };
+    reached.await.unwrap();
+    let checker = Checker::new(Arc::new(store.clone()), CheckerConfig::default());
+    let round = checker.round().await.unwrap();
+    resume.send(()).unwrap();
+    assert!(
+        releasing.await.unwrap().unwrap(),
+        "the release answers true"
+    );
+    assert!(
+        round.deaths.is_empty(),
+        "a checker declared a released lease dead: {:?}",
+        round.deaths
+    );
+    let deaths = store.deaths(None, 10).await.unwrap();
+    assert_eq!(deaths.len(), 1, "{deaths:?}");
+    assert_eq!(deaths[0].token, lease.token);
+    assert_eq!(deaths[0].cause, DeathCause::Released, "{deaths:?}");
+    assert!(store.inspect(&key).await.unwrap().is_none());
+}
+
+/// An `expired` call dropped while it runs the full scan its handle owes (the handle
+/// watched for `wakeups` before it checked, so its watch started without a scan)
+/// leaves the scan owed: the next call lists a lease that expired before the watch
+/// began, which no DELETE the watch sees will ever name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_expired_call_leaves_its_scan_owed() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    let config = EtcdConfig::from_url(server.url())
+        .unwrap()
+        .with_namespace(fresh_namespace());
+    let store = EtcdStore::connect(config.clone()).await.unwrap();
+    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let key = Key::member("gone").unwrap();
+    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    // etcd ends the lease (as its countdown would): expired, not yet reaped.
+    let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
+    assert!(store.revoke(current.rec.lease_id).await.unwrap());
+    let checker = EtcdStore::connect(config).await.unwrap();
+    let _wakeups = checker.wakeups();
+    wait_until("the watch starts without a scan", DEADLINE, || async {
+        checker.inner.expiry.scan_owed()
+    })
+    .await;
+    // Polled once, then dropped: the scan is sent, its answer never read.
+    let dropped = futures::FutureExt::now_or_never(checker.expired(key.space(), 10));
+    assert!(dropped.is_none(), "the call was not dropped mid-way");
+    let listed = checker.expired(key.space(), 10).await.unwrap();
+    assert!(
+        listed.iter().any(|l| l.token == lease.token),
+        "a lease that expired before the watch began is never listed: {listed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

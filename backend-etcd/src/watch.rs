@@ -72,6 +72,27 @@ impl Candidates {
     }
 }
 
+/// A full scan a handle owes itself ([`ExpiryWatch::owe_scan`]): owed again when
+/// dropped before [`OwedScan::paid`].
+pub(crate) struct OwedScan<'a>(Option<&'a ExpiryWatch>);
+
+impl OwedScan<'_> {
+    /// The scan came: absorbed, nothing is owed.
+    pub(crate) fn paid(mut self, scan: Scan) {
+        if let Some(w) = self.0.take() {
+            w.absorb_scan(scan);
+        }
+    }
+}
+
+impl Drop for OwedScan<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.0 {
+            lock(&w.mode).scan_owed = true;
+        }
+    }
+}
+
 /// At most this many keys are watched for a handle that does not check; past it,
 /// it ticks for every expiry (a tick is only a hint).
 const MAX_INTEREST: usize = 1024;
@@ -166,9 +187,16 @@ impl ExpiryWatch {
         std::mem::take(&mut m.scan_owed)
     }
 
-    /// The scan [`ExpiryWatch::checking`] asked for failed: the next call runs it.
-    pub(crate) fn owe_scan(&self) {
-        lock(&self.mode).scan_owed = true;
+    /// True while the watch owes the handle its first full scan.
+    #[cfg(test)]
+    pub(crate) fn scan_owed(&self) -> bool {
+        lock(&self.mode).scan_owed
+    }
+
+    /// The scan [`ExpiryWatch::checking`] asked for, owed until it is absorbed: a
+    /// scan that fails, or a call dropped while it runs, leaves it to the next call.
+    pub(crate) fn owe_scan(&self) -> OwedScan<'_> {
+        OwedScan(Some(self))
     }
 
     /// Whether a DELETE of `key` keeps a candidate (the handle checks) and whether

@@ -16,16 +16,12 @@
 //!
 //! - **One atomic step per decision.** Each operation decides and writes in one
 //!   atomic step, linearizable within the store handle's namespace: `acquire`,
-//!   `renew` (the extension), `reap`, `claim`, `complete`, `fail` and `enqueue` take
-//!   effect at one instant, all of it or nothing; of concurrent callers racing for
-//!   the same lease or item, exactly one wins. The steps a store may split are listed
+//!   `renew` (the extension), `release`, `reap`, `claim`, `complete`, `fail` and
+//!   `enqueue` take effect at one instant, all of it or nothing; of concurrent
+//!   callers racing for the same lease or item, exactly one wins. The steps a store may split are listed
 //!   next, and only those; every split keeps the operation's bullets below true for
 //!   the caller, and the store's README says which splits it makes.
 //! - **What a store may split over more than one step:**
-//!   - [`LeaseStore::release`] may first end the lease (from then on it cannot be
-//!     renewed, and reads as expired) and then remove the record and put the token in
-//!     the dead set. If the caller stops in between, the record stays expired and a
-//!     checker reaps it: the items are requeued all the same (etcd).
 //!   - [`ItemStore::requeue_orphans`] may move a dead token's items in several
 //!     batches, each guarded by the token's dead-set entry, removing the entry with
 //!     the last one: a reader may see some of the items moved and the token still in
@@ -67,6 +63,11 @@
 //!   [`RequestId`], increasing per token: single-use by a per-token high-water
 //!   mark) and `enqueue` (its [`EnqueueOptions::key`]). A store never lets
 //!   its client library re-send a call that is not safe to repeat on its own.
+//! - **Cancel-safe.** A caller may drop any call at any point (a timeout around
+//!   it, a `select!` that took another branch): what the dropped call did is what an
+//!   `Unavailable` call may have done (applied or not), and every later call answers
+//!   its own request — never an answer the dropped call left on a connection or
+//!   stream — and loses nothing the dropped call had in hand.
 //! - Two namespaces never see each other's leases, tokens, dead sets or items.
 //! - Every operation that takes a [`Lease`] (`renew`, `release`, `claim`, `complete`,
 //!   `fail`, each entry of `renew_many`) refuses one issued by another store or

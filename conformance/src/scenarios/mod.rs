@@ -8,12 +8,14 @@ use std::pin::Pin;
 use crate::Ctx;
 
 mod batches;
+mod cancel;
 mod items;
 mod leases;
 mod machines;
 mod operator;
 
 pub use batches::*;
+pub use cancel::*;
 pub use items::*;
 pub use leases::*;
 pub use machines::*;
@@ -93,7 +95,8 @@ macro_rules! __scenarios {
             member_recovers_lost_claim_reply,
             member_complete_retried_after_lost_reply,
             election_one_leader_among_three,
-            election_failover_after_leader_stops
+            election_failover_after_leader_stops,
+            dropped_calls_leave_every_later_answer_its_own
         );
     };
     (@expand tests [$factory:expr] $($name:ident),*) => {
