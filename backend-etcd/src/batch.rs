@@ -50,17 +50,15 @@
 use std::collections::HashSet;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
-use liveness_core::{
-    Acquire, DeathCause, Error, FencingToken, ItemId, ItemState, Key, Lease, Requeued, Result,
-};
+use liveness_core::{Acquire, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result};
 
 use crate::core::{
     del, first, get, mod_rev, put, ranges, revision, under, version, Current, EtcdStore, Snapshot,
     MAX_BATCH, MAX_TXN_OPS,
 };
-use crate::deaths::{death_counter, hand_back};
-use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
-use crate::keys::{Keys, Meta, Record};
+use crate::deaths::{death_counter, plan_hand_backs};
+use crate::error::{Fault, MAX_TRIES};
+use crate::keys::Record;
 use crate::BACKEND;
 
 impl EtcdStore {
@@ -573,25 +571,7 @@ impl EtcdStore {
             let (tally_cmp, mut swept) = self.sweep_tally(t, tally.as_ref())?;
             let mut compares = Vec::new();
             let mut ops = Vec::new();
-            let mut moved = Requeued::default();
-            for kv in &owned {
-                let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                let key = k.owned(t, id);
-                let (state, back) = hand_back(k, &key, id, &meta, true);
-                compares.push(mod_rev(&key, kv.mod_revision()));
-                ops.extend(back);
-                match state {
-                    ItemState::Pending => {
-                        swept.requeued += 1;
-                        moved.requeued.push(ItemId(id));
-                    }
-                    _ => {
-                        swept.dead_lettered += 1;
-                        moved.dead_lettered.push(ItemId(id));
-                    }
-                }
-            }
+            let moved = plan_hand_backs(k, t, &owned, &mut swept, &mut compares, &mut ops)?;
             let (c, o) = self.finish_plan(t, tally_cmp, swept, of.as_ref(), rec.as_ref())?;
             compares.extend(c);
             ops.extend(o);

@@ -75,15 +75,7 @@ fn decode(seq: u64, raw: &[u8]) -> Option<DeathRecord> {
         counts => Some(tally(counts.as_bytes())?),
     };
     let holder = HolderId::new(parts.next()?).ok()?;
-    Some(DeathRecord {
-        seq,
-        key,
-        holder,
-        token,
-        at,
-        cause,
-        swept,
-    })
+    Some(DeathRecord::new(seq, key, holder, token, at, cause, swept))
 }
 
 /// A sweep tally as stored: `requeued dead_lettered`.
@@ -134,6 +126,41 @@ pub(crate) fn hand_back(
     (state, ops)
 }
 
+/// Plans the hand-back of dead `token`'s owned items, `owned` being their index
+/// entries as read: each item's writes ([`hand_back`], retried while it has attempts
+/// left) join `ops`, a compare on its entry's mod revision joins `compares` (the
+/// transaction fails when a claim's answer or another sweeper moved it meanwhile),
+/// and `swept` counts it. Returns where the items go, in id order.
+pub(crate) fn plan_hand_backs(
+    k: &Keys,
+    token: FencingToken,
+    owned: &[KeyValue],
+    swept: &mut Swept,
+    compares: &mut Vec<Compare>,
+    ops: &mut Vec<TxnOp>,
+) -> Result<Requeued> {
+    let mut moved = Requeued::default();
+    for kv in owned {
+        let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+        let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+        let entry = k.owned(token, id);
+        let (state, back) = hand_back(k, &entry, id, &meta, true);
+        compares.push(mod_rev(&entry, kv.mod_revision()));
+        ops.extend(back);
+        match state {
+            ItemState::Pending => {
+                swept.requeued += 1;
+                moved.requeued.push(ItemId(id));
+            }
+            _ => {
+                swept.dead_lettered += 1;
+                moved.dead_lettered.push(ItemId(id));
+            }
+        }
+    }
+    Ok(moved)
+}
+
 /// How long `sync_expiry` waits for a progress notification before it falls back to
 /// writing the sync key.
 const PROGRESS_WAIT: Duration = Duration::from_millis(500);
@@ -173,15 +200,15 @@ impl EtcdStore {
         seq: u64,
     ) -> Vec<TxnOp> {
         let k = self.keys();
-        let rec = DeathRecord {
+        let rec = DeathRecord::new(
             seq,
-            key: key.clone(),
-            holder: holder.clone(),
+            key.clone(),
+            holder.clone(),
             token,
-            at: self.store_now(),
+            self.store_now(),
             cause,
-            swept: None,
-        };
+            None,
+        );
         let mut ops = vec![
             put(&k.death(seq), encode(&rec)),
             put(&k.death_of(token), seq.to_string()),
@@ -413,29 +440,12 @@ impl EtcdStore {
             }
             let mut compares = vec![exists(&dead), tally_cmp];
             let mut ops = Vec::with_capacity(owned.len() * 3);
-            let mut moved = Vec::with_capacity(owned.len());
-            for kv in &owned {
-                let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                let owned = k.owned(token, id);
-                let (state, back) = hand_back(k, &owned, id, &meta, true);
-                compares.push(mod_rev(&owned, kv.mod_revision()));
-                ops.extend(back);
-                moved.push((ItemId(id), state));
-                match state {
-                    ItemState::Pending => swept.requeued += 1,
-                    _ => swept.dead_lettered += 1,
-                }
-            }
+            let moved = plan_hand_backs(k, token, &owned, &mut swept, &mut compares, &mut ops)?;
             ops.push(self.tally_op(token, swept));
             let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
             if resp.succeeded() {
-                for (id, state) in moved {
-                    match state {
-                        ItemState::Pending => out.requeued.push(id),
-                        _ => out.dead_lettered.push(id),
-                    }
-                }
+                out.requeued.extend(moved.requeued);
+                out.dead_lettered.extend(moved.dead_lettered);
             } else {
                 conflicts += 1;
                 if conflicts >= MAX_TRIES {

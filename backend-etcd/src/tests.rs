@@ -9,23 +9,52 @@ use std::time::Duration;
 use etcd_client::{Txn, TxnOp};
 use liveness_conformance::fleet::wait_until;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostCause, Ttl};
+use liveness_core::{
+    Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostCause, Namespace, Ttl,
+};
 
 use crate::lease::Released;
 use crate::{EtcdConfig, EtcdStore};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
+/// The config of the etcd member at `url`, on `namespace`.
+fn config(url: &str, namespace: Namespace) -> EtcdConfig {
+    EtcdConfig::from_url(url).unwrap().with_namespace(namespace)
+}
+
 pub(crate) async fn store() -> Option<EtcdStore> {
     let server = liveness_testkit::etcd::shared()?;
-    let config = EtcdConfig::from_url(server.url())
-        .unwrap()
-        .with_namespace(fresh_namespace());
-    Some(EtcdStore::connect(config).await.unwrap())
+    Some(
+        EtcdStore::connect(config(server.url(), fresh_namespace()))
+            .await
+            .unwrap(),
+    )
 }
 
 pub(crate) fn holder() -> HolderId {
     HolderId::new("h").unwrap()
+}
+
+/// Leases on the members `{prefix}0` to `{prefix}{n - 1}`, acquired one after the other.
+async fn acquire_members(store: &EtcdStore, prefix: &str, n: usize, ttl: Ttl) -> Vec<Lease> {
+    let mut leases = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = Key::member(&format!("{prefix}{i}")).unwrap();
+        leases.push(store.acquire(&key, &holder(), ttl).await.unwrap());
+    }
+    leases
+}
+
+/// etcd ends `lease`'s etcd lease (as its countdown would): expired, not yet reaped.
+async fn expire(store: &EtcdStore, lease: &Lease) {
+    let current = store
+        .snapshot(&lease.key)
+        .await
+        .unwrap()
+        .check(lease)
+        .unwrap();
+    assert!(store.revoke(current.rec.lease_id).await.unwrap());
 }
 
 /// What another handle's `renew` with a new ttl does — the lease-bound key and the
@@ -182,16 +211,12 @@ async fn a_dropped_expired_call_leaves_its_scan_owed() {
     let Some(server) = liveness_testkit::etcd::shared() else {
         return;
     };
-    let config = EtcdConfig::from_url(server.url())
-        .unwrap()
-        .with_namespace(fresh_namespace());
+    let config = config(server.url(), fresh_namespace());
     let store = EtcdStore::connect(config.clone()).await.unwrap();
     let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
     let key = Key::member("gone").unwrap();
     let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
-    // etcd ends the lease (as its countdown would): expired, not yet reaped.
-    let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
-    assert!(store.revoke(current.rec.lease_id).await.unwrap());
+    expire(&store, &lease).await;
     let checker = EtcdStore::connect(config).await.unwrap();
     let _wakeups = checker.wakeups();
     wait_until("the watch starts without a scan", DEADLINE, || async {
@@ -254,10 +279,9 @@ async fn a_checker_round_writes_nothing() {
     let Some(server) = liveness_testkit::etcd::start() else {
         return;
     };
-    let config = EtcdConfig::from_url(server.url())
-        .unwrap()
-        .with_namespace(fresh_namespace());
-    let store = EtcdStore::connect(config).await.unwrap();
+    let store = EtcdStore::connect(config(server.url(), fresh_namespace()))
+        .await
+        .unwrap();
     let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
     let key = Key::member("w").unwrap();
     store.acquire(&key, &holder(), ttl).await.unwrap();
@@ -335,10 +359,9 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
 /// A second handle on `store`'s namespace (another process, as far as etcd knows).
 async fn other(store: &EtcdStore) -> EtcdStore {
     let server = liveness_testkit::etcd::shared().unwrap();
-    let config = EtcdConfig::from_url(server.url())
+    EtcdStore::connect(config(server.url(), store.namespace().clone()))
+        .await
         .unwrap()
-        .with_namespace(store.namespace().clone());
-    EtcdStore::connect(config).await.unwrap()
 }
 
 /// The namespace's current etcd revision, by one read.
@@ -464,12 +487,9 @@ async fn renew_many_reads_once_for_the_batch() {
     use crate::core::Calls;
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let mut leases = Vec::new();
-    for i in 0..10 {
-        let key = Key::member(&format!("r{i}")).unwrap();
-        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
-        store.renew(&lease).await.unwrap();
-        leases.push(lease);
+    let leases = acquire_members(&store, "r", 10, ttl).await;
+    for lease in &leases {
+        store.renew(lease).await.unwrap();
     }
     // One of them released meanwhile: it answers Lost alone.
     assert!(store.release(&leases[3]).await.unwrap());
@@ -501,13 +521,9 @@ async fn reap_many_is_one_read_and_one_transaction() {
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
     let mut batch: Vec<(Key, FencingToken)> = Vec::new();
-    for i in 0..10 {
-        let key = Key::member(&format!("d{i}")).unwrap();
-        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
-        // etcd ends the lease (as its countdown would): expired, not yet reaped.
-        let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
-        assert!(store.revoke(current.rec.lease_id).await.unwrap());
-        batch.push((key, lease.token));
+    for lease in acquire_members(&store, "d", 10, ttl).await {
+        expire(&store, &lease).await;
+        batch.push((lease.key, lease.token));
     }
     let live = store
         .acquire(&Key::member("alive").unwrap(), &holder(), ttl)
@@ -615,11 +631,7 @@ async fn next_expiry_reads_its_probe_by_key() {
     use crate::core::Calls;
     let Some(store) = store().await else { return };
     let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let mut leases = Vec::new();
-    for i in 0..3 {
-        let key = Key::member(&format!("n{i}")).unwrap();
-        leases.push(store.acquire(&key, &holder(), ttl).await.unwrap());
-    }
+    let leases = acquire_members(&store, "n", 3, ttl).await;
     let space = leases[0].key.space().clone();
     assert!(store.next_expiry(&space).await.unwrap().is_some());
     let ranges = Calls::read(&store.inner.calls.ranges);
@@ -651,8 +663,7 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
     synced(&waiter).await;
     let key = Key::member("gone").unwrap();
     let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
-    let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
-    assert!(store.revoke(current.rec.lease_id).await.unwrap());
+    expire(&store, &lease).await;
     // The waiting handle's watch saw that DELETE and kept no candidate for it.
     synced(&waiter).await;
     assert_eq!(
@@ -694,14 +705,9 @@ async fn acquire_many_pipelines_the_batch() {
         .acquire(&Key::member("held").unwrap(), &holder(), ttl)
         .await
         .unwrap();
-    let mut expired = Vec::new();
-    for i in 0..3 {
-        let key = Key::member(&format!("x{i}")).unwrap();
-        let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
-        // etcd ends the lease (as its countdown would): expired, not yet reaped.
-        let current = store.snapshot(&key).await.unwrap().check(&lease).unwrap();
-        assert!(store.revoke(current.rec.lease_id).await.unwrap());
-        expired.push(lease);
+    let expired = acquire_members(&store, "x", 3, ttl).await;
+    for lease in &expired {
+        expire(&store, lease).await;
     }
     let fresh = 20;
     let mut asks: Vec<Acquire> = (0..fresh)

@@ -160,15 +160,7 @@ impl RedisStore {
                     dead_lettered: count(&dead)?,
                 })
             };
-            out.push(DeathRecord {
-                seq,
-                key,
-                holder,
-                token,
-                at,
-                cause,
-                swept,
-            });
+            out.push(DeathRecord::new(seq, key, holder, token, at, cause, swept));
         }
         Ok(out)
     }

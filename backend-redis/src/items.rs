@@ -68,6 +68,30 @@ fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
     }
 }
 
+/// Reads the stored fields of item `id` that follow in `fields`: `{payload, attempts,
+/// max, state}`, as `item.lua` answers them and as each group of `items.lua` has them
+/// after its id. A missing field reads as nil, which fails as a corrupt record.
+fn item_record(
+    op: &'static str,
+    id: ItemId,
+    fields: &mut impl Iterator<Item = Value>,
+) -> Result<ItemRecord> {
+    let mut next = || fields.next().unwrap_or(Value::Nil);
+    let payload = bytes(op, next())?;
+    let attempts = u32_(op, &next())?;
+    let max_attempts = u32_(op, &next())?;
+    let state = item_state(op, &text(op, next())?)?;
+    Ok(ItemRecord {
+        item: Item {
+            id,
+            payload,
+            attempts,
+            max_attempts,
+        },
+        state,
+    })
+}
+
 /// Reads `{id, payload, attempts, max}` groups of a flat reply.
 fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
     let mut out = Vec::with_capacity(flat.len() / 4);
@@ -165,20 +189,7 @@ impl ItemStore for RedisStore {
         let Some(mut rec) = record("item", self.run(call).await?)? else {
             return Ok(None);
         };
-        let mut next = || rec.next().unwrap_or(Value::Nil);
-        let payload = bytes("item", next())?;
-        let attempts = u32_("item", &next())?;
-        let max_attempts = u32_("item", &next())?;
-        let state = item_state("item", &text("item", next())?)?;
-        Ok(Some(ItemRecord {
-            item: Item {
-                id,
-                payload,
-                attempts,
-                max_attempts,
-            },
-            state,
-        }))
+        item_record("item", id, &mut rec).map(Some)
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
@@ -237,31 +248,8 @@ impl ItemStore for RedisStore {
         let mut out = Vec::with_capacity(flat.len() / 5);
         let mut it = flat.into_iter();
         while let Some(id) = it.next() {
-            let mut next = || it.next().unwrap_or(Value::Nil);
             let id = ItemId(uint("items", &id)?);
-            let payload = bytes("items", next())?;
-            let attempts = u32::try_from(uint("items", &next())?)
-                .map_err(|_| unexpected("items", "an invalid stored attempt count"))?;
-            let max_attempts = u32::try_from(uint("items", &next())?)
-                .map_err(|_| unexpected("items", "an invalid stored attempt limit"))?;
-            let state = match text("items", next())?.as_str() {
-                "p" => ItemState::Pending,
-                "d" => ItemState::DeadLettered,
-                owner => ItemState::Owned(FencingToken(
-                    owner
-                        .parse()
-                        .map_err(|_| unexpected("items", "an invalid stored owner"))?,
-                )),
-            };
-            out.push(ItemRecord {
-                item: Item {
-                    id,
-                    payload,
-                    attempts,
-                    max_attempts,
-                },
-                state,
-            });
+            out.push(item_record("items", id, &mut it)?);
         }
         Ok(out)
     }

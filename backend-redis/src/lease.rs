@@ -7,8 +7,7 @@ use std::time::Duration;
 use liveness_core::durability::StoreLostState;
 use liveness_core::{
     async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStatus, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime,
-    Ttl,
+    LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use redis::{Script, ScriptInvocation, Value};
 
@@ -73,6 +72,31 @@ fn renew_call<'a>(keys: &Keys, lease: &Lease) -> ScriptInvocation<'a> {
     call
 }
 
+/// Reads the stored fields of the lease on `key` that follow in `fields`: `{holder,
+/// token, ttl ms, µs left (-1 when expired)}`, as `inspect.lua` answers them and as
+/// each group of `members.lua` has them after its name. A missing field reads as nil,
+/// which fails as a corrupt record.
+fn lease_info(
+    op: &'static str,
+    key: Key,
+    fields: &mut impl Iterator<Item = Value>,
+) -> Result<LeaseInfo> {
+    let mut next = || fields.next().unwrap_or(Value::Nil);
+    let holder =
+        HolderId::new(text(op, next())?).map_err(|_| unexpected(op, "an invalid stored holder"))?;
+    let token = FencingToken(uint(op, &next())?);
+    let ttl = Ttl::from_millis(uint(op, &next())?)
+        .map_err(|_| unexpected(op, "an invalid stored ttl"))?;
+    let left = int(op, &next())?;
+    Ok(LeaseInfo {
+        key,
+        holder,
+        token,
+        ttl,
+        status: status_of(left),
+    })
+}
+
 #[async_trait]
 impl LeaseStore for RedisStore {
     fn info(&self) -> &StoreInfo {
@@ -133,26 +157,7 @@ impl LeaseStore for RedisStore {
         let Some(mut rec) = record("inspect", self.run(call).await?)? else {
             return Ok(None);
         };
-        let mut next = || rec.next().unwrap_or(Value::Nil);
-        let holder = HolderId::new(text("inspect", next())?)
-            .map_err(|_| unexpected("inspect", "an invalid stored holder"))?;
-        let token = FencingToken(uint("inspect", &next())?);
-        let ttl = Ttl::from_millis(uint("inspect", &next())?)
-            .map_err(|_| unexpected("inspect", "an invalid stored ttl"))?;
-        let left = int("inspect", &next())?;
-        Ok(Some(LeaseInfo {
-            key: key.clone(),
-            holder,
-            token,
-            ttl,
-            status: if left > 0 {
-                LeaseStatus::Live {
-                    remaining: us(left),
-                }
-            } else {
-                LeaseStatus::Expired
-            },
-        }))
+        lease_info("inspect", key.clone(), &mut rec).map(Some)
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
@@ -185,22 +190,13 @@ impl LeaseStore for RedisStore {
         let mut out = Vec::with_capacity(flat.len() / 5);
         let mut it = flat.into_iter();
         while let Some(name) = it.next() {
-            let mut next = || it.next().unwrap_or(Value::Nil);
             let name = Name::new(text("members", name)?)
                 .map_err(|_| unexpected("members", "an invalid stored name"))?;
-            let holder = HolderId::new(text("members", next())?)
-                .map_err(|_| unexpected("members", "an invalid stored holder"))?;
-            let token = FencingToken(uint("members", &next())?);
-            let ttl = Ttl::from_millis(uint("members", &next())?)
-                .map_err(|_| unexpected("members", "an invalid stored ttl"))?;
-            let left = int("members", &next())?;
-            out.push(LeaseInfo {
-                key: Key::new(space.clone(), name),
-                holder,
-                token,
-                ttl,
-                status: status_of(left),
-            });
+            out.push(lease_info(
+                "members",
+                Key::new(space.clone(), name),
+                &mut it,
+            )?);
         }
         Ok(out)
     }

@@ -307,3 +307,29 @@ pub struct DeathRecord {
     /// token out of the dead set.
     pub swept: Option<Swept>,
 }
+
+impl DeathRecord {
+    /// A record from its parts, in field order: how a store builds one it decodes
+    /// from its stored form, or a new one (`swept` `None`). Every part has its own
+    /// type, so the compiler checks the order.
+    #[must_use]
+    pub fn new(
+        seq: u64,
+        key: Key,
+        holder: HolderId,
+        token: FencingToken,
+        at: StoreTime,
+        cause: DeathCause,
+        swept: Option<Swept>,
+    ) -> DeathRecord {
+        DeathRecord {
+            seq,
+            key,
+            holder,
+            token,
+            at,
+            cause,
+            swept,
+        }
+    }
+}
