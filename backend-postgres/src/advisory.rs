@@ -16,13 +16,24 @@
 //! spot; a stalled server or network is caught when one loop turn overruns its
 //! deadline (`check_every` + `ping_timeout`).
 //!
+//! A task only runs when it is scheduled: a leader whose process froze (a GC pause,
+//! a stopped VM, a suspended host) while the server dropped its session wakes with a
+//! contender already leading, and may act before its task runs. So the leadership
+//! also keeps a local deadline on the boot clock ([`Clock::boot`]), extended only by
+//! a loop turn answered in time and measured from that turn's send time, and
+//! [`AdvisoryLeadership::check`] compares the clock with it synchronously.
+//!
 //! See the crate README for the trade-offs against the lease-based
 //! [`liveness_core::Election`].
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::wake::woken;
-use liveness_core::{CancellationToken, Error, FencingToken, HolderId, Name, Result, Space};
+use liveness_core::{
+    CancellationToken, Clock, Error, FencingToken, HolderId, HostClock, InputProblem, Key,
+    LostCause, Name, Result, Space, Ttl,
+};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 use tokio::task::JoinHandle;
@@ -38,7 +49,7 @@ mod q {
     /// $1 role name, $2 holder: draws the token and records the leader, one statement.
     pub const RECORD: &str = r#"
         INSERT INTO advisory_leaders (name, holder, token, pid)
-        VALUES ($1, $2, nextval('tokens'), pg_backend_pid())
+        VALUES ($1, $2, next_token(), pg_backend_pid())
         ON CONFLICT (name) DO UPDATE
             SET holder = excluded.holder, token = excluded.token, pid = excluded.pid
         RETURNING token
@@ -68,9 +79,33 @@ pub struct AdvisoryElection {
     check_every: Duration,
     ping_timeout: Duration,
     retry_every: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+/// A duration setting of the election in `(0, MAX_TIMING]`, or `InvalidInput` naming
+/// it.
+fn timing(what: &'static str, d: Duration) -> Result<Duration> {
+    if d.is_zero() {
+        return Err(Error::invalid(what, InputProblem::Zero));
+    }
+    if d > AdvisoryElection::MAX_TIMING {
+        return Err(Error::invalid(
+            what,
+            InputProblem::TooLongDuration {
+                max: AdvisoryElection::MAX_TIMING,
+                got: d,
+            },
+        ));
+    }
+    Ok(d)
 }
 
 impl AdvisoryElection {
+    /// The longest `check_every` and `ping_timeout` accepted: one day, as
+    /// [`Ttl::MAX`] (a leader that hears from its session less often than that has
+    /// no lease-like bound left).
+    pub const MAX_TIMING: Duration = Ttl::MAX;
+
     /// A candidate `holder` for role `name` in the store's namespace. Fails with
     /// `InvalidInput` on an invalid name or holder.
     pub fn new(store: &PostgresStore, name: &str, holder: &str) -> Result<Self> {
@@ -84,22 +119,26 @@ impl AdvisoryElection {
             check_every: Duration::from_millis(200),
             ping_timeout: Duration::from_secs(2),
             retry_every: Duration::from_millis(500),
+            clock: Arc::new(HostClock::new()),
         })
     }
 
     /// How long one turn of the holding loop sleeps on the server (default 200 ms):
     /// the longest [`AdvisoryLeadership::resign`] waits, and, with `ping_timeout`,
-    /// how soon a silent (not closed) connection counts as lost.
-    pub fn check_every(mut self, every: Duration) -> Self {
-        self.check_every = every.max(Duration::from_millis(1));
-        self
+    /// how soon a silent (not closed) connection counts as lost. Fails with
+    /// `InvalidInput` naming `check_every` when zero or over
+    /// [`AdvisoryElection::MAX_TIMING`].
+    pub fn check_every(mut self, every: Duration) -> Result<Self> {
+        self.check_every = timing("check_every", every)?;
+        Ok(self)
     }
 
     /// How long past `check_every` a turn may take before the connection counts as
-    /// lost (default 2 s).
-    pub fn ping_timeout(mut self, timeout: Duration) -> Self {
-        self.ping_timeout = timeout;
-        self
+    /// lost (default 2 s). Fails with `InvalidInput` naming `ping_timeout` when zero
+    /// or over [`AdvisoryElection::MAX_TIMING`].
+    pub fn ping_timeout(mut self, timeout: Duration) -> Result<Self> {
+        self.ping_timeout = timing("ping_timeout", timeout)?;
+        Ok(self)
     }
 
     /// How often [`AdvisoryElection::campaign`] retries while another candidate leads
@@ -109,9 +148,22 @@ impl AdvisoryElection {
         self
     }
 
+    /// Measures the leadership's local deadline ([`AdvisoryLeadership::check`]) on
+    /// this clock's [`Clock::boot`] (default [`HostClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The role's name.
     pub fn name(&self) -> &Name {
         &self.name
+    }
+
+    /// How long a turn of the holding loop may take: `check_every + ping_timeout`
+    /// (each at most a day: no overflow).
+    fn turn_budget(&self) -> Duration {
+        self.check_every + self.ping_timeout
     }
 
     /// Who leads now: the recorded holder and token, iff its session still holds the
@@ -134,6 +186,9 @@ impl AdvisoryElection {
     /// Fails with `Unavailable` when the server cannot be reached.
     pub async fn try_lead(&self) -> Result<Option<AdvisoryLeadership>> {
         let mut conn = self.store.open_connection().await?;
+        // The lock is taken by a statement sent now: the session is alive then, and
+        // the first turn of the holding loop may take a whole turn's budget.
+        let sent = self.clock.boot();
         let locked: bool = sqlx::query_scalar(q::TRY_LOCK)
             .bind(self.lock_key.as_str())
             .fetch_one(&mut conn)
@@ -157,13 +212,21 @@ impl AdvisoryElection {
             }
         };
         let token = token_of(token)?;
-        let cancel = CancellationToken::new();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(hold(conn, self.clone(), cancel.clone(), stop.clone()));
-        Ok(Some(AdvisoryLeadership {
+        let standing = Arc::new(Standing {
+            clock: self.clock.clone(),
+            key: Key::new(Space::leaders(), self.name.clone()),
             token,
+            cancel: CancellationToken::new(),
+            state: Mutex::new(State {
+                deadline: sent + self.turn_budget(),
+                lost: None,
+            }),
+        });
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(hold(conn, self.clone(), standing.clone(), stop.clone()));
+        Ok(Some(AdvisoryLeadership {
             holder: self.holder.clone(),
-            cancel,
+            standing,
             stop,
             task: Some(task),
         }))
@@ -190,35 +253,162 @@ impl AdvisoryElection {
     }
 }
 
-/// Holds the session: a short server-side sleep in a loop. Any error or overrun
-/// fires `cancel` at once; `stop` ends the loop, unlocks and notifies.
+/// What the leader may still do: its local deadline on the boot clock, the reason
+/// it lost the role once it did, and the cancellation signal. Shared by the holding
+/// loop, which extends the deadline, and by every synchronous check, which compares
+/// the clock with the deadline itself instead of trusting that the loop has run.
+///
+/// Once lost, always lost: a turn answered after the deadline passed does not bring
+/// the role back.
+#[derive(Debug)]
+struct Standing {
+    clock: Arc<dyn Clock>,
+    key: Key,
+    token: FencingToken,
+    cancel: CancellationToken,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The local deadline on the standing's clock.
+    deadline: Duration,
+    /// Set once the role is lost or given up; never cleared.
+    lost: Option<LostCause>,
+}
+
+impl Standing {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The reason the role is lost, if it is: a recorded loss, or the deadline passed
+    /// by the clock right now (then recorded). Fires the cancellation when lost.
+    fn lost(&self) -> Option<LostCause> {
+        let now = self.clock.boot();
+        let lost = {
+            let mut st = self.state();
+            if st.lost.is_none() && now >= st.deadline {
+                st.lost = Some(LostCause::GaveUp);
+            }
+            st.lost
+        };
+        if lost.is_some() {
+            self.cancel.cancel();
+        }
+        lost
+    }
+
+    /// The time left before the deadline by the clock right now; `None` when lost.
+    fn remaining(&self) -> Option<Duration> {
+        if self.lost().is_some() {
+            return None;
+        }
+        Some(self.state().deadline.saturating_sub(self.clock.boot()))
+    }
+
+    /// The token, while the role may still be acted on; otherwise [`Error::Lost`].
+    fn check(&self) -> Result<FencingToken> {
+        match self.lost() {
+            None => Ok(self.token),
+            Some(reason) => Err(Error::Lost {
+                key: self.key.clone(),
+                token: self.token,
+                reason,
+            }),
+        }
+    }
+
+    /// Moves the deadline to `deadline` after a turn answered in time, unless the
+    /// role was lost meanwhile or the old deadline already passed by the clock right
+    /// now (then recorded, and the cancellation fires). False when lost.
+    fn extend(&self, deadline: Duration) -> bool {
+        let now = self.clock.boot();
+        let held = {
+            let mut st = self.state();
+            if st.lost.is_none() && now >= st.deadline {
+                st.lost = Some(LostCause::GaveUp);
+            }
+            if st.lost.is_none() {
+                st.deadline = st.deadline.max(deadline);
+            }
+            st.lost.is_none()
+        };
+        if !held {
+            self.cancel.cancel();
+        }
+        held
+    }
+
+    /// Marks the role lost for `reason` (unless it already was, for another) and
+    /// fires the cancellation.
+    fn lose(&self, reason: LostCause) {
+        self.state().lost.get_or_insert(reason);
+        self.cancel.cancel();
+    }
+}
+
+/// Fires the loss when the holding loop ends, whatever ends it: an error, an overrun,
+/// a resignation, a panic, or the runtime dropping the task.
+struct LoseOnEnd(Arc<Standing>);
+
+impl Drop for LoseOnEnd {
+    fn drop(&mut self) {
+        self.0.lose(LostCause::Released);
+    }
+}
+
+/// Holds the session: a short server-side sleep in a loop. A turn answered in time
+/// moves the local deadline to its send time + `check_every` (the server slept that
+/// long: the session was alive then) + a whole turn's budget (the next turn's
+/// allowance). Any error, an overrun, or the deadline passing fires the loss at once;
+/// `stop` ends the loop, unlocks and notifies.
 async fn hold(
     mut conn: PgConnection,
     election: AdvisoryElection,
-    cancel: CancellationToken,
+    standing: Arc<Standing>,
     stop: CancellationToken,
 ) {
+    let _lose = LoseOnEnd(standing.clone());
     let secs = election.check_every.as_secs_f64();
-    let deadline = election.check_every + election.ping_timeout;
+    let budget = election.turn_budget();
     while !stop.is_cancelled() {
+        let Some(left) = standing.remaining() else {
+            if stop.is_cancelled() {
+                break; // given up meanwhile: unlock below
+            }
+            tracing::warn!(role = %election.name, "advisory leadership lost: its local deadline passed");
+            return;
+        };
+        let sent = election.clock.boot();
         let turn = sqlx::query(q::HOLD).bind(secs).execute(&mut conn);
-        match tokio::time::timeout(deadline, turn).await {
-            Ok(Ok(_)) => {}
+        match tokio::time::timeout(left.min(budget), turn).await {
+            Ok(Ok(_)) => {
+                if !standing.extend(sent + election.check_every + budget) {
+                    if stop.is_cancelled() {
+                        break;
+                    }
+                    tracing::warn!(role = %election.name, "advisory leadership lost: a turn answered after the local deadline");
+                    return;
+                }
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, role = %election.name, "advisory leadership lost: connection failed");
-                cancel.cancel();
+                return;
+            }
+            Err(_) if standing.lost().is_some() => {
+                tracing::warn!(role = %election.name, "advisory leadership lost: its local deadline passed");
                 return;
             }
             Err(_) => {
                 tracing::warn!(role = %election.name, "advisory leadership lost: the server stopped answering");
-                cancel.cancel();
                 // Dropping the connection closes the socket: the server frees the
                 // lock once it notices.
                 return;
             }
         }
     }
-    cancel.cancel();
+    standing.lose(LostCause::Released);
     let _ = sqlx::query(q::UNLOCK)
         .bind(election.lock_key.as_str())
         .execute(&mut conn)
@@ -236,9 +426,8 @@ async fn hold(
 /// does the same and waits for it.
 #[derive(Debug)]
 pub struct AdvisoryLeadership {
-    token: FencingToken,
     holder: HolderId,
-    cancel: CancellationToken,
+    standing: Arc<Standing>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -247,7 +436,7 @@ impl AdvisoryLeadership {
     /// The fencing token: strictly greater than every token drawn before in the
     /// namespace (leases and advisory leaderships share one sequence).
     pub fn token(&self) -> FencingToken {
-        self.token
+        self.standing.token
     }
 
     /// Who leads.
@@ -255,22 +444,39 @@ impl AdvisoryLeadership {
         &self.holder
     }
 
-    /// Fires the moment leadership is lost (the connection failed or stalled) or
-    /// given up: stop acting as leader at once.
+    /// Fires the moment leadership is lost (the connection failed or stalled, or the
+    /// local deadline was found passed) or given up: stop acting as leader at once.
     pub fn cancelled(&self) -> CancellationToken {
-        self.cancel.clone()
+        self.standing.cancel.clone()
     }
 
-    /// True once the cancellation signal has fired.
+    /// May this leader still act? Returns its fencing token while the holding loop
+    /// has seen nothing wrong and the local deadline has not passed by the clock
+    /// *right now*; otherwise [`Error::Lost`] (and the cancellation fires, if it had
+    /// not yet). The deadline is `2 × check_every + ping_timeout` past the send of
+    /// the last turn answered in time. Cheap and synchronous: call it before every
+    /// write the leader makes. It does not depend on the background task having run,
+    /// so a leader woken from a freeze longer than that answers correctly before any
+    /// of its tasks ran. A shorter freeze, or a session dropped less than that ago,
+    /// is not seen here: fence every write with the token.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.standing.check()
+    }
+
+    /// True once leadership is lost or given up: [`AdvisoryLeadership::check`] fails.
+    /// Compares the clock with the deadline itself; it never answers `false` on a
+    /// stale belief.
     pub fn is_lost(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.check().is_err()
     }
 
     /// Gives the role up: fires the cancellation signal, unlocks, notifies waiting
     /// campaigners and closes the connection.
     pub async fn resign(mut self) -> Result<()> {
-        self.cancel.cancel();
+        // `stop` first: the loop then takes the loss it finds for a resignation and
+        // unlocks, instead of dropping the connection.
         self.stop.cancel();
+        self.standing.lose(LostCause::Released);
         if let Some(task) = self.task.take() {
             task.await
                 .map_err(|e| Error::backend(BACKEND, std::io::Error::other(e.to_string())))?;
@@ -281,7 +487,7 @@ impl AdvisoryLeadership {
 
 impl Drop for AdvisoryLeadership {
     fn drop(&mut self) {
-        self.cancel.cancel();
         self.stop.cancel();
+        self.standing.lose(LostCause::GaveUp);
     }
 }

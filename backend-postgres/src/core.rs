@@ -56,10 +56,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "acquire_many",
         include_str!("../migrations/0005_acquire_many.sql"),
     ),
+    (
+        6,
+        "token_epochs",
+        include_str!("../migrations/0006_token_epochs.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// A store handle on one namespace of a PostgreSQL database.
 ///
@@ -245,11 +250,12 @@ pub(crate) fn ttl_of(ms: i64) -> Result<Ttl> {
 
 /// Why a renewal (`RENEW` in `lease.rs`, `RENEW_MANY` in `batch.rs`) matched nothing:
 /// $1 space, $2 name. One row: the key's current token (NULL when the key has no
-/// lease), and the highest token the namespace has handed out (0 before the first): a
-/// lease with no record whose token is above it was forgotten by a server that lost
-/// state. Read-only.
+/// lease), and the highest token the namespace has handed out on the server's
+/// current timeline (its sequence part 0 before the first; see `next_token()`,
+/// migration 6): a lease with no record whose token is above it was forgotten by a
+/// server that lost state. Read-only.
 const RENEW_WHY: &str = r#"
-SELECT l.token, CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+SELECT l.token, (token_epoch() << 40) | CASE WHEN s.is_called THEN s.last_value ELSE 0 END
 FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
 "#;
 

@@ -13,6 +13,11 @@
 //! - `full_page_writes=off` is logged as a warning but accepted: it is only safe on
 //!   storage that cannot tear pages (ZFS, some battery-backed controllers), which the
 //!   check cannot see.
+//! - Streaming standbys that a commit does not wait for (`synchronous_standby_names`
+//!   empty, or `synchronous_commit=local`) are logged as a warning but accepted: a
+//!   failover to one loses the last acknowledged commits (a release, a completion, a
+//!   claim: a lease or an item comes back). Tokens still never go back: they carry the
+//!   server's timeline, which a promotion moves up.
 
 use liveness_core::durability::{judge, Durability, UnsafeSetting};
 use liveness_core::Result;
@@ -24,7 +29,8 @@ use crate::BACKEND;
 pub(crate) async fn check(pool: &PgPool, durability: Durability) -> Result<()> {
     let rows: Vec<(String, String)> = match sqlx::query_as(
         "SELECT name, setting FROM pg_settings \
-         WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')",
+         WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', \
+                        'synchronous_standby_names')",
     )
     .fetch_all(pool)
     .await
@@ -58,7 +64,54 @@ pub(crate) async fn check(pool: &PgPool, durability: Durability) -> Result<()> {
              pages; otherwise a crash can corrupt the store"
         );
     }
+    // Every role may count the rows of pg_stat_replication (their details are for
+    // privileged roles only); a server that does not say is not warned about.
+    let standbys: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_replication")
+        .fetch_one(pool)
+        .await
+        .unwrap_or(0);
+    if let Some(why) = asynchronous_standbys(&rows, standbys) {
+        tracing::warn!(
+            standbys,
+            synchronous_standby_names = get("synchronous_standby_names"),
+            synchronous_commit = get("synchronous_commit"),
+            "postgres: {why}"
+        );
+    }
     judge(BACKEND, durability, unsafe_settings(&rows))
+}
+
+/// Why a failover may lose acknowledged commits, when the server streams to
+/// `standbys` standbys but a commit waits for none of them.
+pub(crate) fn asynchronous_standbys(
+    rows: &[(String, String)],
+    standbys: i64,
+) -> Option<&'static str> {
+    let get = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.trim())
+            .unwrap_or("")
+    };
+    if standbys == 0 {
+        return None;
+    }
+    if get("synchronous_standby_names").is_empty() {
+        return Some(
+            "the server streams to standbys asynchronously (synchronous_standby_names is \
+             empty): a failover to one loses the last acknowledged commits (a release, a \
+             completion, a claim); set synchronous_standby_names for a standby you fail \
+             over to",
+        );
+    }
+    if matches!(get("synchronous_commit"), "local" | "off") {
+        return Some(
+            "commits do not wait for the synchronous standby (synchronous_commit is local \
+             or off): a failover to it loses the last acknowledged commits; set \
+             synchronous_commit = on",
+        );
+    }
+    None
 }
 
 /// The settings in `rows` (name, value) that void the guarantees.
@@ -97,6 +150,21 @@ mod tests {
             ("full_page_writes".into(), "off".into()),
             ("synchronous_commit".into(), commit.into()),
         ]
+    }
+
+    #[test]
+    fn standbys_a_commit_does_not_wait_for_are_warned_about() {
+        let rows = |names: &str, commit: &str| {
+            vec![
+                ("synchronous_standby_names".to_owned(), names.to_owned()),
+                ("synchronous_commit".to_owned(), commit.to_owned()),
+            ]
+        };
+        assert!(asynchronous_standbys(&rows("", "on"), 0).is_none());
+        assert!(asynchronous_standbys(&rows("*", "on"), 1).is_none());
+        assert!(asynchronous_standbys(&rows("*", "remote_apply"), 1).is_none());
+        assert!(asynchronous_standbys(&rows("", "on"), 1).is_some());
+        assert!(asynchronous_standbys(&rows("*", "local"), 2).is_some());
     }
 
     #[test]

@@ -26,12 +26,23 @@ const ACQUIRE_RETRIES: usize = 8;
 ///
 /// Locks the current row (if any); an expired one is retired to the dead set (with
 /// its death record, cause superseded) and overwritten in the same statement; a live
-/// one is reported as held. `token` is NULL and `held_token` NULL only when a
+/// one is reported as held. The token is drawn by `next_token()` (migration 6): the
+/// server's timeline in front of the sequence's value, so tokens never go back, not
+/// even across a promotion.
+///
+/// One exception to "live is held": a lease drawn on an earlier timeline (its token is
+/// below `token_epoch() << 40`) that its own holder asks for again is taken over as
+/// if expired. A holder asking for a key it holds has lost track of that lease; after
+/// a promotion the new primary may have revived it (it lacked the release) with the
+/// items claimed under it, which the holder was told to drop. Taken over, its token
+/// goes to the dead set and a sweep hands those items back; adopted, nobody would
+/// ever complete them. `token` is NULL and `held_token` NULL only when a
 /// concurrent acquire inserted the key first: the caller runs the statement again.
 const ACQUIRE: &str = r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
 cur AS MATERIALIZED (
-    SELECT l.holder, l.token, l.expires_at > clk.t AS live
+    SELECT l.holder, l.token,
+           l.expires_at > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
     FROM leases l, clk
     WHERE l.space = $1 AND l.name = $2
     FOR UPDATE OF l
@@ -56,7 +67,7 @@ trimmed AS (
 ),
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
-    SELECT $1, $2, $3, nextval('tokens'), $4, clk.t + $4 * interval '1 millisecond'
+    SELECT $1, $2, $3, next_token(), $4, clk.t + $4 * interval '1 millisecond'
     FROM clk
     WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
     ON CONFLICT (space, name) DO UPDATE

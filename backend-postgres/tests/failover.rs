@@ -11,18 +11,22 @@
 //!   member saw `Lost`.
 //! - **Asynchronous replication**: the primary acknowledges commits the standby may
 //!   not have received when it dies. Asserted: every item completes (the items were
-//!   enqueued long before the fault). Measured and printed: tokens handed out twice,
-//!   early reaps, the standby's WAL lag at the kill — what async replication can lose.
+//!   enqueued long before the fault, and none is stranded), no token is handed out
+//!   twice, and tokens after the promotion exceed every token before it. Measured and
+//!   printed: early reaps, the standby's WAL lag at the kill — what async replication
+//!   can lose. A second test makes that loss certain: the standby stops receiving WAL
+//!   while the primary releases a member's lease, requeues its items and hands out
+//!   more tokens than the sequence logs ahead.
 //!
 //! - **A standby answering writes** (the virtual IP moved to it before the promotion):
 //!   SQLSTATE 25006 is `Unavailable`, and a member renewing through it keeps its lease.
 //!
-//! Tokens come from a sequence. PostgreSQL WAL-logs a sequence 32 values ahead of the
-//! value it hands out (`SEQ_LOG_VALS`), and a standby replays that logged value, so a
-//! promoted standby continues from up to 32 past the last token the primary handed
-//! out: tokens skip ahead, never back — provided the record that logged them reached
-//! the standby (synchronous replication guarantees it for every committed token). The
-//! run prints the sequence's `last_value` on both servers before the fault.
+//! Tokens are the server's timeline in front of a sequence's value. PostgreSQL
+//! WAL-logs a sequence 32 values ahead of the value it hands out (`SEQ_LOG_VALS`),
+//! and a standby replays that logged value; a standby that lacks the last records
+//! continues the sequence below tokens already handed out. The promotion starts a new
+//! timeline, so its tokens sort above every token before it all the same. The run
+//! prints the sequence's `last_value` on both servers before the fault.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,13 +73,20 @@ struct Figures {
 }
 
 impl Figures {
-    /// What a synchronous standby guarantees across the promotion.
-    fn assert_nothing_lost(&self) {
+    /// What any promotion guarantees, asynchronous replication included: tokens
+    /// carry the server's timeline, so none is handed out twice and every token after
+    /// the promotion is above every token before it.
+    fn assert_tokens_never_go_back(&self) {
         assert_eq!(self.tokens_twice, 0, "a token was handed out twice");
         assert_eq!(
             self.not_above, 0,
             "a token after the promotion is not above every one before"
         );
+    }
+
+    /// What a synchronous standby guarantees across the promotion.
+    fn assert_nothing_lost(&self) {
+        self.assert_tokens_never_go_back();
         assert_eq!(
             self.early_reaps, 0,
             "work was handed on before its holder saw Lost"
@@ -192,12 +203,17 @@ async fn a_host_list_follows_the_promoted_standby_by_itself() {
     }
 }
 
-/// Every item still completes (they were enqueued long before the fault); what async
-/// replication lost is printed, not asserted: it depends on the standby's lag at the
-/// instant of the kill.
+/// What asynchronous replication loses depends on the standby's lag at the instant
+/// of the kill, but tokens never go back: asserted, no token is handed out twice,
+/// every token after the promotion is above every token before it, and every item
+/// completes (nothing stranded). Work handed on before its holder saw `Lost` is
+/// printed, not asserted: a renewal the standby lacked leaves the lease to expire
+/// early on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn asynchronous_standby_promoted_mid_run_is_measured() {
-    run(Replication::Asynchronous).await;
+async fn asynchronous_standby_promoted_mid_run_hands_no_token_out_twice() {
+    if let Some(f) = run(Replication::Asynchronous).await {
+        f.assert_tokens_never_go_back();
+    }
 }
 
 /// A virtual IP that points at the standby for a moment before the
@@ -264,5 +280,172 @@ async fn a_standby_answering_writes_read_only_is_unavailable_until_promoted() {
             "the member gave up on a read-only standby: {e:?}"
         );
     }
+    let _ = member.leave(Duration::from_millis(100)).await;
+}
+
+/// The window asynchronous replication loses, made exact: the standby stops
+/// receiving WAL (its `primary_conninfo` emptied) while the primary goes on. In that
+/// window a member's lease is released (its two claimed items requeued, its work told
+/// to stop), the member re-joins under a new token, and more tokens are drawn than
+/// the sequence logs ahead; then the primary dies and the standby, which saw none of
+/// it, is promoted. The new primary has the member's old lease, live, with the two
+/// items still owned under it, and its sequence is behind the tokens handed out.
+///
+/// Asserted: no token is handed out twice and every token after the promotion is
+/// above every token before it (the member's old lease, revived by the promotion, is
+/// taken over, not adopted again), and nothing is stranded: a checker hands the two
+/// items back and every item completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_window_revives_no_token_and_strands_no_item() {
+    let Some(mut pair) = PgPair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
+    let checker_store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
+    for i in 0..10u32 {
+        store
+            .enqueue(&i.to_be_bytes(), Default::default())
+            .await
+            .unwrap();
+    }
+    let ttl = Ttl::from_secs(3).unwrap();
+    let member = liveness_core::Member::join(
+        store.clone(),
+        liveness_core::MemberConfig::new("w", ttl)
+            .unwrap()
+            .renew_every(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let mut tokens = vec![member.token()];
+    let claimed = member.claim(2).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+
+    // The standby has all of that, then stops receiving.
+    tokio::task::block_in_place(|| {
+        let lsn = pair
+            .psql(pair.primary_port(), "SELECT pg_current_wal_lsn()")
+            .unwrap();
+        let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
+        let until = std::time::Instant::now() + DEADLINE;
+        while pair
+            .psql(pair.standby_port(), &caught_up)
+            .unwrap_or_default()
+            != "t"
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "the standby never caught up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pair.psql(
+            pair.standby_port(),
+            "ALTER SYSTEM SET primary_conninfo = ''",
+        )
+        .unwrap();
+        pair.psql(pair.standby_port(), "SELECT pg_reload_conf()")
+            .unwrap();
+        while pair
+            .psql(
+                pair.primary_port(),
+                "SELECT count(*) FROM pg_stat_replication",
+            )
+            .unwrap_or_default()
+            != "0"
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "the standby kept streaming"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+
+    // The lost window: the member's lease is released and its items requeued; the
+    // member sees Lost and re-joins under a new token; more tokens are drawn.
+    assert!(store.release(&member.lease()).await.unwrap());
+    store.requeue_orphans(tokens[0]).await.unwrap();
+    fleet::wait_until("the member re-joined", DEADLINE, || async {
+        member.token() != tokens[0]
+    })
+    .await;
+    tokens.push(member.token());
+    let holder = HolderId::new("drawer").unwrap();
+    for i in 0..40 {
+        let lease = store
+            .acquire(&member_key(&format!("d{i}")), &holder, ttl)
+            .await
+            .unwrap();
+        tokens.push(lease.token);
+        store.release(&lease).await.unwrap();
+    }
+    let max_before = *tokens.iter().max().unwrap();
+
+    tokio::task::block_in_place(|| {
+        pair.kill_primary();
+        pair.promote().unwrap();
+        pair.proxy().switch(pair.standby_port());
+    });
+
+    // The member finds its lease superseded on the new primary and re-joins; the
+    // lease the promotion revived must not come back to it.
+    let lost_window = tokens[1];
+    fleet::wait_until(
+        "the member re-joined after the promotion",
+        DEADLINE,
+        || async { member.token() != lost_window },
+    )
+    .await;
+    let after = member.token();
+    assert!(
+        !tokens.contains(&after),
+        "after the promotion the member holds token {after} again, handed out before it: {tokens:?}"
+    );
+    assert!(
+        after > max_before,
+        "token {after} after the promotion, not above {max_before}; before: {tokens:?}"
+    );
+
+    // Nothing stranded: with a checker running, the member completes every item.
+    let checker = liveness_core::Checker::new(
+        checker_store,
+        liveness_core::CheckerConfig {
+            check_every: Duration::from_millis(200),
+            ..Default::default()
+        },
+    )
+    .spawn();
+    drop(claimed);
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let counts = fleet::retry_unavailable(DEADLINE, || store.item_counts())
+            .await
+            .unwrap();
+        if counts == liveness_core::ItemCounts::default() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "items stranded after the promotion: {counts:?}; member token {}, tokens before {tokens:?}",
+            member.token()
+        );
+        match member.claim(5).await {
+            Ok(got) => {
+                for c in got {
+                    let _ = member.complete(&c).await;
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        member.token() > max_before,
+        "the member acts under token {} after the promotion, not above {max_before}",
+        member.token()
+    );
+    checker.stop().await;
     let _ = member.leave(Duration::from_millis(100)).await;
 }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{Checker, CheckerConfig, EnqueueOptions, Member, MemberConfig, Store, Ttl};
+use liveness_core::{
+    Checker, CheckerConfig, EnqueueOptions, Error, Member, MemberConfig, Store, Ttl,
+};
 use liveness_postgres::AdvisoryElection;
 use liveness_testkit::postgres::PgServer;
 
@@ -117,7 +119,8 @@ async fn terminated_connection_ends_advisory_leadership_at_once() {
     // A long check interval: only the broken connection can explain a quick loss.
     let a = AdvisoryElection::new(&store, "dispatcher", "a")
         .unwrap()
-        .check_every(Duration::from_secs(60));
+        .check_every(Duration::from_secs(60))
+        .unwrap();
     let b = AdvisoryElection::new(&store, "dispatcher", "b").unwrap();
     let leader = a.try_lead().await.unwrap().expect("free role");
     assert!(b.try_lead().await.unwrap().is_none());
@@ -153,4 +156,138 @@ async fn terminated_connection_ends_advisory_leadership_at_once() {
     };
     assert!(second.token() > leader.token());
     second.resign().await.unwrap();
+}
+
+/// A leader whose process froze while the server dropped its session (here
+/// `pg_terminate_backend`; equally `idle_session_timeout`, a restart, a failover)
+/// wakes with a contender already leading. Its first look, before any of its tasks
+/// ran, must answer lost: the background task that would notice the dead connection
+/// has not run yet, so only a local deadline can say it.
+///
+/// The freeze: the leader lives on a current-thread runtime that is driven only
+/// inside `block_on`; between two `block_on` calls none of its tasks runs.
+#[test]
+fn a_frozen_advisory_leader_wakes_lost_before_its_task_runs() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", liveness_conformance::fresh_namespace()));
+    let frozen = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let outside = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let every = Duration::from_millis(100);
+    let timeout = Duration::from_millis(300);
+    let (leader, store) = frozen.block_on(async {
+        let store = liveness_postgres::connect(&url).await.unwrap();
+        let a = AdvisoryElection::new(&store, "dispatcher", "a")
+            .unwrap()
+            .check_every(every)
+            .unwrap()
+            .ping_timeout(timeout)
+            .unwrap();
+        let leader = a.try_lead().await.unwrap().expect("free role");
+        // A few turns of the holding loop: the leadership is healthy.
+        tokio::time::sleep(every * 3).await;
+        assert!(!leader.is_lost());
+        (leader, store)
+    });
+
+    // Frozen from here on. Meanwhile the server drops the session and a contender
+    // takes the lock.
+    let second = outside.block_on(async {
+        let other = liveness_postgres::connect(&url).await.unwrap();
+        let pid: i32 =
+            sqlx::query_scalar("SELECT pid FROM advisory_leaders WHERE name = 'dispatcher'")
+                .fetch_one(other.pool())
+                .await
+                .unwrap();
+        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(other.pool())
+            .await
+            .unwrap();
+        assert!(killed);
+        let b = AdvisoryElection::new(&other, "dispatcher", "b").unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        let second = loop {
+            if let Some(l) = b.try_lead().await.unwrap() {
+                break l;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the lock outlived its session"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // The freeze outlasts the leader's local deadline: `2 × check_every +
+        // ping_timeout` past the send of the last turn answered before it froze.
+        tokio::time::sleep(every * 2 + timeout + Duration::from_millis(100)).await;
+        second
+    });
+
+    // The leader wakes: its first synchronous look, before its task ran.
+    assert!(
+        leader.is_lost(),
+        "a frozen leader woke and believed it still leads while another does"
+    );
+    assert!(
+        matches!(leader.check(), Err(Error::Lost { token, .. }) if token == leader.token()),
+        "check() let a frozen leader act: {:?}",
+        leader.check()
+    );
+    assert!(leader.cancelled().is_cancelled());
+    assert!(second.token() > leader.token());
+    frozen.block_on(async move {
+        drop(leader);
+        drop(store);
+    });
+    outside.block_on(second.resign()).unwrap();
+}
+
+/// Timings whose sum would overflow in the holding loop (after leadership was handed
+/// out: the task died, the lock went with its connection, and the leader was never
+/// told) are refused up front, naming the setting; the largest accepted ones lead and
+/// hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advisory_timings_out_of_range_are_refused_naming_the_field() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let ns = liveness_conformance::fresh_namespace();
+    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
+        .await
+        .unwrap();
+    let election = || AdvisoryElection::new(&store, "dispatcher", "a").unwrap();
+    for (field, refused) in [
+        ("check_every", election().check_every(Duration::MAX)),
+        ("check_every", election().check_every(Duration::ZERO)),
+        (
+            "check_every",
+            election().check_every(AdvisoryElection::MAX_TIMING + Duration::from_nanos(1)),
+        ),
+        ("ping_timeout", election().ping_timeout(Duration::MAX)),
+        ("ping_timeout", election().ping_timeout(Duration::ZERO)),
+    ] {
+        match refused {
+            Err(Error::InvalidInput { what, .. }) if what == field => {}
+            other => panic!("{field}: expected InvalidInput naming it, got {other:?}"),
+        }
+    }
+
+    let widest = election()
+        .check_every(Duration::from_millis(50))
+        .unwrap()
+        .ping_timeout(AdvisoryElection::MAX_TIMING)
+        .unwrap();
+    let leader = widest.try_lead().await.unwrap().expect("free role");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(leader.check().unwrap(), leader.token());
+    leader.resign().await.unwrap();
+    assert!(election().try_lead().await.unwrap().is_some());
 }
