@@ -18,6 +18,7 @@ pub mod lease;
 pub mod member;
 pub mod memory;
 pub mod metrics;
+pub mod request;
 pub mod store;
 pub mod sync;
 mod traced;

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Event, ItemState, Member,
-    MemberConfig, Store,
+    Batcher, Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Event, ItemState,
+    LeaseStatus, Member, MemberConfig, Store,
 };
 use tokio::time::{timeout, Instant};
 
@@ -365,4 +365,69 @@ async fn join_wrapped(
     let store: Arc<dyn Store> = wrapped.clone();
     let member = Member::join(store, config).await.unwrap();
     (wrapped, member)
+}
+
+/// Members whose joins and heartbeats go through one shared [`Batcher`] (so through
+/// `acquire_many` and `renew_many`): three join at once, each lease in the store is
+/// the one its join answered; the scenario then waits past the expiry those first
+/// leases had, plus half a ttl, and each lease is still live in the store under the
+/// token it joined with, and no member was told to stop. A `renew_many` that answers
+/// `Ok` without extending the leases fails here.
+pub async fn members_renewed_through_a_batcher_stay_live(ctx: Ctx) {
+    let ttl = ctx.machine_ttl();
+    let batcher = Batcher::new(ctx.store.clone(), liveness_core::batch::DEFAULT_WINDOW);
+    let joins = (0..3).map(|i| {
+        let name = format!("bm{i}-{:08x}", fastrand::u32(..));
+        let config = MemberConfig::new(&name, ttl)
+            .unwrap_or_else(|e| panic!("member config: {e}"))
+            .batcher(batcher.clone());
+        Member::join(ctx.store.clone(), config)
+    });
+    let members: Vec<Member> = futures::future::join_all(joins)
+        .await
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|e| panic!("join through the batcher: {e}")))
+        .collect();
+    let mut old_expiry = Instant::now();
+    let mut joined = Vec::with_capacity(members.len());
+    for m in &members {
+        let first = m.generation();
+        let info = ctx.info(m.key()).await;
+        assert_eq!(
+            (info.token, &info.holder),
+            (first.lease.token, &first.lease.holder),
+            "{}: the lease in the store is not the one the join (acquire_many) answered",
+            m.key()
+        );
+        let LeaseStatus::Live { remaining } = info.status else {
+            panic!("{}: joined, but the lease is expired in the store", m.key());
+        };
+        old_expiry = old_expiry.max(Instant::now() + remaining);
+        joined.push(first);
+    }
+    tokio::time::sleep_until(old_expiry + ttl.duration() / 2).await;
+    for (m, first) in members.iter().zip(&joined) {
+        let info = ctx.info(m.key()).await;
+        assert!(
+            info.is_live(),
+            "{}: expired at the expiry it had when it joined, though its heartbeat renewed it through the batcher (a renew_many that answers Ok without extending does this): {info:?}",
+            m.key()
+        );
+        assert_eq!(
+            info.token,
+            first.lease.token,
+            "{}: the lease it joined with is gone and the key was taken again: its renewals through the batcher did not keep it live (a renew_many that answers Ok without extending does this)",
+            m.key()
+        );
+        assert!(
+            !first.cancel.is_cancelled() && m.token() == first.lease.token,
+            "{}: the member lost the lease it joined with: its renewals through the batcher did not keep it live (a renew_many that answers Ok without extending does this)",
+            m.key()
+        );
+    }
+    for m in members {
+        m.leave(Duration::ZERO)
+            .await
+            .unwrap_or_else(|e| panic!("leave: {e}"));
+    }
 }

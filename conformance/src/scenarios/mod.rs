@@ -13,6 +13,7 @@ mod items;
 mod leases;
 mod machines;
 mod operator;
+mod positions;
 
 pub use batches::*;
 pub use cancel::*;
@@ -20,6 +21,7 @@ pub use items::*;
 pub use leases::*;
 pub use machines::*;
 pub use operator::*;
+pub use positions::*;
 
 /// One named scenario.
 #[derive(Clone, Copy)]
