@@ -12,6 +12,8 @@ use crate::item::{
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
 use crate::store::{Page, Store};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+#[cfg(doc)]
+use crate::{error::Error, layer::Intercept, store::ItemStore, store::LeaseStore};
 
 /// A store operation: one variant per round-trip method of [`LeaseStore`] and
 /// [`ItemStore`] (the provided `claim` is [`Op::Claim`]).
