@@ -1,9 +1,15 @@
-//! Helpers shared by the integration tests of this crate.
+//! Helpers shared by the integration tests of this crate (each test binary uses
+//! some of them).
+#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{Clock, ManualClock, TokioClock};
+use liveness_core::{
+    Clock, EnqueueOptions, ItemId, ManualClock, Member, MemberConfig, MemoryServer, Namespace,
+    Store, TokioClock, Ttl,
+};
+use tokio::time::Instant;
 
 /// A host clock for tests: monotonic time is tokio's (paused) time; boot time adds a
 /// suspend that the test injects by hand, as a laptop lid or a VM suspend does.
@@ -39,4 +45,40 @@ impl Clock for SuspendableHost {
     fn boot(&self) -> Duration {
         self.tokio.now() + self.suspended.now()
     }
+}
+
+pub fn ns() -> Namespace {
+    Namespace::new("test").unwrap()
+}
+
+pub fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+/// A fresh store on the memory model, in the namespace `test`.
+pub fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryServer::new().store(&ns()))
+}
+
+/// Joins `store` as member `name` with a ttl of `ttl_ms`.
+pub async fn join(store: &Arc<dyn Store>, name: &str, ttl_ms: u64) -> Member {
+    Member::join(store.clone(), MemberConfig::new(name, ttl(ttl_ms)).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Enqueues one item with the payload `job`.
+pub async fn enqueue_job(store: &Arc<dyn Store>) -> ItemId {
+    store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Records, on tokio's (paused) clock, when `cancel` fires.
+pub fn when_fired(cancel: liveness_core::CancellationToken) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        Instant::now()
+    })
 }
