@@ -28,6 +28,38 @@ where
     }
 }
 
+/// Ends the session that holds the advisory lock of `dispatcher`, as the server does
+/// on `pg_terminate_backend`, `idle_session_timeout`, a restart or a failover.
+async fn terminate_leader_session(pool: &sqlx::PgPool) {
+    let pid: i32 = sqlx::query_scalar("SELECT pid FROM advisory_leaders WHERE name = 'dispatcher'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(killed);
+}
+
+/// `candidate` takes the lock once its holder's session is gone (within 10 s).
+async fn lead_after_the_session_ends(
+    candidate: &AdvisoryElection,
+) -> liveness_postgres::AdvisoryLeadership {
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(l) = candidate.try_lead().await.unwrap() {
+            return l;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the lock outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_restart_mid_run_loses_nothing() {
     let Some(mut server) = PgServer::start() else {
@@ -125,16 +157,7 @@ async fn terminated_connection_ends_advisory_leadership_at_once() {
     let leader = a.try_lead().await.unwrap().expect("free role");
     assert!(b.try_lead().await.unwrap().is_none());
 
-    let pid: i32 = sqlx::query_scalar("SELECT pid FROM advisory_leaders WHERE name = 'dispatcher'")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    assert!(killed);
+    terminate_leader_session(store.pool()).await;
 
     let lost = leader.cancelled();
     tokio::time::timeout(Duration::from_secs(10), lost.cancelled())
@@ -143,17 +166,7 @@ async fn terminated_connection_ends_advisory_leadership_at_once() {
     assert!(leader.is_lost());
 
     // The lock went with the session: another candidate takes over, fenced above.
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
-    let second = loop {
-        if let Some(l) = b.try_lead().await.unwrap() {
-            break l;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the lock outlived its session"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let second = lead_after_the_session_ends(&b).await;
     assert!(second.token() > leader.token());
     second.resign().await.unwrap();
 }
@@ -202,29 +215,9 @@ fn a_frozen_advisory_leader_wakes_lost_before_its_task_runs() {
     // takes the lock.
     let second = outside.block_on(async {
         let other = liveness_postgres::connect(&url).await.unwrap();
-        let pid: i32 =
-            sqlx::query_scalar("SELECT pid FROM advisory_leaders WHERE name = 'dispatcher'")
-                .fetch_one(other.pool())
-                .await
-                .unwrap();
-        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .fetch_one(other.pool())
-            .await
-            .unwrap();
-        assert!(killed);
+        terminate_leader_session(other.pool()).await;
         let b = AdvisoryElection::new(&other, "dispatcher", "b").unwrap();
-        let until = tokio::time::Instant::now() + Duration::from_secs(10);
-        let second = loop {
-            if let Some(l) = b.try_lead().await.unwrap() {
-                break l;
-            }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "the lock outlived its session"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let second = lead_after_the_session_ends(&b).await;
         // The freeze outlasts the leader's local deadline: `2 × check_every +
         // ping_timeout` past the send of the last turn answered before it froze.
         tokio::time::sleep(every * 2 + timeout + Duration::from_millis(100)).await;
