@@ -43,13 +43,23 @@ use crate::store::{check_batch, Store};
 pub struct CheckInput;
 
 /// `store` behind [`CheckInput`]: the form in which the state machines and `connect`
-/// hand stores out.
+/// hand stores out. A store already behind it ([`LeaseStore::checks_input`](crate::LeaseStore::checks_input)) is
+/// returned as it is: one layer of checks, however often a store is passed on.
 pub fn checked(store: Arc<dyn Store>) -> Arc<dyn Store> {
+    if store.checks_input() {
+        // Already behind the checks (a store from `connect` given to a state machine):
+        // one layer of checks is enough.
+        return store;
+    }
     Arc::new(CheckInput).layer(store)
 }
 
 #[async_trait]
 impl Intercept for CheckInput {
+    fn checks_input(&self) -> bool {
+        true
+    }
+
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let info = next.store().info();
         let (caps, issuer) = (info.caps, &info.issuer);
@@ -208,4 +218,23 @@ async fn rejoin<E, T>(
                 .unwrap_or_else(|| Err(Error::backend(backend, "a batch answer went missing"))),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[test]
+    fn a_checked_store_is_not_checked_twice() {
+        let raw: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        assert!(!raw.checks_input());
+        let once = checked(raw);
+        assert!(once.checks_input());
+        let twice = checked(once.clone());
+        assert!(
+            Arc::ptr_eq(&once, &twice),
+            "a second CheckInput layer was added"
+        );
+    }
 }

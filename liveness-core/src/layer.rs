@@ -113,6 +113,13 @@ pub trait Intercept: Send + Sync + std::fmt::Debug + 'static {
     fn split_batches(&self) -> bool {
         false
     }
+
+    /// True for an intercept that makes every check of
+    /// [`CheckInput`] before sending a call on (that layer alone
+    /// says so): [`checked`](crate::checked()) then adds no second one.
+    fn checks_input(&self) -> bool {
+        false
+    }
 }
 
 /// Puts something in front of a store: tower's `Layer`, for stores. Every
@@ -345,6 +352,9 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     }
     fn wakeups(&self) -> Option<watch::Receiver<u64>> {
         self.inner.wakeups()
+    }
+    fn checks_input(&self) -> bool {
+        self.hook.checks_input() || self.inner.checks_input()
     }
 }
 

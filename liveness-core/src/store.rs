@@ -502,6 +502,14 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     fn wakeups(&self) -> Option<watch::Receiver<u64>> {
         None
     }
+
+    /// True when every call to this store passes [`CheckInput`](crate::CheckInput)
+    /// before it reaches the store below, so [`checked`](crate::checked()) need not put
+    /// another in front. Provided (false); a store never overrides it: the layer
+    /// stack answers it.
+    fn checks_input(&self) -> bool {
+        false
+    }
 }
 
 /// Work items owned by member leases, requeued when their owner dies.
