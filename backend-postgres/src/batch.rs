@@ -8,6 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use liveness_core::{Acquire, FencingToken, ItemState, Key, Lease, Requeued, Result};
 
+use sqlx::postgres::PgRow;
+
+use crate::conns::Query;
 use crate::core::{db_token, get, id_of, state_of, ttl_ms, PostgresStore};
 use crate::error::{corrupt, insert_races};
 
@@ -126,6 +129,14 @@ SELECT token, id, state FROM moved ORDER BY token, id
 "#;
 
 impl PostgresStore {
+    /// Every row of a batch statement that records deaths ([`ACQUIRE_MANY`],
+    /// [`REAP_MANY`]): `q` has its per-entry arrays bound, and its last two
+    /// parameters, the notify channel and the death retention, are bound here.
+    async fn fetch_recording_deaths<'q>(&'q self, q: Query<'q>) -> Result<Vec<PgRow>> {
+        let q = q.bind(self.channel()).bind(self.retention());
+        self.db().fetch_all(q).await
+    }
+
     /// `acquire_many`: one [`ACQUIRE_MANY`] for the whole batch, in the order given.
     pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         if asks.is_empty() {
@@ -143,10 +154,8 @@ impl PostgresStore {
             .bind(spaces)
             .bind(names)
             .bind(holders)
-            .bind(ttls)
-            .bind(self.channel())
-            .bind(self.retention());
-        let rows = self.db().fetch_all(q).await?;
+            .bind(ttls);
+        let rows = self.fetch_recording_deaths(q).await?;
         if rows.len() != asks.len() {
             return Err(corrupt(format!(
                 "acquire_many answered {} rows for {} entries",
@@ -236,13 +245,8 @@ impl PostgresStore {
         if tokens.is_empty() {
             return Ok(out);
         }
-        let q = sqlx::query(REAP_MANY)
-            .bind(spaces)
-            .bind(names)
-            .bind(tokens)
-            .bind(self.channel())
-            .bind(self.retention());
-        let rows = self.db().fetch_all(q).await?;
+        let q = sqlx::query(REAP_MANY).bind(spaces).bind(names).bind(tokens);
+        let rows = self.fetch_recording_deaths(q).await?;
         for row in &rows {
             let i: i64 = get(row, 0)?;
             let at = usize::try_from(i - 1)

@@ -218,10 +218,7 @@ impl PostgresConfig {
 
     /// The same configuration with another pool size (zero is `InvalidInput`).
     pub fn with_max_connections(mut self, max: u32) -> Result<PostgresConfig> {
-        if max == 0 {
-            return Err(Error::invalid("max_connections", InputProblem::Zero));
-        }
-        self.max_connections = max;
+        self.max_connections = non_zero("max_connections", max)?;
         Ok(self)
     }
 
@@ -233,10 +230,7 @@ impl PostgresConfig {
     /// The same configuration with another wait for a pooled connection (zero is
     /// `InvalidInput`).
     pub fn with_acquire_timeout(mut self, timeout: Duration) -> Result<PostgresConfig> {
-        if timeout.is_zero() {
-            return Err(Error::invalid("acquire_timeout", InputProblem::Zero));
-        }
-        self.acquire_timeout = timeout;
+        self.acquire_timeout = non_zero("acquire_timeout", timeout)?;
         Ok(self)
     }
 
@@ -277,10 +271,7 @@ impl PostgresConfig {
     /// The same configuration keeping another number of death records per namespace
     /// (zero is `InvalidInput`).
     pub fn with_death_retention(mut self, keep: usize) -> Result<PostgresConfig> {
-        if keep == 0 {
-            return Err(Error::invalid("death_retention", InputProblem::Zero));
-        }
-        self.death_retention = keep;
+        self.death_retention = non_zero("death_retention", keep)?;
         Ok(self)
     }
 
@@ -295,6 +286,15 @@ impl PostgresConfig {
             .map(|(host, port)| self.connect.clone().host(host).port(*port))
             .collect()
     }
+}
+
+/// `value` for the setting `field`, or `InvalidInput` ([`InputProblem::Zero`]) when
+/// it is zero (a pool size, a wait or a retention of nothing).
+fn non_zero<T: Default + PartialEq>(field: &'static str, value: T) -> Result<T> {
+    if value == T::default() {
+        return Err(Error::invalid(field, InputProblem::Zero));
+    }
+    Ok(value)
 }
 
 /// `url` with its host list replaced by `first` alone (the driver parses one host).

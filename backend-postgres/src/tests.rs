@@ -23,6 +23,20 @@ async fn store() -> Option<PostgresStore> {
     )
 }
 
+/// What `op` answers, asserting that it sent exactly one statement to the server
+/// (`what` names the call in the failure).
+async fn in_one_statement<T>(
+    store: &PostgresStore,
+    what: &str,
+    op: impl std::future::Future<Output = liveness_core::Result<T>>,
+) -> T {
+    let before = store.statements();
+    let answer = op.await.unwrap();
+    let sent = store.statements() - before;
+    assert_eq!(sent, 1, "{what} sent {sent} statements");
+    answer
+}
+
 fn holder(name: &str) -> HolderId {
     HolderId::new(name).unwrap()
 }
@@ -38,20 +52,11 @@ fn holder(name: &str) -> HolderId {
 async fn acquire_many_is_one_statement_for_the_batch() {
     let Some(store) = store().await else { return };
     let long = Ttl::from_secs(60).unwrap();
-    let short = Ttl::from_millis(50).unwrap();
     let held = store
         .acquire(&Key::member("held").unwrap(), &holder("o"), long)
         .await
         .unwrap();
-    let old = store
-        .acquire(&Key::member("old").unwrap(), &holder("o"), short)
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while store.inspect(&old.key).await.unwrap().unwrap().is_live() {
-        assert!(tokio::time::Instant::now() < deadline, "never expired");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let old = expired_leases(&store, "old", 1).await.remove(0);
     let mut asks: Vec<Acquire> = (0..20)
         .map(|i| Acquire::new(Key::member(&format!("k{i}")).unwrap(), holder("h"), long))
         .collect();
@@ -63,15 +68,8 @@ async fn acquire_many_is_one_statement_for_the_batch() {
         asks.push(Acquire::new(Key::member("bad").unwrap(), holder("h"), bad));
     }
     let checked = liveness_core::checked(Arc::new(store.clone()));
-    let before = store.statements();
-    let answers = checked.acquire_many(&asks).await.unwrap();
-    let sent = store.statements() - before;
-    assert_eq!(
-        sent,
-        1,
-        "acquire_many of {} entries sent {sent} statements",
-        asks.len()
-    );
+    let what = format!("acquire_many of {} entries", asks.len());
+    let answers = in_one_statement(&store, &what, checked.acquire_many(&asks)).await;
     assert_eq!(answers.len(), asks.len());
     let mut last = old.token.max(held.token);
     for (i, answer) in answers[..20].iter().enumerate() {
@@ -163,20 +161,8 @@ async fn acquire_many_records_each_takeover_within_the_retention() {
         .with_death_retention(5)
         .unwrap();
     let store = PostgresStore::connect(config).await.unwrap();
-    let short = Ttl::from_millis(50).unwrap();
     let long = Ttl::from_secs(60).unwrap();
-    let mut old = Vec::new();
-    for i in 0..12 {
-        let key = Key::member(&format!("e{i}")).unwrap();
-        old.push(store.acquire(&key, &holder("o"), short).await.unwrap());
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    for lease in &old {
-        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
-            assert!(tokio::time::Instant::now() < deadline, "never expired");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let old = expired_leases(&store, "e", 12).await;
     let asks: Vec<Acquire> = old
         .iter()
         .map(|l| Acquire::new(l.key.clone(), holder("h"), long))
@@ -232,15 +218,8 @@ async fn reap_many_is_one_statement_for_the_batch() {
         FencingToken(dead[0].token.0 + 1_000_000),
     ));
     entries.push((dead[1].key.clone(), dead[1].token));
-    let before = store.statements();
-    let answers = store.reap_many(&entries).await.unwrap();
-    let sent = store.statements() - before;
-    assert_eq!(
-        sent,
-        1,
-        "reap_many of {} entries sent {sent} statements",
-        entries.len()
-    );
+    let what = format!("reap_many of {} entries", entries.len());
+    let answers = in_one_statement(&store, &what, store.reap_many(&entries)).await;
     let answers: Vec<bool> = answers.into_iter().map(|a| a.unwrap()).collect();
     let mut expected = vec![true; 20];
     expected.extend([false, false, false]);
@@ -299,15 +278,8 @@ async fn requeue_orphans_many_is_one_statement_for_the_batch() {
     let mut tokens: Vec<FencingToken> = holders[..9].iter().map(|l| l.token).collect();
     tokens.push(live.token);
     tokens.push(holders[0].token);
-    let before = store.statements();
-    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
-    let sent = store.statements() - before;
-    assert_eq!(
-        sent,
-        1,
-        "requeue_orphans_many of {} tokens sent {sent} statements",
-        tokens.len()
-    );
+    let what = format!("requeue_orphans_many of {} tokens", tokens.len());
+    let answers = in_one_statement(&store, &what, store.requeue_orphans_many(&tokens)).await;
     let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
     for (i, answer) in answers[..9].iter().enumerate() {
         assert_eq!(answer.requeued, vec![items[i]], "token {i}");

@@ -94,6 +94,23 @@ impl Figures {
     }
 }
 
+/// Runs `sql` on the server at `port` every 20 ms until it answers `want`, failing
+/// the test with `what` if it has not by `until` (a blocking wait, for
+/// `block_in_place`).
+fn poll_until(
+    pair: &PgPair,
+    port: u16,
+    sql: &str,
+    want: &str,
+    until: std::time::Instant,
+    what: &str,
+) {
+    while pair.psql(port, sql).unwrap_or_default() != want {
+        assert!(std::time::Instant::now() < until, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 async fn run(replication: Replication) -> Option<Figures> {
     run_by(replication, Route::Forwarder).await
 }
@@ -329,17 +346,14 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
             .unwrap();
         let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
         let until = std::time::Instant::now() + DEADLINE;
-        while pair
-            .psql(pair.standby_port(), &caught_up)
-            .unwrap_or_default()
-            != "t"
-        {
-            assert!(
-                std::time::Instant::now() < until,
-                "the standby never caught up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_until(
+            &pair,
+            pair.standby_port(),
+            &caught_up,
+            "t",
+            until,
+            "the standby never caught up",
+        );
         pair.psql(
             pair.standby_port(),
             "ALTER SYSTEM SET primary_conninfo = ''",
@@ -347,20 +361,14 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
         .unwrap();
         pair.psql(pair.standby_port(), "SELECT pg_reload_conf()")
             .unwrap();
-        while pair
-            .psql(
-                pair.primary_port(),
-                "SELECT count(*) FROM pg_stat_replication",
-            )
-            .unwrap_or_default()
-            != "0"
-        {
-            assert!(
-                std::time::Instant::now() < until,
-                "the standby kept streaming"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_until(
+            &pair,
+            pair.primary_port(),
+            "SELECT count(*) FROM pg_stat_replication",
+            "0",
+            until,
+            "the standby kept streaming",
+        );
     });
 
     // The lost window: the member's lease is released and its items requeued; the

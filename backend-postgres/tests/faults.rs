@@ -28,6 +28,15 @@ where
     }
 }
 
+/// A store on the shared server in a namespace of its own; `None` when there is no
+/// server to test against.
+async fn fresh_store() -> Option<liveness_postgres::PostgresStore> {
+    let server = liveness_testkit::postgres::shared()?;
+    let ns = liveness_conformance::fresh_namespace();
+    let url = server.url_with(&format!("ns={ns}"));
+    Some(liveness_postgres::connect(&url).await.unwrap())
+}
+
 /// Ends the session that holds the advisory lock of `dispatcher`, as the server does
 /// on `pg_terminate_backend`, `idle_session_timeout`, a restart or a failover.
 async fn terminate_leader_session(pool: &sqlx::PgPool) {
@@ -141,13 +150,9 @@ async fn server_restart_mid_run_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn terminated_connection_ends_advisory_leadership_at_once() {
-    let Some(server) = liveness_testkit::postgres::shared() else {
+    let Some(store) = fresh_store().await else {
         return;
     };
-    let ns = liveness_conformance::fresh_namespace();
-    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
-        .await
-        .unwrap();
     // A long check interval: only the broken connection can explain a quick loss.
     let a = AdvisoryElection::new(&store, "dispatcher", "a")
         .unwrap()
@@ -249,13 +254,9 @@ fn a_frozen_advisory_leader_wakes_lost_before_its_task_runs() {
 /// hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advisory_timings_out_of_range_are_refused_naming_the_field() {
-    let Some(server) = liveness_testkit::postgres::shared() else {
+    let Some(store) = fresh_store().await else {
         return;
     };
-    let ns = liveness_conformance::fresh_namespace();
-    let store = liveness_postgres::connect(&server.url_with(&format!("ns={ns}")))
-        .await
-        .unwrap();
     let election = || AdvisoryElection::new(&store, "dispatcher", "a").unwrap();
     for (field, refused) in [
         ("check_every", election().check_every(Duration::MAX)),

@@ -119,17 +119,21 @@ async fn assert_deaths(
     );
 }
 
-/// Checks what one call reaped: exactly the tokens of `reaped` in the dead set (the
-/// message says `which` those should be) and a death record with `cause` for each;
-/// then empties the dead set for the next call.
-async fn assert_reaped(
+/// Checks what one call reaped: exactly the tokens of the leases `reaped` in the dead
+/// set (the message says `which` those should be) and a death record with `cause` for
+/// each; then empties the dead set for the next call.
+async fn assert_reaped<'a>(
     ctx: &Ctx,
     since: Option<u64>,
-    mut reaped: Vec<(Key, FencingToken)>,
+    reaped: impl IntoIterator<Item = &'a Lease>,
     cause: DeathCause,
     what: &str,
     which: &str,
 ) {
+    let mut reaped: Vec<(Key, FencingToken)> = reaped
+        .into_iter()
+        .map(|l| (l.key.clone(), l.token))
+        .collect();
     reaped.sort_by_key(|d| d.1);
     assert_eq!(
         dead_set(ctx).await,
@@ -279,10 +283,9 @@ pub async fn acquire_many_takes_each_entry_at_every_position(ctx: Ctx) {
                 "{at}: the lease taken is not live: {info:?}"
             );
         }
-        let reaped = old.iter().map(|o| (o.key.clone(), o.token)).collect();
         let what = format!("acquire_many, {batch}");
         let which = "only an expired lease taken over goes there";
-        assert_reaped(&ctx, since, reaped, DeathCause::Superseded, &what, which).await;
+        assert_reaped(&ctx, since, &old, DeathCause::Superseded, &what, which).await;
     }
 }
 
@@ -576,10 +579,9 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
                 }
             }
         }
-        let reaped = reaped.iter().map(|l| (l.key.clone(), l.token)).collect();
         let what = format!("reap_many, {batch}");
         let which = "exactly the tokens reaped";
-        assert_reaped(&ctx, since, reaped, DeathCause::Reaped, &what, which).await;
+        assert_reaped(&ctx, since, &reaped, DeathCause::Reaped, &what, which).await;
     }
 }
 
