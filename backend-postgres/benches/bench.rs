@@ -27,6 +27,7 @@ use liveness_core::{Lease, LeaseStore, Store, Ttl};
 const RENEW: &str = r#"
 UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
 WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
+  AND (synced OR token >= token_epoch() << 40)
 "#;
 
 fn store_url(server: &liveness_testkit::postgres::PgServer, ns: &str) -> String {

@@ -33,12 +33,14 @@ ORDER BY a_i
 /// `renew_many`: $1 spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease.
 /// One statement for the whole batch: every
 /// current and live lease listed is extended by its own ttl; returns the (space, name,
-/// token) of each one renewed. `RENEW_WHY` (in `core.rs`) says why for the others.
+/// token) of each one renewed, under `RENEW`'s rule for leases drawn before a promotion.
+/// `RENEW_WHY` (in `core.rs`) says why for the others.
 const RENEW_MANY: &str = r#"
 UPDATE leases l SET expires_at = clock_timestamp() + b.ttl * interval '1 millisecond', ttl_ms = b.ttl
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(space, name, token, ttl)
 WHERE l.space = b.space AND l.name = b.name AND l.token = b.token
   AND l.expires_at > clock_timestamp()
+  AND (l.synced OR l.token >= token_epoch() << 40)
 RETURNING l.space, l.name, l.token
 "#;
 

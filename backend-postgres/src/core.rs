@@ -61,10 +61,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "token_epochs",
         include_str!("../migrations/0006_token_epochs.sql"),
     ),
+    (
+        7,
+        "synced_leases",
+        include_str!("../migrations/0007_synced_leases.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// A store handle on one namespace of a PostgreSQL database.
 ///
@@ -253,9 +258,11 @@ pub(crate) fn ttl_of(ms: i64) -> Result<Ttl> {
 /// lease), and the highest token the namespace has handed out on the server's
 /// current timeline (its sequence part 0 before the first; see `next_token()`,
 /// migration 6): a lease with no record whose token is above it was forgotten by a
-/// server that lost state. Read-only.
+/// server that lost state; and whether the lease may outlive a promotion (`synced`,
+/// migration 7). Read-only.
 const RENEW_WHY: &str = r#"
-SELECT l.token, (token_epoch() << 40) | CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+SELECT l.token, (token_epoch() << 40) | CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
+       l.synced
 FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
 "#;
 
@@ -425,6 +432,10 @@ impl PostgresStore {
         };
         if token_of(current)? != lease.token {
             return Ok(lease.lost(LostCause::Superseded));
+        }
+        let synced: Option<bool> = get(&row, 2)?;
+        if synced == Some(false) && db_token(lease.token) >> 40 < handed_out >> 40 {
+            return Ok(lease.lost(LostCause::Failover));
         }
         // The token is current, so the UPDATE matched nothing because it found the
         // lease expired. Nothing makes an expired lease live again under the same

@@ -96,9 +96,16 @@ SELECT (SELECT token FROM put) AS token,
 /// into the same statement (a data-modifying CTE with a second branch) cost 10-20 %
 /// of the server's renewals per second in the bench, on every renewal, to save a
 /// round trip on the one that fails.
+///
+/// A lease drawn on an earlier timeline is renewed only when it was drawn under
+/// synchronous replication (`synced`, migration 7): after a promotion from an
+/// asynchronous standby, or a point-in-time restore, the writes made under it may be
+/// gone (a completion, a release), so its holder is told `Lost` and its items go back
+/// to the queue when it is reaped.
 pub(crate) const RENEW: &str = r#"
 UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
 WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
+  AND (synced OR token >= token_epoch() << 40)
 "#;
 
 /// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live.

@@ -14,9 +14,10 @@
 //!   enqueued long before the fault, and none is stranded), no token is handed out
 //!   twice, and tokens after the promotion exceed every token before it. Measured and
 //!   printed: early reaps, the standby's WAL lag at the kill — what async replication
-//!   can lose. A second test makes that loss certain: the standby stops receiving WAL
+//!   can lose. Two more tests make that loss certain: the standby stops receiving WAL
 //!   while the primary releases a member's lease, requeues its items and hands out
-//!   more tokens than the sequence logs ahead.
+//!   more tokens than the sequence logs ahead; or while a member completes an item
+//!   (the new primary refuses the member's old lease, so the item is done again).
 //!
 //! - **A standby answering writes** (the virtual IP moved to it before the promotion):
 //!   SQLSTATE 25006 is `Unavailable`, and a member renewing through it keeps its lease.
@@ -109,6 +110,85 @@ fn poll_until(
         assert!(std::time::Instant::now() < until, "{what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until the standby has replayed everything the primary wrote, then stops it
+/// receiving WAL (its `primary_conninfo` emptied) while the primary goes on: what the
+/// primary acknowledges from now on is what an asynchronous standby loses.
+fn stop_streaming(pair: &PgPair) {
+    tokio::task::block_in_place(|| {
+        let lsn = pair
+            .psql(pair.primary_port(), "SELECT pg_current_wal_lsn()")
+            .unwrap();
+        let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
+        let until = std::time::Instant::now() + DEADLINE;
+        poll_until(
+            &pair,
+            pair.standby_port(),
+            &caught_up,
+            "t",
+            until,
+            "the standby never caught up",
+        );
+        pair.psql(
+            pair.standby_port(),
+            "ALTER SYSTEM SET primary_conninfo = ''",
+        )
+        .unwrap();
+        pair.psql(pair.standby_port(), "SELECT pg_reload_conf()")
+            .unwrap();
+        poll_until(
+            &pair,
+            pair.primary_port(),
+            "SELECT count(*) FROM pg_stat_replication",
+            "0",
+            until,
+            "the standby kept streaming",
+        );
+    });
+}
+
+/// With a checker running on `checker_store`, has `member` claim and complete items
+/// until none is left pending or owned, failing the test if some are stranded after
+/// [`DEADLINE`]. `before` lists the tokens handed out before the promotion.
+async fn complete_all(
+    store: &Arc<dyn Store>,
+    checker_store: Arc<dyn Store>,
+    member: &liveness_core::Member,
+    before: &[liveness_core::FencingToken],
+) {
+    let checker = liveness_core::Checker::new(
+        checker_store,
+        liveness_core::CheckerConfig {
+            check_every: Duration::from_millis(200),
+            ..Default::default()
+        },
+    )
+    .spawn();
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let counts = fleet::retry_unavailable(DEADLINE, || store.item_counts())
+            .await
+            .unwrap();
+        if counts == liveness_core::ItemCounts::default() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "items stranded after the promotion: {counts:?}; member token {}, tokens before {before:?}",
+            member.token()
+        );
+        match member.claim(5).await {
+            Ok(got) => {
+                for c in got {
+                    let _ = member.complete(&c).await;
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    checker.stop().await;
 }
 
 async fn run(replication: Replication) -> Option<Figures> {
@@ -340,36 +420,7 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
     assert_eq!(claimed.len(), 2);
 
     // The standby has all of that, then stops receiving.
-    tokio::task::block_in_place(|| {
-        let lsn = pair
-            .psql(pair.primary_port(), "SELECT pg_current_wal_lsn()")
-            .unwrap();
-        let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
-        let until = std::time::Instant::now() + DEADLINE;
-        poll_until(
-            &pair,
-            pair.standby_port(),
-            &caught_up,
-            "t",
-            until,
-            "the standby never caught up",
-        );
-        pair.psql(
-            pair.standby_port(),
-            "ALTER SYSTEM SET primary_conninfo = ''",
-        )
-        .unwrap();
-        pair.psql(pair.standby_port(), "SELECT pg_reload_conf()")
-            .unwrap();
-        poll_until(
-            &pair,
-            pair.primary_port(),
-            "SELECT count(*) FROM pg_stat_replication",
-            "0",
-            until,
-            "the standby kept streaming",
-        );
-    });
+    stop_streaming(&pair);
 
     // The lost window: the member's lease is released and its items requeued; the
     // member sees Lost and re-joins under a new token; more tokens are drawn.
@@ -417,43 +468,66 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
     );
 
     // Nothing stranded: with a checker running, the member completes every item.
-    let checker = liveness_core::Checker::new(
-        checker_store,
-        liveness_core::CheckerConfig {
-            check_every: Duration::from_millis(200),
-            ..Default::default()
-        },
-    )
-    .spawn();
     drop(claimed);
-    let until = Instant::now() + DEADLINE;
-    loop {
-        let counts = fleet::retry_unavailable(DEADLINE, || store.item_counts())
-            .await
-            .unwrap();
-        if counts == liveness_core::ItemCounts::default() {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "items stranded after the promotion: {counts:?}; member token {}, tokens before {tokens:?}",
-            member.token()
-        );
-        match member.claim(5).await {
-            Ok(got) => {
-                for c in got {
-                    let _ = member.complete(&c).await;
-                }
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    complete_all(&store, checker_store, &member, &tokens).await;
     assert!(
         member.token() > max_before,
         "the member acts under token {} after the promotion, not above {max_before}",
         member.token()
     );
-    checker.stop().await;
+    let _ = member.leave(Duration::from_millis(100)).await;
+}
+
+/// A completion the promotion lost: the member claims an item, the standby stops
+/// receiving, the member completes the item (the primary acknowledges it), and the
+/// primary dies. The promoted standby still has that item owned under the member's
+/// token, and the member's lease live: the member, which is done with the item, would
+/// renew that lease forever and nobody would ever hand the item back.
+///
+/// Asserted: the new primary refuses to renew a lease drawn on an earlier timeline
+/// under asynchronous replication (the member sees `Lost` and re-joins under a token
+/// above every one before), so the checker reaps the old lease, requeues the item and
+/// every item completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_completion_the_promotion_lost_is_handed_back() {
+    let Some(mut pair) = PgPair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
+    let checker_store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
+    for i in 0..4u32 {
+        store
+            .enqueue(&i.to_be_bytes(), Default::default())
+            .await
+            .unwrap();
+    }
+    let ttl = Ttl::from_secs(3).unwrap();
+    let member = liveness_core::Member::join(
+        store.clone(),
+        liveness_core::MemberConfig::new("w", ttl)
+            .unwrap()
+            .renew_every(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let before = vec![member.token()];
+    let claimed = member.claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    stop_streaming(&pair);
+
+    // Acknowledged by the primary, never seen by the standby.
+    member.complete(&claimed[0]).await.unwrap();
+    tokio::task::block_in_place(|| {
+        pair.kill_primary();
+        pair.promote().unwrap();
+        pair.proxy().switch(pair.standby_port());
+    });
+    drop(claimed);
+    complete_all(&store, checker_store, &member, &before).await;
+    assert!(
+        member.token() > before[0],
+        "the member kept the lease of the lost timeline"
+    );
     let _ = member.leave(Duration::from_millis(100)).await;
 }

@@ -18,6 +18,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a lease holder no longer holds its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LostCause {
     /// The store clock passed the lease's expiry. An expired lease is never renewed,
     /// even when nobody else took the key: acquire again for a new token.
@@ -32,6 +33,11 @@ pub enum LostCause {
     /// ([`Leadership::check`](crate::Leadership::check),
     /// [`Claimed::check`](crate::Claimed::check)), never by a store.
     GaveUp,
+    /// The store's server was promoted from an asynchronous replica, or restored from
+    /// a backup, after the lease was drawn: writes made under it (a completion, a
+    /// release) may be gone, so it is not renewed. Its items go back to the queue when
+    /// it is reaped; acquire again for a new token.
+    Failover,
 }
 
 impl std::fmt::Display for LostCause {
@@ -41,6 +47,7 @@ impl std::fmt::Display for LostCause {
             LostCause::Superseded => "superseded by a newer token",
             LostCause::Released => "released or reaped",
             LostCause::GaveUp => "given up by its holder (local safety deadline passed)",
+            LostCause::Failover => "drawn before a failover that may have lost its writes",
         })
     }
 }

@@ -194,6 +194,7 @@ impl HolderMetrics {
             HolderLoss::Store(LostCause::Expired) => "expired",
             HolderLoss::Store(LostCause::Superseded) => "superseded",
             HolderLoss::Store(LostCause::Released) => "released",
+            HolderLoss::Store(LostCause::Failover) => "failover",
             HolderLoss::Store(LostCause::GaveUp) | HolderLoss::Deadline => "deadline",
             HolderLoss::Fault => "fault",
             HolderLoss::StoreLostState => "store_lost_state",
