@@ -17,22 +17,19 @@ use crate::core::{
 };
 use crate::error::corrupt;
 
-/// `release` and `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death
-/// retention, $6 the death's cause (0 reaped, 1 released). Removes the lease iff the
-/// token is current — and, for a reap, expired by the server clock — puts it in the
-/// dead set with its death record, drops the record that fell out of the retention,
-/// and notifies (`reaped` or `released`). Concurrent reaps serialize on the row:
-/// exactly one deletes it.
-const RETIRE: &str = r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
-del AS (
-    DELETE FROM leases l USING clk
-    WHERE l.space = $1 AND l.name = $2 AND l.token = $3
-      AND ($6 = 1 OR l.expires_at <= clk.t)
-    RETURNING l.token, l.holder
-),
+/// The steps that retire what a statement's CTE `gone` (columns `token`, `holder`)
+/// removed from `leases`, where $1 and $2 are the key's space and name and `clk.t`
+/// the server's now: the token into the dead set (CTE `dead`, the tokens newly put
+/// there), a death record with the consecutive next sequence number and `$cause`,
+/// and the record that fell out of a retention of `$retention` dropped. Written once
+/// for `RETIRE` here and `ACQUIRE` in `lease.rs`; `$cause` and `$retention` are SQL
+/// text (a parameter or a literal).
+macro_rules! retire_gone {
+    ($cause:literal, $retention:literal) => {
+        concat!(
+            r#"
 dead AS (
-    INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM del
+    INSERT INTO dead_tokens (token, space, name) SELECT token, $1, $2 FROM gone
     ON CONFLICT (token) DO NOTHING
     RETURNING token
 ),
@@ -41,18 +38,47 @@ dseq AS (
 ),
 died AS (
     INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last, $1, $2, del.holder, del.token, clk.t, $6 FROM dseq, del, clk
+    SELECT dseq.last, $1, $2, gone.holder, gone.token, clk.t, "#,
+            $cause,
+            r#" FROM dseq, gone, clk
 ),
 trimmed AS (
     DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - $5
-      AND seq > (SELECT last FROM dseq) - $5 - 64
-),
+    WHERE seq <= (SELECT last FROM dseq) - "#,
+            $retention,
+            r#"
+      AND seq > (SELECT last FROM dseq) - "#,
+            $retention,
+            r#" - 64
+),"#
+        )
+    };
+}
+pub(crate) use retire_gone;
+
+/// `release` and `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death
+/// retention, $6 the death's cause (0 reaped, 1 released). Removes the lease iff the
+/// token is current — and, for a reap, expired by the server clock — puts it in the
+/// dead set with its death record ([`retire_gone`]), drops the record that fell out
+/// of the retention, and notifies (`reaped` or `released`). Concurrent reaps
+/// serialize on the row: exactly one deletes it.
+const RETIRE: &str = concat!(
+    r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+gone AS (
+    DELETE FROM leases l USING clk
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3
+      AND ($6 = 1 OR l.expires_at <= clk.t)
+    RETURNING l.token, l.holder
+),"#,
+    retire_gone!("$6", "$5"),
+    r#"
 woke AS (
     SELECT pg_notify($4, CASE WHEN $6 = 0 THEN 'reaped' ELSE 'released' END) FROM dead
 )
-SELECT (SELECT count(*) FROM del) AS removed, (SELECT count(*) FROM woke) AS woke
-"#;
+SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM woke) AS woke
+"#
+);
 
 /// `expired`: $1 space, $2 limit. The server's now is an init-plan parameter, so it
 /// is an index condition on `leases_expiry`: the scan reads only expired rows.

@@ -15,6 +15,7 @@ use crate::core::{
     db_token, get, holder_of, limit_param, listed_lease, on_key, status_of, token_of, ttl_ms,
     ttl_of, PostgresStore,
 };
+use crate::deaths::retire_gone;
 use crate::error::{corrupt, insert_races};
 
 /// How many times `acquire` reruns its statement after losing an insert race on a
@@ -38,7 +39,8 @@ const ACQUIRE_RETRIES: usize = 8;
 /// goes to the dead set and a sweep hands those items back; adopted, nobody would
 /// ever complete them. `token` is NULL and `held_token` NULL only when a
 /// concurrent acquire inserted the key first: the caller runs the statement again.
-const ACQUIRE: &str = r#"
+const ACQUIRE: &str = concat!(
+    r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
 cur AS MATERIALIZED (
     SELECT l.holder, l.token,
@@ -47,24 +49,9 @@ cur AS MATERIALIZED (
     WHERE l.space = $1 AND l.name = $2
     FOR UPDATE OF l
 ),
-retired AS (
-    INSERT INTO dead_tokens (token, space, name)
-    SELECT token, $1, $2 FROM cur WHERE NOT live
-    ON CONFLICT (token) DO NOTHING
-    RETURNING token
-),
-dseq AS (
-    UPDATE death_seq SET last = last + 1 WHERE EXISTS (SELECT 1 FROM retired) RETURNING last
-),
-died AS (
-    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last, $1, $2, cur.holder, cur.token, clk.t, 2 FROM dseq, cur, clk WHERE NOT cur.live
-),
-trimmed AS (
-    DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - $6
-      AND seq > (SELECT last FROM dseq) - $6 - 64
-),
+gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
+    retire_gone!("2", "$6"),
+    r#"
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
     SELECT $1, $2, $3, next_token(), $4, clk.t + $4 * interval '1 millisecond'
@@ -73,15 +60,16 @@ put AS (
     ON CONFLICT (space, name) DO UPDATE
         SET holder = excluded.holder, token = excluded.token,
             ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL
-        WHERE l.token = (SELECT token FROM cur WHERE NOT live)
+        WHERE l.token = (SELECT token FROM gone)
     RETURNING token
 ),
-woke AS (SELECT pg_notify($5, 'retired') FROM retired)
+woke AS (SELECT pg_notify($5, 'retired') FROM dead)
 SELECT (SELECT token FROM put) AS token,
        (SELECT holder FROM cur) AS holder,
        (SELECT token FROM cur) AS held_token,
        (SELECT count(*) FROM woke) AS woke
-"#;
+"#
+);
 
 /// `renew`: $1 space, $2 name, $3 token, $4 ttl_ms.
 ///

@@ -99,7 +99,10 @@ pub fn judge(
 /// (tokens already used will be handed out again).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "store lost state: the lease on {key} with token {token} is gone and its token is      above every token the namespace has handed out; the server lost acknowledged writes      (restart without persistence, failover to a stale replica, eviction): leases and      items may be gone and tokens will repeat"
+    "store lost state: the lease on {key} with token {token} is gone and its token is \
+     above every token the namespace has handed out; the server lost acknowledged writes \
+     (restart without persistence, failover to a stale replica, eviction): leases and \
+     items may be gone and tokens will repeat"
 )]
 pub struct StoreLostState {
     /// The lease's key.
