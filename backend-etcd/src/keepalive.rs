@@ -198,9 +198,9 @@ mod tests {
     use std::time::Duration;
 
     use futures::FutureExt;
-    use liveness_core::{Key, LeaseStore, Ttl};
+    use liveness_core::{Key, LeaseStore};
 
-    use crate::tests::{holder, store};
+    use crate::tests::{holder, store, ttl_times};
 
     /// A renewal dropped by its caller after its keep-alive went out and before its
     /// answer was read (a timeout around `renew`) leaves no answer behind: the next
@@ -208,7 +208,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_renewal_leaves_no_answer_for_the_next() {
         let Some(store) = store().await else { return };
-        let ttl = Ttl::new(store.capabilities().min_ttl * 10).unwrap();
+        let ttl = ttl_times(&store, 10);
         let key = Key::member("m").unwrap();
         let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
         store.renew(&lease).await.unwrap();

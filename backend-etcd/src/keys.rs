@@ -52,7 +52,7 @@ impl Keys {
     }
 
     pub(crate) fn record(&self, key: &Key) -> String {
-        format!("{}lease/{key}", self.root)
+        format!("{}{key}", self.records())
     }
 
     pub(crate) fn records(&self) -> String {
@@ -60,15 +60,15 @@ impl Keys {
     }
 
     pub(crate) fn live(&self, key: &Key) -> String {
-        format!("{}w/l/{key}", self.root)
+        format!("{}{key}", self.lives())
     }
 
     pub(crate) fn lives(&self) -> String {
-        format!("{}w/l/", self.root)
+        format!("{}l/", self.watched())
     }
 
     pub(crate) fn lives_in(&self, space: &Space) -> String {
-        format!("{}w/l/{space}/", self.root)
+        format!("{}{space}/", self.lives())
     }
 
     /// The prefix the expiry watch covers: lease-bound keys and the sync key.
@@ -77,11 +77,11 @@ impl Keys {
     }
 
     pub(crate) fn sync(&self) -> String {
-        format!("{}w/sync", self.root)
+        format!("{}sync", self.watched())
     }
 
     pub(crate) fn dead(&self, token: FencingToken) -> String {
-        format!("{}dead/{:020}", self.root, token.0)
+        format!("{}{:020}", self.deads(), token.0)
     }
 
     pub(crate) fn deads(&self) -> String {
@@ -93,7 +93,7 @@ impl Keys {
     }
 
     pub(crate) fn meta(&self, id: u64) -> String {
-        format!("{}item/r/{id:020}", self.root)
+        format!("{}{id:020}", self.metas())
     }
 
     pub(crate) fn body(&self, id: u64) -> String {
@@ -101,7 +101,7 @@ impl Keys {
     }
 
     pub(crate) fn pending(&self, id: u64) -> String {
-        format!("{}item/p/{id:020}", self.root)
+        format!("{}{id:020}", self.pendings())
     }
 
     pub(crate) fn pendings(&self) -> String {
@@ -109,7 +109,7 @@ impl Keys {
     }
 
     pub(crate) fn owned(&self, token: FencingToken, id: u64) -> String {
-        format!("{}item/o/{:020}/{id:020}", self.root, token.0)
+        format!("{}{id:020}", self.owned_by(token))
     }
 
     /// The enqueue idempotency key `key` (32 hex digits): the id it answered.
@@ -124,7 +124,7 @@ impl Keys {
     }
 
     pub(crate) fn owned_by(&self, token: FencingToken) -> String {
-        format!("{}item/o/{:020}/", self.root, token.0)
+        format!("{}{:020}/", self.owneds(), token.0)
     }
 
     pub(crate) fn owneds(&self) -> String {
@@ -132,7 +132,7 @@ impl Keys {
     }
 
     pub(crate) fn dead_letter(&self, id: u64) -> String {
-        format!("{}item/d/{id:020}", self.root)
+        format!("{}{id:020}", self.dead_letters())
     }
 
     pub(crate) fn dead_letters(&self) -> String {
@@ -166,7 +166,7 @@ impl Keys {
 
     /// The prefix of the lease records of `space`.
     pub(crate) fn records_in(&self, space: &Space) -> String {
-        format!("{}lease/{space}/", self.root)
+        format!("{}{space}/", self.records())
     }
 
     /// The lease key named by a record or lease-bound key under `prefix`.

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Txn, TxnOp};
+use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fleet::wait_until;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostCause, Namespace, Ttl,
 };
 
+use crate::core::{Calls, Current};
 use crate::lease::Released;
 use crate::{EtcdConfig, EtcdStore};
 
@@ -32,6 +34,27 @@ pub(crate) async fn store() -> Option<EtcdStore> {
     )
 }
 
+/// `times` the shortest ttl `store` takes.
+pub(crate) fn ttl_times(store: &EtcdStore, times: u32) -> Ttl {
+    Ttl::new(store.capabilities().min_ttl * times).unwrap()
+}
+
+/// What `op` answers, and how many KV requests `store` made while it ran.
+async fn kv_requests<T>(store: &EtcdStore, op: impl std::future::Future<Output = T>) -> (T, u64) {
+    let before = Calls::read(&store.inner.calls.kv);
+    let answer = op.await;
+    (answer, Calls::read(&store.inner.calls.kv) - before)
+}
+
+/// The full scans of the namespace's leases `store`'s watch has made.
+fn scans(store: &EtcdStore) -> u64 {
+    store
+        .inner
+        .expiry
+        .scans
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) fn holder() -> HolderId {
     HolderId::new("h").unwrap()
 }
@@ -46,14 +69,25 @@ async fn acquire_members(store: &EtcdStore, prefix: &str, n: usize, ttl: Ttl) ->
     leases
 }
 
-/// etcd ends `lease`'s etcd lease (as its countdown would): expired, not yet reaped.
-async fn expire(store: &EtcdStore, lease: &Lease) {
-    let current = store
+/// `lease`'s record as etcd has it now (it must still be `lease`'s).
+async fn current(store: &EtcdStore, lease: &Lease) -> Current {
+    store
         .snapshot(&lease.key)
         .await
         .unwrap()
         .check(lease)
-        .unwrap();
+        .unwrap()
+}
+
+/// The role `role`, led by the test's holder on `store`.
+async fn lead(store: &EtcdStore, ttl: Ttl) -> Lease {
+    let role = Key::leader("role").unwrap();
+    store.acquire(&role, &holder(), ttl).await.unwrap()
+}
+
+/// etcd ends `lease`'s etcd lease (as its countdown would): expired, not yet reaped.
+async fn expire(store: &EtcdStore, lease: &Lease) {
+    let current = current(store, lease).await;
     assert!(store.revoke(current.rec.lease_id).await.unwrap());
 }
 
@@ -62,12 +96,7 @@ async fn expire(store: &EtcdStore, lease: &Lease) {
 /// etcd lease never happens (that process stopped, or the revoke failed). Returns
 /// the old etcd lease's id.
 async fn move_without_revoke(store: &EtcdStore, lease: &Lease, ttl: Ttl) -> i64 {
-    let current = store
-        .snapshot(&lease.key)
-        .await
-        .unwrap()
-        .check(lease)
-        .unwrap();
+    let current = current(store, lease).await;
     let id = store.grant(ttl).await.unwrap();
     let txn = store.move_txn(lease, &current, id, ttl);
     let resp = store.txn(txn).await.unwrap();
@@ -78,7 +107,7 @@ async fn move_without_revoke(store: &EtcdStore, lease: &Lease, ttl: Ttl) -> i64 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_refuses_a_lease_forged_for_another_key() {
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let ttl = ttl_times(&store, 1);
     let a = Key::member("a").unwrap();
     let b = Key::member("b").unwrap();
     let la = store.acquire(&a, &holder(), ttl).await.unwrap();
@@ -174,9 +203,11 @@ async fn release_does_not_answer_true_while_the_lease_lives_on() {
 async fn a_checker_between_the_steps_of_a_release_declares_no_death() {
     use liveness_core::{Checker, CheckerConfig, DeathCause};
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 10).unwrap();
     let key = Key::member("leaving").unwrap();
-    let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let lease = store
+        .acquire(&key, &holder(), ttl_times(&store, 10))
+        .await
+        .unwrap();
     let (reached, resume) = store.inner.between_release_steps.arm();
     let releasing = {
         let (store, lease) = (store.clone(), lease.clone());
@@ -213,7 +244,7 @@ async fn a_dropped_expired_call_leaves_its_scan_owed() {
     };
     let config = config(server.url(), fresh_namespace());
     let store = EtcdStore::connect(config.clone()).await.unwrap();
-    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let ttl = ttl_times(&store, 1);
     let key = Key::member("gone").unwrap();
     let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
     expire(&store, &lease).await;
@@ -236,7 +267,7 @@ async fn a_dropped_expired_call_leaves_its_scan_owed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_slots_of_abandoned_leases_are_dropped() {
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let ttl = ttl_times(&store, 1);
     // Three members renew once and are dropped without releasing.
     for name in ["a", "b", "c"] {
         let lease = store
@@ -282,23 +313,19 @@ async fn a_checker_round_writes_nothing() {
     let store = EtcdStore::connect(config(server.url(), fresh_namespace()))
         .await
         .unwrap();
-    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let ttl = ttl_times(&store, 1);
     let key = Key::member("w").unwrap();
     store.acquire(&key, &holder(), ttl).await.unwrap();
     let space = key.space().clone();
     // The first round starts the watch (its own start may read, never write).
     store.expired(&space, 10).await.unwrap();
     store.next_expiry(&space).await.unwrap();
-    let revision = |store: EtcdStore| async move {
-        let resp = store.inner.kv.clone().get("x", None).await.unwrap();
-        resp.header().unwrap().revision()
-    };
-    let before = revision(store.clone()).await;
+    let before = revision_now(&store).await;
     for _ in 0..5 {
         store.expired(&space, 10).await.unwrap();
         store.next_expiry(&space).await.unwrap();
     }
-    let after = revision(store.clone()).await;
+    let after = revision_now(&store).await;
     assert_eq!(
         after,
         before,
@@ -324,7 +351,7 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
             .unwrap();
     }
     let key = Key::member("full").unwrap();
-    let ttl = Ttl::new(store.capabilities().min_ttl).unwrap();
+    let ttl = ttl_times(&store, 1);
     let lease = store.acquire(&key, &holder(), ttl).await.unwrap();
     let request = RequestId::next();
     let items = store.claim_request(&lease, max, request).await.unwrap();
@@ -397,16 +424,14 @@ async fn synced(store: &EtcdStore) {
 /// a revoke would be two raft writes for an answer a read gives).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_losing_acquire_grants_no_etcd_lease() {
-    use crate::core::Calls;
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let key = Key::leader("role").unwrap();
-    let held = store.acquire(&key, &holder(), ttl).await.unwrap();
+    let ttl = ttl_times(&store, 5);
+    let held = lead(&store, ttl).await;
     let candidate = other(&store).await;
     let grants = Calls::read(&candidate.inner.calls.grants);
     for _ in 0..3 {
         match candidate
-            .acquire(&key, &HolderId::new("c").unwrap(), ttl)
+            .acquire(&held.key, &HolderId::new("c").unwrap(), ttl)
             .await
         {
             Err(Error::Held { token, .. }) => assert_eq!(token, held.token),
@@ -433,20 +458,15 @@ async fn a_losing_acquire_grants_no_etcd_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let role = Key::leader("role").unwrap();
-    let leader = store.acquire(&role, &holder(), ttl).await.unwrap();
-    let mut members = Vec::new();
-    for i in 0..5 {
-        let key = Key::member(&format!("m{i}")).unwrap();
-        members.push(store.acquire(&key, &holder(), ttl).await.unwrap());
-    }
+    let ttl = ttl_times(&store, 5);
+    let leader = lead(&store, ttl).await;
+    let mut members = acquire_members(&store, "m", 5, ttl).await;
     let candidate = other(&store).await;
     let mut wake = candidate.wakeups().unwrap();
     wake.borrow_and_update();
     let me = HolderId::new("c").unwrap();
     assert!(matches!(
-        candidate.acquire(&role, &me, ttl).await,
+        candidate.acquire(&leader.key, &me, ttl).await,
         Err(Error::Held { .. })
     ));
     // The watch runs (it saw the revision of the refused acquire's read at least).
@@ -466,13 +486,9 @@ async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
         .await
         .expect("the candidate did not wake when its role was released")
         .unwrap();
-    let lease = candidate.acquire(&role, &me, ttl).await.unwrap();
+    let lease = candidate.acquire(&leader.key, &me, ttl).await.unwrap();
     assert_eq!(
-        candidate
-            .inner
-            .expiry
-            .scans
-            .load(std::sync::atomic::Ordering::Relaxed),
+        scans(&candidate),
         0,
         "a candidate scanned the namespace's leases"
     );
@@ -484,18 +500,15 @@ async fn a_candidate_scans_nothing_and_wakes_only_for_its_role() {
 /// per lease after the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_many_reads_once_for_the_batch() {
-    use crate::core::Calls;
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let leases = acquire_members(&store, "r", 10, ttl).await;
+    let leases = acquire_members(&store, "r", 10, ttl_times(&store, 5)).await;
     for lease in &leases {
         store.renew(lease).await.unwrap();
     }
     // One of them released meanwhile: it answers Lost alone.
     assert!(store.release(&leases[3]).await.unwrap());
-    let kv = Calls::read(&store.inner.calls.kv);
-    let answers = store.renew_many(&leases).await.unwrap();
-    let reads = Calls::read(&store.inner.calls.kv) - kv;
+    let (answers, reads) = kv_requests(&store, store.renew_many(&leases)).await;
+    let answers = answers.unwrap();
     for (i, answer) in answers.iter().enumerate() {
         match (i, answer) {
             (3, Err(Error::Lost { .. })) => {}
@@ -516,25 +529,19 @@ async fn renew_many_reads_once_for_the_batch() {
 /// alone would (a repeat and a live lease: false).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reap_many_is_one_read_and_one_transaction() {
-    use crate::core::Calls;
     use liveness_core::{FencingToken, ItemStore};
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let ttl = ttl_times(&store, 5);
     let mut batch: Vec<(Key, FencingToken)> = Vec::new();
     for lease in acquire_members(&store, "d", 10, ttl).await {
         expire(&store, &lease).await;
         batch.push((lease.key, lease.token));
     }
-    let live = store
-        .acquire(&Key::member("alive").unwrap(), &holder(), ttl)
-        .await
-        .unwrap();
+    let live = acquire_member(&store, "alive", "h", ttl).await;
     batch.push((live.key.clone(), live.token));
     batch.push(batch[0].clone());
-    let kv = Calls::read(&store.inner.calls.kv);
-    let answers = store.reap_many(&batch).await.unwrap();
-    let requests = Calls::read(&store.inner.calls.kv) - kv;
-    let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+    let (answers, requests) = kv_requests(&store, store.reap_many(&batch)).await;
+    let answers: Vec<bool> = answers.unwrap().into_iter().map(Result::unwrap).collect();
     let mut expected = vec![true; 10];
     expected.extend([false, false]);
     assert_eq!(answers, expected);
@@ -566,10 +573,9 @@ async fn reap_many_is_one_read_and_one_transaction() {
 /// `requeue_orphans` alone would (a repeat and a live token: nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
-    use crate::core::Calls;
     use liveness_core::{EnqueueOptions, FencingToken, ItemStore, RequestId};
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let ttl = ttl_times(&store, 5);
     for i in 0..12 {
         store
             .enqueue(format!("i{i}").as_bytes(), EnqueueOptions::default())
@@ -588,15 +594,11 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
         assert!(store.release(&lease).await.unwrap());
         tokens.push(lease.token);
     }
-    let live = store
-        .acquire(&Key::member("alive").unwrap(), &holder(), ttl)
-        .await
-        .unwrap();
+    let live = acquire_member(&store, "alive", "h", ttl).await;
     tokens.push(live.token);
     tokens.push(tokens[0]);
-    let kv = Calls::read(&store.inner.calls.kv);
-    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
-    let requests = Calls::read(&store.inner.calls.kv) - kv;
+    let (answers, requests) = kv_requests(&store, store.requeue_orphans_many(&tokens)).await;
+    let answers = answers.unwrap();
     let moved: Vec<usize> = answers
         .into_iter()
         .map(|a| {
@@ -628,10 +630,8 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
 /// whole range's index, so a range per round would cost O(live leases in the space).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn next_expiry_reads_its_probe_by_key() {
-    use crate::core::Calls;
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
-    let leases = acquire_members(&store, "n", 3, ttl).await;
+    let leases = acquire_members(&store, "n", 3, ttl_times(&store, 5)).await;
     let space = leases[0].key.space().clone();
     assert!(store.next_expiry(&space).await.unwrap().is_some());
     let ranges = Calls::read(&store.inner.calls.ranges);
@@ -657,7 +657,7 @@ async fn next_expiry_reads_its_probe_by_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let ttl = ttl_times(&store, 5);
     let waiter = other(&store).await;
     let _wake = waiter.wakeups().unwrap();
     synced(&waiter).await;
@@ -666,14 +666,7 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
     expire(&store, &lease).await;
     // The waiting handle's watch saw that DELETE and kept no candidate for it.
     synced(&waiter).await;
-    assert_eq!(
-        waiter
-            .inner
-            .expiry
-            .scans
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(scans(&waiter), 0);
     let listed = waiter.expired(key.space(), 10).await.unwrap();
     assert_eq!(
         listed.iter().map(|e| e.token).collect::<Vec<_>>(),
@@ -696,11 +689,10 @@ async fn a_waiting_handle_that_starts_checking_misses_no_expiry() {
 /// `Held` by that lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_many_pipelines_the_batch() {
-    use crate::core::Calls;
     use liveness_core::{Acquire, DeathCause, FencingToken};
     use std::sync::atomic::Ordering;
     let Some(store) = store().await else { return };
-    let ttl = Ttl::new(store.capabilities().min_ttl * 5).unwrap();
+    let ttl = ttl_times(&store, 5);
     let held = store
         .acquire(&Key::member("held").unwrap(), &holder(), ttl)
         .await
@@ -720,9 +712,8 @@ async fn acquire_many_pipelines_the_batch() {
     asks.push(Acquire::new(asks[0].key.clone(), holder(), ttl));
     let takers = fresh + expired.len();
     store.inner.calls.most_in_flight.store(0, Ordering::Relaxed);
-    let kv = Calls::read(&store.inner.calls.kv);
-    let answers = store.acquire_many(&asks).await.unwrap();
-    let requests = Calls::read(&store.inner.calls.kv) - kv;
+    let (answers, requests) = kv_requests(&store, store.acquire_many(&asks)).await;
+    let answers = answers.unwrap();
     let most = store.inner.calls.most_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "acquire_many of {} entries: {requests} KV requests, at most {most} in flight",

@@ -335,6 +335,29 @@ impl ExpiryWatch {
         }
     }
 
+    /// Where the watch starts when it has no revision to resume from: after a full
+    /// scan when the handle checks; otherwise at the current revision, with no scan
+    /// (one is owed should the handle start checking). `None` when the handle started
+    /// checking between the revision read and now.
+    async fn start(&self, kv: &KvClient, keys: &Keys) -> Result<Option<i64>> {
+        if lock(&self.mode).checking {
+            let found = scan(kv, keys).await?;
+            let rev = found.revision;
+            self.absorb_scan(found);
+            self.saw(rev);
+            return Ok(Some(rev + 1));
+        }
+        let rev = now(kv, keys).await?;
+        let mut m = lock(&self.mode);
+        if m.checking {
+            return Ok(None);
+        }
+        m.scan_owed = true;
+        drop(m);
+        self.saw(rev);
+        Ok(Some(rev + 1))
+    }
+
     async fn run(self: Arc<Self>, kv: KvClient, wc: WatchClient, keys: Keys) {
         let mut from: Option<i64> = None;
         let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
@@ -346,38 +369,12 @@ impl ExpiryWatch {
             }
             let start = match from {
                 Some(r) => r,
-                None if !lock(&self.mode).checking => match now(&kv, &keys).await {
-                    // Not checking: no scan, the watch starts at the current
-                    // revision; a scan is owed should the handle start checking.
-                    Ok(rev) => {
-                        let mut m = lock(&self.mode);
-                        if m.checking {
-                            // It started meanwhile: scan here after all.
-                            drop(m);
-                            continue;
-                        }
-                        m.scan_owed = true;
-                        drop(m);
-                        self.saw(rev);
-                        rev + 1
-                    }
+                None => match self.start(&kv, &keys).await {
+                    Ok(Some(start)) => start,
+                    // It started checking meanwhile: scan after all.
+                    Ok(None) => continue,
                     Err(e) => {
-                        tracing::debug!(error = %e, "etcd expiry watch: revision read failed");
-                        if !self.pause(backoff.next()).await {
-                            return;
-                        }
-                        continue;
-                    }
-                },
-                None => match scan(&kv, &keys).await {
-                    Ok(found) => {
-                        let rev = found.revision;
-                        self.absorb_scan(found);
-                        self.saw(rev);
-                        rev + 1
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "etcd expiry scan failed");
+                        tracing::debug!(error = %e, "etcd expiry watch: its scan or revision read failed");
                         if !self.pause(backoff.next()).await {
                             return;
                         }

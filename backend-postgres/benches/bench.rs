@@ -57,6 +57,16 @@ async fn fresh(
     store
 }
 
+/// `n` leases for a bare loop, on the members `{prefix}0` on, held for a minute
+/// (longer than a run).
+async fn bench_leases(
+    store: &liveness_postgres::PostgresStore,
+    prefix: &str,
+    n: usize,
+) -> Vec<Lease> {
+    bench_util::member_leases(store, prefix, n, "bench", Ttl::from_secs(60).unwrap()).await
+}
+
 /// The renew statement's UPDATE for `lease`, bare, on `conn`: whether it renewed.
 async fn renew_bare<'c, E: sqlx::PgExecutor<'c>>(conn: E, lease: &Lease) -> bool {
     let r = sqlx::query(RENEW)
@@ -76,8 +86,7 @@ async fn bare_renewals(
     concurrency: usize,
     seconds: f64,
 ) -> f64 {
-    let ttl = Ttl::from_secs(60).unwrap();
-    let leases = bench_util::member_leases(store, "bare", concurrency, "bench", ttl).await;
+    let leases = bench_leases(store, "bare", concurrency).await;
     // A plain sqlx pool of the store's size, warmed.
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(80)
@@ -105,11 +114,10 @@ async fn dedicated_renewals(
     seconds: f64,
 ) -> f64 {
     use sqlx::Connection;
-    let ttl = Ttl::from_secs(60).unwrap();
     // The pool's options carry the namespace's search_path already.
     let options = store.pool().connect_options().as_ref().clone();
     let mut work = Vec::new();
-    for lease in bench_util::member_leases(store, "ded", concurrency, "bench", ttl).await {
+    for lease in bench_leases(store, "ded", concurrency).await {
         let conn = sqlx::postgres::PgConnection::connect_with(&options)
             .await
             .unwrap();

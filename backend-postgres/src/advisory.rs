@@ -19,20 +19,21 @@
 //! A task only runs when it is scheduled: a leader whose process froze (a GC pause,
 //! a stopped VM, a suspended host) while the server dropped its session wakes with a
 //! contender already leading, and may act before its task runs. So the leadership
-//! also keeps a local deadline on the boot clock ([`Clock::boot`]), extended only by
+//! also keeps a local deadline on the boot clock ([`Clock::boot`]; a
+//! [`LocalDeadline`], as the core heartbeat's leases do), extended only by
 //! a loop turn answered in time and measured from that turn's send time, and
 //! [`AdvisoryLeadership::check`] compares the clock with it synchronously.
 //!
 //! See the crate README for the trade-offs against the lease-based
 //! [`liveness_core::Election`].
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::wake::woken;
 use liveness_core::{
     CancellationToken, Clock, Error, FencingToken, HolderId, HostClock, InputProblem, Key,
-    LostCause, Name, Result, Space, Ttl,
+    LocalDeadline, LostCause, Name, Result, Space, Ttl,
 };
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
@@ -212,16 +213,12 @@ impl AdvisoryElection {
             }
         };
         let token = token_of(token)?;
-        let standing = Arc::new(Standing {
-            clock: self.clock.clone(),
-            key: Key::new(Space::leaders(), self.name.clone()),
+        let standing = Arc::new(LocalDeadline::new(
+            self.clock.clone(),
+            Key::new(Space::leaders(), self.name.clone()),
             token,
-            cancel: CancellationToken::new(),
-            state: Mutex::new(State {
-                deadline: sent + self.turn_budget(),
-                lost: None,
-            }),
-        });
+            sent + self.turn_budget(),
+        ));
         let stop = CancellationToken::new();
         let task = tokio::spawn(hold(conn, self.clone(), standing.clone(), stop.clone()));
         Ok(Some(AdvisoryLeadership {
@@ -253,104 +250,9 @@ impl AdvisoryElection {
     }
 }
 
-/// What the leader may still do: its local deadline on the boot clock, the reason
-/// it lost the role once it did, and the cancellation signal. Shared by the holding
-/// loop, which extends the deadline, and by every synchronous check, which compares
-/// the clock with the deadline itself instead of trusting that the loop has run.
-///
-/// Once lost, always lost: a turn answered after the deadline passed does not bring
-/// the role back.
-#[derive(Debug)]
-struct Standing {
-    clock: Arc<dyn Clock>,
-    key: Key,
-    token: FencingToken,
-    cancel: CancellationToken,
-    state: Mutex<State>,
-}
-
-#[derive(Debug)]
-struct State {
-    /// The local deadline on the standing's clock.
-    deadline: Duration,
-    /// Set once the role is lost or given up; never cleared.
-    lost: Option<LostCause>,
-}
-
-impl Standing {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The reason the role is lost, if it is: a recorded loss, or the deadline passed
-    /// by the clock right now (then recorded). Fires the cancellation when lost.
-    fn lost(&self) -> Option<LostCause> {
-        let now = self.clock.boot();
-        let lost = {
-            let mut st = self.state();
-            if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostCause::GaveUp);
-            }
-            st.lost
-        };
-        if lost.is_some() {
-            self.cancel.cancel();
-        }
-        lost
-    }
-
-    /// The time left before the deadline by the clock right now; `None` when lost.
-    fn remaining(&self) -> Option<Duration> {
-        if self.lost().is_some() {
-            return None;
-        }
-        Some(self.state().deadline.saturating_sub(self.clock.boot()))
-    }
-
-    /// The token, while the role may still be acted on; otherwise [`Error::Lost`].
-    fn check(&self) -> Result<FencingToken> {
-        match self.lost() {
-            None => Ok(self.token),
-            Some(reason) => Err(Error::Lost {
-                key: self.key.clone(),
-                token: self.token,
-                reason,
-            }),
-        }
-    }
-
-    /// Moves the deadline to `deadline` after a turn answered in time, unless the
-    /// role was lost meanwhile or the old deadline already passed by the clock right
-    /// now (then recorded, and the cancellation fires). False when lost.
-    fn extend(&self, deadline: Duration) -> bool {
-        let now = self.clock.boot();
-        let held = {
-            let mut st = self.state();
-            if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostCause::GaveUp);
-            }
-            if st.lost.is_none() {
-                st.deadline = st.deadline.max(deadline);
-            }
-            st.lost.is_none()
-        };
-        if !held {
-            self.cancel.cancel();
-        }
-        held
-    }
-
-    /// Marks the role lost for `reason` (unless it already was, for another) and
-    /// fires the cancellation.
-    fn lose(&self, reason: LostCause) {
-        self.state().lost.get_or_insert(reason);
-        self.cancel.cancel();
-    }
-}
-
 /// Fires the loss when the holding loop ends, whatever ends it: an error, an overrun,
 /// a resignation, a panic, or the runtime dropping the task.
-struct LoseOnEnd(Arc<Standing>);
+struct LoseOnEnd(Arc<LocalDeadline>);
 
 impl Drop for LoseOnEnd {
     fn drop(&mut self) {
@@ -366,14 +268,14 @@ impl Drop for LoseOnEnd {
 async fn hold(
     mut conn: PgConnection,
     election: AdvisoryElection,
-    standing: Arc<Standing>,
+    standing: Arc<LocalDeadline>,
     stop: CancellationToken,
 ) {
     let _lose = LoseOnEnd(standing.clone());
     let secs = election.check_every.as_secs_f64();
     let budget = election.turn_budget();
     while !stop.is_cancelled() {
-        let Some(left) = standing.remaining() else {
+        let Ok(left) = standing.remaining() else {
             if stop.is_cancelled() {
                 break; // given up meanwhile: unlock below
             }
@@ -384,7 +286,10 @@ async fn hold(
         let turn = sqlx::query(q::HOLD).bind(secs).execute(&mut conn);
         match tokio::time::timeout(left.min(budget), turn).await {
             Ok(Ok(_)) => {
-                if !standing.extend(sent + election.check_every + budget) {
+                if standing
+                    .extend(sent + election.check_every + budget)
+                    .is_err()
+                {
                     if stop.is_cancelled() {
                         break;
                     }
@@ -427,7 +332,7 @@ async fn hold(
 #[derive(Debug)]
 pub struct AdvisoryLeadership {
     holder: HolderId,
-    standing: Arc<Standing>,
+    standing: Arc<LocalDeadline>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -436,7 +341,7 @@ impl AdvisoryLeadership {
     /// The fencing token: strictly greater than every token drawn before in the
     /// namespace (leases and advisory leaderships share one sequence).
     pub fn token(&self) -> FencingToken {
-        self.standing.token
+        self.standing.token()
     }
 
     /// Who leads.
@@ -447,15 +352,15 @@ impl AdvisoryLeadership {
     /// Fires the moment leadership is lost (the connection failed or stalled, or the
     /// local deadline was found passed) or given up: stop acting as leader at once.
     pub fn cancelled(&self) -> CancellationToken {
-        self.standing.cancel.clone()
+        self.standing.cancel().clone()
     }
 
     /// May this leader still act? Returns its fencing token while the holding loop
-    /// has seen nothing wrong and the local deadline has not passed by the clock
-    /// *right now*; otherwise [`Error::Lost`] (and the cancellation fires, if it had
-    /// not yet). The deadline is `2 × check_every + ping_timeout` past the send of
-    /// the last turn answered in time. Cheap and synchronous: call it before every
-    /// write the leader makes. It does not depend on the background task having run,
+    /// has seen nothing wrong, the cancellation has not fired and the local deadline
+    /// has not passed by the clock *right now*; otherwise [`Error::Lost`] (and the
+    /// cancellation fires, if it had not yet). The deadline is `2 × check_every +
+    /// ping_timeout` past the send of the last turn answered in time. Cheap and
+    /// synchronous: call it before every write the leader makes. It does not depend on the background task having run,
     /// so a leader woken from a freeze longer than that answers correctly before any
     /// of its tasks ran. A shorter freeze, or a session dropped less than that ago,
     /// is not seen here: fence every write with the token.

@@ -157,6 +157,30 @@ async fn release_by_another_handle_wakes_the_checker() {
     ticked(&mut rx, Duration::from_secs(10)).await;
 }
 
+/// A leadership whose cancellation fired (here through a clone of `cancelled()`) may
+/// no longer act: `check` answers `Lost`, as the core `Leadership::check` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_leadership_cancelled_from_outside_is_lost() {
+    let Some(store) = store().await else { return };
+    let election = AdvisoryElection::new(&store, "cancelled", "a").unwrap();
+    let leader = election.try_lead().await.unwrap().expect("free role");
+    assert_eq!(leader.check().unwrap(), leader.token());
+    leader.cancelled().cancel();
+    let err = leader.check().unwrap_err();
+    assert_eq!(
+        err.lost_reason(),
+        Some(liveness_core::LostCause::GaveUp),
+        "{err:?}"
+    );
+    assert!(leader.is_lost());
+    leader.resign().await.unwrap();
+    assert_eq!(
+        election.leader().await.unwrap(),
+        None,
+        "resign gives the role up"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advisory_election_one_leader_with_fencing_tokens() {
     let Some(store) = store().await else { return };

@@ -3,8 +3,8 @@
 //! and a read-only transaction (SQLSTATE 25006, a standby reached during a failover)
 //! being transient.
 
-use liveness_core::durability::UnsafeSetting;
 use liveness_core::{Error, HolderId, Key, Lease, LeaseStore, Ttl};
+use liveness_testkit::durability::{lost_state, refused_setting};
 use sqlx::AssertSqlSafe;
 
 fn ns() -> String {
@@ -24,16 +24,7 @@ async fn a_server_with_fsync_off_is_refused_unless_relaxed_and_left_unchanged() 
         .url_with(&format!("ns={ns}"))
         .replace("durability=relaxed", "durability=strict");
     let err = liveness_postgres::connect(&strict).await.unwrap_err();
-    let setting = match &err {
-        Error::Backend { source, .. } => {
-            source
-                .downcast_ref::<UnsafeSetting>()
-                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"))
-                .setting
-        }
-        other => panic!("expected a permanent Backend error, got {other:?}"),
-    };
-    assert_eq!(setting, "fsync");
+    assert_eq!(refused_setting(&err), "fsync");
     assert!(err.to_string().contains("fsync = on"), "{err}");
     assert!(err.to_string().contains("durability=relaxed"), "{err}");
     // Accepted with the kit's URL (durability=relaxed); the refusal created nothing.
@@ -131,15 +122,8 @@ async fn a_renewal_after_the_server_lost_state_says_so() {
         .await
         .unwrap();
     let err = store.renew(&lease).await.unwrap_err();
-    match &err {
-        Error::Backend { source, .. } => {
-            let lost = source
-                .downcast_ref::<liveness_core::durability::StoreLostState>()
-                .unwrap_or_else(|| panic!("not StoreLostState: {err:?}"));
-            assert_eq!((&lost.key, lost.token), (&lease.key, lease.token));
-        }
-        other => panic!("expected StoreLostState, got {other:?}"),
-    }
+    let lost = lost_state(&err);
+    assert_eq!((&lost.key, lost.token), (&lease.key, lease.token));
     assert!(!err.is_retryable());
     // renew_many reports the same per lease.
     let many = store

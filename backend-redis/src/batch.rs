@@ -7,23 +7,17 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result, Space};
 use redis::{Cmd, Value};
 
-use crate::core::{array, ids, int, key_text, lost, script, unexpected, RedisStore, ScriptCall};
+use crate::core::{array, ids, int, key_text, lost, scripts, unexpected, RedisStore, ScriptCall};
 use crate::BACKEND;
 
-script! {
+scripts! {
     /// `acquire_many.lua`: each entry exactly as `acquire.lua` (the prelude's
     /// `acquire_one`), in order.
     static ACQUIRE_MANY = "acquire_many";
-}
-script! {
     /// `renew_many.lua`: leases in runs of one space, each lease as `renew.lua`.
     static RENEW_MANY = "renew_many";
-}
-script! {
     /// `reap_many.lua`: each entry as `reap.lua`.
     static REAP_MANY = "reap_many";
-}
-script! {
     /// `requeue_orphans_many.lua`: each token as `requeue_orphans.lua`.
     static REQUEUE_ORPHANS_MANY = "requeue_orphans_many";
 }

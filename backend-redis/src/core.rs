@@ -2,7 +2,6 @@
 //! connect-time set-up, the round trips every operation makes, the Lua script helper
 //! and the decoding of script replies into the core types.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use liveness_core::{
@@ -35,55 +34,48 @@ macro_rules! lua {
     };
 }
 
-/// Declares one Lua script (`src/scripts/<name>.lua`, prefixed with the prelude) as a
-/// `static` [`redis::Script`], hashed once per process on first use, in the file of
-/// the code that runs it.
+/// Declares a file's Lua scripts (`src/scripts/<name>.lua`, each prefixed with the
+/// prelude), each as a `static` [`redis::Script`] hashed once per process on first
+/// use, in the file of the code that runs them; and that file's `SCRIPTS`, the list
+/// of them all, which [`RedisStore::connect`] loads: a script declared here is
+/// loaded at connect without a second list to keep in step.
 ///
 /// [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (after a
 /// restart or `SCRIPT FLUSH`), loads the script and retries.
-macro_rules! script {
-    ($(#[$doc:meta])* $vis:vis static $name:ident = $file:literal;) => {
-        $(#[$doc])*
-        $vis static $name: std::sync::LazyLock<redis::Script> =
-            std::sync::LazyLock::new(|| redis::Script::new($crate::core::lua!($file)));
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $vis:vis static $name:ident = $file:literal;)+) => {
+        $(
+            $(#[$doc])*
+            $vis static $name: std::sync::LazyLock<redis::Script> =
+                std::sync::LazyLock::new(|| redis::Script::new($crate::core::lua!($file)));
+        )+
+        /// Every script this file declares, for `RedisStore::connect` to load.
+        pub(crate) static SCRIPTS: &[&std::sync::LazyLock<redis::Script>] = &[$(&$name),+];
     };
 }
 
-pub(crate) use {lua, script};
+pub(crate) use {lua, scripts};
 
-script! {
+scripts! {
     /// Records the server a handle talks to (the expiry epoch: see `hello.lua`).
     static HELLO = "hello";
 }
 
 /// The scripts [`RedisStore::connect`] loads onto the server before it returns, so
-/// that a server that cannot run them refuses the connection and the common
-/// operations find them loaded. Each is declared again where it runs, from the same
-/// text, so with the same SHA1.
-static PRELOADED: LazyLock<Vec<Script>> = LazyLock::new(|| {
+/// that a server that cannot run them refuses the connection and the operations find
+/// them loaded: every one the crate declares, file by file.
+fn all_scripts() -> impl Iterator<Item = &'static Script> {
     [
-        lua!("acquire"),
-        lua!("renew"),
-        lua!("release"),
-        lua!("reap"),
-        lua!("inspect"),
-        lua!("expired"),
-        lua!("dead_tokens"),
-        lua!("store_time"),
-        lua!("next_expiry"),
-        lua!("enqueue"),
-        lua!("claim"),
-        lua!("complete"),
-        lua!("fail"),
-        lua!("requeue_orphans"),
-        lua!("item"),
-        lua!("item_counts"),
-        lua!("dead_letters"),
+        SCRIPTS,
+        crate::lease::SCRIPTS,
+        crate::items::SCRIPTS,
+        crate::deaths::SCRIPTS,
+        crate::batch::SCRIPTS,
     ]
     .into_iter()
-    .map(Script::new)
-    .collect()
-});
+    .flatten()
+    .map(|script| &***script)
+}
 
 /// The largest item payload this backend accepts (1 MiB, well under Redis' 512 MB
 /// string limit, so that one `claim` of `max_batch` items stays a sane reply).
@@ -487,6 +479,80 @@ async fn connect_single(
             redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(pem),
+/// The most keys the namespace listing of [`check_existing`] looks at: a `SCAN` is
+/// not free on a large server.
+const LISTING_SCAN_LIMIT: usize = 10_000;
+
+/// Checks, reading only, that the namespace of `keys` has handed out a token or an
+/// item id: the opening of a store with [`RedisConfig::existing_only`].
+async fn check_existing(conn: &mut Conn, keys: &Keys, config: &RedisConfig) -> Result<()> {
+    let found: u64 = redis::cmd("EXISTS")
+        .arg(keys.tokens())
+        .arg(keys.item_ids())
+        .query_async(conn)
+        .await
+        .map_err(map)?;
+    if found > 0 {
+        return Ok(());
+    }
+    let held = match conn {
+        // One node of a cluster holds only its slots' namespaces: no listing.
+        Conn::Cluster(_) => String::new(),
+        Conn::Single(_) => format!("; it holds: {}", list_namespaces(conn).await?),
+    };
+    Err(Error::invalid(
+        "namespace",
+        liveness_core::InputProblem::BadValue {
+            name: "ns",
+            got: config.namespace().to_string(),
+            expected: format!("a namespace the server {} holds{held}", location(config)),
+        },
+    ))
+}
+
+/// The namespaces with a token or item id counter that a `SCAN` of at most
+/// [`LISTING_SCAN_LIMIT`] keys finds on a single server, for an error message.
+async fn list_namespaces(conn: &mut Conn) -> Result<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut cursor: u64 = 0;
+    let mut seen = 0;
+    let mut more = String::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("liveness:{*}:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(map)?;
+        seen += 1000;
+        for key in &batch {
+            let ns = key
+                .strip_prefix("liveness:{")
+                .and_then(|rest| rest.split_once("}:"))
+                .filter(|(_, what)| matches!(*what, "tokens" | "ids"))
+                .map(|(ns, _)| ns.to_owned());
+            found.extend(ns);
+        }
+        if next == 0 {
+            break;
+        }
+        if seen >= LISTING_SCAN_LIMIT {
+            more = format!(" (and maybe more: the scan stopped after {seen} keys)");
+            break;
+        }
+        cursor = next;
+    }
+    let found = if found.is_empty() {
+        "none".to_owned()
+    } else {
+        found.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    Ok(found + &more)
+}
+
             },
         ),
         None => redis::Client::open(config.client_url().as_str()),

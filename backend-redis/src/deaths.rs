@@ -11,26 +11,18 @@ use liveness_core::{
 };
 use redis::Value;
 
-use crate::core::{array, ids, int, key_text, script, text, uint, unexpected, RedisStore};
+use crate::core::{array, ids, int, key_text, scripts, text, uint, unexpected, RedisStore};
 
-script! {
+scripts! {
     /// `expired.lua`: the leases of a space whose expiry passed, from the expiry
     /// index (re-scoring the entries that lag their expiry).
     static EXPIRED = "expired";
-}
-script! {
     /// `reap.lua`: retires an expired lease into the dead set with its death record.
     static REAP = "reap";
-}
-script! {
     /// `dead_tokens.lua`: the lowest tokens of the dead set.
     static DEAD_TOKENS = "dead_tokens";
-}
-script! {
     /// `requeue_orphans.lua`: requeues (or dead-letters) the items of a dead token.
     static REQUEUE_ORPHANS = "requeue_orphans";
-}
-script! {
     /// `deaths.lua`: one page of death records, newest first.
     static DEATHS = "deaths";
 }

@@ -59,29 +59,31 @@ pub(crate) fn check(report: &Report, durability: Durability, wait: Option<u32>) 
     let (mut found, unchecked) = findings(report, wait);
     let info = report.info.as_ref().ok();
     let field = |name: &str| info.and_then(|i| i.get(name)).map_or("?", String::as_str);
-    match &report.config {
-        Ok(config) => {
-            let get = |name: &str| config.get(name).map_or("?", String::as_str);
-            tracing::info!(
-                appendonly = get("appendonly"),
-                appendfsync = get("appendfsync"),
-                maxmemory_policy = get("maxmemory-policy"),
-                role = field("role"),
-                connected_replicas = field("connected_slaves"),
-                wait = ?wait,
-                "redis durability settings"
-            );
-        }
-        Err(_) => tracing::info!(
-            aof_enabled = field("aof_enabled"),
-            aof_last_write_status = field("aof_last_write_status"),
-            maxmemory_policy = field("maxmemory_policy"),
-            role = field("role"),
-            connected_replicas = field("connected_slaves"),
-            wait = ?wait,
-            "redis durability settings (from INFO: CONFIG GET is refused)"
+    // What the server says of persistence and eviction: CONFIG GET's answer, or the
+    // matching INFO fields where CONFIG is refused.
+    let (source, settings) = match &report.config {
+        Ok(config) => (
+            "CONFIG GET",
+            ["appendonly", "appendfsync", "maxmemory-policy"]
+                .map(|name| (name, config.get(name).map_or("?", String::as_str))),
         ),
-    }
+        Err(_) => (
+            "INFO: CONFIG GET is refused",
+            ["aof_enabled", "aof_last_write_status", "maxmemory_policy"]
+                .map(|name| (name, field(name))),
+        ),
+    };
+    let settings = settings
+        .map(|(name, value)| format!("{name}={value}"))
+        .join(" ");
+    tracing::info!(
+        settings = %settings,
+        role = field("role"),
+        connected_replicas = field("connected_slaves"),
+        wait = ?wait,
+        source,
+        "redis durability settings"
+    );
     if !unchecked.is_empty() {
         let note = not_checked(report, &unchecked);
         tracing::warn!(

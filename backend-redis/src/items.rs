@@ -10,48 +10,30 @@ use liveness_core::{
 use redis::Value;
 
 use crate::core::{
-    array, bytes, ids, int, lost, record, script, text, u32_, uint, unexpected, RedisStore,
+    array, bytes, ids, int, lost, record, scripts, text, u32_, uint, unexpected, RedisStore,
 };
 
-script! {
+scripts! {
     /// `enqueue.lua`: a new pending item (or the id of the one enqueued under the same
     /// idempotency key).
     static ENQUEUE = "enqueue";
-}
-script! {
     /// `claim.lua`: hands up to n pending items, lowest id first, to a live lease
     /// (the same items again for a repeated request id).
     static CLAIM = "claim";
-}
-script! {
     /// `complete.lua`: deletes an item its token owns.
     static COMPLETE = "complete";
-}
-script! {
     /// `fail.lua`: an owned item back to pending, or dead-lettered.
     static FAIL = "fail";
-}
-script! {
     /// `item.lua`: one item's record.
     static ITEM = "item";
-}
-script! {
     /// `item_counts.lua`: the item counts in one atomic read.
     static ITEM_COUNTS = "item_counts";
-}
-script! {
     /// `dead_letters.lua`: the lowest dead-lettered items.
     static DEAD_LETTERS = "dead_letters";
-}
-script! {
     /// `items.lua`: one page of the items in one state, by id.
     static ITEMS = "items";
-}
-script! {
     /// `retry_dead_letter.lua`: one dead-lettered item back to pending.
     static RETRY_DEAD_LETTER = "retry_dead_letter";
-}
-script! {
     /// `retry_dead_letters.lua`: up to limit dead-lettered items back to pending.
     static RETRY_DEAD_LETTERS = "retry_dead_letters";
 }

@@ -12,39 +12,27 @@ use liveness_core::{
 use redis::{Script, ScriptInvocation, Value};
 
 use crate::core::{
-    array, int, key_text, lost, record, script, status_of, text, uint, unexpected, us, RedisStore,
+    array, int, key_text, lost, record, scripts, status_of, text, uint, unexpected, us, RedisStore,
     ScriptCall,
 };
 use crate::keys::Keys;
 use crate::BACKEND;
 
-script! {
+scripts! {
     /// `acquire.lua`: takes a free or expired lease (retiring an expired one into the
     /// dead set with its death record), or answers its live holder.
     static ACQUIRE = "acquire";
-}
-script! {
     /// `renew.lua` (`KEYS`: lease, expiry index, token counter; `ARGV`: name, token,
     /// ttl ms).
     pub(crate) static RENEW = "renew";
-}
-script! {
     /// `release.lua`: ends the lease if the token still holds it.
     static RELEASE = "release";
-}
-script! {
     /// `inspect.lua`: a lease's record and its time left.
     static INSPECT = "inspect";
-}
-script! {
     /// `members.lua`: one page of a space's leases, by name.
     static MEMBERS = "members";
-}
-script! {
     /// `store_time.lua`: the server's `TIME` in microseconds.
     static STORE_TIME = "store_time";
-}
-script! {
     /// `next_expiry.lua`: the time until the space's next expiry.
     static NEXT_EXPIRY = "next_expiry";
 }

@@ -14,6 +14,18 @@ fn with_ns(url: &str) -> String {
     format!("{url}{sep}ns={}", fresh_namespace())
 }
 
+/// What `server` answers `command` (its words), sent on a connection of the test's
+/// own beside the store's.
+async fn server_says<T: redis::FromRedisValue>(server: &RedisServer, command: &[&str]) -> T {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd(command[0])
+        .arg(&command[1..])
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
 /// A few operations of each kind, through `store`.
 async fn exercise(store: &RedisStore) {
     let lease = acquire_member(store, "w1", "h1", Ttl::from_secs(30).unwrap()).await;
@@ -171,13 +183,7 @@ async fn every_key_carries_the_namespace_hash_tag_and_purge_removes_them() {
     let items = store.claim(&lease, 2).await.unwrap();
     store.fail(&lease, items[0].id, false).await.unwrap();
 
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{ns}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys: Vec<String> = server_says(server, &["KEYS", &format!("*{ns}*")]).await;
     assert!(keys.len() >= 8, "{keys:?}");
     let tag = format!("liveness:{{{ns}}}:");
     for k in &keys {
@@ -201,14 +207,32 @@ async fn flushed_scripts_are_reloaded() {
     let store = liveness_redis::connect(&with_ns(server.url()))
         .await
         .unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
+    let () = server_says(server, &["SCRIPT", "FLUSH"]).await;
+    exercise(&store).await;
+}
+
+/// Connect loads every script: even the batch operations, which a member runs only
+/// later, find theirs loaded (no `NOSCRIPT` answer, no load on first use).
+#[tokio::test]
+async fn connect_loads_every_script() {
+    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let store = liveness_redis::connect(&with_ns(server.url()))
         .await
         .unwrap();
-    exercise(&store).await;
+    let () = server_says(&server, &["CONFIG", "RESETSTAT"]).await;
+    let lease = acquire_member(&store, "w1", "h1", Ttl::from_secs(30).unwrap()).await;
+    let renewed = store
+        .renew_many(std::slice::from_ref(&lease))
+        .await
+        .unwrap();
+    assert_eq!(renewed[0].as_ref().unwrap().token, lease.token);
+    let errors: String = server_says(&server, &["INFO", "errorstats"]).await;
+    assert!(
+        !errors.contains("NOSCRIPT"),
+        "a script was not loaded: {errors}"
+    );
 }
 
 /// The Redis Cluster slot of a key (CRC16/XMODEM of the hash tag, mod 16384).

@@ -4,10 +4,12 @@
 //! the check judges what `INFO` shows and warns that `appendfsync` could not be
 //! checked.
 
+use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
-use liveness_core::durability::{Durability, UnsafeSetting};
-use liveness_core::{Error, HolderId, Key, LeaseStore, Ttl};
+use liveness_core::durability::Durability;
+use liveness_core::{HolderId, Key, LeaseStore, Ttl};
 use liveness_redis::RedisConfig;
+use liveness_testkit::durability::{lost_state, refused_setting};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 
 /// A strict connect to `url` (whatever its `durability` parameter says).
@@ -17,19 +19,6 @@ async fn connect_strict(url: &str) -> liveness_core::Result<liveness_redis::Redi
         .with_namespace(fresh_namespace())
         .with_durability(Durability::Strict);
     liveness_redis::RedisStore::connect(config).await
-}
-
-/// The setting a refusal names.
-fn refused_setting(err: &Error) -> &'static str {
-    match err {
-        Error::Backend { source, .. } => {
-            source
-                .downcast_ref::<UnsafeSetting>()
-                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"))
-                .setting
-        }
-        other => panic!("expected a permanent Backend error, got {other:?}"),
-    }
 }
 
 async fn config_set(server: &RedisServer, name: &str, value: &str) {
@@ -59,14 +48,7 @@ async fn a_server_without_aof_is_refused_unless_relaxed() {
     let store = liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
         .await
         .unwrap();
-    let lease = store
-        .acquire(
-            &Key::member("m").unwrap(),
-            &HolderId::new("h").unwrap(),
-            Ttl::from_secs(5).unwrap(),
-        )
-        .await
-        .unwrap();
+    let lease = acquire_member(&store, "m", "h", Ttl::from_secs(5).unwrap()).await;
     assert!(store.release(&lease).await.unwrap());
 }
 
@@ -227,29 +209,18 @@ async fn a_renewal_after_the_server_lost_its_data_says_so() {
     let n = store.purge().await.unwrap();
     assert!(n > 0);
     let err = store.renew(&lease).await.unwrap_err();
-    match &err {
-        Error::Backend { source, .. } => {
-            let lost = source
-                .downcast_ref::<liveness_core::durability::StoreLostState>()
-                .unwrap_or_else(|| panic!("not a store-lost-state error: {err:?}"));
-            assert_eq!((&lost.key, lost.token), (&key, lease.token));
-        }
-        other => panic!("a wiped store answered {other:?}, not store-lost-state"),
-    }
+    let lost = lost_state(&err);
+    assert_eq!((&lost.key, lost.token), (&key, lease.token));
     assert!(err.to_string().contains("store lost state"), "{err}");
     // The batched renewal (what members sharing a Batcher send) says the same, lease
     // by lease (both tokens are above the wiped counter).
     let batch = [lease.clone(), released.clone()];
     let answers = store.renew_many(&batch).await.unwrap();
     for (asked, answer) in batch.iter().zip(&answers) {
-        match answer {
-            Err(Error::Backend { source, .. }) => {
-                let lost = source
-                    .downcast_ref::<liveness_core::durability::StoreLostState>()
-                    .unwrap_or_else(|| panic!("renew_many: not store-lost-state: {source:?}"));
-                assert_eq!((&lost.key, lost.token), (&asked.key, asked.token));
-            }
-            other => panic!("renew_many on a wiped store answered {other:?}"),
-        }
+        let err = answer
+            .as_ref()
+            .expect_err("renew_many on a wiped store renewed a lease");
+        let lost = lost_state(err);
+        assert_eq!((&lost.key, lost.token), (&asked.key, asked.token));
     }
 }

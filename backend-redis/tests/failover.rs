@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::fresh_namespace;
-use liveness_core::durability::UnsafeSetting;
 use liveness_core::{Acquire, Error, HolderId, Key, LeaseStore, Namespace, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
+use liveness_testkit::durability::refused_setting;
 use liveness_testkit::redis_failover::{FailoverCluster, FailoverOptions};
 use tokio::time::Instant;
 
@@ -190,15 +190,7 @@ async fn replicas_need_wait_and_wait_answers_only_acknowledged_tokens() {
     let ns = fresh_namespace();
     let url = |more: &str| format!("{}&ns={ns}{more}", cluster.url());
     let err = liveness_redis::connect(&url("")).await.unwrap_err();
-    match &err {
-        Error::Backend { source, .. } => {
-            let setting = source
-                .downcast_ref::<UnsafeSetting>()
-                .unwrap_or_else(|| panic!("not an unsafe setting: {err:?}"));
-            assert_eq!(setting.setting, "replication");
-        }
-        other => panic!("a replicated primary without wait=N: {other:?}"),
-    }
+    assert_eq!(refused_setting(&err), "replication");
     let text = err.to_string();
     assert!(text.contains("wait=N"), "no fix named: {text}");
     assert!(text.contains("handed out twice"), "no risk named: {text}");

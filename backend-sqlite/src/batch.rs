@@ -20,6 +20,9 @@ use crate::core::{as_db, get_u64, to_i64, SqliteStore};
 use crate::error::{corrupt, map};
 use crate::BACKEND;
 
+/// One entry's step of a batch, on the connection of the batch's write transaction.
+type Step<'c, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'c>>;
+
 /// Draws the namespace's next fencing token (?1 ns).
 const NEXT_TOKEN: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
@@ -44,95 +47,83 @@ const RENEW: &str = "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?
     WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms > ?6";
 
 impl SqliteStore {
-    /// [`LeaseStore::acquire_many`]: every entry in one write transaction.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
+    /// Runs `step` on every entry, in order, inside one write transaction at one
+    /// instant read holding the write lock (as the single calls do), and commits
+    /// once: one commit (one fsync with synchronous=full) for the whole batch instead
+    /// of one per entry. A later entry sees what an earlier one wrote. An error of the
+    /// store itself ends the batch, uncommitted.
+    async fn in_one_write<'a, E: Sync, T>(
+        &'a self,
+        entries: &'a [E],
+        step: for<'c> fn(&'c SqliteStore, &'c mut SqliteConnection, &'c E, i64) -> Step<'c, T>,
+    ) -> Result<Vec<T>> {
+        if entries.is_empty() {
             return Ok(Vec::new());
         }
-        // Every entry in one write transaction, in order, at one instant read holding
-        // the write lock (as `acquire` does): one commit (one fsync with
-        // synchronous=full) for the whole batch instead of one per key.
         let mut w = self.write().await?;
         let now = self.now()?;
-        let mut out = Vec::with_capacity(asks.len());
-        let mut retired = false;
-        for ask in asks {
-            let (taken, buried) = self
-                .acquire_at(w.conn(), &ask.key, &ask.holder, ask.ttl, now)
-                .await?;
-            retired |= buried;
-            out.push(taken);
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            out.push(step(self, w.conn(), entry, now).await?);
         }
         w.commit().await?;
-        if retired {
+        Ok(out)
+    }
+
+    /// [`LeaseStore::acquire_many`]: every entry in one write transaction.
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+        let out = self
+            .in_one_write(asks, |store, conn, ask, now| {
+                Box::pin(store.acquire_at(conn, &ask.key, &ask.holder, ask.ttl, now))
+            })
+            .await?;
+        if out.iter().any(|(_, buried)| *buried) {
             tick(&self.wake);
         }
-        Ok(out)
+        Ok(out.into_iter().map(|(taken, _)| taken).collect())
     }
 
     /// [`LeaseStore::renew_many`]: every lease in one write transaction.
     pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Every lease in one write transaction, at one instant read holding the write
-        // lock (as `renew` does): one commit (one fsync with synchronous=full) for the
-        // whole batch instead of one per lease.
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        let mut out = Vec::with_capacity(leases.len());
-        for lease in leases {
-            out.push(self.renew_at(w.conn(), lease, now).await?);
-        }
-        w.commit().await?;
-        Ok(out)
+        self.in_one_write(leases, |store, conn, lease, now| {
+            Box::pin(store.renew_at(conn, lease, now))
+        })
+        .await
     }
 
-    /// [`LeaseStore::reap_many`]: every reap in one write transaction.
+    /// [`LeaseStore::reap_many`]: every reap in one write transaction (one commit for
+    /// a round's deaths). A repeat of a reap in the batch sees the first's: false.
     pub(crate) async fn reap_batch(
         &self,
         expired: &[(Key, FencingToken)],
     ) -> Result<Vec<Result<bool>>> {
-        if expired.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Every reap in one write transaction at one instant read holding the write
-        // lock (as `reap` does): one commit for a round's deaths instead of one per
-        // lease. A repeat of a reap in the batch sees the first's: false.
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        let mut out = Vec::with_capacity(expired.len());
-        for (key, token) in expired {
-            out.push(Ok(self.reap_in(w.conn(), key, *token, now).await?));
-        }
-        w.commit().await?;
+        let out = self
+            .in_one_write(expired, |store, conn, (key, token), now| {
+                Box::pin(async move { Ok(Ok(store.reap_in(conn, key, *token, now).await?)) })
+            })
+            .await?;
         if out.iter().any(|r| matches!(r, Ok(true))) {
             tick(&self.wake);
         }
         Ok(out)
     }
 
-    /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction.
+    /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction (one
+    /// commit for a round's deaths). A repeat of a token sees the first's work: it
+    /// moves nothing.
     pub(crate) async fn requeue_batch(
         &self,
         tokens: &[FencingToken],
     ) -> Result<Vec<Result<Requeued>>> {
-        // Every token in one write transaction: one commit (one fsync with
-        // synchronous=full) for a round's deaths instead of one per token. A repeat of
-        // a token sees the first's work: it moves nothing.
-        if tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut w = self.write().await?;
-        let mut out = Vec::with_capacity(tokens.len());
-        for token in tokens {
-            out.push(Ok(self
-                .requeue_in(w.conn(), *token)
-                .await?
-                .unwrap_or_default()));
-        }
-        w.commit().await?;
-        Ok(out)
+        self.in_one_write(tokens, |store, conn, token, _now| {
+            Box::pin(async move {
+                Ok(Ok(store
+                    .requeue_in(conn, *token)
+                    .await?
+                    .unwrap_or_default()))
+            })
+        })
+        .await
     }
 
     /// Acquires `key` for `holder` at store time `now` inside the open write

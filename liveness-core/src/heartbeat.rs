@@ -22,6 +22,7 @@
 //! reads the boot clock itself and answers `Lost` at once.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,9 +41,10 @@ use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::lease::Lease;
 use crate::metrics::HolderMetrics;
+use crate::standing::LocalDeadline;
 use crate::store::Store;
 use crate::sync::lock;
-use crate::types::{FencingToken, Key, Ttl};
+use crate::types::Ttl;
 
 /// Timing of a heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,34 +152,25 @@ pub(crate) enum End {
     Lost(Lease, HolderLoss),
 }
 
-/// What one held lease's work may still do: the local safety deadline, the reason it
-/// was lost once it is, and the cancellation signal. Shared by the heartbeat that
-/// extends the deadline and by every "may I still act?" check, which compares the
-/// clock with the deadline itself instead of trusting that the heartbeat task has
-/// already run: after a freeze, the tasks woken on the same tick run in any order.
-///
-/// Once lost, always lost: a renewal that succeeds after the deadline passed does not
-/// bring the lease back (the holder re-acquires, with a new token).
+/// What one held lease's work may still do: its [`LocalDeadline`] (extended by the
+/// heartbeat, compared with the clock by every "may I still act?" check) and the
+/// earliest moment the store itself can expire the lease, as this holder can tell.
+/// Every method of [`LocalDeadline`] is reached through it.
 #[derive(Debug)]
 pub(crate) struct Standing {
-    clock: Arc<dyn Clock>,
-    key: Key,
-    token: FencingToken,
-    cancel: CancellationToken,
-    state: Mutex<State>,
+    local: LocalDeadline,
+    /// `ttl − (ttl − safety_margin)`: how long after the local deadline the store
+    /// itself may expire the lease (the send time of the last successful acquire or
+    /// renew + ttl).
+    margin: Duration,
 }
 
-#[derive(Debug)]
-struct State {
-    /// The local safety deadline on the standing's clock.
-    deadline: Duration,
-    /// The earliest moment the store itself can expire the lease, as this holder can
-    /// tell: the send time of the last successful acquire or renew + ttl.
-    store_expiry: Duration,
-    /// Set once the lease is lost (or given up); never cleared.
-    lost: Option<LostCause>,
-    /// Set once the work was told to stop while the lease is still held.
-    stopped: Option<LostCause>,
+impl Deref for Standing {
+    type Target = LocalDeadline;
+
+    fn deref(&self) -> &LocalDeadline {
+        &self.local
+    }
 }
 
 impl Standing {
@@ -189,128 +182,25 @@ impl Standing {
         config: &HeartbeatConfig,
         sent: Duration,
     ) -> Self {
+        let budget = config.budget();
         Standing {
-            clock,
-            key: lease.key.clone(),
-            token: lease.token,
-            cancel: CancellationToken::new(),
-            state: Mutex::new(State {
-                deadline: sent + config.budget(),
-                store_expiry: sent + config.ttl.duration(),
-                lost: None,
-                stopped: None,
-            }),
+            local: LocalDeadline::new(clock, lease.key.clone(), lease.token, sent + budget),
+            margin: config.ttl.duration() - budget,
         }
-    }
-
-    /// The cancellation signal of the work done under this lease.
-    pub(crate) fn cancel(&self) -> &CancellationToken {
-        &self.cancel
-    }
-
-    /// The clock the deadlines are measured on.
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The reason the lease is lost, if it is: a recorded loss, or its local deadline
-    /// passed by the clock right now (then recorded). Fires the cancellation when lost.
-    /// Unlike [`Standing::check`], work told to stop while the lease is still held
-    /// (a graceful leave) is not lost: what it finishes may still be reported.
-    pub(crate) fn lost(&self) -> Option<LostCause> {
-        self.judge().err()
-    }
-
-    /// One reading of the clock against the deadline: the time left, or the reason
-    /// the lease is lost (a recorded loss, or the deadline passed: then recorded, and
-    /// the cancellation fires).
-    fn judge(&self) -> Result<Duration, LostCause> {
-        let now = self.clock.boot();
-        let judged = {
-            let mut st = self.state();
-            if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostCause::GaveUp);
-            }
-            match st.lost {
-                Some(reason) => Err(reason),
-                None => Ok(st.deadline - now),
-            }
-        };
-        if judged.is_err() {
-            self.cancel.cancel();
-        }
-        judged
-    }
-
-    /// The token, while the lease may still be acted on: not lost, its local deadline
-    /// not passed by the clock right now, its work not told to stop. Otherwise
-    /// [`Error::Lost`]; a deadline found passed marks the lease lost and fires the
-    /// cancellation at once.
-    pub(crate) fn check(&self) -> Result<FencingToken> {
-        let reason = self.lost().or_else(|| {
-            let stopped = self.state().stopped;
-            stopped.or(self.cancel.is_cancelled().then_some(LostCause::GaveUp))
-        });
-        match reason {
-            None => Ok(self.token),
-            Some(reason) => {
-                self.cancel.cancel();
-                Err(Error::Lost {
-                    key: self.key.clone(),
-                    token: self.token,
-                    reason,
-                })
-            }
-        }
-    }
-
-    /// Marks the lease lost for `reason` (unless it already was, for another) and fires
-    /// the cancellation. Returns the reason that stands.
-    pub(crate) fn lose(&self, reason: LostCause) -> LostCause {
-        let reason = *self.state().lost.get_or_insert(reason);
-        self.cancel.cancel();
-        reason
-    }
-
-    /// Tells the work to stop (fires the cancellation; checks answer `Lost` with
-    /// `reason`) while the heartbeat goes on renewing: a graceful leave, a drop.
-    pub(crate) fn stop_work(&self, reason: LostCause) {
-        self.state().stopped.get_or_insert(reason);
-        self.cancel.cancel();
     }
 
     /// Extends the deadlines after a renewal sent at `sent` succeeded, unless the lease
     /// was lost meanwhile or its deadline already passed: then `Err` with the reason.
-    fn extend(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostCause> {
-        let now = self.clock.boot();
-        let judged = {
-            let mut st = self.state();
-            if st.lost.is_none() && now >= st.deadline {
-                st.lost = Some(LostCause::GaveUp);
-            }
-            if st.lost.is_none() {
-                st.deadline = sent + config.budget();
-                st.store_expiry = sent + config.ttl.duration();
-            }
-            match st.lost {
-                None => Ok(()),
-                Some(reason) => Err(reason),
-            }
-        };
-        if judged.is_err() {
-            self.cancel.cancel();
-        }
-        judged
+    fn extend_from(&self, sent: Duration, config: &HeartbeatConfig) -> Result<(), LostCause> {
+        self.local
+            .extend(sent + config.budget())
+            .map(|_deadline| ())
     }
 
     /// The earliest moment the store itself can expire the lease, on
-    /// [`Standing::clock`]: the send time of the last successful renewal + ttl.
+    /// [`LocalDeadline::clock`]: the send time of the last successful renewal + ttl.
     pub(crate) fn store_expiry(&self) -> Duration {
-        self.state().store_expiry
+        self.local.deadline() + self.margin
     }
 
     /// Waits until the store itself may have expired the lease
@@ -318,7 +208,7 @@ impl Standing {
     /// `tick`). False when `stop` fired first.
     pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
         loop {
-            let left = self.store_expiry().saturating_sub(self.clock.boot());
+            let left = self.store_expiry().saturating_sub(self.clock().boot());
             if left.is_zero() {
                 return true;
             }
@@ -443,7 +333,7 @@ impl<'a, 'p> Waits<'a, 'p> {
     async fn watch<F: Future>(&mut self, fut: F) -> Woke<F::Output> {
         tokio::pin!(fut);
         loop {
-            let Ok(left) = self.standing.judge() else {
+            let Ok(left) = self.standing.remaining() else {
                 return Woke::Lost;
             };
             let nap = if self.signalled {
@@ -630,7 +520,7 @@ impl Heartbeat<'_> {
                 };
                 match attempt {
                     Ok(renewed) => {
-                        match standing.extend(sent_on_clock, &config) {
+                        match standing.extend_from(sent_on_clock, &config) {
                             Ok(()) => {}
                             Err(reason) => return End::Lost(lease, loss_of(reason)),
                         }
@@ -686,8 +576,8 @@ impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(standing) = self.0 {
             tracing::error!(
-                key = %standing.key,
-                token = %standing.token,
+                key = %standing.key(),
+                token = %standing.token(),
                 panicked = std::thread::panicking(),
                 "the heartbeat ended without an answer: the lease counts as lost"
             );

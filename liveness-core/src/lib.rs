@@ -19,6 +19,7 @@ pub mod member;
 pub mod memory;
 pub mod metrics;
 pub mod request;
+pub mod standing;
 pub mod store;
 pub mod sync;
 mod traced;
@@ -48,6 +49,7 @@ pub use lease::{
 };
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
+pub use standing::LocalDeadline;
 pub use store::{Capabilities, ItemStore, LeaseStore, Page, Store, StoreInfo};
 pub use traced::Traced;
 pub use types::{

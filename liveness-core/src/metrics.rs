@@ -82,6 +82,9 @@ pub const ALL: &[&str] = &[
     STORE_ERRORS_TOTAL,
 ];
 
+/// A label whose name and value are known at compile time: `("role", "member")`.
+type StaticLabel = (&'static str, &'static str);
+
 /// The `backend` and `namespace` labels of one store handle, built once.
 #[derive(Clone, Debug)]
 pub(crate) struct Labels(Arc<[Label]>);
@@ -98,7 +101,7 @@ impl Labels {
         ]))
     }
 
-    fn with(&self, extra: &[(&'static str, &'static str)]) -> Vec<Label> {
+    fn with(&self, extra: &[StaticLabel]) -> Vec<Label> {
         let mut labels = self.0.to_vec();
         labels.extend(extra.iter().map(|&(k, v)| Label::new(k, v)));
         labels
@@ -106,20 +109,12 @@ impl Labels {
 
     /// The counter `name` with these labels and `extra` ones. Registers it: for rare
     /// events, or once per handle.
-    pub(crate) fn counter(
-        &self,
-        name: &'static str,
-        extra: &[(&'static str, &'static str)],
-    ) -> Counter {
+    pub(crate) fn counter(&self, name: &'static str, extra: &[StaticLabel]) -> Counter {
         metrics::counter!(name, self.with(extra))
     }
 
     /// The histogram `name` with these labels and `extra` ones.
-    pub(crate) fn histogram(
-        &self,
-        name: &'static str,
-        extra: &[(&'static str, &'static str)],
-    ) -> Histogram {
+    pub(crate) fn histogram(&self, name: &'static str, extra: &[StaticLabel]) -> Histogram {
         metrics::histogram!(name, self.with(extra))
     }
 }
@@ -134,7 +129,7 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    fn label(self) -> (&'static str, &'static str) {
+    fn label(self) -> StaticLabel {
         (
             "role",
             match self {

@@ -8,8 +8,8 @@
 //! one position fails here, and its message names the method and the entry.
 
 use liveness_core::{
-    Acquire, DeathCause, Error, FencingToken, ItemState, Key, Lease, LeaseInfo, LeaseStatus,
-    LostCause, Requeued, Swept, Ttl,
+    Acquire, DeathCause, Error, FencingToken, ItemId, ItemState, Key, Lease, LeaseInfo,
+    LeaseStatus, LostCause, Requeued, Swept, Ttl,
 };
 
 use super::batches::opts;
@@ -42,6 +42,30 @@ fn describe<K: std::fmt::Display>(n: usize, odd: Option<(usize, K)>, plain: &str
         None => format!("a batch of {n}, every entry {plain}"),
         Some((p, kind)) => format!("a batch of {n} (entry {p}: {kind}; the others {plain})"),
     }
+}
+
+/// A lease on a fresh member key named after `name`, for the holder `who`.
+async fn member(ctx: &Ctx, name: &str, who: &str, ttl: Ttl) -> Lease {
+    ctx.grant(&member_key(name), &holder(who), ttl).await
+}
+
+/// The ids of the items `lease` claims, at most `n`.
+async fn claim_ids(ctx: &Ctx, lease: &Lease, n: usize) -> Vec<ItemId> {
+    ctx.store
+        .claim(lease, n)
+        .await
+        .unwrap_or_else(|e| panic!("claim under token {}: {e}", lease.token))
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+/// The answers of `call` to a batch of `n` entries (`batch` describes it), which
+/// must answer once per entry.
+fn one_per_entry<T>(answers: Result<Vec<T>, Error>, n: usize, call: &str, batch: &str) -> Vec<T> {
+    let answers = answers.unwrap_or_else(|e| panic!("{call}, {batch}: {e}"));
+    assert_eq!(answers.len(), n, "{call}, {batch}: one answer per entry");
+    answers
 }
 
 /// The dead set as `(key, token)` pairs, lowest token first.
@@ -145,21 +169,33 @@ async fn assert_reaped<'a>(
     drain_dead_set(ctx).await;
 }
 
-/// The entry of interest in an `acquire_many` position batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AcquireCase {
-    /// A key held live by another holder: `Held`, nothing changed.
-    Held,
-    /// A key with an expired lease: taken, the old lease reaped by the same step.
-    Expired,
+/// Declares the kinds of entry of interest of one position scenario: a plain enum
+/// whose `Display` (in failure messages) is the text beside each kind.
+macro_rules! cases {
+    ($(#[$doc:meta])* enum $name:ident { $($(#[$vdoc:meta])* $kind:ident => $text:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum $name {
+            $($(#[$vdoc])* $kind,)+
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $($name::$kind => $text,)+
+                })
+            }
+        }
+    };
 }
 
-impl std::fmt::Display for AcquireCase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AcquireCase::Held => "a key held live by another holder",
-            AcquireCase::Expired => "a key with an expired lease",
-        })
+cases! {
+    /// The entry of interest in an `acquire_many` position batch.
+    enum AcquireCase {
+        /// A key held live by another holder: `Held`, nothing changed.
+        Held => "a key held live by another holder",
+        /// A key with an expired lease: taken, the old lease reaped by the same step.
+        Expired => "a key with an expired lease",
     }
 }
 
@@ -174,19 +210,14 @@ impl std::fmt::Display for AcquireCase {
 /// record), and a call without one adds nothing to the dead set.
 pub async fn acquire_many_takes_each_entry_at_every_position(ctx: Ctx) {
     let s = &ctx.store;
-    let held = ctx
-        .grant(&member_key("ap-held"), &holder("o"), ctx.long)
-        .await;
+    let held = member(&ctx, "ap-held", "o", ctx.long).await;
     let runs = runs(&ctx, &[AcquireCase::Held, AcquireCase::Expired], 1);
     let mut expired = Vec::new();
     for _ in runs
         .iter()
         .filter(|(_, odd)| matches!(odd, Some((_, AcquireCase::Expired))))
     {
-        expired.push(
-            ctx.grant(&member_key("ap-exp"), &holder("o"), ctx.ttl)
-                .await,
-        );
+        expired.push(member(&ctx, "ap-exp", "o", ctx.ttl).await);
     }
     for lease in &expired {
         ctx.wait_expired(&lease.key).await;
@@ -217,15 +248,7 @@ pub async fn acquire_many_takes_each_entry_at_every_position(ctx: Ctx) {
             })
             .collect();
         let since = last_death(&ctx).await;
-        let answers = s
-            .acquire_many(&asked)
-            .await
-            .unwrap_or_else(|e| panic!("acquire_many, {batch}: {e}"));
-        assert_eq!(
-            answers.len(),
-            n,
-            "acquire_many, {batch}: one answer per entry"
-        );
+        let answers = one_per_entry(s.acquire_many(&asked).await, n, "acquire_many", &batch);
         for (i, (ask, answer)) in asked.iter().zip(&answers).enumerate() {
             let at = format!("acquire_many entry {i} of {batch}");
             if odd == Some((i, AcquireCase::Held)) {
@@ -289,16 +312,17 @@ pub async fn acquire_many_takes_each_entry_at_every_position(ctx: Ctx) {
     }
 }
 
-/// The entry of interest in a `renew_many` position batch: a lease that is no longer
-/// current, which answers `Lost` with this reason and changes nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RenewCase {
-    /// Released by its holder.
-    Released,
-    /// Expired, and the key taken since by another holder.
-    Superseded,
-    /// Expired, nobody took the key.
-    Expired,
+cases! {
+    /// The entry of interest in a `renew_many` position batch: a lease that is no
+    /// longer current, which answers `Lost` with this reason and changes nothing.
+    enum RenewCase {
+        /// Released by its holder.
+        Released => "a released lease",
+        /// Expired, and the key taken since by another holder.
+        Superseded => "a superseded lease",
+        /// Expired, nobody took the key.
+        Expired => "an expired lease",
+    }
 }
 
 impl RenewCase {
@@ -308,16 +332,6 @@ impl RenewCase {
             RenewCase::Superseded => LostCause::Superseded,
             RenewCase::Expired => LostCause::Expired,
         }
-    }
-}
-
-impl std::fmt::Display for RenewCase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RenewCase::Released => "a released lease",
-            RenewCase::Superseded => "a superseded lease",
-            RenewCase::Expired => "an expired lease",
-        })
     }
 }
 
@@ -336,16 +350,10 @@ pub async fn renew_many_extends_each_entry_at_every_position(ctx: Ctx) {
     let acquired = (ctx.long.duration() / 2).max(ctx.caps().min_ttl);
     let grant_ttl =
         Ttl::new(crate::round_up_ms(acquired)).unwrap_or_else(|e| panic!("grant ttl: {e}"));
-    let released = ctx
-        .grant(&member_key("rp-rel"), &holder("h"), grant_ttl)
-        .await;
+    let released = member(&ctx, "rp-rel", "h", grant_ttl).await;
     assert!(s.release(&released).await.unwrap());
-    let superseded = ctx
-        .grant(&member_key("rp-sup"), &holder("h"), ctx.ttl)
-        .await;
-    let expired = ctx
-        .grant(&member_key("rp-exp"), &holder("h"), ctx.ttl)
-        .await;
+    let superseded = member(&ctx, "rp-sup", "h", ctx.ttl).await;
+    let expired = member(&ctx, "rp-exp", "h", ctx.ttl).await;
     ctx.wait_expired(&superseded.key).await;
     ctx.wait_expired(&expired.key).await;
     let newer = ctx.grant(&superseded.key, &holder("h2"), ctx.long).await;
@@ -362,25 +370,14 @@ pub async fn renew_many_extends_each_entry_at_every_position(ctx: Ctx) {
                 Some((p, RenewCase::Released)) if p == i => released.clone(),
                 Some((p, RenewCase::Superseded)) if p == i => superseded.clone(),
                 Some((p, RenewCase::Expired)) if p == i => expired.clone(),
-                _ => {
-                    ctx.grant(&member_key("rp-live"), &holder("h"), grant_ttl)
-                        .await
-                }
+                _ => member(&ctx, "rp-live", "h", grant_ttl).await,
             };
             asked.push(Lease {
                 ttl: renew_ttl,
                 ..lease
             });
         }
-        let answers = s
-            .renew_many(&asked)
-            .await
-            .unwrap_or_else(|e| panic!("renew_many, {batch}: {e}"));
-        assert_eq!(
-            answers.len(),
-            n,
-            "renew_many, {batch}: one answer per lease"
-        );
+        let answers = one_per_entry(s.renew_many(&asked).await, n, "renew_many", &batch);
         for (i, (lease, answer)) in asked.iter().zip(&answers).enumerate() {
             let at = format!("renew_many entry {i} of {batch}");
             let info = |info: Result<Option<LeaseInfo>, Error>| {
@@ -455,25 +452,16 @@ pub async fn renew_many_extends_each_entry_at_every_position(ctx: Ctx) {
     }
 }
 
-/// The entry of interest in a `reap_many` position batch: one that answers false and
-/// changes nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReapCase {
-    /// A live lease.
-    Live,
-    /// An expired lease named with a wrong token.
-    WrongToken,
-    /// A lease reaped before the call.
-    Gone,
-}
-
-impl std::fmt::Display for ReapCase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ReapCase::Live => "a live lease",
-            ReapCase::WrongToken => "an expired lease with a wrong token",
-            ReapCase::Gone => "a lease reaped before",
-        })
+cases! {
+    /// The entry of interest in a `reap_many` position batch: one that answers false
+    /// and changes nothing.
+    enum ReapCase {
+        /// A live lease.
+        Live => "a live lease",
+        /// An expired lease named with a wrong token.
+        WrongToken => "an expired lease with a wrong token",
+        /// A lease reaped before the call.
+        Gone => "a lease reaped before",
     }
 }
 
@@ -486,15 +474,9 @@ impl std::fmt::Display for ReapCase {
 /// answered false and its key is unchanged.
 pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
     let s = &ctx.store;
-    let live = ctx
-        .grant(&member_key("rm-live"), &holder("h"), ctx.long)
-        .await;
-    let target = ctx
-        .grant(&member_key("rm-wrong"), &holder("h"), ctx.ttl)
-        .await;
-    let gone = ctx
-        .grant(&member_key("rm-gone"), &holder("h"), ctx.ttl)
-        .await;
+    let live = member(&ctx, "rm-live", "h", ctx.long).await;
+    let target = member(&ctx, "rm-wrong", "h", ctx.ttl).await;
+    let gone = member(&ctx, "rm-gone", "h", ctx.ttl).await;
     let runs = runs(
         &ctx,
         &[ReapCase::Live, ReapCase::WrongToken, ReapCase::Gone],
@@ -506,10 +488,7 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
         .sum();
     let mut pool = Vec::with_capacity(needed);
     for _ in 0..needed {
-        pool.push(
-            ctx.grant(&member_key("rm-exp"), &holder("h"), ctx.ttl)
-                .await,
-        );
+        pool.push(member(&ctx, "rm-exp", "h", ctx.ttl).await);
     }
     for lease in pool.iter().chain([&target, &gone]) {
         ctx.wait_expired(&lease.key).await;
@@ -541,11 +520,7 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
             });
         }
         let since = last_death(&ctx).await;
-        let answers = s
-            .reap_many(&entries)
-            .await
-            .unwrap_or_else(|e| panic!("reap_many, {batch}: {e}"));
-        assert_eq!(answers.len(), n, "reap_many, {batch}: one answer per entry");
+        let answers = one_per_entry(s.reap_many(&entries).await, n, "reap_many", &batch);
         for (i, ((key, token), answer)) in entries.iter().zip(&answers).enumerate() {
             let at = format!("reap_many entry {i} of {batch}");
             let answer = answer.as_ref().unwrap_or_else(|e| panic!("{at}: {e}"));
@@ -585,25 +560,16 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
     }
 }
 
-/// The entry of interest in a `requeue_orphans_many` position batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RequeueCase {
-    /// A live member's token: empty, its item stays owned.
-    Live,
-    /// A dead token swept before the call: empty.
-    Swept,
-    /// The token of the next entry again (of the first, for the last entry): of the
-    /// two, the first in the list moves the items, the other answers empty.
-    Twice,
-}
-
-impl std::fmt::Display for RequeueCase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RequeueCase::Live => "a live member's token",
-            RequeueCase::Swept => "a token swept before",
-            RequeueCase::Twice => "another entry's token again",
-        })
+cases! {
+    /// The entry of interest in a `requeue_orphans_many` position batch.
+    enum RequeueCase {
+        /// A live member's token: empty, its item stays owned.
+        Live => "a live member's token",
+        /// A dead token swept before the call: empty.
+        Swept => "a token swept before",
+        /// The token of the next entry again (of the first, for the last entry): of
+        /// the two, the first in the list moves the items, the other answers empty.
+        Twice => "another entry's token again",
     }
 }
 
@@ -618,24 +584,12 @@ impl std::fmt::Display for RequeueCase {
 /// moved; the live member's item stays owned.
 pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx) {
     let s = &ctx.store;
-    let sink = ctx
-        .grant(&member_key("rq-sink"), &holder("sink"), ctx.long)
-        .await;
+    let sink = member(&ctx, "rq-sink", "sink", ctx.long).await;
     let live_item = s.enqueue(b"live", opts(3)).await.unwrap();
-    let live = ctx
-        .grant(&member_key("rq-live"), &holder("live"), ctx.long)
-        .await;
-    let ids: Vec<_> = s
-        .claim(&live, 1)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    let live = member(&ctx, "rq-live", "live", ctx.long).await;
+    let ids = claim_ids(&ctx, &live, 1).await;
     assert_eq!(ids, vec![live_item], "the live member claims its item");
-    let swept = ctx
-        .grant(&member_key("rq-swept"), &holder("w"), ctx.long)
-        .await;
+    let swept = member(&ctx, "rq-swept", "w", ctx.long).await;
     assert!(s.release(&swept).await.unwrap());
     assert!(s.requeue_orphans(swept.token).await.unwrap().is_empty());
     let kinds = [RequeueCase::Live, RequeueCase::Swept];
@@ -655,16 +609,8 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
             let max_attempts = if turn.is_multiple_of(2) { 3 } else { 1 };
             turn += 1;
             let id = s.enqueue(b"orphan", opts(max_attempts)).await.unwrap();
-            let lease = ctx
-                .grant(&member_key("rq-dead"), &holder("w"), ctx.long)
-                .await;
-            let ids: Vec<_> = s
-                .claim(&lease, 1)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|i| i.id)
-                .collect();
+            let lease = member(&ctx, "rq-dead", "w", ctx.long).await;
+            let ids = claim_ids(&ctx, &lease, 1).await;
             assert_eq!(ids, vec![id], "the claim takes the item just enqueued");
             assert!(s.release(&lease).await.unwrap());
             dead.push((lease.token, id, max_attempts));
@@ -683,14 +629,11 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
         if let Some((p, RequeueCase::Twice)) = odd {
             tokens[p] = tokens[(p + 1) % n];
         }
-        let answers = s
-            .requeue_orphans_many(&tokens)
-            .await
-            .unwrap_or_else(|e| panic!("requeue_orphans_many, {batch}: {e}"));
-        assert_eq!(
-            answers.len(),
+        let answers = one_per_entry(
+            s.requeue_orphans_many(&tokens).await,
             n,
-            "requeue_orphans_many, {batch}: one answer per token"
+            "requeue_orphans_many",
+            &batch,
         );
         let mut seen = std::collections::HashSet::new();
         for (i, (token, answer)) in tokens.iter().zip(&answers).enumerate() {
