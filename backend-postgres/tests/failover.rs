@@ -123,7 +123,7 @@ fn stop_streaming(pair: &PgPair) {
         let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
         let until = std::time::Instant::now() + DEADLINE;
         poll_until(
-            &pair,
+            pair,
             pair.standby_port(),
             &caught_up,
             "t",
@@ -138,7 +138,7 @@ fn stop_streaming(pair: &PgPair) {
         pair.psql(pair.standby_port(), "SELECT pg_reload_conf()")
             .unwrap();
         poll_until(
-            &pair,
+            pair,
             pair.primary_port(),
             "SELECT count(*) FROM pg_stat_replication",
             "0",
@@ -146,6 +146,32 @@ fn stop_streaming(pair: &PgPair) {
             "the standby kept streaming",
         );
     });
+}
+
+/// A fresh namespace on `pair` with `items` items enqueued and one member (ttl 3 s)
+/// joined: its store, a second store for a checker, and the member.
+async fn one_member(
+    pair: &PgPair,
+    items: u32,
+) -> (Arc<dyn Store>, Arc<dyn Store>, liveness_core::Member) {
+    let ns = fresh_namespace();
+    let store: Arc<dyn Store> = Arc::new(connect(pair, &ns).await);
+    let checker_store: Arc<dyn Store> = Arc::new(connect(pair, &ns).await);
+    for i in 0..items {
+        store
+            .enqueue(&i.to_be_bytes(), Default::default())
+            .await
+            .unwrap();
+    }
+    let member = liveness_core::Member::join(
+        store.clone(),
+        liveness_core::MemberConfig::new("w", Ttl::from_secs(3).unwrap())
+            .unwrap()
+            .renew_every(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    (store, checker_store, member)
 }
 
 /// With a checker running on `checker_store`, has `member` claim and complete items
@@ -397,24 +423,8 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
     let Some(mut pair) = PgPair::start(Replication::Asynchronous) else {
         return;
     };
-    let ns = fresh_namespace();
-    let store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
-    let checker_store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
-    for i in 0..10u32 {
-        store
-            .enqueue(&i.to_be_bytes(), Default::default())
-            .await
-            .unwrap();
-    }
+    let (store, checker_store, member) = one_member(&pair, 10).await;
     let ttl = Ttl::from_secs(3).unwrap();
-    let member = liveness_core::Member::join(
-        store.clone(),
-        liveness_core::MemberConfig::new("w", ttl)
-            .unwrap()
-            .renew_every(Duration::from_millis(300)),
-    )
-    .await
-    .unwrap();
     let mut tokens = vec![member.token()];
     let claimed = member.claim(2).await.unwrap();
     assert_eq!(claimed.len(), 2);
@@ -493,24 +503,7 @@ async fn a_completion_the_promotion_lost_is_handed_back() {
     let Some(mut pair) = PgPair::start(Replication::Asynchronous) else {
         return;
     };
-    let ns = fresh_namespace();
-    let store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
-    let checker_store: Arc<dyn Store> = Arc::new(connect(&pair, &ns).await);
-    for i in 0..4u32 {
-        store
-            .enqueue(&i.to_be_bytes(), Default::default())
-            .await
-            .unwrap();
-    }
-    let ttl = Ttl::from_secs(3).unwrap();
-    let member = liveness_core::Member::join(
-        store.clone(),
-        liveness_core::MemberConfig::new("w", ttl)
-            .unwrap()
-            .renew_every(Duration::from_millis(300)),
-    )
-    .await
-    .unwrap();
+    let (store, checker_store, member) = one_member(&pair, 4).await;
     let before = vec![member.token()];
     let claimed = member.claim(1).await.unwrap();
     assert_eq!(claimed.len(), 1);

@@ -268,3 +268,79 @@ async fn replica_clock_ahead_failover_never_expires_a_lease_early() {
         "work was handed on before its holder saw Lost"
     );
 }
+
+/// Asynchronous replication without `wait=N` (allowed under `durability=relaxed`):
+/// the replica is paused while the primary hands out forty tokens, then the primary
+/// is killed and the replica, which lacks them, is promoted. Its token counter is
+/// behind every one of those tokens; the tokens it hands out must still sort above
+/// them (a new server starts a new token epoch), so none is handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_lacked_the_last_tokens_never_hands_one_out_twice() {
+    let Some(mut cluster) = FailoverCluster::start(FailoverOptions::default()) else {
+        return;
+    };
+    let ns = fresh_namespace();
+    let url = format!(
+        "{}&ns={ns}&durability=relaxed&timeout_ms=500",
+        cluster.url()
+    );
+    let store = liveness_redis::connect(&url).await.unwrap();
+    let holder = HolderId::new("h").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let key = |i: usize| Key::member(&format!("k{i}")).unwrap();
+    let first = store.acquire(&key(0), &holder, ttl).await.unwrap();
+    let primary = tokio::task::block_in_place(|| cluster.primary_of(ns.as_str(), 0)).unwrap();
+    let replica = cluster.partner(primary);
+    // The replica has the first lease, then stops receiving: paused, it reads nothing;
+    // a 16 MB write fills the socket buffers and the primary drops the link (a 1 KiB
+    // output-buffer limit), so what follows never reaches the replica.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.nodes()[replica].pause().unwrap();
+    tokio::task::block_in_place(|| {
+        let limit = [
+            "config",
+            "set",
+            "client-output-buffer-limit",
+            "replica 1024 1024 0",
+        ];
+        cluster.cli(primary, &limit).unwrap();
+        let junk = format!("liveness:{{{ns}}}:junk");
+        let fill = "redis.call('SET', KEYS[1], string.rep('x', 16000000)) return 1";
+        cluster.cli(primary, &["eval", fill, "1", &junk]).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !cluster
+            .cli(primary, &["info", "replication"])
+            .map(|s| s.contains("connected_slaves:0"))
+            .unwrap_or(false)
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "the primary kept the replica"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let mut before = vec![first.token];
+    for i in 1..=40 {
+        let lease = store.acquire(&key(i), &holder, ttl).await.unwrap();
+        before.push(lease.token);
+        store.release(&lease).await.unwrap();
+    }
+    let max_before = *before.iter().max().unwrap();
+    tokio::task::block_in_place(|| {
+        cluster.kill(primary);
+        cluster.nodes()[replica].resume().unwrap();
+        cluster
+            .wait_primary(replica, &[primary], Duration::from_secs(30))
+            .unwrap();
+    });
+    let fresh = key(100);
+    let after = fleet::retry_unavailable(DEADLINE, || store.acquire(&fresh, &holder, ttl))
+        .await
+        .unwrap();
+    assert!(
+        after.token > max_before,
+        "token {} after the failover, not above {max_before}: {before:?}",
+        after.token
+    );
+}

@@ -26,23 +26,53 @@ end
 -- is not the recorded one judges an expiry, a new epoch starts at its now. A lease
 -- written in an older epoch is then judged expired no earlier than one full ttl after
 -- that instant, by this server's clock: a failover can make a lease expire later,
--- never earlier, whatever the offset between the servers' clocks. Costs one INFO,
--- only when a lease looks expired.
+-- never earlier, whatever the offset between the servers' clocks. Costs one INFO per
+-- script run (remembered in `epochs`), only when a lease looks expired or a token is
+-- handed out.
+local epochs = {}
 local function epoch(prefix, now)
+  local known = epochs[prefix]
+  if known then
+    return known[1], known[2]
+  end
   local key = prefix .. 'srv'
   local rec = redis.call('HMGET', key, 'id', 'since', 'ep')
   local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-  if rec[1] == id then
-    return tonumber(rec[3]), tonumber(rec[2])
+  local ep, since = tonumber(rec[3]), tonumber(rec[2])
+  if rec[1] ~= id then
+    ep = tonumber(rec[3] or '0') + 1
+    -- The namespace's first server: no older clock to distrust.
+    since = 0
+    if rec[1] then
+      since = now
+    end
+    redis.call('HSET', key, 'id', id, 'since', s(since), 'ep', ep)
   end
-  local ep = tonumber(rec[3] or '0') + 1
-  -- The namespace's first server: no older clock to distrust.
-  local since = 0
-  if rec[1] then
-    since = now
-  end
-  redis.call('HSET', key, 'id', id, 'since', s(since), 'ep', ep)
+  epochs[prefix] = {ep, since}
   return ep, since
+end
+
+-- Fencing tokens never go back, not even across a failover to a replica that lacked
+-- the last writes (asynchronous replication, no `wait=N`) or a restart: epoch `ep`
+-- (see `epoch`: a new one starts the first time another server, or the same server
+-- restarted, serves the namespace) hands out tokens above (ep - 1) * 2^40, so every
+-- token of a new epoch sorts above every token of the ones before, whatever the new
+-- server lacked. Costs one INFO per script that hands out tokens. Lua numbers are
+-- doubles: 8,191 epochs of 2^40 tokens stay below 2^53; past that the script fails
+-- rather than hand out a token that would not sort above the others.
+local TOKEN_SPAN = 1099511627776
+local function issue_token(tokens_key, prefix, now)
+  local ep = epoch(prefix, now)
+  local floor = (ep - 1) * TOKEN_SPAN
+  if floor + TOKEN_SPAN > 9007199254740992 then
+    error('no fencing token left: epoch ' .. ep)
+  end
+  local token = redis.call('INCR', tokens_key)
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', tokens_key, s(token))
+  end
+  return s(token)
 end
 
 -- The epoch a write stamps on a lease: the recorded one (no INFO), 0 before any.
@@ -272,7 +302,7 @@ local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, ho
       retention)
   end
   redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
-  local token = s(redis.call('INCR', tokens_key))
+  local token = issue_token(tokens_key, prefix, now)
   local exp = s(now + tonumber(ttl) * 1000)
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', ttl, 'e', exp,
     'ep', stamp(prefix), 'ix', exp)
