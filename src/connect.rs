@@ -17,19 +17,28 @@ const MEMORY_SCHEMES: &[&str] = &["memory"];
 type Connect =
     for<'a> fn(&'a str) -> Pin<Box<dyn Future<Output = Result<Arc<dyn Store>>> + Send + 'a>>;
 
-/// A backend compiled in: its URL schemes and how to open its store.
+/// A backend compiled in: its URL schemes and how to open its store, as [`connect`]
+/// does and as [`connect_existing`] does.
 struct Backend {
     schemes: &'static [&'static str],
     connect: Connect,
+    connect_existing: Connect,
 }
 
-/// The [`Backend`] entry of a backend crate (its `SCHEMES` and its `connect`).
+/// The [`Backend`] entry of a backend crate: its `SCHEMES`, its `connect`, and its
+/// store's `connect` with the config's `with_existing_only(true)`.
 macro_rules! backend {
-    ($krate:ident) => {
+    ($krate:ident, $store:ident, $config:ident) => {
         Backend {
             schemes: $krate::SCHEMES,
             connect: |url| {
                 Box::pin(async move { Ok(Arc::new($krate::connect(url).await?) as Arc<dyn Store>) })
+            },
+            connect_existing: |url| {
+                Box::pin(async move {
+                    let config = $krate::$config::from_url(url)?.with_existing_only(true);
+                    Ok(Arc::new($krate::$store::connect(config).await?) as Arc<dyn Store>)
+                })
             },
         }
     };
@@ -39,15 +48,38 @@ macro_rules! backend {
 /// tries their schemes.
 const BACKENDS: &[Backend] = &[
     #[cfg(feature = "sqlite")]
-    backend!(liveness_sqlite),
+    backend!(liveness_sqlite, SqliteStore, SqliteConfig),
     #[cfg(feature = "redis")]
-    backend!(liveness_redis),
+    backend!(liveness_redis, RedisStore, RedisConfig),
     #[cfg(feature = "postgres")]
-    backend!(liveness_postgres),
+    backend!(liveness_postgres, PostgresStore, PostgresConfig),
     #[cfg(feature = "etcd")]
-    backend!(liveness_etcd),
+    backend!(liveness_etcd, EtcdStore, EtcdConfig),
     #[cfg(feature = "fdb")]
-    backend!(liveness_fdb),
+    Backend {
+        schemes: liveness_fdb::SCHEMES,
+        connect: |url| {
+            Box::pin(
+                async move { Ok(Arc::new(liveness_fdb::connect(url).await?) as Arc<dyn Store>) },
+            )
+        },
+        // No cheap check that a namespace is there: connects as `connect` does.
+        connect_existing: |url| {
+            Box::pin(
+                async move { Ok(Arc::new(liveness_fdb::connect(url).await?) as Arc<dyn Store>) },
+            )
+        },
+    },
+];
+
+/// Every backend of the workspace, by cargo feature, with its URL schemes: what the
+/// error of a scheme whose backend is not compiled in names.
+const FEATURES: &[(&str, &[&str])] = &[
+    ("sqlite", &["sqlite"]),
+    ("redis", &["redis", "rediss"]),
+    ("postgres", &["postgres", "postgresql"]),
+    ("etcd", &["etcd", "etcds"]),
+    ("fdb", &["fdb"]),
 ];
 
 /// Every URL scheme [`connect`] serves in this build: `memory`, and the schemes of
@@ -75,11 +107,44 @@ pub fn schemes() -> Vec<&'static str> {
 ///
 /// - A URL without a scheme: [`Error::InvalidInput`] with `what: "url"` and
 ///   [`InputProblem::Malformed`].
-/// - A scheme no compiled-in backend serves: [`InputProblem::UnknownScheme`], listing
-///   [`schemes`] (enable the backend's cargo feature to get it).
+/// - The scheme of a backend of this workspace whose cargo feature this build leaves
+///   out (`redis` without feature `redis`): [`InputProblem::BadValue`] with `name:
+///   "scheme"`, naming the feature and listing [`schemes`].
+/// - Any other scheme: [`InputProblem::UnknownScheme`], listing [`schemes`].
 /// - Anything the chosen backend refuses (a malformed path or parameter, a server
 ///   that does not answer), as that backend reports it.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
+    open(url, false).await
+}
+
+/// Opens the store a URL names, as [`connect`] does, but only when it is there
+/// already: for readers (a status command, a dashboard) that must never answer "empty"
+/// for a place that does not exist, nor create it by looking. Nothing is created and no
+/// schema is migrated; each backend checks natively, reading only:
+///
+/// - SQLite: the file exists (opened without create), holds the liveness tables at
+///   this build's schema version, and holds the namespace. The one write it may make
+///   is the reboot rule every handle applies (leases of a previous boot expired).
+/// - PostgreSQL: the namespace's schema `liveness_<ns>` exists at this build's schema
+///   version; no migration runs.
+/// - Redis: the namespace has handed out a token or an item id (its counter keys).
+/// - etcd: the namespace has any key (a count-only range read of its prefix).
+/// - FoundationDB: no cheap check; it connects as [`connect`] does.
+/// - `memory://`: nothing outlives its process; it connects as [`connect`] does.
+///
+/// # Errors
+///
+/// As [`connect`], and [`Error::InvalidInput`] when the store is not there: `what:
+/// "path"` for an SQLite file that is missing or not a liveness database (the message
+/// names the path), `what: "namespace"` for a namespace the store does not hold (the
+/// message names it and, where the store can list them cheaply, the namespaces it
+/// holds).
+pub async fn connect_existing(url: &str) -> Result<Arc<dyn Store>> {
+    open(url, true).await
+}
+
+/// [`connect`], or with `existing_only` [`connect_existing`].
+async fn open(url: &str, existing_only: bool) -> Result<Arc<dyn Store>> {
     let scheme = scheme_of(url)?;
     if MEMORY_SCHEMES.contains(&scheme.as_str()) {
         return memory(url).map(checked);
@@ -88,7 +153,29 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
         .iter()
         .find(|b| b.schemes.contains(&scheme.as_str()))
     {
-        return (backend.connect)(url).await.map(checked);
+        let connect = if existing_only {
+            backend.connect_existing
+        } else {
+            backend.connect
+        };
+        return connect(url).await.map(checked);
+    }
+    if let Some((feature, _)) = FEATURES
+        .iter()
+        .find(|(_, schemes)| schemes.contains(&scheme.as_str()))
+    {
+        return Err(Error::invalid(
+            "url",
+            InputProblem::BadValue {
+                name: "scheme",
+                expected: format!(
+                    "a scheme compiled into this build ({}); `{scheme}` needs the cargo \
+                     feature `{feature}` of the `liveness` crate, which this build leaves out",
+                    schemes().join(", ")
+                ),
+                got: scheme,
+            },
+        ));
     }
     Err(Error::invalid(
         "url",
@@ -161,6 +248,29 @@ mod tests {
             other => panic!("expected UnknownScheme, got {other:?}"),
         }
         assert!(err.to_string().contains("memory"), "{err}");
+    }
+
+    #[cfg(not(feature = "fdb"))]
+    #[tokio::test]
+    async fn a_compiled_out_backend_names_its_feature() {
+        for url in ["fdb://", "FDB:///etc/fdb.cluster"] {
+            let err = connect(url).await.map(|_| ()).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::InvalidInput {
+                        what: "url",
+                        problem: InputProblem::BadValue { name: "scheme", .. }
+                    }
+                ),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains("cargo feature `fdb`"), "{text}");
+            assert!(text.contains("memory"), "{text}");
+            let err = connect_existing(url).await.map(|_| ()).unwrap_err();
+            assert!(err.to_string().contains("cargo feature `fdb`"), "{err}");
+        }
     }
 
     #[tokio::test]
@@ -236,6 +346,40 @@ mod tests {
             Err(Error::InvalidInput { .. })
         ));
         drop((store, again));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn connect_existing_opens_only_what_is_there() {
+        let dir = std::env::temp_dir().join(format!("liveness-existing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = |file: &str, ns: &str| format!("sqlite://{}?ns={ns}", dir.join(file).display());
+        let missing = connect_existing(&url("nope.db", "a")).await.map(|_| ());
+        assert!(
+            matches!(missing, Err(Error::InvalidInput { what: "path", .. })),
+            "{missing:?}"
+        );
+        assert!(!dir.join("nope.db").exists());
+
+        let store = connect(&url("ops.db", "a")).await.unwrap();
+        let id = store.enqueue(b"x", Default::default()).await.unwrap();
+        let reader = connect_existing(&url("ops.db", "a")).await.unwrap();
+        assert!(reader.item(id).await.unwrap().is_some());
+        let other = connect_existing(&url("ops.db", "b")).await.map(|_| ());
+        assert!(
+            matches!(
+                other,
+                Err(Error::InvalidInput {
+                    what: "namespace",
+                    ..
+                })
+            ),
+            "{other:?}"
+        );
+        // The memory store has nothing to check: it connects as `connect` does.
+        assert!(connect_existing("memory://?ns=existing_test").await.is_ok());
+        drop((store, reader));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

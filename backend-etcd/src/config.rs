@@ -59,6 +59,8 @@ pub struct EtcdConfig {
     connect_timeout: Duration,
     /// How many death records the namespace keeps (the newest ones).
     death_retention: usize,
+    /// Whether connecting opens only a store that is there already.
+    existing_only: bool,
 }
 
 /// TLS settings of an `etcds://` URL.
@@ -158,6 +160,7 @@ impl EtcdConfig {
                 .millis(CONNECT_TIMEOUT_MS)?
                 .unwrap_or(Duration::from_secs(3)),
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            existing_only: false,
         })
     }
 
@@ -207,6 +210,22 @@ impl EtcdConfig {
     /// How long one connection attempt may take (`connect_timeout_ms`, default 3 s).
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// The same configuration opening only a store that is there already (`true`), for
+    /// readers that must never create or change anything (the namespace must have a key
+    /// under its prefix `liveness/<ns>/`). Nothing is created and no migration runs; a
+    /// namespace the store does not hold fails to connect with [`Error::InvalidInput`]
+    /// (`what: "namespace"`), naming it.
+    pub fn with_existing_only(mut self, existing_only: bool) -> EtcdConfig {
+        self.existing_only = existing_only;
+        self
+    }
+
+    /// Whether connecting opens only a store that is there already
+    /// ([`EtcdConfig::with_existing_only`]; default false).
+    pub fn existing_only(&self) -> bool {
+        self.existing_only
     }
 
     /// How many death records the namespace keeps (the newest ones).

@@ -141,6 +141,35 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
+/// Checks, reading only, that the namespace of `config` has any key: the opening of a
+/// store with [`EtcdConfig::existing_only`]. Its prefix is the root of the layout in
+/// `keys.rs`, `liveness/<ns>/`.
+async fn check_existing(kv: &mut KvClient, config: &EtcdConfig) -> Result<()> {
+    let ns = config.namespace();
+    let found = kv
+        .get(
+            format!("liveness/{ns}/"),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .map_err(map)?
+        .count();
+    if found > 0 {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "namespace",
+        liveness_core::InputProblem::BadValue {
+            name: "ns",
+            got: ns.to_string(),
+            expected: format!(
+                "a namespace the etcd cluster {} holds (no key under liveness/{ns}/)",
+                location(config.endpoints())
+            ),
+        },
+    ))
+}
+
 impl EtcdStore {
     /// The ids that end the keys a range read of `prefix` with `opts` returns (the
     /// dead-letter index's keys end with the item id).
@@ -158,6 +187,9 @@ impl EtcdStore {
     ///
     /// Fails with [`Error::Unavailable`] when no member answers, and with
     /// [`Error::Backend`] on refused credentials, bad TLS files or a refused grant.
+    /// With [`EtcdConfig::existing_only`], fails with [`Error::InvalidInput`] (`what:
+    /// "namespace"`) when the namespace has no key at all (a count-only read of its
+    /// prefix `liveness/<ns>/`), before anything is written.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdStore> {
         let mut opts = ConnectOptions::new()
             .with_timeout(config.timeout())
@@ -195,6 +227,9 @@ impl EtcdStore {
             .get(keys.counter(), Some(GetOptions::new().with_count_only()))
             .await
             .map_err(map)?;
+        if config.existing_only() {
+            check_existing(&mut kv.clone(), &config).await?;
+        }
         let probe = lease.grant(1, None).await.map_err(map)?;
         let min_secs = probe.ttl().max(1);
         let _ = lease.revoke(probe.id()).await;

@@ -98,6 +98,8 @@ pub struct PostgresConfig {
     durability: Durability,
     /// How many death records the namespace keeps.
     death_retention: usize,
+    /// Whether connecting opens only a store that is there already.
+    existing_only: bool,
 }
 
 impl PostgresConfig {
@@ -112,6 +114,7 @@ impl PostgresConfig {
             notify: true,
             durability: Durability::Strict,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            existing_only: false,
         }
     }
 
@@ -162,6 +165,7 @@ impl PostgresConfig {
             notify: parsed.flag(NOTIFY)?.unwrap_or(true),
             durability: Durability::from_url(&parsed)?,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            existing_only: false,
         })
     }
 
@@ -259,6 +263,23 @@ impl PostgresConfig {
     pub fn with_durability(mut self, durability: Durability) -> PostgresConfig {
         self.durability = durability;
         self
+    }
+
+    /// The same configuration opening only a store that is there already (`true`), for
+    /// readers that must never create or change anything (the namespace's schema
+    /// `liveness_<ns>` must exist at this build's schema version). Nothing is created and
+    /// no migration runs; a namespace the store does not hold fails to connect with
+    /// [`Error::InvalidInput`] (`what: "namespace"`), naming it and listing the
+    /// `liveness_*` schemas the database holds.
+    pub fn with_existing_only(mut self, existing_only: bool) -> PostgresConfig {
+        self.existing_only = existing_only;
+        self
+    }
+
+    /// Whether connecting opens only a store that is there already
+    /// ([`PostgresConfig::with_existing_only`]; default false).
+    pub fn existing_only(&self) -> bool {
+        self.existing_only
     }
 
     /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))

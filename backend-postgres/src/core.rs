@@ -268,7 +268,11 @@ FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
 
 impl PostgresStore {
     /// Connects, creates the namespace's schema if needed and applies the embedded
-    /// migrations (serialized across processes by sqlx's migration lock).
+    /// migrations (serialized across processes by sqlx's migration lock). With
+    /// [`PostgresConfig::existing_only`], creates and migrates nothing: the schema must
+    /// be there at [`SCHEMA_VERSION`], or connecting fails with
+    /// [`Error::InvalidInput`] (`what: "namespace"`) naming it and the namespaces
+    /// (`liveness_*` schemas) the database holds.
     ///
     /// Fails with `Unavailable` when the server cannot be reached, and with
     /// `Backend` when the credentials are refused, the schema was migrated by a
@@ -300,10 +304,6 @@ impl PostgresStore {
             .connect_with(connect.clone())
             .await
             .map_err(map)?;
-        // Before anything is written: a refused server is left unchanged.
-        crate::durability::check(&pool, config.durability()).await?;
-        migrate(&pool, &schema).await?;
-        let channel = schema.clone();
         // Every server of the list, in order: handles connected before and after a
         // failover name the same issuer.
         let hosts: Vec<String> = config
@@ -318,6 +318,14 @@ impl PostgresStore {
                 .get_database()
                 .unwrap_or_else(|| connect.get_username())
         );
+        // Before anything is written: a refused server is left unchanged.
+        crate::durability::check(&pool, config.durability()).await?;
+        if config.existing_only() {
+            check_existing(&pool, config.namespace(), &schema, &location).await?;
+        } else {
+            migrate(&pool, &schema).await?;
+        }
+        let channel = schema.clone();
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 conns: Conns::new(
@@ -532,6 +540,79 @@ async fn listen(servers: Arc<Servers>, channel: String, wake: Arc<watch::Sender<
             }
         }
         tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+/// Whether the schema $1 exists.
+const SCHEMA_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)";
+
+/// The namespaces' schemas of the database.
+const LIVENESS_SCHEMAS: &str =
+    "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'liveness\\_%' ORDER BY 1";
+
+/// Checks, reading only, that `schema` (namespace `ns`) exists and was migrated to
+/// [`SCHEMA_VERSION`]: the opening of a store with [`PostgresConfig::existing_only`].
+/// `location` names the database in the errors.
+async fn check_existing(pool: &PgPool, ns: &Namespace, schema: &str, location: &str) -> Result<()> {
+    let there: bool = sqlx::query_scalar(SCHEMA_EXISTS)
+        .bind(schema)
+        .fetch_one(pool)
+        .await
+        .map_err(map)?;
+    let missing = |expected: String| {
+        Error::invalid(
+            "namespace",
+            liveness_core::InputProblem::BadValue {
+                name: "ns",
+                got: ns.to_string(),
+                expected,
+            },
+        )
+    };
+    if !there {
+        let held: Vec<String> = sqlx::query_scalar(LIVENESS_SCHEMAS)
+            .fetch_all(pool)
+            .await
+            .map_err(map)?;
+        let held: Vec<&str> = held
+            .iter()
+            .filter_map(|s| s.strip_prefix("liveness_"))
+            .collect();
+        let held = if held.is_empty() {
+            "none".to_owned()
+        } else {
+            held.join(", ")
+        };
+        return Err(missing(format!(
+            "a namespace the database {location} holds (a schema liveness_NAME); it holds: {held}"
+        )));
+    }
+    // The schema name is validated ([a-z0-9_] after a fixed prefix); quoted anyway.
+    let newest = format!("SELECT MAX(version) FROM \"{schema}\"._sqlx_migrations WHERE success");
+    let found: Option<i64> = match sqlx::query_scalar(sqlx::AssertSqlSafe(newest))
+        .fetch_one(pool)
+        .await
+    {
+        Ok(found) => found,
+        // No migrations table: a schema of that name, never migrated.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
+        Err(e) => return Err(map(e)),
+    };
+    match found {
+        Some(found) if found > SCHEMA_VERSION => Err(Error::backend(
+            BACKEND,
+            SchemaTooNew {
+                location: format!("schema {schema}"),
+                found,
+                supported: SCHEMA_VERSION,
+            },
+        )),
+        Some(SCHEMA_VERSION) => Ok(()),
+        found => Err(missing(format!(
+            "a namespace at schema version {SCHEMA_VERSION} (schema {schema} in {location} \
+             is at version {}; a writing connection migrates it)",
+            found.unwrap_or(0)
+        ))),
     }
 }
 

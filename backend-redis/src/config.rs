@@ -78,6 +78,8 @@ pub struct RedisConfig {
     durability: Durability,
     /// How many death records the namespace keeps (the newest ones).
     death_retention: usize,
+    /// Whether connecting opens only a store that is there already.
+    existing_only: bool,
     /// How many replicas must acknowledge a script that hands out a fencing token
     /// (`wait=N`); `None`: no `WAIT`.
     wait: Option<u32>,
@@ -192,6 +194,7 @@ impl RedisConfig {
             cluster_nodes,
             durability: Durability::from_url(&parsed)?,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            existing_only: false,
             wait: parsed.number(WAIT)?,
         })
     }
@@ -227,6 +230,23 @@ impl RedisConfig {
     /// ([`Durability::Strict`], the default) or accepted ([`Durability::Relaxed`]).
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The same configuration opening only a store that is there already (`true`), for
+    /// readers that must never create or change anything (the namespace must have handed
+    /// out a token or an item id). Nothing is created and no migration runs; a namespace
+    /// the store does not hold fails to connect with [`Error::InvalidInput`] (`what:
+    /// "namespace"`), naming it and, on a single server, listing the namespaces a bounded
+    /// `SCAN` finds.
+    pub fn with_existing_only(mut self, existing_only: bool) -> RedisConfig {
+        self.existing_only = existing_only;
+        self
+    }
+
+    /// Whether connecting opens only a store that is there already
+    /// ([`RedisConfig::with_existing_only`]; default false).
+    pub fn existing_only(&self) -> bool {
+        self.existing_only
     }
 
     /// How many death records the namespace keeps (the newest ones).

@@ -230,6 +230,13 @@ impl RedisStore {
     /// check judges what `INFO` shows (`aof_enabled`, `maxmemory_policy`, the
     /// replication) and logs a warning naming what it could not check
     /// (`appendfsync`); a refusal's message says it too.
+    ///
+    /// With [`RedisConfig::existing_only`], fails with [`Error::InvalidInput`] (`what:
+    /// "namespace"`) when the namespace has handed out no token and no item id (its
+    /// counter keys are absent), before anything is written; on a single server the
+    /// message lists the namespaces a bounded `SCAN` finds. In a namespace that is
+    /// there, its one write is the server record every handle writes on connecting
+    /// (`hello.lua`), which the expiry judgement of reads depends on.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
         let root_cert = match config.ca() {
             Some(ca) if config.is_tls() => Some(match ca {
@@ -257,7 +264,10 @@ impl RedisStore {
         let keys = Keys::new(config.namespace());
         let report = conn.durability_report(&keys.tokens()).await?;
         crate::durability::check(&report, config.durability(), config.wait())?;
-        for script in PRELOADED.iter() {
+        if config.existing_only() {
+            check_existing(&mut conn, &keys, &config).await?;
+        }
+        for script in all_scripts() {
             script.load_async(&mut conn).await.map_err(map)?;
         }
         // Records the server this handle talks to (the expiry epoch: see hello.lua).
@@ -469,16 +479,6 @@ fn install_crypto_provider() {
 }
 
 /// One multiplexed connection to a single server, reconnecting after faults.
-async fn connect_single(
-    config: &RedisConfig,
-    root_cert: Option<Vec<u8>>,
-) -> Result<ConnectionManager> {
-    let client = match root_cert {
-        Some(pem) => redis::Client::build_with_tls(
-            config.client_url().as_str(),
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem),
 /// The most keys the namespace listing of [`check_existing`] looks at: a `SCAN` is
 /// not free on a large server.
 const LISTING_SCAN_LIMIT: usize = 10_000;
@@ -553,6 +553,16 @@ async fn list_namespaces(conn: &mut Conn) -> Result<String> {
     Ok(found + &more)
 }
 
+async fn connect_single(
+    config: &RedisConfig,
+    root_cert: Option<Vec<u8>>,
+) -> Result<ConnectionManager> {
+    let client = match root_cert {
+        Some(pem) => redis::Client::build_with_tls(
+            config.client_url().as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
             },
         ),
         None => redis::Client::open(config.client_url().as_str()),
@@ -722,5 +732,28 @@ pub(crate) fn status_of(left_us: i64) -> LeaseStatus {
         }
     } else {
         LeaseStatus::Expired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every script file (but the prelude, which each one includes) is declared and
+    /// loaded at connect: none is left to its first `NOSCRIPT`.
+    #[test]
+    fn connect_loads_every_script_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts");
+        let files = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".lua") && name != "prelude.lua")
+            .count();
+        let mut hashes: Vec<&str> = super::all_scripts().map(|s| s.get_hash()).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(
+            hashes.len(),
+            files,
+            "a script file is not declared with scripts!"
+        );
     }
 }

@@ -67,6 +67,7 @@ pub struct SqliteConfig {
     synchronous: Synchronous,
     max_connections: u32,
     death_retention: usize,
+    existing_only: bool,
 }
 
 impl SqliteConfig {
@@ -79,6 +80,7 @@ impl SqliteConfig {
             synchronous: Synchronous::Full,
             max_connections: 4,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            existing_only: false,
         }
     }
 
@@ -185,7 +187,32 @@ impl SqliteConfig {
         Ok(self)
     }
 
-    /// The database file. Created (with its schema) when missing.
+    /// The same configuration opening only a store that is there already (`true`), for
+    /// readers that must never create or change anything: the file must exist, hold
+    /// the liveness tables at this build's schema version, and hold the namespace (it
+    /// has handed out a token or an item id). Nothing is created and no migration
+    /// runs. The one write such a handle may make on opening is the reboot rule every
+    /// handle applies: when the file was last opened under another boot of the host,
+    /// its leases are expired ([`SqliteStore::connect`](crate::SqliteStore::connect)).
+    ///
+    /// A store that is not there fails to connect with [`Error::InvalidInput`]: a
+    /// missing or unopenable file, or one without the liveness tables, names the path
+    /// (`what: "path"`); a missing namespace names it and lists the namespaces the file
+    /// holds (`what: "namespace"`).
+    pub fn with_existing_only(mut self, existing_only: bool) -> SqliteConfig {
+        self.existing_only = existing_only;
+        self
+    }
+
+    /// Whether connecting opens only a store that is there already
+    /// ([`SqliteConfig::with_existing_only`]; default false: the file and its schema
+    /// are created when missing).
+    pub fn existing_only(&self) -> bool {
+        self.existing_only
+    }
+
+    /// The database file. Created (with its schema) when missing, unless
+    /// [`SqliteConfig::existing_only`].
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -297,6 +324,8 @@ mod tests {
         assert_eq!(c.busy_timeout(), Duration::ZERO);
         assert_eq!(c.max_connections(), 64);
         assert_eq!(c.death_retention(), 1);
+        assert!(!c.existing_only());
+        assert!(c.clone().with_existing_only(true).existing_only());
 
         let bad = |r: Result<SqliteConfig>, field: &str| match r {
             Err(Error::InvalidInput { what, .. }) => assert_eq!(what, field),

@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, Issuer, Item, ItemId,
-    ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace, Result, SchemaTooNew,
-    StoreInfo,
+    Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, InputProblem, Issuer, Item,
+    ItemId, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace, Result,
+    SchemaTooNew, StoreInfo,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -83,6 +83,12 @@ const TABLE_EXISTS: &str = "SELECT name FROM sqlite_master WHERE type = 'table' 
 
 /// The newest migration version applied to the database.
 const SCHEMA_FOUND: &str = "SELECT MAX(version) FROM liveness_migrations";
+
+/// Whether the namespace ?1 is in the file: it has handed out a token or an item id.
+const NAMESPACE_EXISTS: &str = "SELECT 1 FROM liveness_counters WHERE ns = ?1";
+
+/// The namespaces the file holds.
+const NAMESPACES: &str = "SELECT ns FROM liveness_counters ORDER BY ns";
 
 /// The boot of the host the file's expiries are counted in.
 const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
@@ -244,28 +250,36 @@ impl SqliteStore {
 
     /// One attempt of [`SqliteStore::connect`].
     async fn open(config: &SqliteConfig, clock: &Arc<dyn StoreClock>) -> Result<SqliteStore> {
-        let options = SqliteConnectOptions::new()
+        let existing = config.existing_only();
+        let mut options = SqliteConnectOptions::new()
             .filename(config.path())
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+            // Opening existing stores only: `mode=rw`, never a new file.
+            .create_if_missing(!existing)
             .synchronous(match config.synchronous() {
                 Synchronous::Full => SqliteSynchronous::Full,
                 Synchronous::Normal => SqliteSynchronous::Normal,
             })
             .busy_timeout(config.busy_timeout())
             .foreign_keys(false);
+        if !existing {
+            // A liveness file is in WAL mode already; another one is left as it is.
+            options = options.journal_mode(SqliteJournalMode::Wal);
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(config.max_connections())
             .min_connections(0)
             .acquire_timeout(config.busy_timeout().max(Duration::from_secs(5)))
             .connect_with(options)
             .await
-            .map_err(map)?;
+            .map_err(|e| open_failed(config, e))?;
         let lock_path = std::fs::canonicalize(config.path()).unwrap_or(config.path().to_path_buf());
         let writer = writer_lock(&lock_path);
         {
             let _guard = writer.lock().await;
-            migrate(&pool, config.path(), clock.boot_id()).await?;
+            if existing {
+                check_existing(&pool, config).await?;
+            }
+            migrate(&pool, config.path(), clock.boot_id(), existing).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -462,7 +476,11 @@ pub(crate) fn state_code(state: ItemStateKind) -> i64 {
 /// processes connecting at once apply them exactly once, after refusing a schema
 /// newer than this build; then, in the same transaction, retires every lease when the
 /// file was last opened under another boot than `boot_id` ([`retire_other_boot`]).
-async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str) -> Result<()> {
+///
+/// With `existing_only`, [`check_existing`] has found the schema current: no migration
+/// runs (so nothing but the reboot rule writes), and the write lock is taken only when
+/// the boot differs.
+async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: bool) -> Result<()> {
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -481,6 +499,18 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str) -> Result<()> {
     let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
 
     let mut conn = pool.acquire().await.map_err(map)?;
+    if existing_only {
+        let recorded: String = sqlx::query_scalar(RECORDED_BOOT)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        if recorded == boot_id {
+            return Ok(());
+        }
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
+        retire_other_boot(&mut tx, boot_id).await?;
+        return tx.commit().await.map_err(map);
+    }
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
     let exists: Option<String> = sqlx::query_scalar(TABLE_EXISTS)
         .bind(MIGRATIONS_TABLE)
@@ -546,4 +576,140 @@ async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result
         "first open of the file under this boot of the host: its leases are expired"
     );
     Ok(())
+}
+
+/// The SQLite result code of a sqlx error (its primary code, without the extended
+/// bits), when it is one.
+fn result_code(e: &sqlx::Error) -> Option<i32> {
+    match e {
+        sqlx::Error::Database(db) => db.code().and_then(|c| c.parse::<i32>().ok()),
+        _ => None,
+    }
+    .map(|c| c & 0xff)
+}
+
+/// `SQLITE_CANTOPEN`: the file (or its folder) cannot be opened.
+const SQLITE_CANTOPEN: i32 = 14;
+/// `SQLITE_NOTADB`: the file is not an SQLite database.
+const SQLITE_NOTADB: i32 = 26;
+
+/// The path as the error messages name it: as given, and for a relative path the
+/// folder it is relative to (`sqlite://x.db` is relative; `sqlite:///x.db` is not).
+fn shown_path(path: &Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) if path.is_relative() => {
+            format!("{} (relative to {})", path.display(), cwd.display())
+        }
+        _ => path.display().to_string(),
+    }
+}
+
+/// [`Error::InvalidInput`] naming the database file (`what: "path"`) and what was
+/// expected of it.
+fn bad_path(path: &Path, expected: &str) -> Error {
+    Error::invalid(
+        "path",
+        InputProblem::BadValue {
+            name: "path",
+            got: shown_path(path),
+            expected: expected.to_owned(),
+        },
+    )
+}
+
+/// The error of a failed open: a file that cannot be opened (a missing folder, a
+/// missing file when opening existing stores only, no permission) or that is not a
+/// database is bad input naming the path; anything else as [`map`] says.
+fn open_failed(config: &SqliteConfig, e: sqlx::Error) -> Error {
+    match result_code(&e) {
+        Some(SQLITE_CANTOPEN) if config.existing_only() => bad_path(
+            config.path(),
+            "an existing liveness database file (opening existing stores only: nothing is created)",
+        ),
+        Some(SQLITE_CANTOPEN) => bad_path(
+            config.path(),
+            "a database file this process can open or create: its folder exists and is writable",
+        ),
+        Some(SQLITE_NOTADB) => bad_path(config.path(), "an SQLite database file"),
+        _ => map(e),
+    }
+}
+
+/// Checks, reading only, that the file holds the liveness tables at the schema version
+/// this build writes, and the configured namespace: the opening of a store with
+/// [`SqliteConfig::existing_only`].
+async fn check_existing(pool: &SqlitePool, config: &SqliteConfig) -> Result<()> {
+    let path = config.path();
+    let mut conn = pool.acquire().await.map_err(|e| open_failed(config, e))?;
+    let exists: Option<String> = sqlx::query_scalar(TABLE_EXISTS)
+        .bind(MIGRATIONS_TABLE)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| open_failed(config, e))?;
+    if exists.is_none() {
+        return Err(bad_path(
+            path,
+            "a liveness database file (this one has no liveness tables; nothing was created)",
+        ));
+    }
+    let found: Option<i64> = sqlx::query_scalar(SCHEMA_FOUND)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+    let supported = MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0);
+    match found {
+        Some(found) if found > supported => {
+            return Err(Error::backend(
+                BACKEND,
+                SchemaTooNew {
+                    location: path.display().to_string(),
+                    found,
+                    supported,
+                },
+            ))
+        }
+        Some(found) if found == supported => {}
+        found => {
+            return Err(bad_path(
+                path,
+                &format!(
+                    "a liveness database at schema version {supported} (this one is at \
+                     version {}; a writing connection migrates it)",
+                    found.unwrap_or(0)
+                ),
+            ))
+        }
+    }
+    let ns = config.namespace();
+    let there: Option<i64> = sqlx::query_scalar(NAMESPACE_EXISTS)
+        .bind(ns.as_ref())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map)?;
+    if there.is_some() {
+        return Ok(());
+    }
+    let held: Vec<String> = sqlx::query_scalar(NAMESPACES)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map)?;
+    Err(missing_namespace(ns, &shown_path(path), &held))
+}
+
+/// [`Error::InvalidInput`] for a namespace the store does not hold (`what:
+/// "namespace"`), naming where it looked and the namespaces it holds.
+fn missing_namespace(ns: &Namespace, location: &str, held: &[String]) -> Error {
+    let held = if held.is_empty() {
+        "none".to_owned()
+    } else {
+        held.join(", ")
+    };
+    Error::invalid(
+        "namespace",
+        InputProblem::BadValue {
+            name: "ns",
+            got: ns.to_string(),
+            expected: format!("a namespace {location} holds; it holds: {held}"),
+        },
+    )
 }
