@@ -26,6 +26,10 @@ probe() {  # probe NAME: 0 when NAME works here
     etcd-client) etcdctl version ;;
     openssl) openssl version ;;
     faketime) FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f '+1h' true ;;  # SQLite's wall-clock step test
+    chromium)  # the dashboard's browser test: a headless page load, as the test runs it
+      chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$probe_dir/chromium" \
+        --dump-dom about:blank | grep '<body' ;;
+    chromium-driver) chromedriver --version ;;
     protobuf)  # etcd-client's build compiles protos that import the well-known types
       printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\nimport "google/protobuf/struct.proto";\nmessage Probe { google.protobuf.Value v = 1; }\n' \
         >"$probe_dir/probe.proto" &&
@@ -60,7 +64,7 @@ hint() {
     *) echo "$1 does not run: install the Debian package $(packages "$1")" ;;
   esac
 }
-probes=(redis-server redis-tools etcd-server etcd-client openssl protobuf postgresql postgresql-contrib libclang faketime)
+probes=(redis-server redis-tools etcd-server etcd-client openssl protobuf postgresql postgresql-contrib libclang faketime chromium chromium-driver)
 failing() {
   local out=()
   for p in "${probes[@]}"; do probe "$p" >/dev/null 2>&1 || out+=("$p"); done

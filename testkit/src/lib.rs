@@ -9,6 +9,7 @@
 //! conformance suite ([`missing`]): outside CI, `LIVENESS_ALLOW_SKIP=1` turns that into
 //! one `SKIP` line per test that cargo's capture does not hide.
 
+pub mod chromium;
 pub mod durability;
 pub mod etcd;
 pub mod etcd_cluster;

@@ -1,0 +1,340 @@
+//! The dashboard over HTTP, on the memory store: what the page lists, how big and how
+//! fast it is with 100,000 members, that it names no outside host and no password,
+//! that it says when the store does not answer, and which actions it obeys.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::Router;
+use liveness_core::layer::{Intercept, Next, Reply, Request as StoreRequest, StoreBuilder};
+use liveness_core::{
+    async_trait, Acquire, EnqueueOptions, Error, HolderId, ItemStateKind, Key, Member,
+    MemberConfig, MemoryStore, Page, Result, Store, Ttl,
+};
+use liveness_dashboard::{redact_url, Actions, CheckerSource, CheckerState, Dashboard, Options};
+use tower::ServiceExt;
+
+const TOKEN: &str = "s3cret-token";
+
+/// Sends one request; answers the status and the body.
+async fn send(app: &Router, req: Request<Body>) -> (StatusCode, String) {
+    let response = app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+async fn get(app: &Router, path: &str) -> (StatusCode, String) {
+    send(app, Request::get(path).body(Body::empty()).unwrap()).await
+}
+
+/// A POST from the page itself: same origin, with the given token.
+fn post(path: &str, token: Option<&str>) -> Request<Body> {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header("host", "127.0.0.1:9464")
+        .header("origin", "http://127.0.0.1:9464")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(token) = token {
+        req = req.header("x-liveness-token", token);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+/// Enqueues `n` items and dead-letters them through a member that fails each.
+async fn dead_letters(store: &Arc<dyn Store>, n: usize) -> Vec<u64> {
+    for i in 0..n {
+        let payload = format!("poison pill {i}");
+        store
+            .enqueue(payload.as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let config = MemberConfig::new("failer", Ttl::from_secs(30).unwrap()).unwrap();
+    let member = Member::join(store.clone(), config).await.unwrap();
+    let mut ids = Vec::new();
+    for claimed in member.claim(n).await.unwrap() {
+        ids.push(claimed.item.id.0);
+        member.fail(&claimed, false).await.unwrap();
+    }
+    member.leave(Duration::ZERO).await.unwrap();
+    ids
+}
+
+fn options(actions: Actions) -> Options {
+    Options {
+        actions,
+        store_description: redact_url("postgres://ops:hunter2@db.internal/live?ns=default"),
+        ..Options::default()
+    }
+}
+
+struct Fixed;
+
+impl CheckerSource for Fixed {
+    fn state(&self) -> CheckerState {
+        CheckerState {
+            healthy: false,
+            summary: "store unreachable: rounds failing for 3.0s: boom".into(),
+            last_round: Some(Duration::from_secs(4)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_members_deaths_and_dead_letters() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let ttl = Ttl::from_secs(30).unwrap();
+    let alive = Member::join(store.clone(), MemberConfig::new("alive-1", ttl).unwrap())
+        .await
+        .unwrap();
+    let gone = Member::join(store.clone(), MemberConfig::new("gone-1", ttl).unwrap())
+        .await
+        .unwrap();
+    gone.leave(Duration::ZERO).await.unwrap();
+    let ids = dead_letters(&store, 2).await;
+    let app = Dashboard::new(store.clone(), options(Actions::Off))
+        .checker(Arc::new(Fixed))
+        .router();
+
+    let (status, page) = get(&app, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"data-name="alive-1""#), "{page}");
+    assert!(page.contains(alive.lease().holder.as_str()), "{page}");
+    // The member that left is in the deaths list, released, with its sweep.
+    assert!(
+        page.contains(r#"tr class="death" data-name="gone-1""#),
+        "{page}"
+    );
+    assert!(page.contains("released"), "{page}");
+    for id in &ids {
+        assert!(page.contains(&format!(r#"data-id="{id}""#)), "{page}");
+    }
+    assert!(page.contains("poison pill 0"), "{page}");
+    assert!(page.contains("rounds failing for 3.0s: boom"), "{page}");
+    assert!(page.contains("read-only"), "{page}");
+    // Its URL shows, without the password.
+    assert!(
+        page.contains("postgres://ops:***@db.internal/live"),
+        "{page}"
+    );
+    assert!(!page.contains("hunter2"), "{page}");
+
+    // The live part alone, searched: only the matching member.
+    let (status, part) = get(&app, "/parts?q=ALIVE").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(part.contains(r#"data-name="alive-1""#), "{part}");
+    assert!(
+        !part.contains(r#"tr class="member" data-name="failer""#),
+        "{part}"
+    );
+    // Grouped by process: the holder without its nonce heads the group.
+    let (_, grouped) = get(&app, "/parts?g=process").await;
+    assert!(grouped.contains("process alive-1 · 1"), "{grouped}");
+    alive.leave(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_members_page_small_and_fast() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let ttl = Ttl::from_secs(600).unwrap();
+    let holder = HolderId::new("host-a/4242").unwrap();
+    let batch = store.capabilities().max_batch;
+    let asks: Vec<Acquire> = (0..100_000)
+        .map(|i| Acquire {
+            key: Key::member(&format!("m{i:06}")).unwrap(),
+            holder: holder.clone(),
+            ttl,
+        })
+        .collect();
+    for chunk in asks.chunks(batch) {
+        for answer in store.acquire_many(chunk).await.unwrap() {
+            answer.unwrap();
+        }
+    }
+    let app = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    let started = Instant::now();
+    let (status, page) = get(&app, "/").await;
+    let elapsed = started.elapsed();
+    assert_eq!(status, StatusCode::OK);
+    let (_, js) = get(&app, "/assets/app.js").await;
+    let (_, css) = get(&app, "/assets/app.css").await;
+    let total = page.len() + js.len() + css.len();
+    println!(
+        "page {} B + js {} B + css {} B = {total} B, served in {elapsed:?}",
+        page.len(),
+        js.len(),
+        css.len()
+    );
+    assert!(total <= 150 * 1024, "{total} bytes");
+    // One page of 50, and a link to the next.
+    assert_eq!(page.matches(r#"tr class="member""#).count(), 50);
+    assert!(page.contains("?m=m000049"), "the next page's link");
+    let (_, next) = get(&app, "/parts?m=m000049").await;
+    assert!(next.contains(r#"data-name="m000050""#));
+    assert!(!next.contains(r#"data-name="m000049""#));
+    // No outside host: nothing is loaded from anywhere but the page's own origin.
+    for text in [&page, &js, &css] {
+        for outside in ["http://", "https://", "//cdn", "@import"] {
+            assert!(!text.contains(outside), "{outside} in {text}");
+        }
+    }
+    // A search that matches nothing stops after a bounded read, offering to go on.
+    let (_, none) = get(&app, "/parts?q=nobody").await;
+    assert!(none.contains("read 2000 leases"), "{none}");
+    assert!(none.contains("?q=nobody&amp;m=m001999"), "{none}");
+}
+
+/// Fails every store call while `down` is set.
+#[derive(Debug, Default)]
+struct Outage {
+    down: AtomicBool,
+}
+
+#[async_trait]
+impl Intercept for Outage {
+    async fn call(&self, req: StoreRequest, next: Next) -> Result<Reply> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(Error::unavailable("memory", "connection refused"));
+        }
+        next.run(req).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_says_when_the_store_does_not_answer() {
+    let outage = Arc::new(Outage::default());
+    let store = StoreBuilder::new(Arc::new(MemoryStore::new()))
+        .layer(outage.clone())
+        .build();
+    let app = Dashboard::new(store, options(Actions::Off)).router();
+    let (_, up) = get(&app, "/parts").await;
+    assert!(!up.contains("does not answer"), "{up}");
+    outage.down.store(true, Ordering::SeqCst);
+    let (status, down) = get(&app, "/parts").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        down.contains("The store does not answer: ") && down.contains("connection refused"),
+        "{down}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_need_the_flag_the_token_and_the_own_origin() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let ids = dead_letters(&store, 3).await;
+    let retry = format!("/actions/retry/{}", ids[0]);
+
+    // Read-only: refused even with a token.
+    let read_only = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    let (status, body) = send(&read_only, post(&retry, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("read-only"), "{body}");
+
+    let app = Dashboard::new(store.clone(), options(Actions::Token(TOKEN.into()))).router();
+    // No token, a wrong one, another origin, a cross-site fetch: 403, nothing moves.
+    let (status, body) = send(&app, post(&retry, None)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _) = send(&app, post(&retry, Some("guess"))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let mut foreign = post(&retry, Some(TOKEN));
+    foreign
+        .headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    assert_eq!(send(&app, foreign).await.0, StatusCode::FORBIDDEN);
+    let mut cross = post(&retry, Some(TOKEN));
+    cross
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&app, cross).await.0, StatusCode::FORBIDDEN);
+    // Never by GET.
+    assert_eq!(get(&app, &retry).await.0, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(store.item_counts().await.unwrap().dead_lettered, 3);
+
+    // With everything right: the item is pending again, attempts reset.
+    let (status, body) = send(&app, post(&retry, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let record = store
+        .item(liveness_core::ItemId(ids[0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state.kind(), ItemStateKind::Pending);
+    assert_eq!(record.item.attempts, 0);
+    // Again: not a dead letter any more.
+    let (status, _) = send(&app, post(&retry, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let (status, body) = send(&app, post("/actions/retry-all", Some(TOKEN))).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, "2 items pending again")
+    );
+    let pending = store
+        .items(ItemStateKind::Pending, Page::first(10))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 3);
+    let (_, page) = get(&app, "/").await;
+    assert!(page.contains(r#"id="token""#), "the token field: {page}");
+    assert!(!page.contains(TOKEN), "the token never reaches the page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_sample_deaths_renewals_and_delay() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let options = Options {
+        sample_every: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let app = Dashboard::new(store.clone(), options).router();
+    let config = MemberConfig::new("brief", Ttl::from_secs(30).unwrap()).unwrap();
+    let member = Member::join(store.clone(), config).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    member.leave(Duration::ZERO).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, part) = get(&app, "/parts").await;
+        if !part.contains("deaths per minute: <b>0.0") && part.contains("deaths per minute: <b>") {
+            assert!(part.contains("<polyline"), "{part}");
+            break;
+        }
+        assert!(Instant::now() < until, "no death in the chart: {part}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_listed_host_names_are_answered() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let options = Options {
+        hosts: vec!["127.0.0.1".into(), "localhost".into()],
+        ..Options::default()
+    };
+    let app = Dashboard::new(store, options).router();
+    let with_host = |host: &'static str| {
+        Request::get("/")
+            .header("host", host)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        send(&app, with_host("127.0.0.1:9464")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(send(&app, with_host("localhost")).await.0, StatusCode::OK);
+    // A DNS name rebound to the loopback address: not answered.
+    let (status, _) = send(&app, with_host("rebound.example:9464")).await;
+    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
+    let mut rebound = post("/actions/retry-all", Some(TOKEN));
+    rebound
+        .headers_mut()
+        .insert("host", "rebound.example:9464".parse().unwrap());
+    assert_eq!(send(&app, rebound).await.0, StatusCode::MISDIRECTED_REQUEST);
+}
