@@ -1,7 +1,7 @@
 //! `liveness check`: a checker as a standalone process, the way most deployments run
 //! it. Logs every death as it happens; exits cleanly on SIGTERM or SIGINT. With
-//! `--metrics ADDR` it serves `/metrics` (the Prometheus page) and `/health` (200 only
-//! while its rounds complete; 503 with the reason otherwise).
+//! `--http ADDR` it serves `/metrics` (the Prometheus page), `/health` (200 only
+//! while its rounds complete; 503 with the reason otherwise) and the dashboard at `/`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -96,23 +96,28 @@ impl Health {
 }
 
 /// Binds `addr`, installs the Prometheus recorder and serves `GET /metrics` and
-/// `GET /health` there (any other path: 404). Call it before the checker is built:
-/// its metric handles bind to the recorder installed then. The returned [`Health`]
-/// goes to [`run`], whose rounds keep it current; until the first round it answers
-/// 503.
+/// `GET /health` there, and the dashboard on every other path (answering 503 until
+/// [`Mount::connect`](crate::dashboard::Mount::connect) gives it the store). Call it
+/// before the checker is built: its metric handles bind to the recorder installed
+/// then. The returned [`Health`] goes to [`run`], whose rounds keep it current; until
+/// the first round it answers 503.
 pub(crate) async fn serve_metrics(
     addr: SocketAddr,
     check_every: Duration,
-) -> Result<Arc<Health>, Failure> {
+    dashboard: &crate::dashboard::DashboardArgs,
+) -> Result<(Arc<Health>, crate::dashboard::Mount), Failure> {
+    let health = Arc::new(Health::new(check_every));
+    // Checked before anything is bound: a missing token is bad input.
+    let (mount, pages) =
+        crate::dashboard::Mount::new(addr, dashboard, Arc::new(HealthSource(health.clone())))?;
     // Bind here, so a busy or forbidden address is reported at once.
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| Failure::Input(format!("cannot serve metrics on {addr}: {e}")))?;
+        .map_err(|e| Failure::Input(format!("cannot serve http on {addr}: {e}")))?;
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| Failure::Other(format!("cannot serve metrics on {addr}: {e}")))?;
     tokio::spawn(upkeep(handle.clone()));
-    let health = Arc::new(Health::new(check_every));
     let app = Router::new()
         .route("/metrics", get(move || std::future::ready(handle.render())))
         .route(
@@ -121,14 +126,36 @@ pub(crate) async fn serve_metrics(
                 let health = health.clone();
                 move || std::future::ready(health_answer(&health))
             }),
-        );
+        )
+        .fallback_service(pages);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(%addr, error = %e, "the metrics server stopped");
+            tracing::error!(%addr, error = %e, "the http server stopped");
         }
     });
-    tracing::info!(%addr, "serving /metrics and /health");
-    Ok(health)
+    tracing::info!(%addr, "serving the dashboard, /metrics and /health on http://{addr}/");
+    Ok((health, mount))
+}
+
+/// What the dashboard shows of the checker: what `/health` answers.
+struct HealthSource(Arc<Health>);
+
+impl liveness_dashboard::CheckerSource for HealthSource {
+    fn state(&self) -> liveness_dashboard::CheckerState {
+        let verdict = self.0.verdict();
+        let last_round = self
+            .0
+            .status
+            .get()
+            .and_then(|rx| rx.borrow().last_ok)
+            .map(|ok| ok.elapsed());
+        let healthy = verdict.is_ok();
+        liveness_dashboard::CheckerState {
+            healthy,
+            summary: verdict.unwrap_or_else(|why| why),
+            last_round,
+        }
+    }
 }
 
 /// `/health`'s answer: 200 and a summary, or 503 and the reason, one line each.

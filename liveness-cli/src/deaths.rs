@@ -5,7 +5,7 @@ use std::time::Duration;
 use liveness::{DeathRecord, StoreTime};
 use serde::Serialize;
 
-use crate::output::{duration, millis, print, table};
+use crate::output::{duration, millis, print_read, table};
 use crate::{Ctx, Failure};
 
 /// One death, as `--json` prints it.
@@ -98,5 +98,5 @@ pub(crate) fn render(rows: &[DeathRow]) -> String {
 
 pub(crate) async fn run(ctx: &Ctx, since: Option<Duration>, limit: usize) -> Result<(), Failure> {
     let rows = list(ctx, since, limit).await?;
-    print(ctx.json, &rows, || render(&rows))
+    print_read(ctx, &rows, || render(&rows))
 }

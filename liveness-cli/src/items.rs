@@ -4,7 +4,7 @@ use liveness::Page;
 use liveness::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
 use serde::Serialize;
 
-use crate::output::{print, table};
+use crate::output::{print_read, table};
 use crate::{Ctx, Failure};
 
 /// Item counts, as `--json` prints them.
@@ -78,7 +78,7 @@ pub(crate) async fn run(
 ) -> Result<(), Failure> {
     let Some(state) = state else {
         let counts = Counts::from(ctx.store.item_counts().await?);
-        return print(ctx.json, &counts, || render_counts(&counts));
+        return print_read(ctx, &counts, || render_counts(&counts));
     };
     let page = ctx.store.capabilities().max_batch.max(1);
     let mut rows: Vec<ItemRow> = Vec::new();
@@ -93,7 +93,7 @@ pub(crate) async fn run(
             break;
         }
     }
-    print(ctx.json, &rows, || {
+    print_read(ctx, &rows, || {
         table(
             &["id", "state", "owner", "attempts", "payload"],
             rows.iter().map(|r| {

@@ -7,6 +7,7 @@
 
 mod bench;
 mod check;
+mod dashboard;
 mod deaths;
 mod items;
 mod members;
@@ -28,8 +29,10 @@ use liveness::{CheckerConfig, Error, ItemStateKind, Store};
 struct Cli {
     /// The store's URL, as `liveness::connect` takes it: sqlite:///path/file.db?ns=NAME,
     /// redis://HOST:PORT?ns=NAME, postgres://USER@HOST/DB?ns=NAME, etcd://HOST:PORT?ns=NAME.
-    #[arg(long, env = "LIVENESS_STORE", value_name = "URL")]
-    store: String,
+    /// Reading commands (members, deaths, items, watch) open only a store that is
+    /// there: a missing file, schema or namespace is refused (exit 2), never created.
+    #[arg(long, global = true, env = "LIVENESS_STORE", value_name = "URL")]
+    store: Option<String>,
     /// Print JSON (one document; `watch` prints one line per refresh) instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -48,17 +51,17 @@ enum Command {
         /// The space to list.
         #[arg(long, default_value = "members")]
         space: String,
-        /// List at most this many.
-        #[arg(long, default_value_t = 1000)]
+        /// List at most this many (at least 1).
+        #[arg(long, default_value = "1000", allow_hyphen_values = true, value_parser = parse_limit)]
         limit: usize,
     },
     /// The death history, newest first: who died, why, and where their items went.
     Deaths {
         /// Only deaths at most this long ago by the store clock (`90s`, `15m`, `1h`).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, allow_hyphen_values = true, value_parser = parse_since)]
         since: Option<Duration>,
-        /// List at most this many.
-        #[arg(long, default_value_t = 100)]
+        /// List at most this many (at least 1).
+        #[arg(long, default_value = "100", allow_hyphen_values = true, value_parser = parse_limit)]
         limit: usize,
     },
     /// Item counts by state, or with `--state`, the items in one state.
@@ -66,8 +69,8 @@ enum Command {
         /// List the items in this state instead of counting.
         #[arg(long, value_enum)]
         state: Option<StateArg>,
-        /// List at most this many.
-        #[arg(long, default_value_t = 100)]
+        /// List at most this many (at least 1).
+        #[arg(long, default_value = "100", allow_hyphen_values = true, value_parser = parse_limit)]
         limit: usize,
     },
     /// Moves a dead-lettered item (or all of them) back to pending, attempts reset.
@@ -82,11 +85,14 @@ enum Command {
     /// Runs a checker until SIGTERM or SIGINT: declares expired members dead, requeues
     /// their items, and logs every death.
     Check {
-        /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
-        /// http://ADDR/health: 200 while rounds complete (the last one within
-        /// 3 × --check-every, at least 5s), 503 with the reason otherwise.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<SocketAddr>,
+        /// Serve the dashboard at http://ADDR/, Prometheus metrics at
+        /// http://ADDR/metrics and a health check at http://ADDR/health: 200 while
+        /// rounds complete (the last one within 3 × --check-every, at least 5s), 503
+        /// with the reason otherwise. ADDR is HOST:PORT, or a PORT on 127.0.0.1.
+        #[arg(long, alias = "metrics", value_name = "ADDR", value_parser = dashboard::parse_http_addr)]
+        http: Option<SocketAddr>,
+        #[command(flatten)]
+        dashboard: dashboard::DashboardArgs,
         /// The space to watch.
         #[arg(long, default_value = "members")]
         space: String,
@@ -222,6 +228,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The most rows a listing prints (`--limit`).
+const MAX_LIMIT: usize = 1_000_000;
+
+/// A `--limit`: a whole number from 1 to [`MAX_LIMIT`]. Negative numbers reach here as
+/// values (not as unknown flags), so the message names the flag.
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {MAX_LIMIT}")),
+    }
+}
+
+/// A `--since`: a duration ago (`90s`, `15m`, `1h`), never negative.
+fn parse_since(s: &str) -> Result<Duration, String> {
+    if s.starts_with('-') {
+        return Err("must be a duration ago, not negative: 90s, 15m, 1h".into());
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}: expected a duration such as 90s, 15m, 1h"))
+}
+
 /// The shortest value any duration flag takes.
 const MIN_FLAG_DURATION: Duration = Duration::from_millis(1);
 
@@ -274,25 +301,56 @@ fn check_durations(cli: &Cli) -> Result<(), Failure> {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     check_durations(&cli)?;
-    // The recorder goes in before the checker binds its metric handles.
-    let health = match &cli.command {
-        Command::Check {
-            metrics: Some(addr),
-            check_every,
-            ..
-        } => Some(check::serve_metrics(*addr, *check_every).await?),
-        _ => None,
+    if cli.json && matches!(cli.command, Command::Check { .. }) {
+        return Err(Failure::Input(
+            "invalid --json: `check` logs lines of text to stderr; --json applies to \
+             members, deaths, items, retry, watch and bench"
+                .into(),
+        ));
+    }
+    let Some(url) = cli.store.clone() else {
+        return Err(Failure::Input(
+            "no store: give --store URL or set LIVENESS_STORE".into(),
+        ));
     };
+    // The recorder goes in before the checker binds its metric handles.
+    let (health, mount) = match &cli.command {
+        Command::Check {
+            http: Some(addr),
+            check_every,
+            dashboard,
+            ..
+        } => {
+            let (health, mount) = check::serve_metrics(*addr, *check_every, dashboard).await?;
+            (Some(health), Some(mount))
+        }
+        _ => (None, None),
+    };
+    // Reading commands open only a store that is there: never one created by looking.
+    let reads = matches!(
+        cli.command,
+        Command::Members { .. }
+            | Command::Deaths { .. }
+            | Command::Items { .. }
+            | Command::Watch { .. }
+    );
     let store = within(cli.timeout, async {
-        Ok(liveness::connect(&cli.store).await?)
+        Ok(if reads {
+            liveness::connect_existing(&url).await?
+        } else {
+            liveness::connect(&url).await?
+        })
     })
     .await?;
     let ctx = Ctx {
         store,
-        url: cli.store,
+        url,
         json: cli.json,
         timeout: cli.timeout,
     };
+    if let (Some(mount), Command::Check { space, .. }) = (&mount, &cli.command) {
+        mount.connect(ctx.store.clone(), &ctx.url, space)?;
+    }
     let t = cli.timeout;
     match cli.command {
         Command::Members { space, limit } => within(t, members::run(&ctx, &space, limit)).await,

@@ -4,7 +4,7 @@ use liveness::Page;
 use liveness::{Key, LeaseInfo, LeaseStatus, Space};
 use serde::Serialize;
 
-use crate::output::{duration, millis, print, table};
+use crate::output::{duration, millis, print_read, table};
 use crate::{Ctx, Failure};
 
 /// One lease, as `--json` prints it.
@@ -99,5 +99,5 @@ pub(crate) async fn run(ctx: &Ctx, space: &str, limit: usize) -> Result<(), Fail
         .iter()
         .map(Into::into)
         .collect();
-    print(ctx.json, &rows, || render(&rows))
+    print_read(ctx, &rows, || render(&rows))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 
-use crate::Failure;
+use crate::{Ctx, Failure};
 
 /// A table with `header` and `rows`, columns separated by spaces (as `kubectl get`).
 pub(crate) fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
@@ -23,6 +23,63 @@ pub(crate) fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>
         .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
         .collect();
     lines.join("\n")
+}
+
+/// `url` with its password (the URL's `user:password@`, and any query parameter whose
+/// name contains `password`) replaced by `***`: what may be printed.
+pub(crate) fn redact(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '#']).unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(end);
+            let authority = match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{user}:***@{host}"),
+                    None => authority.to_owned(),
+                },
+                None => authority.to_owned(),
+            };
+            format!("{scheme}://{authority}{path}")
+        }
+        None => head.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((name, _)) if name.to_ascii_lowercase().contains("password") => {
+                    format!("{name}=***")
+                }
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// The line above every table: which store and namespace it was read from.
+pub(crate) fn header(ctx: &Ctx) -> String {
+    format!(
+        "store {} ({}), namespace {}",
+        redact(&ctx.url),
+        ctx.store.backend(),
+        ctx.store.issuer().namespace()
+    )
+}
+
+/// Prints `value` as JSON, or the [`header`] and `human()` when `ctx.json` is false.
+pub(crate) fn print_read<T: Serialize>(
+    ctx: &Ctx,
+    value: &T,
+    human: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    print(ctx.json, value, || format!("{}\n{}", header(ctx), human()))
 }
 
 /// `value` as pretty JSON.
@@ -65,6 +122,26 @@ pub(crate) fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_never_printed() {
+        for (url, shown) in [
+            ("redis://:s3cret@h:6379?ns=a", "redis://:***@h:6379?ns=a"),
+            (
+                "postgres://u:s3cret@h1,h2/db?ns=a",
+                "postgres://u:***@h1,h2/db?ns=a",
+            ),
+            (
+                "etcd://h:2379?user=u&password=s3cret&ns=a",
+                "etcd://h:2379?user=u&password=***&ns=a",
+            ),
+            ("redis://u@h?ns=a", "redis://u@h?ns=a"),
+            ("sqlite:///tmp/x@y.db?ns=a", "sqlite:///tmp/x@y.db?ns=a"),
+            ("sqlite:x.db", "sqlite:x.db"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 
     #[test]
     fn durations_read_well() {

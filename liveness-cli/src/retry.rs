@@ -3,7 +3,7 @@
 use liveness::ItemId;
 use serde::Serialize;
 
-use crate::output::print;
+use crate::output::print_read;
 use crate::{Ctx, Failure};
 
 /// What was retried, as `--json` prints it.
@@ -37,7 +37,7 @@ pub(crate) async fn run(ctx: &Ctx, id: Option<u64>, all: bool) -> Result<(), Fai
         retried.push(id);
     }
     let out = Retried { retried };
-    print(ctx.json, &out, || match out.retried.as_slice() {
+    print_read(ctx, &out, || match out.retried.as_slice() {
         [] => "no dead-lettered item to retry".into(),
         [one] => format!("item {one}: back to pending"),
         many => format!("{} items back to pending", many.len()),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::deaths::{self, DeathRow};
 use crate::items::{self, Counts};
 use crate::members::{self, MemberRow};
-use crate::output::{duration, json_line};
+use crate::output::{duration, header, json_line};
 use crate::{Ctx, Failure};
 
 /// The members and deaths one frame shows at most.
@@ -38,10 +38,9 @@ async fn frame(ctx: &Ctx, space: &Space) -> Result<Frame, Failure> {
 
 fn render(ctx: &Ctx, space: &Space, every: Duration, f: &Frame) -> String {
     format!(
-        "liveness watch: {} namespace {} (every {}; Ctrl-C to quit)\n\n\
+        "liveness watch: {} (every {}; Ctrl-C to quit)\n\n\
          {space} (first {SHOWN})\n{}\n\nitems\n{}\n\nlatest deaths\n{}\n",
-        ctx.store.backend(),
-        ctx.store.issuer().namespace(),
+        header(ctx),
         duration(every),
         members::render(&f.members),
         items::render_counts(&f.items),
