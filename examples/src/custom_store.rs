@@ -2,11 +2,13 @@
 //! enough to read in one sitting. `docs/custom-store.md` builds it block by block.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use liveness_core::sync::lock;
+use liveness_core::ItemState::{DeadLettered, Owned, Pending};
 use liveness_core::{
     async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
     ExpiredLease, FencingToken, HolderId, InputProblem, Issuer, Item, ItemCounts, ItemId,
@@ -15,23 +17,19 @@ use liveness_core::{
     StoreTime, Swept, Ttl,
 };
 
-/// The lease on one key.
+/// A lease on its key: the `Lease` as last granted or renewed, its expiry by the
+/// store clock, and the greatest claim request admitted under its token.
 #[derive(Debug)]
-struct LeaseRow {
-    holder: HolderId,
-    token: FencingToken,
-    ttl: Ttl,
-    /// On the store clock.
+struct Held {
+    lease: Lease,
     expires_at: Duration,
-    /// The greatest claim request admitted under this token (its high-water mark).
     last_claim: Option<RequestId>,
 }
 
-/// One work item, and the claim request that gave it to its current owner.
+/// An item as `item` reports it, and the claim request that gave it to its owner.
 #[derive(Debug)]
-struct ItemRow {
-    item: Item,
-    state: ItemState,
+struct Queued {
+    record: ItemRecord,
     req: Option<RequestId>,
 }
 
@@ -42,27 +40,27 @@ struct Tables {
     last_item: u64,
     last_death: u64,
     /// Keys sort by space, then name: `members` reads a range of this map.
-    leases: BTreeMap<Key, LeaseRow>,
+    leases: BTreeMap<Key, Held>,
     /// The expiry index, (space, expiry, key): `expired` reads only its head.
     by_expiry: BTreeSet<(Space, Duration, Key)>,
     /// The dead set: token → its key and the seq of its death record.
     dead: BTreeMap<FencingToken, (Key, u64)>,
     /// The death history by seq: the newest `KEEP_DEATHS` records.
     deaths: BTreeMap<u64, DeathRecord>,
-    items: BTreeMap<ItemId, ItemRow>,
+    items: BTreeMap<ItemId, Queued>,
     /// Enqueue idempotency keys and the ids they answered, kept for good.
     enqueue_keys: HashMap<RequestId, ItemId>,
 }
 
 /// The death records kept: few, so that the conformance suite fills the history.
-const KEEP_DEATHS: u64 = 100;
+const KEEP_DEATHS: usize = 100;
 
 /// A store in process memory: one namespace per value.
 #[derive(Debug)]
 pub struct MapStore {
+    info: StoreInfo,
     epoch: Instant,
     tables: Mutex<Tables>,
-    info: StoreInfo,
     /// Leases read in expiry order ([`MapStore::rows_visited`]).
     visited: AtomicU64,
     /// Read every lease instead of the expiry index ([`MapStore::scanning`]).
@@ -75,32 +73,32 @@ static STORES: AtomicU64 = AtomicU64::new(1);
 impl MapStore {
     /// An empty store on `namespace`, its clock starting now.
     pub fn new(namespace: Namespace) -> MapStore {
-        let death_retention = KEEP_DEATHS as usize;
         let caps = Capabilities {
-            death_retention,
+            death_retention: KEEP_DEATHS,
             ..Capabilities::default()
         };
         let issuer = Issuer::new(namespace, STORES.fetch_add(1, Relaxed));
         MapStore {
-            epoch: Instant::now(),
-            tables: Mutex::default(),
             info: StoreInfo {
                 backend: "map",
                 caps,
                 issuer,
             },
-            visited: AtomicU64::new(0),
+            epoch: Instant::now(),
+            tables: Mutex::default(),
+            visited: AtomicU64::default(),
             scan: false,
         }
     }
 
-    /// The same store without its expiry index: `expired` and `next_expiry` read
-    /// every lease of the space. Every answer stays right, so every scenario passes
+    /// The same store reading its expiry index to the end: `expired` and
+    /// `next_expiry` read every lease of the space. Every answer stays right, so every scenario passes
     /// it; the cost check fails it. Never build a store this way.
     pub fn scanning(namespace: Namespace) -> MapStore {
-        let mut store = MapStore::new(namespace);
-        store.scan = true;
-        store
+        MapStore {
+            scan: true,
+            ..MapStore::new(namespace)
+        }
     }
 
     /// How many leases `expired` and `next_expiry` have read so far: the work of a
@@ -111,33 +109,26 @@ impl MapStore {
 
     /// One atomic step: the lock, and the store clock read once, under it.
     fn step(&self) -> (MutexGuard<'_, Tables>, Duration) {
-        let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        (tables, self.epoch.elapsed())
+        (lock(&self.tables), self.epoch.elapsed())
     }
 
-    /// The leases of `space` with their expiry, earliest first, each counted as it
-    /// is read: the head of the expiry index, or (scanning) all of them, sorted.
-    fn by_expiry<'a>(&'a self, t: &'a Tables, space: &'a Space) -> ExpiryOrder<'a> {
-        let count = move |read| {
-            self.visited.fetch_add(1, Relaxed);
-            read
-        };
-        if self.scan {
-            let leases = t.leases.range(first_key(space)..);
-            let leases = leases.take_while(|(key, _)| key.space() == space);
-            let mut all: Vec<_> = leases.map(|(k, row)| count((row.expires_at, k))).collect();
-            all.sort();
-            return Box::new(all.into_iter());
-        }
+    /// The leases of `space` expiring by `by`, earliest first, at most `n`: the head
+    /// of the expiry index, each entry read counted (scanning: the whole index).
+    fn due<'t>(&self, t: &'t Tables, space: &Space, by: Duration, n: usize) -> Vec<&'t Held> {
         let from = entry(&first_key(space), Duration::ZERO);
         let index = t.by_expiry.range(from..);
-        let index = index.take_while(move |(s, _, _)| s == space);
-        Box::new(index.map(move |(_, at, key)| count((*at, key))))
+        let index = index.take_while(|(s, _, _)| s == space);
+        let read: Vec<_> = if self.scan {
+            index.collect()
+        } else {
+            let head = index.take_while(|(_, at, _)| *at <= by);
+            head.take(n).collect()
+        };
+        self.visited.fetch_add(read.len() as u64, Relaxed);
+        let due = read.into_iter().filter(|(_, at, _)| *at <= by).take(n);
+        due.filter_map(|(_, _, key)| t.leases.get(key)).collect()
     }
 }
-
-/// Leases with their expiry, earliest first.
-type ExpiryOrder<'a> = Box<dyn Iterator<Item = (Duration, &'a Key)> + 'a>;
 
 /// The first key of `space` in key order: no valid name sorts before " ".
 fn first_key(space: &Space) -> Key {
@@ -151,68 +142,63 @@ fn entry(key: &Key, at: Duration) -> (Space, Duration, Key) {
 }
 
 impl Tables {
-    /// Ends the lease on `key`, if any: the row goes, its token joins the dead set
-    /// and its death is recorded, in this one step; the oldest record beyond
-    /// `KEEP_DEATHS` is dropped.
-    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration) {
-        let Some(row) = self.leases.remove(key) else {
-            return;
+    /// Puts `lease` on its key until `now` + its ttl, with `last_claim` as its claim
+    /// mark, in place of the key's row and index entry (a renewal's).
+    fn put(&mut self, lease: Lease, now: Duration, last_claim: Option<RequestId>) -> Lease {
+        let (key, expires_at) = (lease.key.clone(), now + lease.ttl.duration());
+        let held = Held {
+            lease: lease.clone(),
+            expires_at,
+            last_claim,
         };
-        self.by_expiry.remove(&entry(key, row.expires_at));
-        self.last_death += 1;
-        let seq = self.last_death;
-        self.dead.insert(row.token, (key.clone(), seq));
-        let record = DeathRecord {
-            seq,
-            key: key.clone(),
-            holder: row.holder,
-            token: row.token,
-            at: StoreTime::from_epoch(now),
-            cause,
-            swept: None,
-        };
-        self.deaths.insert(seq, record);
-        if let Some(old) = seq.checked_sub(KEEP_DEATHS) {
-            self.deaths.remove(&old);
+        if let Some(old) = self.leases.insert(key.clone(), held) {
+            self.by_expiry.remove(&entry(&key, old.expires_at));
         }
+        self.by_expiry.insert(entry(&key, expires_at));
+        lease
+    }
+
+    /// Ends the lease on `key`, if any: the row goes, its token joins the dead set
+    /// and its death is recorded, in this one step (dropping the oldest record
+    /// beyond `KEEP_DEATHS`). True iff a lease ended.
+    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration) -> bool {
+        let Some(held) = self.leases.remove(key) else {
+            return false;
+        };
+        self.by_expiry.remove(&entry(key, held.expires_at));
+        self.last_death += 1;
+        let (seq, lease, at) = (self.last_death, held.lease, StoreTime::from_epoch(now));
+        self.dead.insert(lease.token, (key.clone(), seq));
+        let record = DeathRecord::new(seq, lease.key, lease.holder, lease.token, at, cause, None);
+        self.deaths.insert(seq, record);
+        if self.deaths.len() > KEEP_DEATHS {
+            self.deaths.pop_first();
+        }
+        true
     }
 
     /// The row of `lease` if it is current and live, else why it is lost.
-    fn current(&mut self, lease: &Lease, now: Duration) -> Result<&mut LeaseRow> {
+    fn current(&mut self, lease: &Lease, now: Duration) -> Result<&mut Held> {
         match self.leases.get_mut(&lease.key) {
             None => Err(lease.lost(LostCause::Released)),
-            Some(row) if row.token != lease.token => Err(lease.lost(LostCause::Superseded)),
-            Some(row) if now >= row.expires_at => Err(lease.lost(LostCause::Expired)),
-            Some(row) => Ok(row),
+            Some(held) if held.lease.token != lease.token => Err(lease.lost(LostCause::Superseded)),
+            Some(held) if now >= held.expires_at => Err(lease.lost(LostCause::Expired)),
+            Some(held) => Ok(held),
         }
     }
 
     /// The item `id` if `lease`'s token owns it, else `Fenced`.
-    fn owned(&mut self, lease: &Lease, id: ItemId) -> Result<&mut ItemRow> {
-        match self.items.get_mut(&id) {
-            Some(row) if row.state == ItemState::Owned(lease.token) => Ok(row),
-            _ => Err(lease.fenced(id)),
-        }
-    }
-
-    /// A dead-lettered item back to pending, no attempts counted. Only the store
-    /// knows its items: refusing an id is its own check.
-    fn revive(&mut self, id: ItemId) -> Result<()> {
-        let Some(row) = self.items.get_mut(&id) else {
-            return Err(Error::invalid("item", InputProblem::NoSuchItem));
-        };
-        if row.state != ItemState::DeadLettered {
-            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
-        }
-        row.state = ItemState::Pending;
-        row.item.attempts = 0;
-        Ok(())
+    fn owned(&mut self, lease: &Lease, id: ItemId) -> Result<&mut Queued> {
+        let row = self.items.get_mut(&id);
+        let row = row.filter(|row| row.record.state == Owned(lease.token));
+        row.ok_or_else(|| lease.fenced(id))
     }
 }
 
-impl LeaseRow {
-    fn info(&self, key: &Key, now: Duration) -> LeaseInfo {
-        // Live while the store's now is before the expiry; expired from that instant.
+impl Held {
+    /// What `inspect` and `members` say: live while the store's now is before the
+    /// expiry, expired from that instant on.
+    fn info(&self, now: Duration) -> LeaseInfo {
         let remaining = self.expires_at.saturating_sub(now);
         let status = if remaining.is_zero() {
             LeaseStatus::Expired
@@ -220,32 +206,34 @@ impl LeaseRow {
             LeaseStatus::Live { remaining }
         };
         LeaseInfo {
-            key: key.clone(),
-            holder: self.holder.clone(),
-            token: self.token,
-            ttl: self.ttl,
+            key: self.lease.key.clone(),
+            holder: self.lease.holder.clone(),
+            token: self.lease.token,
+            ttl: self.lease.ttl,
             status,
         }
     }
 }
 
-impl ItemRow {
-    fn record(&self) -> ItemRecord {
-        let (item, state) = (self.item.clone(), self.state);
-        ItemRecord { item, state }
-    }
-
+impl Queued {
     /// Gives the item back: pending again, or dead-lettered when `retry` is false
     /// or its attempts are used up.
     fn hand_back(&mut self, retry: bool) -> ItemState {
-        let again = retry && self.item.attempts < self.item.max_attempts;
-        self.req = None;
-        self.state = if again {
-            ItemState::Pending
-        } else {
-            ItemState::DeadLettered
-        };
-        self.state
+        let item = &self.record.item;
+        let again = retry && item.attempts < item.max_attempts;
+        self.record.state = if again { Pending } else { DeadLettered };
+        self.record.state
+    }
+
+    /// A dead-lettered item back to pending, no attempts counted; an item in any
+    /// other state is refused.
+    fn revive(&mut self) -> Result<ItemId> {
+        if self.record.state != DeadLettered {
+            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
+        }
+        self.record.state = Pending;
+        self.record.item.attempts = 0;
+        Ok(self.record.item.id)
     }
 }
 
@@ -257,73 +245,51 @@ impl LeaseStore for MapStore {
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let (mut t, now) = self.step();
-        if let Some(row) = t.leases.get(key).filter(|row| now < row.expires_at) {
-            let (key, holder, token) = (key.clone(), row.holder.clone(), row.token);
+        if let Some(held) = t.leases.get(key).filter(|held| now < held.expires_at) {
+            let (key, holder, token) = (key.clone(), held.lease.holder.clone(), held.lease.token);
             return Err(Error::Held { key, holder, token });
         }
         // An expired lease still on the key is reaped by this same step.
         t.retire(key, DeathCause::Superseded, now);
         t.last_token += 1;
-        let (token, expires_at) = (FencingToken(t.last_token), now + ttl.duration());
-        let holder = holder.clone();
-        let row = LeaseRow {
-            holder: holder.clone(),
-            token,
-            ttl,
-            expires_at,
-            last_claim: None,
-        };
-        t.leases.insert(key.clone(), row);
-        t.by_expiry.insert(entry(key, expires_at));
-        let issuer = &self.info.issuer;
-        Ok(Lease::granted(issuer, key.clone(), holder, token, ttl))
+        let (issuer, token) = (&self.info.issuer, FencingToken(t.last_token));
+        let lease = Lease::granted(issuer, key.clone(), holder.clone(), token, ttl);
+        Ok(t.put(lease, now, None))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let (mut t, now) = self.step();
-        let new = now + lease.ttl.duration();
-        let row = t.current(lease, now)?;
-        let old = std::mem::replace(&mut row.expires_at, new);
-        row.ttl = lease.ttl;
-        t.by_expiry.remove(&entry(&lease.key, old));
-        t.by_expiry.insert(entry(&lease.key, new));
-        Ok(lease.renewed())
+        let mark = t.current(lease, now)?.last_claim;
+        Ok(t.put(lease.renewed(), now, mark))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let (mut t, now) = self.step();
-        let row = t.leases.get(&lease.key);
-        let current = row.is_some_and(|row| row.token == lease.token);
-        if current {
-            t.retire(&lease.key, DeathCause::Released, now);
-        }
-        Ok(current)
+        let held = t.leases.get(&lease.key);
+        let current = held.is_some_and(|held| held.lease.token == lease.token);
+        Ok(current && t.retire(&lease.key, DeathCause::Released, now))
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let (t, now) = self.step();
-        Ok(t.leases.get(key).map(|row| row.info(key, now)))
+        Ok(t.leases.get(key).map(|held| held.info(now)))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let (t, now) = self.step();
-        let due = self.by_expiry(&t, space).take_while(|(at, _)| *at <= now);
-        let due = due.take(limit).filter_map(|(_, key)| {
-            let row = t.leases.get(key)?;
-            let (key, holder, token) = (key.clone(), row.holder.clone(), row.token);
-            Some(ExpiredLease { key, holder, token })
-        });
-        Ok(due.collect())
+        let mut expired = Vec::new();
+        for Held { lease, .. } in self.due(&t, space, now, limit) {
+            let (key, holder, token) = (lease.key.clone(), lease.holder.clone(), lease.token);
+            expired.push(ExpiredLease { key, holder, token });
+        }
+        Ok(expired)
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
         let (mut t, now) = self.step();
-        let row = t.leases.get(key);
-        let expired = row.is_some_and(|row| row.token == token && now >= row.expires_at);
-        if expired {
-            t.retire(key, DeathCause::Reaped, now);
-        }
-        Ok(expired)
+        let held = t.leases.get(key);
+        let expired = held.is_some_and(|held| held.lease.token == token && now >= held.expires_at);
+        Ok(expired && t.retire(key, DeathCause::Reaped, now))
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -335,15 +301,11 @@ impl LeaseStore for MapStore {
 
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let (t, now) = self.step();
-        let from = match page.after {
-            Some(key) => Bound::Excluded(key.clone()),
-            None => Bound::Included(first_key(space)),
-        };
-        let rows = t.leases.range((from, Bound::Unbounded));
-        let rows = rows
-            .take_while(|(key, _)| key.space() == space)
-            .take(page.limit);
-        Ok(rows.map(|(key, row)| row.info(key, now)).collect())
+        let first = Included(first_key(space));
+        let from = page.after.map_or(first, |key| Excluded(key.clone()));
+        let rows = t.leases.range((from, Unbounded)).take(page.limit);
+        let rows = rows.take_while(|(key, _)| key.space() == space);
+        Ok(rows.map(|(_, held)| held.info(now)).collect())
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
@@ -358,9 +320,9 @@ impl LeaseStore for MapStore {
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
         let (t, now) = self.step();
-        let earliest = self.by_expiry(&t, space).next();
+        let earliest = self.due(&t, space, Duration::MAX, 1);
         // Zero while the earliest lease is expired and not yet reaped.
-        Ok(earliest.map(|(at, _)| at.saturating_sub(now)))
+        Ok(earliest.first().map(|h| h.expires_at.saturating_sub(now)))
     }
 }
 
@@ -373,44 +335,42 @@ impl ItemStore for MapStore {
         }
         t.last_item += 1;
         let id = ItemId(t.last_item);
+        if let Some(key) = options.key {
+            t.enqueue_keys.insert(key, id);
+        }
         let item = Item {
             id,
             payload: payload.to_vec(),
             attempts: 0,
             max_attempts: options.max_attempts,
         };
-        let (state, req) = (ItemState::Pending, None);
-        t.items.insert(id, ItemRow { item, state, req });
-        if let Some(key) = options.key {
-            t.enqueue_keys.insert(key, id);
-        }
+        let (state, req) = (Pending, None);
+        let record = ItemRecord { item, state };
+        t.items.insert(id, Queued { record, req });
         Ok(id)
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let (mut t, now) = self.step();
-        let last_claim = t.current(lease, now)?.last_claim;
+        let mark = t.current(lease, now)?.last_claim;
         // 1. A repeat of `req`: the items it assigned, nothing new.
-        let mine = ItemState::Owned(lease.token);
+        let mine = Owned(lease.token);
         let rows = t.items.values();
-        let earlier = rows.filter(|row| row.state == mine && row.req == Some(req));
-        let earlier: Vec<Item> = earlier.map(|row| row.item.clone()).collect();
-        if !earlier.is_empty() {
-            return Ok(earlier);
-        }
+        let rows = rows.filter(|row| row.record.state == mine && row.req == Some(req));
+        let earlier: Vec<Item> = rows.map(|row| row.record.item.clone()).collect();
         // 2. Not above the high-water mark: a late copy, or an older id. Nothing.
-        if last_claim.is_some_and(|last| req <= last) {
-            return Ok(Vec::new());
+        if !earlier.is_empty() || mark.is_some_and(|last| req <= last) {
+            return Ok(earlier);
         }
         // 3. Admitted: raise the mark, assign pending items, lowest id first.
         t.current(lease, now)?.last_claim = Some(req);
         let rows = t.items.values_mut();
+        let pending = rows.filter(|row| row.record.state == Pending);
         let mut claimed = Vec::new();
-        for row in rows.filter(|row| row.state == ItemState::Pending).take(n) {
-            row.state = mine;
-            row.req = Some(req);
-            row.item.attempts += 1;
-            claimed.push(row.item.clone());
+        for row in pending.take(n) {
+            (row.record.state, row.req) = (mine, Some(req));
+            row.record.item.attempts += 1;
+            claimed.push(row.record.item.clone());
         }
         Ok(claimed)
     }
@@ -433,13 +393,10 @@ impl ItemStore for MapStore {
         let Some((_, seq)) = t.dead.remove(&token) else {
             return Ok(out);
         };
-        let orphans = t
-            .items
-            .iter_mut()
-            .filter(|(_, row)| row.state == ItemState::Owned(token));
-        for (id, row) in orphans {
+        let rows = t.items.iter_mut();
+        for (id, row) in rows.filter(|(_, row)| row.record.state == Owned(token)) {
             match row.hand_back(true) {
-                ItemState::Pending => out.requeued.push(*id),
+                Pending => out.requeued.push(*id),
                 _ => out.dead_lettered.push(*id),
             }
         }
@@ -457,12 +414,13 @@ impl ItemStore for MapStore {
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        Ok(self.step().0.items.get(&id).map(ItemRow::record))
+        Ok(self.step().0.items.get(&id).map(|row| row.record.clone()))
     }
 
     async fn item_counts(&self) -> Result<ItemCounts> {
         let (t, _) = self.step();
-        let count = |kind| t.items.values().filter(|r| r.state.kind() == kind).count() as u64;
+        let kinds = t.items.values().map(|row| row.record.state.kind());
+        let count = |kind| kinds.clone().filter(|k| *k == kind).count() as u64;
         Ok(ItemCounts {
             pending: count(ItemStateKind::Pending),
             owned: count(ItemStateKind::Owned),
@@ -477,28 +435,24 @@ impl ItemStore for MapStore {
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
         let (t, _) = self.step();
-        let from = page.after.map_or(Bound::Unbounded, Bound::Excluded);
-        let rows = t.items.range((from, Bound::Unbounded)).map(|(_, row)| row);
-        let rows = rows
-            .filter(|row| row.state.kind() == state)
-            .take(page.limit);
-        Ok(rows.map(ItemRow::record).collect())
+        let from = page.after.map_or(Unbounded, Excluded);
+        let rows = t.items.range((from, Unbounded)).map(|(_, row)| &row.record);
+        let rows = rows.filter(|record| record.state.kind() == state);
+        Ok(rows.take(page.limit).cloned().collect())
     }
 
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        self.step().0.revive(id)
+        let (mut t, _) = self.step();
+        // Only the store knows its items: refusing an id is its own check.
+        let row = t.items.get_mut(&id);
+        let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
+        row.revive().map(|_| ())
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         let (mut t, _) = self.step();
-        let dead = t
-            .items
-            .values()
-            .filter(|row| row.state == ItemState::DeadLettered);
-        let ids: Vec<ItemId> = dead.map(|row| row.item.id).take(limit).collect();
-        for id in &ids {
-            t.revive(*id)?;
-        }
-        Ok(ids)
+        let rows = t.items.values_mut();
+        let dead = rows.filter(|row| row.record.state == DeadLettered);
+        dead.take(limit).map(Queued::revive).collect()
     }
 }

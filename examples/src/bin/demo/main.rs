@@ -13,8 +13,11 @@
 //! report what they do as one line per fact on their stdout (see [`proto`]); the parent
 //! keeps its own tally from those lines and checks it against the store at the end.
 
+mod dashboard;
+mod deaths;
 mod parent;
 mod proto;
+mod stage;
 mod view;
 mod worker;
 
@@ -32,8 +35,13 @@ use clap::{Args, Parser, Subcommand};
 /// death once and requeue its items, the frozen worker's cancellation fire, its late
 /// completion refused by fencing, and its re-join with a new token.
 ///
-/// Exits with status 0 when every item was done at least once and every invariant
-/// held, 1 otherwise, 2 on a usage or setup error.
+/// The deaths it shows come from the store's death history, so a checker running
+/// beside it on the same store (`liveness check`) may declare them instead.
+///
+/// Exits with status 0 when every item was done at least once, every invariant held
+/// and the run showed all it promised; 1 when an invariant broke or the run failed
+/// (aborted, a store error); 3 when every invariant held but the run did not show all
+/// it promised (its result line says what); 2 on a usage or setup error.
 #[derive(Parser, Debug)]
 #[command(name = "demo", version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -85,10 +93,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "MIN-MAX", default_value = "100-400", value_parser = parse_range)]
     pub work_ms: (u64, u64),
 
+    /// Start no checker in the demo: one running beside it on the same store
+    /// (`liveness check --store URL`) declares the deaths, which the demo reads from
+    /// the store's death history, as it always does. Without one, nobody declares
+    /// them, and the run does not show what it promised.
+    #[arg(long)]
+    pub no_checker: bool,
+
     /// Plain log lines instead of the live view, even on a terminal (the default when
     /// stdout is not a terminal, as in CI).
     #[arg(long)]
     pub plain: bool,
+
+    /// Serve the fleet's live dashboard at http://ADDR/ while the demo runs (e.g.
+    /// `127.0.0.1:8080`; port 0 picks a free one): open it to watch the kill, the
+    /// freeze and the requeues happen. Read-only.
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard: Option<std::net::SocketAddr>,
 }
 
 /// The hidden worker subcommand's options (the parent passes them).

@@ -1,6 +1,7 @@
 //! The demo's parent process: sets the store up, enqueues the items, runs the
-//! checker, starts the workers, stages the SIGKILL and the SIGSTOP, draws the view,
-//! and checks the invariants at the end.
+//! checker, starts the workers, stages the SIGKILL and the SIGSTOP, follows the
+//! store's death history, draws the view, and checks the invariants and what the run
+//! showed at the end.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -9,90 +10,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness::{
-    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, ItemCounts, ItemId, ItemState, Key,
-    LeaseStatus, Store, Ttl,
+    Checker, CheckerConfig, DeathCause, EnqueueOptions, Event, EventBus, ItemCounts, ItemId,
+    ItemState, Key, LeaseStatus, Store, Ttl,
 };
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::deaths::{poll_deaths, Deaths};
 use crate::proto::Fact;
-use crate::view::{bar, View};
+use crate::stage::{signal, Role, Stage, Worker};
+use crate::view::{bar, plural, secs, View};
 use crate::RunArgs;
 
 /// Attempts per item: enough that a kill and a freeze never dead-letter one.
 const MAX_ATTEMPTS: u32 = 5;
 
-/// What happened to a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Role {
-    Normal,
-    Killed {
-        at: Instant,
-    },
-    Frozen {
-        at: Instant,
-        resumed: Option<Instant>,
-    },
-}
-
-struct Worker {
-    name: String,
-    pid: Option<u32>,
-    stdin: Option<ChildStdin>,
-    /// Tokens in the order the worker joined with them.
-    tokens: Vec<u64>,
-    done: u64,
-    working_on: Option<u64>,
-    role: Role,
-    exited: Option<ExitStatus>,
-    lease: String,
-    /// Facts seen after a freeze: cancellation, refused completions, re-join.
-    lost: Vec<(u64, String)>,
-    fenced: Vec<(u64, u64)>,
-    rejoined: Option<u64>,
-}
-
-impl Worker {
-    fn token(&self) -> Option<u64> {
-        self.tokens.last().copied()
-    }
-}
-
 enum Msg {
     Fact(usize, Fact),
     Stderr(usize, String),
     Exited(usize, std::io::Result<ExitStatus>),
-}
-
-/// A death the checker declared.
-struct Death {
-    worker: Option<usize>,
-    name: String,
-    token: u64,
-    requeued: usize,
-    dead_lettered: usize,
-    at: Instant,
-}
-
-/// The staged failures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    WaitKill,
-    WaitFreeze,
-    Frozen { victim: usize, resume_at: Instant },
-    Over,
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn setup_error(message: String) -> ExitCode {
@@ -112,13 +51,8 @@ fn url_path(path: &std::path::Path) -> String {
     out
 }
 
-fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
-    let pid = pid.ok_or("the process has no pid (it already exited)")?;
-    let pid = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
-    kill(Pid::from_raw(pid), sig).map_err(|e| format!("{sig:?} to pid {pid}: {e}"))
-}
-
-/// Runs the demo; the exit code says whether every invariant held.
+/// Runs the demo; the exit code says whether every invariant held and whether the
+/// run showed all it promised.
 pub async fn run(args: RunArgs) -> ExitCode {
     let live = !args.plain && std::io::stdout().is_terminal();
     let mut view = View::new(live);
@@ -155,6 +89,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     if let Err(e) = store.capabilities().check_ttl(ttl) {
         return setup_error(format!("--ttl for the {} store: {e}", store.backend()));
+    }
+    if let Some(addr) = args.dashboard {
+        match crate::dashboard::serve(addr, store.clone(), &url).await {
+            Ok(at) => println!("dashboard: http://{at}/"),
+            Err(e) => return setup_error(format!("--dashboard {addr}: {e}")),
+        }
     }
     match store.item_counts().await {
         Ok(c) if c == ItemCounts::default() => {}
@@ -200,20 +140,27 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
     view.log(&format!("enqueued {} items", ids.len()));
 
-    // The checker, in this process.
+    // The deaths to show, from the store's death history: a checker running beside
+    // the demo on the same store may win every reap from the demo's own.
+    let mut deaths = match Deaths::start(&*store).await {
+        Ok(d) => d,
+        Err(e) => return setup_error(format!("cannot read the store's death history: {e}")),
+    };
+    // The checker, in this process (unless one beside it does the work).
     let bus = EventBus::default();
     let mut checker_events = bus.subscribe();
-    let checker = Checker::new(
-        store.clone(),
-        CheckerConfig {
-            check_every: (ttl.duration() / 4)
-                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
-            events: bus,
-            ..CheckerConfig::default()
-        },
-    )
-    .spawn();
-    view.log("checker started: it reaps expired members and requeues their items");
+    let checker = if args.no_checker {
+        view.log("no checker in the demo (--no-checker): the one beside it declares the deaths");
+        None
+    } else {
+        let check_every =
+            (ttl.duration() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let config = CheckerConfig::default()
+            .check_every(check_every)
+            .events(bus);
+        view.log("checker started: it reaps expired members and requeues their items");
+        Some(Checker::new(store.clone(), config).spawn())
+    };
 
     // The workers.
     let exe = match std::env::current_exe() {
@@ -285,6 +232,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             done: 0,
             working_on: None,
             role: Role::Normal,
+            fault_token: None,
             exited: None,
             lease: "starting".to_owned(),
             lost: Vec::new(),
@@ -300,8 +248,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let mut stage = Stage::WaitKill;
     let mut done_by_id: HashMap<u64, u32> = HashMap::new();
     let mut claims_by_id: HashMap<u64, u32> = HashMap::new();
-    let mut deaths: Vec<Death> = Vec::new();
-    let mut swept = 0usize;
     let mut counts = ItemCounts::default();
     let mut failures: Vec<String> = Vec::new();
     let upper = Duration::from_millis(
@@ -345,6 +291,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                                     match signal(w.pid, Signal::SIGKILL) {
                                         Ok(()) => {
                                             w.role = Role::Killed { at: Instant::now() };
+                                            w.fault_token = Some(token);
                                             view.log(&format!("SIGKILL -> {} (pid {}) while it works on item #{id} under token {token}", w.name, w.pid.unwrap_or(0)));
                                         }
                                         Err(e) => view.log(&format!("could not kill {}: {e}", w.name)),
@@ -355,6 +302,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                                         Ok(()) => {
                                             let at = Instant::now();
                                             w.role = Role::Frozen { at, resumed: None };
+                                            w.fault_token = Some(token);
                                             view.log(&format!("SIGSTOP -> {} (pid {}) while it works on item #{id} under token {token}; SIGCONT in {}", w.name, w.pid.unwrap_or(0), secs(freeze_for)));
                                             stage = Stage::Frozen { victim: i, resume_at: at + freeze_for };
                                         }
@@ -416,6 +364,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             ev = checker_events.recv() => {
                 match ev {
                     Ok(Event::Died { key, token, requeued, dead_lettered, .. }) => {
+                        *deaths.ours.entry(token.0).or_default() += 1;
                         let worker = workers.iter().position(|w| w.name == key.name().as_ref());
                         let cause = worker.and_then(|i| match workers[i].role {
                             Role::Killed { at } => Some(format!("{} after the SIGKILL", secs(at.elapsed()))),
@@ -429,10 +378,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
                             plural(requeued, "item", "items"),
                             if dead_lettered > 0 { format!(", {dead_lettered} dead-lettered") } else { String::new() },
                         ));
-                        deaths.push(Death { worker, name: key.name().to_string(), token: token.0, requeued, dead_lettered, at: Instant::now() });
+                        poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
                     }
-                    Ok(Event::OrphansRequeued { requeued, dead_lettered, token }) => {
-                        swept += requeued + dead_lettered;
+                    Ok(Event::OrphansRequeued { requeued, token, .. }) => {
                         view.log(&format!("checker: swept token {token}: {} requeued", plural(requeued, "item", "items")));
                     }
                     Ok(_) => {}
@@ -454,7 +402,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     // Resume only once the checker has declared the frozen worker dead
                     // (on a loaded machine that can take longer than the planned
                     // freeze), so the audience sees the stale completion refused.
-                    let declared = deaths.iter().any(|d| d.worker == Some(victim));
+                    poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
+                    let declared = deaths.list.iter().any(|d| workers[victim].fault_of(d).is_some());
                     let frozen_at = match workers[victim].role {
                         Role::Frozen { at, .. } => at,
                         _ => Instant::now(),
@@ -478,6 +427,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 }
             }
             _ = tick.tick() => {
+                poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
                 if let Ok(c) = store.item_counts().await {
                     counts = c;
                 }
@@ -494,7 +444,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     }
                 }
                 let done_total = done_by_id.len() as u64;
-                let requeued: usize = deaths.iter().map(|d| d.requeued).sum::<usize>() + swept;
+                let requeued = deaths.requeued();
                 let fenced: usize = workers.iter().map(|w| w.fenced.len()).sum();
                 let mut block = vec![format!(
                     "items {} {done_total}/{total} done | pending {} | owned {} | dead-lettered {} | requeued {requeued} | refused by fencing {fenced} | {}",
@@ -508,7 +458,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                         (Role::Frozen { .. }, None) => "resumed",
                         (Role::Normal, None) => "running",
                     };
-                    let dead = deaths.iter().filter(|d| d.worker.is_some_and(|i| workers[i].name == w.name)).map(|d| d.token.to_string()).collect::<Vec<_>>();
+                    let dead = deaths.list.iter().filter(|d| d.name == w.name).map(|d| d.token.to_string()).collect::<Vec<_>>();
                     block.push(format!(
                         "  {:<10} pid {:<7} {:<8} store: {:<28} done {:<4} {}{}",
                         w.name,
@@ -538,9 +488,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
         let all_exited = workers.iter().all(|w| w.exited.is_some());
         // A killed worker that held items is declared dead before the others can
-        // finish; wait for the declaration in any case, so the summary can show it.
-        let kill_seen = workers.iter().enumerate().all(|(i, w)| {
-            !matches!(w.role, Role::Killed { .. }) || deaths.iter().any(|d| d.worker == Some(i))
+        // finish; wait for the declaration in any case (up to ten ttls, as for the
+        // frozen one), so the summary can show it.
+        let kill_seen = workers.iter().all(|w| match w.role {
+            Role::Killed { at } => {
+                deaths.list.iter().any(|d| w.fault_of(d).is_some())
+                    || at.elapsed() > ttl.duration() * 10
+            }
+            _ => true,
         });
         if all_exited && kill_seen {
             break;
@@ -557,7 +512,19 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
         failures.push(format!("aborted: {why}"));
     }
-    checker.stop().await;
+    if let Some(checker) = checker {
+        checker.stop().await;
+    }
+    // The deaths this demo's checker reported after the loop's last look, then the
+    // history as the store holds it at the end (every sweep done).
+    while let Ok(event) = checker_events.try_recv() {
+        if let Event::Died { token, .. } = event {
+            *deaths.ours.entry(token.0).or_default() += 1;
+        }
+    }
+    if let Err(e) = deaths.poll(&*store).await {
+        failures.push(format!("cannot read the store's death history: {e}"));
+    }
     view.finish();
     if let Ok(c) = store.item_counts().await {
         counts = c;
@@ -584,7 +551,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     }
     let re_executed = claims_by_id.values().filter(|n| **n > 1).count();
-    let requeued: usize = deaths.iter().map(|d| d.requeued).sum::<usize>() + swept;
+    let requeued = deaths.requeued();
     let fenced: Vec<(String, u64, u64)> = workers
         .iter()
         .flat_map(|w| w.fenced.iter().map(|(id, t)| (w.name.clone(), *id, *t)))
@@ -618,9 +585,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         plural(re_executed, "item", "items")
     ));
     view.say(&format!(
-        "  requeued by the checker: {} from {}",
-        plural(requeued, "item", "items"),
-        plural(deaths.len(), "death", "deaths")
+        "  requeued after a death: {} from {} (the store's death history)",
+        plural(requeued as usize, "item", "items"),
+        plural(deaths.list.len(), "death", "deaths")
     ));
     view.say(&format!(
         "  stale completions refused by fencing: {}{}",
@@ -630,15 +597,20 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .map(|(n, id, t)| format!(" ({n}, item #{id}, token {t})"))
             .collect::<String>()
     ));
-    for d in &deaths {
-        let w = d.worker.map(|i| &workers[i]);
-        let (how, latency) = match w.map(|w| w.role) {
-            Some(Role::Killed { at }) => ("SIGKILL", Some(d.at.saturating_duration_since(at))),
-            Some(Role::Frozen { at, .. }) => ("SIGSTOP", Some(d.at.saturating_duration_since(at))),
-            _ => ("stopped renewing", None),
+    for d in &deaths.list {
+        let w = workers.iter().find(|w| w.fault_of(d).is_some());
+        let (how, latency) = match w.and_then(|w| w.fault_of(d)) {
+            Some((how, at)) => (how, Some(d.at.saturating_duration_since(at))),
+            None => ("its lease lapsed", None),
         };
+        let by = match d.cause {
+            DeathCause::Reaped if deaths.declared_here(d.token) => "by this demo's checker",
+            DeathCause::Reaped => "by a checker beside the demo",
+            _ => "by a new acquire of its key",
+        };
+        let (requeued, dead_lettered) = deaths.swept(d.seq).unwrap_or_default();
         let mut line = format!(
-            "  death of {} ({how}, token {}): {}, {} requeued",
+            "  death of {} ({how}, token {}): {}, {by}, {} requeued",
             d.name,
             d.token,
             latency
@@ -647,11 +619,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     secs(l),
                     secs(ttl.duration())
                 ))
-                .unwrap_or_else(|| "declared by the checker".to_owned()),
-            plural(d.requeued, "item", "items"),
+                .unwrap_or_else(|| format!("{}", d.cause)),
+            plural(requeued as usize, "item", "items"),
         );
-        if d.dead_lettered > 0 {
-            line.push_str(&format!(", {} dead-lettered", d.dead_lettered));
+        if deaths.swept(d.seq).is_none() {
+            line.push_str(" (its sweep NOT recorded)");
+        }
+        if dead_lettered > 0 {
+            line.push_str(&format!(", {dead_lettered} dead-lettered"));
         }
         if let Some(w) = w.filter(|w| matches!(w.role, Role::Frozen { .. })) {
             line.push_str(&format!(
@@ -690,14 +665,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         aborted.is_some() || (counts.pending == 0 && counts.owned == 0),
         "the store holds no pending or owned item at the end",
     );
-    let mut per_token: HashMap<u64, usize> = HashMap::new();
-    for d in &deaths {
-        *per_token.entry(d.token).or_default() += 1;
-    }
-    check(
-        per_token.values().all(|n| *n == 1),
-        "each death declared exactly once",
-    );
+    check(deaths.each_once(), "each death declared exactly once");
     let clean = workers
         .iter()
         .filter(|w| !matches!(w.role, Role::Killed { .. }))
@@ -708,15 +676,22 @@ pub async fn run(args: RunArgs) -> ExitCode {
     );
 
     // What the run was meant to show. Not safety invariants: a run that could not
-    // stage them (too few items) or saw them late is still correct.
+    // stage them (too few items) or saw them late is still correct, but it did not
+    // show what it promised, and says so in its result and its exit status.
+    let mut not_shown: Vec<String> = Vec::new();
     let mut show = |ok: bool, what: &str| {
         view.say(&format!(
             "  {} {what}",
             if ok { "shown:" } else { "NOT shown:" }
         ));
+        if !ok {
+            not_shown.push(what.to_owned());
+        }
     };
-    for (i, w) in workers.iter().enumerate() {
-        let declared = deaths.iter().any(|d| d.worker == Some(i));
+    for w in &workers {
+        // Declared by any checker, and its token swept: the store's history says so.
+        let declared =
+            (deaths.list.iter()).any(|d| w.fault_of(d).is_some() && deaths.swept(d.seq).is_some());
         match w.role {
             Role::Normal => {}
             Role::Killed { .. } => show(
@@ -761,11 +736,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
     for f in &failures {
         view.say(&format!("  problem: {f}"));
     }
-    if failures.is_empty() {
-        view.say("  result: OK");
-        ExitCode::SUCCESS
-    } else {
+    if !failures.is_empty() {
         view.say("  result: FAILED");
         ExitCode::from(1)
+    } else if !not_shown.is_empty() {
+        view.say(&format!(
+            "  result: INCOMPLETE: every invariant held, but NOT shown: {}",
+            not_shown.join("; ")
+        ));
+        ExitCode::from(3)
+    } else {
+        view.say("  result: OK");
+        ExitCode::SUCCESS
     }
 }

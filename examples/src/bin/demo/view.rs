@@ -101,3 +101,13 @@ pub fn bar(done: u64, total: u64, width: usize) -> String {
         .map_or(width, |f| usize::try_from(f).unwrap_or(width));
     format!("[{}{}]", "#".repeat(filled), "·".repeat(width - filled))
 }
+
+/// A duration in seconds, two decimals: `1.25 s`.
+pub fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// `n` and the word for it: `1 item`, `2 items`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
