@@ -330,6 +330,28 @@ async fn style() -> Response {
     asset(STYLE, "text/css; charset=utf-8")
 }
 
+/// The host names a page served on `addr` should answer to ([`Options::hosts`]): on
+/// a loopback address, `localhost` and the address itself (so that no other site's
+/// page can read it through a DNS name rebound to 127.0.0.1); none (any host) for
+/// another address.
+///
+/// ```
+/// use liveness_dashboard::loopback_hosts;
+/// assert_eq!(loopback_hosts("127.0.0.1:9464".parse().unwrap()), ["localhost", "127.0.0.1"]);
+/// assert!(loopback_hosts("[::1]:9464".parse().unwrap()).contains(&"[::1]".to_string()));
+/// assert!(loopback_hosts("0.0.0.0:9464".parse().unwrap()).is_empty());
+/// ```
+pub fn loopback_hosts(addr: std::net::SocketAddr) -> Vec<String> {
+    if !addr.ip().is_loopback() {
+        return Vec::new();
+    }
+    let mut hosts = vec!["localhost".to_string(), addr.ip().to_string()];
+    if let std::net::IpAddr::V6(ip) = addr.ip() {
+        hosts.push(format!("[{ip}]"));
+    }
+    hosts
+}
+
 /// `url` with its password (in the user part, or a `password=` query parameter)
 /// replaced by `***`: what [`Options::store_description`] may show.
 ///

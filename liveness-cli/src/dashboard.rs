@@ -96,7 +96,7 @@ impl Mount {
             later,
             actions: args.actions()?,
             checker,
-            hosts: loopback_hosts(addr),
+            hosts: liveness_dashboard::loopback_hosts(addr),
         };
         Ok((mount, router))
     }
@@ -123,20 +123,6 @@ impl Mount {
     }
 }
 
-/// The host names a page on a loopback address is reached by (so that no other
-/// site's page can read it through a DNS name rebound to 127.0.0.1); none (any host)
-/// for another address.
-fn loopback_hosts(addr: SocketAddr) -> Vec<String> {
-    if !addr.ip().is_loopback() {
-        return Vec::new();
-    }
-    let mut hosts = vec!["localhost".to_string(), addr.ip().to_string()];
-    if let IpAddr::V6(ip) = addr.ip() {
-        hosts.push(format!("[{ip}]"));
-    }
-    hosts
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,14 +142,5 @@ mod tests {
             "0.0.0.0:80"
         );
         assert!(parse_http_addr("nowhere").is_err());
-    }
-
-    #[test]
-    fn a_loopback_dashboard_answers_only_loopback_names() {
-        let v4 = loopback_hosts("127.0.0.1:9464".parse().unwrap());
-        assert_eq!(v4, ["localhost", "127.0.0.1"]);
-        let v6 = loopback_hosts("[::1]:9464".parse().unwrap());
-        assert!(v6.contains(&"[::1]".to_string()), "{v6:?}");
-        assert!(loopback_hosts("0.0.0.0:9464".parse().unwrap()).is_empty());
     }
 }
