@@ -38,6 +38,12 @@ pub enum LostCause {
     /// release) may be gone, so it is not renewed. Its items go back to the queue when
     /// it is reaped; acquire again for a new token.
     Failover,
+    /// The member's work made no progress (no claim, completion, failure or
+    /// [`Member::progress`](crate::Member::progress)) for its
+    /// [`progress_timeout`](crate::MemberConfig::progress_timeout): its watchdog told the
+    /// work to stop, gave it the safety margin, handed its items back and released the
+    /// lease. Answered by the member's own checks, never by a store.
+    Stalled,
 }
 
 impl std::fmt::Display for LostCause {
@@ -48,6 +54,7 @@ impl std::fmt::Display for LostCause {
             LostCause::Released => "released or reaped",
             LostCause::GaveUp => "given up by its holder (local safety deadline passed)",
             LostCause::Failover => "drawn before a failover that may have lost its writes",
+            LostCause::Stalled => "released by its watchdog: its work made no progress in time",
         })
     }
 }

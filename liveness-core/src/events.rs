@@ -25,6 +25,11 @@ pub enum HolderLoss {
     /// restore from an older backup, a failover to a stale replica). Not a release:
     /// items may be gone and tokens will repeat. Page somebody.
     StoreLostState,
+    /// The member's work made no progress for its
+    /// [`progress_timeout`](crate::MemberConfig::progress_timeout): the member's
+    /// watchdog stopped the work and released the lease ([`LostCause::Stalled`]); the
+    /// rest of the process is untouched.
+    Stalled,
 }
 
 /// A step of a checker round (see [`Checker::round`](crate::Checker::round)).

@@ -575,12 +575,16 @@ struct Unfinished<'a>(Option<&'a Standing>);
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(standing) = self.0 {
-            tracing::error!(
-                key = %standing.key(),
-                token = %standing.token(),
-                panicked = std::thread::panicking(),
-                "the heartbeat ended without an answer: the lease counts as lost"
-            );
+            // Dropped after the holder itself gave the lease up (a stalled member's
+            // watchdog): nothing unexpected.
+            if standing.lost().is_none() {
+                tracing::error!(
+                    key = %standing.key(),
+                    token = %standing.token(),
+                    panicked = std::thread::panicking(),
+                    "the heartbeat ended without an answer: the lease counts as lost"
+                );
+            }
             standing.lose(LostCause::GaveUp);
         }
     }

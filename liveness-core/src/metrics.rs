@@ -193,6 +193,7 @@ impl HolderMetrics {
             HolderLoss::Store(LostCause::GaveUp) | HolderLoss::Deadline => "deadline",
             HolderLoss::Fault => "fault",
             HolderLoss::StoreLostState => "store_lost_state",
+            HolderLoss::Stalled | HolderLoss::Store(LostCause::Stalled) => "stalled",
         };
         self.labels
             .counter(LEASES_LOST_TOTAL, &[self.role.label(), ("reason", reason)])

@@ -12,7 +12,7 @@
 //! store answers [`Error::Fenced`].
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::batch::{acquire_via, renew_via, Batcher};
 use crate::clock::{Clock, HostClock};
-use crate::error::{Error, LostCause, Result};
+use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig, Standing};
 use crate::item::{Item, ItemId, ItemState, RequestId};
@@ -68,6 +68,17 @@ pub struct MemberConfig {
     /// members due within its window, instead of one round trip each; default none.
     /// Each lease's deadline still counts from its own request's send time.
     pub batcher: Option<Batcher>,
+    /// The member's watchdog, for work that is stuck while the process is fine: when
+    /// set, a member whose work makes no progress — no [`Member::claim`],
+    /// [`Member::complete`], [`Member::fail`] or [`Member::progress`] — for this long
+    /// is stalled: its work is told to stop ([`LostCause::Stalled`]; its cancellation
+    /// fires and its checks answer `Lost`), given the safety margin, its items are
+    /// handed back (an attempt each) and its lease released; it then re-joins under a
+    /// new token if [`MemberConfig::rejoin`] says so. Other members of the process are
+    /// untouched. A completion the stuck work reports later is `Fenced`. Work that
+    /// legitimately takes longer calls [`Member::progress`] while it runs. Default
+    /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`].
+    pub progress_timeout: Option<Duration>,
 }
 
 impl MemberConfig {
@@ -84,6 +95,7 @@ impl MemberConfig {
             events: EventBus::default(),
             clock: Arc::new(HostClock::new()),
             batcher: None,
+            progress_timeout: None,
         })
     }
 
@@ -128,7 +140,39 @@ impl MemberConfig {
         self.clock = clock;
         self
     }
+
+    /// Starts a watchdog that releases the member when its work makes no progress
+    /// for `timeout` ([`MemberConfig::progress_timeout`]).
+    pub fn progress_timeout(mut self, timeout: Duration) -> Self {
+        self.progress_timeout = Some(timeout);
+        self
+    }
+
+    /// `InvalidInput` naming the field when a setting is out of range.
+    fn validate(&self) -> Result<()> {
+        self.heartbeat.validate()?;
+        match self.progress_timeout {
+            Some(got) if got < MIN_PROGRESS_TIMEOUT => Err(Error::invalid(
+                "progress_timeout",
+                InputProblem::TooShort {
+                    min: MIN_PROGRESS_TIMEOUT,
+                    got,
+                },
+            )),
+            Some(got) if got > MAX_GRACE => Err(Error::invalid(
+                "progress_timeout",
+                InputProblem::TooLongDuration {
+                    max: MAX_GRACE,
+                    got,
+                },
+            )),
+            _ => Ok(()),
+        }
+    }
 }
+
+/// The shortest [`MemberConfig::progress_timeout`]: 10 ms.
+pub const MIN_PROGRESS_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// One lease of a member, with the cancellation signal of the work done under it.
 #[derive(Clone, Debug)]
@@ -249,6 +293,9 @@ struct Inner {
     unanswered: Mutex<Vec<(FencingToken, RequestId, usize)>>,
     /// Items whose `complete` or `fail` answered `Unavailable` (it may have applied).
     unsure: Mutex<HashSet<ItemId>>,
+    /// When the work last made progress, on the member's clock ([`Clock::boot`], in
+    /// nanoseconds): what the watchdog reads.
+    progress: AtomicU64,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -262,6 +309,20 @@ struct Inner {
 #[derive(Clone, Debug)]
 pub struct Member {
     inner: Arc<Inner>,
+}
+
+impl Inner {
+    /// Records that the work made progress now (see [`Member::progress`]).
+    fn note_progress(&self) {
+        let now = u64::try_from(self.config.clock.boot().as_nanos()).unwrap_or(u64::MAX);
+        self.progress.store(now, Ordering::Relaxed);
+    }
+
+    /// How long the work has made no progress, by the member's clock right now.
+    fn idle(&self) -> Duration {
+        let last = Duration::from_nanos(self.progress.load(Ordering::Relaxed));
+        self.config.clock.boot().saturating_sub(last)
+    }
 }
 
 impl Drop for Inner {
@@ -286,7 +347,7 @@ impl Member {
     /// was lost) is recognised as its own ghost and adopted. Another instance's lease
     /// is never taken for one, whatever its configured id: that is `Held`.
     pub async fn join(store: Arc<dyn Store>, mut config: MemberConfig) -> Result<Member> {
-        config.heartbeat.validate()?;
+        config.validate()?;
         config.holder = config.holder.instance();
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
         let metrics = HolderMetrics::new(&*store, Role::Member);
@@ -343,8 +404,10 @@ impl Member {
             let_go: Arc::new(Notify::new()),
             unanswered: Mutex::new(Vec::new()),
             unsure: Mutex::new(HashSet::new()),
+            progress: AtomicU64::new(0),
             task: Mutex::new(None),
         });
+        inner.note_progress();
         let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
         *lock(&inner.task) = Some(task);
         Ok(Member { inner })
@@ -392,6 +455,14 @@ impl Member {
         &self.inner.config.events
     }
 
+    /// Tells the watchdog ([`MemberConfig::progress_timeout`]) that the work is moving:
+    /// call it from work that takes longer than the timeout between claims,
+    /// completions and failures (which count by themselves). Cheap: one clock read and
+    /// one atomic store.
+    pub fn progress(&self) {
+        self.inner.note_progress();
+    }
+
     /// Claims up to `n` pending items under the current lease.
     ///
     /// Returns no items while the member is leaving or its current generation fails
@@ -412,6 +483,7 @@ impl Member {
     /// whose lease is lost meanwhile needs no repeat: the old token's items are
     /// requeued with it.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
+        self.inner.note_progress();
         let gen = self.generation();
         if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
@@ -471,6 +543,7 @@ impl Member {
     /// is gone was completed by that earlier call (a live token's items move only
     /// through its own calls), so it answers `Ok`.
     pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
+        self.inner.note_progress();
         if let Some(refused) = self.refused_past_deadline("complete", claimed) {
             return refused;
         }
@@ -495,6 +568,7 @@ impl Member {
     /// applied fail answers the state that fail gave the item. Past the local
     /// deadline it is `Fenced` at once, without a round trip, like `complete`.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
+        self.inner.note_progress();
         if let Some(refused) = self.refused_past_deadline("fail", claimed) {
             return refused;
         }

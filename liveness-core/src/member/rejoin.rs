@@ -25,9 +25,17 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
     };
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let end = heartbeat
-            .keep_alive(gen.lease.clone(), sent, &gen.standing)
-            .await;
+        let alive = heartbeat.keep_alive(gen.lease.clone(), sent, &gen.standing);
+        let end = match config.progress_timeout {
+            None => alive.await,
+            Some(timeout) => tokio::select! {
+                end = alive => end,
+                () = stalled(&inner, timeout, &gen.standing) => {
+                    metrics.lost(HolderLoss::Stalled);
+                    End::Lost(gen.lease.clone(), HolderLoss::Stalled)
+                }
+            },
+        };
         let (old, reason) = match end {
             End::Stopped(lease) => {
                 if let Some(inner) = inner.upgrade() {
@@ -42,6 +50,11 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
             token: old.token,
             reason,
         });
+        if reason == HolderLoss::Stalled
+            && !release_stalled(&inner, &store, &old, config.heartbeat.safety_margin, &stop).await
+        {
+            return;
+        }
         let leaving = inner
             .upgrade()
             .is_none_or(|i| i.leaving.load(Ordering::SeqCst));
@@ -55,7 +68,7 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
         // itself (an acquire reaps the expired lease on its key in the same atomic
         // step; a lease still live by the store's clock is answered `Held` with the old
         // token and released): no separate release round trip per loss.
-        if !matches!(reason, HolderLoss::Store(_))
+        if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled)
             && !gen
                 .standing
                 .wait_store_expiry(config.heartbeat.tick(), &stop)
@@ -70,6 +83,8 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
+                // A new generation's work starts with a clean slate for the watchdog.
+                inner.note_progress();
                 inner.generation.send_replace(gen.clone());
             }
             None => return,
@@ -198,4 +213,71 @@ pub(super) async fn rejoin(
             _ = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// The member's watchdog ([`MemberConfig::progress_timeout`]): returns once the work
+/// has made no progress for `timeout` by the member's clock, after marking the
+/// generation's standing lost ([`LostCause::Stalled`]: its cancellation fires, its
+/// checks answer `Lost`). Never while the member is leaving; never once it is gone.
+async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, standing: &Standing) {
+    loop {
+        let idle = match inner.upgrade() {
+            Some(i) if i.leaving.load(Ordering::SeqCst) => Duration::ZERO,
+            Some(i) => i.idle(),
+            None => return std::future::pending().await,
+        };
+        if idle >= timeout {
+            standing.lose(LostCause::Stalled);
+            return;
+        }
+        tokio::time::sleep(timeout - idle).await;
+    }
+}
+
+/// After a stall: gives the stopped work the safety `margin`, then hands back (an
+/// attempt each) the items the member still owns under `old`, and releases `old`.
+/// Until then the lease stays live in the store, so no item is handed to anybody
+/// else before its work was told to stop and had the margin to do so. What cannot be
+/// handed back or released now (the store unreachable) the checker requeues once the
+/// lease expires. False when `stop` fired first (the member is leaving or gone).
+async fn release_stalled(
+    inner: &std::sync::Weak<Inner>,
+    store: &Arc<dyn Store>,
+    old: &Lease,
+    margin: Duration,
+    stop: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => return false,
+        _ = tokio::time::sleep(margin) => {}
+    }
+    let items: Vec<ItemId> = match inner.upgrade() {
+        Some(i) => {
+            let mut owned = lock(&i.owned);
+            let ids: Vec<ItemId> = owned
+                .iter()
+                .filter(|(_, (token, _))| *token == old.token)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().for_each(|id| {
+                owned.remove(id);
+            });
+            ids
+        }
+        None => return false,
+    };
+    for id in items {
+        if let Err(e) = store.fail(old, id, true).await {
+            tracing::warn!(key = %old.key, item = %id, error = %e, "could not hand back a stalled member's item");
+        }
+    }
+    match store.release(old).await {
+        Ok(_) => {
+            tracing::warn!(key = %old.key, token = %old.token, "a stalled member's work was stopped and its lease released")
+        }
+        Err(e) => {
+            tracing::warn!(key = %old.key, error = %e, "could not release a stalled member's lease: it expires")
+        }
+    }
+    true
 }

@@ -49,6 +49,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
                         HolderLoss::Deadline => "its local safety deadline passed".to_owned(),
                         HolderLoss::Fault => "a store fault".to_owned(),
                         HolderLoss::StoreLostState => "the store lost its state".to_owned(),
+                        HolderLoss::Stalled => "its watchdog: no progress in time".to_owned(),
                     },
                 },
                 _ => continue,
