@@ -82,6 +82,24 @@ const FEATURES: &[(&str, &[&str])] = &[
     ("fdb", &["fdb"]),
 ];
 
+/// The cargo feature of the `liveness` crate that adds the backend of URL scheme
+/// `scheme` (`"redis"` for `rediss`), whether or not this build has it; `None` for
+/// `memory` and for a scheme no backend of the workspace serves. What a program built
+/// without that backend can tell its user to turn on.
+///
+/// ```
+/// assert_eq!(liveness::feature_of("rediss"), Some("redis"));
+/// assert_eq!(liveness::feature_of("postgresql"), Some("postgres"));
+/// assert_eq!(liveness::feature_of("nope"), None);
+/// ```
+pub fn feature_of(scheme: &str) -> Option<&'static str> {
+    let scheme = scheme.to_ascii_lowercase();
+    FEATURES
+        .iter()
+        .find(|(_, schemes)| schemes.contains(&scheme.as_str()))
+        .map(|(feature, _)| *feature)
+}
+
 /// Every URL scheme [`connect`] serves in this build: `memory`, and the schemes of
 /// each backend compiled in through its cargo feature.
 pub fn schemes() -> Vec<&'static str> {
@@ -160,10 +178,7 @@ async fn open(url: &str, existing_only: bool) -> Result<Arc<dyn Store>> {
         };
         return connect(url).await.map(checked);
     }
-    if let Some((feature, _)) = FEATURES
-        .iter()
-        .find(|(_, schemes)| schemes.contains(&scheme.as_str()))
-    {
+    if let Some(feature) = feature_of(&scheme) {
         return Err(Error::invalid(
             "url",
             InputProblem::BadValue {

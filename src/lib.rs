@@ -4,7 +4,7 @@
 pub use liveness_core::*;
 
 mod connect;
-pub use connect::{connect, connect_existing, schemes, MEMORY_URL};
+pub use connect::{connect, connect_existing, feature_of, schemes, MEMORY_URL};
 
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]

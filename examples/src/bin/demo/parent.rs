@@ -83,6 +83,19 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return setup_error(format!("--ttl: {e}")),
     };
+    let scheme = url
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if let Some(feature) = liveness::feature_of(&scheme) {
+        if !liveness::schemes().contains(&scheme.as_str()) {
+            return setup_error(format!(
+                "this demo was built without the {feature} backend that `{scheme}://` needs: \
+                 run it with `cargo run -p examples --features {feature} --bin demo -- --store …`"
+            ));
+        }
+    }
     let store: Arc<dyn Store> = match liveness::connect(&url).await {
         Ok(s) => s,
         Err(e) => return setup_error(format!("cannot open the store {url}: {e}")),
