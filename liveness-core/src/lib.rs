@@ -8,6 +8,7 @@ pub mod checked;
 pub mod checker;
 pub mod clock;
 pub mod durability;
+mod each;
 pub mod election;
 pub mod error;
 pub mod events;

@@ -76,7 +76,6 @@
 //!   changes nothing: [`CheckInput`](crate::CheckInput) does it before the store is
 //!   called.
 
-use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -92,6 +91,9 @@ use crate::lease::{
     DEFAULT_DEATH_RETENTION,
 };
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+
+pub use crate::each::{acquire_each, renew_each};
+pub(crate) use crate::each::{reap_each, requeue_each};
 
 /// What a store declares about itself. The conformance suite and the state machines
 /// choose their behaviour from it.
@@ -709,58 +711,6 @@ pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result
         return Err(Error::invalid(what, InputProblem::TooLong { max, len }));
     }
     Ok(())
-}
-
-/// Answers each entry of a batch by its own `call`, one after the other, in order.
-async fn one_by_one<'a, E, T, F>(entries: &'a [E], call: impl Fn(&'a E) -> F) -> Vec<Result<T>>
-where
-    F: Future<Output = Result<T>>,
-{
-    let mut out = Vec::with_capacity(entries.len());
-    for entry in entries {
-        out.push(call(entry).await);
-    }
-    out
-}
-
-/// [`LeaseStore::acquire_many`] as one `acquire` after the other (the trait's
-/// default). A native `acquire_many` may fall back to it for a batch its one step
-/// cannot take.
-pub async fn acquire_each<S: LeaseStore + ?Sized>(
-    store: &S,
-    asks: &[Acquire],
-) -> Result<Vec<Result<Lease>>> {
-    check_batch(store.capabilities(), "acquires", asks.len())?;
-    Ok(one_by_one(asks, |ask| store.acquire(&ask.key, &ask.holder, ask.ttl)).await)
-}
-
-/// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
-/// A native `renew_many` falls back to it for a batch its one step cannot take, such
-/// as one with a foreign lease (each `renew` then refuses just that one).
-pub async fn renew_each<S: LeaseStore + ?Sized>(
-    store: &S,
-    leases: &[Lease],
-) -> Result<Vec<Result<Lease>>> {
-    check_batch(store.capabilities(), "leases", leases.len())?;
-    Ok(one_by_one(leases, |lease| store.renew(lease)).await)
-}
-
-/// [`LeaseStore::reap_many`] as one `reap` after the other (the trait's default).
-pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
-    store: &S,
-    expired: &[(Key, FencingToken)],
-) -> Result<Vec<Result<bool>>> {
-    check_batch(store.capabilities(), "expired", expired.len())?;
-    Ok(one_by_one(expired, |(key, token)| store.reap(key, *token)).await)
-}
-
-/// [`ItemStore::requeue_orphans_many`] as one `requeue_orphans` after the other (the
-/// trait's default).
-pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
-    store: &S,
-    tokens: &[FencingToken],
-) -> Result<Vec<Result<Requeued>>> {
-    Ok(one_by_one(tokens, |token| store.requeue_orphans(*token)).await)
 }
 
 /// Which page of a listing to read ([`LeaseStore::members`], [`ItemStore::items`]):
