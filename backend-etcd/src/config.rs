@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use liveness_core::url::{bad_value, Authority, Param, UrlForm};
+use liveness_core::url::{bad_value, Authority, Param, StoreUrl, UrlForm};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 const DEFAULT_PORT: u16 = 2379;
@@ -44,16 +44,18 @@ pub const URL: UrlForm = UrlForm {
 ///
 /// Several comma-separated members may be given; the port defaults to 2379.
 /// `user:password` (percent-encoded) turns on etcd's user/password authentication. The
-/// password never appears in `Debug` output.
+/// password never appears in `Debug` output (the URL is kept as a [`StoreUrl`], whose
+/// `Debug` hides it).
 ///
 /// The builder: `with_<field>` setters return the changed configuration, wrapped in
 /// a `Result` where the value can be wrong (a zero timeout or retention is
 /// [`Error::InvalidInput`] naming the field); accessors read what other code needs.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct EtcdConfig {
+    /// The URL parsed: where `user:password` is read from.
+    url: StoreUrl,
     endpoints: Vec<String>,
     namespace: Namespace,
-    user: Option<(String, String)>,
     tls: Option<TlsConfig>,
     timeout: Duration,
     connect_timeout: Duration,
@@ -72,20 +74,6 @@ pub(crate) struct TlsConfig {
     pub(crate) domain: Option<String>,
 }
 
-impl std::fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("namespace", &self.namespace)
-            .field("user", &self.user.as_ref().map(|(u, _)| u))
-            .field("tls", &self.tls)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("death_retention", &self.death_retention)
-            .finish()
-    }
-}
-
 impl EtcdConfig {
     /// Parses an `etcd://` or `etcds://` URL with [`URL`] (see the type's docs and the
     /// crate docs' table).
@@ -101,11 +89,9 @@ impl EtcdConfig {
         if !matches!(parsed.path(), "" | "/") {
             return Err(URL.malformed());
         }
-        let user = match (parsed.user(), parsed.password()) {
-            (None, None) => None,
-            (Some(name), Some(password)) => Some((name.to_owned(), password.to_owned())),
-            _ => return Err(URL.malformed()),
-        };
+        if parsed.user().is_some() != parsed.password().is_some() {
+            return Err(URL.malformed());
+        }
         let tls = parsed.scheme() == "etcds";
         let http = if tls { "https" } else { "http" };
         let endpoints = parsed
@@ -153,7 +139,6 @@ impl EtcdConfig {
         Ok(EtcdConfig {
             endpoints,
             namespace: parsed.namespace()?,
-            user,
             tls: tls.then_some(t),
             timeout: parsed.millis(TIMEOUT_MS)?.unwrap_or(Duration::from_secs(5)),
             connect_timeout: parsed
@@ -161,6 +146,7 @@ impl EtcdConfig {
                 .unwrap_or(Duration::from_secs(3)),
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             existing_only: false,
+            url: parsed,
         })
     }
 
@@ -234,8 +220,8 @@ impl EtcdConfig {
     }
 
     /// The user name and password of etcd's authentication, if any.
-    pub(crate) fn user(&self) -> Option<&(String, String)> {
-        self.user.as_ref()
+    pub(crate) fn user(&self) -> Option<(&str, &str)> {
+        self.url.user().zip(self.url.password())
     }
 
     /// The TLS settings of an `etcds://` URL (`None` for `etcd://`).
@@ -253,14 +239,16 @@ mod tests {
         let c = EtcdConfig::from_url("etcd://127.0.0.1:2379?ns=abc").unwrap();
         assert_eq!(c.endpoints, vec!["http://127.0.0.1:2379"]);
         assert_eq!(c.namespace.as_str(), "abc");
-        assert!(c.tls.is_none() && c.user.is_none());
+        assert!(c.tls.is_none() && c.user().is_none());
         let c = EtcdConfig::from_url("etcd://a,b:1/").unwrap();
         assert_eq!(c.endpoints, vec!["http://a:2379", "http://b:1"]);
         assert_eq!(c.namespace.as_str(), "default");
         let c = EtcdConfig::from_url("etcd://root:p%40ss@h:1?timeout_ms=100").unwrap();
-        assert_eq!(c.user, Some(("root".into(), "p@ss".into())));
+        assert_eq!(c.user(), Some(("root", "p@ss")));
         assert_eq!(c.timeout, Duration::from_millis(100));
-        assert!(!format!("{c:?}").contains("p@ss"));
+        let shown = format!("{:?}", c.with_existing_only(true));
+        assert!(!shown.contains("p@ss"), "{shown}");
+        assert!(shown.contains("existing_only: true"), "{shown}");
         let c = EtcdConfig::from_url("etcd://[::1]:5").unwrap();
         assert_eq!(c.endpoints, vec!["http://[::1]:5"]);
     }

@@ -198,9 +198,7 @@ impl EtcdStore {
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(false);
         if let Some((user, password)) = config.user() {
-            opts = opts
-                .with_user(user.clone(), password.clone())
-                .with_auto_token_refresh(true);
+            opts = opts.with_user(user, password).with_auto_token_refresh(true);
         }
         if let Some(tls) = config.tls() {
             opts = with_tls(opts, tls)?;

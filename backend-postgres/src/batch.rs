@@ -130,6 +130,26 @@ swept AS (
 SELECT token, id, state FROM moved ORDER BY token, id
 "#;
 
+/// The key columns of a batch statement, `$1` spaces and `$2` names: one element per
+/// entry, in the order the entries are pushed.
+#[derive(Default)]
+struct KeyColumns {
+    spaces: Vec<String>,
+    names: Vec<String>,
+}
+
+impl KeyColumns {
+    fn push(&mut self, key: &Key) {
+        self.spaces.push(key.space().as_str().to_owned());
+        self.names.push(key.name().as_str().to_owned());
+    }
+
+    /// The statement `sql` with these columns bound as `$1` and `$2`.
+    fn query(self, sql: &'static str) -> Query<'static> {
+        sqlx::query(sql).bind(self.spaces).bind(self.names)
+    }
+}
+
 impl PostgresStore {
     /// Every row of a batch statement that records deaths ([`ACQUIRE_MANY`],
     /// [`REAP_MANY`]): `q` has its per-entry arrays bound, and its last two
@@ -144,19 +164,14 @@ impl PostgresStore {
         if asks.is_empty() {
             return Ok(Vec::new());
         }
-        let (mut spaces, mut names, mut holders, mut ttls) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut keys = KeyColumns::default();
+        let (mut holders, mut ttls) = (Vec::new(), Vec::new());
         for ask in asks {
-            spaces.push(ask.key.space().as_str().to_owned());
-            names.push(ask.key.name().as_str().to_owned());
+            keys.push(&ask.key);
             holders.push(ask.holder.as_str().to_owned());
             ttls.push(ttl_ms(ask.ttl));
         }
-        let q = sqlx::query(ACQUIRE_MANY)
-            .bind(spaces)
-            .bind(names)
-            .bind(holders)
-            .bind(ttls);
+        let q = keys.query(ACQUIRE_MANY).bind(holders).bind(ttls);
         let rows = self.fetch_recording_deaths(q).await?;
         if rows.len() != asks.len() {
             return Err(corrupt(format!(
@@ -184,19 +199,14 @@ impl PostgresStore {
     /// `renew_many` (not empty): one [`RENEW_MANY`] for the whole batch; each lease it
     /// did not renew is answered by `renew_why`.
     pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        let (mut spaces, mut names, mut tokens, mut ttls) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut keys = KeyColumns::default();
+        let (mut tokens, mut ttls) = (Vec::new(), Vec::new());
         for lease in leases {
-            spaces.push(lease.key.space().as_str().to_owned());
-            names.push(lease.key.name().as_str().to_owned());
+            keys.push(&lease.key);
             tokens.push(db_token(lease.token));
             ttls.push(ttl_ms(lease.ttl));
         }
-        let q = sqlx::query(RENEW_MANY)
-            .bind(spaces)
-            .bind(names)
-            .bind(tokens)
-            .bind(ttls);
+        let q = keys.query(RENEW_MANY).bind(tokens).bind(ttls);
         let mut renewed = HashSet::new();
         for row in self.db().fetch_all(q).await? {
             let space: String = get(&row, 0)?;
@@ -231,15 +241,14 @@ impl PostgresStore {
         let mut sent = HashSet::new();
         // Where each sent entry is in `expired`, in the order sent.
         let mut positions = Vec::new();
-        let (mut spaces, mut names, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut keys, mut tokens) = (KeyColumns::default(), Vec::new());
         for (at, (key, token)) in expired.iter().enumerate() {
             let Ok(db) = i64::try_from(token.0) else {
                 continue;
             };
             if sent.insert((key, db)) {
                 positions.push(at);
-                spaces.push(key.space().as_str().to_owned());
-                names.push(key.name().as_str().to_owned());
+                keys.push(key);
                 tokens.push(db);
             }
         }
@@ -247,7 +256,7 @@ impl PostgresStore {
         if tokens.is_empty() {
             return Ok(out);
         }
-        let q = sqlx::query(REAP_MANY).bind(spaces).bind(names).bind(tokens);
+        let q = keys.query(REAP_MANY).bind(tokens);
         let rows = self.fetch_recording_deaths(q).await?;
         for row in &rows {
             let i: i64 = get(row, 0)?;

@@ -148,6 +148,16 @@ fn stop_streaming(pair: &PgPair) {
     });
 }
 
+/// The primary dies and the standby is promoted; the forwarder sends the stores to
+/// it.
+fn fail_over(pair: &mut PgPair) {
+    tokio::task::block_in_place(|| {
+        pair.kill_primary();
+        pair.promote().unwrap();
+        pair.proxy().switch(pair.standby_port());
+    });
+}
+
 /// A fresh namespace on `pair` with `items` items enqueued and one member (ttl 3 s)
 /// joined: its store, a second store for a checker, and the member.
 async fn one_member(
@@ -452,11 +462,7 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
     }
     let max_before = *tokens.iter().max().unwrap();
 
-    tokio::task::block_in_place(|| {
-        pair.kill_primary();
-        pair.promote().unwrap();
-        pair.proxy().switch(pair.standby_port());
-    });
+    fail_over(&mut pair);
 
     // The member finds its lease superseded on the new primary and re-joins; the
     // lease the promotion revived must not come back to it.
@@ -511,11 +517,7 @@ async fn a_completion_the_promotion_lost_is_handed_back() {
 
     // Acknowledged by the primary, never seen by the standby.
     member.complete(&claimed[0]).await.unwrap();
-    tokio::task::block_in_place(|| {
-        pair.kill_primary();
-        pair.promote().unwrap();
-        pair.proxy().switch(pair.standby_port());
-    });
+    fail_over(&mut pair);
     drop(claimed);
     complete_all(&store, checker_store, &member, &before).await;
     assert!(

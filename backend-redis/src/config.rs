@@ -62,17 +62,17 @@ pub const URL: UrlForm = UrlForm {
 /// ```
 ///
 /// The password never appears in `Debug` output.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RedisConfig {
     /// The URL handed to the redis client (without this crate's own parameters).
-    client_url: url::Url,
+    client_url: ClientUrl,
     namespace: Namespace,
     ca: Option<CaSource>,
     response_timeout: Duration,
     connect_timeout: Duration,
     /// Redis Cluster mode: the node URLs to learn the slot map from (the URL's own
     /// node first); empty for a single server.
-    cluster_nodes: Vec<url::Url>,
+    cluster_nodes: Vec<ClientUrl>,
     /// Whether a server that may lose acknowledged writes is refused (the default)
     /// or accepted (`durability=relaxed`).
     durability: Durability,
@@ -85,36 +85,43 @@ pub struct RedisConfig {
     wait: Option<u32>,
 }
 
-/// Where the root certificate for `rediss://` comes from.
-#[derive(Clone, Debug)]
+/// Where the root certificate for `rediss://` comes from (its `Debug` shows a PEM
+/// given in memory as `<pem>`).
+#[derive(Clone)]
 pub(crate) enum CaSource {
     File(PathBuf),
     Pem(Vec<u8>),
 }
 
-impl std::fmt::Debug for RedisConfig {
+impl std::fmt::Debug for CaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut shown = self.client_url.clone();
+        match self {
+            CaSource::File(path) => path.fmt(f),
+            CaSource::Pem(_) => f.write_str("<pem>"),
+        }
+    }
+}
+
+/// A URL handed to the redis client, which may hold the password: its `Debug` shows
+/// `<redacted>` in the password's place.
+#[derive(Clone)]
+pub(crate) struct ClientUrl(url::Url);
+
+impl std::ops::Deref for ClientUrl {
+    type Target = url::Url;
+
+    fn deref(&self) -> &url::Url {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ClientUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.0.clone();
         if shown.password().is_some() {
             let _ = shown.set_password(Some("<redacted>"));
         }
-        f.debug_struct("RedisConfig")
-            .field("url", &shown.as_str())
-            .field("namespace", &self.namespace)
-            .field("cluster_nodes", &self.cluster_nodes.len())
-            .field(
-                "ca",
-                &self.ca.as_ref().map(|c| match c {
-                    CaSource::File(p) => p.display().to_string(),
-                    CaSource::Pem(_) => "<pem>".to_owned(),
-                }),
-            )
-            .field("response_timeout", &self.response_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("durability", &self.durability)
-            .field("death_retention", &self.death_retention)
-            .field("wait", &self.wait)
-            .finish()
+        shown.as_str().fmt(f)
     }
 }
 
@@ -168,9 +175,9 @@ impl RedisConfig {
                 ))
             }
             (true, seeds) => {
-                let mut nodes = vec![client_url.clone()];
+                let mut nodes = vec![ClientUrl(client_url.clone())];
                 for seed in seeds.into_iter().flat_map(|s| s.split(',')) {
-                    nodes.push(seed_url(&client_url, seed)?);
+                    nodes.push(ClientUrl(seed_url(&client_url, seed)?));
                 }
                 nodes
             }
@@ -184,7 +191,7 @@ impl RedisConfig {
             (false, None) => Vec::new(),
         };
         Ok(RedisConfig {
-            client_url,
+            client_url: ClientUrl(client_url),
             namespace: parsed.namespace()?,
             ca,
             response_timeout: parsed.millis(TIMEOUT_MS)?.unwrap_or(Duration::from_secs(2)),
@@ -256,10 +263,7 @@ impl RedisConfig {
 
     /// The same configuration with another response timeout (zero is `InvalidInput`).
     pub fn with_response_timeout(mut self, timeout: Duration) -> Result<RedisConfig> {
-        if timeout.is_zero() {
-            return Err(Error::invalid("timeout", InputProblem::Zero));
-        }
-        self.response_timeout = timeout;
+        self.response_timeout = non_zero("timeout", timeout)?;
         Ok(self)
     }
 
@@ -276,10 +280,7 @@ impl RedisConfig {
     /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
     /// `InvalidInput`).
     pub fn with_death_retention(mut self, keep: usize) -> Result<RedisConfig> {
-        if keep == 0 {
-            return Err(Error::invalid("death_retention", InputProblem::Zero));
-        }
-        self.death_retention = keep;
+        self.death_retention = non_zero("death_retention", keep)?;
         Ok(self)
     }
 
@@ -296,10 +297,7 @@ impl RedisConfig {
     /// and the call fails with `Unavailable` when fewer replicas acknowledge. Zero is
     /// `InvalidInput`.
     pub fn with_wait(mut self, replicas: u32) -> Result<RedisConfig> {
-        if replicas == 0 {
-            return Err(Error::invalid("wait", InputProblem::Zero));
-        }
-        self.wait = Some(replicas);
+        self.wait = Some(non_zero("wait", replicas)?);
         Ok(self)
     }
 
@@ -331,9 +329,18 @@ impl RedisConfig {
 
     /// The node URLs of a Redis Cluster (the URL's own node first); empty for a
     /// single server.
-    pub(crate) fn cluster_nodes(&self) -> &[url::Url] {
+    pub(crate) fn cluster_nodes(&self) -> &[ClientUrl] {
         &self.cluster_nodes
     }
+}
+
+/// `value` for the setting `field`, or `InvalidInput` ([`InputProblem::Zero`]) when
+/// it is zero (a timeout, a retention or a number of replicas of nothing).
+fn non_zero<T: Default + PartialEq>(field: &'static str, value: T) -> Result<T> {
+    if value == T::default() {
+        return Err(Error::invalid(field, InputProblem::Zero));
+    }
+    Ok(value)
 }
 
 /// The URL of one more cluster seed `HOST:PORT`: the main URL's scheme, user,
@@ -388,7 +395,7 @@ mod tests {
         )
         .unwrap();
         assert!(c.is_cluster());
-        let nodes: Vec<&str> = c.cluster_nodes.iter().map(url::Url::as_str).collect();
+        let nodes: Vec<&str> = c.cluster_nodes.iter().map(|u| u.as_str()).collect();
         assert_eq!(
             nodes,
             [
@@ -398,6 +405,15 @@ mod tests {
             ]
         );
         assert!(!format!("{c:?}").contains("pw"));
+        // Every setting shows, the nodes and the PEM without what they hide.
+        let pem = b"-----BEGIN CERTIFICATE-----".to_vec();
+        let shown = format!("{:?}", c.with_existing_only(true).with_root_cert_pem(pem));
+        assert!(!shown.contains("pw") && !shown.contains("BEGIN"), "{shown}");
+        assert!(
+            shown.contains("node-c:7002") && shown.contains("<pem>"),
+            "{shown}"
+        );
+        assert!(shown.contains("existing_only: true"), "{shown}");
         assert!(!RedisConfig::from_url("redis://h?cluster=false")
             .unwrap()
             .is_cluster());

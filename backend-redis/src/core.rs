@@ -620,7 +620,7 @@ fn location(config: &RedisConfig) -> String {
         let db = if db.is_empty() { "0" } else { db };
         format!("{}/{db}", node(url))
     } else {
-        let mut nodes: Vec<String> = config.cluster_nodes().iter().map(node).collect();
+        let mut nodes: Vec<String> = config.cluster_nodes().iter().map(|u| node(u)).collect();
         nodes.sort();
         nodes.dedup();
         format!("cluster:{}", nodes.join(","))

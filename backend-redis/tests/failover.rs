@@ -56,6 +56,19 @@ async fn connect(cluster: &FailoverCluster, ns: Namespace) -> RedisStore {
     RedisStore::connect(config).await.unwrap()
 }
 
+/// Waits until `INFO replication` on node `node` says `says`, failing with `never`
+/// after 30 s.
+fn wait_replication(cluster: &FailoverCluster, node: usize, says: &str, never: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .cli(node, &["info", "replication"])
+        .is_ok_and(|s| s.contains(says))
+    {
+        assert!(std::time::Instant::now() < until, "{never}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
     /// SIGKILL the namespace's primary.
@@ -120,18 +133,12 @@ async fn run(fault: Fault) -> Option<Figures> {
         // not, so it starts once the replica is in sync).
         if fault == Fault::KillPrimary {
             cluster.restart(primary).unwrap();
-            let until = std::time::Instant::now() + Duration::from_secs(30);
-            while !cluster
-                .cli(primary, &["info", "replication"])
-                .map(|s| s.contains("master_link_status:up"))
-                .unwrap_or(false)
-            {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "the restarted node never synced with the new primary"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            wait_replication(
+                &cluster,
+                primary,
+                "master_link_status:up",
+                "the restarted node never synced with the new primary",
+            );
         }
     });
     let failover = fault_at.elapsed();
@@ -307,18 +314,12 @@ async fn a_replica_that_lacked_the_last_tokens_never_hands_one_out_twice() {
         let junk = format!("liveness:{{{ns}}}:junk");
         let fill = "redis.call('SET', KEYS[1], string.rep('x', 16000000)) return 1";
         cluster.cli(primary, &["eval", fill, "1", &junk]).unwrap();
-        let until = std::time::Instant::now() + Duration::from_secs(30);
-        while !cluster
-            .cli(primary, &["info", "replication"])
-            .map(|s| s.contains("connected_slaves:0"))
-            .unwrap_or(false)
-        {
-            assert!(
-                std::time::Instant::now() < until,
-                "the primary kept the replica"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_replication(
+            &cluster,
+            primary,
+            "connected_slaves:0",
+            "the primary kept the replica",
+        );
     });
     let mut before = vec![first.token];
     for i in 1..=40 {

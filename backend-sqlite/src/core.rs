@@ -500,11 +500,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
 
     let mut conn = pool.acquire().await.map_err(map)?;
     if existing_only {
-        let recorded: String = sqlx::query_scalar(RECORDED_BOOT)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(map)?;
-        if recorded == boot_id {
+        if other_boot(&mut conn, boot_id).await?.is_none() {
             return Ok(());
         }
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
@@ -518,20 +514,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
         .await
         .map_err(map)?;
     if exists.is_some() {
-        let found: Option<i64> = sqlx::query_scalar(SCHEMA_FOUND)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(map)?;
-        if let Some(found) = found.filter(|f| *f > supported) {
-            return Err(Error::backend(
-                BACKEND,
-                SchemaTooNew {
-                    location: path.display().to_string(),
-                    found,
-                    supported,
-                },
-            ));
-        }
+        schema_found(&mut tx, path, supported).await?;
     }
     // `run_direct` on the transaction's connection (sqlx's `run` would need a
     // higher-ranked `Acquire` bound that makes this future not `Send`). Each
@@ -552,13 +535,9 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
 /// reboot, exactly the first retires the old leases and no later one touches a lease
 /// written under this boot.
 async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
-    let recorded: String = sqlx::query_scalar(RECORDED_BOOT)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map)?;
-    if recorded == boot_id {
+    let Some(recorded) = other_boot(conn, boot_id).await? else {
         return Ok(());
-    }
+    };
     let retired = sqlx::query(RETIRE_ALL)
         .execute(&mut *conn)
         .await
@@ -576,6 +555,40 @@ async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result
         "first open of the file under this boot of the host: its leases are expired"
     );
     Ok(())
+}
+
+/// The schema version the file's migrations table records (`None`: no migration
+/// yet), refused as [`SchemaTooNew`] when it is newer than `supported`, the version
+/// this build's migrations reach.
+async fn schema_found(
+    conn: &mut SqliteConnection,
+    path: &Path,
+    supported: i64,
+) -> Result<Option<i64>> {
+    let found: Option<i64> = sqlx::query_scalar(SCHEMA_FOUND)
+        .fetch_one(conn)
+        .await
+        .map_err(map)?;
+    if let Some(found) = found.filter(|f| *f > supported) {
+        return Err(Error::backend(
+            BACKEND,
+            SchemaTooNew {
+                location: path.display().to_string(),
+                found,
+                supported,
+            },
+        ));
+    }
+    Ok(found)
+}
+
+/// The boot the file's expiries were last counted in, when it is not `boot_id`.
+async fn other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<Option<String>> {
+    let recorded: String = sqlx::query_scalar(RECORDED_BOOT)
+        .fetch_one(conn)
+        .await
+        .map_err(map)?;
+    Ok((recorded != boot_id).then_some(recorded))
 }
 
 /// The SQLite result code of a sqlx error (its primary code, without the extended
@@ -652,33 +665,17 @@ async fn check_existing(pool: &SqlitePool, config: &SqliteConfig) -> Result<()> 
             "a liveness database file (this one has no liveness tables; nothing was created)",
         ));
     }
-    let found: Option<i64> = sqlx::query_scalar(SCHEMA_FOUND)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map)?;
     let supported = MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0);
-    match found {
-        Some(found) if found > supported => {
-            return Err(Error::backend(
-                BACKEND,
-                SchemaTooNew {
-                    location: path.display().to_string(),
-                    found,
-                    supported,
-                },
-            ))
-        }
-        Some(found) if found == supported => {}
-        found => {
-            return Err(bad_path(
-                path,
-                &format!(
-                    "a liveness database at schema version {supported} (this one is at \
-                     version {}; a writing connection migrates it)",
-                    found.unwrap_or(0)
-                ),
-            ))
-        }
+    let found = schema_found(&mut conn, path, supported).await?;
+    if found != Some(supported) {
+        return Err(bad_path(
+            path,
+            &format!(
+                "a liveness database at schema version {supported} (this one is at \
+                 version {}; a writing connection migrates it)",
+                found.unwrap_or(0)
+            ),
+        ));
     }
     let ns = config.namespace();
     let there: Option<i64> = sqlx::query_scalar(NAMESPACE_EXISTS)

@@ -6,21 +6,12 @@
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{Error, InputProblem, LeaseStore, Ttl};
 use liveness_sqlite::SqliteStore;
-use sqlx::{Connection, Row};
+use liveness_testkit::files_in;
+use sqlx::Row;
 
 mod common;
 
 const NS: &str = "existing_test";
-
-/// The file names in `dir`, sorted.
-fn files_in(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names
-}
 
 /// Asserts `err` is bad input about `what`, its message containing every one of `says`.
 fn assert_invalid(err: &Error, what: &str, says: &[&str]) {
@@ -53,8 +44,7 @@ async fn a_missing_file_is_refused_and_not_created() {
 #[tokio::test]
 async fn an_application_database_is_refused_and_left_unchanged() {
     let (_dir, path) = common::scratch("app.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
-    let mut app = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let mut app = common::raw_connection(&path).await;
     sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
         .execute(&mut app)
         .await

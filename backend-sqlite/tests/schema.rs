@@ -10,7 +10,7 @@ use liveness_core::{
 };
 use liveness_sqlite::SqliteStore;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{Connection, SqlSafeStr};
+use sqlx::SqlSafeStr;
 
 mod common;
 
@@ -73,8 +73,7 @@ async fn a_locked_database_is_unavailable() {
     let store = SqliteStore::connect(cfg).await.unwrap();
 
     // Another "process" holds the write lock.
-    let url = format!("sqlite://{}", path.display());
-    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let mut other = common::raw_connection(&path).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)
         .await

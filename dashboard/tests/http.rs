@@ -11,8 +11,8 @@ use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use liveness_core::layer::{Intercept, Next, Reply, Request as StoreRequest, StoreBuilder};
 use liveness_core::{
-    async_trait, Acquire, EnqueueOptions, Error, HolderId, ItemStateKind, Key, Member,
-    MemberConfig, MemoryStore, Page, Result, Store, Ttl,
+    async_trait, Acquire, Error, HolderId, ItemStateKind, Key, Member, MemberConfig, MemoryStore,
+    Page, Result, Store, Ttl,
 };
 use liveness_dashboard::{redact_url, Actions, CheckerSource, CheckerState, Dashboard, Options};
 use tower::ServiceExt;
@@ -47,24 +47,10 @@ fn post(path: &str, token: Option<&str>) -> Request<Body> {
     req.body(Body::empty()).unwrap()
 }
 
-/// Enqueues `n` items and dead-letters them through a member that fails each.
+/// Enqueues `n` items (`poison pill 0`, …) and dead-letters them through a member that
+/// fails each.
 async fn dead_letters(store: &Arc<dyn Store>, n: usize) -> Vec<u64> {
-    for i in 0..n {
-        let payload = format!("poison pill {i}");
-        store
-            .enqueue(payload.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
-    let config = MemberConfig::new("failer", Ttl::from_secs(30).unwrap()).unwrap();
-    let member = Member::join(store.clone(), config).await.unwrap();
-    let mut ids = Vec::new();
-    for claimed in member.claim(n).await.unwrap() {
-        ids.push(claimed.item.id.0);
-        member.fail(&claimed, false).await.unwrap();
-    }
-    member.leave(Duration::ZERO).await.unwrap();
-    ids
+    liveness_testkit::fixtures::dead_letters(store, n, |i| format!("poison pill {i}")).await
 }
 
 fn options(actions: Actions) -> Options {

@@ -5,19 +5,18 @@
 //! the killed one is killed with SIGKILL: the store sees exactly what it sees when a
 //! worker host dies.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use liveness::{EnqueueOptions, Member, MemberConfig, Ttl};
+use common::{bounded, fresh_ns, http_get, rt, Worker, BIN};
+use liveness::EnqueueOptions;
+use liveness_testkit::fixtures::dead_letters;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_liveness");
-/// Set in a re-executed test binary: the store URL its worker joins.
-const WORKER_URL: &str = "LIVENESS_CLI_TEST_WORKER_URL";
-/// The worker's member name, how many items it claims and its ttl: `NAME:N:TTL_MS`.
-const WORKER_ROLE: &str = "LIVENESS_CLI_TEST_WORKER_ROLE";
+mod common;
+
 /// The longest any wait in these tests lasts before it fails.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -73,86 +72,10 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// A runtime for the test's own store calls.
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Not a test of its own: the worker process. In a re-executed test binary with
-/// [`WORKER_URL`] set, joins as a member, claims its items, prints `ready`, and holds
-/// them (renewing) until it is killed. Otherwise it does nothing.
+/// Not a test of its own: the worker process of [`Worker`].
 #[test]
 fn worker_process() {
-    let Ok(url) = std::env::var(WORKER_URL) else {
-        return;
-    };
-    let role = std::env::var(WORKER_ROLE).unwrap();
-    let mut parts = role.split(':');
-    let (name, n, ttl) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap().parse().unwrap(),
-    );
-    rt().block_on(async {
-        let store = liveness::connect(&url).await.unwrap();
-        let config = MemberConfig::new(name, Ttl::from_millis(ttl).unwrap()).unwrap();
-        let member = Member::join(store, config).await.unwrap();
-        let n: usize = n.parse().unwrap();
-        let mut held = Vec::new();
-        while held.len() < n {
-            held.extend(member.claim(n - held.len()).await.unwrap());
-        }
-        println!("ready {}", member.token());
-        std::io::stdout().flush().unwrap();
-        // Held until killed; a worker whose test died goes away by itself.
-        tokio::time::sleep(PATIENCE * 2).await;
-        drop(held);
-    });
-}
-
-/// A worker process: a member `name` on `url` holding `items` claimed items.
-struct Worker(Child);
-
-impl Worker {
-    fn start(url: &str, name: &str, items: usize, ttl_ms: u64) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "worker_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(WORKER_URL, url)
-            .env(WORKER_ROLE, format!("{name}:{items}:{ttl_ms}"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line.contains("ready ") => break,
-                Some(_) => continue,
-                None => panic!("worker {name} ended before it was ready"),
-            }
-        }
-        Worker(child)
-    }
-
-    /// SIGKILL: the process dies holding its lease and items.
-    fn kill(mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    common::worker_process();
 }
 
 /// The names of the leases `members --json` lists.
@@ -167,20 +90,6 @@ fn member_names(url: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// An HTTP GET of `path` on 127.0.0.1:`port`: the status line and the body.
-fn http_get(port: u16, path: &str) -> Option<(String, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    Some((head.lines().next()?.to_owned(), body.to_owned()))
 }
 
 /// The value of the metric `name` in namespace `ns` in a Prometheus text page.
@@ -313,26 +222,7 @@ fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str, ttl_ms: u64) {
 fn dead_letters_are_listed_and_retried(url: &str) {
     let ids = rt().block_on(async {
         let store = liveness::connect(url).await.unwrap();
-        let mut ids = Vec::new();
-        for i in 0..3 {
-            ids.push(
-                store
-                    .enqueue(format!("poison {i}").as_bytes(), EnqueueOptions::default())
-                    .await
-                    .unwrap(),
-            );
-        }
-        let member = Member::join(
-            store,
-            MemberConfig::new("failer", Ttl::from_secs(30).unwrap()).unwrap(),
-        )
-        .await
-        .unwrap();
-        for claimed in member.claim(3).await.unwrap() {
-            member.fail(&claimed, false).await.unwrap();
-        }
-        member.leave(Duration::ZERO).await.unwrap();
-        ids
+        dead_letters(&store, 3, |i| format!("poison {i}")).await
     });
     let counts = liveness_json(url, &["items"]);
     assert_eq!(counts["dead_lettered"], 3, "{counts}");
@@ -343,12 +233,12 @@ fn dead_letters_are_listed_and_retried(url: &str) {
         .iter()
         .map(|r| r["id"].as_u64().unwrap())
         .collect();
-    assert_eq!(listed, ids.iter().map(|id| id.0).collect::<Vec<_>>());
+    assert_eq!(listed, ids);
 
-    let first = ids[0].0.to_string();
+    let first = ids[0].to_string();
     assert_eq!(
         liveness_json(url, &["retry", &first])["retried"],
-        Value::from(vec![ids[0].0])
+        Value::from(vec![ids[0]])
     );
     // Pending now: not a dead letter any more.
     let again = liveness(url, &["retry", &first]);
@@ -358,7 +248,7 @@ fn dead_letters_are_listed_and_retried(url: &str) {
     assert_one_reason(&unknown.stderr);
 
     let all = liveness_json(url, &["retry", "--all-dead-letters"]);
-    assert_eq!(all["retried"], Value::from(vec![ids[1].0, ids[2].0]));
+    assert_eq!(all["retried"], Value::from(vec![ids[1], ids[2]]));
     let counts = liveness_json(url, &["items"]);
     assert_eq!(
         (counts["pending"].clone(), counts["dead_lettered"].clone()),
@@ -389,11 +279,6 @@ fn sqlite_a_killed_worker_is_seen_by_every_command() {
 fn sqlite_dead_letters_are_listed_and_retried() {
     let dir = tempfile::tempdir().unwrap();
     dead_letters_are_listed_and_retried(&sqlite_url(&dir, "dlq"));
-}
-
-/// A fresh namespace per test on a shared server.
-fn fresh_ns(prefix: &str) -> String {
-    format!("{prefix}_{:08x}", fastrand::u32(..))
 }
 
 #[test]
@@ -432,8 +317,7 @@ fn postgres_dead_letters_are_listed_and_retried() {
 
 /// The etcd server's URL with the namespace `ns`.
 fn etcd_url(server: &liveness_testkit::etcd::EtcdServer, ns: &str) -> String {
-    let sep = if server.url().contains('?') { '&' } else { '?' };
-    format!("{}{sep}ns={ns}", server.url())
+    server.url_with(&format!("ns={ns}"))
 }
 
 #[test]
@@ -591,27 +475,7 @@ fn a_bad_url_exits_2_with_a_one_line_reason() {
 /// Runs `liveness --store URL ARGS…`, killing it (and failing) when it has not ended
 /// within 30 s.
 fn liveness_bounded(url: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("--store")
-        .arg(url)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "liveness {args:?} still running after 30 s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    bounded(Command::new(BIN).arg("--store").arg(url).args(args))
 }
 
 #[test]

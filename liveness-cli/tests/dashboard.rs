@@ -6,21 +6,18 @@
 //! Needs Debian's `chromium` and `chromium-driver`; without them the test fails under
 //! CI and prints SKIP otherwise (with `LIVENESS_ALLOW_SKIP=1`, see the test kit).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{http_get, rt, Worker, BIN};
 use fantoccini::{Client, ClientBuilder, Locator};
-use liveness::{EnqueueOptions, Member, MemberConfig, Ttl};
+use liveness::EnqueueOptions;
+use liveness_testkit::fixtures::dead_letters;
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_liveness");
-/// Set in a re-executed test binary: the store URL its worker joins.
-const WORKER_URL: &str = "LIVENESS_DASHBOARD_TEST_WORKER_URL";
-/// The worker's member name, how many items it claims and its ttl: `NAME:N:TTL_MS`.
-const WORKER_ROLE: &str = "LIVENESS_DASHBOARD_TEST_WORKER_ROLE";
+mod common;
+
 /// The longest any wait in this test lasts before it fails.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The workers' ttl.
@@ -28,70 +25,10 @@ const TTL_MS: u64 = 1000;
 /// The dashboard's access token.
 const TOKEN: &str = "browser-test-token";
 
-/// Not a test of its own: the worker process. In a re-executed test binary with
-/// [`WORKER_URL`] set, joins as a member, claims its items, prints `ready`, and holds
-/// them (renewing) until it is killed. Otherwise it does nothing.
+/// Not a test of its own: the worker process of [`Worker`].
 #[test]
 fn worker_process() {
-    let Ok(url) = std::env::var(WORKER_URL) else {
-        return;
-    };
-    let role = std::env::var(WORKER_ROLE).unwrap();
-    let mut parts = role.split(':');
-    let (name, n, ttl) = (
-        parts.next().unwrap(),
-        parts.next().unwrap().parse::<usize>().unwrap(),
-        parts.next().unwrap().parse().unwrap(),
-    );
-    rt().block_on(async {
-        let store = liveness::connect(&url).await.unwrap();
-        let config = MemberConfig::new(name, Ttl::from_millis(ttl).unwrap()).unwrap();
-        let member = Member::join(store, config).await.unwrap();
-        let mut held = Vec::new();
-        while held.len() < n {
-            held.extend(member.claim(n - held.len()).await.unwrap());
-        }
-        println!("ready {}", member.token());
-        std::io::stdout().flush().unwrap();
-        tokio::time::sleep(PATIENCE * 2).await;
-        drop(held);
-    });
-}
-
-/// A worker process, killed on drop.
-struct Worker(Child);
-
-impl Worker {
-    fn start(url: &str, name: &str, items: usize) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "worker_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(WORKER_URL, url)
-            .env(WORKER_ROLE, format!("{name}:{items}:{TTL_MS}"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line.contains("ready ") => break,
-                Some(_) => continue,
-                None => panic!("worker {name} ended before it was ready"),
-            }
-        }
-        Worker(child)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    common::worker_process();
 }
 
 /// The checker daemon, stopped on drop.
@@ -102,13 +39,6 @@ impl Drop for Daemon {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Runs `liveness --store URL ARGS… --json`; panics unless it exited 0.
@@ -125,15 +55,7 @@ fn liveness_json(url: &str, args: &[&str]) -> Value {
 
 /// The status line of a GET of `path` on 127.0.0.1:`port`.
 fn http_status(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    text.lines().next().map(str::to_owned)
+    http_get(port, path).map(|(status, _)| status)
 }
 
 /// Runs `script` in the page (its DOM as it is now, however often the live part was
@@ -201,21 +123,10 @@ fn sqlite_fleet_in_a_real_browser() {
     // Two dead letters (failed by a member that then left), and work for the fleet.
     let dead = rt().block_on(async {
         let store = liveness::connect(&url).await.unwrap();
-        for i in 0..2 {
-            let payload = format!("{{\"order\": {i}, \"poison\": true}}");
-            store
-                .enqueue(payload.as_bytes(), EnqueueOptions::default())
-                .await
-                .unwrap();
-        }
-        let config = MemberConfig::new("failer", Ttl::from_secs(30).unwrap()).unwrap();
-        let member = Member::join(store.clone(), config).await.unwrap();
-        let mut dead = Vec::new();
-        for claimed in member.claim(2).await.unwrap() {
-            dead.push(claimed.item.id.0);
-            member.fail(&claimed, false).await.unwrap();
-        }
-        member.leave(Duration::ZERO).await.unwrap();
+        let dead = dead_letters(&store, 2, |i| {
+            format!("{{\"order\": {i}, \"poison\": true}}")
+        })
+        .await;
         for i in 0..5 {
             store
                 .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
@@ -224,9 +135,9 @@ fn sqlite_fleet_in_a_real_browser() {
         }
         dead
     });
-    let doomed = Worker::start(&url, "worker-doomed", 3);
-    let _steady = Worker::start(&url, "worker-steady", 1);
-    let _idle = Worker::start(&url, "worker-idle", 0);
+    let doomed = Worker::start(&url, "worker-doomed", 3, TTL_MS);
+    let _steady = Worker::start(&url, "worker-steady", 1, TTL_MS);
+    let _idle = Worker::start(&url, "worker-idle", 0, TTL_MS);
 
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();

@@ -3,10 +3,12 @@
 //! or change it, and every refusal is exit 2 with one line naming the thing.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_liveness");
+use common::{bounded, fresh_ns, rt, BIN};
+use liveness_testkit::files_in;
+
+mod common;
 
 /// The reading commands: none of them may create or change a store.
 const READERS: &[&[&str]] = &[
@@ -20,27 +22,12 @@ const READERS: &[&[&str]] = &[
 /// Runs `liveness ARGS…` in `dir`, killing it (and failing) when it has not ended
 /// within 30 s.
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("LIVENESS_STORE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "liveness {args:?} still running after 30 s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    bounded(
+        Command::new(BIN)
+            .args(args)
+            .current_dir(dir)
+            .env_remove("LIVENESS_STORE"),
+    )
 }
 
 /// Runs `liveness --store URL ARGS…` in the working directory.
@@ -69,24 +56,6 @@ fn assert_refused(out: &Output, says: &[&str]) -> String {
         assert!(reason.contains(s), "{s:?} not in: {reason}");
     }
     reason
-}
-
-/// The file names in `dir`, sorted.
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names
-}
-
-/// A runtime for the test's own store calls.
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Puts an item in the store at `url` (creating it), so that the namespace is there.
@@ -273,11 +242,6 @@ fn a_compiled_out_backend_names_its_cargo_feature() {
     assert_refused(&out, &["cargo feature `fdb`"]);
 }
 
-/// A fresh namespace per test on a shared server.
-fn fresh_ns(prefix: &str) -> String {
-    format!("{prefix}_{:08x}", fastrand::u32(..))
-}
-
 /// On a server store: a namespace that is not there is refused by every reading
 /// command (naming it, and `held`, a namespace the store lists) and is still not there
 /// afterwards; one that is there is read.
@@ -321,6 +285,5 @@ fn etcd_a_missing_namespace_exits_2() {
     let Some(server) = liveness_testkit::etcd::shared() else {
         return;
     };
-    let sep = if server.url().contains('?') { '&' } else { '?' };
-    server_namespace_is_checked(|ns| format!("{}{sep}ns={ns}", server.url()), false);
+    server_namespace_is_checked(|ns| server.url_with(&format!("ns={ns}")), false);
 }

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{find_binary, free_port, missing, ServerProcess};
+use crate::{find_binary, free_port, missing, with_query, ServerProcess};
 
 /// The environment variable naming an existing etcd (a liveness URL).
 pub const URL_ENV: &str = "LIVENESS_ETCD_URL";
@@ -49,6 +49,11 @@ impl EtcdServer {
     /// environment URL as given.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL with more query parameters (`ns=...&timeout_ms=...`).
+    pub fn url_with(&self, query: &str) -> String {
+        with_query(&self.url, query)
     }
 
     /// The gRPC endpoint: `http://127.0.0.1:PORT` or `https://...`.

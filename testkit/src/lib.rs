@@ -13,6 +13,8 @@ pub mod chromium;
 pub mod durability;
 pub mod etcd;
 pub mod etcd_cluster;
+pub mod fixtures;
+pub mod open_existing;
 pub mod postgres;
 pub mod postgres_standby;
 pub mod proxy;
@@ -45,6 +47,33 @@ pub fn find_binary(name: &str, extra_dirs: &[&str]) -> Option<PathBuf> {
         .chain(extra_dirs.iter().map(PathBuf::from))
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+/// `url` with `query` appended after `?`, or after `&` when it has a query already.
+pub fn with_query(url: &str, query: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{query}")
+}
+
+/// The names of the files in `dir`, sorted: what a test that must create nothing
+/// compares before and after.
+///
+/// # Panics
+///
+/// When `dir` cannot be read or holds a name that is not UTF-8.
+pub fn files_in(dir: &std::path::Path) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut names: Vec<String> = entries
+        .map(|e| {
+            let name = e
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .file_name();
+            name.into_string()
+                .unwrap_or_else(|n| panic!("not UTF-8: {n:?}"))
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released: a tiny race with other

@@ -27,7 +27,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::{find_binary, free_port, missing, Launcher, ServerProcess};
+use crate::{find_binary, free_port, missing, with_query, Launcher, ServerProcess};
 
 pub(crate) const INSTALL_HINT: &str = "apt-get install postgresql";
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -283,12 +283,7 @@ impl PgServer {
 
     /// The URL with a query string appended (`ns=...&sslmode=...`).
     pub fn url_with(&self, query: &str) -> String {
-        let sep = if self.base_url.contains('?') {
-            '&'
-        } else {
-            '?'
-        };
-        format!("{}{sep}{query}", self.base_url)
+        with_query(&self.base_url, query)
     }
 
     /// True when the server accepts TLS connections (`sslmode=require`).

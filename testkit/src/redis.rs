@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::{find_binary, free_port, missing, ServerProcess};
+use crate::{find_binary, free_port, missing, with_query, ServerProcess};
 
 /// The environment variable naming an existing server to use instead of starting one.
 pub const ENV_URL: &str = "LIVENESS_REDIS_URL";
@@ -337,12 +337,6 @@ impl RedisCluster {
     pub fn kill_node(&mut self, i: usize) {
         self.nodes[i].kill();
     }
-}
-
-/// `url` with `query` appended after `?`, or after `&` when it has a query already.
-fn with_query(url: &str, query: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{query}")
 }
 
 /// Finds `redis-server` and `redis-cli`; `None` (after [`missing`] allowed a skip,

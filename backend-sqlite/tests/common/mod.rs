@@ -24,3 +24,11 @@ pub fn scratch(file: &str) -> (TempDir, PathBuf) {
     let path = dir.path().join(file);
     (dir, path)
 }
+
+/// A plain connection to the file `path` (created if missing), as an application or
+/// another process has it, outside any store.
+pub async fn raw_connection(path: &Path) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    sqlx::SqliteConnection::connect(&url).await.unwrap()
+}
