@@ -105,7 +105,7 @@ enum Command {
         /// The space to show.
         #[arg(long, default_value = "members")]
         space: String,
-        /// How often to refresh.
+        /// How often to refresh (100ms to 1day).
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         every: Duration,
     },
@@ -259,16 +259,26 @@ const MAX_FLAG_DURATION: Duration = CheckerConfig::MAX_CHECK_EVERY;
 /// The longest `--since`: a hundred years (any history a store keeps).
 const MAX_SINCE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The shortest `watch --every`: a redraw is a few store reads and a screenful of
+/// output, so a shorter one would only load the store and flood the terminal.
+const MIN_WATCH_EVERY: Duration = Duration::from_millis(100);
+
 /// Refuses `flag`'s value `d` (bad input, exit 2) unless it is between
 /// [`MIN_FLAG_DURATION`] and `max`.
 fn in_range(flag: &str, d: Duration, max: Duration) -> Result<(), Failure> {
-    if (MIN_FLAG_DURATION..=max).contains(&d) {
+    in_bounds(flag, d, MIN_FLAG_DURATION, max)
+}
+
+/// Refuses `flag`'s value `d` (bad input, exit 2) unless it is between `min` and
+/// `max`.
+fn in_bounds(flag: &str, d: Duration, min: Duration, max: Duration) -> Result<(), Failure> {
+    if (min..=max).contains(&d) {
         return Ok(());
     }
     Err(Failure::Input(format!(
         "invalid {flag} {}: must be between {} and {}",
         humantime::format_duration(d),
-        humantime::format_duration(MIN_FLAG_DURATION),
+        humantime::format_duration(min),
         humantime::format_duration(max)
     )))
 }
@@ -284,7 +294,9 @@ fn check_durations(cli: &Cli) -> Result<(), Failure> {
         Command::Check { check_every, .. } => {
             in_range("--check-every", *check_every, MAX_FLAG_DURATION)
         }
-        Command::Watch { every, .. } => in_range("--every", *every, MAX_FLAG_DURATION),
+        Command::Watch { every, .. } => {
+            in_bounds("--every", *every, MIN_WATCH_EVERY, MAX_FLAG_DURATION)
+        }
         Command::Bench { seconds, .. } => {
             let max = MAX_FLAG_DURATION.as_secs_f64();
             if seconds.is_finite() && (0.001..=max).contains(seconds) {

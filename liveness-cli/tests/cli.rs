@@ -491,6 +491,7 @@ fn a_duration_flag_out_of_range_exits_2_naming_it() {
         (&["--timeout", "0s", "members"][..], "--timeout"),
         (&["--timeout", "100000000s", "members"][..], "--timeout"),
         (&["watch", "--every", "0s"][..], "--every"),
+        (&["watch", "--every", "1ms"][..], "--every"),
         (&["watch", "--every", "100000000s"][..], "--every"),
         (&["deaths", "--since", "0s"][..], "--since"),
         (&["bench", "--seconds=-1"][..], "--seconds"),

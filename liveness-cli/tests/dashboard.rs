@@ -112,14 +112,37 @@ fn item_ids(url: &str, state: &str) -> Vec<u64> {
 
 #[test]
 fn sqlite_fleet_in_a_real_browser() {
-    let Some(driver) = liveness_testkit::chromium::ChromeDriver::start() else {
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     let url = format!(
         "sqlite://{}?ns=fleet",
         dir.path().join("fleet.db").display()
     );
+    fleet_in_a_real_browser(&url, dir.path());
+}
+
+/// The same on a Redis server (the test kit's): a server backend behind the page.
+#[test]
+fn redis_fleet_in_a_real_browser() {
+    let Some(server) = liveness_testkit::redis::RedisServer::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ns = format!("fleet{}", std::process::id());
+    fleet_in_a_real_browser(&server.url_with(&format!("ns={ns}")), dir.path());
+}
+
+/// A fleet of three workers on `url`, the checker daemon serving its dashboard, and
+/// headless Chromium looking at it: the checks of the module's doc. `dir` holds the
+/// access token's file.
+fn fleet_in_a_real_browser(url: &str, dir: &Path) {
+    // One browser and one fleet at a time: two at once on a small machine starve the
+    // workers' 1 s leases.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(driver) = liveness_testkit::chromium::ChromeDriver::start() else {
+        return;
+    };
+    let url = url.to_owned();
     // Two dead letters (failed by a member that then left), and work for the fleet.
     let dead = rt().block_on(async {
         let store = liveness::connect(&url).await.unwrap();
@@ -139,7 +162,7 @@ fn sqlite_fleet_in_a_real_browser() {
     let _steady = Worker::start(&url, "worker-steady", 1, TTL_MS);
     let _idle = Worker::start(&url, "worker-idle", 0, TTL_MS);
 
-    let token_file = dir.path().join("token");
+    let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let port = liveness_testkit::free_port().unwrap();
     let _daemon = Daemon(
@@ -190,14 +213,26 @@ fn sqlite_fleet_in_a_real_browser() {
         eval(&client, "window.__notReloaded = true; return true").await;
 
         // SIGKILL: the worker moves to the deaths list by itself, within ttl + 2 s.
+        // (Its token as it is killed: on a loaded machine a worker may have lost its
+        // lease and re-joined before, with a death of its own in the list.)
+        let members = liveness_json(&url, &["members"]);
+        let token = members
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["key"] == "members/worker-doomed")
+            .map(|m| m["token"].clone())
+            .unwrap();
         let killed_at = Instant::now();
         drop(doomed);
         let requeued = until(
             &client,
             "the killed worker in the deaths list",
             Duration::from_millis(TTL_MS) + Duration::from_secs(2),
-            "const r = document.querySelector('#deaths tr.death[data-name=\"worker-doomed\"]');
-             return r && r.dataset.requeued !== '…' ? r.dataset.requeued : null",
+            &format!(
+                "const r = document.querySelector('#deaths tr.death[data-token=\"{token}\"]');
+                 return r && r.dataset.requeued !== '…' ? r.dataset.requeued : null"
+            ),
         )
         .await;
         let seen_after = killed_at.elapsed();
@@ -211,17 +246,19 @@ fn sqlite_fleet_in_a_real_browser() {
         )
         .await;
         assert_eq!(names, json!(["worker-idle", "worker-steady"]));
-        // Its requeued count is what `liveness deaths` says.
+        // Its requeued count is what `liveness deaths` says of the same death, and its
+        // three items went back exactly once over all its deaths.
         let deaths = liveness_json(&url, &["deaths"]);
-        let death = deaths
+        let doomed: Vec<&Value> = deaths
             .as_array()
             .unwrap()
             .iter()
-            .find(|d| d["key"] == "members/worker-doomed")
-            .cloned()
-            .unwrap();
-        assert_eq!(death["requeued"], json!(3), "{death}");
-        assert_eq!(requeued, json!(death["requeued"].to_string()));
+            .filter(|d| d["key"] == "members/worker-doomed")
+            .collect();
+        let death = doomed.iter().find(|d| d["token"] == token).unwrap();
+        assert_eq!(requeued, json!(death["requeued"].to_string()), "{death}");
+        let total: u64 = doomed.iter().map(|d| d["requeued"].as_u64().unwrap_or(0)).sum();
+        assert_eq!(total, 3, "{doomed:?}");
 
         // Without the token: refused, and the page says so; nothing moves.
         let retry = format!("#items button.retry[data-id=\"{}\"]", dead[0]);
@@ -271,12 +308,16 @@ fn sqlite_fleet_in_a_real_browser() {
 
         // For the README: the page after all that.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        // Saved under the target folder; `LIVENESS_SCREENSHOT=docs/dashboard.png`
-        // (relative to the workspace) refreshes the README's picture instead.
+        // Saved under the target folder, one per backend; for the SQLite fleet,
+        // `LIVENESS_SCREENSHOT=docs/dashboard.png` (relative to the workspace)
+        // refreshes the README's picture instead.
         let png = client.screenshot().await.unwrap();
+        let scheme = url.split(':').next().unwrap_or("store");
         let to = match std::env::var_os("LIVENESS_SCREENSHOT") {
-            Some(path) => Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path),
-            None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png"),
+            Some(path) if scheme == "sqlite" => {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+            }
+            _ => Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{scheme}.png")),
         };
         std::fs::write(&to, png).unwrap();
         eprintln!("screenshot: {}", to.display());
