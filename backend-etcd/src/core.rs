@@ -240,6 +240,7 @@ impl EtcdStore {
             max_batch: MAX_BATCH,
             max_payload: MAX_PAYLOAD,
             death_retention: config.death_retention().max(1),
+            sessions: false,
         };
         Ok(EtcdStore {
             inner: Arc::new(Inner {

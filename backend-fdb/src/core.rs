@@ -122,6 +122,7 @@ impl FdbStore {
                     max_batch: MAX_BATCH,
                     max_payload: MAX_PAYLOAD,
                     death_retention: options.death_retention.max(1),
+                    sessions: false,
                 },
                 issuer: Issuer::located(BACKEND, &location, namespace.clone()),
             },

@@ -164,6 +164,7 @@ impl RedisStore {
                             "requeue_orphans_many",
                             parts.next().unwrap_or(Value::Nil),
                         )?,
+                        retired: Vec::new(),
                     })
                 }));
             }

@@ -285,6 +285,7 @@ impl RedisStore {
                     max_batch: 1000,
                     max_payload: MAX_PAYLOAD,
                     death_retention: config.death_retention().max(1),
+                    sessions: false,
                 },
                 issuer: Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             },

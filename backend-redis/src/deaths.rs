@@ -107,6 +107,7 @@ impl RedisStore {
         Ok(Requeued {
             requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
             dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
+            retired: Vec::new(),
         })
     }
 

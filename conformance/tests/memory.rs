@@ -10,6 +10,7 @@ fn server() -> &'static MemoryServer {
     SERVER.get_or_init(|| {
         MemoryServer::new().with_capabilities(Capabilities {
             death_retention: 20,
+            sessions: true,
             ..Capabilities::default()
         })
     })

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use crate::error::{Error, InputProblem, Result};
 use crate::layer::{Intercept, Layer, Next, Reply, Request};
 use crate::store::{check_batch, Store};
+use crate::types::Space;
 
 /// Checks every call's input against the inner store's [`StoreInfo`](crate::StoreInfo)
 /// before it reaches the store, and answers [`Error::InvalidInput`] without sending
@@ -32,6 +33,8 @@ use crate::store::{check_batch, Store};
 ///   larger one reaches the store clamped to `max_batch`;
 /// - a `members` page whose `after` key is of another space: `what: "after"`,
 ///   [`InputProblem::OtherSpace`];
+/// - a `join_session` whose session is another store's (`what: "lease"`), or not in
+///   [`Space::sessions`] (`what: "session"`), or whose key is (`what: "key"`);
 /// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`.
 ///
 /// A batch with some invalid entries answers `InvalidInput` for just those, in their
@@ -103,6 +106,25 @@ impl Intercept for CheckInput {
             Request::Release(lease) => {
                 lease.check_issuer(issuer)?;
                 Request::Release(lease)
+            }
+            Request::JoinSession {
+                session,
+                key,
+                holder,
+            } => {
+                session.check_issuer(issuer)?;
+                let sessions = Space::sessions();
+                if session.key.space() != &sessions {
+                    return Err(Error::invalid("session", InputProblem::OtherSpace));
+                }
+                if key.space() == &sessions {
+                    return Err(Error::invalid("key", InputProblem::OtherSpace));
+                }
+                Request::JoinSession {
+                    session,
+                    key,
+                    holder,
+                }
             }
             Request::Complete { lease, id } => {
                 lease.check_issuer(issuer)?;

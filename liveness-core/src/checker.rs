@@ -319,7 +319,8 @@ impl Checker {
                 for (entry, result) in dead.into_iter().zip(results) {
                     match result {
                         Ok(requeued) => {
-                            if !requeued.is_empty() {
+                            retired_deaths(&self.config.events, &mut report, &requeued);
+                            if !requeued.requeued.is_empty() || !requeued.dead_lettered.is_empty() {
                                 emit_dead_letters(&self.config.events, entry.token, &requeued);
                                 self.config.events.emit(Event::OrphansRequeued {
                                     token: entry.token,
@@ -409,6 +410,7 @@ impl Checker {
                 requeued: requeued.requeued.len(),
                 dead_lettered: requeued.dead_lettered.len(),
             });
+            retired_deaths(events, report, &requeued);
             report.deaths.push(Death { lease, requeued });
         }
         skipped
@@ -627,6 +629,26 @@ fn per_entry<T>(n: usize, answer: Result<Vec<Result<T>>>) -> Vec<Result<T, Arc<E
             (0..n).map(|_| Err(e.clone())).collect()
         }
     }
+}
+
+/// The members of a dead session that a sweep of the session's token retired: each is
+/// a death of this round (its own [`Event::Died`], its items swept with its token in a
+/// later step), and another round follows at once while the session has more.
+fn retired_deaths(events: &EventBus, report: &mut RoundReport, requeued: &Requeued) {
+    for member in &requeued.retired {
+        events.emit(Event::Died {
+            key: member.key.clone(),
+            holder: member.holder.clone(),
+            token: member.token,
+            requeued: 0,
+            dead_lettered: 0,
+        });
+        report.deaths.push(Death {
+            lease: member.clone(),
+            requeued: Requeued::default(),
+        });
+    }
+    report.more |= !requeued.retired.is_empty();
 }
 
 fn emit_dead_letters(events: &EventBus, token: FencingToken, requeued: &Requeued) {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use crate::error::{Error, InputProblem, Result};
+use crate::lease::ExpiredLease;
 use crate::types::FencingToken;
 
 /// A work item's id, assigned by the store at `enqueue`; increasing in enqueue order.
@@ -208,12 +209,16 @@ pub struct Requeued {
     pub requeued: Vec<ItemId>,
     /// Items sent to the dead-letter set (out of attempts), in id order.
     pub dead_lettered: Vec<ItemId>,
+    /// For a dead session's token: the riding members this call retired (each
+    /// declared dead here, exactly once; its token now in the dead set). Empty for
+    /// any other token.
+    pub retired: Vec<ExpiredLease>,
 }
 
 impl Requeued {
     /// True when nothing moved.
     pub fn is_empty(&self) -> bool {
-        self.requeued.is_empty() && self.dead_lettered.is_empty()
+        self.requeued.is_empty() && self.dead_lettered.is_empty() && self.retired.is_empty()
     }
 }
 

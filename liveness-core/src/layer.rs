@@ -307,6 +307,18 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         ask!(self, AcquireMany, Request::AcquireMany(asks.to_vec()))
     }
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        let (session, key, holder) = (session.clone(), key.clone(), holder.clone());
+        ask!(
+            self,
+            JoinSession,
+            Request::JoinSession {
+                session,
+                key,
+                holder
+            }
+        )
+    }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         ask!(self, Renew, Request::Renew(lease.clone()))
     }

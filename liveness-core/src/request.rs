@@ -24,6 +24,8 @@ pub enum Op {
     Acquire,
     /// [`LeaseStore::acquire_many`].
     AcquireMany,
+    /// [`LeaseStore::join_session`].
+    JoinSession,
     /// [`LeaseStore::renew`].
     Renew,
     /// [`LeaseStore::renew_many`].
@@ -80,6 +82,7 @@ impl Op {
         match self {
             Op::Acquire => "acquire",
             Op::AcquireMany => "acquire_many",
+            Op::JoinSession => "join_session",
             Op::Renew => "renew",
             Op::RenewMany => "renew_many",
             Op::Release => "release",
@@ -137,6 +140,12 @@ pub enum Request {
     },
     /// [`LeaseStore::acquire_many`].
     AcquireMany(Vec<Acquire>),
+    /// [`LeaseStore::join_session`].
+    JoinSession {
+        session: Lease,
+        key: Key,
+        holder: HolderId,
+    },
     /// [`LeaseStore::renew`].
     Renew(Lease),
     /// [`LeaseStore::renew_many`].
@@ -207,6 +216,7 @@ impl Request {
         match self {
             Request::Acquire { .. } => Op::Acquire,
             Request::AcquireMany(_) => Op::AcquireMany,
+            Request::JoinSession { .. } => Op::JoinSession,
             Request::Renew(_) => Op::Renew,
             Request::RenewMany(_) => Op::RenewMany,
             Request::Release(_) => Op::Release,
@@ -234,10 +244,12 @@ impl Request {
         }
     }
 
-    /// The lease the call acts under (renew, release, claim, complete, fail).
+    /// The lease the call acts under (renew, release, claim, complete, fail; the
+    /// session of a join).
     pub fn lease(&self) -> Option<&Lease> {
         match self {
-            Request::Renew(lease)
+            Request::JoinSession { session: lease, .. }
+            | Request::Renew(lease)
             | Request::Release(lease)
             | Request::Claim { lease, .. }
             | Request::Complete { lease, .. }
@@ -250,9 +262,10 @@ impl Request {
     /// under a lease; the page's `after` of `members`).
     pub fn key(&self) -> Option<&Key> {
         match self {
-            Request::Acquire { key, .. } | Request::Inspect(key) | Request::Reap { key, .. } => {
-                Some(key)
-            }
+            Request::Acquire { key, .. }
+            | Request::JoinSession { key, .. }
+            | Request::Inspect(key)
+            | Request::Reap { key, .. } => Some(key),
             Request::Members { page, .. } => page.after.as_ref(),
             _ => self.lease().map(|l| &l.key),
         }
@@ -341,6 +354,7 @@ impl Request {
 pub enum Reply {
     Acquire(Lease),
     AcquireMany(Vec<Result<Lease>>),
+    JoinSession(Lease),
     Renew(Lease),
     RenewMany(Vec<Result<Lease>>),
     Release(bool),
@@ -373,6 +387,7 @@ impl Reply {
         match self {
             Reply::Acquire(_) => Op::Acquire,
             Reply::AcquireMany(_) => Op::AcquireMany,
+            Reply::JoinSession(_) => Op::JoinSession,
             Reply::Renew(_) => Op::Renew,
             Reply::RenewMany(_) => Op::RenewMany,
             Reply::Release(_) => Op::Release,
@@ -419,6 +434,11 @@ pub async fn dispatch(store: &dyn Store, req: Request) -> Result<Reply> {
             Reply::Acquire(store.acquire(&key, &holder, ttl).await?)
         }
         Request::AcquireMany(asks) => Reply::AcquireMany(store.acquire_many(&asks).await?),
+        Request::JoinSession {
+            session,
+            key,
+            holder,
+        } => Reply::JoinSession(store.join_session(&session, &key, &holder).await?),
         Request::Renew(lease) => Reply::Renew(store.renew(&lease).await?),
         Request::RenewMany(leases) => Reply::RenewMany(store.renew_many(&leases).await?),
         Request::Release(lease) => Reply::Release(store.release(&lease).await?),

@@ -132,6 +132,12 @@ pub struct Capabilities {
     /// the newest ones; older ones are dropped as new deaths are recorded. Default
     /// [`DEFAULT_DEATH_RETENTION`]; at least 1.
     pub death_retention: usize,
+    /// True when the store serves [`LeaseStore::join_session`] natively: a member
+    /// riding a session costs the store nothing while it lives, and the sweep drains
+    /// a dead session's members in batches (`docs/sessions.md`). False (the default):
+    /// `join_session` takes an ordinary lease with the session's ttl, which its holder
+    /// renews like any other.
+    pub sessions: bool,
 }
 
 impl Default for Capabilities {
@@ -144,6 +150,7 @@ impl Default for Capabilities {
             max_batch: 1000,
             max_payload: 1024 * 1024,
             death_retention: DEFAULT_DEATH_RETENTION,
+            sessions: false,
         }
     }
 }
@@ -292,6 +299,43 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// one round trip override it.
     async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         acquire_each(self, asks).await
+    }
+
+    /// Takes `key` for `holder` as a member riding the session `session`: a lease the
+    /// caller holds on a key of [`Space::sessions`], one per process.
+    ///
+    /// # Contract (stores with [`Capabilities::sessions`])
+    /// - Atomic. The answer is the member's own lease: its key, `holder`, a new token
+    ///   (strictly increasing, as `acquire`'s), the session's ttl, and the session's
+    ///   time left. The member has no expiry of its own: it is live exactly while its
+    ///   record is current and the session's lease, under that very token, is live.
+    ///   Renewing the session keeps it alive; renewing the member answers as the
+    ///   session stands.
+    /// - A session that is not current and live by the store's clock: [`Error::Lost`]
+    ///   with the session's key and token, and nothing is taken.
+    /// - A live lease on `key` (its own, or one riding a live session):
+    ///   [`Error::Held`], nothing changes. An expired one, or one whose session is
+    ///   gone or expired, is retired first in the same step (dead set, death record,
+    ///   cause superseded), as `acquire` does.
+    /// - Every other operation judges a riding member through its session: `renew`,
+    ///   `inspect`, `members`, `claim` and `reap` see it expired once its session is
+    ///   expired or gone; `release` retires it alone; `expired` never lists it (the
+    ///   session is listed instead).
+    /// - Once the session's token is in the dead set (reaped or released),
+    ///   [`ItemStore::requeue_orphans`] of that token retires its riding members in
+    ///   batches of at most [`Capabilities::max_batch`], each exactly once, and keeps
+    ///   the session's token in the dead set until none is left.
+    /// - A session key outside [`Space::sessions`], a `key` inside it, or a session of
+    ///   another store is `InvalidInput` ([`CheckInput`](crate::CheckInput)).
+    ///
+    /// # Retry
+    /// - As for `acquire`: a repeat of an applied join answers [`Error::Held`] naming
+    ///   the caller's own holder id and the token it took.
+    ///
+    /// The default (a store without native sessions) is `acquire` with the session's
+    /// ttl: an ordinary lease, which its holder must renew itself.
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        self.acquire(key, holder, session.ttl).await
     }
 
     /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease

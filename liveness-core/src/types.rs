@@ -169,6 +169,12 @@ impl Space {
     pub fn leaders() -> Space {
         Space(Arc::from("leaders"))
     }
+
+    /// The space of sessions: one lease per process, which members ride
+    /// ([`LeaseStore::join_session`](crate::LeaseStore::join_session)).
+    pub fn sessions() -> Space {
+        Space(Arc::from("sessions"))
+    }
 }
 
 /// A lease key: a [`Space`] and a [`Name`], written `space/name`.

@@ -14,6 +14,7 @@ mod leases;
 mod machines;
 mod operator;
 mod positions;
+mod sessions;
 
 pub use batches::*;
 pub use cancel::*;
@@ -22,6 +23,7 @@ pub use leases::*;
 pub use machines::*;
 pub use operator::*;
 pub use positions::*;
+pub use sessions::*;
 
 /// One named scenario.
 #[derive(Clone, Copy)]
@@ -98,7 +100,13 @@ macro_rules! __scenarios {
             member_complete_retried_after_lost_reply,
             election_one_leader_among_three,
             election_failover_after_leader_stops,
-            dropped_calls_leave_every_later_answer_its_own
+            dropped_calls_leave_every_later_answer_its_own,
+            a_member_joins_only_a_live_session,
+            a_riding_member_lives_and_dies_with_its_session,
+            a_dead_session_s_members_die_once_each,
+            racing_sweepers_retire_each_member_once,
+            a_member_dies_alone,
+            checkers_declare_a_dead_session_s_members_once
         );
     };
     (@expand tests [$factory:expr] $($name:ident),*) => {

@@ -645,12 +645,12 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
                     let want = if max_attempts > 1 {
                         Requeued {
                             requeued: vec![id],
-                            dead_lettered: vec![],
+                            ..Requeued::default()
                         }
                     } else {
                         Requeued {
-                            requeued: vec![],
                             dead_lettered: vec![id],
+                            ..Requeued::default()
                         }
                     };
                     assert_eq!(

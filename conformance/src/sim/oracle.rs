@@ -534,7 +534,7 @@ mod tests {
             token: t(token),
             moved: liveness_core::Requeued {
                 requeued: vec![ItemId(id)],
-                dead_lettered: vec![],
+                ..liveness_core::Requeued::default()
             },
         }
     }

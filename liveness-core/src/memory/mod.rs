@@ -8,7 +8,7 @@
 //! (which follows tokio's paused time in tests), or a [`ManualClock`](crate::ManualClock)
 //! moved by hand.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,229 +17,20 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
-use crate::error::{Error, InputProblem, LostCause, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
 };
-use crate::lease::{
-    DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo, LeaseStatus, Swept,
-};
+use crate::lease::{DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::store::{Capabilities, ItemStore, LeaseStore, Page, StoreInfo};
 use crate::sync::lock;
-use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
-use crate::wake::tick;
+use crate::types::{FencingToken, HolderId, Key, Namespace, Space, StoreTime, Ttl};
+
+mod state;
+use state::{requeue_locked, ItemRec, LeaseRec, NsState};
 
 const BACKEND: &str = "memory";
-
-#[derive(Debug)]
-struct LeaseRec {
-    holder: HolderId,
-    token: FencingToken,
-    ttl: Ttl,
-    expires_at: Duration,
-    /// The greatest claim request id admitted under this token (the claim high-water
-    /// mark); forgotten with the record when the token ends.
-    last_claim: Option<RequestId>,
-}
-
-#[derive(Debug)]
-struct ItemRec {
-    item: Item,
-    state: ItemState,
-    /// The request of the claim that assigned it to its current owner.
-    claimed_by: Option<RequestId>,
-}
-
-#[derive(Debug)]
-struct NsState {
-    next_token: u64,
-    next_item: u64,
-    leases: HashMap<Key, LeaseRec>,
-    /// The expiry index: per space, (expires_at, name).
-    expiry: BTreeMap<Space, BTreeSet<(Duration, Name)>>,
-    /// The key index: per space, the names with a lease record, in key order.
-    names: BTreeMap<Space, BTreeSet<Name>>,
-    dead: BTreeMap<FencingToken, Key>,
-    /// The death history, by seq; the newest `death_retention` kept.
-    deaths: BTreeMap<u64, DeathRecord>,
-    last_death: u64,
-    /// The seq of each dead token's record whose `swept` is still to be filled.
-    death_of: HashMap<FencingToken, u64>,
-    items: BTreeMap<ItemId, ItemRec>,
-    pending: BTreeSet<ItemId>,
-    owned: HashMap<FencingToken, BTreeSet<ItemId>>,
-    dead_letters: BTreeSet<ItemId>,
-    /// Enqueue idempotency keys and the ids they answered, kept for good.
-    keys: HashMap<RequestId, ItemId>,
-    wake: watch::Sender<u64>,
-}
-
-impl NsState {
-    fn new() -> Self {
-        NsState {
-            next_token: 0,
-            next_item: 0,
-            leases: HashMap::new(),
-            expiry: BTreeMap::new(),
-            names: BTreeMap::new(),
-            dead: BTreeMap::new(),
-            deaths: BTreeMap::new(),
-            last_death: 0,
-            death_of: HashMap::new(),
-            items: BTreeMap::new(),
-            pending: BTreeSet::new(),
-            owned: HashMap::new(),
-            dead_letters: BTreeSet::new(),
-            keys: HashMap::new(),
-            wake: watch::channel(0).0,
-        }
-    }
-
-    fn unindex(&mut self, key: &Key, expires_at: Duration) {
-        if let Some(set) = self.expiry.get_mut(key.space()) {
-            set.remove(&(expires_at, key.name().clone()));
-        }
-    }
-
-    fn index(&mut self, key: &Key, expires_at: Duration) {
-        self.expiry
-            .entry(key.space().clone())
-            .or_default()
-            .insert((expires_at, key.name().clone()));
-    }
-
-    /// Removes the lease on `key`, puts its token in the dead set and records its
-    /// death (keeping the newest `retention` records).
-    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration, retention: usize) {
-        if let Some(rec) = self.leases.remove(key) {
-            self.unindex(key, rec.expires_at);
-            if let Some(set) = self.names.get_mut(key.space()) {
-                set.remove(key.name());
-                if set.is_empty() {
-                    self.names.remove(key.space());
-                }
-            }
-            self.dead.insert(rec.token, key.clone());
-            self.last_death += 1;
-            let seq = self.last_death;
-            self.deaths.insert(
-                seq,
-                DeathRecord {
-                    seq,
-                    key: key.clone(),
-                    holder: rec.holder,
-                    token: rec.token,
-                    at: StoreTime::from_epoch(now),
-                    cause,
-                    swept: None,
-                },
-            );
-            self.death_of.insert(rec.token, seq);
-            // Each record is dropped once: O(1) amortized per death.
-            while self.deaths.len() > retention.max(1) {
-                if let Some((_, old)) = self.deaths.pop_first() {
-                    if self.death_of.get(&old.token) == Some(&old.seq) {
-                        self.death_of.remove(&old.token);
-                    }
-                }
-            }
-            tick(&self.wake);
-        }
-    }
-
-    /// Fills in what the sweep of `token` moved, in its death record (if kept).
-    fn record_sweep(&mut self, token: FencingToken, moved: &Requeued) {
-        if let Some(seq) = self.death_of.remove(&token) {
-            if let Some(rec) = self.deaths.get_mut(&seq) {
-                rec.swept = Some(Swept {
-                    requeued: moved.requeued.len() as u64,
-                    dead_lettered: moved.dead_lettered.len() as u64,
-                });
-            }
-        }
-    }
-
-    fn info(&self, key: &Key, rec: &LeaseRec, now: Duration) -> LeaseInfo {
-        LeaseInfo {
-            key: key.clone(),
-            holder: rec.holder.clone(),
-            token: rec.token,
-            ttl: rec.ttl,
-            status: if now < rec.expires_at {
-                LeaseStatus::Live {
-                    remaining: rec.expires_at - now,
-                }
-            } else {
-                LeaseStatus::Expired
-            },
-        }
-    }
-
-    fn record(&self, id: ItemId) -> Option<ItemRecord> {
-        self.items.get(&id).map(|rec| ItemRecord {
-            item: rec.item.clone(),
-            state: rec.state,
-        })
-    }
-
-    /// Moves a dead-lettered item back to pending with no attempts counted.
-    fn revive(&mut self, id: ItemId) -> Result<()> {
-        let Some(rec) = self.items.get_mut(&id) else {
-            return Err(Error::invalid("item", InputProblem::NoSuchItem));
-        };
-        if rec.state != ItemState::DeadLettered {
-            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
-        }
-        rec.state = ItemState::Pending;
-        rec.item.attempts = 0;
-        self.dead_letters.remove(&id);
-        self.pending.insert(id);
-        Ok(())
-    }
-
-    fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
-        match self.leases.get(&lease.key) {
-            None => Err(lease.lost(LostCause::Released)),
-            Some(rec) if rec.token != lease.token => Err(lease.lost(LostCause::Superseded)),
-            Some(rec) if now >= rec.expires_at => Err(lease.lost(LostCause::Expired)),
-            Some(rec) => Ok(rec),
-        }
-    }
-
-    fn owned_by(&self, id: ItemId, token: FencingToken) -> Result<()> {
-        match self.items.get(&id) {
-            Some(rec) if rec.state == ItemState::Owned(token) => Ok(()),
-            _ => Err(Error::Fenced { item: id, token }),
-        }
-    }
-
-    /// Moves an owned item back to pending, or to the dead-letter set when it is out
-    /// of attempts or `retry` is false.
-    fn hand_back(&mut self, id: ItemId, retry: bool) -> ItemState {
-        let Some(rec) = self.items.get_mut(&id) else {
-            return ItemState::DeadLettered;
-        };
-        if let ItemState::Owned(t) = rec.state {
-            if let Some(set) = self.owned.get_mut(&t) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.owned.remove(&t);
-                }
-            }
-        }
-        rec.claimed_by = None;
-        let state = if retry && rec.item.attempts < rec.item.max_attempts {
-            self.pending.insert(id);
-            ItemState::Pending
-        } else {
-            self.dead_letters.insert(id);
-            ItemState::DeadLettered
-        };
-        rec.state = state;
-        state
-    }
-}
 
 /// A shared in-memory "server": the namespaces that [`MemoryStore`] handles see.
 /// Handles made from the same server (or its clones) on the same namespace share state
@@ -273,7 +64,10 @@ impl MemoryServer {
             id: fastrand::u64(..),
             clock,
             spaces: Arc::default(),
-            caps: Capabilities::default(),
+            caps: Capabilities {
+                sessions: true,
+                ..Capabilities::default()
+            },
         }
     }
 
@@ -343,7 +137,7 @@ impl LeaseStore for MemoryStore {
         let now = self.now();
         let mut st = lock(&self.state);
         if let Some(rec) = st.leases.get(key) {
-            if now < rec.expires_at {
+            if now < st.expiry_of(rec) {
                 return Err(Error::Held {
                     key: key.clone(),
                     holder: rec.holder.clone(),
@@ -368,6 +162,7 @@ impl LeaseStore for MemoryStore {
                 ttl,
                 expires_at,
                 last_claim: None,
+                session: None,
             },
         );
         st.index(key, expires_at);
@@ -382,6 +177,58 @@ impl LeaseStore for MemoryStore {
             token,
             ttl,
         ))
+    }
+
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        let until = match st.check_current(session, now)? {
+            rec if rec.session.is_none() => rec.expires_at,
+            // A member cannot be a session: only a lease of its own can be ridden.
+            _ => return Err(session.lost(LostCause::Superseded)),
+        };
+        if let Some(rec) = st.leases.get(key) {
+            if now < st.expiry_of(rec) {
+                return Err(Error::Held {
+                    key: key.clone(),
+                    holder: rec.holder.clone(),
+                    token: rec.token,
+                });
+            }
+            let retention = self.info.caps.death_retention;
+            st.retire(key, DeathCause::Superseded, now, retention);
+        }
+        st.next_token += 1;
+        let token = FencingToken(st.next_token);
+        let ridden = (session.key.clone(), session.token);
+        st.leases.insert(
+            key.clone(),
+            LeaseRec {
+                holder: holder.clone(),
+                token,
+                ttl: session.ttl,
+                expires_at: Duration::ZERO,
+                last_claim: None,
+                session: Some(ridden),
+            },
+        );
+        st.riders
+            .entry(session.token)
+            .or_default()
+            .insert(key.clone());
+        st.names
+            .entry(key.space().clone())
+            .or_default()
+            .insert(key.name().clone());
+        let mut lease = Lease::granted(
+            &self.info.issuer,
+            key.clone(),
+            holder.clone(),
+            token,
+            session.ttl,
+        );
+        lease.expires_in = until.saturating_sub(now);
+        Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -612,14 +459,14 @@ impl ItemStore for MemoryStore {
 
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         let mut st = lock(&self.state);
-        Ok(requeue_locked(&mut st, token))
+        Ok(requeue_locked(&mut st, token, self.info.caps.max_batch))
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
         let mut st = lock(&self.state);
         Ok(tokens
             .iter()
-            .map(|token| Ok(requeue_locked(&mut st, *token)))
+            .map(|token| Ok(requeue_locked(&mut st, *token, self.info.caps.max_batch)))
             .collect())
     }
 
@@ -699,7 +546,14 @@ impl ItemStore for MemoryStore {
 /// for a whole batch.
 impl MemoryStore {
     fn renew_locked(&self, st: &mut NsState, lease: &Lease, now: Duration) -> Result<Lease> {
-        let old = st.check_current(lease, now)?.expires_at;
+        let rec = st.check_current(lease, now)?;
+        if rec.session.is_some() {
+            // A riding member renews nothing: it lives as long as its session does.
+            let mut renewed = lease.renewed();
+            renewed.expires_in = st.expiry_of(rec).saturating_sub(now);
+            return Ok(renewed);
+        }
+        let old = rec.expires_at;
         let ttl = lease.ttl;
         let expires_at = now + ttl.duration();
         st.unindex(&lease.key, old);
@@ -713,27 +567,11 @@ impl MemoryStore {
 
     fn reap_locked(&self, st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
         match st.leases.get(key) {
-            Some(rec) if rec.token == token && now >= rec.expires_at => {
+            Some(rec) if rec.token == token && now >= st.expiry_of(rec) => {
                 st.retire(key, DeathCause::Reaped, now, self.info.caps.death_retention);
                 true
             }
             _ => false,
         }
     }
-}
-
-fn requeue_locked(st: &mut NsState, token: FencingToken) -> Requeued {
-    let mut out = Requeued::default();
-    if st.dead.remove(&token).is_none() {
-        return out;
-    }
-    let ids = st.owned.remove(&token).unwrap_or_default();
-    for id in ids {
-        match st.hand_back(id, true) {
-            ItemState::Pending => out.requeued.push(id),
-            _ => out.dead_lettered.push(id),
-        }
-    }
-    st.record_sweep(token, &out);
-    out
 }

@@ -1,0 +1,311 @@
+//! Session scenarios: members riding a session ([`LeaseStore::join_session`]), on a
+//! store whose [`Capabilities::sessions`] says it serves them natively. On any other
+//! store they pass at once: `join_session` is then an ordinary `acquire`, which the
+//! lease scenarios cover.
+//!
+//! [`LeaseStore::join_session`]: liveness_core::LeaseStore::join_session
+//! [`Capabilities::sessions`]: liveness_core::Capabilities::sessions
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    Checker, CheckerConfig, DeathCause, EnqueueOptions, Error, FencingToken, ItemCounts, Key,
+    Lease, LeaseStatus, Name, Space, Store,
+};
+
+use super::leases::holder;
+use crate::{member_key, Ctx};
+
+/// A fresh key of the `sessions` space.
+fn session_key(prefix: &str) -> Key {
+    let name = format!("{prefix}-{:08x}", fastrand::u32(..));
+    Key::new(
+        Space::sessions(),
+        Name::new(&name).unwrap_or_else(|e| panic!("{e}")),
+    )
+}
+
+/// A session lease of `ttl` and `n` members riding it (`r0`, `r1`, …).
+async fn session_with(ctx: &Ctx, n: usize, ttl: liveness_core::Ttl) -> (Lease, Vec<Lease>) {
+    let s = &ctx.store;
+    let session = ctx.grant(&session_key("p"), &holder("p"), ttl).await;
+    let mut members = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = member_key(&format!("r{i}"));
+        let member = s.join_session(&session, &key, &holder("r")).await.unwrap();
+        members.push(member);
+    }
+    (session, members)
+}
+
+/// Whether `token` is in the dead set.
+async fn is_dead(s: &Arc<dyn Store>, token: FencingToken) -> bool {
+    let limit = s.capabilities().max_batch;
+    let dead = s.dead_tokens(limit).await.unwrap();
+    dead.iter().any(|d| d.token == token)
+}
+
+/// Sweeps the dead session `token` until it leaves the dead set: the members each
+/// call retired, in order. Fails when a call retires more than `max_batch`, or when
+/// the drain does not end.
+async fn drain(s: &Arc<dyn Store>, token: FencingToken) -> Vec<FencingToken> {
+    let batch = s.capabilities().max_batch;
+    let mut retired = Vec::new();
+    for _ in 0..10_000 {
+        let moved = s.requeue_orphans(token).await.unwrap();
+        assert!(moved.retired.len() <= batch, "a batch above max_batch");
+        retired.extend(moved.retired.iter().map(|m| m.token));
+        if !is_dead(s, token).await {
+            return retired;
+        }
+    }
+    panic!("the drain of a dead session never ended");
+}
+
+fn sorted(mut v: Vec<FencingToken>) -> Vec<FencingToken> {
+    v.sort();
+    v
+}
+
+/// A member joins only a current, live session of the `sessions` space, under a new
+/// token, and is live by its session; its key is then held. A released or expired
+/// session is `Lost`; a session of another space is `InvalidInput`.
+pub async fn a_member_joins_only_a_live_session(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    let (session, members) = session_with(&ctx, 1, ctx.long).await;
+    let m = &members[0];
+    assert!(m.token > session.token, "a new token");
+    assert_eq!(m.ttl, session.ttl);
+    let info = s
+        .inspect(&m.key)
+        .await
+        .unwrap()
+        .expect("the member's record");
+    assert!(matches!(info.status, LeaseStatus::Live { .. }), "{info:?}");
+    match s.join_session(&session, &m.key, &holder("other")).await {
+        Err(Error::Held { token, .. }) => assert_eq!(token, m.token),
+        other => panic!("a joined key joined again answered {other:?}"),
+    }
+    match s.acquire(&m.key, &holder("other"), ctx.long).await {
+        Err(Error::Held { token, .. }) => assert_eq!(token, m.token),
+        other => panic!("a riding member's key acquired answered {other:?}"),
+    }
+    assert!(s.release(&session).await.unwrap());
+    match s
+        .join_session(&session, &member_key("late"), &holder("l"))
+        .await
+    {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("joining a released session answered {other:?}"),
+    }
+    let short = ctx
+        .grant(&session_key("short"), &holder("p"), ctx.ttl)
+        .await;
+    ctx.wait_listed_expired(&short.key).await;
+    match s
+        .join_session(&short, &member_key("late"), &holder("l"))
+        .await
+    {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("joining an expired session answered {other:?}"),
+    }
+    let not_a_session = ctx.grant(&member_key("x"), &holder("x"), ctx.long).await;
+    match s
+        .join_session(&not_a_session, &member_key("y"), &holder("y"))
+        .await
+    {
+        Err(Error::InvalidInput { .. }) => {}
+        other => panic!("joining a lease of the members space answered {other:?}"),
+    }
+}
+
+/// Renewing the session alone keeps its members live past their ttl; once it
+/// expires, every call judges them expired: `inspect`, `renew` and `claim` (`Lost`),
+/// and `expired` lists the session, never a member.
+pub async fn a_riding_member_lives_and_dies_with_its_session(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    let (session, members) = session_with(&ctx, 1, ctx.ttl).await;
+    let m = &members[0];
+    s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
+    let ttl = ctx.ttl.duration();
+    let until = tokio::time::Instant::now() + ttl * 2 + ttl / 2;
+    while tokio::time::Instant::now() < until {
+        s.renew(&session).await.unwrap();
+        tokio::time::sleep(ttl / 5).await;
+    }
+    s.renew(m)
+        .await
+        .expect("a riding member renews as its session stands");
+    assert_eq!(s.claim(m, 1).await.unwrap().len(), 1);
+
+    ctx.wait_listed_expired(&session.key).await;
+    let info = s
+        .inspect(&m.key)
+        .await
+        .unwrap()
+        .expect("the member's record");
+    assert_eq!(info.status, LeaseStatus::Expired);
+    assert!(matches!(s.renew(m).await, Err(Error::Lost { .. })));
+    assert!(matches!(s.claim(m, 1).await, Err(Error::Lost { .. })));
+    let listed = s.expired(&Space::members(), 1000).await.unwrap();
+    assert!(listed.iter().all(|l| l.key != m.key), "a member is listed");
+}
+
+/// A dead session's members die through the sweep of its token, each exactly once,
+/// in batches of at most `max_batch`; their items go back with their own tokens; the
+/// death history has one record for the session (none per member), whose swept
+/// counts add up what the members' sweeps moved.
+pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    let n = 5;
+    for i in 0..n {
+        let payload = format!("job {i}");
+        s.enqueue(payload.as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let (session, members) = session_with(&ctx, n, ctx.ttl).await;
+    for m in &members {
+        assert_eq!(s.claim(m, 1).await.unwrap().len(), 1);
+    }
+    ctx.wait_listed_expired(&session.key).await;
+    assert!(s.reap(&session.key, session.token).await.unwrap());
+    let retired = drain(s, session.token).await;
+    let want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
+    assert_eq!(sorted(retired), sorted(want.clone()), "each member once");
+    for m in &members {
+        assert!(s.inspect(&m.key).await.unwrap().is_none(), "retired");
+        let moved = s.requeue_orphans(m.token).await.unwrap();
+        assert_eq!(moved.requeued.len(), 1, "its item goes back with its token");
+    }
+    let counts = s.item_counts().await.unwrap();
+    assert_eq!(
+        counts,
+        ItemCounts {
+            pending: n as u64,
+            owned: 0,
+            dead_lettered: 0
+        }
+    );
+    let deaths = s.deaths(None, 100).await.unwrap();
+    let of_session: Vec<_> = deaths.iter().filter(|d| d.token == session.token).collect();
+    assert_eq!(of_session.len(), 1, "one record for the session");
+    assert_eq!(of_session[0].cause, DeathCause::Reaped);
+    let swept = of_session[0].swept.expect("the session's record swept");
+    assert_eq!(swept.requeued, n as u64, "it counts its members' items");
+    assert!(
+        deaths.iter().all(|d| !want.contains(&d.token)),
+        "no record per member"
+    );
+}
+
+/// Two sweepers racing over one dead session retire each member exactly once between
+/// them; and a sweeper that stops after one batch loses nothing: the next one
+/// finishes the drain.
+pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    let (session, members) = session_with(&ctx, 6, ctx.ttl).await;
+    ctx.wait_listed_expired(&session.key).await;
+    assert!(s.reap(&session.key, session.token).await.unwrap());
+    // One call, then the "crash": the session's token stays in the dead set.
+    let first = s.requeue_orphans(session.token).await.unwrap();
+    let mut all: Vec<FencingToken> = first.retired.iter().map(|m| m.token).collect();
+    let (a, b) = (s.clone(), s.clone());
+    let token = session.token;
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { drain(&a, token).await }),
+        tokio::spawn(async move { drain(&b, token).await })
+    );
+    all.extend(ra.unwrap());
+    all.extend(rb.unwrap());
+    let want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
+    assert_eq!(sorted(all), sorted(want), "each member exactly once");
+}
+
+/// `release` of a riding member retires it alone, with a death record of its own;
+/// the session and its other members stay live. A key whose session died is taken
+/// by the next `acquire`, its member retired as superseded.
+pub async fn a_member_dies_alone(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    let (session, members) = session_with(&ctx, 2, ctx.long).await;
+    assert!(s.release(&members[0]).await.unwrap());
+    let deaths = s.deaths(None, 10).await.unwrap();
+    let gone = deaths.iter().find(|d| d.token == members[0].token);
+    assert_eq!(gone.map(|d| d.cause), Some(DeathCause::Released));
+    s.renew(&session).await.unwrap();
+    s.renew(&members[1]).await.unwrap();
+
+    let (short, riders) = session_with(&ctx, 1, ctx.ttl).await;
+    ctx.wait_listed_expired(&short.key).await;
+    let taken = s
+        .acquire(&riders[0].key, &holder("next"), ctx.long)
+        .await
+        .expect("a key whose session died is free");
+    assert!(taken.token > riders[0].token);
+    assert!(is_dead(s, riders[0].token).await);
+    let deaths = s.deaths(None, 10).await.unwrap();
+    let old = deaths.iter().find(|d| d.token == riders[0].token);
+    assert_eq!(old.map(|d| d.cause), Some(DeathCause::Superseded));
+}
+
+/// Two checkers, each checking the sessions space, declare a dead session and each
+/// of its members dead exactly once between them, and every member's item goes back.
+pub async fn checkers_declare_a_dead_session_s_members_once(ctx: Ctx) {
+    if !ctx.store.capabilities().sessions {
+        return;
+    }
+    let s = &ctx.store;
+    for i in 0..3 {
+        let payload = format!("job {i}");
+        s.enqueue(payload.as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let (session, members) = session_with(&ctx, 3, ctx.ttl).await;
+    for m in &members {
+        assert_eq!(s.claim(m, 1).await.unwrap().len(), 1);
+    }
+    ctx.wait_listed_expired(&session.key).await;
+    let config = CheckerConfig {
+        space: Space::sessions(),
+        ..CheckerConfig::default()
+    };
+    let (a, b) = (
+        Checker::new(s.clone(), config.clone()),
+        Checker::new(s.clone(), config),
+    );
+    let mut dead = Vec::new();
+    for _ in 0..20 {
+        let (ra, rb) = tokio::join!(a.round(), b.round());
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        dead.extend(ra.deaths.iter().chain(&rb.deaths).map(|d| d.lease.token));
+        if s.item_counts().await.unwrap().pending == 3 && !ra.more && !rb.more {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
+    want.push(session.token);
+    assert_eq!(
+        sorted(dead),
+        sorted(want),
+        "each declared dead exactly once"
+    );
+    assert_eq!(s.item_counts().await.unwrap().pending, 3, "every item back");
+}

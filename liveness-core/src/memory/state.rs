@@ -1,0 +1,325 @@
+//! The state of one namespace of the in-memory store, behind its lock, and the
+//! steps every operation shares: retiring a lease into the dead set with its death
+//! record, judging a riding member through its session, draining a dead session's
+//! riders, and sweeping a dead token's items.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::error::{Error, InputProblem, LostCause, Result};
+use crate::item::{Item, ItemId, ItemRecord, ItemState, RequestId, Requeued};
+use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
+use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
+use crate::wake::tick;
+
+#[derive(Debug)]
+pub(super) struct LeaseRec {
+    pub(super) holder: HolderId,
+    pub(super) token: FencingToken,
+    pub(super) ttl: Ttl,
+    pub(super) expires_at: Duration,
+    /// The greatest claim request id admitted under this token (the claim high-water
+    /// mark); forgotten with the record when the token ends.
+    pub(super) last_claim: Option<RequestId>,
+    /// The session this member rides ([`LeaseStore::join_session`]): its key and
+    /// token. A riding record has no expiry of its own (`expires_at` unused, not in
+    /// the expiry index): it lives while that session lease does.
+    pub(super) session: Option<(Key, FencingToken)>,
+}
+
+#[derive(Debug)]
+pub(super) struct ItemRec {
+    pub(super) item: Item,
+    pub(super) state: ItemState,
+    /// The request of the claim that assigned it to its current owner.
+    pub(super) claimed_by: Option<RequestId>,
+}
+
+#[derive(Debug)]
+pub(super) struct NsState {
+    pub(super) next_token: u64,
+    pub(super) next_item: u64,
+    pub(super) leases: HashMap<Key, LeaseRec>,
+    /// The expiry index: per space, (expires_at, name).
+    pub(super) expiry: BTreeMap<Space, BTreeSet<(Duration, Name)>>,
+    /// The key index: per space, the names with a lease record, in key order.
+    pub(super) names: BTreeMap<Space, BTreeSet<Name>>,
+    pub(super) dead: BTreeMap<FencingToken, Key>,
+    /// The death history, by seq; the newest `death_retention` kept.
+    pub(super) deaths: BTreeMap<u64, DeathRecord>,
+    pub(super) last_death: u64,
+    /// The seq of each dead token's record whose `swept` is still to be filled.
+    pub(super) death_of: HashMap<FencingToken, u64>,
+    pub(super) items: BTreeMap<ItemId, ItemRec>,
+    pub(super) pending: BTreeSet<ItemId>,
+    pub(super) owned: HashMap<FencingToken, BTreeSet<ItemId>>,
+    pub(super) dead_letters: BTreeSet<ItemId>,
+    /// Enqueue idempotency keys and the ids they answered, kept for good.
+    pub(super) keys: HashMap<RequestId, ItemId>,
+    /// The members riding each session, by the session's token: what the sweep of a
+    /// dead session's token retires, a batch at a time.
+    pub(super) riders: HashMap<FencingToken, BTreeSet<Key>>,
+    pub(super) wake: watch::Sender<u64>,
+}
+
+impl NsState {
+    pub(super) fn new() -> Self {
+        NsState {
+            next_token: 0,
+            next_item: 0,
+            leases: HashMap::new(),
+            expiry: BTreeMap::new(),
+            names: BTreeMap::new(),
+            dead: BTreeMap::new(),
+            deaths: BTreeMap::new(),
+            last_death: 0,
+            death_of: HashMap::new(),
+            items: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            owned: HashMap::new(),
+            dead_letters: BTreeSet::new(),
+            keys: HashMap::new(),
+            riders: HashMap::new(),
+            wake: watch::channel(0).0,
+        }
+    }
+
+    pub(super) fn unindex(&mut self, key: &Key, expires_at: Duration) {
+        if let Some(set) = self.expiry.get_mut(key.space()) {
+            set.remove(&(expires_at, key.name().clone()));
+        }
+    }
+
+    pub(super) fn index(&mut self, key: &Key, expires_at: Duration) {
+        self.expiry
+            .entry(key.space().clone())
+            .or_default()
+            .insert((expires_at, key.name().clone()));
+    }
+
+    /// Removes the lease on `key`, puts its token in the dead set and records its
+    /// death (keeping the newest `retention` records).
+    pub(super) fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration, retention: usize) {
+        if let Some(rec) = self.leases.remove(key) {
+            self.unindex(key, rec.expires_at);
+            self.unride(key, &rec);
+            if let Some(set) = self.names.get_mut(key.space()) {
+                set.remove(key.name());
+                if set.is_empty() {
+                    self.names.remove(key.space());
+                }
+            }
+            self.dead.insert(rec.token, key.clone());
+            self.last_death += 1;
+            let seq = self.last_death;
+            self.deaths.insert(
+                seq,
+                DeathRecord {
+                    seq,
+                    key: key.clone(),
+                    holder: rec.holder,
+                    token: rec.token,
+                    at: StoreTime::from_epoch(now),
+                    cause,
+                    swept: None,
+                },
+            );
+            self.death_of.insert(rec.token, seq);
+            // Each record is dropped once: O(1) amortized per death.
+            while self.deaths.len() > retention.max(1) {
+                if let Some((_, old)) = self.deaths.pop_first() {
+                    if self.death_of.get(&old.token) == Some(&old.seq) {
+                        self.death_of.remove(&old.token);
+                    }
+                }
+            }
+            tick(&self.wake);
+        }
+    }
+
+    /// Fills in what the sweep of `token` moved, in its death record (if kept).
+    pub(super) fn record_sweep(&mut self, token: FencingToken, moved: &Requeued) {
+        if let Some(seq) = self.death_of.remove(&token) {
+            if let Some(rec) = self.deaths.get_mut(&seq) {
+                // Cumulative: a session's record also counts what the sweeps of its
+                // riding members moved.
+                let before = rec.swept.unwrap_or(Swept {
+                    requeued: 0,
+                    dead_lettered: 0,
+                });
+                rec.swept = Some(Swept {
+                    requeued: before.requeued + moved.requeued.len() as u64,
+                    dead_lettered: before.dead_lettered + moved.dead_lettered.len() as u64,
+                });
+            }
+        }
+    }
+
+    pub(super) fn info(&self, key: &Key, rec: &LeaseRec, now: Duration) -> LeaseInfo {
+        LeaseInfo {
+            key: key.clone(),
+            holder: rec.holder.clone(),
+            token: rec.token,
+            ttl: rec.ttl,
+            status: if now < self.expiry_of(rec) {
+                LeaseStatus::Live {
+                    remaining: self.expiry_of(rec) - now,
+                }
+            } else {
+                LeaseStatus::Expired
+            },
+        }
+    }
+
+    pub(super) fn record(&self, id: ItemId) -> Option<ItemRecord> {
+        self.items.get(&id).map(|rec| ItemRecord {
+            item: rec.item.clone(),
+            state: rec.state,
+        })
+    }
+
+    /// Moves a dead-lettered item back to pending with no attempts counted.
+    pub(super) fn revive(&mut self, id: ItemId) -> Result<()> {
+        let Some(rec) = self.items.get_mut(&id) else {
+            return Err(Error::invalid("item", InputProblem::NoSuchItem));
+        };
+        if rec.state != ItemState::DeadLettered {
+            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
+        }
+        rec.state = ItemState::Pending;
+        rec.item.attempts = 0;
+        self.dead_letters.remove(&id);
+        self.pending.insert(id);
+        Ok(())
+    }
+
+    pub(super) fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
+        match self.leases.get(&lease.key) {
+            None => Err(lease.lost(LostCause::Released)),
+            Some(rec) if rec.token != lease.token => Err(lease.lost(LostCause::Superseded)),
+            Some(rec) if now >= self.expiry_of(rec) => Err(lease.lost(LostCause::Expired)),
+            Some(rec) => Ok(rec),
+        }
+    }
+
+    /// When `rec` expires by the store's clock: its own expiry, or for a member riding
+    /// a session, the session's (zero once the session is gone or superseded).
+    pub(super) fn expiry_of(&self, rec: &LeaseRec) -> Duration {
+        match &rec.session {
+            None => rec.expires_at,
+            Some((key, token)) => match self.leases.get(key) {
+                Some(session) if session.token == *token => session.expires_at,
+                _ => Duration::ZERO,
+            },
+        }
+    }
+
+    /// Forgets `key` among the riders of `rec`'s session, if it rides one.
+    pub(super) fn unride(&mut self, key: &Key, rec: &LeaseRec) {
+        if let Some((_, session)) = &rec.session {
+            if let Some(set) = self.riders.get_mut(session) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.riders.remove(session);
+                }
+            }
+        }
+    }
+
+    /// Retires up to `batch` of the members riding the dead session `token`: each
+    /// record removed, its token into the dead set and linked to the session's death
+    /// record (no record of its own: the session's one entry counts them). Returns
+    /// them, and whether any remain.
+    pub(super) fn drain(&mut self, token: FencingToken, batch: usize) -> (Vec<ExpiredLease>, bool) {
+        let Some(set) = self.riders.get_mut(&token) else {
+            return (Vec::new(), false);
+        };
+        let keys: Vec<Key> = set.iter().take(batch.max(1)).cloned().collect();
+        let mut retired = Vec::with_capacity(keys.len());
+        let seq = self.death_of.get(&token).copied();
+        for key in keys {
+            let Some(rec) = self.leases.remove(&key) else {
+                continue;
+            };
+            self.unride(&key, &rec);
+            if let Some(set) = self.names.get_mut(key.space()) {
+                set.remove(key.name());
+                if set.is_empty() {
+                    self.names.remove(key.space());
+                }
+            }
+            self.dead.insert(rec.token, key.clone());
+            if let Some(seq) = seq {
+                self.death_of.insert(rec.token, seq);
+            }
+            retired.push(ExpiredLease {
+                key,
+                holder: rec.holder,
+                token: rec.token,
+            });
+        }
+        if !retired.is_empty() {
+            tick(&self.wake);
+        }
+        (retired, self.riders.contains_key(&token))
+    }
+
+    pub(super) fn owned_by(&self, id: ItemId, token: FencingToken) -> Result<()> {
+        match self.items.get(&id) {
+            Some(rec) if rec.state == ItemState::Owned(token) => Ok(()),
+            _ => Err(Error::Fenced { item: id, token }),
+        }
+    }
+
+    /// Moves an owned item back to pending, or to the dead-letter set when it is out
+    /// of attempts or `retry` is false.
+    pub(super) fn hand_back(&mut self, id: ItemId, retry: bool) -> ItemState {
+        let Some(rec) = self.items.get_mut(&id) else {
+            return ItemState::DeadLettered;
+        };
+        if let ItemState::Owned(t) = rec.state {
+            if let Some(set) = self.owned.get_mut(&t) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.owned.remove(&t);
+                }
+            }
+        }
+        rec.claimed_by = None;
+        let state = if retry && rec.item.attempts < rec.item.max_attempts {
+            self.pending.insert(id);
+            ItemState::Pending
+        } else {
+            self.dead_letters.insert(id);
+            ItemState::DeadLettered
+        };
+        rec.state = state;
+        state
+    }
+}
+
+pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize) -> Requeued {
+    let mut out = Requeued::default();
+    if !st.dead.contains_key(&token) {
+        return out;
+    }
+    // A dead session's riders go first, a batch at a time; the session's token stays
+    // in the dead set until none is left.
+    let (retired, more) = st.drain(token, batch);
+    out.retired = retired;
+    if more {
+        return out;
+    }
+    st.dead.remove(&token);
+    let ids = st.owned.remove(&token).unwrap_or_default();
+    for id in ids {
+        match st.hand_back(id, true) {
+            ItemState::Pending => out.requeued.push(id),
+            _ => out.dead_lettered.push(id),
+        }
+    }
+    st.record_sweep(token, &out);
+    out
+}

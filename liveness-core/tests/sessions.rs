@@ -1,0 +1,50 @@
+//! Sessions on the memory model: a dead session's riders are retired a batch of at
+//! most `max_batch` at a time, each exactly once, whatever the session's size.
+
+use std::sync::Arc;
+
+use liveness_core::{Capabilities, HolderId, Key, MemoryServer, Name, Space, Store, Ttl};
+
+mod common;
+use common::ns;
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_session_is_drained_a_batch_at_a_time() {
+    let caps = Capabilities {
+        max_batch: 2,
+        sessions: true,
+        ..Capabilities::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    let holder = HolderId::new("p").unwrap();
+    let ttl = Ttl::from_millis(500).unwrap();
+    let key = Key::new(Space::sessions(), Name::new("p").unwrap());
+    let session = store.acquire(&key, &holder, ttl).await.unwrap();
+    let mut riders = Vec::new();
+    for i in 0..5 {
+        let member = Key::member(&format!("m{i}")).unwrap();
+        riders.push(
+            store
+                .join_session(&session, &member, &holder)
+                .await
+                .unwrap()
+                .token,
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(store.reap(&session.key, session.token).await.unwrap());
+    let mut sizes = Vec::new();
+    let mut retired = Vec::new();
+    loop {
+        let moved = store.requeue_orphans(session.token).await.unwrap();
+        sizes.push(moved.retired.len());
+        retired.extend(moved.retired.into_iter().map(|m| m.token));
+        let dead = store.dead_tokens(100).await.unwrap();
+        if !dead.iter().any(|d| d.token == session.token) {
+            break;
+        }
+    }
+    assert_eq!(sizes, [2, 2, 1], "batches of at most max_batch");
+    retired.sort();
+    assert_eq!(retired, riders, "each rider exactly once");
+}
