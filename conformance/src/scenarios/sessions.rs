@@ -26,6 +26,36 @@ fn session_key(prefix: &str) -> Key {
     )
 }
 
+/// A session lease of `ttl` and `n` members riding it (`r0`, `r1`, …); `None` on a
+/// store without native sessions (the scenario then passes at once).
+async fn riding(ctx: &Ctx, n: usize, ttl: liveness_core::Ttl) -> Option<(Lease, Vec<Lease>)> {
+    if !ctx.store.capabilities().sessions {
+        return None;
+    }
+    Some(session_with(ctx, n, ttl).await)
+}
+
+/// `n` pending items, and a session (ttl `ctx.ttl`) with `n` members riding it that
+/// claimed one each; `None` on a store without native sessions.
+async fn riding_with_items(ctx: &Ctx, n: usize) -> Option<(Lease, Vec<Lease>)> {
+    if !ctx.store.capabilities().sessions {
+        return None;
+    }
+    for i in 0..n {
+        let payload = format!("job {i}");
+        let options = EnqueueOptions::default();
+        ctx.store
+            .enqueue(payload.as_bytes(), options)
+            .await
+            .unwrap();
+    }
+    let (session, members) = session_with(ctx, n, ctx.ttl).await;
+    for m in &members {
+        assert_eq!(ctx.store.claim(m, 1).await.unwrap().len(), 1);
+    }
+    Some((session, members))
+}
+
 /// A session lease of `ttl` and `n` members riding it (`r0`, `r1`, …).
 async fn session_with(ctx: &Ctx, n: usize, ttl: liveness_core::Ttl) -> (Lease, Vec<Lease>) {
     let s = &ctx.store;
@@ -72,11 +102,10 @@ fn sorted(mut v: Vec<FencingToken>) -> Vec<FencingToken> {
 /// token, and is live by its session; its key is then held. A released or expired
 /// session is `Lost`; a session of another space is `InvalidInput`.
 pub async fn a_member_joins_only_a_live_session(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
+    let Some((session, members)) = riding(&ctx, 1, ctx.long).await else {
         return;
-    }
+    };
     let s = &ctx.store;
-    let (session, members) = session_with(&ctx, 1, ctx.long).await;
     let m = &members[0];
     assert!(m.token > session.token, "a new token");
     assert_eq!(m.ttl, session.ttl);
@@ -127,11 +156,10 @@ pub async fn a_member_joins_only_a_live_session(ctx: Ctx) {
 /// expires, every call judges them expired: `inspect`, `renew` and `claim` (`Lost`),
 /// and `expired` lists the session, never a member.
 pub async fn a_riding_member_lives_and_dies_with_its_session(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
+    let Some((session, members)) = riding(&ctx, 1, ctx.ttl).await else {
         return;
-    }
+    };
     let s = &ctx.store;
-    let (session, members) = session_with(&ctx, 1, ctx.ttl).await;
     let m = &members[0];
     s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
     let ttl = ctx.ttl.duration();
@@ -163,21 +191,11 @@ pub async fn a_riding_member_lives_and_dies_with_its_session(ctx: Ctx) {
 /// death history has one record for the session (none per member), whose swept
 /// counts add up what the members' sweeps moved.
 pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
-        return;
-    }
-    let s = &ctx.store;
     let n = 5;
-    for i in 0..n {
-        let payload = format!("job {i}");
-        s.enqueue(payload.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
-    let (session, members) = session_with(&ctx, n, ctx.ttl).await;
-    for m in &members {
-        assert_eq!(s.claim(m, 1).await.unwrap().len(), 1);
-    }
+    let Some((session, members)) = riding_with_items(&ctx, n).await else {
+        return;
+    };
+    let s = &ctx.store;
     ctx.wait_listed_expired(&session.key).await;
     assert!(s.reap(&session.key, session.token).await.unwrap());
     let retired = drain(s, session.token).await;
@@ -213,11 +231,10 @@ pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
 /// them; and a sweeper that stops after one batch loses nothing: the next one
 /// finishes the drain.
 pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
+    let Some((session, members)) = riding(&ctx, 6, ctx.ttl).await else {
         return;
-    }
+    };
     let s = &ctx.store;
-    let (session, members) = session_with(&ctx, 6, ctx.ttl).await;
     ctx.wait_listed_expired(&session.key).await;
     assert!(s.reap(&session.key, session.token).await.unwrap());
     // One call, then the "crash": the session's token stays in the dead set.
@@ -239,11 +256,10 @@ pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
 /// the session and its other members stay live. A key whose session died is taken
 /// by the next `acquire`, its member retired as superseded.
 pub async fn a_member_dies_alone(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
+    let Some((session, members)) = riding(&ctx, 2, ctx.long).await else {
         return;
-    }
+    };
     let s = &ctx.store;
-    let (session, members) = session_with(&ctx, 2, ctx.long).await;
     assert!(s.release(&members[0]).await.unwrap());
     let deaths = s.deaths(None, 10).await.unwrap();
     let gone = deaths.iter().find(|d| d.token == members[0].token);
@@ -267,20 +283,10 @@ pub async fn a_member_dies_alone(ctx: Ctx) {
 /// Two checkers, each checking the sessions space, declare a dead session and each
 /// of its members dead exactly once between them, and every member's item goes back.
 pub async fn checkers_declare_a_dead_session_s_members_once(ctx: Ctx) {
-    if !ctx.store.capabilities().sessions {
+    let Some((session, members)) = riding_with_items(&ctx, 3).await else {
         return;
-    }
+    };
     let s = &ctx.store;
-    for i in 0..3 {
-        let payload = format!("job {i}");
-        s.enqueue(payload.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
-    let (session, members) = session_with(&ctx, 3, ctx.ttl).await;
-    for m in &members {
-        assert_eq!(s.claim(m, 1).await.unwrap().len(), 1);
-    }
     ctx.wait_listed_expired(&session.key).await;
     let config = CheckerConfig {
         space: Space::sessions(),

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
-use crate::error::{Error, LostCause, Result};
+use crate::error::{LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
@@ -136,42 +136,13 @@ impl LeaseStore for MemoryStore {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let now = self.now();
         let mut st = lock(&self.state);
-        if let Some(rec) = st.leases.get(key) {
-            if now < st.expiry_of(rec) {
-                return Err(Error::Held {
-                    key: key.clone(),
-                    holder: rec.holder.clone(),
-                    token: rec.token,
-                });
-            }
-            st.retire(
-                key,
-                DeathCause::Superseded,
-                now,
-                self.info.caps.death_retention,
-            );
-        }
-        st.next_token += 1;
-        let token = FencingToken(st.next_token);
+        let retention = self.info.caps.death_retention;
+        let token = st.take(key, now, retention)?;
         let expires_at = now + ttl.duration();
-        st.leases.insert(
-            key.clone(),
-            LeaseRec {
-                holder: holder.clone(),
-                token,
-                ttl,
-                expires_at,
-                last_claim: None,
-                session: None,
-            },
-        );
-        st.index(key, expires_at);
-        st.names
-            .entry(key.space().clone())
-            .or_default()
-            .insert(key.name().clone());
+        st.put(key, LeaseRec::new(holder, token, ttl, expires_at, None));
+        let issuer = &self.info.issuer;
         Ok(Lease::granted(
-            &self.info.issuer,
+            issuer,
             key.clone(),
             holder.clone(),
             token,
@@ -187,46 +158,12 @@ impl LeaseStore for MemoryStore {
             // A member cannot be a session: only a lease of its own can be ridden.
             _ => return Err(session.lost(LostCause::Superseded)),
         };
-        if let Some(rec) = st.leases.get(key) {
-            if now < st.expiry_of(rec) {
-                return Err(Error::Held {
-                    key: key.clone(),
-                    holder: rec.holder.clone(),
-                    token: rec.token,
-                });
-            }
-            let retention = self.info.caps.death_retention;
-            st.retire(key, DeathCause::Superseded, now, retention);
-        }
-        st.next_token += 1;
-        let token = FencingToken(st.next_token);
-        let ridden = (session.key.clone(), session.token);
-        st.leases.insert(
-            key.clone(),
-            LeaseRec {
-                holder: holder.clone(),
-                token,
-                ttl: session.ttl,
-                expires_at: Duration::ZERO,
-                last_claim: None,
-                session: Some(ridden),
-            },
-        );
-        st.riders
-            .entry(session.token)
-            .or_default()
-            .insert(key.clone());
-        st.names
-            .entry(key.space().clone())
-            .or_default()
-            .insert(key.name().clone());
-        let mut lease = Lease::granted(
-            &self.info.issuer,
-            key.clone(),
-            holder.clone(),
-            token,
-            session.ttl,
-        );
+        let token = st.take(key, now, self.info.caps.death_retention)?;
+        let ridden = Some((session.key.clone(), session.token));
+        let rec = LeaseRec::new(holder, token, session.ttl, Duration::ZERO, ridden);
+        st.put(key, rec);
+        let issuer = &self.info.issuer;
+        let mut lease = Lease::granted(issuer, key.clone(), holder.clone(), token, session.ttl);
         lease.expires_in = until.saturating_sub(now);
         Ok(lease)
     }

@@ -29,6 +29,26 @@ pub(super) struct LeaseRec {
     pub(super) session: Option<(Key, FencingToken)>,
 }
 
+impl LeaseRec {
+    /// The record of a lease just taken: `session` when it rides one.
+    pub(super) fn new(
+        holder: &HolderId,
+        token: FencingToken,
+        ttl: Ttl,
+        expires_at: Duration,
+        session: Option<(Key, FencingToken)>,
+    ) -> Self {
+        LeaseRec {
+            holder: holder.clone(),
+            token,
+            ttl,
+            expires_at,
+            last_claim: None,
+            session,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct ItemRec {
     pub(super) item: Item,
@@ -214,6 +234,44 @@ impl NsState {
                 _ => Duration::ZERO,
             },
         }
+    }
+
+    /// Frees `key` for a new lease and draws its token: `Held` while a live lease
+    /// (its own, or riding a live session) is on it; an expired one is retired first
+    /// (cause superseded, keeping `retention` records).
+    pub(super) fn take(
+        &mut self,
+        key: &Key,
+        now: Duration,
+        retention: usize,
+    ) -> Result<FencingToken> {
+        if let Some(rec) = self.leases.get(key) {
+            if now < self.expiry_of(rec) {
+                return Err(Error::Held {
+                    key: key.clone(),
+                    holder: rec.holder.clone(),
+                    token: rec.token,
+                });
+            }
+            self.retire(key, DeathCause::Superseded, now, retention);
+        }
+        self.next_token += 1;
+        Ok(FencingToken(self.next_token))
+    }
+
+    /// Puts `rec` on `key`: in the expiry index, or among its session's riders.
+    pub(super) fn put(&mut self, key: &Key, rec: LeaseRec) {
+        match &rec.session {
+            None => self.index(key, rec.expires_at),
+            Some((_, session)) => {
+                self.riders.entry(*session).or_default().insert(key.clone());
+            }
+        }
+        self.names
+            .entry(key.space().clone())
+            .or_default()
+            .insert(key.name().clone());
+        self.leases.insert(key.clone(), rec);
     }
 
     /// Forgets `key` among the riders of `rec`'s session, if it rides one.
