@@ -81,7 +81,9 @@ async fn in_one_commit<T>(
 /// `n` leases with a short ttl on keys `prefix<i>`, each holding one claimed item,
 /// waited on until every one has expired by the store clock.
 async fn expired_owners(store: &SqliteStore, prefix: &str, n: usize) -> Vec<(Lease, ItemId)> {
-    let short = Ttl::from_millis(100).unwrap();
+    // Short, but long enough for its claim to come in time on a loaded machine (a
+    // 100 ms lease once expired between its acquire and its claim).
+    let short = Ttl::from_millis(600).unwrap();
     let mut out = Vec::new();
     for i in 0..n {
         let key = Key::member(&format!("{prefix}{i}")).unwrap();
