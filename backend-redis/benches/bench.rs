@@ -20,22 +20,13 @@ use std::time::Duration;
 use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
 use liveness_core::{Checker, CheckerConfig, Store, Ttl};
-use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisServer;
+
+mod common;
+use common::store;
 use tokio::time::Instant;
 
 const REPEATS: usize = 3;
-
-async fn store(url: &str) -> RedisStore {
-    let config = RedisConfig::from_url(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .with_namespace(liveness_conformance::fresh_namespace())
-        .with_response_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
-    RedisStore::connect(config)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
-}
 
 /// The renew script in a bare client loop: `concurrency` tasks on one multiplexed
 /// connection, each renewing its own lease.

@@ -3,12 +3,12 @@
 //! server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
 //! with batches the core's `CheckInput` checked.
 
-use liveness_core::durability::StoreLostState;
 use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result, Space};
 use redis::{Cmd, Value};
 
-use crate::core::{array, ids, int, key_text, lost, scripts, unexpected, RedisStore, ScriptCall};
-use crate::BACKEND;
+use crate::core::{
+    array, ids, int, key_text, renewed, retired, scripts, unexpected, RedisStore, ScriptCall,
+};
 
 scripts! {
     /// `acquire_many.lua`: each entry exactly as `acquire.lua` (the prelude's
@@ -96,12 +96,7 @@ impl RedisStore {
         Ok(leases
             .iter()
             .zip(codes)
-            .map(|(lease, code)| match int("renew_many", &code)? {
-                1 => Ok(lease.renewed()),
-                code @ -3..=-1 => Err(lost(lease, code)),
-                -4 => Err(StoreLostState::of(BACKEND, lease)),
-                _ => Err(unexpected("renew_many", "an unknown status")),
-            })
+            .map(|(lease, code)| renewed("renew_many", lease, int("renew_many", &code)?))
             .collect())
     }
 
@@ -144,7 +139,8 @@ impl RedisStore {
                 .key(self.keys.owned_count())
                 .key(self.keys.pending())
                 .key(self.keys.dead_letters())
-                .arg(self.keys.item_prefix());
+                .arg(self.keys.item_prefix())
+                .arg(self.info.caps.max_batch);
             for token in chunk {
                 call.key(self.keys.owned(*token)).arg(token.0);
             }
@@ -164,7 +160,10 @@ impl RedisStore {
                             "requeue_orphans_many",
                             parts.next().unwrap_or(Value::Nil),
                         )?,
-                        retired: Vec::new(),
+                        retired: retired(
+                            "requeue_orphans_many",
+                            parts.next().unwrap_or(Value::Nil),
+                        )?,
                     })
                 }));
             }

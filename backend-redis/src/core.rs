@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use liveness_core::durability::StoreLostState;
 use liveness_core::{
-    Capabilities, Error, FencingToken, HighWater, HolderId, Issuer, ItemId, Key, Lease,
-    LeaseStatus, LostCause, Namespace, Result, StoreInfo, Ttl,
+    Capabilities, Error, ExpiredLease, FencingToken, HighWater, HolderId, Issuer, ItemId, Key,
+    Lease, LeaseStatus, LostCause, Namespace, Result, StoreInfo, Ttl,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -285,7 +286,7 @@ impl RedisStore {
                     max_batch: 1000,
                     max_payload: MAX_PAYLOAD,
                     death_retention: config.death_retention().max(1),
-                    sessions: false,
+                    sessions: true,
                 },
                 issuer: Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             },
@@ -718,6 +719,42 @@ pub(crate) fn lost(lease: &Lease, code: i64) -> Error {
         _ => LostCause::Released,
     };
     lease.lost(reason)
+}
+
+/// The answer of a renewal from its script code (the prelude's `renew_one`): 1
+/// renewed, n >= 2 a riding member whose session has n - 1 µs left, -1..=-3 lost, -4
+/// the store lost its state.
+pub(crate) fn renewed(op: &'static str, lease: &Lease, code: i64) -> Result<Lease> {
+    match code {
+        1 => Ok(lease.renewed()),
+        left @ 2.. => Ok(Lease {
+            expires_in: us(left - 1),
+            ..lease.clone()
+        }),
+        code @ -3..=-1 => Err(lost(lease, code)),
+        -4 => Err(StoreLostState::of(BACKEND, lease)),
+        _ => Err(unexpected(op, "an unknown status")),
+    }
+}
+
+/// The members a sweep of a dead session retired, from its flat script reply
+/// `{key text, holder, token, ...}` (absent: none).
+pub(crate) fn retired(op: &'static str, v: Value) -> Result<Vec<ExpiredLease>> {
+    if v == Value::Nil {
+        return Ok(Vec::new());
+    }
+    let flat = array(op, v)?;
+    let mut out = Vec::with_capacity(flat.len() / 3);
+    let mut it = flat.into_iter();
+    while let Some(key) = it.next() {
+        let key =
+            Key::parse(&text(op, key)?).map_err(|_| unexpected(op, "an invalid stored key"))?;
+        let holder = HolderId::new(text(op, it.next().unwrap_or(Value::Nil))?)
+            .map_err(|_| unexpected(op, "an invalid stored holder"))?;
+        let token = FencingToken(uint(op, &it.next().unwrap_or(Value::Nil))?);
+        out.push(ExpiredLease { key, holder, token });
+    }
+    Ok(out)
 }
 
 /// A duration from a count of microseconds (negative counts are zero).

@@ -11,7 +11,9 @@ use liveness_core::{
 };
 use redis::Value;
 
-use crate::core::{array, ids, int, key_text, scripts, text, uint, unexpected, RedisStore};
+use crate::core::{
+    array, ids, int, key_text, retired, scripts, text, uint, unexpected, RedisStore,
+};
 
 scripts! {
     /// `expired.lua`: the leases of a space whose expiry passed, from the expiry
@@ -93,7 +95,9 @@ impl RedisStore {
     }
 
     /// Sweeps the items of the dead `token`: requeued, or dead-lettered once out of
-    /// attempts, and the token leaves the dead set.
+    /// attempts, and the token leaves the dead set; a dead session's token first
+    /// retires its riding members, at most `max_batch` a call, and stays while any
+    /// remain.
     pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
         let mut call = REQUEUE_ORPHANS.prepare_invoke();
         call.key(self.keys.dead())
@@ -102,12 +106,13 @@ impl RedisStore {
             .key(self.keys.pending())
             .key(self.keys.dead_letters())
             .arg(token.0)
-            .arg(self.keys.item_prefix());
+            .arg(self.keys.item_prefix())
+            .arg(self.info.caps.max_batch);
         let mut parts = array("requeue_orphans", self.run(call).await?)?.into_iter();
         Ok(Requeued {
             requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
             dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
-            retired: Vec::new(),
+            retired: retired("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
         })
     }
 

@@ -4,19 +4,17 @@
 
 use std::time::Duration;
 
-use liveness_core::durability::StoreLostState;
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, DeadToken, DeathRecord, Error, ExpiredLease, FencingToken, HolderId, Key,
+    Lease, LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use redis::{Script, ScriptInvocation, Value};
 
 use crate::core::{
-    array, int, key_text, lost, record, scripts, status_of, text, uint, unexpected, us, RedisStore,
-    ScriptCall,
+    array, int, key_text, lost, record, renewed, scripts, status_of, text, uint, unexpected, us,
+    RedisStore, ScriptCall,
 };
 use crate::keys::Keys;
-use crate::BACKEND;
 
 scripts! {
     /// `acquire.lua`: takes a free or expired lease (retiring an expired one into the
@@ -35,6 +33,8 @@ scripts! {
     static STORE_TIME = "store_time";
     /// `next_expiry.lua`: the time until the space's next expiry.
     static NEXT_EXPIRY = "next_expiry";
+    /// `join_session.lua`: a member riding a live session (no expiry of its own).
+    static JOIN_SESSION = "join_session";
 }
 
 /// The renew script (`KEYS`: lease, expiry index, token counter; `ARGV`: name,
@@ -112,11 +112,51 @@ impl LeaseStore for RedisStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let v = self.run(renew_call(&self.keys, lease)).await?;
-        match int("renew", &v)? {
-            1 => Ok(lease.renewed()),
-            code @ -3..=-1 => Err(lost(lease, code)),
-            -4 => Err(StoreLostState::of(BACKEND, lease)),
-            _ => Err(unexpected("renew", "an unknown status")),
+        renewed("renew", lease, int("renew", &v)?)
+    }
+
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        let mut call = ScriptCall::default();
+        call.key(self.keys.lease(&session.key))
+            .key(self.keys.lease(key))
+            .key(self.keys.expiry(key.space()))
+            .key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(session.token.0)
+            .arg(key.name().as_str())
+            .arg(holder.as_str())
+            .arg(key_text(key))
+            .arg(self.info.caps.death_retention);
+        let reply = self.run_issuing(&JOIN_SESSION, call).await?;
+        let mut reply = array("join_session", reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        match int("join_session", &next())? {
+            1 => {
+                let token = FencingToken(uint("join_session", &next())?);
+                let left = int("join_session", &next())?;
+                let granted = Lease::granted(
+                    &self.info.issuer,
+                    key.clone(),
+                    holder.clone(),
+                    token,
+                    session.ttl,
+                );
+                Ok(Lease {
+                    expires_in: us(left),
+                    ..granted
+                })
+            }
+            0 => {
+                let held_by = text("join_session", next())?;
+                Err(Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(held_by)
+                        .map_err(|_| unexpected("join_session", "an invalid stored holder"))?,
+                    token: FencingToken(uint("join_session", &next())?),
+                })
+            }
+            code @ -3..=-1 => Err(lost(session, code)),
+            _ => Err(unexpected("join_session", "an unknown status")),
         }
     }
 

@@ -4,37 +4,17 @@
 //! renewal is cheap on the server: it moves its lease in the expiry index only when the
 //! index would otherwise lag its expiry by half a ttl or more.
 
-use liveness_conformance::fresh_namespace;
 use std::time::Duration;
 
 use liveness_core::{Acquire, HolderId, Key, LeaseStore, Space, Ttl};
-use liveness_testkit::redis::{RedisOptions, RedisServer};
+
+mod common;
+use common::{calls, fresh};
 
 /// How many scripts the server has run (`EVALSHA` and `EVAL` calls) since the last
 /// `CONFIG RESETSTAT`.
 async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     calls(conn, &["evalsha", "eval"]).await
-}
-
-/// How many times the server ran the `commands` (those run inside scripts included)
-/// since the last `CONFIG RESETSTAT`.
-async fn calls(conn: &mut redis::aio::MultiplexedConnection, commands: &[&str]) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|line| {
-            commands
-                .iter()
-                .any(|c| line.starts_with(&format!("cmdstat_{c}:")))
-        })
-        .map(|line| {
-            let calls = line.split("calls=").nth(1).unwrap();
-            calls.split(',').next().unwrap().parse::<u64>().unwrap()
-        })
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,22 +41,6 @@ async fn acquire_many_is_one_script_for_the_batch() {
         "acquire_many of {} keys ran {run} scripts",
         asks.len()
     );
-}
-
-/// A server of this test's own (nothing else runs scripts on it), a store on a fresh
-/// namespace of it, and a plain connection to it; `None` where no server can start.
-async fn fresh() -> Option<(
-    RedisServer,
-    liveness_redis::RedisStore,
-    redis::aio::MultiplexedConnection,
-)> {
-    let server = RedisServer::spawn(RedisOptions::default())?;
-    let store = liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
-        .await
-        .unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    Some((server, store, conn))
 }
 
 /// The acquire of member `m<i>` by holder `h<i>`.

@@ -2,7 +2,8 @@
 --        KEYS[4] owned counter
 -- ARGV[1] token, ARGV[2] n, ARGV[3] item key prefix (item keys derived in-script),
 -- ARGV[4] request id
--- Returns {-1|-2|-3} when the lease is released / superseded / expired, else
+-- Returns {-1|-2|-3} when the lease is released / superseded / expired (a riding
+-- member: when its session is), else
 -- {1, id, payload, attempts, max, id, payload, attempts, max, ...}, lowest id first.
 -- A repeat of a request (items the token owns carry its id in `r`) answers those
 -- items and claims nothing new. Otherwise the claim is admitted only when its id is
@@ -25,14 +26,14 @@ local function greater(a, b)
 end
 
 local now = now_us()
-local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'c', 'ttl', 'ep')
+local rec = redis.call('HMGET', KEYS[1], 't', 'e', 'c', 'ttl', 'ep', 's', 'st')
 if not rec[1] then
   return {-1}
 end
 if rec[1] ~= ARGV[1] then
   return {-2}
 end
-if now >= judged(prefix_of(KEYS[1]), rec[2], rec[4], rec[5], now) then
+if now >= expiry_of(prefix_of(KEYS[1]), rec[2], rec[4], rec[5], rec[6], rec[7], now) then
   return {-3}
 end
 local out = {1}

@@ -2,14 +2,14 @@
 -- ARGV[1] the range start ('-' for the first page, else '(' .. the last name seen),
 -- ARGV[2] limit, ARGV[3] the space's lease key prefix (lease keys derived in-script)
 -- Returns {name, holder, token, ttl, remaining_us, ...} in name (byte) order, with
--- remaining_us -1 when expired: ZRANGEBYLEX, O(log n + page).
+-- remaining_us -1 when expired (a riding member's: its session's): ZRANGEBYLEX, O(log n + page).
 local now = now_us()
 local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, name in ipairs(names) do
-  local rec = redis.call('HMGET', ARGV[3] .. name, 'h', 't', 'ttl', 'e', 'ep')
+  local rec = redis.call('HMGET', ARGV[3] .. name, 'h', 't', 'ttl', 'e', 'ep', 's', 'st')
   if rec[2] then
-    local left = judged(prefix_of(ARGV[3]), rec[4], rec[3], rec[5], now) - now
+    local left = expiry_of(prefix_of(ARGV[3]), rec[4], rec[3], rec[5], rec[6], rec[7], now) - now
     if left <= 0 then
       left = -1
     end

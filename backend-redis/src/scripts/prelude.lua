@@ -97,6 +97,24 @@ local function judged(prefix, e, ttl, ep, now)
   return e
 end
 
+-- The judged expiry of a lease record from its fields `e`, `ttl`, `ep` and, for a
+-- member riding a session (`LeaseStore::join_session`: no `e` of its own), `s` (the
+-- session's lease key) and `st` (the session's token): the session's judged expiry
+-- while its lease holds that very token, else 0 (gone or superseded: expired).
+local function expiry_of(prefix, e, ttl, ep, skey, stoken, now)
+  if e then
+    return judged(prefix, e, ttl, ep, now)
+  end
+  if not skey then
+    return 0
+  end
+  local rec = redis.call('HMGET', skey, 't', 'e', 'ttl', 'ep')
+  if rec[1] ~= stoken or not rec[2] then
+    return 0
+  end
+  return judged(prefix, rec[2], rec[3], rec[4], now)
+end
+
 -- What the renewals of one call share: the namespace prefix (every lease of one call
 -- is in one namespace: a store handle serves one), per-call reads and texts that
 -- renew_one fills in once (the epoch stamp `ep`, the token counter `issued`, and per
@@ -116,7 +134,8 @@ end
 -- One renewal (renew.lua, renew_many.lua): `lease` its record, `expiry` its space's
 -- index, `ttl` in ms, `batch` from batch_of (the caller applies its index moves with
 -- `moved` before it returns). Returns 1 renewed, -1 released, -2 superseded,
--- -3 expired, -4 the store lost its state (no record, and the token is above every
+-- -3 expired (for a riding member: its session is), n >= 2 a riding member whose
+-- session is live with n - 1 µs left (nothing written), -4 the store lost its state (no record, and the token is above every
 -- token the namespace's counter has handed out: the counter went back).
 --
 -- The expiry index is coarse: a lease's score `ix` (also kept in its hash)
@@ -141,6 +160,15 @@ local function renew_one(lease, expiry, name, token, ttl, now, batch)
   end
   if rec[1] ~= token then
     return -2
+  end
+  if not rec[2] then
+    -- A riding member: live exactly while its session is, nothing to write.
+    local ride = redis.call('HMGET', lease, 's', 'st')
+    local left = expiry_of(prefix, nil, nil, nil, ride[1], ride[2], now) - now
+    if left <= 0 then
+      return -3
+    end
+    return 1 + left
   end
   local e = tonumber(rec[2])
   if now >= e and now >= judged(prefix, e, rec[3], rec[4], now) then
@@ -182,7 +210,8 @@ end
 -- it now sits at its real expiry in the index; 'none' for a name without a record.
 local function reindex(expiry, lease_prefix, name, now)
   local rec = redis.call('HMGET', lease_prefix .. name, 'h', 't', 'e', 'ttl', 'ep')
-  if not rec[2] then
+  -- A riding member (no `e`) is never indexed; a stale name of one is left alone.
+  if not rec[2] or not rec[3] then
     return 'none'
   end
   local e = judged(prefix_of(lease_prefix), rec[3], rec[4], rec[5], now)
@@ -228,12 +257,17 @@ local function record_death(prefix, key_text, holder, token, now, cause, retenti
 end
 
 -- Removes a lease record, puts (key, token) in the dead set and records the death.
+-- A riding member leaves its session's member set `sm:<session token>`.
 local function retire(lease_key, expiry_key, dead_key, name, token, key_text, holder, now,
                       cause, retention)
+  local prefix = ns_prefix(dead_key)
+  local st = redis.call('HGET', lease_key, 'st')
+  if st then
+    redis.call('SREM', prefix .. 'sm:' .. st, key_text)
+  end
   redis.call('DEL', lease_key)
   redis.call('ZREM', expiry_key, name)
   redis.call('ZADD', dead_key, token, token .. ':' .. key_text)
-  local prefix = ns_prefix(dead_key)
   redis.call('ZREM', members_key(prefix, key_text), name)
   record_death(prefix, key_text, holder, token, now, cause, retention)
 end
@@ -253,13 +287,57 @@ local function hand_back(item_key, id, retry, pending_key, dl_key)
 end
 
 
+-- Retires up to `budget.n` of the members riding the dead session `token` (its set
+-- `sm:<token>` under the namespace prefix `ns`), lowering `budget.n`: each record is
+-- deleted and leaves its space's member index, and its token goes into the dead set
+-- linked (`dt`) to the session's death record, with no record of its own. Returns
+-- {key text, holder, token, ...} of the retired ones and whether members remain.
+local function retire_riders(ns, dead_key, token, budget)
+  local set = ns .. 'sm:' .. token
+  local out = {}
+  if budget.n <= 0 then
+    return out, redis.call('EXISTS', set) == 1
+  end
+  local popped = redis.call('SPOP', set, budget.n)
+  if #popped == 0 then
+    return out, false
+  end
+  budget.n = budget.n - #popped
+  local seq = redis.call('HGET', ns .. 'dt', token)
+  for _, key_text in ipairs(popped) do
+    local lease_key = ns .. 'l:' .. key_text
+    local rec = redis.call('HMGET', lease_key, 'h', 't', 'st')
+    if rec[3] == token then
+      redis.call('DEL', lease_key)
+      redis.call('ZREM', members_key(ns, key_text), string.match(key_text, '/(.*)$'))
+      redis.call('ZADD', dead_key, rec[2], rec[2] .. ':' .. key_text)
+      if seq then
+        redis.call('HSET', ns .. 'dt', rec[2], seq)
+      end
+      out[#out + 1] = key_text
+      out[#out + 1] = rec[1]
+      out[#out + 1] = rec[2]
+    end
+  end
+  return out, redis.call('EXISTS', set) == 1
+end
+
 -- Requeues the items of dead `token` (in the dead set `dead_key`, owning `owned_key`):
 -- each back to pending or, out of attempts, to the dead-letter set; forgets the token.
--- Acts only when the token is in the dead set. Returns {{requeued ids}, {dead-lettered ids}}.
-local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix)
+-- Acts only when the token is in the dead set. A dead session's token first retires
+-- its riding members, at most `budget.n` per call (`retire_riders`), and stays in the
+-- dead set, its items untouched, while members remain. Returns {{requeued ids},
+-- {dead-lettered ids}, {key text, holder, token, ...} of the retired members}.
+local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix,
+                             budget)
   local requeued, dead = {}, {}
   if #redis.call('ZRANGEBYSCORE', dead_key, token, token) == 0 then
-    return {requeued, dead}
+    return {requeued, dead, {}}
+  end
+  local ns = ns_prefix(dead_key)
+  local retired, remain = retire_riders(ns, dead_key, token, budget)
+  if remain then
+    return {requeued, dead, retired}
   end
   redis.call('ZREMRANGEBYSCORE', dead_key, token, token)
   local ids = redis.call('ZRANGE', owned_key, 0, -1)
@@ -274,14 +352,18 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
   if #ids > 0 then
     redis.call('DECRBY', count_key, #ids)
   end
-  -- The token's death record learns what its sweep moved, in this same step.
-  local prefix = ns_prefix(dead_key)
-  local seq = redis.call('HGET', prefix .. 'dt', token)
+  -- The token's death record learns what its sweep moved, in this same step: added
+  -- to its counts, as a dead session's record sums its members' sweeps.
+  local seq = redis.call('HGET', ns .. 'dt', token)
   if seq then
-    redis.call('HSET', prefix .. 'd:' .. seq, 'r', #requeued, 'dl', #dead)
-    redis.call('HDEL', prefix .. 'dt', token)
+    local record = ns .. 'd:' .. seq
+    if redis.call('EXISTS', record) == 1 then
+      redis.call('HINCRBY', record, 'r', #requeued)
+      redis.call('HINCRBY', record, 'dl', #dead)
+    end
+    redis.call('HDEL', ns .. 'dt', token)
   end
-  return {requeued, dead}
+  return {requeued, dead, retired}
 end
 
 -- Takes the lease on `lease_key` (its space's expiry zset `expiry_key`, the
@@ -293,9 +375,9 @@ end
 local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
                            key_text, retention, now)
   local prefix = prefix_of(lease_key)
-  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep')
+  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
   if rec[2] then
-    if now < judged(prefix, rec[3], rec[4], rec[5], now) then
+    if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
       return {0, rec[1], rec[2]}
     end
     retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',

@@ -7,8 +7,9 @@ local out = {}
 for i = 1, (#ARGV - 1) / 3 do
   local lease, expiry = KEYS[2 * i], KEYS[2 * i + 1]
   local name, token, text = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
-  local rec = redis.call('HMGET', lease, 't', 'e', 'h', 'ttl', 'ep')
-  if rec[1] == token and now >= judged(prefix_of(lease), rec[2], rec[4], rec[5], now) then
+  local rec = redis.call('HMGET', lease, 't', 'e', 'h', 'ttl', 'ep', 's', 'st')
+  if rec[1] == token and now >= expiry_of(prefix_of(lease), rec[2], rec[4], rec[5], rec[6], rec[7],
+      now) then
     retire(lease, expiry, KEYS[1], name, token, text, rec[3], now, '0', ARGV[1])
     out[i] = 1
   else

@@ -1,0 +1,377 @@
+//! Members riding sessions against members that are leases of their own, on one
+//! redis-server, in one run.
+//!
+//! `cargo bench -p liveness-redis --bench sessions -- [--members 100000] [--sessions 10]
+//! [--ttl-ms 10000] [--seconds 20] [--no-leases]`. Uses `LIVENESS_REDIS_URL` when set,
+//! else starts a private redis-server (no persistence).
+//!
+//! Sessions: `--sessions` session leases, then `--members` members joined into them
+//! (`join_session`, 64 calls in flight), then `--seconds` of steady state in which only
+//! the sessions are renewed (every ttl/3). Per-member leases, on a fresh namespace of
+//! the same server: as many members taken with `acquire_many` (batches of 1000), then
+//! the same seconds of renewing every one of them every ttl/3 with `renew_many`
+//! (batches of 1000, paced every 10 ms). Printed for each: the time to join (or take)
+//! every member, the server's CPU in steady state (`INFO cpu`, as % of one core), the
+//! server's memory per member (`INFO memory` used_memory) and the client's (this
+//! process's resident set, `VmRSS`, both sets of members kept alive so that the second
+//! does not reuse the first's pages).
+
+use std::time::{Duration, Instant};
+
+use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_redis::RedisStore;
+use liveness_testkit::redis::RedisServer;
+
+mod common;
+use common::store;
+
+/// The bench's options, from the command line.
+struct Options {
+    members: usize,
+    sessions: usize,
+    ttl: Ttl,
+    seconds: u64,
+    leases: bool,
+}
+
+impl Options {
+    fn from_args() -> Options {
+        let mut o = Options {
+            members: 100_000,
+            sessions: 10,
+            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
+            seconds: 20,
+            leases: true,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || {
+                args.next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("{arg} wants a number"))
+            };
+            match arg.as_str() {
+                "--members" => o.members = value() as usize,
+                "--sessions" => o.sessions = value().max(1) as usize,
+                "--ttl-ms" => {
+                    o.ttl = Ttl::new(Duration::from_millis(value()))
+                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
+                }
+                "--seconds" => o.seconds = value(),
+                "--no-leases" => o.leases = false,
+                // `cargo bench` passes `--bench`.
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// This process's resident set in bytes (`VmRSS`), 0 where unknown.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// One field of an `INFO <section>` answer.
+async fn info(conn: &mut redis::aio::MultiplexedConnection, section: &str, field: &str) -> f64 {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_start_matches(':').parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The server's CPU seconds (user + system) so far.
+async fn cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    info(conn, "cpu", "used_cpu_user:").await + info(conn, "cpu", "used_cpu_sys:").await
+}
+
+/// What one way of holding the members measured.
+struct Figures {
+    join: Duration,
+    server_cpu_pct: f64,
+    server_bytes_per_member: f64,
+    client_bytes_per_member: f64,
+    renewals_per_sec: f64,
+}
+
+impl Figures {
+    /// The figures of one run of `o`: its join time, the server's memory and this
+    /// process's resident size before and after the join, the server's CPU seconds
+    /// and the renewals answered Ok over `wall` seconds of steady state.
+    fn of(
+        o: &Options,
+        join: Duration,
+        (mem0, rss0): (f64, u64),
+        (mem1, rss1): (f64, u64),
+        cpu: f64,
+        wall: f64,
+        renewed: u64,
+    ) -> Figures {
+        let n = o.members.max(1) as f64;
+        Figures {
+            join,
+            server_cpu_pct: cpu / wall * 100.0,
+            server_bytes_per_member: (mem1 - mem0) / n,
+            client_bytes_per_member: rss1.saturating_sub(rss0) as f64 / n,
+            renewals_per_sec: renewed as f64 / wall,
+        }
+    }
+}
+
+/// Deletes the run's namespace, so the next run starts on an empty server.
+async fn purge(store: &RedisStore) {
+    if let Err(e) = store.purge().await {
+        eprintln!("purge: {e}");
+    }
+}
+
+fn print(what: &str, n: usize, f: &Figures) {
+    println!(
+        "{what:<28} members {n:>8}  join {:>7.1} s  server CPU {:>6.1} % of a core  \
+         server {:>5.0} B/member  client {:>5.0} B/member  renewals {:>8.0}/s",
+        f.join.as_secs_f64(),
+        f.server_cpu_pct,
+        f.server_bytes_per_member,
+        f.client_bytes_per_member,
+        f.renewals_per_sec
+    );
+}
+
+/// Members riding `o.sessions` sessions; the members stay alive in `keep`.
+async fn sessions(
+    url: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+    o: &Options,
+    keep: &mut Vec<Lease>,
+) -> Figures {
+    let store = store(url).await;
+    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+    let mut sessions = Vec::with_capacity(o.sessions);
+    for p in 0..o.sessions {
+        let name = Name::new(format!("p{p}")).unwrap_or_else(|e| panic!("{e}"));
+        let key = Key::new(Space::sessions(), name);
+        sessions.push(
+            store
+                .acquire(&key, &holder, o.ttl)
+                .await
+                .unwrap_or_else(|e| panic!("session: {e}")),
+        );
+    }
+    // The sessions are renewed every ttl/3 from now on, through the join and the
+    // steady state, as a process's session is.
+    let every = o.ttl.duration() / 3;
+    let renewals = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let renewer = {
+        let (store, sessions, renewals) = (store.clone(), sessions.clone(), renewals.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                for answer in store
+                    .renew_many(&sessions)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"))
+                {
+                    answer.unwrap_or_else(|e| panic!("a session lost: {e}"));
+                    renewals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
+    let start = Instant::now();
+    let lanes = 64;
+    let mut tasks = Vec::with_capacity(lanes);
+    for lane in 0..lanes {
+        let (store, holder, sessions) = (store.clone(), holder.clone(), sessions.clone());
+        let n = o.members;
+        tasks.push(tokio::spawn(async move {
+            let mut joined = Vec::with_capacity(n / lanes + 1);
+            for i in (lane..n).step_by(lanes) {
+                let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
+                let session = &sessions[i % sessions.len()];
+                joined.push(
+                    store
+                        .join_session(session, &key, &holder)
+                        .await
+                        .unwrap_or_else(|e| panic!("join: {e}")),
+                );
+            }
+            joined
+        }));
+    }
+    for task in tasks {
+        keep.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let join = start.elapsed();
+    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    // Steady state: the sessions alone, renewed every ttl/3.
+    let renewed0 = renewals.load(std::sync::atomic::Ordering::Relaxed);
+    let cpu0 = cpu(conn).await;
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(o.seconds)).await;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu1 = cpu(conn).await;
+    let renewed = renewals.load(std::sync::atomic::Ordering::Relaxed) - renewed0;
+    renewer.abort();
+    let figures = Figures::of(
+        o,
+        join,
+        (mem0, rss0),
+        (mem1, rss1),
+        cpu1 - cpu0,
+        wall,
+        renewed,
+    );
+    purge(&store).await;
+    figures
+}
+
+/// Members that are leases of their own; they stay alive in `keep`.
+async fn leases(
+    url: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+    o: &Options,
+    keep: &mut Vec<Lease>,
+) -> Figures {
+    let store = store(url).await;
+    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
+    let start = Instant::now();
+    let mut leases = Vec::with_capacity(o.members);
+    for chunk in (0..o.members).collect::<Vec<_>>().chunks(1000) {
+        let asks: Vec<Acquire> = chunk
+            .iter()
+            .map(|i| {
+                let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
+                Acquire::new(key, holder.clone(), o.ttl)
+            })
+            .collect();
+        for taken in store
+            .acquire_many(&asks)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+        {
+            leases.push(taken.unwrap_or_else(|e| panic!("acquire: {e}")));
+        }
+    }
+    let join = start.elapsed();
+    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks
+    // (one `renew_many` in flight each). Behind (the server or the client saturated),
+    // the renewals that did not fit are skipped and a lapsed lease stays lost: the
+    // rate of renewals answered Ok shows it.
+    let lanes = 8;
+    let per_tick = o.members as f64 / (o.ttl.duration().as_secs_f64() / 3.0) / 100.0 / lanes as f64;
+    let ok = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let cpu0 = cpu(conn).await;
+    let start = Instant::now();
+    let until = start + Duration::from_secs(o.seconds);
+    let share = o.members.div_ceil(lanes).max(1);
+    let mut tasks = Vec::with_capacity(lanes);
+    while !leases.is_empty() {
+        let rest = leases.split_off(share.min(leases.len()));
+        let mut mine = std::mem::replace(&mut leases, rest);
+        let (store, ok) = (store.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut due, mut next) = (0.0f64, 0usize);
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while Instant::now() < until {
+                tick.tick().await;
+                due = (due + per_tick).min(per_tick + 1000.0);
+                while due >= 1.0 && Instant::now() < until {
+                    let k = (due as usize).min(1000);
+                    let ids: Vec<usize> = (0..k).map(|j| (next + j) % mine.len()).collect();
+                    next = (next + k) % mine.len();
+                    let asked: Vec<Lease> = ids.iter().map(|&i| mine[i].clone()).collect();
+                    let answers = store
+                        .renew_many(&asked)
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    for (&i, answer) in ids.iter().zip(answers) {
+                        if let Ok(l) = answer {
+                            mine[i] = l;
+                            ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    due -= k as f64;
+                }
+            }
+            mine
+        }));
+    }
+    for task in tasks {
+        leases.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let renewed = ok.load(std::sync::atomic::Ordering::Relaxed);
+    let wall = start.elapsed().as_secs_f64();
+    let cpu1 = cpu(conn).await;
+    keep.extend(leases);
+    let figures = Figures::of(
+        o,
+        join,
+        (mem0, rss0),
+        (mem1, rss1),
+        cpu1 - cpu0,
+        wall,
+        renewed,
+    );
+    purge(&store).await;
+    figures
+}
+
+fn main() {
+    let o = Options::from_args();
+    let server = match std::env::var("LIVENESS_REDIS_URL") {
+        Ok(_) => None,
+        Err(_) => match RedisServer::start() {
+            Some(s) => Some(s),
+            None => {
+                eprintln!("sessions: no redis-server (skipped)");
+                return;
+            }
+        },
+    };
+    let url = std::env::var("LIVENESS_REDIS_URL")
+        .ok()
+        .or_else(|| server.as_ref().map(|s| s.url().to_owned()))
+        .unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    rt.block_on(async {
+        let client = redis::Client::open(url.split('?').next().unwrap_or(&url))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "ttl {:?}, {} s of steady state, {} members",
+            o.ttl.duration(),
+            o.seconds,
+            o.members
+        );
+        let (mut riding, mut owned) = (Vec::new(), Vec::new());
+        let f = sessions(&url, &mut conn, &o, &mut riding).await;
+        print(&format!("in {} sessions", o.sessions), o.members, &f);
+        if o.leases {
+            let f = leases(&url, &mut conn, &o, &mut owned).await;
+            print("a lease per member", o.members, &f);
+        }
+        drop((riding, owned));
+    });
+}
