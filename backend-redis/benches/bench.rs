@@ -23,7 +23,7 @@ use liveness_core::{Checker, CheckerConfig, Store, Ttl};
 use liveness_testkit::redis::RedisServer;
 
 mod common;
-use common::store;
+use common::{connection, store};
 use tokio::time::Instant;
 
 const REPEATS: usize = 3;
@@ -35,12 +35,7 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
     let ns = s.namespace().clone();
     // The bare client on the same server (plain `redis://` only: the bench's own
     // server, or a plain LIVENESS_REDIS_URL).
-    let client =
-        redis::Client::open(url.split('?').next().unwrap_or(url)).unwrap_or_else(|e| panic!("{e}"));
-    let conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let conn = connection(url).await;
     // Every lease is taken before the clock starts: only renewals are timed.
     let ttl = Ttl::from_secs(3600).unwrap_or_else(|e| panic!("{e}"));
     let workers: Vec<_> = bench_util::member_leases(&s, "raw", concurrency, "raw", ttl)
@@ -120,12 +115,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     rt.block_on(async move {
         let version: String = {
-            let client = redis::Client::open(url.split('?').next().unwrap_or(&url))
-                .unwrap_or_else(|e| panic!("{e}"));
-            let mut conn = client
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let mut conn = connection(&url).await;
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query_async(&mut conn)

@@ -23,7 +23,7 @@ use liveness_redis::RedisStore;
 use liveness_testkit::redis::RedisServer;
 
 mod common;
-use common::store;
+use common::{connection, store};
 
 /// The bench's options, from the command line.
 struct Options {
@@ -109,14 +109,13 @@ struct Figures {
 impl Figures {
     /// The figures of one run of `o`: its join time, the server's memory and this
     /// process's resident size before and after the join, the server's CPU seconds
-    /// and the renewals answered Ok over `wall` seconds of steady state.
+    /// over `wall` seconds of steady state, and the renewals answered Ok in them.
     fn of(
         o: &Options,
         join: Duration,
         (mem0, rss0): (f64, u64),
         (mem1, rss1): (f64, u64),
-        cpu: f64,
-        wall: f64,
+        (cpu, wall): (f64, f64),
         renewed: u64,
     ) -> Figures {
         let n = o.members.max(1) as f64;
@@ -130,11 +129,13 @@ impl Figures {
     }
 }
 
-/// Deletes the run's namespace, so the next run starts on an empty server.
-async fn purge(store: &RedisStore) {
+/// Deletes the run's namespace, so the next run starts on an empty server; returns
+/// the run's `figures`.
+async fn purged(store: &RedisStore, figures: Figures) -> Figures {
     if let Err(e) = store.purge().await {
         eprintln!("purge: {e}");
     }
+    figures
 }
 
 fn print(what: &str, n: usize, f: &Figures) {
@@ -149,15 +150,40 @@ fn print(what: &str, n: usize, f: &Figures) {
     );
 }
 
+/// What one way of holding the members runs on: a store on a fresh namespace, the
+/// members' holder id, the options, and a plain connection to read the server's own
+/// figures through.
+struct Run<'a> {
+    store: RedisStore,
+    holder: HolderId,
+    o: &'a Options,
+    conn: &'a mut redis::aio::MultiplexedConnection,
+}
+
+impl<'a> Run<'a> {
+    async fn new(
+        url: &str,
+        o: &'a Options,
+        conn: &'a mut redis::aio::MultiplexedConnection,
+    ) -> Run<'a> {
+        let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+        Run {
+            store: store(url).await,
+            holder,
+            o,
+            conn,
+        }
+    }
+}
+
 /// Members riding `o.sessions` sessions; the members stay alive in `keep`.
-async fn sessions(
-    url: &str,
-    conn: &mut redis::aio::MultiplexedConnection,
-    o: &Options,
-    keep: &mut Vec<Lease>,
-) -> Figures {
-    let store = store(url).await;
-    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+async fn sessions(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
+    let Run {
+        store,
+        holder,
+        o,
+        conn,
+    } = run;
     let mut sessions = Vec::with_capacity(o.sessions);
     for p in 0..o.sessions {
         let name = Name::new(format!("p{p}")).unwrap_or_else(|e| panic!("{e}"));
@@ -225,28 +251,18 @@ async fn sessions(
     let cpu1 = cpu(conn).await;
     let renewed = renewals.load(std::sync::atomic::Ordering::Relaxed) - renewed0;
     renewer.abort();
-    let figures = Figures::of(
-        o,
-        join,
-        (mem0, rss0),
-        (mem1, rss1),
-        cpu1 - cpu0,
-        wall,
-        renewed,
-    );
-    purge(&store).await;
-    figures
+    let (before, after, used) = ((mem0, rss0), (mem1, rss1), (cpu1 - cpu0, wall));
+    purged(&store, Figures::of(o, join, before, after, used, renewed)).await
 }
 
 /// Members that are leases of their own; they stay alive in `keep`.
-async fn leases(
-    url: &str,
-    conn: &mut redis::aio::MultiplexedConnection,
-    o: &Options,
-    keep: &mut Vec<Lease>,
-) -> Figures {
-    let store = store(url).await;
-    let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
+async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
+    let Run {
+        store,
+        holder,
+        o,
+        conn,
+    } = run;
     let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
     let start = Instant::now();
     let mut leases = Vec::with_capacity(o.members);
@@ -319,17 +335,8 @@ async fn leases(
     let wall = start.elapsed().as_secs_f64();
     let cpu1 = cpu(conn).await;
     keep.extend(leases);
-    let figures = Figures::of(
-        o,
-        join,
-        (mem0, rss0),
-        (mem1, rss1),
-        cpu1 - cpu0,
-        wall,
-        renewed,
-    );
-    purge(&store).await;
-    figures
+    let (before, after, used) = ((mem0, rss0), (mem1, rss1), (cpu1 - cpu0, wall));
+    purged(&store, Figures::of(o, join, before, after, used, renewed)).await
 }
 
 fn main() {
@@ -353,12 +360,7 @@ fn main() {
         .build()
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     rt.block_on(async {
-        let client = redis::Client::open(url.split('?').next().unwrap_or(&url))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut conn = connection(&url).await;
         println!(
             "ttl {:?}, {} s of steady state, {} members",
             o.ttl.duration(),
@@ -366,10 +368,10 @@ fn main() {
             o.members
         );
         let (mut riding, mut owned) = (Vec::new(), Vec::new());
-        let f = sessions(&url, &mut conn, &o, &mut riding).await;
+        let f = sessions(Run::new(&url, &o, &mut conn).await, &mut riding).await;
         print(&format!("in {} sessions", o.sessions), o.members, &f);
         if o.leases {
-            let f = leases(&url, &mut conn, &o, &mut owned).await;
+            let f = leases(Run::new(&url, &o, &mut conn).await, &mut owned).await;
             print("a lease per member", o.members, &f);
         }
         drop((riding, owned));

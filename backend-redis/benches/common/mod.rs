@@ -16,3 +16,14 @@ pub async fn store(url: &str) -> RedisStore {
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"))
 }
+
+/// A plain client connection to the server at `url` (its query dropped): what the
+/// benches read the server's own figures through, beside the store.
+pub async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let client =
+        redis::Client::open(url.split('?').next().unwrap_or(url)).unwrap_or_else(|e| panic!("{e}"));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
