@@ -356,23 +356,49 @@ pub(crate) const BIN_DIRS: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/usr/sbin
 
 /// `redis-cli --cluster create ADDRS... --cluster-replicas 0`: joins the nodes at
 /// `addrs` into one cluster with the slots spread over them.
+///
+/// Gives up after [`CLUSTER_CREATE_TIMEOUT`]: on a loaded machine `redis-cli` can wait
+/// forever for the nodes to agree, and the caller then starts over with new nodes.
 pub(crate) fn create_cluster(cli: &Path, addrs: &[String]) -> Result<(), String> {
-    let out = Command::new(cli)
+    use std::io::{Read, Seek};
+    let mut log = tempfile::tempfile().map_err(|e| format!("a temp file: {e}"))?;
+    let err = log.try_clone().map_err(|e| format!("a temp file: {e}"))?;
+    let out = log.try_clone().map_err(|e| format!("a temp file: {e}"))?;
+    let mut child = Command::new(cli)
         .arg("--cluster")
         .arg("create")
         .args(addrs)
         .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
+        .stdout(out)
+        .stderr(err)
+        .spawn()
         .map_err(|e| format!("redis-cli: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    let until = std::time::Instant::now() + CLUSTER_CREATE_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("redis-cli: {e}"))? {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut text = String::new();
+    let _ = log.rewind();
+    let _ = log.read_to_string(&mut text);
+    match status {
+        Some(status) if status.success() => Ok(()),
+        Some(_) => Err(format!("redis-cli --cluster create failed: {text}")),
+        None => Err(format!(
+            "redis-cli --cluster create did not finish within {CLUSTER_CREATE_TIMEOUT:?}: {text}"
+        )),
     }
-    Ok(())
 }
+
+/// How long [`create_cluster`] waits for `redis-cli --cluster create`.
+pub(crate) const CLUSTER_CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The backend's URL for a cluster: the first node with `cluster=true`, every other
 /// node as a seed.
