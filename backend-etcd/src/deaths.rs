@@ -83,6 +83,7 @@ fn tally(raw: &[u8]) -> Option<Swept> {
     let s = std::str::from_utf8(raw).ok()?;
     let (r, d) = s.split_once(' ')?;
     Some(Swept {
+        members: 0,
         requeued: r.parse().ok()?,
         dead_lettered: d.parse().ok()?,
     })

@@ -147,6 +147,7 @@ impl EtcdStore {
             out.push((
                 i,
                 LeaseInfo {
+                    session: None,
                     key,
                     holder: c.rec.holder,
                     token: c.token,
@@ -256,6 +257,7 @@ impl LeaseStore for EtcdStore {
             LeaseStatus::Expired
         };
         Ok(Some(LeaseInfo {
+            session: None,
             key: key.clone(),
             holder: c.rec.holder,
             token: c.token,

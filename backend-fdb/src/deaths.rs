@@ -61,6 +61,7 @@ fn decode(seq: u64, b: &[u8]) -> Option<DeathRecord> {
     let swept = match b.get(17)? {
         0 => None,
         _ => Some(Swept {
+            members: 0,
             requeued: u64_at(b, 18)?,
             dead_lettered: u64_at(b, 26)?,
         }),
@@ -87,6 +88,7 @@ fn encode_tally(s: Swept) -> [u8; 16] {
 
 fn decode_tally(b: &[u8]) -> Option<Swept> {
     Some(Swept {
+        members: 0,
         requeued: u64_at(b, 0)?,
         dead_lettered: u64_at(b, 8)?,
     })

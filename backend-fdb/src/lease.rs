@@ -204,6 +204,7 @@ impl FdbStore {
         };
         let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
         Ok(Some(LeaseInfo {
+            session: None,
             key: key.clone(),
             holder: rec.holder,
             token: rec.token,
@@ -245,6 +246,7 @@ impl FdbStore {
                 LeaseStatus::Expired
             };
             out.push(LeaseInfo {
+                session: None,
                 key,
                 holder: rec.holder,
                 token: rec.token,

@@ -238,6 +238,7 @@ impl PostgresStore {
             };
             let swept = match (count(7)?, count(8)?) {
                 (Some(requeued), Some(dead_lettered)) => Some(Swept {
+                    members: 0,
                     requeued,
                     dead_lettered,
                 }),

@@ -179,6 +179,7 @@ impl LeaseStore for PostgresStore {
             return Ok(None);
         };
         Ok(Some(LeaseInfo {
+            session: None,
             key: key.clone(),
             holder: holder_of(get(&row, 0)?)?,
             token: token_of(get(&row, 1)?)?,
@@ -215,6 +216,7 @@ impl LeaseStore for PostgresStore {
         self.list(q, |row| {
             let (key, holder, token) = listed_lease(space, row)?;
             Ok(LeaseInfo {
+                session: None,
                 key,
                 holder,
                 token,

@@ -128,7 +128,7 @@ impl RedisStore {
             .arg(before.map_or_else(String::new, |b| b.to_string()))
             .arg(limit);
         let flat = array("deaths", self.run(call).await?)?;
-        let mut out = Vec::with_capacity(flat.len() / 8);
+        let mut out = Vec::with_capacity(flat.len() / 9);
         let mut it = flat.into_iter();
         while let Some(seq) = it.next() {
             let mut next = || it.next().unwrap_or(Value::Nil);
@@ -145,15 +145,20 @@ impl RedisStore {
                 2 => DeathCause::Superseded,
                 _ => return Err(unexpected("deaths", "an invalid stored cause")),
             };
-            let (requeued, dead) = (text("deaths", next())?, text("deaths", next())?);
-            let swept = if requeued.is_empty() {
+            let requeued = text("deaths", next())?;
+            let (dead, members) = (text("deaths", next())?, text("deaths", next())?);
+            // Absent until a sweep wrote it; a session's drain writes `members` first.
+            let swept = if requeued.is_empty() && members.is_empty() {
                 None
             } else {
-                let count = |v: &str| {
-                    v.parse::<u64>()
-                        .map_err(|_| unexpected("deaths", "an invalid stored count"))
+                let count = |v: &str| match v {
+                    "" => Ok(0),
+                    v => v
+                        .parse::<u64>()
+                        .map_err(|_| unexpected("deaths", "an invalid stored count")),
                 };
                 Some(Swept {
+                    members: count(&members)?,
                     requeued: count(&requeued)?,
                     dead_lettered: count(&dead)?,
                 })

@@ -31,6 +31,13 @@ impl Keys {
         format!("{}l:{}/{}", self.prefix, key.space(), key.name())
     }
 
+    /// The key whose lease record is stored at `lease_key` (as a riding member's
+    /// record names its session); `None` for a string of another shape.
+    pub(crate) fn key_of_lease(&self, lease_key: &str) -> Option<Key> {
+        let text = lease_key.strip_prefix(&self.prefix)?.strip_prefix("l:")?;
+        Key::parse(text).ok()
+    }
+
     /// The prefix of every lease key in `space` (the name follows).
     pub(crate) fn lease_prefix(&self, space: &Space) -> String {
         format!("{}l:{}/", self.prefix, space)

@@ -61,11 +61,12 @@ fn renew_call<'a>(keys: &Keys, lease: &Lease) -> ScriptInvocation<'a> {
 }
 
 /// Reads the stored fields of the lease on `key` that follow in `fields`: `{holder,
-/// token, ttl ms, µs left (-1 when expired)}`, as `inspect.lua` answers them and as
-/// each group of `members.lua` has them after its name. A missing field reads as nil,
-/// which fails as a corrupt record.
+/// token, ttl ms, µs left (-1 when expired), session lease key or ''}`, as
+/// `inspect.lua` answers them and as each group of `members.lua` has them after its
+/// name. A missing field reads as nil, which fails as a corrupt record.
 fn lease_info(
     op: &'static str,
+    keys: &Keys,
     key: Key,
     fields: &mut impl Iterator<Item = Value>,
 ) -> Result<LeaseInfo> {
@@ -76,7 +77,15 @@ fn lease_info(
     let ttl = Ttl::from_millis(uint(op, &next())?)
         .map_err(|_| unexpected(op, "an invalid stored ttl"))?;
     let left = int(op, &next())?;
+    let session = match text(op, next())? {
+        s if s.is_empty() => None,
+        s => Some(
+            keys.key_of_lease(&s)
+                .ok_or_else(|| unexpected(op, "an invalid stored session"))?,
+        ),
+    };
     Ok(LeaseInfo {
+        session,
         key,
         holder,
         token,
@@ -185,7 +194,7 @@ impl LeaseStore for RedisStore {
         let Some(mut rec) = record("inspect", self.run(call).await?)? else {
             return Ok(None);
         };
-        lease_info("inspect", key.clone(), &mut rec).map(Some)
+        lease_info("inspect", &self.keys, key.clone(), &mut rec).map(Some)
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
@@ -215,13 +224,14 @@ impl LeaseStore for RedisStore {
             .arg(limit)
             .arg(self.keys.lease_prefix(space));
         let flat = array("members", self.run(call).await?)?;
-        let mut out = Vec::with_capacity(flat.len() / 5);
+        let mut out = Vec::with_capacity(flat.len() / 6);
         let mut it = flat.into_iter();
         while let Some(name) = it.next() {
             let name = Name::new(text("members", name)?)
                 .map_err(|_| unexpected("members", "an invalid stored name"))?;
             out.push(lease_info(
                 "members",
+                &self.keys,
                 Key::new(space.clone(), name),
                 &mut it,
             )?);

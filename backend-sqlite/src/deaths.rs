@@ -350,6 +350,7 @@ impl SqliteStore {
             };
             let swept = match (requeued, dead) {
                 (Some(r), Some(d)) => Some(Swept {
+                    members: 0,
                     requeued: count(r)?,
                     dead_lettered: count(d)?,
                 }),

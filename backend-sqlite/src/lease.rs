@@ -101,6 +101,7 @@ impl LeaseStore for SqliteStore {
         let expires_at: i64 = row.try_get(3).map_err(map)?;
         let status = status_at(expires_at, now);
         Ok(Some(LeaseInfo {
+            session: None,
             key: key.clone(),
             holder,
             token,
@@ -138,6 +139,7 @@ impl LeaseStore for SqliteStore {
                 .map_err(|_| corrupt("bad name in the liveness database"))?;
             let expires_at: i64 = row.try_get(4).map_err(map)?;
             Ok(LeaseInfo {
+                session: None,
                 key: Key::new(space.clone(), name),
                 holder: HolderId::new(get_text(row, 1)?)
                     .map_err(|_| corrupt("bad holder in the liveness database"))?,

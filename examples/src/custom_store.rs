@@ -206,6 +206,7 @@ impl Held {
             LeaseStatus::Live { remaining }
         };
         LeaseInfo {
+            session: None,
             key: self.lease.key.clone(),
             holder: self.lease.holder.clone(),
             token: self.lease.token,
@@ -406,6 +407,7 @@ impl ItemStore for MapStore {
             let requeued = out.requeued.len() as u64;
             let dead_lettered = out.dead_lettered.len() as u64;
             record.swept = Some(Swept {
+                members: 0,
                 requeued,
                 dead_lettered,
             });

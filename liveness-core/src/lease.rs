@@ -186,8 +186,13 @@ pub struct LeaseInfo {
     pub token: FencingToken,
     /// The ttl of the current acquisition.
     pub ttl: Ttl,
-    /// Live or expired, by the store clock.
+    /// Live or expired, by the store clock (for a member riding a session: as its
+    /// session stands).
     pub status: LeaseStatus,
+    /// The session this member rides ([`LeaseStore::join_session`](crate::LeaseStore::join_session)),
+    /// on a store with native sessions; `None` for a lease of its own. Operators group
+    /// members by it: one session is one process.
+    pub session: Option<Key>,
 }
 
 impl LeaseInfo {
@@ -257,6 +262,9 @@ impl std::fmt::Display for DeathCause {
 /// dead set, in the same atomic step, whichever checker made it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Swept {
+    /// Members of a session retired under this record (a session's one entry counts
+    /// the members that died with it); 0 for a lease no member rode.
+    pub members: u64,
     /// Items the token still owned that went back to pending.
     pub requeued: u64,
     /// Items the token still owned that went to the dead-letter set (out of attempts).
@@ -304,7 +312,8 @@ pub struct DeathRecord {
     /// Why it died.
     pub cause: DeathCause,
     /// What the sweep of the token moved: `None` until `requeue_orphans` took the
-    /// token out of the dead set.
+    /// token out of the dead set. A session's record adds up, as its drain goes, the
+    /// members retired with it and what their sweeps moved.
     pub swept: Option<Swept>,
 }
 

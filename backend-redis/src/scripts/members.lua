@@ -1,8 +1,9 @@
 -- members: KEYS[1] member index of the space (ZSET of names, score 0)
 -- ARGV[1] the range start ('-' for the first page, else '(' .. the last name seen),
 -- ARGV[2] limit, ARGV[3] the space's lease key prefix (lease keys derived in-script)
--- Returns {name, holder, token, ttl, remaining_us, ...} in name (byte) order, with
--- remaining_us -1 when expired (a riding member's: its session's): ZRANGEBYLEX, O(log n + page).
+-- Returns {name, holder, token, ttl, remaining_us, session lease key|'', ...} in name
+-- (byte) order, with remaining_us -1 when expired (a riding member's: its session's):
+-- ZRANGEBYLEX, O(log n + page).
 local now = now_us()
 local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
@@ -18,6 +19,7 @@ for _, name in ipairs(names) do
     out[#out + 1] = rec[2]
     out[#out + 1] = rec[3]
     out[#out + 1] = left
+    out[#out + 1] = rec[6] or ''
   end
 end
 return out

@@ -304,6 +304,7 @@ local function retire_riders(ns, dead_key, token, budget)
   end
   budget.n = budget.n - #popped
   local seq = redis.call('HGET', ns .. 'dt', token)
+  local retired = 0
   for _, key_text in ipairs(popped) do
     local lease_key = ns .. 'l:' .. key_text
     local rec = redis.call('HMGET', lease_key, 'h', 't', 'st')
@@ -317,7 +318,12 @@ local function retire_riders(ns, dead_key, token, budget)
       out[#out + 1] = key_text
       out[#out + 1] = rec[1]
       out[#out + 1] = rec[2]
+      retired = retired + 1
     end
+  end
+  -- The session's one death record counts the members that died with it.
+  if seq and retired > 0 and redis.call('EXISTS', ns .. 'd:' .. seq) == 1 then
+    redis.call('HINCRBY', ns .. 'd:' .. seq, 'm', retired)
   end
   return out, redis.call('EXISTS', set) == 1
 end

@@ -309,6 +309,7 @@ pub async fn death_swept_counts_are_exact(ctx: Ctx) {
     assert_eq!(
         rec.swept,
         Some(Swept {
+            members: 0,
             requeued: 3,
             dead_lettered: 2
         }),

@@ -706,11 +706,13 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
                     });
                 let want = if max_attempts > 1 {
                     Swept {
+                        members: 0,
                         requeued: 1,
                         dead_lettered: 0,
                     }
                 } else {
                     Swept {
+                        members: 0,
                         requeued: 0,
                         dead_lettered: 1,
                     }

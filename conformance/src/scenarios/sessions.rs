@@ -115,6 +115,23 @@ pub async fn a_member_joins_only_a_live_session(ctx: Ctx) {
         .unwrap()
         .expect("the member's record");
     assert!(matches!(info.status, LeaseStatus::Live { .. }), "{info:?}");
+    assert_eq!(
+        info.session.as_ref(),
+        Some(&session.key),
+        "inspect names the session"
+    );
+    let listed = s
+        .members(&Space::members(), liveness_core::Page::first(1000))
+        .await
+        .unwrap();
+    let mine = listed.iter().find(|l| l.key == m.key).expect("listed");
+    assert_eq!(
+        mine.session.as_ref(),
+        Some(&session.key),
+        "members names it"
+    );
+    let own = s.inspect(&session.key).await.unwrap().expect("the session");
+    assert_eq!(own.session, None, "a lease of its own rides nothing");
     match s.join_session(&session, &m.key, &holder("other")).await {
         Err(Error::Held { token, .. }) => assert_eq!(token, m.token),
         other => panic!("a joined key joined again answered {other:?}"),
@@ -221,6 +238,7 @@ pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
     assert_eq!(of_session[0].cause, DeathCause::Reaped);
     let swept = of_session[0].swept.expect("the session's record swept");
     assert_eq!(swept.requeued, n as u64, "it counts its members' items");
+    assert_eq!(swept.members, n as u64, "it counts its members");
     assert!(
         deaths.iter().all(|d| !want.contains(&d.token)),
         "no record per member"

@@ -165,11 +165,9 @@ impl NsState {
             if let Some(rec) = self.deaths.get_mut(&seq) {
                 // Cumulative: a session's record also counts what the sweeps of its
                 // riding members moved.
-                let before = rec.swept.unwrap_or(Swept {
-                    requeued: 0,
-                    dead_lettered: 0,
-                });
+                let before = rec.swept.unwrap_or_default();
                 rec.swept = Some(Swept {
+                    members: before.members,
                     requeued: before.requeued + moved.requeued.len() as u64,
                     dead_lettered: before.dead_lettered + moved.dead_lettered.len() as u64,
                 });
@@ -179,6 +177,7 @@ impl NsState {
 
     pub(super) fn info(&self, key: &Key, rec: &LeaseRec, now: Duration) -> LeaseInfo {
         LeaseInfo {
+            session: rec.session.as_ref().map(|(k, _)| k.clone()),
             key: key.clone(),
             holder: rec.holder.clone(),
             token: rec.token,
@@ -319,6 +318,13 @@ impl NsState {
             });
         }
         if !retired.is_empty() {
+            if let Some(rec) = seq.and_then(|seq| self.deaths.get_mut(&seq)) {
+                let before = rec.swept.unwrap_or_default();
+                rec.swept = Some(Swept {
+                    members: before.members + retired.len() as u64,
+                    ..before
+                });
+            }
             tick(&self.wake);
         }
         (retired, self.riders.contains_key(&token))
