@@ -11,15 +11,8 @@ use crate::core::{
 };
 
 scripts! {
-    /// `acquire_many.lua`: each entry exactly as `acquire.lua` (the prelude's
-    /// `acquire_one`), in order.
-    static ACQUIRE_MANY = "acquire_many";
-    /// `renew_many.lua`: leases in runs of one space, each lease as `renew.lua`.
-    static RENEW_MANY = "renew_many";
-    /// `reap_many.lua`: each entry as `reap.lua`.
-    static REAP_MANY = "reap_many";
-    /// `requeue_orphans_many.lua`: each token as `requeue_orphans.lua`.
-    static REQUEUE_ORPHANS_MANY = "requeue_orphans_many";
+    ACQUIRE_MANY = "acquire_many", RENEW_MANY = "renew_many", REAP_MANY = "reap_many",
+    REQUEUE_ORPHANS_MANY = "requeue_orphans_many",
 }
 
 impl RedisStore {

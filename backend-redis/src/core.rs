@@ -35,8 +35,9 @@ macro_rules! lua {
     };
 }
 
-/// Declares a file's Lua scripts (`src/scripts/<name>.lua`, each prefixed with the
-/// prelude), each as a `static` [`redis::Script`] hashed once per process on first
+/// Declares a file's Lua scripts, `NAME = "file"` for `src/scripts/<file>.lua`
+/// (each prefixed with the prelude; the file's header says what it does, its `KEYS`
+/// and `ARGV`), each as a `static` [`redis::Script`] hashed once per process on first
 /// use, in the file of the code that runs them; and that file's `SCRIPTS`, the list
 /// of them all, which [`RedisStore::connect`] loads: a script declared here is
 /// loaded at connect without a second list to keep in step.
@@ -44,9 +45,8 @@ macro_rules! lua {
 /// [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (after a
 /// restart or `SCRIPT FLUSH`), loads the script and retries.
 macro_rules! scripts {
-    ($($(#[$doc:meta])* $vis:vis static $name:ident = $file:literal;)+) => {
+    ($($vis:vis $name:ident = $file:literal),+ $(,)?) => {
         $(
-            $(#[$doc])*
             $vis static $name: std::sync::LazyLock<redis::Script> =
                 std::sync::LazyLock::new(|| redis::Script::new($crate::core::lua!($file)));
         )+
@@ -57,10 +57,7 @@ macro_rules! scripts {
 
 pub(crate) use {lua, scripts};
 
-scripts! {
-    /// Records the server a handle talks to (the expiry epoch: see `hello.lua`).
-    static HELLO = "hello";
-}
+scripts! { HELLO = "hello" }
 
 /// The scripts [`RedisStore::connect`] loads onto the server before it returns, so
 /// that a server that cannot run them refuses the connection and the operations find

@@ -16,17 +16,8 @@ use crate::core::{
 };
 
 scripts! {
-    /// `expired.lua`: the leases of a space whose expiry passed, from the expiry
-    /// index (re-scoring the entries that lag their expiry).
-    static EXPIRED = "expired";
-    /// `reap.lua`: retires an expired lease into the dead set with its death record.
-    static REAP = "reap";
-    /// `dead_tokens.lua`: the lowest tokens of the dead set.
-    static DEAD_TOKENS = "dead_tokens";
-    /// `requeue_orphans.lua`: requeues (or dead-letters) the items of a dead token.
-    static REQUEUE_ORPHANS = "requeue_orphans";
-    /// `deaths.lua`: one page of death records, newest first.
-    static DEATHS = "deaths";
+    EXPIRED = "expired", REAP = "reap", DEAD_TOKENS = "dead_tokens",
+    REQUEUE_ORPHANS = "requeue_orphans", DEATHS = "deaths",
 }
 
 impl RedisStore {

@@ -14,28 +14,10 @@ use crate::core::{
 };
 
 scripts! {
-    /// `enqueue.lua`: a new pending item (or the id of the one enqueued under the same
-    /// idempotency key).
-    static ENQUEUE = "enqueue";
-    /// `claim.lua`: hands up to n pending items, lowest id first, to a live lease
-    /// (the same items again for a repeated request id).
-    static CLAIM = "claim";
-    /// `complete.lua`: deletes an item its token owns.
-    static COMPLETE = "complete";
-    /// `fail.lua`: an owned item back to pending, or dead-lettered.
-    static FAIL = "fail";
-    /// `item.lua`: one item's record.
-    static ITEM = "item";
-    /// `item_counts.lua`: the item counts in one atomic read.
-    static ITEM_COUNTS = "item_counts";
-    /// `dead_letters.lua`: the lowest dead-lettered items.
-    static DEAD_LETTERS = "dead_letters";
-    /// `items.lua`: one page of the items in one state, by id.
-    static ITEMS = "items";
-    /// `retry_dead_letter.lua`: one dead-lettered item back to pending.
-    static RETRY_DEAD_LETTER = "retry_dead_letter";
-    /// `retry_dead_letters.lua`: up to limit dead-lettered items back to pending.
-    static RETRY_DEAD_LETTERS = "retry_dead_letters";
+    ENQUEUE = "enqueue", CLAIM = "claim", COMPLETE = "complete", FAIL = "fail",
+    ITEM = "item", ITEM_COUNTS = "item_counts", DEAD_LETTERS = "dead_letters",
+    ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
+    RETRY_DEAD_LETTERS = "retry_dead_letters",
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.

@@ -17,24 +17,9 @@ use crate::core::{
 use crate::keys::Keys;
 
 scripts! {
-    /// `acquire.lua`: takes a free or expired lease (retiring an expired one into the
-    /// dead set with its death record), or answers its live holder.
-    static ACQUIRE = "acquire";
-    /// `renew.lua` (`KEYS`: lease, expiry index, token counter; `ARGV`: name, token,
-    /// ttl ms).
-    pub(crate) static RENEW = "renew";
-    /// `release.lua`: ends the lease if the token still holds it.
-    static RELEASE = "release";
-    /// `inspect.lua`: a lease's record and its time left.
-    static INSPECT = "inspect";
-    /// `members.lua`: one page of a space's leases, by name.
-    static MEMBERS = "members";
-    /// `store_time.lua`: the server's `TIME` in microseconds.
-    static STORE_TIME = "store_time";
-    /// `next_expiry.lua`: the time until the space's next expiry.
-    static NEXT_EXPIRY = "next_expiry";
-    /// `join_session.lua`: a member riding a live session (no expiry of its own).
-    static JOIN_SESSION = "join_session";
+    ACQUIRE = "acquire", pub(crate) RENEW = "renew", RELEASE = "release",
+    INSPECT = "inspect", MEMBERS = "members", STORE_TIME = "store_time",
+    NEXT_EXPIRY = "next_expiry", JOIN_SESSION = "join_session",
 }
 
 /// The renew script (`KEYS`: lease, expiry index, token counter; `ARGV`: name,
