@@ -228,13 +228,13 @@ impl Queued {
 
     /// A dead-lettered item back to pending, no attempts counted; an item in any
     /// other state is refused.
-    fn revive(&mut self) -> Result<ItemId> {
+    fn revive(&mut self) -> Result<()> {
         if self.record.state != DeadLettered {
             return Err(Error::invalid("item", InputProblem::NotDeadLettered));
         }
         self.record.state = Pending;
         self.record.item.attempts = 0;
-        Ok(self.record.item.id)
+        Ok(())
     }
 }
 
@@ -406,11 +406,12 @@ impl ItemStore for MapStore {
         if let Some(record) = t.deaths.get_mut(&seq) {
             let requeued = out.requeued.len() as u64;
             let dead_lettered = out.dead_lettered.len() as u64;
-            record.swept = Some(Swept {
-                members: 0,
+            let swept = Swept {
                 requeued,
                 dead_lettered,
-            });
+                ..Swept::default()
+            };
+            record.swept = Some(swept);
         }
         Ok(out)
     }
@@ -430,11 +431,6 @@ impl ItemStore for MapStore {
         })
     }
 
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let first = Page::first(limit);
-        self.items(ItemStateKind::DeadLettered, first).await
-    }
-
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
         let (t, _) = self.step();
         let from = page.after.map_or(Unbounded, Excluded);
@@ -448,13 +444,6 @@ impl ItemStore for MapStore {
         // Only the store knows its items: refusing an id is its own check.
         let row = t.items.get_mut(&id);
         let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
-        row.revive().map(|_| ())
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let (mut t, _) = self.step();
-        let rows = t.items.values_mut();
-        let dead = rows.filter(|row| row.record.state == DeadLettered);
-        dead.take(limit).map(Queued::revive).collect()
+        row.revive()
     }
 }

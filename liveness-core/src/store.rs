@@ -704,7 +704,13 @@ pub trait ItemStore: Send + Sync {
     ///
     /// # Contract
     /// - At most `limit` (clamped; zero is `InvalidInput`).
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>>;
+    ///
+    /// The default is the first page of [`ItemStore::items`] in the dead-lettered
+    /// state, which is exactly this.
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
+        let page = Page::first(limit);
+        self.items(ItemStateKind::DeadLettered, page).await
+    }
 
     /// Lists a page of the items in one state, lowest id first.
     ///
@@ -737,13 +743,29 @@ pub trait ItemStore: Send + Sync {
     /// operator's "retry them all", called until it answers an empty list.
     ///
     /// # Contract
-    /// - Each moved item is exactly as [`ItemStore::retry_dead_letter`] would move it;
-    ///   the call is one atomic step.
+    /// - Each moved item is exactly as [`ItemStore::retry_dead_letter`] would move it,
+    ///   each in one atomic step (the workspace's stores move the whole batch in one).
     /// - `limit` is clamped to `max_batch`; zero is `InvalidInput`.
     ///
     /// # Retry
     /// - A repeat moves the items dead-lettered by then; none twice.
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>>;
+    ///
+    /// The default reads the first page of dead letters and moves each with
+    /// [`ItemStore::retry_dead_letter`]; an item another caller moved in between is
+    /// skipped, so two concurrent calls never move one item twice.
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let mut moved = Vec::new();
+        for record in self.dead_letters(limit).await? {
+            let id = record.item.id;
+            match self.retry_dead_letter(id).await {
+                Ok(()) => moved.push(id),
+                // Moved (or completed) by someone else since the page was read.
+                Err(Error::InvalidInput { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(moved)
+    }
 }
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
