@@ -36,6 +36,12 @@ use crate::types::{FencingToken, Key, Space};
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
+    /// Whether it also watches [`Space::sessions`] (default true): a session's death
+    /// is what declares the members riding it
+    /// ([`LeaseStore::join_session`](crate::LeaseStore::join_session)). One checker
+    /// then serves a fleet of members and sessions; off, the sessions need a checker
+    /// of their own (`space: Space::sessions()`).
+    pub sessions: bool,
     /// The longest sleep between rounds; default 1 s. Zero, and anything over
     /// [`CheckerConfig::MAX_CHECK_EVERY`] (one day), are rejected
     /// ([`CheckerConfig::validate`]). Each such sleep is shortened by a random part
@@ -62,6 +68,7 @@ impl Default for CheckerConfig {
     fn default() -> Self {
         CheckerConfig {
             space: Space::members(),
+            sessions: true,
             check_every: Duration::from_secs(1),
             batch: 256,
             elected: None,
@@ -103,6 +110,21 @@ impl CheckerConfig {
     pub fn check_every(mut self, every: Duration) -> Self {
         self.check_every = every;
         self
+    }
+
+    /// Watches [`Space::sessions`] as well as `space` (see [`CheckerConfig::sessions`]).
+    pub fn sessions(mut self, watch: bool) -> Self {
+        self.sessions = watch;
+        self
+    }
+
+    /// The spaces a round lists: `space`, then the sessions' when watched.
+    fn spaces(&self) -> Vec<Space> {
+        let mut spaces = vec![self.space.clone()];
+        if self.sessions && self.space != Space::sessions() {
+            spaces.push(Space::sessions());
+        }
+        spaces
     }
 
     /// Sends events to this bus.
@@ -291,18 +313,21 @@ impl Checker {
         let mut report = RoundReport::default();
         let mut first_error = None;
         let mut listed = false;
-        match store.expired(&self.config.space, batch).await {
-            Ok(expired) => {
-                listed = true;
-                let full = expired.len() >= full_at;
-                let skipped = self.declare(expired, &mut report).await;
-                // Another round soon only when this one made progress: a batch of
-                // entries that all fail would otherwise loop.
-                report.more |= full && skipped < full_at;
-            }
-            Err(e) => {
-                self.skip(&mut report, CheckStep::Expired, None, None, &e);
-                first_error.get_or_insert(e);
+        let spaces = self.config.spaces();
+        for space in &spaces {
+            match store.expired(space, batch).await {
+                Ok(expired) => {
+                    listed = true;
+                    let full = expired.len() >= full_at;
+                    let skipped = self.declare(expired, &mut report).await;
+                    // Another round soon only when this one made progress: a batch of
+                    // entries that all fail would otherwise loop.
+                    report.more |= full && skipped < full_at;
+                }
+                Err(e) => {
+                    self.skip(&mut report, CheckStep::Expired, None, None, &e);
+                    first_error.get_or_insert(e);
+                }
             }
         }
         match store.dead_tokens(batch).await {
@@ -344,14 +369,19 @@ impl Checker {
                 first_error.get_or_insert(e);
             }
         }
-        match store.next_expiry(&self.config.space).await {
-            Ok(next) => {
-                listed = true;
-                report.next_expiry = next;
-            }
-            Err(e) => {
-                self.skip(&mut report, CheckStep::NextExpiry, None, None, &e);
-                first_error.get_or_insert(e);
+        for space in &spaces {
+            match store.next_expiry(space).await {
+                Ok(next) => {
+                    listed = true;
+                    report.next_expiry = match (report.next_expiry, next) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Err(e) => {
+                    self.skip(&mut report, CheckStep::NextExpiry, None, None, &e);
+                    first_error.get_or_insert(e);
+                }
             }
         }
         match first_error {

@@ -178,8 +178,9 @@ async fn a_declared_death_counts_the_death_and_its_items() {
     assert_eq!(counter(ITEMS_DEAD_LETTERED_TOTAL, ns, &[]), 1);
     assert_eq!(counter(CHECKER_ROUNDS_TOTAL, ns, &[]), 1);
     assert_eq!(histogram(CHECKER_ROUND_SECONDS, ns, &[]).len(), 1);
-    // expired, reap_many, requeue_orphans_many, dead_tokens, next_expiry.
-    assert_eq!(histogram(CHECKER_ROUND_TRIPS, ns, &[]), vec![5.0]);
+    // expired (members, then sessions), reap_many, requeue_orphans_many,
+    // dead_tokens, next_expiry (members, then sessions).
+    assert_eq!(histogram(CHECKER_ROUND_TRIPS, ns, &[]), vec![7.0]);
     // A round with nothing to do declares nothing more.
     checker.round().await.unwrap();
     assert_eq!(counter(DEATHS_TOTAL, ns, &[]), 1);

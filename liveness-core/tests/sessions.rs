@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use liveness_core::{Capabilities, HolderId, Key, MemoryServer, Name, Space, Store, Ttl};
+use liveness_core::{
+    Capabilities, Checker, CheckerConfig, HolderId, Key, MemoryServer, Name, Space, Store, Ttl,
+};
 
 mod common;
 use common::ns;
@@ -47,4 +49,58 @@ async fn a_dead_session_is_drained_a_batch_at_a_time() {
     assert_eq!(sizes, [2, 2, 1], "batches of at most max_batch");
     retired.sort();
     assert_eq!(retired, riders, "each rider exactly once");
+}
+
+/// A checker with the default configuration watches the sessions too: a session that
+/// stops renewing is declared dead, then each member riding it, each exactly once,
+/// with its item requeued; switched off, the session is never reaped.
+#[tokio::test(start_paused = true)]
+async fn a_default_checker_declares_a_dead_session_and_its_members() {
+    let caps = Capabilities {
+        max_batch: 2,
+        sessions: true,
+        ..Capabilities::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    let holder = HolderId::new("p").unwrap();
+    let ttl = Ttl::from_millis(500).unwrap();
+    let key = Key::new(Space::sessions(), Name::new("p").unwrap());
+    let session = store.acquire(&key, &holder, ttl).await.unwrap();
+    let mut want = vec![session.token];
+    for i in 0..5 {
+        let member = Key::member(&format!("m{i}")).unwrap();
+        let member = store
+            .join_session(&session, &member, &holder)
+            .await
+            .unwrap();
+        store
+            .enqueue(b"job", liveness_core::EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&member, 1).await.unwrap().len(), 1);
+        want.push(member.token);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+
+    let off = Checker::new(store.clone(), CheckerConfig::default().sessions(false));
+    let report = off.round().await.unwrap();
+    assert!(report.deaths.is_empty(), "sessions unwatched: {report:?}");
+
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let mut died = Vec::new();
+    for _ in 0..10 {
+        let report = checker.round().await.unwrap();
+        died.extend(report.deaths.iter().map(|d| d.lease.token));
+        if !report.more && store.item_counts().await.unwrap().pending == 5 {
+            break;
+        }
+    }
+    died.sort();
+    want.sort();
+    assert_eq!(died, want, "the session and each member, once each");
+    assert_eq!(
+        store.item_counts().await.unwrap().owned,
+        0,
+        "every item back"
+    );
 }
