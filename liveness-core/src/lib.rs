@@ -20,6 +20,7 @@ pub mod member;
 pub mod memory;
 pub mod metrics;
 pub mod request;
+pub mod session;
 pub mod standing;
 pub mod store;
 pub mod sync;
@@ -50,6 +51,7 @@ pub use lease::{
 };
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
+pub use session::{Session, SessionConfig};
 pub use standing::LocalDeadline;
 pub use store::{Capabilities, ItemStore, LeaseStore, Page, Store, StoreInfo};
 pub use traced::Traced;

@@ -26,17 +26,19 @@ use crate::batch::{acquire_via, renew_via, Batcher};
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
-use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig, Standing};
+use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
+use crate::session::{Footing, Riding, SessionGen, Shared};
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
 use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 
 mod rejoin;
-use rejoin::{attempt, born_dead, ghost_lease, run};
+use rejoin::run;
+pub(crate) use rejoin::{first_join, rejoin, Take};
 
 /// How a member behaves.
 #[derive(Clone, Debug)]
@@ -181,26 +183,33 @@ pub struct Generation {
     pub lease: Lease,
     /// Fires when this lease is lost, or may be: stop the work at once.
     pub cancel: CancellationToken,
-    standing: Arc<Standing>,
+    footing: Arc<Footing>,
 }
 
 impl Generation {
-    fn new(lease: Lease, standing: Standing) -> Self {
+    fn new(lease: Lease, footing: Footing) -> Self {
         Generation {
             lease,
-            cancel: standing.cancel().clone(),
-            standing: Arc::new(standing),
+            cancel: footing.cancel().clone(),
+            footing: Arc::new(footing),
         }
     }
 
+    /// The rider's part of this generation, when it rides a session.
+    pub(crate) fn riding(&self) -> Option<&Riding> {
+        self.footing.riding()
+    }
+
     /// The generation of `lease`, just taken by a join of `kind` (`join` or `rejoin`)
-    /// whose acquire was sent at `sent_on_clock`: counted and announced.
+    /// whose acquire was sent at `sent_on_clock` (riding `session` when given, on a
+    /// store with native sessions when its flag is set): counted and announced.
     fn joined(
         config: &MemberConfig,
         metrics: &HolderMetrics,
         kind: &'static str,
         lease: Lease,
         sent_on_clock: Duration,
+        session: Option<(&SessionGen, bool)>,
     ) -> Self {
         metrics
             .labels()
@@ -211,13 +220,8 @@ impl Generation {
             holder: config.holder.clone(),
             token: lease.token,
         });
-        let standing = Standing::new(
-            config.clock.clone(),
-            &lease,
-            &config.heartbeat,
-            sent_on_clock,
-        );
-        Generation::new(lease, standing)
+        let footing = Footing::of(config, &lease, sent_on_clock, session);
+        Generation::new(lease, footing)
     }
 
     /// May work still act under this generation? Returns its token while the lease
@@ -226,8 +230,12 @@ impl Generation {
     /// not yet). Cheap and synchronous: call it before every side effect. It does not
     /// depend on the heartbeat task having run, so a process woken from a freeze
     /// answers correctly before any of its tasks ran.
+    ///
+    /// For a member riding a session ([`Session::join`](crate::Session::join)) it
+    /// reads the session's local deadline and the member's own released or stalled
+    /// flag: every riding member's check fails at once when the session is lost.
     pub fn check(&self) -> Result<FencingToken> {
-        self.standing.check()
+        self.footing.check()
     }
 
     /// True once [`Generation::check`] fails.
@@ -245,7 +253,7 @@ pub struct Claimed {
     pub lease: Lease,
     /// Fires when that lease is lost: stop working on the item.
     pub cancel: CancellationToken,
-    standing: Arc<Standing>,
+    footing: Arc<Footing>,
     _hold: Arc<Hold>,
 }
 
@@ -270,12 +278,13 @@ impl Claimed {
     /// synchronous: call it before every side effect, so a worker woken from a freeze
     /// stops even when the heartbeat task has not run yet.
     pub fn check(&self) -> Result<FencingToken> {
-        self.standing.check()
+        self.footing.check()
     }
 }
 
+/// The shared state of a [`Member`] (what a session's registry of riders refers to).
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     store: Arc<dyn Store>,
     config: MemberConfig,
     metrics: HolderMetrics,
@@ -297,6 +306,8 @@ struct Inner {
     /// nanoseconds): what the watchdog reads.
     progress: AtomicU64,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// The session the member rides, if it does: kept alive while the member is.
+    session: Option<Arc<Shared>>,
 }
 
 /// A live worker: holds its member lease through a heartbeat task, claims and
@@ -331,12 +342,22 @@ impl Drop for Inner {
         self.stop.cancel();
         self.generation
             .borrow()
-            .standing
+            .footing
             .stop_work(LostCause::GaveUp);
     }
 }
 
 impl Member {
+    /// The member whose state `inner` is, while it still lives.
+    pub(crate) fn upgrade(inner: &Weak<Inner>) -> Option<Member> {
+        inner.upgrade().map(|inner| Member { inner })
+    }
+
+    /// True when `self` is the member whose state `inner` is.
+    pub(crate) fn is(&self, inner: &Weak<Inner>) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.inner), inner.as_ptr())
+    }
+
     /// Registers the member: acquires `members/NAME` and starts the heartbeat.
     ///
     /// Fails with [`Error::Held`] when a live member already has the name, with
@@ -353,45 +374,46 @@ impl Member {
         let metrics = HolderMetrics::new(&*store, Role::Member);
         let store: Arc<dyn Store> = traced(store);
         let key = Key::new(crate::types::Space::members(), config.name.clone());
-        let give_up = Instant::now() + config.heartbeat.ttl.duration();
-        let mut backoff = Backoff::new(
-            config.heartbeat.renew_every / 8,
-            config.heartbeat.renew_every,
-        );
-        // True once an attempt failed with a transient fault: the store may have
-        // applied it and lost the reply, leaving a "ghost" lease of ours.
-        let mut maybe_ghost = false;
-        // A lease of ours to adopt (renew) instead of acquiring anew.
-        let mut ghost: Option<Lease> = None;
-        let (lease, sent, sent_on_clock) = loop {
-            let sent = Instant::now();
-            let sent_on_clock = config.clock.boot();
-            match attempt(&store, &config, &key, &mut ghost).await {
-                Ok(lease) if born_dead(&config, sent_on_clock) && Instant::now() < give_up => {
-                    // Answered after the deadline it starts (an overloaded queue or
-                    // store): nothing was done under it, so it is adopted, not thrown
-                    // away for a new token, a dead-set entry and a sweep.
-                    ghost = Some(lease);
-                }
-                Ok(lease) => break (lease, sent, sent_on_clock),
-                Err(Error::Held { holder, token, .. })
-                    if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
-                {
-                    // Our own ghost (the holder id carries this join's nonce): an
-                    // earlier attempt of this join that the store applied. Nobody
-                    // knows its token and it owns nothing: adopt it by renewing it,
-                    // instead of burning a token (and a dead-set entry) on a release
-                    // and a new acquire.
-                    ghost = Some(ghost_lease(&store, &config, &key, holder, token));
-                }
-                Err(e) if e.is_retryable() && Instant::now() < give_up => {
-                    maybe_ghost = true;
-                    tokio::time::sleep(backoff.next()).await;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock);
+        let (lease, sent, sent_on_clock, _) = first_join(&store, &config, &key, Take::Own).await?;
+        let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock, None);
+        Ok(Member::start(
+            store, config, metrics, key, first, sent, None,
+        ))
+    }
+
+    /// Joins `config`'s member into the session `session` (see
+    /// [`Session::join_with`](crate::Session::join_with)): its heartbeat timing and
+    /// clock are the session's, it has no batcher (it renews nothing of its own), and
+    /// its checks read the session's standing.
+    pub(crate) async fn ride(session: Arc<Shared>, mut config: MemberConfig) -> Result<Member> {
+        config.heartbeat = session.heartbeat();
+        config.clock = session.clock().clone();
+        config.batcher = None;
+        config.validate()?;
+        config.holder = config.holder.instance();
+        let store = session.store().clone();
+        let metrics = HolderMetrics::new(&*store, Role::Member);
+        let key = Key::new(crate::types::Space::members(), config.name.clone());
+        let take = Take::Ride(&session);
+        let (lease, sent, sent_on_clock, gen) = first_join(&store, &config, &key, take).await?;
+        let native = session.native();
+        let ride = gen.as_ref().map(|g| (g, native));
+        let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock, ride);
+        let member = Member::start(store, config, metrics, key, first, sent, Some(session));
+        Ok(member)
+    }
+
+    /// Starts the heartbeat (or the ride) of a member whose first generation is
+    /// `first`, taken by a request sent at `sent`.
+    fn start(
+        store: Arc<dyn Store>,
+        config: MemberConfig,
+        metrics: HolderMetrics,
+        key: Key,
+        first: Generation,
+        sent: Instant,
+        session: Option<Arc<Shared>>,
+    ) -> Member {
         let inner = Arc::new(Inner {
             store,
             config,
@@ -406,11 +428,17 @@ impl Member {
             unsure: Mutex::new(HashSet::new()),
             progress: AtomicU64::new(0),
             task: Mutex::new(None),
+            session,
         });
         inner.note_progress();
+        if let Some(session) = &inner.session {
+            session
+                .riders()
+                .insert(inner.key.clone(), Arc::downgrade(&inner));
+        }
         let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
         *lock(&inner.task) = Some(task);
-        Ok(Member { inner })
+        Member { inner }
     }
 
     /// The member's key, `members/NAME`.
@@ -523,7 +551,7 @@ impl Member {
                     item,
                     lease: gen.lease.clone(),
                     cancel: gen.cancel.clone(),
-                    standing: gen.standing.clone(),
+                    footing: gen.footing.clone(),
                     _hold: hold,
                 }
             })
@@ -606,7 +634,7 @@ impl Member {
     /// woken from a freeze answers before any of its tasks ran. The member then
     /// forgets the item: its token is dead or about to be, and a checker requeues it.
     fn refused_past_deadline<T>(&self, op: &'static str, claimed: &Claimed) -> Option<Result<T>> {
-        claimed.standing.lost()?;
+        claimed.footing.lost()?;
         let r = Err(Error::Fenced {
             item: claimed.item.id,
             token: claimed.lease.token,
@@ -706,6 +734,10 @@ impl Member {
     /// Items that could not be handed back (store unreachable) stay owned by the
     /// released token, which is in the dead set: a checker's sweep requeues them.
     ///
+    /// A member riding a session ([`Session::join`](crate::Session::join)) leaves
+    /// alone: the session keeps it alive until step 5, which releases this member's
+    /// lease only; the session and its other members go on untouched.
+    ///
     /// Any `grace` is accepted: one too long for the clock to represent
     /// (`Duration::MAX`) is capped at [`MAX_GRACE`], which in practice waits as long as
     /// the workers need.
@@ -713,7 +745,7 @@ impl Member {
         let inner = &self.inner;
         inner.leaving.store(true, Ordering::SeqCst);
         self.wait_let_go(later_by(grace)).await;
-        self.generation().standing.stop_work(LostCause::Released);
+        self.generation().footing.stop_work(LostCause::Released);
         self.wait_let_go(Instant::now() + inner.config.heartbeat.safety_margin)
             .await;
         let rest: Vec<(ItemId, FencingToken)> = lock(&inner.owned)
@@ -734,7 +766,10 @@ impl Member {
             let _ = task.await;
         }
         let gen = self.generation();
-        gen.standing.stop_work(LostCause::Released);
+        gen.footing.stop_work(LostCause::Released);
+        if let Some(session) = &inner.session {
+            session.riders().forget(&inner.key, &self);
+        }
         inner.store.release(&gen.lease).await?;
         inner.config.events.emit(Event::Left {
             key: inner.key.clone(),

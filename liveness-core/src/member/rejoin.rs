@@ -14,7 +14,13 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
     let key = strong.key.clone();
     let stop = strong.stop.clone();
     let metrics = strong.metrics.clone();
+    let session = strong.session.clone();
     drop(strong);
+    let take = match &session {
+        Some(session) => Take::Ride(session),
+        None => Take::Own,
+    };
+    let native = session.as_ref().is_some_and(|s| s.native());
     let heartbeat = Heartbeat {
         store: &store,
         batcher: config.batcher.as_ref(),
@@ -25,12 +31,29 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
     };
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let alive = heartbeat.keep_alive(gen.lease.clone(), sent, &gen.standing);
+        let alive = async {
+            match &*gen.footing {
+                Footing::Own(standing) => {
+                    heartbeat
+                        .keep_alive(gen.lease.clone(), sent, standing)
+                        .await
+                }
+                Footing::Riding(riding) => {
+                    let end = riding
+                        .ride(gen.lease.clone(), &stop, config.heartbeat.tick())
+                        .await;
+                    if let End::Lost(_, reason) = &end {
+                        metrics.lost(*reason);
+                    }
+                    end
+                }
+            }
+        };
         let end = match config.progress_timeout {
             None => alive.await,
             Some(timeout) => tokio::select! {
                 end = alive => end,
-                () = stalled(&inner, timeout, &gen.standing) => {
+                () = stalled(&inner, timeout, &gen.footing) => {
                     metrics.lost(HolderLoss::Stalled);
                     End::Lost(gen.lease.clone(), HolderLoss::Stalled)
                 }
@@ -68,17 +91,22 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
         // itself (an acquire reaps the expired lease on its key in the same atomic
         // step; a lease still live by the store's clock is answered `Held` with the old
         // token and released): no separate release round trip per loss.
-        if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled)
-            && !gen
-                .standing
-                .wait_store_expiry(config.heartbeat.tick(), &stop)
-                .await
-        {
-            return;
+        // A member riding a session that was lost waits for the session's next lease,
+        // which the session takes only once the old one may have expired.
+        let tick = config.heartbeat.tick();
+        if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled) {
+            let waited = match &*gen.footing {
+                Footing::Own(standing) => standing.wait_store_expiry(tick, &stop).await,
+                Footing::Riding(riding) => riding.wait_store_expiry(tick, &stop).await,
+            };
+            if !waited {
+                return;
+            }
         }
-        match rejoin(&store, &config, &key, &old, &stop).await {
-            Some((lease, at, at_on_clock)) => {
-                gen = Generation::joined(&config, &metrics, "rejoin", lease, at_on_clock);
+        match rejoin(&store, &config, &key, &old, &stop, take).await {
+            Some((lease, at, at_on_clock, session)) => {
+                let ride = session.as_ref().map(|s| (s, native));
+                gen = Generation::joined(&config, &metrics, "rejoin", lease, at_on_clock, ride);
                 sent = at;
                 let Some(inner) = inner.upgrade() else {
                     return;
@@ -121,17 +149,64 @@ pub(super) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool 
     config.clock.boot() >= sent_on_clock + config.heartbeat.budget()
 }
 
+/// How a join takes the member's key: as a lease of its own, or riding a session's
+/// current lease ([`LeaseStore::join_session`](crate::LeaseStore::join_session)).
+#[derive(Clone, Copy)]
+pub(crate) enum Take<'a> {
+    /// A lease of its own (and the session's own lease is taken so too).
+    Own,
+    /// Riding this session.
+    Ride(&'a Shared),
+}
+
+impl Take<'_> {
+    /// Waits up to `pause` (less once the session has a new lease to ride) or until
+    /// `stop` fires (then false).
+    async fn pause(self, pause: Duration, stop: &CancellationToken) -> bool {
+        let mut next = match self {
+            Take::Ride(session) => Some(session.generations()),
+            Take::Own => None,
+        };
+        let changed = async {
+            match next.as_mut() {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(pause) => true,
+            _ = changed => true,
+        }
+    }
+}
+
 /// One attempt of a join or re-join: renews the `ghost` lease of ours when there is
-/// one (adopting it), else acquires the key; through the batcher when the member has
-/// one. A ghost that is gone meanwhile is forgotten and the key acquired at once (the
-/// acquire takes, and reaps, what is left of it); one the renewal did not reach stays
-/// for the next attempt.
+/// one (adopting it), else takes the key as `take` says (for a lease of its own
+/// through the batcher when the member has one). A ghost that is gone meanwhile is
+/// forgotten and the key taken at once (the acquire takes, and reaps, what is left
+/// of it); one the renewal did not reach stays for the next attempt. Riding, it
+/// answers the session generation it rode, and `Lost` at once, without a round
+/// trip, while the session's current lease is lost by its own checks.
 pub(super) async fn attempt(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
     ghost: &mut Option<Lease>,
-) -> Result<Lease> {
+    take: Take<'_>,
+) -> Result<(Lease, Option<SessionGen>)> {
+    let session = match take {
+        Take::Own => None,
+        Take::Ride(session) => {
+            let gen = session.current();
+            gen.standing.check()?;
+            Some(gen)
+        }
+    };
     let batcher = config.batcher.as_ref();
     if let Some(g) = ghost.take() {
         match renew_via(store, batcher, &g).await {
@@ -140,26 +215,91 @@ pub(super) async fn attempt(
                 *ghost = Some(g);
                 return Err(e);
             }
-            Ok(lease) => return Ok(lease),
+            Ok(lease) => return Ok((lease, session)),
         }
     }
-    let ttl = config.heartbeat.ttl;
-    acquire_via(store, batcher, key, &config.holder, ttl).await
+    let lease = match &session {
+        None => acquire_via(store, batcher, key, &config.holder, config.heartbeat.ttl).await,
+        Some(s) => store.join_session(&s.lease, key, &config.holder).await,
+    };
+    lease.map(|lease| (lease, session))
 }
 
-/// Acquires the member key again, waiting out a live lease and retrying faults, until
-/// it succeeds or `stop` fires.
+/// What a successful join answers: the lease, when its request was sent (tokio's
+/// clock and the member's clock), and the session generation it rides, if any.
+pub(crate) type Joined = (Lease, Instant, Duration, Option<SessionGen>);
+
+/// The first join of a member (or the first acquire of a session's lease): takes
+/// `key` as `take` says, retrying retryable faults (and, riding, a session being
+/// re-opened) for up to one ttl, adopting its own ghost, failing with `Held` when
+/// another instance holds the key.
+pub(crate) async fn first_join(
+    store: &Arc<dyn Store>,
+    config: &MemberConfig,
+    key: &Key,
+    take: Take<'_>,
+) -> Result<Joined> {
+    let give_up = Instant::now() + config.heartbeat.ttl.duration();
+    let mut backoff = Backoff::new(
+        config.heartbeat.renew_every / 8,
+        config.heartbeat.renew_every,
+    );
+    let never = CancellationToken::new();
+    // True once an attempt failed with a transient fault: the store may have
+    // applied it and lost the reply, leaving a "ghost" lease of ours.
+    let mut maybe_ghost = false;
+    // A lease of ours to adopt (renew) instead of acquiring anew.
+    let mut ghost: Option<Lease> = None;
+    loop {
+        let sent = Instant::now();
+        let sent_on_clock = config.clock.boot();
+        match attempt(store, config, key, &mut ghost, take).await {
+            Ok((lease, _)) if born_dead(config, sent_on_clock) && Instant::now() < give_up => {
+                // Answered after the deadline it starts (an overloaded queue or
+                // store): nothing was done under it, so it is adopted, not thrown
+                // away for a new token, a dead-set entry and a sweep.
+                ghost = Some(lease);
+            }
+            Ok((lease, session)) => return Ok((lease, sent, sent_on_clock, session)),
+            Err(Error::Held { holder, token, .. })
+                if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
+            {
+                // Our own ghost (the holder id carries this join's nonce): an
+                // earlier attempt of this join that the store applied. Nobody
+                // knows its token and it owns nothing: adopt it by renewing it,
+                // instead of burning a token (and a dead-set entry) on a release
+                // and a new acquire.
+                ghost = Some(ghost_lease(store, config, key, holder, token));
+            }
+            Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                maybe_ghost = true;
+                tokio::time::sleep(backoff.next()).await;
+            }
+            Err(Error::Lost { .. })
+                if matches!(take, Take::Ride(_)) && Instant::now() < give_up =>
+            {
+                // The session is lost and being re-opened: join its next lease.
+                take.pause(backoff.next(), &never).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Takes the member key again, waiting out a live lease and retrying faults (and,
+/// riding, waiting for the session's next lease), until it succeeds or `stop` fires.
 ///
 /// No amplification under overload: every pause is jittered; a ghost of an attempt
 /// whose reply was lost is adopted (renewed), not released and acquired again; only
 /// the lost lease itself (`old`), whose work was told to stop, is released.
-pub(super) async fn rejoin(
+pub(crate) async fn rejoin(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
     old: &Lease,
     stop: &CancellationToken,
-) -> Option<(Lease, Instant, Duration)> {
+    take: Take<'_>,
+) -> Option<Joined> {
     let mut backoff = Backoff::new(
         config.heartbeat.renew_every / 8,
         config.heartbeat.renew_every,
@@ -172,14 +312,14 @@ pub(super) async fn rejoin(
         }
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let pause = match attempt(store, config, key, &mut ghost).await {
-            Ok(lease) if born_dead(config, sent_on_clock) => {
+        let pause = match attempt(store, config, key, &mut ghost, take).await {
+            Ok((lease, _)) if born_dead(config, sent_on_clock) => {
                 // Answered after the deadline it starts (an overloaded queue or
                 // store): adopt it rather than burn another token on it.
                 ghost = Some(lease);
                 Duration::ZERO
             }
-            Ok(lease) => return Some((lease, sent, sent_on_clock)),
+            Ok((lease, session)) => return Some((lease, sent, sent_on_clock, session)),
             Err(Error::Held { token, .. }) if token == old.token => {
                 // The lease we just lost, still live by the store's clock (it started
                 // counting on arrival): its work was told to stop, so it is finished.
@@ -203,14 +343,19 @@ pub(super) async fn rejoin(
             // Somebody else's live lease (another instance of this name): look again
             // in about one renew interval, jittered so that many re-joiners spread.
             Err(Error::Held { .. }) => spread(config.heartbeat.renew_every, 0.5),
+            // Riding a session that is lost: its next lease comes (the pause ends
+            // early then), jittered so that its many members spread.
+            Err(Error::Lost { .. }) if matches!(take, Take::Ride(_)) => backoff.next(),
             Err(e) => {
                 tracing::warn!(%key, error = %e, "re-join failed, retrying");
                 backoff.next()
             }
         };
-        tokio::select! {
-            _ = stop.cancelled() => return None,
-            _ = tokio::time::sleep(pause) => {}
+        if pause.is_zero() {
+            continue;
+        }
+        if !take.pause(pause, stop).await {
+            return None;
         }
     }
 }
@@ -219,7 +364,7 @@ pub(super) async fn rejoin(
 /// has made no progress for `timeout` by the member's clock, after marking the
 /// generation's standing lost ([`LostCause::Stalled`]: its cancellation fires, its
 /// checks answer `Lost`). Never while the member is leaving; never once it is gone.
-async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, standing: &Standing) {
+async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, footing: &Footing) {
     loop {
         let idle = match inner.upgrade() {
             Some(i) if i.leaving.load(Ordering::SeqCst) => Duration::ZERO,
@@ -227,7 +372,7 @@ async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, standing: &S
             None => return std::future::pending().await,
         };
         if idle >= timeout {
-            standing.lose(LostCause::Stalled);
+            footing.lose(LostCause::Stalled);
             return;
         }
         tokio::time::sleep(timeout - idle).await;

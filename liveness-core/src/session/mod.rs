@@ -1,0 +1,499 @@
+//! The session: one lease per process in the space `sessions`, which the process's
+//! members ride (`docs/sessions.md`).
+//!
+//! ```text
+//! Open --renewals--> Open
+//! Open (renew says Lost, or the local deadline passed) --every rider cancelled--> Lost
+//! Lost --reopen (new token), then each rider re-joins (new token)--> Open
+//! Open --close: riders leave, then the session is released--> Closed
+//! ```
+//!
+//! A member riding a session ([`Session::join`]) costs the store nothing while it
+//! lives on a store with native sessions ([`Capabilities::sessions`]): its liveness is
+//! the session's. On a store without them the session renews its members with its
+//! own lease, one `renew_many` per batch.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, HostClock};
+use crate::error::{Error, LostCause, Result};
+use crate::events::{Event, EventBus, HolderLoss};
+use crate::heartbeat::{End, Heartbeat, HeartbeatConfig, Standing};
+use crate::layer::StoreBuilder;
+use crate::lease::Lease;
+use crate::member::{first_join, rejoin, Member, MemberConfig, Take, MAX_GRACE};
+use crate::metrics::{HolderMetrics, Role};
+use crate::store::Store;
+use crate::sync::lock;
+use crate::traced::traced;
+use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
+#[cfg(doc)]
+use crate::{store::Capabilities, store::LeaseStore};
+
+mod riding;
+use riding::RenewRiders;
+pub(crate) use riding::{Footing, Riders, Riding, SessionGen};
+
+/// How a session behaves.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// The process's name: the session's key is `sessions/NAME`. Two live sessions
+    /// cannot share it.
+    pub name: Name,
+    /// Its holder id, as operators see it; default: the name. Each
+    /// [`Session::open`] adds a nonce of its own ([`HolderId::instance`]), so two
+    /// processes configured alike never hold one another's session, and a lease an
+    /// earlier attempt of the same open left behind (its reply lost) is recognised as
+    /// this open's own and adopted.
+    pub holder: HolderId,
+    /// Heartbeat timing of the session's lease: ttl, renew interval, safety margin.
+    /// Every member riding the session shares it (its ttl is the members' ttl).
+    pub heartbeat: HeartbeatConfig,
+    /// Whether a lost session takes a new lease (new token) by itself, and its
+    /// members re-join under it; default true.
+    pub reopen: bool,
+    /// Where the session's events go ([`Event::Joined`], [`Event::Lost`],
+    /// [`Event::Left`] with the session's key); [`Session::join`] sends its
+    /// members' events there too. Default a bus of its own.
+    pub events: EventBus,
+    /// The clock of the local safety deadline, which every riding member's checks
+    /// read.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SessionConfig {
+    /// Defaults for a session `name` with `ttl`: renew every ttl/3, margin ttl/5,
+    /// re-open on loss.
+    pub fn new(name: &str, ttl: Ttl) -> Result<Self> {
+        let name = Name::new(name)?;
+        Ok(SessionConfig {
+            holder: HolderId::new(name.as_str())?,
+            name,
+            heartbeat: HeartbeatConfig::new(ttl),
+            reopen: true,
+            events: EventBus::default(),
+            clock: Arc::new(HostClock::new()),
+        })
+    }
+
+    /// Sets the holder id ([`SessionConfig::holder`]: each open adds a nonce to it).
+    pub fn holder(mut self, holder: HolderId) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// Sets how often to renew.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.heartbeat.renew_every = every;
+        self
+    }
+
+    /// Sets the local safety margin.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.heartbeat.safety_margin = margin;
+        self
+    }
+
+    /// Sets whether a lost session re-opens by itself ([`SessionConfig::reopen`]).
+    pub fn reopen(mut self, reopen: bool) -> Self {
+        self.reopen = reopen;
+        self
+    }
+
+    /// Sends events to this bus.
+    pub fn events(mut self, events: EventBus) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Measures the safety deadline on this clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// The state a session's handles and its riding members share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The store, behind the input checks and tracing.
+    store: Arc<dyn Store>,
+    /// The session's lease is held exactly as a member's own lease (the same join,
+    /// heartbeat and re-join, the same ghost rule): this is its configuration.
+    lease: MemberConfig,
+    key: Key,
+    native: bool,
+    generations: watch::Sender<SessionGen>,
+    riders: Arc<Riders>,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    /// The session's heartbeat timing (its members' too).
+    pub(crate) fn heartbeat(&self) -> HeartbeatConfig {
+        self.lease.heartbeat
+    }
+
+    /// The clock of the session's deadline.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.lease.clock
+    }
+
+    /// The store (checked and traced).
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// True when the store serves sessions natively.
+    pub(crate) fn native(&self) -> bool {
+        self.native
+    }
+
+    /// The members riding the session.
+    pub(crate) fn riders(&self) -> &Riders {
+        &self.riders
+    }
+
+    /// The session's current lease and standing.
+    pub(crate) fn current(&self) -> SessionGen {
+        self.generations.borrow().clone()
+    }
+
+    /// A receiver that sees each new lease of the session (each re-open).
+    pub(crate) fn generations(&self) -> watch::Receiver<SessionGen> {
+        self.generations.subscribe()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Nobody renews the session any more: its riders' work must stop too.
+        self.stop.cancel();
+        self.generations
+            .borrow()
+            .standing
+            .stop_work(LostCause::GaveUp);
+    }
+}
+
+/// One lease per process, which the process's members ride: on a store with native
+/// sessions ([`Capabilities::sessions`]) a riding member costs the store nothing
+/// while it lives (no renewal of its own); on one without, the session renews its
+/// members with its own lease, one `renew_many` per batch.
+///
+/// # Guarantees
+/// - The session's lease is held as a member's own is: renewed every
+///   [`HeartbeatConfig::renew_every`] (jittered, early on retries), with a local
+///   deadline on the boot clock ([`Clock::boot`]) counted from the send time of the
+///   last renewal answered in time.
+/// - A riding member's checks ([`Member::check`], [`Generation::check`](crate::Generation::check),
+///   [`Claimed::check`](crate::Claimed::check)) read the session's deadline, by the
+///   clock right now, plus the member's own released or stalled flag: when the
+///   session is lost (its renewal refused, or its local deadline passed), every
+///   riding member's check fails and its cancellation fires in the same instant,
+///   before the store can hand the member's items to anybody.
+/// - Then (unless [`SessionConfig::reopen`] is off) the session takes a new lease
+///   (a new token), no earlier than the store may have expired the old one unless
+///   the store answered `Lost`, and each member re-joins under a new token of its
+///   own (unless its [`MemberConfig::rejoin`] is off), retrying with jittered
+///   backoff.
+/// - [`Member::leave`] and a member's watchdog
+///   ([`MemberConfig::progress_timeout`]) release that one member and touch nothing
+///   else.
+/// - Cloning shares the session. A riding member keeps its session alive: the
+///   session stops (its riders' work told to stop) when the last handle and the last
+///   riding member are dropped. [`Session::close`] ends it gracefully.
+///
+/// ```
+/// # async fn run() -> liveness_core::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use liveness_core::{MemoryStore, Session, SessionConfig, Store, Ttl};
+///
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// let config = SessionConfig::new("host-1", Ttl::from_secs(10)?)?;
+/// let session = Session::open(store.clone(), config).await?;
+/// let a = session.join("worker-a").await?;
+/// let b = session.join("worker-b").await?;
+/// // Both ride the session: the store keeps no expiry of theirs.
+/// let info = store.inspect(a.key()).await?.expect("a joined");
+/// assert_eq!(info.session.as_ref(), Some(session.key()));
+/// assert!(a.check().is_ok() && b.check().is_ok());
+/// // One member leaves alone; closing releases the others, then the session.
+/// a.leave(Duration::from_secs(1)).await?;
+/// assert!(b.check().is_ok());
+/// session.close(Duration::from_secs(5)).await?;
+/// assert!(b.check().is_err());
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct Session {
+    shared: Arc<Shared>,
+}
+
+impl Session {
+    /// Opens the session: takes `sessions/NAME` and starts its heartbeat.
+    ///
+    /// Fails with [`Error::Held`] when another live session has the name, with
+    /// `InvalidInput` naming the setting on a bad configuration (a ttl outside the
+    /// store's range, a renew interval or safety margin that does not leave a renewal
+    /// before the deadline, however large), and retries retryable faults for up to
+    /// one ttl before failing with the last one, adopting a lease an earlier attempt
+    /// of this open left behind (as [`Member::join`] does).
+    pub async fn open(store: Arc<dyn Store>, config: SessionConfig) -> Result<Session> {
+        config.heartbeat.validate()?;
+        store.capabilities().check_ttl(config.heartbeat.ttl)?;
+        let native = store.capabilities().sessions;
+        let metrics = HolderMetrics::new(&*store, Role::Member);
+        let store: Arc<dyn Store> = traced(store);
+        let lease = MemberConfig {
+            name: config.name.clone(),
+            holder: config.holder.instance(),
+            heartbeat: config.heartbeat,
+            rejoin: config.reopen,
+            events: config.events,
+            clock: config.clock,
+            batcher: None,
+            progress_timeout: None,
+        };
+        let key = Key::new(Space::sessions(), config.name);
+        let (first, sent, sent_on_clock, _) = first_join(&store, &lease, &key, Take::Own).await?;
+        let first = opened(&lease, first, sent_on_clock);
+        let riders = Arc::new(Riders::default());
+        let renewing = match native {
+            true => store.clone(),
+            false => StoreBuilder::new(store.clone())
+                .layer(Arc::new(RenewRiders {
+                    key: key.clone(),
+                    riders: riders.clone(),
+                    clock: lease.clock.clone(),
+                    budget: lease.heartbeat.budget(),
+                }))
+                .build(),
+        };
+        let shared = Arc::new(Shared {
+            store,
+            lease,
+            key,
+            native,
+            generations: watch::channel(first.clone()).0,
+            riders,
+            stop: CancellationToken::new(),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(run(Arc::downgrade(&shared), renewing, metrics, first, sent));
+        *lock(&shared.task) = Some(task);
+        Ok(Session { shared })
+    }
+
+    /// Joins the member `name` into the session, with [`MemberConfig::new`]'s
+    /// defaults and the session's event bus: see [`Session::join_with`].
+    pub async fn join(&self, name: &str) -> Result<Member> {
+        let lease = &self.shared.lease;
+        let config = MemberConfig::new(name, lease.heartbeat.ttl)?.events(lease.events.clone());
+        self.join_with(config).await
+    }
+
+    /// Joins a member riding the session
+    /// ([`LeaseStore::join_session`]): its key `members/NAME`, its own token, its
+    /// items, and no renewal of its own. Its heartbeat timing and clock are the
+    /// session's (those of `config` are not used), and it has no batcher; its
+    /// holder id, re-join, events and watchdog are `config`'s.
+    ///
+    /// Fails as [`Member::join`] does (`Held`, `InvalidInput` naming the setting,
+    /// the last retryable fault after one ttl); while the session is lost and being
+    /// re-opened it waits, up to one ttl, for the session's next lease.
+    pub async fn join_with(&self, config: MemberConfig) -> Result<Member> {
+        Member::ride(self.shared.clone(), config).await
+    }
+
+    /// The session's key, `sessions/NAME`.
+    pub fn key(&self) -> &Key {
+        &self.shared.key
+    }
+
+    /// The session's current lease.
+    pub fn lease(&self) -> Lease {
+        self.shared.current().lease
+    }
+
+    /// The session's current token.
+    pub fn token(&self) -> FencingToken {
+        self.shared.current().lease.token
+    }
+
+    /// May the session's members still act? Its token while its lease is held and its
+    /// local deadline has not passed by the clock right now; otherwise
+    /// [`Error::Lost`] (and the cancellation fires, with every rider's). Cheap and
+    /// synchronous.
+    pub fn check(&self) -> Result<FencingToken> {
+        self.shared.current().standing.check()
+    }
+
+    /// The current lease's cancellation signal: it fires when that lease is lost,
+    /// and with it every riding member's.
+    pub fn cancelled(&self) -> CancellationToken {
+        self.shared.current().standing.cancel().clone()
+    }
+
+    /// True when the store serves sessions natively ([`Capabilities::sessions`]):
+    /// riding members then cost the store nothing while they live. False: the
+    /// session renews them with its own lease, one `renew_many` per batch.
+    pub fn native(&self) -> bool {
+        self.shared.native
+    }
+
+    /// How many members ride the session (those left or dropped are not counted).
+    pub fn members(&self) -> usize {
+        self.shared.riders.members().len()
+    }
+
+    /// The bus the session sends its events to.
+    pub fn events(&self) -> &EventBus {
+        &self.shared.lease.events
+    }
+
+    /// Closes the session gracefully: every riding member leaves
+    /// ([`Member::leave`] with `grace`, all at once; the session keeps them alive
+    /// meanwhile), then the session's heartbeat stops and its lease is released.
+    /// Answers the first error of a member's leave or of the release, after doing
+    /// all of them. Any `grace` is accepted: a longer one than [`MAX_GRACE`] is capped.
+    pub async fn close(self, grace: Duration) -> Result<()> {
+        let shared = &self.shared;
+        let grace = grace.min(MAX_GRACE);
+        let mut leaving = tokio::task::JoinSet::new();
+        for member in shared.riders.members() {
+            leaving.spawn(member.leave(grace));
+        }
+        let mut first_error: Option<Error> = None;
+        while let Some(done) = leaving.join_next().await {
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => {
+                    tracing::warn!(session = %shared.key, error = %e, "a member's leave did not finish")
+                }
+            }
+        }
+        shared.stop.cancel();
+        let task = lock(&shared.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        let current = shared.current();
+        current.standing.stop_work(LostCause::Released);
+        match shared.store.release(&current.lease).await {
+            Ok(_) => shared.lease.events.emit(Event::Left {
+                key: shared.key.clone(),
+                token: current.lease.token,
+            }),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The session generation of `lease`, taken by a request sent at `sent_on_clock`:
+/// announced.
+fn opened(config: &MemberConfig, lease: Lease, sent_on_clock: Duration) -> SessionGen {
+    config.events.emit(Event::Joined {
+        key: lease.key.clone(),
+        holder: config.holder.clone(),
+        token: lease.token,
+    });
+    let standing = Standing::new(
+        config.clock.clone(),
+        &lease,
+        &config.heartbeat,
+        sent_on_clock,
+    );
+    SessionGen {
+        lease,
+        standing: Arc::new(standing),
+    }
+}
+
+/// The session's heartbeat task: keeps each lease alive (through `renewing`, which
+/// renews the riders with it on a store without native sessions), and re-opens after
+/// a loss. Ends when the session stops or is gone.
+async fn run(
+    shared: Weak<Shared>,
+    renewing: Arc<dyn Store>,
+    metrics: HolderMetrics,
+    first: SessionGen,
+    sent: Instant,
+) {
+    let Some(strong) = shared.upgrade() else {
+        return;
+    };
+    let store = strong.store.clone();
+    let config = strong.lease.clone();
+    let key = strong.key.clone();
+    let stop = strong.stop.clone();
+    drop(strong);
+    let heartbeat = Heartbeat {
+        store: &renewing,
+        batcher: None,
+        config: config.heartbeat,
+        stop: &stop,
+        events: &config.events,
+        metrics: &metrics,
+    };
+    let (mut gen, mut sent) = (first, sent);
+    loop {
+        let (old, reason) = match heartbeat
+            .keep_alive(gen.lease.clone(), sent, &gen.standing)
+            .await
+        {
+            End::Stopped(lease) => {
+                if let Some(shared) = shared.upgrade() {
+                    shared.generations.send_modify(|g| g.lease = lease);
+                }
+                return;
+            }
+            End::Lost(lease, reason) => (lease, reason),
+        };
+        config.events.emit(Event::Lost {
+            key: key.clone(),
+            token: old.token,
+            reason,
+        });
+        if !config.rejoin || stop.is_cancelled() {
+            return;
+        }
+        // As a member's own lease: no new lease earlier than the store itself would
+        // expire the old one, unless the store already answered `Lost` (the margin is
+        // the time the riders' work has to stop).
+        if !matches!(reason, HolderLoss::Store(_))
+            && !gen
+                .standing
+                .wait_store_expiry(config.heartbeat.tick(), &stop)
+                .await
+        {
+            return;
+        }
+        let Some((lease, at, at_on_clock, _)) =
+            rejoin(&store, &config, &key, &old, &stop, Take::Own).await
+        else {
+            return;
+        };
+        gen = opened(&config, lease, at_on_clock);
+        sent = at;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.generations.send_replace(gen.clone());
+    }
+}

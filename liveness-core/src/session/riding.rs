@@ -1,0 +1,381 @@
+//! A member riding a session: what its checks read (the session's standing and its
+//! own flags), the session's registry of its riders, and, on a store without native
+//! sessions, the layer that renews the riders together with the session.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::error::{Error, LostCause, Result};
+use crate::events::HolderLoss;
+use crate::heartbeat::{End, Standing};
+use crate::layer::{Intercept, Next, Reply, Request};
+use crate::lease::Lease;
+use crate::member::MemberConfig;
+use crate::member::{Generation, Inner, Member};
+use crate::standing::LocalDeadline;
+use crate::sync::lock;
+use crate::types::{FencingToken, Key};
+
+/// One lease of a session and the standing its riders' checks read.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionGen {
+    /// The session's lease.
+    pub(crate) lease: Lease,
+    /// Its local deadline (extended by the session's heartbeat) and cancellation.
+    pub(crate) standing: Arc<Standing>,
+}
+
+/// What one generation of a member riding a session may still do: the session's
+/// standing, plus the member's own flags (released, stalled, refused by the store)
+/// and, on a store without native sessions, its own deadline (extended by the
+/// session's renewals of it). Its cancellation is a child of the session's: when the
+/// session is lost, every rider's work is told to stop in the same instant.
+#[derive(Debug)]
+pub(crate) struct Riding {
+    own: LocalDeadline,
+    session: Arc<Standing>,
+    cancel: CancellationToken,
+    /// How long after `own`'s deadline the store itself may expire the member's
+    /// lease (a store without native sessions).
+    margin: Duration,
+    native: bool,
+}
+
+impl Riding {
+    /// The footing of the member lease `lease`, riding `session`; `deadline` is the
+    /// member's own local deadline on a store without native sessions (`None`: it
+    /// has none, it lives exactly as long as the session).
+    pub(crate) fn new(
+        clock: Arc<dyn Clock>,
+        lease: &Lease,
+        session: &SessionGen,
+        deadline: Option<Duration>,
+        margin: Duration,
+    ) -> Riding {
+        let own_deadline = deadline.unwrap_or(Duration::MAX);
+        Riding {
+            own: LocalDeadline::new(clock, lease.key.clone(), lease.token, own_deadline),
+            session: session.standing.clone(),
+            cancel: session.standing.cancel().child_token(),
+            margin,
+            native: deadline.is_none(),
+        }
+    }
+
+    /// The token of the session lease this generation rides.
+    pub(crate) fn session_token(&self) -> FencingToken {
+        self.session.token()
+    }
+
+    /// The reason this generation is lost, if it is: the session's loss (recorded as
+    /// the member's own), or the member's own. Fires the cancellation then.
+    pub(crate) fn lost(&self) -> Option<LostCause> {
+        if let Some(reason) = self.session.lost() {
+            self.own.lose(reason);
+        }
+        let reason = self.own.lost();
+        if reason.is_some() {
+            self.cancel.cancel();
+        }
+        reason
+    }
+
+    /// The member's token while the session's lease and the member's own may be acted
+    /// on, by the clock right now; otherwise [`Error::Lost`] naming the member.
+    pub(crate) fn check(&self) -> Result<FencingToken> {
+        if self.lost().is_none() && self.cancel.is_cancelled() {
+            // The session's work was told to stop (it is gone), or the signal was
+            // fired from outside.
+            self.own.stop_work(LostCause::GaveUp);
+        }
+        let answer = self.own.check();
+        if answer.is_err() {
+            self.cancel.cancel();
+        }
+        answer
+    }
+
+    /// Tells this member's work alone to stop.
+    pub(crate) fn stop_work(&self, reason: LostCause) {
+        self.own.stop_work(reason);
+        self.cancel.cancel();
+    }
+
+    /// Marks this member's generation alone lost.
+    pub(crate) fn lose(&self, reason: LostCause) -> LostCause {
+        let reason = self.own.lose(reason);
+        self.cancel.cancel();
+        reason
+    }
+
+    /// The cancellation signal of the work done under this generation.
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Moves the member's own deadline to `deadline` after the session renewed the
+    /// member's lease by a request sent in time (a store without native sessions).
+    pub(crate) fn extend(&self, deadline: Duration) {
+        if self.own.extend(deadline).is_err() {
+            self.cancel.cancel();
+        }
+    }
+
+    /// Rides until `stop` fires ([`End::Stopped`]) or the generation is lost: the
+    /// session lost, the member's own lease refused or its own deadline passed. No
+    /// request of its own: the session keeps it alive. Work told to stop while the
+    /// lease is still held (a leave) is watched every `tick` until `stop` fires.
+    pub(crate) async fn ride(&self, lease: Lease, stop: &CancellationToken, tick: Duration) -> End {
+        loop {
+            if let Some(reason) = self.lost() {
+                return End::Lost(lease, holder_loss(reason));
+            }
+            let stopped = self.cancel.is_cancelled();
+            let nap = if stopped {
+                Some(tick)
+            } else if self.native {
+                None
+            } else {
+                self.own.remaining().ok()
+            };
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return End::Stopped(lease),
+                _ = self.cancel.cancelled(), if !stopped => {}
+                _ = tokio::time::sleep(nap.unwrap_or_default()), if nap.is_some() => {}
+            }
+        }
+    }
+
+    /// After a loss, waits until the store itself may have expired the member's own
+    /// lease (a store without native sessions; at once on a native one, whose member
+    /// lives exactly as long as its session: the session takes its next lease only
+    /// once the old one may have expired). False when `stop` fired first.
+    pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
+        if self.native {
+            return true;
+        }
+        loop {
+            let expiry = self.own.deadline().saturating_add(self.margin);
+            let left = expiry.saturating_sub(self.own.clock().boot());
+            if left.is_zero() {
+                return true;
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(left.min(tick)) => {}
+            }
+        }
+    }
+}
+
+/// What a generation's checks read: the member's own lease's standing, or, for a
+/// member riding a session, the session's standing plus the member's own flags.
+#[derive(Debug)]
+pub(crate) enum Footing {
+    /// A lease of its own, kept alive by the member's heartbeat.
+    Own(Standing),
+    /// A member riding a session ([`Session::join`](crate::Session::join)).
+    Riding(Riding),
+}
+
+impl Footing {
+    /// The footing of `lease`, taken by a request sent at `sent_on_clock`: riding
+    /// `session` when given (on a store with native sessions when `native`).
+    pub(crate) fn of(
+        config: &MemberConfig,
+        lease: &Lease,
+        sent_on_clock: Duration,
+        session: Option<(&SessionGen, bool)>,
+    ) -> Footing {
+        let hb = &config.heartbeat;
+        match session {
+            None => Footing::Own(Standing::new(
+                config.clock.clone(),
+                lease,
+                hb,
+                sent_on_clock,
+            )),
+            Some((session, native)) => Footing::Riding(Riding::new(
+                config.clock.clone(),
+                lease,
+                session,
+                (!native).then(|| sent_on_clock + hb.budget()),
+                hb.ttl.duration().saturating_sub(hb.budget()),
+            )),
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<FencingToken> {
+        match self {
+            Footing::Own(s) => s.check(),
+            Footing::Riding(r) => r.check(),
+        }
+    }
+
+    pub(crate) fn lost(&self) -> Option<LostCause> {
+        match self {
+            Footing::Own(s) => s.lost(),
+            Footing::Riding(r) => r.lost(),
+        }
+    }
+
+    pub(crate) fn stop_work(&self, reason: LostCause) {
+        match self {
+            Footing::Own(s) => s.stop_work(reason),
+            Footing::Riding(r) => r.stop_work(reason),
+        }
+    }
+
+    pub(crate) fn lose(&self, reason: LostCause) -> LostCause {
+        match self {
+            Footing::Own(s) => s.lose(reason),
+            Footing::Riding(r) => r.lose(reason),
+        }
+    }
+
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        match self {
+            Footing::Own(s) => s.cancel(),
+            Footing::Riding(r) => r.cancel(),
+        }
+    }
+
+    /// The rider's part, when the generation rides a session.
+    pub(crate) fn riding(&self) -> Option<&Riding> {
+        match self {
+            Footing::Own(_) => None,
+            Footing::Riding(r) => Some(r),
+        }
+    }
+}
+
+/// The event's reason for a loss whose error reason is `reason`.
+fn holder_loss(reason: LostCause) -> HolderLoss {
+    match reason {
+        LostCause::GaveUp => HolderLoss::Deadline,
+        LostCause::Stalled => HolderLoss::Stalled,
+        r => HolderLoss::Store(r),
+    }
+}
+
+/// The members riding one session, by key (weakly: a member dropped by its owner is
+/// forgotten).
+#[derive(Debug, Default)]
+pub(crate) struct Riders {
+    map: Mutex<HashMap<Key, Weak<Inner>>>,
+}
+
+impl Riders {
+    /// Records the member `member` on `key`.
+    pub(crate) fn insert(&self, key: Key, member: Weak<Inner>) {
+        lock(&self.map).insert(key, member);
+    }
+
+    /// Forgets `member` (when it is still the one on `key`).
+    pub(crate) fn forget(&self, key: &Key, member: &Member) {
+        let mut map = lock(&self.map);
+        if map.get(key).is_some_and(|w| member.is(w)) {
+            map.remove(key);
+        }
+    }
+
+    /// The members alive, forgetting the dropped ones.
+    pub(crate) fn members(&self) -> Vec<Member> {
+        let weak: Vec<Weak<Inner>> = {
+            let mut map = lock(&self.map);
+            map.retain(|_, w| w.strong_count() > 0);
+            map.values().cloned().collect()
+        };
+        weak.iter().filter_map(Member::upgrade).collect()
+    }
+}
+
+/// The layer in front of a store without native sessions that turns the session's
+/// renewal into one `renew_many` per batch of the session's lease and its riders'
+/// leases ([`Capabilities::max_batch`](crate::Capabilities::max_batch) each, the
+/// session's first), so that the session's heartbeat keeps its members alive as a
+/// native store would: each rider's own deadline counts from its batch's send time.
+#[derive(Debug)]
+pub(crate) struct RenewRiders {
+    /// The session's key: only its renewals are widened.
+    pub(crate) key: Key,
+    /// Whom to renew with it.
+    pub(crate) riders: Arc<Riders>,
+    /// The clock the riders' deadlines are measured on.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// `ttl − safety_margin`: how long after a send time a renewed rider may act.
+    pub(crate) budget: Duration,
+}
+
+#[async_trait]
+impl Intercept for RenewRiders {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let session = match req {
+            Request::Renew(lease) if lease.key == self.key => lease,
+            req => return next.run(req).await,
+        };
+        // The current generation of every rider of this very session lease that is
+        // not lost (one told to stop is kept alive until it is released).
+        let riding: Vec<Generation> = self
+            .riders
+            .members()
+            .iter()
+            .map(Member::generation)
+            .filter(|g| {
+                g.riding()
+                    .is_some_and(|r| r.session_token() == session.token && r.lost().is_none())
+            })
+            .collect();
+        let mut leases = Vec::with_capacity(1 + riding.len());
+        leases.push(session);
+        leases.extend(riding.iter().map(|g| g.lease.clone()));
+        let max = next.store().capabilities().max_batch.max(1);
+        let mut answer = None;
+        for (i, chunk) in leases.chunks(max).enumerate() {
+            let sent_on_clock = self.clock.boot();
+            let answers = match next.clone().run(Request::RenewMany(chunk.to_vec())).await {
+                Ok(Reply::RenewMany(answers)) => answers,
+                Ok(_) => {
+                    return Err(Error::backend(
+                        "session",
+                        "renew_many answered another reply",
+                    ))
+                }
+                Err(e) if i == 0 => return Err(e),
+                Err(e) => {
+                    tracing::warn!(session = %self.key, error = %e, "renewing a batch of riding members failed");
+                    continue;
+                }
+            };
+            for (j, got) in answers.into_iter().enumerate() {
+                let at = i * max + j;
+                if at == 0 {
+                    answer = Some(got);
+                    continue;
+                }
+                let Some(rider) = riding.get(at - 1).and_then(Generation::riding) else {
+                    continue;
+                };
+                match got {
+                    Ok(_) => rider.extend(sent_on_clock + self.budget),
+                    Err(Error::Lost { reason, .. }) => {
+                        rider.lose(reason);
+                    }
+                    Err(e) => {
+                        tracing::warn!(member = %leases[at].key, error = %e, "renewing a riding member failed")
+                    }
+                }
+            }
+        }
+        answer
+            .unwrap_or_else(|| Err(Error::backend("session", "renew_many answered too few")))
+            .map(Reply::Renew)
+    }
+}

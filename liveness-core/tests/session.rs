@@ -1,0 +1,501 @@
+//! The session state machine on the memory model under tokio's paused time: members
+//! riding a session live on the session's renewals alone, die with it at once (their
+//! checks fail before the store could hand their items away), re-join under new
+//! tokens with the re-opened session, and leave or stall alone; on a store without
+//! native sessions the session renews them with itself, one `renew_many` per batch.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::layer::{Intercept, Next, Reply, Request, StoreBuilder};
+use liveness_core::{
+    async_trait, Capabilities, Clock, Error, ItemCounts, Key, LostCause, Member, MemberConfig,
+    MemoryServer, Result, Session, SessionConfig, Space, Store, TokioClock,
+};
+use tokio::time::Instant;
+
+mod common;
+use common::{enqueue_job, ns, ttl, when_fired, SuspendableHost};
+
+const TTL_MS: u64 = 3000;
+
+/// The default safety margin of a 3 s ttl.
+fn margin() -> Duration {
+    liveness_core::HeartbeatConfig::new(ttl(TTL_MS)).safety_margin
+}
+
+/// Sees every renewal: counts members' and sessions' leases renewed, records each
+/// `renew_many`'s keys, cuts the sessions' renewals off on demand (they answer
+/// `Unavailable`), and, for a store without native sessions, takes an ordinary lease
+/// for each `join_session` (the trait's default).
+#[derive(Debug, Default)]
+struct Probe {
+    member_renewals: AtomicU64,
+    session_renewals: AtomicU64,
+    batches: Mutex<Vec<Vec<Key>>>,
+    cut: AtomicBool,
+    /// How many more `acquire` / `join_session` replies to lose after applying them.
+    lose_replies: AtomicU64,
+    plain: bool,
+}
+
+impl Probe {
+    fn count(&self, key: &Key) {
+        if *key.space() == Space::sessions() {
+            self.session_renewals.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.member_renewals.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait]
+impl Intercept for Probe {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let cut = || Err(Error::unavailable("probe", "session renewals cut off"));
+        let is_session = |k: &Key| *k.space() == Space::sessions();
+        match &req {
+            Request::Renew(lease) => {
+                if self.cut.load(Ordering::SeqCst) && is_session(&lease.key) {
+                    return cut();
+                }
+                self.count(&lease.key);
+            }
+            Request::RenewMany(leases) => {
+                if self.cut.load(Ordering::SeqCst) && leases.iter().any(|l| is_session(&l.key)) {
+                    return cut();
+                }
+                leases.iter().for_each(|l| self.count(&l.key));
+                let keys = leases.iter().map(|l| l.key.clone()).collect();
+                self.batches.lock().unwrap().push(keys);
+            }
+            Request::JoinSession {
+                session,
+                key,
+                holder,
+            } if self.plain => {
+                let acquire = Request::Acquire {
+                    key: key.clone(),
+                    holder: holder.clone(),
+                    ttl: session.ttl,
+                };
+                return match next.run(acquire).await? {
+                    Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
+                    other => panic!("acquire answered {other:?}"),
+                };
+            }
+            Request::Acquire { .. } | Request::JoinSession { .. } => {
+                let lose = self
+                    .lose_replies
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let reply = next.run(req).await;
+                if lose {
+                    return Err(Error::unavailable("probe", "the reply was lost"));
+                }
+                return reply;
+            }
+            _ => {}
+        }
+        next.run(req).await
+    }
+}
+
+/// A memory store behind a [`Probe`]; without native sessions when `plain` (and then
+/// at most `max_batch` leases per call).
+fn probed(plain: bool, max_batch: usize) -> (Arc<dyn Store>, Arc<Probe>) {
+    let caps = Capabilities {
+        sessions: !plain,
+        max_batch,
+        ..Capabilities::default()
+    };
+    let inner = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    let probe = Arc::new(Probe {
+        plain,
+        ..Probe::default()
+    });
+    let store = StoreBuilder::new(inner).layer(probe.clone()).build();
+    (store, probe)
+}
+
+/// Opens the session `p` (ttl 3 s) on `clock`.
+async fn open(store: &Arc<dyn Store>, clock: Arc<dyn Clock>) -> Session {
+    let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap().clock(clock);
+    Session::open(store.clone(), config).await.unwrap()
+}
+
+fn tokio_clock() -> Arc<dyn Clock> {
+    Arc::new(TokioClock::new())
+}
+
+async fn join_all(session: &Session, n: usize) -> Vec<Member> {
+    let mut members = Vec::new();
+    for i in 0..n {
+        members.push(session.join(&format!("m{i}")).await.unwrap());
+    }
+    members
+}
+
+#[tokio::test(start_paused = true)]
+async fn riding_members_live_on_the_sessions_renewals_alone() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    assert!(session.native());
+    let members = join_all(&session, 5).await;
+    let tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let session_token = session.token();
+    for member in &members {
+        let info = store.inspect(member.key()).await.unwrap().unwrap();
+        assert_eq!(info.session.as_ref(), Some(session.key()));
+    }
+    // Ten ttls.
+    tokio::time::sleep(Duration::from_millis(10 * TTL_MS)).await;
+    for (member, token) in members.iter().zip(&tokens) {
+        assert_eq!(member.check().unwrap(), *token);
+        assert!(store
+            .inspect(member.key())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_live());
+    }
+    assert_eq!(session.token(), session_token);
+    assert_eq!(session.members(), 5);
+    assert_eq!(
+        probe.member_renewals.load(Ordering::SeqCst),
+        0,
+        "no member renews"
+    );
+    assert!(probe.session_renewals.load(Ordering::SeqCst) >= 10);
+    // A riding member does its work as any member.
+    enqueue_job(&store).await;
+    let claimed = members[0].claim(1).await.unwrap();
+    assert_eq!(claimed[0].check().unwrap(), tokens[0]);
+    members[0].complete(&claimed[0]).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_frozen_session_fails_every_members_check_at_once_and_they_rejoin() {
+    let (store, _probe) = probed(false, 1000);
+    let (clock, suspend) = SuspendableHost::shared();
+    let session = open(&store, clock).await;
+    let members = join_all(&session, 4).await;
+    enqueue_job(&store).await;
+    let claimed = members[1].claim(1).await.unwrap();
+    let (old_session, old_tokens): (_, Vec<_>) =
+        (session.token(), members.iter().map(Member::token).collect());
+
+    // The host sleeps past the session's local deadline; no task has run since.
+    suspend.advance(Duration::from_millis(TTL_MS));
+    assert!(matches!(
+        members[0].check(),
+        Err(Error::Lost {
+            reason: LostCause::GaveUp,
+            ..
+        })
+    ));
+    // One check found the session lost: every member's work is told to stop.
+    for member in &members {
+        assert!(member.cancelled().is_cancelled());
+        assert!(member.check().is_err());
+    }
+    assert!(claimed[0].check().is_err());
+    assert!(matches!(
+        members[1].complete(&claimed[0]).await,
+        Err(Error::Fenced { .. })
+    ));
+    // The store (on tokio's clock, which the suspend did not move) still holds them:
+    // nobody else was handed their items before their work stopped.
+    for member in &members {
+        assert!(store
+            .inspect(member.key())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_live());
+    }
+
+    // The session re-opens under a new token, each member re-joins under a new one.
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    assert!(session.token() > old_session);
+    assert!(session.check().is_ok());
+    for (member, old) in members.iter().zip(&old_tokens) {
+        assert!(member.token() > *old, "{} re-joined", member.key());
+        assert!(member.check().is_ok());
+        let info = store.inspect(member.key()).await.unwrap().unwrap();
+        assert_eq!(info.token, member.token());
+        assert!(info.is_live());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_renewals_fail_stops_its_members_before_the_store_expires_them() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let members = join_all(&session, 3).await;
+    let fired: Vec<_> = members.iter().map(|m| when_fired(m.cancelled())).collect();
+    let old_session = session.lease();
+    probe.cut.store(true, Ordering::SeqCst);
+    // Watch the store until it sees the first member expired.
+    let expired_at = loop {
+        let info = store.inspect(members[0].key()).await.unwrap().unwrap();
+        if !info.is_live() || info.token != members[0].lease().token {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut at = Vec::new();
+    for f in fired {
+        at.push(f.await.unwrap());
+    }
+    assert!(at.iter().all(|t| *t == at[0]), "all at once: {at:?}");
+    assert!(
+        expired_at >= at[0] + margin() - Duration::from_millis(20),
+        "stopped {:?} before the store's expiry",
+        expired_at - at[0]
+    );
+    probe.cut.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    assert!(session.token() > old_session.token);
+    assert!(members.iter().all(|m| m.check().is_ok()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_refused_by_the_store_reopens_at_once() {
+    let (store, _probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let members = join_all(&session, 2).await;
+    let old = session.lease();
+    let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
+    // Somebody releases the session behind its back: its next renewal is refused.
+    assert!(store.release(&old).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
+    assert!(members.iter().all(|m| m.check().is_ok()));
+    assert!(session.token() > old.token);
+    for (member, old) in members.iter().zip(&old_tokens) {
+        assert!(member.token() > *old);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_told_not_to_rejoin_stays_lost_while_the_session_reopens() {
+    let (store, _probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let config = MemberConfig::new("once", ttl(TTL_MS))
+        .unwrap()
+        .rejoin(false);
+    let once = session.join_with(config).await.unwrap();
+    let again = session.join("again").await.unwrap();
+    let (once_token, again_token) = (once.token(), again.token());
+    assert!(store.release(&session.lease()).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+    assert_eq!(once.token(), once_token);
+    assert!(once.check().is_err());
+    assert!(again.token() > again_token);
+    assert!(again.check().is_ok());
+    // The handle dropped, the session lives on for its members.
+    drop(session);
+    tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+    assert!(again.check().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_member_dies_alone() {
+    let (store, _probe) = probed(false, 1000);
+    enqueue_job(&store).await;
+    let session = open(&store, tokio_clock()).await;
+    let timeout = Duration::from_millis(2000);
+    let config = MemberConfig::new("stuck", ttl(TTL_MS))
+        .unwrap()
+        .progress_timeout(timeout);
+    let stuck = session.join_with(config).await.unwrap();
+    let busy = session.join("busy").await.unwrap();
+    let (stuck_token, busy_token, session_token) = (stuck.token(), busy.token(), session.token());
+    let claimed = stuck.claim(1).await.unwrap();
+    tokio::time::sleep(timeout + margin() + Duration::from_secs(1)).await;
+    assert!(matches!(
+        claimed[0].check(),
+        Err(Error::Lost {
+            reason: LostCause::Stalled,
+            ..
+        })
+    ));
+    assert_eq!(
+        store.item_counts().await.unwrap(),
+        ItemCounts {
+            pending: 1,
+            owned: 0,
+            dead_lettered: 0
+        }
+    );
+    assert!(stuck.token() > stuck_token, "the stalled member re-joined");
+    assert!(stuck.check().is_ok());
+    assert_eq!(busy.token(), busy_token);
+    assert!(busy.check().is_ok());
+    assert_eq!(session.token(), session_token);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leave_releases_one_member_and_close_the_rest() {
+    let (store, _probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let mut members = join_all(&session, 3).await;
+    let session_token = session.token();
+    let gone = members.remove(0);
+    let key = gone.key().clone();
+    gone.leave(Duration::from_secs(1)).await.unwrap();
+    assert!(store.inspect(&key).await.unwrap().is_none());
+    assert_eq!(session.members(), 2);
+    assert_eq!(session.token(), session_token);
+    assert!(members.iter().all(|m| m.check().is_ok()));
+    tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+    assert!(members.iter().all(|m| m.check().is_ok()));
+
+    let session_key = session.key().clone();
+    session.close(Duration::MAX).await.unwrap();
+    assert!(store.inspect(&session_key).await.unwrap().is_none());
+    for m in &members {
+        assert!(store.inspect(m.key()).await.unwrap().is_none());
+        assert!(matches!(
+            m.check(),
+            Err(Error::Lost {
+                reason: LostCause::Released,
+                ..
+            })
+        ));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_native_sessions_the_session_renews_its_members_in_batches() {
+    let (store, probe) = probed(true, 2);
+    let session = open(&store, tokio_clock()).await;
+    assert!(!session.native());
+    let members = join_all(&session, 5).await;
+    let tokens: Vec<_> = members.iter().map(Member::token).collect();
+    for member in &members {
+        // An ordinary lease of its own.
+        let info = store.inspect(member.key()).await.unwrap().unwrap();
+        assert_eq!(info.session, None);
+    }
+    tokio::time::sleep(Duration::from_millis(10 * TTL_MS)).await;
+    for (member, token) in members.iter().zip(&tokens) {
+        assert_eq!(member.check().unwrap(), *token);
+        assert!(store
+            .inspect(member.key())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_live());
+    }
+    let batches = probe.batches.lock().unwrap().clone();
+    assert!(batches.len() >= 3 * 10, "{} batches", batches.len());
+    assert!(batches.iter().all(|b| b.len() <= 2), "at most max_batch");
+    // Every round: the session first, then its five members, in three calls.
+    let session_first = batches
+        .iter()
+        .filter(|b| b[0] == *session.key())
+        .collect::<Vec<_>>();
+    assert!(!session_first.is_empty());
+    assert_eq!(
+        probe.member_renewals.load(Ordering::SeqCst),
+        5 * session_first.len() as u64,
+        "each member renewed in each of the session's rounds, never alone"
+    );
+
+    // A member refused by the store (released behind its back) dies alone and
+    // re-joins; the session and the others go on.
+    let session_token = session.token();
+    assert!(store.release(&members[2].lease()).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
+    assert!(members[2].token() > tokens[2]);
+    assert!(members[2].check().is_ok());
+    for i in [0, 1, 3, 4] {
+        assert_eq!(members[i].token(), tokens[i]);
+    }
+    assert_eq!(session.token(), session_token);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_native_sessions_a_lost_session_takes_its_members_along() {
+    let (store, probe) = probed(true, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let members = join_all(&session, 3).await;
+    let old = session.token();
+    let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
+    probe.cut.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
+    assert!(members.iter().all(|m| m.check().is_err()));
+    probe.cut.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    assert!(session.token() > old);
+    for (member, old) in members.iter().zip(&old_tokens) {
+        assert!(member.token() > *old);
+        assert!(member.check().is_ok());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn settings_out_of_range_are_refused_naming_them() {
+    let (store, _probe) = probed(false, 1000);
+    let base = || SessionConfig::new("p", ttl(TTL_MS)).unwrap();
+    for (config, what) in [
+        (base().renew_every(Duration::MAX), "renew_every"),
+        (base().renew_every(Duration::ZERO), "renew_every"),
+        (base().safety_margin(Duration::MAX), "safety_margin"),
+    ] {
+        match Session::open(store.clone(), config).await {
+            Err(Error::InvalidInput { what: got, .. }) => assert_eq!(got, what),
+            other => panic!("{what} answered {other:?}"),
+        }
+    }
+    let session = open(&store, tokio_clock()).await;
+    let config = MemberConfig::new("w", ttl(TTL_MS))
+        .unwrap()
+        .progress_timeout(Duration::MAX);
+    match session.join_with(config).await {
+        Err(Error::InvalidInput { what, .. }) => assert_eq!(what, "progress_timeout"),
+        other => panic!("progress_timeout answered {other:?}"),
+    }
+    // A member config's own heartbeat timing is not used: the session's is.
+    let config = MemberConfig::new("v", ttl(TTL_MS))
+        .unwrap()
+        .renew_every(Duration::MAX);
+    let member = session.join_with(config).await.unwrap();
+    assert!(member.check().is_ok());
+    session.close(Duration::MAX).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_and_a_join_whose_replies_were_lost_adopt_their_own_ghosts() {
+    for plain in [false, true] {
+        let (store, probe) = probed(plain, 1000);
+        probe.lose_replies.store(1, Ordering::SeqCst);
+        let session = open(&store, tokio_clock()).await;
+        probe.lose_replies.store(1, Ordering::SeqCst);
+        let member = session.join("m").await.unwrap();
+        for (key, token) in [
+            (session.key(), session.token()),
+            (member.key(), member.token()),
+        ] {
+            let info = store.inspect(key).await.unwrap().unwrap();
+            assert_eq!(info.token, token, "{key}: the lease the lost reply took");
+        }
+        // Nothing was thrown away for a new token.
+        assert!(store.dead_tokens(10).await.unwrap().is_empty());
+        tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+        assert!(member.check().is_ok());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_sessions_cannot_share_a_name() {
+    let (store, _probe) = probed(false, 1000);
+    let _first = open(&store, tokio_clock()).await;
+    let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap();
+    assert!(matches!(
+        Session::open(store.clone(), config).await,
+        Err(Error::Held { .. })
+    ));
+}
