@@ -19,35 +19,42 @@ const SCAN_BUDGET: usize = 2000;
 /// How the members list is grouped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Grouping {
-    /// One list in name order.
+    /// By session (the default): the members riding one session (one process,
+    /// [`LeaseInfo::session`]) together under it, then the leases of their own. A page
+    /// where no member rides a session is one list in name order.
     #[default]
+    Session,
+    /// One list in name order.
     None,
     /// By process: the holder id without the instance nonce a member adds when it
     /// joins (`host-a/4242#3f9c…` → `host-a/4242`), which by convention names the
-    /// process. Another grouping (by session, say) is one more variant with its own
-    /// [`Grouping::group_of`] arm.
+    /// process.
     Process,
 }
 
 impl Grouping {
-    /// The group a lease falls in, by its holder; `None` when not grouping.
-    pub fn group_of(self, holder: &HolderId) -> Option<String> {
+    /// The group a lease falls in: its session's key, or its holder's process;
+    /// `None` when not grouping, and for a lease of its own when grouping by session.
+    pub fn group_of(self, lease: &LeaseInfo) -> Option<String> {
         match self {
             Grouping::None => None,
-            Grouping::Process => Some(process_of(holder.as_str()).to_string()),
+            Grouping::Session => lease.session.as_ref().map(|s| s.name().to_string()),
+            Grouping::Process => Some(process_of(lease.holder.as_str()).to_string()),
         }
     }
 
     pub(crate) fn parse(s: Option<&str>) -> Grouping {
         match s {
             Some("process") => Grouping::Process,
-            _ => Grouping::None,
+            Some("none") => Grouping::None,
+            _ => Grouping::Session,
         }
     }
 
     pub(crate) fn as_param(self) -> Option<&'static str> {
         match self {
-            Grouping::None => None,
+            Grouping::Session => None,
+            Grouping::None => Some("none"),
             Grouping::Process => Some("process"),
         }
     }
@@ -78,7 +85,8 @@ pub(crate) struct View {
     pub i: Option<String>,
     /// Items after this id.
     pub ia: Option<u64>,
-    /// `process` to group the members by process.
+    /// `process` to group the members by process, `none` for one list; by session
+    /// otherwise.
     pub g: Option<String>,
 }
 
@@ -270,20 +278,23 @@ fn matches(lease: &LeaseInfo, q: &str) -> bool {
         || lease.holder.as_str().to_lowercase().contains(q)
 }
 
-/// The rows of one page in groups, in the order each group first appears; one
-/// unnamed group when not grouping.
+/// The rows of one page in groups, in the order each group first appears, the
+/// unnamed group (leases of their own, by session) last; one unnamed group when not
+/// grouping. Grouping is per page: a session's members on other pages are not here.
 pub(crate) fn grouped(
     rows: &[LeaseInfo],
     grouping: Grouping,
 ) -> Vec<(Option<String>, Vec<&LeaseInfo>)> {
     let mut groups: Vec<(Option<String>, Vec<&LeaseInfo>)> = Vec::new();
     for row in rows {
-        let g = grouping.group_of(&row.holder);
+        let g = grouping.group_of(row);
         match groups.iter_mut().find(|(name, _)| *name == g) {
             Some((_, members)) => members.push(row),
             None => groups.push((g, vec![row])),
         }
     }
+    // Stable: the named groups keep their order.
+    groups.sort_by_key(|(name, _)| name.is_none());
     groups
 }
 
@@ -326,6 +337,50 @@ mod tests {
         assert_eq!(process_of("host-a/42#0123456789abcdef"), "host-a/42");
         assert_eq!(process_of("plain"), "plain");
         assert_eq!(process_of("a#b"), "a#b");
+    }
+
+    fn lease(name: &str, session: Option<&str>) -> LeaseInfo {
+        LeaseInfo {
+            key: Key::member(name).unwrap(),
+            holder: HolderId::new("h").unwrap(),
+            token: liveness_core::FencingToken(1),
+            ttl: liveness_core::Ttl::from_secs(1).unwrap(),
+            status: liveness_core::LeaseStatus::Expired,
+            session: session
+                .map(|s| Key::new(liveness_core::Space::sessions(), Name::new(s).unwrap())),
+        }
+    }
+
+    #[test]
+    fn sessions_group_in_order_and_the_own_leases_come_last() {
+        let rows = [
+            lease("a", None),
+            lease("b", Some("p-2")),
+            lease("c", Some("p-1")),
+            lease("d", Some("p-2")),
+        ];
+        let names = |g: Grouping| -> Vec<(Option<String>, Vec<String>)> {
+            grouped(&rows, g)
+                .into_iter()
+                .map(|(g, rows)| (g, rows.iter().map(|r| r.key.name().to_string()).collect()))
+                .collect()
+        };
+        let s = |x: &str| x.to_string();
+        assert_eq!(
+            names(Grouping::Session),
+            [
+                (Some(s("p-2")), vec![s("b"), s("d")]),
+                (Some(s("p-1")), vec![s("c")]),
+                (None, vec![s("a")]),
+            ]
+        );
+        assert_eq!(
+            names(Grouping::None),
+            [(None, vec![s("a"), s("b"), s("c"), s("d")])]
+        );
+        assert_eq!(Grouping::parse(None), Grouping::Session);
+        assert_eq!(Grouping::parse(Some("none")), Grouping::None);
+        assert_eq!(Grouping::Session.as_param(), None);
     }
 
     #[test]

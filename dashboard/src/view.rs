@@ -40,8 +40,9 @@ pub(crate) fn page(shared: &Shared, view: &View, snap: &Snapshot) -> Markup {
                         input type="search" name="q" placeholder="member or holder"
                             value=(view.q.as_deref().unwrap_or(""));
                         select name="g" {
-                            option value="" selected[view.grouping() == data::Grouping::None] { "no grouping" }
+                            option value="" selected[view.grouping() == data::Grouping::Session] { "by session" }
                             option value="process" selected[view.grouping() == data::Grouping::Process] { "by process" }
+                            option value="none" selected[view.grouping() == data::Grouping::None] { "no grouping" }
                         }
                         @if let Some(i) = &view.i { input type="hidden" name="i" value=(i); }
                         button type="submit" { "Search" }
@@ -183,6 +184,39 @@ fn time_left(lease: &LeaseInfo) -> Markup {
     }
 }
 
+/// `n` with thousands separators: `10,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `n` and `word`, plural unless `n` is 1: `1 member`, `10,000 members`.
+fn count(n: u64, word: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {word}{s}", thousands(n))
+}
+
+/// A group's time left: the least of its members', `expired` when any is expired.
+fn group_left(rows: &[&LeaseInfo]) -> String {
+    let mut least: Option<Duration> = None;
+    for lease in rows {
+        match lease.status {
+            LeaseStatus::Expired => return "expired".into(),
+            LeaseStatus::Live { remaining } => {
+                least = Some(least.map_or(remaining, |l| l.min(remaining)));
+            }
+        }
+    }
+    least.map_or_else(|| "expired".into(), |l| format!("{} left", secs(l)))
+}
+
 fn members(view: &View, snap: &Snapshot) -> Markup {
     let grouping = view.grouping();
     html! {
@@ -199,12 +233,24 @@ fn members(view: &View, snap: &Snapshot) -> Markup {
                     } @else {
                         table {
                             thead { tr { th { "member" } th { "holder" } th { "token" } th { "time left" } } }
-                            @for (group, rows) in data::grouped(&page.rows, grouping) {
+                            @let groups = data::grouped(&page.rows, grouping);
+                            @let headed = groups.iter().any(|(g, _)| g.is_some());
+                            @for (group, rows) in &groups {
                                 tbody {
-                                    @if let Some(group) = group {
-                                        tr.group { th colspan="4" { "process " (group) " · " (rows.len()) } }
+                                    @match (group, grouping) {
+                                        (Some(name), data::Grouping::Session) => {
+                                            tr.group.session data-session=(name) {
+                                                th colspan="4" {
+                                                    "process " (name) " · " (count(rows.len() as u64, "member"))
+                                                    " · " (group_left(rows))
+                                                }
+                                            }
+                                        },
+                                        (Some(name), _) => tr.group { th colspan="4" { "process " (name) " · " (rows.len()) } },
+                                        (None, _) if headed => tr.group { th colspan="4" { "own leases · " (count(rows.len() as u64, "member")) } },
+                                        (None, _) => {},
                                     }
-                                    @for lease in rows {
+                                    @for lease in rows.iter().copied() {
                                         tr.member data-name=(lease.key.name().as_str()) {
                                             td { (lease.key.name().as_str()) }
                                             td.mono { (lease.holder.as_str()) }
@@ -234,9 +280,16 @@ fn death_row(d: &DeathRecord, now: Option<Duration>) -> Markup {
         Some(s) => (s.requeued.to_string(), s.dead_lettered.to_string()),
         None => ("…".to_string(), "…".to_string()),
     };
+    let members = d.swept.map_or(0, |s| s.members);
     html! {
-        tr.death data-name=(d.key.name().as_str()) data-token=(d.token.0) data-requeued=(requeued) {
-            td { (d.key.name().as_str()) }
+        tr.death data-name=(d.key.name().as_str()) data-token=(d.token.0) data-requeued=(requeued) data-members=(members) {
+            td {
+                @if members > 0 {
+                    "process " (d.key.name().as_str()) ": " (count(members, "member"))
+                } @else {
+                    (d.key.name().as_str())
+                }
+            }
             td { (d.cause.as_str()) }
             td.mono { (d.holder.as_str()) }
             td.num { (d.token.0) }
@@ -329,5 +382,19 @@ fn items(view: &View, snap: &Snapshot, size: usize) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_well() {
+        assert_eq!(count(1, "member"), "1 member");
+        assert_eq!(count(10_000, "member"), "10,000 members");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(0), "0");
     }
 }

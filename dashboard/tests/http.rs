@@ -11,8 +11,8 @@ use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use liveness_core::layer::{Intercept, Next, Reply, Request as StoreRequest, StoreBuilder};
 use liveness_core::{
-    async_trait, Acquire, Error, HolderId, ItemStateKind, Key, Member, MemberConfig, MemoryStore,
-    Page, Result, Store, Ttl,
+    async_trait, Acquire, Checker, CheckerConfig, Error, HolderId, ItemStateKind, Key, Member,
+    MemberConfig, MemoryStore, Name, Page, Result, Space, Store, Ttl,
 };
 use liveness_dashboard::{redact_url, Actions, CheckerSource, CheckerState, Dashboard, Options};
 use tower::ServiceExt;
@@ -323,4 +323,71 @@ async fn only_the_listed_host_names_are_answered() {
         .headers_mut()
         .insert("host", "rebound.example:9464".parse().unwrap());
     assert_eq!(send(&app, rebound).await.0, StatusCode::MISDIRECTED_REQUEST);
+}
+
+/// Where `needle` is in `page`, failing when it is not there.
+fn at(page: &str, needle: &str) -> usize {
+    page.find(needle)
+        .unwrap_or_else(|| panic!("{needle} not in {page}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_group_by_session_and_a_session_death_counts_its_members() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let ttl = Ttl::from_secs(30).unwrap();
+    let holder = HolderId::new("host-a/4242").unwrap();
+    let session_key = Key::new(Space::sessions(), Name::new("p-1").unwrap());
+    let session = store.acquire(&session_key, &holder, ttl).await.unwrap();
+    for name in ["w-1", "w-2"] {
+        let key = Key::member(name).unwrap();
+        store.join_session(&session, &key, &holder).await.unwrap();
+    }
+    // A lease of its own, first by name: listed after the session's members.
+    let alone = Key::member("alpha").unwrap();
+    store.acquire(&alone, &holder, ttl).await.unwrap();
+    let app = Dashboard::new(store.clone(), Options::default()).router();
+
+    let (status, page) = get(&app, "/parts").await;
+    assert_eq!(status, StatusCode::OK);
+    let head = at(&page, r#"<tr class="group session" data-session="p-1">"#);
+    assert!(
+        page[head..].contains("process p-1 · 2 members · "),
+        "{page}"
+    );
+    let (w1, w2) = (
+        at(&page, r#"data-name="w-1""#),
+        at(&page, r#"data-name="w-2""#),
+    );
+    let own = at(&page, "own leases · 1 member");
+    let alpha = at(&page, r#"data-name="alpha""#);
+    assert!(head < w1 && w1 < w2 && w2 < own && own < alpha, "{page}");
+    // The whole page offers the grouping, by session first.
+    let (_, whole) = get(&app, "/").await;
+    assert!(
+        whole.contains(r#"<option value="" selected>by session"#),
+        "{whole}"
+    );
+    // One list on request: no group rows, name order.
+    let (_, flat) = get(&app, "/parts?g=none").await;
+    assert!(!flat.contains(r#"class="group"#), "{flat}");
+    assert!(at(&flat, r#"data-name="alpha""#) < at(&flat, r#"data-name="w-1""#));
+
+    // The process dies: one death record, counting its members once swept.
+    assert!(store.release(&session).await.unwrap());
+    let checker = Checker::new(store.clone(), CheckerConfig::default());
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        checker.round().await.unwrap();
+        let (_, part) = get(&app, "/parts").await;
+        if part.contains(r#"data-members="2""#) {
+            assert!(part.contains("process p-1: 2 members"), "{part}");
+            assert_eq!(part.matches(r#"tr class="death""#).count(), 1, "{part}");
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "no count on the session's death: {part}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -13,6 +13,7 @@ mod items;
 mod members;
 mod output;
 mod retry;
+mod sessions;
 mod watch;
 
 use std::net::SocketAddr;
@@ -47,13 +48,27 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The leases of a space (live, or expired and not yet reaped), in name order.
+    ///
+    /// When some of them ride a session (one per process), the table groups them: a
+    /// line per session (its key, its member count and time left) above its members,
+    /// sessions in key order, then `own leases` above the members with a lease of
+    /// their own. The grouping is of the members read (at most --limit, in name
+    /// order; the store pages by name): a session's members past the limit are not
+    /// counted. `--json` stays in name order, each member naming its `session`.
     Members {
         /// The space to list.
         #[arg(long, default_value = "members")]
         space: String,
-        /// List at most this many (at least 1).
+        /// List (or, with --sessions, count over) at most this many members (at least 1).
         #[arg(long, default_value = "1000", allow_hyphen_values = true, value_parser = parse_limit)]
         limit: usize,
+        /// One table in name order, without the session lines.
+        #[arg(long, conflicts_with = "sessions")]
+        flat: bool,
+        /// Instead of the members, one line per session they ride: its key, holder,
+        /// token, member count (among the members read, at most --limit) and time left.
+        #[arg(long)]
+        sessions: bool,
     },
     /// The death history, newest first: who died, why, and where their items went.
     Deaths {
@@ -365,7 +380,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let t = cli.timeout;
     match cli.command {
-        Command::Members { space, limit } => within(t, members::run(&ctx, &space, limit)).await,
+        Command::Members {
+            space,
+            limit,
+            sessions: true,
+            ..
+        } => within(t, sessions::run(&ctx, &space, limit)).await,
+        Command::Members {
+            space, limit, flat, ..
+        } => within(t, members::run(&ctx, &space, limit, flat)).await,
         Command::Deaths { since, limit } => within(t, deaths::run(&ctx, since, limit)).await,
         Command::Items { state, limit } => {
             within(t, items::run(&ctx, state.map(Into::into), limit)).await

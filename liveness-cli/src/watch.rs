@@ -42,7 +42,7 @@ fn render(ctx: &Ctx, space: &Space, every: Duration, f: &Frame) -> String {
          {space} (first {SHOWN})\n{}\n\nitems\n{}\n\nlatest deaths\n{}\n",
         header(ctx),
         duration(every),
-        members::render(&f.members),
+        members::render(&f.members, false),
         items::render_counts(&f.items),
         deaths::render(&f.deaths),
     )
