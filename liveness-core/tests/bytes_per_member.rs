@@ -1,5 +1,6 @@
-//! Memory a member costs its process: counted by a global allocator that
-//! tracks live bytes. One test in this binary, so no other test allocates meanwhile.
+//! Memory a member costs its process, alone and riding a session: counted by a
+//! global allocator that tracks live bytes. One test in this binary, so no other
+//! test allocates meanwhile.
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -7,7 +8,10 @@ use std::time::Duration;
 
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 
-use liveness_core::{EventBus, Member, MemberConfig, MemoryServer, Namespace, Store, Ttl};
+use liveness_core::{
+    Capabilities, EventBus, Member, MemberConfig, MemoryServer, Namespace, Session, SessionConfig,
+    Store, Ttl,
+};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -58,6 +62,36 @@ fn a_member_costs_a_few_kib_and_an_unobserved_bus_allocates_no_buffer() {
         assert!(
             per_member < 8 * 1024,
             "{per_member} bytes per member (the 1,024-slot bus each is back?)"
+        );
+        drop(members);
+        drop(warm);
+
+        // Members riding one session: no heartbeat of their own.
+        let caps = Capabilities {
+            sessions: true,
+            ..Capabilities::default()
+        };
+        let store: Arc<dyn Store> = Arc::new(
+            MemoryServer::new()
+                .with_capabilities(caps)
+                .store(&Namespace::new("riding").unwrap()),
+        );
+        let session = Session::open(store.clone(), SessionConfig::new("p", ttl).unwrap())
+            .await
+            .unwrap();
+        let warm = session.join("warm").await.unwrap();
+        let before = live();
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            members.push(session.join(&format!("m{i}")).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let per_member = (live() - before) / n as isize;
+        println!("bytes per riding member (process side, memory store included): {per_member}");
+        // The sessions' promise: at most 2 KiB of the process per member.
+        assert!(
+            per_member < 2 * 1024,
+            "{per_member} bytes per riding member"
         );
         drop(members);
         drop(warm);
