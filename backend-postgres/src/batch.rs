@@ -4,14 +4,14 @@
 //! Their input was checked before the call ([`liveness_core::CheckInput`]: batch
 //! sizes, ttls, issuers): every entry that reaches them is sent.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use liveness_core::{Acquire, FencingToken, ItemState, Key, Lease, Requeued, Result};
+use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result};
 
 use sqlx::postgres::PgRow;
 
 use crate::conns::Query;
-use crate::core::{db_token, get, id_of, state_of, ttl_ms, PostgresStore};
+use crate::core::{db_token, expiry_of, get, ttl_ms, PostgresStore};
 use crate::error::{corrupt, insert_races};
 
 /// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
@@ -47,13 +47,15 @@ RETURNING l.space, l.name, l.token
 /// `reap_many`: $1 spaces, $2 names, $3 tokens (no entry twice),
 /// $4 notify channel, $5 death retention. `RETIRE` (in `deaths.rs`) with cause "reaped" for every
 /// entry at once, in one statement (one commit): removes each lease whose token is
-/// current and that is expired by the server clock, puts each in the dead set with a
+/// current and that is expired by the server clock (a riding member: its session, by
+/// [`expiry_of`]), puts each in the dead set with a
 /// death record of its own (consecutive sequence numbers, in entry order), drops the
 /// records that fell out of the retention, and notifies `reaped` once. The rows are
 /// locked in key order first, so two concurrent batches cannot deadlock; concurrent
 /// reapers of one lease serialize on its row: exactly one deletes it. Returns the
 /// entries removed, by their 1-based position.
-const REAP_MANY: &str = r#"
+const REAP_MANY: &str = concat!(
+    r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY
@@ -68,7 +70,9 @@ locked AS MATERIALIZED (
 del AS (
     DELETE FROM leases l USING locked, clk
     WHERE l.space = locked.space AND l.name = locked.name AND l.token = locked.token
-      AND l.expires_at <= clk.t
+      AND "#,
+    expiry_of!("l"),
+    r#" <= clk.t
     RETURNING locked.i, l.space, l.name, l.token, l.holder
 ),
 dead AS (
@@ -100,35 +104,8 @@ woke AS (
     SELECT pg_notify($4, 'reaped') WHERE EXISTS (SELECT 1 FROM dead)
 )
 SELECT i, (SELECT count(*) FROM woke) FROM del
-"#;
-
-/// `requeue_orphans_many`: $1 tokens (no token twice). `REQUEUE_ORPHANS` (in `deaths.rs`) for every
-/// token at once, in one statement: each token in the dead set leaves it, its owned
-/// items go back to pending (or to the dead-letter set when out of attempts), and its
-/// death record gets its swept counts. Returns the moved items with their token.
-const REQUEUE_ORPHANS_MANY: &str = r#"
-WITH d AS (DELETE FROM dead_tokens WHERE token = ANY($1::bigint[]) RETURNING token),
-moved AS (
-    UPDATE items i
-    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
-    FROM d
-    WHERE i.state = 1 AND i.owner = d.token
-    RETURNING d.token, i.id, i.state
-),
-counts AS (
-    SELECT d.token,
-           count(m.id) FILTER (WHERE m.state = 0) AS requeued,
-           count(m.id) FILTER (WHERE m.state = 2) AS dead_lettered
-    FROM d LEFT JOIN moved m ON m.token = d.token
-    GROUP BY d.token
-),
-swept AS (
-    UPDATE deaths SET requeued = c.requeued, dead_lettered = c.dead_lettered
-    FROM counts c
-    WHERE deaths.token = c.token AND deaths.requeued IS NULL
-)
-SELECT token, id, state FROM moved ORDER BY token, id
-"#;
+"#
+);
 
 /// The key columns of a batch statement, `$1` spaces and `$2` names: one element per
 /// entry, in the order the entries are pushed.
@@ -197,7 +174,8 @@ impl PostgresStore {
     }
 
     /// `renew_many` (not empty): one [`RENEW_MANY`] for the whole batch; each lease it
-    /// did not renew is answered by `renew_why`.
+    /// did not renew (lost, or a member riding a session, which it never matches) is
+    /// answered by `renew_why`.
     pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
         let mut keys = KeyColumns::default();
         let (mut tokens, mut ttls) = (Vec::new(), Vec::new());
@@ -224,7 +202,7 @@ impl PostgresStore {
             if renewed.contains(&id) {
                 out.push(Ok(lease.renewed()));
             } else {
-                out.push(Err(self.renew_why(lease).await?));
+                out.push(self.renew_why(lease).await?);
             }
         }
         Ok(out)
@@ -276,13 +254,13 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// `requeue_orphans_many`: one [`REQUEUE_ORPHANS_MANY`] per `max_batch` tokens.
+    /// `requeue_orphans_many`: one `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch`
+    /// tokens, each retiring at most `max_batch` riding members of dead sessions.
     pub(crate) async fn sweep_batch(
         &self,
         tokens: &[FencingToken],
     ) -> Result<Vec<Result<Requeued>>> {
-        // One statement per `max_batch` tokens ([`REQUEUE_ORPHANS_MANY`]); a token
-        // given twice is sent once (its repeat moves nothing: an empty answer).
+        // A token given twice is sent once (its repeat moves nothing: an empty answer).
         let mut out: Vec<Result<Requeued>> =
             tokens.iter().map(|_| Ok(Requeued::default())).collect();
         // Each token once, with where it first is in `tokens`.
@@ -295,20 +273,9 @@ impl PostgresStore {
             .collect();
         for chunk in unique.chunks(self.caps().max_batch.max(1)) {
             let ids: Vec<i64> = chunk.iter().map(|(db, _)| *db).collect();
-            let at: HashMap<i64, usize> = chunk.iter().copied().collect();
-            let q = sqlx::query(REQUEUE_ORPHANS_MANY).bind(ids);
-            for row in &self.db().fetch_all(q).await? {
-                let token: i64 = get(row, 0)?;
-                let id = id_of(get(row, 1)?)?;
-                let Some(Ok(answer)) = at.get(&token).map(|i| &mut out[*i]) else {
-                    return Err(corrupt(format!(
-                        "requeue_orphans_many answered token {token}, not one it sent"
-                    )));
-                };
-                match state_of(get(row, 2)?, None)? {
-                    ItemState::Pending => answer.requeued.push(id),
-                    _ => answer.dead_lettered.push(id),
-                }
+            let answers = self.sweep(&ids).await?;
+            for ((_, at), answer) in chunk.iter().zip(answers) {
+                out[*at] = Ok(answer);
             }
         }
         Ok(out)

@@ -66,10 +66,51 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "synced_leases",
         include_str!("../migrations/0007_synced_leases.sql"),
     ),
+    (
+        8,
+        "sessions",
+        include_str!("../migrations/0008_sessions.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
+
+/// The expiry of the session a riding member (migration 8: no expiry of its own)
+/// rides, as SQL text, for the lease row aliased `$l`: the row of its session
+/// (`sessions/<session_name>`) while that row holds the member's `session_token`,
+/// else NULL (the session is gone or superseded). A scalar subquery: inside a
+/// `coalesce` after `$l.expires_at` it runs only for a riding member.
+macro_rules! session_expiry {
+    ($l:literal) => {
+        concat!(
+            "(SELECT ses.expires_at FROM leases ses WHERE ses.space = 'sessions' AND ses.name = ",
+            $l,
+            ".session_name AND ses.token = ",
+            $l,
+            ".session_token)"
+        )
+    };
+}
+pub(crate) use session_expiry;
+
+/// The judged expiry of the lease row aliased `$l`, as SQL text for comparisons: its
+/// own `expires_at`, or for a riding member its session's ([`session_expiry`]), or
+/// '-infinity' (expired) when that session is gone or superseded. Every statement
+/// that judges a lease live or expired, other than the renewals (a riding member has
+/// nothing to renew), judges it by this.
+macro_rules! expiry_of {
+    ($l:literal) => {
+        concat!(
+            "coalesce(",
+            $l,
+            ".expires_at, ",
+            $crate::core::session_expiry!($l),
+            ", '-infinity')"
+        )
+    };
+}
+pub(crate) use expiry_of;
 
 /// A store handle on one namespace of a PostgreSQL database.
 ///
@@ -209,15 +250,22 @@ pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
     })
 }
 
-/// A lease's status from its time left in microseconds (> 0 iff live).
-pub(crate) fn status_of(remaining_us: i64) -> LeaseStatus {
-    if remaining_us > 0 {
-        LeaseStatus::Live {
-            remaining: Duration::from_micros(remaining_us.unsigned_abs()),
-        }
-    } else {
-        LeaseStatus::Expired
+/// A lease's status from its time left in microseconds (> 0 iff live; NULL, for a
+/// member whose session is gone or superseded: expired).
+pub(crate) fn status_of(remaining_us: Option<i64>) -> LeaseStatus {
+    match remaining_us {
+        Some(us) if us > 0 => LeaseStatus::Live {
+            remaining: Duration::from_micros(us.unsigned_abs()),
+        },
+        _ => LeaseStatus::Expired,
     }
+}
+
+/// The session a riding member rides, from its stored `session_name` (NULL: a lease
+/// of its own).
+pub(crate) fn session_of(name: Option<String>) -> Result<Option<Key>> {
+    name.map(|name| key_of(Space::sessions().as_str().to_owned(), name))
+        .transpose()
 }
 
 /// A key stored in a row as its space and name.
@@ -259,11 +307,18 @@ pub(crate) fn ttl_of(ms: i64) -> Result<Ttl> {
 /// current timeline (its sequence part 0 before the first; see `next_token()`,
 /// migration 6): a lease with no record whose token is above it was forgotten by a
 /// server that lost state; and whether the lease may outlive a promotion (`synced`,
-/// migration 7). Read-only.
+/// migration 7). For a member riding a session (migration 8), which the renewal never
+/// matches (it has no expiry of its own to extend): whether it rides, its session's
+/// time left in µs (NULL when the session is gone or superseded), and whether the
+/// session may outlive a promotion, as `RENEW` judges the session. Read-only.
 const RENEW_WHY: &str = r#"
 SELECT l.token, (token_epoch() << 40) | CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
-       l.synced
+       l.synced, l.session_token IS NOT NULL,
+       (extract(epoch FROM (ses.expires_at - clock_timestamp())) * 1000000)::bigint,
+       ses.synced OR ses.token >= token_epoch() << 40
 FROM tokens s LEFT JOIN leases l ON l.space = $1 AND l.name = $2
+LEFT JOIN leases ses
+    ON ses.space = 'sessions' AND ses.name = l.session_name AND ses.token = l.session_token
 "#;
 
 impl PostgresStore {
@@ -347,6 +402,7 @@ impl PostgresStore {
                     backend: BACKEND,
                     caps: Capabilities {
                         death_retention: config.death_retention().max(1),
+                        sessions: true,
                         ..Capabilities::default()
                     },
                     issuer: Issuer::located(BACKEND, &location, config.namespace().clone()),
@@ -426,30 +482,48 @@ impl PostgresStore {
         &self.inner.conns
     }
 
-    /// Why a renewal of `lease` matched nothing (the lease is lost): read after the
-    /// UPDATE, which wrote nothing. `Err` only when the read itself failed.
-    pub(crate) async fn renew_why(&self, lease: &Lease) -> Result<Error> {
+    /// The answer of a renewal of `lease` that matched nothing: read after the UPDATE,
+    /// which wrote nothing. A member riding a live session is renewed (it lives as its
+    /// session does: nothing to write), with its session's time left; any other lease
+    /// is lost, and the error says why. The outer `Err` only when the read itself
+    /// failed.
+    pub(crate) async fn renew_why(&self, lease: &Lease) -> Result<Result<Lease>> {
         let q = on_key(RENEW_WHY, &lease.key);
         let row = self.db().fetch_one(q).await?;
         let (current, handed_out): (Option<i64>, i64) = (get(&row, 0)?, get(&row, 1)?);
         let Some(current) = current else {
             if db_token(lease.token) > handed_out {
-                return Ok(StoreLostState::of(BACKEND, lease));
+                return Ok(Err(StoreLostState::of(BACKEND, lease)));
             }
-            return Ok(lease.lost(LostCause::Released));
+            return Ok(Err(lease.lost(LostCause::Released)));
         };
         if token_of(current)? != lease.token {
-            return Ok(lease.lost(LostCause::Superseded));
+            return Ok(Err(lease.lost(LostCause::Superseded)));
+        }
+        let rides: Option<bool> = get(&row, 3)?;
+        if rides == Some(true) {
+            let left: Option<i64> = get(&row, 4)?;
+            let kept: Option<bool> = get(&row, 5)?;
+            return Ok(match left {
+                Some(left) if left > 0 && kept == Some(false) => {
+                    Err(lease.lost(LostCause::Failover))
+                }
+                Some(left) if left > 0 => Ok(Lease {
+                    expires_in: Duration::from_micros(left.unsigned_abs()),
+                    ..lease.clone()
+                }),
+                _ => Err(lease.lost(LostCause::Expired)),
+            });
         }
         let synced: Option<bool> = get(&row, 2)?;
         if synced == Some(false) && db_token(lease.token) >> 40 < handed_out >> 40 {
-            return Ok(lease.lost(LostCause::Failover));
+            return Ok(Err(lease.lost(LostCause::Failover)));
         }
         // The token is current, so the UPDATE matched nothing because it found the
         // lease expired. Nothing makes an expired lease live again under the same
         // token (a server clock stepped back between the two reads could show it
         // live here): the UPDATE's answer stands.
-        Ok(lease.lost(LostCause::Expired))
+        Ok(Err(lease.lost(LostCause::Expired)))
     }
 
     /// The death retention, as the statements that record deaths bind it.

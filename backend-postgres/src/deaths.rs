@@ -4,6 +4,7 @@
 //! dead token's items back, and the death records. Inherent methods that `lease.rs`
 //! and `items.rs` call.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use liveness_core::{
@@ -12,8 +13,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    get, holder_of, id_of, key_of, limit_param, listed_lease, on_key, state_of, token_of,
-    PostgresStore,
+    expiry_of, get, holder_of, id_of, key_of, limit_param, listed_lease, on_key, state_of,
+    token_of, PostgresStore,
 };
 use crate::error::corrupt;
 
@@ -61,14 +62,18 @@ pub(crate) use retire_gone;
 /// token is current — and, for a reap, expired by the server clock — puts it in the
 /// dead set with its death record ([`retire_gone`]), drops the record that fell out
 /// of the retention, and notifies (`reaped` or `released`). Concurrent reaps
-/// serialize on the row: exactly one deletes it.
+/// serialize on the row: exactly one deletes it. A riding member is expired when its
+/// session is ([`expiry_of`]); released or reaped, it dies alone, with a death record
+/// of its own.
 const RETIRE: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gone AS (
     DELETE FROM leases l USING clk
     WHERE l.space = $1 AND l.name = $2 AND l.token = $3
-      AND ($6 = 1 OR l.expires_at <= clk.t)
+      AND ($6 = 1 OR "#,
+    expiry_of!("l"),
+    r#" <= clk.t)
     RETURNING l.token, l.holder
 ),"#,
     retire_gone!("$6", "$5"),
@@ -81,7 +86,8 @@ SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM woke) AS wo
 );
 
 /// `expired`: $1 space, $2 limit. The server's now is an init-plan parameter, so it
-/// is an index condition on `leases_expiry`: the scan reads only expired rows.
+/// is an index condition on `leases_expiry`: the scan reads only expired rows. A
+/// riding member (no expiry of its own) is never listed: its session is.
 pub(crate) const EXPIRED: &str = r#"
 SELECT name, holder, token FROM leases
 WHERE space = $1 AND expires_at <= (SELECT clock_timestamp())
@@ -90,10 +96,11 @@ LIMIT $2
 "#;
 
 /// `next_expiry`: $1 space. Microseconds until the earliest expiry (negative when
-/// already expired); no row when the space is empty.
+/// already expired); no row when the space has no lease of its own (riding members
+/// have no expiry: their sessions' count).
 const NEXT_EXPIRY: &str = r#"
 SELECT (extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint
-FROM leases WHERE space = $1
+FROM leases WHERE space = $1 AND expires_at IS NOT NULL
 ORDER BY expires_at
 LIMIT 1
 "#;
@@ -103,34 +110,123 @@ const DEAD_TOKENS: &str = r#"
 SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
-/// `requeue_orphans`: $1 token. Acts only if the token is in the dead set: removes
-/// it and hands every item it owns back (pending, or dead-lettered when out of
-/// attempts), and fills in the token's death record with the counts it moved.
-/// Concurrent calls serialize on the dead-set row: one moves, the other finds
-/// nothing.
-const REQUEUE_ORPHANS: &str = r#"
-WITH d AS (DELETE FROM dead_tokens WHERE token = $1 RETURNING token),
+/// `requeue_orphans` and `requeue_orphans_many`: $1 tokens (no token twice), $2 the
+/// most riding members to retire in the whole statement (`max_batch`).
+///
+/// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
+/// in `sessions`) first retires riding members, $2 at most across the statement,
+/// read on `leases_session` and locked `FOR UPDATE SKIP LOCKED` (`pick`): each is
+/// deleted, its token goes into the dead set linked (`record_token`) to the
+/// session's death record, with no record of its own, and that record counts them
+/// (`members`). While the statement's snapshot shows a member of the session it did
+/// not take (beyond the budget, or locked by a concurrent sweep or claim: `more`),
+/// the session's token stays in the dead set and its items stay put. No member joins
+/// a session whose token is dead (`JOIN_SESSION` in `lease.rs` locks the session's
+/// row), so a snapshot that shows none means none is left; a concurrent sweep only
+/// ever makes `more` answer true for a member it already took, and the next call
+/// finds out.
+///
+/// Every other token in the dead set leaves it, its owned items go back to pending
+/// (or to the dead-letter set when out of attempts), and its death record (a
+/// member's: its session's) adds what moved. Concurrent sweeps of one token
+/// serialize on its dead-set row: one moves, the other finds nothing. Each death
+/// record is updated once (`per` sums what the statement did to it), after the
+/// records were locked in seq order (`ordered`): sweeps of members of the same
+/// sessions meet on their records in one order, and wait rather than deadlock.
+///
+/// Rows: moved items (`token`, `id`, `state`), then retired members (`token` the
+/// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token).
+pub(crate) const REQUEUE_ORPHANS: &str = r#"
+WITH dt AS MATERIALIZED (
+    SELECT token, space FROM dead_tokens WHERE token = ANY($1::bigint[])
+),
+ses AS MATERIALIZED (SELECT token FROM dt WHERE space = 'sessions'),
+pick AS MATERIALIZED (
+    SELECT r.space, r.name, r.token, r.by
+    FROM ses, LATERAL (
+        SELECT l.space, l.name, l.token, l.session_token AS by FROM leases l
+        WHERE l.session_token = ses.token
+        LIMIT $2
+        FOR UPDATE OF l SKIP LOCKED
+    ) r
+    LIMIT $2
+),
+more AS MATERIALIZED (
+    SELECT ses.token FROM ses
+    WHERE EXISTS (
+        SELECT 1 FROM leases l
+        WHERE l.session_token = ses.token
+          AND NOT EXISTS (SELECT 1 FROM pick p WHERE p.space = l.space AND p.name = l.name)
+    )
+),
+retired AS (
+    DELETE FROM leases l USING pick
+    WHERE l.space = pick.space AND l.name = pick.name AND l.token = pick.token
+    RETURNING pick.by, l.space, l.name, l.holder, l.token
+),
+linked AS (
+    INSERT INTO dead_tokens (token, space, name, record_token)
+    SELECT token, space, name, by FROM retired
+    ON CONFLICT (token) DO NOTHING
+),
+d AS (
+    DELETE FROM dead_tokens
+    WHERE token = ANY($1::bigint[]) AND token NOT IN (SELECT token FROM more)
+    RETURNING token, record_token
+),
 moved AS (
     UPDATE items i
     SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
     FROM d
     WHERE i.state = 1 AND i.owner = d.token
-    RETURNING i.id, i.state
+    RETURNING d.token, i.id, i.state
 ),
-swept AS (
+per AS (
+    SELECT x.rec, sum(x.members) AS members, bool_or(x.swept) AS swept,
+           sum(x.requeued) AS requeued, sum(x.dead_lettered) AS dead_lettered
+    FROM (
+        SELECT by AS rec, count(*) AS members, false AS swept, 0 AS requeued,
+               0 AS dead_lettered
+        FROM retired GROUP BY by
+        UNION ALL
+        SELECT coalesce(d.record_token, d.token), 0, true,
+               count(m.id) FILTER (WHERE m.state = 0), count(m.id) FILTER (WHERE m.state = 2)
+        FROM d LEFT JOIN moved m ON m.token = d.token
+        GROUP BY d.token, d.record_token
+    ) x
+    GROUP BY x.rec
+),
+ordered AS MATERIALIZED (
+    SELECT deaths.seq, per.* FROM deaths JOIN per ON deaths.token = per.rec
+    ORDER BY deaths.seq
+    FOR UPDATE OF deaths
+),
+recorded AS (
     UPDATE deaths
-    SET requeued = (SELECT count(*) FROM moved WHERE state = 0),
-        dead_lettered = (SELECT count(*) FROM moved WHERE state = 2)
-    WHERE token = $1 AND requeued IS NULL AND EXISTS (SELECT 1 FROM d)
+    SET members = CASE WHEN per.members > 0 THEN coalesce(deaths.members, 0) + per.members
+                       ELSE deaths.members END,
+        requeued = CASE WHEN per.swept THEN coalesce(deaths.requeued, 0) + per.requeued
+                        ELSE deaths.requeued END,
+        dead_lettered = CASE WHEN per.swept
+                             THEN coalesce(deaths.dead_lettered, 0) + per.dead_lettered
+                             ELSE deaths.dead_lettered END
+    FROM ordered per
+    WHERE deaths.seq = per.seq
 )
-SELECT id, state FROM moved ORDER BY id
+SELECT token, id, state, NULL::text AS space, NULL::text AS name, NULL::text AS holder,
+       NULL::bigint AS member
+FROM moved
+UNION ALL
+SELECT by, NULL, NULL, space, name, holder, token FROM retired
+ORDER BY 1, 2, 7
 "#;
 
 /// `deaths`: $1 before (exclusive seq), $2 limit. Newest first; `at` in microseconds
-/// since the Unix epoch (the clock of `STORE_TIME` in `lease.rs`).
+/// since the Unix epoch (the clock of `STORE_TIME` in `lease.rs`); the swept counts
+/// NULL until a sweep wrote them (a session's drain writes `members` first).
 const DEATHS: &str = r#"
 SELECT seq, space, name, holder, token,
-       (extract(epoch FROM at) * 1000000)::bigint, cause, requeued, dead_lettered
+       (extract(epoch FROM at) * 1000000)::bigint, cause, requeued, dead_lettered, members
 FROM deaths WHERE seq < $1 ORDER BY seq DESC LIMIT $2
 "#;
 
@@ -201,17 +297,38 @@ impl PostgresStore {
         .await
     }
 
-    /// Sweeps dead `token` ([`REQUEUE_ORPHANS`]): its items back to pending, or
-    /// dead-lettered when out of attempts; nothing when it is not in the dead set.
-    pub(crate) async fn sweep(&self, token: i64) -> Result<Requeued> {
-        let q = sqlx::query(REQUEUE_ORPHANS).bind(token);
+    /// Sweeps the dead `tokens` (no token twice) in one [`REQUEUE_ORPHANS`], retiring
+    /// at most `max_batch` riding members of dead sessions across them: one answer
+    /// per token, in order.
+    pub(crate) async fn sweep(&self, tokens: &[i64]) -> Result<Vec<Requeued>> {
+        let budget = limit_param(self.caps().max_batch.max(1));
+        let q = sqlx::query(REQUEUE_ORPHANS)
+            .bind(tokens.to_vec())
+            .bind(budget);
         let rows = self.db().fetch_all(q).await?;
-        let mut out = Requeued::default();
+        let at: HashMap<i64, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
         for row in &rows {
-            let id = id_of(get(row, 0)?)?;
-            match state_of(get(row, 1)?, None)? {
-                ItemState::Pending => out.requeued.push(id),
-                _ => out.dead_lettered.push(id),
+            let token: i64 = get(row, 0)?;
+            let Some(answer) = at.get(&token).map(|i| &mut out[*i]) else {
+                return Err(corrupt(format!(
+                    "requeue_orphans answered token {token}, not one it sent"
+                )));
+            };
+            let id: Option<i64> = get(row, 1)?;
+            if let Some(id) = id {
+                let id = id_of(id)?;
+                match state_of(get(row, 2)?, None)? {
+                    ItemState::Pending => answer.requeued.push(id),
+                    _ => answer.dead_lettered.push(id),
+                }
+            } else {
+                let member: i64 = get(row, 6)?;
+                answer.retired.push(ExpiredLease {
+                    key: key_of(get(row, 3)?, get(row, 4)?)?,
+                    holder: holder_of(get(row, 5)?)?,
+                    token: token_of(member)?,
+                });
             }
         }
         Ok(out)
@@ -236,13 +353,13 @@ impl PostgresStore {
                 })
                 .transpose()
             };
-            let swept = match (count(7)?, count(8)?) {
-                (Some(requeued), Some(dead_lettered)) => Some(Swept {
-                    members: 0,
-                    requeued,
-                    dead_lettered,
+            let swept = match (count(7)?, count(8)?, count(9)?) {
+                (None, None, None) => None,
+                (requeued, dead_lettered, members) => Some(Swept {
+                    members: members.unwrap_or(0),
+                    requeued: requeued.unwrap_or(0),
+                    dead_lettered: dead_lettered.unwrap_or(0),
                 }),
-                _ => None,
             };
             let seq: i64 = get(row, 0)?;
             let holder: String = get(row, 3)?;

@@ -11,8 +11,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    count_of, db_token, get, id_of, id_param, item_of, limit_param, on_key, on_owned_item,
-    state_of, token_of, PostgresStore,
+    count_of, db_token, expiry_of, get, id_of, id_param, item_of, limit_param, on_key,
+    on_owned_item, state_of, token_of, PostgresStore,
 };
 use crate::error::corrupt;
 use crate::BACKEND;
@@ -60,13 +60,18 @@ SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 /// concurrent claims of one token serialize there, and the later one re-checks the
 /// mark the earlier one wrote); a late or repeated copy, or an older id, takes
 /// nothing. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
-/// reap (a DELETE) waits for the claim and then requeues what it took. One row per
-/// claimed item, or one row with NULL item columns; `cur_token` NULL when the key has
-/// no lease.
-const CLAIM: &str = r#"
+/// reap (a DELETE) waits for the claim and then requeues what it took (and the drain
+/// of a dead session skips a member a claim holds, until it committed). A riding
+/// member is live while its session is ([`expiry_of`]), judged in this same
+/// statement. One row per claimed item, or one row with NULL item columns;
+/// `cur_token` NULL when the key has no lease.
+const CLAIM: &str = concat!(
+    r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 cur AS MATERIALIZED (
-    SELECT l.token, l.expires_at > clk.t AS live
+    SELECT l.token, "#,
+    expiry_of!("l"),
+    r#" > clk.t AS live
     FROM leases l, clk
     WHERE l.space = $1 AND l.name = $2
     FOR KEY SHARE OF l
@@ -79,7 +84,9 @@ prev AS MATERIALIZED (
 admit AS (
     UPDATE leases l SET last_claim = $5
     FROM clk
-    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND l.expires_at > clk.t
+    WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND "#,
+    expiry_of!("l"),
+    r#" > clk.t
       AND NOT EXISTS (SELECT 1 FROM prev)
       AND (l.last_claim IS NULL OR l.last_claim < $5)
     RETURNING l.token
@@ -107,7 +114,8 @@ FROM (SELECT 1) AS one
 LEFT JOIN cur ON true
 LEFT JOIN answer ON true
 ORDER BY answer.id
-"#;
+"#
+);
 
 /// `complete`: $1 id, $2 token. Deletes the item iff that token owns it.
 const COMPLETE: &str = r#"
@@ -254,7 +262,7 @@ impl ItemStore for PostgresStore {
         let Ok(token) = i64::try_from(token.0) else {
             return Ok(Requeued::default());
         };
-        self.sweep(token).await
+        Ok(self.sweep(&[token]).await?.pop().unwrap_or_default())
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {

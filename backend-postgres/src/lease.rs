@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
-    Key, Lease, LeaseInfo, LeaseStore, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    Key, Lease, LeaseInfo, LeaseStore, LostCause, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
 use crate::core::{
-    db_token, get, holder_of, limit_param, listed_lease, on_key, status_of, token_of, ttl_ms,
-    ttl_of, PostgresStore,
+    db_token, expiry_of, get, holder_of, limit_param, listed_lease, on_key, session_expiry,
+    session_of, status_of, token_of, ttl_ms, ttl_of, PostgresStore,
 };
 use crate::deaths::retire_gone;
 use crate::error::{corrupt, insert_races};
@@ -37,14 +37,19 @@ const ACQUIRE_RETRIES: usize = 8;
 /// a promotion the new primary may have revived it (it lacked the release) with the
 /// items claimed under it, which the holder was told to drop. Taken over, its token
 /// goes to the dead set and a sweep hands those items back; adopted, nobody would
-/// ever complete them. `token` is NULL and `held_token` NULL only when a
-/// concurrent acquire inserted the key first: the caller runs the statement again.
+/// ever complete them. A member riding a session (migration 8) is judged by its
+/// session ([`expiry_of`]): one whose session expired or is gone is taken over, and
+/// the new lease is a lease of its own. `token` is NULL and `held_token` NULL only
+/// when a concurrent acquire inserted the key first: the caller runs the statement
+/// again.
 const ACQUIRE: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
 cur AS MATERIALIZED (
     SELECT l.holder, l.token,
-           l.expires_at > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
+           "#,
+    expiry_of!("l"),
+    r#" > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
     FROM leases l, clk
     WHERE l.space = $1 AND l.name = $2
     FOR UPDATE OF l
@@ -59,7 +64,8 @@ put AS (
     WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
     ON CONFLICT (space, name) DO UPDATE
         SET holder = excluded.holder, token = excluded.token,
-            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL
+            ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL,
+            session_name = NULL, session_token = NULL
         WHERE l.token = (SELECT token FROM gone)
     RETURNING token
 ),
@@ -96,22 +102,102 @@ WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
   AND (synced OR token >= token_epoch() << 40)
 "#;
 
-/// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live.
-const INSPECT: &str = r#"
-SELECT holder, token, ttl_ms,
-       (extract(epoch FROM (expires_at - clk.t)) * 1000000)::bigint AS remaining_us
-FROM leases, (SELECT clock_timestamp() AS t) clk
-WHERE space = $1 AND name = $2
-"#;
+/// `join_session`: $1 space, $2 name, $3 holder, $4 the session's name (in
+/// `sessions`), $5 the session's token, $6 ttl_ms (the session lease's), $7 notify
+/// channel, $8 death retention.
+///
+/// The session's row is read `FOR KEY SHARE`: a concurrent reap, release or takeover
+/// of the session (which lock it `FOR UPDATE` or delete it) waits for the join, and a
+/// join after them finds it gone; renewals of the session do not wait. So no member
+/// joins a session whose token is already in the dead set, and the drain of a dead
+/// session (`REQUEUE_ORPHANS` in `deaths.rs`) sees every member it will ever have.
+/// The session is current when its row holds the token, rides nothing, is live by
+/// the server clock, and may outlive a promotion (`RENEW`'s rule). Then the key is
+/// taken as `ACQUIRE` takes it (a live lease, its own or riding a live session, is
+/// held; an expired one, or one riding an expired or gone session, is retired with
+/// its death record, cause superseded), with a token from `next_token()`, the
+/// session's name and token, and no expiry of its own. Columns: the new token (NULL
+/// when not taken), the live holder and token, whether a lease was retired, then the
+/// session's token, whether it is live, whether it may outlive a promotion (NULL:
+/// no session row), and the session's time left in µs.
+const JOIN_SESSION: &str = concat!(
+    r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
+ses AS MATERIALIZED (
+    SELECT s.token, s.session_token IS NULL AND s.expires_at > clk.t AS live,
+           s.synced OR s.token >= clk.floor AS kept,
+           (extract(epoch FROM (s.expires_at - clk.t)) * 1000000)::bigint AS left_us
+    FROM leases s, clk
+    WHERE s.space = 'sessions' AND s.name = $4
+    FOR KEY SHARE OF s
+),
+ok AS MATERIALIZED (SELECT 1 FROM ses WHERE token = $5 AND live AND kept),
+cur AS MATERIALIZED (
+    SELECT l.holder, l.token,
+           "#,
+    expiry_of!("l"),
+    r#" > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2 AND EXISTS (SELECT 1 FROM ok)
+    FOR UPDATE OF l
+),
+gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
+    retire_gone!("2", "$8"),
+    r#"
+put AS (
+    INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at, session_name,
+                             session_token)
+    SELECT $1, $2, $3, next_token(), $6, NULL, $4, $5
+    FROM ok
+    WHERE NOT EXISTS (SELECT 1 FROM cur WHERE live)
+    ON CONFLICT (space, name) DO UPDATE
+        SET holder = excluded.holder, token = excluded.token, ttl_ms = excluded.ttl_ms,
+            expires_at = NULL, last_claim = NULL, session_name = excluded.session_name,
+            session_token = excluded.session_token
+        WHERE l.token = (SELECT token FROM gone)
+    RETURNING token
+),
+woke AS (SELECT pg_notify($7, 'retired') FROM dead)
+SELECT (SELECT token FROM put) AS token,
+       (SELECT holder FROM cur) AS holder,
+       (SELECT token FROM cur) AS held_token,
+       (SELECT count(*) FROM woke) AS woke,
+       (SELECT token FROM ses) AS session_token,
+       (SELECT live FROM ses) AS session_live,
+       (SELECT kept FROM ses) AS session_kept,
+       (SELECT left_us FROM ses) AS session_left_us
+"#
+);
+
+/// How many times `join_session` reruns its statement after losing an insert race on
+/// a free key (the rerun then reports the winner as `Held`).
+const JOIN_RETRIES: usize = 8;
+
+/// `inspect`: $1 space, $2 name. `remaining_us` > 0 iff live (a riding member's: its
+/// session's; NULL when its session is gone or superseded); `session_name` the
+/// session a member rides (NULL: a lease of its own).
+const INSPECT: &str = concat!(
+    r#"
+SELECT l.holder, l.token, l.ttl_ms,
+       (extract(epoch FROM (coalesce(l.expires_at, "#,
+    session_expiry!("l"),
+    r#") - clk.t)) * 1000000)::bigint AS remaining_us,
+       l.session_name
+FROM leases l, (SELECT clock_timestamp() AS t) clk
+WHERE l.space = $1 AND l.name = $2
+"#
+);
 
 /// `members`: $1 space, $2 after (the last name of the previous page, '' for the
 /// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
 /// default collation may not be, so the order is the same on every server) and the
 /// page is read on the `leases_members` index, by the function `members_page`
-/// (migration 4), which keeps the planner on that index whatever its statistics:
-/// O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff live).
+/// (migrations 4 and 8), which keeps the planner on that index whatever its
+/// statistics: O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff
+/// live; a riding member's: its session's, NULL when that is gone), session name.
 pub(crate) const MEMBERS: &str = r#"
-SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us FROM members_page($1, $2, $3)
+SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us, m_session
+FROM members_page($1, $2, $3)
 "#;
 
 /// `store_time`: the server clock in microseconds since the Unix epoch.
@@ -157,7 +243,47 @@ impl LeaseStore for PostgresStore {
         if renewed > 0 {
             return Ok(lease.renewed());
         }
-        Err(self.renew_why(lease).await?)
+        // Lost, or a member riding a session: it has no expiry of its own, so the
+        // UPDATE never matches it, and it answers as its session stands.
+        self.renew_why(lease).await?
+    }
+
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        for _ in 0..JOIN_RETRIES {
+            let q = on_key(JOIN_SESSION, key)
+                .bind(holder.as_str())
+                .bind(session.key.name().as_str())
+                .bind(db_token(session.token))
+                .bind(ttl_ms(session.ttl))
+                .bind(self.channel())
+                .bind(self.retention());
+            let row = self.db().fetch_one(q).await?;
+            let woke: i64 = get(&row, 3)?;
+            if woke > 0 {
+                self.wake_local();
+            }
+            let current: Option<i64> = get(&row, 4)?;
+            let live: Option<bool> = get(&row, 5)?;
+            let kept: Option<bool> = get(&row, 6)?;
+            match current {
+                None => return Err(session.lost(LostCause::Released)),
+                Some(t) if token_of(t)? != session.token => {
+                    return Err(session.lost(LostCause::Superseded))
+                }
+                Some(_) if live != Some(true) => return Err(session.lost(LostCause::Expired)),
+                Some(_) if kept != Some(true) => return Err(session.lost(LostCause::Failover)),
+                Some(_) => {}
+            }
+            if let Some(answer) = self.acquired(key, holder, session.ttl, &row)? {
+                let left: i64 = get(&row, 7)?;
+                return answer.map(|member| Lease {
+                    expires_in: Duration::from_micros(left.unsigned_abs()),
+                    ..member
+                });
+            }
+            // A concurrent acquire inserted the key after our snapshot: run again.
+        }
+        Err(insert_races())
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
@@ -179,7 +305,7 @@ impl LeaseStore for PostgresStore {
             return Ok(None);
         };
         Ok(Some(LeaseInfo {
-            session: None,
+            session: session_of(get(&row, 4)?)?,
             key: key.clone(),
             holder: holder_of(get(&row, 0)?)?,
             token: token_of(get(&row, 1)?)?,
@@ -216,7 +342,7 @@ impl LeaseStore for PostgresStore {
         self.list(q, |row| {
             let (key, holder, token) = listed_lease(space, row)?;
             Ok(LeaseInfo {
-                session: None,
+                session: session_of(get(row, 5)?)?,
                 key,
                 holder,
                 token,
