@@ -6,6 +6,8 @@
 //! [`SqliteStore::renew_at`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every entry is run.
 
+use std::time::Duration;
+
 use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
@@ -39,12 +41,37 @@ const PUT_LEASE: &str =
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
     ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
     token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = excluded.expires_boot_ms, \
-    last_claim = NULL";
+    last_claim = NULL, session_name = NULL, session_token = NULL";
+
+/// Writes a member riding a session on a key (?1 ns, ?2 space, ?3 name, ?4 holder, ?5
+/// token, ?6 ttl ms, ?7 the session's name, ?8 the session's token): no expiry of its
+/// own, so no entry in the expiry index.
+const PUT_MEMBER: &str = "INSERT INTO liveness_leases \
+    (ns, space, name, holder, token, ttl_ms, expires_boot_ms, session_name, session_token) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8) \
+    ON CONFLICT (ns, space, name) DO UPDATE SET holder = excluded.holder, \
+    token = excluded.token, ttl_ms = excluded.ttl_ms, expires_boot_ms = NULL, \
+    last_claim = NULL, session_name = excluded.session_name, \
+    session_token = excluded.session_token";
+
+/// The session a member joins ([`SqliteStore::take_at`]): its lease, found current and
+/// live, and when it expires.
+pub(crate) struct Ride<'a> {
+    /// The session's lease.
+    pub(crate) session: &'a Lease,
+    /// When it expires (milliseconds of the store clock).
+    pub(crate) until: i64,
+}
 
 /// Extends a current lease, live at ?6 (now), by its ttl (?1 ns, ?2 space, ?3 name, ?4
 /// token, ?5 ttl ms), in one statement.
 const RENEW: &str = "UPDATE liveness_leases SET ttl_ms = ?5, expires_boot_ms = ?6 + ?5 \
     WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms > ?6";
+
+/// The time from store time `now` to `until` (milliseconds), zero when past.
+pub(crate) fn left(until: i64, now: i64) -> Duration {
+    Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
+}
 
 impl SqliteStore {
     /// Runs `step` on every entry, in order, inside one write transaction at one
@@ -110,20 +137,30 @@ impl SqliteStore {
 
     /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction (one
     /// commit for a round's deaths). A repeat of a token sees the first's work: it
-    /// moves nothing.
+    /// moves nothing. The dead sessions' tokens of the call retire at most `max_batch`
+    /// riding members between them: one transaction never grows with a session.
     pub(crate) async fn requeue_batch(
         &self,
         tokens: &[FencingToken],
     ) -> Result<Vec<Result<Requeued>>> {
-        self.in_one_write(tokens, |store, conn, token, _now| {
-            Box::pin(async move {
-                Ok(Ok(store
-                    .requeue_in(conn, *token)
-                    .await?
-                    .unwrap_or_default()))
-            })
-        })
-        .await
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let mut budget = self.info.caps.max_batch;
+        let mut out = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            let moved = self.requeue_in(w.conn(), *token, &mut budget).await?;
+            out.push(Ok(moved.unwrap_or_default()));
+        }
+        w.commit().await?;
+        if out
+            .iter()
+            .any(|r| matches!(r, Ok(moved) if !moved.retired.is_empty()))
+        {
+            tick(&self.wake);
+        }
+        Ok(out)
     }
 
     /// Acquires `key` for `holder` at store time `now` inside the open write
@@ -140,25 +177,42 @@ impl SqliteStore {
         ttl: Ttl,
         now: i64,
     ) -> Result<(Result<Lease>, bool)> {
+        self.take_at(conn, key, holder, ttl, now, None).await
+    }
+
+    /// [`SqliteStore::acquire_at`], or with `ride` the join of a member riding that
+    /// session ([`LeaseStore::join_session`]: no expiry of its own, the session's
+    /// ttl; the answer has the session's time left). A live lease on the key (its own,
+    /// or one riding a live session) is `Held`; an expired one, or one whose session
+    /// is expired or gone, is buried first (cause superseded).
+    pub(crate) async fn take_at(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        now: i64,
+        ride: Option<Ride<'_>>,
+    ) -> Result<(Result<Lease>, bool)> {
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let cur = self.current(conn, key, now).await?;
         let mut retired = false;
-        if let Some((live_holder, token, expires_at)) = cur.lease {
-            if cur.now < expires_at {
+        if let Some(held) = cur.lease {
+            if cur.now < held.until {
                 let held = Error::Held {
                     key: key.clone(),
-                    holder: HolderId::new(live_holder)
+                    holder: HolderId::new(held.holder)
                         .map_err(|_| corrupt("bad holder in the liveness database"))?,
-                    token: FencingToken(token),
+                    token: FencingToken(held.token),
                 };
                 return Ok((Err(held), false));
             }
-            self.bury(conn, key, token).await?;
+            self.bury(conn, key, held.token).await?;
             self.record_death(
                 conn,
                 key,
-                &live_holder,
-                token,
+                &held.holder,
+                held.token,
                 cur.now,
                 DeathCause::Superseded,
             )
@@ -166,20 +220,33 @@ impl SqliteStore {
             retired = true;
         }
         let token = self.next(conn, NEXT_TOKEN).await?;
-        self.query(PUT_LEASE)
-            .bind(key.space().as_ref())
-            .bind(key.name().as_ref())
-            .bind(holder.as_ref())
-            .bind(token)
-            .bind(ttl_ms)
-            .bind(cur.now.saturating_add(ttl_ms))
-            .execute(&mut *conn)
-            .await
-            .map_err(map)?;
+        let put = match &ride {
+            None => self
+                .query(PUT_LEASE)
+                .bind(key.space().as_ref())
+                .bind(key.name().as_ref())
+                .bind(holder.as_ref())
+                .bind(token)
+                .bind(ttl_ms)
+                .bind(cur.now.saturating_add(ttl_ms)),
+            Some(ride) => self
+                .query(PUT_MEMBER)
+                .bind(key.space().as_ref())
+                .bind(key.name().as_ref())
+                .bind(holder.as_ref())
+                .bind(token)
+                .bind(ttl_ms)
+                .bind(ride.session.key.name().as_ref())
+                .bind(to_i64(ride.session.token.0, "token")?),
+        };
+        put.execute(&mut *conn).await.map_err(map)?;
         let token = FencingToken(
             u64::try_from(token).map_err(|_| corrupt("bad token in the liveness database"))?,
         );
-        let lease = Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl);
+        let mut lease = Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl);
+        if let Some(ride) = ride {
+            lease.expires_in = left(ride.until, cur.now);
+        }
         Ok((Ok(lease), retired))
     }
 
@@ -206,7 +273,16 @@ impl SqliteStore {
         if done.rows_affected() == 1 {
             return Ok(Ok(lease.renewed()));
         }
+        // Not an own live lease: perhaps a member riding a live session, which
+        // renews nothing and answers its session's time left.
         let cur = self.current(conn, &lease.key, now).await?;
+        if let Some(held) = &cur.lease {
+            if held.rides && held.token == lease.token.0 && now < held.until {
+                let mut renewed = lease.renewed();
+                renewed.expires_in = left(held.until, now);
+                return Ok(Ok(renewed));
+            }
+        }
         if cur.lease.is_none() && lease.token.0 > self.handed_out(conn).await? {
             // No record, and a token the namespace never handed out: the file lost
             // state (restored from an older copy), not a release.

@@ -73,6 +73,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0004_claim_high_water.sql"),
     ),
     (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
+    (
+        6,
+        "sessions",
+        include_str!("../migrations/0006_sessions.sql"),
+    ),
 ];
 
 /// The table recording applied schema migrations.
@@ -93,8 +98,10 @@ const NAMESPACES: &str = "SELECT ns FROM liveness_counters ORDER BY ns";
 /// The boot of the host the file's expiries are counted in.
 const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
 
-/// Expires every lease of every namespace (their holders died in a reboot).
-const RETIRE_ALL: &str = "UPDATE liveness_leases SET expires_boot_ms = 0";
+/// Expires every lease of every namespace (their holders died in a reboot). A member
+/// riding a session has no expiry of its own: it dies with its session.
+const RETIRE_ALL: &str =
+    "UPDATE liveness_leases SET expires_boot_ms = 0 WHERE expires_boot_ms IS NOT NULL";
 
 /// Records ?1 as the boot the file's expiries are counted in.
 const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
@@ -170,18 +177,51 @@ impl Write<'_> {
     }
 }
 
+/// When the lease row aliased `l` expires, in milliseconds of the store clock: its
+/// own expiry, or for a member riding a session, the expiry of the session's row (in
+/// the space `sessions`, [`Space::sessions`]) while that row holds the session's token
+/// (0 once it does not: expired). One primary-key lookup, made only for a riding
+/// member.
+///
+/// [`Space::sessions`]: liveness_core::Space::sessions
+macro_rules! live_until {
+    () => {
+        "COALESCE(l.expires_boot_ms, (SELECT s.expires_boot_ms FROM liveness_leases s \
+        WHERE s.ns = l.ns AND s.space = 'sessions' AND s.name = l.session_name \
+        AND s.token = l.session_token), 0)"
+    };
+}
+pub(crate) use live_until;
+
 /// The lease on a key (?1 ns, ?2 space, ?3 name), judged at a `now` read beside it
-/// ([`SqliteStore::current`]).
-const CURRENT: &str = "SELECT holder, token, expires_boot_ms FROM liveness_leases \
-    WHERE ns = ?1 AND space = ?2 AND name = ?3";
+/// ([`SqliteStore::current`]): holder, token, when it expires ([`live_until`]), and
+/// whether it rides a session.
+const CURRENT: &str = concat!(
+    "SELECT l.holder, l.token, ",
+    live_until!(),
+    ", l.session_token IS NOT NULL FROM liveness_leases l \
+    WHERE l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
+);
+
+/// The current lease on a key, as [`CURRENT`] reads it.
+pub(crate) struct Held {
+    /// Its holder.
+    pub(crate) holder: String,
+    /// Its token.
+    pub(crate) token: u64,
+    /// When it expires: its own expiry, or its session's ([`live_until`]).
+    pub(crate) until: i64,
+    /// Whether it is a member riding a session.
+    pub(crate) rides: bool,
+}
 
 /// The current lease on a key as a write transaction sees it, with the store's now
 /// (milliseconds of the boot clock).
 pub(crate) struct Current {
     /// The store's now.
     pub(crate) now: i64,
-    /// The lease on the key, if any: holder, token, expiry.
-    pub(crate) lease: Option<(String, u64, i64)>,
+    /// The lease on the key, if any.
+    pub(crate) lease: Option<Held>,
 }
 
 /// A store handle on one namespace of one SQLite database file.
@@ -294,6 +334,9 @@ impl SqliteStore {
                     // The store clock counts whole milliseconds.
                     min_ttl: Duration::from_millis(1),
                     death_retention: config.death_retention().max(1),
+                    // Members ride session leases: no row write while they live, and
+                    // the sweep drains a dead session's members a batch at a time.
+                    sessions: true,
                     ..Capabilities::default()
                 },
                 issuer: Issuer::located(
@@ -354,11 +397,12 @@ impl SqliteStore {
             .map_err(map)?;
         let lease = match row {
             None => None,
-            Some(row) => Some((
-                get_text(&row, 0)?,
-                get_u64(&row, 1, "token")?,
-                row.try_get::<i64, _>(2).map_err(map)?,
-            )),
+            Some(row) => Some(Held {
+                holder: get_text(&row, 0)?,
+                token: get_u64(&row, 1, "token")?,
+                until: row.try_get::<i64, _>(2).map_err(map)?,
+                rides: row.try_get::<bool, _>(3).map_err(map)?,
+            }),
         };
         Ok(Current { now, lease })
     }
@@ -367,8 +411,8 @@ impl SqliteStore {
     pub(crate) fn lost(lease: &Lease, cur: &Current) -> Option<Error> {
         let reason = match &cur.lease {
             None => LostCause::Released,
-            Some((_, token, _)) if *token != lease.token.0 => LostCause::Superseded,
-            Some((_, _, expires_at)) if cur.now >= *expires_at => LostCause::Expired,
+            Some(held) if held.token != lease.token.0 => LostCause::Superseded,
+            Some(held) if cur.now >= held.until => LostCause::Expired,
             Some(_) => return None,
         };
         Some(lease.lost(reason))

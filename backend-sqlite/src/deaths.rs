@@ -1,7 +1,8 @@
 //! Finding and declaring deaths, and their history: the expired leases, the reap that
 //! retires one (its token to the dead set, a death record, in one write transaction),
-//! the dead set, the sweep of a dead token's items (`requeue_orphans`), and the death
-//! records. [`SqliteStore`] methods that `lease.rs`, `items.rs` and `batch.rs` call.
+//! the dead set, the sweep of a dead token's items (`requeue_orphans`; for a dead
+//! session's token, first the drain of its riding members, a batch per call), and the
+//! death records. [`SqliteStore`] methods that `lease.rs`, `items.rs` and `batch.rs` call.
 
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 
 use crate::core::{
-    as_db, cause_code, cause_from_code, get_text, get_u64, limit_param, to_i64, SqliteStore,
-    STATE_PENDING,
+    as_db, cause_code, cause_from_code, get_text, get_u64, limit_param, live_until, to_i64,
+    SqliteStore, STATE_PENDING,
 };
 use crate::error::{corrupt, map};
 
@@ -27,10 +28,14 @@ const EXPIRED: &str = "SELECT name, holder, token FROM liveness_leases \
     ORDER BY expires_boot_ms, name LIMIT ?3";
 
 /// Deletes the lease on a key if it has token ?4 and is expired at ?5 (now) (?1 ns, ?2
-/// space, ?3 name), answering its holder (for the death record).
-const REAP: &str = "DELETE FROM liveness_leases \
-    WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 AND expires_boot_ms <= ?5 \
-    RETURNING holder";
+/// space, ?3 name), answering its holder (for the death record). A member riding a
+/// session is expired once its session is ([`live_until`]).
+const REAP: &str = concat!(
+    "DELETE FROM liveness_leases AS l \
+    WHERE l.ns = ?1 AND l.space = ?2 AND l.name = ?3 AND l.token = ?4 AND ",
+    live_until!(),
+    " <= ?5 RETURNING holder"
+);
 
 /// Puts a retired lease's token in the dead set (?1 ns, ?2 token, ?3 space, ?4 name).
 const BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name) VALUES (?1, ?2, ?3, ?4)";
@@ -39,8 +44,42 @@ const BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name) VALUES (?
 const DEAD_TOKENS: &str =
     "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2";
 
-/// Takes token ?2 out of the dead set (?1 ns).
-const FORGET_DEAD: &str = "DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2";
+/// Takes token ?2 out of the dead set (?1 ns), answering the death record its sweep
+/// counts in when that is not its own (a member retired with its session: the
+/// session's seq).
+const FORGET_DEAD: &str =
+    "DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2 RETURNING death_seq";
+
+/// Whether token ?2 is in the dead set (?1 ns).
+const IS_DEAD: &str = "SELECT 1 FROM liveness_dead WHERE ns = ?1 AND token = ?2";
+
+/// Whether members ride session token ?2 (?1 ns), on the session index.
+const RIDERS_LEFT: &str =
+    "SELECT 1 FROM liveness_leases WHERE ns = ?1 AND session_token = ?2 LIMIT 1";
+
+/// The greatest token of the first ?3 members riding session token ?2 (?1 ns), in
+/// token order: the end of the drain's batch.
+const BATCH_END: &str = "SELECT MAX(token) FROM (SELECT token FROM liveness_leases \
+    WHERE ns = ?1 AND session_token = ?2 ORDER BY token LIMIT ?3)";
+
+/// Puts the members riding session token ?2 with a token up to ?3 into the dead set,
+/// linked to the death record ?4 (?1 ns).
+const DRAIN_BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name, death_seq) \
+    SELECT ns, token, space, name, ?4 FROM liveness_leases \
+    WHERE ns = ?1 AND session_token = ?2 AND token <= ?3";
+
+/// Deletes the members riding session token ?2 with a token up to ?3 (?1 ns).
+const DRAIN: &str = "DELETE FROM liveness_leases \
+    WHERE ns = ?1 AND session_token = ?2 AND token <= ?3 RETURNING space, name, holder, token";
+
+/// The seq of token ?2's death record (?1 ns).
+const DEATH_OF: &str = "SELECT seq FROM liveness_deaths WHERE ns = ?1 AND token = ?2";
+
+/// Counts ?3 members retired under death record ?2 (?1 ns); the record is swept from
+/// now on (its counts add up its members' sweeps).
+const RETIRED_UNDER: &str = "UPDATE liveness_deaths SET members = members + ?3, \
+    requeued = COALESCE(requeued, 0), dead_lettered = COALESCE(dead_lettered, 0) \
+    WHERE ns = ?1 AND seq = ?2";
 
 /// Gives back every item token ?2 owns (?1 ns): pending when it has attempts left, else
 /// dead-lettered.
@@ -61,13 +100,21 @@ const RECORD_DEATH: &str = "INSERT INTO liveness_deaths \
 /// Drops the death records of seq ?2 and older (?1 ns): those out of the retention.
 const TRIM_DEATHS: &str = "DELETE FROM liveness_deaths WHERE ns = ?1 AND seq <= ?2";
 
-/// Fills in what the sweep of token ?2 moved (?1 ns, ?3 requeued, ?4 dead-lettered).
-const SWEPT: &str = "UPDATE liveness_deaths SET requeued = ?3, dead_lettered = ?4 \
-    WHERE ns = ?1 AND token = ?2 AND requeued IS NULL";
+/// Adds what the sweep of token ?2 moved to its death record (?1 ns, ?3 requeued, ?4
+/// dead-lettered).
+const SWEPT: &str = "UPDATE liveness_deaths \
+    SET requeued = COALESCE(requeued, 0) + ?3, dead_lettered = COALESCE(dead_lettered, 0) + ?4 \
+    WHERE ns = ?1 AND token = ?2";
+
+/// Adds what the sweep of a member retired with its session moved to the session's
+/// death record, seq ?2 (?1 ns, ?3 requeued, ?4 dead-lettered).
+const SWEPT_UNDER: &str = "UPDATE liveness_deaths \
+    SET requeued = COALESCE(requeued, 0) + ?3, dead_lettered = COALESCE(dead_lettered, 0) + ?4 \
+    WHERE ns = ?1 AND seq = ?2";
 
 /// Up to ?3 death records with seq below ?2 (?1 ns), newest first.
 const DEATHS: &str = "SELECT seq, space, name, holder, token, at_ms, cause, \
-    requeued, dead_lettered FROM liveness_deaths WHERE ns = ?1 AND seq < ?2 \
+    requeued, dead_lettered, members FROM liveness_deaths WHERE ns = ?1 AND seq < ?2 \
     ORDER BY seq DESC LIMIT ?3";
 
 impl SqliteStore {
@@ -251,42 +298,68 @@ impl SqliteStore {
     /// Sweeps the items `token` owned ([`ItemStore::requeue_orphans`]): one write
     /// transaction, which takes the token out of the dead set, gives its items back
     /// and fills in its death record; nothing when the token is not in the dead set.
+    /// A dead session's token first retires up to `max_batch` of its members, and
+    /// stays in the dead set while members remain.
     pub(crate) async fn requeue(&self, token: FencingToken) -> Result<Requeued> {
         let mut w = self.write().await?;
-        let Some(out) = self.requeue_in(w.conn(), token).await? else {
+        let mut budget = self.info.caps.max_batch;
+        let Some(out) = self.requeue_in(w.conn(), token, &mut budget).await? else {
             w.rollback().await?;
             return Ok(Requeued::default());
         };
         w.commit().await?;
+        if !out.retired.is_empty() {
+            tick(&self.wake);
+        }
         Ok(out)
     }
 
     /// [`ItemStore::requeue_orphans`]'s work inside the open write transaction on
     /// `conn` (the caller commits); `None` when the token is not in the dead set
-    /// (nothing written).
+    /// (nothing written). A dead session's token retires at most `budget` riding
+    /// members, lowering it ([`SqliteStore::drain`]), and leaves the dead set, its
+    /// items swept, only in the call that finds none left.
     pub(crate) async fn requeue_in(
         &self,
         conn: &mut SqliteConnection,
         token: FencingToken,
+        budget: &mut usize,
     ) -> Result<Option<Requeued>> {
         let t = as_db(token.0);
-        let done = self
+        let mut out = Requeued::default();
+        if self.riders_left(conn, t).await? {
+            let dead = self
+                .query(IS_DEAD)
+                .bind(t)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(map)?;
+            if dead.is_none() {
+                // A live session's token: its members are not dead.
+                return Ok(None);
+            }
+            out.retired = self.drain(conn, t, budget).await?;
+            if self.riders_left(conn, t).await? {
+                return Ok(Some(out));
+            }
+        }
+        let forgotten = self
             .query(FORGET_DEAD)
             .bind(t)
-            .execute(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map)?;
-        if done.rows_affected() == 0 {
-            return Ok(None);
-        }
+        let Some(forgotten) = forgotten else {
+            return Ok((!out.retired.is_empty()).then_some(out));
+        };
+        let linked: Option<i64> = forgotten.try_get(0).map_err(map)?;
         let rows = self
             .query(REQUEUE_ORPHANS)
             .bind(t)
             .fetch_all(&mut *conn)
             .await
             .map_err(map)?;
-        self.record_sweep(&mut *conn, t, &rows).await?;
-        let mut out = Requeued::default();
+        self.record_sweep(&mut *conn, t, linked, &rows).await?;
         for row in &rows {
             let id = ItemId(get_u64(row, 0, "item id")?);
             let state: i64 = row.try_get(1).map_err(map)?;
@@ -301,12 +374,97 @@ impl SqliteStore {
         Ok(Some(out))
     }
 
-    /// Fills in the death record of `token` with what its sweep moved (`rows` of
-    /// [`REQUEUE_ORPHANS`]), inside the sweep's write transaction.
+    /// Whether members ride session token `token`.
+    async fn riders_left(&self, conn: &mut SqliteConnection, token: i64) -> Result<bool> {
+        let row = self
+            .query(RIDERS_LEFT)
+            .bind(token)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        Ok(row.is_some())
+    }
+
+    /// Retires up to `budget` of the members riding the dead session `token`, lowering
+    /// `budget`, in the open write transaction: each row deleted and its token put in
+    /// the dead set, linked to the session's death record (no record of its own),
+    /// whose member count grows by as many. A fixed number of statements whatever the
+    /// batch. Returns the retired members.
+    async fn drain(
+        &self,
+        conn: &mut SqliteConnection,
+        token: i64,
+        budget: &mut usize,
+    ) -> Result<Vec<ExpiredLease>> {
+        if *budget == 0 {
+            return Ok(Vec::new());
+        }
+        let end: Option<i64> = sqlx::query_scalar(BATCH_END)
+            .bind(self.ns.as_ref())
+            .bind(token)
+            .bind(limit_param(*budget))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        let Some(end) = end else {
+            return Ok(Vec::new());
+        };
+        let seq: Option<i64> = sqlx::query_scalar(DEATH_OF)
+            .bind(self.ns.as_ref())
+            .bind(token)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        self.query(DRAIN_BURY)
+            .bind(token)
+            .bind(end)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let rows = self
+            .query(DRAIN)
+            .bind(token)
+            .bind(end)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        *budget = budget.saturating_sub(rows.len());
+        if let Some(seq) = seq {
+            self.query(RETIRED_UNDER)
+                .bind(seq)
+                .bind(i64::try_from(rows.len()).unwrap_or(i64::MAX))
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        let mut retired = rows
+            .iter()
+            .map(|row| {
+                let space = Space::new(get_text(row, 0)?)
+                    .map_err(|_| corrupt("bad space in the liveness database"))?;
+                let name = Name::new(get_text(row, 1)?)
+                    .map_err(|_| corrupt("bad name in the liveness database"))?;
+                Ok(ExpiredLease {
+                    key: Key::new(space, name),
+                    holder: HolderId::new(get_text(row, 2)?)
+                        .map_err(|_| corrupt("bad holder in the liveness database"))?,
+                    token: FencingToken(get_u64(row, 3, "token")?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        retired.sort_by_key(|m| m.token);
+        Ok(retired)
+    }
+
+    /// Adds what the sweep of `token` moved (`rows` of [`REQUEUE_ORPHANS`]) to its
+    /// death record, or to the record `linked` (a member retired with its session:
+    /// the session's), inside the sweep's write transaction.
     async fn record_sweep(
         &self,
         conn: &mut SqliteConnection,
         token: i64,
+        linked: Option<i64>,
         rows: &[SqliteRow],
     ) -> Result<()> {
         let mut requeued = 0i64;
@@ -317,9 +475,11 @@ impl SqliteStore {
             }
         }
         let dead = i64::try_from(rows.len()).unwrap_or(i64::MAX) - requeued;
-        self.query(SWEPT)
-            .bind(token)
-            .bind(requeued)
+        let q = match linked {
+            None => self.query(SWEPT).bind(token),
+            Some(seq) => self.query(SWEPT_UNDER).bind(seq),
+        };
+        q.bind(requeued)
             .bind(dead)
             .execute(conn)
             .await
@@ -350,7 +510,7 @@ impl SqliteStore {
             };
             let swept = match (requeued, dead) {
                 (Some(r), Some(d)) => Some(Swept {
-                    members: 0,
+                    members: count(row.try_get(9).map_err(map)?)?,
                     requeued: count(r)?,
                     dead_lettered: count(d)?,
                 }),

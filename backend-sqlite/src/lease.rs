@@ -7,12 +7,14 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStore, Name, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    LeaseInfo, LeaseStore, LostCause, Name, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
+use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 use tokio::sync::watch;
 
-use crate::core::{get_text, get_u64, limit_param, status_at, SqliteStore};
+use crate::batch::Ride;
+use crate::core::{get_text, get_u64, limit_param, live_until, status_at, SqliteStore};
 use crate::error::{corrupt, map};
 
 /// Deletes the lease on a key if it has token ?4 (?1 ns, ?2 space, ?3 name), answering
@@ -20,18 +22,40 @@ use crate::error::{corrupt, map};
 const RELEASE: &str = "DELETE FROM liveness_leases \
     WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 RETURNING holder";
 
-/// The lease on a key (?1 ns, ?2 space, ?3 name).
-const INSPECT: &str = "SELECT holder, token, ttl_ms, expires_boot_ms \
-    FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name = ?3";
+/// The lease on a key (?1 ns, ?2 space, ?3 name): holder, token, ttl, when it expires
+/// (a riding member: when its session does, [`live_until`]), the session it rides.
+const INSPECT: &str = concat!(
+    "SELECT l.holder, l.token, l.ttl_ms, ",
+    live_until!(),
+    ", l.session_name FROM liveness_leases l WHERE l.ns = ?1 AND l.space = ?2 AND l.name = ?3"
+);
 
 /// Up to ?4 leases of space ?2 (?1 ns) whose name is greater than ?3, in name (byte)
-/// order, on the primary key: O(page).
-const MEMBERS: &str = "SELECT name, holder, token, ttl_ms, expires_boot_ms \
-    FROM liveness_leases WHERE ns = ?1 AND space = ?2 AND name > ?3 ORDER BY name LIMIT ?4";
+/// order, on the primary key: O(page). Columns as [`INSPECT`]'s, after the name.
+const MEMBERS: &str = concat!(
+    "SELECT l.name, l.holder, l.token, l.ttl_ms, ",
+    live_until!(),
+    ", l.session_name FROM liveness_leases l \
+    WHERE l.ns = ?1 AND l.space = ?2 AND l.name > ?3 ORDER BY l.name LIMIT ?4"
+);
 
-/// The time left at ?3 (now) of the lease of space ?2 (?1 ns) that expires first.
+/// The time left at ?3 (now) of the lease of space ?2 (?1 ns) that expires first, on
+/// the expiry index (riding members have no expiry of their own).
 const NEXT_EXPIRY: &str = "SELECT expires_boot_ms - ?3 FROM liveness_leases \
-    WHERE ns = ?1 AND space = ?2 ORDER BY expires_boot_ms LIMIT 1";
+    WHERE ns = ?1 AND space = ?2 AND expires_boot_ms IS NOT NULL \
+    ORDER BY expires_boot_ms LIMIT 1";
+
+/// The session key column `idx` of `row` names (`session_name`, a key of
+/// [`Space::sessions`]): `None` for a lease of its own.
+fn session_of(row: &SqliteRow, idx: usize) -> Result<Option<Key>> {
+    let name: Option<String> = row.try_get(idx).map_err(map)?;
+    name.map(|name| {
+        Name::new(name)
+            .map(|name| Key::new(Space::sessions(), name))
+            .map_err(|_| corrupt("bad session in the liveness database"))
+    })
+    .transpose()
+}
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
@@ -56,6 +80,38 @@ impl LeaseStore for SqliteStore {
 
     async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         self.acquire_batch(asks).await
+    }
+
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &session.key, now).await?;
+        let until = match (Self::lost(session, &cur), &cur.lease) {
+            (Some(lost), _) => Err(lost),
+            (None, Some(held)) if !held.rides => Ok(held.until),
+            // A member cannot be a session: only a lease of its own is ridden.
+            (None, _) => Err(session.lost(LostCause::Superseded)),
+        };
+        let until = match until {
+            Ok(until) => until,
+            Err(e) => {
+                w.rollback().await?;
+                return Err(e);
+            }
+        };
+        let ride = Ride { session, until };
+        let (joined, retired) = self
+            .take_at(w.conn(), key, holder, session.ttl, now, Some(ride))
+            .await?;
+        if joined.is_ok() {
+            w.commit().await?;
+        } else {
+            w.rollback().await?;
+        }
+        if retired {
+            tick(&self.wake);
+        }
+        joined
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -101,7 +157,7 @@ impl LeaseStore for SqliteStore {
         let expires_at: i64 = row.try_get(3).map_err(map)?;
         let status = status_at(expires_at, now);
         Ok(Some(LeaseInfo {
-            session: None,
+            session: session_of(&row, 4)?,
             key: key.clone(),
             holder,
             token,
@@ -139,7 +195,7 @@ impl LeaseStore for SqliteStore {
                 .map_err(|_| corrupt("bad name in the liveness database"))?;
             let expires_at: i64 = row.try_get(4).map_err(map)?;
             Ok(LeaseInfo {
-                session: None,
+                session: session_of(row, 5)?,
                 key: Key::new(space.clone(), name),
                 holder: HolderId::new(get_text(row, 1)?)
                     .map_err(|_| corrupt("bad holder in the liveness database"))?,

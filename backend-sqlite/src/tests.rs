@@ -132,3 +132,61 @@ async fn a_reboot_retires_every_lease_written_before_it() {
         LeaseStatus::Live { .. }
     ));
 }
+
+/// A riding member's time left is its session's, to the millisecond of the boot
+/// clock: `join_session`, `renew` and `inspect` of the member answer it, renewing the
+/// session alone extends it, and the member expires the instant its session does
+/// (never listed expired itself; `next_expiry` sees only the session).
+#[tokio::test]
+async fn a_member_s_time_left_is_its_session_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&dir.path().join("ride.db"), &clock).await;
+    let holder = HolderId::new("p").unwrap();
+    let ttl = Ttl::from_secs(10).unwrap();
+    let session_key = Key::new(Space::sessions(), liveness_core::Name::new("p").unwrap());
+    let session = store.acquire(&session_key, &holder, ttl).await.unwrap();
+    clock.advance(Duration::from_secs(4));
+    let key = Key::member("m").unwrap();
+    let member = store.join_session(&session, &key, &holder).await.unwrap();
+    assert_eq!(member.expires_in, Duration::from_secs(6));
+    assert_eq!(member.ttl, ttl);
+    assert_eq!(
+        store.next_expiry(&Space::members()).await.unwrap(),
+        None,
+        "a member has no expiry of its own"
+    );
+
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        store.renew(&member).await.unwrap().expires_in,
+        Duration::from_secs(1)
+    );
+    store.renew(&session).await.unwrap();
+    let info = store.inspect(&key).await.unwrap().unwrap();
+    assert_eq!(
+        info.status,
+        LeaseStatus::Live {
+            remaining: Duration::from_secs(10)
+        }
+    );
+    assert_eq!(info.session, Some(session_key.clone()));
+
+    clock.advance(Duration::from_millis(9_999));
+    assert!(store.inspect(&key).await.unwrap().unwrap().is_live());
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        store.inspect(&key).await.unwrap().unwrap().status,
+        LeaseStatus::Expired
+    );
+    assert!(expired_reason(&store.renew(&member).await.unwrap_err()));
+    assert!(store
+        .expired(&Space::members(), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.expired(&Space::sessions(), 10).await.unwrap().len(),
+        1
+    );
+}

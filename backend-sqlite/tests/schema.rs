@@ -52,13 +52,13 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 5));
+            assert_eq!((too_new.found, too_new.supported), (99, 6));
         }
         other => panic!("expected Backend, got {other:?}"),
     }
     assert!(
         err.to_string().contains(
-            "database schema version 99 is newer than this build supports (5); upgrade liveness"
+            "database schema version 99 is newer than this build supports (6); upgrade liveness"
         ),
         "{err}"
     );
@@ -216,7 +216,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     assert!(matches!(
         store.inspect(&old).await.unwrap().unwrap().status,
         LeaseStatus::Live { .. }
@@ -232,4 +232,131 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
     .fetch_all(store.pool())
     .await
     .is_err());
+}
+
+/// A file at schema version 5 (before sessions), written under this boot: a live
+/// lease, a dead token owning an item, its death record not yet swept. Opened by this
+/// build, the file is migrated in place to version 6: the lease keeps its token and
+/// stays live (same boot), renews, the dead token's sweep fills in its record, and a
+/// session can be ridden.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[tokio::test]
+async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
+    let (_dir, path) = common::scratch("v5.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+    let now = i64::try_from(Duration::from(now).as_millis()).unwrap();
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let steps = [
+            (1, "initial", include_str!("../migrations/0001_initial.sql")),
+            (
+                2,
+                "boot clock",
+                include_str!("../migrations/0002_boot_clock.sql"),
+            ),
+            (
+                3,
+                "request_ids",
+                include_str!("../migrations/0003_request_ids.sql"),
+            ),
+            (
+                4,
+                "claim_high_water",
+                include_str!("../migrations/0004_claim_high_water.sql"),
+            ),
+            (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
+        ];
+        let mut v5 = Migrator::with_migrations(
+            steps
+                .into_iter()
+                .map(|(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v5.dangerous_set_table_name("liveness_migrations");
+        v5.run(&pool).await.unwrap();
+        sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
+            .bind(boot.trim())
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_boot_ms) \
+             VALUES ('schema_test', 'members', 'old', 'h', 7, 3600000, ?1)",
+        )
+        .bind(now + 3_600_000)
+        .execute(&pool)
+        .await
+        .unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 7, 1, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 5)",
+            "INSERT INTO liveness_dead (ns, token, space, name) \
+             VALUES ('schema_test', 5, 'members', 'gone')",
+            "INSERT INTO liveness_deaths (ns, seq, space, name, holder, token, at_ms, cause) \
+             VALUES ('schema_test', 1, 'members', 'gone', 'h', 5, 1, 0)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = common::open(&path, NS).await;
+    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM liveness_migrations")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(version, 6);
+    let old = Key::member("old").unwrap();
+    let info = store.inspect(&old).await.unwrap().unwrap();
+    assert!(info.is_live(), "{info:?}");
+    assert_eq!((info.token.0, info.session), (7, None));
+    let lease = liveness_core::Lease::granted(
+        &store.info().issuer,
+        old.clone(),
+        HolderId::new("h").unwrap(),
+        info.token,
+        Ttl::from_secs(60).unwrap(),
+    );
+    store.renew(&lease).await.unwrap();
+    assert_eq!(store.expired(&Space::members(), 10).await.unwrap(), vec![]);
+
+    let swept = store
+        .requeue_orphans(liveness_core::FencingToken(5))
+        .await
+        .unwrap();
+    assert_eq!(swept.requeued.len(), 1);
+    let deaths = store.deaths(None, 10).await.unwrap();
+    assert_eq!(deaths.len(), 1);
+    let counts = deaths[0].swept.expect("swept");
+    assert_eq!((counts.members, counts.requeued), (0, 1));
+
+    let holder = HolderId::new("p").unwrap();
+    let session = store
+        .acquire(
+            &Key::new(Space::sessions(), liveness_core::Name::new("p").unwrap()),
+            &holder,
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(session.token.0, 8, "tokens go on from the old counter");
+    let member = store
+        .join_session(&session, &Key::member("rider").unwrap(), &holder)
+        .await
+        .unwrap();
+    let info = store.inspect(&member.key).await.unwrap().unwrap();
+    assert!(info.is_live());
+    assert_eq!(info.session, Some(session.key));
 }

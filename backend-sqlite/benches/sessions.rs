@@ -1,0 +1,323 @@
+//! Members riding sessions against members that are leases of their own, on one
+//! SQLite file, in one run.
+//!
+//! `cargo bench -p liveness-sqlite --bench sessions -- [--members 100000]
+//! [--sessions 10] [--ttl-ms 30000] [--seconds 30] [--synchronous full] [--no-leases]`.
+//!
+//! Sessions: `--sessions` store handles on the file (as that many processes of the host
+//! have), each holding one session lease, joining its share of `--members` into it
+//! (`join_session`, one write transaction each; the handles join at once), then
+//! `--seconds` of steady state in which only the sessions are renewed (every ttl/3).
+//! A lease each, on a fresh namespace of the same file: as many members taken with
+//! `acquire_many` (batches of `max_batch`), then the same seconds of renewing every
+//! one of them every ttl/3 with `renew_many` (batches of `max_batch`). SQLite runs in
+//! this process, so the store's cost is this process's CPU (user + system, from
+//! `/proc/self/stat`), printed as % of one core; and the wall time of one round of
+//! renewals. Then one session is killed and drained as a checker does (its calls, the
+//! whole drain's time, the longest call). `synchronous=normal` by default: a join is one transaction, and 100,000
+//! fsyncs would time the disk, not the store.
+
+use std::time::{Duration, Instant};
+
+use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
+
+/// The bench's options, from the command line.
+struct Options {
+    members: usize,
+    sessions: usize,
+    ttl: Ttl,
+    seconds: u64,
+    synchronous: Synchronous,
+    leases: bool,
+}
+
+impl Options {
+    fn from_args() -> Options {
+        let mut o = Options {
+            members: 100_000,
+            sessions: 10,
+            // Long enough that 100,000 leases taken one batch after the other are all
+            // still live when their renewals start.
+            ttl: Ttl::from_secs(30).unwrap(),
+            seconds: 30,
+            synchronous: Synchronous::Normal,
+            leases: true,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || {
+                args.next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("{arg} wants a number"))
+            };
+            match arg.as_str() {
+                "--members" => o.members = value() as usize,
+                "--sessions" => o.sessions = value().max(1) as usize,
+                "--ttl-ms" => o.ttl = Ttl::new(Duration::from_millis(value())).unwrap(),
+                "--seconds" => o.seconds = value(),
+                "--synchronous" => {
+                    let full = args.next().as_deref() == Some("full");
+                    o.synchronous = if full {
+                        Synchronous::Full
+                    } else {
+                        Synchronous::Normal
+                    };
+                }
+                "--no-leases" => o.leases = false,
+                // `cargo bench` passes `--bench`.
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// This process's CPU time so far (user + system), from `/proc/self/stat` in clock
+/// ticks of 10 ms; zero where unknown.
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces), from field 3 on.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15: 12 and 13 after the command name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// What one way of holding the members measured.
+struct Figures {
+    join: Duration,
+    cpu_pct: f64,
+    round: Duration,
+    lapsed: usize,
+}
+
+impl Figures {
+    fn print(&self, what: &str, o: &Options) {
+        println!(
+            "{what:<28} members={} join {:>8.2} s ({:>7.0}/s)   steady state: {:>6.2} % of a core, \
+             one renewal round {:>9.3} ms, renewals refused {}",
+            o.members,
+            self.join.as_secs_f64(),
+            o.members as f64 / self.join.as_secs_f64(),
+            self.cpu_pct,
+            self.round.as_secs_f64() * 1000.0,
+            self.lapsed
+        );
+    }
+}
+
+fn config(path: &std::path::Path, ns: &str, o: &Options) -> SqliteConfig {
+    SqliteConfig::new(path, liveness_core::Namespace::new(ns).unwrap())
+        .with_synchronous(o.synchronous)
+        .with_max_connections(2)
+        .unwrap()
+}
+
+/// Renews `renew` every ttl/3 for `o.seconds`; answers the process's CPU share, the
+/// median wall time of one round and the renewals refused.
+async fn steady<F, Fut>(o: &Options, mut renew: F) -> (f64, Duration, usize)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let period = o.ttl.duration() / 3;
+    let (wall0, cpu0) = (Instant::now(), cpu());
+    let mut rounds = Vec::new();
+    let mut lapsed = 0;
+    let mut tick = tokio::time::interval(period);
+    while wall0.elapsed() < Duration::from_secs(o.seconds) {
+        tick.tick().await;
+        let t = Instant::now();
+        lapsed += renew().await;
+        rounds.push(t.elapsed());
+    }
+    let pct = (cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64() * 100.0;
+    rounds.sort();
+    (pct, rounds[rounds.len() / 2], lapsed)
+}
+
+/// The members riding `o.sessions` sessions, one store handle each.
+async fn sessions(path: &std::path::Path, o: &Options) -> Figures {
+    let mut stores = Vec::new();
+    for _ in 0..o.sessions {
+        stores.push(
+            SqliteStore::connect(config(path, "bench_sessions", o))
+                .await
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    let per = o.members / o.sessions;
+    let joins: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(s, store)| {
+            let store = store.clone();
+            let ttl = o.ttl;
+            tokio::spawn(async move {
+                let holder = HolderId::new(format!("process-{s}")).unwrap();
+                let key = Key::new(Space::sessions(), Name::new(format!("p{s}")).unwrap());
+                let session = store.acquire(&key, &holder, ttl).await.unwrap();
+                let mut last_renewal = Instant::now();
+                let mut session = session;
+                for i in 0..per {
+                    // A process renews its session while its members join.
+                    if last_renewal.elapsed() > ttl.duration() / 3 {
+                        session = store.renew(&session).await.unwrap();
+                        last_renewal = Instant::now();
+                    }
+                    let member = Key::member(&format!("p{s}-m{i}")).unwrap();
+                    store
+                        .join_session(&session, &member, &holder)
+                        .await
+                        .unwrap();
+                }
+                session
+            })
+        })
+        .collect();
+    let mut held: Vec<(SqliteStore, Lease)> = Vec::new();
+    for (store, join) in stores.into_iter().zip(joins) {
+        held.push((store, join.await.unwrap()));
+    }
+    let join = started.elapsed();
+    let (cpu_pct, round, lapsed) = steady(o, || {
+        let held = held.clone();
+        async move {
+            let mut lapsed = 0;
+            for (store, session) in &held {
+                lapsed += usize::from(store.renew(session).await.is_err());
+            }
+            lapsed
+        }
+    })
+    .await;
+    drain(&held[0].0, &held[0].1).await;
+    Figures {
+        join,
+        cpu_pct,
+        round,
+        lapsed,
+    }
+}
+
+/// Kills `session` (renewed with a 1 ms ttl) and drains it as a checker does: reap,
+/// then `requeue_orphans` of its token until it leaves the dead set. Prints the calls,
+/// the members retired, the whole drain's time and the longest call (the longest the
+/// file's write lock was held for it).
+async fn drain(store: &SqliteStore, session: &Lease) {
+    let short = Lease {
+        ttl: Ttl::new(Duration::from_millis(1)).unwrap(),
+        ..session.clone()
+    };
+    store.renew(&short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(store.reap(&session.key, session.token).await.unwrap());
+    let started = Instant::now();
+    let (mut calls, mut retired, mut longest) = (0, 0, Duration::ZERO);
+    loop {
+        let t = Instant::now();
+        let moved = store.requeue_orphans(session.token).await.unwrap();
+        longest = longest.max(t.elapsed());
+        calls += 1;
+        retired += moved.retired.len();
+        let dead = store.dead_tokens(1).await.unwrap();
+        if dead.first().map(|d| d.token) != Some(session.token) {
+            break;
+        }
+    }
+    println!(
+        "drain of one dead session      {retired} members in {calls} calls, {:.1} ms in all, \
+         longest call {:.1} ms",
+        started.elapsed().as_secs_f64() * 1000.0,
+        longest.as_secs_f64() * 1000.0
+    );
+}
+
+/// The members as leases of their own, renewed with `renew_many`.
+async fn leases(path: &std::path::Path, o: &Options) -> Figures {
+    let store = SqliteStore::connect(config(path, "bench_leases", o))
+        .await
+        .unwrap();
+    let batch = store.capabilities().max_batch;
+    let holder = HolderId::new("process").unwrap();
+    let started = Instant::now();
+    let mut held = Vec::with_capacity(o.members);
+    let keys: Vec<usize> = (0..o.members).collect();
+    for chunk in keys.chunks(batch) {
+        let asks: Vec<Acquire> = chunk
+            .iter()
+            .map(|i| {
+                Acquire::new(
+                    Key::member(&format!("m{i}")).unwrap(),
+                    holder.clone(),
+                    o.ttl,
+                )
+            })
+            .collect();
+        for r in store.acquire_many(&asks).await.unwrap() {
+            held.push(r.unwrap());
+        }
+    }
+    let join = started.elapsed();
+    if join >= o.ttl.duration() {
+        println!("(the first leases expired before the last was taken: raise --ttl-ms)");
+    }
+    let (cpu_pct, round, lapsed) = steady(o, || {
+        let (store, held) = (store.clone(), held.clone());
+        async move {
+            let mut lapsed = 0;
+            for chunk in held.chunks(batch) {
+                let answers = store.renew_many(chunk).await.unwrap();
+                lapsed += answers.iter().filter(|r| r.is_err()).count();
+            }
+            lapsed
+        }
+    })
+    .await;
+    Figures {
+        join,
+        cpu_pct,
+        round,
+        lapsed,
+    }
+}
+
+fn main() {
+    let o = Options::from_args();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    println!(
+        "file {} synchronous={:?} members={} sessions={} ttl={:?} steady state {} s",
+        path.display(),
+        o.synchronous,
+        o.members,
+        o.sessions,
+        o.ttl.duration(),
+        o.seconds
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let riding = sessions(&path, &o).await;
+        riding.print("riding sessions", &o);
+        if o.leases {
+            let each = leases(&path, &o).await;
+            each.print("a lease each (renew_many)", &o);
+            println!(
+                "ratio (a lease each / sessions): steady-state CPU {:.0}x, renewal round {:.0}x",
+                each.cpu_pct / riding.cpu_pct.max(0.01),
+                each.round.as_secs_f64() / riding.round.as_secs_f64().max(1e-6)
+            );
+        }
+    });
+}
