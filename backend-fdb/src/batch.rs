@@ -68,7 +68,7 @@ impl FdbStore {
                 continue;
             }
             let entry = match self
-                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce)
+                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce, None)
                 .await
             {
                 Ok(acquired) => acquired,
@@ -90,8 +90,12 @@ impl FdbStore {
 
     /// Acquires `key` at `now` (this attempt's observation) in the open transaction:
     /// the one step of [`FdbStore::acquire_once`] and of each entry of
-    /// [`FdbStore::acquire_many_once`]. A live lease answers `Held` (`Fail::Stop`,
-    /// nothing written); an expired one is retired (dead set, death record) first.
+    /// [`FdbStore::acquire_many_once`], and of `join_session` (`ride`: the session
+    /// the new record rides). A live lease answers `Held` (`Fail::Stop`, nothing
+    /// written); an expired one, or one riding a session that is expired or gone, is
+    /// retired (dead set, death record) first. The session of a riding record is
+    /// read with a conflict here: retiring it because its session is not live must
+    /// not commit past a renewal of that session.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire_at(
         &self,
@@ -102,13 +106,14 @@ impl FdbStore {
         holder: &HolderId,
         ttl: Ttl,
         nonce: u64,
+        ride: Option<&Lease>,
     ) -> Result<Acquired, Fail> {
         let mut retired = None;
         if let Some(rec) = self.read_lease(tx, key, false).await? {
             if at.maybe_committed && rec.nonce == nonce {
                 return Ok(Acquired::Already(rec));
             }
-            if !self.is_expired(key, &rec, now) {
+            if !self.rec_expired(tx, key, &rec, now, false).await? {
                 return Err(Fail::Stop(Error::Held {
                     key: key.clone(),
                     holder: rec.holder,
@@ -121,7 +126,12 @@ impl FdbStore {
             retired = Some(rec);
         }
         let token = FencingToken(self.next_counter(tx, "token").await?);
-        self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder);
+        match ride {
+            None => self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder),
+            Some(session) => {
+                self.write_rider(tx, key, token, ttl.as_millis(), nonce, holder, session)
+            }
+        }
         Ok(Acquired::New { token, retired })
     }
 }
@@ -177,9 +187,16 @@ impl FdbStore {
                         i += 1;
                         continue;
                     };
+                    let members = !batch.retired.is_empty();
                     count += batch.requeued.len() + batch.dead_lettered.len();
+                    count += batch.retired.len();
                     moved.push((i, batch));
                     if !done {
+                        // A dead session's batch of members is all this call does
+                        // for its token (one batch per call); items go on.
+                        if members {
+                            i += 1;
+                        }
                         break;
                     }
                     i += 1;
@@ -189,6 +206,7 @@ impl FdbStore {
             for (i, batch) in moved {
                 out[i].requeued.extend(batch.requeued);
                 out[i].dead_lettered.extend(batch.dead_lettered);
+                out[i].retired.extend(batch.retired);
             }
             next = upto;
         }

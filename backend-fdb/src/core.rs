@@ -122,7 +122,7 @@ impl FdbStore {
                     max_batch: MAX_BATCH,
                     max_payload: MAX_PAYLOAD,
                     death_retention: options.death_retention.max(1),
-                    sessions: false,
+                    sessions: true,
                 },
                 issuer: Issuer::located(BACKEND, &location, namespace.clone()),
             },
@@ -265,10 +265,14 @@ impl FdbStore {
         }
     }
 
-    /// Removes the lease record and its index entry and puts the token in the dead set.
+    /// Removes the lease record and its index entry (a riding member's: its entry
+    /// among its session's riders) and puts the token in the dead set.
     pub(crate) fn retire(&self, tx: &mut dyn Transaction, key: &Key, rec: &LeaseRec, nonce: u64) {
         tx.clear(&self.layout.lease(key));
-        tx.clear(&self.layout.index(key, rec.ttl_ms, &rec.stamp));
+        match &rec.session {
+            None => tx.clear(&self.layout.index(key, rec.ttl_ms, &rec.stamp)),
+            Some((_, session)) => tx.clear(&self.layout.rider(*session, key)),
+        }
         tx.set(&self.layout.dead(rec.token), &encode_dead(nonce, key));
     }
 
@@ -284,7 +288,7 @@ impl FdbStore {
     ) {
         tx.set_versionstamped_value(
             &self.layout.lease(key),
-            &LeaseRec::encode_stamped(token, ttl_ms, nonce, holder),
+            &LeaseRec::encode_stamped(token, ttl_ms, nonce, holder, None),
         );
         tx.set_versionstamped_key(
             &self.layout.index_stamped(key, ttl_ms),
@@ -326,12 +330,14 @@ impl FdbStore {
         Ok(next)
     }
 
-    /// Checks that `lease` is current and live for this handle.
+    /// Checks that `lease` is current and live for this handle: the record and, for
+    /// a riding member, its session's deadline (a snapshot read guarded by the
+    /// session's dead-set entry: see `session_deadline`), which it returns.
     pub(crate) async fn check_current(
         &self,
         tx: &mut dyn Transaction,
         lease: &Lease,
-    ) -> Result<LeaseRec, Fail> {
+    ) -> Result<(LeaseRec, Option<Instant>), Fail> {
         let now = self.observe(tx).await?;
         let Some(rec) = self.read_lease(tx, &lease.key, false).await? else {
             return Err(lost(lease, LostCause::Released));
@@ -339,10 +345,19 @@ impl FdbStore {
         if rec.token != lease.token {
             return Err(lost(lease, LostCause::Superseded));
         }
-        if self.is_expired(&lease.key, &rec, now) {
-            return Err(lost(lease, LostCause::Expired));
-        }
-        Ok(rec)
+        let session = match &rec.session {
+            None if self.is_expired(&lease.key, &rec, now) => {
+                return Err(lost(lease, LostCause::Expired))
+            }
+            None => None,
+            Some((skey, stoken)) => {
+                match self.session_deadline(tx, skey, *stoken, now, true).await? {
+                    Some(deadline) => Some(deadline),
+                    None => return Err(lost(lease, LostCause::Expired)),
+                }
+            }
+        };
+        Ok((rec, session))
     }
 
     /// Reads and decodes the metadata of item `id`.

@@ -9,6 +9,13 @@
 //! clears the record that fell out of the retention window (one clear per death). A
 //! sweep (`requeue_orphans`, in batches) keeps a running tally beside the dead token;
 //! the batch that empties the token writes it into the death record.
+//!
+//! The sweep of a dead SESSION's token first retires its riding members, one batch
+//! of at most `MAX_BATCH` per transaction (and per `requeue_orphans` call), read from
+//! the session's rider entries `("s", token, …)`: each member's record and rider
+//! entry cleared, its token into the dead set and linked (`("Dt", member)`) to the
+//! session's death record, whose member count rises by the batch. The session's
+//! token stays in the dead set until no rider is left; its items follow.
 
 use std::time::Duration;
 
@@ -25,9 +32,10 @@ use crate::error::corrupt;
 use crate::keys::{decode_dead, decode_index_value, decode_u64, LeaseRec};
 use crate::kv::{Attempt, Fail, RangeRead, Stamp, Transaction};
 
-/// A death record as stored: cause(1) at_us(8) token(8) swept(1 + 8 + 8), then
-/// `space/name`, a newline and the holder.
-fn encode(rec: &DeathRecord) -> Vec<u8> {
+/// A death record as stored: cause(1) at_us(8) token(8) swept(1 + 8 + 8), for a
+/// swept record (flag 2) then members(8), then `space/name`, a newline and the
+/// holder. Flag 0: not swept; 1: swept, written before records counted members.
+pub(crate) fn encode_death(rec: &DeathRecord) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.push(match rec.cause {
         DeathCause::Reaped => 0,
@@ -38,9 +46,12 @@ fn encode(rec: &DeathRecord) -> Vec<u8> {
     out.extend_from_slice(&at.to_be_bytes());
     out.extend_from_slice(&rec.token.0.to_be_bytes());
     let swept = rec.swept.unwrap_or_default();
-    out.push(u8::from(rec.swept.is_some()));
+    out.push(if rec.swept.is_some() { 2 } else { 0 });
     out.extend_from_slice(&swept.requeued.to_be_bytes());
     out.extend_from_slice(&swept.dead_lettered.to_be_bytes());
+    if rec.swept.is_some() {
+        out.extend_from_slice(&swept.members.to_be_bytes());
+    }
     out.extend_from_slice(format!("{}\n{}", rec.key, rec.holder).as_bytes());
     out
 }
@@ -49,7 +60,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-fn decode(seq: u64, b: &[u8]) -> Option<DeathRecord> {
+pub(crate) fn decode_death(seq: u64, b: &[u8]) -> Option<DeathRecord> {
     let cause = match b.first()? {
         0 => DeathCause::Reaped,
         1 => DeathCause::Released,
@@ -58,15 +69,19 @@ fn decode(seq: u64, b: &[u8]) -> Option<DeathRecord> {
     };
     let at = StoreTime::from_epoch(Duration::from_micros(u64_at(b, 1)?));
     let token = FencingToken(u64_at(b, 9)?);
-    let swept = match b.get(17)? {
-        0 => None,
-        _ => Some(Swept {
-            members: 0,
-            requeued: u64_at(b, 18)?,
-            dead_lettered: u64_at(b, 26)?,
-        }),
+    let (swept, text_at) = match b.get(17)? {
+        0 => (None, 34),
+        flag => {
+            let members = if *flag == 2 { u64_at(b, 34)? } else { 0 };
+            let swept = Swept {
+                members,
+                requeued: u64_at(b, 18)?,
+                dead_lettered: u64_at(b, 26)?,
+            };
+            (Some(swept), if *flag == 2 { 42 } else { 34 })
+        }
     };
-    let text = std::str::from_utf8(b.get(34..)?).ok()?;
+    let text = std::str::from_utf8(b.get(text_at..)?).ok()?;
     let (key, holder) = text.split_once('\n')?;
     Some(DeathRecord {
         seq,
@@ -115,7 +130,7 @@ impl FdbStore {
             cause,
             swept: None,
         };
-        tx.set(&self.layout.death(seq), &encode(&death));
+        tx.set(&self.layout.death(seq), &encode_death(&death));
         tx.set(&self.layout.death_of(rec.token), &seq.to_be_bytes());
         let keep = u64::try_from(self.info.caps.death_retention.max(1)).unwrap_or(u64::MAX);
         if seq > keep {
@@ -153,9 +168,17 @@ impl FdbStore {
         let seq = decode_u64(&raw)?;
         let rec_key = self.layout.death(seq);
         if let Some(raw) = tx.get(&rec_key, false).await? {
-            let mut rec = decode(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("a death record")))?;
-            rec.swept = Some(tally);
-            tx.set(&rec_key, &encode(&rec));
+            let mut rec =
+                decode_death(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("a death record")))?;
+            // Cumulative: a session's record also counts its members, and what the
+            // sweeps of their tokens (linked to it) moved.
+            let before = rec.swept.unwrap_or_default();
+            rec.swept = Some(Swept {
+                members: before.members,
+                requeued: before.requeued + tally.requeued,
+                dead_lettered: before.dead_lettered + tally.dead_lettered,
+            });
+            tx.set(&rec_key, &encode_death(&rec));
         }
         Ok(())
     }
@@ -182,7 +205,7 @@ impl FdbStore {
             .await?
         {
             let seq = self.layout.parse_id(&k)?;
-            out.push(decode(seq, &v).ok_or_else(|| Fail::Stop(corrupt("a death record")))?);
+            out.push(decode_death(seq, &v).ok_or_else(|| Fail::Stop(corrupt("a death record")))?);
         }
         Ok(out)
     }
@@ -326,14 +349,17 @@ impl FdbStore {
             return Ok(Retire::Done(None));
         }
         let now = self.observe(tx).await?;
-        match self.read_lease(tx, key, false).await? {
-            Some(rec) if rec.token == token && self.is_expired(key, &rec, now) => {
-                self.retire(tx, key, &rec, nonce);
-                self.record_death(tx, key, &rec, DeathCause::Reaped).await?;
-                Ok(Retire::Done(Some(rec)))
-            }
-            _ => Ok(Retire::No),
+        let Some(rec) = self.read_lease(tx, key, false).await? else {
+            return Ok(Retire::No);
+        };
+        // A riding member is judged by its session, read with a conflict: a renewal
+        // of the session committed in between makes this reap retry.
+        if rec.token != token || !self.rec_expired(tx, key, &rec, now, false).await? {
+            return Ok(Retire::No);
         }
+        self.retire(tx, key, &rec, nonce);
+        self.record_death(tx, key, &rec, DeathCause::Reaped).await?;
+        Ok(Retire::Done(Some(rec)))
     }
 
     pub(crate) async fn dead_once(
@@ -363,10 +389,17 @@ impl FdbStore {
         if tx.get(&self.layout.dead(token), false).await?.is_none() {
             return Ok(None);
         }
+        let mut out = Requeued::default();
+        // A dead session's riders first, a batch per call; its token stays in the
+        // dead set while any remain.
+        let (retired, more) = self.drain_riders(tx, token).await?;
+        out.retired = retired;
+        if more {
+            return Ok(Some((out, false)));
+        }
         let (b, e) = self.layout.owned_by(token);
         let rows = tx.range(RangeRead::new(&b, &e, MAX_BATCH)).await?;
         let done = rows.len() < MAX_BATCH;
-        let mut out = Requeued::default();
         for (k, _) in rows {
             let id = self.layout.parse_id(&k)?;
             match self.read_meta(tx, id, false).await? {
@@ -388,5 +421,50 @@ impl FdbStore {
             tx.clear(&self.layout.claim_mark(token));
         }
         Ok(Some((out, done)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(swept: Option<Swept>) -> DeathRecord {
+        DeathRecord {
+            seq: 3,
+            key: Key::parse("sessions/p").unwrap(),
+            holder: HolderId::new("h").unwrap(),
+            token: FencingToken(8),
+            at: StoreTime::from_epoch(Duration::from_micros(5)),
+            cause: DeathCause::Reaped,
+            swept,
+        }
+    }
+
+    #[test]
+    fn a_death_record_keeps_its_member_count() {
+        for swept in [
+            None,
+            Some(Swept {
+                members: 2_000,
+                requeued: 3,
+                dead_lettered: 1,
+            }),
+        ] {
+            let rec = record(swept);
+            assert_eq!(decode_death(3, &encode_death(&rec)), Some(rec));
+        }
+        // A record written before records counted members (flag 1) reads as none.
+        let mut old = encode_death(&record(None));
+        old[17] = 1;
+        old[18..26].copy_from_slice(&4u64.to_be_bytes());
+        let swept = decode_death(3, &old).unwrap().swept;
+        assert_eq!(
+            swept,
+            Some(Swept {
+                members: 0,
+                requeued: 4,
+                dead_lettered: 0
+            })
+        );
     }
 }

@@ -124,6 +124,9 @@ struct State {
     active: BTreeMap<u64, usize>,
     /// How many of the next commits report `commit_unknown_result` after applying.
     inject_unknown: u32,
+    /// The keys each commit wrote, one list per commit, while tests ask for them
+    /// ([`DoubleDatabase::keep_written`]).
+    written: Option<Vec<Vec<Vec<u8>>>>,
 }
 
 impl State {
@@ -212,6 +215,23 @@ impl DoubleDatabase {
     /// `commit_unknown_result`, as FoundationDB does when a proxy fails mid-commit.
     pub fn inject_unknown_results(&self, n: u32) {
         lock(&self.state).inject_unknown = n;
+    }
+
+    /// Starts keeping the keys every later commit writes (set, cleared, added or
+    /// versionstamped), one list per commit, until [`DoubleDatabase::take_written`]
+    /// hands them over: lets tests check what an operation writes.
+    pub fn keep_written(&self) {
+        lock(&self.state).written.get_or_insert_with(Vec::new);
+    }
+
+    /// The keys each commit wrote since [`DoubleDatabase::keep_written`] or the last
+    /// call, one list per commit, oldest first (empty when not keeping them).
+    pub fn take_written(&self) -> Vec<Vec<Vec<u8>>> {
+        lock(&self.state)
+            .written
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// How many commits failed with a conflict so far (each was retried).
@@ -566,6 +586,9 @@ impl Transaction for DoubleTxn {
         st.log.push_back((version, ranges));
         if let Some(rv) = self.rv.take() {
             st.release(rv);
+        }
+        if let Some(written) = st.written.as_mut() {
+            written.push(keys.clone());
         }
         st.collect(&keys);
         let unknown = st.inject_unknown > 0;

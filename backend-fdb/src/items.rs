@@ -59,7 +59,11 @@ impl ItemStore for FdbStore {
             };
             total.requeued.extend(moved.requeued);
             total.dead_lettered.extend(moved.dead_lettered);
-            if done {
+            // A batch of a dead session's members ends the call (at most `MAX_BATCH`
+            // members per call): the next call goes on.
+            let members = !moved.retired.is_empty();
+            total.retired.extend(moved.retired);
+            if done || members {
                 break;
             }
         }

@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! ("liveness", ns) +
-//!   ("l", space, name)                  -> lease record: stamp(10) token(8) ttl_ms(8) nonce(8) holder
+//!   ("l", space, name)                  -> lease record: stamp(10) token(8) ttl_ms(8) nonce(8) holder,
+//!                                          for a riding member then 0x00 session-token(8) "space/name"
+//!   ("s", session token, space, name)   -> ""                     the members riding a session, by its
+//!                                                                 token: what its drain reads a batch of
 //!   ("e", space, ttl_ms, stamp, name)   -> token(8) holder        expiry/observation index
 //!   ("d", token)                        -> nonce(8) "space/name"  dead set
 //!   ("n", "token") / ("n", "item")      -> u64 big-endian         counters
@@ -117,6 +120,26 @@ impl Layout {
         let mut stamp = [0u8; 10];
         stamp.copy_from_slice(vs.transaction_version());
         Ok((ttl, stamp, name))
+    }
+
+    /// The entry of the member on `key` among the riders of the session `session`.
+    pub(crate) fn rider(&self, session: FencingToken, key: &Key) -> Vec<u8> {
+        self.pack(&("s", session.0, key.space().as_str(), key.name().as_str()))
+    }
+
+    /// Every rider entry of the session `session`, in key order.
+    pub(crate) fn riders_of(&self, session: FencingToken) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("s", session.0)))
+    }
+
+    /// Decodes a rider entry: the member's key.
+    pub(crate) fn parse_rider(&self, key: &[u8]) -> Result<Key, Error> {
+        let bad = || corrupt("a session's rider entry");
+        let (_, _, space, name): (String, u64, String, String) =
+            self.root.unpack(key).map_err(|_| bad())?;
+        let space = Space::new(space).map_err(|_| bad())?;
+        let name = liveness_core::Name::new(name).map_err(|_| bad())?;
+        Ok(Key::new(space, name))
     }
 
     pub(crate) fn dead(&self, token: FencingToken) -> Vec<u8> {
@@ -292,15 +315,21 @@ pub(crate) struct LeaseRec {
     /// an unknown result).
     pub(crate) nonce: u64,
     pub(crate) holder: HolderId,
+    /// For a member riding a session: the session's key and token. Such a record has
+    /// no expiry of its own (no index entry): it lives while that session lease does.
+    pub(crate) session: Option<(Key, FencingToken)>,
 }
 
 impl LeaseRec {
-    /// The value with a stamp placeholder and its offset suffix (0).
+    /// The value with a stamp placeholder and its offset suffix (0). A riding
+    /// member's record appends a 0x00 byte (never in a holder id, which has no
+    /// control characters), its session's token and key.
     pub(crate) fn encode_stamped(
         token: FencingToken,
         ttl_ms: u64,
         nonce: u64,
         holder: &HolderId,
+        session: Option<(&Key, FencingToken)>,
     ) -> Vec<u8> {
         let mut v = Vec::with_capacity(38 + holder.as_str().len());
         v.extend_from_slice(&INCOMPLETE);
@@ -308,6 +337,11 @@ impl LeaseRec {
         v.extend_from_slice(&ttl_ms.to_be_bytes());
         v.extend_from_slice(&nonce.to_be_bytes());
         v.extend_from_slice(holder.as_str().as_bytes());
+        if let Some((key, token)) = session {
+            v.push(0);
+            v.extend_from_slice(&token.0.to_be_bytes());
+            v.extend_from_slice(key.to_string().as_bytes());
+        }
         v.extend_from_slice(&0u32.to_le_bytes());
         v
     }
@@ -319,13 +353,25 @@ impl LeaseRec {
         let token = FencingToken(u64_at(b, 10).ok_or_else(bad)?);
         let ttl_ms = u64_at(b, 18).ok_or_else(bad)?;
         let nonce = u64_at(b, 26).ok_or_else(bad)?;
-        let holder = HolderId::from_bytes(b.get(34..).ok_or_else(bad)?).map_err(|_| bad())?;
+        let rest = b.get(34..).ok_or_else(bad)?;
+        let (holder, session) = match rest.iter().position(|&c| c == 0) {
+            None => (rest, None),
+            Some(at) => {
+                let token = FencingToken(u64_at(rest, at + 1).ok_or_else(bad)?);
+                let text = rest.get(at + 9..).ok_or_else(bad)?;
+                let text = std::str::from_utf8(text).map_err(|_| bad())?;
+                let key = Key::parse(text).map_err(|_| bad())?;
+                (&rest[..at], Some((key, token)))
+            }
+        };
+        let holder = HolderId::from_bytes(holder).map_err(|_| bad())?;
         Ok(LeaseRec {
             stamp,
             token,
             ttl_ms,
             nonce,
             holder,
+            session,
         })
     }
 }
@@ -409,5 +455,42 @@ impl ItemMeta {
             max_attempts,
             state,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value as the commit writes it: the placeholder replaced, the offset gone.
+    fn committed(mut v: Vec<u8>) -> Vec<u8> {
+        v.truncate(v.len() - 4);
+        v[..10].copy_from_slice(&[7; 10]);
+        v
+    }
+
+    #[test]
+    fn a_riding_member_s_record_names_its_session() {
+        let holder = HolderId::new("node a#1").unwrap();
+        let session = Key::parse("sessions/proc-1").unwrap();
+        let raw = LeaseRec::encode_stamped(
+            FencingToken(9),
+            60_000,
+            5,
+            &holder,
+            Some((&session, FencingToken(4))),
+        );
+        let rec = LeaseRec::decode(&committed(raw)).unwrap();
+        assert_eq!(
+            (rec.token, rec.ttl_ms, rec.nonce),
+            (FencingToken(9), 60_000, 5)
+        );
+        assert_eq!(rec.holder, holder);
+        assert_eq!(rec.session, Some((session, FencingToken(4))));
+
+        let own = LeaseRec::encode_stamped(FencingToken(9), 60_000, 5, &holder, None);
+        let rec = LeaseRec::decode(&committed(own)).unwrap();
+        assert_eq!(rec.holder, holder);
+        assert_eq!(rec.session, None);
     }
 }

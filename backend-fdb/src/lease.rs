@@ -4,9 +4,11 @@
 //! acquire, renew, release, inspect and members are here; those of expiry and reaping
 //! are in `deaths.rs`, the batch ones in `batch.rs`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use liveness_core::sync::lock;
+use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
     Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result, Space, StoreInfo,
@@ -46,9 +48,48 @@ impl LeaseStore for FdbStore {
         self.acquire_batch(asks).await
     }
 
+    async fn join_session(
+        &self,
+        session: &Lease,
+        key: &Key,
+        holder: &HolderId,
+    ) -> liveness_core::Result<Lease> {
+        let nonce = fastrand::u64(..);
+        let ((outcome, until), _) = transact!(self.db, |tx, at| self
+            .join_once(tx, at, session, key, holder, nonce))?;
+        let token = match outcome {
+            Acquired::New { token, retired } => {
+                if let Some(old) = retired {
+                    lock(&self.obs).forget_stamp(key, &old.stamp);
+                    tick(&self.wake);
+                }
+                token
+            }
+            Acquired::Already(rec) => rec.token,
+        };
+        // No `wrote`: a riding member has no expiry of its own to observe.
+        Ok(Lease {
+            expires_in: until.saturating_duration_since(Instant::now()),
+            ..Lease::granted(
+                &self.info.issuer,
+                key.clone(),
+                holder.clone(),
+                token,
+                session.ttl,
+            )
+        })
+    }
+
     async fn renew(&self, lease: &Lease) -> liveness_core::Result<Lease> {
         let sent = Instant::now();
-        let (_, stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
+        let ((_, session), stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
+        if let Some(until) = session {
+            // A riding member: nothing was written; it stands as its session does.
+            return Ok(Lease {
+                expires_in: until.saturating_duration_since(Instant::now()),
+                ..lease.clone()
+            });
+        }
         let stamp =
             stamp.ok_or_else(|| corrupt("a versionstamped commit returned no versionstamp"))?;
         lock(&self.obs).wrote(&lease.key, stamp, sent, lease.ttl.duration());
@@ -140,15 +181,21 @@ impl FdbStore {
         nonce: u64,
     ) -> Result<Acquired, Fail> {
         let now = self.observe(tx).await?;
-        self.acquire_at(tx, at, now, key, holder, ttl, nonce).await
+        self.acquire_at(tx, at, now, key, holder, ttl, nonce, None)
+            .await
     }
 
+    /// `renew`: a lease of its own gets a new stamp; a riding member writes nothing
+    /// and answers its session's deadline (`Some`).
     pub(crate) async fn renew_once(
         &self,
         tx: &mut dyn Transaction,
         lease: &Lease,
-    ) -> Result<LeaseRec, Fail> {
-        let rec = self.check_current(tx, lease).await?;
+    ) -> Result<(LeaseRec, Option<Instant>), Fail> {
+        let (rec, session) = self.check_current(tx, lease).await?;
+        if rec.session.is_some() {
+            return Ok((rec, session));
+        }
         tx.clear(&self.layout.index(&lease.key, rec.ttl_ms, &rec.stamp));
         self.write_lease(
             tx,
@@ -158,7 +205,7 @@ impl FdbStore {
             rec.nonce,
             &rec.holder,
         );
-        Ok(rec)
+        Ok((rec, None))
     }
 
     pub(crate) async fn release_once(
@@ -192,9 +239,7 @@ impl FdbStore {
             return Ok(None);
         };
         let ttl = ttl_of(rec.ttl_ms);
-        let deadline = lock(&self.obs)
-            .deadline(key, &rec.stamp, ttl)
-            .unwrap_or(now + ttl);
+        let deadline = self.rec_deadline(tx, key, &rec, now).await?;
         let status = if now < deadline {
             LeaseStatus::Live {
                 remaining: deadline - now,
@@ -204,7 +249,7 @@ impl FdbStore {
         };
         let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
         Ok(Some(LeaseInfo {
-            session: None,
+            session: rec.session.map(|(k, _)| k),
             key: key.clone(),
             holder: rec.holder,
             token: rec.token,
@@ -227,16 +272,24 @@ impl FdbStore {
             .layout
             .leases_after(space, after.map(|k| k.name().as_str()));
         let mut out = Vec::new();
+        // Members of one session share its deadline: one read of it per page.
+        let mut sessions: HashMap<(Key, FencingToken), Instant> = HashMap::new();
         for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
             let name = Name::new(self.layout.parse_lease(&k)?)
                 .map_err(|_| Fail::Stop(corrupt("a lease key")))?;
             let key = Key::new(space.clone(), name);
             let rec = LeaseRec::decode(&v)?;
             let ttl = ttl_of(rec.ttl_ms);
-            let deadline = {
-                let mut obs = lock(&self.obs);
-                obs.note_ttl(ttl);
-                obs.deadline(&key, &rec.stamp, ttl).unwrap_or(now + ttl)
+            let deadline = match &rec.session {
+                Some(ridden) => match sessions.get(ridden) {
+                    Some(d) => *d,
+                    None => {
+                        let d = self.rec_deadline(tx, &key, &rec, now).await?;
+                        sessions.insert(ridden.clone(), d);
+                        d
+                    }
+                },
+                None => self.rec_deadline(tx, &key, &rec, now).await?,
             };
             let status = if now < deadline {
                 LeaseStatus::Live {
@@ -246,7 +299,7 @@ impl FdbStore {
                 LeaseStatus::Expired
             };
             out.push(LeaseInfo {
-                session: None,
+                session: rec.session.map(|(k, _)| k),
                 key,
                 holder: rec.holder,
                 token: rec.token,

@@ -15,6 +15,7 @@ mod lease;
 #[cfg(feature = "native")]
 mod native;
 mod observe;
+mod session;
 
 pub use crate::core::FdbStore;
 pub use config::{FdbConfig, SCHEMES, URL};
