@@ -9,16 +9,31 @@
 //! which the scenarios check with real waits; here the state machine of tokens, dead
 //! sets, fencing and requeues is compared exhaustively.
 //!
+//! Sessions: holders open session leases (keys of `Space::sessions()`) and join
+//! members riding them. On a store with native sessions (`capabilities().sessions`)
+//! the model serves them natively too, with the store's `max_batch`: members live
+//! exactly while their session's token is current and live, the release of a member
+//! retires it alone, an acquire or join of a key whose record rides a dead session
+//! supersedes it, and each `requeue_orphans` of a dead session's token retires at most
+//! `max_batch` of its members. Besides the comparison, the store's own answers are
+//! held to those rules: no drain answer retires more than `max_batch` members, each
+//! member's token is retired once, by the drain of the session it joined, and at the
+//! end of a case every member rides live exactly when its session lease is. On a
+//! store without native sessions the model's `join_session` is an `acquire`, as the
+//! store's default is.
+//!
 //! The case count comes from `PROPTEST_CASES`, else the default given to
 //! [`suite!`](crate::suite).
 
 use liveness_core::Page;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use liveness_core::layer::Intercepted;
 use liveness_core::{
-    EnqueueOptions, Error, FencingToken, HolderId, ItemId, ItemState, ItemStateKind, Key, Lease,
-    MemoryServer, RequestId, Space, Store, Ttl,
+    async_trait, Capabilities, EnqueueOptions, Error, FencingToken, HolderId, Intercept, ItemId,
+    ItemState, ItemStateKind, Key, Lease, LeaseInfo, MemoryServer, Name, Next, Reply, Request,
+    RequestId, Requeued, Space, Store, Ttl,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -27,6 +42,7 @@ use crate::{fresh_namespace, Factory};
 
 const HOLDERS: usize = 3;
 const KEYS: usize = 3;
+const SESSIONS: usize = 2;
 
 /// One operation of a case.
 #[derive(Clone, Debug)]
@@ -75,6 +91,23 @@ pub enum Op {
     RetryDeadLetter(usize),
     /// Retry up to `n` dead letters.
     RetryDeadLetters(usize),
+    /// Holder `h` opens session `s`: acquires the key `s{s}` of `Space::sessions()`.
+    OpenSession(usize, usize),
+    /// Holder `h` joins key `k` riding the last lease taken on session `s`
+    /// (`join_session`); its lease then serves the holder's operations on `k`.
+    JoinSession(usize, usize, usize),
+    /// Renew the last lease taken on session `s`.
+    RenewSession(usize),
+    /// Release the last lease taken on session `s`: its members die with it.
+    ReleaseSession(usize),
+    /// Reap session `s` with the `t`-th token handed out (never succeeds: nothing
+    /// expires).
+    ReapSession(usize, usize),
+    /// Inspect session `s`.
+    InspectSession(usize),
+    /// Requeue the orphans of the last lease taken on session `s`: one step of the
+    /// drain of its members once it died.
+    DrainSession(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -100,7 +133,50 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3u8, proptest::option::of(0..10usize)).prop_map(|(s, i)| Op::Items(s, i)),
         1 => (0..10usize).prop_map(Op::RetryDeadLetter),
         1 => (1..4usize).prop_map(Op::RetryDeadLetters),
+        2 => (h.clone(), 0..SESSIONS).prop_map(|(h, s)| Op::OpenSession(h, s)),
+        5 => (h.clone(), k.clone(), 0..SESSIONS).prop_map(|(h, k, s)| Op::JoinSession(h, k, s)),
+        1 => (0..SESSIONS).prop_map(Op::RenewSession),
+        2 => (0..SESSIONS).prop_map(Op::ReleaseSession),
+        1 => (0..SESSIONS, 0..8usize).prop_map(|(s, t)| Op::ReapSession(s, t)),
+        1 => (0..SESSIONS).prop_map(Op::InspectSession),
+        4 => (0..SESSIONS).prop_map(Op::DrainSession),
     ]
+}
+
+/// The model's `join_session` on a store without native sessions: the store
+/// default's, an `acquire` with the session's ttl.
+#[derive(Debug)]
+struct JoinAcquires;
+
+#[async_trait]
+impl Intercept for JoinAcquires {
+    async fn call(&self, req: Request, next: Next) -> liveness_core::Result<Reply> {
+        match req {
+            Request::JoinSession {
+                session,
+                key,
+                holder,
+            } => {
+                let ttl = session.ttl;
+                match next.run(Request::Acquire { key, holder, ttl }).await? {
+                    Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
+                    other => Ok(other),
+                }
+            }
+            other => next.run(other).await,
+        }
+    }
+}
+
+/// The reference model for a store with `caps`: native sessions (drained
+/// `max_batch` members a step) when the store has them, else the default.
+fn model_of(server: &MemoryServer, caps: Capabilities) -> Arc<dyn Store> {
+    let store: Arc<dyn Store> = Arc::new(server.store(&fresh_namespace()));
+    let store = match caps.sessions {
+        true => store,
+        false => Arc::new(Intercepted::new(store, Arc::new(JoinAcquires))),
+    };
+    liveness_core::checked(store)
 }
 
 /// Runs the property test with `default_cases` cases (or `PROPTEST_CASES`). A factory
@@ -110,6 +186,12 @@ pub fn run(factory: Factory, default_cases: u32) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default_cases);
+    run_cases(factory, cases);
+}
+
+/// Runs the property test with exactly `cases` cases, whatever `PROPTEST_CASES` says
+/// (for a test that needs its cases to find a seeded bug); otherwise as [`run`].
+pub fn run_cases(factory: Factory, cases: u32) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -119,8 +201,13 @@ pub fn run(factory: Factory, default_cases: u32) {
         crate::skip::no_store("property_matches_model", "the factory returned None");
         return;
     };
+    let caps = probe.capabilities();
     drop(probe);
-    let model_server = MemoryServer::new();
+    let model_server = MemoryServer::new().with_capabilities(Capabilities {
+        sessions: caps.sessions,
+        max_batch: caps.max_batch,
+        ..Capabilities::default()
+    });
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -131,8 +218,7 @@ pub fn run(factory: Factory, default_cases: u32) {
             let real = factory()
                 .await
                 .ok_or_else(|| TestCaseError::fail("factory stopped giving stores"))?;
-            let model = liveness_core::checked(Arc::new(model_server.store(&fresh_namespace())));
-            check(real, model, ops).await
+            check(real, model_of(&model_server, caps), ops).await
         })
     });
     if let Err(e) = result {
@@ -140,8 +226,13 @@ pub fn run(factory: Factory, default_cases: u32) {
     }
 }
 
-/// A death record, normalised: cause, key, holder, token index, swept counts.
-type DeathSeen = (String, String, String, usize, Option<(u64, u64)>);
+/// A death record, normalised: cause, key, holder, token index, swept counts
+/// (members, requeued, dead-lettered).
+type DeathSeen = (String, String, String, usize, Option<(u64, u64, u64)>);
+
+/// A lease as `inspect` and `members` show it, normalised: key, holder, token index,
+/// live, the session it rides.
+type InfoSeen = (String, String, usize, bool, Option<String>);
 
 /// What one side saw, normalised so both sides compare equal when they agree.
 #[derive(Debug, PartialEq, Eq)]
@@ -152,13 +243,16 @@ enum Seen {
     Fenced,
     Invalid,
     Bool(bool),
-    Lease(Option<(String, usize)>),
+    Lease(Option<InfoSeen>),
     Items(Vec<(usize, u32)>),
     State(Option<String>),
     Ids(Vec<usize>, Vec<usize>),
     Tokens(Vec<usize>),
     Counts(u64, u64, u64, Vec<usize>),
-    Members(Vec<(String, String, usize, bool)>),
+    Members(Vec<InfoSeen>),
+    /// A requeue: items requeued, items dead-lettered, members retired (sorted:
+    /// which member a store drains first is its own choice).
+    Drained(Vec<usize>, Vec<usize>, Vec<(String, String, usize)>),
     Deaths(Vec<DeathSeen>),
     Records(Vec<(usize, String, u32)>),
     Input(String),
@@ -175,6 +269,14 @@ struct Side {
     leases: HashMap<(usize, usize), Lease>,
     /// The claim request ids used so far, in order (the same values on both sides).
     requests: Vec<RequestId>,
+    /// The last lease taken on each session.
+    sessions: HashMap<usize, Lease>,
+    /// The session token each member joined under, by the member's token.
+    rides: HashMap<FencingToken, FencingToken>,
+    /// The member tokens drains retired so far.
+    retired: HashSet<FencingToken>,
+    /// What the store's own answers broke of the session rules.
+    broken: Vec<String>,
 }
 
 impl Side {
@@ -185,6 +287,117 @@ impl Side {
             ids: Vec::new(),
             leases: HashMap::new(),
             requests: Vec::new(),
+            sessions: HashMap::new(),
+            rides: HashMap::new(),
+            retired: HashSet::new(),
+            broken: Vec::new(),
+        }
+    }
+
+    fn info(&self, i: &LeaseInfo) -> InfoSeen {
+        (
+            i.key.to_string(),
+            i.holder.to_string(),
+            self.tok(i.token),
+            i.is_live(),
+            i.session.as_ref().map(|s| s.to_string()),
+        )
+    }
+
+    /// A requeue of `token`'s orphans answered `r`: normalised, and held to the
+    /// drain's rules (at most `max_batch` members a step, each retired once, by the
+    /// drain of the session it joined; none on a store without native sessions).
+    fn drained(&mut self, token: FencingToken, r: Requeued) -> Seen {
+        let caps = self.store.capabilities();
+        if r.retired.len() > caps.max_batch.max(1) {
+            self.broken.push(format!(
+                "a drain retired {} members at once, over max_batch {}",
+                r.retired.len(),
+                caps.max_batch
+            ));
+        }
+        for m in &r.retired {
+            if !caps.sessions {
+                self.broken.push(format!(
+                    "a store without native sessions retired {} in a drain",
+                    m.key
+                ));
+            }
+            if self.rides.get(&m.token) != Some(&token) {
+                self.broken.push(format!(
+                    "the drain of token {} retired {} (token {}), which did not join under it",
+                    self.tok(token),
+                    m.key,
+                    self.tok(m.token)
+                ));
+            }
+            if !self.retired.insert(m.token) {
+                self.broken.push(format!(
+                    "{} (token {}) was retired twice",
+                    m.key,
+                    self.tok(m.token)
+                ));
+            }
+        }
+        let mut retired: Vec<(String, String, usize)> = r
+            .retired
+            .iter()
+            .map(|m| (m.key.to_string(), m.holder.to_string(), self.tok(m.token)))
+            .collect();
+        retired.sort();
+        Seen::Drained(
+            r.requeued.iter().map(|i| self.id(*i)).collect(),
+            r.dead_lettered.iter().map(|i| self.id(*i)).collect(),
+            retired,
+        )
+    }
+
+    async fn requeue(&mut self, token: FencingToken) -> Seen {
+        match self.store.requeue_orphans(token).await {
+            Ok(r) => self.drained(token, r),
+            Err(e) => self.err(e),
+        }
+    }
+
+    /// At the end of a case: every member whose record is still current rides live
+    /// exactly while its session's lease, under the token it joined, is current and
+    /// live.
+    async fn check_riders(&mut self) {
+        if !self.store.capabilities().sessions {
+            return;
+        }
+        let members: Vec<Lease> = self
+            .leases
+            .values()
+            .filter(|l| self.rides.contains_key(&l.token))
+            .cloned()
+            .collect();
+        for member in members {
+            let Ok(Some(info)) = self.store.inspect(&member.key).await else {
+                continue;
+            };
+            if info.token != member.token {
+                continue;
+            }
+            let session_token = self.rides[&member.token];
+            let sessions = self.sessions.values();
+            let Some(session) = sessions.into_iter().find(|l| l.token == session_token) else {
+                continue;
+            };
+            let session_live = matches!(
+                self.store.inspect(&session.key).await,
+                Ok(Some(s)) if s.token == session_token && s.is_live()
+            );
+            if info.is_live() != session_live {
+                self.broken.push(format!(
+                    "{} (token {}) is live: {}, while its session {} (token {}) is live: {session_live}",
+                    member.key,
+                    self.tok(member.token),
+                    info.is_live(),
+                    session.key,
+                    self.tok(session_token)
+                ));
+            }
         }
     }
 
@@ -230,6 +443,10 @@ impl Side {
 
     async fn apply(&mut self, op: &Op, long: Ttl) -> Seen {
         let key = |k: usize| Key::member(&format!("k{k}")).unwrap_or_else(|e| panic!("{e}"));
+        let session_key = |s: usize| {
+            let name = Name::new(format!("s{s}")).unwrap_or_else(|e| panic!("{e}"));
+            Key::new(Space::sessions(), name)
+        };
         let holder = |h: usize| HolderId::new(format!("h{h}")).unwrap_or_else(|e| panic!("{e}"));
         let s = self.store.clone();
         match op {
@@ -256,8 +473,61 @@ impl Side {
                 },
             },
             Op::Inspect(k) => match s.inspect(&key(*k)).await {
-                Ok(i) => Seen::Lease(i.map(|i| (i.holder.to_string(), self.tok(i.token)))),
+                Ok(i) => Seen::Lease(i.map(|i| self.info(&i))),
                 Err(e) => self.err(e),
+            },
+            Op::InspectSession(n) => match s.inspect(&session_key(*n)).await {
+                Ok(i) => Seen::Lease(i.map(|i| self.info(&i))),
+                Err(e) => self.err(e),
+            },
+            Op::OpenSession(h, n) => match s.acquire(&session_key(*n), &holder(*h), long).await {
+                Ok(lease) => {
+                    self.tokens.push(lease.token);
+                    self.sessions.insert(*n, lease);
+                    Seen::Token(self.tokens.len() - 1)
+                }
+                Err(e) => self.err(e),
+            },
+            Op::JoinSession(h, k, n) => match self.sessions.get(n).cloned() {
+                None => Seen::Skipped,
+                Some(session) => match s.join_session(&session, &key(*k), &holder(*h)).await {
+                    Ok(lease) => {
+                        self.tokens.push(lease.token);
+                        self.rides.insert(lease.token, session.token);
+                        self.leases.insert((*h, *k), lease);
+                        Seen::Token(self.tokens.len() - 1)
+                    }
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::RenewSession(n) => match self.sessions.get(n) {
+                None => Seen::Skipped,
+                Some(l) => match s.renew(l).await {
+                    Ok(r) => Seen::Token(self.tok(r.token)),
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::ReleaseSession(n) => match self.sessions.get(n) {
+                None => Seen::Skipped,
+                Some(l) => match s.release(l).await {
+                    Ok(b) => Seen::Bool(b),
+                    Err(e) => self.err(e),
+                },
+            },
+            Op::ReapSession(n, t) => {
+                let token = self
+                    .tokens
+                    .get(*t)
+                    .copied()
+                    .unwrap_or(FencingToken(u64::MAX));
+                match s.reap(&session_key(*n), token).await {
+                    Ok(b) => Seen::Bool(b),
+                    Err(e) => self.err(e),
+                }
+            }
+            Op::DrainSession(n) => match self.sessions.get(n) {
+                None => Seen::Skipped,
+                Some(l) => self.requeue(l.token).await,
             },
             Op::Reap(k, t) => {
                 let token = self
@@ -324,13 +594,7 @@ impl Side {
                     .get(*t)
                     .copied()
                     .unwrap_or(FencingToken(u64::MAX));
-                match s.requeue_orphans(token).await {
-                    Ok(r) => Seen::Ids(
-                        r.requeued.iter().map(|i| self.id(*i)).collect(),
-                        r.dead_lettered.iter().map(|i| self.id(*i)).collect(),
-                    ),
-                    Err(e) => self.err(e),
-                }
+                self.requeue(token).await
             }
             Op::DeadTokens => match s.dead_tokens(1000).await {
                 Ok(d) => Seen::Tokens(d.iter().map(|d| self.tok(d.token)).collect()),
@@ -357,18 +621,7 @@ impl Side {
                     )
                     .await
                 {
-                    Ok(page) => Seen::Members(
-                        page.iter()
-                            .map(|i| {
-                                (
-                                    i.key.to_string(),
-                                    i.holder.to_string(),
-                                    self.tok(i.token),
-                                    i.is_live(),
-                                )
-                            })
-                            .collect(),
-                    ),
+                    Ok(page) => Seen::Members(page.iter().map(|i| self.info(i)).collect()),
                     Err(e) => self.err(e),
                 }
             }
@@ -381,7 +634,7 @@ impl Side {
                                 d.key.to_string(),
                                 d.holder.to_string(),
                                 self.tok(d.token),
-                                d.swept.map(|w| (w.requeued, w.dead_lettered)),
+                                d.swept.map(|w| (w.members, w.requeued, w.dead_lettered)),
                             )
                         })
                         .collect(),
@@ -451,8 +704,21 @@ async fn check(
                 "step {step} {op:?}: store error {e}"
             )));
         }
+        prop_assert!(
+            real.broken.is_empty(),
+            "step {} {:?}: the store broke the session rules: {:?}",
+            step,
+            op,
+            real.broken
+        );
         prop_assert_eq!(&got, &want, "step {} {:?}", step, op);
     }
+    real.check_riders().await;
+    prop_assert!(
+        real.broken.is_empty(),
+        "the store broke the session rules: {:?}",
+        real.broken
+    );
     // Tokens and ids are strictly increasing in hand-out order on the store too.
     prop_assert!(
         real.tokens.windows(2).all(|w| w[0] < w[1]),

@@ -17,6 +17,16 @@
 //! every item to be completed. The oracle then checks the run (see
 //! [`Outcome::violations`]).
 //!
+//! In sessions mode ([`SimConfig::sessions`]) each member process is a session host
+//! instead: it opens one session ([`liveness_core::Session`]) that several members
+//! ride, and the chaos hits whole processes: one is killed (its session and every
+//! member stop without a word, and it starts again), one is frozen past its ttl (its
+//! session expires; on waking none of its members may act), one member leaves alone,
+//! and replies are lost as in every run. The oracle then also checks that no member
+//! began a step after its work was told to stop (for a riding member: after its
+//! session's deadline passed) and that no member was retired twice by the drain of
+//! its session's death.
+//!
 //! Memory runs on real time too, with the same ttl as a real backend: a frozen
 //! process needs a runtime of its own, and tokio's paused clock is per runtime, so
 //! the processes and the store could not share one paused time.
@@ -24,8 +34,11 @@
 //! A seed fixes the schedule, every fault decision and every job length; the thread
 //! interleaving on real time is not fixed, so a failing seed replays the same faults
 //! at the same moments, which usually fails the same way. `LIVENESS_SIM_SEED=N`
-//! replays seed N; `LIVENESS_SIM_SOAK=N` runs N fresh random seeds.
+//! replays seed N; `LIVENESS_SIM_SOAK=N` runs N fresh random seeds;
+//! `LIVENESS_SIM_SESSIONS=N` runs every seed in sessions mode with N members a
+//! process ([`run_session_seeds`] asks for it in code).
 
+mod hosts;
 pub mod oracle;
 mod process;
 
@@ -40,6 +53,7 @@ use tokio::time::Instant;
 
 use crate::faults::{FaultPlan, Faulty, FaultyStore, Injected, Op};
 use crate::Factory;
+use hosts::spawn_host;
 use oracle::{Log, Record};
 use process::{spawn_candidate, spawn_member, Command, Process, Shared};
 
@@ -71,6 +85,10 @@ pub struct SimConfig {
     /// Breaks the workers and leaders ON PURPOSE, to prove that the oracle can fail:
     /// they skip their "may I still act?" check and act until their job is done.
     pub careless: bool,
+    /// Sessions mode: `Some(n)` makes each member process a session host whose `n`
+    /// members ride one session, faults hitting whole processes (see the module
+    /// docs); `None` (the default): each member process is a member of its own.
+    pub sessions: Option<usize>,
 }
 
 impl SimConfig {
@@ -92,6 +110,16 @@ impl SimConfig {
             items: 40,
             faults,
             careless: false,
+            sessions: None,
+        }
+    }
+
+    /// This run in sessions mode, with `riders` members riding each process's
+    /// session ([`SimConfig::sessions`]).
+    pub fn with_sessions(self, riders: usize) -> Self {
+        SimConfig {
+            sessions: Some(riders.max(1)),
+            ..self
         }
     }
 
@@ -122,7 +150,11 @@ pub struct Outcome {
     ///   least the stop margin before the second began;
     /// - at most one leader acted at once (same rule);
     /// - the store accepted no completion from a token that did not own the item;
-    /// - each death was declared once (one winning `reap`, one `Died` per token);
+    /// - each death was declared once (one winning `reap` or one retirement by a
+    ///   session's drain, one `Died` per token);
+    /// - in sessions mode, no worker began a step after its work was told to stop (a
+    ///   riding member's work is told when its session's deadline passes), and once
+    ///   the processes stopped the dead set emptied (every death swept to its end);
     /// - every item was completed, and nothing stayed stranded (owned, pending or
     ///   dead-lettered) past the drain deadline while members were live.
     pub violations: Vec<String>,
@@ -132,6 +164,21 @@ pub struct Outcome {
     pub schedule: Vec<String>,
     /// The end of the log, for the failure report.
     pub tail: String,
+}
+
+/// The members each session host runs in [`run_session_seeds`].
+pub const RIDERS: usize = 2;
+
+/// Runs the suite's seeds (or the ones the environment asks for) in sessions mode
+/// ([`SimConfig::with_sessions`], [`RIDERS`] members a process) against stores from
+/// `factory`; panics as [`run_seeds`] does. On a store without native sessions the
+/// members ride through the default (a lease each, renewed with the session).
+pub fn run_session_seeds(factory: Factory) {
+    for seed in seeds_from_env() {
+        if !run_config(&factory, seed, |c| c.with_sessions(RIDERS)) {
+            return;
+        }
+    }
 }
 
 /// Runs the suite's seeds (or the ones the environment asks for) against stores from
@@ -167,6 +214,10 @@ pub fn config_from_env(seed: u64, ttl: Ttl) -> SimConfig {
     if std::env::var("LIVENESS_SIM_FAULTS").is_ok_and(|v| v == "spare-request-ids") {
         config.faults = config.faults.sparing_request_ids();
     }
+    let riders = std::env::var("LIVENESS_SIM_SESSIONS").ok();
+    if let Some(riders) = riders.and_then(|v| v.parse::<usize>().ok()) {
+        config = config.with_sessions(riders);
+    }
     config
 }
 
@@ -174,6 +225,11 @@ pub fn config_from_env(seed: u64, ttl: Ttl) -> SimConfig {
 /// violation, naming the seed and how to replay it. Returns false when there was no
 /// store and skipping was asked for ([`crate::skip`]).
 pub fn run_one(factory: &Factory, seed: u64) -> bool {
+    run_config(factory, seed, |c| c)
+}
+
+/// [`run_one`] with the configuration changed by `adjust`.
+fn run_config(factory: &Factory, seed: u64, adjust: impl FnOnce(SimConfig) -> SimConfig) -> bool {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -182,7 +238,7 @@ pub fn run_one(factory: &Factory, seed: u64) -> bool {
     let outcome = rt.block_on(async {
         let store = factory().await?;
         let ttl = crate::Ctx::new(store.clone(), factory.clone()).machine_ttl();
-        Some(simulate(store, config_from_env(seed, ttl)).await)
+        Some(simulate(store, adjust(config_from_env(seed, ttl))).await)
     });
     let Some(outcome) = outcome else {
         crate::skip::no_store("fault_simulation", "the factory returned None");
@@ -228,8 +284,12 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
     let checkers: Vec<CheckerHandle> = (0..config.checkers)
         .map(|_| start_checker(handle(&mut seeds), &config, &bus))
         .collect();
+    let spawn = match config.sessions {
+        Some(_) => spawn_host,
+        None => spawn_member,
+    };
     let members: Vec<Process> = (0..config.members)
-        .map(|i| spawn_member(i, handle(&mut seeds), seeds.u64(..), shared.clone()))
+        .map(|i| spawn(i, handle(&mut seeds), seeds.u64(..), shared.clone()))
         .collect();
     let candidates: Vec<Process> = (0..config.candidates)
         .map(|i| spawn_candidate(i, handle(&mut seeds), seeds.u64(..), shared.clone()))
@@ -251,6 +311,9 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
     for p in members.into_iter().chain(candidates) {
         violations.extend(p.stop(limit).await);
     }
+    if config.sessions.is_some() {
+        violations.extend(swept(&store, &config).await);
+    }
     for c in checkers {
         c.stop().await;
     }
@@ -261,6 +324,9 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
     violations.extend(oracle::check_fenced_completions(&entries));
     violations.extend(oracle::check_deaths_once(&entries));
     violations.extend(oracle::check_all_completed(&entries, &ids));
+    if config.sessions.is_some() {
+        violations.extend(oracle::check_no_act_after_told(&entries));
+    }
     let injected = handles
         .iter()
         .map(|h| h.injected())
@@ -389,7 +455,10 @@ async fn chaos(
         (
             frac(rng, 0.5, 2.5),
             Target::Member(leaving),
-            Chaos::Command(Command::Leave(config.step())),
+            Chaos::Command(match config.sessions {
+                Some(_) => Command::Kill,
+                None => Command::Leave(config.step()),
+            }),
         ),
         (
             frac(rng, 0.3, 2.5),
@@ -402,6 +471,14 @@ async fn chaos(
             Chaos::Command(Command::Suspend(frac(rng, 1.3, 2.0))),
         ),
     ];
+    if config.sessions.is_some() {
+        // One member of a host leaves alone, and joins again.
+        plan.push((
+            frac(rng, 0.5, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::Command(Command::Leave(config.step())),
+        ));
+    }
     plan.sort_by_key(|(at, _, _)| *at);
     let start = Instant::now();
     let mut done = Vec::new();
@@ -455,6 +532,31 @@ async fn leader<'a>(store: &Arc<dyn Store>, candidates: &'a [Process]) -> &'a Pr
         .iter()
         .find(|p| holder.starts_with(&format!("{}-", p.name)))
         .unwrap_or(&candidates[0])
+}
+
+/// Waits, checkers running and faults off, until the dead set is empty: every death
+/// (a killed session's, each of its members', each released lease's) was swept to
+/// its end, a dead session's drain included. Reports what stayed at the deadline.
+async fn swept(store: &Arc<dyn Store>, config: &SimConfig) -> Vec<String> {
+    let deadline = config.ttl.duration() * 4 + Duration::from_secs(2);
+    let until = Instant::now() + deadline;
+    loop {
+        match store.dead_tokens(100).await {
+            Ok(dead) if dead.is_empty() => return Vec::new(),
+            Ok(dead) if Instant::now() >= until => {
+                return dead
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "token {} of {} stayed in the dead set for {deadline:?} after the processes stopped: its death was never swept to its end",
+                            d.token, d.key
+                        )
+                    })
+                    .collect();
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 /// Waits, faults off, until every item is completed; reports what stayed stranded at

@@ -310,8 +310,9 @@ pub fn check_fenced_completions(entries: &[Entry]) -> Vec<Violation> {
     found
 }
 
-/// Each death was declared once: one `reap` answered true per token, one `Died`
-/// event per token.
+/// Each death was declared once: one `reap` answered true, or one retirement by the
+/// drain of its session's death ([`liveness_core::Requeued::retired`]), per token, and
+/// one `Died` event per token.
 pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
     let mut reaped: HashMap<FencingToken, usize> = HashMap::new();
     let mut died: HashMap<FencingToken, usize> = HashMap::new();
@@ -321,16 +322,54 @@ pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
                 call: Applied::Reaped { token, .. },
                 ..
             } => *reaped.entry(*token).or_default() += 1,
+            Record::Applied {
+                call: Applied::Requeued { moved, .. },
+                ..
+            } => {
+                for member in &moved.retired {
+                    *reaped.entry(member.token).or_default() += 1;
+                }
+            }
             Record::Died { token } => *died.entry(*token).or_default() += 1,
             _ => {}
         }
     }
     let mut found = Vec::new();
-    for (what, counts) in [("reaped", &reaped), ("declared Died", &died)] {
+    for (what, counts) in [
+        ("reaped (or retired by a session drain)", &reaped),
+        ("declared Died", &died),
+    ] {
         for (token, n) in counts {
             if *n > 1 {
                 found.push(format!("token {token} was {what} {n} times"));
             }
+        }
+    }
+    found
+}
+
+/// No worker began a step on an item after its work on it was told to stop: the
+/// check before each step fails from the instant the cancellation fires (for a
+/// member riding a session, from the instant the session's deadline passed or the
+/// session was lost), and a worker records its step right after that check, so a
+/// step recorded after the signal acted past the deadline.
+pub fn check_no_act_after_told(entries: &[Entry]) -> Vec<Violation> {
+    let mut told: HashMap<(ItemId, FencingToken), u64> = HashMap::new();
+    let mut found = Vec::new();
+    for e in entries {
+        match &e.record {
+            Record::Told { id, token } => {
+                told.entry((*id, *token)).or_insert(e.seq);
+            }
+            Record::StepBegin { id, token } => {
+                if let Some(at) = told.get(&(*id, *token)) {
+                    found.push(format!(
+                        "item {id}: token {token} began a step (#{}) after it was told to stop (#{at}): it acted past its deadline",
+                        e.seq
+                    ));
+                }
+            }
+            _ => {}
         }
     }
     found
@@ -580,6 +619,41 @@ mod tests {
             (5, applied(5, complete_of(2, 7))),
         ]);
         assert_eq!(check_fenced_completions(&entries), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_step_begun_after_the_signal_is_caught_and_one_before_is_not() {
+        let entries = log(vec![(0, begin(1, 1)), (10, told(1, 1)), (20, end(1, 1))]);
+        assert_eq!(check_no_act_after_told(&entries), Vec::<String>::new());
+        let entries = log(vec![(0, told(1, 1)), (10, begin(1, 1))]);
+        let found = check_no_act_after_told(&entries);
+        assert!(found[0].contains("past its deadline"), "{found:?}");
+    }
+
+    #[test]
+    fn a_member_retired_twice_by_a_drain_is_caught() {
+        let member = liveness_core::ExpiredLease {
+            key: liveness_core::Key::member("m").unwrap(),
+            holder: liveness_core::HolderId::new("h").unwrap(),
+            token: t(5),
+        };
+        let drained = |sent| {
+            applied(
+                sent,
+                Applied::Requeued {
+                    token: t(4),
+                    moved: liveness_core::Requeued {
+                        retired: vec![member.clone()],
+                        ..Default::default()
+                    },
+                },
+            )
+        };
+        let entries = log(vec![(0, drained(0))]);
+        assert_eq!(check_deaths_once(&entries), Vec::<String>::new());
+        let entries = log(vec![(0, drained(0)), (10, drained(1))]);
+        let found = check_deaths_once(&entries);
+        assert!(found[0].contains("token 5"), "{found:?}");
     }
 
     #[test]

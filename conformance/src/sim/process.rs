@@ -30,6 +30,10 @@ pub(super) enum Command {
     /// Leave gracefully with this grace, in the middle of a job, then join again (a
     /// rolling deploy). Members only.
     Leave(Duration),
+    /// Die at once, as under SIGKILL, and start again: every task of the process
+    /// ends where it stands (no leave, no release), then a new incarnation opens its
+    /// session anew. Session hosts only.
+    Kill,
     /// Leave and end.
     Stop,
 }
@@ -48,8 +52,8 @@ pub(super) struct Process {
     pub name: String,
     /// Its store handle (the driver cuts its paths through it).
     pub store: Arc<FaultyStore>,
-    control: mpsc::UnboundedSender<Command>,
-    thread: std::thread::JoinHandle<()>,
+    pub(super) control: mpsc::UnboundedSender<Command>,
+    pub(super) thread: std::thread::JoinHandle<()>,
 }
 
 impl Process {
@@ -73,23 +77,23 @@ impl Process {
 
 /// What a process's body starts with: its name, its view of the store, its seed, the
 /// run's shared state, what freezes it, and its command channel.
-struct Start {
-    name: String,
-    store: Arc<FaultyStore>,
-    seed: u64,
-    shared: Shared,
-    pauser: Arc<Pauser>,
-    rx: mpsc::UnboundedReceiver<Command>,
+pub(super) struct Start {
+    pub(super) name: String,
+    pub(super) store: Arc<FaultyStore>,
+    pub(super) seed: u64,
+    pub(super) shared: Shared,
+    pub(super) pauser: Arc<Pauser>,
+    pub(super) rx: mpsc::UnboundedReceiver<Command>,
 }
 
 impl Start {
     /// How long a freeze waits for the process to be busy: one ttl.
-    fn wait(&self) -> Duration {
+    pub(super) fn wait(&self) -> Duration {
         self.shared.config.ttl.duration()
     }
 
     /// Obeys freeze and suspend commands until another one (or the end) comes.
-    async fn obey(&mut self) -> Option<Command> {
+    pub(super) async fn obey(&mut self) -> Option<Command> {
         let wait = self.wait();
         self.pauser.obey(&mut self.rx, wait).await
     }
@@ -169,10 +173,10 @@ impl Clock for SimClock {
 /// What freezes a process: its acts hold the gate for reading; a freeze takes it for
 /// writing, after waiting (up to a bound) until the process is busy.
 #[derive(Debug, Default)]
-struct Pauser {
+pub(super) struct Pauser {
     gate: RwLock<()>,
-    busy: AtomicUsize,
-    clock: Arc<SimClock>,
+    pub(super) busy: AtomicUsize,
+    pub(super) clock: Arc<SimClock>,
 }
 
 impl Pauser {
@@ -225,11 +229,11 @@ impl Drop for Busy<'_> {
 
 /// What a member's workers share.
 #[derive(Clone)]
-struct Work {
-    shared: Shared,
-    pauser: Arc<Pauser>,
-    stop: CancellationToken,
-    rng: Arc<Mutex<fastrand::Rng>>,
+pub(super) struct Work {
+    pub(super) shared: Shared,
+    pub(super) pauser: Arc<Pauser>,
+    pub(super) stop: CancellationToken,
+    pub(super) rng: Arc<Mutex<fastrand::Rng>>,
 }
 
 /// Starts member process `i`.
@@ -278,7 +282,7 @@ async fn member_process(mut start: Start) {
 }
 
 /// Waits until `busy` is non-zero, or `wait` passed.
-async fn wait_busy(busy: &AtomicUsize, wait: Duration) {
+pub(super) async fn wait_busy(busy: &AtomicUsize, wait: Duration) {
     let until = tokio::time::Instant::now() + wait;
     while busy.load(Ordering::SeqCst) == 0 && tokio::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -311,7 +315,7 @@ fn may_act(c: &Claimed, careless: bool) -> bool {
 }
 
 /// Claims one item at a time and works it until told to stop.
-async fn worker(member: Member, work: Work) {
+pub(super) async fn worker(member: Member, work: Work) {
     let idle = work.shared.config.step() / 2;
     while !work.stop.is_cancelled() {
         match member.claim(1).await {

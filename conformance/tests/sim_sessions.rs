@@ -1,0 +1,122 @@
+//! The fault simulation in sessions mode on the memory store: processes host several
+//! members riding one session, and kills, freezes and lost replies hit whole
+//! processes. A few seeds run clean; a drain that declares a member twice, and
+//! members that keep acting past their session's deadline, are caught.
+
+use std::sync::Arc;
+
+use liveness_conformance::sim::{simulate, Outcome, SimConfig};
+use liveness_core::layer::Intercepted;
+use liveness_core::{
+    async_trait, checked, Intercept, MemoryServer, Next, Reply, Request, Requeued, Result, Store,
+    Ttl,
+};
+
+fn memory() -> Arc<dyn Store> {
+    let ns = liveness_conformance::fresh_namespace();
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().store(&ns));
+    assert!(store.capabilities().sessions);
+    store
+}
+
+fn config(seed: u64) -> SimConfig {
+    SimConfig::new(seed, Ttl::from_millis(1500).unwrap()).with_sessions(2)
+}
+
+async fn run(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
+    let outcome = simulate(checked(store), config).await;
+    eprintln!(
+        "seed {}: {:?}; chaos: {}",
+        outcome.seed,
+        outcome.injected,
+        outcome.schedule.join(", ")
+    );
+    outcome
+}
+
+fn assert_clean(outcome: &Outcome) {
+    assert!(
+        outcome.schedule.iter().any(|s| s.contains("Kill")),
+        "no process was killed: {:?}",
+        outcome.schedule
+    );
+    assert!(
+        outcome.violations.is_empty(),
+        "seed {}: {:?}\n{}",
+        outcome.seed,
+        outcome.violations,
+        outcome.tail
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_hosts_survive_kills_freezes_and_lost_replies_seed_1() {
+    assert_clean(&run(memory(), config(1)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_hosts_survive_kills_freezes_and_lost_replies_seed_2() {
+    assert_clean(&run(memory(), config(2)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_hosts_survive_kills_freezes_and_lost_replies_seed_3() {
+    assert_clean(&run(memory(), config(3)).await);
+}
+
+/// A store whose drain of a dead session declares its first retired member twice in
+/// the same answer: the checker reports that death twice.
+#[derive(Debug)]
+struct DrainRetiresOneTwice;
+
+fn twice(mut moved: Requeued) -> Requeued {
+    if let Some(first) = moved.retired.first().cloned() {
+        moved.retired.push(first);
+    }
+    moved
+}
+
+#[async_trait]
+impl Intercept for DrainRetiresOneTwice {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        Ok(match next.run(req).await? {
+            Reply::RequeueOrphans(moved) => Reply::RequeueOrphans(twice(moved)),
+            Reply::RequeueOrphansMany(answers) => {
+                Reply::RequeueOrphansMany(answers.into_iter().map(|a| a.map(twice)).collect())
+            }
+            other => other,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_retires_a_member_twice_is_caught() {
+    let buggy: Arc<dyn Store> =
+        Arc::new(Intercepted::new(memory(), Arc::new(DrainRetiresOneTwice)));
+    let outcome = run(buggy, config(1)).await;
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.contains("retired by a session drain") && v.contains("2 times")),
+        "the drain's double retirement went unseen: {:?}",
+        outcome.violations
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_acting_past_their_session_deadline_are_caught() {
+    let config = SimConfig {
+        careless: true,
+        ..config(7)
+    };
+    let outcome = run(memory(), config).await;
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.contains("past its deadline")),
+        "members acting past their session's deadline went unseen: {:?}",
+        outcome.violations
+    );
+}
