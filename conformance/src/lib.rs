@@ -245,10 +245,12 @@ pub fn run(name: &str, factory: Factory) {
 }
 
 /// Expands to one `#[test]` per conformance scenario, plus the property test and the
-/// fault simulation (`fault_simulation`, [`sim::run_seeds`]), all run against stores
-/// made by `factory` (an `async fn() -> Option<Arc<dyn Store>>` that returns a store
-/// on a fresh namespace each call). A `None` from the factory fails every test, unless
-/// `LIVENESS_ALLOW_SKIP=1` is set outside CI (see [`skip`]).
+/// fault simulation (`fault_simulation`, [`sim::run_seeds`], and
+/// `fault_simulation_sessions`, [`sim::run_session_seed`]: processes hosting members
+/// riding one session), all run against stores made by `factory` (an `async fn() ->
+/// Option<Arc<dyn Store>>` that returns a store on a fresh namespace each call). A
+/// `None` from the factory fails every test, unless `LIVENESS_ALLOW_SKIP=1` is set
+/// outside CI (see [`skip`]).
 ///
 /// ```ignore
 /// async fn factory() -> Option<Arc<dyn liveness_core::Store>> {
@@ -274,6 +276,11 @@ macro_rules! suite {
         #[test]
         fn fault_simulation() {
             $crate::sim::run_seeds($crate::factory($factory));
+        }
+
+        #[test]
+        fn fault_simulation_sessions() {
+            $crate::sim::run_session_seed($crate::factory($factory));
         }
     };
 }
