@@ -50,13 +50,15 @@
 use std::collections::HashSet;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
-use liveness_core::{Acquire, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result};
+use liveness_core::{
+    Acquire, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result, Swept,
+};
 
 use crate::core::{
     del, first, get, mod_rev, put, ranges, revision, under, version, Current, EtcdStore, Snapshot,
     MAX_BATCH, MAX_TXN_OPS,
 };
-use crate::deaths::{death_counter, plan_hand_backs};
+use crate::deaths::{add_to_record, death_counter, plan_hand_backs};
 use crate::error::{Fault, MAX_TRIES};
 use crate::keys::Record;
 use crate::BACKEND;
@@ -170,6 +172,7 @@ impl EtcdStore {
                     ttl: ask.ttl,
                     lease_id: id,
                     holder: ask.holder.clone(),
+                    session: None,
                 }
                 .encode();
                 let put_live = TxnOp::put(
@@ -264,13 +267,18 @@ impl EtcdStore {
     /// Judges an entry on its key as read in `snap`: held live, it answers `Held`
     /// (into `answer`), as `acquire`'s own read would; a lease-bound key without a
     /// record is an error; otherwise the key is free (`Some(None)`) or holds an
-    /// expired lease to take over (`Some(Some(record))`).
+    /// expired lease to take over (`Some(Some(record))`). A riding member's record
+    /// (judged by its session, which this read did not see) is left unanswered:
+    /// `acquire`'s own path takes it after the waves.
     fn judge_free(
         &self,
         key: &Key,
         snap: Snapshot,
         answer: &mut Option<Result<Lease>>,
     ) -> Option<Option<Current>> {
+        if snap.rides().is_some() {
+            return None;
+        }
         let live = snap.is_live();
         match (snap.record, snap.live) {
             (Some(c), Some(_)) if live => {
@@ -405,11 +413,13 @@ impl EtcdStore {
             (0..expired.len()).partition(|i| keys.insert(&expired[*i].0));
         // A chunk never deletes a death record it writes (seq - keep is below it).
         let chunk = REAP_CHUNK.min(usize::try_from(self.death_keep()).unwrap_or(usize::MAX));
+        // Riding members, judged by their session, are reaped alone after the rounds.
+        let mut riders = HashSet::new();
         for _ in 0..MAX_TRIES {
             let todo: Vec<usize> = firsts
                 .iter()
                 .copied()
-                .filter(|i| out[*i].is_none())
+                .filter(|i| out[*i].is_none() && !riders.contains(i))
                 .collect();
             if todo.is_empty() {
                 break;
@@ -431,6 +441,10 @@ impl EtcdStore {
             for (j, i) in todo.iter().enumerate() {
                 let (key, token) = &expired[*i];
                 let snap = Snapshot::from(first(r.get(2 * j)), first(r.get(2 * j + 1)))?;
+                if snap.rides().is_some() {
+                    riders.insert(*i);
+                    continue;
+                }
                 match snap.record {
                     None => {
                         self.inner.expiry.forget_upto(key, seen);
@@ -485,9 +499,10 @@ impl EtcdStore {
     }
 }
 
-/// Dead tokens read per transaction: 4 reads each (the dead-set entry, a page of
-/// its owned items, its sweep tally, its pointer to its death record).
-pub(crate) const REQUEUE_CHUNK: usize = MAX_TXN_OPS / 4;
+/// Dead tokens read per transaction: 5 reads each (the dead-set entry, a page of
+/// its owned items, its sweep tally, its pointer to its death record, the first
+/// entry of its member index should it be a session's).
+pub(crate) const REQUEUE_CHUNK: usize = MAX_TXN_OPS / 5;
 
 /// One dead token's whole sweep, planned from one read: its items' moves and its
 /// last step, to go in one transaction.
@@ -497,6 +512,10 @@ struct Sweep {
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
     moved: Requeued,
+    /// Its death record (key, seq, as read) and what its sweep adds to it: one
+    /// write per record and transaction, as a session's members share theirs.
+    record: Option<(String, u64, KeyValue)>,
+    swept: Swept,
 }
 
 impl EtcdStore {
@@ -504,10 +523,12 @@ impl EtcdStore {
     /// them all, one read of their death records, then each dead token's whole
     /// sweep (its items back to pending or dead letters, its tally into its death
     /// record, the token out of the dead set) in one guarded transaction together
-    /// with other tokens' sweeps, as many as fit etcd's 128 operations. A token not
+    /// with other tokens' sweeps, as many as fit etcd's 128 operations (sweeps that
+    /// add to one death record, a session's members', write it once). A token not
     /// in the dead set answers empty without a write. A token with a full page of
-    /// items (more may follow), a repeat of a token, and the tokens of a
-    /// transaction that lost a race are swept alone by `requeue_orphans`.
+    /// items (more may follow), a dead session's token with members left, a repeat
+    /// of a token, and the tokens of a transaction that lost a race are swept alone
+    /// by `requeue_orphans`.
     pub(crate) async fn requeue_batch(
         &self,
         tokens: &[FencingToken],
@@ -526,6 +547,7 @@ impl EtcdStore {
                     TxnOp::get(k.owned_by(t), Some(under(MAX_BATCH))),
                     get(&k.death_tally(t)),
                     get(&k.death_of(t)),
+                    TxnOp::get(k.session_members(t), Some(under(1).with_keys_only())),
                 ]
             })
             .collect();
@@ -534,27 +556,31 @@ impl EtcdStore {
         // The dead tokens with everything they own in the page, with their reads.
         let mut dead = Vec::new();
         for (j, i) in firsts.iter().enumerate() {
-            if first(r.get(4 * j)).is_none() {
+            if first(r.get(5 * j)).is_none() {
                 // Not (or no longer) in the dead set: nothing to do.
                 out[*i] = Some(Ok(Requeued::default()));
                 continue;
             }
             let owned = r
-                .get(4 * j + 1)
+                .get(5 * j + 1)
                 .map(|g| g.kvs().to_vec())
                 .unwrap_or_default();
-            if owned.len() >= MAX_BATCH {
+            let riders = r.get(5 * j + 4).is_some_and(|g| !g.kvs().is_empty());
+            if owned.len() >= MAX_BATCH || riders {
                 alone.push(*i);
                 continue;
             }
-            dead.push((*i, owned, first(r.get(4 * j + 2)), first(r.get(4 * j + 3))));
+            dead.push((*i, owned, first(r.get(5 * j + 2)), first(r.get(5 * j + 3))));
         }
         // Their death records, in one read.
         let mut records = Vec::new();
         let mut at = Vec::new();
+        let mut pointed: Vec<Option<(String, u64)>> = dead.iter().map(|_| None).collect();
         for (n, (_, _, _, of)) in dead.iter().enumerate() {
             if let Some(of) = of {
-                records.push(get(&self.death_pointed(of)?));
+                let (key, seq) = self.death_pointed(of)?;
+                records.push(get(&key));
+                pointed[n] = Some((key, seq));
                 at.push(n);
             }
         }
@@ -566,36 +592,58 @@ impl EtcdStore {
             }
         }
         let mut sweeps = Vec::new();
-        for ((i, owned, tally, of), rec) in dead.into_iter().zip(record) {
+        for (((i, owned, tally, of), rec), pointed) in dead.into_iter().zip(record).zip(pointed) {
             let t = tokens[i];
             let (tally_cmp, mut swept) = self.sweep_tally(t, tally.as_ref())?;
             let mut compares = Vec::new();
             let mut ops = Vec::new();
             let moved = plan_hand_backs(k, t, &owned, &mut swept, &mut compares, &mut ops)?;
-            let (c, o) = self.finish_plan(t, tally_cmp, swept, of.as_ref(), rec.as_ref())?;
+            let (c, o) = self.finish_plan(t, tally_cmp, of.as_ref())?;
             compares.extend(c);
             ops.extend(o);
+            let record = match (pointed, rec) {
+                (Some((key, seq)), Some(kv)) => Some((key, seq, kv)),
+                _ => None,
+            };
             sweeps.push(Sweep {
                 at: i,
                 compares,
                 ops,
                 moved,
+                record,
+                swept,
             });
         }
         // As many whole sweeps per transaction as fit.
         let mut sweeps = sweeps.into_iter().peekable();
         while sweeps.peek().is_some() {
             let mut part: Vec<Sweep> = Vec::new();
+            // The death records the part adds to, each once: (key, seq, as read, sum).
+            let mut adds: Vec<(String, u64, KeyValue, Swept)> = Vec::new();
             let (mut n_cmp, mut n_ops) = (0, 0);
             while let Some(next) = sweeps.peek() {
-                let fits = n_cmp + next.compares.len() <= MAX_TXN_OPS
-                    && n_ops + next.ops.len() <= MAX_TXN_OPS;
+                let new_record = next
+                    .record
+                    .as_ref()
+                    .is_some_and(|(key, _, _)| !adds.iter().any(|(k, ..)| k == key));
+                let extra = usize::from(new_record);
+                let fits = n_cmp + next.compares.len() + extra <= MAX_TXN_OPS
+                    && n_ops + next.ops.len() + extra <= MAX_TXN_OPS;
                 if !fits && !part.is_empty() {
                     break;
                 }
                 let Some(next) = sweeps.next() else { break };
-                n_cmp += next.compares.len();
-                n_ops += next.ops.len();
+                n_cmp += next.compares.len() + extra;
+                n_ops += next.ops.len() + extra;
+                if let Some((key, seq, kv)) = &next.record {
+                    match adds.iter_mut().find(|(k, ..)| k == key) {
+                        Some((.., sum)) => {
+                            sum.requeued += next.swept.requeued;
+                            sum.dead_lettered += next.swept.dead_lettered;
+                        }
+                        None => adds.push((key.clone(), *seq, kv.clone(), next.swept)),
+                    }
+                }
                 part.push(next);
             }
             let mut compares = Vec::with_capacity(n_cmp);
@@ -603,6 +651,11 @@ impl EtcdStore {
             for s in &mut part {
                 compares.append(&mut s.compares);
                 ops.append(&mut s.ops);
+            }
+            for (key, seq, kv, sum) in &adds {
+                let (c, o) = add_to_record(key, *seq, kv, *sum)?;
+                compares.push(c);
+                ops.push(o);
             }
             let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
             for s in part {

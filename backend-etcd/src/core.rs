@@ -26,9 +26,10 @@ use liveness_core::{
 
 use crate::config::{EtcdConfig, TlsConfig};
 use crate::endpoints::Endpoints;
-use crate::error::{at_key, corrupt, is_not_found, map, Fault};
+use crate::error::{at_key, corrupt, is_not_found, map, Fault, MAX_TRIES};
 use crate::keepalive::Slots;
 use crate::keys::{Keys, Record};
+use crate::session::Riders;
 use crate::watch::{prefix_end, ExpiryWatch};
 use crate::BACKEND;
 
@@ -65,6 +66,9 @@ pub(crate) struct Inner {
     /// handle's store time (diagnostics and death records only; never expiry).
     pub(crate) wall_at_start: Duration,
     pub(crate) slots: Slots,
+    /// The riding members this handle joined or met (`session.rs`): a claim's guard
+    /// judges them through their session.
+    pub(crate) riders: Riders,
     pub(crate) expiry: Arc<ExpiryWatch>,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
@@ -240,7 +244,7 @@ impl EtcdStore {
             max_batch: MAX_BATCH,
             max_payload: MAX_PAYLOAD,
             death_retention: config.death_retention().max(1),
-            sessions: false,
+            sessions: true,
         };
         Ok(EtcdStore {
             inner: Arc::new(Inner {
@@ -257,6 +261,7 @@ impl EtcdStore {
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default(),
                 slots: Slots::default(),
+                riders: Riders::default(),
                 expiry: ExpiryWatch::new(),
                 info: StoreInfo {
                     backend: BACKEND,
@@ -327,14 +332,37 @@ impl EtcdStore {
         Ok((resp.take_kvs().into_iter().next(), term))
     }
 
-    /// Reads a key's record and lease-bound key at one revision.
+    /// Reads a key's record and lease-bound key at one revision; for a riding
+    /// member's record, also its session's lease-bound key, read while the record is
+    /// still the one read (a second transaction, guarded by the record's mod
+    /// revision: a riding member's record never changes while it lives).
     pub(crate) async fn snapshot(&self, key: &Key) -> Result<Snapshot> {
         let k = self.keys();
-        let resp = self
-            .txn(Txn::new().and_then(vec![get(&k.record(key)), get(&k.live(key))]))
-            .await?;
+        let (rec_key, live_key) = (k.record(key), k.live(key));
+        let both = || vec![get(&rec_key), get(&live_key)];
+        let resp = self.txn(Txn::new().and_then(both())).await?;
         let r = ranges(&resp);
-        Ok(Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp))
+        let mut snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp);
+        for _ in 0..MAX_TRIES {
+            let (Some((session, _)), Some(c)) = (snap.rides(), &snap.record) else {
+                return Ok(snap);
+            };
+            let resp = self
+                .txn(
+                    Txn::new()
+                        .when(vec![mod_rev(&rec_key, c.mod_rev)])
+                        .and_then(vec![get(&k.live(session))])
+                        .or_else(both()),
+                )
+                .await?;
+            let r = ranges(&resp);
+            if resp.succeeded() {
+                snap.session_live = first(r.first());
+                return Ok(snap.at(&resp));
+            }
+            snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp);
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
     pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
@@ -379,16 +407,54 @@ impl EtcdStore {
         }
     }
 
-    /// Why a transaction guarded by `lease` being live failed: the lease's loss, read
-    /// from the `or_else` reads of its record and lease-bound key.
-    pub(crate) fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Error> {
+    /// The compares that `lease` is current and live, and the reads that tell why
+    /// not ([`EtcdStore::lost_from`]): its lease-bound key carries its token; or, for
+    /// a member this handle knows rides a session, its record is the one its join
+    /// wrote (its mod revision is the token) and the session's lease-bound key
+    /// carries the session's token.
+    pub(crate) fn live_guard(&self, lease: &Lease) -> (Vec<Compare>, Vec<TxnOp>) {
+        let k = self.keys();
+        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
+        match self.inner.riders.of(lease) {
+            Some((session, st)) => {
+                let session_live = k.live(&session);
+                (
+                    vec![
+                        mod_rev(&rec_key, token_i64(lease.token)),
+                        create_rev(&session_live, token_i64(st)),
+                    ],
+                    vec![get(&rec_key), get(&live_key), get(&session_live)],
+                )
+            }
+            None => (
+                vec![create_rev(&live_key, token_i64(lease.token))],
+                vec![get(&rec_key), get(&live_key)],
+            ),
+        }
+    }
+
+    /// Why a transaction guarded by [`EtcdStore::live_guard`] failed: the lease's
+    /// loss, read from the guard's `or_else` reads. `None` when the lease rides a
+    /// session this handle did not know of: it is remembered, and the caller asks
+    /// again (its guard now judges the session).
+    pub(crate) fn lost_from(&self, lease: &Lease, resp: &TxnResponse) -> Result<Option<Error>> {
         let r = ranges(resp);
-        let snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(resp);
-        Ok(match snap.check(lease) {
+        let mut snap = Snapshot::from(first(r.first()), first(r.get(1)))?.at(resp);
+        if let (Some((session, st)), Some(c)) = (snap.rides(), &snap.record) {
+            match r.get(2) {
+                Some(g) => snap.session_live = g.kvs().first().cloned(),
+                None if c.token == lease.token => {
+                    self.inner.riders.remember(lease, session, *st);
+                    return Ok(None);
+                }
+                None => {}
+            }
+        }
+        Ok(Some(match snap.check(lease) {
             Err(e) => e,
             // Live after all: the transaction lost a race on an item instead.
             Ok(_) => Error::unavailable(BACKEND, Fault::Contention),
-        })
+        }))
     }
 
     /// The handle's store time (see [`liveness_core::LeaseStore::store_time`] on
@@ -463,6 +529,9 @@ pub(crate) struct Snapshot {
     pub(crate) record: Option<Current>,
     /// The lease-bound key, if etcd has not deleted it.
     pub(crate) live: Option<KeyValue>,
+    /// For a riding member's record: its session's lease-bound key, when it was read
+    /// and exists (`None` otherwise: the member is then judged expired).
+    pub(crate) session_live: Option<KeyValue>,
     /// The revision the reads saw (0: not known). A token above it was never
     /// handed out by this etcd: it lost its data (restored without
     /// `--bump-revision`, or started afresh).
@@ -489,6 +558,7 @@ impl Snapshot {
         Ok(Snapshot {
             record,
             live,
+            session_live: None,
             revision: 0,
         })
     }
@@ -499,12 +569,23 @@ impl Snapshot {
         self
     }
 
-    /// True when the lease-bound key exists and belongs to the record's token.
+    /// True when the lease-bound key exists and belongs to the record's token; for a
+    /// riding member, when its session's lease-bound key (as read) belongs to the
+    /// session's token.
     pub(crate) fn is_live(&self) -> bool {
-        match (&self.record, &self.live) {
-            (Some(c), Some(l)) => u64::try_from(l.create_revision()).ok() == Some(c.token.0),
-            _ => false,
-        }
+        let Some(c) = &self.record else { return false };
+        let (bound, token) = match &c.rec.session {
+            Some((_, st)) => (&self.session_live, *st),
+            None => (&self.live, c.token),
+        };
+        bound
+            .as_ref()
+            .is_some_and(|l| l.create_revision() == token_i64(token))
+    }
+
+    /// The session the record rides (its key and token), for a riding member.
+    pub(crate) fn rides(&self) -> Option<&(Key, FencingToken)> {
+        self.record.as_ref()?.rec.session.as_ref()
     }
 
     /// Why `lease` is not current and live, or the record when it is.
@@ -537,6 +618,12 @@ pub(crate) fn mod_rev(k: &str, v: i64) -> Compare {
 /// The key was created at revision `v` (a lease-bound key: its token).
 pub(crate) fn create_rev(k: &str, v: i64) -> Compare {
     Compare::create_revision(k, CompareOp::Equal, v)
+}
+
+/// The key was not created at revision `v` (absent, or another token's): a session's
+/// lease-bound key that no longer carries the session's token.
+pub(crate) fn not_create_rev(k: &str, v: i64) -> Compare {
+    Compare::create_revision(k, CompareOp::NotEqual, v)
 }
 
 /// The key exists.

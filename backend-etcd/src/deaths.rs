@@ -27,6 +27,7 @@ use crate::core::{
 };
 use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
+use crate::session::{next_riders, Drained};
 use crate::watch::scan;
 use crate::BACKEND;
 
@@ -38,7 +39,8 @@ pub(crate) struct DeathWrite {
 }
 
 /// A death record as stored: `cause\nat_us\ntoken\nkey\nswept\nholder`, `swept` being
-/// `-` or `requeued dead_lettered`.
+/// `-` or `requeued dead_lettered`, followed by ` members` for a session's record
+/// that counts members retired with it.
 fn encode(rec: &DeathRecord) -> String {
     let cause = match rec.cause {
         DeathCause::Reaped => 0,
@@ -47,7 +49,8 @@ fn encode(rec: &DeathRecord) -> String {
     };
     let swept = match rec.swept {
         None => "-".to_owned(),
-        Some(s) => format!("{} {}", s.requeued, s.dead_lettered),
+        Some(s) if s.members == 0 => format!("{} {}", s.requeued, s.dead_lettered),
+        Some(s) => format!("{} {} {}", s.requeued, s.dead_lettered, s.members),
     };
     format!(
         "{cause}\n{}\n{}\n{}\n{swept}\n{}",
@@ -78,15 +81,58 @@ fn decode(seq: u64, raw: &[u8]) -> Option<DeathRecord> {
     Some(DeathRecord::new(seq, key, holder, token, at, cause, swept))
 }
 
-/// A sweep tally as stored: `requeued dead_lettered`.
+/// A sweep tally as stored: `requeued dead_lettered`, and ` members` when a death
+/// record counts any.
 fn tally(raw: &[u8]) -> Option<Swept> {
     let s = std::str::from_utf8(raw).ok()?;
-    let (r, d) = s.split_once(' ')?;
+    let mut parts = s.split(' ');
+    let requeued = parts.next()?.parse().ok()?;
+    let dead_lettered = parts.next()?.parse().ok()?;
+    let members = match parts.next() {
+        Some(m) => m.parse().ok()?,
+        None => 0,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
     Some(Swept {
-        members: 0,
-        requeued: r.parse().ok()?,
-        dead_lettered: d.parse().ok()?,
+        members,
+        requeued,
+        dead_lettered,
     })
+}
+
+/// The compare on death record `seq` (at `key`) as read in `kv`, and its rewrite with
+/// `add` added to its swept counts (a session's record sums its own sweep, its
+/// members' sweeps and the count of its members).
+pub(crate) fn add_to_record(
+    key: &str,
+    seq: u64,
+    kv: &KeyValue,
+    add: Swept,
+) -> Result<(Compare, TxnOp)> {
+    let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+    let before = rec.swept.unwrap_or_default();
+    rec.swept = Some(Swept {
+        members: before.members + add.members,
+        requeued: before.requeued + add.requeued,
+        dead_lettered: before.dead_lettered + add.dead_lettered,
+    });
+    Ok((mod_rev(key, kv.mod_revision()), put(key, encode(&rec))))
+}
+
+/// [`add_to_record`] of `members` retired members (a session's drain).
+pub(crate) fn add_members(
+    key: &str,
+    seq: u64,
+    kv: &KeyValue,
+    members: u64,
+) -> Result<(Compare, TxnOp)> {
+    let add = Swept {
+        members,
+        ..Swept::default()
+    };
+    add_to_record(key, seq, kv, add)
 }
 
 /// The compare on the death counter `ctr` as read in `kv`, and its value (the last
@@ -250,8 +296,8 @@ impl EtcdStore {
         )
     }
 
-    /// The last step of a sweep: takes `token` out of the dead set and writes the
-    /// tally into its death record, in one transaction guarded by the dead-set entry
+    /// The last step of a sweep: takes `token` out of the dead set and adds the
+    /// tally to its death record, in one transaction guarded by the dead-set entry
     /// and the tally as read (`tally_cmp`). False when the transaction lost a race
     /// (the caller reads again).
     pub(crate) async fn finish_sweep(
@@ -265,51 +311,49 @@ impl EtcdStore {
             Some(kv) => self.get_one(&self.keys().death(number(kv)?)).await?,
             None => None,
         };
-        let (compares, ops) =
-            self.finish_plan(token, tally_cmp, swept, of.as_ref(), rec.as_ref())?;
+        let (mut compares, mut ops) = self.finish_plan(token, tally_cmp, of.as_ref())?;
+        if let (Some(of), Some(rec)) = (&of, &rec) {
+            let seq = number(of)?;
+            let (c, o) = add_to_record(&self.keys().death(seq), seq, rec, swept)?;
+            compares.push(c);
+            ops.push(o);
+        }
         let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
         Ok(resp.succeeded())
     }
 
     /// The compares and writes of a sweep's last step (see
     /// [`EtcdStore::finish_sweep`]), given the token's pointer to its death record
-    /// (`of`) and that record (`rec`) as read: at most 4 compares and 5 writes.
+    /// (`of`) as read, except the update of that record ([`add_to_record`], which
+    /// the caller adds: a session's members' sweeps share their session's record):
+    /// at most 3 compares and 4 writes.
     pub(crate) fn finish_plan(
         &self,
         token: FencingToken,
         tally_cmp: Compare,
-        swept: Swept,
         of: Option<&KeyValue>,
-        rec: Option<&KeyValue>,
     ) -> Result<(Vec<Compare>, Vec<TxnOp>)> {
         let k = self.keys();
         let dead = k.dead(token);
         let of_key = k.death_of(token);
         let mut compares = vec![exists(&dead), tally_cmp];
         // The token is forgotten, its claim high-water mark with it.
-        let mut ops = vec![
+        let ops = vec![
             del(&dead),
             del(&k.death_tally(token)),
             del(&of_key),
             del(&k.claim_mark(token)),
         ];
         if let Some(seq_kv) = of {
-            let seq = number(seq_kv)?;
             compares.push(mod_rev(&of_key, seq_kv.mod_revision()));
-            if let Some(kv) = rec {
-                let rec_key = k.death(seq);
-                let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                rec.swept = Some(swept);
-                compares.push(mod_rev(&rec_key, kv.mod_revision()));
-                ops.push(put(&rec_key, encode(&rec)));
-            }
         }
         Ok((compares, ops))
     }
 
-    /// The death record `death_of` points to (its value is the seq).
-    pub(crate) fn death_pointed(&self, of: &KeyValue) -> Result<String> {
-        Ok(self.keys().death(number(of)?))
+    /// The death record `death_of` points to (its value is the seq): its key and seq.
+    pub(crate) fn death_pointed(&self, of: &KeyValue) -> Result<(String, u64)> {
+        let seq = number(of)?;
+        Ok((self.keys().death(seq), seq))
     }
 
     /// `LeaseStore::deaths`: the counter, then the page's window of seqs (records are
@@ -348,7 +392,11 @@ impl EtcdStore {
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
             let snap = self.snapshot(key).await?;
-            let live = snap.live.is_some();
+            // A riding member is judged by its session's lease-bound key.
+            let live = match snap.rides() {
+                Some(_) => snap.is_live(),
+                None => snap.live.is_some(),
+            };
             let Some(c) = snap.record else {
                 self.inner.expiry.forget_upto(key, seen);
                 return Ok(false);
@@ -357,23 +405,15 @@ impl EtcdStore {
                 return Ok(false);
             }
             let k = self.keys();
-            let (rec_key, live_key) = (k.record(key), k.live(key));
             let death = self
                 .death_write(key, &c.rec.holder, token, DeathCause::Reaped)
                 .await?;
-            let mut ops = vec![del(&rec_key), put(&k.dead(token), key.to_string())];
+            let mut ops = vec![del(&k.record(key)), put(&k.dead(token), key.to_string())];
+            ops.extend(self.unride_ops(key, &c));
             ops.extend(death.ops);
-            let resp = self
-                .txn(
-                    Txn::new()
-                        .when(vec![
-                            mod_rev(&rec_key, c.mod_rev),
-                            version(&live_key, 0),
-                            death.compare,
-                        ])
-                        .and_then(ops),
-                )
-                .await?;
+            let mut when = self.expired_guard(key, &c);
+            when.push(death.compare);
+            let resp = self.txn(Txn::new().when(when).and_then(ops)).await?;
             if resp.succeeded() {
                 self.inner.expiry.forget_upto(key, seen);
                 return Ok(true);
@@ -407,18 +447,29 @@ impl EtcdStore {
     /// `ItemStore::requeue_orphans`: moves dead `token`'s items back to pending (or
     /// to the dead letters), [`MAX_BATCH`] per transaction, each guarded by the
     /// dead-set entry and the items' mod revisions; the last step forgets the token
-    /// and writes the tally into its death record.
+    /// and adds the tally to its death record. A dead session's token first retires
+    /// its riding members, one batch per call (`session.rs`), and stays in the dead
+    /// set while any remain.
     pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
         let k = self.keys();
         let dead = k.dead(token);
         let mut out = Requeued::default();
         let mut conflicts = 0;
+        let mut contended = || {
+            conflicts += 1;
+            if conflicts >= MAX_TRIES {
+                return Err(Error::unavailable(BACKEND, Fault::Contention));
+            }
+            Ok(())
+        };
         loop {
             let opts = under(MAX_BATCH);
             let resp = self
                 .txn(Txn::new().when(vec![exists(&dead)]).and_then(vec![
                     TxnOp::get(k.owned_by(token), Some(opts)),
                     get(&k.death_tally(token)),
+                    next_riders(k, token),
+                    get(&k.death_of(token)),
                 ]))
                 .await?;
             if !resp.succeeded() {
@@ -426,16 +477,30 @@ impl EtcdStore {
                 return Ok(out);
             }
             let r = ranges(&resp);
+            let riders = r.get(2).map(|g| g.kvs().to_vec()).unwrap_or_default();
+            if !riders.is_empty() {
+                // A dead session with members left: one batch of them per call.
+                if !out.retired.is_empty() {
+                    return Ok(out);
+                }
+                match self.drain_batch(token, riders, first(r.get(3))).await? {
+                    Drained::Retired(retired, more) => {
+                        out.retired = retired;
+                        if more {
+                            return Ok(out);
+                        }
+                    }
+                    Drained::Conflict => contended()?,
+                }
+                continue;
+            }
             let (tally_cmp, mut swept) = self.sweep_tally(token, first(r.get(1)).as_ref())?;
             let owned = first_range(&resp);
             if owned.is_empty() {
                 // The last step: forget the token and write what all the batches
                 // (of every concurrent sweeper) moved into its death record.
                 if !self.finish_sweep(token, tally_cmp, swept).await? {
-                    conflicts += 1;
-                    if conflicts >= MAX_TRIES {
-                        return Err(Error::unavailable(BACKEND, Fault::Contention));
-                    }
+                    contended()?;
                 }
                 continue;
             }
@@ -448,10 +513,7 @@ impl EtcdStore {
                 out.requeued.extend(moved.requeued);
                 out.dead_lettered.extend(moved.dead_lettered);
             } else {
-                conflicts += 1;
-                if conflicts >= MAX_TRIES {
-                    return Err(Error::unavailable(BACKEND, Fault::Contention));
-                }
+                contended()?;
             }
         }
     }
@@ -566,7 +628,8 @@ impl EtcdStore {
             for (i, key) in chunk.iter().enumerate() {
                 let snap = Snapshot::from(first(r.get(2 * i)), first(r.get(2 * i + 1)))?;
                 match (&snap.record, &snap.live) {
-                    (Some(c), None) => {
+                    // A riding member is never listed: its session is.
+                    (Some(c), None) if c.rec.session.is_none() => {
                         if out.len() < limit {
                             out.push(ExpiredLease {
                                 key: key.clone(),

@@ -54,7 +54,8 @@ impl EtcdStore {
             let live = snap.is_live();
             let (record, bound) = (snap.record, snap.live);
             match (&record, &bound) {
-                (Some(c), Some(_)) if live => {
+                // Live by its own lease-bound key, or riding a live session.
+                (Some(c), _) if live => {
                     return Err(Error::Held {
                         key: key.clone(),
                         holder: c.rec.holder.clone(),
@@ -75,6 +76,7 @@ impl EtcdStore {
                 ttl,
                 lease_id: id,
                 holder: holder.clone(),
+                session: None,
             }
             .encode();
             let put_live = TxnOp::put(
@@ -83,8 +85,8 @@ impl EtcdStore {
                 Some(PutOptions::new().with_lease(id)),
             );
             let txn = match record {
-                // Expired, not yet reaped: retire it to the dead set in this step,
-                // with its death record.
+                // Expired (or riding a dead session), not yet reaped: retire it to
+                // the dead set in this step, with its death record.
                 Some(c) => {
                     let death = self
                         .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
@@ -94,14 +96,14 @@ impl EtcdStore {
                         put(&rec_key, rec),
                         put_live,
                     ];
+                    ops.extend(self.unride_ops(key, &c));
                     ops.extend(death.ops);
-                    Txn::new()
-                        .when(vec![
-                            mod_rev(&rec_key, c.mod_rev),
-                            version(&live_key, 0),
-                            death.compare,
-                        ])
-                        .and_then(ops)
+                    let mut when = self.expired_guard(key, &c);
+                    if c.rec.session.is_some() {
+                        when.push(version(&live_key, 0));
+                    }
+                    when.push(death.compare);
+                    Txn::new().when(when).and_then(ops)
                 }
                 None => Txn::new()
                     .when(vec![version(&rec_key, 0), version(&live_key, 0)])
@@ -128,7 +130,16 @@ impl EtcdStore {
         let slot = match self.inner.slots.get(&lease.key, lease.token) {
             Some(s) => s,
             None => {
-                let current = self.snapshot(&lease.key).await?.check(lease)?;
+                let snap = self.snapshot(&lease.key).await?;
+                let mine = snap.record.as_ref().is_some_and(|c| c.token == lease.token);
+                if mine && snap.rides().is_some() {
+                    // A riding member: judged by its session, nothing to keep alive.
+                    if !snap.is_live() {
+                        return Err(lease.lost(LostCause::Expired));
+                    }
+                    return self.renew_rider(lease, &snap).await;
+                }
+                let current = snap.check(lease)?;
                 self.slot_for(lease, &current)
             }
         };
@@ -292,6 +303,7 @@ impl EtcdStore {
             ttl,
             lease_id: id,
             holder: current.rec.holder.clone(),
+            session: None,
         };
         Txn::new()
             .when(vec![

@@ -12,8 +12,8 @@ use liveness_core::{
 
 use crate::batch::REQUEUE_CHUNK;
 use crate::core::{
-    create_rev, del, exists, first, get, mod_rev, put, ranges, to_prefix_end, token_i64, under,
-    version, EtcdStore, MAX_TXN_OPS,
+    del, exists, first, get, mod_rev, put, ranges, to_prefix_end, under, version, EtcdStore,
+    MAX_TXN_OPS,
 };
 use crate::deaths::hand_back;
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
@@ -75,26 +75,29 @@ impl ItemStore for EtcdStore {
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let request_hex = req.to_hex();
         let k = self.keys();
-        let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
         let mark_key = k.claim_mark(lease.token);
-        let is_live = create_rev(&live_key, token_i64(lease.token));
-        let why_not = || vec![get(&rec_key), get(&live_key)];
         for _ in 0..MAX_TRIES {
+            // Live by its lease-bound key, or, riding a session, by the session's.
+            let (is_live, why_not) = self.live_guard(lease);
             let opts = under(n);
             let resp = self
                 .txn(
                     Txn::new()
-                        .when(vec![is_live.clone()])
+                        .when(is_live.clone())
                         .and_then(vec![
                             TxnOp::get(k.pendings(), Some(opts)),
                             TxnOp::get(k.owned_by(lease.token), Some(under(usize::MAX))),
                             get(&mark_key),
                         ])
-                        .or_else(why_not()),
+                        .or_else(why_not.clone()),
                 )
                 .await?;
             if !resp.succeeded() {
-                return Err(self.lost_from(lease, &resp)?);
+                match self.lost_from(lease, &resp)? {
+                    Some(e) => return Err(e),
+                    // A riding member this handle did not know: ask again.
+                    None => continue,
+                }
             }
             let mut reads = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
             let pending = reads.next().unwrap_or_default();
@@ -129,7 +132,8 @@ impl ItemStore for EtcdStore {
                 }
                 None => version(&mark_key, 0),
             };
-            let mut compares = vec![is_live.clone(), mark_guard];
+            let mut compares = is_live;
+            compares.push(mark_guard);
             let mut ops = Vec::with_capacity(pending.len() * 4 + 1);
             ops.push(put(&mark_key, request_hex.clone()));
             let mut claimed = Vec::with_capacity(pending.len());
@@ -159,11 +163,11 @@ impl ItemStore for EtcdStore {
             let later = gets.split_off(gets.len().min(MAX_TXN_OPS.saturating_sub(ops.len())));
             ops.extend(gets);
             let resp = self
-                .txn(Txn::new().when(compares).and_then(ops).or_else(why_not()))
+                .txn(Txn::new().when(compares).and_then(ops).or_else(why_not))
                 .await?;
             if !resp.succeeded() {
                 match self.lost_from(lease, &resp)? {
-                    e @ Error::Lost { .. } => return Err(e),
+                    Some(e @ Error::Lost { .. }) => return Err(e),
                     _ => continue,
                 }
             }

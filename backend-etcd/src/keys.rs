@@ -7,6 +7,7 @@
 //! | key | value | notes |
 //! | --- | --- | --- |
 //! | `lease/<space>/<name>` | [`Record`] | the lease record, NOT bound to an etcd lease |
+//! | `sm/<session token>/<space>/<name>` | empty | the members riding a session, by the session's token (a riding member's record names the session; it has no lease-bound key and no etcd lease) |
 //! | `w/l/<space>/<name>` | empty | bound to the etcd lease; its create revision is the token |
 //! | `w/sync` | empty | written by `expired` to know when the watch has caught up, only when the watch stream sends no progress notification |
 //! | `dead/<token>` | `space/name` | the dead set |
@@ -25,7 +26,10 @@
 //!
 //! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
 //! deleted the lease-bound key when it expired the lease, and the record stays until
-//! a reap, a release or an acquire retires it.
+//! a reap, a release or an acquire retires it. A riding member's record
+//! ([`Record::session`]) is live while its session's lease-bound key exists with the
+//! session's token as its create revision: only the session's own key is bound to an
+//! etcd lease, so one revoke (or expiry) deletes one key, never the members'.
 
 use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, RequestId, Space, Ttl};
 
@@ -159,6 +163,16 @@ impl Keys {
         format!("{}death/w/{:020}", self.root, token.0)
     }
 
+    /// The entry of `key` in the member index of the session with `token`.
+    pub(crate) fn session_member(&self, token: FencingToken, key: &Key) -> String {
+        format!("{}{key}", self.session_members(token))
+    }
+
+    /// The member index of the session with `token`: the keys of its riding members.
+    pub(crate) fn session_members(&self, token: FencingToken) -> String {
+        format!("{}sm/{:020}/", self.root, token.0)
+    }
+
     /// The item meta records, every state (`item/r/`).
     pub(crate) fn metas(&self) -> String {
         format!("{}item/r/", self.root)
@@ -190,26 +204,53 @@ pub(crate) struct Record {
     /// transaction (the same transaction created the lease-bound key).
     pub(crate) token: Option<u64>,
     pub(crate) ttl: Ttl,
+    /// The etcd lease the lease-bound key is bound to (0 for a riding member).
     pub(crate) lease_id: i64,
     pub(crate) holder: HolderId,
+    /// For a member riding a session (`LeaseStore::join_session`): the session's key
+    /// and token. Such a record has no lease-bound key and no etcd lease of its own.
+    pub(crate) session: Option<(Key, FencingToken)>,
 }
 
 impl Record {
+    /// `token\nttl\nlease id\nholder`, or for a riding member `s<session
+    /// token>\nttl\nsession key\nholder` (its token is the record's mod revision).
     pub(crate) fn encode(&self) -> String {
-        format!(
-            "{}\n{}\n{}\n{}",
-            self.token.unwrap_or(0),
-            self.ttl.as_millis(),
-            self.lease_id,
-            self.holder
-        )
+        match &self.session {
+            Some((key, token)) => format!(
+                "s{}\n{}\n{key}\n{}",
+                token.0,
+                self.ttl.as_millis(),
+                self.holder
+            ),
+            None => format!(
+                "{}\n{}\n{}\n{}",
+                self.token.unwrap_or(0),
+                self.ttl.as_millis(),
+                self.lease_id,
+                self.holder
+            ),
+        }
     }
 
     pub(crate) fn decode(raw: &[u8]) -> Option<Record> {
         let s = std::str::from_utf8(raw).ok()?;
         let mut parts = s.splitn(4, '\n');
-        let token: u64 = parts.next()?.parse().ok()?;
+        let first = parts.next()?;
         let ttl = Ttl::from_millis(parts.next()?.parse().ok()?).ok()?;
+        if let Some(session_token) = first.strip_prefix('s') {
+            let session_token = FencingToken(session_token.parse().ok()?);
+            let session = Key::parse(parts.next()?).ok()?;
+            let holder = HolderId::new(parts.next()?).ok()?;
+            return Some(Record {
+                token: None,
+                ttl,
+                lease_id: 0,
+                holder,
+                session: Some((session, session_token)),
+            });
+        }
+        let token: u64 = first.parse().ok()?;
         let lease_id = parts.next()?.parse().ok()?;
         let holder = HolderId::new(parts.next()?).ok()?;
         Some(Record {
@@ -217,7 +258,13 @@ impl Record {
             ttl,
             lease_id,
             holder,
+            session: None,
         })
+    }
+
+    /// True when the raw record is a riding member's (no lease-bound key of its own).
+    pub(crate) fn rides_raw(raw: &[u8]) -> bool {
+        raw.first() == Some(&b's')
     }
 }
 
@@ -291,13 +338,26 @@ mod tests {
             ttl: Ttl::from_millis(2500).unwrap(),
             lease_id: 77,
             holder: HolderId::new("host 1: pid\u{e9}").unwrap(),
+            session: None,
         };
         assert_eq!(Record::decode(r.encode().as_bytes()), Some(r.clone()));
+        assert!(!Record::rides_raw(r.encode().as_bytes()));
         let r = Record {
             token: Some(9),
             ..r
         };
-        assert_eq!(Record::decode(r.encode().as_bytes()), Some(r));
+        assert_eq!(Record::decode(r.encode().as_bytes()), Some(r.clone()));
+        let rider = Record {
+            token: None,
+            lease_id: 0,
+            session: Some((Key::parse("sessions/p-1").unwrap(), FencingToken(41))),
+            ..r
+        };
+        assert_eq!(
+            Record::decode(rider.encode().as_bytes()),
+            Some(rider.clone())
+        );
+        assert!(Record::rides_raw(rider.encode().as_bytes()));
         assert_eq!(Record::decode(b"garbage"), None);
     }
 

@@ -16,8 +16,10 @@ use tokio::sync::watch;
 
 use crate::core::{
     del, first_range, get, mod_rev, put, ranges, secs, to_prefix_end, EtcdStore, Snapshot,
+    MAX_TXN_OPS,
 };
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
+use crate::keys::Record;
 use crate::BACKEND;
 
 /// What one release attempt ([`EtcdStore::release_from`]) came to.
@@ -64,6 +66,8 @@ impl EtcdStore {
             del(&live_key),
             put(&k.dead(c.token), lease.key.to_string()),
         ];
+        // A riding member leaves its session's member index; it has no etcd lease.
+        ops.extend(self.unride_ops(&lease.key, &c));
         ops.extend(death.ops);
         let resp = self
             .txn(
@@ -76,6 +80,9 @@ impl EtcdStore {
         if resp.succeeded() {
             #[cfg(test)]
             self.inner.between_release_steps.here().await;
+            if c.rec.session.is_some() {
+                return Ok(Released::Retired);
+            }
             if self.revoke(c.rec.lease_id).await.is_err() {
                 self.revoke_later(c.rec.lease_id);
             }
@@ -93,7 +100,8 @@ impl EtcdStore {
     }
 
     /// `LeaseStore::members`: the records and the lease-bound keys of the page in
-    /// one transaction (one revision), then the time left of each live one.
+    /// one transaction (one revision), then the lease-bound keys of the sessions its
+    /// riding members ride (a second read), then the time left of each live one.
     pub(crate) async fn member_page(
         &self,
         space: &Space,
@@ -122,6 +130,27 @@ impl EtcdStore {
         let r = ranges(&resp);
         let recs = r.first().map(|g| g.kvs().to_vec()).unwrap_or_default();
         let live: Vec<KeyValue> = r.get(1).map(|g| g.kvs().to_vec()).unwrap_or_default();
+        // The sessions the page's riding members ride: their lease-bound keys.
+        let mut sessions: Vec<Key> = Vec::new();
+        for kv in &recs {
+            if let Some(Record {
+                session: Some((s, _)),
+                ..
+            }) = Record::decode(kv.value())
+            {
+                if !sessions.contains(&s) {
+                    sessions.push(s);
+                }
+            }
+        }
+        let mut session_lives: Vec<(Key, Option<KeyValue>)> = Vec::new();
+        for chunk in sessions.chunks(MAX_TXN_OPS) {
+            let reads = chunk.iter().map(|s| get(&k.live(s))).collect::<Vec<_>>();
+            let resp = self.txn(Txn::new().and_then(reads)).await?;
+            for (s, g) in chunk.iter().zip(ranges(&resp)) {
+                session_lives.push((s.clone(), g.kvs().first().cloned()));
+            }
+        }
         let mut out = Vec::with_capacity(recs.len());
         let mut ttls = tokio::task::JoinSet::new();
         for (i, kv) in recs.into_iter().enumerate() {
@@ -136,18 +165,25 @@ impl EtcdStore {
                 .iter()
                 .find(|l| l.key() == k.live(&key).as_bytes())
                 .cloned();
-            let snap = Snapshot::from(Some(kv), bound)?;
+            let mut snap = Snapshot::from(Some(kv), bound)?;
+            let mut id = snap.record.as_ref().map_or(0, |c| c.rec.lease_id);
+            if let Some((s, _)) = snap.rides() {
+                snap.session_live = session_lives
+                    .iter()
+                    .find(|(key, _)| key == s)
+                    .and_then(|(_, kv)| kv.clone());
+                id = snap.session_live.as_ref().map_or(0, |kv| kv.lease());
+            }
             let is_live = snap.is_live();
             let Some(c) = snap.record else { continue };
             if is_live {
                 let store = self.clone();
-                let id = c.rec.lease_id;
                 ttls.spawn(async move { (i, store.time_to_live(id).await) });
             }
             out.push((
                 i,
                 LeaseInfo {
-                    session: None,
+                    session: c.rec.session.map(|(s, _)| s),
                     key,
                     holder: c.rec.holder,
                     token: c.token,
@@ -195,6 +231,14 @@ impl LeaseStore for EtcdStore {
         self.acquire_batch(asks).await
     }
 
+    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
+        let outcome = self.join(session, key, holder).await;
+        if let Err(Error::Held { .. }) = &outcome {
+            self.inner.expiry.interested(key);
+        }
+        outcome
+    }
+
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         self.renew_one(lease).await
     }
@@ -205,6 +249,7 @@ impl LeaseStore for EtcdStore {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.slots.remove(&lease.key, lease.token);
+        self.inner.riders.forget(lease);
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
             let snap = self.snapshot(&lease.key).await?;
@@ -225,11 +270,16 @@ impl LeaseStore for EtcdStore {
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let snap = self.snapshot(key).await?;
         let live = snap.is_live();
+        // A riding member's time left is its session's etcd lease's.
+        let id = match snap.rides() {
+            Some(_) => snap.session_live.as_ref().map_or(0, |kv| kv.lease()),
+            None => snap.record.as_ref().map_or(0, |c| c.rec.lease_id),
+        };
         let Some(c) = snap.record else {
             return Ok(None);
         };
         let status = if live {
-            match self.time_to_live(c.rec.lease_id).await? {
+            match self.time_to_live(id).await? {
                 // Unknown to the lessor that answered: revoked since the read, or a
                 // member that lost leadership without knowing it yet answered from its
                 // stale lessor (LeaseTimeToLive is not linearizable). A second
@@ -257,7 +307,7 @@ impl LeaseStore for EtcdStore {
             LeaseStatus::Expired
         };
         Ok(Some(LeaseInfo {
-            session: None,
+            session: c.rec.session.map(|(s, _)| s),
             key: key.clone(),
             holder: c.rec.holder,
             token: c.token,

@@ -13,6 +13,7 @@ mod items;
 mod keepalive;
 mod keys;
 mod lease;
+mod session;
 #[cfg(test)]
 mod tests;
 mod watch;

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::map;
-use crate::keys::Keys;
+use crate::keys::{Keys, Record};
 
 /// Keys per page of the fallback scan.
 const PAGE: i64 = 5_000;
@@ -565,6 +565,8 @@ pub(crate) async fn scan(kv: &KvClient, keys: &Keys) -> Result<Scan> {
         .collect();
     let expired = recs
         .iter()
+        // A riding member has no lease-bound key: its session's expiry is its own.
+        .filter(|kv| !Record::rides_raw(kv.value()))
         .filter_map(|kv| {
             let key = keys.parse_key(&records, kv.key())?;
             let rank = u64::try_from(kv.mod_revision()).unwrap_or(0);

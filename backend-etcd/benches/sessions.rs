@@ -1,0 +1,324 @@
+//! Members riding sessions against members that are leases of their own, on one etcd
+//! member, in one run.
+//!
+//! `cargo bench -p liveness-etcd --bench sessions -- [--members 10000] [--sessions 10]
+//! [--ttl-ms 10000] [--seconds 20] [--no-leases]`. Starts a private etcd member (the
+//! test kit's) and measures its CPU from `/proc/<pid>/stat` (user + system ticks).
+//!
+//! Sessions: `--sessions` session leases, then `--members` members joined into them
+//! (`join_session`, 64 calls in flight), then `--seconds` of steady state in which only
+//! the sessions are renewed (every ttl/3). Per-member leases, on a fresh namespace of
+//! the same member: as many members taken with `acquire_many` (batches of
+//! `max_batch`, 16 in flight), then the same seconds of renewing every one of them
+//! every ttl/3 with `renew_many` (batches of `max_batch`, 8 tasks paced every 10 ms).
+//! Printed for each: the time to join (or take) every member, etcd's CPU in steady
+//! state (% of one core), the renewals answered Ok per second, and the CPU ratio.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_etcd::{EtcdConfig, EtcdStore};
+
+/// The bench's options, from the command line.
+struct Options {
+    members: usize,
+    sessions: usize,
+    ttl: Ttl,
+    seconds: u64,
+    leases: bool,
+}
+
+impl Options {
+    fn from_args() -> Options {
+        let mut o = Options {
+            members: 10_000,
+            sessions: 10,
+            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
+            seconds: 20,
+            leases: true,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || {
+                args.next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("{arg} wants a number"))
+            };
+            match arg.as_str() {
+                "--members" => o.members = value() as usize,
+                "--sessions" => o.sessions = value().max(1) as usize,
+                "--ttl-ms" => {
+                    o.ttl = Ttl::new(Duration::from_millis(value()))
+                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
+                }
+                "--seconds" => o.seconds = value(),
+                "--no-leases" => o.leases = false,
+                // `cargo bench` passes `--bench`.
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// The CPU seconds (user + system) process `pid` used so far, from `/proc/<pid>/stat`
+/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+fn cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11, 12.
+    ticks(11).unwrap_or(0.0) / 100.0 + ticks(12).unwrap_or(0.0) / 100.0
+}
+
+/// What one way of holding the members measured.
+struct Figures {
+    join: Duration,
+    cpu_pct: f64,
+    renewals_per_sec: f64,
+    /// Sessions only: the members retired by draining the released sessions, the
+    /// time it took and the drain calls made.
+    drain: Option<(usize, Duration, usize)>,
+}
+
+fn print(what: &str, n: usize, f: &Figures) {
+    println!(
+        "{what:<24} members {n:>7}  join {:>6.1} s  etcd CPU {:>6.1} % of a core  \
+         renewals {:>8.0}/s",
+        f.join.as_secs_f64(),
+        f.cpu_pct,
+        f.renewals_per_sec
+    );
+    if let Some((retired, took, calls)) = f.drain {
+        println!(
+            "{:<24} {retired} members retired in {:.1} s, {calls} requeue_orphans calls",
+            "  drain after release",
+            took.as_secs_f64()
+        );
+    }
+}
+
+async fn store(url: &str) -> EtcdStore {
+    let config = EtcdConfig::from_url(url)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_namespace(liveness_conformance::fresh_namespace())
+        .with_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    EtcdStore::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+fn holder() -> HolderId {
+    HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn member(i: usize) -> Key {
+    Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Members riding `o.sessions` sessions; they stay alive in `keep`.
+async fn sessions(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Figures {
+    let store = store(url).await;
+    let mut sessions = Vec::with_capacity(o.sessions);
+    for p in 0..o.sessions {
+        let name = Name::new(format!("p{p}")).unwrap_or_else(|e| panic!("{e}"));
+        let key = Key::new(Space::sessions(), name);
+        let lease = store.acquire(&key, &holder(), o.ttl).await;
+        sessions.push(lease.unwrap_or_else(|e| panic!("session: {e}")));
+    }
+    // The sessions are renewed every ttl/3 from now on, as a process's session is.
+    let every = o.ttl.duration() / 3;
+    let renewals = Arc::new(AtomicU64::new(0));
+    let renewer = {
+        let (store, sessions, renewals) = (store.clone(), sessions.clone(), renewals.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let answers = store.renew_many(&sessions).await;
+                for answer in answers.unwrap_or_else(|e| panic!("{e}")) {
+                    answer.unwrap_or_else(|e| panic!("a session lost: {e}"));
+                    renewals.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    let lanes = 64;
+    let mut tasks = Vec::with_capacity(lanes);
+    for lane in 0..lanes {
+        let (store, sessions, n) = (store.clone(), sessions.clone(), o.members);
+        tasks.push(tokio::spawn(async move {
+            let mut joined = Vec::with_capacity(n / lanes + 1);
+            for i in (lane..n).step_by(lanes) {
+                let session = &sessions[i % sessions.len()];
+                let lease = store.join_session(session, &member(i), &holder()).await;
+                joined.push(lease.unwrap_or_else(|e| panic!("join: {e}")));
+            }
+            joined
+        }));
+    }
+    for task in tasks {
+        keep.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let join = start.elapsed();
+    let renewed0 = renewals.load(Ordering::Relaxed);
+    let cpu0 = cpu(pid);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(o.seconds)).await;
+    let wall = start.elapsed().as_secs_f64();
+    let used = cpu(pid) - cpu0;
+    let renewed = renewals.load(Ordering::Relaxed) - renewed0;
+    renewer.abort();
+    // The processes leave: their sessions released, then drained by sweeps, one
+    // batch per call (session tokens sort before their members': the first dead
+    // tokens are the sessions still draining).
+    let start = Instant::now();
+    for s in &sessions {
+        store
+            .release(s)
+            .await
+            .unwrap_or_else(|e| panic!("release: {e}"));
+    }
+    let (mut retired, mut calls) = (0, 0);
+    loop {
+        let dead = store.dead_tokens(o.sessions).await;
+        let dead = dead.unwrap_or_else(|e| panic!("{e}"));
+        let tokens: Vec<_> = dead
+            .iter()
+            .filter(|d| d.key.space() == &Space::sessions())
+            .map(|d| d.token)
+            .collect();
+        if tokens.is_empty() {
+            break;
+        }
+        let swept = futures::future::join_all(tokens.iter().map(|t| store.requeue_orphans(*t)));
+        for moved in swept.await {
+            retired += moved.unwrap_or_else(|e| panic!("drain: {e}")).retired.len();
+            calls += 1;
+        }
+    }
+    Figures {
+        join,
+        cpu_pct: used / wall * 100.0,
+        renewals_per_sec: renewed as f64 / wall,
+        drain: Some((retired, start.elapsed(), calls)),
+    }
+}
+
+/// Members that are leases of their own; they stay alive in `keep`.
+async fn leases(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Figures {
+    let store = store(url).await;
+    let batch = store.capabilities().max_batch;
+    let start = Instant::now();
+    let ids: Vec<usize> = (0..o.members).collect();
+    let mut leases = Vec::with_capacity(o.members);
+    for wave in ids.chunks(batch * 16) {
+        let calls = wave.chunks(batch).map(|chunk| {
+            let asks: Vec<Acquire> = chunk
+                .iter()
+                .map(|i| Acquire::new(member(*i), holder(), o.ttl))
+                .collect();
+            let store = store.clone();
+            async move { store.acquire_many(&asks).await }
+        });
+        for answers in futures::future::join_all(calls).await {
+            for taken in answers.unwrap_or_else(|e| panic!("{e}")) {
+                leases.push(taken.unwrap_or_else(|e| panic!("acquire: {e}")));
+            }
+        }
+    }
+    let join = start.elapsed();
+    // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks
+    // (one `renew_many` in flight each). Behind, the renewals that did not fit are
+    // skipped and a lapsed lease stays lost: the rate answered Ok shows it.
+    let lanes = 8;
+    let per_tick = o.members as f64 / (o.ttl.duration().as_secs_f64() / 3.0) / 100.0 / lanes as f64;
+    let ok = Arc::new(AtomicU64::new(0));
+    let cpu0 = cpu(pid);
+    let start = Instant::now();
+    let until = start + Duration::from_secs(o.seconds);
+    let share = o.members.div_ceil(lanes).max(1);
+    let mut tasks = Vec::with_capacity(lanes);
+    while !leases.is_empty() {
+        let rest = leases.split_off(share.min(leases.len()));
+        let mut mine = std::mem::replace(&mut leases, rest);
+        let (store, ok) = (store.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut due, mut next) = (0.0f64, 0usize);
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while Instant::now() < until {
+                tick.tick().await;
+                due = (due + per_tick).min(per_tick + batch as f64);
+                while due >= 1.0 && Instant::now() < until {
+                    let k = (due as usize).min(batch);
+                    let at: Vec<usize> = (0..k).map(|j| (next + j) % mine.len()).collect();
+                    next = (next + k) % mine.len();
+                    let asked: Vec<Lease> = at.iter().map(|&i| mine[i].clone()).collect();
+                    let answers = store.renew_many(&asked).await;
+                    for (&i, answer) in at.iter().zip(answers.unwrap_or_default()) {
+                        if let Ok(l) = answer {
+                            mine[i] = l;
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    due -= k as f64;
+                }
+            }
+            mine
+        }));
+    }
+    for task in tasks {
+        leases.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let used = cpu(pid) - cpu0;
+    keep.extend(leases);
+    Figures {
+        join,
+        cpu_pct: used / wall * 100.0,
+        renewals_per_sec: ok.load(Ordering::Relaxed) as f64 / wall,
+        drain: None,
+    }
+}
+
+fn main() {
+    let o = Options::from_args();
+    let Some(server) = liveness_testkit::etcd::start() else {
+        eprintln!("sessions: no etcd (skipped)");
+        return;
+    };
+    let Some(pid) = server.process().and_then(|p| p.pid()) else {
+        eprintln!("sessions: the etcd member has no process id (skipped)");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    rt.block_on(async {
+        println!(
+            "etcd, ttl {:?}, {} s of steady state, {} members",
+            o.ttl.duration(),
+            o.seconds,
+            o.members
+        );
+        let (mut riding, mut owned) = (Vec::new(), Vec::new());
+        let s = sessions(server.url(), pid, &o, &mut riding).await;
+        print(&format!("in {} sessions", o.sessions), o.members, &s);
+        if o.leases {
+            let l = leases(server.url(), pid, &o, &mut owned).await;
+            print("a lease per member", o.members, &l);
+            println!(
+                "etcd CPU, a lease each / in sessions: {:.1}x",
+                l.cpu_pct / s.cpu_pct.max(0.01)
+            );
+        }
+        drop((riding, owned));
+    });
+}
