@@ -1,5 +1,6 @@
-//! Runs the demo binary end to end with small numbers: real worker processes, a
-//! SIGKILL, a SIGSTOP past the ttl; checks its exit status and its summary.
+//! Runs the demo binary end to end with small numbers: real worker processes, each
+//! with one session and three members riding it, a SIGKILL, a stuck member, a
+//! SIGSTOP past the ttl; checks its exit status and its summary.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -46,6 +47,19 @@ fn assert_shows_the_story(out: &Output) -> String {
         "declared dead, its items requeued",
         "declared dead while frozen, its items requeued",
         "'s late completion refused by fencing",
+        // One process death per worker, counting the members that rode its session.
+        "ONE process death with its 3 members",
+        "ONE death of its session, with its 3 members",
+        "shown: every member of worker-",
+        "'s session re-opened and its members re-joined with new tokens",
+        // The stuck job: one member released alone by its watchdog.
+        "STALL -> worker-",
+        "hangs on item #",
+        "its WATCHDOG fired",
+        "released it alone (cause stalled)",
+        "shown: a stuck member's watchdog released it alone (cause stalled)",
+        "shown: the stuck member's item requeued and done by another member",
+        "shown: the stuck member's fellow members kept working, their process untouched",
         "result: OK",
     ] {
         assert!(
@@ -86,6 +100,8 @@ fn help_explains_each_flag() {
     for flag in [
         "--store",
         "--workers",
+        "--members-per-worker",
+        "--progress-timeout",
         "--items",
         "--ttl",
         "--seed",
@@ -111,6 +127,7 @@ fn bad_setups_fail_with_status_2() {
         &["--store", "memory://?ns=x"][..],
         &["--store", "nosuch://x"][..],
         &["--workers", "1"][..],
+        &["--members-per-worker", "1"][..],
     ] {
         let out = demo().args(args).output().expect("run the demo");
         assert_eq!(

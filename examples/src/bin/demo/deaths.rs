@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use liveness::{DeathCause, DeathRecord, Result, Store};
+use liveness::{DeathCause, DeathRecord, Result, Space, Store, Swept};
 use tokio::time::Instant;
 
 use crate::stage::Worker;
@@ -21,8 +21,10 @@ const PAGE: usize = 100;
 pub struct Death {
     /// Its record's place in the history.
     pub seq: u64,
-    /// The member's name (its key's name).
+    /// Its key's name: a worker process's (a session) or a member's.
     pub name: String,
+    /// True for a session (a worker process's lease, in the space `sessions`).
+    pub session: bool,
     /// The dead token.
     pub token: u64,
     /// Reaped or superseded.
@@ -85,6 +87,7 @@ impl Deaths {
             self.list.push(Death {
                 seq: record.seq,
                 name: record.key.name().to_string(),
+                session: record.key.space() == &Space::sessions(),
                 token: record.token.0,
                 cause: record.cause,
                 at: now.checked_sub(ago).unwrap_or(now),
@@ -93,11 +96,19 @@ impl Deaths {
         Ok(self.list.len() - known)
     }
 
-    /// What the sweep of a death's token moved, once a checker swept it: (requeued,
-    /// dead-lettered).
-    pub fn swept(&self, seq: u64) -> Option<(u64, u64)> {
-        let swept = self.records.get(&seq)?.swept?;
-        Some((swept.requeued, swept.dead_lettered))
+    /// What the sweep of a death's token moved, once a checker swept it: for a
+    /// session, the members retired with it and what their sweeps moved.
+    pub fn swept(&self, seq: u64) -> Option<Swept> {
+        self.records.get(&seq)?.swept
+    }
+
+    /// This run's record of the member `name`'s token `token`, releases included.
+    pub fn record_of(&self, name: &str, token: u64) -> Option<&DeathRecord> {
+        (self.records.values()).find(|r| {
+            r.key.space() == &Space::members()
+                && r.key.name().as_str() == name
+                && r.token.0 == token
+        })
     }
 
     /// Items sent back to pending by the sweeps of this run's dead tokens, released
@@ -151,8 +162,9 @@ pub async fn poll_deaths(
             )
         });
         view.log(&format!(
-            "store's death history: {} (token {}) DEAD, {}{}",
+            "store's death history: {}{} (token {}) DEAD, {}{}",
             d.name,
+            if d.session { "'s session" } else { "" },
             d.token,
             d.cause,
             after.unwrap_or_default()

@@ -1,7 +1,8 @@
-//! The liveness demo: real worker processes on a shared store, one killed with
-//! SIGKILL, one frozen with SIGSTOP past its ttl; a checker that declares each death
-//! once and requeues its items; fencing that refuses the frozen worker's late
-//! completion.
+//! The liveness demo: real worker processes on a shared store, each with ONE session
+//! that several members ride; one process killed with SIGKILL, one frozen with
+//! SIGSTOP past its ttl, one member of a third stuck in its job until its watchdog
+//! releases it alone; a checker that declares each death once and requeues its
+//! items; fencing that refuses the frozen worker's late completions.
 //!
 //! ```sh
 //! cargo run --release -p examples --bin demo
@@ -15,9 +16,11 @@
 
 mod dashboard;
 mod deaths;
+mod live;
 mod parent;
 mod proto;
 mod stage;
+mod summary;
 mod view;
 mod worker;
 
@@ -26,14 +29,19 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// Watch a worker fleet survive a SIGKILL and a SIGSTOP, on a real shared store.
+/// Watch a worker fleet survive a SIGKILL, a SIGSTOP and a stuck job, on a real
+/// shared store.
 ///
 /// Starts a checker and N worker processes (children of this one) on a store (by
-/// default a fresh SQLite file in a temporary directory), enqueues M items that take a
-/// little while each, then kills one worker with SIGKILL and freezes another with
-/// SIGSTOP for longer than the ttl before resuming it. Watch the checker declare each
-/// death once and requeue its items, the frozen worker's cancellation fire, its late
-/// completion refused by fencing, and its re-join with a new token.
+/// default a fresh SQLite file in a temporary directory). Each worker opens ONE
+/// session (its process's lease) and runs several members riding it, each with its
+/// own job loop. The demo enqueues M items that take a little while each, then kills
+/// one worker with SIGKILL, makes one member of another hang in its job (its watchdog
+/// releases it alone, its item goes to another member, its process's other members
+/// go on), and freezes a third worker with SIGSTOP for longer than the ttl before
+/// resuming it. Watch the checker declare each process death once with its members
+/// and requeue their items, every member of the frozen worker stop when it wakes up,
+/// its late completions refused by fencing, and its re-join with new tokens.
 ///
 /// The deaths it shows come from the store's death history, so a checker running
 /// beside it on the same store (`liveness check`) may declare them instead.
@@ -70,9 +78,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
-    /// How many worker processes to start (at least 2: one is killed, one frozen).
+    /// How many worker processes to start (at least 2: one is killed, one frozen; a
+    /// third hosts the stuck member, or the frozen one waits for it to be released).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
     pub workers: u32,
+
+    /// How many members each worker process hosts, riding its one session, each with
+    /// its own job loop (at least 2: one of them hangs, the others go on).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub members_per_worker: u32,
 
     /// How many items to enqueue.
     #[arg(long, value_name = "M", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -83,6 +97,13 @@ pub struct RunArgs {
     /// one ttl later; the frozen worker stays stopped for 2 × ttl + ttl / 2.
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
     pub ttl: Duration,
+
+    /// The members' watchdog: a member whose job loop makes no claim, completion or
+    /// progress report for this long is released alone, its items handed back
+    /// (`3s`, `800ms`, or milliseconds). Default: 3 × ttl, longer than the freeze,
+    /// which every member of the frozen worker sits out without progress.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub progress_timeout: Option<Duration>,
 
     /// The seed of the random work times, for reproducible runs (default: random,
     /// printed at the start).
@@ -118,9 +139,15 @@ pub struct WorkerArgs {
     /// The store URL.
     #[arg(long)]
     pub store: String,
-    /// The member name.
+    /// The process's name: its session's, and its members' prefix.
     #[arg(long)]
     pub name: String,
+    /// How many members ride its session.
+    #[arg(long)]
+    pub members: usize,
+    /// The members' progress timeout in milliseconds.
+    #[arg(long)]
+    pub progress_timeout_ms: u64,
     /// The lease ttl in milliseconds.
     #[arg(long)]
     pub ttl_ms: u64,

@@ -1,35 +1,39 @@
 //! The demo's parent process: sets the store up, enqueues the items, runs the
-//! checker, starts the workers, stages the SIGKILL and the SIGSTOP, follows the
-//! store's death history, draws the view, and checks the invariants and what the run
+//! checker, starts the workers (one session each, several members riding it), stages
+//! the SIGKILL, the stuck job and the SIGSTOP, follows the store's death history,
+//! draws the view; [`summary`](crate::summary) checks the invariants and what the run
 //! showed at the end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use liveness::{
-    Checker, CheckerConfig, DeathCause, EnqueueOptions, Event, EventBus, ItemCounts, ItemId,
-    ItemState, Key, LeaseStatus, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, FencingToken, ItemCounts, Store, Ttl,
 };
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::deaths::{poll_deaths, Deaths};
-use crate::proto::Fact;
-use crate::stage::{signal, Role, Stage, Worker};
-use crate::view::{bar, plural, secs, View};
+use crate::proto::{Fact, Who, STALL};
+use crate::stage::{signal, Role, Stage, Stall, Worker};
+use crate::view::{plural, secs, View};
 use crate::RunArgs;
 
-/// Attempts per item: enough that a kill and a freeze never dead-letter one.
+/// Attempts per item: enough that a kill, a stall and a freeze never dead-letter one.
 const MAX_ATTEMPTS: u32 = 5;
 
+/// How many times in a row the freeze is tried when it lands inside one of the
+/// victim's store transactions, before it waits for a later claim.
+const FREEZE_TRIES: u32 = 3;
+
 enum Msg {
-    Fact(usize, Fact),
+    Fact(usize, Who, Fact),
     Stderr(usize, String),
     Exited(usize, std::io::Result<ExitStatus>),
 }
@@ -49,6 +53,301 @@ fn url_path(path: &std::path::Path) -> String {
         }
     }
     out
+}
+
+/// What the parent knows of the run: the workers, the stages, its own tally of the
+/// items from the workers' facts.
+pub struct Run {
+    pub view: View,
+    store: Arc<dyn Store>,
+    pub ttl: Ttl,
+    pub progress_timeout: Duration,
+    pub members_per_worker: usize,
+    pub workers: Vec<Worker>,
+    pub stage: Stage,
+    pub stall: Option<Stall>,
+    /// Accepted completions per item.
+    pub done_by_id: HashMap<u64, u32>,
+    /// Claims per item.
+    pub claims_by_id: HashMap<u64, u32>,
+    /// Who completed each item (`worker-N.mK`).
+    pub done_by: HashMap<u64, String>,
+    /// Items the store completed that no worker reported (its worker was killed in
+    /// between), read at the end.
+    pub unreported: HashSet<u64>,
+    pub counts: ItemCounts,
+    pub failures: Vec<String>,
+    pub total: u64,
+    kill_at: u64,
+    stall_at: u64,
+    freeze_at: u64,
+    freeze_for: Duration,
+    /// A freeze undone (it held the store's write lock) is tried again from then.
+    freeze_not_before: Instant,
+}
+
+impl Run {
+    pub fn done_total(&self) -> u64 {
+        self.done_by_id.len() as u64
+    }
+
+    /// Handles one fact of worker `i`.
+    async fn on_fact(&mut self, i: usize, who: Who, fact: Fact) {
+        match who {
+            Who::Session => self.on_session_fact(i, fact),
+            Who::Member(n) if n < self.workers[i].members.len() => {
+                self.on_member_fact(i, n, fact).await
+            }
+            Who::Member(n) => {
+                let w = &self.workers[i];
+                self.view
+                    .log(&format!("{} says: member {} {fact:?}", w.name, n + 1))
+            }
+        }
+    }
+
+    fn on_session_fact(&mut self, i: usize, fact: Fact) {
+        let w = &mut self.workers[i];
+        match fact {
+            Fact::Joined { token } => {
+                if let Some(old) = w.token() {
+                    self.view.log(&format!("{}'s session re-opened with a NEW token {token} (its old token {old} stays dead); its members re-join", w.name));
+                } else {
+                    self.view.log(&format!("{} opened its session (token {token}): {} ride it, each with its own job loop", w.name, plural(w.members.len(), "member", "members")));
+                }
+                w.tokens.push(token);
+            }
+            Fact::Lost { token, reason } => {
+                self.view.log(&format!("{}: its session (token {token}) lost, every member's work told to stop at once: {reason}", w.name));
+                w.lost.push((token, reason));
+                self.note_other_loss(i, None);
+            }
+            Fact::Left { token } => {
+                self.view.log(&format!(
+                    "{} left: all work done, its members and its session (token {token}) released",
+                    w.name
+                ));
+            }
+            Fact::Error { message } => self.view.log(&format!("{}: error: {message}", w.name)),
+            other => self.view.log(&format!("{} says: {other:?}", w.name)),
+        }
+    }
+
+    /// A lease of worker `i` other than the stuck member's (`member`: which) was
+    /// lost while the stuck member hung: its fellows did not go on untouched.
+    fn note_other_loss(&mut self, i: usize, member: Option<usize>) {
+        if let Some(stall) = self.stall.as_mut() {
+            let stuck = stall.hung.map(|(n, ..)| n);
+            if stall.worker == i && stall.ongoing() && member != stuck {
+                stall.others_lost = true;
+            }
+        }
+    }
+
+    async fn on_member_fact(&mut self, i: usize, n: usize, fact: Fact) {
+        let w = &mut self.workers[i];
+        let name = w.members[n].name.clone();
+        match fact {
+            Fact::Joined { token } => {
+                let m = &mut w.members[n];
+                if let Some(old) = m.token() {
+                    self.view.log(&format!("{name} re-joined with a NEW token {token} (its old token {old} stays dead)"));
+                }
+                m.tokens.push(token);
+                if m.tokens.len() == 1 && w.members.iter().all(|m| m.token().is_some()) {
+                    let joined: Vec<String> = (w.members.iter())
+                        .map(|m| format!("{} (token {})", m.name, m.token().unwrap_or(0)))
+                        .collect();
+                    self.view.log(&format!(
+                        "{}: {} joined, riding its session",
+                        w.name,
+                        joined.join(", ")
+                    ));
+                }
+            }
+            Fact::Claimed { id, token, attempt } => {
+                *self.claims_by_id.entry(id).or_default() += 1;
+                w.members[n].working_on = Some(id);
+                if attempt > 1 {
+                    self.view.log(&format!(
+                        "{name} claimed requeued item #{id} (attempt {attempt}, token {token})"
+                    ));
+                    if let Some(stall) = self.stall.as_mut() {
+                        if stall.item() == Some(id) && stall.taken_by.is_none() {
+                            stall.taken_by = Some(name.clone());
+                        }
+                    }
+                }
+                self.stage_faults(i, id, token).await;
+            }
+            Fact::Done { id, .. } => {
+                let m = &mut w.members[n];
+                m.done += 1;
+                m.working_on = None;
+                let count = self.done_by_id.entry(id).or_default();
+                *count += 1;
+                if *count > 1 {
+                    (self.failures).push(format!(
+                        "item #{id}: the store accepted a second completion"
+                    ));
+                }
+                self.done_by.insert(id, name.clone());
+                if let Some(stall) = self.stall.as_mut() {
+                    let stuck = stall.hung.map(|(n, ..)| n);
+                    if stall.item() == Some(id) {
+                        stall.redone = true;
+                        self.view.log(&format!(
+                            "{name} completed item #{id}, the stuck member's: the work got done"
+                        ));
+                    } else if stall.worker == i && stuck.is_some_and(|s| s != n) && !stall.redone {
+                        stall.others_done += 1;
+                    }
+                }
+            }
+            Fact::Cancelled { id, token, reason } => {
+                self.view.log(&format!("{name}: its work on item #{id} (token {token}) stops: its check() answers: {reason}"));
+                w.members[n].cancelled.push((id, token, reason));
+            }
+            Fact::Fenced { id, token } => {
+                let m = &mut w.members[n];
+                m.working_on = None;
+                m.fenced.push((id, token));
+                self.view.log(&format!("{name}: its late completion of item #{id} under token {token} was REFUSED by the store: Error::Fenced (the item was requeued to a live member)"));
+            }
+            Fact::Hung { id, token } => {
+                self.view.log(&format!("{name} hangs on item #{id} (token {token}): its handler waits and reports no progress; {}'s other members go on", w.name));
+                if let Some(stall) = self.stall.as_mut().filter(|s| s.worker == i) {
+                    stall.hung.get_or_insert((n, id, token, Instant::now()));
+                }
+            }
+            Fact::Stalled { token } => {
+                w.members[n].lost.push((token, "stalled".to_owned()));
+                let stall = self.stall.as_mut().filter(|s| {
+                    s.worker == i && s.hung.is_some_and(|(m, _, t, _)| m == n && t == token)
+                });
+                match stall {
+                    Some(stall) => {
+                        let after = stall.hung.map(|(.., at)| at.elapsed()).unwrap_or_default();
+                        stall.stalled = Some(Instant::now());
+                        self.view.log(&format!("{name}: its WATCHDOG fired, {} without progress (timeout {}): its work told to stop (cause stalled), its item handed back, its lease (token {token}) released alone; {}'s session and other members untouched", secs(after), secs(self.progress_timeout), w.name));
+                    }
+                    None => self.view.log(&format!(
+                        "{name}: its watchdog fired (no progress in time): lease token {token} released"
+                    )),
+                }
+            }
+            Fact::Lost { token, reason } => {
+                self.view.log(&format!(
+                    "{name}: lease token {token} lost, its work told to stop: {reason}"
+                ));
+                w.members[n].lost.push((token, reason));
+                self.note_other_loss(i, Some(n));
+            }
+            // The session's own `Left` says it for all of them.
+            Fact::Left { .. } => {}
+            Fact::Error { message } => self.view.log(&format!("{name}: error: {message}")),
+        }
+    }
+
+    /// Stages the next fault when its share of the items is done: worker `i`'s member
+    /// just claimed item `id` under `token`.
+    async fn stage_faults(&mut self, i: usize, id: u64, token: u64) {
+        let done = self.done_total();
+        let w = &mut self.workers[i];
+        if w.role != Role::Normal {
+            return;
+        }
+        let on = w.members.iter().filter_map(|m| m.working_on);
+        let on = on.map(|id| format!("#{id}")).collect::<Vec<_>>().join(", ");
+        let pid = w.pid.unwrap_or(0);
+        match self.stage {
+            Stage::WaitKill if done >= self.kill_at => {
+                match signal(w.pid, Signal::SIGKILL) {
+                    Ok(()) => {
+                        w.stage(Role::Killed { at: Instant::now() });
+                        self.view.log(&format!("SIGKILL -> {} (pid {pid}): its session (token {}) and its {} die with it, while they work on items {on}", w.name, w.token().unwrap_or(0), plural(w.members.len(), "member", "members")));
+                    }
+                    Err(e) => self.view.log(&format!("could not kill {}: {e}", w.name)),
+                }
+                self.stage = Stage::WaitStall;
+            }
+            Stage::WaitStall if done >= self.stall_at => {
+                let sent = match w.stdin.as_mut() {
+                    Some(stdin) => stdin.write_all(format!("{STALL}\n").as_bytes()).await,
+                    None => Err(std::io::ErrorKind::BrokenPipe.into()),
+                };
+                match sent {
+                    Ok(()) => {
+                        w.stall_host = true;
+                        self.stall = Some(Stall::new(i));
+                        self.view.log(&format!("STALL -> {}: the next job one of its members claims hangs without reporting progress (its watchdog: {})", w.name, secs(self.progress_timeout)));
+                    }
+                    Err(e) => self
+                        .view
+                        .log(&format!("could not ask {} to stall: {e}", w.name)),
+                }
+                self.stage = Stage::WaitFreeze;
+            }
+            Stage::WaitFreeze if done >= self.freeze_at => {
+                // Not the stuck member's process while it hangs: each story alone.
+                if w.stall_host && self.stall.as_ref().is_some_and(|s| !s.redone) {
+                    return;
+                }
+                if Instant::now() < self.freeze_not_before {
+                    return;
+                }
+                let pid_of = w.pid;
+                let mut stopped = signal(pid_of, Signal::SIGSTOP);
+                // Stopped inside one of its store transactions? An SQLite file serves
+                // one writer at a time, and a frozen holder of its lock would stop
+                // every process's writes, the checker's too: resume it at once (well
+                // before its deadline) and stop it again a moment later.
+                let mut tries = 1;
+                while stopped.is_ok() && !self.store_writes().await {
+                    let resumed = signal(pid_of, Signal::SIGCONT);
+                    let name = &self.workers[i].name;
+                    if tries == FREEZE_TRIES || resumed.is_err() {
+                        // Every process renews before the next try, at a later claim.
+                        self.freeze_not_before = Instant::now() + self.ttl.duration() / 2;
+                        self.view.log(&format!("{name} was stopped {tries} times holding the store's write lock (SQLite: one writer at a time, so every process's writes would wait): resumed each time at once, well before its deadline; it is frozen again at a later claim{}", resumed.err().map(|e| format!(" (SIGCONT failed: {e})")).unwrap_or_default()));
+                        return;
+                    }
+                    self.view.log(&format!("{name} was stopped holding the store's write lock (SQLite: one writer at a time, so every process's writes would wait): SIGCONT at once, SIGSTOP again a moment later"));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tries += 1;
+                    stopped = signal(pid_of, Signal::SIGSTOP);
+                }
+                let w = &mut self.workers[i];
+                match stopped {
+                    Ok(()) => {
+                        let at = Instant::now();
+                        w.stage(Role::Frozen { at, resumed: None });
+                        self.view.log(&format!("SIGSTOP -> {} (pid {pid}) while its member claims item #{id} under token {token}; its members work on items {on}; SIGCONT in {}", w.name, secs(self.freeze_for)));
+                        self.stage = Stage::Frozen {
+                            victim: i,
+                            resume_at: at + self.freeze_for,
+                        };
+                    }
+                    Err(e) => {
+                        self.view.log(&format!("could not freeze {}: {e}", w.name));
+                        self.stage = Stage::Over;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// True when the store serves a write within an eighth of the ttl: a no-op
+    /// sweep of a token never handed out takes the write lock and changes nothing.
+    async fn store_writes(&self) -> bool {
+        let never = FencingToken(i64::MAX as u64);
+        let probe = self.store.requeue_orphans(never);
+        matches!(
+            tokio::time::timeout(self.ttl.duration() / 8, probe).await,
+            Ok(Ok(_))
+        )
+    }
 }
 
 /// Runs the demo; the exit code says whether every invariant held and whether the
@@ -83,6 +382,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return setup_error(format!("--ttl: {e}")),
     };
+    let progress_timeout = args.progress_timeout.unwrap_or(ttl.duration() * 3);
+    if progress_timeout < liveness::member::MIN_PROGRESS_TIMEOUT {
+        return setup_error(format!(
+            "--progress-timeout: at least {} ms",
+            liveness::member::MIN_PROGRESS_TIMEOUT.as_millis()
+        ));
+    }
     let scheme = url
         .split(':')
         .next()
@@ -119,18 +425,26 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(e) => return setup_error(format!("cannot read the store: {e}")),
     }
 
+    let members = args.members_per_worker as usize;
     let freeze_for = ttl.duration() * 2 + ttl.duration() / 2;
     view.say(&format!(
-        "liveness demo: {} workers, {} items of {}-{} ms each, ttl {}, seed {seed} (re-run with --seed {seed})",
+        "liveness demo: {} workers × {members} members riding one session each, {} items of {}-{} ms each, ttl {}, seed {seed} (re-run with --seed {seed})",
         args.workers,
         args.items,
         args.work_ms.0,
         args.work_ms.1,
         secs(ttl.duration())
     ));
-    view.say(&format!("store: {url}"));
     view.say(&format!(
-        "plan: SIGKILL one worker once 15% of the items are done; SIGSTOP another at 35% for {} (longer than the ttl), then SIGCONT",
+        "store: {url} ({})",
+        match store.capabilities().sessions {
+            true => "native sessions: a riding member costs the store nothing while it lives",
+            false => "no native sessions: each session renews its members with its own lease",
+        }
+    ));
+    view.say(&format!(
+        "plan: SIGKILL one worker once 15% of the items are done; at 25% one member of another hangs in its job (its watchdog: {}); SIGSTOP a third at 35% for {} (longer than the ttl), then SIGCONT",
+        secs(progress_timeout),
         secs(freeze_for)
     ));
 
@@ -159,7 +473,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return setup_error(format!("cannot read the store's death history: {e}")),
     };
-    // The checker, in this process (unless one beside it does the work).
+    // The checker, in this process (unless one beside it does the work). It watches
+    // the sessions too (the default): a process's death is its session's.
     let bus = EventBus::default();
     let mut checker_events = bus.subscribe();
     let checker = if args.no_checker {
@@ -171,7 +486,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let config = CheckerConfig::default()
             .check_every(check_every)
             .events(bus);
-        view.log("checker started: it reaps expired members and requeues their items");
+        view.log("checker started: it reaps expired sessions and members and requeues their items");
         Some(Checker::new(store.clone(), config).spawn())
     };
 
@@ -187,7 +502,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let spawned = Command::new(&exe)
             .arg("worker")
             .args(["--store", &url, "--name", &name])
+            .args(["--members", &members.to_string()])
             .args(["--ttl-ms", &ttl.as_millis().to_string()])
+            .args([
+                "--progress-timeout-ms",
+                &progress_timeout.as_millis().to_string(),
+            ])
             .args([
                 "--seed",
                 &seed.wrapping_mul(1000).wrapping_add(i as u64).to_string(),
@@ -212,8 +532,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
             tokio::spawn(async move {
                 let mut lines = BufReader::new(out).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    if let Some(fact) = Fact::parse(&line) {
-                        let _ = tx.send(Msg::Fact(i, fact));
+                    if let Some((who, fact)) = Fact::parse(&line) {
+                        let _ = tx.send(Msg::Fact(i, who, fact));
                     } else if !line.trim().is_empty() {
                         let _ = tx.send(Msg::Stderr(i, line));
                     }
@@ -237,43 +557,49 @@ pub async fn run(args: RunArgs) -> ExitCode {
             });
         }
         view.log(&format!("started {name} (pid {})", pid.unwrap_or(0)));
-        workers.push(Worker {
-            name,
-            pid,
-            stdin,
-            tokens: Vec::new(),
-            done: 0,
-            working_on: None,
-            role: Role::Normal,
-            fault_token: None,
-            exited: None,
-            lease: "starting".to_owned(),
-            lost: Vec::new(),
-            fenced: Vec::new(),
-            rejoined: None,
-        });
+        workers.push(Worker::new(name, members, pid, stdin));
     }
     drop(tx);
 
     let total = ids.len() as u64;
     let kill_at = (total * 15 / 100).max(1);
-    let freeze_at = (total * 35 / 100).max(kill_at + 1);
-    let mut stage = Stage::WaitKill;
-    let mut done_by_id: HashMap<u64, u32> = HashMap::new();
-    let mut claims_by_id: HashMap<u64, u32> = HashMap::new();
-    let mut counts = ItemCounts::default();
-    let mut failures: Vec<String> = Vec::new();
+    let stall_at = (total * 25 / 100).max(kill_at + 1);
+    let freeze_at = (total * 35 / 100).max(stall_at + 1);
+    let mut run = Run {
+        view,
+        store: store.clone(),
+        ttl,
+        progress_timeout,
+        members_per_worker: members,
+        workers,
+        stage: Stage::WaitKill,
+        stall: None,
+        done_by_id: HashMap::new(),
+        claims_by_id: HashMap::new(),
+        done_by: HashMap::new(),
+        unreported: HashSet::new(),
+        counts: ItemCounts::default(),
+        failures: Vec::new(),
+        total,
+        kill_at,
+        stall_at,
+        freeze_at,
+        freeze_for,
+        freeze_not_before: Instant::now(),
+    };
     let upper = Duration::from_millis(
-        total.saturating_mul(args.work_ms.1.max(1)) * 2 / u64::from(args.workers.max(1)),
+        total.saturating_mul(args.work_ms.1.max(1)) * 2
+            / u64::from(args.workers.max(1) * args.members_per_worker.max(1)),
     );
-    let deadline = Instant::now() + Duration::from_secs(120) + freeze_for * 2 + upper;
+    let deadline =
+        Instant::now() + Duration::from_secs(120) + freeze_for * 2 + progress_timeout * 2 + upper;
     let mut tick = tokio::time::interval(Duration::from_millis(if live { 120 } else { 250 }));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = Instant::now();
     let mut aborted: Option<String> = None;
 
     loop {
-        let resume_at = match stage {
+        let resume_at = match run.stage {
             Stage::Frozen { resume_at, .. } => Some(resume_at),
             _ => None,
         };
@@ -281,93 +607,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
             msg = rx.recv() => {
                 let Some(msg) = msg else { break };
                 match msg {
-                    Msg::Fact(i, fact) => {
-                        let w = &mut workers[i];
-                        match fact {
-                            Fact::Joined { token } => {
-                                if let Some(old) = w.token() {
-                                    w.rejoined = Some(token);
-                                    view.log(&format!("{} re-joined with a NEW token {token} (its old token {old} stays dead)", w.name));
-                                } else {
-                                    view.log(&format!("{} joined (token {token})", w.name));
-                                }
-                                w.tokens.push(token);
-                            }
-                            Fact::Claimed { id, token, attempt } => {
-                                *claims_by_id.entry(id).or_default() += 1;
-                                w.working_on = Some(id);
-                                if attempt > 1 {
-                                    view.log(&format!("{} claimed requeued item #{id} (attempt {attempt}, token {token})", w.name));
-                                }
-                                let done_total: u64 = done_by_id.len() as u64;
-                                if stage == Stage::WaitKill && done_total >= kill_at && w.role == Role::Normal {
-                                    match signal(w.pid, Signal::SIGKILL) {
-                                        Ok(()) => {
-                                            w.role = Role::Killed { at: Instant::now() };
-                                            w.fault_token = Some(token);
-                                            view.log(&format!("SIGKILL -> {} (pid {}) while it works on item #{id} under token {token}", w.name, w.pid.unwrap_or(0)));
-                                        }
-                                        Err(e) => view.log(&format!("could not kill {}: {e}", w.name)),
-                                    }
-                                    stage = Stage::WaitFreeze;
-                                } else if stage == Stage::WaitFreeze && done_total >= freeze_at && w.role == Role::Normal {
-                                    match signal(w.pid, Signal::SIGSTOP) {
-                                        Ok(()) => {
-                                            let at = Instant::now();
-                                            w.role = Role::Frozen { at, resumed: None };
-                                            w.fault_token = Some(token);
-                                            view.log(&format!("SIGSTOP -> {} (pid {}) while it works on item #{id} under token {token}; SIGCONT in {}", w.name, w.pid.unwrap_or(0), secs(freeze_for)));
-                                            stage = Stage::Frozen { victim: i, resume_at: at + freeze_for };
-                                        }
-                                        Err(e) => {
-                                            view.log(&format!("could not freeze {}: {e}", w.name));
-                                            stage = Stage::Over;
-                                        }
-                                    }
-                                }
-                            }
-                            Fact::Done { id, .. } => {
-                                w.done += 1;
-                                w.working_on = None;
-                                let n = done_by_id.entry(id).or_default();
-                                *n += 1;
-                                if *n > 1 {
-                                    failures.push(format!("item #{id}: the store accepted a second completion"));
-                                }
-                            }
-                            Fact::Cancelled { id, token } => {
-                                view.log(&format!("{}: cancellation fired while it worked on item #{id} (token {token}): it stops", w.name));
-                            }
-                            Fact::Fenced { id, token } => {
-                                w.working_on = None;
-                                w.fenced.push((id, token));
-                                view.log(&format!("{}: its late completion of item #{id} under token {token} was REFUSED by the store: Error::Fenced (the item was requeued to a live worker)", w.name));
-                            }
-                            Fact::Lost { token, reason } => {
-                                view.log(&format!("{}: lease token {token} lost, cancellation fired: {reason}", w.name));
-                                w.lost.push((token, reason));
-                            }
-                            Fact::Left { token } => {
-                                view.log(&format!("{} left: all work done, token {token} released", w.name));
-                            }
-                            Fact::Error { message } => {
-                                view.log(&format!("{}: error: {message}", w.name));
-                            }
-                        }
+                    Msg::Fact(i, who, fact) => run.on_fact(i, who, fact).await,
+                    Msg::Stderr(i, line) => {
+                        let name = &run.workers[i].name;
+                        run.view.log(&format!("{name} says: {line}"));
                     }
-                    Msg::Stderr(i, line) => view.log(&format!("{} says: {line}", workers[i].name)),
                     Msg::Exited(i, status) => {
-                        let w = &mut workers[i];
+                        let w = &mut run.workers[i];
                         w.stdin = None;
                         match status {
                             Ok(status) => {
                                 w.exited = Some(status);
                                 if !matches!(w.role, Role::Killed { .. }) {
-                                    view.log(&format!("{} exited ({status})", w.name));
+                                    run.view.log(&format!("{} exited ({status})", w.name));
                                 }
                             }
                             Err(e) => {
-                                failures.push(format!("{}: could not wait for it: {e}", w.name));
+                                run.failures.push(format!("{}: could not wait for it: {e}", w.name));
                                 w.exited = Some(ExitStatus::default());
                             }
                         }
@@ -378,27 +634,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 match ev {
                     Ok(Event::Died { key, token, requeued, dead_lettered, .. }) => {
                         *deaths.ours.entry(token.0).or_default() += 1;
-                        let worker = workers.iter().position(|w| w.name == key.name().as_ref());
-                        let cause = worker.and_then(|i| match workers[i].role {
-                            Role::Killed { at } => Some(format!("{} after the SIGKILL", secs(at.elapsed()))),
-                            Role::Frozen { at, resumed: None } => Some(format!("{} after the SIGSTOP (it is still frozen and cannot know)", secs(at.elapsed()))),
-                            _ => None,
-                        });
-                        view.log(&format!(
-                            "checker: {} (token {token}) declared DEAD{}; {} requeued{}",
-                            key.name(),
-                            cause.map(|c| format!(" {c}")).unwrap_or_default(),
-                            plural(requeued, "item", "items"),
-                            if dead_lettered > 0 { format!(", {dead_lettered} dead-lettered") } else { String::new() },
-                        ));
-                        poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
+                        run.on_died(&key, token.0, requeued, dead_lettered);
+                        poll_deaths(&*store, &mut deaths, &mut run.view, &run.workers).await;
                     }
                     Ok(Event::OrphansRequeued { requeued, token, .. }) => {
-                        view.log(&format!("checker: swept token {token}: {} requeued", plural(requeued, "item", "items")));
+                        run.view.log(&format!("checker: swept token {token}: {} requeued", plural(requeued, "item", "items")));
                     }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        failures.push(format!("the view missed {n} checker events"));
+                        run.failures.push(format!("the view missed {n} checker events"));
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                         std::future::pending::<()>().await;
@@ -411,83 +655,43 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     None => std::future::pending().await,
                 }
             } => {
-                if let Stage::Frozen { victim, .. } = stage {
-                    // Resume only once the checker has declared the frozen worker dead
-                    // (on a loaded machine that can take longer than the planned
-                    // freeze), so the audience sees the stale completion refused.
-                    poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
-                    let declared = deaths.list.iter().any(|d| workers[victim].fault_of(d).is_some());
-                    let frozen_at = match workers[victim].role {
+                if let Stage::Frozen { victim, .. } = run.stage {
+                    // Resume only once a checker has declared the frozen worker's
+                    // session dead (on a loaded machine that can take longer than the
+                    // planned freeze), so the audience sees the stale completions
+                    // refused.
+                    poll_deaths(&*store, &mut deaths, &mut run.view, &run.workers).await;
+                    let w = &run.workers[victim];
+                    let declared = deaths.list.iter().any(|d| d.session && w.fault_of(d).is_some());
+                    let frozen_at = match w.role {
                         Role::Frozen { at, .. } => at,
                         _ => Instant::now(),
                     };
                     let cap = frozen_at + freeze_for + ttl.duration() * 10;
                     if !declared && Instant::now() < cap {
-                        stage = Stage::Frozen { victim, resume_at: Instant::now() + Duration::from_millis(50) };
+                        run.stage = Stage::Frozen { victim, resume_at: Instant::now() + Duration::from_millis(50) };
                         continue;
                     }
-                    let w = &mut workers[victim];
+                    let w = &mut run.workers[victim];
+                    w.note_held();
                     match signal(w.pid, Signal::SIGCONT) {
                         Ok(()) => {
                             if let Role::Frozen { at, .. } = w.role {
                                 w.role = Role::Frozen { at, resumed: Some(Instant::now()) };
-                                view.log(&format!("SIGCONT -> {} after {} frozen: it wakes up past its lease", w.name, secs(at.elapsed())));
+                                run.view.log(&format!("SIGCONT -> {} after {} frozen: it wakes up past its session's deadline", w.name, secs(at.elapsed())));
                             }
                         }
-                        Err(e) => failures.push(format!("could not resume {}: {e}", w.name)),
+                        Err(e) => run.failures.push(format!("could not resume {}: {e}", w.name)),
                     }
-                    stage = Stage::Over;
+                    run.stage = Stage::Over;
                 }
             }
             _ = tick.tick() => {
-                poll_deaths(&*store, &mut deaths, &mut view, &workers).await;
+                poll_deaths(&*store, &mut deaths, &mut run.view, &run.workers).await;
                 if let Ok(c) = store.item_counts().await {
-                    counts = c;
+                    run.counts = c;
                 }
-                for w in workers.iter_mut() {
-                    if let Ok(key) = Key::member(&w.name) {
-                        w.lease = match store.inspect(&key).await {
-                            Ok(Some(info)) => match info.status {
-                                LeaseStatus::Live { remaining } => format!("live ({} left) token {}", secs(remaining), info.token),
-                                LeaseStatus::Expired => format!("EXPIRED token {}", info.token),
-                            },
-                            Ok(None) => "no lease".to_owned(),
-                            Err(e) => format!("? ({e})"),
-                        };
-                    }
-                }
-                let done_total = done_by_id.len() as u64;
-                let requeued = deaths.requeued();
-                let fenced: usize = workers.iter().map(|w| w.fenced.len()).sum();
-                let mut block = vec![format!(
-                    "items {} {done_total}/{total} done | pending {} | owned {} | dead-lettered {} | requeued {requeued} | refused by fencing {fenced} | {}",
-                    bar(done_total, total, 24), counts.pending, counts.owned, counts.dead_lettered, secs(started.elapsed())
-                )];
-                for w in &workers {
-                    let state = match (w.role, w.exited) {
-                        (Role::Killed { .. }, _) => "KILLED",
-                        (Role::Frozen { resumed: None, .. }, _) => "FROZEN",
-                        (_, Some(_)) => "exited",
-                        (Role::Frozen { .. }, None) => "resumed",
-                        (Role::Normal, None) => "running",
-                    };
-                    let dead = deaths.list.iter().filter(|d| d.name == w.name).map(|d| d.token.to_string()).collect::<Vec<_>>();
-                    block.push(format!(
-                        "  {:<10} pid {:<7} {:<8} store: {:<28} done {:<4} {}{}",
-                        w.name,
-                        w.pid.unwrap_or(0),
-                        state,
-                        w.lease,
-                        w.done,
-                        w.working_on.filter(|_| w.exited.is_none()).map(|id| format!("on #{id} ")).unwrap_or_default(),
-                        if dead.is_empty() { String::new() } else { format!("dead tokens: {}", dead.join(",")) },
-                    ));
-                }
-                let summary = format!(
-                    "progress: {done_total}/{total} done, pending {}, owned {}, requeued {requeued}, refused by fencing {fenced}",
-                    counts.pending, counts.owned
-                );
-                view.status(&block, &summary);
+                run.draw(&*store, &deaths, started.elapsed()).await;
                 if Instant::now() > deadline {
                     aborted = Some(format!("the demo did not finish within {}", secs(deadline - started)));
                 }
@@ -499,13 +703,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
         if aborted.is_some() {
             break;
         }
-        let all_exited = workers.iter().all(|w| w.exited.is_some());
+        let all_exited = run.workers.iter().all(|w| w.exited.is_some());
         // A killed worker that held items is declared dead before the others can
-        // finish; wait for the declaration in any case (up to ten ttls, as for the
-        // frozen one), so the summary can show it.
-        let kill_seen = workers.iter().all(|w| match w.role {
+        // finish; wait for the declaration of its session and of every member in any
+        // case (up to ten ttls, as for the frozen one), so the summary can show it.
+        let kill_seen = run.workers.iter().all(|w| match w.role {
             Role::Killed { at } => {
-                deaths.list.iter().any(|d| w.fault_of(d).is_some())
+                crate::summary::process_death(&deaths, w)
+                    .is_some_and(|d| d.members >= members as u64)
                     || at.elapsed() > ttl.duration() * 10
             }
             _ => true,
@@ -516,14 +721,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
 
     if let Some(why) = &aborted {
-        for w in workers.iter_mut() {
+        for w in run.workers.iter_mut() {
             if w.exited.is_none() {
                 let _ = signal(w.pid, Signal::SIGCONT);
                 let _ = signal(w.pid, Signal::SIGKILL);
             }
             w.stdin = None;
         }
-        failures.push(format!("aborted: {why}"));
+        run.failures.push(format!("aborted: {why}"));
     }
     if let Some(checker) = checker {
         checker.stop().await;
@@ -536,230 +741,28 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     }
     if let Err(e) = deaths.poll(&*store).await {
-        failures.push(format!("cannot read the store's death history: {e}"));
+        run.failures
+            .push(format!("cannot read the store's death history: {e}"));
     }
-    view.finish();
+    // What the killed workers' members held: their last facts are all read now.
+    for w in run.workers.iter_mut() {
+        if matches!(w.role, Role::Killed { .. }) {
+            w.note_held();
+        }
+    }
+    run.view.finish();
     if let Ok(c) = store.item_counts().await {
-        counts = c;
+        run.counts = c;
     }
-
-    // The tally against the store.
-    let mut lost: Vec<ItemId> = Vec::new();
-    let mut dead_lettered: Vec<ItemId> = Vec::new();
-    let mut store_only = 0usize;
-    for id in &ids {
-        if done_by_id.contains_key(&id.0) {
-            continue;
-        }
-        match store.item(*id).await {
-            // Completed items are deleted: this one was completed, but its worker
-            // could not report it (killed between the completion and the report).
-            Ok(None) => store_only += 1,
-            Ok(Some(rec)) if rec.state == ItemState::DeadLettered => dead_lettered.push(*id),
-            Ok(Some(_)) => lost.push(*id),
-            Err(e) => {
-                failures.push(format!("cannot read item {id}: {e}"));
-                lost.push(*id);
-            }
-        }
-    }
-    let re_executed = claims_by_id.values().filter(|n| **n > 1).count();
-    let requeued = deaths.requeued();
-    let fenced: Vec<(String, u64, u64)> = workers
-        .iter()
-        .flat_map(|w| w.fenced.iter().map(|(id, t)| (w.name.clone(), *id, *t)))
-        .collect();
-
-    view.say("");
-    view.say("summary");
-    view.say(&format!("  store: {url}"));
-    if _tmp.is_none() {
-        view.say(&format!(
-            "  look again: liveness --store '{url}' deaths (or members, items; crate liveness-cli)"
-        ));
-    } else {
-        view.say(
-            "  (a temporary file, removed now: give --store sqlite:///PATH/demo.db to keep it for `liveness deaths`)",
-        );
-    }
-    view.say(&format!(
-        "  items: {total} enqueued, {} done at least once, {} lost, {} dead-lettered",
-        total as usize - lost.len() - dead_lettered.len(),
-        lost.len(),
-        dead_lettered.len()
-    ));
-    if store_only > 0 {
-        view.say(&format!(
-            "  completed but never reported (its worker was killed in between; the store confirms it): {store_only}"
-        ));
-    }
-    view.say(&format!(
-        "  re-executed after a requeue (at-least-once): {}",
-        plural(re_executed, "item", "items")
-    ));
-    view.say(&format!(
-        "  requeued after a death: {} from {} (the store's death history)",
-        plural(requeued as usize, "item", "items"),
-        plural(deaths.list.len(), "death", "deaths")
-    ));
-    view.say(&format!(
-        "  stale completions refused by fencing: {}{}",
-        fenced.len(),
-        fenced
-            .iter()
-            .map(|(n, id, t)| format!(" ({n}, item #{id}, token {t})"))
-            .collect::<String>()
-    ));
-    for d in &deaths.list {
-        let w = workers.iter().find(|w| w.fault_of(d).is_some());
-        let (how, latency) = match w.and_then(|w| w.fault_of(d)) {
-            Some((how, at)) => (how, Some(d.at.saturating_duration_since(at))),
-            None => ("its lease lapsed", None),
-        };
-        let by = match d.cause {
-            DeathCause::Reaped if deaths.declared_here(d.token) => "by this demo's checker",
-            DeathCause::Reaped => "by a checker beside the demo",
-            _ => "by a new acquire of its key",
-        };
-        let (requeued, dead_lettered) = deaths.swept(d.seq).unwrap_or_default();
-        let mut line = format!(
-            "  death of {} ({how}, token {}): {}, {by}, {} requeued",
-            d.name,
-            d.token,
-            latency
-                .map(|l| format!(
-                    "detected {} after the signal (ttl {})",
-                    secs(l),
-                    secs(ttl.duration())
-                ))
-                .unwrap_or_else(|| format!("{}", d.cause)),
-            plural(requeued as usize, "item", "items"),
-        );
-        if deaths.swept(d.seq).is_none() {
-            line.push_str(" (its sweep NOT recorded)");
-        }
-        if dead_lettered > 0 {
-            line.push_str(&format!(", {dead_lettered} dead-lettered"));
-        }
-        if let Some(w) = w.filter(|w| matches!(w.role, Role::Frozen { .. })) {
-            line.push_str(&format!(
-                "; after SIGCONT: cancellation fired {}, {} refused, re-joined {}",
-                if w.lost.is_empty() { "NO" } else { "yes" },
-                plural(w.fenced.len(), "late completion", "late completions"),
-                w.rejoined
-                    .map(|t| format!("with new token {t}"))
-                    .unwrap_or_else(|| "NO".to_owned())
-            ));
-        }
-        view.say(&line);
-    }
-
-    // Invariants.
-    let mut check = |ok: bool, what: &str| {
-        view.say(&format!(
-            "  {} {what}",
-            if ok {
-                "invariant ok:"
-            } else {
-                "INVARIANT BROKEN:"
-            }
-        ));
-        if !ok {
-            failures.push(what.to_owned());
-        }
-    };
-    check(lost.is_empty(), "every item done at least once, none lost");
-    check(dead_lettered.is_empty(), "no item dead-lettered");
-    check(
-        done_by_id.values().all(|n| *n == 1),
-        "no completion accepted twice (a stale owner never completes)",
-    );
-    check(
-        aborted.is_some() || (counts.pending == 0 && counts.owned == 0),
-        "the store holds no pending or owned item at the end",
-    );
-    check(deaths.each_once(), "each death declared exactly once");
-    let clean = workers
-        .iter()
-        .filter(|w| !matches!(w.role, Role::Killed { .. }))
-        .all(|w| w.exited.is_some_and(|s| s.success()));
-    check(
-        aborted.is_some() || clean,
-        "every worker that was not killed exited cleanly",
-    );
-
-    // What the run was meant to show. Not safety invariants: a run that could not
-    // stage them (too few items) or saw them late is still correct, but it did not
-    // show what it promised, and says so in its result and its exit status.
-    let mut not_shown: Vec<String> = Vec::new();
-    let mut show = |ok: bool, what: &str| {
-        view.say(&format!(
-            "  {} {what}",
-            if ok { "shown:" } else { "NOT shown:" }
-        ));
-        if !ok {
-            not_shown.push(what.to_owned());
-        }
-    };
-    for w in &workers {
-        // Declared by any checker, and its token swept: the store's history says so.
-        let declared =
-            (deaths.list.iter()).any(|d| w.fault_of(d).is_some() && deaths.swept(d.seq).is_some());
-        match w.role {
-            Role::Normal => {}
-            Role::Killed { .. } => show(
-                declared,
-                &format!("the killed {} declared dead, its items requeued", w.name),
-            ),
-            Role::Frozen { .. } => {
-                show(
-                    declared,
-                    &format!(
-                        "the frozen {} declared dead while frozen, its items requeued",
-                        w.name
-                    ),
-                );
-                show(
-                    !w.lost.is_empty(),
-                    &format!("{}'s cancellation fired when it resumed", w.name),
-                );
-                show(
-                    !w.fenced.is_empty(),
-                    &format!("{}'s late completion refused by fencing", w.name),
-                );
-                show(
-                    w.rejoined.is_some(),
-                    &format!("{} re-joined with a new token", w.name),
-                );
-            }
-        }
-    }
-    let staged = |fault: fn(&Role) -> bool| workers.iter().any(|w| fault(&w.role));
-    for (was_staged, fault) in [
-        (staged(|r| matches!(r, Role::Killed { .. })), "a SIGKILL"),
-        (staged(|r| matches!(r, Role::Frozen { .. })), "a SIGSTOP"),
-    ] {
-        if !was_staged {
-            show(
-                false,
-                &format!("{fault} (the items ran out before it was staged: use more --items)"),
-            );
-        }
-    }
-    for f in &failures {
-        view.say(&format!("  problem: {f}"));
-    }
-    if !failures.is_empty() {
-        view.say("  result: FAILED");
-        ExitCode::from(1)
-    } else if !not_shown.is_empty() {
-        view.say(&format!(
-            "  result: INCOMPLETE: every invariant held, but NOT shown: {}",
-            not_shown.join("; ")
-        ));
-        ExitCode::from(3)
-    } else {
-        view.say("  result: OK");
-        ExitCode::SUCCESS
-    }
+    let temporary = _tmp.is_some();
+    crate::summary::report(
+        run,
+        &*store,
+        &deaths,
+        &url,
+        &ids,
+        temporary,
+        aborted.is_some(),
+    )
+    .await
 }

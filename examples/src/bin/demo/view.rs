@@ -28,6 +28,11 @@ impl View {
         }
     }
 
+    /// True for the live view (a terminal).
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
     fn stamp(&self) -> String {
         format!("{:>6.2}s", self.start.elapsed().as_secs_f64())
     }
