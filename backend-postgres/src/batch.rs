@@ -1,18 +1,21 @@
-//! The native batches: `acquire_many`, `renew_many`, `reap_many` and
-//! `requeue_orphans_many`, each one statement for the whole batch (or one per
+//! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
+//! `reap_many` and `requeue_orphans_many`, each one statement for the whole batch (or one per
 //! `max_batch` tokens), as inherent methods that `lease.rs` and `items.rs` call.
 //! Their input was checked before the call ([`liveness_core::CheckInput`]: batch
 //! sizes, ttls, issuers): every entry that reaches them is sent.
 
 use std::collections::HashSet;
 
-use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result};
+use std::time::Duration;
+
+use liveness_core::{Acquire, FencingToken, HolderId, Key, Lease, LeaseStore, Requeued, Result};
 
 use sqlx::postgres::PgRow;
 
 use crate::conns::Query;
 use crate::core::{db_token, expiry_of, get, ttl_ms, PostgresStore};
 use crate::error::{corrupt, insert_races};
+use crate::lease::session_judged;
 
 /// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
 /// entry, $5 notify channel, $6 death retention.
@@ -29,6 +32,108 @@ SELECT a_token, a_holder, a_held_token, a_woke
 FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
 ORDER BY a_i
 "#;
+
+/// `join_session_many`: $1 spaces, $2 names, $3 holders, one element per entry (no
+/// key twice), $4 the session's name (in `sessions`), $5 the session's token, $6
+/// ttl_ms (the session lease's), $7 notify channel, $8 death retention.
+///
+/// One statement for the whole batch (one round trip, one commit), `JOIN_SESSION`
+/// (in `lease.rs`) for every entry at once: the session's row read once `FOR KEY
+/// SHARE` and judged once; the entries' rows locked in key order (two concurrent
+/// batches cannot deadlock); each live one held; each expired one, or one riding an
+/// expired or gone session, retired with a death record of its own (cause
+/// superseded, consecutive sequence numbers in entry order, as `REAP_MANY` numbers
+/// them) and overwritten; the others taken with tokens from `next_token()` drawn in
+/// entry order. One row per entry, in order, with `JOIN_SESSION`'s columns: a NULL
+/// token and no live holder when a concurrent insert won the key (the caller runs
+/// that entry alone).
+const JOIN_SESSION_MANY: &str = concat!(
+    r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
+ses AS MATERIALIZED (
+    SELECT s.token, s.session_token IS NULL AND s.expires_at > clk.t AS live,
+           s.synced OR s.token >= clk.floor AS kept,
+           (extract(epoch FROM (s.expires_at - clk.t)) * 1000000)::bigint AS left_us
+    FROM leases s, clk
+    WHERE s.space = 'sessions' AND s.name = $4
+    FOR KEY SHARE OF s
+),
+ok AS MATERIALIZED (SELECT 1 FROM ses WHERE token = $5 AND live AND kept),
+b AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY
+        AS b(space, name, holder, i)
+),
+cur AS MATERIALIZED (
+    SELECT b.i, l.space, l.name, l.holder, l.token,
+           "#,
+    expiry_of!("l"),
+    r#" > clk.t AND NOT (l.holder = b.holder AND l.token < clk.floor) AS live
+    FROM leases l JOIN b ON l.space = b.space AND l.name = b.name, clk
+    WHERE EXISTS (SELECT 1 FROM ok)
+    ORDER BY l.space, l.name
+    FOR UPDATE OF l
+),
+gone AS (SELECT i, space, name, holder, token FROM cur WHERE NOT live),
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM gone
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+n AS (SELECT count(*) AS n FROM dead),
+dseq AS (
+    UPDATE death_seq SET last = last + (SELECT n FROM n)
+    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+numbered AS (
+    SELECT gone.*, row_number() OVER (ORDER BY gone.i) AS k
+    FROM gone WHERE gone.token IN (SELECT token FROM dead)
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
+           numbered.token, clk.t, 2
+    FROM dseq, n, numbered, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - $8
+      AND seq > (SELECT last FROM dseq) - $8 - 64 - (SELECT n FROM n)
+),
+tok AS MATERIALIZED (
+    SELECT w.i, next_token() AS token
+    FROM (
+        SELECT b.i FROM b
+        WHERE EXISTS (SELECT 1 FROM ok)
+          AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.i = b.i AND cur.live)
+        ORDER BY b.i
+    ) w
+),
+put AS (
+    INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at, session_name,
+                             session_token)
+    SELECT b.space, b.name, b.holder, tok.token, $6, NULL, $4, $5
+    FROM tok JOIN b ON b.i = tok.i
+    ON CONFLICT (space, name) DO UPDATE
+        SET holder = excluded.holder, token = excluded.token, ttl_ms = excluded.ttl_ms,
+            expires_at = NULL, last_claim = NULL, session_name = excluded.session_name,
+            session_token = excluded.session_token
+        WHERE l.token IN (SELECT token FROM gone)
+    RETURNING l.space, l.name, l.token
+),
+woke AS (SELECT pg_notify($7, 'retired') WHERE EXISTS (SELECT 1 FROM dead))
+SELECT p.token AS token,
+       c.holder AS holder,
+       c.token AS held_token,
+       (SELECT count(*) FROM woke) AS woke,
+       (SELECT token FROM ses) AS session_token,
+       (SELECT live FROM ses) AS session_live,
+       (SELECT kept FROM ses) AS session_kept,
+       (SELECT left_us FROM ses) AS session_left_us
+FROM b LEFT JOIN cur c ON c.i = b.i AND c.live
+    LEFT JOIN put p ON p.space = b.space AND p.name = b.name
+ORDER BY b.i
+"#
+);
 
 /// `renew_many`: $1 spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease.
 /// One statement for the whole batch: every
@@ -169,6 +274,69 @@ impl PostgresStore {
         }
         if woke {
             self.wake_local();
+        }
+        Ok(out)
+    }
+
+    /// `join_session_many`: one [`JOIN_SESSION_MANY`] for the whole batch, the
+    /// session judged once. A batch that names a key twice (one statement cannot
+    /// take a row twice), and an entry whose key a concurrent insert won, are joined
+    /// alone, as `join_session` does.
+    pub(crate) async fn join_batch(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        let distinct: HashSet<&Key> = asks.iter().map(|(key, _)| key).collect();
+        if distinct.len() != asks.len() {
+            let mut out = Vec::with_capacity(asks.len());
+            for (key, holder) in asks {
+                out.push(self.join_session(session, key, holder).await);
+            }
+            return Ok(out);
+        }
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keys = KeyColumns::default();
+        let mut holders = Vec::with_capacity(asks.len());
+        for (key, holder) in asks {
+            keys.push(key);
+            holders.push(holder.as_str().to_owned());
+        }
+        let q = keys
+            .query(JOIN_SESSION_MANY)
+            .bind(holders)
+            .bind(session.key.name().as_str().to_owned())
+            .bind(db_token(session.token))
+            .bind(ttl_ms(session.ttl));
+        let rows = self.fetch_recording_deaths(q).await?;
+        if rows.len() != asks.len() {
+            return Err(corrupt(format!(
+                "join_session_many answered {} rows for {} entries",
+                rows.len(),
+                asks.len()
+            )));
+        }
+        let woke: i64 = get(&rows[0], 3)?;
+        if woke > 0 {
+            self.wake_local();
+        }
+        if let Some(cause) = session_judged(session, &rows[0])? {
+            return Ok(asks.iter().map(|_| Err(session.lost(cause))).collect());
+        }
+        let left: i64 = get(&rows[0], 7)?;
+        let mut out = Vec::with_capacity(asks.len());
+        for ((key, holder), row) in asks.iter().zip(&rows) {
+            let answer = match self.acquired(key, holder, session.ttl, row)? {
+                Some(answer) => answer.map(|member| Lease {
+                    expires_in: Duration::from_micros(left.unsigned_abs()),
+                    ..member
+                }),
+                // A concurrent insert won the key after the statement's snapshot.
+                None => self.join_session(session, key, holder).await,
+            };
+            out.push(answer);
         }
         Ok(out)
     }

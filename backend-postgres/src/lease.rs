@@ -9,6 +9,7 @@ use liveness_core::{
     async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
     Key, Lease, LeaseInfo, LeaseStore, LostCause, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
+use sqlx::postgres::PgRow;
 use tokio::sync::watch;
 
 use crate::core::{
@@ -169,6 +170,22 @@ SELECT (SELECT token FROM put) AS token,
 "#
 );
 
+/// Why the session of a join is lost, from the session columns (4 to 6: its token,
+/// whether it is live, whether it may outlive a promotion) of a `JOIN_SESSION` row;
+/// `None` when it is current and live.
+pub(crate) fn session_judged(session: &Lease, row: &PgRow) -> Result<Option<LostCause>> {
+    let current: Option<i64> = get(row, 4)?;
+    let live: Option<bool> = get(row, 5)?;
+    let kept: Option<bool> = get(row, 6)?;
+    Ok(match current {
+        None => Some(LostCause::Released),
+        Some(t) if token_of(t)? != session.token => Some(LostCause::Superseded),
+        Some(_) if live != Some(true) => Some(LostCause::Expired),
+        Some(_) if kept != Some(true) => Some(LostCause::Failover),
+        Some(_) => None,
+    })
+}
+
 /// How many times `join_session` reruns its statement after losing an insert race on
 /// a free key (the rerun then reports the winner as `Held`).
 const JOIN_RETRIES: usize = 8;
@@ -262,17 +279,8 @@ impl LeaseStore for PostgresStore {
             if woke > 0 {
                 self.wake_local();
             }
-            let current: Option<i64> = get(&row, 4)?;
-            let live: Option<bool> = get(&row, 5)?;
-            let kept: Option<bool> = get(&row, 6)?;
-            match current {
-                None => return Err(session.lost(LostCause::Released)),
-                Some(t) if token_of(t)? != session.token => {
-                    return Err(session.lost(LostCause::Superseded))
-                }
-                Some(_) if live != Some(true) => return Err(session.lost(LostCause::Expired)),
-                Some(_) if kept != Some(true) => return Err(session.lost(LostCause::Failover)),
-                Some(_) => {}
+            if let Some(cause) = session_judged(session, &row)? {
+                return Err(session.lost(cause));
             }
             if let Some(answer) = self.acquired(key, holder, session.ttl, &row)? {
                 let left: i64 = get(&row, 7)?;
@@ -284,6 +292,14 @@ impl LeaseStore for PostgresStore {
             // A concurrent acquire inserted the key after our snapshot: run again.
         }
         Err(insert_races())
+    }
+
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        self.join_batch(session, asks).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {

@@ -1,18 +1,18 @@
-//! The native batches: `acquire_many`, `renew_many`, `reap_many` and
-//! `requeue_orphans_many`, each one script for the whole batch (one round trip, one
-//! server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
+//! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
+//! `reap_many` and `requeue_orphans_many`, each one script for the whole batch (one
+//! round trip, one server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
 //! with batches the core's `CheckInput` checked.
 
-use liveness_core::{Acquire, FencingToken, Key, Lease, Requeued, Result, Space};
+use liveness_core::{Acquire, FencingToken, HolderId, Key, Lease, Requeued, Result, Space};
 use redis::{Cmd, Value};
 
 use crate::core::{
-    array, ids, int, key_text, renewed, retired, scripts, unexpected, RedisStore, ScriptCall,
+    array, ids, int, key_text, lost, renewed, retired, scripts, unexpected, RedisStore, ScriptCall,
 };
 
 scripts! {
     ACQUIRE_MANY = "acquire_many", RENEW_MANY = "renew_many", REAP_MANY = "reap_many",
-    REQUEUE_ORPHANS_MANY = "requeue_orphans_many",
+    REQUEUE_ORPHANS_MANY = "requeue_orphans_many", JOIN_SESSION_MANY = "join_session_many",
 }
 
 impl RedisStore {
@@ -44,6 +44,47 @@ impl RedisStore {
             .map(|(ask, reply)| {
                 self.acquired("acquire_many", &ask.key, &ask.holder, ask.ttl, reply)
             })
+            .collect())
+    }
+
+    /// Joins every entry of `asks` (a checked batch) into `session` in one script
+    /// (the session judged once): one round trip, one server instant.
+    pub(crate) async fn join_batch(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = ScriptCall::default();
+        call.key(self.keys.lease(&session.key))
+            .key(self.keys.tokens())
+            .key(self.keys.dead())
+            .arg(session.token.0)
+            .arg(self.info.caps.death_retention);
+        for (key, holder) in asks {
+            call.key(self.keys.lease(key))
+                .key(self.keys.expiry(key.space()))
+                .arg(key.name().as_str())
+                .arg(holder.as_str())
+                .arg(key_text(key));
+        }
+        const OP: &str = "join_session_many";
+        let reply = array(OP, self.run_issuing(&JOIN_SESSION_MANY, call).await?)?;
+        let mut reply = reply.into_iter();
+        let code = int(OP, &reply.next().unwrap_or(Value::Nil))?;
+        if code < 0 {
+            return Ok(asks.iter().map(|_| Err(lost(session, code))).collect());
+        }
+        let replies = array(OP, reply.next().unwrap_or(Value::Nil))?;
+        if code != 1 || replies.len() != asks.len() {
+            return Err(unexpected(OP, "a reply of another length"));
+        }
+        Ok(asks
+            .iter()
+            .zip(replies)
+            .map(|((key, holder), reply)| self.joined(OP, session, key, holder, reply))
             .collect())
     }
 

@@ -79,6 +79,49 @@ fn lease_info(
     })
 }
 
+impl RedisStore {
+    /// The answer of one join from its reply (the prelude's `join_one`): `{1, token,
+    /// µs the session has left}` or `{0, holder, token}`.
+    pub(crate) fn joined(
+        &self,
+        op: &'static str,
+        session: &Lease,
+        key: &Key,
+        holder: &HolderId,
+        reply: Value,
+    ) -> Result<Lease> {
+        let mut reply = array(op, reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        match int(op, &next())? {
+            1 => {
+                let token = FencingToken(uint(op, &next())?);
+                let left = int(op, &next())?;
+                let granted = Lease::granted(
+                    &self.info.issuer,
+                    key.clone(),
+                    holder.clone(),
+                    token,
+                    session.ttl,
+                );
+                Ok(Lease {
+                    expires_in: us(left),
+                    ..granted
+                })
+            }
+            0 => {
+                let held_by = text(op, next())?;
+                Err(Error::Held {
+                    key: key.clone(),
+                    holder: HolderId::new(held_by)
+                        .map_err(|_| unexpected(op, "an invalid stored holder"))?,
+                    token: FencingToken(uint(op, &next())?),
+                })
+            }
+            _ => Err(unexpected(op, "an unknown status")),
+        }
+    }
+}
+
 #[async_trait]
 impl LeaseStore for RedisStore {
     fn info(&self) -> &StoreInfo {
@@ -122,36 +165,26 @@ impl LeaseStore for RedisStore {
             .arg(key_text(key))
             .arg(self.info.caps.death_retention);
         let reply = self.run_issuing(&JOIN_SESSION, call).await?;
-        let mut reply = array("join_session", reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
-        match int("join_session", &next())? {
-            1 => {
-                let token = FencingToken(uint("join_session", &next())?);
-                let left = int("join_session", &next())?;
-                let granted = Lease::granted(
-                    &self.info.issuer,
-                    key.clone(),
-                    holder.clone(),
-                    token,
-                    session.ttl,
-                );
-                Ok(Lease {
-                    expires_in: us(left),
-                    ..granted
-                })
-            }
-            0 => {
-                let held_by = text("join_session", next())?;
-                Err(Error::Held {
-                    key: key.clone(),
-                    holder: HolderId::new(held_by)
-                        .map_err(|_| unexpected("join_session", "an invalid stored holder"))?,
-                    token: FencingToken(uint("join_session", &next())?),
-                })
-            }
-            code @ -3..=-1 => Err(lost(session, code)),
-            _ => Err(unexpected("join_session", "an unknown status")),
+        let mut parts = array("join_session", reply)?.into_iter();
+        let code = int("join_session", &parts.next().unwrap_or(Value::Nil))?;
+        if code < 0 {
+            return Err(lost(session, code));
         }
+        self.joined(
+            "join_session",
+            session,
+            key,
+            holder,
+            Value::Array(std::iter::once(Value::Int(code)).chain(parts).collect()),
+        )
+    }
+
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        self.join_batch(session, asks).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {

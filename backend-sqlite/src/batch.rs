@@ -1,5 +1,5 @@
-//! The native batches (`acquire_many`, `renew_many`, `reap_many`,
-//! `requeue_orphans_many`): each is one write transaction at one instant, so one
+//! The native batches (`acquire_many`, `join_session_many`, `renew_many`,
+//! `reap_many`, `requeue_orphans_many`): each is one write transaction at one instant, so one
 //! commit (one fsync with `synchronous=full`) for the whole batch instead of one per
 //! entry; and the per-entry steps they share with the single calls, which run one of
 //! them in a write transaction of their own ([`SqliteStore::acquire_at`],
@@ -18,7 +18,7 @@ use liveness_core::{
 use liveness_core::{ItemStore, LeaseStore};
 use sqlx::sqlite::SqliteConnection;
 
-use crate::core::{as_db, get_u64, to_i64, SqliteStore};
+use crate::core::{as_db, get_u64, to_i64, Current, SqliteStore};
 use crate::error::{corrupt, map};
 use crate::BACKEND;
 
@@ -108,6 +108,61 @@ impl SqliteStore {
             tick(&self.wake);
         }
         Ok(out.into_iter().map(|(taken, _)| taken).collect())
+    }
+
+    /// When the session `session` a member joins expires, as the write transaction
+    /// that read `cur` (its key's current lease) sees it; `Lost` when it is not
+    /// current and live, or is itself a member (only a lease of its own is ridden).
+    pub(crate) fn ride_until(session: &Lease, cur: &Current) -> Result<i64> {
+        match (Self::lost(session, cur), &cur.lease) {
+            (Some(lost), _) => Err(lost),
+            (None, Some(held)) if !held.rides => Ok(held.until),
+            (None, _) => Err(session.lost(LostCause::Superseded)),
+        }
+    }
+
+    /// [`LeaseStore::join_session_many`]: the session judged once, then every entry
+    /// joined in the same write transaction at one instant (a later entry sees what
+    /// an earlier one took); a session not current and live answers `Lost` for every
+    /// entry and writes nothing.
+    pub(crate) async fn join_batch(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &session.key, now).await?;
+        let until = match Self::ride_until(session, &cur) {
+            Ok(until) => until,
+            Err(_) => {
+                w.rollback().await?;
+                let lost = |_| {
+                    Err(Self::ride_until(session, &cur)
+                        .err()
+                        .unwrap_or_else(|| session.lost(LostCause::Superseded)))
+                };
+                return Ok(asks.iter().map(lost).collect());
+            }
+        };
+        let mut out = Vec::with_capacity(asks.len());
+        let mut buried = false;
+        for (key, holder) in asks {
+            let ride = Ride { session, until };
+            let (joined, retired) = self
+                .take_at(w.conn(), key, holder, session.ttl, now, Some(ride))
+                .await?;
+            buried |= retired;
+            out.push(joined);
+        }
+        w.commit().await?;
+        if buried {
+            tick(&self.wake);
+        }
+        Ok(out)
     }
 
     /// [`LeaseStore::renew_many`]: every lease in one write transaction.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStore, LostCause, Name, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    LeaseInfo, LeaseStore, Name, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -86,13 +86,7 @@ impl LeaseStore for SqliteStore {
         let mut w = self.write().await?;
         let now = self.now()?;
         let cur = self.current(w.conn(), &session.key, now).await?;
-        let until = match (Self::lost(session, &cur), &cur.lease) {
-            (Some(lost), _) => Err(lost),
-            (None, Some(held)) if !held.rides => Ok(held.until),
-            // A member cannot be a session: only a lease of its own is ridden.
-            (None, _) => Err(session.lost(LostCause::Superseded)),
-        };
-        let until = match until {
+        let until = match Self::ride_until(session, &cur) {
             Ok(until) => until,
             Err(e) => {
                 w.rollback().await?;
@@ -112,6 +106,14 @@ impl LeaseStore for SqliteStore {
             tick(&self.wake);
         }
         joined
+    }
+
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        self.join_batch(session, asks).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

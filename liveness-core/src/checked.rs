@@ -27,14 +27,17 @@ use crate::types::Space;
 /// - a ttl outside `min_ttl ..= max_ttl` (`acquire`, `renew`, and each entry of
 ///   `acquire_many` and `renew_many`): `what: "ttl"`;
 /// - a batch longer than `max_batch` (`acquire_many`: `"acquires"`, `renew_many`:
-///   `"leases"`, `reap_many`: `"expired"`); `requeue_orphans_many` takes any number;
+///   `"leases"`, `reap_many`: `"expired"`, `join_session_many`: `"joins"`);
+///   `requeue_orphans_many` takes any number;
 /// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `dead_letters`,
 ///   `items`, `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
 ///   larger one reaches the store clamped to `max_batch`;
 /// - a `members` page whose `after` key is of another space: `what: "after"`,
 ///   [`InputProblem::OtherSpace`];
 /// - a `join_session` whose session is another store's (`what: "lease"`), or not in
-///   [`Space::sessions`] (`what: "session"`), or whose key is (`what: "key"`);
+///   [`Space::sessions`] (`what: "session"`), or whose key is (`what: "key"`); the
+///   same for `join_session_many`, whose session problems fail the whole call and
+///   whose keys in [`Space::sessions`] fail alone;
 /// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`.
 ///
 /// A batch with some invalid entries answers `InvalidInput` for just those, in their
@@ -125,6 +128,25 @@ impl Intercept for CheckInput {
                     key,
                     holder,
                 }
+            }
+            Request::JoinSessionMany { session, asks } => {
+                check_batch(caps, "joins", asks.len())?;
+                session.check_issuer(issuer)?;
+                let sessions = Space::sessions();
+                if session.key.space() != &sessions {
+                    return Err(Error::invalid("session", InputProblem::OtherSpace));
+                }
+                let (asks, refused) = sift(asks, |(key, _)| match key.space() == &sessions {
+                    true => Err(Error::invalid("key", InputProblem::OtherSpace)),
+                    false => Ok(()),
+                });
+                let batch = |asks| Request::JoinSessionMany { session, asks };
+                return rejoin(refused, asks, batch, next, |r| match r {
+                    Reply::JoinSessionMany(v) => Ok(v),
+                    other => Err(other),
+                })
+                .await
+                .map(Reply::JoinSessionMany);
             }
             Request::Complete { lease, id } => {
                 lease.check_issuer(issuer)?;

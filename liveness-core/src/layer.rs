@@ -244,6 +244,12 @@ impl<I: Intercept> Intercepted<I> {
                     other => Err(other),
                 }))
             }
+            Op::JoinSessionMany => {
+                Reply::JoinSessionMany(join(backend, Op::JoinSession, replies, |r| match r {
+                    Reply::JoinSession(v) => Ok(v),
+                    other => Err(other),
+                }))
+            }
             Op::RenewMany => Reply::RenewMany(join(backend, Op::Renew, replies, |r| match r {
                 Reply::Renew(v) => Ok(v),
                 other => Err(other),
@@ -317,6 +323,18 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
                 key,
                 holder
             }
+        )
+    }
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        let (session, asks) = (session.clone(), asks.to_vec());
+        ask!(
+            self,
+            JoinSessionMany,
+            Request::JoinSessionMany { session, asks }
         )
     }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

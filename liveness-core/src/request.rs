@@ -26,6 +26,8 @@ pub enum Op {
     AcquireMany,
     /// [`LeaseStore::join_session`].
     JoinSession,
+    /// [`LeaseStore::join_session_many`].
+    JoinSessionMany,
     /// [`LeaseStore::renew`].
     Renew,
     /// [`LeaseStore::renew_many`].
@@ -83,6 +85,7 @@ impl Op {
             Op::Acquire => "acquire",
             Op::AcquireMany => "acquire_many",
             Op::JoinSession => "join_session",
+            Op::JoinSessionMany => "join_session_many",
             Op::Renew => "renew",
             Op::RenewMany => "renew_many",
             Op::Release => "release",
@@ -145,6 +148,11 @@ pub enum Request {
         session: Lease,
         key: Key,
         holder: HolderId,
+    },
+    /// [`LeaseStore::join_session_many`].
+    JoinSessionMany {
+        session: Lease,
+        asks: Vec<(Key, HolderId)>,
     },
     /// [`LeaseStore::renew`].
     Renew(Lease),
@@ -217,6 +225,7 @@ impl Request {
             Request::Acquire { .. } => Op::Acquire,
             Request::AcquireMany(_) => Op::AcquireMany,
             Request::JoinSession { .. } => Op::JoinSession,
+            Request::JoinSessionMany { .. } => Op::JoinSessionMany,
             Request::Renew(_) => Op::Renew,
             Request::RenewMany(_) => Op::RenewMany,
             Request::Release(_) => Op::Release,
@@ -249,6 +258,7 @@ impl Request {
     pub fn lease(&self) -> Option<&Lease> {
         match self {
             Request::JoinSession { session: lease, .. }
+            | Request::JoinSessionMany { session: lease, .. }
             | Request::Renew(lease)
             | Request::Release(lease)
             | Request::Claim { lease, .. }
@@ -306,6 +316,7 @@ impl Request {
     pub fn n(&self) -> usize {
         match self {
             Request::AcquireMany(v) => v.len(),
+            Request::JoinSessionMany { asks, .. } => asks.len(),
             Request::RenewMany(v) => v.len(),
             Request::ReapMany(v) => v.len(),
             Request::RequeueOrphansMany(v) => v.len(),
@@ -333,6 +344,14 @@ impl Request {
                     ttl: a.ttl,
                 })
                 .collect(),
+            Request::JoinSessionMany { session, asks } => asks
+                .into_iter()
+                .map(|(key, holder)| Request::JoinSession {
+                    session: session.clone(),
+                    key,
+                    holder,
+                })
+                .collect(),
             Request::RenewMany(leases) => leases.into_iter().map(Request::Renew).collect(),
             Request::ReapMany(pairs) => pairs
                 .into_iter()
@@ -355,6 +374,7 @@ pub enum Reply {
     Acquire(Lease),
     AcquireMany(Vec<Result<Lease>>),
     JoinSession(Lease),
+    JoinSessionMany(Vec<Result<Lease>>),
     Renew(Lease),
     RenewMany(Vec<Result<Lease>>),
     Release(bool),
@@ -388,6 +408,7 @@ impl Reply {
             Reply::Acquire(_) => Op::Acquire,
             Reply::AcquireMany(_) => Op::AcquireMany,
             Reply::JoinSession(_) => Op::JoinSession,
+            Reply::JoinSessionMany(_) => Op::JoinSessionMany,
             Reply::Renew(_) => Op::Renew,
             Reply::RenewMany(_) => Op::RenewMany,
             Reply::Release(_) => Op::Release,
@@ -439,6 +460,9 @@ pub async fn dispatch(store: &dyn Store, req: Request) -> Result<Reply> {
             key,
             holder,
         } => Reply::JoinSession(store.join_session(&session, &key, &holder).await?),
+        Request::JoinSessionMany { session, asks } => {
+            Reply::JoinSessionMany(store.join_session_many(&session, &asks).await?)
+        }
         Request::Renew(lease) => Reply::Renew(store.renew(&lease).await?),
         Request::RenewMany(leases) => Reply::RenewMany(store.renew_many(&leases).await?),
         Request::Release(lease) => Reply::Release(store.release(&lease).await?),

@@ -338,6 +338,45 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         self.acquire(key, holder, session.ttl).await
     }
 
+    /// Joins many members into the session `session` in one call: what a process
+    /// joining (or re-joining after a session loss) thousands of members sends
+    /// instead of one round trip per member.
+    ///
+    /// # Contract
+    /// - One answer per `(key, holder)` entry, in the order given, each exactly what
+    ///   [`LeaseStore::join_session`] of that entry alone would answer when the store
+    ///   applies it: every bullet of `join_session` holds for each entry by itself (a
+    ///   new token per success, strictly increasing in the order of the entries;
+    ///   `Held` changes nothing; a dead or expired session answers `Lost` for every
+    ///   entry and takes nothing). A later entry on the same key sees what an earlier
+    ///   one took.
+    /// - Not atomic across entries (a store may apply the whole batch in one step).
+    /// - More entries than [`Capabilities::max_batch`] is `InvalidInput` and changes
+    ///   nothing; a session key outside [`Space::sessions`] (or a session of another
+    ///   store) is `InvalidInput` for the whole call; a `key` inside it fails alone
+    ///   with `InvalidInput`; no entry answers an empty list.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit.
+    ///
+    /// # Retry
+    /// - As for `join_session`: a repeat of an applied entry answers [`Error::Held`]
+    ///   naming the caller's own holder id and the token it took.
+    ///
+    /// The default joins one entry after the other; backends that can do it in one
+    /// round trip override it.
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.capabilities(), "joins", asks.len())?;
+        let mut out = Vec::with_capacity(asks.len());
+        for (key, holder) in asks {
+            out.push(self.join_session(session, key, holder).await);
+        }
+        Ok(out)
+    }
+
     /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease
     /// value passed in (normally the one [`LeaseStore::acquire`] returned), not the
     /// ttl the store recorded at acquisition.

@@ -38,6 +38,10 @@ struct Probe {
     /// How many more `acquire` / `join_session` replies to lose after applying them.
     lose_replies: AtomicU64,
     plain: bool,
+    /// How many `join_session` and `join_session_many` calls reached the store, and
+    /// how many members they joined.
+    join_calls: AtomicU64,
+    joined: AtomicU64,
 }
 
 impl Probe {
@@ -55,6 +59,15 @@ impl Intercept for Probe {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let cut = || Err(Error::unavailable("probe", "session renewals cut off"));
         let is_session = |k: &Key| *k.space() == Space::sessions();
+        let joins = match &req {
+            Request::JoinSession { .. } => 1,
+            Request::JoinSessionMany { asks, .. } => asks.len() as u64,
+            _ => 0,
+        };
+        if joins > 0 {
+            self.join_calls.fetch_add(1, Ordering::SeqCst);
+            self.joined.fetch_add(joins, Ordering::SeqCst);
+        }
         match &req {
             Request::Renew(lease) => {
                 if self.cut.load(Ordering::SeqCst) && is_session(&lease.key) {
@@ -498,4 +511,40 @@ async fn two_sessions_cannot_share_a_name() {
         Session::open(store.clone(), config).await,
         Err(Error::Held { .. })
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_rejoin_a_reopened_session_in_batches_of_max_batch() {
+    const MEMBERS: u64 = 50;
+    const MAX_BATCH: u64 = 10;
+    let (store, probe) = probed(false, MAX_BATCH as usize);
+    let (clock, suspend) = SuspendableHost::shared();
+    let session = open(&store, clock).await;
+    let members = join_all(&session, MEMBERS as usize).await;
+    let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let (calls_before, joined_before) = (
+        probe.join_calls.load(Ordering::SeqCst),
+        probe.joined.load(Ordering::SeqCst),
+    );
+
+    // The host sleeps past the session's local deadline: every member is lost.
+    suspend.advance(Duration::from_millis(TTL_MS));
+    assert!(members[0].check().is_err());
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+
+    for (member, old) in members.iter().zip(&old_tokens) {
+        assert!(member.token() > *old, "{} re-joined", member.key());
+        assert!(member.check().is_ok());
+        let info = store.inspect(member.key()).await.unwrap().unwrap();
+        assert_eq!(info.token, member.token());
+        assert_eq!(info.session.as_ref(), Some(session.key()));
+    }
+    let calls = probe.join_calls.load(Ordering::SeqCst) - calls_before;
+    let joined = probe.joined.load(Ordering::SeqCst) - joined_before;
+    assert_eq!(joined, MEMBERS, "each member re-joined once");
+    assert!(
+        calls <= MEMBERS / MAX_BATCH + 1,
+        "{MEMBERS} members re-joined in {calls} store calls, not about {}",
+        MEMBERS / MAX_BATCH
+    );
 }

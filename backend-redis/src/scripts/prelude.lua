@@ -397,3 +397,47 @@ local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, ho
   redis.call('ZADD', expiry_key, exp, name)
   return {1, token}
 end
+
+-- The session lease `session_key` under `session_token`, as a join judges it (as
+-- renew does): -1 released, -2 superseded, -3 expired; else 1, its ttl (ms) and the
+-- server instant (µs) it expires at.
+local function session_until(session_key, session_token, now)
+  local session = redis.call('HMGET', session_key, 't', 'e', 'ttl', 'ep')
+  if not session[1] then
+    return -1
+  end
+  if session[1] ~= session_token or not session[2] then
+    return -2
+  end
+  local until_us = judged(prefix_of(session_key), session[2], session[3], session[4], now)
+  if now >= until_us then
+    return -3
+  end
+  return 1, session[3], until_us
+end
+
+-- Joins `name` (key text `key_text`) into the session `session_key` under
+-- `session_token`, which session_until found live until `until_us` with ttl
+-- `session_ttl`. Returns {0, holder, token} when a live lease holds the key, else
+-- {1, token, µs the session has left}. The member's record has the session's key `s`
+-- and token `st` and no expiry of its own (nor a place in the expiry index); its key
+-- text goes into the session's member set `sm:<session token>`.
+local function join_one(session_key, session_token, session_ttl, until_us, lease_key,
+                        expiry_key, tokens_key, dead_key, name, holder, key_text,
+                        retention, now)
+  local prefix = prefix_of(session_key)
+  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
+  if rec[2] then
+    if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
+      return {0, rec[1], rec[2]}
+    end
+    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
+      retention)
+  end
+  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
+  local token = issue_token(tokens_key, prefix, now)
+  redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', session_ttl, 's',
+    session_key, 'st', session_token)
+  redis.call('SADD', prefix .. 'sm:' .. session_token, key_text)
+  return {1, token, until_us - now}
+end

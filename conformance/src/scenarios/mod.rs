@@ -106,7 +106,8 @@ macro_rules! __scenarios {
             a_dead_session_s_members_die_once_each,
             racing_sweepers_retire_each_member_once,
             a_member_dies_alone,
-            checkers_declare_a_dead_session_s_members_once
+            checkers_declare_a_dead_session_s_members_once,
+            a_batch_of_joins_answers_each_entry_as_its_join
         );
     };
     (@expand tests [$factory:expr] $($name:ident),*) => {

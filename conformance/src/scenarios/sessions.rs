@@ -333,3 +333,103 @@ pub async fn checkers_declare_a_dead_session_s_members_once(ctx: Ctx) {
     );
     assert_eq!(s.item_counts().await.unwrap().pending, 3, "every item back");
 }
+
+/// A batch of joins ([`LeaseStore::join_session_many`]) answers each entry as its
+/// own `join_session` would, in order: with a live key at any position, that entry
+/// answers `Held` and leaves the key as it was while every other entry joins (live,
+/// riding the session, under new tokens increasing in the order of the entries); an
+/// expired lease on an entry's key is retired into the dead set and taken; a
+/// released session answers `Lost` for every entry and takes nothing; a batch above
+/// `max_batch` is `InvalidInput` and takes nothing.
+///
+/// [`LeaseStore::join_session_many`]: liveness_core::LeaseStore::join_session_many
+pub async fn a_batch_of_joins_answers_each_entry_as_its_join(ctx: Ctx) {
+    let Some((session, _)) = riding(&ctx, 0, ctx.long).await else {
+        return;
+    };
+    let s = &ctx.store;
+    const N: usize = 3;
+    for held_at in 0..N {
+        let keys: Vec<Key> = (0..N).map(|i| member_key(&format!("b{i}"))).collect();
+        let other = ctx.grant(&keys[held_at], &holder("other"), ctx.long).await;
+        let asks: Vec<(Key, liveness_core::HolderId)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), holder(&format!("j{i}"))))
+            .collect();
+        let answers = s.join_session_many(&session, &asks).await.unwrap();
+        assert_eq!(answers.len(), N, "one answer per entry");
+        let mut last = session.token;
+        for (i, (answer, (key, who))) in answers.into_iter().zip(&asks).enumerate() {
+            let info = s.inspect(key).await.unwrap().expect("a record");
+            if i == held_at {
+                match answer {
+                    Err(Error::Held { token, .. }) => assert_eq!(token, other.token),
+                    other => panic!("entry {i}, a held key, answered {other:?}"),
+                }
+                assert_eq!(info.token, other.token, "a held key stays as it was");
+                assert_eq!(info.session, None, "a held key rides nothing");
+                continue;
+            }
+            let lease = answer.unwrap_or_else(|e| panic!("entry {i} (held at {held_at}): {e}"));
+            assert_eq!(&lease.key, key);
+            assert_eq!(&lease.holder, who);
+            assert!(
+                lease.token > last,
+                "tokens increase in the order of entries"
+            );
+            last = lease.token;
+            assert_eq!(lease.ttl, session.ttl);
+            assert_eq!(info.token, lease.token, "entry {i} took its key");
+            assert_eq!(&info.holder, who);
+            assert!(matches!(info.status, LeaseStatus::Live { .. }), "{info:?}");
+            assert_eq!(info.session.as_ref(), Some(&session.key), "entry {i} rides");
+            s.renew(&lease)
+                .await
+                .expect("a joined member renews as its session stands");
+        }
+    }
+
+    // An expired lease at a batch's middle entry is retired (dead set) and taken.
+    let keys: Vec<Key> = (0..N).map(|i| member_key(&format!("e{i}"))).collect();
+    let stale = ctx.grant(&keys[1], &holder("stale"), ctx.ttl).await;
+    ctx.wait_listed_expired(&stale.key).await;
+    let asks: Vec<(Key, liveness_core::HolderId)> =
+        keys.iter().map(|k| (k.clone(), holder("e"))).collect();
+    let answers = s.join_session_many(&session, &asks).await.unwrap();
+    for (i, answer) in answers.into_iter().enumerate() {
+        let lease = answer.unwrap_or_else(|e| panic!("entry {i} over an expired lease: {e}"));
+        let info = s.inspect(&lease.key).await.unwrap().expect("a record");
+        assert_eq!(info.token, lease.token);
+        assert_eq!(info.session.as_ref(), Some(&session.key));
+    }
+    assert!(
+        is_dead(s, stale.token).await,
+        "the expired lease was retired"
+    );
+
+    let max = s.capabilities().max_batch.max(1);
+    let too_many: Vec<(Key, liveness_core::HolderId)> = (0..=max)
+        .map(|i| (member_key(&format!("t{i}")), holder("t")))
+        .collect();
+    match s.join_session_many(&session, &too_many).await {
+        Err(Error::InvalidInput { .. }) => {}
+        other => panic!("a batch above max_batch answered {other:?}"),
+    }
+    assert!(s.inspect(&too_many[0].0).await.unwrap().is_none());
+
+    assert!(s.release(&session).await.unwrap());
+    let late: Vec<(Key, liveness_core::HolderId)> = (0..N)
+        .map(|i| (member_key(&format!("l{i}")), holder("l")))
+        .collect();
+    let answers = s.join_session_many(&session, &late).await.unwrap();
+    assert_eq!(answers.len(), N, "one answer per entry");
+    for (i, answer) in answers.iter().enumerate() {
+        assert!(
+            matches!(answer, Err(Error::Lost { .. })),
+            "entry {i} of a released session answered {answer:?}"
+        );
+        let taken = s.inspect(&late[i].0).await.unwrap();
+        assert!(taken.is_none(), "a released session's batch took {taken:?}");
+    }
+}

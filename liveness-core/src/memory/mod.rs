@@ -23,7 +23,7 @@ use crate::item::{
     Requeued,
 };
 use crate::lease::{DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
-use crate::store::{Capabilities, ItemStore, LeaseStore, Page, StoreInfo};
+use crate::store::{check_batch, Capabilities, ItemStore, LeaseStore, Page, StoreInfo};
 use crate::sync::lock;
 use crate::types::{FencingToken, HolderId, Key, Namespace, Space, StoreTime, Ttl};
 
@@ -166,6 +166,45 @@ impl LeaseStore for MemoryStore {
         let mut lease = Lease::granted(issuer, key.clone(), holder.clone(), token, session.ttl);
         lease.expires_in = until.saturating_sub(now);
         Ok(lease)
+    }
+
+    async fn join_session_many(
+        &self,
+        session: &Lease,
+        asks: &[(Key, HolderId)],
+    ) -> Result<Vec<Result<Lease>>> {
+        check_batch(self.info.caps, "joins", asks.len())?;
+        let now = self.now();
+        let mut st = lock(&self.state);
+        // One step: the session is judged once, and every entry joins under it.
+        let until = match st.check_current(session, now) {
+            Ok(rec) if rec.session.is_none() => rec.expires_at,
+            _ => {
+                let lost = |_| match st.check_current(session, now) {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(session.lost(LostCause::Superseded)),
+                };
+                return Ok(asks.iter().map(lost).collect());
+            }
+        };
+        let issuer = &self.info.issuer;
+        let ridden = Some((session.key.clone(), session.token));
+        let mut out = Vec::with_capacity(asks.len());
+        for (key, holder) in asks {
+            let token = match st.take(key, now, self.info.caps.death_retention) {
+                Ok(token) => token,
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
+            let rec = LeaseRec::new(holder, token, session.ttl, Duration::ZERO, ridden.clone());
+            st.put(key, rec);
+            let mut lease = Lease::granted(issuer, key.clone(), holder.clone(), token, session.ttl);
+            lease.expires_in = until.saturating_sub(now);
+            out.push(Ok(lease));
+        }
+        Ok(out)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

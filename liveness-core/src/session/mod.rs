@@ -36,7 +36,9 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 #[cfg(doc)]
 use crate::{store::Capabilities, store::LeaseStore};
 
+mod joins;
 mod riding;
+use joins::JoinBatches;
 use riding::RenewRiders;
 pub(crate) use riding::{Footing, Riders, Riding, SessionGen};
 
@@ -122,7 +124,8 @@ impl SessionConfig {
 /// The state a session's handles and its riding members share.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    /// The store, behind the input checks and tracing.
+    /// The store, behind the input checks and tracing (and, on a store with native
+    /// sessions, the layer that batches the members' joins).
     store: Arc<dyn Store>,
     /// The session's lease is held exactly as a member's own lease (the same join,
     /// heartbeat and re-join, the same ghost rule): this is its configuration.
@@ -203,7 +206,10 @@ impl Drop for Shared {
 ///   (a new token), no earlier than the store may have expired the old one unless
 ///   the store answered `Lost`, and each member re-joins under a new token of its
 ///   own (unless its [`MemberConfig::rejoin`] is off), retrying with jittered
-///   backoff.
+///   backoff. On a store with native sessions the re-joins waiting together (every
+///   member's, after a loss) go as [`LeaseStore::join_session_many`] calls of
+///   [`Capabilities::max_batch`] members each, one join at a time only when such a
+///   call fails as a whole.
 /// - [`Member::leave`] and a member's watchdog
 ///   ([`MemberConfig::progress_timeout`]) release that one member and touch nothing
 ///   else.
@@ -279,8 +285,16 @@ impl Session {
                 }))
                 .build(),
         };
+        // The members' re-joins after a loss (all at once) are gathered into
+        // `join_session_many` batches.
+        let riders_store = match native {
+            true => StoreBuilder::new(store.clone())
+                .layer(Arc::new(JoinBatches::new(store.clone(), first.lease.token)))
+                .build(),
+            false => store,
+        };
         let shared = Arc::new(Shared {
-            store,
+            store: riders_store,
             lease,
             key,
             native,
