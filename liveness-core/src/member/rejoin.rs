@@ -33,10 +33,10 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
     loop {
         let alive = async {
             match &*gen.footing {
+                // Boxed, as every path a riding member does not rest in: the task's
+                // resting state is then the ride's alone (a riding member's memory).
                 Footing::Own(standing) => {
-                    heartbeat
-                        .keep_alive(gen.lease.clone(), sent, standing)
-                        .await
+                    Box::pin(heartbeat.keep_alive(gen.lease.clone(), sent, standing)).await
                 }
                 Footing::Riding(riding) => {
                     let end = riding
@@ -74,7 +74,14 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
             reason,
         });
         if reason == HolderLoss::Stalled
-            && !release_stalled(&inner, &store, &old, config.heartbeat.safety_margin, &stop).await
+            && !Box::pin(release_stalled(
+                &inner,
+                &store,
+                &old,
+                config.heartbeat.safety_margin,
+                &stop,
+            ))
+            .await
         {
             return;
         }
@@ -96,14 +103,14 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
         let tick = config.heartbeat.tick();
         if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled) {
             let waited = match &*gen.footing {
-                Footing::Own(standing) => standing.wait_store_expiry(tick, &stop).await,
-                Footing::Riding(riding) => riding.wait_store_expiry(tick, &stop).await,
+                Footing::Own(standing) => Box::pin(standing.wait_store_expiry(tick, &stop)).await,
+                Footing::Riding(riding) => Box::pin(riding.wait_store_expiry(tick, &stop)).await,
             };
             if !waited {
                 return;
             }
         }
-        match rejoin(&store, &config, &key, &old, &stop, take).await {
+        match Box::pin(rejoin(&store, &config, &key, &old, &stop, take)).await {
             Some((lease, at, at_on_clock, session)) => {
                 let ride = session.as_ref().map(|s| (s, native));
                 gen = Generation::joined(&config, &metrics, "rejoin", lease, at_on_clock, ride);
