@@ -548,3 +548,38 @@ async fn members_rejoin_a_reopened_session_in_batches_of_max_batch() {
         MEMBERS / MAX_BATCH
     );
 }
+
+/// A process frozen past both its session's deadline and its members' progress
+/// timeout wakes with every timer due at once: its members were lost with their
+/// session, which the watchdog must not report as a stall of each (nor release them
+/// one by one as stalled).
+#[tokio::test(start_paused = true)]
+async fn a_frozen_process_s_members_are_lost_with_the_session_not_stalled() {
+    let (store, _probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let bus = liveness_core::EventBus::new(1024);
+    let mut events = bus.subscribe();
+    let timeout = Duration::from_millis(2 * TTL_MS);
+    let mut members = Vec::new();
+    for i in 0..16 {
+        let config = MemberConfig::new(&format!("f{i}"), ttl(TTL_MS))
+            .unwrap()
+            .progress_timeout(timeout)
+            .events(bus.clone());
+        members.push(session.join_with(config).await.unwrap());
+    }
+    // The freeze: no task runs while the time of three ttls passes; then every timer
+    // (the session's renewal, each watchdog's) is due at once.
+    tokio::time::advance(Duration::from_millis(3 * TTL_MS)).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut stalled = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let liveness_core::Event::Lost { key, reason, .. } = event {
+            if reason == liveness_core::HolderLoss::Stalled {
+                stalled.push(key);
+            }
+        }
+    }
+    assert!(stalled.is_empty(), "reported as stalled: {stalled:?}");
+    drop(members);
+}

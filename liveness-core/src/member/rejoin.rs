@@ -379,6 +379,12 @@ async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, footing: &Fo
             None => return std::future::pending().await,
         };
         if idle >= timeout {
+            // A generation already lost by the clock (its session's deadline or its
+            // own passed, say while the whole process was frozen) did not stall: its
+            // loss reports itself through the heartbeat or the ride.
+            if footing.check().is_err() {
+                return std::future::pending().await;
+            }
             footing.lose(LostCause::Stalled);
             return;
         }
