@@ -380,6 +380,11 @@ impl Session {
     /// meanwhile), then the session's heartbeat stops and its lease is released.
     /// Answers the first error of a member's leave or of the release, after doing
     /// all of them. Any `grace` is accepted: a longer one than [`MAX_GRACE`] is capped.
+    ///
+    /// Only the members still held are released one by one: a riding [`Member`]
+    /// dropped before `close` is not, and dies with the session's release (declared
+    /// by the checker once the session's drain reaches it). Keep the members until
+    /// `close`, or `leave` each.
     pub async fn close(self, grace: Duration) -> Result<()> {
         let shared = &self.shared;
         let grace = grace.min(MAX_GRACE);
