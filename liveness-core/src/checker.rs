@@ -38,7 +38,7 @@ pub struct CheckerConfig {
     pub space: Space,
     /// Whether it also watches [`Space::sessions`] (default true): a session's death
     /// is what declares the members riding it
-    /// ([`LeaseStore::join_session`](crate::LeaseStore::join_session)). One checker
+    /// ([`LeaseStore::join_session`]). One checker
     /// then serves a fleet of members and sessions; off, the sessions need a checker
     /// of their own (`space: Space::sessions()`).
     pub sessions: bool,
