@@ -23,21 +23,12 @@ use std::time::Duration;
 
 use liveness_conformance::bench::{self, Options};
 use liveness_core::Store;
-use liveness_etcd::{EtcdConfig, EtcdStore};
 use tokio::time::Instant;
 
-const REPEATS: usize = 3;
+mod common;
+use common::store;
 
-async fn store(url: &str) -> EtcdStore {
-    let config = EtcdConfig::from_url(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .with_namespace(liveness_conformance::fresh_namespace())
-        .with_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
-    EtcdStore::connect(config)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
-}
+const REPEATS: usize = 3;
 
 /// The bare client loop: one etcd lease and one keep-alive stream per task; with
 /// `with_key`, one key attached to each lease (as the framework's lease-bound key, or

@@ -18,62 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
-use liveness_etcd::{EtcdConfig, EtcdStore};
+use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::paced::renew_paced;
+use liveness_conformance::bench::procfs;
+use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space};
 
-/// The bench's options, from the command line.
-struct Options {
-    members: usize,
-    sessions: usize,
-    ttl: Ttl,
-    seconds: u64,
-    leases: bool,
-}
-
-impl Options {
-    fn from_args() -> Options {
-        let mut o = Options {
-            members: 10_000,
-            sessions: 10,
-            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
-            seconds: 20,
-            leases: true,
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{arg} wants a number"))
-            };
-            match arg.as_str() {
-                "--members" => o.members = value() as usize,
-                "--sessions" => o.sessions = value().max(1) as usize,
-                "--ttl-ms" => {
-                    o.ttl = Ttl::new(Duration::from_millis(value()))
-                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
-                }
-                "--seconds" => o.seconds = value(),
-                "--no-leases" => o.leases = false,
-                // `cargo bench` passes `--bench`.
-                _ => {}
-            }
-        }
-        o
-    }
-}
-
-/// The CPU seconds (user + system) process `pid` used so far, from `/proc/<pid>/stat`
-/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
-fn cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    // After the name: state is field 3, so utime (14) and stime (15) are at 11, 12.
-    ticks(11).unwrap_or(0.0) / 100.0 + ticks(12).unwrap_or(0.0) / 100.0
-}
+mod common;
+use common::store;
 
 /// What one way of holding the members measured.
 struct Figures {
@@ -102,17 +53,6 @@ fn print(what: &str, n: usize, f: &Figures) {
     }
 }
 
-async fn store(url: &str) -> EtcdStore {
-    let config = EtcdConfig::from_url(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .with_namespace(liveness_conformance::fresh_namespace())
-        .with_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
-    EtcdStore::connect(config)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
-}
-
 fn holder() -> HolderId {
     HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"))
 }
@@ -122,7 +62,7 @@ fn member(i: usize) -> Key {
 }
 
 /// Members riding `o.sessions` sessions; they stay alive in `keep`.
-async fn sessions(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Figures {
+async fn sessions(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>) -> Figures {
     let store = store(url).await;
     let mut sessions = Vec::with_capacity(o.sessions);
     for p in 0..o.sessions {
@@ -167,11 +107,11 @@ async fn sessions(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Fi
     }
     let join = start.elapsed();
     let renewed0 = renewals.load(Ordering::Relaxed);
-    let cpu0 = cpu(pid);
+    let cpu0 = procfs::cpu(pid);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(o.seconds)).await;
     let wall = start.elapsed().as_secs_f64();
-    let used = cpu(pid) - cpu0;
+    let used = (procfs::cpu(pid) - cpu0).as_secs_f64();
     let renewed = renewals.load(Ordering::Relaxed) - renewed0;
     renewer.abort();
     // The processes leave: their sessions released, then drained by sweeps, one
@@ -211,7 +151,7 @@ async fn sessions(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Fi
 }
 
 /// Members that are leases of their own; they stay alive in `keep`.
-async fn leases(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Figures {
+async fn leases(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>) -> Figures {
     let store = store(url).await;
     let batch = store.capabilities().max_batch;
     let start = Instant::now();
@@ -236,59 +176,23 @@ async fn leases(url: &str, pid: u32, o: &Options, keep: &mut Vec<Lease>) -> Figu
     // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks
     // (one `renew_many` in flight each). Behind, the renewals that did not fit are
     // skipped and a lapsed lease stays lost: the rate answered Ok shows it.
-    let lanes = 8;
-    let per_tick = o.members as f64 / (o.ttl.duration().as_secs_f64() / 3.0) / 100.0 / lanes as f64;
-    let ok = Arc::new(AtomicU64::new(0));
-    let cpu0 = cpu(pid);
-    let start = Instant::now();
-    let until = start + Duration::from_secs(o.seconds);
-    let share = o.members.div_ceil(lanes).max(1);
-    let mut tasks = Vec::with_capacity(lanes);
-    while !leases.is_empty() {
-        let rest = leases.split_off(share.min(leases.len()));
-        let mut mine = std::mem::replace(&mut leases, rest);
-        let (store, ok) = (store.clone(), ok.clone());
-        tasks.push(tokio::spawn(async move {
-            let (mut due, mut next) = (0.0f64, 0usize);
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            while Instant::now() < until {
-                tick.tick().await;
-                due = (due + per_tick).min(per_tick + batch as f64);
-                while due >= 1.0 && Instant::now() < until {
-                    let k = (due as usize).min(batch);
-                    let at: Vec<usize> = (0..k).map(|j| (next + j) % mine.len()).collect();
-                    next = (next + k) % mine.len();
-                    let asked: Vec<Lease> = at.iter().map(|&i| mine[i].clone()).collect();
-                    let answers = store.renew_many(&asked).await;
-                    for (&i, answer) in at.iter().zip(answers.unwrap_or_default()) {
-                        if let Ok(l) = answer {
-                            mine[i] = l;
-                            ok.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    due -= k as f64;
-                }
-            }
-            mine
-        }));
-    }
-    for task in tasks {
-        leases.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
-    }
-    let wall = start.elapsed().as_secs_f64();
-    let used = cpu(pid) - cpu0;
-    keep.extend(leases);
+    let cpu0 = procfs::cpu(pid);
+    let every = o.ttl.duration() / 3;
+    let seconds = Duration::from_secs(o.seconds);
+    let paced = renew_paced(&store, leases, every, (8, batch), seconds).await;
+    let wall = paced.wall.as_secs_f64();
+    let used = (procfs::cpu(pid) - cpu0).as_secs_f64();
+    keep.extend(paced.leases);
     Figures {
         join,
         cpu_pct: used / wall * 100.0,
-        renewals_per_sec: ok.load(Ordering::Relaxed) as f64 / wall,
+        renewals_per_sec: paced.renewed as f64 / wall,
         drain: None,
     }
 }
 
 fn main() {
-    let o = Options::from_args();
+    let o = SessionOptions::defaults(10_000).with_args(&Args::from_env());
     let Some(server) = liveness_testkit::etcd::start() else {
         eprintln!("sessions: no etcd (skipped)");
         return;

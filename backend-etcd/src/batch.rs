@@ -49,7 +49,7 @@
 
 use std::collections::HashSet;
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result, Swept,
 };
@@ -60,7 +60,7 @@ use crate::core::{
 };
 use crate::deaths::{add_to_record, death_counter, plan_hand_backs};
 use crate::error::{Fault, MAX_TRIES};
-use crate::keys::Record;
+use crate::etcd_lease::lease_bound;
 use crate::BACKEND;
 
 impl EtcdStore {
@@ -167,19 +167,8 @@ impl EtcdStore {
                 let ask = &asks[*i];
                 let id = granted[*i].unwrap_or_default();
                 let (rec_key, live_key) = (k.record(&ask.key), k.live(&ask.key));
-                let rec = Record {
-                    token: None,
-                    ttl: ask.ttl,
-                    lease_id: id,
-                    holder: ask.holder.clone(),
-                    session: None,
-                }
-                .encode();
-                let put_live = TxnOp::put(
-                    live_key.as_str(),
-                    "",
-                    Some(PutOptions::new().with_lease(id)),
-                );
+                let (rec, put_live) = lease_bound(&live_key, None, ask.ttl, id, &ask.holder);
+                let rec = rec.encode();
                 let mut when: Vec<Compare> = Vec::new();
                 if let Some((key, value)) = &before {
                     when.push(Compare::value(

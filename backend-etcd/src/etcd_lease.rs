@@ -71,19 +71,8 @@ impl EtcdStore {
                 Some(id) => id,
                 None => *granted.insert(self.grant(ttl).await?),
             };
-            let rec = Record {
-                token: None,
-                ttl,
-                lease_id: id,
-                holder: holder.clone(),
-                session: None,
-            }
-            .encode();
-            let put_live = TxnOp::put(
-                live_key.as_str(),
-                "",
-                Some(PutOptions::new().with_lease(id)),
-            );
+            let (rec, put_live) = lease_bound(&live_key, None, ttl, id, holder);
+            let rec = rec.encode();
             let txn = match record {
                 // Expired (or riding a dead session), not yet reaped: retire it to
                 // the dead set in this step, with its death record.
@@ -298,25 +287,35 @@ impl EtcdStore {
     pub(crate) fn move_txn(&self, lease: &Lease, current: &Current, id: i64, ttl: Ttl) -> Txn {
         let k = self.keys();
         let (rec_key, live_key) = (k.record(&lease.key), k.live(&lease.key));
-        let rec = Record {
-            token: Some(lease.token.0),
-            ttl,
-            lease_id: id,
-            holder: current.rec.holder.clone(),
-            session: None,
-        };
+        let (rec, put_live) =
+            lease_bound(&live_key, Some(lease.token.0), ttl, id, &current.rec.holder);
         Txn::new()
             .when(vec![
                 mod_rev(&rec_key, current.mod_rev),
                 create_rev(&live_key, token_i64(lease.token)),
             ])
-            .and_then(vec![
-                TxnOp::put(
-                    live_key.as_str(),
-                    "",
-                    Some(PutOptions::new().with_lease(id)),
-                ),
-                put(&rec_key, rec.encode()),
-            ])
+            .and_then(vec![put_live, put(&rec_key, rec.encode())])
     }
+}
+
+/// The record of a lease-bound lease of `holder` on etcd lease `id` (`token` as
+/// [`Record::token`]), with the put of its lease-bound key `live_key` under that
+/// etcd lease: the two writes every transaction that takes or moves such a lease
+/// makes.
+pub(crate) fn lease_bound(
+    live_key: &str,
+    token: Option<u64>,
+    ttl: Ttl,
+    id: i64,
+    holder: &HolderId,
+) -> (Record, TxnOp) {
+    let rec = Record {
+        token,
+        ttl,
+        lease_id: id,
+        holder: holder.clone(),
+        session: None,
+    };
+    let put_live = TxnOp::put(live_key, "", Some(PutOptions::new().with_lease(id)));
+    (rec, put_live)
 }

@@ -21,6 +21,7 @@ use liveness_core::{
 };
 use liveness_etcd::{EtcdConfig, EtcdStore};
 use liveness_testkit::etcd::EtcdServer;
+use liveness_testkit::fixtures::enqueue_jobs;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -123,13 +124,7 @@ async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
     let mut c = client(&server).await;
     let n = 1000;
     let with_items = 40;
-    for i in 0..with_items {
-        let payload = format!("job {i}");
-        store
-            .enqueue(payload.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
+    enqueue_jobs(&store, with_items).await;
     let s = session(&store, Ttl::from_secs(60).unwrap()).await;
     let members = join(&store, &s, n).await;
     for m in &members[..with_items] {

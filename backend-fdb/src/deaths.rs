@@ -165,19 +165,29 @@ impl FdbStore {
             return Ok(());
         };
         tx.clear(&of);
-        let seq = decode_u64(&raw)?;
+        // Cumulative: a session's record also counts its members, and what the sweeps
+        // of their tokens (linked to it) moved.
+        self.update_swept(tx, decode_u64(&raw)?, |before| Swept {
+            members: before.members,
+            requeued: before.requeued + tally.requeued,
+            dead_lettered: before.dead_lettered + tally.dead_lettered,
+        })
+        .await
+    }
+
+    /// Rewrites the sweep figures of death record `seq` with `update` (of the figures
+    /// it holds, zero where none yet); nothing where the record is gone.
+    pub(crate) async fn update_swept(
+        &self,
+        tx: &mut dyn Transaction,
+        seq: u64,
+        update: impl FnOnce(Swept) -> Swept,
+    ) -> Result<(), Fail> {
         let rec_key = self.layout.death(seq);
         if let Some(raw) = tx.get(&rec_key, false).await? {
             let mut rec =
                 decode_death(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("a death record")))?;
-            // Cumulative: a session's record also counts its members, and what the
-            // sweeps of their tokens (linked to it) moved.
-            let before = rec.swept.unwrap_or_default();
-            rec.swept = Some(Swept {
-                members: before.members,
-                requeued: before.requeued + tally.requeued,
-                dead_lettered: before.dead_lettered + tally.dead_lettered,
-            });
+            rec.swept = Some(update(rec.swept.unwrap_or_default()));
             tx.set(&rec_key, &encode_death(&rec));
         }
         Ok(())

@@ -30,8 +30,6 @@ use liveness_core::{ExpiredLease, FencingToken, HolderId, Key, Lease, LostCause,
 use tokio::time::Instant;
 
 use crate::core::{lost, ttl_of, Acquired, FdbStore, MAX_BATCH};
-use crate::deaths::{decode_death, encode_death};
-use crate::error::corrupt;
 use crate::keys::{decode_u64, LeaseRec};
 use crate::kv::{Attempt, Fail, RangeRead, Transaction};
 
@@ -229,17 +227,12 @@ impl FdbStore {
             }
         }
         if let (Some(seq), false) = (seq, retired.is_empty()) {
-            let rec_key = self.layout.death(seq);
-            if let Some(raw) = tx.get(&rec_key, false).await? {
-                let mut rec =
-                    decode_death(seq, &raw).ok_or_else(|| Fail::Stop(corrupt("a death record")))?;
-                let before = rec.swept.unwrap_or_default();
-                rec.swept = Some(Swept {
-                    members: before.members + retired.len() as u64,
-                    ..before
-                });
-                tx.set(&rec_key, &encode_death(&rec));
-            }
+            let members = retired.len() as u64;
+            self.update_swept(tx, seq, |before| Swept {
+                members: before.members + members,
+                ..before
+            })
+            .await?;
         }
         Ok((retired, full))
     }
@@ -287,10 +280,14 @@ mod tests {
         (db, store, session, member)
     }
 
-    /// A member's claim whose transaction is open while the session's renewal commits
-    /// still commits, with no conflict: it read the session's record by snapshot.
-    #[tokio::test]
-    async fn a_claim_does_not_conflict_with_the_session_s_renewal() {
+    /// [`set_up`], then a transaction, left open, in which the member claims the item.
+    async fn claim_left_open() -> (
+        DoubleDatabase,
+        FdbStore,
+        liveness_core::Lease,
+        liveness_core::Lease,
+        Box<dyn crate::kv::Transaction>,
+    ) {
         let (db, store, session, member) = set_up().await;
         let mut tx = store.db.begin().await.unwrap();
         let items = store
@@ -298,6 +295,14 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(items.len(), 1);
+        (db, store, session, member, tx)
+    }
+
+    /// A member's claim whose transaction is open while the session's renewal commits
+    /// still commits, with no conflict: it read the session's record by snapshot.
+    #[tokio::test]
+    async fn a_claim_does_not_conflict_with_the_session_s_renewal() {
+        let (db, store, session, _, mut tx) = claim_left_open().await;
         store.renew(&session).await.unwrap();
         tx.commit()
             .await
@@ -311,13 +316,7 @@ mod tests {
     /// a dead session; retried, it answers `Lost`.
     #[tokio::test]
     async fn a_claim_conflicts_with_the_session_s_end() {
-        let (_db, store, session, member) = set_up().await;
-        let mut tx = store.db.begin().await.unwrap();
-        let items = store
-            .claim_once(&mut *tx, &member, 1, RequestId(1))
-            .await
-            .unwrap();
-        assert_eq!(items.len(), 1);
+        let (_db, store, session, member, mut tx) = claim_left_open().await;
         assert!(store.release(&session).await.unwrap());
         assert!(tx.commit().await.is_err(), "a claim past the session's end");
         assert_eq!(store.item_counts().await.unwrap().owned, 0);

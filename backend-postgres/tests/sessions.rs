@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use liveness_core::{
-    Acquire, DeathCause, EnqueueOptions, Error, FencingToken, HolderId, ItemStore, Key, Lease,
-    LeaseStore, Name, Page, Space, Ttl,
+    Acquire, DeathCause, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name,
+    Page, Space, Ttl,
 };
 use liveness_postgres::PostgresStore;
+use liveness_testkit::fixtures::enqueue_jobs;
 
 async fn store() -> Option<PostgresStore> {
     let server = liveness_testkit::postgres::shared()?;
@@ -94,13 +95,7 @@ async fn a_reaped_session_of_2000_members_drains_in_batches_under_one_record() {
     let Some(store) = store().await else { return };
     let n = 2000;
     let with_items = 20;
-    for i in 0..with_items {
-        let payload = format!("job {i}");
-        store
-            .enqueue(payload.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
+    enqueue_jobs(&store, with_items).await;
     let (session, members) = session_with(&store, n, Ttl::from_secs(60).unwrap()).await;
     for m in &members[..with_items] {
         assert_eq!(store.claim(m, 1).await.unwrap().len(), 1);

@@ -26,7 +26,9 @@ use std::time::Duration;
 use liveness_conformance::scale::{self, ScaleOptions};
 use liveness_core::{Acquire, HeartbeatConfig, HolderId, Key, LeaseStore, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
-use liveness_testkit::redis::RedisServer;
+
+mod common;
+use common::server;
 
 /// used_cpu_user + used_cpu_sys of the server, and its total command calls.
 async fn server_cpu(url: &str) -> Option<(f64, u64)> {
@@ -272,20 +274,9 @@ async fn framework_renewals(
 
 fn main() {
     let options = ScaleOptions::from_args();
-    let server = match std::env::var("LIVENESS_REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => match RedisServer::start() {
-            Some(s) => Some(s),
-            None => {
-                eprintln!("scale: no redis-server (skipped)");
-                return;
-            }
-        },
+    let Some((_server, url)) = server("scale") else {
+        return;
     };
-    let url = std::env::var("LIVENESS_REDIS_URL")
-        .ok()
-        .or_else(|| server.as_ref().map(|s| s.url().to_owned()))
-        .unwrap_or_default();
     let ttl = Ttl::new(Duration::from_millis(options.ttl.as_millis() as u64))
         .unwrap_or_else(|e| panic!("ttl: {e}"));
     let timeout = HeartbeatConfig::new(ttl).client_timeout();

@@ -26,12 +26,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use liveness_conformance::bench::args::Args;
 use liveness_core::{
     Acquire, Checker, CheckerConfig, EnqueueOptions, Event, EventBus, HolderId, ItemStore, Key,
     Lease, LeaseStore, Name, Namespace, Space, Store, Ttl,
 };
-use liveness_redis::{RedisConfig, RedisStore};
-use liveness_testkit::redis::RedisServer;
+use liveness_redis::RedisStore;
+
+mod common;
+use common::{server, store_in};
 
 /// The bench's options, from the command line.
 #[derive(Clone)]
@@ -45,48 +48,20 @@ struct Options {
 
 impl Options {
     fn from_args(args: &[String]) -> Options {
-        let mut o = Options {
-            members: 10_000,
-            others: 20,
-            other_members: 500,
-            ttl: Ttl::from_secs(5).unwrap_or_else(|e| panic!("{e}")),
-            leases: true,
-        };
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{arg} wants a number"))
-            };
-            match arg.as_str() {
-                "--members" => o.members = value().max(1) as usize,
-                "--others" => o.others = value() as usize,
-                "--other-members" => o.other_members = value() as usize,
-                "--ttl-ms" => {
-                    o.ttl = Ttl::new(Duration::from_millis(value()))
-                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
-                }
-                "--no-leases" => o.leases = false,
-                // `cargo bench` passes `--bench`.
-                _ => {}
-            }
+        let args = Args::new(args);
+        Options {
+            members: args.number("--members", 10_000usize).max(1),
+            others: args.number("--others", 20),
+            other_members: args.number("--other-members", 500),
+            ttl: args.ttl_ms("--ttl-ms", Duration::from_secs(5)),
+            leases: !args.flag("--no-leases"),
         }
-        o
     }
 }
 
 /// A store on namespace `ns` of the server at `url`.
 async fn store(url: &str, ns: &str) -> RedisStore {
-    let namespace = Namespace::new(ns).unwrap_or_else(|e| panic!("{e}"));
-    let config = RedisConfig::from_url(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .with_namespace(namespace)
-        .with_response_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
-    RedisStore::connect(config)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
+    store_in(url, Namespace::new(ns).unwrap_or_else(|e| panic!("{e}"))).await
 }
 
 fn name(text: &str) -> Name {
@@ -422,20 +397,9 @@ fn main() {
         return;
     }
     let o = Options::from_args(&args);
-    let server = match std::env::var("LIVENESS_REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => match RedisServer::start() {
-            Some(s) => Some(s),
-            None => {
-                eprintln!("session_death: no redis-server (skipped)");
-                return;
-            }
-        },
+    let Some((_server, url)) = server("session_death") else {
+        return;
     };
-    let url = std::env::var("LIVENESS_REDIS_URL")
-        .ok()
-        .or_else(|| server.as_ref().map(|s| s.url().to_owned()))
-        .unwrap_or_default();
     println!(
         "ttl {:?}; {} other sessions of {} members renewed every ttl/3, a probe every 20 ms",
         o.ttl.duration(),

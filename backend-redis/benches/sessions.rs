@@ -15,6 +15,11 @@
 //! server's memory per member (`INFO memory` used_memory) and the client's (this
 //! process's resident set, `VmRSS`, both sets of members kept alive so that the second
 //! does not reuse the first's pages).
+//!
+//! First, the join rates of `--members` members into one session, in the same run:
+//! `join_session` one member a call, then `join_session_many` in batches of
+//! `max_batch` (one call in flight, as a session re-joins its members after a loss).
+//! `--joins-only` stops after them.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +37,7 @@ struct Options {
     ttl: Ttl,
     seconds: u64,
     leases: bool,
+    joins_only: bool,
 }
 
 impl Options {
@@ -42,6 +48,7 @@ impl Options {
             ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
             seconds: 20,
             leases: true,
+            joins_only: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -59,6 +66,7 @@ impl Options {
                 }
                 "--seconds" => o.seconds = value(),
                 "--no-leases" => o.leases = false,
+                "--joins-only" => o.joins_only = true,
                 // `cargo bench` passes `--bench`.
                 _ => {}
             }
@@ -339,6 +347,68 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
     purged(&store, Figures::of(o, join, before, after, used, renewed)).await
 }
 
+/// Joins `n` members into one session with `join_session` (`lanes` calls in flight),
+/// then `n` other members into it with `join_session_many` (batches of `max_batch`,
+/// one call in flight, as a session re-joins its members after a loss): the two join
+/// rates in members per second, measured in the same run, and the batched calls.
+async fn join_rates<S>(store: &S, n: usize, lanes: usize) -> (f64, f64, usize)
+where
+    S: LeaseStore + Clone + 'static,
+{
+    let holder = HolderId::new("bench-joins").unwrap_or_else(|e| panic!("{e}"));
+    let name = Name::new("joins").unwrap_or_else(|e| panic!("{e}"));
+    let ttl = Ttl::from_secs(600).unwrap_or_else(|e| panic!("{e}"));
+    let session = store
+        .acquire(&Key::new(Space::sessions(), name), &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("session: {e}"));
+    let key = |prefix: &str, i: usize| {
+        Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(lanes);
+    for lane in 0..lanes.max(1) {
+        let (store, holder, session) = (store.clone(), holder.clone(), session.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (lane..n).step_by(lanes.max(1)) {
+                store
+                    .join_session(&session, &key("one", i), &holder)
+                    .await
+                    .unwrap_or_else(|e| panic!("join_session: {e}"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let one = n as f64 / start.elapsed().as_secs_f64();
+    let max = store.capabilities().max_batch.max(1);
+    let asks: Vec<(Key, HolderId)> = (0..n).map(|i| (key("many", i), holder.clone())).collect();
+    let start = Instant::now();
+    let mut calls = 0;
+    for chunk in asks.chunks(max) {
+        calls += 1;
+        for answer in store
+            .join_session_many(&session, chunk)
+            .await
+            .unwrap_or_else(|e| panic!("join_session_many: {e}"))
+        {
+            answer.unwrap_or_else(|e| panic!("join_session_many entry: {e}"));
+        }
+    }
+    let many = n as f64 / start.elapsed().as_secs_f64();
+    (one, many, calls)
+}
+
+/// Prints the two join rates of [`join_rates`].
+fn print_join_rates(n: usize, lanes: usize, (one, many, calls): (f64, f64, usize)) {
+    println!(
+        "joins of {n} members: join_session {one:>8.0}/s ({lanes} in flight), \
+         join_session_many {many:>8.0}/s ({calls} calls), {:.1}x",
+        many / one.max(1e-9)
+    );
+}
+
 fn main() {
     let o = Options::from_args();
     let server = match std::env::var("LIVENESS_REDIS_URL") {
@@ -367,6 +437,14 @@ fn main() {
             o.seconds,
             o.members
         );
+        let joins = store(&url).await;
+        print_join_rates(o.members, 64, join_rates(&joins, o.members, 64).await);
+        if let Err(e) = joins.purge().await {
+            eprintln!("purge: {e}");
+        }
+        if o.joins_only {
+            return;
+        }
         let (mut riding, mut owned) = (Vec::new(), Vec::new());
         let f = sessions(Run::new(&url, &o, &mut conn).await, &mut riding).await;
         print(&format!("in {} sessions", o.sessions), o.members, &f);

@@ -16,6 +16,11 @@
 //! renewals. Then one session is killed and drained as a checker does (its calls, the
 //! whole drain's time, the longest call). `synchronous=normal` by default: a join is one transaction, and 100,000
 //! fsyncs would time the disk, not the store.
+//!
+//! First, the join rates of `--members` members into one session, in the same run:
+//! `join_session` one member a call, then `join_session_many` in batches of
+//! `max_batch` (one call in flight, as a session re-joins its members after a loss).
+//! `--joins-only` stops after them.
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +35,7 @@ struct Options {
     seconds: u64,
     synchronous: Synchronous,
     leases: bool,
+    joins_only: bool,
 }
 
 impl Options {
@@ -43,6 +49,7 @@ impl Options {
             seconds: 30,
             synchronous: Synchronous::Normal,
             leases: true,
+            joins_only: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -65,6 +72,7 @@ impl Options {
                     };
                 }
                 "--no-leases" => o.leases = false,
+                "--joins-only" => o.joins_only = true,
                 // `cargo bench` passes `--bench`.
                 _ => {}
             }
@@ -290,6 +298,68 @@ async fn leases(path: &std::path::Path, o: &Options) -> Figures {
     }
 }
 
+/// Joins `n` members into one session with `join_session` (`lanes` calls in flight),
+/// then `n` other members into it with `join_session_many` (batches of `max_batch`,
+/// one call in flight, as a session re-joins its members after a loss): the two join
+/// rates in members per second, measured in the same run, and the batched calls.
+async fn join_rates<S>(store: &S, n: usize, lanes: usize) -> (f64, f64, usize)
+where
+    S: LeaseStore + Clone + 'static,
+{
+    let holder = HolderId::new("bench-joins").unwrap_or_else(|e| panic!("{e}"));
+    let name = Name::new("joins").unwrap_or_else(|e| panic!("{e}"));
+    let ttl = Ttl::from_secs(600).unwrap_or_else(|e| panic!("{e}"));
+    let session = store
+        .acquire(&Key::new(Space::sessions(), name), &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("session: {e}"));
+    let key = |prefix: &str, i: usize| {
+        Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(lanes);
+    for lane in 0..lanes.max(1) {
+        let (store, holder, session) = (store.clone(), holder.clone(), session.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (lane..n).step_by(lanes.max(1)) {
+                store
+                    .join_session(&session, &key("one", i), &holder)
+                    .await
+                    .unwrap_or_else(|e| panic!("join_session: {e}"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let one = n as f64 / start.elapsed().as_secs_f64();
+    let max = store.capabilities().max_batch.max(1);
+    let asks: Vec<(Key, HolderId)> = (0..n).map(|i| (key("many", i), holder.clone())).collect();
+    let start = Instant::now();
+    let mut calls = 0;
+    for chunk in asks.chunks(max) {
+        calls += 1;
+        for answer in store
+            .join_session_many(&session, chunk)
+            .await
+            .unwrap_or_else(|e| panic!("join_session_many: {e}"))
+        {
+            answer.unwrap_or_else(|e| panic!("join_session_many entry: {e}"));
+        }
+    }
+    let many = n as f64 / start.elapsed().as_secs_f64();
+    (one, many, calls)
+}
+
+/// Prints the two join rates of [`join_rates`].
+fn print_join_rates(n: usize, lanes: usize, (one, many, calls): (f64, f64, usize)) {
+    println!(
+        "joins of {n} members: join_session {one:>8.0}/s ({lanes} in flight), \
+         join_session_many {many:>8.0}/s ({calls} calls), {:.1}x",
+        many / one.max(1e-9)
+    );
+}
+
 fn main() {
     let o = Options::from_args();
     let dir = tempfile::tempdir().unwrap();
@@ -308,6 +378,14 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        let joins = SqliteStore::connect(config(&path, "bench_joins", &o))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let lanes = o.sessions;
+        print_join_rates(o.members, lanes, join_rates(&joins, o.members, lanes).await);
+        if o.joins_only {
+            return;
+        }
         let riding = sessions(&path, &o).await;
         riding.print("riding sessions", &o);
         if o.leases {

@@ -10,6 +10,8 @@ use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 use std::time::Duration;
 
+mod common;
+
 use liveness_core::{
     Acquire, DeathCause, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease,
     LeaseStore, Ttl,
@@ -23,16 +25,7 @@ async fn counted() -> (tempfile::TempDir, SqliteStore, Arc<AtomicU64>) {
         .with_max_connections(1)
         .unwrap();
     let store = SqliteStore::connect(config).await.unwrap();
-    let commits = Arc::new(AtomicU64::new(0));
-    {
-        let mut conn = store.pool().acquire().await.unwrap();
-        let mut handle = conn.lock_handle().await.unwrap();
-        let seen = commits.clone();
-        handle.set_commit_hook(move || {
-            seen.fetch_add(1, Ordering::SeqCst);
-            true
-        });
-    }
+    let commits = common::commit_counter(&store).await;
     (dir, store, commits)
 }
 

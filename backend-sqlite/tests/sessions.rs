@@ -7,15 +7,15 @@
 #![cfg(any(target_os = "linux", target_os = "android"))]
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use liveness_core::{
-    DeathCause, EnqueueOptions, FencingToken, HolderId, ItemCounts, ItemStore, Key, Lease,
-    LeaseStatus, LeaseStore, Name, Space, Ttl,
+    DeathCause, FencingToken, HolderId, ItemCounts, ItemStore, Key, Lease, LeaseStatus, LeaseStore,
+    Name, Space, Ttl,
 };
 use liveness_sqlite::{SqliteStore, Synchronous};
+use liveness_testkit::fixtures::enqueue_jobs;
 
 mod common;
 
@@ -69,19 +69,6 @@ async fn expire(store: &SqliteStore, session: &Lease) {
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
-/// Counts the commits of the store's only connection (SQLite's commit hook).
-async fn commit_counter(store: &SqliteStore) -> Arc<AtomicU64> {
-    let commits = Arc::new(AtomicU64::new(0));
-    let mut conn = store.pool().acquire().await.unwrap();
-    let mut handle = conn.lock_handle().await.unwrap();
-    let seen = commits.clone();
-    handle.set_commit_hook(move || {
-        seen.fetch_add(1, Ordering::SeqCst);
-        true
-    });
-    commits
-}
-
 async fn in_dead_set(store: &SqliteStore, token: FencingToken) -> bool {
     let dead = store.dead_tokens(1000).await.unwrap();
     dead.iter().any(|d| d.token == token)
@@ -93,12 +80,7 @@ async fn a_session_of_2000_members_drains_in_batches_under_one_death_record() {
     let store = open(&path, 1).await;
     let batch = store.capabilities().max_batch;
     assert_eq!(batch, 1000);
-    for i in 0..10 {
-        store
-            .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-    }
+    enqueue_jobs(&store, 10).await;
     let (session, members) = session_of(&store, "big", "m", 2000).await;
     for m in &members[..10] {
         assert_eq!(store.claim(m, 1).await.unwrap().len(), 1);
@@ -122,7 +104,7 @@ async fn a_session_of_2000_members_drains_in_batches_under_one_death_record() {
 
     // Each call is one commit and retires at most a batch; the session's token stays
     // in the dead set until the call that finds no member left.
-    let commits = commit_counter(&store).await;
+    let commits = common::commit_counter(&store).await;
     let mut retired = Vec::new();
     let mut calls = 0;
     loop {

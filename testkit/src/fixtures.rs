@@ -3,7 +3,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{EnqueueOptions, Member, MemberConfig, Store, Ttl};
+use liveness_core::{EnqueueOptions, ItemStore, Member, MemberConfig, Store, Ttl};
+
+/// Enqueues `n` items with the default options and the payloads `job 0`, `job 1`, …
+///
+/// # Panics
+///
+/// When the store refuses one: the test then fails, saying so.
+pub async fn enqueue_jobs<S: ItemStore + ?Sized>(store: &S, n: usize) {
+    for i in 0..n {
+        store
+            .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("enqueue job {i}: {e}"));
+    }
+}
 
 /// Enqueues `n` items, the `i`th with the payload `payload(i)`, and dead-letters them
 /// through a member `failer` that claims and fails each, then leaves. Returns their

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // every test file uses only part of it
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use liveness_core::Namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
@@ -31,4 +33,17 @@ pub async fn raw_connection(path: &Path) -> sqlx::SqliteConnection {
     use sqlx::Connection;
     let url = format!("sqlite://{}?mode=rwc", path.display());
     sqlx::SqliteConnection::connect(&url).await.unwrap()
+}
+
+/// Counts the commits of the store's only connection (SQLite's commit hook).
+pub async fn commit_counter(store: &SqliteStore) -> Arc<AtomicU64> {
+    let commits = Arc::new(AtomicU64::new(0));
+    let mut conn = store.pool().acquire().await.unwrap();
+    let mut handle = conn.lock_handle().await.unwrap();
+    let seen = commits.clone();
+    handle.set_commit_hook(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+        true
+    });
+    commits
 }

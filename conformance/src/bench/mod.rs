@@ -31,8 +31,18 @@ use tokio::time::Instant;
 use crate::wrappers::Wrapped;
 use crate::Factory;
 
+pub mod args;
 mod cost;
+pub mod joins;
+pub mod paced;
+pub mod procfs;
 pub use cost::*;
+
+/// A memory store on a fresh server, for the bench kit's own tests.
+#[cfg(test)]
+fn memory_store() -> liveness_core::MemoryStore {
+    liveness_core::MemoryServer::new().store(&crate::fresh_namespace())
+}
 
 /// What to measure.
 #[derive(Clone, Debug)]

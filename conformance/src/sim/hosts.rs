@@ -8,51 +8,30 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{CancellationToken, Member, Session, SessionConfig};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::process::{wait_busy, worker, Command, Pauser, Process, Shared, Start, Work};
+use super::process::{
+    runtime, spawn_thread, wait_busy, worker, Command, Process, Shared, Start, Work,
+};
 use crate::faults::FaultyStore;
 
 /// Starts session host `i`: `member-i`, whose members are `member-i-m0`, ….
 pub(super) fn spawn_host(i: usize, store: Arc<FaultyStore>, seed: u64, shared: Shared) -> Process {
-    let name = format!("member-{i}");
-    let (control, rx) = mpsc::unbounded_channel();
-    let mut start = Start {
-        name: name.clone(),
-        store: store.clone(),
-        seed,
-        shared,
-        pauser: Arc::new(Pauser::default()),
-        rx,
-    };
-    let thread = std::thread::Builder::new()
-        .name(name.clone())
-        .spawn(move || {
-            let mut incarnation = 0u64;
-            loop {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-                let killed = rt.block_on(host(&mut start, incarnation));
-                // A kill: every task of this incarnation (the session's heartbeat, the
-                // members, their workers mid-step) ends here, without a word to the
-                // store. Calls already sent still land: they run on the store's side.
-                drop(rt);
-                if !killed {
-                    return;
-                }
-                incarnation += 1;
+    spawn_thread(format!("member-{i}"), store, seed, shared, |mut start| {
+        let mut incarnation = 0u64;
+        loop {
+            let rt = runtime();
+            let killed = rt.block_on(host(&mut start, incarnation));
+            // A kill: every task of this incarnation (the session's heartbeat, the
+            // members, their workers mid-step) ends here, without a word to the
+            // store. Calls already sent still land: they run on the store's side.
+            drop(rt);
+            if !killed {
+                return;
             }
-        })
-        .unwrap_or_else(|e| panic!("spawn a process thread: {e}"));
-    Process {
-        name,
-        store,
-        control,
-        thread,
-    }
+            incarnation += 1;
+        }
+    })
 }
 
 /// One member riding the host's session, with its workers.

@@ -112,6 +112,31 @@ where
     F: FnOnce(Start) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
+    spawn_thread(name, store, seed, shared, move |start| {
+        runtime().block_on(body(start));
+    })
+}
+
+/// A fresh current-thread runtime: what one incarnation of a process runs on.
+pub(super) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+}
+
+/// Starts a process thread named `name` that runs `run` with what the process
+/// starts with (its command channel's other end is the returned [`Process`]).
+pub(super) fn spawn_thread<F>(
+    name: String,
+    store: Arc<FaultyStore>,
+    seed: u64,
+    shared: Shared,
+    run: F,
+) -> Process
+where
+    F: FnOnce(Start) + Send + 'static,
+{
     let (control, rx) = mpsc::unbounded_channel();
     let start = Start {
         name: name.clone(),
@@ -123,13 +148,7 @@ where
     };
     let thread = std::thread::Builder::new()
         .name(name.clone())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-            rt.block_on(body(start));
-        })
+        .spawn(move || run(start))
         .unwrap_or_else(|e| panic!("spawn a process thread: {e}"));
     Process {
         name,
