@@ -298,68 +298,6 @@ async fn leases(path: &std::path::Path, o: &Options) -> Figures {
     }
 }
 
-/// Joins `n` members into one session with `join_session` (`lanes` calls in flight),
-/// then `n` other members into it with `join_session_many` (batches of `max_batch`,
-/// one call in flight, as a session re-joins its members after a loss): the two join
-/// rates in members per second, measured in the same run, and the batched calls.
-async fn join_rates<S>(store: &S, n: usize, lanes: usize) -> (f64, f64, usize)
-where
-    S: LeaseStore + Clone + 'static,
-{
-    let holder = HolderId::new("bench-joins").unwrap_or_else(|e| panic!("{e}"));
-    let name = Name::new("joins").unwrap_or_else(|e| panic!("{e}"));
-    let ttl = Ttl::from_secs(600).unwrap_or_else(|e| panic!("{e}"));
-    let session = store
-        .acquire(&Key::new(Space::sessions(), name), &holder, ttl)
-        .await
-        .unwrap_or_else(|e| panic!("session: {e}"));
-    let key = |prefix: &str, i: usize| {
-        Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("{e}"))
-    };
-    let start = Instant::now();
-    let mut tasks = Vec::with_capacity(lanes);
-    for lane in 0..lanes.max(1) {
-        let (store, holder, session) = (store.clone(), holder.clone(), session.clone());
-        tasks.push(tokio::spawn(async move {
-            for i in (lane..n).step_by(lanes.max(1)) {
-                store
-                    .join_session(&session, &key("one", i), &holder)
-                    .await
-                    .unwrap_or_else(|e| panic!("join_session: {e}"));
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap_or_else(|e| panic!("{e}"));
-    }
-    let one = n as f64 / start.elapsed().as_secs_f64();
-    let max = store.capabilities().max_batch.max(1);
-    let asks: Vec<(Key, HolderId)> = (0..n).map(|i| (key("many", i), holder.clone())).collect();
-    let start = Instant::now();
-    let mut calls = 0;
-    for chunk in asks.chunks(max) {
-        calls += 1;
-        for answer in store
-            .join_session_many(&session, chunk)
-            .await
-            .unwrap_or_else(|e| panic!("join_session_many: {e}"))
-        {
-            answer.unwrap_or_else(|e| panic!("join_session_many entry: {e}"));
-        }
-    }
-    let many = n as f64 / start.elapsed().as_secs_f64();
-    (one, many, calls)
-}
-
-/// Prints the two join rates of [`join_rates`].
-fn print_join_rates(n: usize, lanes: usize, (one, many, calls): (f64, f64, usize)) {
-    println!(
-        "joins of {n} members: join_session {one:>8.0}/s ({lanes} in flight), \
-         join_session_many {many:>8.0}/s ({calls} calls), {:.1}x",
-        many / one.max(1e-9)
-    );
-}
-
 fn main() {
     let o = Options::from_args();
     let dir = tempfile::tempdir().unwrap();
@@ -382,7 +320,11 @@ fn main() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let lanes = o.sessions;
-        print_join_rates(o.members, lanes, join_rates(&joins, o.members, lanes).await);
+        liveness_conformance::bench::joins::print_join_rates(
+            o.members,
+            lanes,
+            liveness_conformance::bench::joins::join_rates(&joins, o.members, lanes).await,
+        );
         if o.joins_only {
             return;
         }
