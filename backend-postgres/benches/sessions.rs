@@ -25,53 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
 use liveness_postgres::PostgresStore;
-
-/// The bench's options, from the command line.
-struct Options {
-    members: usize,
-    sessions: usize,
-    ttl: Ttl,
-    seconds: u64,
-    leases: bool,
-    joins_only: bool,
-}
-
-impl Options {
-    fn from_args() -> Options {
-        let mut o = Options {
-            members: 100_000,
-            sessions: 10,
-            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
-            seconds: 20,
-            leases: true,
-            joins_only: false,
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{arg} wants a number"))
-            };
-            match arg.as_str() {
-                "--members" => o.members = value() as usize,
-                "--sessions" => o.sessions = value().max(1) as usize,
-                "--ttl-ms" => {
-                    o.ttl = Ttl::new(Duration::from_millis(value()))
-                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
-                }
-                "--seconds" => o.seconds = value(),
-                "--no-leases" => o.leases = false,
-                "--joins-only" => o.joins_only = true,
-                // `cargo bench` passes `--bench`.
-                _ => {}
-            }
-        }
-        o
-    }
-}
 
 /// A store on a fresh namespace.
 async fn fresh(server: &liveness_testkit::postgres::PgServer) -> PostgresStore {
@@ -139,7 +95,7 @@ struct Steady {
 }
 
 /// Runs `renew` every ttl/3 for `o.seconds` and measures the server meanwhile.
-async fn steady<F, Fut>(store: &PostgresStore, o: &Options, renew: F) -> Steady
+async fn steady<F, Fut>(store: &PostgresStore, o: &SessionOptions, renew: F) -> Steady
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = (u64, u64)> + Send,
@@ -182,7 +138,7 @@ where
     out
 }
 
-fn print(what: &str, o: &Options, took: Duration, s: &Steady) {
+fn print(what: &str, o: &SessionOptions, took: Duration, s: &Steady) {
     println!(
         "{what:<10} members={} take={:>6.1}s ({:>6.0}/s)  steady: server cpu={:>5.1}%  \
          rows updated/s={:>8.0}  wal={:>8.1} KiB/s  renewals={} failed={}",
@@ -198,7 +154,7 @@ fn print(what: &str, o: &Options, took: Duration, s: &Steady) {
 }
 
 /// Members riding `o.sessions` sessions; then the drain of one dead session.
-async fn riding(store: PostgresStore, o: &Options) {
+async fn riding(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
     let mut sessions = Vec::with_capacity(o.sessions);
     for p in 0..o.sessions {
@@ -277,7 +233,7 @@ async fn riding(store: PostgresStore, o: &Options) {
 }
 
 /// The same members, a lease each.
-async fn leases(store: PostgresStore, o: &Options) {
+async fn leases(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
     let batch = store.capabilities().max_batch;
     // Taken with a long ttl, so that none lapses while the rest are taken (at 100,000
@@ -344,7 +300,7 @@ fn main() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
     };
-    let o = Options::from_args();
+    let o = SessionOptions::defaults(100_000).with_args(&Args::from_env());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

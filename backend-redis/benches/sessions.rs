@@ -23,57 +23,14 @@
 
 use std::time::{Duration, Instant};
 
-use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::paced::renew_paced;
+use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space};
 use liveness_redis::RedisStore;
 use liveness_testkit::redis::RedisServer;
 
 mod common;
 use common::{connection, store};
-
-/// The bench's options, from the command line.
-struct Options {
-    members: usize,
-    sessions: usize,
-    ttl: Ttl,
-    seconds: u64,
-    leases: bool,
-    joins_only: bool,
-}
-
-impl Options {
-    fn from_args() -> Options {
-        let mut o = Options {
-            members: 100_000,
-            sessions: 10,
-            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
-            seconds: 20,
-            leases: true,
-            joins_only: false,
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{arg} wants a number"))
-            };
-            match arg.as_str() {
-                "--members" => o.members = value() as usize,
-                "--sessions" => o.sessions = value().max(1) as usize,
-                "--ttl-ms" => {
-                    o.ttl = Ttl::new(Duration::from_millis(value()))
-                        .unwrap_or_else(|e| panic!("--ttl-ms: {e}"))
-                }
-                "--seconds" => o.seconds = value(),
-                "--no-leases" => o.leases = false,
-                "--joins-only" => o.joins_only = true,
-                // `cargo bench` passes `--bench`.
-                _ => {}
-            }
-        }
-        o
-    }
-}
 
 /// This process's resident set in bytes (`VmRSS`), 0 where unknown.
 fn rss() -> u64 {
@@ -119,7 +76,7 @@ impl Figures {
     /// process's resident size before and after the join, the server's CPU seconds
     /// over `wall` seconds of steady state, and the renewals answered Ok in them.
     fn of(
-        o: &Options,
+        o: &SessionOptions,
         join: Duration,
         (mem0, rss0): (f64, u64),
         (mem1, rss1): (f64, u64),
@@ -164,14 +121,14 @@ fn print(what: &str, n: usize, f: &Figures) {
 struct Run<'a> {
     store: RedisStore,
     holder: HolderId,
-    o: &'a Options,
+    o: &'a SessionOptions,
     conn: &'a mut redis::aio::MultiplexedConnection,
 }
 
 impl<'a> Run<'a> {
     async fn new(
         url: &str,
-        o: &'a Options,
+        o: &'a SessionOptions,
         conn: &'a mut redis::aio::MultiplexedConnection,
     ) -> Run<'a> {
         let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
@@ -293,54 +250,14 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
     let join = start.elapsed();
     let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
     // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks
-    // (one `renew_many` in flight each). Behind (the server or the client saturated),
-    // the renewals that did not fit are skipped and a lapsed lease stays lost: the
-    // rate of renewals answered Ok shows it.
-    let lanes = 8;
-    let per_tick = o.members as f64 / (o.ttl.duration().as_secs_f64() / 3.0) / 100.0 / lanes as f64;
-    let ok = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // (one `renew_many` of at most 1000 in flight each).
     let cpu0 = cpu(conn).await;
-    let start = Instant::now();
-    let until = start + Duration::from_secs(o.seconds);
-    let share = o.members.div_ceil(lanes).max(1);
-    let mut tasks = Vec::with_capacity(lanes);
-    while !leases.is_empty() {
-        let rest = leases.split_off(share.min(leases.len()));
-        let mut mine = std::mem::replace(&mut leases, rest);
-        let (store, ok) = (store.clone(), ok.clone());
-        tasks.push(tokio::spawn(async move {
-            let (mut due, mut next) = (0.0f64, 0usize);
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            while Instant::now() < until {
-                tick.tick().await;
-                due = (due + per_tick).min(per_tick + 1000.0);
-                while due >= 1.0 && Instant::now() < until {
-                    let k = (due as usize).min(1000);
-                    let ids: Vec<usize> = (0..k).map(|j| (next + j) % mine.len()).collect();
-                    next = (next + k) % mine.len();
-                    let asked: Vec<Lease> = ids.iter().map(|&i| mine[i].clone()).collect();
-                    let answers = store
-                        .renew_many(&asked)
-                        .await
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    for (&i, answer) in ids.iter().zip(answers) {
-                        if let Ok(l) = answer {
-                            mine[i] = l;
-                            ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                    due -= k as f64;
-                }
-            }
-            mine
-        }));
-    }
-    for task in tasks {
-        leases.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
-    }
-    let renewed = ok.load(std::sync::atomic::Ordering::Relaxed);
-    let wall = start.elapsed().as_secs_f64();
+    let every = o.ttl.duration() / 3;
+    let seconds = Duration::from_secs(o.seconds);
+    let paced = renew_paced(&store, leases, every, (8, 1000), seconds).await;
+    assert_eq!(paced.failed_calls, 0, "renew_many failed");
+    let (leases, renewed) = (paced.leases, paced.renewed);
+    let wall = paced.wall.as_secs_f64();
     let cpu1 = cpu(conn).await;
     keep.extend(leases);
     let (before, after, used) = ((mem0, rss0), (mem1, rss1), (cpu1 - cpu0, wall));
@@ -348,7 +265,7 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
 }
 
 fn main() {
-    let o = Options::from_args();
+    let o = SessionOptions::defaults(100_000).with_args(&Args::from_env());
     let server = match std::env::var("LIVENESS_REDIS_URL") {
         Ok(_) => None,
         Err(_) => match RedisServer::start() {

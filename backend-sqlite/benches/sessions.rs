@@ -24,60 +24,43 @@
 
 use std::time::{Duration, Instant};
 
+use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
 use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 
-/// The bench's options, from the command line.
+/// The bench's options, from the command line: the shared sessions options and
+/// `--synchronous full` (else normal).
 struct Options {
-    members: usize,
-    sessions: usize,
-    ttl: Ttl,
-    seconds: u64,
+    session: SessionOptions,
     synchronous: Synchronous,
-    leases: bool,
-    joins_only: bool,
 }
 
 impl Options {
     fn from_args() -> Options {
-        let mut o = Options {
-            members: 100_000,
-            sessions: 10,
+        let args = Args::from_env();
+        let defaults = SessionOptions {
             // Long enough that 100,000 leases taken one batch after the other are all
             // still live when their renewals start.
-            ttl: Ttl::from_secs(30).unwrap(),
+            ttl: Ttl::from_secs(30).unwrap_or_else(|e| panic!("{e}")),
             seconds: 30,
-            synchronous: Synchronous::Normal,
-            leases: true,
-            joins_only: false,
+            ..SessionOptions::defaults(100_000)
         };
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_else(|| panic!("{arg} wants a number"))
-            };
-            match arg.as_str() {
-                "--members" => o.members = value() as usize,
-                "--sessions" => o.sessions = value().max(1) as usize,
-                "--ttl-ms" => o.ttl = Ttl::new(Duration::from_millis(value())).unwrap(),
-                "--seconds" => o.seconds = value(),
-                "--synchronous" => {
-                    let full = args.next().as_deref() == Some("full");
-                    o.synchronous = if full {
-                        Synchronous::Full
-                    } else {
-                        Synchronous::Normal
-                    };
-                }
-                "--no-leases" => o.leases = false,
-                "--joins-only" => o.joins_only = true,
-                // `cargo bench` passes `--bench`.
-                _ => {}
-            }
+        let synchronous = match args.text("--synchronous") {
+            Some("full") => Synchronous::Full,
+            _ => Synchronous::Normal,
+        };
+        Options {
+            session: defaults.with_args(&args),
+            synchronous,
         }
-        o
+    }
+}
+
+impl std::ops::Deref for Options {
+    type Target = SessionOptions;
+
+    fn deref(&self) -> &SessionOptions {
+        &self.session
     }
 }
 

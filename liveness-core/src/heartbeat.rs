@@ -44,7 +44,7 @@ use crate::metrics::HolderMetrics;
 use crate::standing::LocalDeadline;
 use crate::store::Store;
 use crate::sync::lock;
-use crate::types::Ttl;
+use crate::types::{Key, Ttl};
 
 /// Timing of a heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +143,44 @@ impl HeartbeatConfig {
     }
 }
 
+/// The builder setters a configuration holding a lease of its own shares
+/// ([`crate::member::MemberConfig`], [`crate::session::SessionConfig`]): holder id,
+/// heartbeat timing, events and clock. The holder setter's doc comment is given.
+macro_rules! lease_config_setters {
+    ($(#[$holder_doc:meta])*) => {
+        $(#[$holder_doc])*
+        pub fn holder(mut self, holder: $crate::types::HolderId) -> Self {
+            self.holder = holder;
+            self
+        }
+
+        /// Sets how often to renew.
+        pub fn renew_every(mut self, every: ::std::time::Duration) -> Self {
+            self.heartbeat.renew_every = every;
+            self
+        }
+
+        /// Sets the local safety margin.
+        pub fn safety_margin(mut self, margin: ::std::time::Duration) -> Self {
+            self.heartbeat.safety_margin = margin;
+            self
+        }
+
+        /// Sends events to this bus.
+        pub fn events(mut self, events: $crate::events::EventBus) -> Self {
+            self.events = events;
+            self
+        }
+
+        /// Measures the safety deadline on this clock.
+        pub fn clock(mut self, clock: ::std::sync::Arc<dyn $crate::clock::Clock>) -> Self {
+            self.clock = clock;
+            self
+        }
+    };
+}
+pub(crate) use lease_config_setters;
+
 /// How a heartbeat ended.
 #[derive(Debug)]
 pub(crate) enum End {
@@ -150,6 +188,32 @@ pub(crate) enum End {
     Stopped(Lease),
     /// The lease is lost (or may be): its cancellation signal has fired.
     Lost(Lease, HolderLoss),
+}
+
+impl End {
+    /// The lost lease and why, announced on `events` ([`Event::Lost`] on `key`); for
+    /// a stopped heartbeat none, its last lease handed to `stopped`.
+    pub(crate) fn lost(
+        self,
+        key: &Key,
+        events: &EventBus,
+        stopped: impl FnOnce(Lease),
+    ) -> Option<(Lease, HolderLoss)> {
+        match self {
+            End::Stopped(lease) => {
+                stopped(lease);
+                None
+            }
+            End::Lost(lease, reason) => {
+                events.emit(Event::Lost {
+                    key: key.clone(),
+                    token: lease.token,
+                    reason,
+                });
+                Some((lease, reason))
+            }
+        }
+    }
 }
 
 /// What one held lease's work may still do: its [`LocalDeadline`] (extended by the
@@ -207,16 +271,27 @@ impl Standing {
     /// ([`Standing::store_expiry`] passed by this standing's clock, read at least every
     /// `tick`). False when `stop` fired first.
     pub(crate) async fn wait_store_expiry(&self, tick: Duration, stop: &CancellationToken) -> bool {
-        loop {
-            let left = self.store_expiry().saturating_sub(self.clock().boot());
-            if left.is_zero() {
-                return true;
-            }
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return false,
-                _ = tokio::time::sleep(left.min(tick)) => {}
-            }
+        wait_boot_until(&**self.clock(), || self.store_expiry(), tick, stop).await
+    }
+}
+
+/// Waits until `clock`'s boot time reaches `at()` (read again after each sleep, each
+/// sleep at most `tick`). False when `stop` fired first.
+pub(crate) async fn wait_boot_until(
+    clock: &dyn Clock,
+    at: impl Fn() -> Duration,
+    tick: Duration,
+    stop: &CancellationToken,
+) -> bool {
+    loop {
+        let left = at().saturating_sub(clock.boot());
+        if left.is_zero() {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(left.min(tick)) => {}
         }
     }
 }

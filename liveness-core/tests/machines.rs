@@ -11,7 +11,7 @@ use liveness_core::{
 use tokio::time::{timeout, Instant};
 
 mod common;
-use common::{enqueue_job, join, memory, ns, ttl, when_fired, SuspendableHost};
+use common::{enqueue_job, join, live, memory, ns, ttl, when_fired, SuspendableHost};
 
 /// A store clock with an arbitrary offset and rate relative to tokio's clock, plus a
 /// manual jump: what a server with a badly set clock looks like.
@@ -90,12 +90,7 @@ async fn member_stays_live_for_many_ttls_under_a_skewed_store_clock() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(member.token(), token, "no re-join happened");
     assert!(!member.cancelled().is_cancelled());
-    assert!(store
-        .inspect(member.key())
-        .await
-        .unwrap()
-        .unwrap()
-        .is_live());
+    assert!(live(&store, member.key()).await);
     while let Ok(e) = events.try_recv() {
         assert!(
             matches!(e, Event::Joined { .. }),

@@ -16,7 +16,7 @@ use liveness_core::{
 use tokio::time::Instant;
 
 mod common;
-use common::{enqueue_job, ns, ttl, when_fired, SuspendableHost};
+use common::{enqueue_job, live, ns, ttl, when_fired, SuspendableHost};
 
 const TTL_MS: u64 = 3000;
 
@@ -166,12 +166,7 @@ async fn riding_members_live_on_the_sessions_renewals_alone() {
     tokio::time::sleep(Duration::from_millis(10 * TTL_MS)).await;
     for (member, token) in members.iter().zip(&tokens) {
         assert_eq!(member.check().unwrap(), *token);
-        assert!(store
-            .inspect(member.key())
-            .await
-            .unwrap()
-            .unwrap()
-            .is_live());
+        assert!(live(&store, member.key()).await);
     }
     assert_eq!(session.token(), session_token);
     assert_eq!(session.members(), 5);
@@ -221,12 +216,7 @@ async fn a_frozen_session_fails_every_members_check_at_once_and_they_rejoin() {
     // The store (on tokio's clock, which the suspend did not move) still holds them:
     // nobody else was handed their items before their work stopped.
     for member in &members {
-        assert!(store
-            .inspect(member.key())
-            .await
-            .unwrap()
-            .unwrap()
-            .is_live());
+        assert!(live(&store, member.key()).await);
     }
 
     // The session re-opens under a new token, each member re-joins under a new one.
@@ -395,12 +385,7 @@ async fn without_native_sessions_the_session_renews_its_members_in_batches() {
     tokio::time::sleep(Duration::from_millis(10 * TTL_MS)).await;
     for (member, token) in members.iter().zip(&tokens) {
         assert_eq!(member.check().unwrap(), *token);
-        assert!(store
-            .inspect(member.key())
-            .await
-            .unwrap()
-            .unwrap()
-            .is_live());
+        assert!(live(&store, member.key()).await);
     }
     let batches = probe.batches.lock().unwrap().clone();
     assert!(batches.len() >= 3 * 10, "{} batches", batches.len());

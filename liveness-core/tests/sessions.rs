@@ -4,14 +4,16 @@
 use std::sync::Arc;
 
 use liveness_core::{
-    Capabilities, Checker, CheckerConfig, HolderId, Key, MemoryServer, Name, Space, Store, Ttl,
+    Capabilities, Checker, CheckerConfig, HolderId, Key, Lease, MemoryServer, Name, Space, Store,
+    Ttl,
 };
 
 mod common;
 use common::ns;
 
-#[tokio::test(start_paused = true)]
-async fn a_dead_session_is_drained_a_batch_at_a_time() {
+/// A memory store with native sessions and batches of at most 2, and the session
+/// `sessions/p` (holder `p`, ttl 500 ms) opened on it.
+async fn session_of_two_per_batch() -> (Arc<dyn Store>, HolderId, Lease) {
     let caps = Capabilities {
         max_batch: 2,
         sessions: true,
@@ -22,6 +24,12 @@ async fn a_dead_session_is_drained_a_batch_at_a_time() {
     let ttl = Ttl::from_millis(500).unwrap();
     let key = Key::new(Space::sessions(), Name::new("p").unwrap());
     let session = store.acquire(&key, &holder, ttl).await.unwrap();
+    (store, holder, session)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_session_is_drained_a_batch_at_a_time() {
+    let (store, holder, session) = session_of_two_per_batch().await;
     let mut riders = Vec::new();
     for i in 0..5 {
         let member = Key::member(&format!("m{i}")).unwrap();
@@ -56,16 +64,7 @@ async fn a_dead_session_is_drained_a_batch_at_a_time() {
 /// with its item requeued; switched off, the session is never reaped.
 #[tokio::test(start_paused = true)]
 async fn a_default_checker_declares_a_dead_session_and_its_members() {
-    let caps = Capabilities {
-        max_batch: 2,
-        sessions: true,
-        ..Capabilities::default()
-    };
-    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
-    let holder = HolderId::new("p").unwrap();
-    let ttl = Ttl::from_millis(500).unwrap();
-    let key = Key::new(Space::sessions(), Name::new("p").unwrap());
-    let session = store.acquire(&key, &holder, ttl).await.unwrap();
+    let (store, holder, session) = session_of_two_per_batch().await;
     let mut want = vec![session.token];
     for i in 0..5 {
         let member = Key::member(&format!("m{i}")).unwrap();

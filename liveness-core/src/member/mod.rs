@@ -26,7 +26,7 @@ use crate::batch::{acquire_via, renew_via, Batcher};
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
-use crate::heartbeat::{spread, End, Heartbeat, HeartbeatConfig};
+use crate::heartbeat::{lease_config_setters, spread, End, Heartbeat, HeartbeatConfig};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
@@ -101,22 +101,8 @@ impl MemberConfig {
         })
     }
 
-    /// Sets the holder id ([`MemberConfig::holder`]: each join adds a nonce to it).
-    pub fn holder(mut self, holder: HolderId) -> Self {
-        self.holder = holder;
-        self
-    }
-
-    /// Sets how often to renew.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.heartbeat.renew_every = every;
-        self
-    }
-
-    /// Sets the local safety margin.
-    pub fn safety_margin(mut self, margin: Duration) -> Self {
-        self.heartbeat.safety_margin = margin;
-        self
+    lease_config_setters! {
+        /// Sets the holder id ([`MemberConfig::holder`]: each join adds a nonce to it).
     }
 
     /// Sets whether a lost member re-joins by itself.
@@ -125,21 +111,9 @@ impl MemberConfig {
         self
     }
 
-    /// Sends events to this bus.
-    pub fn events(mut self, events: EventBus) -> Self {
-        self.events = events;
-        self
-    }
-
     /// Renews and acquires through this shared batcher ([`MemberConfig::batcher`]).
     pub fn batcher(mut self, batcher: Batcher) -> Self {
         self.batcher = Some(batcher);
-        self
-    }
-
-    /// Measures the safety deadline on this clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
         self
     }
 

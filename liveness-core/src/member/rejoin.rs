@@ -59,20 +59,14 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
                 }
             },
         };
-        let (old, reason) = match end {
-            End::Stopped(lease) => {
-                if let Some(inner) = inner.upgrade() {
-                    inner.generation.send_modify(|g| g.lease = lease);
-                }
-                return;
+        let stopped = |lease| {
+            if let Some(inner) = inner.upgrade() {
+                inner.generation.send_modify(|g| g.lease = lease);
             }
-            End::Lost(lease, reason) => (lease, reason),
         };
-        config.events.emit(Event::Lost {
-            key: key.clone(),
-            token: old.token,
-            reason,
-        });
+        let Some((old, reason)) = end.lost(&key, &config.events, stopped) else {
+            return;
+        };
         if reason == HolderLoss::Stalled
             && !Box::pin(release_stalled(
                 &inner,

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, HostClock};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
-use crate::heartbeat::{End, Heartbeat, HeartbeatConfig, Standing};
+use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standing};
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
 use crate::member::{first_join, rejoin, Member, MemberConfig, Take, MAX_GRACE};
@@ -84,39 +84,13 @@ impl SessionConfig {
         })
     }
 
-    /// Sets the holder id ([`SessionConfig::holder`]: each open adds a nonce to it).
-    pub fn holder(mut self, holder: HolderId) -> Self {
-        self.holder = holder;
-        self
-    }
-
-    /// Sets how often to renew.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.heartbeat.renew_every = every;
-        self
-    }
-
-    /// Sets the local safety margin.
-    pub fn safety_margin(mut self, margin: Duration) -> Self {
-        self.heartbeat.safety_margin = margin;
-        self
+    lease_config_setters! {
+        /// Sets the holder id ([`SessionConfig::holder`]: each open adds a nonce to it).
     }
 
     /// Sets whether a lost session re-opens by itself ([`SessionConfig::reopen`]).
     pub fn reopen(mut self, reopen: bool) -> Self {
         self.reopen = reopen;
-        self
-    }
-
-    /// Sends events to this bus.
-    pub fn events(mut self, events: EventBus) -> Self {
-        self.events = events;
-        self
-    }
-
-    /// Measures the safety deadline on this clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
         self
     }
 }
@@ -472,23 +446,17 @@ async fn run(
     };
     let (mut gen, mut sent) = (first, sent);
     loop {
-        let (old, reason) = match heartbeat
+        let end = heartbeat
             .keep_alive(gen.lease.clone(), sent, &gen.standing)
-            .await
-        {
-            End::Stopped(lease) => {
-                if let Some(shared) = shared.upgrade() {
-                    shared.generations.send_modify(|g| g.lease = lease);
-                }
-                return;
+            .await;
+        let stopped = |lease| {
+            if let Some(shared) = shared.upgrade() {
+                shared.generations.send_modify(|g| g.lease = lease);
             }
-            End::Lost(lease, reason) => (lease, reason),
         };
-        config.events.emit(Event::Lost {
-            key: key.clone(),
-            token: old.token,
-            reason,
-        });
+        let Some((old, reason)) = end.lost(&key, &config.events, stopped) else {
+            return;
+        };
         if !config.rejoin || stop.is_cancelled() {
             return;
         }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::error::{Error, LostCause, Result};
 use crate::events::HolderLoss;
-use crate::heartbeat::{End, Standing};
+use crate::heartbeat::{wait_boot_until, End, Standing};
 use crate::layer::{Intercept, Next, Reply, Request};
 use crate::lease::Lease;
 use crate::member::MemberConfig;
@@ -160,18 +160,8 @@ impl Riding {
         if self.native {
             return true;
         }
-        loop {
-            let expiry = self.own.deadline().saturating_add(self.margin);
-            let left = expiry.saturating_sub(self.own.clock().boot());
-            if left.is_zero() {
-                return true;
-            }
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return false,
-                _ = tokio::time::sleep(left.min(tick)) => {}
-            }
-        }
+        let expiry = || self.own.deadline().saturating_add(self.margin);
+        wait_boot_until(&**self.own.clock(), expiry, tick, stop).await
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Clock, EnqueueOptions, ItemId, ManualClock, Member, MemberConfig, MemoryServer, Namespace,
+    Clock, EnqueueOptions, ItemId, Key, ManualClock, Member, MemberConfig, MemoryServer, Namespace,
     Store, TokioClock, Ttl,
 };
 use tokio::time::Instant;
@@ -81,4 +81,9 @@ pub fn when_fired(cancel: liveness_core::CancellationToken) -> tokio::task::Join
         cancel.cancelled().await;
         Instant::now()
     })
+}
+
+/// Whether `store` holds `key` live (`inspect` answers a record, which is live).
+pub async fn live(store: &Arc<dyn Store>, key: &Key) -> bool {
+    store.inspect(key).await.unwrap().unwrap().is_live()
 }
