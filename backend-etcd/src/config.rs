@@ -198,26 +198,14 @@ impl EtcdConfig {
         self.connect_timeout
     }
 
-    /// The same configuration opening only a store that is there already (`true`), for
-    /// readers that must never create or change anything (the namespace must have a key
-    /// under its prefix `liveness/<ns>/`). Nothing is created and no migration runs; a
-    /// namespace the store does not hold fails to connect with [`Error::InvalidInput`]
-    /// (`what: "namespace"`), naming it.
-    pub fn with_existing_only(mut self, existing_only: bool) -> EtcdConfig {
-        self.existing_only = existing_only;
-        self
-    }
-
-    /// Whether connecting opens only a store that is there already
-    /// ([`EtcdConfig::with_existing_only`]; default false).
-    pub fn existing_only(&self) -> bool {
-        self.existing_only
-    }
-
-    /// How many death records the namespace keeps (the newest ones).
-    pub fn death_retention(&self) -> usize {
-        self.death_retention
-    }
+    liveness_core::existing_only_accessors!(
+        EtcdConfig,
+        /// The same configuration opening only a store that is there already (`true`), for
+        /// readers that must never create or change anything (the namespace must have a key
+        /// under its prefix `liveness/<ns>/`). Nothing is created and no migration runs; a
+        /// namespace the store does not hold fails to connect with [`Error::InvalidInput`]
+        /// (`what: "namespace"`), naming it.
+    );
 
     /// The user name and password of etcd's authentication, if any.
     pub(crate) fn user(&self) -> Option<(&str, &str)> {

@@ -15,7 +15,7 @@ use sqlx::postgres::PgRow;
 use crate::conns::Query;
 use crate::core::{db_token, expiry_of, get, ttl_ms, PostgresStore};
 use crate::error::{corrupt, insert_races};
-use crate::lease::session_judged;
+use crate::lease::{session_judged, session_judged_once};
 
 /// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
 /// entry, $5 notify channel, $6 death retention.
@@ -33,6 +33,62 @@ FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
 ORDER BY a_i
 "#;
 
+/// The steps that retire what a batch statement's CTE `$src` (columns `i`, the entry's
+/// place, and `space`, `name`, `holder`, `token`) removed from `leases`, where `clk.t`
+/// is the server's now: the tokens into the dead set (CTE `dead`, the tokens newly put
+/// there), a death record each with `$cause` and consecutive sequence numbers in entry
+/// order, and the records that fell out of a retention of `$retention` dropped. Written
+/// once for `JOIN_SESSION_MANY` and `REAP_MANY`; `$cause` and `$retention` are SQL text
+/// (a parameter or a literal).
+macro_rules! retire_gone_many {
+    ($src:literal, $cause:literal, $retention:literal) => {
+        concat!(
+            r#"
+dead AS (
+    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM "#,
+            $src,
+            r#"
+    ON CONFLICT (token) DO NOTHING
+    RETURNING token
+),
+n AS (SELECT count(*) AS n FROM dead),
+dseq AS (
+    UPDATE death_seq SET last = last + (SELECT n FROM n)
+    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
+),
+numbered AS (
+    SELECT "#,
+            $src,
+            r#".*, row_number() OVER (ORDER BY "#,
+            $src,
+            r#".i) AS k
+    FROM "#,
+            $src,
+            r#" WHERE "#,
+            $src,
+            r#".token IN (SELECT token FROM dead)
+),
+died AS (
+    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
+    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
+           numbered.token, clk.t, "#,
+            $cause,
+            r#"
+    FROM dseq, n, numbered, clk
+),
+trimmed AS (
+    DELETE FROM deaths
+    WHERE seq <= (SELECT last FROM dseq) - "#,
+            $retention,
+            r#"
+      AND seq > (SELECT last FROM dseq) - "#,
+            $retention,
+            r#" - 64 - (SELECT n FROM n)
+),"#
+        )
+    };
+}
+
 /// `join_session_many`: $1 spaces, $2 names, $3 holders, one element per entry (no
 /// key twice), $4 the session's name (in `sessions`), $5 the session's token, $6
 /// ttl_ms (the session lease's), $7 notify channel, $8 death retention.
@@ -48,17 +104,8 @@ ORDER BY a_i
 /// token and no live holder when a concurrent insert won the key (the caller runs
 /// that entry alone).
 const JOIN_SESSION_MANY: &str = concat!(
+    session_judged_once!(),
     r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
-ses AS MATERIALIZED (
-    SELECT s.token, s.session_token IS NULL AND s.expires_at > clk.t AS live,
-           s.synced OR s.token >= clk.floor AS kept,
-           (extract(epoch FROM (s.expires_at - clk.t)) * 1000000)::bigint AS left_us
-    FROM leases s, clk
-    WHERE s.space = 'sessions' AND s.name = $4
-    FOR KEY SHARE OF s
-),
-ok AS MATERIALIZED (SELECT 1 FROM ses WHERE token = $5 AND live AND kept),
 b AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY
         AS b(space, name, holder, i)
@@ -74,31 +121,9 @@ cur AS MATERIALIZED (
     FOR UPDATE OF l
 ),
 gone AS (SELECT i, space, name, holder, token FROM cur WHERE NOT live),
-dead AS (
-    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM gone
-    ON CONFLICT (token) DO NOTHING
-    RETURNING token
-),
-n AS (SELECT count(*) AS n FROM dead),
-dseq AS (
-    UPDATE death_seq SET last = last + (SELECT n FROM n)
-    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
-),
-numbered AS (
-    SELECT gone.*, row_number() OVER (ORDER BY gone.i) AS k
-    FROM gone WHERE gone.token IN (SELECT token FROM dead)
-),
-died AS (
-    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
-           numbered.token, clk.t, 2
-    FROM dseq, n, numbered, clk
-),
-trimmed AS (
-    DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - $8
-      AND seq > (SELECT last FROM dseq) - $8 - 64 - (SELECT n FROM n)
-),
+"#,
+    retire_gone_many!("gone", "2", "$8"),
+    r#"
 tok AS MATERIALIZED (
     SELECT w.i, next_token() AS token
     FROM (
@@ -180,31 +205,9 @@ del AS (
     r#" <= clk.t
     RETURNING locked.i, l.space, l.name, l.token, l.holder
 ),
-dead AS (
-    INSERT INTO dead_tokens (token, space, name) SELECT token, space, name FROM del
-    ON CONFLICT (token) DO NOTHING
-    RETURNING token
-),
-n AS (SELECT count(*) AS n FROM dead),
-dseq AS (
-    UPDATE death_seq SET last = last + (SELECT n FROM n)
-    WHERE EXISTS (SELECT 1 FROM dead) RETURNING last
-),
-numbered AS (
-    SELECT del.*, row_number() OVER (ORDER BY del.i) AS k
-    FROM del WHERE del.token IN (SELECT token FROM dead)
-),
-died AS (
-    INSERT INTO deaths (seq, space, name, holder, token, at, cause)
-    SELECT dseq.last - n.n + numbered.k, numbered.space, numbered.name, numbered.holder,
-           numbered.token, clk.t, 0
-    FROM dseq, n, numbered, clk
-),
-trimmed AS (
-    DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - $5
-      AND seq > (SELECT last FROM dseq) - $5 - 64 - (SELECT n FROM n)
-),
+"#,
+    retire_gone_many!("del", "0", "$5"),
+    r#"
 woke AS (
     SELECT pg_notify($4, 'reaped') WHERE EXISTS (SELECT 1 FROM dead)
 )

@@ -265,29 +265,15 @@ impl PostgresConfig {
         self
     }
 
-    /// The same configuration opening only a store that is there already (`true`), for
-    /// readers that must never create or change anything (the namespace's schema
-    /// `liveness_<ns>` must exist at this build's schema version). Nothing is created and
-    /// no migration runs; a namespace the store does not hold fails to connect with
-    /// [`Error::InvalidInput`] (`what: "namespace"`), naming it and listing the
-    /// `liveness_*` schemas the database holds.
-    pub fn with_existing_only(mut self, existing_only: bool) -> PostgresConfig {
-        self.existing_only = existing_only;
-        self
-    }
-
-    /// Whether connecting opens only a store that is there already
-    /// ([`PostgresConfig::with_existing_only`]; default false).
-    pub fn existing_only(&self) -> bool {
-        self.existing_only
-    }
-
-    /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
-    /// the namespace keeps, the newest ones (default
-    /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION)).
-    pub fn death_retention(&self) -> usize {
-        self.death_retention
-    }
+    liveness_core::existing_only_accessors!(
+        PostgresConfig,
+        /// The same configuration opening only a store that is there already (`true`), for
+        /// readers that must never create or change anything (the namespace's schema
+        /// `liveness_<ns>` must exist at this build's schema version). Nothing is created and
+        /// no migration runs; a namespace the store does not hold fails to connect with
+        /// [`Error::InvalidInput`] (`what: "namespace"`), naming it and listing the
+        /// `liveness_*` schemas the database holds.
+    );
 
     /// The same configuration keeping another number of death records per namespace
     /// (zero is `InvalidInput`).

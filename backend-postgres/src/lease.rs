@@ -23,6 +23,33 @@ use crate::error::{corrupt, insert_races};
 /// free key (the rerun then reports the winner as `Held`).
 const ACQUIRE_RETRIES: usize = 8;
 
+/// The key's row of `ACQUIRE` and `JOIN_SESSION` ($1 space, $2 name, $3 holder) read
+/// and locked when `$filter` (SQL text, empty or starting with ` AND`) holds (CTE
+/// `cur`: its holder, token and whether it is live by the server clock `clk.t`, a
+/// lease of this holder drawn before the epoch's floor `clk.floor` counting as not
+/// live), and an expired one retired ([`retire_gone`], cause superseded, retention
+/// `$retention`).
+macro_rules! lock_key {
+    ($filter:literal, $retention:literal) => {
+        concat!(
+            r#"
+cur AS MATERIALIZED (
+    SELECT l.holder, l.token,
+           "#,
+            expiry_of!("l"),
+            r#" > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
+    FROM leases l, clk
+    WHERE l.space = $1 AND l.name = $2"#,
+            $filter,
+            r#"
+    FOR UPDATE OF l
+),
+gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
+            retire_gone!("2", $retention),
+        )
+    };
+}
+
 /// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel, $6 death
 /// retention.
 ///
@@ -46,17 +73,8 @@ const ACQUIRE_RETRIES: usize = 8;
 const ACQUIRE: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
-cur AS MATERIALIZED (
-    SELECT l.holder, l.token,
-           "#,
-    expiry_of!("l"),
-    r#" > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
-    FROM leases l, clk
-    WHERE l.space = $1 AND l.name = $2
-    FOR UPDATE OF l
-),
-gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
-    retire_gone!("2", "$6"),
+"#,
+    lock_key!("", "$6"),
     r#"
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at)
@@ -103,6 +121,29 @@ WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
   AND (synced OR token >= token_epoch() << 40)
 "#;
 
+/// The head of `JOIN_SESSION` and `JOIN_SESSION_MANY`, where $4 is the session's name
+/// (in `sessions`) and $5 its token: the server's now `clk.t` and the current
+/// epoch's token floor `clk.floor`, the session's row read once `FOR KEY SHARE`
+/// (CTE `ses`: its token, whether it is live, whether it may outlive a promotion, its
+/// time left in µs) and judged once (CTE `ok`: one row iff the session is current).
+macro_rules! session_judged_once {
+    () => {
+        r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
+ses AS MATERIALIZED (
+    SELECT s.token, s.session_token IS NULL AND s.expires_at > clk.t AS live,
+           s.synced OR s.token >= clk.floor AS kept,
+           (extract(epoch FROM (s.expires_at - clk.t)) * 1000000)::bigint AS left_us
+    FROM leases s, clk
+    WHERE s.space = 'sessions' AND s.name = $4
+    FOR KEY SHARE OF s
+),
+ok AS MATERIALIZED (SELECT 1 FROM ses WHERE token = $5 AND live AND kept),
+"#
+    };
+}
+pub(crate) use session_judged_once;
+
 /// `join_session`: $1 space, $2 name, $3 holder, $4 the session's name (in
 /// `sessions`), $5 the session's token, $6 ttl_ms (the session lease's), $7 notify
 /// channel, $8 death retention.
@@ -122,28 +163,8 @@ WHERE space = $1 AND name = $2 AND token = $3 AND expires_at > clock_timestamp()
 /// session's token, whether it is live, whether it may outlive a promotion (NULL:
 /// no session row), and the session's time left in µs.
 const JOIN_SESSION: &str = concat!(
-    r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t, token_epoch() << 40 AS floor),
-ses AS MATERIALIZED (
-    SELECT s.token, s.session_token IS NULL AND s.expires_at > clk.t AS live,
-           s.synced OR s.token >= clk.floor AS kept,
-           (extract(epoch FROM (s.expires_at - clk.t)) * 1000000)::bigint AS left_us
-    FROM leases s, clk
-    WHERE s.space = 'sessions' AND s.name = $4
-    FOR KEY SHARE OF s
-),
-ok AS MATERIALIZED (SELECT 1 FROM ses WHERE token = $5 AND live AND kept),
-cur AS MATERIALIZED (
-    SELECT l.holder, l.token,
-           "#,
-    expiry_of!("l"),
-    r#" > clk.t AND NOT (l.holder = $3 AND l.token < clk.floor) AS live
-    FROM leases l, clk
-    WHERE l.space = $1 AND l.name = $2 AND EXISTS (SELECT 1 FROM ok)
-    FOR UPDATE OF l
-),
-gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
-    retire_gone!("2", "$8"),
+    session_judged_once!(),
+    lock_key!(" AND EXISTS (SELECT 1 FROM ok)", "$8"),
     r#"
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at, session_name,

@@ -239,27 +239,15 @@ impl RedisConfig {
         self.durability
     }
 
-    /// The same configuration opening only a store that is there already (`true`), for
-    /// readers that must never create or change anything (the namespace must have handed
-    /// out a token or an item id). Nothing is created and no migration runs; a namespace
-    /// the store does not hold fails to connect with [`Error::InvalidInput`] (`what:
-    /// "namespace"`), naming it and, on a single server, listing the namespaces a bounded
-    /// `SCAN` finds.
-    pub fn with_existing_only(mut self, existing_only: bool) -> RedisConfig {
-        self.existing_only = existing_only;
-        self
-    }
-
-    /// Whether connecting opens only a store that is there already
-    /// ([`RedisConfig::with_existing_only`]; default false).
-    pub fn existing_only(&self) -> bool {
-        self.existing_only
-    }
-
-    /// How many death records the namespace keeps (the newest ones).
-    pub fn death_retention(&self) -> usize {
-        self.death_retention
-    }
+    liveness_core::existing_only_accessors!(
+        RedisConfig,
+        /// The same configuration opening only a store that is there already (`true`), for
+        /// readers that must never create or change anything (the namespace must have handed
+        /// out a token or an item id). Nothing is created and no migration runs; a namespace
+        /// the store does not hold fails to connect with [`Error::InvalidInput`] (`what:
+        /// "namespace"`), naming it and, on a single server, listing the namespaces a bounded
+        /// `SCAN` finds.
+    );
 
     /// The same configuration with another response timeout (zero is `InvalidInput`).
     pub fn with_response_timeout(mut self, timeout: Duration) -> Result<RedisConfig> {

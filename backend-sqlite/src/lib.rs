@@ -15,6 +15,8 @@ mod tests;
 
 pub use crate::config::{SqliteConfig, Synchronous, SCHEMES, URL};
 pub use crate::core::SqliteStore;
+#[doc(hidden)]
+pub use crate::core::MIGRATIONS;
 
 /// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
 /// errors name it.

@@ -249,28 +249,12 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
     let now = i64::try_from(Duration::from(now).as_millis()).unwrap();
     {
         let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let steps = [
-            (1, "initial", include_str!("../migrations/0001_initial.sql")),
-            (
-                2,
-                "boot clock",
-                include_str!("../migrations/0002_boot_clock.sql"),
-            ),
-            (
-                3,
-                "request_ids",
-                include_str!("../migrations/0003_request_ids.sql"),
-            ),
-            (
-                4,
-                "claim_high_water",
-                include_str!("../migrations/0004_claim_high_water.sql"),
-            ),
-            (5, "deaths", include_str!("../migrations/0005_deaths.sql")),
-        ];
+        let steps = liveness_sqlite::MIGRATIONS
+            .iter()
+            .copied()
+            .filter(|&(version, _, _)| version <= 5);
         let mut v5 = Migrator::with_migrations(
             steps
-                .into_iter()
                 .map(|(v, d, sql)| {
                     Migration::new(
                         v,

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod checked;
 pub mod checker;
 pub mod clock;
+mod config;
 pub mod durability;
 mod each;
 pub mod election;

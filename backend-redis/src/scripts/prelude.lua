@@ -372,6 +372,25 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
   return {requeued, dead, retired}
 end
 
+-- Clears `lease_key` (space expiry zset `expiry_key`, dead set `dead_key`; `name` and
+-- `key_text` "space/name" name the key) for a new lease at `now`, under the namespace
+-- `prefix` whose token counter is `tokens_key`: the step acquire_one and join_one share.
+-- A live lease on the key wins: returns nil and {0, holder, token}. An expired one is
+-- retired first (dead set, death record, cause '2'). Else returns the new token.
+local function take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
+                        key_text, retention, now)
+  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
+  if rec[2] then
+    if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
+      return nil, {0, rec[1], rec[2]}
+    end
+    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
+      retention)
+  end
+  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
+  return issue_token(tokens_key, prefix, now)
+end
+
 -- Takes the lease on `lease_key` (its space's expiry zset `expiry_key`, the
 -- namespace's token counter `tokens_key` and dead set `dead_key`; `name` and
 -- `key_text` "space/name" name the key) for `holder` with `ttl` ms at `now`: the one
@@ -381,16 +400,11 @@ end
 local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
                            key_text, retention, now)
   local prefix = prefix_of(lease_key)
-  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
-  if rec[2] then
-    if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
-      return {0, rec[1], rec[2]}
-    end
-    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
-      retention)
+  local token, held = take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
+    key_text, retention, now)
+  if not token then
+    return held
   end
-  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
-  local token = issue_token(tokens_key, prefix, now)
   local exp = s(now + tonumber(ttl) * 1000)
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', ttl, 'e', exp,
     'ep', stamp(prefix), 'ix', exp)
@@ -426,16 +440,11 @@ local function join_one(session_key, session_token, session_ttl, until_us, lease
                         expiry_key, tokens_key, dead_key, name, holder, key_text,
                         retention, now)
   local prefix = prefix_of(session_key)
-  local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
-  if rec[2] then
-    if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
-      return {0, rec[1], rec[2]}
-    end
-    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
-      retention)
+  local token, held = take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
+    key_text, retention, now)
+  if not token then
+    return held
   end
-  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
-  local token = issue_token(tokens_key, prefix, now)
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', session_ttl, 's',
     session_key, 'st', session_token)
   redis.call('SADD', prefix .. 'sm:' .. session_token, key_text)
