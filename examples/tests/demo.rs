@@ -11,10 +11,22 @@ fn demo() -> Command {
     Command::new(env!("CARGO_BIN_EXE_demo"))
 }
 
-/// Runs the demo with 3 workers, 40 items of 20-60 ms, ttl 1 s, seed 7, and `extra`.
+/// The whole-story demos run one at a time: each is three worker processes and a
+/// timed story (a freeze must land while work is left), which two at once on a
+/// 2-core machine can crowd out.
+static STORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    STORY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the demo with 3 workers, 120 items of 20-60 ms, ttl 1 s, seed 7, and `extra`:
+/// enough items that the freeze, which waits for a moment the frozen worker holds no
+/// write lock, still finds work left on a loaded machine.
 fn run_demo(extra: &[&str]) -> Output {
+    let _turn = one_at_a_time();
     demo()
-        .args(["--workers", "3", "--items", "40", "--ttl", "1s"])
+        .args(["--workers", "3", "--items", "120", "--ttl", "1s"])
         .args(["--work-ms", "20-60", "--seed", "7"])
         .args(extra)
         .output()
@@ -34,7 +46,7 @@ fn assert_shows_the_story(out: &Output) -> String {
         out.status
     );
     for expected in [
-        "items: 40 enqueued, 40 done at least once, 0 lost, 0 dead-lettered",
+        "items: 120 enqueued, 120 done at least once, 0 lost, 0 dead-lettered",
         "SIGKILL -> worker-",
         "SIGSTOP -> worker-",
         "SIGCONT -> worker-",
@@ -230,8 +242,9 @@ fn demo_that_did_not_show_its_story_does_not_say_ok() {
 fn the_demo_serves_its_dashboard_while_it_runs() {
     use std::io::{BufRead, BufReader, Read, Write};
 
+    let _turn = one_at_a_time();
     let mut child = demo()
-        .args(["--workers", "3", "--items", "40", "--ttl", "1s"])
+        .args(["--workers", "3", "--items", "120", "--ttl", "1s"])
         .args(["--work-ms", "20-60", "--seed", "7", "--plain"])
         .args(["--dashboard", "127.0.0.1:0"])
         .stdout(std::process::Stdio::piped())
