@@ -142,9 +142,10 @@ fn the_guide_builds_a_crate_that_passes_the_suite() {
 
     let stdout = cargo(dir.path(), &target, &["test"]);
     // Every test the guide writes, and every scenario of the suite with the property
-    // test and the fault simulation, ran and passed.
+    // test and the two fault simulations (members alone, members riding sessions),
+    // ran and passed.
     let own = files["tests/conformance.rs"].matches("#[test]").count();
-    let want = liveness_conformance::scenarios::SCENARIOS.len() + 2 + own;
+    let want = liveness_conformance::scenarios::SCENARIOS.len() + 3 + own;
     assert_eq!(passed(&stdout), want, "tests passed:\n{stdout}");
 
     // The bench binary of step 5 compiles (running it is a bench, not a test).
