@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod batch;
+mod capabilities;
 pub mod checked;
 pub mod checker;
 pub mod clock;

@@ -1,0 +1,127 @@
+//! What a store declares about itself ([`Capabilities`], [`StoreInfo`]) and the
+//! checks the core makes from it before a store is called.
+
+use std::time::Duration;
+
+use crate::error::{Error, InputProblem, Result};
+use crate::lease::{Issuer, DEFAULT_DEATH_RETENTION};
+use crate::types::Ttl;
+
+/// What a store declares about itself. The conformance suite and the state machines
+/// choose their behaviour from it.
+///
+/// Build one with struct update syntax:
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::Capabilities;
+///
+/// let caps = Capabilities {
+///     min_ttl: Duration::from_secs(2),
+///     pushes_expiry_events: true,
+///     ..Capabilities::default()
+/// };
+/// assert!(caps.check_ttl(liveness_core::Ttl::from_millis(500).unwrap()).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The shortest ttl the store accepts.
+    pub min_ttl: Duration,
+    /// The longest ttl the store accepts.
+    pub max_ttl: Duration,
+    /// True when [`LeaseStore::wakeups`](crate::LeaseStore::wakeups) signals expiries as they happen (etcd watch),
+    /// not only releases.
+    pub pushes_expiry_events: bool,
+    /// True when expiry is judged on this handle's own monotonic clock (FoundationDB):
+    /// a fresh handle then needs up to one ttl of observation before it can see a
+    /// lease as expired.
+    pub observer_local_expiry: bool,
+    /// The most items or leases one call moves or lists; larger limits are clamped.
+    pub max_batch: usize,
+    /// The largest item payload in bytes.
+    pub max_payload: usize,
+    /// How many death records ([`LeaseStore::deaths`](crate::LeaseStore::deaths)) the store keeps per namespace:
+    /// the newest ones; older ones are dropped as new deaths are recorded. Default
+    /// [`DEFAULT_DEATH_RETENTION`]; at least 1.
+    pub death_retention: usize,
+    /// True when the store serves [`LeaseStore::join_session`](crate::LeaseStore::join_session) natively: a member
+    /// riding a session costs the store nothing while it lives, and the sweep drains
+    /// a dead session's members in batches (`docs/sessions.md`). False (the default):
+    /// `join_session` takes an ordinary lease with the session's ttl, which its holder
+    /// renews like any other.
+    pub sessions: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            min_ttl: Duration::from_millis(1),
+            max_ttl: Ttl::MAX,
+            pushes_expiry_events: false,
+            observer_local_expiry: false,
+            max_batch: 1000,
+            max_payload: 1024 * 1024,
+            death_retention: DEFAULT_DEATH_RETENTION,
+            sessions: false,
+        }
+    }
+}
+
+impl Capabilities {
+    /// Rejects a ttl outside `min_ttl ..= max_ttl` with [`Error::InvalidInput`].
+    pub fn check_ttl(&self, ttl: Ttl) -> Result<()> {
+        let got = ttl.duration();
+        if got < self.min_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                InputProblem::TooShort {
+                    min: self.min_ttl,
+                    got,
+                },
+            ));
+        }
+        if got > self.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                InputProblem::TooLongDuration {
+                    max: self.max_ttl,
+                    got,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rejects a zero limit with [`Error::InvalidInput`] and clamps the rest to
+    /// [`Capabilities::max_batch`].
+    pub fn clamp_limit(&self, what: &'static str, limit: usize) -> Result<usize> {
+        if limit == 0 {
+            return Err(Error::invalid(what, InputProblem::Zero));
+        }
+        Ok(limit.min(self.max_batch.max(1)))
+    }
+}
+
+/// What a store is, fixed for the handle's lifetime: the backend's name, its
+/// capabilities, and the issuer of its leases. A store keeps one and lends it from
+/// [`LeaseStore::info`](crate::LeaseStore::info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
+    pub backend: &'static str,
+    /// What the store supports.
+    pub caps: Capabilities,
+    /// Who issues the store's leases (see [`Issuer`]).
+    pub issuer: Issuer,
+}
+
+/// Rejects a batch of `len` entries larger than the store's `max_batch` with
+/// [`Error::InvalidInput`]: the check [`CheckInput`](crate::CheckInput) makes of
+/// every `*_many` call but `requeue_orphans_many`.
+pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result<()> {
+    let max = caps.max_batch.max(1);
+    if len > max {
+        return Err(Error::invalid(what, InputProblem::TooLong { max, len }));
+    }
+    Ok(())
+}
