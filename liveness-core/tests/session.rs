@@ -35,6 +35,9 @@ struct Probe {
     session_renewals: AtomicU64,
     batches: Mutex<Vec<Vec<Key>>>,
     cut: AtomicBool,
+    /// Members whose renewals are cut off: a `renew_many` that names one of them but
+    /// not a session answers `Unavailable`.
+    cut_members: Mutex<Vec<Key>>,
     /// How many more `acquire` / `join_session` replies to lose after applying them.
     lose_replies: AtomicU64,
     plain: bool,
@@ -77,6 +80,12 @@ impl Intercept for Probe {
             }
             Request::RenewMany(leases) => {
                 if self.cut.load(Ordering::SeqCst) && leases.iter().any(|l| is_session(&l.key)) {
+                    return cut();
+                }
+                let cut_members = self.cut_members.lock().unwrap().clone();
+                if !leases.iter().any(|l| is_session(&l.key))
+                    && leases.iter().any(|l| cut_members.contains(&l.key))
+                {
                     return cut();
                 }
                 leases.iter().for_each(|l| self.count(&l.key));
@@ -567,4 +576,118 @@ async fn a_frozen_process_s_members_are_lost_with_the_session_not_stalled() {
     }
     assert!(stalled.is_empty(), "reported as stalled: {stalled:?}");
     drop(members);
+}
+
+/// The tasks alive on the current runtime.
+fn tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// A riding member has no task of its own: the session's one task tends its riders,
+/// and a re-join after a loss runs only until the member has its next lease.
+#[tokio::test(start_paused = true)]
+async fn riding_members_have_no_task_of_their_own() {
+    let (store, _probe) = probed(false, 1000);
+    let (clock, suspend) = SuspendableHost::shared();
+    let session = open(&store, clock).await;
+    let warm = session.join("warm").await.unwrap();
+    let before = tasks();
+    let members = join_all(&session, 20).await;
+    assert_eq!(tasks(), before, "joining 20 riders started tasks");
+
+    // Every member is lost with the session, and re-joins under a new token.
+    let old: Vec<_> = members.iter().map(Member::token).collect();
+    suspend.advance(Duration::from_millis(TTL_MS));
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    for (member, old) in members.iter().zip(&old) {
+        assert!(member.token() > *old, "{} re-joined", member.key());
+        assert!(member.check().is_ok());
+    }
+    assert_eq!(tasks(), before, "a re-join's task outlived it");
+    drop(warm);
+}
+
+/// A member that re-joined after its session's loss is watched as before: stuck, it
+/// is stalled and released alone.
+#[tokio::test(start_paused = true)]
+async fn a_member_rejoined_after_a_session_loss_is_still_watched() {
+    let (store, _probe) = probed(false, 1000);
+    let (clock, suspend) = SuspendableHost::shared();
+    let session = open(&store, clock).await;
+    let timeout = Duration::from_millis(2000);
+    let config = MemberConfig::new("stuck", ttl(TTL_MS))
+        .unwrap()
+        .progress_timeout(timeout);
+    let stuck = session.join_with(config).await.unwrap();
+    let busy = session.join("busy").await.unwrap();
+    suspend.advance(Duration::from_millis(TTL_MS));
+    // Long enough to re-join, too short to stall since (a re-join is progress).
+    let mut rejoined = None;
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if stuck.check().is_ok() && busy.check().is_ok() {
+            rejoined = Some((stuck.token(), busy.token(), session.token()));
+            break;
+        }
+    }
+    let (stuck_token, busy_token, session_token) = rejoined.expect("both re-joined");
+    enqueue_job(&store).await;
+    let claimed = stuck.claim(1).await.unwrap();
+    tokio::time::sleep(timeout + margin() + Duration::from_secs(1)).await;
+    assert!(matches!(
+        claimed[0].check(),
+        Err(Error::Lost {
+            reason: LostCause::Stalled,
+            ..
+        })
+    ));
+    assert_eq!(store.item_counts().await.unwrap().pending, 1);
+    assert!(stuck.token() > stuck_token, "the stalled member re-joined");
+    assert_eq!(busy.token(), busy_token);
+    assert!(busy.check().is_ok());
+    assert_eq!(session.token(), session_token);
+}
+
+/// On a store without native sessions, a member whose renewals alone fail (its batch
+/// of the session's `renew_many` does not get through) is stopped at its own local
+/// deadline, before the store expires it, and re-joins alone; the session and the
+/// other members go on.
+#[tokio::test(start_paused = true)]
+async fn without_native_sessions_a_member_whose_renewals_fail_stops_at_its_own_deadline() {
+    // Batches of one: each member's renewal is a call of its own.
+    let (store, probe) = probed(true, 1);
+    let session = open(&store, tokio_clock()).await;
+    let members = join_all(&session, 5).await;
+    let tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let session_token = session.token();
+    let fired = when_fired(members[3].cancelled());
+    *probe.cut_members.lock().unwrap() = vec![members[3].key().clone()];
+    let expired_at = loop {
+        let info = store.inspect(members[3].key()).await.unwrap().unwrap();
+        if !info.is_live() || info.token != tokens[3] {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let stopped_at = fired.await.unwrap();
+    assert!(
+        expired_at >= stopped_at + margin() - Duration::from_millis(20),
+        "stopped {:?} before the store's expiry",
+        expired_at - stopped_at
+    );
+    assert!(members
+        .iter()
+        .enumerate()
+        .all(|(i, m)| i == 3 || m.check().is_ok()));
+    probe.cut_members.lock().unwrap().clear();
+    tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+    assert!(members[3].token() > tokens[3], "m3 re-joined");
+    assert!(members[3].check().is_ok());
+    for i in [0, 1, 2, 4] {
+        assert_eq!(members[i].token(), tokens[i]);
+        assert!(members[i].check().is_ok());
+    }
+    assert_eq!(session.token(), session_token);
 }

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -37,8 +37,10 @@ use crate::traced::traced;
 use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 
 mod rejoin;
-use rejoin::run;
+mod tended;
 pub(crate) use rejoin::{first_join, rejoin, Take};
+use rejoin::{run, Background};
+pub(crate) use tended::holder_loss;
 
 /// How a member behaves.
 #[derive(Clone, Debug)]
@@ -79,7 +81,10 @@ pub struct MemberConfig {
     /// new token if [`MemberConfig::rejoin`] says so. Other members of the process are
     /// untouched. A completion the stuck work reports later is `Fenced`. Work that
     /// legitimately takes longer calls [`Member::progress`] while it runs. Default
-    /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`].
+    /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`]. A
+    /// member riding a session ([`Session::join_with`](crate::Session::join_with)) is
+    /// watched by its session's task, which looks at its riders at most every eighth
+    /// of the shortest timeout among them: a stall is noticed up to that much late.
     pub progress_timeout: Option<Duration>,
 }
 
@@ -263,7 +268,11 @@ pub(crate) struct Inner {
     config: MemberConfig,
     metrics: HolderMetrics,
     key: Key,
-    generation: watch::Sender<Generation>,
+    /// The current generation.
+    generation: Mutex<Generation>,
+    /// The channel of [`Member::generations`], made on its first call (most members
+    /// are never watched: a riding member costs its process little).
+    watchers: OnceLock<watch::Sender<Generation>>,
     stop: CancellationToken,
     leaving: AtomicBool,
     /// Claimed items not yet completed or failed: the token they were claimed under,
@@ -279,7 +288,7 @@ pub(crate) struct Inner {
     /// When the work last made progress, on the member's clock ([`Clock::boot`], in
     /// nanoseconds): what the watchdog reads.
     progress: AtomicU64,
-    task: Mutex<Option<JoinHandle<()>>>,
+    background: Mutex<Background>,
     /// The session the member rides, if it does: kept alive while the member is.
     session: Option<Arc<Shared>>,
 }
@@ -314,10 +323,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
-        self.generation
-            .borrow()
-            .footing
-            .stop_work(LostCause::GaveUp);
+        lock(&self.generation).footing.stop_work(LostCause::GaveUp);
     }
 }
 
@@ -366,7 +372,7 @@ impl Member {
         config.validate()?;
         config.holder = config.holder.instance();
         let store = session.store().clone();
-        let metrics = HolderMetrics::new(&*store, Role::Member);
+        let metrics = session.metrics().clone();
         let key = Key::new(crate::types::Space::members(), config.name.clone());
         let take = Take::Ride(&session);
         let (lease, sent, sent_on_clock, gen) = first_join(&store, &config, &key, take).await?;
@@ -377,8 +383,9 @@ impl Member {
         Ok(member)
     }
 
-    /// Starts the heartbeat (or the ride) of a member whose first generation is
-    /// `first`, taken by a request sent at `sent`.
+    /// Starts the member whose first generation is `first`, taken by a request sent
+    /// at `sent`: the heartbeat of a lease of its own; riding `session`, no task at
+    /// all (the session's task tends its riders).
     fn start(
         store: Arc<dyn Store>,
         config: MemberConfig,
@@ -393,7 +400,8 @@ impl Member {
             config,
             metrics,
             key,
-            generation: watch::channel(first.clone()).0,
+            generation: Mutex::new(first.clone()),
+            watchers: OnceLock::new(),
             stop: CancellationToken::new(),
             leaving: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
@@ -401,18 +409,19 @@ impl Member {
             unanswered: Mutex::new(Vec::new()),
             unsure: Mutex::new(HashSet::new()),
             progress: AtomicU64::new(0),
-            task: Mutex::new(None),
+            background: Mutex::new(Background::default()),
             session,
         });
         inner.note_progress();
-        if let Some(session) = &inner.session {
-            session
-                .riders()
-                .insert(inner.key.clone(), Arc::downgrade(&inner));
+        let member = Member { inner };
+        match &member.inner.session {
+            Some(session) => session.riders().insert(&member),
+            None => {
+                let task = tokio::spawn(run(Arc::downgrade(&member.inner), first, sent));
+                lock(&member.inner.background).task = Some(task);
+            }
         }
-        let task = tokio::spawn(run(Arc::downgrade(&inner), first, sent));
-        *lock(&inner.task) = Some(task);
-        Member { inner }
+        member
     }
 
     /// The member's key, `members/NAME`.
@@ -422,7 +431,7 @@ impl Member {
 
     /// The current generation: the lease and its cancellation signal.
     pub fn generation(&self) -> Generation {
-        self.inner.generation.borrow().clone()
+        self.inner.current()
     }
 
     /// The current lease.
@@ -432,24 +441,28 @@ impl Member {
 
     /// May work still act under the current generation? See [`Generation::check`].
     pub fn check(&self) -> Result<FencingToken> {
-        self.inner.generation.borrow().check()
+        lock(&self.inner.generation).check()
     }
 
     /// The current token.
     pub fn token(&self) -> FencingToken {
-        self.inner.generation.borrow().lease.token
+        lock(&self.inner.generation).lease.token
     }
 
     /// The current generation's cancellation signal. It fires when that lease is lost
     /// (a renewal answered `Lost`, or the local safety deadline passed), before the
     /// store can expire the lease by its own clock.
     pub fn cancelled(&self) -> CancellationToken {
-        self.inner.generation.borrow().cancel.clone()
+        lock(&self.inner.generation).cancel.clone()
     }
 
     /// A receiver that sees every new generation (each re-join).
     pub fn generations(&self) -> watch::Receiver<Generation> {
-        self.inner.generation.subscribe()
+        let gen = lock(&self.inner.generation);
+        self.inner
+            .watchers
+            .get_or_init(|| watch::channel(gen.clone()).0)
+            .subscribe()
     }
 
     /// The bus this member sends its events to.
@@ -735,7 +748,7 @@ impl Member {
             }
         }
         inner.stop.cancel();
-        let task = lock(&inner.task).take();
+        let task = lock(&inner.background).task.take();
         if let Some(task) = task {
             let _ = task.await;
         }

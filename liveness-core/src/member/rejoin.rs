@@ -1,89 +1,73 @@
-//! The member's background life: the heartbeat task that keeps each generation
-//! alive, and the join attempts and re-joins after a loss (with the rule that a
-//! leftover lease is this member's own ghost only under its own instance holder id).
+//! The member's background life: the heartbeat task that keeps each generation of a
+//! lease of its own alive, what follows a loss (a riding member's too), and the join
+//! attempts and re-joins (with the rule that a leftover lease is this member's own
+//! ghost only under its own instance holder id).
 
 use super::*;
 
-/// The heartbeat task: keeps each generation alive, and re-joins after a loss.
-pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: Instant) {
-    let Some(strong) = inner.upgrade() else {
-        return;
-    };
-    let store = strong.store.clone();
-    let config = strong.config.clone();
-    let key = strong.key.clone();
-    let stop = strong.stop.clone();
-    let metrics = strong.metrics.clone();
-    let session = strong.session.clone();
-    drop(strong);
-    let take = match &session {
-        Some(session) => Take::Ride(session),
-        None => Take::Own,
-    };
-    let native = session.as_ref().is_some_and(|s| s.native());
-    let heartbeat = Heartbeat {
-        store: &store,
-        batcher: config.batcher.as_ref(),
-        config: config.heartbeat,
-        stop: &stop,
-        events: &config.events,
-        metrics: &metrics,
-    };
-    let (mut gen, mut sent) = (first, sent);
-    loop {
-        let alive = async {
-            match &*gen.footing {
-                // Boxed, as every path a riding member does not rest in: the task's
-                // resting state is then the ride's alone (a riding member's memory).
-                Footing::Own(standing) => {
-                    Box::pin(heartbeat.keep_alive(gen.lease.clone(), sent, standing)).await
-                }
-                Footing::Riding(riding) => {
-                    let end = riding
-                        .ride(gen.lease.clone(), &stop, config.heartbeat.tick())
-                        .await;
-                    if let End::Lost(_, reason) = &end {
-                        metrics.lost(*reason);
-                    }
-                    end
-                }
-            }
-        };
-        let end = match config.progress_timeout {
-            None => alive.await,
-            Some(timeout) => tokio::select! {
-                end = alive => end,
-                () = stalled(&inner, timeout, &gen.footing) => {
-                    metrics.lost(HolderLoss::Stalled);
-                    End::Lost(gen.lease.clone(), HolderLoss::Stalled)
-                }
-            },
-        };
-        let stopped = |lease| {
-            if let Some(inner) = inner.upgrade() {
-                inner.generation.send_modify(|g| g.lease = lease);
-            }
-        };
-        let Some((old, reason)) = end.lost(&key, &config.events, stopped) else {
-            return;
-        };
+/// What a member's background work (its heartbeat, or a riding member's recovery
+/// after a loss) reads of it: taken once, so that it holds the member only weakly.
+pub(super) struct Life {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: MemberConfig,
+    pub(super) key: Key,
+    pub(super) stop: CancellationToken,
+    pub(super) metrics: HolderMetrics,
+    pub(super) session: Option<Arc<Shared>>,
+}
+
+impl Life {
+    /// What the background work of `inner` reads.
+    pub(super) fn of(inner: &Inner) -> Life {
+        Life {
+            store: inner.store.clone(),
+            config: inner.config.clone(),
+            key: inner.key.clone(),
+            stop: inner.stop.clone(),
+            metrics: inner.metrics.clone(),
+            session: inner.session.clone(),
+        }
+    }
+
+    /// How the member takes its key.
+    fn take(&self) -> Take<'_> {
+        match &self.session {
+            Some(session) => Take::Ride(session),
+            None => Take::Own,
+        }
+    }
+
+    /// After the loss of `gen` (its [`Event::Lost`] sent, for `reason`): hands a
+    /// stalled member's items back and releases its lease, waits until the store
+    /// itself may have expired the lost lease (unless the store answered `Lost`), and
+    /// re-joins under a new token, unless the member may not (its configuration, it
+    /// is leaving, or it is gone). `old` is the lost lease as last renewed. The new
+    /// generation, installed as the member's, and when its request was sent.
+    pub(super) async fn after_loss(
+        &self,
+        inner: &Weak<Inner>,
+        gen: &Generation,
+        old: &Lease,
+        reason: HolderLoss,
+    ) -> Option<(Generation, Instant)> {
+        let (config, stop) = (&self.config, &self.stop);
         if reason == HolderLoss::Stalled
             && !Box::pin(release_stalled(
-                &inner,
-                &store,
-                &old,
+                inner,
+                &self.store,
+                old,
                 config.heartbeat.safety_margin,
-                &stop,
+                stop,
             ))
             .await
         {
-            return;
+            return None;
         }
         let leaving = inner
             .upgrade()
             .is_none_or(|i| i.leaving.load(Ordering::SeqCst));
         if !config.rejoin || stop.is_cancelled() || leaving {
-            return;
+            return None;
         }
         // The old token is finished either way. No new acquire earlier than the store
         // itself would expire it, unless the store already answered `Lost`: the margin
@@ -97,25 +81,115 @@ pub(super) async fn run(inner: std::sync::Weak<Inner>, first: Generation, sent: 
         let tick = config.heartbeat.tick();
         if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled) {
             let waited = match &*gen.footing {
-                Footing::Own(standing) => Box::pin(standing.wait_store_expiry(tick, &stop)).await,
-                Footing::Riding(riding) => Box::pin(riding.wait_store_expiry(tick, &stop)).await,
+                Footing::Own(standing) => Box::pin(standing.wait_store_expiry(tick, stop)).await,
+                Footing::Riding(riding) => Box::pin(riding.wait_store_expiry(tick, stop)).await,
             };
             if !waited {
-                return;
+                return None;
             }
         }
-        match Box::pin(rejoin(&store, &config, &key, &old, &stop, take)).await {
-            Some((lease, at, at_on_clock, session)) => {
-                let ride = session.as_ref().map(|s| (s, native));
-                gen = Generation::joined(&config, &metrics, "rejoin", lease, at_on_clock, ride);
-                sent = at;
-                let Some(inner) = inner.upgrade() else {
-                    return;
-                };
-                // A new generation's work starts with a clean slate for the watchdog.
-                inner.note_progress();
-                inner.generation.send_replace(gen.clone());
+        let take = self.take();
+        let (lease, at, at_on_clock, session) =
+            Box::pin(rejoin(&self.store, config, &self.key, old, stop, take)).await?;
+        let native = self.session.as_ref().is_some_and(|s| s.native());
+        let ride = session.as_ref().map(|s| (s, native));
+        let next = Generation::joined(config, &self.metrics, "rejoin", lease, at_on_clock, ride);
+        let inner = inner.upgrade()?;
+        // A new generation's work starts with a clean slate for the watchdog.
+        inner.note_progress();
+        inner.set_generation(next.clone());
+        Some((next, at))
+    }
+}
+
+/// What runs for a member in the background: its heartbeat (a lease of its own), or
+/// a riding member's recovery after a loss (while `recovering`).
+#[derive(Debug, Default)]
+pub(super) struct Background {
+    /// The heartbeat, or the recovery while it runs.
+    pub(super) task: Option<JoinHandle<()>>,
+    /// A riding member's loss is being handled (announced, and re-joined unless the
+    /// member may not): its session's task leaves it alone meanwhile. Stays set when
+    /// no re-join follows.
+    pub(super) recovering: bool,
+}
+
+impl Inner {
+    /// The current generation.
+    pub(super) fn current(&self) -> Generation {
+        lock(&self.generation).clone()
+    }
+
+    /// Makes `next` the current generation, and tells the watchers.
+    pub(super) fn set_generation(&self, next: Generation) {
+        let mut gen = lock(&self.generation);
+        *gen = next;
+        if let Some(tx) = self.watchers.get() {
+            tx.send_replace(gen.clone());
+        }
+    }
+
+    /// Changes the current generation in place, and tells the watchers.
+    pub(super) fn update_generation(&self, change: impl FnOnce(&mut Generation)) {
+        let mut gen = lock(&self.generation);
+        change(&mut gen);
+        if let Some(tx) = self.watchers.get() {
+            tx.send_replace(gen.clone());
+        }
+    }
+}
+
+/// The heartbeat task of a member holding a lease of its own: keeps each generation
+/// alive, and re-joins after a loss. (A member riding a session has none: its
+/// session's task tends it.)
+pub(super) async fn run(inner: Weak<Inner>, first: Generation, sent: Instant) {
+    let Some(strong) = inner.upgrade() else {
+        return;
+    };
+    let life = Life::of(&strong);
+    drop(strong);
+    let Life {
+        store,
+        config,
+        key,
+        stop,
+        metrics,
+        ..
+    } = &life;
+    let heartbeat = Heartbeat {
+        store,
+        batcher: config.batcher.as_ref(),
+        config: config.heartbeat,
+        stop,
+        events: &config.events,
+        metrics,
+    };
+    let (mut gen, mut sent) = (first, sent);
+    loop {
+        let Footing::Own(standing) = &*gen.footing else {
+            return;
+        };
+        let alive = Box::pin(heartbeat.keep_alive(gen.lease.clone(), sent, standing));
+        let end = match config.progress_timeout {
+            None => alive.await,
+            Some(timeout) => tokio::select! {
+                end = alive => end,
+                () = stalled(&inner, timeout, &gen.footing) => {
+                    metrics.lost(HolderLoss::Stalled);
+                    End::Lost(gen.lease.clone(), HolderLoss::Stalled)
+                }
+            },
+        };
+        let stopped = |lease| {
+            if let Some(inner) = inner.upgrade() {
+                inner.update_generation(|g| g.lease = lease);
             }
+        };
+        let Some((old, reason)) = end.lost(key, &config.events, stopped) else {
+            return;
+        };
+        match life.after_loss(&inner, &gen, &old, reason).await {
+            Some((next, at)) => (gen, sent) = (next, at),
             None => return,
         }
     }
@@ -365,7 +439,7 @@ pub(crate) async fn rejoin(
 /// has made no progress for `timeout` by the member's clock, after marking the
 /// generation's standing lost ([`LostCause::Stalled`]: its cancellation fires, its
 /// checks answer `Lost`). Never while the member is leaving; never once it is gone.
-async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, footing: &Footing) {
+async fn stalled(inner: &Weak<Inner>, timeout: Duration, footing: &Footing) {
     loop {
         let idle = match inner.upgrade() {
             Some(i) if i.leaving.load(Ordering::SeqCst) => Duration::ZERO,
@@ -393,7 +467,7 @@ async fn stalled(inner: &std::sync::Weak<Inner>, timeout: Duration, footing: &Fo
 /// handed back or released now (the store unreachable) the checker requeues once the
 /// lease expires. False when `stop` fired first (the member is leaving or gone).
 async fn release_stalled(
-    inner: &std::sync::Weak<Inner>,
+    inner: &Weak<Inner>,
     store: &Arc<dyn Store>,
     old: &Lease,
     margin: Duration,

@@ -27,7 +27,9 @@ use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standing};
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
-use crate::member::{first_join, rejoin, Member, MemberConfig, Take, MAX_GRACE};
+use crate::member::{
+    first_join, holder_loss, rejoin, Generation, Inner, Member, MemberConfig, Take, MAX_GRACE,
+};
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
 use crate::sync::lock;
@@ -108,6 +110,8 @@ pub(crate) struct Shared {
     native: bool,
     generations: watch::Sender<SessionGen>,
     riders: Arc<Riders>,
+    /// The session's metric handles, which its riders share.
+    metrics: HolderMetrics,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -136,6 +140,11 @@ impl Shared {
     /// The members riding the session.
     pub(crate) fn riders(&self) -> &Riders {
         &self.riders
+    }
+
+    /// The session's metric handles (its riders count their joins and losses there).
+    pub(crate) fn metrics(&self) -> &HolderMetrics {
+        &self.metrics
     }
 
     /// The session's current lease and standing.
@@ -187,6 +196,10 @@ impl Drop for Shared {
 /// - [`Member::leave`] and a member's watchdog
 ///   ([`MemberConfig::progress_timeout`]) release that one member and touch nothing
 ///   else.
+/// - A riding member has no task of its own: the session's one task tends its riders
+///   (their losses with the session and their re-joins after it, their own losses,
+///   the watchdog's stalls), and a re-join runs only until the member has its next
+///   lease.
 /// - Cloning shares the session. A riding member keeps its session alive: the
 ///   session stops (its riders' work told to stop) when the last handle and the last
 ///   riding member are dropped. [`Session::close`] ends it gracefully.
@@ -274,6 +287,7 @@ impl Session {
             native,
             generations: watch::channel(first.clone()).0,
             riders,
+            metrics: metrics.clone(),
             stop: CancellationToken::new(),
             task: Mutex::new(None),
         });
@@ -418,10 +432,36 @@ fn opened(config: &MemberConfig, lease: Lease, sent_on_clock: Duration) -> Sessi
     }
 }
 
-/// The session's heartbeat task: keeps each lease alive (through `renewing`, which
-/// renews the riders with it on a store without native sessions), and re-opens after
-/// a loss. Ends when the session stops or is gone.
+/// The session's one task: its heartbeat ([`keep`]) and the tending of its riders
+/// ([`Riders::tend`]: their own losses and stalls), which have no task of their own.
+/// Ends when the session stops or is gone.
 async fn run(
+    shared: Weak<Shared>,
+    renewing: Arc<dyn Store>,
+    metrics: HolderMetrics,
+    first: SessionGen,
+    sent: Instant,
+) {
+    let Some(strong) = shared.upgrade() else {
+        return;
+    };
+    let (riders, clock, stop) = (
+        strong.riders.clone(),
+        strong.lease.clock.clone(),
+        strong.stop.clone(),
+    );
+    drop(strong);
+    tokio::select! {
+        () = keep(shared, renewing, metrics, first, sent) => {}
+        () = riders.tend(&*clock, &stop) => {}
+    }
+}
+
+/// The session's heartbeat: keeps each lease alive (through `renewing`, which renews
+/// the riders with it on a store without native sessions), and re-opens after a
+/// loss, its riders' losses taken on with it and their re-joins started once it has
+/// its next lease. Ends when the session stops or is gone.
+async fn keep(
     shared: Weak<Shared>,
     renewing: Arc<dyn Store>,
     metrics: HolderMetrics,
@@ -435,6 +475,7 @@ async fn run(
     let config = strong.lease.clone();
     let key = strong.key.clone();
     let stop = strong.stop.clone();
+    let riders = strong.riders.clone();
     drop(strong);
     let heartbeat = Heartbeat {
         store: &renewing,
@@ -457,6 +498,10 @@ async fn run(
         let Some((old, reason)) = end.lost(&key, &config.events, stopped) else {
             return;
         };
+        // Every rider of the lost lease was told to stop already (its cancellation is
+        // a child of the session's): its loss is announced now, its re-join started
+        // once the session has its next lease.
+        let lost = riders_lost(&riders, old.token);
         if !config.rejoin || stop.is_cancelled() {
             return;
         }
@@ -482,5 +527,34 @@ async fn run(
             return;
         };
         shared.generations.send_replace(gen.clone());
+        drop(shared);
+        for (member, lost, reason) in lost {
+            if let Some(member) = Member::upgrade(&member) {
+                member.recover(lost, reason);
+            }
+        }
     }
+}
+
+/// Takes on the loss of every member riding the session lease `token` (announced,
+/// counted), but those whose loss is handled already: each, weakly, with its lost
+/// generation and the reason.
+fn riders_lost(riders: &Riders, token: FencingToken) -> Vec<(Weak<Inner>, Generation, HolderLoss)> {
+    let mut lost = Vec::new();
+    for member in riders.members() {
+        let took = member.take_loss(
+            |gen| {
+                let riding = gen.riding()?;
+                if riding.session_token() != token {
+                    return None;
+                }
+                riding.lost().map(holder_loss)
+            },
+            false,
+        );
+        if let Some((gen, reason)) = took {
+            lost.push((member.downgrade(), gen, reason));
+        }
+    }
+    lost
 }

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::error::{Error, LostCause, Result};
-use crate::events::HolderLoss;
-use crate::heartbeat::{wait_boot_until, End, Standing};
+use crate::heartbeat::{spread, wait_boot_until, Standing};
 use crate::layer::{Intercept, Next, Reply, Request};
 use crate::lease::Lease;
 use crate::member::MemberConfig;
@@ -126,30 +126,15 @@ impl Riding {
         }
     }
 
-    /// Rides until `stop` fires ([`End::Stopped`]) or the generation is lost: the
-    /// session lost, the member's own lease refused or its own deadline passed. No
-    /// request of its own: the session keeps it alive. Work told to stop while the
-    /// lease is still held (a leave) is watched every `tick` until `stop` fires.
-    pub(crate) async fn ride(&self, lease: Lease, stop: &CancellationToken, tick: Duration) -> End {
-        loop {
-            if let Some(reason) = self.lost() {
-                return End::Lost(lease, holder_loss(reason));
-            }
-            let stopped = self.cancel.is_cancelled();
-            let nap = if stopped {
-                Some(tick)
-            } else if self.native {
-                None
-            } else {
-                self.own.remaining().ok()
-            };
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return End::Stopped(lease),
-                _ = self.cancel.cancelled(), if !stopped => {}
-                _ = tokio::time::sleep(nap.unwrap_or_default()), if nap.is_some() => {}
-            }
-        }
+    /// True when the session lease this generation rides is lost.
+    pub(crate) fn session_lost(&self) -> bool {
+        self.session.lost().is_some()
+    }
+
+    /// The member's own local deadline, on a store without native sessions (on a
+    /// native one it lives exactly as long as its session).
+    pub(crate) fn own_deadline(&self) -> Option<Duration> {
+        (!self.native).then(|| self.own.deadline())
     }
 
     /// After a loss, waits until the store itself may have expired the member's own
@@ -246,26 +231,23 @@ impl Footing {
     }
 }
 
-/// The event's reason for a loss whose error reason is `reason`.
-fn holder_loss(reason: LostCause) -> HolderLoss {
-    match reason {
-        LostCause::GaveUp => HolderLoss::Deadline,
-        LostCause::Stalled => HolderLoss::Stalled,
-        r => HolderLoss::Store(r),
-    }
-}
-
 /// The members riding one session, by key (weakly: a member dropped by its owner is
-/// forgotten).
+/// forgotten), and when the session's task must look at them next.
 #[derive(Debug, Default)]
 pub(crate) struct Riders {
     map: Mutex<HashMap<Key, Weak<Inner>>>,
+    /// The earliest moment, on the riders' clock's [`Clock::boot`], some rider must
+    /// be looked at ([`Member::tend`]); none: no rider needs it before one changes.
+    due: Mutex<Option<Duration>>,
+    /// Wakes the session's task when `due` moved earlier.
+    wake: Notify,
 }
 
 impl Riders {
-    /// Records the member `member` on `key`.
-    pub(crate) fn insert(&self, key: Key, member: Weak<Inner>) {
-        lock(&self.map).insert(key, member);
+    /// Records the member `member`, and when it must be looked at.
+    pub(crate) fn insert(&self, member: &Member) {
+        lock(&self.map).insert(member.key().clone(), member.downgrade());
+        self.look_at(member);
     }
 
     /// Forgets `member` (when it is still the one on `key`).
@@ -284,6 +266,87 @@ impl Riders {
             map.values().cloned().collect()
         };
         weak.iter().filter_map(Member::upgrade).collect()
+    }
+
+    /// Makes sure the session's task looks at `member` when it is due (a member
+    /// that joined, or re-joined).
+    pub(crate) fn look_at(&self, member: &Member) {
+        if let Some(at) = member.due().earliest() {
+            self.due_by(at);
+        }
+    }
+
+    /// Makes sure the session's task looks at its riders at `at` (on the riders'
+    /// clock) at the latest: wakes it when that is earlier than it planned.
+    pub(crate) fn due_by(&self, at: Duration) {
+        if self.plan(at) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Moves the next look earlier to `at`; true when it did.
+    fn plan(&self, at: Duration) -> bool {
+        let mut due = lock(&self.due);
+        let earlier = due.is_none_or(|due| at < due);
+        if earlier {
+            *due = Some(at);
+        }
+        earlier
+    }
+
+    /// The riders' tending, in the session's task: looks at every rider when one is
+    /// due ([`Member::tend`]: a loss of its own taken on, a stall), then sleeps until
+    /// the next is due or a change wakes it, until `stop` fires. Stall looks come at
+    /// most every eighth of the shortest progress timeout, jittered (a rider stalls
+    /// that much late at worst); a rider's own deadline is looked at on time.
+    /// Never returns: it stops looking once `stop` fired, and the session's heartbeat
+    /// ends the task (ended here, the heartbeat would be dropped mid-way, which
+    /// counts its lease as lost).
+    pub(crate) async fn tend(&self, clock: &dyn Clock, stop: &CancellationToken) {
+        loop {
+            let due = *lock(&self.due);
+            let now = clock.boot();
+            match due {
+                Some(at) if at <= now => {}
+                _ => {
+                    let nap = due.map(|at| at - now);
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return std::future::pending().await,
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(nap.unwrap_or_default()), if nap.is_some() => {}
+                    }
+                    continue;
+                }
+            }
+            *lock(&self.due) = None;
+            let mut deadline: Option<Duration> = None;
+            let mut stall: Option<(Duration, Duration)> = None;
+            for member in self.members() {
+                let due = member.tend();
+                deadline = earlier(deadline, due.deadline);
+                if let Some((at, timeout)) = due.stall {
+                    stall = Some(match stall {
+                        Some((a, t)) => (a.min(at), t.min(timeout)),
+                        None => (at, timeout),
+                    });
+                }
+            }
+            if let Some(at) = deadline {
+                self.plan(at);
+            }
+            if let Some((at, shortest)) = stall {
+                self.plan(at.max(now + spread(shortest / 8, 0.5)));
+            }
+        }
+    }
+}
+
+/// The earlier of two moments, either maybe missing.
+fn earlier(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -357,6 +420,8 @@ impl Intercept for RenewRiders {
                     Ok(_) => rider.extend(sent_on_clock + self.budget),
                     Err(Error::Lost { reason, .. }) => {
                         rider.lose(reason);
+                        // The session's task takes the loss on, and re-joins it.
+                        self.riders.due_by(self.clock.boot());
                     }
                     Err(e) => {
                         tracing::warn!(member = %leases[at].key, error = %e, "renewing a riding member failed")
