@@ -7,26 +7,37 @@
 //! steady state with every lease renewed every ttl/3 (riding: the sessions alone; a
 //! lease each: `renew_many` batches of `max_batch`, 4 lanes), the server's CPU (its
 //! processes' user + system time, from `/proc`, as % of one core), the rows updated
-//! in `leases` (`pg_stat_user_tables`), the WAL written, and the renewals that failed.
-//! Last, the drain of one dead session: its members retired by `requeue_orphans`, a
-//! batch of `max_batch` a call.
+//! in `leases` (`pg_stat_user_tables`), the WAL written, the renewals per second
+//! needed against those answered, and the renewals that failed (`Lost`).
+//!
+//! Then a process's death, as a checker sees it: one session (riding), or one
+//! process's share of `members / sessions` leases (a lease each, measured only where
+//! the renewals kept up), is renewed a last time and then no more, while the others
+//! go on being renewed and a checker with the default configuration runs; it prints
+//! when the checker declared the first and the last of those members dead, from the
+//! send of that last renewal. Last (riding), the drain of another session, released:
+//! its members retired by `requeue_orphans`, a batch of `max_batch` a call.
 //!
 //! Run: `cargo bench -p liveness-postgres --bench sessions -- [--members N]
-//! [--sessions S] [--ttl-ms MS] [--seconds S] [--no-leases]`. It starts its own server
-//! through the test kit (or uses `LIVENESS_POSTGRES_URL`; the CPU figure needs the
-//! server on this machine).
+//! [--sessions S] [--ttl-ms MS] [--seconds S] [--join-rates N] [--no-leases]`. It
+//! starts its own server through the test kit (or uses `LIVENESS_POSTGRES_URL`; the
+//! CPU figure needs the server on this machine).
 //!
-//! First, the join rates of `--members` members into one session, in the same run:
-//! `join_session` one member a call, then `join_session_many` in batches of
-//! `max_batch` (one call in flight, as a session re-joins its members after a loss).
-//! `--joins-only` stops after them.
+//! First, the join rates of `--join-rates` members (default `--members`; 0 skips
+//! them) into one session, in the same run: `join_session` one member a call, then
+//! `join_session_many` in batches of `max_batch` (one call in flight, as a session
+//! re-joins its members after a loss). `--joins-only` stops after them.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
-use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_conformance::bench::death_watch::DeathWatch;
+use liveness_core::{
+    Acquire, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl,
+};
 use liveness_postgres::PostgresStore;
 
 /// A store on a fresh namespace.
@@ -85,6 +96,57 @@ fn server_cpu(backend: u32) -> f64 {
     total as f64 / tick
 }
 
+/// Renewals answered and refused, counted a batch at a time by a renewing task.
+#[derive(Clone, Default)]
+struct Counts {
+    renewed: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+impl Counts {
+    fn now(&self) -> (u64, u64) {
+        (
+            self.renewed.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Renews `leases` every `every` from now on (a round at once), `renew_many` batches of
+/// `max_batch` on `lanes` tasks, counting each batch's answers as it comes. Aborting
+/// the task stops its lanes too.
+fn keep_renewing(
+    store: PostgresStore,
+    leases: Arc<Vec<Lease>>,
+    every: Duration,
+    lanes: usize,
+    counts: Counts,
+) -> tokio::task::JoinHandle<()> {
+    let batch = store.capabilities().max_batch;
+    tokio::spawn(async move {
+        loop {
+            let start = Instant::now();
+            let mut round = tokio::task::JoinSet::new();
+            for lane in 0..lanes {
+                let (store, leases, counts) = (store.clone(), leases.clone(), counts.clone());
+                round.spawn(async move {
+                    for chunk in leases.chunks(batch).skip(lane).step_by(lanes) {
+                        let ok = match store.renew_many(chunk).await {
+                            Ok(answers) => answers.iter().filter(|a| a.is_ok()).count(),
+                            Err(_) => 0,
+                        };
+                        counts.renewed.fetch_add(ok as u64, Ordering::Relaxed);
+                        let lost = (chunk.len() - ok) as u64;
+                        counts.failed.fetch_add(lost, Ordering::Relaxed);
+                    }
+                });
+            }
+            while round.join_next().await.is_some() {}
+            tokio::time::sleep(every.saturating_sub(start.elapsed())).await;
+        }
+    })
+}
+
 /// What the steady state cost the server.
 struct Steady {
     cpu_pct: f64,
@@ -92,68 +154,107 @@ struct Steady {
     wal_per_s: f64,
     renewed: u64,
     failed: u64,
+    wall: f64,
 }
 
-/// Runs `renew` every ttl/3 for `o.seconds` and measures the server meanwhile.
-async fn steady<F, Fut>(store: &PostgresStore, o: &SessionOptions, renew: F) -> Steady
-where
-    F: Fn() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = (u64, u64)> + Send,
-{
-    let every = o.ttl.duration() / 3;
-    let (renewed, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let task = {
-        let (renewed, failed) = (renewed.clone(), failed.clone());
-        tokio::spawn(async move {
-            loop {
-                let start = Instant::now();
-                let (ok, lost) = renew().await;
-                renewed.fetch_add(ok, Ordering::Relaxed);
-                failed.fetch_add(lost, Ordering::Relaxed);
-                tokio::time::sleep(every.saturating_sub(start.elapsed())).await;
-            }
-        })
-    };
-    // One full cycle first, so the measurement starts in steady state.
-    tokio::time::sleep(every).await;
+/// Measures the server for `o.seconds` while a task renews (counting into `counts`),
+/// after one full renewal period, so that the measurement starts in steady state.
+async fn steady(store: &PostgresStore, o: &SessionOptions, counts: &Counts) -> Steady {
+    tokio::time::sleep(o.ttl.duration() / 3).await;
     let (cpu0, upd0, wal0) = counters(store).await;
-    let (r0, f0) = (
-        renewed.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-    );
+    let (r0, f0) = counts.now();
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(o.seconds)).await;
     let wall = start.elapsed().as_secs_f64();
+    let (r1, f1) = counts.now();
     // The server publishes its row counts about once a second.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (cpu1, upd1, wal1) = counters(store).await;
-    let out = Steady {
+    Steady {
         cpu_pct: (cpu1 - cpu0) / wall * 100.0,
         updated_per_s: (upd1 - upd0) as f64 / wall,
         wal_per_s: (wal1 - wal0) as f64 / wall,
-        renewed: renewed.load(Ordering::Relaxed) - r0,
-        failed: failed.load(Ordering::Relaxed) - f0,
-    };
-    task.abort();
-    out
+        renewed: r1 - r0,
+        failed: f1 - f0,
+        wall,
+    }
 }
 
-fn print(what: &str, o: &SessionOptions, took: Duration, s: &Steady) {
+/// Prints a way of holding the members: the time to take them, and in steady state
+/// the server's cost and the renewals needed (`leases` renewed every ttl/3) against
+/// those answered.
+fn print(what: &str, o: &SessionOptions, took: Duration, s: &Steady, leases: usize) {
     println!(
-        "{what:<10} members={} take={:>6.1}s ({:>6.0}/s)  steady: server cpu={:>5.1}%  \
-         rows updated/s={:>8.0}  wal={:>8.1} KiB/s  renewals={} failed={}",
+        "{what:<12} members={} take={:>6.1}s ({:>6.0}/s)  steady: server cpu={:>5.1}%  \
+         rows updated/s={:>8.0}  wal={:>8.1} KiB/s  renewals/s needed={:.0} answered={:.0} \
+         failed (Lost)={}",
         o.members,
         took.as_secs_f64(),
         o.members as f64 / took.as_secs_f64(),
         s.cpu_pct,
         s.updated_per_s,
         s.wal_per_s / 1024.0,
-        s.renewed,
+        leases as f64 * 3.0 / o.ttl.duration().as_secs_f64(),
+        s.renewed as f64 / s.wall,
         s.failed
     );
 }
 
-/// Members riding `o.sessions` sessions; then the drain of one dead session.
+/// One process dies: `group` (its session, or its members' own leases) is renewed one
+/// last time and then no more, while `survivors` go on being renewed every ttl/3, and
+/// a checker (default configuration) runs. Prints when the checker declared the
+/// `dying` tokens dead, from the send of that last renewal. Answers the survivors'
+/// renewing task.
+async fn death(
+    store: &PostgresStore,
+    o: &SessionOptions,
+    what: &str,
+    (group, survivors): (Vec<Lease>, Vec<Lease>),
+    lanes: usize,
+    dying: &HashSet<FencingToken>,
+) -> tokio::task::JoinHandle<()> {
+    let every = o.ttl.duration() / 3;
+    let counts = Counts::default();
+    let keeper = keep_renewing(
+        store.clone(),
+        Arc::new(survivors),
+        every,
+        lanes,
+        counts.clone(),
+    );
+    let mut watch = DeathWatch::start(Arc::new(store.clone()), Duration::from_secs(1));
+    let last_sent = Instant::now();
+    let mut refused = 0;
+    for chunk in group.chunks(store.capabilities().max_batch) {
+        let answers = store.renew_many(chunk).await.unwrap();
+        refused += answers.iter().filter(|a| a.is_err()).count();
+    }
+    let answered = last_sent.elapsed();
+    let give_up = o.ttl.duration() * 3 + Duration::from_secs(120);
+    let seen = watch
+        .declared(dying.len(), give_up, |_, token| dying.contains(&token))
+        .await;
+    watch.stop().await;
+    let after = |at: Option<Instant>| at.map_or(f64::NAN, |t| (t - last_sent).as_secs_f64());
+    let last = after(seen.last);
+    println!(
+        "death      {what}: {} of {} members declared by a checker; first {:.2}s, last {:.2}s \
+         after the send of the last renewal (ttl {:.0}s: the last {:.2}s beyond it); that \
+         renewal answered in {:.0} ms ({refused} refused); others' renewals failed meanwhile={}",
+        seen.count,
+        dying.len(),
+        after(seen.first),
+        last,
+        o.ttl.duration().as_secs_f64(),
+        last - o.ttl.duration().as_secs_f64(),
+        answered.as_secs_f64() * 1000.0,
+        counts.now().1
+    );
+    keeper
+}
+
+/// Members riding `o.sessions` sessions; then the death of one session (it stops
+/// renewing, a checker declares its members), and the drain of another, released.
 async fn riding(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
     let mut sessions = Vec::with_capacity(o.sessions);
@@ -163,15 +264,22 @@ async fn riding(store: PostgresStore, o: &SessionOptions) {
         sessions.push(lease.unwrap_or_else(|e| panic!("session: {e}")));
     }
     // The sessions are renewed every ttl/3 from now on, as a process's session is.
-    let keeper = {
-        let (store, sessions) = (store.clone(), sessions.clone());
-        let every = o.ttl.duration() / 3;
+    let every = o.ttl.duration() / 3;
+    let counts = Counts::default();
+    let keeper = keep_renewing(
+        store.clone(),
+        Arc::new(sessions.clone()),
+        every,
+        1,
+        counts.clone(),
+    );
+    let joined = Arc::new(AtomicU64::new(0));
+    let progress = {
+        let joined = joined.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
-                for answer in store.renew_many(&sessions).await.unwrap() {
-                    answer.unwrap_or_else(|e| panic!("a session lost: {e}"));
-                }
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                eprintln!("joined {}", joined.load(Ordering::Relaxed));
             }
         })
     };
@@ -181,58 +289,65 @@ async fn riding(store: PostgresStore, o: &SessionOptions) {
     for lane in 0..lanes {
         let (store, holder, sessions, n) =
             (store.clone(), holder.clone(), sessions.clone(), o.members);
+        let joined = joined.clone();
         tasks.push(tokio::spawn(async move {
+            // The tokens of the first session's members, the one that dies below.
+            let mut first = Vec::new();
             for i in (lane..n).step_by(lanes) {
                 let key = Key::member(&format!("m{i}")).unwrap();
                 let session = &sessions[i % sessions.len()];
-                let joined = store.join_session(session, &key, &holder).await;
-                joined.unwrap_or_else(|e| panic!("join: {e}"));
+                let member = store.join_session(session, &key, &holder).await;
+                let member = member.unwrap_or_else(|e| panic!("join of member {i}: {e}"));
+                if i % sessions.len() == 0 {
+                    first.push(member.token);
+                }
+                joined.fetch_add(1, Ordering::Relaxed);
             }
+            first
         }));
     }
+    let mut dying = HashSet::new();
     for task in tasks {
-        task.await.unwrap();
+        dying.extend(task.await.unwrap());
     }
     let took = start.elapsed();
+    progress.abort();
+    let s = steady(&store, o, &counts).await;
+    print("riding", o, took, &s, sessions.len());
     keeper.abort();
-    let renew = {
-        let (store, sessions) = (store.clone(), sessions.clone());
-        move || {
-            let (store, sessions) = (store.clone(), sessions.clone());
-            async move {
-                let answers = store.renew_many(&sessions).await.unwrap();
-                let ok = answers.iter().filter(|a| a.is_ok()).count() as u64;
-                (ok, answers.len() as u64 - ok)
+
+    // One session stops renewing: the checker declares its members.
+    let what = format!("one session of {} stops renewing", dying.len());
+    let split = (sessions[..1].to_vec(), sessions[1..].to_vec());
+    let keeper = death(&store, o, &what, split, 1, &dying).await;
+
+    // The drain of another session, released.
+    if let Some(dead) = sessions.get(1) {
+        assert!(store.release(dead).await.unwrap());
+        let start = Instant::now();
+        let (mut calls, mut retired, mut longest) = (0, 0, Duration::ZERO);
+        loop {
+            let call = Instant::now();
+            let moved = store.requeue_orphans(dead.token).await.unwrap();
+            longest = longest.max(call.elapsed());
+            calls += 1;
+            retired += moved.retired.len();
+            if moved.retired.is_empty() {
+                break;
             }
         }
-    };
-    let s = steady(&store, o, renew).await;
-    print("riding", o, took, &s);
-
-    // The drain of one dead session.
-    let dead = &sessions[0];
-    assert!(store.release(dead).await.unwrap());
-    let start = Instant::now();
-    let (mut calls, mut retired, mut longest) = (0, 0, Duration::ZERO);
-    loop {
-        let call = Instant::now();
-        let moved = store.requeue_orphans(dead.token).await.unwrap();
-        longest = longest.max(call.elapsed());
-        calls += 1;
-        retired += moved.retired.len();
-        if moved.retired.is_empty() {
-            break;
-        }
+        println!(
+            "drain      one released session of {retired} members: {:.2}s in {calls} calls \
+             (longest {:.1} ms)",
+            start.elapsed().as_secs_f64(),
+            longest.as_secs_f64() * 1000.0
+        );
     }
-    println!(
-        "drain      one dead session of {retired} members: {:.2}s in {calls} calls \
-         (longest {:.1} ms)",
-        start.elapsed().as_secs_f64(),
-        longest.as_secs_f64() * 1000.0
-    );
+    keeper.abort();
 }
 
-/// The same members, a lease each.
+/// The same members, a lease each; then, if their renewals kept up, the death of a
+/// process's share of them (`members / sessions` leases that stop renewing).
 async fn leases(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
     let batch = store.capabilities().max_batch;
@@ -256,51 +371,41 @@ async fn leases(store: PostgresStore, o: &SessionOptions) {
         }
     }
     let took = start.elapsed();
-    let all: Arc<Vec<Lease>> = Arc::new(all);
-    let renew = {
-        let store = store.clone();
-        move || {
-            let (store, all) = (store.clone(), all.clone());
-            async move {
-                let lanes = 4;
-                let chunks: Vec<Vec<Lease>> = all.chunks(batch).map(|c| c.to_vec()).collect();
-                let chunks = Arc::new(chunks);
-                let mut tasks = Vec::new();
-                for lane in 0..lanes {
-                    let (store, chunks) = (store.clone(), chunks.clone());
-                    tasks.push(tokio::spawn(async move {
-                        let (mut ok, mut lost) = (0, 0);
-                        for chunk in chunks.iter().skip(lane).step_by(lanes) {
-                            match store.renew_many(chunk).await {
-                                Ok(answers) => {
-                                    let n = answers.iter().filter(|a| a.is_ok()).count() as u64;
-                                    ok += n;
-                                    lost += answers.len() as u64 - n;
-                                }
-                                Err(_) => lost += chunk.len() as u64,
-                            }
-                        }
-                        (ok, lost)
-                    }));
-                }
-                let mut sum = (0, 0);
-                for t in tasks {
-                    let (ok, lost) = t.await.unwrap();
-                    sum = (sum.0 + ok, sum.1 + lost);
-                }
-                sum
-            }
-        }
-    };
-    let s = steady(&store, o, renew).await;
-    print("a lease each", o, took, &s);
+    let counts = Counts::default();
+    let every = o.ttl.duration() / 3;
+    let keeper = keep_renewing(
+        store.clone(),
+        Arc::new(all.clone()),
+        every,
+        4,
+        counts.clone(),
+    );
+    let s = steady(&store, o, &counts).await;
+    print("a lease each", o, took, &s, all.len());
+    keeper.abort();
+    if s.failed > 0 {
+        println!(
+            "death      a lease each: not measured, the renewals did not keep up \
+             ({} refused in steady state)",
+            s.failed
+        );
+        return;
+    }
+    let share = (o.members / o.sessions).max(1).min(all.len());
+    let survivors = all.split_off(share);
+    let dying: HashSet<FencingToken> = all.iter().map(|l| l.token).collect();
+    let what = format!("{share} leases of one process stop renewing");
+    let keeper = death(&store, o, &what, (all, survivors), 4, &dying).await;
+    keeper.abort();
 }
 
 fn main() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
     };
-    let o = SessionOptions::defaults(100_000).with_args(&Args::from_env());
+    let args = Args::from_env();
+    let o = SessionOptions::defaults(100_000).with_args(&args);
+    let join_rates = args.number("--join-rates", o.members);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -312,12 +417,14 @@ fn main() {
             o.sessions,
             o.ttl.duration()
         );
-        let joins = fresh(server).await;
-        liveness_conformance::bench::joins::print_join_rates(
-            o.members,
-            16,
-            liveness_conformance::bench::joins::join_rates(&joins, o.members, 16).await,
-        );
+        if join_rates > 0 {
+            let joins = fresh(server).await;
+            liveness_conformance::bench::joins::print_join_rates(
+                join_rates,
+                16,
+                liveness_conformance::bench::joins::join_rates(&joins, join_rates, 16).await,
+            );
+        }
         if o.joins_only {
             return;
         }

@@ -2,7 +2,8 @@
 //! SQLite file, in one run.
 //!
 //! `cargo bench -p liveness-sqlite --bench sessions -- [--members 100000]
-//! [--sessions 10] [--ttl-ms 30000] [--seconds 30] [--synchronous full] [--no-leases]`.
+//! [--sessions 10] [--ttl-ms 30000] [--seconds 30] [--synchronous full] [--no-leases]
+//! [--processes 10] [--join-rates N]`.
 //!
 //! Sessions: `--sessions` store handles on the file (as that many processes of the host
 //! have), each holding one session lease, joining its share of `--members` into it
@@ -17,7 +18,13 @@
 //! whole drain's time, the longest call). `synchronous=normal` by default: a join is one transaction, and 100,000
 //! fsyncs would time the disk, not the store.
 //!
-//! First, the join rates of `--members` members into one session, in the same run:
+//! `--processes N` holds the sessions in N processes instead of N handles of this one
+//! (`--sessions` is then N): see `sessions/processes.rs`. The children's CPU, summed, is
+//! the riding figure; a checker in this process times the death of one child,
+//! SIGKILLed; the lease-each comparison runs in this process as without it.
+//!
+//! First, the join rates of `--join-rates` members (default `--members`; 0 skips them)
+//! into one session, in the same run:
 //! `join_session` one member a call, then `join_session_many` in batches of
 //! `max_batch` (one call in flight, as a session re-joins its members after a loss).
 //! `--joins-only` stops after them.
@@ -28,11 +35,19 @@ use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
 use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 
-/// The bench's options, from the command line: the shared sessions options and
-/// `--synchronous full` (else normal).
+// Beside this file, not in benches/ itself (where cargo would take it for a bench).
+#[path = "sessions/processes.rs"]
+mod processes;
+
+/// The bench's options, from the command line: the shared sessions options,
+/// `--synchronous full` (else normal), `--processes N` (0, the default: one process),
+/// `--join-rates N`, and a child's `--child INDEX --file PATH`.
 struct Options {
     session: SessionOptions,
     synchronous: Synchronous,
+    processes: usize,
+    join_rates: usize,
+    child: Option<(usize, std::path::PathBuf)>,
 }
 
 impl Options {
@@ -49,9 +64,21 @@ impl Options {
             Some("full") => Synchronous::Full,
             _ => Synchronous::Normal,
         };
+        let mut session = defaults.with_args(&args);
+        let processes = args.number("--processes", 0usize);
+        if processes > 0 {
+            session.sessions = processes;
+        }
+        let child = args.text("--file").map(|file| {
+            let index = args.number("--child", 0usize);
+            (index, std::path::PathBuf::from(file))
+        });
         Options {
-            session: defaults.with_args(&args),
+            join_rates: args.number("--join-rates", session.members),
+            session,
             synchronous,
+            processes,
+            child,
         }
     }
 }
@@ -283,6 +310,10 @@ async fn leases(path: &std::path::Path, o: &Options) -> Figures {
 
 fn main() {
     let o = Options::from_args();
+    if let Some((index, file)) = &o.child {
+        processes::child(&o, *index, file);
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     println!(
@@ -303,16 +334,25 @@ fn main() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let lanes = o.sessions;
-        liveness_conformance::bench::joins::print_join_rates(
-            o.members,
-            lanes,
-            liveness_conformance::bench::joins::join_rates(&joins, o.members, lanes).await,
-        );
+        if o.join_rates > 0 {
+            liveness_conformance::bench::joins::print_join_rates(
+                o.join_rates,
+                lanes,
+                liveness_conformance::bench::joins::join_rates(&joins, o.join_rates, lanes).await,
+            );
+        }
         if o.joins_only {
             return;
         }
-        let riding = sessions(&path, &o).await;
-        riding.print("riding sessions", &o);
+        let riding = if o.processes > 0 {
+            let riding = processes::run(&path, &o).await;
+            riding.print(&format!("riding sessions, {} processes", o.processes), &o);
+            riding
+        } else {
+            let riding = sessions(&path, &o).await;
+            riding.print("riding sessions", &o);
+            riding
+        };
         if o.leases {
             let each = leases(&path, &o).await;
             each.print("a lease each (renew_many)", &o);

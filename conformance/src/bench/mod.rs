@@ -33,6 +33,7 @@ use crate::Factory;
 
 pub mod args;
 mod cost;
+pub mod death_watch;
 pub mod joins;
 pub mod paced;
 pub mod procfs;
