@@ -126,12 +126,7 @@ impl FdbStore {
             retired = Some(rec);
         }
         let token = FencingToken(self.next_counter(tx, "token").await?);
-        match ride {
-            None => self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder),
-            Some(session) => {
-                self.write_rider(tx, key, token, ttl.as_millis(), nonce, holder, session)
-            }
-        }
+        self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder, ride);
         Ok(Acquired::New { token, retired })
     }
 }

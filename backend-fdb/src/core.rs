@@ -276,7 +276,11 @@ impl FdbStore {
         tx.set(&self.layout.dead(rec.token), &encode_dead(nonce, key));
     }
 
-    /// Writes the lease record and index entry under the commit's stamp.
+    /// Writes the lease record under the commit's stamp, and its index entry; or,
+    /// with `ride`, a riding member's record (stamped, but with no index entry: it
+    /// has no expiry of its own) and its entry among the session's riders. Nothing of
+    /// the session is written: a join never conflicts with the session's renewal.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_lease(
         &self,
         tx: &mut dyn Transaction,
@@ -285,15 +289,20 @@ impl FdbStore {
         ttl_ms: u64,
         nonce: u64,
         holder: &HolderId,
+        ride: Option<&Lease>,
     ) {
+        let session = ride.map(|session| (&session.key, session.token));
         tx.set_versionstamped_value(
             &self.layout.lease(key),
-            &LeaseRec::encode_stamped(token, ttl_ms, nonce, holder, None),
+            &LeaseRec::encode_stamped(token, ttl_ms, nonce, holder, session),
         );
-        tx.set_versionstamped_key(
-            &self.layout.index_stamped(key, ttl_ms),
-            &encode_index_value(token, holder),
-        );
+        match ride {
+            None => tx.set_versionstamped_key(
+                &self.layout.index_stamped(key, ttl_ms),
+                &encode_index_value(token, holder),
+            ),
+            Some(session) => tx.set(&self.layout.rider(session.token, key), b""),
+        }
     }
 
     /// True when an earlier attempt of this call (same nonce) retired `token`.

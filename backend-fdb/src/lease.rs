@@ -204,6 +204,7 @@ impl FdbStore {
             lease.ttl.as_millis(),
             rec.nonce,
             &rec.holder,
+            None,
         );
         Ok((rec, None))
     }

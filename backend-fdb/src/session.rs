@@ -35,33 +35,6 @@ use crate::kv::{Attempt, Fail, RangeRead, Transaction};
 
 // The riding member's record, and judging a record through its session.
 impl FdbStore {
-    /// Writes a riding member's record (stamped, but with no index entry: it has no
-    /// expiry of its own) and its entry among the session's riders. Nothing of the
-    /// session is written: a join never conflicts with the session's renewal.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn write_rider(
-        &self,
-        tx: &mut dyn Transaction,
-        key: &Key,
-        token: FencingToken,
-        ttl_ms: u64,
-        nonce: u64,
-        holder: &HolderId,
-        session: &Lease,
-    ) {
-        tx.set_versionstamped_value(
-            &self.layout.lease(key),
-            &LeaseRec::encode_stamped(
-                token,
-                ttl_ms,
-                nonce,
-                holder,
-                Some((&session.key, session.token)),
-            ),
-        );
-        tx.set(&self.layout.rider(session.token, key), b"");
-    }
-
     /// The deadline of the session lease `key` under `token` as this handle sees it
     /// at `now`; `None` when that lease is gone, superseded or expired.
     ///

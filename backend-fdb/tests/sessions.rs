@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use liveness_conformance::fixtures::drained_session_record;
 use liveness_core::{
     EnqueueOptions, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Namespace,
     Space, Ttl,
@@ -100,16 +101,9 @@ async fn two_thousand_members_drain_in_batches_each_once() {
         requeued += store.requeue_orphans(m.token).await.unwrap().requeued.len();
     }
     assert_eq!(requeued, 3);
-    let deaths = store.deaths(None, 100).await.unwrap();
-    let of_session: Vec<_> = deaths.iter().filter(|d| d.token == session.token).collect();
-    assert_eq!(of_session.len(), 1, "one record for the session");
-    let swept = of_session[0].swept.expect("swept");
-    assert_eq!(swept.members, 2_000);
-    assert_eq!(swept.requeued, 3);
-    assert!(
-        deaths.iter().all(|d| !want.contains(&d.token)),
-        "no record per member"
-    );
+    let tokens: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
+    assert_eq!(tokens.len(), 2_000);
+    drained_session_record(&store, session.token, &tokens, 3).await;
 }
 
 #[tokio::test]

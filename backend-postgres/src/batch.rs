@@ -75,16 +75,8 @@ died AS (
             $cause,
             r#"
     FROM dseq, n, numbered, clk
-),
-trimmed AS (
-    DELETE FROM deaths
-    WHERE seq <= (SELECT last FROM dseq) - "#,
-            $retention,
-            r#"
-      AND seq > (SELECT last FROM dseq) - "#,
-            $retention,
-            r#" - 64 - (SELECT n FROM n)
-),"#
+),"#,
+            $crate::deaths::trim_deaths!($retention, " - (SELECT n FROM n)"),
         )
     };
 }
@@ -244,6 +236,24 @@ impl PostgresStore {
         self.db().fetch_all(q).await
     }
 
+    /// [`PostgresStore::fetch_recording_deaths`] for a statement `op` that answers one
+    /// row per entry of a batch of `entries`: any other count is a corrupt answer.
+    async fn fetch_row_each<'q>(
+        &'q self,
+        op: &str,
+        q: Query<'q>,
+        entries: usize,
+    ) -> Result<Vec<PgRow>> {
+        let rows = self.fetch_recording_deaths(q).await?;
+        if rows.len() != entries {
+            return Err(corrupt(format!(
+                "{op} answered {} rows for {entries} entries",
+                rows.len()
+            )));
+        }
+        Ok(rows)
+    }
+
     /// `acquire_many`: one [`ACQUIRE_MANY`] for the whole batch, in the order given.
     pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         if asks.is_empty() {
@@ -257,14 +267,7 @@ impl PostgresStore {
             ttls.push(ttl_ms(ask.ttl));
         }
         let q = keys.query(ACQUIRE_MANY).bind(holders).bind(ttls);
-        let rows = self.fetch_recording_deaths(q).await?;
-        if rows.len() != asks.len() {
-            return Err(corrupt(format!(
-                "acquire_many answered {} rows for {} entries",
-                rows.len(),
-                asks.len()
-            )));
-        }
+        let rows = self.fetch_row_each("acquire_many", q, asks.len()).await?;
         let mut woke = false;
         let mut out = Vec::with_capacity(asks.len());
         for (ask, row) in asks.iter().zip(&rows) {
@@ -313,14 +316,9 @@ impl PostgresStore {
             .bind(session.key.name().as_str().to_owned())
             .bind(db_token(session.token))
             .bind(ttl_ms(session.ttl));
-        let rows = self.fetch_recording_deaths(q).await?;
-        if rows.len() != asks.len() {
-            return Err(corrupt(format!(
-                "join_session_many answered {} rows for {} entries",
-                rows.len(),
-                asks.len()
-            )));
-        }
+        let rows = self
+            .fetch_row_each("join_session_many", q, asks.len())
+            .await?;
         let woke: i64 = get(&rows[0], 3)?;
         if woke > 0 {
             self.wake_local();

@@ -42,7 +42,22 @@ died AS (
     SELECT dseq.last, $1, $2, gone.holder, gone.token, clk.t, "#,
             $cause,
             r#" FROM dseq, gone, clk
-),
+),"#,
+            $crate::deaths::trim_deaths!($retention, ""),
+        )
+    };
+}
+pub(crate) use retire_gone;
+
+/// The CTE `trimmed` of [`retire_gone`] and `retire_gone_many` (in `batch.rs`): once
+/// `dseq` holds the last sequence number written, the records that fell out of a
+/// retention of `$retention` dropped, looking 64 below it, plus `$written_beyond`
+/// (SQL text, empty or starting with ` - `: how many records past one the statement
+/// wrote). Both are SQL text.
+macro_rules! trim_deaths {
+    ($retention:literal, $written_beyond:literal) => {
+        concat!(
+            r#"
 trimmed AS (
     DELETE FROM deaths
     WHERE seq <= (SELECT last FROM dseq) - "#,
@@ -50,12 +65,14 @@ trimmed AS (
             r#"
       AND seq > (SELECT last FROM dseq) - "#,
             $retention,
-            r#" - 64
+            r#" - 64"#,
+            $written_beyond,
+            r#"
 ),"#
         )
     };
 }
-pub(crate) use retire_gone;
+pub(crate) use trim_deaths;
 
 /// `release` and `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death
 /// retention, $6 the death's cause (0 reaped, 1 released). Removes the lease iff the

@@ -12,6 +12,7 @@ use liveness_core::{
 use sqlx::postgres::PgRow;
 use tokio::sync::watch;
 
+use crate::conns::Query;
 use crate::core::{
     db_token, expiry_of, get, holder_of, limit_param, listed_lease, on_key, session_expiry,
     session_of, status_of, token_of, ttl_ms, ttl_of, PostgresStore,
@@ -50,6 +51,29 @@ gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
     };
 }
 
+/// The end of `ACQUIRE` and `JOIN_SESSION`, from inside their `put` CTE's upsert
+/// (which overwrites only the row `gone` retired): the waiters woken on channel
+/// `$channel` (SQL text) when a lease was retired, then the first four columns: the
+/// new token (NULL when not taken), the live holder and its token (what
+/// [`PostgresStore::acquired`] reads), and whether a lease was retired.
+macro_rules! take_answer {
+    ($channel:literal) => {
+        concat!(
+            r#"
+        WHERE l.token = (SELECT token FROM gone)
+    RETURNING token
+),
+woke AS (SELECT pg_notify("#,
+            $channel,
+            r#", 'retired') FROM dead)
+SELECT (SELECT token FROM put) AS token,
+       (SELECT holder FROM cur) AS holder,
+       (SELECT token FROM cur) AS held_token,
+       (SELECT count(*) FROM woke) AS woke"#
+        )
+    };
+}
+
 /// `acquire`: $1 space, $2 name, $3 holder, $4 ttl_ms, $5 notify channel, $6 death
 /// retention.
 ///
@@ -84,16 +108,9 @@ put AS (
     ON CONFLICT (space, name) DO UPDATE
         SET holder = excluded.holder, token = excluded.token,
             ttl_ms = excluded.ttl_ms, expires_at = excluded.expires_at, last_claim = NULL,
-            session_name = NULL, session_token = NULL
-        WHERE l.token = (SELECT token FROM gone)
-    RETURNING token
-),
-woke AS (SELECT pg_notify($5, 'retired') FROM dead)
-SELECT (SELECT token FROM put) AS token,
-       (SELECT holder FROM cur) AS holder,
-       (SELECT token FROM cur) AS held_token,
-       (SELECT count(*) FROM woke) AS woke
-"#
+            session_name = NULL, session_token = NULL"#,
+    take_answer!("$5"),
+    "\n"
 );
 
 /// `renew`: $1 space, $2 name, $3 token, $4 ttl_ms.
@@ -175,15 +192,9 @@ put AS (
     ON CONFLICT (space, name) DO UPDATE
         SET holder = excluded.holder, token = excluded.token, ttl_ms = excluded.ttl_ms,
             expires_at = NULL, last_claim = NULL, session_name = excluded.session_name,
-            session_token = excluded.session_token
-        WHERE l.token = (SELECT token FROM gone)
-    RETURNING token
-),
-woke AS (SELECT pg_notify($7, 'retired') FROM dead)
-SELECT (SELECT token FROM put) AS token,
-       (SELECT holder FROM cur) AS holder,
-       (SELECT token FROM cur) AS held_token,
-       (SELECT count(*) FROM woke) AS woke,
+            session_token = excluded.session_token"#,
+    take_answer!("$7"),
+    r#",
        (SELECT token FROM ses) AS session_token,
        (SELECT live FROM ses) AS session_live,
        (SELECT kept FROM ses) AS session_kept,
@@ -243,6 +254,24 @@ const STORE_TIME: &str = r#"
 SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
 "#;
 
+impl PostgresStore {
+    /// The one row of `ACQUIRE` or `JOIN_SESSION` ([`take_answer`]): `q` has the
+    /// statement's own parameters bound, its last two, the notify channel and the
+    /// death retention, are bound here, and this process's waiters are woken when it
+    /// retired a lease.
+    async fn take_row(&self, q: Query<'_>) -> Result<PgRow> {
+        let row = self
+            .db()
+            .fetch_one(q.bind(self.channel()).bind(self.retention()))
+            .await?;
+        let woke: i64 = get(&row, 3)?;
+        if woke > 0 {
+            self.wake_local();
+        }
+        Ok(row)
+    }
+}
+
 #[async_trait]
 impl LeaseStore for PostgresStore {
     fn info(&self) -> &StoreInfo {
@@ -251,16 +280,8 @@ impl LeaseStore for PostgresStore {
 
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         for _ in 0..ACQUIRE_RETRIES {
-            let q = on_key(ACQUIRE, key)
-                .bind(holder.as_str())
-                .bind(ttl_ms(ttl))
-                .bind(self.channel())
-                .bind(self.retention());
-            let row = self.db().fetch_one(q).await?;
-            let woke: i64 = get(&row, 3)?;
-            if woke > 0 {
-                self.wake_local();
-            }
+            let q = on_key(ACQUIRE, key).bind(holder.as_str()).bind(ttl_ms(ttl));
+            let row = self.take_row(q).await?;
             if let Some(answer) = self.acquired(key, holder, ttl, &row)? {
                 return answer;
             }
@@ -292,14 +313,8 @@ impl LeaseStore for PostgresStore {
                 .bind(holder.as_str())
                 .bind(session.key.name().as_str())
                 .bind(db_token(session.token))
-                .bind(ttl_ms(session.ttl))
-                .bind(self.channel())
-                .bind(self.retention());
-            let row = self.db().fetch_one(q).await?;
-            let woke: i64 = get(&row, 3)?;
-            if woke > 0 {
-                self.wake_local();
-            }
+                .bind(ttl_ms(session.ttl));
+            let row = self.take_row(q).await?;
             if let Some(cause) = session_judged(session, &row)? {
                 return Err(session.lost(cause));
             }

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use liveness_conformance::fixtures::{owners_with_items, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    Acquire, DeathCause, EnqueueOptions, Error, FencingToken, HolderId, ItemState, ItemStore, Key,
-    Lease, LeaseStore, Page, Ttl,
+    Acquire, DeathCause, Error, FencingToken, HolderId, ItemId, ItemState, ItemStore, Key, Lease,
+    LeaseStore, Page, Ttl,
 };
 use sqlx::{AssertSqlSafe, Row};
 
@@ -189,13 +190,7 @@ async fn expired_leases(store: &PostgresStore, prefix: &str, n: usize) -> Vec<Le
         let key = Key::member(&format!("{prefix}{i}")).unwrap();
         leases.push(store.acquire(&key, &holder("w"), short).await.unwrap());
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    for lease in &leases {
-        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
-            assert!(tokio::time::Instant::now() < deadline, "never expired");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    wait_expired(store, &leases).await;
     leases
 }
 
@@ -255,22 +250,11 @@ async fn reap_many_is_one_statement_for_the_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_orphans_many_is_one_statement_for_the_batch() {
     let Some(store) = store().await else { return };
-    let mut items = Vec::new();
     let long = Ttl::from_secs(60).unwrap();
-    let mut holders = Vec::new();
-    for i in 0..10 {
-        let lease = store
-            .acquire(&Key::member(&format!("h{i}")).unwrap(), &holder("w"), long)
-            .await
-            .unwrap();
-        let id = store
-            .enqueue(format!("item {i}").as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-        assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
-        items.push(id);
-        holders.push(lease);
-    }
+    let (holders, items): (Vec<Lease>, Vec<ItemId>) = owners_with_items(&store, "h", 10, long)
+        .await
+        .into_iter()
+        .unzip();
     for lease in &holders[..9] {
         assert!(store.release(lease).await.unwrap());
     }

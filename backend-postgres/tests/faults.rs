@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use liveness_conformance::fleet;
 use liveness_core::{
     Checker, CheckerConfig, EnqueueOptions, Error, Member, MemberConfig, Store, Ttl,
 };
@@ -56,17 +57,12 @@ async fn terminate_leader_session(pool: &sqlx::PgPool) {
 async fn lead_after_the_session_ends(
     candidate: &AdvisoryElection,
 ) -> liveness_postgres::AdvisoryLeadership {
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(l) = candidate.try_lead().await.unwrap() {
-            return l;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the lock outlived its session"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    fleet::wait_for(
+        "the lock is free once its session ended",
+        Duration::from_secs(10),
+        || async { candidate.try_lead().await.unwrap() },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
+use liveness_conformance::fixtures::drained_session_record;
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name,
     Page, Space, Ttl,
@@ -149,16 +150,7 @@ async fn a_reaped_session_of_2000_members_drains_in_batches_under_one_record() {
     }
     assert_eq!(requeued, with_items);
 
-    let deaths = store.deaths(None, 1000).await.unwrap();
-    let of_session: Vec<_> = deaths.iter().filter(|d| d.token == session.token).collect();
-    assert_eq!(of_session.len(), 1, "one record for the session");
-    let swept = of_session[0].swept.expect("the session's record swept");
-    assert_eq!(swept.members, n as u64, "it counts its members");
-    assert_eq!(swept.requeued, with_items as u64, "and their items");
-    assert!(
-        deaths.iter().all(|d| !want.contains(&d.token)),
-        "no record per member"
-    );
+    drained_session_record(&store, session.token, &want, with_items as u64).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

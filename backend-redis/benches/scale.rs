@@ -23,8 +23,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use liveness_conformance::bench_util;
 use liveness_conformance::scale::{self, ScaleOptions};
-use liveness_core::{Acquire, HeartbeatConfig, HolderId, Key, LeaseStore, Store, Ttl};
+use liveness_core::{HeartbeatConfig, HolderId, LeaseStore, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
 
 mod common;
@@ -237,20 +238,7 @@ async fn framework_renewals(
         .with_response_timeout(Duration::from_secs(10))?;
     let store = RedisStore::connect(config).await?;
     let holder = HolderId::new("scale-alone")?;
-    let mut leases = Vec::with_capacity(members);
-    for chunk in (0..members).collect::<Vec<_>>().chunks(1000) {
-        let mut asks = Vec::with_capacity(chunk.len());
-        for i in chunk {
-            asks.push(Acquire::new(
-                Key::parse(&format!("members/m{i}"))?,
-                holder.clone(),
-                ttl,
-            ));
-        }
-        for taken in store.acquire_many(&asks).await? {
-            leases.push(taken?);
-        }
-    }
+    let mut leases = bench_util::member_leases_batched(&store, "m", members, &holder, ttl).await?;
     let Ok(before) = server_cpu_of(url).await else {
         return Ok(None);
     };

@@ -27,9 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::Args;
+use liveness_conformance::bench_util;
 use liveness_core::{
-    Acquire, Checker, CheckerConfig, EnqueueOptions, Event, EventBus, HolderId, ItemStore, Key,
-    Lease, LeaseStore, Name, Namespace, Space, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, HolderId, ItemStore, Key, Lease,
+    LeaseStore, Name, Namespace, Space, Store, Ttl,
 };
 use liveness_redis::RedisStore;
 
@@ -103,24 +104,9 @@ async fn victim(url: &str, ns: &str, leases: bool, members: usize, ttl: Ttl) {
     let every = ttl.duration() / 3;
     let session_key = Key::new(Space::sessions(), name("victim"));
     let (session, mine): (Option<Lease>, Vec<Lease>) = if leases {
-        let mut mine = Vec::with_capacity(members);
-        for chunk in (0..members).collect::<Vec<_>>().chunks(1000) {
-            let asks: Vec<Acquire> = chunk
-                .iter()
-                .map(|i| Acquire {
-                    key: Key::new(Space::members(), name(&format!("v-{i}"))),
-                    holder: holder.clone(),
-                    ttl,
-                })
-                .collect();
-            for answer in store
-                .acquire_many(&asks)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-            {
-                mine.push(answer.unwrap_or_else(|e| panic!("acquire: {e}")));
-            }
-        }
+        let mine = bench_util::member_leases_batched(store.as_ref(), "v-", members, &holder, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("acquire: {e}"));
         (None, mine)
     } else {
         let session = store

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::paced::renew_paced;
-use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space};
+use liveness_conformance::bench_util;
+use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space};
 use liveness_redis::RedisStore;
 use liveness_testkit::redis::RedisServer;
 
@@ -230,23 +231,9 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
     } = run;
     let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
     let start = Instant::now();
-    let mut leases = Vec::with_capacity(o.members);
-    for chunk in (0..o.members).collect::<Vec<_>>().chunks(1000) {
-        let asks: Vec<Acquire> = chunk
-            .iter()
-            .map(|i| {
-                let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
-                Acquire::new(key, holder.clone(), o.ttl)
-            })
-            .collect();
-        for taken in store
-            .acquire_many(&asks)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-        {
-            leases.push(taken.unwrap_or_else(|e| panic!("acquire: {e}")));
-        }
-    }
+    let leases = bench_util::member_leases_batched(&store, "m", o.members, &holder, o.ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire: {e}"));
     let join = start.elapsed();
     let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
     // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks

@@ -353,8 +353,21 @@ impl RedisStore {
         ttl: Ttl,
         reply: Value,
     ) -> Result<Lease> {
-        let mut reply = array(op, reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
+        self.taken(op, key, holder, ttl, &mut array(op, reply)?.into_iter())
+    }
+
+    /// The answer a reply of an acquire or a join leads with: `1, token`, the lease
+    /// taken for `ttl`, or `0, holder, token`, `Held` by a live lease. What follows
+    /// stays in `fields`.
+    pub(crate) fn taken(
+        &self,
+        op: &'static str,
+        key: &Key,
+        holder: &HolderId,
+        ttl: Ttl,
+        fields: &mut impl Iterator<Item = Value>,
+    ) -> Result<Lease> {
+        let mut next = || fields.next().unwrap_or(Value::Nil);
         match int(op, &next())? {
             1 => {
                 let token = uint(op, &next())?;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathRecord, Error, ExpiredLease, FencingToken, HolderId, Key,
-    Lease, LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
+    LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
 };
 use redis::{Script, ScriptInvocation, Value};
 
@@ -90,35 +90,13 @@ impl RedisStore {
         holder: &HolderId,
         reply: Value,
     ) -> Result<Lease> {
-        let mut reply = array(op, reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
-        match int(op, &next())? {
-            1 => {
-                let token = FencingToken(uint(op, &next())?);
-                let left = int(op, &next())?;
-                let granted = Lease::granted(
-                    &self.info.issuer,
-                    key.clone(),
-                    holder.clone(),
-                    token,
-                    session.ttl,
-                );
-                Ok(Lease {
-                    expires_in: us(left),
-                    ..granted
-                })
-            }
-            0 => {
-                let held_by = text(op, next())?;
-                Err(Error::Held {
-                    key: key.clone(),
-                    holder: HolderId::new(held_by)
-                        .map_err(|_| unexpected(op, "an invalid stored holder"))?,
-                    token: FencingToken(uint(op, &next())?),
-                })
-            }
-            _ => Err(unexpected(op, "an unknown status")),
-        }
+        let mut fields = array(op, reply)?.into_iter();
+        let granted = self.taken(op, key, holder, session.ttl, &mut fields)?;
+        let left = int(op, &fields.next().unwrap_or(Value::Nil))?;
+        Ok(Lease {
+            expires_in: us(left),
+            ..granted
+        })
     }
 }
 

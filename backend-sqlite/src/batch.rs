@@ -2,7 +2,7 @@
 //! `reap_many`, `requeue_orphans_many`): each is one write transaction at one instant, so one
 //! commit (one fsync with `synchronous=full`) for the whole batch instead of one per
 //! entry; and the per-entry steps they share with the single calls, which run one of
-//! them in a write transaction of their own ([`SqliteStore::acquire_at`],
+//! them in a write transaction of their own ([`SqliteStore::take_at`],
 //! [`SqliteStore::renew_at`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every entry is run.
 
@@ -18,7 +18,7 @@ use liveness_core::{
 use liveness_core::{ItemStore, LeaseStore};
 use sqlx::sqlite::SqliteConnection;
 
-use crate::core::{as_db, get_u64, to_i64, Current, SqliteStore};
+use crate::core::{as_db, get_u64, to_i64, Current, SqliteStore, Write};
 use crate::error::{corrupt, map};
 use crate::BACKEND;
 
@@ -56,6 +56,7 @@ const PUT_MEMBER: &str = "INSERT INTO liveness_leases \
 
 /// The session a member joins ([`SqliteStore::take_at`]): its lease, found current and
 /// live, and when it expires.
+#[derive(Clone, Copy)]
 pub(crate) struct Ride<'a> {
     /// The session's lease.
     pub(crate) session: &'a Lease,
@@ -101,7 +102,7 @@ impl SqliteStore {
     pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
         let out = self
             .in_one_write(asks, |store, conn, ask, now| {
-                Box::pin(store.acquire_at(conn, &ask.key, &ask.holder, ask.ttl, now))
+                Box::pin(store.take_at(conn, &ask.key, &ask.holder, ask.ttl, now, None))
             })
             .await?;
         if out.iter().any(|(_, buried)| *buried) {
@@ -111,13 +112,32 @@ impl SqliteStore {
     }
 
     /// When the session `session` a member joins expires, as the write transaction
-    /// that read `cur` (its key's current lease) sees it; `Lost` when it is not
-    /// current and live, or is itself a member (only a lease of its own is ridden).
-    pub(crate) fn ride_until(session: &Lease, cur: &Current) -> Result<i64> {
-        match (Self::lost(session, cur), &cur.lease) {
+    /// that read `cur` (its key's current lease) sees it; why it is lost when it is
+    /// not current and live, or is itself a member (only a lease of its own is ridden).
+    fn ride_until(session: &Lease, cur: &Current) -> std::result::Result<i64, LostCause> {
+        match (Self::lost_cause(session, cur), &cur.lease) {
             (Some(lost), _) => Err(lost),
             (None, Some(held)) if !held.rides => Ok(held.until),
-            (None, _) => Err(session.lost(LostCause::Superseded)),
+            (None, _) => Err(LostCause::Superseded),
+        }
+    }
+
+    /// Opens the write transaction of a join into `session` and judges the session in
+    /// it once ([`SqliteStore::ride_until`]): the transaction, its instant and the
+    /// session to ride; or why the session is lost, the transaction rolled back.
+    pub(crate) async fn open_ride<'a>(
+        &'a self,
+        session: &'a Lease,
+    ) -> Result<std::result::Result<(Write<'a>, i64, Ride<'a>), LostCause>> {
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &session.key, now).await?;
+        match Self::ride_until(session, &cur) {
+            Ok(until) => Ok(Ok((w, now, Ride { session, until }))),
+            Err(lost) => {
+                w.rollback().await?;
+                Ok(Err(lost))
+            }
         }
     }
 
@@ -133,25 +153,13 @@ impl SqliteStore {
         if asks.is_empty() {
             return Ok(Vec::new());
         }
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        let cur = self.current(w.conn(), &session.key, now).await?;
-        let until = match Self::ride_until(session, &cur) {
-            Ok(until) => until,
-            Err(_) => {
-                w.rollback().await?;
-                let lost = |_| {
-                    Err(Self::ride_until(session, &cur)
-                        .err()
-                        .unwrap_or_else(|| session.lost(LostCause::Superseded)))
-                };
-                return Ok(asks.iter().map(lost).collect());
-            }
+        let (mut w, now, ride) = match self.open_ride(session).await? {
+            Ok(open) => open,
+            Err(lost) => return Ok(asks.iter().map(|_| Err(session.lost(lost))).collect()),
         };
         let mut out = Vec::with_capacity(asks.len());
         let mut buried = false;
         for (key, holder) in asks {
-            let ride = Ride { session, until };
             let (joined, retired) = self
                 .take_at(w.conn(), key, holder, session.ttl, now, Some(ride))
                 .await?;
@@ -224,22 +232,12 @@ impl SqliteStore {
     /// (dead set, death record) first; the flag says so, for the caller to wake this
     /// process's waiters after the commit. The outer error is a fault of the store
     /// itself.
-    pub(crate) async fn acquire_at(
-        &self,
-        conn: &mut SqliteConnection,
-        key: &Key,
-        holder: &HolderId,
-        ttl: Ttl,
-        now: i64,
-    ) -> Result<(Result<Lease>, bool)> {
-        self.take_at(conn, key, holder, ttl, now, None).await
-    }
-
-    /// [`SqliteStore::acquire_at`], or with `ride` the join of a member riding that
-    /// session ([`LeaseStore::join_session`]: no expiry of its own, the session's
-    /// ttl; the answer has the session's time left). A live lease on the key (its own,
-    /// or one riding a live session) is `Held`; an expired one, or one whose session
-    /// is expired or gone, is buried first (cause superseded).
+    ///
+    /// With `ride`, it is the join of a member riding that session
+    /// ([`LeaseStore::join_session`]: no expiry of its own, the session's ttl; the
+    /// answer has the session's time left). A live lease on the key (its own, or one
+    /// riding a live session) is `Held`; an expired one, or one whose session is
+    /// expired or gone, is buried first (cause superseded).
     pub(crate) async fn take_at(
         &self,
         conn: &mut SqliteConnection,
@@ -275,22 +273,17 @@ impl SqliteStore {
             retired = true;
         }
         let token = self.next(conn, NEXT_TOKEN).await?;
+        let put = |statement| {
+            self.query(statement)
+                .bind(key.space().as_ref())
+                .bind(key.name().as_ref())
+                .bind(holder.as_ref())
+                .bind(token)
+                .bind(ttl_ms)
+        };
         let put = match &ride {
-            None => self
-                .query(PUT_LEASE)
-                .bind(key.space().as_ref())
-                .bind(key.name().as_ref())
-                .bind(holder.as_ref())
-                .bind(token)
-                .bind(ttl_ms)
-                .bind(cur.now.saturating_add(ttl_ms)),
-            Some(ride) => self
-                .query(PUT_MEMBER)
-                .bind(key.space().as_ref())
-                .bind(key.name().as_ref())
-                .bind(holder.as_ref())
-                .bind(token)
-                .bind(ttl_ms)
+            None => put(PUT_LEASE).bind(cur.now.saturating_add(ttl_ms)),
+            Some(ride) => put(PUT_MEMBER)
                 .bind(ride.session.key.name().as_ref())
                 .bind(to_i64(ride.session.token.0, "token")?),
         };

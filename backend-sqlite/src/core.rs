@@ -177,6 +177,16 @@ impl Write<'_> {
     pub(crate) async fn rollback(self) -> Result<()> {
         self.tx.rollback().await.map_err(map)
     }
+
+    /// Commits when `keep`, else rolls back: how a single call ends by its answer (a
+    /// refusal writes nothing).
+    pub(crate) async fn commit_if(self, keep: bool) -> Result<()> {
+        if keep {
+            self.commit().await
+        } else {
+            self.rollback().await
+        }
+    }
 }
 
 /// When the lease row aliased `l` expires, in milliseconds of the store clock: its
@@ -411,13 +421,17 @@ impl SqliteStore {
 
     /// Why `lease` is not current and live, or `None` when it is.
     pub(crate) fn lost(lease: &Lease, cur: &Current) -> Option<Error> {
-        let reason = match &cur.lease {
-            None => LostCause::Released,
-            Some(held) if held.token != lease.token.0 => LostCause::Superseded,
-            Some(held) if cur.now >= held.until => LostCause::Expired,
-            Some(_) => return None,
-        };
-        Some(lease.lost(reason))
+        Self::lost_cause(lease, cur).map(|cause| lease.lost(cause))
+    }
+
+    /// [`SqliteStore::lost`]'s reason alone.
+    pub(crate) fn lost_cause(lease: &Lease, cur: &Current) -> Option<LostCause> {
+        match &cur.lease {
+            None => Some(LostCause::Released),
+            Some(held) if held.token != lease.token.0 => Some(LostCause::Superseded),
+            Some(held) if cur.now >= held.until => Some(LostCause::Expired),
+            Some(_) => None,
+        }
     }
 
     /// A statement of this namespace: `?1` is bound to it.

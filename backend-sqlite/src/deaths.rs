@@ -328,13 +328,7 @@ impl SqliteStore {
         let t = as_db(token.0);
         let mut out = Requeued::default();
         if self.riders_left(conn, t).await? {
-            let dead = self
-                .query(IS_DEAD)
-                .bind(t)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(map)?;
-            if dead.is_none() {
+            if self.token_row(conn, IS_DEAD, t).await?.is_none() {
                 // A live session's token: its members are not dead.
                 return Ok(None);
             }
@@ -343,13 +337,7 @@ impl SqliteStore {
                 return Ok(Some(out));
             }
         }
-        let forgotten = self
-            .query(FORGET_DEAD)
-            .bind(t)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map)?;
-        let Some(forgotten) = forgotten else {
+        let Some(forgotten) = self.token_row(conn, FORGET_DEAD, t).await? else {
             return Ok((!out.retired.is_empty()).then_some(out));
         };
         let linked: Option<i64> = forgotten.try_get(0).map_err(map)?;
@@ -376,13 +364,21 @@ impl SqliteStore {
 
     /// Whether members ride session token `token`.
     async fn riders_left(&self, conn: &mut SqliteConnection, token: i64) -> Result<bool> {
-        let row = self
-            .query(RIDERS_LEFT)
+        Ok(self.token_row(conn, RIDERS_LEFT, token).await?.is_some())
+    }
+
+    /// The row, if any, that `statement` (?1 ns, ?2 token) answers for `token`.
+    async fn token_row(
+        &self,
+        conn: &mut SqliteConnection,
+        statement: &'static str,
+        token: i64,
+    ) -> Result<Option<SqliteRow>> {
+        self.query(statement)
             .bind(token)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await
-            .map_err(map)?;
-        Ok(row.is_some())
+            .map_err(map)
     }
 
     /// Retires up to `budget` of the members riding the dead session `token`, lowering
@@ -409,26 +405,18 @@ impl SqliteStore {
         let Some(end) = end else {
             return Ok(Vec::new());
         };
-        let seq: Option<i64> = sqlx::query_scalar(DEATH_OF)
-            .bind(self.ns.as_ref())
-            .bind(token)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map)?;
-        self.query(DRAIN_BURY)
-            .bind(token)
-            .bind(end)
+        let seq: Option<i64> = match self.token_row(conn, DEATH_OF, token).await? {
+            Some(row) => row.try_get(0).map_err(map)?,
+            None => None,
+        };
+        // Both statements act on the batch: ?2 the session's token, ?3 the batch's end.
+        let on_batch = |statement| self.query(statement).bind(token).bind(end);
+        on_batch(DRAIN_BURY)
             .bind(seq)
             .execute(&mut *conn)
             .await
             .map_err(map)?;
-        let rows = self
-            .query(DRAIN)
-            .bind(token)
-            .bind(end)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map)?;
+        let rows = on_batch(DRAIN).fetch_all(&mut *conn).await.map_err(map)?;
         *budget = budget.saturating_sub(rows.len());
         if let Some(seq) = seq {
             self.query(RETIRED_UNDER)

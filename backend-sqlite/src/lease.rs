@@ -13,7 +13,6 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 use tokio::sync::watch;
 
-use crate::batch::Ride;
 use crate::core::{get_text, get_u64, limit_param, live_until, status_at, SqliteStore};
 use crate::error::{corrupt, map};
 
@@ -66,12 +65,8 @@ impl LeaseStore for SqliteStore {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let mut w = self.write().await?;
         let now = self.now()?;
-        let (taken, retired) = self.acquire_at(w.conn(), key, holder, ttl, now).await?;
-        if taken.is_ok() {
-            w.commit().await?;
-        } else {
-            w.rollback().await?;
-        }
+        let (taken, retired) = self.take_at(w.conn(), key, holder, ttl, now, None).await?;
+        w.commit_if(taken.is_ok()).await?;
         if retired {
             tick(&self.wake);
         }
@@ -83,25 +78,14 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        let cur = self.current(w.conn(), &session.key, now).await?;
-        let until = match Self::ride_until(session, &cur) {
-            Ok(until) => until,
-            Err(e) => {
-                w.rollback().await?;
-                return Err(e);
-            }
+        let (mut w, now, ride) = match self.open_ride(session).await? {
+            Ok(open) => open,
+            Err(lost) => return Err(session.lost(lost)),
         };
-        let ride = Ride { session, until };
         let (joined, retired) = self
             .take_at(w.conn(), key, holder, session.ttl, now, Some(ride))
             .await?;
-        if joined.is_ok() {
-            w.commit().await?;
-        } else {
-            w.rollback().await?;
-        }
+        w.commit_if(joined.is_ok()).await?;
         if retired {
             tick(&self.wake);
         }
@@ -123,11 +107,7 @@ impl LeaseStore for SqliteStore {
         let mut w = self.write().await?;
         let now = self.now()?;
         let renewed = self.renew_at(w.conn(), lease, now).await?;
-        if renewed.is_ok() {
-            w.commit().await?;
-        } else {
-            w.rollback().await?;
-        }
+        w.commit_if(renewed.is_ok()).await?;
         renewed
     }
 

@@ -6,15 +6,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use liveness_conformance::fixtures::{owners_with_items, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
-use std::time::Duration;
 
 mod common;
 
 use liveness_core::{
-    Acquire, DeathCause, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease,
-    LeaseStore, Ttl,
+    Acquire, DeathCause, FencingToken, HolderId, ItemId, ItemStore, Key, Lease, LeaseStore, Ttl,
 };
 
 /// A store on a fresh file with one connection, and the count of its commits (a
@@ -77,35 +76,9 @@ async fn expired_owners(store: &SqliteStore, prefix: &str, n: usize) -> Vec<(Lea
     // Short, but long enough for its claim to come in time on a loaded machine (a
     // 100 ms lease once expired between its acquire and its claim).
     let short = Ttl::from_millis(600).unwrap();
-    let mut out = Vec::new();
-    for i in 0..n {
-        let key = Key::member(&format!("{prefix}{i}")).unwrap();
-        let lease = store
-            .acquire(&key, &HolderId::new("w").unwrap(), short)
-            .await
-            .unwrap();
-        let id = store
-            .enqueue(format!("{prefix}{i}").as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-        assert_eq!(
-            store.claim(&lease, 1).await.unwrap(),
-            vec![id_item(store, id).await]
-        );
-        out.push((lease, id));
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    for (lease, _) in &out {
-        while store.inspect(&lease.key).await.unwrap().unwrap().is_live() {
-            assert!(std::time::Instant::now() < deadline, "never expired");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let out = owners_with_items(store, prefix, n, short).await;
+    wait_expired(store, out.iter().map(|(lease, _)| lease)).await;
     out
-}
-
-async fn id_item(store: &SqliteStore, id: ItemId) -> liveness_core::Item {
-    store.item(id).await.unwrap().unwrap().item
 }
 
 /// A checker round's deaths commit once, not once per lease, and each entry is

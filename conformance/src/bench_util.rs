@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use liveness_core::{HolderId, Key, Lease, LeaseStore, Ttl};
+use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Result, Ttl};
 use tokio::time::Instant;
 
 /// Acquires `n` member leases `{prefix}0`, `{prefix}1`, … for `holder`, one at a
@@ -32,6 +32,36 @@ pub async fn member_leases<S: LeaseStore + ?Sized>(
         leases.push(lease);
     }
     leases
+}
+
+/// Takes `n` member leases `{prefix}0`, `{prefix}1`, … for `holder` in `acquire_many`
+/// calls of at most 1,000 (a fleet too large to take one lease at a time). The first
+/// refusal ends it with that error.
+pub async fn member_leases_batched<S: LeaseStore + ?Sized>(
+    store: &S,
+    prefix: &str,
+    n: usize,
+    holder: &HolderId,
+    ttl: Ttl,
+) -> Result<Vec<Lease>> {
+    let batch = store.capabilities().max_batch.clamp(1, 1000);
+    let mut leases = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
+        let asks = chunk
+            .iter()
+            .map(|i| {
+                Ok(Acquire::new(
+                    Key::member(&format!("{prefix}{i}"))?,
+                    holder.clone(),
+                    ttl,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for taken in store.acquire_many(&asks).await? {
+            leases.push(taken?);
+        }
+    }
+    Ok(leases)
 }
 
 /// Runs `op` in a loop for `seconds` on each of `workers`, each in its own task, and

@@ -21,8 +21,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
+    wait_for(what, deadline, || {
+        let holds = cond();
+        async move { holds.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `op` every 20 ms until it answers `Some`, and returns what it holds; panics
+/// naming `what` after `deadline`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
     let until = Instant::now() + deadline;
-    while !cond().await {
+    loop {
+        if let Some(found) = op().await {
+            return found;
+        }
         assert!(
             Instant::now() < until,
             "timed out after {deadline:?} waiting until {what}"

@@ -401,6 +401,14 @@ impl Side {
         }
     }
 
+    /// The `i`th token handed out; one no lease ever had when there is none.
+    fn token(&self, i: usize) -> FencingToken {
+        self.tokens
+            .get(i)
+            .copied()
+            .unwrap_or(FencingToken(u64::MAX))
+    }
+
     fn tok(&self, t: FencingToken) -> usize {
         self.tokens
             .iter()
@@ -514,32 +522,18 @@ impl Side {
                     Err(e) => self.err(e),
                 },
             },
-            Op::ReapSession(n, t) => {
-                let token = self
-                    .tokens
-                    .get(*t)
-                    .copied()
-                    .unwrap_or(FencingToken(u64::MAX));
-                match s.reap(&session_key(*n), token).await {
-                    Ok(b) => Seen::Bool(b),
-                    Err(e) => self.err(e),
-                }
-            }
+            Op::ReapSession(n, t) => match s.reap(&session_key(*n), self.token(*t)).await {
+                Ok(b) => Seen::Bool(b),
+                Err(e) => self.err(e),
+            },
             Op::DrainSession(n) => match self.sessions.get(n) {
                 None => Seen::Skipped,
                 Some(l) => self.requeue(l.token).await,
             },
-            Op::Reap(k, t) => {
-                let token = self
-                    .tokens
-                    .get(*t)
-                    .copied()
-                    .unwrap_or(FencingToken(u64::MAX));
-                match s.reap(&key(*k), token).await {
-                    Ok(b) => Seen::Bool(b),
-                    Err(e) => self.err(e),
-                }
-            }
+            Op::Reap(k, t) => match s.reap(&key(*k), self.token(*t)).await {
+                Ok(b) => Seen::Bool(b),
+                Err(e) => self.err(e),
+            },
             Op::Enqueue(max) => {
                 let payload = format!("p{}", self.ids.len());
                 match s
@@ -588,14 +582,7 @@ impl Side {
                 },
                 _ => Seen::Skipped,
             },
-            Op::Requeue(t) => {
-                let token = self
-                    .tokens
-                    .get(*t)
-                    .copied()
-                    .unwrap_or(FencingToken(u64::MAX));
-                self.requeue(token).await
-            }
+            Op::Requeue(t) => self.requeue(self.token(*t)).await,
             Op::DeadTokens => match s.dead_tokens(1000).await {
                 Ok(d) => Seen::Tokens(d.iter().map(|d| self.tok(d.token)).collect()),
                 Err(e) => self.err(e),

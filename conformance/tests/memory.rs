@@ -56,9 +56,5 @@ fn fault_simulation_catches_careless_workers() {
         };
         simulate(store, config).await
     });
-    assert!(
-        outcome.violations.iter().any(|v| v.contains("still acted")),
-        "careless workers went unnoticed: {:?}",
-        outcome.violations
-    );
+    outcome.assert_caught("careless workers", &["still acted"]);
 }

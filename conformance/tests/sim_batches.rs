@@ -48,14 +48,7 @@ async fn a_seeded_reap_many_bug_is_caught_by_the_simulation() {
     let buggy: Arc<dyn Store> =
         Arc::new(Intercepted::new(memory(), Arc::new(ReapManySkipsItsLast)));
     let outcome = simulate(checked(buggy), config()).await;
-    assert!(
-        outcome
-            .violations
-            .iter()
-            .any(|v| v.contains("reaped") && v.contains("times")),
-        "the seeded reap_many bug went unseen; violations: {:?}",
-        outcome.violations
-    );
+    outcome.assert_caught("the seeded reap_many bug", &["reaped", "times"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,13 +94,9 @@ async fn a_drain_that_retires_a_member_twice_is_caught() {
     let buggy: Arc<dyn Store> =
         Arc::new(Intercepted::new(memory(), Arc::new(DrainRetiresOneTwice)));
     let outcome = run(buggy, config(1)).await;
-    assert!(
-        outcome
-            .violations
-            .iter()
-            .any(|v| v.contains("retired by a session drain") && v.contains("2 times")),
-        "the drain's double retirement went unseen: {:?}",
-        outcome.violations
+    outcome.assert_caught(
+        "the drain's double retirement",
+        &["retired by a session drain", "2 times"],
     );
 }
 
@@ -111,12 +107,8 @@ async fn members_acting_past_their_session_deadline_are_caught() {
         ..config(7)
     };
     let outcome = run(memory(), config).await;
-    assert!(
-        outcome
-            .violations
-            .iter()
-            .any(|v| v.contains("past its deadline")),
-        "members acting past their session's deadline went unseen: {:?}",
-        outcome.violations
+    outcome.assert_caught(
+        "members acting past their session's deadline",
+        &["past its deadline"],
     );
 }

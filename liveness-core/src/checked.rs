@@ -60,6 +60,19 @@ pub fn checked(store: Arc<dyn Store>) -> Arc<dyn Store> {
     Arc::new(CheckInput).layer(store)
 }
 
+/// [`rejoin`] for a batch answered by `Reply::$op`: the kept entries sent as one
+/// `$batch` request, and its answers merged with the refusals into that reply.
+macro_rules! rejoin_as {
+    ($op:ident, $refused:expr, $kept:expr, $batch:expr, $next:expr) => {
+        rejoin($refused, $kept, $batch, $next, |r| match r {
+            Reply::$op(v) => Ok(v),
+            other => Err(other),
+        })
+        .await
+        .map(Reply::$op)
+    };
+}
+
 #[async_trait]
 impl Intercept for CheckInput {
     fn checks_input(&self) -> bool {
@@ -77,12 +90,7 @@ impl Intercept for CheckInput {
             Request::AcquireMany(asks) => {
                 check_batch(caps, "acquires", asks.len())?;
                 let (asks, refused) = sift(asks, |a| caps.check_ttl(a.ttl));
-                return rejoin(refused, asks, Request::AcquireMany, next, |r| match r {
-                    Reply::AcquireMany(v) => Ok(v),
-                    other => Err(other),
-                })
-                .await
-                .map(Reply::AcquireMany);
+                return rejoin_as!(AcquireMany, refused, asks, Request::AcquireMany, next);
             }
             Request::Renew(lease) => {
                 lease.check_issuer(issuer)?;
@@ -95,12 +103,7 @@ impl Intercept for CheckInput {
                     l.check_issuer(issuer)?;
                     caps.check_ttl(l.ttl)
                 });
-                return rejoin(refused, leases, Request::RenewMany, next, |r| match r {
-                    Reply::RenewMany(v) => Ok(v),
-                    other => Err(other),
-                })
-                .await
-                .map(Reply::RenewMany);
+                return rejoin_as!(RenewMany, refused, leases, Request::RenewMany, next);
             }
             Request::ReapMany(pairs) => {
                 check_batch(caps, "expired", pairs.len())?;
@@ -141,12 +144,7 @@ impl Intercept for CheckInput {
                     false => Ok(()),
                 });
                 let batch = |asks| Request::JoinSessionMany { session, asks };
-                return rejoin(refused, asks, batch, next, |r| match r {
-                    Reply::JoinSessionMany(v) => Ok(v),
-                    other => Err(other),
-                })
-                .await
-                .map(Reply::JoinSessionMany);
+                return rejoin_as!(JoinSessionMany, refused, asks, batch, next);
             }
             Request::Complete { lease, id } => {
                 lease.check_issuer(issuer)?;

@@ -373,12 +373,13 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
 end
 
 -- Clears `lease_key` (space expiry zset `expiry_key`, dead set `dead_key`; `name` and
--- `key_text` "space/name" name the key) for a new lease at `now`, under the namespace
--- `prefix` whose token counter is `tokens_key`: the step acquire_one and join_one share.
+-- `key_text` "space/name" name the key) for a new lease at `now`, drawing its token from
+-- the namespace's counter `tokens_key`: the step acquire_one and join_one share.
 -- A live lease on the key wins: returns nil and {0, holder, token}. An expired one is
 -- retired first (dead set, death record, cause '2'). Else returns the new token.
-local function take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
-                        key_text, retention, now)
+local function take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_text,
+                        retention, now)
+  local prefix = prefix_of(lease_key)
   local rec = redis.call('HMGET', lease_key, 'h', 't', 'e', 'ttl', 'ep', 's', 'st')
   if rec[2] then
     if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
@@ -399,15 +400,14 @@ end
 -- {1, token} or {0, holder, token} when a live lease holds the key.
 local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
                            key_text, retention, now)
-  local prefix = prefix_of(lease_key)
-  local token, held = take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
-    key_text, retention, now)
+  local token, held = take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_text,
+    retention, now)
   if not token then
     return held
   end
   local exp = s(now + tonumber(ttl) * 1000)
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', ttl, 'e', exp,
-    'ep', stamp(prefix), 'ix', exp)
+    'ep', stamp(prefix_of(lease_key)), 'ix', exp)
   redis.call('ZADD', expiry_key, exp, name)
   return {1, token}
 end
@@ -439,14 +439,13 @@ end
 local function join_one(session_key, session_token, session_ttl, until_us, lease_key,
                         expiry_key, tokens_key, dead_key, name, holder, key_text,
                         retention, now)
-  local prefix = prefix_of(session_key)
-  local token, held = take_key(prefix, lease_key, expiry_key, tokens_key, dead_key, name,
-    key_text, retention, now)
+  local token, held = take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_text,
+    retention, now)
   if not token then
     return held
   end
   redis.call('HSET', lease_key, 'h', holder, 't', token, 'ttl', session_ttl, 's',
     session_key, 'st', session_token)
-  redis.call('SADD', prefix .. 'sm:' .. session_token, key_text)
+  redis.call('SADD', prefix_of(session_key) .. 'sm:' .. session_token, key_text)
   return {1, token, until_us - now}
 end

@@ -15,6 +15,7 @@ use liveness_core::{
 };
 
 use super::leases::holder;
+use crate::fixtures::drained_session_record;
 use crate::{member_key, Ctx};
 
 /// A fresh key of the `sessions` space.
@@ -232,17 +233,8 @@ pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
             dead_lettered: 0
         }
     );
-    let deaths = s.deaths(None, 100).await.unwrap();
-    let of_session: Vec<_> = deaths.iter().filter(|d| d.token == session.token).collect();
-    assert_eq!(of_session.len(), 1, "one record for the session");
-    assert_eq!(of_session[0].cause, DeathCause::Reaped);
-    let swept = of_session[0].swept.expect("the session's record swept");
-    assert_eq!(swept.requeued, n as u64, "it counts its members' items");
-    assert_eq!(swept.members, n as u64, "it counts its members");
-    assert!(
-        deaths.iter().all(|d| !want.contains(&d.token)),
-        "no record per member"
-    );
+    let record = drained_session_record(s.as_ref(), session.token, &want, n as u64).await;
+    assert_eq!(record.cause, DeathCause::Reaped);
 }
 
 /// Two sweepers racing over one dead session retire each member exactly once between

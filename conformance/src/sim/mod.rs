@@ -166,6 +166,24 @@ pub struct Outcome {
     pub tail: String,
 }
 
+impl Outcome {
+    /// Asserts that one violation mentions every one of `words`: that the oracles
+    /// caught `what`, the bug a test seeded.
+    ///
+    /// # Panics
+    ///
+    /// When no violation does, naming `what` and listing the violations.
+    pub fn assert_caught(&self, what: &str, words: &[&str]) {
+        assert!(
+            self.violations
+                .iter()
+                .any(|v| words.iter().all(|w| v.contains(w))),
+            "{what} went unseen; violations: {:?}",
+            self.violations
+        );
+    }
+}
+
 /// The members each session host runs in [`run_session_seeds`].
 pub const RIDERS: usize = 2;
 
