@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Error, Event, EventBus, HolderLoss, ItemCounts, LostCause, Member, MemberConfig, Store,
-    TokioClock,
+    Capabilities, Clock, Error, Event, EventBus, HolderLoss, ItemCounts, LostCause, Member,
+    MemberConfig, MemoryServer, Session, SessionConfig, Store, TokioClock,
 };
 use tokio::time::Instant;
 
 mod common;
-use common::{enqueue_job, memory, ttl};
+use common::{enqueue_job, memory, ns, ttl};
 
 const TTL_MS: u64 = 3000;
 const PROGRESS_TIMEOUT: Duration = Duration::from_millis(2000);
@@ -149,5 +149,52 @@ async fn a_progress_timeout_out_of_range_is_refused() {
             Err(Error::InvalidInput { what, .. }) => assert_eq!(what, "progress_timeout"),
             other => panic!("progress_timeout {bad:?} answered {other:?}"),
         }
+    }
+}
+
+/// Members riding a session are watched by the session's one task, not a task each:
+/// every stalled rider is still noticed within a second of its own timeout, however
+/// the riders' timeouts fall between one another and however long the timeout.
+#[tokio::test(start_paused = true)]
+async fn riders_are_noticed_on_time_whatever_their_timeouts() {
+    let caps = Capabilities {
+        sessions: true,
+        ..Capabilities::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap();
+    let session = Session::open(store.clone(), config.clock(clock.clone()))
+        .await
+        .unwrap();
+    let timeout = Duration::from_secs(40);
+    let mut riders = Vec::new();
+    for i in 0..8 {
+        enqueue_job(&store).await;
+        let config = MemberConfig::new(&format!("r{i}"), ttl(TTL_MS))
+            .unwrap()
+            .clock(clock.clone())
+            .progress_timeout(timeout);
+        let member = session.join_with(config).await.unwrap();
+        let claimed = member.claim(1).await.unwrap();
+        let fired = common::when_fired(claimed[0].cancel.clone());
+        // Claiming was the member's last progress.
+        riders.push((member, claimed, Instant::now(), fired));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for (member, claimed, stalled_from, fired) in riders {
+        let noticed = fired.await.unwrap() - stalled_from;
+        assert!(
+            noticed >= timeout && noticed <= timeout + Duration::from_secs(1),
+            "{} stalled {timeout:?} after its last progress and was noticed after {noticed:?}",
+            member.key()
+        );
+        assert!(matches!(
+            claimed[0].check(),
+            Err(Error::Lost {
+                reason: LostCause::Stalled,
+                ..
+            })
+        ));
     }
 }

@@ -83,8 +83,8 @@ pub struct MemberConfig {
     /// legitimately takes longer calls [`Member::progress`] while it runs. Default
     /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`]. A
     /// member riding a session ([`Session::join_with`](crate::Session::join_with)) is
-    /// watched by its session's task, which looks at its riders at most every eighth
-    /// of the shortest timeout among them: a stall is noticed up to that much late.
+    /// watched by its session's task, which looks at each rider when its timeout is
+    /// due, as the member's own task would.
     pub progress_timeout: Option<Duration>,
 }
 

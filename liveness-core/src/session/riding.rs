@@ -2,7 +2,7 @@
 //! own flags), the session's registry of its riders, and, on a store without native
 //! sessions, the layer that renews the riders together with the session.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::error::{Error, LostCause, Result};
-use crate::heartbeat::{spread, wait_boot_until, Standing};
+use crate::heartbeat::{wait_boot_until, Standing};
 use crate::layer::{Intercept, Next, Reply, Request};
 use crate::lease::Lease;
 use crate::member::MemberConfig;
@@ -232,15 +232,56 @@ impl Footing {
 }
 
 /// The members riding one session, by key (weakly: a member dropped by its owner is
-/// forgotten), and when the session's task must look at them next.
+/// forgotten), and when the session's task must look at each of them next.
 #[derive(Debug, Default)]
 pub(crate) struct Riders {
     map: Mutex<HashMap<Key, Weak<Inner>>>,
-    /// The earliest moment, on the riders' clock's [`Clock::boot`], some rider must
-    /// be looked at ([`Member::tend`]); none: no rider needs it before one changes.
-    due: Mutex<Option<Duration>>,
-    /// Wakes the session's task when `due` moved earlier.
+    /// When each rider must be looked at next ([`Member::tend`]).
+    plan: Mutex<Plan>,
+    /// Wakes the session's task when the earliest planned look moved earlier.
     wake: Notify,
+}
+
+/// The looks the session's task has planned, on the riders' clock's
+/// [`Clock::boot`]: at most one per rider, read earliest first, so that a look costs
+/// the riders due then and nothing for the others.
+#[derive(Debug, Default)]
+struct Plan {
+    by_moment: BTreeSet<(Duration, Key)>,
+    of: HashMap<Key, Duration>,
+}
+
+impl Plan {
+    /// Plans a look at `key` at `at`, unless one is planned no later already. True
+    /// when it is now the earliest look of all.
+    fn look(&mut self, key: &Key, at: Duration) -> bool {
+        if let Some(&planned) = self.of.get(key) {
+            if planned <= at {
+                return false;
+            }
+            self.by_moment.remove(&(planned, key.clone()));
+        }
+        self.of.insert(key.clone(), at);
+        self.by_moment.insert((at, key.clone()));
+        self.next() == Some(at)
+    }
+
+    /// The earliest planned look.
+    fn next(&self) -> Option<Duration> {
+        self.by_moment.first().map(|(at, _)| *at)
+    }
+
+    /// The riders due by `now`, taken out of the plan.
+    fn due(&mut self, now: Duration) -> Vec<Key> {
+        let mut due = Vec::new();
+        while self.next().is_some_and(|at| at <= now) {
+            if let Some((_, key)) = self.by_moment.pop_first() {
+                self.of.remove(&key);
+                due.push(key);
+            }
+        }
+        due
+    }
 }
 
 impl Riders {
@@ -268,85 +309,63 @@ impl Riders {
         weak.iter().filter_map(Member::upgrade).collect()
     }
 
+    /// The member on `key`, if it is alive.
+    fn member(&self, key: &Key) -> Option<Member> {
+        lock(&self.map).get(key).and_then(Member::upgrade)
+    }
+
     /// Makes sure the session's task looks at `member` when it is due (a member
     /// that joined, or re-joined).
     pub(crate) fn look_at(&self, member: &Member) {
         if let Some(at) = member.due().earliest() {
-            self.due_by(at);
+            self.due_by(member.key(), at);
         }
     }
 
-    /// Makes sure the session's task looks at its riders at `at` (on the riders'
-    /// clock) at the latest: wakes it when that is earlier than it planned.
-    pub(crate) fn due_by(&self, at: Duration) {
-        if self.plan(at) {
+    /// Makes sure the session's task looks at the rider on `key` at `at` (on the
+    /// riders' clock) at the latest, waking it when that is its earliest look.
+    pub(crate) fn due_by(&self, key: &Key, at: Duration) {
+        if lock(&self.plan).look(key, at) {
             self.wake.notify_one();
         }
     }
 
-    /// Moves the next look earlier to `at`; true when it did.
-    fn plan(&self, at: Duration) -> bool {
-        let mut due = lock(&self.due);
-        let earlier = due.is_none_or(|due| at < due);
-        if earlier {
-            *due = Some(at);
-        }
-        earlier
-    }
-
-    /// The riders' tending, in the session's task: looks at every rider when one is
-    /// due ([`Member::tend`]: a loss of its own taken on, a stall), then sleeps until
-    /// the next is due or a change wakes it, until `stop` fires. Stall looks come at
-    /// most every eighth of the shortest progress timeout, jittered (a rider stalls
-    /// that much late at worst); a rider's own deadline is looked at on time.
+    /// The riders' tending, in the session's task: looks at each rider when it is
+    /// due ([`Member::tend`]: a loss of its own taken on, a stall) and plans its next
+    /// look, then sleeps until the next rider is due or a change wakes it, until
+    /// `stop` fires. A look costs the riders due then, so each is looked at on time:
+    /// at its own deadline, and when its work will have made no progress for its
+    /// progress timeout (a rider that made progress meanwhile is planned again from
+    /// its last progress).
     /// Never returns: it stops looking once `stop` fired, and the session's heartbeat
     /// ends the task (ended here, the heartbeat would be dropped mid-way, which
     /// counts its lease as lost).
     pub(crate) async fn tend(&self, clock: &dyn Clock, stop: &CancellationToken) {
         loop {
-            let due = *lock(&self.due);
             let now = clock.boot();
-            match due {
-                Some(at) if at <= now => {}
-                _ => {
-                    let nap = due.map(|at| at - now);
-                    tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => return std::future::pending().await,
-                        _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep(nap.unwrap_or_default()), if nap.is_some() => {}
-                    }
+            let (due, next) = {
+                let mut plan = lock(&self.plan);
+                (plan.due(now), plan.next())
+            };
+            if due.is_empty() {
+                let nap = next.map(|at| at.saturating_sub(now));
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return std::future::pending().await,
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(nap.unwrap_or_default()), if nap.is_some() => {}
+                }
+                continue;
+            }
+            for key in due {
+                let Some(member) = self.member(&key) else {
                     continue;
+                };
+                if let Some(at) = member.tend().earliest() {
+                    lock(&self.plan).look(&key, at);
                 }
-            }
-            *lock(&self.due) = None;
-            let mut deadline: Option<Duration> = None;
-            let mut stall: Option<(Duration, Duration)> = None;
-            for member in self.members() {
-                let due = member.tend();
-                deadline = earlier(deadline, due.deadline);
-                if let Some((at, timeout)) = due.stall {
-                    stall = Some(match stall {
-                        Some((a, t)) => (a.min(at), t.min(timeout)),
-                        None => (at, timeout),
-                    });
-                }
-            }
-            if let Some(at) = deadline {
-                self.plan(at);
-            }
-            if let Some((at, shortest)) = stall {
-                self.plan(at.max(now + spread(shortest / 8, 0.5)));
             }
         }
-    }
-}
-
-/// The earlier of two moments, either maybe missing.
-fn earlier(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 
@@ -421,7 +440,7 @@ impl Intercept for RenewRiders {
                     Err(Error::Lost { reason, .. }) => {
                         rider.lose(reason);
                         // The session's task takes the loss on, and re-joins it.
-                        self.riders.due_by(self.clock.boot());
+                        self.riders.due_by(&leases[at].key, self.clock.boot());
                     }
                     Err(e) => {
                         tracing::warn!(member = %leases[at].key, error = %e, "renewing a riding member failed")
