@@ -20,18 +20,32 @@
 //! `join_session` one member a call, then `join_session_many` in batches of
 //! `max_batch` (one call in flight, as a session re-joins its members after a loss).
 //! `--joins-only` stops after them.
+//!
+//! `--members-as-handles` measures the members as a process holds them instead: each
+//! of the `--sessions` sessions is a `liveness_core::Session` on the store (its own
+//! heartbeat task and its own connection, as a process has), its share of the members joined with `Session::join_many`
+//! (`--join-lanes` sessions at a time, default all) as `Member` handles, held through `--seconds` of steady state.
+//! Printed: the join time, the server's CPU and this process's CPU in steady state,
+//! the client's resident set per member (the handles, the session state and the
+//! runtime, against the RSS before the sessions opened), and how many members were
+//! lost (a member whose `check()` fails at the end, or whose token changed: lost and
+//! re-joined). The join rates and the per-member leases are not run then.
 
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench_util;
-use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space};
+use std::sync::Arc;
+
+use liveness_core::{
+    HolderId, Key, Lease, LeaseStore, Member, Name, Session, SessionConfig, Space, Store,
+};
 use liveness_redis::RedisStore;
 use liveness_testkit::redis::RedisServer;
 
 mod common;
-use common::{connection, store};
+use common::{connection, store, store_in};
 
 /// This process's resident set in bytes (`VmRSS`), 0 where unknown.
 fn rss() -> u64 {
@@ -251,8 +265,126 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
     purged(&store, Figures::of(o, join, before, after, used, renewed)).await
 }
 
+/// This process's CPU seconds (user + system) so far, from `/proc/self/stat` (0
+/// where unknown; clock ticks taken as 100 a second, Linux's default).
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which ends with the last `)`).
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are the 14th and 15th fields: the 12th and 13th after `)`.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The members as a process holds them: `o.sessions` real sessions, each joining its
+/// share of `o.members` with `join_many`, then held through the steady state.
+async fn handles(
+    url: &str,
+    o: &SessionOptions,
+    lanes: usize,
+    conn: &mut redis::aio::MultiplexedConnection,
+) {
+    // Each session on a store (a connection) of its own, as each process has.
+    let namespace = liveness_conformance::fresh_namespace();
+    let redis = store_in(url, namespace.clone()).await;
+    let rss0 = rss();
+    let mut sessions = Vec::with_capacity(o.sessions);
+    for p in 0..o.sessions {
+        let store: Arc<dyn Store> = Arc::new(store_in(url, namespace.clone()).await);
+        let config = SessionConfig::new(&format!("p{p}"), o.ttl).unwrap_or_else(|e| panic!("{e}"));
+        let session = Session::open(store.clone(), config).await;
+        sessions.push(session.unwrap_or_else(|e| panic!("session: {e}")));
+    }
+    let session_tokens: Vec<_> = sessions.iter().map(Session::token).collect();
+    let (mem0, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    let start = Instant::now();
+    // `lanes` sessions join at a time, each its whole share in one `join_many`.
+    let gate = Arc::new(tokio::sync::Semaphore::new(lanes.max(1)));
+    let mut joins = Vec::with_capacity(o.sessions);
+    for (p, session) in sessions.iter().enumerate() {
+        let (session, gate) = (session.clone(), gate.clone());
+        let names: Vec<String> = (p..o.members)
+            .step_by(o.sessions)
+            .map(|i| format!("m{i}"))
+            .collect();
+        joins.push(tokio::spawn(async move {
+            let _lane = gate.acquire().await;
+            let start = Instant::now();
+            let answers = session.join_many(names).await;
+            (answers, start.elapsed())
+        }));
+    }
+    let mut members: Vec<Member> = Vec::with_capacity(o.members);
+    let mut slowest = Duration::ZERO;
+    for join in joins {
+        let (answers, took) = join.await.unwrap_or_else(|e| panic!("{e}"));
+        slowest = slowest.max(took);
+        for answer in answers {
+            members.push(answer.unwrap_or_else(|e| panic!("join_many: {e}")));
+        }
+    }
+    let join = start.elapsed();
+    let (mem1, rss2) = (info(conn, "memory", "used_memory:").await, rss());
+    let tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let (cpu0, own0, commands0) = (
+        cpu(conn).await,
+        own_cpu(),
+        info(conn, "stats", "total_commands_processed:").await,
+    );
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(o.seconds)).await;
+    let wall = start.elapsed().as_secs_f64();
+    let (cpu1, own1, commands1) = (
+        cpu(conn).await,
+        own_cpu(),
+        info(conn, "stats", "total_commands_processed:").await,
+    );
+    let lost = members
+        .iter()
+        .zip(&tokens)
+        .filter(|(m, t)| m.check().ok() != Some(**t))
+        .count();
+    let sessions_lost = sessions
+        .iter()
+        .zip(&session_tokens)
+        .filter(|(s, t)| s.check().ok() != Some(**t))
+        .count();
+    let n = o.members.max(1) as f64;
+    println!(
+        "{} members as handles in {} sessions (join_many, {lanes} at a time): join {:.1} s \
+         (the slowest session's {:.1} s); steady state {:.0} s: \
+         server CPU {:.2} % of a core, client CPU {:.2} % of a core, {:.0} commands/s; \
+         server {:.0} B/member; client RSS {:.0} B/member ({:.0} MiB with the sessions, \
+         {:.0} MiB before them); lost: {lost} members, {sessions_lost} sessions",
+        o.members,
+        o.sessions,
+        join.as_secs_f64(),
+        slowest.as_secs_f64(),
+        wall,
+        (cpu1 - cpu0) / wall * 100.0,
+        (own1 - own0) / wall * 100.0,
+        (commands1 - commands0) / wall,
+        (mem1 - mem0) / n,
+        rss2.saturating_sub(rss1) as f64 / n,
+        rss2 as f64 / (1 << 20) as f64,
+        rss0 as f64 / (1 << 20) as f64,
+    );
+    drop(members);
+    drop(sessions);
+    if let Err(e) = redis.purge().await {
+        eprintln!("purge: {e}");
+    }
+}
+
 fn main() {
-    let o = SessionOptions::defaults(100_000).with_args(&Args::from_env());
+    let args = Args::from_env();
+    let o = SessionOptions::defaults(100_000).with_args(&args);
     let server = match std::env::var("LIVENESS_REDIS_URL") {
         Ok(_) => None,
         Err(_) => match RedisServer::start() {
@@ -279,6 +411,11 @@ fn main() {
             o.seconds,
             o.members
         );
+        if args.flag("--members-as-handles") {
+            let lanes = args.number("--join-lanes", o.sessions);
+            handles(&url, &o, lanes, &mut conn).await;
+            return;
+        }
         let joins = store(&url).await;
         liveness_conformance::bench::joins::print_join_rates(
             o.members,

@@ -38,7 +38,7 @@ use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
 
 mod rejoin;
 mod tended;
-pub(crate) use rejoin::{first_join, rejoin, Take};
+pub(crate) use rejoin::{attempt, born_dead, first_join, ghost_lease, rejoin, Joined, Take};
 use rejoin::{run, Background};
 pub(crate) use tended::holder_loss;
 
@@ -365,22 +365,43 @@ impl Member {
     /// [`Session::join_with`](crate::Session::join_with)): its heartbeat timing and
     /// clock are the session's, it has no batcher (it renews nothing of its own), and
     /// its checks read the session's standing.
-    pub(crate) async fn ride(session: Arc<Shared>, mut config: MemberConfig) -> Result<Member> {
+    pub(crate) async fn ride(session: Arc<Shared>, config: MemberConfig) -> Result<Member> {
+        let (config, key) = Member::riding(&session, config)?;
+        let take = Take::Ride(&session);
+        let joined = first_join(session.store(), &config, &key, take).await?;
+        Ok(Member::ridden(session, config, key, joined))
+    }
+
+    /// `config` as a member riding `session` has it (the session's timing and clock,
+    /// no batcher, validated, its instance holder id), and the member's key.
+    pub(crate) fn riding(
+        session: &Shared,
+        mut config: MemberConfig,
+    ) -> Result<(MemberConfig, Key)> {
         config.heartbeat = session.heartbeat();
         config.clock = session.clock().clone();
         config.batcher = None;
         config.validate()?;
         config.holder = config.holder.instance();
-        let store = session.store().clone();
-        let metrics = session.metrics().clone();
         let key = Key::new(crate::types::Space::members(), config.name.clone());
-        let take = Take::Ride(&session);
-        let (lease, sent, sent_on_clock, gen) = first_join(&store, &config, &key, take).await?;
-        let native = session.native();
-        let ride = gen.as_ref().map(|g| (g, native));
+        Ok((config, key))
+    }
+
+    /// The member riding `session` whose first join answered `joined` (a
+    /// [`Member::riding`] configuration and key): counted, announced, and tended by
+    /// the session's task.
+    pub(crate) fn ridden(
+        session: Arc<Shared>,
+        config: MemberConfig,
+        key: Key,
+        joined: Joined,
+    ) -> Member {
+        let (lease, sent, sent_on_clock, gen) = joined;
+        let metrics = session.metrics().clone();
+        let ride = gen.as_ref().map(|g| (g, session.native()));
         let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock, ride);
-        let member = Member::start(store, config, metrics, key, first, sent, Some(session));
-        Ok(member)
+        let store = session.store().clone();
+        Member::start(store, config, metrics, key, first, sent, Some(session))
     }
 
     /// Starts the member whose first generation is `first`, taken by a request sent

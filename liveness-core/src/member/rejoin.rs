@@ -200,7 +200,7 @@ pub(super) async fn run(inner: Weak<Inner>, first: Generation, sent: Instant) {
 /// ([`renew`]) makes it the member's lease exactly as a fresh acquire would (its
 /// deadline counts from the renewal's send time), without burning a new token, a
 /// dead-set entry and a sweep on a release and another acquire.
-pub(super) fn ghost_lease(
+pub(crate) fn ghost_lease(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
@@ -220,7 +220,7 @@ pub(super) fn ghost_lease(
 /// True when an answer to a request sent at `sent_on_clock` (the member's boot clock)
 /// came back after the local deadline it would start: the request waited longer than
 /// `ttl − margin` in an overloaded queue or store.
-pub(super) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
+pub(crate) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
     config.clock.boot() >= sent_on_clock + config.heartbeat.budget()
 }
 
@@ -267,7 +267,7 @@ impl Take<'_> {
 /// of it); one the renewal did not reach stays for the next attempt. Riding, it
 /// answers the session generation it rode, and `Lost` at once, without a round
 /// trip, while the session's current lease is lost by its own checks.
-pub(super) async fn attempt(
+pub(crate) async fn attempt(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,

@@ -31,7 +31,8 @@ struct Ask {
 }
 
 /// Sends each `join_session` into a re-opened session (any lease of it but the
-/// first, which its members join one after the other as the process starts them)
+/// first, which its members join as the process starts them: one by one, or through
+/// [`Session::join_many`](super::Session::join_many), which batches them itself)
 /// through a task that gathers the joins waiting at the same moment and sends them as
 /// `join_session_many` calls of at most
 /// [`Capabilities::max_batch`](crate::Capabilities::max_batch) entries per session

@@ -39,6 +39,7 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 use crate::{store::Capabilities, store::LeaseStore};
 
 mod joins;
+mod many;
 mod riding;
 use joins::JoinBatches;
 use riding::RenewRiders;
@@ -315,6 +316,78 @@ impl Session {
     /// re-opened it waits, up to one ttl, for the session's next lease.
     pub async fn join_with(&self, config: MemberConfig) -> Result<Member> {
         Member::ride(self.shared.clone(), config).await
+    }
+
+    /// Joins the members `names` into the session, with [`MemberConfig::new`]'s
+    /// defaults and the session's event bus: see [`Session::join_many_with`].
+    pub async fn join_many<I>(&self, names: I) -> Vec<Result<Member>>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let lease = &self.shared.lease;
+        let configs = names.into_iter().map(|name| {
+            MemberConfig::new(name.as_ref(), lease.heartbeat.ttl)
+                .map(|c| c.events(lease.events.clone()))
+        });
+        many::join_many(&self.shared, configs.collect()).await
+    }
+
+    /// Joins many members riding the session, as [`Session::join_with`] joins each,
+    /// in [`LeaseStore::join_session_many`] calls of [`Capabilities::max_batch`]
+    /// members each instead of a round trip per member: a process starting 10,000
+    /// members costs about `10,000 / max_batch` round trips.
+    ///
+    /// Answers one result per config, in their order; each is what `join_with` of
+    /// that config alone would answer. A member it returns is exactly the one
+    /// `join_with` builds (the session's timing, tended by the session's task, the
+    /// same [`Event::Joined`] and join count, the same loss and re-join with the
+    /// session). A refused entry fails alone and the others join: `Held` when a
+    /// live member has its name (two configs with one name: the second is `Held`),
+    /// `InvalidInput` naming the setting, the last retryable fault or `Lost` once
+    /// one ttl passed since the entry's first attempt without a join.
+    ///
+    /// A batch that fails with a transport fault may have been applied in part: its
+    /// entries are sent again, and an entry the store had applied is recognised by
+    /// its instance holder id and adopted (as `join_with` adopts its own), so no
+    /// member joined by this call is left without a handle. A batch refused as a
+    /// whole, or an entry adopting its own leftover lease, goes one join at a time;
+    /// while the session is lost and being re-opened the joins wait, up to one ttl,
+    /// for its next lease. If the call's future is dropped before it answers, the
+    /// members it joined so far leave in the background (a batch in flight at that
+    /// moment may still be applied by the store: its members then ride the session,
+    /// without a handle, until it ends).
+    ///
+    /// ```
+    /// # async fn run() -> liveness_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use liveness_core::{Error, Member, MemoryStore, Session, SessionConfig, Store, Ttl};
+    ///
+    /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    /// let ttl = Ttl::from_secs(10)?;
+    /// let other = Session::open(store.clone(), SessionConfig::new("host-2", ttl)?).await?;
+    /// let taken = other.join("worker-2").await?;
+    ///
+    /// let session = Session::open(store.clone(), SessionConfig::new("host-1", ttl)?).await?;
+    /// let answers = session.join_many((0..5).map(|i| format!("worker-{i}"))).await;
+    /// // worker-2 is another process's member: refused alone, the others joined.
+    /// assert!(matches!(answers[2], Err(Error::Held { .. })));
+    /// let members: Vec<Member> = answers.into_iter().filter_map(Result::ok).collect();
+    /// assert_eq!(members.len(), 4);
+    /// assert_eq!(members[2].key().name().as_str(), "worker-3");
+    /// assert!(members.iter().all(|m| m.check().is_ok()));
+    /// assert_eq!(session.members(), 4);
+    /// # drop(taken);
+    /// # Ok(())
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub async fn join_many_with<I>(&self, configs: I) -> Vec<Result<Member>>
+    where
+        I: IntoIterator<Item = MemberConfig>,
+    {
+        let configs = configs.into_iter().map(Ok).collect();
+        many::join_many(&self.shared, configs).await
     }
 
     /// The session's key, `sessions/NAME`.

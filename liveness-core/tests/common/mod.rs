@@ -2,6 +2,8 @@
 //! some of them).
 #![allow(dead_code)]
 
+pub mod probe;
+
 use std::sync::Arc;
 use std::time::Duration;
 

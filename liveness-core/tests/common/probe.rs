@@ -1,0 +1,185 @@
+//! A memory store behind a probe that sees every renewal and join, for the session
+//! tests: counts, cuts renewals off, loses replies, and stands in for a store without
+//! native sessions.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_core::layer::{Intercept, Next, Reply, Request, StoreBuilder};
+use liveness_core::{
+    async_trait, Capabilities, Clock, Error, Key, Member, MemoryServer, Result, Session,
+    SessionConfig, Space, Store, TokioClock,
+};
+
+use super::{ns, ttl};
+
+pub const TTL_MS: u64 = 3000;
+
+/// The default safety margin of a 3 s ttl.
+pub fn margin() -> Duration {
+    liveness_core::HeartbeatConfig::new(ttl(TTL_MS)).safety_margin
+}
+
+/// Sees every renewal: counts members' and sessions' leases renewed, records each
+/// `renew_many`'s keys, cuts the sessions' renewals off on demand (they answer
+/// `Unavailable`), and, for a store without native sessions, takes an ordinary lease
+/// for each `join_session` (the trait's default).
+#[derive(Debug, Default)]
+pub struct Probe {
+    pub member_renewals: AtomicU64,
+    pub session_renewals: AtomicU64,
+    pub batches: Mutex<Vec<Vec<Key>>>,
+    pub cut: AtomicBool,
+    /// Members whose renewals are cut off: a `renew_many` that names one of them but
+    /// not a session answers `Unavailable`.
+    pub cut_members: Mutex<Vec<Key>>,
+    /// How many more `acquire` / `join_session` replies to lose after applying them.
+    pub lose_replies: AtomicU64,
+    pub plain: bool,
+    /// How many `join_session` and `join_session_many` calls reached the store, and
+    /// how many members they joined.
+    pub join_calls: AtomicU64,
+    pub joined: AtomicU64,
+    /// When not zero: the `join_session_many` calls after this many never answer.
+    pub stall_joins_after: AtomicU64,
+}
+
+impl Probe {
+    fn count(&self, key: &Key) {
+        if *key.space() == Space::sessions() {
+            self.session_renewals.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.member_renewals.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait]
+impl Intercept for Probe {
+    async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+        let cut = || Err(Error::unavailable("probe", "session renewals cut off"));
+        let is_session = |k: &Key| *k.space() == Space::sessions();
+        let joins = match &req {
+            Request::JoinSession { .. } => 1,
+            Request::JoinSessionMany { asks, .. } => asks.len() as u64,
+            _ => 0,
+        };
+        if joins > 0 {
+            let calls = self.join_calls.fetch_add(1, Ordering::SeqCst) + 1;
+            self.joined.fetch_add(joins, Ordering::SeqCst);
+            let stall = self.stall_joins_after.load(Ordering::SeqCst);
+            if stall > 0 && calls > stall && matches!(req, Request::JoinSessionMany { .. }) {
+                std::future::pending::<()>().await;
+            }
+        }
+        match &req {
+            Request::Renew(lease) => {
+                if self.cut.load(Ordering::SeqCst) && is_session(&lease.key) {
+                    return cut();
+                }
+                self.count(&lease.key);
+            }
+            Request::RenewMany(leases) => {
+                if self.cut.load(Ordering::SeqCst) && leases.iter().any(|l| is_session(&l.key)) {
+                    return cut();
+                }
+                let cut_members = self.cut_members.lock().unwrap().clone();
+                if !leases.iter().any(|l| is_session(&l.key))
+                    && leases.iter().any(|l| cut_members.contains(&l.key))
+                {
+                    return cut();
+                }
+                leases.iter().for_each(|l| self.count(&l.key));
+                let keys = leases.iter().map(|l| l.key.clone()).collect();
+                self.batches.lock().unwrap().push(keys);
+            }
+            Request::JoinSession {
+                session,
+                key,
+                holder,
+            } if self.plain => {
+                let acquire = Request::Acquire {
+                    key: key.clone(),
+                    holder: holder.clone(),
+                    ttl: session.ttl,
+                };
+                return match next.run(acquire).await? {
+                    Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
+                    other => panic!("acquire answered {other:?}"),
+                };
+            }
+            Request::JoinSessionMany { session, asks } if self.plain => {
+                let asks = asks
+                    .iter()
+                    .map(|(key, holder)| {
+                        liveness_core::Acquire::new(key.clone(), holder.clone(), session.ttl)
+                    })
+                    .collect();
+                return match next.run(Request::AcquireMany(asks)).await? {
+                    Reply::AcquireMany(leases) => Ok(Reply::JoinSessionMany(leases)),
+                    other => panic!("acquire_many answered {other:?}"),
+                };
+            }
+            Request::Acquire { .. }
+            | Request::JoinSession { .. }
+            | Request::JoinSessionMany { .. } => {
+                let lose = self
+                    .lose_replies
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let reply = next.run(req).await;
+                if lose {
+                    return Err(Error::unavailable("probe", "the reply was lost"));
+                }
+                return reply;
+            }
+            _ => {}
+        }
+        next.run(req).await
+    }
+}
+
+/// A memory store behind a [`Probe`]; without native sessions when `plain` (and then
+/// at most `max_batch` leases per call).
+pub fn probed(plain: bool, max_batch: usize) -> (Arc<dyn Store>, Arc<Probe>) {
+    let caps = Capabilities {
+        sessions: !plain,
+        max_batch,
+        ..Capabilities::default()
+    };
+    let inner = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
+    let probe = Arc::new(Probe {
+        plain,
+        ..Probe::default()
+    });
+    let store = StoreBuilder::new(inner).layer(probe.clone()).build();
+    (store, probe)
+}
+
+/// Opens the session `p` (ttl 3 s) on `clock`.
+pub async fn open(store: &Arc<dyn Store>, clock: Arc<dyn Clock>) -> Session {
+    let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap().clock(clock);
+    Session::open(store.clone(), config).await.unwrap()
+}
+
+/// Tokio's clock, which paused time moves.
+pub fn tokio_clock() -> Arc<dyn Clock> {
+    Arc::new(TokioClock::new())
+}
+
+/// Joins `n` members `m0`, `m1`, ... into `session`, one by one.
+pub async fn join_all(session: &Session, n: usize) -> Vec<Member> {
+    let mut members = Vec::new();
+    for i in 0..n {
+        members.push(session.join(&format!("m{i}")).await.unwrap());
+    }
+    members
+}
+
+/// The tasks alive on the current runtime.
+pub fn tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
