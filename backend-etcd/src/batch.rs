@@ -61,6 +61,7 @@ use crate::core::{
 use crate::deaths::{add_to_record, death_counter, plan_hand_backs};
 use crate::error::{Fault, MAX_TRIES};
 use crate::etcd_lease::lease_bound;
+use crate::session::DrainState;
 use crate::BACKEND;
 
 impl EtcdStore {
@@ -489,8 +490,8 @@ impl EtcdStore {
 }
 
 /// Dead tokens read per transaction: 5 reads each (the dead-set entry, a page of
-/// its owned items, its sweep tally, its pointer to its death record, the first
-/// entry of its member index should it be a session's).
+/// its owned items, its sweep tally, its pointer to its death record, its drain
+/// state should it be a session's).
 pub(crate) const REQUEUE_CHUNK: usize = MAX_TXN_OPS / 5;
 
 /// One dead token's whole sweep, planned from one read: its items' moves and its
@@ -536,7 +537,7 @@ impl EtcdStore {
                     TxnOp::get(k.owned_by(t), Some(under(MAX_BATCH))),
                     get(&k.death_tally(t)),
                     get(&k.death_of(t)),
-                    TxnOp::get(k.session_members(t), Some(under(1).with_keys_only())),
+                    DrainState::read(k, t),
                 ]
             })
             .collect();
@@ -554,7 +555,8 @@ impl EtcdStore {
                 .get(5 * j + 1)
                 .map(|g| g.kvs().to_vec())
                 .unwrap_or_default();
-            let riders = r.get(5 * j + 4).is_some_and(|g| !g.kvs().is_empty());
+            let state = DrainState::of(k, tokens[*i], r.get(5 * j + 4).map_or(&[], |g| g.kvs()))?;
+            let riders = state.members_left();
             if owned.len() >= MAX_BATCH || riders {
                 alone.push(*i);
                 continue;

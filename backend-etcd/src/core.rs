@@ -89,6 +89,10 @@ pub(crate) struct Calls {
     pub(crate) kv: AtomicU64,
     /// Of those, prefix ranges (what etcd 3.4 serves by walking the range's index).
     pub(crate) ranges: AtomicU64,
+    /// The keys etcd walked for the ranges read by [`EtcdStore::range_walked`] (the
+    /// drain's reads of a session's member index): the count etcd answers, which in
+    /// etcd 3.4 is every key of the range, whatever the limit.
+    pub(crate) walked: AtomicU64,
     /// Grants and KV requests sent and not yet answered.
     in_flight: AtomicU64,
     /// The most of them in flight at once (what shows requests pipelined on the one
@@ -309,6 +313,28 @@ impl EtcdStore {
             .get(key, Some(opts))
             .await
             .map_err(map)?;
+        Ok(resp.take_kvs())
+    }
+
+    /// [`EtcdStore::range`], adding to [`Calls::walked`] the number of keys etcd
+    /// says the range holds (what etcd 3.4 walks to answer it).
+    pub(crate) async fn range_walked(
+        &self,
+        key: String,
+        opts: GetOptions,
+    ) -> Result<Vec<KeyValue>> {
+        Calls::count(&self.inner.calls.kv);
+        Calls::count(&self.inner.calls.ranges);
+        let _flying = self.inner.calls.flying();
+        let mut resp = self
+            .inner
+            .kv
+            .clone()
+            .get(key, Some(opts))
+            .await
+            .map_err(map)?;
+        let walked = u64::try_from(resp.count()).unwrap_or(0);
+        self.inner.calls.walked.fetch_add(walked, Ordering::Relaxed);
         Ok(resp.take_kvs())
     }
 

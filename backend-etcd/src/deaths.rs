@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
+use etcd_client::{Compare, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
 use liveness_core::lease::death_page;
 use liveness_core::sync::lock;
 use liveness_core::{
@@ -27,7 +27,7 @@ use crate::core::{
 };
 use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
-use crate::session::{next_riders, Drained};
+use crate::session::{DrainState, Drained};
 use crate::watch::scan;
 use crate::BACKEND;
 
@@ -326,7 +326,7 @@ impl EtcdStore {
     /// [`EtcdStore::finish_sweep`]), given the token's pointer to its death record
     /// (`of`) as read, except the update of that record ([`add_to_record`], which
     /// the caller adds: a session's members' sweeps share their session's record):
-    /// at most 3 compares and 4 writes.
+    /// at most 3 compares and 5 writes.
     pub(crate) fn finish_plan(
         &self,
         token: FencingToken,
@@ -337,12 +337,17 @@ impl EtcdStore {
         let dead = k.dead(token);
         let of_key = k.death_of(token);
         let mut compares = vec![exists(&dead), tally_cmp];
-        // The token is forgotten, its claim high-water mark with it.
+        // The token is forgotten, its claim high-water mark with it, and, for a
+        // session's token, its join counter and drain cursor.
         let ops = vec![
             del(&dead),
             del(&k.death_tally(token)),
             del(&of_key),
             del(&k.claim_mark(token)),
+            TxnOp::delete(
+                k.session_state(token),
+                Some(DeleteOptions::new().with_prefix()),
+            ),
         ];
         if let Some(seq_kv) = of {
             compares.push(mod_rev(&of_key, seq_kv.mod_revision()));
@@ -468,7 +473,7 @@ impl EtcdStore {
                 .txn(Txn::new().when(vec![exists(&dead)]).and_then(vec![
                     TxnOp::get(k.owned_by(token), Some(opts)),
                     get(&k.death_tally(token)),
-                    next_riders(k, token),
+                    DrainState::read(k, token),
                     get(&k.death_of(token)),
                 ]))
                 .await?;
@@ -477,16 +482,16 @@ impl EtcdStore {
                 return Ok(out);
             }
             let r = ranges(&resp);
-            let riders = r.get(2).map(|g| g.kvs().to_vec()).unwrap_or_default();
-            if !riders.is_empty() {
+            let state = DrainState::of(k, token, r.get(2).map_or(&[], |g| g.kvs()))?;
+            if state.members_left() {
                 // A dead session with members left: one batch of them per call.
                 if !out.retired.is_empty() {
                     return Ok(out);
                 }
-                match self.drain_batch(token, riders, first(r.get(3))).await? {
+                match self.drain_batch(token, state, first(r.get(3))).await? {
                     Drained::Retired(retired, more) => {
                         out.retired = retired;
-                        if more {
+                        if more && !out.retired.is_empty() {
                             return Ok(out);
                         }
                     }

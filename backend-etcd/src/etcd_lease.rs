@@ -315,6 +315,7 @@ pub(crate) fn lease_bound(
         lease_id: id,
         holder: holder.clone(),
         session: None,
+        batch: 0,
     };
     let put_live = TxnOp::put(live_key, "", Some(PutOptions::new().with_lease(id)));
     (rec, put_live)

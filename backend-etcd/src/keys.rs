@@ -7,7 +7,9 @@
 //! | key | value | notes |
 //! | --- | --- | --- |
 //! | `lease/<space>/<name>` | [`Record`] | the lease record, NOT bound to an etcd lease |
-//! | `sm/<session token>/<space>/<name>` | empty | the members riding a session, by the session's token (a riding member's record names the session; it has no lease-bound key and no etcd lease) |
+//! | `sm/<session token>/<batch>/<space>/<name>` | empty | the members riding a session, by the session's token and their join's batch (16 hex digits: the session's join count as the join read it, divided by [`INDEX_BATCH`]); a riding member's record names the session and the batch; it has no lease-bound key and no etcd lease |
+//! | `ss/<session token>/j` | empty | the session's join counter: every join puts it, so its etcd version is the number of joins |
+//! | `ss/<session token>/d` | a batch number | the drain's cursor once the session is dead: every batch below it is empty; deleted with `ss/<session token>/j` when the session token's sweep ends |
 //! | `w/l/<space>/<name>` | empty | bound to the etcd lease; its create revision is the token |
 //! | `w/sync` | empty | written by `expired` to know when the watch has caught up, only when the watch stream sends no progress notification |
 //! | `dead/<token>` | `space/name` | the dead set |
@@ -30,6 +32,11 @@
 //! ([`Record::session`]) is live while its session's lease-bound key exists with the
 //! session's token as its create revision: only the session's own key is bound to an
 //! etcd lease, so one revoke (or expiry) deletes one key, never the members'.
+//!
+//! A session's member index is cut into batches so that the drain of a dead session
+//! reads one small range per step: etcd 3.4 serves a range read with a limit by
+//! walking every key of the range first, so one range over all of a session's
+//! members would cost O(members left) per drained batch.
 
 use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, RequestId, Space, Ttl};
 
@@ -41,6 +48,14 @@ pub(crate) fn parse_request_id(raw: &[u8]) -> Option<RequestId> {
     }
     u128::from_str_radix(s, 16).ok().map(RequestId)
 }
+
+/// Joins per batch of a session's member index: a join that read the session's join
+/// count `n` files its index entry under batch `n / INDEX_BATCH`, and bumps the count
+/// without comparing it (joins into one session do not conflict with each other).
+/// Joins that read the same count land in one batch, so a batch holds at most this
+/// many entries plus the joins into that session that were in flight at once; a
+/// batch may also be empty (its counts read by nobody, or its members gone).
+pub(crate) const INDEX_BATCH: u64 = 32;
 
 /// The keys of one namespace.
 #[derive(Clone, Debug)]
@@ -163,14 +178,53 @@ impl Keys {
         format!("{}death/w/{:020}", self.root, token.0)
     }
 
-    /// The entry of `key` in the member index of the session with `token`.
-    pub(crate) fn session_member(&self, token: FencingToken, key: &Key) -> String {
-        format!("{}{key}", self.session_members(token))
+    /// The entry of `key` in batch `batch` of the member index of the session with
+    /// `token`.
+    pub(crate) fn session_member(&self, token: FencingToken, batch: u64, key: &Key) -> String {
+        format!("{}{key}", self.session_batch(token, batch))
+    }
+
+    /// Batch `batch` of the member index of the session with `token`; as a range
+    /// end, the first key past batch `batch - 1`.
+    pub(crate) fn session_batch(&self, token: FencingToken, batch: u64) -> String {
+        format!("{}{batch:016x}/", self.session_members(token))
     }
 
     /// The member index of the session with `token`: the keys of its riding members.
-    pub(crate) fn session_members(&self, token: FencingToken) -> String {
+    fn session_members(&self, token: FencingToken) -> String {
         format!("{}sm/{:020}/", self.root, token.0)
+    }
+
+    /// The batch and member key of an entry of the member index of the session
+    /// with `token`.
+    pub(crate) fn parse_session_member(
+        &self,
+        token: FencingToken,
+        raw: &[u8],
+    ) -> Option<(u64, Key)> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let rest = s.strip_prefix(&self.session_members(token))?;
+        let (batch, key) = rest.split_at_checked(16)?;
+        let batch = u64::from_str_radix(batch, 16).ok()?;
+        Some((batch, Key::parse(key.strip_prefix('/')?).ok()?))
+    }
+
+    /// The drain state of the session with `token`: its join counter and its drain
+    /// cursor (one range read, one range delete).
+    pub(crate) fn session_state(&self, token: FencingToken) -> String {
+        format!("{}ss/{:020}/", self.root, token.0)
+    }
+
+    /// The join counter of the session with `token`: its etcd version counts the
+    /// joins.
+    pub(crate) fn session_joins(&self, token: FencingToken) -> String {
+        format!("{}j", self.session_state(token))
+    }
+
+    /// The drain cursor of the dead session with `token`: the first batch of its
+    /// member index that may hold an entry.
+    pub(crate) fn session_cursor(&self, token: FencingToken) -> String {
+        format!("{}d", self.session_state(token))
     }
 
     /// The item meta records, every state (`item/r/`).
@@ -210,16 +264,21 @@ pub(crate) struct Record {
     /// For a member riding a session (`LeaseStore::join_session`): the session's key
     /// and token. Such a record has no lease-bound key and no etcd lease of its own.
     pub(crate) session: Option<(Key, FencingToken)>,
+    /// For a riding member: the batch of the session's member index its entry is
+    /// filed under ([`Keys::session_member`]); 0 otherwise.
+    pub(crate) batch: u64,
 }
 
 impl Record {
     /// `token\nttl\nlease id\nholder`, or for a riding member `s<session
-    /// token>\nttl\nsession key\nholder` (its token is the record's mod revision).
+    /// token>/<batch>\nttl\nsession key\nholder` (its token is the record's mod
+    /// revision).
     pub(crate) fn encode(&self) -> String {
         match &self.session {
             Some((key, token)) => format!(
-                "s{}\n{}\n{key}\n{}",
+                "s{}/{}\n{}\n{key}\n{}",
                 token.0,
+                self.batch,
                 self.ttl.as_millis(),
                 self.holder
             ),
@@ -238,7 +297,8 @@ impl Record {
         let mut parts = s.splitn(4, '\n');
         let first = parts.next()?;
         let ttl = Ttl::from_millis(parts.next()?.parse().ok()?).ok()?;
-        if let Some(session_token) = first.strip_prefix('s') {
+        if let Some(rides) = first.strip_prefix('s') {
+            let (session_token, batch) = rides.split_once('/')?;
             let session_token = FencingToken(session_token.parse().ok()?);
             let session = Key::parse(parts.next()?).ok()?;
             let holder = HolderId::new(parts.next()?).ok()?;
@@ -248,6 +308,7 @@ impl Record {
                 lease_id: 0,
                 holder,
                 session: Some((session, session_token)),
+                batch: batch.parse().ok()?,
             });
         }
         let token: u64 = first.parse().ok()?;
@@ -259,6 +320,7 @@ impl Record {
             lease_id,
             holder,
             session: None,
+            batch: 0,
         })
     }
 
@@ -339,6 +401,7 @@ mod tests {
             lease_id: 77,
             holder: HolderId::new("host 1: pid\u{e9}").unwrap(),
             session: None,
+            batch: 0,
         };
         assert_eq!(Record::decode(r.encode().as_bytes()), Some(r.clone()));
         assert!(!Record::rides_raw(r.encode().as_bytes()));
@@ -351,6 +414,7 @@ mod tests {
             token: None,
             lease_id: 0,
             session: Some((Key::parse("sessions/p-1").unwrap(), FencingToken(41))),
+            batch: 3,
             ..r
         };
         assert_eq!(
@@ -359,6 +423,8 @@ mod tests {
         );
         assert!(Record::rides_raw(rider.encode().as_bytes()));
         assert_eq!(Record::decode(b"garbage"), None);
+        // A rider's record without its index batch is not read as one.
+        assert_eq!(Record::decode(b"s41\n2500\nsessions/p-1\nh"), None);
     }
 
     #[test]
@@ -422,5 +488,36 @@ mod tests {
             Some(key)
         );
         assert_eq!(k.parse_key(&k.lives(), k.sync().as_bytes()), None);
+    }
+
+    #[test]
+    fn a_session_index_sorts_by_batch_and_each_batch_is_its_own_range() {
+        let k = Keys::new(&Namespace::new("ns").unwrap());
+        let t = FencingToken(7);
+        let key = Key::member("zz").unwrap();
+        let entry = |batch| k.session_member(t, batch, &key);
+        // Batch 9 sorts before batch 10 and 0xa before 0x10: numeric order.
+        assert!(entry(9) < entry(10) && entry(10) < entry(16) && entry(255) < entry(256));
+        // An entry of batch b lies in [batch(b), batch(b + 1)), and in no other batch.
+        for b in [0, 1, 15, 16, 4095] {
+            assert!(k.session_batch(t, b) <= entry(b) && entry(b) < k.session_batch(t, b + 1));
+            assert!(entry(b + 1) >= k.session_batch(t, b + 1));
+        }
+        assert_eq!(
+            k.parse_session_member(t, entry(4095).as_bytes()),
+            Some((4095, key.clone()))
+        );
+        assert_eq!(
+            k.parse_session_member(FencingToken(8), entry(1).as_bytes()),
+            None
+        );
+        // The session's state keys lie outside its member index, under one prefix.
+        for state in [k.session_joins(t), k.session_cursor(t)] {
+            assert!(state.starts_with(&k.session_state(t)));
+            assert!(!state.starts_with(&k.session_members(t)));
+        }
+        assert!(!k
+            .session_state(t)
+            .starts_with(&k.session_state(FencingToken(70))));
     }
 }

@@ -13,11 +13,20 @@
 //! every transaction that needs it live (a claim) or expired (a reap, a takeover)
 //! compares exactly that.
 //!
-//! The session's member index (`sm/<session token>/<space>/<name>`) lists its
-//! members. Once the session's token is in the dead set, each `requeue_orphans` of it
-//! retires up to [`DRAIN_BATCH`] of them in one transaction: their records deleted,
-//! their tokens into the dead set, each linked to the session's death record (whose
-//! member count grows by the batch), their index entries deleted by one range delete.
+//! The session's member index (`sm/<session token>/<batch>/<space>/<name>`) lists its
+//! members, filed by batch: a join reads the session's join counter
+//! (`ss/<session token>/j`, whose etcd version counts the joins) and files its entry
+//! under the count divided by [`INDEX_BATCH`], bumping the counter in its
+//! transaction. Once the session's token is in the dead set, each `requeue_orphans`
+//! of it retires up to [`DRAIN_BATCH`] of them in one transaction: their records
+//! deleted, their tokens into the dead set, each linked to the session's death
+//! record (whose member count grows by the batch), their index entries deleted by
+//! one range delete, and the drain's cursor (`ss/<session token>/d`) moved past the
+//! batches that are now empty. Each step reads a window of a few batches from the
+//! cursor, never the whole index: etcd 3.4 walks every key of a range before it
+//! applies a limit, so a read of the whole index would cost O(members left) per
+//! batch. Batches emptied by releases are skipped with windows that grow while they
+//! come back empty.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -35,20 +44,32 @@ use crate::core::{
 };
 use crate::deaths::add_members;
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
-use crate::keys::Record;
+use crate::keys::{Keys, Record, INDEX_BATCH};
 use crate::BACKEND;
 
 /// Members retired per drain transaction. Each costs 3 writes (its record's delete,
 /// its dead-set entry, its link to the session's death record) and 1 compare (its
-/// record as read); the transaction adds the member index's range delete and the
-/// death record's new member count (2 writes), and the dead-set entry and the death
-/// record as read (2 compares): 32 × 3 + 2 = 98 writes and 34 compares, under etcd's
-/// default `--max-txn-ops` of 128 (which bounds compares and writes apart).
-pub(crate) const DRAIN_BATCH: usize = if MAX_BATCH < (MAX_TXN_OPS - 2) / 3 {
+/// record as read); the transaction adds the index entries' range delete, the death
+/// record's new member count and the drain cursor (3 writes), and the dead-set entry,
+/// the death record and the cursor as read (3 compares): 32 × 3 + 3 = 99 writes and
+/// 35 compares, under etcd's default `--max-txn-ops` of 128 (which bounds compares
+/// and writes apart).
+pub(crate) const DRAIN_BATCH: usize = if MAX_BATCH < (MAX_TXN_OPS - 3) / 3 {
     MAX_BATCH
 } else {
-    (MAX_TXN_OPS - 2) / 3
+    (MAX_TXN_OPS - 3) / 3
 };
+
+// A batch of the member index holds what one drain transaction retires.
+const _: () = assert!(INDEX_BATCH as usize == DRAIN_BATCH);
+
+/// The drain's first window, in batches of the member index: two, so that one read
+/// of full batches finds a drain batch and the one entry over it.
+const FIRST_WINDOW: u64 = 2;
+
+/// The widest window, in batches: a read walks at most this many batches' entries
+/// (about 2,000 keys when they are full), however many members remain.
+const MAX_WINDOW: u64 = 64;
 
 /// The riding members a handle joined or met, by key: their token and their
 /// session's key and token. A claim's guard judges them through their session
@@ -85,22 +106,61 @@ impl Riders {
 
 /// What one drain transaction ([`EtcdStore::drain_batch`]) came to.
 pub(crate) enum Drained {
-    /// These members were retired; `true` when more remain.
+    /// These members were retired; `true` when more may remain.
     Retired(Vec<ExpiredLease>, bool),
     /// The transaction lost a race (another sweeper, a release): read again.
     Conflict,
 }
 
-/// The read of a dead session's next drain batch: up to [`DRAIN_BATCH`] + 1 entries
-/// of its member index (the one over says more follow), keys only. etcd 3.4 walks
-/// the whole range whatever the limit: O(members left), once per batch.
-pub(crate) fn next_riders(k: &crate::keys::Keys, token: FencingToken) -> TxnOp {
-    let limit = i64::try_from(DRAIN_BATCH + 1).unwrap_or(i64::MAX);
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_keys_only()
-        .with_limit(limit);
-    TxnOp::get(k.session_members(token), Some(opts))
+/// Where the drain of a dead session stands, as read from its state keys
+/// (`ss/<session token>/`): how far its member index reaches and the cursor.
+pub(crate) struct DrainState {
+    /// The first batch past every batch a join filed an entry under.
+    end: u64,
+    /// The first batch that may still hold an entry (every batch below is empty).
+    cursor: u64,
+    /// The cursor is still as read.
+    cursor_cmp: Compare,
+}
+
+impl DrainState {
+    /// The read of the session state keys of `token` (two keys at most; none for a
+    /// token that is not a session's, or a session nobody joined).
+    pub(crate) fn read(k: &Keys, token: FencingToken) -> TxnOp {
+        TxnOp::get(
+            k.session_state(token),
+            Some(GetOptions::new().with_prefix()),
+        )
+    }
+
+    /// The state of `token`'s drain from `kvs`, as [`DrainState::read`] read them.
+    pub(crate) fn of(k: &Keys, token: FencingToken, kvs: &[KeyValue]) -> Result<DrainState> {
+        let (joins, cursor) = (k.session_joins(token), k.session_cursor(token));
+        let find = |key: &str| kvs.iter().find(|kv| kv.key() == key.as_bytes());
+        // The joins that read counts 0..n filed their entries under batches below
+        // ⌈n / INDEX_BATCH⌉; once the session is dead no join adds one.
+        let joined = find(&joins).map_or(0, |kv| u64::try_from(kv.version()).unwrap_or(0));
+        let (at, cursor_cmp) = match find(&cursor) {
+            None => (0, version(&cursor, 0)),
+            Some(kv) => (
+                std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| corrupt(at_key(kv.key())))?,
+                mod_rev(&cursor, kv.mod_revision()),
+            ),
+        };
+        Ok(DrainState {
+            end: joined.div_ceil(INDEX_BATCH),
+            cursor: at,
+            cursor_cmp,
+        })
+    }
+
+    /// True when the member index may still hold an entry.
+    pub(crate) fn members_left(&self) -> bool {
+        self.cursor < self.end
+    }
 }
 
 impl EtcdStore {
@@ -122,7 +182,7 @@ impl EtcdStore {
         c.rec
             .session
             .iter()
-            .map(|(_, st)| del(&self.keys().session_member(*st, key)))
+            .map(|(_, st)| del(&self.keys().session_member(*st, c.rec.batch, key)))
             .collect()
     }
 
@@ -161,12 +221,13 @@ impl EtcdStore {
         })
     }
 
-    /// `join_session`: one read of the session's record and lease-bound key and of
-    /// `key`'s (and, when `key`'s record rides another session, a read of that
-    /// session's key), then one guarded transaction: the session's lease-bound key
-    /// still carries its token, `key` is free or holds an expired lease (retired in
-    /// this step, as `acquire` does), and the member's record and index entry are
-    /// written. The member's token is the transaction's revision.
+    /// `join_session`: one read of the session's record, lease-bound key and join
+    /// counter and of `key`'s (and, when `key`'s record rides another session, a
+    /// read of that session's key), then one guarded transaction: the session's
+    /// lease-bound key still carries its token, `key` is free or holds an expired
+    /// lease (retired in this step, as `acquire` does), and the member's record and
+    /// index entry (in the batch of the join count as read) are written and the join
+    /// counter bumped. The member's token is the transaction's revision.
     pub(crate) async fn join(
         &self,
         session: &Lease,
@@ -176,6 +237,7 @@ impl EtcdStore {
         let k = self.keys();
         let (rec_key, live_key) = (k.record(key), k.live(key));
         let session_live = k.live(&session.key);
+        let joins = k.session_joins(session.token);
         for _ in 0..MAX_TRIES {
             let resp = self
                 .txn(Txn::new().and_then(vec![
@@ -183,9 +245,13 @@ impl EtcdStore {
                     get(&session_live),
                     get(&rec_key),
                     get(&live_key),
+                    get(&joins),
                 ]))
                 .await?;
             let r = ranges(&resp);
+            // Not compared: concurrent joins may share a count, and so a batch.
+            let joined = first(r.get(4)).map_or(0, |kv| u64::try_from(kv.version()).unwrap_or(0));
+            let batch = joined / INDEX_BATCH;
             let ses = Snapshot::from(first(r.first()), first(r.get(1)))?.at(&resp);
             let bound = ses.live.as_ref().map(|kv| kv.lease());
             if ses.check(session)?.rec.session.is_some() {
@@ -218,11 +284,13 @@ impl EtcdStore {
                 lease_id: 0,
                 holder: holder.clone(),
                 session: Some((session.key.clone(), session.token)),
+                batch,
             };
             let mut when = vec![create_rev(&session_live, token_i64(session.token))];
             let mut ops = vec![
                 put(&rec_key, rec.encode()),
-                put(&k.session_member(session.token, key), ""),
+                put(&k.session_member(session.token, batch, key), ""),
+                put(&joins, ""),
             ];
             match &snap.record {
                 None => when.extend([version(&rec_key, 0), version(&live_key, 0)]),
@@ -265,24 +333,65 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// One batch of the drain of the dead session `token`, from `entries` (its
-    /// member index as [`next_riders`] read it, not empty) and `of` (the pointer to
-    /// its death record), read with the token in the dead set: their records and the
-    /// death record are read, then they are retired in ONE transaction guarded by
-    /// the token still being in the dead set, each record as read and the death
-    /// record as read. An entry whose record is gone or no longer rides this session
-    /// is only deleted.
+    /// Up to [`DRAIN_BATCH`] entries of the member index of the dead session
+    /// `token` from its cursor on, the cursor past them, and whether an entry
+    /// remains past them. Each read is one window of batches with a limit of one
+    /// entry over what is still wanted: the first window [`FIRST_WINDOW`] batches,
+    /// each next one twice as wide (up to [`MAX_WINDOW`]), so a read walks a few
+    /// batches' entries whatever the session's size, and emptied batches are
+    /// skipped quickly.
+    pub(crate) async fn next_riders(
+        &self,
+        token: FencingToken,
+        state: &DrainState,
+    ) -> Result<(Vec<KeyValue>, u64, bool)> {
+        let k = self.keys();
+        let mut got: Vec<KeyValue> = Vec::with_capacity(DRAIN_BATCH + 1);
+        let (mut from, mut window) = (state.cursor, FIRST_WINDOW);
+        while from < state.end {
+            let to = from.saturating_add(window).min(state.end);
+            let want = DRAIN_BATCH + 1 - got.len();
+            let opts = GetOptions::new()
+                .with_range(k.session_batch(token, to))
+                .with_keys_only()
+                .with_limit(i64::try_from(want).unwrap_or(i64::MAX));
+            let page = self
+                .range_walked(k.session_batch(token, from), opts)
+                .await?;
+            let cut = page.len() >= want;
+            got.extend(page);
+            if cut {
+                // The entry over the batch: the cursor stops at its index batch.
+                if let Some(over) = got.pop() {
+                    let (batch, _) = k
+                        .parse_session_member(token, over.key())
+                        .ok_or_else(|| corrupt(at_key(over.key())))?;
+                    return Ok((got, batch, true));
+                }
+            }
+            from = to;
+            window = window.saturating_mul(2).min(MAX_WINDOW);
+        }
+        Ok((got, from, false))
+    }
+
+    /// One batch of the drain of the dead session `token`, from its drain state
+    /// (`state`) and `of` (the pointer to its death record), read with the token in
+    /// the dead set: the next entries of its member index ([`EtcdStore::next_riders`]),
+    /// then their records and the death record, then ONE transaction guarded by the
+    /// token still being in the dead set, the cursor, each record and the death record
+    /// as read, which retires the members, deletes their entries and moves the cursor
+    /// past them. An entry whose record is gone or no longer rides this session (under
+    /// this batch) is only deleted; an index with no entry left only moves the cursor.
     pub(crate) async fn drain_batch(
         &self,
         token: FencingToken,
-        mut entries: Vec<KeyValue>,
+        state: DrainState,
         of: Option<KeyValue>,
     ) -> Result<Drained> {
         let k = self.keys();
         let dead = k.dead(token);
-        let prefix = k.session_members(token);
-        let more = entries.len() > DRAIN_BATCH;
-        entries.truncate(DRAIN_BATCH);
+        let (entries, cursor, more) = self.next_riders(token, &state).await?;
         let seq = match &of {
             Some(kv) => Some(
                 std::str::from_utf8(kv.value())
@@ -295,24 +404,27 @@ impl EtcdStore {
         let members = entries
             .iter()
             .map(|kv| {
-                k.parse_key(&prefix, kv.key())
+                k.parse_session_member(token, kv.key())
                     .ok_or_else(|| corrupt(at_key(kv.key())))
             })
-            .collect::<Result<Vec<Key>>>()?;
-        let mut reads: Vec<TxnOp> = members.iter().map(|m| get(&k.record(m))).collect();
-        if let Some(seq) = seq {
+            .collect::<Result<Vec<(u64, Key)>>>()?;
+        let mut reads: Vec<TxnOp> = members.iter().map(|(_, m)| get(&k.record(m))).collect();
+        if let (Some(seq), false) = (seq, members.is_empty()) {
             reads.push(get(&k.death(seq)));
         }
-        let resp = self.txn(Txn::new().and_then(reads)).await?;
-        let r = ranges(&resp);
-        let mut compares = vec![exists(&dead)];
-        let mut ops = Vec::with_capacity(members.len() * 3 + 2);
+        let r = if reads.is_empty() {
+            Vec::new()
+        } else {
+            ranges(&self.txn(Txn::new().and_then(reads)).await?)
+        };
+        let mut compares = vec![exists(&dead), state.cursor_cmp];
+        let mut ops = Vec::with_capacity(members.len() * 3 + 3);
         let mut retired = Vec::with_capacity(members.len());
-        for (i, key) in members.iter().enumerate() {
+        for (i, (batch, key)) in members.iter().enumerate() {
             let Some(c) = Snapshot::from(first(r.get(i)), None)?.record else {
                 continue;
             };
-            if c.rec.session.as_ref().map(|(_, st)| *st) != Some(token) {
+            if c.rec.session.as_ref().map(|(_, st)| *st) != Some(token) || c.rec.batch != *batch {
                 continue;
             }
             compares.push(mod_rev(&k.record(key), c.mod_rev));
@@ -327,7 +439,8 @@ impl EtcdStore {
                 token: c.token,
             });
         }
-        // The batch's index entries are consecutive keys: one range delete.
+        // The entries read are the index's consecutive keys from the cursor on: one
+        // range delete.
         if let (Some(first_entry), Some(last_entry)) = (entries.first(), entries.last()) {
             let mut end = last_entry.key().to_vec();
             end.push(0);
@@ -336,6 +449,7 @@ impl EtcdStore {
                 Some(DeleteOptions::new().with_range(end)),
             ));
         }
+        ops.push(put(&k.session_cursor(token), cursor.to_string()));
         if let (Some(seq), Some(rec)) = (seq, seq.and_then(|_| first(r.get(members.len())))) {
             if !retired.is_empty() {
                 let (cmp, op) = add_members(&k.death(seq), seq, &rec, retired.len() as u64)?;
@@ -349,5 +463,93 @@ impl EtcdStore {
         } else {
             Drained::Conflict
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::atomic::Ordering;
+
+    use etcd_client::GetOptions;
+    use liveness_core::{FencingToken, ItemStore, Key, LeaseStore, Name, Space, Ttl};
+
+    use super::DRAIN_BATCH;
+    use crate::keys::INDEX_BATCH;
+    use crate::tests::{holder, store};
+
+    /// Each drain call reads a few batches of the dead session's member index, never
+    /// the whole index: etcd's own count of the keys the call's index reads covered
+    /// (what etcd 3.4 walks to answer a range, whatever its limit) stays under a
+    /// bound that does not grow with the session, across batches emptied by
+    /// releases, and every member left is retired exactly once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drain_call_walks_a_few_index_batches_not_the_session() {
+        let Some(store) = store().await else {
+            return;
+        };
+        let n = 1000;
+        let name = Name::new(format!("p-{:08x}", fastrand::u32(..))).unwrap();
+        let ttl = Ttl::from_secs(60).unwrap();
+        let session = store
+            .acquire(&Key::new(Space::sessions(), name), &holder(), ttl)
+            .await
+            .unwrap();
+        // One after the other: every batch of the index holds INDEX_BATCH entries.
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            let key = Key::member(&format!("m{i}")).unwrap();
+            members.push(store.join_session(&session, &key, &holder()).await.unwrap());
+        }
+        let per = usize::try_from(INDEX_BATCH).unwrap();
+        // Holes: batches 3 to 5 empty, and half of batch 10.
+        let leaving: Vec<usize> = (3 * per..6 * per).chain(10 * per..10 * per + 16).collect();
+        for i in &leaving {
+            assert!(store.release(&members[*i]).await.unwrap());
+        }
+        assert!(store.release(&session).await.unwrap());
+
+        let walked = || store.inner.calls.walked.load(Ordering::Relaxed);
+        let (mut seen, mut calls, mut most) = (HashSet::new(), 0, 0);
+        loop {
+            let before = walked();
+            let moved = store.requeue_orphans(session.token).await.unwrap();
+            most = most.max(walked() - before);
+            calls += 1;
+            assert!(moved.retired.len() <= DRAIN_BATCH);
+            for m in &moved.retired {
+                assert!(seen.insert(m.token), "{:?} retired twice", m.token);
+            }
+            let dead = store.dead_tokens(n).await.unwrap();
+            if !dead.iter().any(|d| d.token == session.token) {
+                break;
+            }
+            assert_eq!(
+                moved.retired.len(),
+                DRAIN_BATCH,
+                "a full batch while more remain"
+            );
+            assert!(calls <= n, "the drain never ended");
+        }
+        // A read of the whole index (the layout before batches) walked all 888
+        // members left on the first call, and one fewer batch on each next one.
+        let bound = 8 * DRAIN_BATCH as u64;
+        assert!(most <= bound, "a drain call walked {most} index keys");
+        let left: HashSet<FencingToken> = (0..n)
+            .filter(|i| !leaving.contains(i))
+            .map(|i| members[i].token)
+            .collect();
+        assert_eq!(seen, left, "each member left exactly once");
+        assert_eq!(calls, left.len().div_ceil(DRAIN_BATCH));
+        // The session's join counter and drain cursor went with its sweep.
+        let k = store.keys();
+        let state = store
+            .range(
+                k.session_state(session.token),
+                GetOptions::new().with_prefix(),
+            )
+            .await
+            .unwrap();
+        assert!(state.is_empty(), "the session's drain state stayed behind");
     }
 }

@@ -9,6 +9,9 @@
 //!   more than 128 operations, its default `--max-txn-ops`: the drain would fail),
 //!   each member exactly once, under ONE death record that counts them all and sums
 //!   what their sweeps moved.
+//! - The session's member index is cut into batches (`sm/<token>/<batch>/…`) of at
+//!   most `max_batch` entries plus the joins in flight, so that a drain step reads
+//!   one small range (etcd 3.4 walks a whole range before applying a limit).
 //! - A handle that did not join a member judges it through its session too.
 
 use std::collections::HashSet;
@@ -92,6 +95,31 @@ async fn lease_bound(c: &mut etcd_client::Client, store: &EtcdStore) -> Vec<Stri
         .collect()
 }
 
+/// How many entries each batch of the member index of the session `s` holds, by
+/// batch (the 16 hex digits after `sm/<session token>/`).
+async fn index_batches(
+    c: &mut etcd_client::Client,
+    store: &EtcdStore,
+    s: &Lease,
+) -> std::collections::BTreeMap<u64, usize> {
+    let prefix = format!("liveness/{}/sm/{:020}/", store.namespace(), s.token.0);
+    let opts = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let resp = c.get(prefix.clone(), Some(opts)).await.unwrap();
+    let mut batches = std::collections::BTreeMap::new();
+    for kv in resp.kvs() {
+        let rest = &kv.key_str().unwrap()[prefix.len()..];
+        let (batch, member) = rest.split_once('/').unwrap();
+        assert_eq!(batch.len(), 16, "{rest}: no batch in the index key");
+        assert!(member.starts_with("members/"), "{rest}");
+        *batches
+            .entry(u64::from_str_radix(batch, 16).unwrap())
+            .or_insert(0) += 1;
+    }
+    batches
+}
+
 /// The etcd lease the session's lease-bound key is bound to.
 async fn etcd_lease_of(c: &mut etcd_client::Client, store: &EtcdStore, s: &Lease) -> i64 {
     let key = format!("liveness/{}/w/l/{}", store.namespace(), s.key);
@@ -127,6 +155,13 @@ async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
     enqueue_jobs(&store, with_items).await;
     let s = session(&store, Ttl::from_secs(60).unwrap()).await;
     let members = join(&store, &s, n).await;
+    let batches = index_batches(&mut c, &store, &s).await;
+    assert_eq!(batches.values().sum::<usize>(), n);
+    let most = store.capabilities().max_batch + 16;
+    assert!(
+        batches.values().all(|in_batch| *in_batch <= most),
+        "a batch of the member index above max_batch plus the 16 joins in flight: {batches:?}"
+    );
     for m in &members[..with_items] {
         assert_eq!(store.claim(m, 1).await.unwrap().len(), 1);
     }
