@@ -303,17 +303,7 @@ impl EtcdStore {
 
     /// The key-values of a plain (not transactional) range read.
     pub(crate) async fn range(&self, key: String, opts: GetOptions) -> Result<Vec<KeyValue>> {
-        Calls::count(&self.inner.calls.kv);
-        Calls::count(&self.inner.calls.ranges);
-        let _flying = self.inner.calls.flying();
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(key, Some(opts))
-            .await
-            .map_err(map)?;
-        Ok(resp.take_kvs())
+        Ok(self.get(key, opts).await?.take_kvs())
     }
 
     /// [`EtcdStore::range`], adding to [`Calls::walked`] the number of keys etcd
@@ -323,19 +313,19 @@ impl EtcdStore {
         key: String,
         opts: GetOptions,
     ) -> Result<Vec<KeyValue>> {
-        Calls::count(&self.inner.calls.kv);
-        Calls::count(&self.inner.calls.ranges);
-        let _flying = self.inner.calls.flying();
-        let mut resp = self
-            .inner
-            .kv
-            .clone()
-            .get(key, Some(opts))
-            .await
-            .map_err(map)?;
+        let mut resp = self.get(key, opts).await?;
         let walked = u64::try_from(resp.count()).unwrap_or(0);
         self.inner.calls.walked.fetch_add(walked, Ordering::Relaxed);
         Ok(resp.take_kvs())
+    }
+
+    /// One plain range read, counted.
+    async fn get(&self, key: String, opts: GetOptions) -> Result<GetResponse> {
+        Calls::count(&self.inner.calls.kv);
+        Calls::count(&self.inner.calls.ranges);
+        let _flying = self.inner.calls.flying();
+        let mut kv = self.inner.kv.clone();
+        kv.get(key, Some(opts)).await.map_err(map)
     }
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {

@@ -7,7 +7,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use liveness_core::{Error, ItemCounts, LostCause, Member, MemberConfig, Session, SessionConfig};
+use liveness_core::{
+    Claimed, Error, FencingToken, ItemCounts, LostCause, Member, MemberConfig, Session,
+    SessionConfig,
+};
 use tokio::time::Instant;
 
 mod common;
@@ -172,22 +175,10 @@ async fn a_stalled_member_dies_alone() {
     let (store, _probe) = probed(false, 1000);
     enqueue_job(&store).await;
     let session = open(&store, tokio_clock()).await;
-    let timeout = Duration::from_millis(2000);
-    let config = MemberConfig::new("stuck", ttl(TTL_MS))
-        .unwrap()
-        .progress_timeout(timeout);
-    let stuck = session.join_with(config).await.unwrap();
-    let busy = session.join("busy").await.unwrap();
-    let (stuck_token, busy_token, session_token) = (stuck.token(), busy.token(), session.token());
+    let (stuck, busy) = stuck_and_busy(&session).await;
+    let before = [stuck.token(), busy.token(), session.token()];
     let claimed = stuck.claim(1).await.unwrap();
-    tokio::time::sleep(timeout + margin() + Duration::from_secs(1)).await;
-    assert!(matches!(
-        claimed[0].check(),
-        Err(Error::Lost {
-            reason: LostCause::Stalled,
-            ..
-        })
-    ));
+    tokio::time::sleep(STUCK_TIMEOUT + margin() + Duration::from_secs(1)).await;
     assert_eq!(
         store.item_counts().await.unwrap(),
         ItemCounts {
@@ -196,11 +187,43 @@ async fn a_stalled_member_dies_alone() {
             dead_lettered: 0
         }
     );
-    assert!(stuck.token() > stuck_token, "the stalled member re-joined");
+    assert_stalled_alone(&claimed[0], [&stuck, &busy], &session, before);
+}
+
+/// The progress timeout of [`stuck_and_busy`]'s stuck member.
+const STUCK_TIMEOUT: Duration = Duration::from_millis(2000);
+
+/// Joins a member `stuck`, watched with a [`STUCK_TIMEOUT`] progress timeout, and a
+/// member `busy` into `session`.
+async fn stuck_and_busy(session: &Session) -> (Member, Member) {
+    let config = MemberConfig::new("stuck", ttl(TTL_MS))
+        .unwrap()
+        .progress_timeout(STUCK_TIMEOUT);
+    let stuck = session.join_with(config).await.unwrap();
+    (stuck, session.join("busy").await.unwrap())
+}
+
+/// What the watchdog leaves once `stuck` stalled on `job`: the job told to stop as
+/// `Stalled`, `stuck` re-joined under a new token, `busy` and the session untouched
+/// (`before`: the three tokens before the stall).
+fn assert_stalled_alone(
+    job: &Claimed,
+    [stuck, busy]: [&Member; 2],
+    session: &Session,
+    before: [FencingToken; 3],
+) {
+    assert!(matches!(
+        job.check(),
+        Err(Error::Lost {
+            reason: LostCause::Stalled,
+            ..
+        })
+    ));
+    assert!(stuck.token() > before[0], "the stalled member re-joined");
     assert!(stuck.check().is_ok());
-    assert_eq!(busy.token(), busy_token);
+    assert_eq!(busy.token(), before[1]);
     assert!(busy.check().is_ok());
-    assert_eq!(session.token(), session_token);
+    assert_eq!(session.token(), before[2]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -464,38 +487,23 @@ async fn a_member_rejoined_after_a_session_loss_is_still_watched() {
     let (store, _probe) = probed(false, 1000);
     let (clock, suspend) = SuspendableHost::shared();
     let session = open(&store, clock).await;
-    let timeout = Duration::from_millis(2000);
-    let config = MemberConfig::new("stuck", ttl(TTL_MS))
-        .unwrap()
-        .progress_timeout(timeout);
-    let stuck = session.join_with(config).await.unwrap();
-    let busy = session.join("busy").await.unwrap();
+    let (stuck, busy) = stuck_and_busy(&session).await;
     suspend.advance(Duration::from_millis(TTL_MS));
     // Long enough to re-join, too short to stall since (a re-join is progress).
     let mut rejoined = None;
     for _ in 0..300 {
         tokio::time::sleep(Duration::from_millis(10)).await;
         if stuck.check().is_ok() && busy.check().is_ok() {
-            rejoined = Some((stuck.token(), busy.token(), session.token()));
+            rejoined = Some([stuck.token(), busy.token(), session.token()]);
             break;
         }
     }
-    let (stuck_token, busy_token, session_token) = rejoined.expect("both re-joined");
+    let before = rejoined.expect("both re-joined");
     enqueue_job(&store).await;
     let claimed = stuck.claim(1).await.unwrap();
-    tokio::time::sleep(timeout + margin() + Duration::from_secs(1)).await;
-    assert!(matches!(
-        claimed[0].check(),
-        Err(Error::Lost {
-            reason: LostCause::Stalled,
-            ..
-        })
-    ));
+    tokio::time::sleep(STUCK_TIMEOUT + margin() + Duration::from_secs(1)).await;
     assert_eq!(store.item_counts().await.unwrap().pending, 1);
-    assert!(stuck.token() > stuck_token, "the stalled member re-joined");
-    assert_eq!(busy.token(), busy_token);
-    assert!(busy.check().is_ok());
-    assert_eq!(session.token(), session_token);
+    assert_stalled_alone(&claimed[0], [&stuck, &busy], &session, before);
 }
 
 /// On a store without native sessions, a member whose renewals alone fail (its batch

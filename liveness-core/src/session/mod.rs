@@ -292,7 +292,18 @@ impl Session {
             stop: CancellationToken::new(),
             task: Mutex::new(None),
         });
-        let task = tokio::spawn(run(Arc::downgrade(&shared), renewing, metrics, first, sent));
+        // The session's one task: its heartbeat and the tending of its riders (their
+        // own losses and stalls), which have no task of their own. Ends when the
+        // session stops or is gone.
+        let keeping = keep(Arc::downgrade(&shared), renewing, metrics, first, sent);
+        let (riders, clock) = (shared.riders.clone(), shared.lease.clock.clone());
+        let stop = shared.stop.clone();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                () = keeping => {}
+                () = riders.tend(&*clock, &stop) => {}
+            }
+        });
         *lock(&shared.task) = Some(task);
         Ok(Session { shared })
     }
@@ -502,31 +513,6 @@ fn opened(config: &MemberConfig, lease: Lease, sent_on_clock: Duration) -> Sessi
     SessionGen {
         lease,
         standing: Arc::new(standing),
-    }
-}
-
-/// The session's one task: its heartbeat ([`keep`]) and the tending of its riders
-/// ([`Riders::tend`]: their own losses and stalls), which have no task of their own.
-/// Ends when the session stops or is gone.
-async fn run(
-    shared: Weak<Shared>,
-    renewing: Arc<dyn Store>,
-    metrics: HolderMetrics,
-    first: SessionGen,
-    sent: Instant,
-) {
-    let Some(strong) = shared.upgrade() else {
-        return;
-    };
-    let (riders, clock, stop) = (
-        strong.riders.clone(),
-        strong.lease.clock.clone(),
-        strong.stop.clone(),
-    );
-    drop(strong);
-    tokio::select! {
-        () = keep(shared, renewing, metrics, first, sent) => {}
-        () = riders.tend(&*clock, &stop) => {}
     }
 }
 
