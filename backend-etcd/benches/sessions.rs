@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench::procfs;
-use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space};
+use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space};
 
 mod common;
 use common::store;
@@ -135,22 +136,14 @@ async fn sessions(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>
     let drains = sessions.iter().map(|s| {
         let (store, token) = (store.clone(), s.token);
         async move {
-            let (mut retired, mut calls) = (0, 0);
-            loop {
-                let moved = store.requeue_orphans(token).await;
-                let moved = moved.unwrap_or_else(|e| panic!("drain: {e}"));
-                calls += 1;
-                if moved.retired.is_empty() {
-                    return (retired, calls);
-                }
-                retired += moved.retired.len();
-            }
+            let drained = drain(&store, token, async |moved| moved.retired.is_empty()).await;
+            drained.unwrap_or_else(|e| panic!("drain: {e}"))
         }
     });
     let (mut retired, mut calls) = (0, 0);
-    for (r, c) in futures::future::join_all(drains).await {
-        retired += r;
-        calls += c;
+    for d in futures::future::join_all(drains).await {
+        retired += d.retired;
+        calls += d.calls;
     }
     let drained = start.elapsed();
     let dead = store.dead_tokens(o.sessions).await;

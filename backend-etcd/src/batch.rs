@@ -55,10 +55,10 @@ use liveness_core::{
 };
 
 use crate::core::{
-    del, first, get, mod_rev, put, ranges, revision, under, version, Current, EtcdStore, Snapshot,
-    MAX_BATCH, MAX_TXN_OPS,
+    counter_at, del, first, get, mod_rev, put, ranges, revision, under, version, Current,
+    EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
-use crate::deaths::{add_to_record, death_counter, plan_hand_backs};
+use crate::deaths::{add_to_record, plan_hand_backs};
 use crate::error::{Fault, MAX_TRIES};
 use crate::etcd_lease::lease_bound;
 use crate::session::DrainState;
@@ -137,7 +137,7 @@ impl EtcdStore {
         reads.push(get(&ctr));
         let resp = self.txn(Txn::new().and_then(reads)).await?;
         let r = ranges(&resp);
-        let mut last_death = death_counter(&ctr, first(r.get(2 * open.len())).as_ref())?.1;
+        let mut last_death = counter_at(&ctr, first(r.get(2 * open.len())).as_ref())?.1;
         // Each free (or expired) entry with its record as last read.
         let mut free: Vec<(usize, Option<Current>)> = Vec::new();
         for (j, i) in open.iter().enumerate() {
@@ -236,8 +236,7 @@ impl EtcdStore {
                     // its failure read.
                     Ok(resp) => {
                         let r = ranges(&resp);
-                        last_death =
-                            last_death.max(death_counter(&ctr, first(r.get(2)).as_ref())?.1);
+                        last_death = last_death.max(counter_at(&ctr, first(r.get(2)).as_ref())?.1);
                         let snap = Snapshot::from(first(r.first()), first(r.get(1)))?;
                         if let Some(record) = self.judge_free(&ask.key, snap, &mut out[i]) {
                             still.push((i, record));
@@ -425,8 +424,7 @@ impl EtcdStore {
             reads.push(get(&ctr));
             let resp = self.txn(Txn::new().and_then(reads)).await?;
             let r = ranges(&resp);
-            let (mut ctr_cmp, mut last) =
-                death_counter(&ctr, first(r.get(2 * todo.len())).as_ref())?;
+            let (mut ctr_cmp, mut last) = counter_at(&ctr, first(r.get(2 * todo.len())).as_ref())?;
             let mut reapable: Vec<(usize, Current)> = Vec::new();
             for (j, i) in todo.iter().enumerate() {
                 let (key, token) = &expired[*i];

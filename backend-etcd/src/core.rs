@@ -631,6 +631,24 @@ pub(crate) fn mod_rev(k: &str, v: i64) -> Compare {
     Compare::mod_revision(k, CompareOp::Equal, v)
 }
 
+/// The decimal number `kv` holds (a counter, a cursor, an item id), or corrupt naming
+/// its key.
+pub(crate) fn number(kv: &KeyValue) -> Result<u64> {
+    std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| corrupt(at_key(kv.key())))
+}
+
+/// The compare on the counter `key` as read in `kv` (absent: never written), and its
+/// value (0 before the first write).
+pub(crate) fn counter_at(key: &str, kv: Option<&KeyValue>) -> Result<(Compare, u64)> {
+    Ok(match kv {
+        None => (version(key, 0), 0),
+        Some(kv) => (mod_rev(key, kv.mod_revision()), number(kv)?),
+    })
+}
+
 /// The key was created at revision `v` (a lease-bound key: its token).
 pub(crate) fn create_rev(k: &str, v: i64) -> Compare {
     Compare::create_revision(k, CompareOp::Equal, v)

@@ -22,8 +22,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    del, exists, first, first_range, get, mod_rev, put, ranges, secs, under, version, EtcdStore,
-    Snapshot, MAX_BATCH,
+    counter_at, del, exists, first, first_range, get, mod_rev, number, put, ranges, secs, under,
+    version, EtcdStore, Snapshot, MAX_BATCH,
 };
 use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
@@ -135,22 +135,6 @@ pub(crate) fn add_members(
     add_to_record(key, seq, kv, add)
 }
 
-/// The compare on the death counter `ctr` as read in `kv`, and its value (the last
-/// death's seq, 0 before the first).
-pub(crate) fn death_counter(ctr: &str, kv: Option<&KeyValue>) -> Result<(Compare, u64)> {
-    Ok(match kv {
-        None => (version(ctr, 0), 0),
-        Some(kv) => (mod_rev(ctr, kv.mod_revision()), number(kv)?),
-    })
-}
-
-fn number(kv: &KeyValue) -> Result<u64> {
-    std::str::from_utf8(kv.value())
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| corrupt(at_key(kv.key())))
-}
-
 /// The writes that give back item `id`, owned under the index entry `owned` with
 /// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
 pub(crate) fn hand_back(
@@ -228,7 +212,7 @@ impl EtcdStore {
     ) -> Result<DeathWrite> {
         let k = self.keys();
         let ctr = k.death_ctr();
-        let (compare, last) = death_counter(&ctr, self.get_one(&ctr).await?.as_ref())?;
+        let (compare, last) = counter_at(&ctr, self.get_one(&ctr).await?.as_ref())?;
         let seq = last + 1;
         let mut ops = vec![put(&ctr, seq.to_string())];
         ops.extend(self.death_ops(key, holder, token, cause, seq));

@@ -12,8 +12,8 @@ use liveness_core::{
 
 use crate::batch::REQUEUE_CHUNK;
 use crate::core::{
-    del, exists, first, get, mod_rev, put, ranges, to_prefix_end, under, version, EtcdStore,
-    MAX_TXN_OPS,
+    counter_at, del, exists, first, get, mod_rev, number, put, ranges, to_prefix_end, under,
+    version, EtcdStore, MAX_TXN_OPS,
 };
 use crate::deaths::hand_back;
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
@@ -33,23 +33,10 @@ impl ItemStore for EtcdStore {
         for _ in 0..MAX_TRIES {
             if let Some(key) = &key {
                 if let Some(kv) = self.get_one(key).await? {
-                    return std::str::from_utf8(kv.value())
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                        .map(ItemId)
-                        .ok_or_else(|| corrupt(at_key(kv.key())));
+                    return number(&kv).map(ItemId);
                 }
             }
-            let (last, guard) = match self.get_one(&counter).await? {
-                None => (0, version(&counter, 0)),
-                Some(kv) => (
-                    std::str::from_utf8(kv.value())
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                        .ok_or_else(|| corrupt(at_key(kv.key())))?,
-                    mod_rev(&counter, kv.mod_revision()),
-                ),
-            };
+            let (guard, last) = counter_at(&counter, self.get_one(&counter).await?.as_ref())?;
             let id = last + 1;
             let mut guards = vec![guard];
             let mut ops = vec![

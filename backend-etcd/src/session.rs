@@ -39,8 +39,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    create_rev, del, exists, first, get, mod_rev, not_create_rev, put, ranges, revision, secs,
-    token_i64, version, Current, EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
+    counter_at, create_rev, del, exists, first, get, mod_rev, not_create_rev, number, put, ranges,
+    revision, secs, token_i64, version, Current, EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::deaths::add_members;
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
@@ -140,16 +140,7 @@ impl DrainState {
         // The joins that read counts 0..n filed their entries under batches below
         // ⌈n / INDEX_BATCH⌉; once the session is dead no join adds one.
         let joined = find(&joins).map_or(0, |kv| u64::try_from(kv.version()).unwrap_or(0));
-        let (at, cursor_cmp) = match find(&cursor) {
-            None => (0, version(&cursor, 0)),
-            Some(kv) => (
-                std::str::from_utf8(kv.value())
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or_else(|| corrupt(at_key(kv.key())))?,
-                mod_rev(&cursor, kv.mod_revision()),
-            ),
-        };
+        let (cursor_cmp, at) = counter_at(&cursor, find(&cursor))?;
         Ok(DrainState {
             end: joined.div_ceil(INDEX_BATCH),
             cursor: at,
@@ -392,15 +383,7 @@ impl EtcdStore {
         let k = self.keys();
         let dead = k.dead(token);
         let (entries, cursor, more) = self.next_riders(token, &state).await?;
-        let seq = match &of {
-            Some(kv) => Some(
-                std::str::from_utf8(kv.value())
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or_else(|| corrupt(at_key(kv.key())))?,
-            ),
-            None => None,
-        };
+        let seq = of.as_ref().map(number).transpose()?;
         let members = entries
             .iter()
             .map(|kv| {

@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::death_watch::DeathWatch;
-use liveness_core::{
-    Acquire, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl,
-};
+use liveness_conformance::bench::drain::drain;
+use liveness_conformance::bench_util;
+use liveness_core::{FencingToken, HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
 use liveness_postgres::PostgresStore;
 
 /// A store on a fresh namespace.
@@ -324,23 +324,14 @@ async fn riding(store: PostgresStore, o: &SessionOptions) {
     // The drain of another session, released.
     if let Some(dead) = sessions.get(1) {
         assert!(store.release(dead).await.unwrap());
-        let start = Instant::now();
-        let (mut calls, mut retired, mut longest) = (0, 0, Duration::ZERO);
-        loop {
-            let call = Instant::now();
-            let moved = store.requeue_orphans(dead.token).await.unwrap();
-            longest = longest.max(call.elapsed());
-            calls += 1;
-            retired += moved.retired.len();
-            if moved.retired.is_empty() {
-                break;
-            }
-        }
+        let drained = drain(&store, dead.token, async |moved| moved.retired.is_empty()).await;
+        let d = drained.unwrap();
         println!(
-            "drain      one released session of {retired} members: {:.2}s in {calls} calls \
-             (longest {:.1} ms)",
-            start.elapsed().as_secs_f64(),
-            longest.as_secs_f64() * 1000.0
+            "drain      one released session of {} members: {:.2}s in {} calls (longest {:.1} ms)",
+            d.retired,
+            d.took.as_secs_f64(),
+            d.calls,
+            d.longest.as_secs_f64() * 1000.0
         );
     }
     keeper.abort();
@@ -350,26 +341,19 @@ async fn riding(store: PostgresStore, o: &SessionOptions) {
 /// process's share of them (`members / sessions` leases that stop renewing).
 async fn leases(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
-    let batch = store.capabilities().max_batch;
     // Taken with a long ttl, so that none lapses while the rest are taken (at 100,000
     // that takes longer than a ttl), then renewed with `o.ttl`.
     let long = Ttl::from_secs(600).unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
-    let mut all = Vec::with_capacity(o.members);
-    let keys: Vec<usize> = (0..o.members).collect();
-    for chunk in keys.chunks(batch) {
-        let asks: Vec<Acquire> = chunk
-            .iter()
-            .map(|i| Acquire::new(Key::member(&format!("m{i}")).unwrap(), holder.clone(), long))
-            .collect();
-        for answer in store.acquire_many(&asks).await.unwrap() {
-            let lease = answer.unwrap_or_else(|e| panic!("acquire: {e}"));
-            all.push(Lease {
-                ttl: o.ttl,
-                ..lease
-            });
-        }
-    }
+    let taken = bench_util::member_leases_batched(&store, "m", o.members, &holder, long).await;
+    let mut all: Vec<Lease> = taken
+        .unwrap_or_else(|e| panic!("acquire: {e}"))
+        .into_iter()
+        .map(|lease| Lease {
+            ttl: o.ttl,
+            ..lease
+        })
+        .collect();
     let took = start.elapsed();
     let counts = Counts::default();
     let every = o.ttl.duration() / 3;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use liveness_conformance::fixtures::drained_session_record;
+use liveness_conformance::fixtures::{drained_session_record, renew_with_ttl};
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name,
     Page, Space, Ttl,
@@ -60,11 +60,7 @@ async fn is_dead(store: &PostgresStore, token: FencingToken) -> bool {
 /// Renews `session` with a ttl of 200 ms and waits until the server judges it
 /// expired.
 async fn let_expire(store: &PostgresStore, session: &Lease) {
-    let short = Lease {
-        ttl: Ttl::from_millis(200).unwrap(),
-        ..session.clone()
-    };
-    store.renew(&short).await.unwrap();
+    renew_with_ttl(store, session, Ttl::from_millis(200).unwrap()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while store
         .inspect(&session.key)

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::paced::renew_paced;
+use liveness_conformance::bench::procfs;
 use liveness_conformance::bench_util;
 use std::sync::Arc;
 
@@ -46,18 +47,6 @@ use liveness_testkit::redis::RedisServer;
 
 mod common;
 use common::{connection, store, store_in};
-
-/// This process's resident set in bytes (`VmRSS`), 0 where unknown.
-fn rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
 
 /// One field of an `INFO <section>` answer.
 async fn info(conn: &mut redis::aio::MultiplexedConnection, section: &str, field: &str) -> f64 {
@@ -195,7 +184,7 @@ async fn sessions(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
             }
         })
     };
-    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     let start = Instant::now();
     let lanes = 64;
     let mut tasks = Vec::with_capacity(lanes);
@@ -221,7 +210,7 @@ async fn sessions(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
         keep.extend(task.await.unwrap_or_else(|e| panic!("{e}")));
     }
     let join = start.elapsed();
-    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     // Steady state: the sessions alone, renewed every ttl/3.
     let renewed0 = renewals.load(std::sync::atomic::Ordering::Relaxed);
     let cpu0 = cpu(conn).await;
@@ -243,13 +232,13 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
         o,
         conn,
     } = run;
-    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem0, rss0) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     let start = Instant::now();
     let leases = bench_util::member_leases_batched(&store, "m", o.members, &holder, o.ttl)
         .await
         .unwrap_or_else(|e| panic!("acquire: {e}"));
     let join = start.elapsed();
-    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem1, rss1) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     // Steady state: every lease renewed every ttl/3, paced every 10 ms, from 8 tasks
     // (one `renew_many` of at most 1000 in flight each).
     let cpu0 = cpu(conn).await;
@@ -265,23 +254,6 @@ async fn leases(run: Run<'_>, keep: &mut Vec<Lease>) -> Figures {
     purged(&store, Figures::of(o, join, before, after, used, renewed)).await
 }
 
-/// This process's CPU seconds (user + system) so far, from `/proc/self/stat` (0
-/// where unknown; clock ticks taken as 100 a second, Linux's default).
-fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name (which ends with the last `)`).
-    let rest = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are the 14th and 15th fields: the 12th and 13th after `)`.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// The members as a process holds them: `o.sessions` real sessions, each joining its
 /// share of `o.members` with `join_many`, then held through the steady state.
 async fn handles(
@@ -293,7 +265,7 @@ async fn handles(
     // Each session on a store (a connection) of its own, as each process has.
     let namespace = liveness_conformance::fresh_namespace();
     let redis = store_in(url, namespace.clone()).await;
-    let rss0 = rss();
+    let rss0 = procfs::rss();
     let mut sessions = Vec::with_capacity(o.sessions);
     for p in 0..o.sessions {
         let store: Arc<dyn Store> = Arc::new(store_in(url, namespace.clone()).await);
@@ -302,7 +274,7 @@ async fn handles(
         sessions.push(session.unwrap_or_else(|e| panic!("session: {e}")));
     }
     let session_tokens: Vec<_> = sessions.iter().map(Session::token).collect();
-    let (mem0, rss1) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem0, rss1) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     let start = Instant::now();
     // `lanes` sessions join at a time, each its whole share in one `join_many`.
     let gate = Arc::new(tokio::sync::Semaphore::new(lanes.max(1)));
@@ -330,11 +302,11 @@ async fn handles(
         }
     }
     let join = start.elapsed();
-    let (mem1, rss2) = (info(conn, "memory", "used_memory:").await, rss());
+    let (mem1, rss2) = (info(conn, "memory", "used_memory:").await, procfs::rss());
     let tokens: Vec<_> = members.iter().map(Member::token).collect();
     let (cpu0, own0, commands0) = (
         cpu(conn).await,
-        own_cpu(),
+        procfs::own_cpu().as_secs_f64(),
         info(conn, "stats", "total_commands_processed:").await,
     );
     let start = Instant::now();
@@ -342,7 +314,7 @@ async fn handles(
     let wall = start.elapsed().as_secs_f64();
     let (cpu1, own1, commands1) = (
         cpu(conn).await,
-        own_cpu(),
+        procfs::own_cpu().as_secs_f64(),
         info(conn, "stats", "total_commands_processed:").await,
     );
     let lost = members

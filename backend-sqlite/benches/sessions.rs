@@ -32,7 +32,11 @@
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
-use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_conformance::bench::drain::drain;
+use liveness_conformance::bench::procfs;
+use liveness_conformance::bench_util;
+use liveness_conformance::fixtures::renew_with_ttl;
+use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
 use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 
 // Beside this file, not in benches/ itself (where cargo would take it for a bench).
@@ -91,23 +95,6 @@ impl std::ops::Deref for Options {
     }
 }
 
-/// This process's CPU time so far (user + system), from `/proc/self/stat` in clock
-/// ticks of 10 ms; zero where unknown.
-fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name (which may hold spaces), from field 3 on.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15: 12 and 13 after the command name.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
 /// What one way of holding the members measured.
 struct Figures {
     join: Duration,
@@ -146,7 +133,7 @@ where
     Fut: std::future::Future<Output = usize>,
 {
     let period = o.ttl.duration() / 3;
-    let (wall0, cpu0) = (Instant::now(), cpu());
+    let (wall0, cpu0) = (Instant::now(), procfs::own_cpu());
     let mut rounds = Vec::new();
     let mut lapsed = 0;
     let mut tick = tokio::time::interval(period);
@@ -156,7 +143,7 @@ where
         lapsed += renew().await;
         rounds.push(t.elapsed());
     }
-    let pct = (cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64() * 100.0;
+    let pct = (procfs::own_cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64() * 100.0;
     rounds.sort();
     (pct, rounds[rounds.len() / 2], lapsed)
 }
@@ -217,7 +204,7 @@ async fn sessions(path: &std::path::Path, o: &Options) -> Figures {
         }
     })
     .await;
-    drain(&held[0].0, &held[0].1).await;
+    kill_and_drain(&held[0].0, &held[0].1).await;
     Figures {
         join,
         cpu_pct,
@@ -230,32 +217,24 @@ async fn sessions(path: &std::path::Path, o: &Options) -> Figures {
 /// then `requeue_orphans` of its token until it leaves the dead set. Prints the calls,
 /// the members retired, the whole drain's time and the longest call (the longest the
 /// file's write lock was held for it).
-async fn drain(store: &SqliteStore, session: &Lease) {
-    let short = Lease {
-        ttl: Ttl::new(Duration::from_millis(1)).unwrap(),
-        ..session.clone()
-    };
-    store.renew(&short).await.unwrap();
+async fn kill_and_drain(store: &SqliteStore, session: &Lease) {
+    renew_with_ttl(store, session, Ttl::from_millis(1).unwrap()).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(store.reap(&session.key, session.token).await.unwrap());
-    let started = Instant::now();
-    let (mut calls, mut retired, mut longest) = (0, 0, Duration::ZERO);
-    loop {
-        let t = Instant::now();
-        let moved = store.requeue_orphans(session.token).await.unwrap();
-        longest = longest.max(t.elapsed());
-        calls += 1;
-        retired += moved.retired.len();
+    // Over when the session's token has left the dead set.
+    let drained = drain(store, session.token, async |_| {
         let dead = store.dead_tokens(1).await.unwrap();
-        if dead.first().map(|d| d.token) != Some(session.token) {
-            break;
-        }
-    }
+        dead.first().map(|d| d.token) != Some(session.token)
+    })
+    .await;
+    let d = drained.unwrap();
     println!(
-        "drain of one dead session      {retired} members in {calls} calls, {:.1} ms in all, \
-         longest call {:.1} ms",
-        started.elapsed().as_secs_f64() * 1000.0,
-        longest.as_secs_f64() * 1000.0
+        "drain of one dead session      {} members in {} calls, {:.1} ms in all, longest call \
+         {:.1} ms",
+        d.retired,
+        d.calls,
+        d.took.as_secs_f64() * 1000.0,
+        d.longest.as_secs_f64() * 1000.0
     );
 }
 
@@ -267,23 +246,9 @@ async fn leases(path: &std::path::Path, o: &Options) -> Figures {
     let batch = store.capabilities().max_batch;
     let holder = HolderId::new("process").unwrap();
     let started = Instant::now();
-    let mut held = Vec::with_capacity(o.members);
-    let keys: Vec<usize> = (0..o.members).collect();
-    for chunk in keys.chunks(batch) {
-        let asks: Vec<Acquire> = chunk
-            .iter()
-            .map(|i| {
-                Acquire::new(
-                    Key::member(&format!("m{i}")).unwrap(),
-                    holder.clone(),
-                    o.ttl,
-                )
-            })
-            .collect();
-        for r in store.acquire_many(&asks).await.unwrap() {
-            held.push(r.unwrap());
-        }
-    }
+    let held = bench_util::member_leases_batched(&store, "m", o.members, &holder, o.ttl)
+        .await
+        .unwrap();
     let join = started.elapsed();
     if join >= o.ttl.duration() {
         println!("(the first leases expired before the last was taken: raise --ttl-ms)");

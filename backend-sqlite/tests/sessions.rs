@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use liveness_conformance::fixtures::renew_with_ttl;
 use liveness_core::{
     DeathCause, FencingToken, HolderId, ItemCounts, ItemStore, Key, Lease, LeaseStatus, LeaseStore,
     Name, Space, Ttl,
@@ -61,11 +62,7 @@ async fn session_of(
 /// Makes `session` expire within a millisecond: renewed with a 1 ms ttl (the store
 /// takes the ttl the lease value carries), then waited out.
 async fn expire(store: &SqliteStore, session: &Lease) {
-    let short = Lease {
-        ttl: Ttl::new(Duration::from_millis(1)).unwrap(),
-        ..session.clone()
-    };
-    store.renew(&short).await.unwrap();
+    renew_with_ttl(store, session, Ttl::from_millis(1).unwrap()).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 

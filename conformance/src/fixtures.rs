@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use liveness_core::{
     DeathRecord, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease, LeaseStore,
-    Ttl,
+    Name, Space, Ttl,
 };
 use tokio::time::Instant;
 
@@ -27,6 +27,36 @@ pub async fn acquire_member<S: LeaseStore + ?Sized>(
         .acquire(&key, &holder, ttl)
         .await
         .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
+}
+
+/// The session lease on `name` for `holder` with `ttl`, and `n` members `m0`, `m1`, …
+/// of the same holder riding it, joined one by one; the members in order.
+///
+/// # Panics
+///
+/// When a name is not a valid session name or holder, or the store refuses.
+pub async fn session_with_members<S: LeaseStore + ?Sized>(
+    store: &S,
+    name: &str,
+    holder: &str,
+    ttl: Ttl,
+    n: usize,
+) -> (Lease, Vec<Lease>) {
+    let key = Name::new(name)
+        .map(|name| Key::new(Space::sessions(), name))
+        .unwrap_or_else(|e| panic!("session name {name:?}: {e}"));
+    let holder = HolderId::new(holder).unwrap_or_else(|e| panic!("holder {holder:?}: {e}"));
+    let session = store
+        .acquire(&key, &holder, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("session {name:?}: {e}"));
+    let mut members = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
+        let member = store.join_session(&session, &key, &holder).await;
+        members.push(member.unwrap_or_else(|e| panic!("join m{i}: {e}")));
+    }
+    (session, members)
 }
 
 /// `n` member leases `{prefix}0`, `{prefix}1`, … for holder `w` with `ttl`, in order,
@@ -64,6 +94,23 @@ pub async fn owners_with_items<S: LeaseStore + ItemStore + ?Sized>(
         out.push((lease, id));
     }
     out
+}
+
+/// Renews `lease` with `ttl` in place of its own (a store renews with the ttl the
+/// lease value carries): how a test makes a long-lived lease expire soon.
+///
+/// # Panics
+///
+/// When the store refuses the renewal.
+pub async fn renew_with_ttl<S: LeaseStore + ?Sized>(store: &S, lease: &Lease, ttl: Ttl) -> Lease {
+    let other = Lease {
+        ttl,
+        ..lease.clone()
+    };
+    store
+        .renew(&other)
+        .await
+        .unwrap_or_else(|e| panic!("renew {:?} with ttl {ttl:?}: {e}", lease.key))
 }
 
 /// Waits until every one of `leases` has expired by the store clock (the lease on its

@@ -9,8 +9,8 @@ use std::time::Duration;
 use liveness_core::{Error, Key, Member, MemberConfig, Result, Session, SessionConfig, Space};
 
 mod common;
-use common::probe::{open, probed, tasks, tokio_clock, TTL_MS};
-use common::{live, ttl, SuspendableHost};
+use common::probe::{open, probed, suspendable, tasks, tokio_clock, TTL_MS};
+use common::{live, ttl};
 
 /// The names `m0` … `m{n-1}`.
 fn names(n: usize) -> Vec<String> {
@@ -24,9 +24,7 @@ fn names(n: usize) -> Vec<String> {
 async fn join_many_joins_in_batches_members_that_ride_as_joined_ones() {
     const MEMBERS: u64 = 50;
     const MAX_BATCH: u64 = 10;
-    let (store, probe) = probed(false, MAX_BATCH as usize);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (store, probe, session, suspend) = suspendable(MAX_BATCH as usize).await;
     let mut events = session.events().subscribe();
     let before = tasks();
     let answers = session.join_many(names(MEMBERS as usize)).await;
@@ -181,9 +179,7 @@ async fn without_native_sessions_join_many_members_live_on_the_sessions_renewals
 /// lease and joins every entry into it.
 #[tokio::test(start_paused = true)]
 async fn join_many_into_a_lost_session_joins_its_next_lease() {
-    let (store, _probe) = probed(false, 4);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (store, _probe, session, suspend) = suspendable(4).await;
     let old = session.token();
     suspend.advance(Duration::from_millis(TTL_MS));
     assert!(session.check().is_err());

@@ -14,8 +14,8 @@ use liveness_core::{
 use tokio::time::Instant;
 
 mod common;
-use common::probe::{join_all, margin, open, probed, tasks, tokio_clock, TTL_MS};
-use common::{enqueue_job, live, ttl, when_fired, SuspendableHost};
+use common::probe::{join_all, margin, open, probed, suspendable, tasks, tokio_clock, TTL_MS};
+use common::{enqueue_job, live, ttl, when_fired};
 
 #[tokio::test(start_paused = true)]
 async fn riding_members_live_on_the_sessions_renewals_alone() {
@@ -52,9 +52,7 @@ async fn riding_members_live_on_the_sessions_renewals_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_frozen_session_fails_every_members_check_at_once_and_they_rejoin() {
-    let (store, _probe) = probed(false, 1000);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (store, _probe, session, suspend) = suspendable(1000).await;
     let members = join_all(&session, 4).await;
     enqueue_job(&store).await;
     let claimed = members[1].claim(1).await.unwrap();
@@ -389,9 +387,7 @@ async fn two_sessions_cannot_share_a_name() {
 async fn members_rejoin_a_reopened_session_in_batches_of_max_batch() {
     const MEMBERS: u64 = 50;
     const MAX_BATCH: u64 = 10;
-    let (store, probe) = probed(false, MAX_BATCH as usize);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (store, probe, session, suspend) = suspendable(MAX_BATCH as usize).await;
     let members = join_all(&session, MEMBERS as usize).await;
     let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
     let (calls_before, joined_before) = (
@@ -460,9 +456,7 @@ async fn a_frozen_process_s_members_are_lost_with_the_session_not_stalled() {
 /// and a re-join after a loss runs only until the member has its next lease.
 #[tokio::test(start_paused = true)]
 async fn riding_members_have_no_task_of_their_own() {
-    let (store, _probe) = probed(false, 1000);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (_store, _probe, session, suspend) = suspendable(1000).await;
     let warm = session.join("warm").await.unwrap();
     let before = tasks();
     let members = join_all(&session, 20).await;
@@ -484,9 +478,7 @@ async fn riding_members_have_no_task_of_their_own() {
 /// is stalled and released alone.
 #[tokio::test(start_paused = true)]
 async fn a_member_rejoined_after_a_session_loss_is_still_watched() {
-    let (store, _probe) = probed(false, 1000);
-    let (clock, suspend) = SuspendableHost::shared();
-    let session = open(&store, clock).await;
+    let (store, _probe, session, suspend) = suspendable(1000).await;
     let (stuck, busy) = stuck_and_busy(&session).await;
     suspend.advance(Duration::from_millis(TTL_MS));
     // Long enough to re-join, too short to stall since (a re-join is progress).

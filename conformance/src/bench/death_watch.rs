@@ -89,25 +89,16 @@ impl DeathWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_core::{HolderId, LeaseStore, Name, Space, Ttl};
+    use crate::fixtures::session_with_members;
+    use liveness_core::Ttl;
     use std::collections::HashSet;
 
     #[tokio::test]
     async fn the_members_of_a_dead_session_are_seen_declared() {
         let store = super::super::memory_store();
-        let holder = HolderId::new("watch").unwrap_or_else(|e| panic!("{e}"));
-        let name = Name::new("p0").unwrap_or_else(|e| panic!("{e}"));
         let ttl = Ttl::new(Duration::from_millis(200)).unwrap_or_else(|e| panic!("{e}"));
-        let session = store
-            .acquire(&Key::new(Space::sessions(), name), &holder, ttl)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut tokens = HashSet::new();
-        for i in 0..5 {
-            let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
-            let member = store.join_session(&session, &key, &holder).await;
-            tokens.insert(member.unwrap_or_else(|e| panic!("{e}")).token);
-        }
+        let (_session, members) = session_with_members(&store, "p0", "watch", ttl, 5).await;
+        let tokens: HashSet<_> = members.iter().map(|m| m.token).collect();
         let started = Instant::now();
         let mut watch = DeathWatch::start(Arc::new(store), Duration::from_millis(50));
         let seen = watch

@@ -34,6 +34,7 @@ use crate::Factory;
 pub mod args;
 mod cost;
 pub mod death_watch;
+pub mod drain;
 pub mod joins;
 pub mod paced;
 pub mod procfs;

@@ -68,7 +68,11 @@ async fn enqueue_n(s: &Arc<dyn Store>, n: u8) -> Vec<ItemId> {
 
 /// Asserts the store's `[pending, owned, dead_lettered]` item counts; `why` says what
 /// they show.
-async fn assert_counts(s: &Arc<dyn Store>, [pending, owned, dead_lettered]: [u64; 3], why: &str) {
+pub(crate) async fn assert_counts(
+    s: &Arc<dyn Store>,
+    [pending, owned, dead_lettered]: [u64; 3],
+    why: &str,
+) {
     let want = ItemCounts {
         pending,
         owned,

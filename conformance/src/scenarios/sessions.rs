@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Checker, CheckerConfig, DeathCause, EnqueueOptions, Error, FencingToken, ItemCounts, Key,
-    Lease, LeaseStatus, Name, Space, Store,
+    Checker, CheckerConfig, DeathCause, EnqueueOptions, Error, FencingToken, Key, Lease,
+    LeaseStatus, Name, Space, Store,
 };
 
+use super::items::assert_counts;
 use super::leases::holder;
 use crate::fixtures::drained_session_record;
 use crate::{member_key, Ctx};
@@ -224,15 +225,7 @@ pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
         let moved = s.requeue_orphans(m.token).await.unwrap();
         assert_eq!(moved.requeued.len(), 1, "its item goes back with its token");
     }
-    let counts = s.item_counts().await.unwrap();
-    assert_eq!(
-        counts,
-        ItemCounts {
-            pending: n as u64,
-            owned: 0,
-            dead_lettered: 0
-        }
-    );
+    assert_counts(s, [n as u64, 0, 0], "every member's item pending again").await;
     let record = drained_session_record(s.as_ref(), session.token, &want, n as u64).await;
     assert_eq!(record.cause, DeathCause::Reaped);
 }

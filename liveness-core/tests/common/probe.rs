@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use liveness_core::layer::{Intercept, Next, Reply, Request, StoreBuilder};
 use liveness_core::{
-    async_trait, Capabilities, Clock, Error, Key, Member, MemoryServer, Result, Session,
-    SessionConfig, Space, Store, TokioClock,
+    async_trait, Capabilities, Clock, Error, Key, ManualClock, Member, MemoryServer, Result,
+    Session, SessionConfig, Space, Store, TokioClock,
 };
 
-use super::{ns, ttl};
+use super::{ns, ttl, SuspendableHost};
 
 pub const TTL_MS: u64 = 3000;
 
@@ -161,6 +161,15 @@ pub fn probed(plain: bool, max_batch: usize) -> (Arc<dyn Store>, Arc<Probe>) {
 pub async fn open(store: &Arc<dyn Store>, clock: Arc<dyn Clock>) -> Session {
     let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap().clock(clock);
     Session::open(store.clone(), config).await.unwrap()
+}
+
+/// The session `p` ([`open`]) on a store `probed(false, max_batch)`, on a host the
+/// test suspends by advancing the clock returned last (see [`SuspendableHost`]).
+pub async fn suspendable(max_batch: usize) -> (Arc<dyn Store>, Arc<Probe>, Session, ManualClock) {
+    let (store, probe) = probed(false, max_batch);
+    let (clock, suspend) = SuspendableHost::shared();
+    let session = open(&store, clock).await;
+    (store, probe, session, suspend)
 }
 
 /// Tokio's clock, which paused time moves.
