@@ -324,6 +324,10 @@ impl Drop for Inner {
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
         lock(&self.generation).footing.stop_work(LostCause::GaveUp);
+        // Its session's task has nothing more to look at for it.
+        if let Some(session) = &self.session {
+            session.riders().dropped(&self.key);
+        }
     }
 }
 

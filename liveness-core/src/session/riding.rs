@@ -271,6 +271,13 @@ impl Plan {
         self.by_moment.first().map(|(at, _)| *at)
     }
 
+    /// Drops the look planned at `key`, if any.
+    fn forget(&mut self, key: &Key) {
+        if let Some(planned) = self.of.remove(key) {
+            self.by_moment.remove(&(planned, key.clone()));
+        }
+    }
+
     /// The riders due by `now`, taken out of the plan.
     fn due(&mut self, now: Duration) -> Vec<Key> {
         let mut due = Vec::new();
@@ -291,12 +298,30 @@ impl Riders {
         self.look_at(member);
     }
 
-    /// Forgets `member` (when it is still the one on `key`).
+    /// Forgets `member` (when it is still the one on `key`), and its planned look.
     pub(crate) fn forget(&self, key: &Key, member: &Member) {
         let mut map = lock(&self.map);
         if map.get(key).is_some_and(|w| member.is(w)) {
             map.remove(key);
+            lock(&self.plan).forget(key);
         }
+    }
+
+    /// Forgets the member on `key` once it is gone (dropped by its owner), and its
+    /// planned look: a process whose members come and go keeps nothing of the gone
+    /// ones, however long their progress timeouts.
+    pub(crate) fn dropped(&self, key: &Key) {
+        let mut map = lock(&self.map);
+        if map.get(key).is_some_and(|w| w.strong_count() == 0) {
+            map.remove(key);
+            lock(&self.plan).forget(key);
+        }
+    }
+
+    /// How many riders are known, and how many looks are planned.
+    #[cfg(test)]
+    fn sizes(&self) -> (usize, usize) {
+        (lock(&self.map).len(), lock(&self.plan).of.len())
     }
 
     /// The members alive, forgetting the dropped ones.
@@ -451,5 +476,45 @@ impl Intercept for RenewRiders {
         answer
             .unwrap_or_else(|| Err(Error::backend("session", "renew_many answered too few")))
             .map(Reply::Renew)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::{
+        Capabilities, MemberConfig, MemoryServer, Namespace, Session, SessionConfig, Store, Ttl,
+    };
+
+    /// Members that come and go, each watched with a long progress timeout, leave
+    /// nothing behind in their session's registry or its plan of looks.
+    #[tokio::test(start_paused = true)]
+    async fn gone_riders_leave_no_planned_look_behind() {
+        let caps = Capabilities {
+            sessions: true,
+            ..Capabilities::default()
+        };
+        let ns = Namespace::new("riders").unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns));
+        let ttl = Ttl::from_secs(3).unwrap();
+        let session = Session::open(store, SessionConfig::new("p", ttl).unwrap())
+            .await
+            .unwrap();
+        for i in 0..10 {
+            let config = MemberConfig::new(&format!("m{i}"), ttl)
+                .unwrap()
+                .progress_timeout(Duration::from_secs(3600));
+            let member = session.join_with(config).await.unwrap();
+            assert_eq!(session.shared.riders().sizes(), (1, 1));
+            if i % 2 == 0 {
+                drop(member);
+            } else {
+                member.leave(Duration::from_secs(1)).await.unwrap();
+            }
+            assert_eq!(session.shared.riders().sizes(), (0, 0), "after m{i}");
+        }
     }
 }
