@@ -237,6 +237,11 @@ async fn connect_to(
 /// it wait. Whether a resumed leader answers before it learns of the new term is a
 /// race inside it, hence several rounds and many leases.
 ///
+/// A round whose freeze outlasted the ttl (a loaded machine slow to elect) is void
+/// and run again: by the frozen leader's own countdown its leases ran out, and an
+/// etcd without etcd-io/etcd#16822 revokes them when it resumes, the README's known
+/// limit, not this test's subject.
+///
 /// Asserted: every renewal that returned `Ok` (sent at `sent`, `expires_in` left)
 /// keeps its lease live, as a store on the two other members reads it, until
 /// `sent + expires_in`: the contract's "expires at the store's now + ttl"; every
@@ -244,18 +249,22 @@ async fn connect_to(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_a_deposed_leader_answers_promises_nothing_the_cluster_does_not_keep() {
     const ROUNDS: usize = 3;
+    const MAX_VOID: usize = 3;
     const LEASES: usize = 100;
     let Some(cluster) = EtcdCluster::start() else {
         return;
     };
-    // Longer than a round's freeze: by the frozen leader's own countdown no lease has
-    // expired when it resumes. (One that has is revoked by the resumed leader on an
-    // etcd without etcd-io/etcd#16822: see the README; not this test's subject.)
-    let ttl = Ttl::from_secs(6).unwrap();
+    // Longer than a round's freeze (an election, 2 s, 0.3 s): by the frozen leader's
+    // own countdown no lease has expired when it resumes. A round where one may have
+    // is void (see above).
+    let ttl = Ttl::from_secs(10).unwrap();
     let holder = liveness_core::HolderId::new("worker").unwrap();
-    let (mut ok, mut refused) = (0, 0);
-    for round in 0..ROUNDS {
+    let (mut ok, mut refused, mut void) = (0, 0, 0);
+    let mut round = 0;
+    while round < ROUNDS {
         let ns = fresh_namespace();
+        // No lease was renewed on the leader before this instant.
+        let countdown_from = Instant::now();
         let (leader, _) =
             tokio::task::block_in_place(|| cluster.leader(&[], Duration::from_secs(20))).unwrap();
         let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
@@ -284,7 +293,23 @@ async fn a_renewal_a_deposed_leader_answers_promises_nothing_the_cluster_does_no
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
         cluster.resume(leader).unwrap();
+        let frozen_for = countdown_from.elapsed();
         let answers = renewals.await.unwrap();
+        if frozen_for + Duration::from_secs(1) >= ttl.duration() {
+            void += 1;
+            eprintln!(
+                "round {round} void: {frozen_for:?} from the leases' last renewal to the \
+                 leader's resume, within 1 s of the ttl {:?}",
+                ttl.duration()
+            );
+            assert!(
+                void <= MAX_VOID,
+                "{void} rounds void: every election took too long on this machine"
+            );
+            tokio::task::block_in_place(|| cluster.wait_healthy(leader, Duration::from_secs(20)))
+                .unwrap();
+            continue;
+        }
 
         let promised: Vec<(liveness_core::Key, Instant)> = answers
             .iter()
@@ -323,11 +348,12 @@ async fn a_renewal_a_deposed_leader_answers_promises_nothing_the_cluster_does_no
         }
         tokio::task::block_in_place(|| cluster.wait_healthy(leader, Duration::from_secs(20)))
             .unwrap();
+        round += 1;
     }
     eprintln!(
         "FIGURES etcd cluster, renewals while the leader is frozen, then resumed \
-         ({ROUNDS} rounds): {ok} returned Ok and their leases lived as promised, \
-         {refused} refused"
+         ({ROUNDS} rounds, {void} void): {ok} returned Ok and their leases lived as \
+         promised, {refused} refused"
     );
 }
 
