@@ -51,7 +51,7 @@ use std::collections::HashSet;
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use liveness_core::{
-    Acquire, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result, Swept,
+    Acquire, BatchResult, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result, Swept,
 };
 
 use crate::core::{
@@ -66,7 +66,7 @@ use crate::BACKEND;
 
 impl EtcdStore {
     /// `acquire_many`: see the module docs.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let mut out: Vec<Option<Result<Lease>>> = asks.iter().map(|_| None).collect();
         let mut granted: Vec<Option<i64>> = vec![None; asks.len()];
         // Pipelined: the entries before the first whose key an earlier entry names.
@@ -303,7 +303,7 @@ fn death_count_is(ctr: &str, last: u64) -> Compare {
 
 impl EtcdStore {
     /// `renew_many`.
-    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> BatchResult<Lease> {
         // Leases this handle renews already on their etcd lease (a keep-alive slot of
         // their ttl): every keep-alive goes out at once on its stream, then ONE read
         // of all their lease-bound keys (after the answers: `renew_judged`). The
@@ -388,10 +388,7 @@ pub(crate) const REAP_CHUNK: usize = 24;
 impl EtcdStore {
     /// `reap_many` (of at most `MAX_BATCH` entries, the input checks' bound: the read
     /// of 2 keys per entry and the counter fits one transaction).
-    pub(crate) async fn reap_batch(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         let k = self.keys();
         let ctr = k.death_ctr();
         let mut out: Vec<Option<Result<bool>>> = expired.iter().map(|_| None).collect();
@@ -517,10 +514,7 @@ impl EtcdStore {
     /// items (more may follow), a dead session's token with members left, a repeat
     /// of a token, and the tokens of a transaction that lost a race are swept alone
     /// by `requeue_orphans`.
-    pub(crate) async fn requeue_batch(
-        &self,
-        tokens: &[FencingToken],
-    ) -> Result<Vec<Result<Requeued>>> {
+    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let k = self.keys();
         let mut out: Vec<Option<Result<Requeued>>> = tokens.iter().map(|_| None).collect();
         let mut seen = HashSet::new();

@@ -6,8 +6,9 @@
 
 use etcd_client::{GetOptions, GetResponse, Txn, TxnOp};
 use liveness_core::{
-    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued, Result,
+    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
+    Result,
 };
 
 use crate::batch::REQUEUE_CHUNK;
@@ -212,7 +213,7 @@ impl ItemStore for EtcdStore {
         self.sweep(token).await
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let mut out = Vec::with_capacity(tokens.len());
         for chunk in tokens.chunks(REQUEUE_CHUNK) {
             out.extend(self.requeue_batch(chunk).await?);

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use etcd_client::{KeyValue, Txn, TxnOp};
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathCause, DeathRecord, Error, ExpiredLease, FencingToken,
-    HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result, Space, StoreInfo,
-    StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeadToken, DeathCause, DeathRecord, Error, ExpiredLease,
+    FencingToken, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result,
+    Space, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 
@@ -227,7 +227,7 @@ impl LeaseStore for EtcdStore {
         outcome
     }
 
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
@@ -243,7 +243,7 @@ impl LeaseStore for EtcdStore {
         self.renew_one(lease).await
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         self.renew_batch(leases).await
     }
 
@@ -325,7 +325,7 @@ impl LeaseStore for EtcdStore {
         self.reap_one(key, token).await
     }
 
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         self.reap_batch(expired).await
     }
 

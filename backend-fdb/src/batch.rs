@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 
 use liveness_core::{
-    Acquire, DeathCause, Error, FencingToken, HolderId, Key, Lease, Requeued, Result, Ttl,
+    Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, Key, Lease, Requeued, Result,
+    Ttl,
 };
 use tokio::time::Instant;
 
@@ -21,7 +22,7 @@ use crate::kv::{transact, Attempt, Fail, Transaction};
 // `acquire`.
 impl FdbStore {
     /// `acquire_many` of a non-empty batch: every entry in one transaction.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         // Every entry in one transaction: one commit for the whole batch.
         let sent = Instant::now();
         let nonce = fastrand::u64(..);
@@ -134,10 +135,7 @@ impl FdbStore {
 // Reaps and sweeps of many dead tokens at once.
 impl FdbStore {
     /// `reap_many` of a non-empty batch: every reap in one transaction.
-    pub(crate) async fn reap_batch(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         // Every reap in one transaction: one commit for a round's deaths. Each entry
         // has its nonce, so a retry after an unknown commit result recognises the
         // reaps that commit applied; a repeat of an entry reads the first's work
@@ -161,10 +159,7 @@ impl FdbStore {
     }
 
     /// `requeue_orphans_many`: as many dead tokens per transaction as their items fit.
-    pub(crate) async fn requeue_batch(
-        &self,
-        tokens: &[FencingToken],
-    ) -> Result<Vec<Result<Requeued>>> {
+    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         // As many tokens per transaction as their items fit (`MAX_BATCH` moved, give
         // or take one token's batch): a round's deaths, a few items each, are one
         // commit instead of one per token. A token with more items than fit goes on

@@ -42,9 +42,6 @@ impl LeaseStore for FdbStore {
     }
 
     async fn acquire_many(&self, asks: &[Acquire]) -> liveness_core::Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
         self.acquire_batch(asks).await
     }
 
@@ -127,9 +124,6 @@ impl LeaseStore for FdbStore {
         &self,
         expired: &[(Key, FencingToken)],
     ) -> liveness_core::Result<Vec<liveness_core::Result<bool>>> {
-        if expired.is_empty() {
-            return Ok(Vec::new());
-        }
         self.reap_batch(expired).await
     }
 

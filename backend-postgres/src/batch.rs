@@ -8,7 +8,9 @@ use std::collections::HashSet;
 
 use std::time::Duration;
 
-use liveness_core::{Acquire, FencingToken, HolderId, Key, Lease, LeaseStore, Requeued, Result};
+use liveness_core::{
+    Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, LeaseStore, Requeued, Result,
+};
 
 use sqlx::postgres::PgRow;
 
@@ -255,10 +257,7 @@ impl PostgresStore {
     }
 
     /// `acquire_many`: one [`ACQUIRE_MANY`] for the whole batch, in the order given.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let mut keys = KeyColumns::default();
         let (mut holders, mut ttls) = (Vec::new(), Vec::new());
         for ask in asks {
@@ -288,11 +287,7 @@ impl PostgresStore {
     /// session judged once. A batch that names a key twice (one statement cannot
     /// take a row twice), and an entry whose key a concurrent insert won, are joined
     /// alone, as `join_session` does.
-    pub(crate) async fn join_batch(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         let distinct: HashSet<&Key> = asks.iter().map(|(key, _)| key).collect();
         if distinct.len() != asks.len() {
             let mut out = Vec::with_capacity(asks.len());
@@ -300,9 +295,6 @@ impl PostgresStore {
                 out.push(self.join_session(session, key, holder).await);
             }
             return Ok(out);
-        }
-        if asks.is_empty() {
-            return Ok(Vec::new());
         }
         let mut keys = KeyColumns::default();
         let mut holders = Vec::with_capacity(asks.len());
@@ -345,7 +337,7 @@ impl PostgresStore {
     /// `renew_many` (not empty): one [`RENEW_MANY`] for the whole batch; each lease it
     /// did not renew (lost, or a member riding a session, which it never matches) is
     /// answered by `renew_why`.
-    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> BatchResult<Lease> {
         let mut keys = KeyColumns::default();
         let (mut tokens, mut ttls) = (Vec::new(), Vec::new());
         for lease in leases {
@@ -378,10 +370,7 @@ impl PostgresStore {
     }
 
     /// `reap_many`: one [`REAP_MANY`] for the batch.
-    pub(crate) async fn reap_batch(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         // One statement for the batch ([`REAP_MANY`]). An entry given twice is
         // sent once: a repeat of a reap answers false, whatever the first answered. A
         // token no lease can have is false without being sent.
@@ -425,10 +414,7 @@ impl PostgresStore {
 
     /// `requeue_orphans_many`: one `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch`
     /// tokens, each retiring at most `max_batch` riding members of dead sessions.
-    pub(crate) async fn sweep_batch(
-        &self,
-        tokens: &[FencingToken],
-    ) -> Result<Vec<Result<Requeued>>> {
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         // A token given twice is sent once (its repeat moves nothing: an empty answer).
         let mut out: Vec<Result<Requeued>> =
             tokens.iter().map(|_| Ok(Requeued::default())).collect();

@@ -5,9 +5,9 @@
 //! item id that names no item).
 
 use liveness_core::{
-    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, LostCause, Page, RequestId, Requeued,
-    Result,
+    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, LostCause, Page, RequestId,
+    Requeued, Result,
 };
 
 use crate::core::{
@@ -265,7 +265,7 @@ impl ItemStore for PostgresStore {
         Ok(self.sweep(&[token]).await?.pop().unwrap_or_default())
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.sweep_batch(tokens).await
     }
 

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
-    Key, Lease, LeaseInfo, LeaseStore, LostCause, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeadToken, DeathCause, DeathRecord, ExpiredLease,
+    FencingToken, HolderId, JoinAsk, Key, Lease, LeaseInfo, LeaseStore, LostCause, Page, Result,
+    Space, StoreInfo, StoreTime, Ttl,
 };
 use sqlx::postgres::PgRow;
 use tokio::sync::watch;
@@ -290,7 +291,7 @@ impl LeaseStore for PostgresStore {
         Err(insert_races())
     }
 
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
@@ -330,18 +331,11 @@ impl LeaseStore for PostgresStore {
         Err(insert_races())
     }
 
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         self.join_batch(session, asks).await
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         self.renew_batch(leases).await
     }
 
@@ -377,7 +371,7 @@ impl LeaseStore for PostgresStore {
         self.retire(DeathCause::Reaped, key, token).await
     }
 
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         self.reap_batch(expired).await
     }
 

@@ -3,7 +3,7 @@
 //! round trip, one server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
 //! with batches the core's `CheckInput` checked.
 
-use liveness_core::{Acquire, FencingToken, HolderId, Key, Lease, Requeued, Result, Space};
+use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Requeued, Space};
 use redis::{Cmd, Value};
 
 use crate::core::{
@@ -18,10 +18,7 @@ scripts! {
 impl RedisStore {
     /// Acquires every entry of `asks` (a checked batch) in one script: one round
     /// trip, one server instant.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let mut call = ScriptCall::default();
         call.key(self.keys.tokens())
             .key(self.keys.dead())
@@ -49,14 +46,7 @@ impl RedisStore {
 
     /// Joins every entry of `asks` (a checked batch) into `session` in one script
     /// (the session judged once): one round trip, one server instant.
-    pub(crate) async fn join_batch(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         let mut call = ScriptCall::default();
         call.key(self.keys.lease(&session.key))
             .key(self.keys.tokens())
@@ -90,7 +80,7 @@ impl RedisStore {
 
     /// Renews `leases` (a checked, non-empty batch of this store's leases) in one
     /// script.
-    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> BatchResult<Lease> {
         // One script for the whole batch: one round trip, one server instant. The
         // command is written straight into one buffer, without a buffer per argument.
         // Leases come in runs of the same space (usually one run): per run, its expiry
@@ -135,10 +125,7 @@ impl RedisStore {
     }
 
     /// Reaps every entry of `expired` (a checked, non-empty batch) in one script.
-    pub(crate) async fn reap_batch(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         let mut call = REAP_MANY.prepare_invoke();
         call.key(self.keys.dead())
             .arg(self.info.caps.death_retention);
@@ -161,10 +148,7 @@ impl RedisStore {
 
     /// Sweeps the items of every dead token of `tokens`, one script per `max_batch`
     /// tokens.
-    pub(crate) async fn sweep_batch(
-        &self,
-        tokens: &[FencingToken],
-    ) -> Result<Vec<Result<Requeued>>> {
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let mut out = Vec::with_capacity(tokens.len());
         // One script per `max_batch` tokens.
         for chunk in tokens.chunks(self.info.caps.max_batch.max(1)) {

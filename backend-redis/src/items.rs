@@ -4,8 +4,9 @@
 //! refuses what only it can judge (an item id that names no dead-lettered item).
 
 use liveness_core::{
-    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued, Result,
+    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
+    Result,
 };
 use redis::Value;
 
@@ -143,7 +144,7 @@ impl ItemStore for RedisStore {
         self.sweep(token).await
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.sweep_batch(tokens).await
     }
 

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeadToken, DeathRecord, ExpiredLease, FencingToken,
+    HolderId, JoinAsk, Key, Lease, LeaseInfo, LeaseStore, Name, Namespace, Page, Result, Space,
+    StoreInfo, StoreTime, Ttl,
 };
 use redis::{Script, ScriptInvocation, Value};
 
@@ -121,7 +122,7 @@ impl LeaseStore for RedisStore {
         self.acquired("acquire", key, holder, ttl, reply)
     }
 
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
@@ -157,15 +158,11 @@ impl LeaseStore for RedisStore {
         )
     }
 
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         self.join_batch(session, asks).await
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -201,7 +198,7 @@ impl LeaseStore for RedisStore {
         self.reap_one(key, token).await
     }
 
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         if expired.is_empty() {
             return Ok(Vec::new());
         }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
-    Acquire, DeathCause, Error, FencingToken, HolderId, Key, Lease, LostCause, Requeued, Result,
-    Ttl,
+    Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, JoinAsk, Key, Lease,
+    LostCause, Requeued, Result, Ttl,
 };
 #[cfg(doc)]
 use liveness_core::{ItemStore, LeaseStore};
@@ -99,7 +99,7 @@ impl SqliteStore {
     }
 
     /// [`LeaseStore::acquire_many`]: every entry in one write transaction.
-    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let out = self
             .in_one_write(asks, |store, conn, ask, now| {
                 Box::pin(store.take_at(conn, &ask.key, &ask.holder, ask.ttl, now, None))
@@ -145,14 +145,7 @@ impl SqliteStore {
     /// joined in the same write transaction at one instant (a later entry sees what
     /// an earlier one took); a session not current and live answers `Lost` for every
     /// entry and writes nothing.
-    pub(crate) async fn join_batch(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         let (mut w, now, ride) = match self.open_ride(session).await? {
             Ok(open) => open,
             Err(lost) => return Ok(asks.iter().map(|_| Err(session.lost(lost))).collect()),
@@ -174,7 +167,7 @@ impl SqliteStore {
     }
 
     /// [`LeaseStore::renew_many`]: every lease in one write transaction.
-    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> BatchResult<Lease> {
         self.in_one_write(leases, |store, conn, lease, now| {
             Box::pin(store.renew_at(conn, lease, now))
         })
@@ -183,10 +176,7 @@ impl SqliteStore {
 
     /// [`LeaseStore::reap_many`]: every reap in one write transaction (one commit for
     /// a round's deaths). A repeat of a reap in the batch sees the first's: false.
-    pub(crate) async fn reap_batch(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         let out = self
             .in_one_write(expired, |store, conn, (key, token), now| {
                 Box::pin(async move { Ok(Ok(store.reap_in(conn, key, *token, now).await?)) })
@@ -202,10 +192,7 @@ impl SqliteStore {
     /// commit for a round's deaths). A repeat of a token sees the first's work: it
     /// moves nothing. The dead sessions' tokens of the call retire at most `max_batch`
     /// riding members between them: one transaction never grows with a session.
-    pub(crate) async fn requeue_batch(
-        &self,
-        tokens: &[FencingToken],
-    ) -> Result<Vec<Result<Requeued>>> {
+    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }

@@ -5,8 +5,9 @@
 //! item id that names no item).
 
 use liveness_core::{
-    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued, Result,
+    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
+    Result,
 };
 use sqlx::Row;
 
@@ -224,7 +225,7 @@ impl ItemStore for SqliteStore {
         self.requeue(token).await
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.requeue_batch(tokens).await
     }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Lease,
-    LeaseInfo, LeaseStore, Name, Page, Result, Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeadToken, DeathRecord, ExpiredLease, FencingToken,
+    HolderId, JoinAsk, Key, Lease, LeaseInfo, LeaseStore, Name, Page, Result, Space, StoreInfo,
+    StoreTime, Ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -73,7 +74,7 @@ impl LeaseStore for SqliteStore {
         taken
     }
 
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
@@ -92,11 +93,7 @@ impl LeaseStore for SqliteStore {
         joined
     }
 
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         self.join_batch(session, asks).await
     }
 
@@ -111,7 +108,7 @@ impl LeaseStore for SqliteStore {
         renewed
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         self.renew_batch(leases).await
     }
 
@@ -156,7 +153,7 @@ impl LeaseStore for SqliteStore {
         self.reap_key(key, token).await
     }
 
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         self.reap_batch(expired).await
     }
 

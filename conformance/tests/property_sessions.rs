@@ -67,16 +67,19 @@ struct NoNativeSessions;
 #[async_trait]
 impl Intercept for NoNativeSessions {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
-        let Request::JoinSession {
-            session,
-            key,
-            holder,
-        } = req
-        else {
-            return next.run(req).await;
+        let acquire = match req {
+            Request::JoinSession {
+                session,
+                key,
+                holder,
+            } => Request::Acquire {
+                key,
+                holder,
+                ttl: session.ttl,
+            },
+            other => return next.run(other).await,
         };
-        let ttl = session.ttl;
-        match next.run(Request::Acquire { key, holder, ttl }).await? {
+        match next.run(acquire).await? {
             Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
             other => Ok(other),
         }

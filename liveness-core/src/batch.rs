@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::error::{Error, Result};
+use crate::error::{BatchResult, Error, Result};
 use crate::lease::{Acquire, Lease};
 use crate::store::Store;
 use crate::traced::traced;
@@ -213,7 +213,7 @@ fn gone() -> Error {
 /// alone when the batch was refused as a whole.
 #[async_trait]
 trait Request: Clone + Send + Sync + 'static {
-    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>>;
+    async fn many(store: &dyn Store, batch: &[Self]) -> BatchResult<Lease>;
     async fn one(store: &dyn Store, request: &Self) -> Result<Lease>;
     /// Puts a batch in the order it is sent in (as gathered: unchanged).
     fn arrange(_batch: &mut [Ask<Self>]) {}
@@ -221,7 +221,7 @@ trait Request: Clone + Send + Sync + 'static {
 
 #[async_trait]
 impl Request for Lease {
-    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>> {
+    async fn many(store: &dyn Store, batch: &[Self]) -> BatchResult<Lease> {
         store.renew_many(batch).await
     }
     async fn one(store: &dyn Store, lease: &Self) -> Result<Lease> {
@@ -231,7 +231,7 @@ impl Request for Lease {
 
 #[async_trait]
 impl Request for Acquire {
-    async fn many(store: &dyn Store, batch: &[Self]) -> Result<Vec<Result<Lease>>> {
+    async fn many(store: &dyn Store, batch: &[Self]) -> BatchResult<Lease> {
         store.acquire_many(batch).await
     }
     async fn one(store: &dyn Store, a: &Self) -> Result<Lease> {

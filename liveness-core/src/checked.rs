@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, InputProblem, Result};
+use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::layer::{Intercept, Layer, Next, Reply, Request};
 use crate::store::{check_batch, Store};
 use crate::types::Space;
@@ -29,6 +29,7 @@ use crate::types::Space;
 /// - a batch longer than `max_batch` (`acquire_many`: `"acquires"`, `renew_many`:
 ///   `"leases"`, `reap_many`: `"expired"`, `join_session_many`: `"joins"`);
 ///   `requeue_orphans_many` takes any number;
+/// - an empty batch (any `*_many` method): it is answered at once with no entries;
 /// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `dead_letters`,
 ///   `items`, `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
 ///   larger one reaches the store clamped to `max_batch`;
@@ -107,7 +108,13 @@ impl Intercept for CheckInput {
             }
             Request::ReapMany(pairs) => {
                 check_batch(caps, "expired", pairs.len())?;
+                if pairs.is_empty() {
+                    return Ok(Reply::ReapMany(Vec::new()));
+                }
                 Request::ReapMany(pairs)
+            }
+            Request::RequeueOrphansMany(tokens) if tokens.is_empty() => {
+                return Ok(Reply::RequeueOrphansMany(Vec::new()));
             }
             Request::Release(lease) => {
                 lease.check_issuer(issuer)?;
@@ -224,7 +231,7 @@ async fn rejoin<E, T>(
     batch: impl FnOnce(Vec<E>) -> Request,
     next: Next,
     take: impl FnOnce(Reply) -> std::result::Result<Vec<Result<T>>, Reply>,
-) -> Result<Vec<Result<T>>> {
+) -> BatchResult<T> {
     let sent = kept.len();
     let backend = next.store().backend();
     let answers = if sent == 0 {

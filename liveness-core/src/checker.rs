@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::election::{Election, ElectionConfig};
-use crate::error::{Error, InputProblem, Result};
+use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
 use crate::item::Requeued;
 use crate::layer::Intercepted;
@@ -637,7 +637,7 @@ impl Checker {
 /// One answer per entry of a batch call of `n` entries: the call's own answers, or,
 /// when the whole call failed, its error shared by every entry. A store that answered
 /// the wrong number of entries counts as a fault for the missing ones.
-fn per_entry<T>(n: usize, answer: Result<Vec<Result<T>>>) -> Vec<Result<T, Arc<Error>>> {
+fn per_entry<T>(n: usize, answer: BatchResult<T>) -> Vec<Result<T, Arc<Error>>> {
     match answer {
         Ok(answers) => {
             let mut out: Vec<Result<T, Arc<Error>>> = answers

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use crate::error::Result;
+use crate::error::{BatchResult, Result};
 use crate::item::Requeued;
 use crate::lease::{Acquire, Lease};
 use crate::store::{check_batch, ItemStore, LeaseStore};
@@ -28,7 +28,7 @@ where
 pub async fn acquire_each<S: LeaseStore + ?Sized>(
     store: &S,
     asks: &[Acquire],
-) -> Result<Vec<Result<Lease>>> {
+) -> BatchResult<Lease> {
     check_batch(store.capabilities(), "acquires", asks.len())?;
     Ok(one_by_one(asks, |ask| store.acquire(&ask.key, &ask.holder, ask.ttl)).await)
 }
@@ -36,10 +36,7 @@ pub async fn acquire_each<S: LeaseStore + ?Sized>(
 /// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
 /// A native `renew_many` falls back to it for a batch its one step cannot take, such
 /// as one with a foreign lease (each `renew` then refuses just that one).
-pub async fn renew_each<S: LeaseStore + ?Sized>(
-    store: &S,
-    leases: &[Lease],
-) -> Result<Vec<Result<Lease>>> {
+pub async fn renew_each<S: LeaseStore + ?Sized>(store: &S, leases: &[Lease]) -> BatchResult<Lease> {
     check_batch(store.capabilities(), "leases", leases.len())?;
     Ok(one_by_one(leases, |lease| store.renew(lease)).await)
 }
@@ -48,7 +45,7 @@ pub async fn renew_each<S: LeaseStore + ?Sized>(
 pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
     store: &S,
     expired: &[(Key, FencingToken)],
-) -> Result<Vec<Result<bool>>> {
+) -> BatchResult<bool> {
     check_batch(store.capabilities(), "expired", expired.len())?;
     Ok(one_by_one(expired, |(key, token)| store.reap(key, *token)).await)
 }
@@ -58,6 +55,6 @@ pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
 pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
     store: &S,
     tokens: &[FencingToken],
-) -> Result<Vec<Result<Requeued>>> {
+) -> BatchResult<Requeued> {
     Ok(one_by_one(tokens, |token| store.requeue_orphans(*token)).await)
 }

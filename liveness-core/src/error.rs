@@ -16,6 +16,15 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// The result type of every store operation.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The answer of a batch call (`acquire_many`, `renew_many`, `reap_many`, ...):
+/// `Err` when the call as a whole failed, and then no entry took effect that the
+/// method's contract does not name; else one answer per entry sent, in the order
+/// sent, each entry succeeding or failing alone.
+pub type BatchResult<T> = Result<Vec<Result<T>>>;
+
+/// One entry of a `join_session_many` batch: the member's key and its holder.
+pub type JoinAsk = (Key, HolderId);
+
 /// Why a lease holder no longer holds its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -51,7 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{BatchResult, Error, JoinAsk, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
@@ -310,7 +310,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         let (key, holder) = (key.clone(), holder.clone());
         ask!(self, Acquire, Request::Acquire { key, holder, ttl })
     }
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         ask!(self, AcquireMany, Request::AcquireMany(asks.to_vec()))
     }
     async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
@@ -325,11 +325,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
             }
         )
     }
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         let (session, asks) = (session.clone(), asks.to_vec());
         ask!(
             self,
@@ -340,7 +336,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         ask!(self, Renew, Request::Renew(lease.clone()))
     }
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         ask!(self, RenewMany, Request::RenewMany(leases.to_vec()))
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -357,7 +353,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         let key = key.clone();
         ask!(self, Reap, Request::Reap { key, token })
     }
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         ask!(self, ReapMany, Request::ReapMany(expired.to_vec()))
     }
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -409,7 +405,7 @@ impl<I: Intercept> ItemStore for Intercepted<I> {
     async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
         ask!(self, RequeueOrphans, Request::RequeueOrphans(token))
     }
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         ask!(
             self,
             RequeueOrphansMany,

@@ -39,7 +39,9 @@ pub use checker::{
 };
 pub use clock::{Clock, HighWater, HostClock, ManualClock, TokioClock};
 pub use election::{Election, ElectionConfig, Leadership};
-pub use error::{BoxError, Corrupt, Error, InputProblem, LostCause, Result, SchemaTooNew};
+pub use error::{
+    BatchResult, BoxError, Corrupt, Error, InputProblem, JoinAsk, LostCause, Result, SchemaTooNew,
+};
 pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{

@@ -48,8 +48,8 @@
 //!   `connect`, and in the conformance suite) stands behind
 //!   [`CheckInput`](crate::CheckInput), which refuses a foreign lease, a ttl outside
 //!   the capabilities, an oversized batch, a zero limit, a page cursor of another
-//!   space and an invalid enqueue, and clamps limits to `max_batch` (its docs list
-//!   every check). A store implementation receives only input that passed those
+//!   space and an invalid enqueue, clamps limits to `max_batch`, and answers an
+//!   empty batch itself (its docs list every check). A store implementation receives only input that passed those
 //!   checks and does not repeat them; the `InvalidInput` bullets below describe the
 //!   store as its callers see it. A store still refuses what only it can judge (an
 //!   item id that names no item, a value its backend cannot hold).
@@ -81,7 +81,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{BatchResult, Error, JoinAsk, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
@@ -188,7 +188,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// The default acquires one entry after the other; backends that can do it in
     /// one round trip override it.
-    async fn acquire_many(&self, asks: &[Acquire]) -> Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         acquire_each(self, asks).await
     }
 
@@ -255,11 +255,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// The default joins one entry after the other; backends that can do it in one
     /// round trip override it.
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         check_batch(self.capabilities(), "joins", asks.len())?;
         let mut out = Vec::with_capacity(asks.len());
         for (key, holder) in asks {
@@ -309,7 +305,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///
     /// The default renews one lease after the other; backends that can do it in one
     /// round trip override it.
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         renew_each(self, leases).await
     }
 
@@ -380,7 +376,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   sweep).
     ///
     /// The default reaps one after the other.
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         reap_each(self, expired).await
     }
 
@@ -614,7 +610,7 @@ pub trait ItemStore: Send + Sync {
     ///   default); retrying is safe.
     ///
     /// The default requeues one token after the other.
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         requeue_each(self, tokens).await
     }
 

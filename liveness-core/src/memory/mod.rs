@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, TokioClock};
-use crate::error::{LostCause, Result};
+use crate::error::{BatchResult, JoinAsk, LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
     Requeued,
@@ -168,11 +168,7 @@ impl LeaseStore for MemoryStore {
         Ok(lease)
     }
 
-    async fn join_session_many(
-        &self,
-        session: &Lease,
-        asks: &[(Key, HolderId)],
-    ) -> Result<Vec<Result<Lease>>> {
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         check_batch(self.info.caps, "joins", asks.len())?;
         let now = self.now();
         let mut st = lock(&self.state);
@@ -213,7 +209,7 @@ impl LeaseStore for MemoryStore {
         self.renew_locked(&mut st, lease, now)
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(leases
@@ -222,7 +218,7 @@ impl LeaseStore for MemoryStore {
             .collect())
     }
 
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> Result<Vec<Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         let now = self.now();
         let mut st = lock(&self.state);
         Ok(expired
@@ -438,7 +434,7 @@ impl ItemStore for MemoryStore {
         Ok(requeue_locked(&mut st, token, self.info.caps.max_batch))
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> Result<Vec<Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let mut st = lock(&self.state);
         Ok(tokens
             .iter()
