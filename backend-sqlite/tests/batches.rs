@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use liveness_conformance::fixtures::{owners_with_items, wait_expired};
+use liveness_conformance::fixtures::{owners_with_items, renew_with_ttl, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 
@@ -73,10 +73,14 @@ async fn in_one_commit<T>(
 /// `n` leases with a short ttl on keys `prefix<i>`, each holding one claimed item,
 /// waited on until every one has expired by the store clock.
 async fn expired_owners(store: &SqliteStore, prefix: &str, n: usize) -> Vec<(Lease, ItemId)> {
-    // Short, but long enough for its claim to come in time on a loaded machine (a
-    // 100 ms lease once expired between its acquire and its claim).
-    let short = Ttl::from_millis(600).unwrap();
-    let out = owners_with_items(store, prefix, n, short).await;
+    // Long while they claim, made short only once every claim is in: however slow a
+    // loaded machine, no lease expires before its claim (a 600 ms lease once did).
+    let long = Ttl::from_secs(60).unwrap();
+    let short = Ttl::from_millis(50).unwrap();
+    let mut out = Vec::with_capacity(n);
+    for (lease, id) in owners_with_items(store, prefix, n, long).await {
+        out.push((renew_with_ttl(store, &lease, short).await, id));
+    }
     wait_expired(store, out.iter().map(|(lease, _)| lease)).await;
     out
 }

@@ -24,15 +24,22 @@ fn live() -> isize {
 
 #[test]
 fn a_member_costs_a_few_kib_and_an_unobserved_bus_allocates_no_buffer() {
-    // A bus nobody subscribed to: one small allocation, no event buffer.
-    let before = live();
-    let bus = EventBus::default();
-    let bus_bytes = live() - before;
+    // A bus nobody subscribed to: one small allocation, no event buffer. The least
+    // of a few counts: the test harness's own thread may allocate during one.
+    let bus_bytes = (0..5)
+        .map(|_| {
+            let before = live();
+            let bus = EventBus::default();
+            let bytes = live() - before;
+            drop(bus);
+            bytes
+        })
+        .min()
+        .unwrap();
     assert!(
         bus_bytes <= 128,
         "an unobserved bus holds {bus_bytes} bytes"
     );
-    drop(bus);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
