@@ -271,8 +271,49 @@ async fn rejoin<E, T>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::layer::Intercepted;
+    use crate::types::{HolderId, Key, Name, Ttl};
     use crate::MemoryStore;
+
+    /// Counts the calls that reach the store behind it.
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+
+    #[async_trait]
+    impl Intercept for Count {
+        async fn call(&self, req: Request, next: Next) -> Result<Reply> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            next.run(req).await
+        }
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_never_reaches_the_store() {
+        let count = Arc::new(Count::default());
+        let raw: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let store = checked(Arc::new(Intercepted::new(raw, count.clone())));
+        let key = Key::new(Space::sessions(), Name::new("s").unwrap());
+        let holder = HolderId::new("h").unwrap();
+        let session = store
+            .acquire(&key, &holder, Ttl::from_secs(10).unwrap())
+            .await
+            .unwrap();
+        let before = count.0.load(Ordering::SeqCst);
+        assert!(store.acquire_many(&[]).await.unwrap().is_empty());
+        assert!(store.renew_many(&[]).await.unwrap().is_empty());
+        assert!(store.reap_many(&[]).await.unwrap().is_empty());
+        assert!(store.requeue_orphans_many(&[]).await.unwrap().is_empty());
+        let joined = store.join_session_many(&session, &[]).await.unwrap();
+        assert!(joined.is_empty());
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            before,
+            "a call reached the store"
+        );
+    }
 
     #[test]
     fn a_checked_store_is_not_checked_twice() {
