@@ -4,6 +4,7 @@
 
 mod batch;
 mod config;
+mod conns;
 mod core;
 mod deaths;
 mod durability;

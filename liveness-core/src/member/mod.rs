@@ -22,11 +22,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::batch::{acquire_via, renew_via, Batcher};
-use crate::clock::{Clock, HostClock};
-use crate::error::{Error, InputProblem, LostCause, Result};
+use crate::batch::{acquire_via, renew_via};
+use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
-use crate::heartbeat::{lease_config_setters, spread, End, Heartbeat, HeartbeatConfig};
+use crate::heartbeat::{spread, End, Heartbeat};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
@@ -34,126 +33,15 @@ use crate::session::{Footing, Riding, SessionGen, Shared};
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
-use crate::types::{FencingToken, HolderId, Key, Name, Ttl};
+use crate::types::{FencingToken, HolderId, Key};
 
+mod config;
 mod rejoin;
 mod tended;
+pub use config::{MemberConfig, MAX_GRACE, MIN_PROGRESS_TIMEOUT};
 pub(crate) use rejoin::{attempt, born_dead, first_join, ghost_lease, rejoin, Joined, Take};
 use rejoin::{run, Background};
 pub(crate) use tended::holder_loss;
-
-/// How a member behaves.
-#[derive(Clone, Debug)]
-pub struct MemberConfig {
-    /// The member's name: its key is `members/NAME`. Two live members cannot share it.
-    pub name: Name,
-    /// Its holder id, as operators see it; default: the member's name. Each
-    /// [`Member::join`] adds a nonce of its own to it: the lease's holder (and the
-    /// [`Event::Joined`] holder) is `ID#` and 16 hex digits ([`HolderId::instance`]),
-    /// e.g. `worker-1#3f9c0e7a1b2d4c5e`, the same for every generation of that
-    /// member. A member recognises only leases of that whole id as its own, so two
-    /// instances configured with one id (a replacement started while the old process
-    /// is frozen) never act under one lease: the second is answered `Held`.
-    pub holder: HolderId,
-    /// Heartbeat timing: ttl, renew interval, safety margin.
-    pub heartbeat: HeartbeatConfig,
-    /// Whether a lost member acquires a new lease (new token) by itself; default true.
-    /// While the store is unreachable it retries with jittered backoff, capped at the
-    /// renew interval, so it is back within about one renew interval of the store.
-    pub rejoin: bool,
-    /// Where events go; default a bus of the member's own ([`Member::events`]), which
-    /// allocates its buffer only when somebody subscribes. Give many members one
-    /// shared bus to observe them all.
-    pub events: EventBus,
-    /// The clock of the local safety deadline and of every "may I still act?" check.
-    pub clock: Arc<dyn Clock>,
-    /// When set, renewals and acquires (join, re-join) go through this shared
-    /// batcher: one `renew_many` (or `acquire_many`) round trip for those of many
-    /// members due within its window, instead of one round trip each; default none.
-    /// Each lease's deadline still counts from its own request's send time.
-    pub batcher: Option<Batcher>,
-    /// The member's watchdog, for work that is stuck while the process is fine: when
-    /// set, a member whose work makes no progress — no [`Member::claim`],
-    /// [`Member::complete`], [`Member::fail`] or [`Member::progress`] — for this long
-    /// is stalled: its work is told to stop ([`LostCause::Stalled`]; its cancellation
-    /// fires and its checks answer `Lost`), given the safety margin, its items are
-    /// handed back (an attempt each) and its lease released; it then re-joins under a
-    /// new token if [`MemberConfig::rejoin`] says so. Other members of the process are
-    /// untouched. A completion the stuck work reports later is `Fenced`. Work that
-    /// legitimately takes longer calls [`Member::progress`] while it runs. Default
-    /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`]. A
-    /// member riding a session ([`Session::join_with`](crate::Session::join_with)) is
-    /// watched by its session's task, which looks at each rider when its timeout is
-    /// due, as the member's own task would.
-    pub progress_timeout: Option<Duration>,
-}
-
-impl MemberConfig {
-    /// Defaults for a member `name` with `ttl`: renew every ttl/3, margin ttl/5,
-    /// re-join on loss.
-    pub fn new(name: &str, ttl: Ttl) -> Result<Self> {
-        let name = Name::new(name)?;
-        // Made unique per instance by `join` (a nonce of its own).
-        Ok(MemberConfig {
-            holder: HolderId::new(name.as_str())?,
-            name,
-            heartbeat: HeartbeatConfig::new(ttl),
-            rejoin: true,
-            events: EventBus::default(),
-            clock: Arc::new(HostClock::new()),
-            batcher: None,
-            progress_timeout: None,
-        })
-    }
-
-    lease_config_setters! {
-        /// Sets the holder id ([`MemberConfig::holder`]: each join adds a nonce to it).
-    }
-
-    /// Sets whether a lost member re-joins by itself.
-    pub fn rejoin(mut self, rejoin: bool) -> Self {
-        self.rejoin = rejoin;
-        self
-    }
-
-    /// Renews and acquires through this shared batcher ([`MemberConfig::batcher`]).
-    pub fn batcher(mut self, batcher: Batcher) -> Self {
-        self.batcher = Some(batcher);
-        self
-    }
-
-    /// Starts a watchdog that releases the member when its work makes no progress
-    /// for `timeout` ([`MemberConfig::progress_timeout`]).
-    pub fn progress_timeout(mut self, timeout: Duration) -> Self {
-        self.progress_timeout = Some(timeout);
-        self
-    }
-
-    /// `InvalidInput` naming the field when a setting is out of range.
-    fn validate(&self) -> Result<()> {
-        self.heartbeat.validate()?;
-        match self.progress_timeout {
-            Some(got) if got < MIN_PROGRESS_TIMEOUT => Err(Error::invalid(
-                "progress_timeout",
-                InputProblem::TooShort {
-                    min: MIN_PROGRESS_TIMEOUT,
-                    got,
-                },
-            )),
-            Some(got) if got > MAX_GRACE => Err(Error::invalid(
-                "progress_timeout",
-                InputProblem::TooLongDuration {
-                    max: MAX_GRACE,
-                    got,
-                },
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The shortest [`MemberConfig::progress_timeout`]: 10 ms.
-pub const MIN_PROGRESS_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// One lease of a member, with the cancellation signal of the work done under it.
 #[derive(Clone, Debug)]
@@ -285,8 +173,8 @@ pub(crate) struct Inner {
     unanswered: Mutex<Vec<(FencingToken, RequestId, usize)>>,
     /// Items whose `complete` or `fail` answered `Unavailable` (it may have applied).
     unsure: Mutex<HashSet<ItemId>>,
-    /// When the work last made progress, on the member's clock ([`Clock::boot`], in
-    /// nanoseconds): what the watchdog reads.
+    /// When the work last made progress, on the member's clock
+    /// ([`Clock::boot`](crate::Clock::boot), in nanoseconds): what the watchdog reads.
     progress: AtomicU64,
     background: Mutex<Background>,
     /// The session the member rides, if it does: kept alive while the member is.
@@ -733,8 +621,9 @@ impl Member {
     ///    items by themselves (complete, fail, or drop every clone of the [`Claimed`]);
     /// 2. tells the work to stop: the current generation's cancellation fires, and its
     ///    checks answer `Lost { reason: Released }`;
-    /// 3. waits up to the safety margin ([`HeartbeatConfig::safety_margin`], the time
-    ///    the work has to stop) for the workers to let go;
+    /// 3. waits up to the safety margin
+    ///    ([`HeartbeatConfig::safety_margin`](crate::HeartbeatConfig::safety_margin), the
+    ///    time the work has to stop) for the workers to let go;
     /// 4. hands the items still owned back (to pending, or dead-letter when out of
     ///    attempts);
     /// 5. stops the heartbeat and releases the lease.
@@ -790,10 +679,6 @@ impl Member {
         Ok(())
     }
 }
-
-/// The longest grace [`Member::leave`] waits for: thirty years (the farthest
-/// instant tokio's own timers use). A longer one is capped to it.
-pub const MAX_GRACE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 /// The instant `d` from now, `d` capped at [`MAX_GRACE`]: never an overflow.
 fn later_by(d: Duration) -> Instant {
