@@ -110,14 +110,15 @@ async fn run(fault: Fault) {
     let Some(mut cluster) = EtcdCluster::start() else {
         return;
     };
-    // Freeze: a ttl longer than the freeze plus one renewal period, so that by the
-    // frozen leader's own countdown no lease has run out when it resumes. An etcd
-    // without etcd-io/etcd#16822 (Debian 12's 3.4.23) has a resumed ex-leader revoke
-    // every lease that has, live or not, and no client can prevent it (the README's
-    // "Leader changes and long pauses").
+    // Freeze: a ttl well above the freeze (3 s, or the failover when a loaded machine
+    // elects slower) plus one renewal period (ttl/3), so that by the frozen leader's
+    // own countdown no lease has run out when it resumes. An etcd without
+    // etcd-io/etcd#16822 (Debian 12's 3.4.23) has a resumed ex-leader revoke every
+    // lease that has, live or not, and no client can prevent it (the README's "Leader
+    // changes and long pauses").
     let ttl = match fault {
         Fault::Kill => Ttl::from_secs(2).unwrap(),
-        Fault::Freeze => Ttl::from_secs(6).unwrap(),
+        Fault::Freeze => Ttl::from_secs(10).unwrap(),
     };
     let world = start_fleet(&cluster, ttl).await;
     world.wait_working(ITEMS as u64 - 20).await;
