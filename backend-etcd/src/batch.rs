@@ -59,9 +59,9 @@ use crate::core::{
     EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::deaths::{add_to_record, plan_hand_backs};
+use crate::drain::DrainState;
 use crate::error::{Fault, MAX_TRIES};
 use crate::etcd_lease::lease_bound;
-use crate::session::DrainState;
 use crate::BACKEND;
 
 impl EtcdStore {

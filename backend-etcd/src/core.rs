@@ -29,7 +29,7 @@ use crate::endpoints::Endpoints;
 use crate::error::{at_key, corrupt, is_not_found, map, Fault, MAX_TRIES};
 use crate::keepalive::Slots;
 use crate::keys::{Keys, Record};
-use crate::session::Riders;
+use crate::riders::Riders;
 use crate::watch::{prefix_end, ExpiryWatch};
 use crate::BACKEND;
 

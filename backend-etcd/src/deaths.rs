@@ -25,9 +25,9 @@ use crate::core::{
     counter_at, del, exists, first, first_range, get, mod_rev, number, put, ranges, secs, under,
     version, EtcdStore, Snapshot, MAX_BATCH,
 };
+use crate::drain::{DrainState, Drained};
 use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
-use crate::session::{DrainState, Drained};
 use crate::watch::scan;
 use crate::BACKEND;
 

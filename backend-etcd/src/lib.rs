@@ -6,6 +6,7 @@ mod batch;
 mod config;
 mod core;
 mod deaths;
+mod drain;
 mod endpoints;
 mod error;
 mod etcd_lease;
@@ -13,6 +14,7 @@ mod items;
 mod keepalive;
 mod keys;
 mod lease;
+mod riders;
 mod session;
 #[cfg(test)]
 mod tests;

@@ -28,23 +28,21 @@
 //! batch. Batches emptied by releases are skipped with windows that grow while they
 //! come back empty.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Compare, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
-use liveness_core::sync::lock;
 use liveness_core::{
     DeathCause, Error, ExpiredLease, FencingToken, HolderId, Key, Lease, LostCause, Result, Ttl,
 };
 
 use crate::core::{
-    counter_at, create_rev, del, exists, first, get, mod_rev, not_create_rev, number, put, ranges,
-    revision, secs, token_i64, version, Current, EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
+    create_rev, del, exists, first, get, mod_rev, not_create_rev, number, put, ranges, revision,
+    secs, token_i64, version, Current, EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::deaths::add_members;
+use crate::drain::{DrainState, Drained};
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
-use crate::keys::{Keys, Record, INDEX_BATCH};
+use crate::keys::{Record, INDEX_BATCH};
 use crate::BACKEND;
 
 /// Members retired per drain transaction. Each costs 3 writes (its record's delete,
@@ -70,89 +68,6 @@ const FIRST_WINDOW: u64 = 2;
 /// The widest window, in batches: a read walks at most this many batches' entries
 /// (about 2,000 keys when they are full), however many members remain.
 const MAX_WINDOW: u64 = 64;
-
-/// The riding members a handle joined or met, by key: their token and their
-/// session's key and token. A claim's guard judges them through their session
-/// ([`EtcdStore::live_guard`]); a member not known here is learnt on its first
-/// claim, which then asks again.
-#[derive(Default)]
-pub(crate) struct Riders(Mutex<HashMap<Key, (FencingToken, Key, FencingToken)>>);
-
-impl Riders {
-    /// Remembers that `lease` rides the session `session` with token `st`.
-    pub(crate) fn remember(&self, lease: &Lease, session: &Key, st: FencingToken) {
-        lock(&self.0).insert(lease.key.clone(), (lease.token, session.clone(), st));
-    }
-
-    /// The session `lease` rides (its key and token), when this handle knows it.
-    pub(crate) fn of(&self, lease: &Lease) -> Option<(Key, FencingToken)> {
-        match lock(&self.0).get(&lease.key) {
-            Some((token, session, st)) if *token == lease.token => Some((session.clone(), *st)),
-            _ => None,
-        }
-    }
-
-    /// Forgets `lease` (released).
-    pub(crate) fn forget(&self, lease: &Lease) {
-        let mut riders = lock(&self.0);
-        if riders
-            .get(&lease.key)
-            .is_some_and(|(t, _, _)| *t == lease.token)
-        {
-            riders.remove(&lease.key);
-        }
-    }
-}
-
-/// What one drain transaction ([`EtcdStore::drain_batch`]) came to.
-pub(crate) enum Drained {
-    /// These members were retired; `true` when more may remain.
-    Retired(Vec<ExpiredLease>, bool),
-    /// The transaction lost a race (another sweeper, a release): read again.
-    Conflict,
-}
-
-/// Where the drain of a dead session stands, as read from its state keys
-/// (`ss/<session token>/`): how far its member index reaches and the cursor.
-pub(crate) struct DrainState {
-    /// The first batch past every batch a join filed an entry under.
-    end: u64,
-    /// The first batch that may still hold an entry (every batch below is empty).
-    cursor: u64,
-    /// The cursor is still as read.
-    cursor_cmp: Compare,
-}
-
-impl DrainState {
-    /// The read of the session state keys of `token` (two keys at most; none for a
-    /// token that is not a session's, or a session nobody joined).
-    pub(crate) fn read(k: &Keys, token: FencingToken) -> TxnOp {
-        TxnOp::get(
-            k.session_state(token),
-            Some(GetOptions::new().with_prefix()),
-        )
-    }
-
-    /// The state of `token`'s drain from `kvs`, as [`DrainState::read`] read them.
-    pub(crate) fn of(k: &Keys, token: FencingToken, kvs: &[KeyValue]) -> Result<DrainState> {
-        let (joins, cursor) = (k.session_joins(token), k.session_cursor(token));
-        let find = |key: &str| kvs.iter().find(|kv| kv.key() == key.as_bytes());
-        // The joins that read counts 0..n filed their entries under batches below
-        // ⌈n / INDEX_BATCH⌉; once the session is dead no join adds one.
-        let joined = find(&joins).map_or(0, |kv| u64::try_from(kv.version()).unwrap_or(0));
-        let (cursor_cmp, at) = counter_at(&cursor, find(&cursor))?;
-        Ok(DrainState {
-            end: joined.div_ceil(INDEX_BATCH),
-            cursor: at,
-            cursor_cmp,
-        })
-    }
-
-    /// True when the member index may still hold an entry.
-    pub(crate) fn members_left(&self) -> bool {
-        self.cursor < self.end
-    }
-}
 
 impl EtcdStore {
     /// The compares that `c`, `key`'s record as read, is still that record and is not

@@ -14,9 +14,10 @@ use liveness_core::{
 };
 use tokio::time::Instant;
 
+use crate::core::transact;
 use crate::core::{Acquired, FdbStore, MAX_BATCH};
 use crate::error::corrupt;
-use crate::kv::{transact, Attempt, Fail, Transaction};
+use crate::kv::{Attempt, Fail, Transaction};
 
 // Acquires: `acquire_many` in one transaction, and the acquire step it shares with
 // `acquire`.

@@ -4,7 +4,7 @@
 //! writing and retiring a lease, moving an item between states. The bodies
 //! themselves are in the files of the operations that run them (`lease.rs`,
 //! `items.rs`, `deaths.rs`, `batch.rs`), each one attempt run by
-//! [`transact!`](crate::kv::transact) inside FoundationDB's retry loop.
+//! [`transact!`] inside FoundationDB's retry loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +26,44 @@ use crate::keys::{
 use crate::kv::{Attempt, Database, Fail, Stamp, Transaction};
 use crate::observe::Observer;
 use crate::BACKEND;
+
+/// Runs a transaction body (an `async fn(&mut dyn Transaction, &Attempt, ..) ->
+/// Result<T, Fail>` call) in FoundationDB's retry loop: commit, and on a retryable
+/// failure `on_error` and run the body again. Evaluates to
+/// `liveness_core::Result<(T, Option<Stamp>)>`.
+macro_rules! transact {
+    ($db:expr, |$tx:ident, $at:ident| $body:expr) => {{
+        async {
+            let mut txn = match $db.begin().await {
+                Ok(txn) => txn,
+                Err(e) => return Err($crate::error::map(e)),
+            };
+            let mut attempt = $crate::kv::Attempt::default();
+            loop {
+                let outcome = {
+                    let $tx: &mut dyn $crate::kv::Transaction = &mut *txn;
+                    let $at = &attempt;
+                    $body.await
+                };
+                let err = match outcome {
+                    Ok(value) => match txn.commit().await {
+                        Ok(stamp) => break Ok((value, stamp)),
+                        Err(e) => e,
+                    },
+                    Err($crate::kv::Fail::Stop(e)) => break Err(e),
+                    Err($crate::kv::Fail::Db(e)) => e,
+                };
+                attempt.maybe_committed |= err.maybe_committed();
+                if let Err(e) = txn.on_error(err).await {
+                    break Err($crate::error::map(e));
+                }
+            }
+        }
+        .await
+    }};
+}
+
+pub(crate) use transact;
 
 /// The most items one transaction moves: keeps every transaction far below
 /// FoundationDB's 10 MB / 5 s limits (500 × a 10,000-byte payload read = 5 MB).

@@ -9,10 +9,11 @@ use liveness_core::{
     ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
 };
 
+use crate::core::transact;
 use crate::core::FdbStore;
 use crate::error::corrupt;
 use crate::keys::{decode_count, decode_u64, Count, ItemMeta};
-use crate::kv::{transact, Attempt, Fail, RangeRead, Transaction};
+use crate::kv::{Attempt, Fail, RangeRead, Transaction};
 
 #[async_trait]
 impl ItemStore for FdbStore {

@@ -17,10 +17,11 @@ use liveness_core::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::core::transact;
 use crate::core::{ttl_of, Acquired, FdbStore, Retire};
 use crate::error::corrupt;
 use crate::keys::LeaseRec;
-use crate::kv::{transact, Attempt, Fail, RangeRead, Transaction};
+use crate::kv::{Attempt, Fail, RangeRead, Transaction};
 
 #[async_trait]
 impl LeaseStore for FdbStore {

@@ -52,22 +52,6 @@ pub(crate) use {lua, scripts};
 
 scripts! { HELLO = "hello" }
 
-/// The scripts [`RedisStore::connect`] loads onto the server before it returns, so
-/// that a server that cannot run them refuses the connection and the operations find
-/// them loaded: every one the crate declares, file by file.
-fn all_scripts() -> impl Iterator<Item = &'static Script> {
-    [
-        SCRIPTS,
-        crate::lease::SCRIPTS,
-        crate::items::SCRIPTS,
-        crate::deaths::SCRIPTS,
-        crate::batch::SCRIPTS,
-    ]
-    .into_iter()
-    .flatten()
-    .map(|script| &***script)
-}
-
 /// The largest item payload this backend accepts (1 MiB, well under Redis' 512 MB
 /// string limit, so that one `claim` of `max_batch` items stays a sane reply).
 pub const MAX_PAYLOAD: usize = 1024 * 1024;
@@ -147,7 +131,7 @@ impl RedisStore {
         if config.existing_only() {
             check_existing(&mut conn, &keys, &config).await?;
         }
-        for script in all_scripts() {
+        for script in crate::all_scripts() {
             script.load_async(&mut conn).await.map_err(map)?;
         }
         // Records the server this handle talks to (the expiry epoch: see hello.lua).
@@ -507,28 +491,5 @@ pub(crate) fn status_of(left_us: i64) -> LeaseStatus {
         }
     } else {
         LeaseStatus::Expired
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every script file (but the prelude, which each one includes) is declared and
-    /// loaded at connect: none is left to its first `NOSCRIPT`.
-    #[test]
-    fn connect_loads_every_script_file() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts");
-        let files = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-            .filter(|name| name.ends_with(".lua") && name != "prelude.lua")
-            .count();
-        let mut hashes: Vec<&str> = super::all_scripts().map(|s| s.get_hash()).collect();
-        hashes.sort_unstable();
-        hashes.dedup();
-        assert_eq!(
-            hashes.len(),
-            files,
-            "a script file is not declared with scripts!"
-        );
     }
 }

@@ -20,9 +20,48 @@ pub use crate::core::{connect, RedisStore, MAX_PAYLOAD};
 /// errors name it.
 pub const BACKEND: &str = "redis";
 
+/// The scripts [`RedisStore::connect`] loads onto the server before it returns, so
+/// that a server that cannot run them refuses the connection and the operations find
+/// them loaded: every one the crate declares, file by file.
+pub(crate) fn all_scripts() -> impl Iterator<Item = &'static redis::Script> {
+    [
+        crate::core::SCRIPTS,
+        crate::lease::SCRIPTS,
+        crate::items::SCRIPTS,
+        crate::deaths::SCRIPTS,
+        crate::batch::SCRIPTS,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|script| &***script)
+}
+
 /// The bare renew primitive, for the bench's baseline: the same Lua script the store
 /// runs, without the trait, the input checks or the error mapping. Not a stable API.
 #[doc(hidden)]
 pub mod raw {
     pub use crate::lease::{renew_keys, renew_script};
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every script file (but the prelude, which each one includes) is declared and
+    /// loaded at connect: none is left to its first `NOSCRIPT`.
+    #[test]
+    fn connect_loads_every_script_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts");
+        let files = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".lua") && name != "prelude.lua")
+            .count();
+        let mut hashes: Vec<&str> = crate::all_scripts().map(|s| s.get_hash()).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(
+            hashes.len(),
+            files,
+            "a script file is not declared with scripts!"
+        );
+    }
 }
