@@ -158,6 +158,53 @@ async fn a_dropped_join_many_releases_the_members_it_joined() {
     assert_eq!(session.members(), 0);
 }
 
+/// A `join_many` dropped while its batch is in flight (the store applies it; its reply
+/// comes later): once the reply comes, the members the store joined leave. None rides
+/// the session without a handle, and their names are free again.
+#[tokio::test(start_paused = true)]
+async fn a_join_many_dropped_mid_call_leaves_nothing_behind() {
+    let (store, probe) = probed(false, 10);
+    let session = open(&store, tokio_clock()).await;
+    probe.slow_join_replies_ms.store(500, Ordering::SeqCst);
+    let call = session.join_many(names(5));
+    assert!(tokio::time::timeout(Duration::from_millis(100), call)
+        .await
+        .is_err());
+    assert_eq!(probe.joined.load(Ordering::SeqCst), 5, "the batch was sent");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in names(5) {
+        let key = Key::member(&name).unwrap();
+        assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+    }
+    probe.slow_join_replies_ms.store(0, Ordering::SeqCst);
+    let again = session.join_many(names(5)).await;
+    assert!(again.iter().all(Result::is_ok), "{again:?}");
+}
+
+/// A `join_many` dropped after its batch's reply was lost (the store applied it),
+/// before a later attempt adopted those members: the leases of this call's instances
+/// are found and released in the background.
+#[tokio::test(start_paused = true)]
+async fn a_join_many_dropped_after_a_lost_reply_leaves_nothing_behind() {
+    let (store, probe) = probed(false, 10);
+    let session = open(&store, tokio_clock()).await;
+    probe.lose_replies.store(1, Ordering::SeqCst);
+    let call = session.join_many(names(5));
+    assert!(tokio::time::timeout(Duration::from_millis(10), call)
+        .await
+        .is_err());
+    assert_eq!(
+        probe.join_calls.load(Ordering::SeqCst),
+        1,
+        "one batch was sent"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in names(5) {
+        let key = Key::member(&name).unwrap();
+        assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+    }
+}
+
 /// On a store without native sessions the members `join_many` joins are renewed by
 /// their session as `join`'s are.
 #[tokio::test(start_paused = true)]

@@ -539,3 +539,46 @@ async fn without_native_sessions_a_member_whose_renewals_fail_stops_at_its_own_d
     }
     assert_eq!(session.token(), session_token);
 }
+
+/// A `join` dropped while its call is in flight (the store applies it; its reply comes
+/// later): once the reply comes, the member the store joined leaves. It does not ride
+/// the session without a handle, and its name is free again.
+#[tokio::test(start_paused = true)]
+async fn a_join_dropped_mid_call_leaves_no_member_behind() {
+    let (store, probe) = probed(false, 10);
+    let session = open(&store, tokio_clock()).await;
+    probe.slow_join_replies_ms.store(500, Ordering::SeqCst);
+    let call = session.join("w");
+    assert!(tokio::time::timeout(Duration::from_millis(100), call)
+        .await
+        .is_err());
+    assert_eq!(probe.joined.load(Ordering::SeqCst), 1, "the join was sent");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let key = liveness_core::Key::member("w").unwrap();
+    assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+    probe.slow_join_replies_ms.store(0, Ordering::SeqCst);
+    session.join("w").await.unwrap();
+}
+
+/// A `join` dropped after its first attempt's reply was lost (the store applied it),
+/// before a later attempt found and adopted that lease: the lease of this instance is
+/// found and released in the background, as a dropped join leaves nothing behind.
+#[tokio::test(start_paused = true)]
+async fn a_join_dropped_after_a_lost_reply_leaves_no_member_behind() {
+    let (store, probe) = probed(false, 10);
+    let session = open(&store, tokio_clock()).await;
+    probe.lose_replies.store(1, Ordering::SeqCst);
+    let call = session.join("w");
+    assert!(tokio::time::timeout(Duration::from_millis(10), call)
+        .await
+        .is_err());
+    assert_eq!(
+        probe.joined.load(Ordering::SeqCst),
+        1,
+        "one attempt was sent"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let key = liveness_core::Key::member("w").unwrap();
+    assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+    session.join("w").await.unwrap();
+}

@@ -29,7 +29,7 @@ use crate::heartbeat::{spread, End, Heartbeat};
 use crate::item::{Item, ItemId, ItemState, RequestId};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
-use crate::session::{Footing, Riding, SessionGen, Shared};
+use crate::session::{join_detached, Footing, Leftovers, Riding, SessionGen, Shared};
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;

@@ -295,7 +295,12 @@ pub(crate) async fn attempt(
     }
     let lease = match &session {
         None => acquire_via(store, batcher, key, &config.holder, config.heartbeat.ttl).await,
-        Some(s) => store.join_session(&s.lease, key, &config.holder).await,
+        Some(s) => {
+            let (store2, session) = (store.clone(), s.lease.clone());
+            let (key, holder) = (key.clone(), config.holder.clone());
+            let call = async move { store2.join_session(&session, &key, &holder).await };
+            join_detached(store, call, |lease| vec![lease]).await
+        }
     };
     lease.map(|lease| (lease, session))
 }
@@ -325,17 +330,34 @@ pub(crate) async fn first_join(
     let mut maybe_ghost = false;
     // A lease of ours to adopt (renew) instead of acquiring anew.
     let mut ghost: Option<Lease> = None;
+    // A rider's ghost has no expiry of its own: released if this join ends (or is
+    // dropped) without handing its member over.
+    let mut leftovers = matches!(take, Take::Ride(_)).then(|| Leftovers::new(store));
     loop {
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        match attempt(store, config, key, &mut ghost, take).await {
+        let answer = attempt(store, config, key, &mut ghost, take).await;
+        if let (Some(leftovers), Err(e)) = (leftovers.as_mut(), &answer) {
+            if e.is_retryable() {
+                leftovers.maybe_left(key, &config.holder);
+            }
+        }
+        match answer {
             Ok((lease, _)) if born_dead(config, sent_on_clock) && Instant::now() < give_up => {
                 // Answered after the deadline it starts (an overloaded queue or
                 // store): nothing was done under it, so it is adopted, not thrown
                 // away for a new token, a dead-set entry and a sweep.
+                if let Some(leftovers) = leftovers.as_mut() {
+                    leftovers.maybe_left(key, &config.holder);
+                }
                 ghost = Some(lease);
             }
-            Ok((lease, session)) => return Ok((lease, sent, sent_on_clock, session)),
+            Ok((lease, session)) => {
+                if let Some(leftovers) = leftovers.as_mut() {
+                    leftovers.handed_over(key);
+                }
+                return Ok((lease, sent, sent_on_clock, session));
+            }
             Err(Error::Held { holder, token, .. })
                 if maybe_ghost && holder == config.holder && Instant::now() < give_up =>
             {

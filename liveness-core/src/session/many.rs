@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{SessionGen, Shared};
+use super::{join_detached, Leftovers, SessionGen, Shared};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
@@ -58,6 +58,9 @@ pub(super) async fn join_many(
             Err(e) => answers.0[at] = Some(Err(e)),
         }
     }
+    // Entries whose lost reply may have left a lease behind: released unless handed
+    // over, however the call ends.
+    let mut leftovers = Leftovers::new(session.store());
     let hb = session.heartbeat();
     let mut backoff = Backoff::new(hb.renew_every / 8, hb.renew_every);
     let max = session.store().capabilities().max_batch.max(1);
@@ -65,6 +68,7 @@ pub(super) async fn join_many(
         let mut round = Round {
             session,
             answers: &mut answers,
+            leftovers: &mut leftovers,
             ttl: hb.ttl.duration(),
             retry: Vec::new(),
             wait: false,
@@ -96,6 +100,8 @@ pub(super) async fn join_many(
 struct Round<'a> {
     session: &'a Arc<Shared>,
     answers: &'a mut Answers,
+    /// Where an attempt may have left a lease of an entry that is not handed over.
+    leftovers: &'a mut Leftovers,
     /// How long an entry keeps trying after its first attempt, as one join does.
     ttl: Duration,
     retry: Vec<Entry>,
@@ -128,7 +134,12 @@ impl Round<'_> {
                 .map(|_| Err(Error::unavailable(backend, why.clone())))
                 .collect()
         };
-        let answered = match store.join_session_many(&gen.lease, &pairs).await {
+        let call = {
+            let (store, session) = (store.clone(), gen.lease.clone());
+            async move { store.join_session_many(&session, &pairs).await }
+        };
+        let joined = |answers: Vec<Result<Lease>>| answers.into_iter().flatten().collect();
+        let answered = match join_detached(store, call, joined).await {
             Ok(answers) if answers.len() == chunk.len() => answers,
             // Any subset may have been applied: each entry's next attempt adopts
             // what it finds of its own.
@@ -179,13 +190,19 @@ impl Round<'_> {
     ) {
         let give_up = *entry.give_up.get_or_insert(sent + self.ttl);
         let in_time = Instant::now() < give_up;
+        if answer.as_ref().is_err_and(Error::is_retryable) {
+            // Maybe applied, its reply lost: a lease of ours may be there.
+            self.leftovers.maybe_left(&entry.key, &entry.config.holder);
+        }
         match answer {
             Ok((lease, _)) if born_dead(&entry.config, sent_on_clock) && in_time => {
                 // Answered after the deadline it starts: adopted, not thrown away.
+                self.leftovers.maybe_left(&entry.key, &entry.config.holder);
                 entry.ghost = Some(lease);
                 self.retry.push(entry);
             }
             Ok((lease, gen)) => {
+                self.leftovers.handed_over(&entry.key);
                 let joined = (lease, sent, sent_on_clock, gen);
                 let member = Member::ridden(self.session.clone(), entry.config, entry.key, joined);
                 self.answers.0[entry.at] = Some(Ok(member));

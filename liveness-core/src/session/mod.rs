@@ -38,9 +38,11 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 #[cfg(doc)]
 use crate::{store::Capabilities, store::LeaseStore};
 
+mod detached;
 mod joins;
 mod many;
 mod riding;
+pub(crate) use detached::{join_detached, Leftovers};
 use joins::JoinBatches;
 use riding::RenewRiders;
 pub(crate) use riding::{Footing, Riders, Riding, SessionGen};
@@ -324,7 +326,12 @@ impl Session {
     ///
     /// Fails as [`Member::join`] does (`Held`, `InvalidInput` naming the setting,
     /// the last retryable fault after one ttl); while the session is lost and being
-    /// re-opened it waits, up to one ttl, for the session's next lease.
+    /// re-opened it waits, up to one ttl, for the session's next lease. A join that
+    /// does not hand its member over (its future dropped, or it gave up) leaves
+    /// nothing behind: a call in flight is waited for in the background and what it
+    /// joined leaves, and a lease an earlier attempt may have left (its reply lost)
+    /// is released. A rider has no expiry of its own: it would otherwise hold its
+    /// name until the session ends.
     pub async fn join_with(&self, config: MemberConfig) -> Result<Member> {
         Member::ride(self.shared.clone(), config).await
     }
@@ -365,9 +372,10 @@ impl Session {
     /// whole, or an entry adopting its own leftover lease, goes one join at a time;
     /// while the session is lost and being re-opened the joins wait, up to one ttl,
     /// for its next lease. If the call's future is dropped before it answers, the
-    /// members it joined so far leave in the background (a batch in flight at that
-    /// moment may still be applied by the store: its members then ride the session,
-    /// without a handle, until it ends).
+    /// members it joined so far leave in the background, and so do those of a batch
+    /// in flight at that moment once its answer comes, and those an earlier batch
+    /// may have left (its reply lost): no member rides the session without a
+    /// handle.
     ///
     /// ```
     /// # async fn run() -> liveness_core::Result<()> {

@@ -43,6 +43,9 @@ pub struct Probe {
     pub joined: AtomicU64,
     /// When not zero: the `join_session_many` calls after this many never answer.
     pub stall_joins_after: AtomicU64,
+    /// When not zero: each `join_session` and `join_session_many` is applied, and its
+    /// reply comes this many milliseconds later.
+    pub slow_join_replies_ms: AtomicU64,
 }
 
 impl Probe {
@@ -128,7 +131,12 @@ impl Intercept for Probe {
                     .lose_replies
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok();
+                let slow = match req {
+                    Request::Acquire { .. } => 0,
+                    _ => self.slow_join_replies_ms.load(Ordering::SeqCst),
+                };
                 let reply = next.run(req).await;
+                tokio::time::sleep(Duration::from_millis(slow)).await;
                 if lose {
                     return Err(Error::unavailable("probe", "the reply was lost"));
                 }
