@@ -9,7 +9,9 @@ use std::time::Duration;
 use liveness_core::{Error, Key, Member, MemberConfig, Result, Session, SessionConfig, Space};
 
 mod common;
-use common::probe::{open, probed, suspendable, tasks, tokio_clock, TTL_MS};
+use common::probe::{
+    a_dropped_join_leaves_nothing, open, probed, suspendable, tasks, tokio_clock, Mishap, TTL_MS,
+};
 use common::{live, ttl};
 
 /// The names `m0` … `m{n-1}`.
@@ -163,22 +165,7 @@ async fn a_dropped_join_many_releases_the_members_it_joined() {
 /// the session without a handle, and their names are free again.
 #[tokio::test(start_paused = true)]
 async fn a_join_many_dropped_mid_call_leaves_nothing_behind() {
-    let (store, probe) = probed(false, 10);
-    let session = open(&store, tokio_clock()).await;
-    probe.slow_join_replies_ms.store(500, Ordering::SeqCst);
-    let call = session.join_many(names(5));
-    assert!(tokio::time::timeout(Duration::from_millis(100), call)
-        .await
-        .is_err());
-    assert_eq!(probe.joined.load(Ordering::SeqCst), 5, "the batch was sent");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    for name in names(5) {
-        let key = Key::member(&name).unwrap();
-        assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
-    }
-    probe.slow_join_replies_ms.store(0, Ordering::SeqCst);
-    let again = session.join_many(names(5)).await;
-    assert!(again.iter().all(Result::is_ok), "{again:?}");
+    a_dropped_join_leaves_nothing(Mishap::SlowReply, &["m0", "m1", "m2", "m3", "m4"]).await;
 }
 
 /// A `join_many` dropped after its batch's reply was lost (the store applied it),
@@ -186,23 +173,7 @@ async fn a_join_many_dropped_mid_call_leaves_nothing_behind() {
 /// are found and released in the background.
 #[tokio::test(start_paused = true)]
 async fn a_join_many_dropped_after_a_lost_reply_leaves_nothing_behind() {
-    let (store, probe) = probed(false, 10);
-    let session = open(&store, tokio_clock()).await;
-    probe.lose_replies.store(1, Ordering::SeqCst);
-    let call = session.join_many(names(5));
-    assert!(tokio::time::timeout(Duration::from_millis(10), call)
-        .await
-        .is_err());
-    assert_eq!(
-        probe.join_calls.load(Ordering::SeqCst),
-        1,
-        "one batch was sent"
-    );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    for name in names(5) {
-        let key = Key::member(&name).unwrap();
-        assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
-    }
+    a_dropped_join_leaves_nothing(Mishap::LostReply, &["m0", "m1", "m2", "m3", "m4"]).await;
 }
 
 /// On a store without native sessions the members `join_many` joins are renewed by

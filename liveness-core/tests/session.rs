@@ -14,7 +14,10 @@ use liveness_core::{
 use tokio::time::Instant;
 
 mod common;
-use common::probe::{join_all, margin, open, probed, suspendable, tasks, tokio_clock, TTL_MS};
+use common::probe::{
+    a_dropped_join_leaves_nothing, join_all, margin, open, probed, suspendable, tasks, tokio_clock,
+    Mishap, TTL_MS,
+};
 use common::{enqueue_job, live, ttl, when_fired};
 
 #[tokio::test(start_paused = true)]
@@ -545,40 +548,13 @@ async fn without_native_sessions_a_member_whose_renewals_fail_stops_at_its_own_d
 /// the session without a handle, and its name is free again.
 #[tokio::test(start_paused = true)]
 async fn a_join_dropped_mid_call_leaves_no_member_behind() {
-    let (store, probe) = probed(false, 10);
-    let session = open(&store, tokio_clock()).await;
-    probe.slow_join_replies_ms.store(500, Ordering::SeqCst);
-    let call = session.join("w");
-    assert!(tokio::time::timeout(Duration::from_millis(100), call)
-        .await
-        .is_err());
-    assert_eq!(probe.joined.load(Ordering::SeqCst), 1, "the join was sent");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let key = liveness_core::Key::member("w").unwrap();
-    assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
-    probe.slow_join_replies_ms.store(0, Ordering::SeqCst);
-    session.join("w").await.unwrap();
+    a_dropped_join_leaves_nothing(Mishap::SlowReply, &["w"]).await;
 }
 
 /// A `join` dropped after its first attempt's reply was lost (the store applied it),
 /// before a later attempt found and adopted that lease: the lease of this instance is
-/// found and released in the background, as a dropped join leaves nothing behind.
+/// found and released in the background.
 #[tokio::test(start_paused = true)]
 async fn a_join_dropped_after_a_lost_reply_leaves_no_member_behind() {
-    let (store, probe) = probed(false, 10);
-    let session = open(&store, tokio_clock()).await;
-    probe.lose_replies.store(1, Ordering::SeqCst);
-    let call = session.join("w");
-    assert!(tokio::time::timeout(Duration::from_millis(10), call)
-        .await
-        .is_err());
-    assert_eq!(
-        probe.joined.load(Ordering::SeqCst),
-        1,
-        "one attempt was sent"
-    );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let key = liveness_core::Key::member("w").unwrap();
-    assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
-    session.join("w").await.unwrap();
+    a_dropped_join_leaves_nothing(Mishap::LostReply, &["w"]).await;
 }

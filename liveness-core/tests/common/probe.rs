@@ -200,3 +200,51 @@ pub fn tasks() -> usize {
         .metrics()
         .num_alive_tasks()
 }
+
+/// What goes wrong with a rider join before its caller drops it.
+#[derive(Clone, Copy, Debug)]
+pub enum Mishap {
+    /// The store applies the call and its reply comes 500 ms later: dropped at 100 ms,
+    /// while the call is in flight.
+    SlowReply,
+    /// The store applies the call and its reply is lost: dropped at 10 ms, before the
+    /// retry (after a backoff of at least renew_every / 8) could adopt what it left.
+    LostReply,
+}
+
+/// Joins `names` into a fresh session (one name: `join`, more: `join_many`) while
+/// `mishap` strikes, drops the call, and asserts that once the background had a second
+/// nothing of it is left: every name is free in the store, and joins again.
+pub async fn a_dropped_join_leaves_nothing(mishap: Mishap, names: &[&str]) {
+    let (store, probe) = probed(false, 10);
+    let session = open(&store, tokio_clock()).await;
+    let (knob, set, after) = match mishap {
+        Mishap::SlowReply => (&probe.slow_join_replies_ms, 500, 100),
+        Mishap::LostReply => (&probe.lose_replies, 1, 10),
+    };
+    knob.store(set, Ordering::SeqCst);
+    let call = join(&session, names);
+    let dropped = tokio::time::timeout(Duration::from_millis(after), call).await;
+    assert!(dropped.is_err(), "the join answered before it was dropped");
+    assert_eq!(
+        probe.join_calls.load(Ordering::SeqCst),
+        1,
+        "one call was sent"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in names {
+        let key = Key::member(name).unwrap();
+        assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+    }
+    assert_eq!(session.members(), 0);
+    knob.store(0, Ordering::SeqCst);
+    assert!(join(&session, names).await, "the names were not free again");
+}
+
+/// Joins `names` into `session`: true when every one joined.
+async fn join(session: &Session, names: &[&str]) -> bool {
+    match names {
+        [one] => session.join(one).await.is_ok(),
+        many => session.join_many(many).await.iter().all(Result::is_ok),
+    }
+}
