@@ -558,3 +558,29 @@ async fn a_join_dropped_mid_call_leaves_no_member_behind() {
 async fn a_join_dropped_after_a_lost_reply_leaves_no_member_behind() {
     a_dropped_join_leaves_nothing(Mishap::LostReply, &["w"]).await;
 }
+
+/// A member that leaves while its re-join (after a session loss) waits to retry a
+/// join whose reply was lost: the lease that join left under the member's instance
+/// holder is released, not left riding the new session without a handle.
+#[tokio::test(start_paused = true)]
+async fn a_member_leaving_while_its_rejoin_retries_a_lost_reply_leaves_nothing() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let member = session.join("w").await.unwrap();
+    let calls = probe.join_calls.load(Ordering::SeqCst);
+    probe.lose_join_replies.store(1, Ordering::SeqCst);
+    assert!(store.release(&session.lease()).await.unwrap());
+    while probe.join_calls.load(Ordering::SeqCst) == calls {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let key = liveness_core::Key::member("w").unwrap();
+    let left = store.inspect(&key).await.unwrap().unwrap();
+    assert_ne!(
+        left.token,
+        member.token(),
+        "the re-join's reply was not lost"
+    );
+    member.leave(Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+}

@@ -235,6 +235,11 @@ pub(crate) enum Take<'a> {
 }
 
 impl Take<'_> {
+    /// True when riding a session.
+    pub(crate) fn rides(self) -> bool {
+        matches!(self, Take::Ride(_))
+    }
+
     /// Waits up to `pause` (less once the session has a new lease to ride) or until
     /// `stop` fires (then false).
     async fn pause(self, pause: Duration, stop: &CancellationToken) -> bool {
@@ -267,7 +272,26 @@ impl Take<'_> {
 /// of it); one the renewal did not reach stays for the next attempt. Riding, it
 /// answers the session generation it rode, and `Lost` at once, without a round
 /// trip, while the session's current lease is lost by its own checks.
+///
+/// A lease it answered, or may have left (a retryable fault: its reply may be lost),
+/// goes into `leftovers` until the caller hands that member over.
 pub(crate) async fn attempt(
+    store: &Arc<dyn Store>,
+    config: &MemberConfig,
+    key: &Key,
+    ghost: &mut Option<Lease>,
+    take: Take<'_>,
+    leftovers: &mut Leftovers,
+) -> Result<(Lease, Option<SessionGen>)> {
+    let answer = attempt_once(store, config, key, ghost, take).await;
+    if answer.as_ref().map_or_else(Error::is_retryable, |_| true) {
+        leftovers.maybe_left(key, &config.holder);
+    }
+    answer
+}
+
+/// [`attempt`], without its bookkeeping of what may be left.
+async fn attempt_once(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
@@ -332,30 +356,19 @@ pub(crate) async fn first_join(
     let mut ghost: Option<Lease> = None;
     // A rider's ghost has no expiry of its own: released if this join ends (or is
     // dropped) without handing its member over.
-    let mut leftovers = matches!(take, Take::Ride(_)).then(|| Leftovers::new(store));
+    let mut leftovers = Leftovers::new(store, take.rides());
     loop {
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let answer = attempt(store, config, key, &mut ghost, take).await;
-        if let (Some(leftovers), Err(e)) = (leftovers.as_mut(), &answer) {
-            if e.is_retryable() {
-                leftovers.maybe_left(key, &config.holder);
-            }
-        }
-        match answer {
+        match attempt(store, config, key, &mut ghost, take, &mut leftovers).await {
             Ok((lease, _)) if born_dead(config, sent_on_clock) && Instant::now() < give_up => {
                 // Answered after the deadline it starts (an overloaded queue or
                 // store): nothing was done under it, so it is adopted, not thrown
                 // away for a new token, a dead-set entry and a sweep.
-                if let Some(leftovers) = leftovers.as_mut() {
-                    leftovers.maybe_left(key, &config.holder);
-                }
                 ghost = Some(lease);
             }
             Ok((lease, session)) => {
-                if let Some(leftovers) = leftovers.as_mut() {
-                    leftovers.handed_over(key);
-                }
+                leftovers.handed_over(key);
                 return Ok((lease, sent, sent_on_clock, session));
             }
             Err(Error::Held { holder, token, .. })
@@ -403,20 +416,26 @@ pub(crate) async fn rejoin(
     );
     // A lease of ours to adopt (renew) instead of acquiring anew.
     let mut ghost: Option<Lease> = None;
+    // A rider's ghost has no expiry of its own: released if this re-join stops
+    // without handing its member over.
+    let mut leftovers = Leftovers::new(store, take.rides());
     loop {
         if stop.is_cancelled() {
             return None;
         }
         let sent = Instant::now();
         let sent_on_clock = config.clock.boot();
-        let pause = match attempt(store, config, key, &mut ghost, take).await {
+        let pause = match attempt(store, config, key, &mut ghost, take, &mut leftovers).await {
             Ok((lease, _)) if born_dead(config, sent_on_clock) => {
                 // Answered after the deadline it starts (an overloaded queue or
                 // store): adopt it rather than burn another token on it.
                 ghost = Some(lease);
                 Duration::ZERO
             }
-            Ok((lease, session)) => return Some((lease, sent, sent_on_clock, session)),
+            Ok((lease, session)) => {
+                leftovers.handed_over(key);
+                return Some((lease, sent, sent_on_clock, session));
+            }
             Err(Error::Held { token, .. }) if token == old.token => {
                 // The lease we just lost, still live by the store's clock (it started
                 // counting on arrival): its work was told to stop, so it is finished.

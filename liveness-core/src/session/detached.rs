@@ -61,20 +61,27 @@ where
 pub(crate) struct Leftovers {
     store: Arc<dyn Store>,
     keys: HashMap<Key, HolderId>,
+    /// False for a lease of its own, which expires by its ttl: nothing is kept.
+    riding: bool,
 }
 
 impl Leftovers {
-    /// No key yet, on `store`.
-    pub(crate) fn new(store: &Arc<dyn Store>) -> Leftovers {
+    /// No key yet, on `store`, for a join that rides a session when `riding` (else
+    /// it keeps nothing: a lease of its own expires by its ttl).
+    pub(crate) fn new(store: &Arc<dyn Store>, riding: bool) -> Leftovers {
         Leftovers {
             store: store.clone(),
             keys: HashMap::new(),
+            riding,
         }
     }
 
-    /// An attempt on `key` under `holder` may have been applied without its reply.
+    /// An attempt on `key` under `holder` left a lease of ours there (answered, and
+    /// not yet handed over), or may have (its reply was lost).
     pub(crate) fn maybe_left(&mut self, key: &Key, holder: &HolderId) {
-        self.keys.insert(key.clone(), holder.clone());
+        if self.riding {
+            self.keys.insert(key.clone(), holder.clone());
+        }
     }
 
     /// The member of `key` was handed over: its lease is held, nothing is left there.

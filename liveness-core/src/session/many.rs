@@ -60,7 +60,7 @@ pub(super) async fn join_many(
     }
     // Entries whose lost reply may have left a lease behind: released unless handed
     // over, however the call ends.
-    let mut leftovers = Leftovers::new(session.store());
+    let mut leftovers = Leftovers::new(session.store(), true);
     let hb = session.heartbeat();
     let mut backoff = Backoff::new(hb.renew_every / 8, hb.renew_every);
     let max = session.store().capabilities().max_batch.max(1);
@@ -162,6 +162,10 @@ impl Round<'_> {
             }
         };
         for (entry, answer) in chunk.into_iter().zip(answered) {
+            // As `attempt` does: what it answered, or may have left, until handed over.
+            if answer.as_ref().map_or_else(Error::is_retryable, |_| true) {
+                self.leftovers.maybe_left(&entry.key, &entry.config.holder);
+            }
             let answer = answer.map(|lease| (lease, Some(gen.clone())));
             self.settle(entry, answer, sent, sent_on_clock);
         }
@@ -174,7 +178,8 @@ impl Round<'_> {
         let sent_on_clock = entry.config.clock.boot();
         let store = self.session.store();
         let take = Take::Ride(self.session);
-        let answer = attempt(store, &entry.config, &entry.key, &mut entry.ghost, take).await;
+        let (ghost, leftovers) = (&mut entry.ghost, &mut *self.leftovers);
+        let answer = attempt(store, &entry.config, &entry.key, ghost, take, leftovers).await;
         self.settle(entry, answer, sent, sent_on_clock);
     }
 
@@ -190,14 +195,9 @@ impl Round<'_> {
     ) {
         let give_up = *entry.give_up.get_or_insert(sent + self.ttl);
         let in_time = Instant::now() < give_up;
-        if answer.as_ref().is_err_and(Error::is_retryable) {
-            // Maybe applied, its reply lost: a lease of ours may be there.
-            self.leftovers.maybe_left(&entry.key, &entry.config.holder);
-        }
         match answer {
             Ok((lease, _)) if born_dead(&entry.config, sent_on_clock) && in_time => {
                 // Answered after the deadline it starts: adopted, not thrown away.
-                self.leftovers.maybe_left(&entry.key, &entry.config.holder);
                 entry.ghost = Some(lease);
                 self.retry.push(entry);
             }

@@ -43,6 +43,9 @@ pub struct Probe {
     pub joined: AtomicU64,
     /// When not zero: the `join_session_many` calls after this many never answer.
     pub stall_joins_after: AtomicU64,
+    /// How many more `join_session` / `join_session_many` replies (not `acquire`) to
+    /// lose after applying them.
+    pub lose_join_replies: AtomicU64,
     /// When not zero: each `join_session` and `join_session_many` is applied, and its
     /// reply comes this many milliseconds later.
     pub slow_join_replies_ms: AtomicU64,
@@ -127,10 +130,12 @@ impl Intercept for Probe {
             Request::Acquire { .. }
             | Request::JoinSession { .. }
             | Request::JoinSessionMany { .. } => {
-                let lose = self
-                    .lose_replies
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
+                let take = |n: &AtomicU64| {
+                    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                };
+                let join = !matches!(req, Request::Acquire { .. });
+                let lose = take(&self.lose_replies) || (join && take(&self.lose_join_replies));
                 let slow = match req {
                     Request::Acquire { .. } => 0,
                     _ => self.slow_join_replies_ms.load(Ordering::SeqCst),
