@@ -54,8 +54,8 @@ where
 }
 
 /// The keys where a rider join may have left a lease of this instance that no handle
-/// holds: an attempt of it failed with a transient fault, and its member has not been
-/// handed over. Dropped (the join ended, answered or not), it looks at each such key
+/// holds: an attempt of it answered a lease or failed with a transient fault (its
+/// reply may be lost), and its member has not been handed over. Dropped (the join ended, answered or not), it looks at each such key
 /// in the background and releases the lease it finds there if its holder is the
 /// join's instance holder id, which no other instance has.
 pub(crate) struct Leftovers {
