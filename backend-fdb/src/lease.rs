@@ -236,13 +236,7 @@ impl FdbStore {
         };
         let ttl = ttl_of(rec.ttl_ms);
         let deadline = self.rec_deadline(tx, key, &rec, now).await?;
-        let status = if now < deadline {
-            LeaseStatus::Live {
-                remaining: deadline - now,
-            }
-        } else {
-            LeaseStatus::Expired
-        };
+        let status = LeaseStatus::with_remaining(deadline.saturating_sub(now));
         let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
         Ok(Some(LeaseInfo {
             session: rec.session.map(|(k, _)| k),
@@ -287,13 +281,7 @@ impl FdbStore {
                 },
                 None => self.rec_deadline(tx, &key, &rec, now).await?,
             };
-            let status = if now < deadline {
-                LeaseStatus::Live {
-                    remaining: deadline - now,
-                }
-            } else {
-                LeaseStatus::Expired
-            };
+            let status = LeaseStatus::with_remaining(deadline.saturating_sub(now));
             out.push(LeaseInfo {
                 session: rec.session.map(|(k, _)| k),
                 key,

@@ -253,12 +253,8 @@ pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
 /// A lease's status from its time left in microseconds (> 0 iff live; NULL, for a
 /// member whose session is gone or superseded: expired).
 pub(crate) fn status_of(remaining_us: Option<i64>) -> LeaseStatus {
-    match remaining_us {
-        Some(us) if us > 0 => LeaseStatus::Live {
-            remaining: Duration::from_micros(us.unsigned_abs()),
-        },
-        _ => LeaseStatus::Expired,
-    }
+    let left_us = remaining_us.map_or(0, |us| u64::try_from(us).unwrap_or(0));
+    LeaseStatus::with_remaining(Duration::from_micros(left_us))
 }
 
 /// The session a riding member rides, from its stored `session_name` (NULL: a lease

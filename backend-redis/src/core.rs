@@ -485,11 +485,5 @@ pub(crate) fn us(n: i64) -> Duration {
 
 /// A lease's status from its time left in microseconds (-1 when expired).
 pub(crate) fn status_of(left_us: i64) -> LeaseStatus {
-    if left_us > 0 {
-        LeaseStatus::Live {
-            remaining: Duration::from_micros(left_us.unsigned_abs()),
-        }
-    } else {
-        LeaseStatus::Expired
-    }
+    LeaseStatus::with_remaining(us(left_us))
 }

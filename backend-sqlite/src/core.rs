@@ -495,13 +495,8 @@ impl SqliteStore {
 
 /// A lease's status at store time `now`, from its expiry.
 pub(crate) fn status_at(expires_at: i64, now: i64) -> LeaseStatus {
-    if now < expires_at {
-        LeaseStatus::Live {
-            remaining: Duration::from_millis(u64::try_from(expires_at - now).unwrap_or(0)),
-        }
-    } else {
-        LeaseStatus::Expired
-    }
+    let left_ms = u64::try_from(expires_at.saturating_sub(now)).unwrap_or(0);
+    LeaseStatus::with_remaining(Duration::from_millis(left_ms))
 }
 
 /// How `liveness_deaths.cause` writes a [`DeathCause`].

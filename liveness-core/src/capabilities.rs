@@ -115,6 +115,17 @@ pub struct StoreInfo {
     pub issuer: Issuer,
 }
 
+impl StoreInfo {
+    /// What a store says of itself: its `backend` name, its `caps` and its `issuer`.
+    pub fn new(backend: &'static str, caps: Capabilities, issuer: Issuer) -> StoreInfo {
+        StoreInfo {
+            backend,
+            caps,
+            issuer,
+        }
+    }
+}
+
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
 /// [`Error::InvalidInput`]: the check [`CheckInput`](crate::CheckInput) makes of
 /// every `*_many` call but `requeue_orphans_many`.

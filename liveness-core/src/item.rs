@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use crate::error::{Error, InputProblem, Result};
-use crate::lease::ExpiredLease;
+use crate::lease::{ExpiredLease, Swept};
 use crate::types::FencingToken;
 
 /// A work item's id, assigned by the store at `enqueue`; increasing in enqueue order.
@@ -202,6 +202,70 @@ pub struct ItemRecord {
     pub state: ItemState,
 }
 
+/// The item's moves between states, as every store makes them (each inside the
+/// store's own atomic step): a store that keeps records in memory calls these rather
+/// than writing the rules out again.
+impl ItemRecord {
+    /// A new item as `enqueue` adds it: pending, `payload`, no attempts yet, and
+    /// `max_attempts` claims before it goes to the dead-letter set.
+    pub fn pending(id: ItemId, payload: &[u8], max_attempts: u32) -> ItemRecord {
+        let payload = payload.to_vec();
+        let item = Item {
+            id,
+            payload,
+            attempts: 0,
+            max_attempts,
+        };
+        ItemRecord {
+            item,
+            state: ItemState::Pending,
+        }
+    }
+
+    /// Gives the item to `token` (a claim): owned by it, one more attempt counted.
+    /// Returns the item as `claim` answers it.
+    pub fn claim(&mut self, token: FencingToken) -> Item {
+        self.state = ItemState::Owned(token);
+        self.item.attempts = self.item.attempts.saturating_add(1);
+        self.item.clone()
+    }
+
+    /// Gives the item back (`fail`, or the sweep of a dead owner): pending again when
+    /// `retry` is true and attempts are left, else dead-lettered. Returns the new state.
+    ///
+    /// ```
+    /// use liveness_core::{FencingToken, ItemId, ItemRecord, ItemState};
+    /// let mut record = ItemRecord::pending(ItemId(1), b"job", 2);
+    /// record.claim(FencingToken(7));
+    /// assert_eq!(record.hand_back(true), ItemState::Pending);
+    /// record.claim(FencingToken(8));
+    /// assert_eq!(record.hand_back(true), ItemState::DeadLettered); // out of attempts
+    /// assert!(record.revive().is_ok());
+    /// assert_eq!((record.state, record.item.attempts), (ItemState::Pending, 0));
+    /// ```
+    pub fn hand_back(&mut self, retry: bool) -> ItemState {
+        let again = retry && self.item.attempts < self.item.max_attempts;
+        self.state = if again {
+            ItemState::Pending
+        } else {
+            ItemState::DeadLettered
+        };
+        self.state
+    }
+
+    /// A dead-lettered item back to pending with no attempts counted
+    /// (`retry_dead_letter`). An item in any other state is refused with
+    /// `InvalidInput` ([`InputProblem::NotDeadLettered`]) and left as it is.
+    pub fn revive(&mut self) -> Result<()> {
+        if self.state != ItemState::DeadLettered {
+            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
+        }
+        self.state = ItemState::Pending;
+        self.item.attempts = 0;
+        Ok(())
+    }
+}
+
 /// What one `requeue_orphans` call moved.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Requeued {
@@ -216,9 +280,31 @@ pub struct Requeued {
 }
 
 impl Requeued {
+    /// Notes where the sweep put item `id`: in `requeued` when `state` is pending, in
+    /// `dead_lettered` otherwise (what [`ItemRecord::hand_back`] answered).
+    pub fn add(&mut self, id: ItemId, state: ItemState) {
+        match state {
+            ItemState::Pending => self.requeued.push(id),
+            _ => self.dead_lettered.push(id),
+        }
+    }
+
     /// True when nothing moved.
     pub fn is_empty(&self) -> bool {
         self.requeued.is_empty() && self.dead_lettered.is_empty() && self.retired.is_empty()
+    }
+}
+
+impl From<&Requeued> for Swept {
+    /// What one sweep moved, as its death record counts it: the members it retired and
+    /// the items it sent back to pending or to the dead-letter set.
+    fn from(moved: &Requeued) -> Swept {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        Swept {
+            members: count(moved.retired.len()),
+            requeued: count(moved.requeued.len()),
+            dead_lettered: count(moved.dead_lettered.len()),
+        }
     }
 }
 
@@ -233,9 +319,76 @@ pub struct ItemCounts {
     pub dead_lettered: u64,
 }
 
+impl FromIterator<ItemStateKind> for ItemCounts {
+    /// Counts the states of a store's items, one entry per item: what `item_counts`
+    /// answers when they are all read in one step.
+    fn from_iter<I: IntoIterator<Item = ItemStateKind>>(states: I) -> ItemCounts {
+        let mut counts = ItemCounts::default();
+        for state in states {
+            let count = match state {
+                ItemStateKind::Pending => &mut counts.pending,
+                ItemStateKind::Owned => &mut counts.owned,
+                ItemStateKind::DeadLettered => &mut counts.dead_lettered,
+            };
+            *count += 1;
+        }
+        counts
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::RequestId;
+    use super::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId, Requeued};
+    use crate::lease::Swept;
+    use crate::types::FencingToken;
+
+    #[test]
+    fn a_sweep_sorts_items_by_where_they_went_and_its_record_counts_them() {
+        let mut out = Requeued::default();
+        let mut spent = ItemRecord::pending(ItemId(2), b"", 1);
+        spent.claim(FencingToken(1));
+        let mut fresh = ItemRecord::pending(ItemId(1), b"", 3);
+        fresh.claim(FencingToken(1));
+        out.add(ItemId(1), fresh.hand_back(true));
+        out.add(ItemId(2), spent.hand_back(true));
+        out.add(ItemId(3), ItemState::DeadLettered);
+        assert_eq!(out.requeued, [ItemId(1)]);
+        assert_eq!(out.dead_lettered, [ItemId(2), ItemId(3)]);
+        let swept = Swept::from(&out);
+        assert_eq!(
+            (swept.members, swept.requeued, swept.dead_lettered),
+            (0, 1, 2)
+        );
+    }
+
+    #[test]
+    fn a_refused_revive_and_a_fail_without_retry_change_what_they_should() {
+        let mut record = ItemRecord::pending(ItemId(1), b"x", 5);
+        assert!(
+            record.revive().is_err(),
+            "a pending item is not dead-lettered"
+        );
+        assert_eq!(record.state, ItemState::Pending);
+        let item = record.claim(FencingToken(9));
+        assert_eq!(
+            (item.attempts, record.state),
+            (1, ItemState::Owned(FencingToken(9)))
+        );
+        assert_eq!(record.hand_back(false), ItemState::DeadLettered);
+        assert_eq!(record.item.attempts, 1, "giving back counts no attempt");
+    }
+
+    #[test]
+    fn item_counts_count_each_state() {
+        use ItemStateKind::{DeadLettered, Owned, Pending};
+        let counts: ItemCounts = [Pending, Owned, Pending, DeadLettered]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            (counts.pending, counts.owned, counts.dead_lettered),
+            (2, 1, 1)
+        );
+    }
 
     #[test]
     fn next_ids_increase_across_threads() {

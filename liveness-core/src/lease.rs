@@ -16,7 +16,7 @@ use crate::types::{FencingToken, HolderId, Key, Namespace, StoreTime, Ttl};
 /// database file's canonical path: [`Issuer::located`]), so every handle on the same
 /// location and namespace has the same issuer and accepts the others' leases, while
 /// the same namespace on another server or file does not. An in-process store draws a
-/// random one per server ([`Issuer::new`]).
+/// random one per server ([`Issuer::random`]).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Issuer {
     namespace: Namespace,
@@ -29,6 +29,12 @@ impl Issuer {
     /// store is created).
     pub fn new(namespace: Namespace, store: u64) -> Issuer {
         Issuer { namespace, store }
+    }
+
+    /// The issuer for `namespace` of an in-process store created now: a random
+    /// instance identity, so that no other store accepts its leases (nor it theirs).
+    pub fn random(namespace: Namespace) -> Issuer {
+        Issuer::new(namespace, fastrand::u64(..))
     }
 
     /// The issuer for `namespace` of the store that `backend` reaches at `location`:
@@ -134,6 +140,16 @@ impl Lease {
         }
     }
 
+    /// The [`Error::Held`] a store answers an `acquire` of this lease's key while the
+    /// lease is live: who holds the key, and under which token.
+    pub fn held(&self) -> Error {
+        Error::Held {
+            key: self.key.clone(),
+            holder: self.holder.clone(),
+            token: self.token,
+        }
+    }
+
     /// The [`Error::Fenced`] a store answers when `item` is not owned by this lease's
     /// token.
     pub fn fenced(&self, item: ItemId) -> Error {
@@ -195,7 +211,42 @@ pub struct LeaseInfo {
     pub session: Option<Key>,
 }
 
+impl LeaseStatus {
+    /// The status of a lease with `remaining` time left by the store clock: live
+    /// while some is left, expired from the instant none is (a lease is not live at
+    /// exactly its expiry).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use liveness_core::LeaseStatus;
+    /// let left = Duration::from_millis(5);
+    /// assert_eq!(LeaseStatus::with_remaining(left), LeaseStatus::Live { remaining: left });
+    /// assert_eq!(LeaseStatus::with_remaining(Duration::ZERO), LeaseStatus::Expired);
+    /// ```
+    pub fn with_remaining(remaining: Duration) -> LeaseStatus {
+        if remaining.is_zero() {
+            LeaseStatus::Expired
+        } else {
+            LeaseStatus::Live { remaining }
+        }
+    }
+}
+
 impl LeaseInfo {
+    /// What `inspect` reports of `lease` (as last granted or renewed) with `remaining`
+    /// time left by the store clock: its key, holder, token and ttl, the status
+    /// [`LeaseStatus::with_remaining`] gives, and no session (a lease of its own).
+    pub fn new(lease: &Lease, remaining: Duration) -> LeaseInfo {
+        LeaseInfo {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            token: lease.token,
+            ttl: lease.ttl,
+            status: LeaseStatus::with_remaining(remaining),
+            session: None,
+        }
+    }
+
     /// True when the lease is live by the store clock.
     pub fn is_live(&self) -> bool {
         matches!(self.status, LeaseStatus::Live { .. })
@@ -211,6 +262,17 @@ pub struct ExpiredLease {
     pub holder: HolderId,
     /// Its token: pass it to `reap`.
     pub token: FencingToken,
+}
+
+impl From<&Lease> for ExpiredLease {
+    /// The entry `expired` lists for `lease`: its key, holder and token.
+    fn from(lease: &Lease) -> ExpiredLease {
+        ExpiredLease {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            token: lease.token,
+        }
+    }
 }
 
 /// An entry of the dead set: a token that stopped being current (reaped or released)

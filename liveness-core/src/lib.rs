@@ -21,6 +21,7 @@ pub mod lease;
 pub mod member;
 pub mod memory;
 pub mod metrics;
+pub mod prelude;
 pub mod request;
 pub mod session;
 pub mod standing;

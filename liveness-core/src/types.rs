@@ -211,6 +211,22 @@ impl Key {
         Ok(Key::new(Space::new(space)?, Name::new(name)?))
     }
 
+    /// The least key of `space`: no key of `space` sorts before it, and every key of a
+    /// space that sorts before `space` does. A store that keeps keys in one ordered map
+    /// starts a range here to read `space` alone (with its name `" "`: no valid name
+    /// sorts lower, since control characters are refused).
+    ///
+    /// ```
+    /// use liveness_core::{Key, Space};
+    /// let first = Key::first_in(&Space::members());
+    /// assert!(first <= Key::member(" ").unwrap());
+    /// assert!(first < Key::member("a").unwrap());
+    /// assert!(Key::leader("zzz").unwrap() < first);
+    /// ```
+    pub fn first_in(space: &Space) -> Key {
+        Key::new(space.clone(), Name(Arc::from(" ")))
+    }
+
     /// The key's space.
     pub fn space(&self) -> &Space {
         &self.space

@@ -182,13 +182,7 @@ impl NsState {
             holder: rec.holder.clone(),
             token: rec.token,
             ttl: rec.ttl,
-            status: if now < self.expiry_of(rec) {
-                LeaseStatus::Live {
-                    remaining: self.expiry_of(rec) - now,
-                }
-            } else {
-                LeaseStatus::Expired
-            },
+            status: LeaseStatus::with_remaining(self.expiry_of(rec).saturating_sub(now)),
         }
     }
 
@@ -379,10 +373,8 @@ pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize
     st.dead.remove(&token);
     let ids = st.owned.remove(&token).unwrap_or_default();
     for id in ids {
-        match st.hand_back(id, true) {
-            ItemState::Pending => out.requeued.push(id),
-            _ => out.dead_lettered.push(id),
-        }
+        let state = st.hand_back(id, true);
+        out.add(id, state);
     }
     st.record_sweep(token, &out);
     out
