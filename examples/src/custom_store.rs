@@ -7,15 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use liveness_core::prelude::*;
 use liveness_core::sync::lock;
-use liveness_core::ItemState::{DeadLettered, Owned, Pending};
-use liveness_core::{
-    async_trait, Capabilities, DeadToken, DeathCause, DeathRecord, EnqueueOptions, Error,
-    ExpiredLease, FencingToken, HolderId, InputProblem, Issuer, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Key, Lease, LeaseInfo, LeaseStatus,
-    LeaseStore, LostCause, Name, Namespace, Page, RequestId, Requeued, Result, Space, StoreInfo,
-    StoreTime, Swept, Ttl,
-};
+use liveness_core::ItemState::{Owned, Pending};
 
 /// A lease on its key: the `Lease` as last granted or renewed, its expiry by the
 /// store clock, and the greatest claim request admitted under its token.
@@ -63,12 +57,7 @@ pub struct MapStore {
     tables: Mutex<Tables>,
     /// Leases read in expiry order ([`MapStore::rows_visited`]).
     visited: AtomicU64,
-    /// Read every lease instead of the expiry index ([`MapStore::scanning`]).
-    scan: bool,
 }
-
-/// Tells store instances apart, for their issuers.
-static STORES: AtomicU64 = AtomicU64::new(1);
 
 impl MapStore {
     /// An empty store on `namespace`, its clock starting now.
@@ -77,27 +66,11 @@ impl MapStore {
             death_retention: KEEP_DEATHS,
             ..Capabilities::default()
         };
-        let issuer = Issuer::new(namespace, STORES.fetch_add(1, Relaxed));
         MapStore {
-            info: StoreInfo {
-                backend: "map",
-                caps,
-                issuer,
-            },
+            info: StoreInfo::new("map", caps, Issuer::random(namespace)),
             epoch: Instant::now(),
             tables: Mutex::default(),
             visited: AtomicU64::default(),
-            scan: false,
-        }
-    }
-
-    /// The same store reading its expiry index to the end: `expired` and
-    /// `next_expiry` read every lease of the space. Every answer stays right, so every scenario passes
-    /// it; the cost check fails it. Never build a store this way.
-    pub fn scanning(namespace: Namespace) -> MapStore {
-        MapStore {
-            scan: true,
-            ..MapStore::new(namespace)
         }
     }
 
@@ -112,28 +85,15 @@ impl MapStore {
         (lock(&self.tables), self.epoch.elapsed())
     }
 
-    /// The leases of `space` expiring by `by`, earliest first, at most `n`: the head
-    /// of the expiry index, each entry read counted (scanning: the whole index).
+    /// The first `n` leases of `space` expiring by `by`: reads and counts the index head.
     fn due<'t>(&self, t: &'t Tables, space: &Space, by: Duration, n: usize) -> Vec<&'t Held> {
-        let from = entry(&first_key(space), Duration::ZERO);
+        let from = entry(&Key::first_in(space), Duration::ZERO);
         let index = t.by_expiry.range(from..);
-        let index = index.take_while(|(s, _, _)| s == space);
-        let read: Vec<_> = if self.scan {
-            index.collect()
-        } else {
-            let head = index.take_while(|(_, at, _)| *at <= by);
-            head.take(n).collect()
-        };
-        self.visited.fetch_add(read.len() as u64, Relaxed);
-        let due = read.into_iter().filter(|(_, at, _)| *at <= by).take(n);
-        due.filter_map(|(_, _, key)| t.leases.get(key)).collect()
+        let head = index.take_while(|(s, at, _)| s == space && *at <= by);
+        let due: Vec<_> = head.take(n).filter_map(|e| t.leases.get(&e.2)).collect();
+        self.visited.fetch_add(due.len() as u64, Relaxed);
+        due
     }
-}
-
-/// The first key of `space` in key order: no valid name sorts before " ".
-fn first_key(space: &Space) -> Key {
-    let name = Name::new(" ").unwrap_or_else(|_| unreachable!("\" \" is a valid name"));
-    Key::new(space.clone(), name)
 }
 
 /// The expiry index's entry for the lease on `key` expiring at `at`.
@@ -188,54 +148,17 @@ impl Tables {
     }
 
     /// The item `id` if `lease`'s token owns it, else `Fenced`.
-    fn owned(&mut self, lease: &Lease, id: ItemId) -> Result<&mut Queued> {
-        let row = self.items.get_mut(&id);
-        let row = row.filter(|row| row.record.state == Owned(lease.token));
+    fn owned(&mut self, lease: &Lease, id: ItemId) -> Result<&mut ItemRecord> {
+        let row = self.items.get_mut(&id).map(|row| &mut row.record);
+        let row = row.filter(|record| record.state == Owned(lease.token));
         row.ok_or_else(|| lease.fenced(id))
     }
 }
 
-impl Held {
-    /// What `inspect` and `members` say: live while the store's now is before the
-    /// expiry, expired from that instant on.
-    fn info(&self, now: Duration) -> LeaseInfo {
-        let remaining = self.expires_at.saturating_sub(now);
-        let status = if remaining.is_zero() {
-            LeaseStatus::Expired
-        } else {
-            LeaseStatus::Live { remaining }
-        };
-        LeaseInfo {
-            session: None,
-            key: self.lease.key.clone(),
-            holder: self.lease.holder.clone(),
-            token: self.lease.token,
-            ttl: self.lease.ttl,
-            status,
-        }
-    }
-}
-
-impl Queued {
-    /// Gives the item back: pending again, or dead-lettered when `retry` is false
-    /// or its attempts are used up.
-    fn hand_back(&mut self, retry: bool) -> ItemState {
-        let item = &self.record.item;
-        let again = retry && item.attempts < item.max_attempts;
-        self.record.state = if again { Pending } else { DeadLettered };
-        self.record.state
-    }
-
-    /// A dead-lettered item back to pending, no attempts counted; an item in any
-    /// other state is refused.
-    fn revive(&mut self) -> Result<()> {
-        if self.record.state != DeadLettered {
-            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
-        }
-        self.record.state = Pending;
-        self.record.item.attempts = 0;
-        Ok(())
-    }
+/// What `inspect` and `members` say of `held`: live while the store's now is before
+/// its expiry, expired from that instant on.
+fn info(held: &Held, now: Duration) -> LeaseInfo {
+    LeaseInfo::new(&held.lease, held.expires_at.saturating_sub(now))
 }
 
 #[async_trait]
@@ -247,8 +170,7 @@ impl LeaseStore for MapStore {
     async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         let (mut t, now) = self.step();
         if let Some(held) = t.leases.get(key).filter(|held| now < held.expires_at) {
-            let (key, holder, token) = (key.clone(), held.lease.holder.clone(), held.lease.token);
-            return Err(Error::Held { key, holder, token });
+            return Err(held.lease.held());
         }
         // An expired lease still on the key is reaped by this same step.
         t.retire(key, DeathCause::Superseded, now);
@@ -273,17 +195,13 @@ impl LeaseStore for MapStore {
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
         let (t, now) = self.step();
-        Ok(t.leases.get(key).map(|held| held.info(now)))
+        Ok(t.leases.get(key).map(|held| info(held, now)))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let (t, now) = self.step();
-        let mut expired = Vec::new();
-        for Held { lease, .. } in self.due(&t, space, now, limit) {
-            let (key, holder, token) = (lease.key.clone(), lease.holder.clone(), lease.token);
-            expired.push(ExpiredLease { key, holder, token });
-        }
-        Ok(expired)
+        let due = self.due(&t, space, now, limit).into_iter();
+        Ok(due.map(|held| ExpiredLease::from(&held.lease)).collect())
     }
 
     async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
@@ -302,11 +220,11 @@ impl LeaseStore for MapStore {
 
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let (t, now) = self.step();
-        let first = Included(first_key(space));
+        let first = Included(Key::first_in(space));
         let from = page.after.map_or(first, |key| Excluded(key.clone()));
         let rows = t.leases.range((from, Unbounded)).take(page.limit);
         let rows = rows.take_while(|(key, _)| key.space() == space);
-        Ok(rows.map(|(_, held)| held.info(now)).collect())
+        Ok(rows.map(|(_, held)| info(held, now)).collect())
     }
 
     async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
@@ -331,23 +249,16 @@ impl LeaseStore for MapStore {
 impl ItemStore for MapStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         let (mut t, _) = self.step();
-        if let Some(id) = options.key.and_then(|key| t.enqueue_keys.get(&key)) {
-            return Ok(*id);
+        // A key used before answers the id it first answered; else a new item.
+        let new = ItemId(t.last_item + 1);
+        let id = options
+            .key
+            .map_or(new, |key| *t.enqueue_keys.entry(key).or_insert(new));
+        if id == new {
+            t.last_item += 1;
+            let record = ItemRecord::pending(id, payload, options.max_attempts);
+            t.items.insert(id, Queued { record, req: None });
         }
-        t.last_item += 1;
-        let id = ItemId(t.last_item);
-        if let Some(key) = options.key {
-            t.enqueue_keys.insert(key, id);
-        }
-        let item = Item {
-            id,
-            payload: payload.to_vec(),
-            attempts: 0,
-            max_attempts: options.max_attempts,
-        };
-        let (state, req) = (Pending, None);
-        let record = ItemRecord { item, state };
-        t.items.insert(id, Queued { record, req });
         Ok(id)
     }
 
@@ -366,12 +277,11 @@ impl ItemStore for MapStore {
         // 3. Admitted: raise the mark, assign pending items, lowest id first.
         t.current(lease, now)?.last_claim = Some(req);
         let rows = t.items.values_mut();
-        let pending = rows.filter(|row| row.record.state == Pending);
+        let rows = rows.filter(|row| row.record.state == Pending);
         let mut claimed = Vec::new();
-        for row in pending.take(n) {
-            (row.record.state, row.req) = (mine, Some(req));
-            row.record.item.attempts += 1;
-            claimed.push(row.record.item.clone());
+        for row in rows.take(n) {
+            row.req = Some(req);
+            claimed.push(row.record.claim(lease.token));
         }
         Ok(claimed)
     }
@@ -396,22 +306,11 @@ impl ItemStore for MapStore {
         };
         let rows = t.items.iter_mut();
         for (id, row) in rows.filter(|(_, row)| row.record.state == Owned(token)) {
-            match row.hand_back(true) {
-                Pending => out.requeued.push(*id),
-                _ => out.dead_lettered.push(*id),
-            }
+            out.add(*id, row.record.hand_back(true));
         }
-        // Its death record learns what the sweep moved, in this same step (unless
-        // the retention dropped the record: then nothing is written).
+        // Its death record, unless retention dropped it, learns what the sweep moved.
         if let Some(record) = t.deaths.get_mut(&seq) {
-            let requeued = out.requeued.len() as u64;
-            let dead_lettered = out.dead_lettered.len() as u64;
-            let swept = Swept {
-                requeued,
-                dead_lettered,
-                ..Swept::default()
-            };
-            record.swept = Some(swept);
+            record.swept = Some(Swept::from(&out));
         }
         Ok(out)
     }
@@ -422,13 +321,8 @@ impl ItemStore for MapStore {
 
     async fn item_counts(&self) -> Result<ItemCounts> {
         let (t, _) = self.step();
-        let kinds = t.items.values().map(|row| row.record.state.kind());
-        let count = |kind| kinds.clone().filter(|k| *k == kind).count() as u64;
-        Ok(ItemCounts {
-            pending: count(ItemStateKind::Pending),
-            owned: count(ItemStateKind::Owned),
-            dead_lettered: count(ItemStateKind::DeadLettered),
-        })
+        let states = t.items.values().map(|row| row.record.state.kind());
+        Ok(states.collect())
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -444,6 +338,6 @@ impl ItemStore for MapStore {
         // Only the store knows its items: refusing an id is its own check.
         let row = t.items.get_mut(&id);
         let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
-        row.revive()
+        row.record.revive()
     }
 }
