@@ -236,7 +236,7 @@ impl FdbStore {
         };
         let ttl = ttl_of(rec.ttl_ms);
         let deadline = self.rec_deadline(tx, key, &rec, now).await?;
-        let status = LeaseStatus::with_remaining(deadline.saturating_sub(now));
+        let status = LeaseStatus::with_remaining(deadline.saturating_duration_since(now));
         let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
         Ok(Some(LeaseInfo {
             session: rec.session.map(|(k, _)| k),
@@ -281,7 +281,7 @@ impl FdbStore {
                 },
                 None => self.rec_deadline(tx, &key, &rec, now).await?,
             };
-            let status = LeaseStatus::with_remaining(deadline.saturating_sub(now));
+            let status = LeaseStatus::with_remaining(deadline.saturating_duration_since(now));
             out.push(LeaseInfo {
                 session: rec.session.map(|(k, _)| k),
                 key,
