@@ -7,8 +7,7 @@
 
 use std::time::Duration;
 
-use crate::item::ItemId;
-use crate::types::{FencingToken, HolderId, Key};
+use crate::types::{FencingToken, HolderId, ItemId, Key};
 
 /// A boxed error source from a backend's client library.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

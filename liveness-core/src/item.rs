@@ -6,16 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use crate::error::{Error, InputProblem, Result};
 use crate::lease::{ExpiredLease, Swept};
 use crate::types::FencingToken;
-
-/// A work item's id, assigned by the store at `enqueue`; increasing in enqueue order.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct ItemId(pub u64);
-
-impl fmt::Display for ItemId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
+pub use crate::types::ItemId;
 
 /// An id the caller picks for one mutating request (a claim, a keyed enqueue), so that
 /// the store recognises a retry of that request and answers it as it answered the

@@ -115,7 +115,7 @@ pub trait Intercept: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// True for an intercept that makes every check of
-    /// [`CheckInput`] before sending a call on (that layer alone
+    /// [`CheckInput`](crate::CheckInput) before sending a call on (that layer alone
     /// says so): [`checked`](crate::checked()) then adds no second one.
     fn checks_input(&self) -> bool {
         false
@@ -141,8 +141,8 @@ impl<I: Intercept> Layer for Arc<I> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use liveness_core::layer::{CheckInput, StoreBuilder};
-/// use liveness_core::{MemoryStore, Store};
+/// use liveness_core::layer::StoreBuilder;
+/// use liveness_core::{CheckInput, MemoryStore, Store};
 ///
 /// let store: Arc<dyn Store> = StoreBuilder::new(Arc::new(MemoryStore::new()))
 ///     .layer(Arc::new(CheckInput))
@@ -431,5 +431,3 @@ impl<I: Intercept> ItemStore for Intercepted<I> {
         ask!(self, RetryDeadLetters, Request::RetryDeadLetters { limit })
     }
 }
-
-pub use crate::checked::CheckInput;

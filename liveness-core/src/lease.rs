@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
-use crate::item::ItemId;
-use crate::types::{FencingToken, HolderId, Key, Namespace, StoreTime, Ttl};
+use crate::types::{FencingToken, HolderId, ItemId, Key, Namespace, StoreTime, Ttl};
 
 /// Which store and namespace issued a [`Lease`]. Fencing tokens are counted per
 /// namespace (every namespace starts at 1), so a token alone does not say where a

@@ -89,8 +89,7 @@ use crate::item::{
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
 
-pub use crate::each::{acquire_each, renew_each};
-pub(crate) use crate::each::{reap_each, requeue_each};
+use crate::each::one_by_one;
 
 pub use crate::capabilities::{check_batch, Capabilities, StoreInfo};
 
@@ -733,3 +732,40 @@ impl<C> Page<C> {
 pub trait Store: LeaseStore + ItemStore {}
 
 impl<T: LeaseStore + ItemStore + ?Sized> Store for T {}
+
+/// [`LeaseStore::acquire_many`] as one `acquire` after the other (the trait's
+/// default). A native `acquire_many` may fall back to it for a batch its one step
+/// cannot take.
+pub async fn acquire_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    asks: &[Acquire],
+) -> BatchResult<Lease> {
+    check_batch(store.capabilities(), "acquires", asks.len())?;
+    Ok(one_by_one(asks, |ask| store.acquire(&ask.key, &ask.holder, ask.ttl)).await)
+}
+
+/// [`LeaseStore::renew_many`] as one `renew` after the other (the trait's default).
+/// A native `renew_many` falls back to it for a batch its one step cannot take, such
+/// as one with a foreign lease (each `renew` then refuses just that one).
+pub async fn renew_each<S: LeaseStore + ?Sized>(store: &S, leases: &[Lease]) -> BatchResult<Lease> {
+    check_batch(store.capabilities(), "leases", leases.len())?;
+    Ok(one_by_one(leases, |lease| store.renew(lease)).await)
+}
+
+/// [`LeaseStore::reap_many`] as one `reap` after the other (the trait's default).
+pub(crate) async fn reap_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    expired: &[(Key, FencingToken)],
+) -> BatchResult<bool> {
+    check_batch(store.capabilities(), "expired", expired.len())?;
+    Ok(one_by_one(expired, |(key, token)| store.reap(key, *token)).await)
+}
+
+/// [`ItemStore::requeue_orphans_many`] as one `requeue_orphans` after the other (the
+/// trait's default).
+pub(crate) async fn requeue_each<S: ItemStore + ?Sized>(
+    store: &S,
+    tokens: &[FencingToken],
+) -> BatchResult<Requeued> {
+    Ok(one_by_one(tokens, |token| store.requeue_orphans(*token)).await)
+}

@@ -250,6 +250,16 @@ impl fmt::Debug for Key {
     }
 }
 
+/// A work item's id, assigned by the store at `enqueue`; increasing in enqueue order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ItemId(pub u64);
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
 /// A fencing token: strictly increasing over every acquisition in a namespace, never
 /// reused, also after the lease record is gone.
 ///
