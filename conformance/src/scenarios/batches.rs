@@ -9,7 +9,7 @@ use liveness_core::{
     Acquire, EnqueueOptions, Error, FencingToken, InputProblem, Lease, LostCause, Ttl,
 };
 
-use crate::scenarios::leases::holder;
+use super::common::holder;
 use crate::{member_key, Ctx};
 
 pub(super) fn opts(max_attempts: u32) -> EnqueueOptions {

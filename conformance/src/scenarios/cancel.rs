@@ -11,7 +11,7 @@ use liveness_core::{
 };
 use tokio::time::timeout;
 
-use super::leases::holder;
+use super::common::holder;
 use crate::{member_key, members, Ctx};
 
 /// How many calls the scenario drops (or lets finish) before it checks.

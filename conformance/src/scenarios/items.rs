@@ -8,7 +8,7 @@ use liveness_core::{
     LostCause, Name, RequestId, Store, Ttl,
 };
 
-use super::leases::holder;
+use super::common::{assert_counts, assert_invalid, holder};
 use crate::{member_key, members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {
@@ -64,21 +64,6 @@ async fn enqueue_n(s: &Arc<dyn Store>, n: u8) -> Vec<ItemId> {
         all.push(s.enqueue(&[i], opts(3)).await.unwrap());
     }
     all
-}
-
-/// Asserts the store's `[pending, owned, dead_lettered]` item counts; `why` says what
-/// they show.
-pub(crate) async fn assert_counts(
-    s: &Arc<dyn Store>,
-    [pending, owned, dead_lettered]: [u64; 3],
-    why: &str,
-) {
-    let want = ItemCounts {
-        pending,
-        owned,
-        dead_lettered,
-    };
-    assert_eq!(s.item_counts().await.unwrap(), want, "{why}");
 }
 
 /// `total` items enqueued, then a claim of `n` by member `w` sent twice with one request
@@ -537,13 +522,6 @@ fn assert_foreign<T: std::fmt::Debug>(r: liveness_core::Result<T>, op: &str) {
         other => panic!(
             "{op} with a foreign lease: expected InvalidInput(lease, ForeignLease), got {other:?}"
         ),
-    }
-}
-
-pub(crate) fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
-    match r {
-        Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
-        other => panic!("expected InvalidInput({what}), got {other:?}"),
     }
 }
 

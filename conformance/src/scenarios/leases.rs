@@ -3,13 +3,10 @@
 
 use std::time::Duration;
 
-use liveness_core::{Error, HolderId, Lease, LeaseStatus, LostCause, Ttl};
+use liveness_core::{Error, Lease, LeaseStatus, LostCause, Ttl};
 
+use super::common::holder;
 use crate::{member_key, members, Ctx};
-
-pub(crate) fn holder(s: &str) -> HolderId {
-    HolderId::new(s).unwrap_or_else(|e| panic!("holder: {e}"))
-}
 
 /// acquire on a free key succeeds with a token and about one ttl left, and inspect
 /// shows it live with the same holder and token.
@@ -197,11 +194,11 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
             ..l.clone()
         };
         let r = ctx.store.renew(&with_bad_ttl(&lease)).await;
-        super::items::assert_invalid(r, "ttl");
+        super::common::assert_invalid(r, "ttl");
         // Invalid input wins over every other answer: the expired lease's renewal
         // with a bad ttl is refused for the ttl, not answered `Lost`.
         let expired = ctx.store.renew(&with_bad_ttl(&shorter)).await;
-        super::items::assert_invalid(expired, "ttl");
+        super::common::assert_invalid(expired, "ttl");
         let info = ctx.info(&key).await;
         assert_eq!(info.ttl, ctx.long, "a rejected renew changed the ttl");
         assert!(info.is_live(), "a rejected renew ended the lease");

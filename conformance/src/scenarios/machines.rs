@@ -9,7 +9,7 @@ use liveness_core::{
 };
 use tokio::time::{timeout, Instant};
 
-use super::leases::holder;
+use super::common::holder;
 use crate::wrappers::Wrapped;
 use crate::{member_key, Ctx};
 

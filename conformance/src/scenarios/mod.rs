@@ -9,6 +9,7 @@ use crate::Ctx;
 
 mod batches;
 mod cancel;
+mod common;
 mod items;
 mod leases;
 mod machines;

@@ -12,8 +12,8 @@ use liveness_core::{
     ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, Space, Store, Swept,
 };
 
-use super::items::{assert_counts, assert_invalid};
-use super::leases::holder;
+use super::common::holder;
+use super::common::{assert_counts, assert_invalid};
 use crate::{members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {

@@ -13,7 +13,7 @@ use liveness_core::{
 };
 
 use super::batches::opts;
-use crate::scenarios::leases::holder;
+use super::common::holder;
 use crate::{member_key, Ctx};
 
 /// The batch sizes of the position scenarios, each at most `max_batch`: one entry

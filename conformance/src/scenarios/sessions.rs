@@ -14,8 +14,8 @@ use liveness_core::{
     LeaseStatus, Name, Space, Store,
 };
 
-use super::items::assert_counts;
-use super::leases::holder;
+use super::common::assert_counts;
+use super::common::holder;
 use crate::fixtures::drained_session_record;
 use crate::{member_key, Ctx};
 

@@ -1,0 +1,34 @@
+//! What the scenarios share: a holder id from a literal, and the asserts on an
+//! `InvalidInput` answer and on a store's item counts.
+
+use std::sync::Arc;
+
+use liveness_core::{Error, HolderId, ItemCounts, Store};
+
+/// A holder id from a literal the scenarios know is valid.
+pub(crate) fn holder(s: &str) -> HolderId {
+    HolderId::new(s).unwrap_or_else(|e| panic!("holder: {e}"))
+}
+
+/// Asserts that `r` is `InvalidInput` about `what`.
+pub(crate) fn assert_invalid<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str) {
+    match r {
+        Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+        other => panic!("expected InvalidInput({what}), got {other:?}"),
+    }
+}
+
+/// Asserts the store's `[pending, owned, dead_lettered]` item counts; `why` says what
+/// they show.
+pub(crate) async fn assert_counts(
+    s: &Arc<dyn Store>,
+    [pending, owned, dead_lettered]: [u64; 3],
+    why: &str,
+) {
+    let want = ItemCounts {
+        pending,
+        owned,
+        dead_lettered,
+    };
+    assert_eq!(s.item_counts().await.unwrap(), want, "{why}");
+}
