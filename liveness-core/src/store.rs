@@ -49,9 +49,9 @@
 //!   [`CheckInput`](crate::CheckInput), which refuses a foreign lease, a ttl outside
 //!   the capabilities, an oversized batch, a zero limit, a page cursor of another
 //!   space and an invalid enqueue, clamps limits to `max_batch`, and answers an
-//!   empty batch itself (its docs list every check). A store implementation receives only input that passed those
-//!   checks and does not repeat them; the `InvalidInput` bullets below describe the
-//!   store as its callers see it. A store still refuses what only it can judge (an
+//!   empty batch itself (its docs list every check). A store implementation receives
+//!   only input that passed those checks and does not repeat them; the `InvalidInput`
+//!   bullets below describe the store as its callers see it. A store still refuses what only it can judge (an
 //!   item id that names no item, a value its backend cannot hold).
 //! - When two answers apply, invalid input wins: a call that fails a check answers
 //!   `InvalidInput` whatever the state of the store (a `claim` with `n == 0` under a
@@ -256,11 +256,10 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// round trip override it.
     async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         check_batch(self.capabilities(), "joins", asks.len())?;
-        let mut out = Vec::with_capacity(asks.len());
-        for (key, holder) in asks {
-            out.push(self.join_session(session, key, holder).await);
-        }
-        Ok(out)
+        Ok(one_by_one(asks, |(key, holder)| {
+            self.join_session(session, key, holder)
+        })
+        .await)
     }
 
     /// Extends a lease to the store's now + `lease.ttl`: the ttl carried by the lease

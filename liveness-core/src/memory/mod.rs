@@ -354,13 +354,7 @@ impl ItemStore for MemoryStore {
         st.items.insert(
             id,
             ItemRec {
-                item: Item {
-                    id,
-                    payload: payload.to_vec(),
-                    attempts: 0,
-                    max_attempts: options.max_attempts,
-                },
-                state: ItemState::Pending,
+                record: ItemRecord::pending(id, payload, options.max_attempts),
                 claimed_by: None,
             },
         );
@@ -383,7 +377,7 @@ impl ItemStore for MemoryStore {
             .flatten()
             .filter_map(|id| st.items.get(id))
             .filter(|rec| rec.claimed_by == Some(req))
-            .map(|rec| rec.item.clone())
+            .map(|rec| rec.record.item.clone())
             .collect();
         if !earlier.is_empty() {
             return Ok(earlier);
@@ -401,10 +395,8 @@ impl ItemStore for MemoryStore {
             st.pending.remove(&id);
             st.owned.entry(lease.token).or_default().insert(id);
             if let Some(rec) = st.items.get_mut(&id) {
-                rec.item.attempts += 1;
-                rec.state = ItemState::Owned(lease.token);
                 rec.claimed_by = Some(req);
-                out.push(rec.item.clone());
+                out.push(rec.record.claim(lease.token));
             }
         }
         Ok(out)
@@ -468,7 +460,7 @@ impl ItemStore for MemoryStore {
             ItemStateKind::Owned => st
                 .items
                 .range((from, Bound::Unbounded))
-                .filter(|(_, rec)| rec.state.kind() == ItemStateKind::Owned)
+                .filter(|(_, rec)| rec.record.state.kind() == ItemStateKind::Owned)
                 .take(limit)
                 .map(|(id, _)| *id)
                 .collect(),
@@ -504,12 +496,7 @@ impl ItemStore for MemoryStore {
             .dead_letters
             .iter()
             .take(limit)
-            .filter_map(|id| {
-                st.items.get(id).map(|rec| ItemRecord {
-                    item: rec.item.clone(),
-                    state: rec.state,
-                })
-            })
+            .filter_map(|id| st.record(*id))
             .collect())
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
-use crate::item::{Item, ItemId, ItemRecord, ItemState, RequestId, Requeued};
+use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Requeued};
 use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
 use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
 use crate::wake::tick;
@@ -51,8 +51,8 @@ impl LeaseRec {
 
 #[derive(Debug)]
 pub(super) struct ItemRec {
-    pub(super) item: Item,
-    pub(super) state: ItemState,
+    /// The item and its state, moved only by `ItemRecord`'s own steps.
+    pub(super) record: ItemRecord,
     /// The request of the claim that assigned it to its current owner.
     pub(super) claimed_by: Option<RequestId>,
 }
@@ -187,10 +187,7 @@ impl NsState {
     }
 
     pub(super) fn record(&self, id: ItemId) -> Option<ItemRecord> {
-        self.items.get(&id).map(|rec| ItemRecord {
-            item: rec.item.clone(),
-            state: rec.state,
-        })
+        self.items.get(&id).map(|rec| rec.record.clone())
     }
 
     /// Moves a dead-lettered item back to pending with no attempts counted.
@@ -198,11 +195,7 @@ impl NsState {
         let Some(rec) = self.items.get_mut(&id) else {
             return Err(Error::invalid("item", InputProblem::NoSuchItem));
         };
-        if rec.state != ItemState::DeadLettered {
-            return Err(Error::invalid("item", InputProblem::NotDeadLettered));
-        }
-        rec.state = ItemState::Pending;
-        rec.item.attempts = 0;
+        rec.record.revive()?;
         self.dead_letters.remove(&id);
         self.pending.insert(id);
         Ok(())
@@ -326,7 +319,7 @@ impl NsState {
 
     pub(super) fn owned_by(&self, id: ItemId, token: FencingToken) -> Result<()> {
         match self.items.get(&id) {
-            Some(rec) if rec.state == ItemState::Owned(token) => Ok(()),
+            Some(rec) if rec.record.state == ItemState::Owned(token) => Ok(()),
             _ => Err(Error::Fenced { item: id, token }),
         }
     }
@@ -337,7 +330,7 @@ impl NsState {
         let Some(rec) = self.items.get_mut(&id) else {
             return ItemState::DeadLettered;
         };
-        if let ItemState::Owned(t) = rec.state {
+        if let ItemState::Owned(t) = rec.record.state {
             if let Some(set) = self.owned.get_mut(&t) {
                 set.remove(&id);
                 if set.is_empty() {
@@ -346,14 +339,11 @@ impl NsState {
             }
         }
         rec.claimed_by = None;
-        let state = if retry && rec.item.attempts < rec.item.max_attempts {
-            self.pending.insert(id);
-            ItemState::Pending
-        } else {
-            self.dead_letters.insert(id);
-            ItemState::DeadLettered
+        let state = rec.record.hand_back(retry);
+        match state {
+            ItemState::Pending => self.pending.insert(id),
+            _ => self.dead_letters.insert(id),
         };
-        rec.state = state;
         state
     }
 }

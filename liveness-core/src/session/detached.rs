@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -55,9 +54,10 @@ where
 
 /// The keys where a rider join may have left a lease of this instance that no handle
 /// holds: an attempt of it answered a lease or failed with a transient fault (its
-/// reply may be lost), and its member has not been handed over. Dropped (the join ended, answered or not), it looks at each such key
-/// in the background and releases the lease it finds there if its holder is the
-/// join's instance holder id, which no other instance has.
+/// reply may be lost), and its member has not been handed over. Dropped (the join
+/// ended, answered or not), it looks at each such key in the background and releases
+/// the lease it finds there if its holder is the join's instance holder id, which no
+/// other instance has.
 pub(crate) struct Leftovers {
     store: Arc<dyn Store>,
     keys: HashMap<Key, HolderId>,
@@ -110,14 +110,7 @@ impl Drop for Leftovers {
                         continue;
                     }
                 };
-                let lease = Lease {
-                    issuer: store.issuer().clone(),
-                    key: key.clone(),
-                    holder,
-                    token: info.token,
-                    ttl: info.ttl,
-                    expires_in: Duration::ZERO,
-                };
+                let lease = Lease::granted(store.issuer(), key.clone(), holder, info.token, info.ttl);
                 if let Err(e) = store.release(&lease).await {
                     tracing::warn!(%key, error = %e, "a join's leftover lease could not be released");
                 }
