@@ -22,8 +22,17 @@ async fn state(store: &Arc<dyn Store>, id: ItemId) -> Option<ItemState> {
     store.item(id).await.unwrap().map(|r| r.state)
 }
 
-/// Lets a member lease expire, reaps it (as a checker would) and requeues its items.
+/// Cuts `lease`, granted with `ctx.long`, down to the short ttl: it expires soon
+/// after. Granted short, the work done under it first (a claim) could outlast it on a
+/// loaded machine.
+async fn expire_soon(ctx: &Ctx, lease: &Lease) {
+    crate::fixtures::renew_with_ttl(&*ctx.store, lease, ctx.ttl).await;
+}
+
+/// Lets a member lease (granted with `ctx.long`) expire, reaps it (as a checker
+/// would) and requeues its items.
 async fn kill(ctx: &Ctx, lease: &Lease) -> liveness_core::Requeued {
+    expire_soon(ctx, lease).await;
     ctx.wait_listed_expired(&lease.key).await;
     assert!(ctx.store.reap(&lease.key, lease.token).await.unwrap());
     ctx.store.requeue_orphans(lease.token).await.unwrap()
@@ -280,7 +289,7 @@ pub async fn claim_refused_on_superseded_lease(ctx: Ctx) {
 pub async fn complete_fenced_after_requeue(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"job", opts(5)).await.unwrap();
-    let dead = ctx.grant(&member_key("d"), &holder("d"), ctx.ttl).await;
+    let dead = ctx.grant(&member_key("d"), &holder("d"), ctx.long).await;
     assert_eq!(s.claim(&dead, 1).await.unwrap().len(), 1);
     let moved = kill(&ctx, &dead).await;
     assert_eq!(moved.requeued, vec![id]);
@@ -354,8 +363,9 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
         s.enqueue(b"1", opts(3)).await.unwrap(),
         s.enqueue(b"2", opts(3)).await.unwrap(),
     ];
-    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.ttl).await;
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     s.claim(&lease, 2).await.unwrap();
+    expire_soon(&ctx, &lease).await;
     ctx.wait_listed_expired(&lease.key).await;
     assert!(s.reap(&lease.key, lease.token).await.unwrap());
     let mut tasks = Vec::new();
@@ -405,7 +415,7 @@ pub async fn poison_item_is_dead_lettered(ctx: Ctx) {
     let id = s.enqueue(b"poison", opts(2)).await.unwrap();
     for attempt in 1..=2u32 {
         let lease = ctx
-            .grant(&member_key(&format!("p{attempt}")), &holder("p"), ctx.ttl)
+            .grant(&member_key(&format!("p{attempt}")), &holder("p"), ctx.long)
             .await;
         let got = s.claim(&lease, 1).await.unwrap();
         assert_eq!(got.len(), 1, "attempt {attempt} claims the item");
