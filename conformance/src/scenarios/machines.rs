@@ -255,31 +255,54 @@ pub async fn member_complete_retried_after_lost_reply(ctx: Ctx) {
 
 /// Three candidates campaign at once: exactly one leads; after it resigns, another
 /// leads with a greater token.
+///
+/// A second leader while the first one's own deadline has not passed is two leaders
+/// at once, and fails at once. A round in which the first leader's deadline passed
+/// (its renewals came late on a loaded machine, so another may rightly take over)
+/// says nothing about that: it is void and runs again, at most three rounds.
 pub async fn election_one_leader_among_three(ctx: Ctx) {
     let ttl = ctx.machine_ttl();
     let deadline = ttl.duration() * 4 + Duration::from_secs(2);
-    let role = unique("role");
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let config = ElectionConfig::new(&role, &format!("cand{i}"), ttl).unwrap();
-        let election = Election::new(ctx.store.clone(), config);
-        tasks.push(tokio::spawn(async move { election.campaign().await }));
-    }
-    let until = Instant::now() + deadline;
-    let first = loop {
-        if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
-            break tasks.remove(i).await.unwrap().unwrap();
+    let mut void = 0;
+    let (role, first, mut tasks) = loop {
+        let role = unique("role");
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let config = ElectionConfig::new(&role, &format!("cand{i}"), ttl).unwrap();
+            let election = Election::new(ctx.store.clone(), config);
+            tasks.push(tokio::spawn(async move { election.campaign().await }));
         }
-        assert!(Instant::now() < until, "nobody won the election");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        let until = Instant::now() + deadline;
+        let first = loop {
+            if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
+                break tasks.remove(i).await.unwrap().unwrap();
+            }
+            assert!(Instant::now() < until, "nobody won the election");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // Over two ttls (several renewals) nobody else becomes leader.
+        tokio::time::sleep(ttl.duration() * 2).await;
+        let second = tasks.iter().any(|t| t.is_finished());
+        // Read after `second`: a second leader means the first one's lease expired
+        // in the store, and its own deadline passed before that.
+        if !first.is_lost() {
+            assert!(!second, "two leaders at once");
+            break (role, first, tasks);
+        }
+        void += 1;
+        eprintln!(
+            "election_one_leader_among_three: round {void} void, the first leader's \
+             deadline passed within two ttls (late renewals); a second leader: {second}"
+        );
+        assert!(
+            void < 3,
+            "the first leader kept its lease for two ttls in none of three rounds"
+        );
+        for t in tasks {
+            t.abort();
+        }
+        drop(first);
     };
-    // Over two ttls (several renewals) nobody else becomes leader.
-    tokio::time::sleep(ttl.duration() * 2).await;
-    assert!(
-        tasks.iter().all(|t| !t.is_finished()),
-        "two leaders at once"
-    );
-    assert!(!first.is_lost());
     let leader = Election::new(
         ctx.store.clone(),
         ElectionConfig::new(&role, "observer", ttl).unwrap(),
