@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::clock::{Clock, HostClock};
+use crate::departure::Departure;
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus};
 use crate::heartbeat::{End, Heartbeat, HeartbeatConfig, Standing};
@@ -253,12 +254,17 @@ impl Election {
             stop,
             task: Mutex::new(Some(task)),
             events: self.config.events.clone(),
+            margin: self.config.heartbeat.safety_margin,
+            settled: false,
         }
     }
 }
 
-/// Held leadership of a role. Dropping it stops the heartbeat without releasing (the
-/// lease then expires); [`Leadership::resign`] hands the role over at once.
+/// Held leadership of a role. [`Leadership::resign`] hands the role over at once.
+/// Dropping it is a release too, a safer one: the cancellation fires and the heartbeat
+/// stops at once, and the lease is released in the background after the safety margin
+/// (the time the leader's work has to stop), so another candidate leads within the
+/// margin instead of one ttl later. [`Leadership::orphan`] stops without releasing.
 #[derive(Debug)]
 pub struct Leadership {
     store: Arc<dyn Store>,
@@ -268,6 +274,10 @@ pub struct Leadership {
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<Option<Lease>>>>,
     events: EventBus,
+    /// The safety margin the work has to stop, before a dropped leadership releases.
+    margin: Duration,
+    /// Resigned or orphaned: a drop releases nothing.
+    settled: bool,
 }
 
 impl Leadership {
@@ -306,7 +316,8 @@ impl Leadership {
 
     /// Gives the role up: stops the heartbeat, fires the cancellation signal and
     /// releases the lease so another candidate can lead at once.
-    pub async fn resign(self) -> Result<()> {
+    pub async fn resign(mut self) -> Result<()> {
+        self.settled = true;
         self.stop.cancel();
         let task = crate::sync::lock(&self.task).take();
         let latest = match task {
@@ -324,11 +335,37 @@ impl Leadership {
         }
         Ok(())
     }
+
+    /// Stops leading without releasing, as a killed process does: the cancellation
+    /// fires and the heartbeat stops at once, and the lease is left to expire by the
+    /// store's clock, after which another candidate may lead. For a process that must
+    /// not touch the store any more, and for tests and demonstrations of a crash.
+    pub fn orphan(mut self) {
+        self.settled = true;
+    }
 }
 
 impl Drop for Leadership {
     fn drop(&mut self) {
         self.stop.cancel();
+        let held = self.standing.lost().is_none();
         self.standing.stop_work(LostCause::GaveUp);
+        if !held || self.settled {
+            return;
+        }
+        let event = Event::LeadershipLost {
+            key: self.lease.key.clone(),
+            token: self.lease.token,
+            reason: None,
+        };
+        Departure {
+            store: self.store.clone(),
+            lease: self.lease.clone(),
+            items: Vec::new(),
+            margin: self.margin,
+            announce: Some((self.events.clone(), event)),
+            keep: None,
+        }
+        .start();
     }
 }

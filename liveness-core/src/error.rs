@@ -46,8 +46,9 @@ pub enum LostCause {
     /// release) may be gone, so it is not renewed. Its items go back to the queue when
     /// it is reaped; acquire again for a new token.
     Failover,
-    /// The member's work made no progress (no claim, completion, failure or
-    /// [`Member::progress`](crate::Member::progress)) for its
+    /// A job the member held made no progress (no
+    /// [`Claimed::progress`](crate::Claimed::progress) or
+    /// [`Member::progress`](crate::Member::progress) since its claim) for its
     /// [`progress_timeout`](crate::MemberConfig::progress_timeout): its watchdog told the
     /// work to stop, gave it the safety margin, handed its items back and released the
     /// lease. Answered by the member's own checks, never by a store.

@@ -9,6 +9,7 @@ pub mod checked;
 pub mod checker;
 pub mod clock;
 mod config;
+mod departure;
 pub mod durability;
 mod each;
 pub mod election;

@@ -141,7 +141,7 @@ async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
     // The member dies: its heartbeat stops, nothing is released.
     let died_at = Instant::now();
     let token = member.token();
-    drop(member);
+    member.orphan();
     let event = loop {
         match events.recv().await.unwrap() {
             e @ Event::Died { .. } => break e,

@@ -169,7 +169,7 @@ async fn a_declared_death_counts_the_death_and_its_items() {
     };
     store.enqueue(b"poison", poison).await.unwrap();
     assert_eq!(member.claim(2).await.unwrap().len(), 2);
-    drop(member);
+    member.orphan();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let report = checker.round().await.unwrap();
     assert_eq!(report.deaths.len(), 1);

@@ -246,8 +246,8 @@ async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
     let (bad, good) = (broken.token(), dying.token());
     // A's lease record is corrupt: every reap of its token fails, every round.
     *knobs.broken_token.lock().unwrap() = Some(bad);
-    drop(broken);
-    drop(dying);
+    broken.orphan();
+    dying.orphan();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for _ in 0..3 {
         let report = checker

@@ -198,3 +198,73 @@ async fn riders_are_noticed_on_time_whatever_their_timeouts() {
         ));
     }
 }
+
+/// The watchdog watches jobs, not the member: a member with nothing to work on is idle,
+/// not stalled, however long nothing comes.
+#[tokio::test(start_paused = true)]
+async fn an_idle_member_is_never_stalled() {
+    let store = memory();
+    let member = watched(&store, "idle", EventBus::default()).await;
+    let token = member.token();
+    tokio::time::sleep(PROGRESS_TIMEOUT * 10).await;
+    assert_eq!(
+        member.token(),
+        token,
+        "an idle member was released as stalled"
+    );
+    assert!(member.check().is_ok());
+}
+
+/// One wedged job among busy ones is found: the member's other jobs come and go (a
+/// claim and a completion every 250 ms), which says nothing of the wedged one. Its work
+/// is told to stop within the timeout and a second of its claim.
+#[tokio::test(start_paused = true)]
+async fn a_wedged_job_among_busy_ones_is_stopped() {
+    let store = memory();
+    let member = watched(&store, "mixed", EventBus::default()).await;
+    enqueue_job(&store).await;
+    let wedged = member.claim(1).await.unwrap().pop().unwrap();
+    let fired = common::when_fired(wedged.cancel.clone());
+    let claimed_at = Instant::now();
+    while Instant::now() < claimed_at + PROGRESS_TIMEOUT + Duration::from_secs(1) {
+        if wedged.cancel.is_cancelled() {
+            break;
+        }
+        enqueue_job(&store).await;
+        for job in member.claim(1).await.unwrap() {
+            member.complete(&job).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        wedged.cancel.is_cancelled(),
+        "a wedged job went unnoticed behind its member's other jobs"
+    );
+    let noticed = fired.await.unwrap() - claimed_at;
+    assert!(noticed >= PROGRESS_TIMEOUT, "noticed after {noticed:?}");
+    assert!(matches!(
+        wedged.check(),
+        Err(Error::Lost {
+            reason: LostCause::Stalled,
+            ..
+        })
+    ));
+}
+
+/// A job reports its own progress ([`Claimed::progress`]): a long job that does is
+/// never stalled, while its member has no other work.
+#[tokio::test(start_paused = true)]
+async fn a_job_reporting_its_own_progress_is_never_stalled() {
+    let store = memory();
+    enqueue_job(&store).await;
+    let member = watched(&store, "long", EventBus::default()).await;
+    let token = member.token();
+    let job = member.claim(1).await.unwrap().pop().unwrap();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        job.progress();
+    }
+    assert!(job.check().is_ok());
+    member.complete(&job).await.unwrap();
+    assert_eq!(member.token(), token);
+}

@@ -10,6 +10,8 @@ use crate::Ctx;
 mod batches;
 mod cancel;
 mod common;
+mod drops;
+mod holders;
 mod items;
 mod leases;
 mod machines;
@@ -19,6 +21,8 @@ mod sessions;
 
 pub use batches::*;
 pub use cancel::*;
+pub use drops::*;
+pub use holders::*;
 pub use items::*;
 pub use leases::*;
 pub use machines::*;
@@ -108,7 +112,13 @@ macro_rules! __scenarios {
             racing_sweepers_retire_each_member_once,
             a_member_dies_alone,
             checkers_declare_a_dead_session_s_members_once,
-            a_batch_of_joins_answers_each_entry_as_its_join
+            a_batch_of_joins_answers_each_entry_as_its_join,
+            a_dropped_rider_hands_back_its_work,
+            a_dropped_member_hands_back_its_work,
+            a_dropped_session_releases_its_lease,
+            a_dropped_leadership_hands_the_role_over,
+            a_rider_whose_record_is_gone_rejoins,
+            the_watchdog_stops_a_wedged_job_not_an_idle_member
         );
     };
     (@expand tests [$factory:expr] $($name:ident),*) => {

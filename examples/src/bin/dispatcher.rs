@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("node-a freezes (its heartbeat stops); node-b campaigns...");
     let old_token = leader.token();
     let lost = leader.cancelled();
-    drop(leader); // the heartbeat stops; the lease expires by the store's clock
+    leader.orphan(); // the heartbeat stops; the lease expires by the store's clock
     let next = b.campaign().await?;
     println!(
         "node-b leads with token {} (node-a's signal fired: {})",

@@ -11,7 +11,7 @@ use crate::heartbeat::{lease_config_setters, HeartbeatConfig};
 use crate::types::{HolderId, Name, Ttl};
 
 #[cfg(doc)]
-use crate::{Event, LostCause, Member};
+use crate::{Claimed, Event, LostCause, Member};
 
 /// How a member behaves.
 #[derive(Clone, Debug)]
@@ -43,19 +43,26 @@ pub struct MemberConfig {
     /// members due within its window, instead of one round trip each; default none.
     /// Each lease's deadline still counts from its own request's send time.
     pub batcher: Option<Batcher>,
-    /// The member's watchdog, for work that is stuck while the process is fine: when
-    /// set, a member whose work makes no progress — no [`Member::claim`],
-    /// [`Member::complete`], [`Member::fail`] or [`Member::progress`] — for this long
-    /// is stalled: its work is told to stop ([`LostCause::Stalled`]; its cancellation
-    /// fires and its checks answer `Lost`), given the safety margin, its items are
-    /// handed back (an attempt each) and its lease released; it then re-joins under a
-    /// new token if [`MemberConfig::rejoin`] says so. Other members of the process are
-    /// untouched. A completion the stuck work reports later is `Fenced`. Work that
-    /// legitimately takes longer calls [`Member::progress`] while it runs. Default
-    /// none: no watchdog. Between [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`]. A
-    /// member riding a session ([`Session::join_with`](crate::Session::join_with)) is
-    /// watched by its session's task, which looks at each rider when its timeout is
-    /// due, as the member's own task would.
+    /// The member's watchdog, for a job that is stuck while the process is fine: when
+    /// set, it watches each job the member claimed and still holds (a [`Claimed`]
+    /// neither completed, failed nor dropped). A job that makes no progress — no
+    /// [`Claimed::progress`] or [`Member::progress`] since its claim — for this long
+    /// is stalled: the member's work is told to stop ([`LostCause::Stalled`]; its
+    /// cancellation fires and its checks answer `Lost`), given the safety margin, its
+    /// items are handed back (an attempt each) and its lease released; it then
+    /// re-joins under a new token if [`MemberConfig::rejoin`] says so. Fencing is by
+    /// the member's token, so a stuck job costs its member that token and every job
+    /// under it. Other members of the process are untouched. A completion the stuck
+    /// work reports later is `Fenced`.
+    ///
+    /// The member's other jobs coming and going say nothing of a stuck one, and a
+    /// member holding no job is idle, never stalled. A job that legitimately takes
+    /// longer calls [`Claimed::progress`] while it runs ([`Member::progress`] vouches
+    /// for every job the member holds). Default none: no watchdog. Between
+    /// [`MIN_PROGRESS_TIMEOUT`] and [`MAX_GRACE`]. A member riding a session
+    /// ([`Session::join_with`](crate::Session::join_with)) is watched by its session's
+    /// task, which looks at each rider when its timeout is due, as the member's own
+    /// task would.
     pub progress_timeout: Option<Duration>,
 }
 

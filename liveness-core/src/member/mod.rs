@@ -11,6 +11,7 @@
 //! so work claimed before a loss can never be completed under the new token: the
 //! store answers [`Error::Fenced`].
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::batch::{acquire_via, renew_via};
+use crate::departure::{left, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{spread, End, Heartbeat};
@@ -39,7 +41,9 @@ mod config;
 mod rejoin;
 mod tended;
 pub use config::{MemberConfig, MAX_GRACE, MIN_PROGRESS_TIMEOUT};
-pub(crate) use rejoin::{attempt, born_dead, first_join, ghost_lease, rejoin, Joined, Take};
+pub(crate) use rejoin::{
+    attempt, born_dead, first_join, ghost_lease, needs_margin, rejoin, wait_margin, Joined, Take,
+};
 use rejoin::{run, Background};
 pub(crate) use tended::holder_loss;
 
@@ -125,10 +129,28 @@ pub struct Claimed {
 }
 
 /// Alive as long as a clone of a [`Claimed`] is: when the last one is dropped, the
-/// worker let go of the item, and a leaving member may hand it back at once.
+/// worker let go of the item, and a leaving member may hand it back at once. While
+/// it lives, the watchdog watches the job's progress.
 #[derive(Debug)]
 struct Hold {
     let_go: Arc<Notify>,
+    /// When the job last made progress (its claim, or [`Claimed::progress`]), on the
+    /// member's clock ([`Clock::boot`](crate::Clock::boot), in nanoseconds).
+    progress: AtomicU64,
+    clock: Arc<dyn crate::clock::Clock>,
+}
+
+impl Hold {
+    /// Records that the job made progress now.
+    fn note_progress(&self) {
+        self.progress
+            .store(boot_nanos(&*self.clock), Ordering::Relaxed);
+    }
+}
+
+/// The clock's [`Clock::boot`](crate::Clock::boot) reading, in nanoseconds.
+fn boot_nanos(clock: &dyn crate::clock::Clock) -> u64 {
+    u64::try_from(clock.boot().as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Drop for Hold {
@@ -147,6 +169,13 @@ impl Claimed {
     pub fn check(&self) -> Result<FencingToken> {
         self.footing.check()
     }
+
+    /// Tells the watchdog ([`MemberConfig::progress_timeout`]) that this job is
+    /// moving: call it from a job that takes longer than the timeout. Cheap: one
+    /// clock read and one atomic store.
+    pub fn progress(&self) {
+        self._hold.note_progress();
+    }
 }
 
 /// The shared state of a [`Member`] (what a session's registry of riders refers to).
@@ -163,6 +192,8 @@ pub(crate) struct Inner {
     watchers: OnceLock<watch::Sender<Generation>>,
     stop: CancellationToken,
     leaving: AtomicBool,
+    /// Set by [`Member::orphan`] and [`Member::leave`]: a drop releases nothing.
+    settled: AtomicBool,
     /// Claimed items not yet completed or failed: the token they were claimed under,
     /// and whether a worker still holds their `Claimed`.
     owned: Mutex<HashMap<ItemId, (FencingToken, Weak<Hold>)>>,
@@ -173,8 +204,9 @@ pub(crate) struct Inner {
     unanswered: Mutex<Vec<(FencingToken, RequestId, usize)>>,
     /// Items whose `complete` or `fail` answered `Unavailable` (it may have applied).
     unsure: Mutex<HashSet<ItemId>>,
-    /// When the work last made progress, on the member's clock
-    /// ([`Clock::boot`](crate::Clock::boot), in nanoseconds): what the watchdog reads.
+    /// When the member last vouched for all its jobs ([`Member::progress`], or a
+    /// new generation), on the member's clock ([`Clock::boot`](crate::Clock::boot),
+    /// in nanoseconds): no job counts as idle from before it.
     progress: AtomicU64,
     background: Mutex<Background>,
     /// The session the member rides, if it does: kept alive while the member is.
@@ -184,26 +216,44 @@ pub(crate) struct Inner {
 /// A live worker: holds its member lease through a heartbeat task, claims and
 /// completes items under it, and re-joins with a new token when it loses it.
 ///
-/// Cloning shares the same member. Dropping the last clone stops the heartbeat and
-/// fires the current generation's cancellation signal without releasing (the lease
-/// then expires and a checker requeues the items): call [`Member::leave`] for a
-/// graceful exit.
+/// Cloning shares the same member. Dropping the last clone is a release: the current
+/// generation's cancellation signal fires at once (its checks answer `Lost`), the
+/// heartbeat stops, and in the background, after the safety margin (the time the work
+/// has to stop), the items still owned are handed back and the lease is released, for
+/// a member riding a session as for one of its own. No checker is needed for that.
+/// [`Member::leave`] is the graceful exit (it waits for the workers to let go first);
+/// [`Member::orphan`] stops without releasing, as a killed process does.
 #[derive(Clone, Debug)]
 pub struct Member {
     inner: Arc<Inner>,
 }
 
 impl Inner {
-    /// Records that the work made progress now (see [`Member::progress`]).
+    /// Records that all the work made progress now (see [`Member::progress`]).
     fn note_progress(&self) {
-        let now = u64::try_from(self.config.clock.boot().as_nanos()).unwrap_or(u64::MAX);
-        self.progress.store(now, Ordering::Relaxed);
+        self.progress
+            .store(boot_nanos(&*self.config.clock), Ordering::Relaxed);
     }
 
-    /// How long the work has made no progress, by the member's clock right now.
+    /// How long the idlest job held under the current token has made no progress, by
+    /// the member's clock right now; zero when the member holds no job (idle, not
+    /// stalled).
     fn idle(&self) -> Duration {
-        let last = Duration::from_nanos(self.progress.load(Ordering::Relaxed));
-        self.config.clock.boot().saturating_sub(last)
+        let floor = self.progress.load(Ordering::Relaxed);
+        let token = self.current().lease.token;
+        let oldest = lock(&self.owned)
+            .values()
+            .filter(|(t, _)| *t == token)
+            .filter_map(|(_, hold)| hold.upgrade())
+            .map(|hold| hold.progress.load(Ordering::Relaxed).max(floor))
+            .min();
+        let Some(last) = oldest else {
+            return Duration::ZERO;
+        };
+        self.config
+            .clock
+            .boot()
+            .saturating_sub(Duration::from_nanos(last))
     }
 }
 
@@ -211,11 +261,37 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
-        lock(&self.generation).footing.stop_work(LostCause::GaveUp);
+        let gen = lock(&self.generation).clone();
+        let held = gen.footing.lost().is_none();
+        gen.footing.stop_work(LostCause::GaveUp);
         // Its session's task has nothing more to look at for it.
         if let Some(session) = &self.session {
             session.riders().dropped(&self.key);
         }
+        // Dropping is a release: after the margin, the items still owned go back and
+        // the lease is released (a rider's session is kept until then). Not for an
+        // orphan, nor a lease already lost (its items are requeued with its token).
+        if !held || self.settled.load(Ordering::SeqCst) {
+            return;
+        }
+        let token = gen.lease.token;
+        let items = lock(&self.owned)
+            .drain()
+            .filter(|(_, (t, _))| *t == token)
+            .map(|(id, _)| id)
+            .collect();
+        Departure {
+            store: self.store.clone(),
+            announce: left(&self.config.events, &gen.lease),
+            lease: gen.lease,
+            items,
+            margin: self.config.heartbeat.safety_margin,
+            keep: self
+                .session
+                .clone()
+                .map(|s| s as Arc<dyn Any + Send + Sync>),
+        }
+        .start();
     }
 }
 
@@ -293,7 +369,22 @@ impl Member {
         let ride = gen.as_ref().map(|g| (g, session.native()));
         let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock, ride);
         let store = session.store().clone();
-        Member::start(store, config, metrics, key, first, sent, Some(session))
+        let member = Member::start(store, config, metrics, key, first, sent, Some(session));
+        // The reply may land after the session lease it rode was lost (and the
+        // session's task took its riders' losses on before this member was one of
+        // them): its loss is taken on here, and its re-join waits for the session's
+        // next lease. Taken once, whoever comes first.
+        member.take_loss(
+            |gen| {
+                let riding = gen.riding()?;
+                match riding.session_lost() {
+                    true => riding.lost().map(holder_loss),
+                    false => None,
+                }
+            },
+            true,
+        );
+        member
     }
 
     /// Starts the member whose first generation is `first`, taken by a request sent
@@ -317,6 +408,7 @@ impl Member {
             watchers: OnceLock::new(),
             stop: CancellationToken::new(),
             leaving: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
             let_go: Arc::new(Notify::new()),
             unanswered: Mutex::new(Vec::new()),
@@ -383,10 +475,10 @@ impl Member {
         &self.inner.config.events
     }
 
-    /// Tells the watchdog ([`MemberConfig::progress_timeout`]) that the work is moving:
-    /// call it from work that takes longer than the timeout between claims,
-    /// completions and failures (which count by themselves). Cheap: one clock read and
-    /// one atomic store.
+    /// Tells the watchdog ([`MemberConfig::progress_timeout`]) that every job the
+    /// member holds is moving. A job of its own says so with [`Claimed::progress`],
+    /// which keeps a stuck sibling visible; this call vouches for all of them. Cheap:
+    /// one clock read and one atomic store.
     pub fn progress(&self) {
         self.inner.note_progress();
     }
@@ -411,7 +503,6 @@ impl Member {
     /// whose lease is lost meanwhile needs no repeat: the old token's items are
     /// requeued with it.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
-        self.inner.note_progress();
         let gen = self.generation();
         if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
@@ -430,6 +521,14 @@ impl Member {
                 if e.is_retryable() {
                     lock(&self.inner.unanswered).push((token, request, n));
                 }
+                if let Error::Lost {
+                    token: t, reason, ..
+                } = &e
+                {
+                    if *t == token {
+                        self.lost_by_store(&gen, *reason);
+                    }
+                }
                 return Err(e);
             }
         };
@@ -439,12 +538,15 @@ impl Member {
         // handed out then; the items stay owned by this token, which is dead or about
         // to be, and a checker requeues them with it.
         gen.check()?;
+        let now = boot_nanos(&*self.inner.config.clock);
         let mut owned = lock(&self.inner.owned);
         Ok(items
             .into_iter()
             .map(|item| {
                 let hold = Arc::new(Hold {
                     let_go: self.inner.let_go.clone(),
+                    progress: AtomicU64::new(now),
+                    clock: self.inner.config.clock.clone(),
                 });
                 owned.insert(item.id, (gen.lease.token, Arc::downgrade(&hold)));
                 Claimed {
@@ -456,6 +558,24 @@ impl Member {
                 }
             })
             .collect())
+    }
+
+    /// The store answered a call under `gen` with `Lost` for `reason`. A riding member
+    /// has no renewal of its own that would tell it (its record may be gone while its
+    /// session is fine: an asynchronous failover, an operator's release): its
+    /// generation is marked lost now, and its session's task takes the loss on and
+    /// re-joins it. A member of its own lease learns it from its next renewal.
+    fn lost_by_store(&self, gen: &Generation, reason: LostCause) {
+        let (Some(riding), Some(session)) = (gen.riding(), &self.inner.session) else {
+            return;
+        };
+        if riding.session_lost() {
+            return;
+        }
+        riding.lose(reason);
+        session
+            .riders()
+            .due_by(&self.inner.key, self.inner.config.clock.boot());
     }
 
     /// Completes a claimed item. Fails with [`Error::Fenced`] when the item was
@@ -471,7 +591,6 @@ impl Member {
     /// is gone was completed by that earlier call (a live token's items move only
     /// through its own calls), so it answers `Ok`.
     pub async fn complete(&self, claimed: &Claimed) -> Result<()> {
-        self.inner.note_progress();
         if let Some(refused) = self.refused_past_deadline("complete", claimed) {
             return refused;
         }
@@ -496,7 +615,6 @@ impl Member {
     /// applied fail answers the state that fail gave the item. Past the local
     /// deadline it is `Fenced` at once, without a round trip, like `complete`.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
-        self.inner.note_progress();
         if let Some(refused) = self.refused_past_deadline("fail", claimed) {
             return refused;
         }
@@ -615,6 +733,23 @@ impl Member {
         }
     }
 
+    /// Stops keeping the member without releasing anything, as a killed process does:
+    /// the current generation's cancellation fires at once, the heartbeat stops, and
+    /// its lease is left to expire by the store's clock; a checker then declares the
+    /// death and requeues the items. A member riding a session has no expiry of its
+    /// own: its lease dies with the session's. Every clone of the member is affected.
+    ///
+    /// For a process that must not touch the store any more (its connection's state
+    /// is unknown), and for tests and demonstrations of a crash. Dropping a member
+    /// instead releases it after the safety margin; [`Member::leave`] is the graceful
+    /// exit.
+    pub fn orphan(self) {
+        let inner = &self.inner;
+        inner.settled.store(true, Ordering::SeqCst);
+        inner.stop.cancel();
+        inner.current().footing.stop_work(LostCause::GaveUp);
+    }
+
     /// Leaves gracefully. In this order:
     ///
     /// 1. stops claiming, and waits up to `grace` for the workers to let go of their
@@ -661,6 +796,7 @@ impl Member {
                 }
             }
         }
+        inner.settled.store(true, Ordering::SeqCst);
         inner.stop.cancel();
         let task = lock(&inner.background).task.take();
         if let Some(task) = task {

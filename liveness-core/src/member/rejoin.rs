@@ -79,14 +79,28 @@ impl Life {
         // A member riding a session that was lost waits for the session's next lease,
         // which the session takes only once the old one may have expired.
         let tick = config.heartbeat.tick();
-        if !matches!(reason, HolderLoss::Store(_) | HolderLoss::Stalled) {
-            let waited = match &*gen.footing {
+        // A rider on a store without native sessions has a lease of its own, which its
+        // session's refusal did not end: nobody has its work yet.
+        let outlives_session = gen
+            .riding()
+            .is_some_and(|r| r.own_deadline().is_some() && r.session_lost());
+        let waited = match reason {
+            // The lease is gone from the store (expired, superseded, released): its
+            // items may be anybody's already. A stall handed them back itself.
+            HolderLoss::Store(cause) if !needs_margin(cause) && !outlives_session => true,
+            HolderLoss::Stalled => true,
+            // The store refused the lease without handing its work to anybody (a
+            // failover, or the session of a rider that outlives it): the work gets its
+            // stop margin before the re-join's acquire puts the old token in the dead
+            // set.
+            HolderLoss::Store(_) => wait_margin(config.heartbeat.safety_margin, stop).await,
+            _ => match &*gen.footing {
                 Footing::Own(standing) => Box::pin(standing.wait_store_expiry(tick, stop)).await,
                 Footing::Riding(riding) => Box::pin(riding.wait_store_expiry(tick, stop)).await,
-            };
-            if !waited {
-                return None;
-            }
+            },
+        };
+        if !waited {
+            return None;
         }
         let take = self.take();
         let (lease, at, at_on_clock, session) =
@@ -99,6 +113,22 @@ impl Life {
         inner.note_progress();
         inner.set_generation(next.clone());
         Some((next, at))
+    }
+}
+
+/// True when a store's `Lost` answer for `cause` leaves the lost lease's work with its
+/// holder until somebody hands it over (the store did not expire, supersede or
+/// release the lease: it refused it after a failover): the holder's work must then
+/// get its stop margin before a new acquire puts the old token in the dead set.
+pub(crate) fn needs_margin(cause: LostCause) -> bool {
+    cause == LostCause::Failover
+}
+
+/// Waits the stop margin `margin`; false when `stop` fired first.
+pub(crate) async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(margin) => true,
+        () = stop.cancelled() => false,
     }
 }
 

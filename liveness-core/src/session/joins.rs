@@ -36,8 +36,10 @@ struct Ask {
 /// through a task that gathers the joins waiting at the same moment and sends them as
 /// `join_session_many` calls of at most
 /// [`Capabilities::max_batch`](crate::Capabilities::max_batch) entries per session
-/// lease (a lone join goes as a `join_session`). A batch whose whole call fails is
-/// sent again one join at a time, so each member gets its own answer. Every other
+/// lease (a lone join goes as a `join_session`). A batch whose whole call fails with a
+/// transport fault answers that fault to each join (it may have been applied: each
+/// join's own retry adopts its lease); one refused as a whole is sent again one join
+/// at a time, so each member gets its own answer. Every other
 /// call goes on unchanged.
 #[derive(Debug)]
 pub(crate) struct JoinBatches {
@@ -178,10 +180,23 @@ async fn send(store: &dyn Store, session: &Lease, chunk: Vec<Ask>) {
                 answered = answers.len(),
                 "a batch of joins was answered with another number of entries, joining one at a time"
             ),
+            // A transport fault: the store may have applied the batch and lost the
+            // reply. Each join gets the fault, as a join of its own would, and its own
+            // retry adopts what its holder id left (sent alone now, each entry would
+            // find its own lease and answer `Held` against itself).
+            Err(Error::Unavailable { backend, source }) => {
+                let why = source.to_string();
+                for ask in chunk {
+                    let _ = ask
+                        .answer
+                        .send(Err(Error::unavailable(backend, why.clone())));
+                }
+                return;
+            }
             Err(e) => tracing::warn!(
                 session = %session.key,
                 error = %e,
-                "a batch of joins failed, joining one at a time"
+                "a batch of joins was refused, joining one at a time"
             ),
         }
     }

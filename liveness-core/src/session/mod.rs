@@ -13,6 +13,7 @@
 //! the session's. On a store without them the session renews its members with its
 //! own lease, one `renew_many` per batch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,13 +23,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, HostClock};
+use crate::departure::{left, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standing};
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
 use crate::member::{
-    first_join, holder_loss, rejoin, Generation, Inner, Member, MemberConfig, Take, MAX_GRACE,
+    first_join, holder_loss, needs_margin, rejoin, wait_margin, Generation, Inner, Member,
+    MemberConfig, Take, MAX_GRACE,
 };
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
@@ -117,6 +120,8 @@ pub(crate) struct Shared {
     metrics: HolderMetrics,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Set by [`Session::orphan`] and [`Session::close`]: a drop releases nothing.
+    settled: AtomicBool,
 }
 
 impl Shared {
@@ -165,10 +170,22 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Nobody renews the session any more: its riders' work must stop too.
         self.stop.cancel();
-        self.generations
-            .borrow()
-            .standing
-            .stop_work(LostCause::GaveUp);
+        let current = self.current();
+        let held = current.standing.lost().is_none();
+        current.standing.stop_work(LostCause::GaveUp);
+        // Dropping is a release, after the margin (every rider, dropped before, has
+        // released its own lease already: each kept the session until then).
+        if held && !self.settled.load(Ordering::SeqCst) {
+            Departure {
+                store: self.store.clone(),
+                announce: left(&self.lease.events, &current.lease),
+                lease: current.lease,
+                items: Vec::new(),
+                margin: self.lease.heartbeat.safety_margin,
+                keep: None,
+            }
+            .start();
+        }
     }
 }
 
@@ -205,7 +222,10 @@ impl Drop for Shared {
 ///   lease.
 /// - Cloning shares the session. A riding member keeps its session alive: the
 ///   session stops (its riders' work told to stop) when the last handle and the last
-///   riding member are dropped. [`Session::close`] ends it gracefully.
+///   riding member are dropped, and then releases its lease after the safety margin
+///   (each riding member dropped before it released its own lease and handed its
+///   items back, the same way). [`Session::close`] ends it gracefully;
+///   [`Session::orphan`] stops it without releasing, as a killed process does.
 ///
 /// ```
 /// # async fn run() -> liveness_core::Result<()> {
@@ -272,6 +292,7 @@ impl Session {
                     riders: riders.clone(),
                     clock: lease.clock.clone(),
                     budget: lease.heartbeat.budget(),
+                    busy: Arc::default(),
                 }))
                 .build(),
         };
@@ -293,6 +314,7 @@ impl Session {
             metrics: metrics.clone(),
             stop: CancellationToken::new(),
             task: Mutex::new(None),
+            settled: AtomicBool::new(false),
         });
         // The session's one task: its heartbeat and the tending of its riders (their
         // own losses and stalls), which have no task of their own. Ends when the
@@ -455,16 +477,30 @@ impl Session {
         &self.shared.lease.events
     }
 
+    /// Stops the session without releasing anything, as a killed process does: its
+    /// heartbeat stops and every riding member's work is told to stop at once; the
+    /// session's lease expires by the store's clock, and a checker declares its death
+    /// and its members' (once each) and requeues their items. Members still held keep
+    /// their handles, lost. For a process that must not touch the store any more, and
+    /// for tests and demonstrations of a crash.
+    pub fn orphan(self) {
+        let shared = &self.shared;
+        shared.settled.store(true, Ordering::SeqCst);
+        for member in shared.riders.members() {
+            member.orphan();
+        }
+        shared.stop.cancel();
+        shared.current().standing.stop_work(LostCause::GaveUp);
+    }
+
     /// Closes the session gracefully: every riding member leaves
     /// ([`Member::leave`] with `grace`, all at once; the session keeps them alive
     /// meanwhile), then the session's heartbeat stops and its lease is released.
     /// Answers the first error of a member's leave or of the release, after doing
     /// all of them. Any `grace` is accepted: a longer one than [`MAX_GRACE`] is capped.
     ///
-    /// Only the members still held are released one by one: a riding [`Member`]
-    /// dropped before `close` is not, and dies with the session's release (declared
-    /// by the checker once the session's drain reaches it). Keep the members until
-    /// `close`, or `leave` each.
+    /// A riding [`Member`] dropped before `close` released itself already (after the
+    /// safety margin), and keeps the session until it did.
     pub async fn close(self, grace: Duration) -> Result<()> {
         let shared = &self.shared;
         let grace = grace.min(MAX_GRACE);
@@ -484,6 +520,7 @@ impl Session {
                 }
             }
         }
+        shared.settled.store(true, Ordering::SeqCst);
         shared.stop.cancel();
         let task = lock(&shared.task).take();
         if let Some(task) = task {
@@ -573,14 +610,20 @@ async fn keep(
             return;
         }
         // As a member's own lease: no new lease earlier than the store itself would
-        // expire the old one, unless the store already answered `Lost` (the margin is
-        // the time the riders' work has to stop).
-        if !matches!(reason, HolderLoss::Store(_))
-            && !gen
-                .standing
-                .wait_store_expiry(config.heartbeat.tick(), &stop)
-                .await
-        {
+        // expire the old one, unless the store already answered `Lost`; after a
+        // failover's `Lost`, the margin first (the time the riders' work has to stop).
+        let waited = match reason {
+            HolderLoss::Store(cause) if needs_margin(cause) => {
+                wait_margin(config.heartbeat.safety_margin, &stop).await
+            }
+            HolderLoss::Store(_) => true,
+            _ => {
+                gen.standing
+                    .wait_store_expiry(config.heartbeat.tick(), &stop)
+                    .await
+            }
+        };
+        if !waited {
             return;
         }
         let Some((lease, at, at_on_clock, _)) =

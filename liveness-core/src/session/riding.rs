@@ -3,6 +3,7 @@
 //! sessions, the layer that renews the riders together with the session.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::error::{Error, LostCause, Result};
+use crate::error::{BatchResult, Error, LostCause, Result};
 use crate::heartbeat::{wait_boot_until, Standing};
 use crate::layer::{Intercept, Next, Reply, Request};
 use crate::lease::Lease;
@@ -395,10 +396,16 @@ impl Riders {
 }
 
 /// The layer in front of a store without native sessions that turns the session's
-/// renewal into one `renew_many` per batch of the session's lease and its riders'
-/// leases ([`Capabilities::max_batch`](crate::Capabilities::max_batch) each, the
-/// session's first), so that the session's heartbeat keeps its members alive as a
-/// native store would: each rider's own deadline counts from its batch's send time.
+/// renewal into `renew_many` calls of its lease and its riders' leases
+/// ([`Capabilities::max_batch`](crate::Capabilities::max_batch) each, the session's
+/// first), so that the session's heartbeat keeps its members alive as a native store
+/// would: each rider's own deadline counts from its batch's send time.
+///
+/// The session's renewal is answered by the first call alone: however many riders the
+/// session has, its own deadline never waits for theirs. The other batches go from a
+/// task of their own, [`RIDER_CALLS_IN_FLIGHT`] at a time; while one round of them is
+/// still under way (a store that slow), the next round's riders wait for the round
+/// after it rather than pile more calls on the store.
 #[derive(Debug)]
 pub(crate) struct RenewRiders {
     /// The session's key: only its renewals are widened.
@@ -409,6 +416,75 @@ pub(crate) struct RenewRiders {
     pub(crate) clock: Arc<dyn Clock>,
     /// `ttl − safety_margin`: how long after a send time a renewed rider may act.
     pub(crate) budget: Duration,
+    /// True while a round of the riders' other batches is under way.
+    pub(crate) busy: Arc<AtomicBool>,
+}
+
+/// How many of a session's rider batches beyond the first are in flight at once, on
+/// a store without native sessions.
+pub(crate) const RIDER_CALLS_IN_FLIGHT: usize = 4;
+
+/// One `renew_many` of a session's riders: the leases sent, the generations they
+/// belong to (`None` for the session's own lease), and what applies the answers.
+struct RiderBatch {
+    leases: Vec<Lease>,
+    riding: Vec<Option<Generation>>,
+}
+
+impl RenewRiders {
+    /// Sends `batch` through `next` and applies each rider's answer: a renewed
+    /// rider's deadline extended from the send time, a refused one marked lost (the
+    /// session's task takes it on). The answers, or the call's error.
+    async fn send(&self, next: Next, batch: &RiderBatch) -> BatchResult<Lease> {
+        let sent_on_clock = self.clock.boot();
+        let answers = match next.run(Request::RenewMany(batch.leases.clone())).await? {
+            Reply::RenewMany(answers) => answers,
+            _ => {
+                return Err(Error::backend(
+                    "session",
+                    "renew_many answered another reply",
+                ))
+            }
+        };
+        for ((got, lease), gen) in answers.iter().zip(&batch.leases).zip(&batch.riding) {
+            let Some(rider) = gen.as_ref().and_then(Generation::riding) else {
+                continue;
+            };
+            match got {
+                Ok(_) => rider.extend(sent_on_clock + self.budget),
+                Err(Error::Lost { reason, .. }) => {
+                    rider.lose(*reason);
+                    // The session's task takes the loss on, and re-joins it.
+                    self.riders.due_by(&lease.key, self.clock.boot());
+                }
+                Err(e) => {
+                    tracing::warn!(member = %lease.key, error = %e, "renewing a riding member failed")
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The session's lease and the current generation of every rider of it that is
+    /// not lost (one told to stop is kept alive until it is released), in batches of
+    /// `max`, the session's lease first.
+    fn batches(&self, session: Lease, max: usize) -> Vec<RiderBatch> {
+        let token = session.token;
+        let members = self.riders.members();
+        let riding = members.iter().map(Member::generation).filter(|g| {
+            g.riding()
+                .is_some_and(|r| r.session_token() == token && r.lost().is_none())
+        });
+        let all: Vec<(Lease, Option<Generation>)> = std::iter::once((session, None))
+            .chain(riding.map(|g| (g.lease.clone(), Some(g))))
+            .collect();
+        all.chunks(max)
+            .map(|chunk| RiderBatch {
+                leases: chunk.iter().map(|(l, _)| l.clone()).collect(),
+                riding: chunk.iter().map(|(_, g)| g.clone()).collect(),
+            })
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -418,64 +494,58 @@ impl Intercept for RenewRiders {
             Request::Renew(lease) if lease.key == self.key => lease,
             req => return next.run(req).await,
         };
-        // The current generation of every rider of this very session lease that is
-        // not lost (one told to stop is kept alive until it is released).
-        let riding: Vec<Generation> = self
-            .riders
-            .members()
-            .iter()
-            .map(Member::generation)
-            .filter(|g| {
-                g.riding()
-                    .is_some_and(|r| r.session_token() == session.token && r.lost().is_none())
-            })
-            .collect();
-        let mut leases = Vec::with_capacity(1 + riding.len());
-        leases.push(session);
-        leases.extend(riding.iter().map(|g| g.lease.clone()));
         let max = next.store().capabilities().max_batch.max(1);
-        let mut answer = None;
-        for (i, chunk) in leases.chunks(max).enumerate() {
-            let sent_on_clock = self.clock.boot();
-            let answers = match next.clone().run(Request::RenewMany(chunk.to_vec())).await {
-                Ok(Reply::RenewMany(answers)) => answers,
-                Ok(_) => {
-                    return Err(Error::backend(
-                        "session",
-                        "renew_many answered another reply",
-                    ))
-                }
-                Err(e) if i == 0 => return Err(e),
-                Err(e) => {
-                    tracing::warn!(session = %self.key, error = %e, "renewing a batch of riding members failed");
-                    continue;
-                }
-            };
-            for (j, got) in answers.into_iter().enumerate() {
-                let at = i * max + j;
-                if at == 0 {
-                    answer = Some(got);
-                    continue;
-                }
-                let Some(rider) = riding.get(at - 1).and_then(Generation::riding) else {
-                    continue;
-                };
-                match got {
-                    Ok(_) => rider.extend(sent_on_clock + self.budget),
-                    Err(Error::Lost { reason, .. }) => {
-                        rider.lose(reason);
-                        // The session's task takes the loss on, and re-joins it.
-                        self.riders.due_by(&leases[at].key, self.clock.boot());
-                    }
-                    Err(e) => {
-                        tracing::warn!(member = %leases[at].key, error = %e, "renewing a riding member failed")
-                    }
-                }
-            }
+        let mut batches = self.batches(session, max).into_iter();
+        let Some(first) = batches.next() else {
+            return Err(Error::backend("session", "no batch to renew"));
+        };
+        let answer = self
+            .send(next.clone(), &first)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(Error::backend("session", "renew_many answered too few")))
+            .map(Reply::Renew);
+        let rest: Vec<RiderBatch> = batches.collect();
+        if !rest.is_empty() && !self.busy.swap(true, Ordering::SeqCst) {
+            let round = Arc::new(self.clone_parts());
+            tokio::spawn(async move {
+                round.send_all(next, rest).await;
+                round.busy.store(false, Ordering::SeqCst);
+            });
         }
         answer
-            .unwrap_or_else(|| Err(Error::backend("session", "renew_many answered too few")))
-            .map(Reply::Renew)
+    }
+}
+
+impl RenewRiders {
+    /// Sends `batches`, at most [`RIDER_CALLS_IN_FLIGHT`] at once.
+    async fn send_all(self: &Arc<Self>, next: Next, batches: Vec<RiderBatch>) {
+        let this = self;
+        let mut in_flight = tokio::task::JoinSet::new();
+        for batch in batches {
+            while in_flight.len() >= RIDER_CALLS_IN_FLIGHT {
+                in_flight.join_next().await;
+            }
+            let (this, next) = (this.clone(), next.clone());
+            in_flight.spawn(async move {
+                if let Err(e) = this.send(next, &batch).await {
+                    tracing::warn!(session = %this.key, error = %e, "renewing a batch of riding members failed");
+                }
+            });
+        }
+        while in_flight.join_next().await.is_some() {}
+    }
+
+    /// The same layer, to be moved into a task.
+    fn clone_parts(&self) -> RenewRiders {
+        RenewRiders {
+            key: self.key.clone(),
+            riders: self.riders.clone(),
+            clock: self.clock.clone(),
+            budget: self.budget,
+            busy: self.busy.clone(),
+        }
     }
 }
 

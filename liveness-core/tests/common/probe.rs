@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use liveness_core::layer::{Intercept, Next, Reply, Request, StoreBuilder};
 use liveness_core::{
-    async_trait, Capabilities, Clock, Error, Key, ManualClock, Member, MemoryServer, Result,
-    Session, SessionConfig, Space, Store, TokioClock,
+    async_trait, Capabilities, Clock, Error, Key, LostCause, ManualClock, Member, MemoryServer,
+    Result, Session, SessionConfig, Space, Store, TokioClock,
 };
 
 use super::{ns, ttl, SuspendableHost};
@@ -49,6 +49,12 @@ pub struct Probe {
     /// When not zero: each `join_session` and `join_session_many` is applied, and its
     /// reply comes this many milliseconds later.
     pub slow_join_replies_ms: AtomicU64,
+    /// When not zero: each `renew` and `renew_many` takes this many milliseconds
+    /// before it reaches the store.
+    pub slow_renewals_ms: AtomicU64,
+    /// How many more renewals (`renew`, or a `renew_many`'s first lease) to refuse
+    /// with `Lost(Failover)`, as a store promoted from an asynchronous replica does.
+    pub failovers: AtomicU64,
 }
 
 impl Probe {
@@ -77,6 +83,42 @@ impl Intercept for Probe {
             let stall = self.stall_joins_after.load(Ordering::SeqCst);
             if stall > 0 && calls > stall && matches!(req, Request::JoinSessionMany { .. }) {
                 std::future::pending::<()>().await;
+            }
+        }
+        let first = match &req {
+            Request::Renew(lease) => Some(lease),
+            Request::RenewMany(leases) => leases.first(),
+            _ => None,
+        };
+        if first.is_some() {
+            let slow = self.slow_renewals_ms.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(slow)).await;
+        }
+        if let Some(lease) = first {
+            let failover = self
+                .failovers
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failover {
+                let lost = Error::Lost {
+                    key: lease.key.clone(),
+                    token: lease.token,
+                    reason: LostCause::Failover,
+                };
+                return match req {
+                    Request::RenewMany(leases) => {
+                        let mut answers: Vec<Result<liveness_core::Lease>> = vec![Err(lost)];
+                        let rest = next.run(Request::RenewMany(leases[1..].to_vec()));
+                        if leases.len() > 1 {
+                            match rest.await? {
+                                Reply::RenewMany(more) => answers.extend(more),
+                                other => panic!("renew_many answered {other:?}"),
+                            }
+                        }
+                        Ok(Reply::RenewMany(answers))
+                    }
+                    _ => Err(lost),
+                };
             }
         }
         match &req {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness::{
-    CancellationToken, Error, Event, HolderId, HolderLoss, Member, MemberConfig, Session,
+    CancellationToken, Claimed, Error, Event, HolderId, HolderLoss, Member, MemberConfig, Session,
     SessionConfig, Space, Store, Ttl,
 };
 use tokio::io::AsyncBufReadExt;
@@ -186,9 +186,8 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
     };
     let _ = tokio::time::timeout(ttl.duration() * 3, all_back).await;
-    // Closing leaves every riding member (held until then: a dropped member stops
-    // riding, and would die with the session instead of leaving), then releases the
-    // session.
+    // Closing leaves every riding member (held until then; one dropped before
+    // releases itself after the stop margin), then releases the session.
     match session.close(Duration::from_secs(1)).await {
         Ok(()) => {}
         // A lease lost just before leaving has nothing to release.
@@ -266,7 +265,7 @@ impl Job {
                     job.cancel.cancelled().await;
                     true
                 } else {
-                    self.work(&job.cancel).await
+                    self.work(&job).await
                 };
                 if let Err(e) = job.check() {
                     let reason = match e.lost_reason() {
@@ -305,9 +304,10 @@ impl Job {
         Ok(())
     }
 
-    /// Works on one item for a seeded while, telling the member's watchdog it moves
-    /// every 100 ms; true when the cancellation fired first.
-    async fn work(&mut self, cancel: &CancellationToken) -> bool {
+    /// Works on one item for a seeded while, telling the member's watchdog the job
+    /// moves every 100 ms; true when the job's cancellation fired first.
+    async fn work(&mut self, job: &Claimed) -> bool {
+        let cancel = &job.cancel;
         let (lo, hi) = self.work_ms;
         let mut left = Duration::from_millis(self.rng.u64(lo..=hi));
         while !left.is_zero() {
@@ -318,7 +318,7 @@ impl Job {
                 _ = tokio::time::sleep(slice) => {}
             }
             left -= slice;
-            self.member.progress();
+            job.progress();
         }
         false
     }

@@ -1,0 +1,90 @@
+//! What a member learns from the store and from its own jobs, on the store under
+//! test: a riding member whose record is gone re-joins, and the watchdog stops a
+//! wedged job, never an idle member.
+
+use std::time::Duration;
+
+use liveness_core::{
+    EnqueueOptions, Error, LostCause, Member, MemberConfig, Session, SessionConfig,
+};
+use tokio::time::Instant;
+
+use crate::Ctx;
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", fastrand::u32(..))
+}
+
+/// A member riding a session whose own record is gone while the session is fine (an
+/// asynchronous failover lost it, an operator released it) learns it from its first
+/// claim: the claim answers `Lost`, the member's checks fail at once, and it re-joins
+/// under a new token and claims again.
+pub async fn a_rider_whose_record_is_gone_rejoins(ctx: Ctx) {
+    let s = &ctx.store;
+    let ttl = ctx.machine_ttl();
+    let config = SessionConfig::new(&unique("host"), ttl).unwrap();
+    let session = Session::open(s.clone(), config).await.unwrap();
+    let member = session.join(&unique("rider")).await.unwrap();
+    let (old, gen) = (member.token(), member.generation());
+    s.enqueue(b"job", EnqueueOptions::default()).await.unwrap();
+    assert!(s.release(&member.lease()).await.unwrap());
+    assert!(matches!(member.claim(1).await, Err(Error::Lost { .. })));
+    assert!(gen.check().is_err(), "a rider the store refused may act");
+    let until = Instant::now() + ttl.duration() * 2;
+    while member.token() == old || member.check().is_err() {
+        assert!(Instant::now() < until, "the rider never re-joined");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(member.claim(1).await.unwrap().len(), 1);
+    assert!(session.check().is_ok(), "the session was never touched");
+    member.leave(Duration::ZERO).await.unwrap();
+    session.close(Duration::ZERO).await.unwrap();
+}
+
+/// The watchdog watches jobs: a member with nothing to do keeps its token for ten
+/// progress timeouts; one wedged job among jobs that come and go is stopped (cause
+/// `Stalled`) within its timeout and a second.
+pub async fn the_watchdog_stops_a_wedged_job_not_an_idle_member(ctx: Ctx) {
+    let s = &ctx.store;
+    let ttl = ctx.machine_ttl();
+    let timeout = Duration::from_millis(500);
+    let config = MemberConfig::new(&unique("watched"), ttl)
+        .unwrap()
+        .progress_timeout(timeout);
+    let member = Member::join(s.clone(), config).await.unwrap();
+    let token = member.token();
+    tokio::time::sleep(timeout * 10).await;
+    assert_eq!(
+        member.token(),
+        token,
+        "an idle member was stopped as stalled"
+    );
+    assert!(member.check().is_ok());
+    s.enqueue(b"wedged", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let wedged = member.claim(1).await.unwrap().pop().expect("claimed");
+    let claimed_at = Instant::now();
+    while !wedged.cancel.is_cancelled() {
+        assert!(
+            Instant::now() < claimed_at + timeout + Duration::from_secs(1),
+            "a wedged job went unnoticed behind its member's other jobs"
+        );
+        s.enqueue(b"quick", EnqueueOptions::default())
+            .await
+            .unwrap();
+        for job in member.claim(1).await.unwrap() {
+            let _ = member.complete(&job).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(claimed_at.elapsed() + Duration::from_millis(50) >= timeout);
+    assert!(matches!(
+        wedged.check(),
+        Err(Error::Lost {
+            reason: LostCause::Stalled,
+            ..
+        })
+    ));
+    member.leave(Duration::ZERO).await.unwrap();
+}
