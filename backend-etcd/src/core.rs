@@ -69,6 +69,9 @@ pub(crate) struct Inner {
     /// The riding members this handle joined or met (`session.rs`): a claim's guard
     /// judges them through their session.
     pub(crate) riders: Riders,
+    /// Claims through this handle take turns: they all race for the lowest pending
+    /// items, and would otherwise make each other's transactions fail.
+    pub(crate) claims: tokio::sync::Mutex<()>,
     pub(crate) expiry: Arc<ExpiryWatch>,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
@@ -266,6 +269,7 @@ impl EtcdStore {
                     .unwrap_or_default(),
                 slots: Slots::default(),
                 riders: Riders::default(),
+                claims: tokio::sync::Mutex::new(()),
                 expiry: ExpiryWatch::new(),
                 info: StoreInfo {
                     backend: BACKEND,

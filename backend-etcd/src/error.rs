@@ -11,6 +11,43 @@ use crate::BACKEND;
 /// call gives up with [`Fault::Contention`] (`Unavailable`).
 pub(crate) const MAX_TRIES: usize = 64;
 
+/// The retries of one call's optimistic transaction: one that lost a race is tried
+/// again, at once the first two times, then after a jittered pause that doubles from
+/// 1 ms up to 50 ms, until the handle's timeout has passed since the call began and
+/// [`MAX_TRIES`] tries were made: only then does the call give up with
+/// [`Fault::Contention`]. Claimers racing for the same lowest pending items then take
+/// turns instead of failing.
+pub(crate) struct Conflicts {
+    lost: u32,
+    until: tokio::time::Instant,
+}
+
+impl Conflicts {
+    /// The retries of a call beginning now, on a handle with `timeout`.
+    pub(crate) fn new(timeout: Duration) -> Conflicts {
+        Conflicts {
+            lost: 0,
+            until: tokio::time::Instant::now() + timeout,
+        }
+    }
+
+    /// After a lost race: waits before the next try; false when the call must give
+    /// up.
+    pub(crate) async fn again(&mut self) -> bool {
+        self.lost = self.lost.saturating_add(1);
+        if self.lost as usize >= MAX_TRIES && tokio::time::Instant::now() >= self.until {
+            return false;
+        }
+        if self.lost > 2 {
+            let cap = Duration::from_millis(1u64 << (self.lost - 3).min(6))
+                .min(Duration::from_millis(50));
+            let pause = cap.mul_f64(0.5 + fastrand::f64() / 2.0);
+            tokio::time::sleep(pause).await;
+        }
+        true
+    }
+}
+
 /// What went wrong inside this backend (the source of a `Backend` or `Unavailable`).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Fault {

@@ -17,7 +17,7 @@ use crate::core::{
     version, EtcdStore, MAX_TXN_OPS,
 };
 use crate::deaths::hand_back;
-use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
+use crate::error::{at_key, corrupt, Conflicts, Fault, MAX_TRIES};
 use crate::keys::{parse_request_id, Keys, Meta};
 use crate::BACKEND;
 
@@ -64,7 +64,9 @@ impl ItemStore for EtcdStore {
         let request_hex = req.to_hex();
         let k = self.keys();
         let mark_key = k.claim_mark(lease.token);
-        for _ in 0..MAX_TRIES {
+        let mut conflicts = Conflicts::new(self.inner.timeout);
+        let _turn = self.inner.claims.lock().await;
+        loop {
             // Live by its lease-bound key, or, riding a session, by the session's.
             let (is_live, why_not) = self.live_guard(lease);
             let opts = under(n);
@@ -84,7 +86,8 @@ impl ItemStore for EtcdStore {
                 match self.lost_from(lease, &resp)? {
                     Some(e) => return Err(e),
                     // A riding member this handle did not know: ask again.
-                    None => continue,
+                    None if conflicts.again().await => continue,
+                    None => break,
                 }
             }
             let mut reads = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
@@ -156,7 +159,9 @@ impl ItemStore for EtcdStore {
             if !resp.succeeded() {
                 match self.lost_from(lease, &resp)? {
                     Some(e @ Error::Lost { .. }) => return Err(e),
-                    _ => continue,
+                    // Another claim took one of these items first: try again.
+                    _ if conflicts.again().await => continue,
+                    _ => break,
                 }
             }
             let mut bodies = ranges(&resp);
