@@ -1,6 +1,7 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
 //! `reap_many` and `requeue_orphans_many`, each one statement for the whole batch (or one per
-//! `max_batch` tokens), as inherent methods that `lease.rs` and `items.rs` call.
+//! `max_batch` tokens, and one more when dead sessions' members fill a statement), as
+//! inherent methods that `lease.rs` and `items.rs` call.
 //! Their input was checked before the call ([`liveness_core::CheckInput`]: batch
 //! sizes, ttls, issuers): every entry that reaches them is sent.
 
@@ -413,7 +414,9 @@ impl PostgresStore {
     }
 
     /// `requeue_orphans_many`: one `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch`
-    /// tokens, each retiring at most `max_batch` riding members of dead sessions.
+    /// tokens, and one more for the dead sessions a statement did not reach; each dead
+    /// session's token retires up to `max_batch` of its own members, as its
+    /// `requeue_orphans` alone would, and one statement fewer than `2 * max_batch`.
     pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         // A token given twice is sent once (its repeat moves nothing: an empty answer).
         let mut out: Vec<Result<Requeued>> =

@@ -128,20 +128,25 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
 /// `requeue_orphans` and `requeue_orphans_many`: $1 tokens (no token twice), $2 the
-/// most riding members to retire in the whole statement (`max_batch`).
+/// most riding members one dead session's token retires (`max_batch`).
 ///
 /// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
-/// in `sessions`) first retires riding members, $2 at most across the statement,
-/// read on `leases_session` and locked `FOR UPDATE SKIP LOCKED` (`pick`): each is
-/// deleted, its token goes into the dead set linked (`record_token`) to the
-/// session's death record, with no record of its own, and that record counts them
-/// (`members`). While the statement's snapshot shows a member of the session it did
-/// not take (beyond the budget, or locked by a concurrent sweep or claim: `more`),
-/// the session's token stays in the dead set and its items stay put. No member joins
-/// a session whose token is dead (`JOIN_SESSION` in `lease.rs` locks the session's
-/// row), so a snapshot that shows none means none is left; a concurrent sweep only
-/// ever makes `more` answer true for a member it already took, and the next call
-/// finds out.
+/// in `sessions`) first retires up to $2 of its own riding members, as its
+/// `requeue_orphans` alone would, read on `leases_session` and locked `FOR UPDATE
+/// SKIP LOCKED` (`pick`): each is deleted, its token goes into the dead set linked
+/// (`record_token`) to the session's death record, with no record of its own, and
+/// that record counts them (`members`). The statement takes the dead sessions lowest
+/// token first, each while those before it count fewer than $2 members in all
+/// (`walk`, counting each up to $2, `go`): it retires fewer than 2 × $2 members; a
+/// session it does not reach that has members is left as it was, answered by a row
+/// of its own (the last rows below), to be sent again.
+/// While the statement's snapshot shows a member of a session it did not take
+/// (beyond the budget, locked by a concurrent sweep or claim, or not reached:
+/// `more`), the session's token stays in the dead set and its items stay put. No
+/// member joins a session whose token is dead (`JOIN_SESSION` in `lease.rs` locks the
+/// session's row), so a snapshot that shows none means none is left; a concurrent
+/// sweep only ever makes `more` answer true for a member it already took, and the
+/// next call finds out.
 ///
 /// Every other token in the dead set leaves it, its owned items go back to pending
 /// (or to the dead-letter set when out of attempts), and its death record (a
@@ -152,21 +157,35 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 /// sessions meet on their records in one order, and wait rather than deadlock.
 ///
 /// Rows: moved items (`token`, `id`, `state`), then retired members (`token` the
-/// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token).
+/// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token),
+/// and one row (`token`, the rest NULL) per session token not reached.
 pub(crate) const REQUEUE_ORPHANS: &str = r#"
-WITH dt AS MATERIALIZED (
+WITH RECURSIVE dt AS MATERIALIZED (
     SELECT token, space FROM dead_tokens WHERE token = ANY($1::bigint[])
 ),
-ses AS MATERIALIZED (SELECT token FROM dt WHERE space = 'sessions'),
+ses AS MATERIALIZED (
+    SELECT token, row_number() OVER (ORDER BY token) AS rn FROM dt WHERE space = 'sessions'
+),
+walk (rn, token, used) AS (
+    SELECT 0::bigint, NULL::bigint, 0::bigint
+    UNION ALL
+    SELECT ses.rn, ses.token, walk.used + (
+        SELECT count(*) FROM (
+            SELECT 1 FROM leases l WHERE l.session_token = ses.token LIMIT $2
+        ) c
+    )
+    FROM walk JOIN ses ON ses.rn = walk.rn + 1
+    WHERE walk.used < $2
+),
+go AS MATERIALIZED (SELECT token FROM walk WHERE token IS NOT NULL),
 pick AS MATERIALIZED (
     SELECT r.space, r.name, r.token, r.by
-    FROM ses, LATERAL (
+    FROM go, LATERAL (
         SELECT l.space, l.name, l.token, l.session_token AS by FROM leases l
-        WHERE l.session_token = ses.token
+        WHERE l.session_token = go.token
         LIMIT $2
         FOR UPDATE OF l SKIP LOCKED
     ) r
-    LIMIT $2
 ),
 more AS MATERIALIZED (
     SELECT ses.token FROM ses
@@ -235,6 +254,9 @@ SELECT token, id, state, NULL::text AS space, NULL::text AS name, NULL::text AS 
 FROM moved
 UNION ALL
 SELECT by, NULL, NULL, space, name, holder, token FROM retired
+UNION ALL
+SELECT token, NULL, NULL, NULL, NULL, NULL, NULL FROM more
+WHERE token NOT IN (SELECT token FROM go)
 ORDER BY 1, 2, 7
 "#;
 
@@ -314,10 +336,37 @@ impl PostgresStore {
         .await
     }
 
-    /// Sweeps the dead `tokens` (no token twice) in one [`REQUEUE_ORPHANS`], retiring
-    /// at most `max_batch` riding members of dead sessions across them: one answer
-    /// per token, in order.
+    /// Sweeps the dead `tokens` (no token twice), each as its `requeue_orphans` alone
+    /// would (a dead session's token retires up to `max_batch` of its own members):
+    /// one [`REQUEUE_ORPHANS`], then one more for the dead sessions it did not reach,
+    /// until none is left. One answer per token, in order.
     pub(crate) async fn sweep(&self, tokens: &[i64]) -> Result<Vec<Requeued>> {
+        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        // Where each token of the next statement is in `tokens`.
+        let mut todo: Vec<usize> = (0..tokens.len()).collect();
+        while !todo.is_empty() {
+            let ids: Vec<i64> = todo.iter().map(|at| tokens[*at]).collect();
+            let (answers, mut later) = self.sweep_once(&ids).await?;
+            // Each statement sweeps at least its lowest dead session: `later` shrinks.
+            if later.len() >= todo.len() {
+                return Err(corrupt("requeue_orphans reached no token it sent"));
+            }
+            for (at, answer) in todo.iter().zip(answers) {
+                let into = &mut out[*at];
+                into.requeued.extend(answer.requeued);
+                into.dead_lettered.extend(answer.dead_lettered);
+                into.retired.extend(answer.retired);
+            }
+            later.sort_unstable();
+            todo = later.into_iter().map(|i| todo[i]).collect();
+        }
+        Ok(out)
+    }
+
+    /// One [`REQUEUE_ORPHANS`] of the dead `tokens` (no token twice): one answer per
+    /// token, in order, and the positions of the dead sessions' tokens it did not
+    /// reach (their answers empty).
+    async fn sweep_once(&self, tokens: &[i64]) -> Result<(Vec<Requeued>, Vec<usize>)> {
         let budget = limit_param(self.caps().max_batch.max(1));
         let q = sqlx::query(REQUEUE_ORPHANS)
             .bind(tokens.to_vec())
@@ -325,30 +374,34 @@ impl PostgresStore {
         let rows = self.db().fetch_all(q).await?;
         let at: HashMap<i64, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
         let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        let mut later = Vec::new();
         for row in &rows {
             let token: i64 = get(row, 0)?;
-            let Some(answer) = at.get(&token).map(|i| &mut out[*i]) else {
+            let Some(i) = at.get(&token).copied() else {
                 return Err(corrupt(format!(
                     "requeue_orphans answered token {token}, not one it sent"
                 )));
             };
+            let answer = &mut out[i];
             let id: Option<i64> = get(row, 1)?;
-            if let Some(id) = id {
-                let id = id_of(id)?;
-                match state_of(get(row, 2)?, None)? {
-                    ItemState::Pending => answer.requeued.push(id),
-                    _ => answer.dead_lettered.push(id),
+            let member: Option<i64> = get(row, 6)?;
+            match (id, member) {
+                (Some(id), _) => {
+                    let id = id_of(id)?;
+                    match state_of(get(row, 2)?, None)? {
+                        ItemState::Pending => answer.requeued.push(id),
+                        _ => answer.dead_lettered.push(id),
+                    }
                 }
-            } else {
-                let member: i64 = get(row, 6)?;
-                answer.retired.push(ExpiredLease {
+                (None, Some(member)) => answer.retired.push(ExpiredLease {
                     key: key_of(get(row, 3)?, get(row, 4)?)?,
                     holder: holder_of(get(row, 5)?)?,
                     token: token_of(member)?,
-                });
+                }),
+                (None, None) => later.push(i),
             }
         }
-        Ok(out)
+        Ok((out, later))
     }
 
     /// Up to `limit` (already checked) death records with a seq below `before`,

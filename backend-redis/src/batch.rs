@@ -1,6 +1,7 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
 //! `reap_many` and `requeue_orphans_many`, each one script for the whole batch (one
-//! round trip, one server instant). Inherent methods the trait impls of `lease.rs` and `items.rs` call
+//! round trip, one server instant; `requeue_orphans_many` one per `max_batch` tokens,
+//! or fewer when dead sessions' members fill a script). Inherent methods the trait impls of `lease.rs` and `items.rs` call
 //! with batches the core's `CheckInput` checked.
 
 use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Requeued, Space};
@@ -146,24 +147,29 @@ impl RedisStore {
             .collect())
     }
 
-    /// Sweeps the items of every dead token of `tokens`, one script per `max_batch`
-    /// tokens.
+    /// Sweeps the items of every dead token of `tokens`, each as `requeue_orphans` of
+    /// that token alone would (a dead session's token retires up to `max_batch` of its
+    /// own members): one script for up to `max_batch` tokens, which starts a token
+    /// only while it has retired fewer than `max_batch` members (so it retires fewer
+    /// than `2 * max_batch`) and answers those it swept; the rest go in the next one.
     pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+        let max = self.info.caps.max_batch.max(1);
         let mut out = Vec::with_capacity(tokens.len());
-        // One script per `max_batch` tokens.
-        for chunk in tokens.chunks(self.info.caps.max_batch.max(1)) {
+        while out.len() < tokens.len() {
+            let chunk = &tokens[out.len()..tokens.len().min(out.len() + max)];
             let mut call = REQUEUE_ORPHANS_MANY.prepare_invoke();
             call.key(self.keys.dead())
                 .key(self.keys.owned_count())
                 .key(self.keys.pending())
                 .key(self.keys.dead_letters())
                 .arg(self.keys.item_prefix())
-                .arg(self.info.caps.max_batch);
+                .arg(max);
             for token in chunk {
                 call.key(self.keys.owned(*token)).arg(token.0);
             }
             let answers = array("requeue_orphans_many", self.run(call).await?)?;
-            if answers.len() != chunk.len() {
+            // At least the first token, at most all of them.
+            if answers.is_empty() || answers.len() > chunk.len() {
                 return Err(unexpected(
                     "requeue_orphans_many",
                     "a reply of another length",

@@ -93,7 +93,7 @@ async fn a_dead_session_above_max_batch_drains_in_batches() {
             dead.iter().any(|d| d.token == token)
         }
     };
-    // Through the batch call first: its whole call retires at most max_batch.
+    // Through the batch call first: it retires at most max_batch of each token.
     let first = store.requeue_orphans_many(&[session.token]).await.unwrap();
     let first = first.into_iter().next().unwrap().unwrap();
     assert_eq!(first.retired.len(), batch);

@@ -190,27 +190,36 @@ impl SqliteStore {
 
     /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction (one
     /// commit for a round's deaths). A repeat of a token sees the first's work: it
-    /// moves nothing. The dead sessions' tokens of the call retire at most `max_batch`
-    /// riding members between them: one transaction never grows with a session.
+    /// moves nothing (a dead session's token retires its next batch). Each token is
+    /// swept as its `requeue_orphans` alone would, a dead session's token retiring up
+    /// to `max_batch` of its own members; a transaction starts a token only while it
+    /// has retired fewer than `max_batch` members (so it retires fewer than
+    /// `2 * max_batch`: one never grows with the sessions), and the next transaction
+    /// takes the rest.
     pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
-        if tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut w = self.write().await?;
-        let mut budget = self.info.caps.max_batch;
+        let batch = self.info.caps.max_batch;
         let mut out = Vec::with_capacity(tokens.len());
-        for token in tokens {
-            let moved = self.requeue_in(w.conn(), *token, &mut budget).await?;
-            out.push(Ok(moved.unwrap_or_default()));
+        while out.len() < tokens.len() {
+            let mut w = self.write().await?;
+            let mut retired = 0;
+            for token in &tokens[out.len()..] {
+                if retired >= batch.max(1) {
+                    break;
+                }
+                let mut budget = batch;
+                let moved = self
+                    .requeue_in(w.conn(), *token, &mut budget)
+                    .await?
+                    .unwrap_or_default();
+                retired += moved.retired.len();
+                out.push(moved);
+            }
+            w.commit().await?;
+            if retired > 0 {
+                tick(&self.wake);
+            }
         }
-        w.commit().await?;
-        if out
-            .iter()
-            .any(|r| matches!(r, Ok(moved) if !moved.retired.is_empty()))
-        {
-            tick(&self.wake);
-        }
-        Ok(out)
+        Ok(out.into_iter().map(Ok).collect())
     }
 
     /// Acquires `key` for `holder` at store time `now` inside the open write

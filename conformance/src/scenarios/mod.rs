@@ -10,6 +10,7 @@ use crate::Ctx;
 mod batches;
 mod cancel;
 mod common;
+mod drains;
 mod drops;
 mod holders;
 mod items;
@@ -21,6 +22,7 @@ mod sessions;
 
 pub use batches::*;
 pub use cancel::*;
+pub use drains::*;
 pub use drops::*;
 pub use holders::*;
 pub use items::*;
@@ -118,7 +120,8 @@ macro_rules! __scenarios {
             a_dropped_session_releases_its_lease,
             a_dropped_leadership_hands_the_role_over,
             a_rider_whose_record_is_gone_rejoins,
-            the_watchdog_stops_a_wedged_job_not_an_idle_member
+            the_watchdog_stops_a_wedged_job_not_an_idle_member,
+            requeue_orphans_many_drains_each_session_alone
         );
     };
     (@expand tests [$factory:expr] $($name:ident),*) => {
