@@ -42,7 +42,7 @@ mod rejoin;
 mod tended;
 pub use config::{MemberConfig, MAX_GRACE, MIN_PROGRESS_TIMEOUT};
 pub(crate) use rejoin::{
-    attempt, born_dead, first_join, ghost_lease, needs_margin, rejoin, wait_margin, Joined, Take,
+    attempt, born_dead, first_join, ghost_lease, rejoin, wait_to_hand_over, Joined, Take,
 };
 use rejoin::{run, Background};
 pub(crate) use tended::holder_loss;

@@ -84,21 +84,14 @@ impl Life {
         let outlives_session = gen
             .riding()
             .is_some_and(|r| r.own_deadline().is_some() && r.session_lost());
-        let waited = match reason {
-            // The lease is gone from the store (expired, superseded, released): its
-            // items may be anybody's already. A stall handed them back itself.
-            HolderLoss::Store(cause) if !needs_margin(cause) && !outlives_session => true,
-            HolderLoss::Stalled => true,
-            // The store refused the lease without handing its work to anybody (a
-            // failover, or the session of a rider that outlives it): the work gets its
-            // stop margin before the re-join's acquire puts the old token in the dead
-            // set.
-            HolderLoss::Store(_) => wait_margin(config.heartbeat.safety_margin, stop).await,
-            _ => match &*gen.footing {
+        let expiry = async {
+            match &*gen.footing {
                 Footing::Own(standing) => Box::pin(standing.wait_store_expiry(tick, stop)).await,
                 Footing::Riding(riding) => Box::pin(riding.wait_store_expiry(tick, stop)).await,
-            },
+            }
         };
+        let margin = config.heartbeat.safety_margin;
+        let waited = wait_to_hand_over(reason, outlives_session, margin, stop, expiry).await;
         if !waited {
             return None;
         }
@@ -116,16 +109,35 @@ impl Life {
     }
 }
 
-/// True when a store's `Lost` answer for `cause` leaves the lost lease's work with its
-/// holder until somebody hands it over (the store did not expire, supersede or
-/// release the lease: it refused it after a failover): the holder's work must then
-/// get its stop margin before a new acquire puts the old token in the dead set.
-pub(crate) fn needs_margin(cause: LostCause) -> bool {
-    cause == LostCause::Failover
+/// Waits until the work of a lease lost for `reason` may be handed over (by the next
+/// lease's acquire, which puts the old token in the dead set), the one rule for a
+/// member's own lease, a rider's and a session's:
+/// - at once when the store ended the lease (expired, superseded, released: its items
+///   may be anybody's already) or a stall handed the items back itself;
+/// - after the stop `margin` when the store refused the lease without ending it (a
+///   failover's `Lost`, or `refused_in_place`: the session of a rider that outlives
+///   it), so the work, told to stop, gets its margin;
+/// - else (renewals failed, the local deadline passed) when `expiry` says the store
+///   itself may have expired the lease.
+///
+/// False when `stop` fired first.
+pub(crate) async fn wait_to_hand_over(
+    reason: HolderLoss,
+    refused_in_place: bool,
+    margin: Duration,
+    stop: &CancellationToken,
+    expiry: impl std::future::Future<Output = bool>,
+) -> bool {
+    match reason {
+        HolderLoss::Store(LostCause::Failover) => wait_margin(margin, stop).await,
+        HolderLoss::Store(_) if refused_in_place => wait_margin(margin, stop).await,
+        HolderLoss::Store(_) | HolderLoss::Stalled => true,
+        _ => expiry.await,
+    }
 }
 
 /// Waits the stop margin `margin`; false when `stop` fired first.
-pub(crate) async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
+async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(margin) => true,
         () = stop.cancelled() => false,

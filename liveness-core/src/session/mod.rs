@@ -30,8 +30,8 @@ use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standin
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
 use crate::member::{
-    first_join, holder_loss, needs_margin, rejoin, wait_margin, Generation, Inner, Member,
-    MemberConfig, Take, MAX_GRACE,
+    first_join, holder_loss, rejoin, wait_to_hand_over, Generation, Inner, Member, MemberConfig,
+    Take, MAX_GRACE,
 };
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
@@ -612,17 +612,11 @@ async fn keep(
         // As a member's own lease: no new lease earlier than the store itself would
         // expire the old one, unless the store already answered `Lost`; after a
         // failover's `Lost`, the margin first (the time the riders' work has to stop).
-        let waited = match reason {
-            HolderLoss::Store(cause) if needs_margin(cause) => {
-                wait_margin(config.heartbeat.safety_margin, &stop).await
-            }
-            HolderLoss::Store(_) => true,
-            _ => {
-                gen.standing
-                    .wait_store_expiry(config.heartbeat.tick(), &stop)
-                    .await
-            }
-        };
+        let margin = config.heartbeat.safety_margin;
+        let expiry = gen
+            .standing
+            .wait_store_expiry(config.heartbeat.tick(), &stop);
+        let waited = wait_to_hand_over(reason, false, margin, &stop, expiry).await;
         if !waited {
             return;
         }
