@@ -20,7 +20,7 @@
 //! Printed per run and phase: join time; renewals/s achieved vs needed; renew latency
 //! p50 / p99 / max per store call; `Lost` events; false deaths (a `Died` of a member
 //! that was not killed); checker round p50 / p99 and store calls per round; detection
-//! p50 / p99 beyond the store expiry for 1 % of members killed (dropped without
+//! p50 / p99 beyond the store expiry for 1 % of members killed (orphaned: without
 //! release; expiry = their last renewal's send time + ttl, so the figure slightly
 //! overstates); client CPU µs per renewal (utime + stime of this process from
 //! `/proc/self/stat`); resident bytes per member (`/proc/self/statm` before and after
@@ -446,7 +446,11 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
     let needed = n as f64 / (o.ttl.as_secs_f64() / 3.0);
     let kill = |members: &mut Vec<Option<Member>>| {
         for &i in &victims {
-            members[i] = None; // dropped: the heartbeat stops, nothing is released
+            // Orphaned: the heartbeat stops, nothing is released (a dropped member
+            // would release itself after its margin).
+            if let Some(m) = members[i].take() {
+                m.orphan();
+            }
         }
     };
     let lens: Vec<Duration> = if o.overload {
