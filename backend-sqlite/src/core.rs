@@ -7,9 +7,9 @@
 //!
 //! - Atomicity: every operation is one SQLite transaction. Writes start with
 //!   `BEGIN IMMEDIATE`, so concurrent writers (threads or processes) queue on the
-//!   database's write lock instead of deadlocking on a read-to-write upgrade; inside a
-//!   process they also queue on an async mutex per file, so they do not spin in
-//!   SQLite's busy handler against each other.
+//!   database's write lock instead of deadlocking on a read-to-write upgrade; before
+//!   it they take turns (`turns.rs`), so that no process's writes starve behind
+//!   another's.
 //! - The store clock: the host's boot clock (`CLOCK_BOOTTIME`, see `clock.rs`), read
 //!   once per operation (by a write after `BEGIN IMMEDIATE` took the write lock) and
 //!   bound into its statements: the operation happens at that one instant. SQLite's
@@ -28,12 +28,10 @@
 //! store reads it in Rust and binds it as a parameter (the "now" of each statement's
 //! doc).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex as StdMutex, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::sync::lock;
 use liveness_core::{
     Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, InputProblem, Issuer, Item,
     ItemId, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace, Result,
@@ -45,12 +43,13 @@ use sqlx::sqlite::{
     SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, SqlSafeStr, Sqlite, Transaction};
-use tokio::sync::{watch, Mutex, MutexGuard};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::clock::{HostBootClock, StoreClock};
 use crate::config::{SqliteConfig, Synchronous};
 use crate::error::{corrupt, map, map_migrate};
+use crate::turns::{turns, Turn, Turns};
 use crate::BACKEND;
 
 /// The embedded schema migrations: version, description, SQL. Append only; never
@@ -150,19 +149,11 @@ pub(crate) fn get_text(row: &SqliteRow, idx: usize) -> Result<String> {
     row.try_get(idx).map_err(map)
 }
 
-/// One async mutex per database file in this process: writers of one process queue
-/// here instead of polling SQLite's busy handler against each other.
-fn writer_lock(path: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let mut locks = lock(LOCKS.get_or_init(StdMutex::default));
-    locks.entry(path.to_path_buf()).or_default().clone()
-}
-
-/// A write transaction: the process-local writer lock and a `BEGIN IMMEDIATE`
+/// A write transaction: the writer's turn ([`Turns`]) and a `BEGIN IMMEDIATE`
 /// transaction. Dropping it without [`Write::commit`] rolls back.
 pub(crate) struct Write<'a> {
     tx: Transaction<'static, Sqlite>,
-    _guard: MutexGuard<'a, ()>,
+    _turn: Turn<'a>,
 }
 
 impl Write<'_> {
@@ -246,8 +237,10 @@ pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     /// The namespace this handle is scoped to.
     pub(crate) ns: Namespace,
-    /// This process's writer queue on the file ([`writer_lock`]).
-    pub(crate) writer: Arc<Mutex<()>>,
+    /// The writers' turns on the file ([`Turns`]), shared by this process's handles.
+    pub(crate) writer: Arc<Turns>,
+    /// How long a write waits for another process's turn to end.
+    pub(crate) busy_timeout: Duration,
     /// Ticked when this handle releases or reaps a lease ([`LeaseStore::wakeups`](liveness_core::LeaseStore::wakeups)).
     pub(crate) wake: Arc<watch::Sender<u64>>,
     /// The store clock: the host's boot clock (a hand-driven one in unit tests).
@@ -325,18 +318,21 @@ impl SqliteStore {
             .await
             .map_err(|e| open_failed(config, e))?;
         let lock_path = std::fs::canonicalize(config.path()).unwrap_or(config.path().to_path_buf());
-        let writer = writer_lock(&lock_path);
+        // A read, before any write turn: a file that is not a liveness database is
+        // refused with nothing made beside it (the turns' sidecar files included).
+        if existing {
+            check_existing(&pool, config).await?;
+        }
+        let writer = turns(&lock_path);
         {
-            let _guard = writer.lock().await;
-            if existing {
-                check_existing(&pool, config).await?;
-            }
+            let _turn = writer.take(config.busy_timeout()).await?;
             migrate(&pool, config.path(), clock.boot_id(), existing).await?;
         }
         Ok(SqliteStore {
             pool,
             ns: config.namespace().clone(),
             writer,
+            busy_timeout: config.busy_timeout(),
             wake: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
@@ -375,12 +371,17 @@ impl SqliteStore {
         self.pool.close().await;
     }
 
-    /// Opens a write transaction: queues on this process's writer lock, then
+    /// Opens a write transaction: waits for this writer's turn ([`Turns`]), then
     /// `BEGIN IMMEDIATE` takes the file's write lock.
     pub(crate) async fn write(&self) -> Result<Write<'_>> {
-        let guard = self.writer.lock().await;
+        let turn = self.turn().await?;
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
-        Ok(Write { tx, _guard: guard })
+        Ok(Write { tx, _turn: turn })
+    }
+
+    /// Waits for this writer's turn on the file, for a write outside [`Write`].
+    pub(crate) async fn turn(&self) -> Result<Turn<'_>> {
+        self.writer.take(self.busy_timeout).await
     }
 
     /// The store clock now, in milliseconds, never behind an earlier reading of this

@@ -185,7 +185,7 @@ impl ItemStore for SqliteStore {
 
     async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
         // One DELETE in autocommit: atomic on its own.
-        let _guard = self.writer.lock().await;
+        let _turn = self.turn().await?;
         let done = self
             .query(COMPLETE)
             .bind(as_db(id.0))

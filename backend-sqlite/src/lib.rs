@@ -12,6 +12,7 @@ mod items;
 mod lease;
 #[cfg(test)]
 mod tests;
+mod turns;
 
 pub use crate::config::{SqliteConfig, Synchronous, SCHEMES, URL};
 pub use crate::core::SqliteStore;
