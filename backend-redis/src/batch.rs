@@ -12,7 +12,7 @@ use crate::core::{
 };
 
 scripts! {
-    ACQUIRE_MANY = "acquire_many", RENEW_MANY = "renew_many", REAP_MANY = "reap_many",
+    ACQUIRE_MANY = "acquire_many", RENEW_MANY = renewal "renew_many", REAP_MANY = "reap_many",
     REQUEUE_ORPHANS_MANY = "requeue_orphans_many", JOIN_SESSION_MANY = "join_session_many",
 }
 

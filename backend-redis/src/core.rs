@@ -18,9 +18,19 @@ use crate::keys::Keys;
 use crate::BACKEND;
 
 /// The text of the Lua script `src/scripts/<name>.lua`, prefixed with the shared
-/// `src/scripts/prelude.lua`.
+/// `src/scripts/prelude.lua` and `src/scripts/prelude_retire.lua`; `lua!(renewal
+/// "<name>")` leaves the second out. Each call of a script makes every `local
+/// function` of its prefix anew (a closure each), so the renewal, the hottest script,
+/// is prefixed only with what it runs.
 macro_rules! lua {
     ($name:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/prelude_retire.lua"),
+            include_str!(concat!("scripts/", $name, ".lua")),
+        )
+    };
+    (renewal $name:literal) => {
         concat!(
             include_str!("scripts/prelude.lua"),
             include_str!(concat!("scripts/", $name, ".lua")),
@@ -29,7 +39,8 @@ macro_rules! lua {
 }
 
 /// Declares a file's Lua scripts, `NAME = "file"` for `src/scripts/<file>.lua`
-/// (each prefixed with the prelude; the file's header says what it does, its `KEYS`
+/// (each prefixed with the prelude, `NAME = renewal "file"` with its renewal part
+/// only: see `lua!`; the file's header says what it does, its `KEYS`
 /// and `ARGV`), each as a `static` [`redis::Script`] hashed once per process on first
 /// use, in the file of the code that runs them; and that file's `SCRIPTS`, the list
 /// of them all, which [`RedisStore::connect`] loads: a script declared here is
@@ -38,10 +49,11 @@ macro_rules! lua {
 /// [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (after a
 /// restart or `SCRIPT FLUSH`), loads the script and retries.
 macro_rules! scripts {
-    ($($vis:vis $name:ident = $file:literal),+ $(,)?) => {
+    ($($vis:vis $name:ident = $($part:ident)? $file:literal),+ $(,)?) => {
         $(
-            $vis static $name: std::sync::LazyLock<redis::Script> =
-                std::sync::LazyLock::new(|| redis::Script::new($crate::core::lua!($file)));
+            $vis static $name: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
+                || redis::Script::new($crate::core::lua!($($part)? $file)),
+            );
         )+
         /// Every script this file declares, for `RedisStore::connect` to load.
         pub(crate) static SCRIPTS: &[&std::sync::LazyLock<redis::Script>] = &[$(&$name),+];

@@ -18,7 +18,7 @@ use crate::core::{
 use crate::keys::Keys;
 
 scripts! {
-    ACQUIRE = "acquire", pub(crate) RENEW = "renew", RELEASE = "release",
+    ACQUIRE = "acquire", pub(crate) RENEW = renewal "renew", RELEASE = "release",
     INSPECT = "inspect", MEMBERS = "members", STORE_TIME = "store_time",
     NEXT_EXPIRY = "next_expiry", JOIN_SESSION = "join_session",
 }

@@ -36,16 +36,31 @@ async fn a_rider_whose_record_is_gone_notices_on_its_next_claim() {
     assert!(session.check().is_ok(), "the session was never touched");
 }
 
-/// When is the lease on `key` taken under a token other than `old`, watching the
-/// store every 10 ms?
-async fn replaced_at(store: &std::sync::Arc<dyn liveness_core::Store>, member: &Member) -> Instant {
+/// Sets off a loss of `member` with `loss` and asserts that its lease is replaced in
+/// the store (by the re-join's acquire) no earlier than the stop margin after its work
+/// was told to stop, and that it works again one ttl later.
+async fn hands_over_after_the_margin(
+    store: &std::sync::Arc<dyn liveness_core::Store>,
+    member: &Member,
+    loss: impl std::future::Future<Output = ()>,
+) {
     let (key, old) = (member.key().clone(), member.token());
-    loop {
+    let fired = when_fired(member.cancelled());
+    loss.await;
+    let replaced = loop {
         match store.inspect(&key).await.unwrap() {
-            Some(info) if info.token != old => return Instant::now(),
+            Some(info) if info.token != old => break Instant::now(),
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
-    }
+    };
+    let fired = fired.await.unwrap();
+    assert!(
+        replaced >= fired + margin(),
+        "{key} was replaced {:?} after its work was told to stop",
+        replaced - fired
+    );
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
+    assert!(member.check().is_ok());
 }
 
 /// A session the store refuses after a failover (`Lost(Failover)`: the store did
@@ -57,17 +72,9 @@ async fn a_session_refused_after_a_failover_hands_over_only_after_the_margin() {
     let (store, probe) = probed(false, 1000);
     let session = open(&store, tokio_clock()).await;
     let member = session.join("m").await.unwrap();
-    let fired = when_fired(member.cancelled());
-    probe.failovers.store(1, Ordering::SeqCst);
-    let replaced = replaced_at(&store, &member).await;
-    let fired = fired.await.unwrap();
-    assert!(
-        replaced >= fired + margin(),
-        "the rider's lease was replaced {:?} after its work was told to stop",
-        replaced - fired
-    );
-    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
-    assert!(member.check().is_ok() && session.check().is_ok());
+    let failover = async { probe.failovers.store(1, Ordering::SeqCst) };
+    hands_over_after_the_margin(&store, &member, failover).await;
+    assert!(session.check().is_ok());
 }
 
 /// The same for a member of its own lease.
@@ -76,17 +83,8 @@ async fn a_member_refused_after_a_failover_hands_over_only_after_the_margin() {
     let (store, probe) = probed(false, 1000);
     let config = MemberConfig::new("own", ttl(TTL_MS)).unwrap();
     let member = Member::join(store.clone(), config).await.unwrap();
-    let fired = when_fired(member.cancelled());
-    probe.failovers.store(1, Ordering::SeqCst);
-    let replaced = replaced_at(&store, &member).await;
-    let fired = fired.await.unwrap();
-    assert!(
-        replaced >= fired + margin(),
-        "the lease was replaced {:?} after its work was told to stop",
-        replaced - fired
-    );
-    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
-    assert!(member.check().is_ok());
+    let failover = async { probe.failovers.store(1, Ordering::SeqCst) };
+    hands_over_after_the_margin(&store, &member, failover).await;
 }
 
 /// On a store without native sessions a rider holds a lease of its own, which the
@@ -97,17 +95,9 @@ async fn a_rider_outliving_its_refused_session_hands_over_only_after_the_margin(
     let (store, _probe) = probed(true, 1000);
     let session = open(&store, tokio_clock()).await;
     let member = session.join("m").await.unwrap();
-    let fired = when_fired(member.cancelled());
-    assert!(store.release(&session.lease()).await.unwrap());
-    let replaced = replaced_at(&store, &member).await;
-    let fired = fired.await.unwrap();
-    assert!(
-        replaced >= fired + margin(),
-        "the rider's own lease was replaced {:?} after its work was told to stop",
-        replaced - fired
-    );
-    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
-    assert!(member.check().is_ok() && session.check().is_ok());
+    let refused = async { assert!(store.release(&session.lease()).await.unwrap()) };
+    hands_over_after_the_margin(&store, &member, refused).await;
+    assert!(session.check().is_ok());
 }
 
 /// On a store without native sessions, a session with many riders is answered by its
