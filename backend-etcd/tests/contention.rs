@@ -33,7 +33,7 @@ async fn sixty_four_concurrent_claimers_never_see_contention() {
         let (store, done, refused) = (store.clone(), done.clone(), refused.clone());
         tasks.spawn(async move {
             let key = Key::member(&format!("w{w}")).unwrap();
-            let holder = HolderId::new(&format!("w{w}")).unwrap();
+            let holder = HolderId::new(format!("w{w}")).unwrap();
             let lease = store
                 .acquire(&key, &holder, Ttl::from_secs(60).unwrap())
                 .await
