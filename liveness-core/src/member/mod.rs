@@ -13,7 +13,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -194,6 +194,11 @@ pub(crate) struct Inner {
     leaving: AtomicBool,
     /// Set by [`Member::orphan`] and [`Member::leave`]: a drop releases nothing.
     settled: AtomicBool,
+    /// The caller's live handles: when the last one goes, the member departs, even
+    /// while a task of the library holds the state for a moment.
+    handles: AtomicUsize,
+    /// Set once the member departed (see [`Inner::depart`]).
+    pub(super) departed: AtomicBool,
     /// Claimed items not yet completed or failed: the token they were claimed under,
     /// and whether a worker still holds their `Claimed`.
     owned: Mutex<HashMap<ItemId, (FencingToken, Weak<Hold>)>>,
@@ -223,9 +228,31 @@ pub(crate) struct Inner {
 /// a member riding a session as for one of its own. No checker is needed for that.
 /// [`Member::leave`] is the graceful exit (it waits for the workers to let go first);
 /// [`Member::orphan`] stops without releasing, as a killed process does.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Member {
     inner: Arc<Inner>,
+    /// A handle of the caller's (counted in [`Inner::handles`]), or a look the
+    /// library's own tasks take for a moment (not counted: a task holding one when
+    /// the caller drops the last handle must not delay the release).
+    counted: bool,
+}
+
+impl Clone for Member {
+    fn clone(&self) -> Self {
+        self.inner.handles.fetch_add(1, Ordering::SeqCst);
+        Member {
+            inner: self.inner.clone(),
+            counted: true,
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if self.counted && self.inner.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.inner.depart();
+        }
+    }
 }
 
 impl Inner {
@@ -259,6 +286,17 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.depart();
+    }
+}
+
+impl Inner {
+    /// The caller dropped the last handle (or the state itself goes): the work stops
+    /// at once and a [`Departure`] hands the items back after the margin. Once.
+    fn depart(&self) {
+        if self.departed.swap(true, Ordering::SeqCst) {
+            return;
+        }
         // Nobody renews the lease any more: the work done under it must stop too.
         self.stop.cancel();
         let gen = lock(&self.generation).clone();
@@ -266,7 +304,7 @@ impl Drop for Inner {
         gen.footing.stop_work(LostCause::GaveUp);
         // Its session's task has nothing more to look at for it.
         if let Some(session) = &self.session {
-            session.riders().dropped(&self.key);
+            session.riders().dropped(&self.key, self);
         }
         // Dropping is a release: after the margin, the items still owned go back and
         // the lease is released (a rider's session is kept until then). Not for an
@@ -298,7 +336,10 @@ impl Drop for Inner {
 impl Member {
     /// The member whose state `inner` is, while it still lives.
     pub(crate) fn upgrade(inner: &Weak<Inner>) -> Option<Member> {
-        inner.upgrade().map(|inner| Member { inner })
+        inner.upgrade().map(|inner| Member {
+            inner,
+            counted: false,
+        })
     }
 
     /// True when `self` is the member whose state `inner` is.
@@ -409,6 +450,8 @@ impl Member {
             stop: CancellationToken::new(),
             leaving: AtomicBool::new(false),
             settled: AtomicBool::new(false),
+            handles: AtomicUsize::new(1),
+            departed: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
             let_go: Arc::new(Notify::new()),
             unanswered: Mutex::new(Vec::new()),
@@ -418,7 +461,10 @@ impl Member {
             session,
         });
         inner.note_progress();
-        let member = Member { inner };
+        let member = Member {
+            inner,
+            counted: true,
+        };
         match &member.inner.session {
             Some(session) => session.riders().insert(&member),
             None => {
@@ -820,4 +866,54 @@ impl Member {
 fn later_by(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d.min(MAX_GRACE)).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::{
+        EnqueueOptions, Member, MemberConfig, MemoryStore, Session, SessionConfig, Store, Ttl,
+    };
+
+    /// Joins a member of its own lease, or riding a fresh session, on `store`.
+    async fn joined(store: &Arc<dyn Store>, riding: bool) -> (Member, Option<Session>) {
+        let ttl = Ttl::from_secs(3).unwrap();
+        if riding {
+            let session = Session::open(store.clone(), SessionConfig::new("p", ttl).unwrap())
+                .await
+                .unwrap();
+            (session.join("m").await.unwrap(), Some(session))
+        } else {
+            let config = MemberConfig::new("m", ttl).unwrap();
+            (Member::join(store.clone(), config).await.unwrap(), None)
+        }
+    }
+
+    /// The caller's last handle dropped while a task of the library holds the
+    /// member's state for a moment (its heartbeat, its session's task): the work is
+    /// told to stop at once, not when that task lets go, and the item comes back.
+    #[tokio::test(start_paused = true)]
+    async fn the_last_handle_departs_even_while_a_task_looks() {
+        for riding in [false, true] {
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let (member, _session) = joined(&store, riding).await;
+            let id = store
+                .enqueue(b"job", EnqueueOptions::default())
+                .await
+                .unwrap();
+            let claimed = member.claim(1).await.unwrap().pop().unwrap();
+            let look = Member::upgrade(&Arc::downgrade(&member.inner)).unwrap();
+            drop(member);
+            assert!(
+                claimed.cancel.is_cancelled() && claimed.check().is_err(),
+                "riding {riding}: the work must stop when the caller's last handle goes"
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let state = store.item(id).await.unwrap().unwrap().state;
+            assert_eq!(state, crate::ItemState::Pending, "riding {riding}");
+            drop(look);
+        }
+    }
 }

@@ -101,7 +101,17 @@ impl Life {
         let native = self.session.as_ref().is_some_and(|s| s.native());
         let ride = session.as_ref().map(|s| (s, native));
         let next = Generation::joined(config, &self.metrics, "rejoin", lease, at_on_clock, ride);
-        let inner = inner.upgrade()?;
+        let Some(inner) = inner
+            .upgrade()
+            .filter(|i| !i.departed.load(Ordering::SeqCst))
+        else {
+            // The caller let go of the member while it re-joined: nobody would renew
+            // the new lease, nor hand back work under it (there is none yet).
+            if let Err(e) = self.store.release(&next.lease).await {
+                tracing::warn!(key = %self.key, error = %e, "a re-join finished for a dropped member; its lease expires by its ttl");
+            }
+            return None;
+        };
         // A new generation's work starts with a clean slate for the watchdog.
         inner.note_progress();
         inner.set_generation(next.clone());

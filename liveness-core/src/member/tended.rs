@@ -192,6 +192,7 @@ async fn recovery(inner: Weak<Inner>, mut gen: Generation, mut reason: HolderLos
                 if let Some(session) = &strong.session {
                     session.riders().look_at(&Member {
                         inner: strong.clone(),
+                        counted: false,
                     });
                 }
                 return;

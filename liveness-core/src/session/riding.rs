@@ -308,12 +308,15 @@ impl Riders {
         }
     }
 
-    /// Forgets the member on `key` once it is gone (dropped by its owner), and its
+    /// Forgets the member `inner` on `key` once its owner dropped it, and its
     /// planned look: a process whose members come and go keeps nothing of the gone
     /// ones, however long their progress timeouts.
-    pub(crate) fn dropped(&self, key: &Key) {
+    pub(crate) fn dropped(&self, key: &Key, inner: *const Inner) {
         let mut map = lock(&self.map);
-        if map.get(key).is_some_and(|w| w.strong_count() == 0) {
+        if map
+            .get(key)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), inner))
+        {
             map.remove(key);
             lock(&self.plan).forget(key);
         }
