@@ -38,6 +38,7 @@ pub mod drain;
 pub mod joins;
 pub mod paced;
 pub mod procfs;
+pub mod session_death;
 pub use cost::*;
 
 /// A memory store on a fresh server, for the bench kit's own tests.
