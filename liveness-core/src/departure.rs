@@ -10,8 +10,12 @@
 //! The handles' `orphan` methods stop without a release, as a killed process does.
 
 use std::any::Any;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::error::Result;
 
 use crate::events::{Event, EventBus};
 use crate::item::ItemId;
@@ -53,11 +57,11 @@ impl Departure {
         tokio::time::sleep(self.margin).await;
         let key = &self.lease.key;
         for id in &self.items {
-            if let Err(e) = self.store.fail(&self.lease, *id, true).await {
+            if let Err(e) = retried(|| self.store.fail(&self.lease, *id, true)).await {
                 tracing::warn!(%key, item = %id, error = %e, "a dropped holder's item was not handed back: a checker requeues it");
             }
         }
-        match self.store.release(&self.lease).await {
+        match retried(|| self.store.release(&self.lease)).await {
             Ok(true) => {
                 if let Some((events, event)) = self.announce {
                     events.emit(event);
@@ -69,6 +73,32 @@ impl Departure {
             }
         }
         drop(self.keep);
+    }
+}
+
+/// How many times a departure sends each store call that failed with a retryable
+/// fault. A riding member's lease has no expiry of its own: one call that did not get
+/// through would leave its name held for the life of its session.
+const TRIES: u32 = 8;
+
+/// `call`, sent again with a backoff (50 ms doubling to 2 s, about 10 s in all)
+/// while it fails with a retryable fault, [`TRIES`] times at most. A repeat of a call
+/// the store applied is harmless: a repeated `fail` answers `Fenced`, a repeated
+/// `release` `false`.
+async fn retried<T, F>(mut call: impl FnMut() -> F) -> Result<T>
+where
+    F: Future<Output = Result<T>>,
+{
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e) if e.is_retryable() && tries < TRIES => {
+                tries += 1;
+                tokio::time::sleep(backoff.next()).await;
+            }
+            answer => return answer,
+        }
     }
 }
 

@@ -196,3 +196,24 @@ async fn a_lost_reply_to_a_gathered_batch_of_joins_strands_nobody() {
         );
     }
 }
+
+/// A dropped rider whose release does not get through at first (a connection that
+/// broke for a moment) is released on a later try: its lease has no expiry of its
+/// own, so a single try would leave its name held for the life of its session.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_rider_whose_release_fails_once_is_released_on_a_retry() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let member = session.join("m").await.unwrap();
+    let key = member.key().clone();
+    probe.failed_releases.store(2, Ordering::SeqCst);
+    drop(member);
+    tokio::time::sleep(margin() + Duration::from_secs(5)).await;
+    assert_eq!(probe.failed_releases.load(Ordering::SeqCst), 0);
+    assert!(
+        store.inspect(&key).await.unwrap().is_none(),
+        "the dropped rider's name is still held"
+    );
+    assert!(session.check().is_ok());
+    session.join("m").await.expect("the name is free again");
+}

@@ -55,6 +55,9 @@ pub struct Probe {
     /// How many more renewals (`renew`, or a `renew_many`'s first lease) to refuse
     /// with `Lost(Failover)`, as a store promoted from an asynchronous replica does.
     pub failovers: AtomicU64,
+    /// How many more `release` calls to refuse with `Unavailable` before they reach
+    /// the store (a connection that broke for a moment).
+    pub failed_releases: AtomicU64,
 }
 
 impl Probe {
@@ -84,6 +87,17 @@ impl Intercept for Probe {
             if stall > 0 && calls > stall && matches!(req, Request::JoinSessionMany { .. }) {
                 std::future::pending::<()>().await;
             }
+        }
+        if matches!(req, Request::Release(_))
+            && self
+                .failed_releases
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(Error::unavailable(
+                "probe",
+                "the release did not get through",
+            ));
         }
         let first = match &req {
             Request::Renew(lease) => Some(lease),
