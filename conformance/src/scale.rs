@@ -6,8 +6,11 @@
 //! --members 10000,100000   fleet sizes, one run each
 //! --ttl 10s                member ttl (renew every ttl/3, margin ttl/5)
 //! --seconds 60             length of a quiet run
-//! --batch-ms 2             renew through a shared Batcher with this window
-//!                          (0: every member renews by itself)
+//! --batch-ms 2             renew through a Batcher of the bench's own with this
+//!                          window (0: every member renews by itself, `unbatched`)
+//! --defaults               members joined with `MemberConfig::new` as it is, as a
+//!                          user writes it (the store handle's shared batcher);
+//!                          overrides --batch-ms
 //! --overload               instead of a quiet run: `before` (1 ttl), then a spinning
 //!                          process steals CPU for --steal seconds (`during`), then
 //!                          `after` (2 ttl); figures per phase
@@ -51,6 +54,8 @@ pub struct ScaleOptions {
     pub seconds: f64,
     /// The batcher's window; `None`: each member renews by itself.
     pub batch: Option<Duration>,
+    /// Members joined with the default configuration (overrides `batch`).
+    pub defaults: bool,
     /// Overload mode: before / during (CPU stolen) / after.
     pub overload: bool,
     /// How long the CPU is stolen.
@@ -68,6 +73,7 @@ impl Default for ScaleOptions {
             ttl: Duration::from_secs(10),
             seconds: 60.0,
             batch: Some(Duration::from_millis(2)),
+            defaults: false,
             overload: false,
             steal: Duration::from_secs(30),
             spinners: 1,
@@ -94,6 +100,7 @@ impl ScaleOptions {
         let mut o = ScaleOptions::default();
         let args: Vec<String> = std::env::args().collect();
         o.overload = args.iter().any(|a| a == "--overload");
+        o.defaults = args.iter().any(|a| a == "--defaults");
         for w in args.windows(2) {
             match w[0].as_str() {
                 "--members" => {
@@ -233,9 +240,10 @@ impl Meter {
             .load(Ordering::Relaxed)
             .min(self.phases.len() - 1)]
     }
+    /// Counts a renewal call sent at `sent` (its latency is recorded by
+    /// [`Meter::answered`] once it answers).
     fn renewed(&self, leases: &[Lease], sent: Instant) {
         let p = self.phase();
-        p.renew.record(sent.elapsed());
         p.renew_calls.fetch_add(1, Ordering::Relaxed);
         p.renewed.fetch_add(leases.len() as u64, Ordering::Relaxed);
         let mut v = self.victims.lock().unwrap_or_else(|e| e.into_inner());
@@ -245,6 +253,11 @@ impl Meter {
             }
         }
     }
+    /// Records the latency of a renewal call sent at `sent`, now answered.
+    fn answered(&self, sent: Instant) {
+        self.phase().renew.record(sent.elapsed());
+    }
+
     /// Ends the checker's round (its `next_expiry` came back), if one was open.
     fn round_ended(&self) {
         if let Some((start, calls)) = self.round.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -278,12 +291,16 @@ impl Intercept for Meter {
             op if op.is_checker_call() && op != Op::NextExpiry => self.round_call(),
             _ => {}
         }
+        let renewal = matches!(op, Op::Renew | Op::RenewMany);
         match &req {
             Request::Renew(lease) => self.renewed(std::slice::from_ref(lease), sent),
             Request::RenewMany(leases) => self.renewed(leases, sent),
             _ => {}
         }
         let answer = next.run(req).await;
+        if renewal {
+            self.answered(sent);
+        }
         if op == Op::NextExpiry {
             self.round_ended();
         }
@@ -391,7 +408,10 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
             }
         })
     };
-    let renewals = o.batch.map(|w| Batcher::new(store.clone(), w));
+    let renewals = match o.defaults {
+        true => None,
+        false => o.batch.map(|w| Batcher::new(store.clone(), w)),
+    };
     let rss_before = resident();
     let join_start = Instant::now();
     let gate = Arc::new(tokio::sync::Semaphore::new(256));
@@ -400,8 +420,11 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         let mut config = MemberConfig::new(name, ttl)
             .unwrap_or_else(|e| panic!("{e}"))
             .events(bus.clone());
-        if let Some(r) = &renewals {
-            config = config.batcher(r.clone());
+        if !o.defaults {
+            config = match &renewals {
+                Some(r) => config.batcher(r.clone()),
+                None => config.unbatched(),
+            };
         }
         let (store, gate) = (store.clone(), gate.clone());
         joins.push(tokio::spawn(async move {
@@ -427,7 +450,11 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
         "== scale: backend={} members={n} ttl={:?} batch={} mode={} load(1/5/15 min) at start={} ==",
         store.backend(),
         o.ttl,
-        o.batch.map(|w| format!("{w:?}")).unwrap_or_else(|| "off".into()),
+        match (o.defaults, o.batch) {
+            (true, _) => "default (the store handle's shared batcher)".into(),
+            (false, Some(w)) => format!("{w:?}"),
+            (false, None) => "off".into(),
+        },
         if o.overload { "overload" } else { "quiet" },
         load()
     );

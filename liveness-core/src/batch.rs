@@ -17,7 +17,7 @@
 //! with a renewal of its own. The window only spends a few milliseconds of the margin.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,11 +28,24 @@ use crate::clock::Clock;
 use crate::error::{BatchResult, Error, Result};
 use crate::lease::{Acquire, Lease};
 use crate::store::Store;
+use crate::sync::lock;
 use crate::traced::traced;
 use crate::types::{HolderId, Key, Ttl};
 
 /// The longest a request waits for others to join its batch, by default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2);
+
+/// The shared batcher of each store handle ([`Batcher::shared`]), weakly: a store
+/// handle's address (its batcher's tasks keep the handle, so the address is not
+/// reused while they run) and the batcher's senders.
+static SHARED: Mutex<Vec<Shared>> = Mutex::new(Vec::new());
+
+/// One entry of [`SHARED`].
+struct Shared {
+    store: usize,
+    renewals: mpsc::WeakUnboundedSender<Ask<Lease>>,
+    acquires: mpsc::WeakUnboundedSender<Ask<Acquire>>,
+}
 
 /// How many batches of one kind a batcher keeps in flight at once.
 const IN_FLIGHT: usize = 4;
@@ -95,6 +108,34 @@ impl Batcher {
         let (acquires, rx) = mpsc::unbounded_channel();
         tokio::spawn(run::<Acquire>(store, window, rx));
         Batcher { renewals, acquires }
+    }
+
+    /// The batcher that every member joined on this very `store` handle shares by
+    /// default ([`MemberConfig::shared_batcher`](crate::MemberConfig::shared_batcher)),
+    /// with [`DEFAULT_WINDOW`]: made by the first of them (on its tokio runtime) and
+    /// gone with the last, as the registry holds it only weakly.
+    pub(crate) fn shared(store: &Arc<dyn Store>) -> Batcher {
+        let id = Arc::as_ptr(store).cast::<()>() as usize;
+        let mut all = lock(&SHARED);
+        all.retain(|s| s.renewals.strong_count() > 0 && s.acquires.strong_count() > 0);
+        if let Some(shared) = all.iter().find(|s| s.store == id) {
+            if let (Some(renewals), Some(acquires)) =
+                (shared.renewals.upgrade(), shared.acquires.upgrade())
+            {
+                // Its tasks end with the runtime that spawned them.
+                if !renewals.is_closed() && !acquires.is_closed() {
+                    return Batcher { renewals, acquires };
+                }
+            }
+        }
+        all.retain(|s| s.store != id);
+        let batcher = Batcher::new(store.clone(), DEFAULT_WINDOW);
+        all.push(Shared {
+            store: id,
+            renewals: batcher.renewals.downgrade(),
+            acquires: batcher.acquires.downgrade(),
+        });
+        batcher
     }
 
     /// Renews `lease` in the next batch and answers what the store answered for it.

@@ -133,8 +133,9 @@ async fn checker_detects_a_dead_member_at_its_expiry_and_requeues_once() {
     let config = CheckerConfig::default()
         .check_every(Duration::from_secs(10))
         .events(bus.clone());
-    let checker = Checker::new(store.clone(), config).spawn();
     let member = join(&store, "w", 1000).await;
+    // Started once the member's lease exists: its first round reads that expiry.
+    let checker = Checker::new(store.clone(), config).spawn();
     let id = enqueue_job(&store).await;
     let claimed = member.claim(1).await.unwrap();
     assert_eq!(claimed.len(), 1);

@@ -180,7 +180,8 @@ async fn join_fleet(
     join_fleet_with(store, n, ttl, bus, None).await
 }
 
-/// Joins `n` members at one instant, through `batcher` when given.
+/// Joins `n` members at one instant, through `batcher` when given, else each with
+/// round trips of its own (the heartbeat's own timing, which these tests watch).
 async fn join_fleet_with(
     store: &Arc<Intercepted<Slow>>,
     n: usize,
@@ -193,9 +194,10 @@ async fn join_fleet_with(
         let mut config = MemberConfig::new(&format!("m{i}"), ttl)
             .unwrap()
             .events(bus.clone());
-        if let Some(b) = batcher {
-            config = config.batcher(b.clone());
-        }
+        config = match batcher {
+            Some(b) => config.batcher(b.clone()),
+            None => config.unbatched(),
+        };
         Member::join(dyn_store.clone(), config)
     });
     let mut members = Vec::new();

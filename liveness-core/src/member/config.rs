@@ -40,9 +40,19 @@ pub struct MemberConfig {
     pub clock: Arc<dyn Clock>,
     /// When set, renewals and acquires (join, re-join) go through this shared
     /// batcher: one `renew_many` (or `acquire_many`) round trip for those of many
-    /// members due within its window, instead of one round trip each; default none.
-    /// Each lease's deadline still counts from its own request's send time.
+    /// members due within its window, instead of one round trip each. Default none:
+    /// then the batcher shared by the store handle's members
+    /// ([`MemberConfig::shared_batcher`]), unless that is off. Each lease's deadline
+    /// still counts from its own request's send time.
     pub batcher: Option<Batcher>,
+    /// With no [`MemberConfig::batcher`] set: true (the default) to renew and acquire
+    /// through the batcher that every member joined on the same store handle (the
+    /// same `Arc`) shares, so that many members of one process cost the store one
+    /// round trip per window, not one each, and a slow store or a starved process
+    /// does not turn into a queue of single renewals; false for one round trip per
+    /// renewal ([`MemberConfig::unbatched`]). A member alone on its handle is
+    /// batched with nobody: its renewal waits at most the window (2 ms).
+    pub shared_batcher: bool,
     /// The member's watchdog, for a job that is stuck while the process is fine: when
     /// set, it watches each job the member claimed and still holds (a [`Claimed`]
     /// neither completed, failed nor dropped). A job that makes no progress — no
@@ -80,6 +90,7 @@ impl MemberConfig {
             events: EventBus::default(),
             clock: Arc::new(HostClock::new()),
             batcher: None,
+            shared_batcher: true,
             progress_timeout: None,
         })
     }
@@ -97,6 +108,13 @@ impl MemberConfig {
     /// Renews and acquires through this shared batcher ([`MemberConfig::batcher`]).
     pub fn batcher(mut self, batcher: Batcher) -> Self {
         self.batcher = Some(batcher);
+        self
+    }
+
+    /// One round trip per renewal and per acquire, with no batcher shared with the
+    /// other members of the store handle ([`MemberConfig::shared_batcher`]).
+    pub fn unbatched(mut self) -> Self {
+        self.shared_batcher = false;
         self
     }
 

@@ -361,6 +361,9 @@ impl Member {
         config.holder = config.holder.instance();
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
         let metrics = HolderMetrics::new(&*store, Role::Member);
+        if config.batcher.is_none() && config.shared_batcher {
+            config.batcher = Some(crate::batch::Batcher::shared(&store));
+        }
         let store: Arc<dyn Store> = traced(store);
         let key = Key::new(crate::types::Space::members(), config.name.clone());
         let (lease, sent, sent_on_clock, _) = first_join(&store, &config, &key, Take::Own).await?;

@@ -278,6 +278,7 @@ impl Session {
             events: config.events,
             clock: config.clock,
             batcher: None,
+            shared_batcher: false,
             progress_timeout: None,
         };
         let key = Key::new(Space::sessions(), config.name);
