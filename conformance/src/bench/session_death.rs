@@ -42,14 +42,13 @@ use std::time::{Duration, Instant};
 
 use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, CancellationToken, Checker, CheckerConfig, EnqueueOptions, Event, EventBus,
-    HolderId, Intercept, Key, Lease, Name, Namespace, Next, Reply, Request, Result, Space, Store,
-    Ttl,
+    async_trait, Acquire, CancellationToken, Checker, CheckerConfig, EnqueueOptions, Event,
+    EventBus, HolderId, Intercept, Key, Lease, Name, Namespace, Next, Reply, Request, Result,
+    Space, Store, Ttl,
 };
 use tokio::sync::broadcast::error::RecvError;
 
 use super::args::Args;
-use crate::bench_util;
 
 /// The name of the victim's session (in the space `sessions`) and the prefix of its
 /// members' names.
@@ -214,24 +213,36 @@ impl Victim {
         let batch = store.capabilities().max_batch.clamp(1, 1000);
         // Renewed from the moment it is taken, through the joins and the claims.
         let (renewer, mine) = if self.leases {
-            let mine = bench_util::member_leases_batched(
-                store.as_ref(),
-                VICTIM_MEMBER,
-                self.members,
-                &holder,
-                self.ttl,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("acquire: {e}"));
-            let (s, leases) = (store.clone(), mine.clone());
+            // Each chunk renewed from the moment it is taken: on a slow store the
+            // acquires of 10,000 leases outlast a short ttl.
+            let held: Arc<Mutex<Vec<Lease>>> = Arc::default();
+            let (s, leases) = (store.clone(), held.clone());
             let renewer = tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(every).await;
-                    for chunk in leases.chunks(batch) {
+                    let now = leases.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    for chunk in now.chunks(batch) {
                         s.renew_many(chunk).await.unwrap_or_else(|e| panic!("{e}"));
                     }
                 }
             });
+            let names: Vec<usize> = (0..self.members).collect();
+            for chunk in names.chunks(batch) {
+                let asks: Vec<Acquire> = chunk
+                    .iter()
+                    .map(|i| Acquire::new(member(VICTIM_MEMBER, *i), holder.clone(), self.ttl))
+                    .collect();
+                let taken = store
+                    .acquire_many(&asks)
+                    .await
+                    .unwrap_or_else(|e| panic!("acquire: {e}"));
+                let taken: Vec<Lease> = taken
+                    .into_iter()
+                    .map(|t| t.unwrap_or_else(|e| panic!("acquire: {e}")))
+                    .collect();
+                held.lock().unwrap_or_else(|e| e.into_inner()).extend(taken);
+            }
+            let mine = held.lock().unwrap_or_else(|e| e.into_inner()).clone();
             (renewer, mine)
         } else {
             let session = store
