@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod heartbeat;
 pub mod item;
+mod keeper;
 pub mod layer;
 pub mod lease;
 pub mod member;

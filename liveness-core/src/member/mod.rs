@@ -22,28 +22,26 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
-use crate::batch::{acquire_via, renew_via};
 use crate::departure::{left, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
-use crate::heartbeat::{spread, End, Heartbeat};
+use crate::heartbeat::{End, Heartbeat};
 use crate::item::{Item, ItemId, ItemState, RequestId};
+use crate::keeper::{
+    first_join, rejoin, wait_to_hand_over, Footing, Joined, Riding, SessionGen, Take,
+};
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
-use crate::session::{join_detached, Footing, Leftovers, Riding, SessionGen, Shared};
+use crate::session::Shared;
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
-use crate::types::{FencingToken, HolderId, Key};
+use crate::types::{FencingToken, Key};
 
-mod config;
+pub(crate) mod config;
 mod rejoin;
 mod tended;
 pub use config::{MemberConfig, MAX_GRACE, MIN_PROGRESS_TIMEOUT};
-pub(crate) use rejoin::{
-    attempt, born_dead, first_join, ghost_lease, rejoin, wait_to_hand_over, Joined, Take,
-};
 use rejoin::{run, Background};
 pub(crate) use tended::holder_loss;
 
@@ -379,7 +377,7 @@ impl Member {
     /// its checks read the session's standing.
     pub(crate) async fn ride(session: Arc<Shared>, config: MemberConfig) -> Result<Member> {
         let (config, key) = Member::riding(&session, config)?;
-        let take = Take::Ride(&session);
+        let take = Take::Ride(&*session);
         let joined = first_join(session.store(), &config, &key, take).await?;
         Ok(Member::ridden(session, config, key, joined))
     }

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{join_detached, Leftovers, SessionGen, Shared};
+use super::Shared;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::keeper::{attempt, born_dead, ghost_lease, join_detached, Leftovers, SessionGen, Take};
 use crate::lease::Lease;
-use crate::member::{attempt, born_dead, ghost_lease, Member, MemberConfig, Take};
+use crate::member::{Member, MemberConfig};
 #[cfg(doc)]
 use crate::store::{Capabilities, LeaseStore};
 use crate::types::{HolderId, Key};
@@ -177,7 +178,7 @@ impl Round<'_> {
         let sent = Instant::now();
         let sent_on_clock = entry.config.clock.boot();
         let store = self.session.store();
-        let take = Take::Ride(self.session);
+        let take = Take::Ride(&**self.session);
         let (ghost, leftovers) = (&mut entry.ghost, &mut *self.leftovers);
         let answer = attempt(store, &entry.config, &entry.key, ghost, take, leftovers).await;
         self.settle(entry, answer, sent, sent_on_clock);

@@ -27,12 +27,10 @@ use crate::departure::{left, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standing};
+use crate::keeper::{first_join, rejoin, wait_to_hand_over, Ridden, SessionGen, Take};
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
-use crate::member::{
-    first_join, holder_loss, rejoin, wait_to_hand_over, Generation, Inner, Member, MemberConfig,
-    Take, MAX_GRACE,
-};
+use crate::member::{holder_loss, Generation, Inner, Member, MemberConfig, MAX_GRACE};
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
 use crate::sync::lock;
@@ -41,14 +39,12 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 #[cfg(doc)]
 use crate::{store::Capabilities, store::LeaseStore};
 
-mod detached;
 mod joins;
 mod many;
 mod riding;
-pub(crate) use detached::{join_detached, Leftovers};
 use joins::JoinBatches;
 use riding::RenewRiders;
-pub(crate) use riding::{Footing, Riders, Riding, SessionGen};
+pub(crate) use riding::Riders;
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -163,6 +159,16 @@ impl Shared {
     /// A receiver that sees each new lease of the session (each re-open).
     pub(crate) fn generations(&self) -> watch::Receiver<SessionGen> {
         self.generations.subscribe()
+    }
+}
+
+impl Ridden for Shared {
+    fn current(&self) -> SessionGen {
+        Shared::current(self)
+    }
+
+    fn generations(&self) -> watch::Receiver<SessionGen> {
+        Shared::generations(self)
     }
 }
 
