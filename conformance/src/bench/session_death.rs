@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use liveness_core::layer::Intercepted;
 use liveness_core::{
     async_trait, Acquire, CancellationToken, Checker, CheckerConfig, EnqueueOptions, Event,
@@ -221,9 +222,21 @@ impl Victim {
                 loop {
                     tokio::time::sleep(every).await;
                     let now = leases.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    for chunk in now.chunks(batch) {
-                        s.renew_many(chunk).await.unwrap_or_else(|e| panic!("{e}"));
-                    }
+                    // Several calls in flight, as a fleet's batcher sends them: one
+                    // after the other, 10,000 leases on etcd (32 a call) take longer
+                    // than a renew interval.
+                    let chunks: Vec<Vec<Lease>> =
+                        now.chunks(batch).map(<[Lease]>::to_vec).collect();
+                    let calls = chunks.into_iter().map(|chunk| {
+                        let s = s.clone();
+                        async move {
+                            s.renew_many(&chunk).await.unwrap_or_else(|e| panic!("{e}"));
+                        }
+                    });
+                    futures::stream::iter(calls)
+                        .buffer_unordered(8)
+                        .collect::<Vec<()>>()
+                        .await;
                 }
             });
             let names: Vec<usize> = (0..self.members).collect();
@@ -275,10 +288,18 @@ impl Victim {
         let s = store.clone();
         let claimed = lanes(self.members, 64, move |i| {
             let (s, lease) = (s.clone(), mine[i].clone());
-            async move { s.claim(&lease, 1).await.map(|v| v.len()).unwrap_or(0) }
+            async move { s.claim(&lease, 1).await.map(|v| v.len()) }
         })
         .await;
-        let claimed: usize = claimed.into_iter().sum();
+        let failed: Vec<&liveness_core::Error> =
+            claimed.iter().filter_map(|c| c.as_ref().err()).collect();
+        if let Some(first) = failed.first() {
+            eprintln!(
+                "victim: {} claims failed, the first with {first}",
+                failed.len()
+            );
+        }
+        let claimed: usize = claimed.iter().filter_map(|c| c.as_ref().ok()).sum();
         println!("ready {claimed}");
         std::io::stdout().flush().unwrap_or_else(|e| panic!("{e}"));
         renewer.await.unwrap_or_else(|e| panic!("{e}"));
