@@ -6,7 +6,7 @@
 //! [`SqliteStore::renew_at`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every entry is run.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
@@ -24,6 +24,10 @@ use crate::BACKEND;
 
 /// One entry's step of a batch, on the connection of the batch's write transaction.
 type Step<'c, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'c>>;
+
+/// How long one write transaction of `requeue_orphans_many` goes on starting sweeps:
+/// a renewal waiting for the writer's turn waits about this long at most behind it.
+const SWEEP_BUDGET: Duration = Duration::from_millis(25);
 
 /// Draws the namespace's next fencing token (?1 ns).
 const NEXT_TOKEN: &str =
@@ -188,8 +192,10 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// [`ItemStore::requeue_orphans_many`]: every sweep in one write transaction (one
-    /// commit for a round's deaths). A repeat of a token sees the first's work: it
+    /// [`ItemStore::requeue_orphans_many`]: the sweeps in write transactions of at
+    /// most [`SWEEP_BUDGET`] each (a mass death's round of hundreds of sweeps would
+    /// otherwise hold every other writer, renewals among them, for hundreds of
+    /// milliseconds). A repeat of a token sees the first's work: it
     /// moves nothing (a dead session's token retires its next batch). Each token is
     /// swept as its `requeue_orphans` alone would, a dead session's token retiring up
     /// to `max_batch` of its own members; a transaction starts a token only while it
@@ -201,9 +207,13 @@ impl SqliteStore {
         let mut out = Vec::with_capacity(tokens.len());
         while out.len() < tokens.len() {
             let mut w = self.write().await?;
-            let mut retired = 0;
+            let (mut retired, started, first) = (0, Instant::now(), out.len());
             for token in &tokens[out.len()..] {
-                if retired >= batch.max(1) {
+                // Other writers (renewals among them) wait for this transaction: it
+                // ends after the write budget, the rest of the call in the next.
+                if retired >= batch.max(1)
+                    || (out.len() > first && started.elapsed() >= SWEEP_BUDGET)
+                {
                     break;
                 }
                 let mut budget = batch;
