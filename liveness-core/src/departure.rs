@@ -76,16 +76,17 @@ impl Departure {
     }
 }
 
-/// How many times a departure sends each store call that failed with a retryable
-/// fault. A riding member's lease has no expiry of its own: one call that did not get
-/// through would leave its name held for the life of its session.
+/// How many times a departure (or a rider join's clean-up) sends each store call that
+/// failed with a retryable fault. A riding member's lease has no expiry of its own:
+/// one call that did not get through would leave its name held for the life of its
+/// session.
 const TRIES: u32 = 8;
 
 /// `call`, sent again with a backoff (50 ms doubling to 2 s, about 10 s in all)
 /// while it fails with a retryable fault, [`TRIES`] times at most. A repeat of a call
 /// the store applied is harmless: a repeated `fail` answers `Fenced`, a repeated
 /// `release` `false`.
-async fn retried<T, F>(mut call: impl FnMut() -> F) -> Result<T>
+pub(crate) async fn retried<T, F>(mut call: impl FnMut() -> F) -> Result<T>
 where
     F: Future<Output = Result<T>>,
 {

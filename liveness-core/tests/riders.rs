@@ -217,3 +217,36 @@ async fn a_dropped_rider_whose_release_fails_once_is_released_on_a_retry() {
     assert!(session.check().is_ok());
     session.join("m").await.expect("the name is free again");
 }
+
+/// A rider dropped while its re-join after a session loss is in flight: the lease the
+/// re-join then takes is released, on a later try if the first does not get through
+/// (a riding lease has no expiry of its own: one lost release would hold the name
+/// for the life of the session).
+#[tokio::test(start_paused = true)]
+async fn a_rider_dropped_during_its_rejoin_is_released_on_a_retry() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let member = session.join("m").await.unwrap();
+    let key = member.key().clone();
+    let joins = probe.join_calls.load(Ordering::SeqCst);
+    probe.slow_join_replies_ms.store(500, Ordering::SeqCst);
+    probe.cut.store(true, Ordering::SeqCst);
+    // The session is lost, re-opened, and the rider's re-join sent.
+    while probe.join_calls.load(Ordering::SeqCst) == joins {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    probe.cut.store(false, Ordering::SeqCst);
+    probe.failed_releases.store(1, Ordering::SeqCst);
+    drop(member);
+    tokio::time::sleep(Duration::from_millis(TTL_MS * 3)).await;
+    assert_eq!(
+        probe.failed_releases.load(Ordering::SeqCst),
+        0,
+        "no release was sent"
+    );
+    assert!(session.check().is_ok(), "the session re-opened");
+    assert!(
+        store.inspect(&key).await.unwrap().is_none(),
+        "the dropped rider's re-joined lease still holds its name"
+    );
+}

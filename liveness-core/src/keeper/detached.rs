@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use crate::departure::retried;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::store::Store;
@@ -39,7 +40,7 @@ where
         };
         // The caller is gone: nobody will hold these members. They leave.
         for lease in joined(answer) {
-            if let Err(e) = store.release(&lease).await {
+            if let Err(e) = retried(|| store.release(&lease)).await {
                 tracing::warn!(key = %lease.key, error = %e, "a member joined for a dropped call could not leave");
             }
         }
@@ -102,7 +103,7 @@ impl Drop for Leftovers {
         let store = self.store.clone();
         runtime.spawn(async move {
             for (key, holder) in keys {
-                let info = match store.inspect(&key).await {
+                let info = match retried(|| store.inspect(&key)).await {
                     Ok(Some(info)) if info.holder == holder => info,
                     Ok(_) => continue,
                     Err(e) => {
@@ -111,7 +112,7 @@ impl Drop for Leftovers {
                     }
                 };
                 let lease = Lease::granted(store.issuer(), key.clone(), holder, info.token, info.ttl);
-                if let Err(e) = store.release(&lease).await {
+                if let Err(e) = retried(|| store.release(&lease)).await {
                     tracing::warn!(%key, error = %e, "a join's leftover lease could not be released");
                 }
             }

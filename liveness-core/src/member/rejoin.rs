@@ -106,10 +106,21 @@ impl Life {
             .filter(|i| !i.departed.load(Ordering::SeqCst))
         else {
             // The caller let go of the member while it re-joined: nobody would renew
-            // the new lease, nor hand back work under it (there is none yet).
-            if let Err(e) = self.store.release(&next.lease).await {
-                tracing::warn!(key = %self.key, error = %e, "a re-join finished for a dropped member; its lease expires by its ttl");
+            // the new lease, nor hand back work under it (there is none yet). It is
+            // released as a dropped member's is, retried: a rider's lease has no
+            // expiry of its own.
+            Departure {
+                store: self.store.clone(),
+                lease: next.lease,
+                items: Vec::new(),
+                margin: Duration::ZERO,
+                announce: None,
+                keep: self
+                    .session
+                    .clone()
+                    .map(|s| s as Arc<dyn Any + Send + Sync>),
             }
+            .start();
             return None;
         };
         // A new generation's work starts with a clean slate for the watchdog.
