@@ -68,14 +68,6 @@ impl Seat {
         }
     }
 
-    /// Drops the member and its workers where they stand, without a leave.
-    fn abort(self) {
-        for w in &self.workers {
-            w.abort();
-        }
-        drop(self.member);
-    }
-
     /// Stops the workers (after the member left) and waits for them.
     async fn end(self) {
         self.stop.cancel();
@@ -115,16 +107,6 @@ async fn host(start: &mut Start, incarnation: u64) -> bool {
                 let _ = seat.member.clone().leave(grace).await;
                 let name = seat.name.clone();
                 seat.end().await;
-                seats.push(Seat::take(&session, name, &work).await);
-            }
-            Some(Command::Drop) => {
-                // One member is dropped with its workers, mid-job: its work is told
-                // to stop at once, and after the margin its items go back and its
-                // name is free (the join retries while it answers `Held`).
-                wait_busy(&start.pauser.busy, start.wait()).await;
-                let seat = seats.remove(0);
-                let name = seat.name.clone();
-                seat.abort();
                 seats.push(Seat::take(&session, name, &work).await);
             }
             _ => {
