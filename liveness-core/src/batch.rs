@@ -47,6 +47,15 @@ struct Shared {
     acquires: mpsc::WeakUnboundedSender<Ask<Acquire>>,
 }
 
+impl Shared {
+    /// The batcher, while somebody holds it and its tasks run (they end with the
+    /// runtime that spawned them).
+    fn batcher(&self) -> Option<Batcher> {
+        let (renewals, acquires) = (self.renewals.upgrade()?, self.acquires.upgrade()?);
+        (!renewals.is_closed() && !acquires.is_closed()).then_some(Batcher { renewals, acquires })
+    }
+}
+
 /// How many batches of one kind a batcher keeps in flight at once.
 const IN_FLIGHT: usize = 4;
 
@@ -117,18 +126,11 @@ impl Batcher {
     pub(crate) fn shared(store: &Arc<dyn Store>) -> Batcher {
         let id = Arc::as_ptr(store).cast::<()>() as usize;
         let mut all = lock(&SHARED);
-        all.retain(|s| s.renewals.strong_count() > 0 && s.acquires.strong_count() > 0);
-        if let Some(shared) = all.iter().find(|s| s.store == id) {
-            if let (Some(renewals), Some(acquires)) =
-                (shared.renewals.upgrade(), shared.acquires.upgrade())
-            {
-                // Its tasks end with the runtime that spawned them.
-                if !renewals.is_closed() && !acquires.is_closed() {
-                    return Batcher { renewals, acquires };
-                }
-            }
+        if let Some(batcher) = all.iter().find(|s| s.store == id).and_then(Shared::batcher) {
+            return batcher;
         }
-        all.retain(|s| s.store != id);
+        // Forget this handle's ended batcher and every other one nobody holds.
+        all.retain(|s| s.store != id && s.renewals.strong_count() > 0);
         let batcher = Batcher::new(store.clone(), DEFAULT_WINDOW);
         all.push(Shared {
             store: id,

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::error::Result;
-
 use crate::events::{Event, EventBus};
 use crate::item::ItemId;
 use crate::lease::Lease;

@@ -79,7 +79,8 @@ impl Riding {
     }
 
     /// The member's token while the session's lease and the member's own may be acted
-    /// on, by the clock right now; otherwise [`Error::Lost`](crate::Error::Lost) naming the member.
+    /// on, by the clock right now; otherwise [`Error::Lost`](crate::Error::Lost)
+    /// naming the member.
     pub(crate) fn check(&self) -> Result<FencingToken> {
         if self.lost().is_none() && self.cancel.is_cancelled() {
             // The session's work was told to stop (it is gone), or the signal was

@@ -68,9 +68,10 @@ async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
 
 /// A "ghost": a lease of this member's own holder id that an attempt whose reply was
 /// lost (or came too late) created, so that nothing was claimed under it. Renewing it
-/// ([`LeaseStore::renew`](crate::LeaseStore::renew)) makes it the member's lease exactly as a fresh acquire would (its
-/// deadline counts from the renewal's send time), without burning a new token, a
-/// dead-set entry and a sweep on a release and another acquire.
+/// ([`LeaseStore::renew`](crate::LeaseStore::renew)) makes it the member's lease
+/// exactly as a fresh acquire would (its deadline counts from the renewal's send
+/// time), without burning a new token, a dead-set entry and a sweep on a release and
+/// another acquire.
 pub(crate) fn ghost_lease(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
