@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+use crate::departure::retried;
 use crate::error::{BatchResult, Error, Result};
 use crate::lease::{Acquire, Lease};
 use crate::store::Store;
@@ -202,6 +203,61 @@ pub(crate) async fn acquire_via(
     }
 }
 
+/// The gatherer of one session's joins ([`LeaseStore::join_session`]
+/// (crate::LeaseStore::join_session)) into
+/// [`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many) calls: the
+/// batcher's third kind, which a session with native sessions gives its members (a
+/// process's first joins and the re-joins after a session loss, all at once, cost
+/// about `members / max_batch` round trips instead of one each). Its task ends when
+/// the last clone is dropped.
+#[derive(Clone, Debug)]
+pub(crate) struct Joins {
+    queue: mpsc::UnboundedSender<Ask<Join>>,
+}
+
+impl Joins {
+    /// Gathers joins to `store` (already traced: the session's) for `window` each,
+    /// on a task spawned on the current tokio runtime.
+    pub(crate) fn new(store: Arc<dyn Store>, window: Duration) -> Joins {
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run::<Join>(store, window, rx));
+        Joins { queue }
+    }
+
+    /// Joins `key` for `holder` into `session` in the next batch and answers what the
+    /// store answered for it (exactly `join_session`'s contract). A lease the store
+    /// answered after this call's future was dropped is released: a rider has no
+    /// expiry of its own, and nobody would hold it.
+    pub(crate) async fn join(
+        &self,
+        session: &Lease,
+        key: &Key,
+        holder: &HolderId,
+    ) -> Result<Lease> {
+        let join = Join {
+            session: session.clone(),
+            key: key.clone(),
+            holder: holder.clone(),
+        };
+        ask(&self.queue, join, None, None).await.answer
+    }
+}
+
+/// One join of a [`Joins`] batch: the arguments of one `join_session`.
+#[derive(Clone, Debug)]
+struct Join {
+    session: Lease,
+    key: Key,
+    holder: HolderId,
+}
+
+impl Join {
+    /// True when `self` and `other` ride the same session lease.
+    fn same_session(&self, other: &Join) -> bool {
+        self.session.token == other.session.token && self.session.key == other.session.key
+    }
+}
+
 struct Ask<R> {
     request: R,
     answer: oneshot::Sender<Answered>,
@@ -260,6 +316,9 @@ trait Request: Clone + Send + Sync + 'static {
     async fn one(store: &dyn Store, request: &Self) -> Result<Lease>;
     /// Puts a batch in the order it is sent in (as gathered: unchanged).
     fn arrange(_batch: &mut [Ask<Self>]) {}
+    /// What becomes of a lease the store answered to a caller that is gone: nothing
+    /// for a lease of its own, which expires by its ttl.
+    fn unclaimed(_store: &Arc<dyn Store>, _lease: Lease) {}
 }
 
 #[async_trait]
@@ -288,6 +347,72 @@ impl Request for Acquire {
     /// their tokens come in means nothing to them.
     fn arrange(batch: &mut [Ask<Self>]) {
         batch.sort_by(|a, b| a.request.key.cmp(&b.request.key));
+    }
+}
+
+#[async_trait]
+impl Request for Join {
+    /// One `join_session_many` per session lease of the batch (a lone join as a
+    /// `join_session`), each answering its own entries: a call that fails with a
+    /// transport fault answers that fault to each of its joins (any of them may have
+    /// been applied: each join's own retry adopts what its holder id left), one
+    /// refused as a whole is sent again one join at a time, and one answering another
+    /// number of entries counts as a fault for each.
+    async fn many(store: &dyn Store, batch: &[Self]) -> BatchResult<Lease> {
+        let mut out = Vec::with_capacity(batch.len());
+        for group in batch.chunk_by(Join::same_session) {
+            let fault = |why: String| {
+                (0..group.len()).map(move |_| Err(Error::unavailable("batch", why.clone())))
+            };
+            if group.len() == 1 {
+                out.push(Self::one(store, &group[0]).await);
+                continue;
+            }
+            let asks: Vec<(Key, HolderId)> = group
+                .iter()
+                .map(|j| (j.key.clone(), j.holder.clone()))
+                .collect();
+            match store.join_session_many(&group[0].session, &asks).await {
+                Ok(answers) if answers.len() == group.len() => out.extend(answers),
+                Ok(answers) => out.extend(fault(format!(
+                    "join_session_many answered {} entries of {}",
+                    answers.len(),
+                    group.len()
+                ))),
+                Err(e) if e.is_retryable() => out.extend(fault(e.to_string())),
+                Err(e) => {
+                    tracing::warn!(session = %group[0].session.key, error = %e, "a batch of joins was refused, joining one at a time");
+                    for join in group {
+                        out.push(Self::one(store, join).await);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    async fn one(store: &dyn Store, j: &Self) -> Result<Lease> {
+        store.join_session(&j.session, &j.key, &j.holder).await
+    }
+    /// By session lease, then in key order (for the same reason as acquires).
+    fn arrange(batch: &mut [Ask<Self>]) {
+        batch.sort_by(|a, b| {
+            let (a, b) = (&a.request, &b.request);
+            (a.session.token, &a.session.key, &a.key).cmp(&(
+                b.session.token,
+                &b.session.key,
+                &b.key,
+            ))
+        });
+    }
+    /// A rider has no expiry of its own: released (retried), or it would hold its
+    /// name until its session ends.
+    fn unclaimed(store: &Arc<dyn Store>, lease: Lease) {
+        let store = store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = retried(|| store.release(&lease)).await {
+                tracing::warn!(key = %lease.key, error = %e, "a member joined for a dropped call could not leave");
+            }
+        });
     }
 }
 
@@ -412,14 +537,14 @@ async fn dispatch<R: Request>(
     };
     let store = store.clone();
     tokio::spawn(async move {
-        send(&*store, batch).await;
+        send(&store, batch).await;
         drop(slot);
     });
     true
 }
 
 /// Sends one batch and hands each caller its own answer.
-async fn send<R: Request>(store: &dyn Store, mut batch: Vec<Ask<R>>) {
+async fn send<R: Request>(store: &Arc<dyn Store>, mut batch: Vec<Ask<R>>) {
     R::arrange(&mut batch);
     let mut requests = Vec::with_capacity(batch.len());
     let mut callers = Vec::with_capacity(batch.len());
@@ -439,14 +564,22 @@ async fn send<R: Request>(store: &dyn Store, mut batch: Vec<Ask<R>>) {
         sent,
         sent_on_clock,
     };
-    match R::many(store, &requests).await {
+    let hand = |caller: oneshot::Sender<Answered>, answered: Answered| {
+        if let Err(Answered {
+            answer: Ok(lease), ..
+        }) = caller.send(answered)
+        {
+            R::unclaimed(store, lease);
+        }
+    };
+    match R::many(&**store, &requests).await {
         Ok(answers) => {
             let mut answers = answers.into_iter();
             for ((caller, _), reading) in callers.into_iter().zip(readings) {
                 let answer = answers.next().unwrap_or_else(|| {
                     Err(Error::backend("batch", "a batch answered too few requests"))
                 });
-                let _ = caller.send(reply(answer, reading));
+                hand(caller, reply(answer, reading));
             }
         }
         Err(e) => {
@@ -462,12 +595,12 @@ async fn send<R: Request>(store: &dyn Store, mut batch: Vec<Ask<R>>) {
                     let sent = Instant::now();
                     let sent_on_clock = clock.as_ref().map(|c| c.boot());
                     Answered {
-                        answer: R::one(store, request).await,
+                        answer: R::one(&**store, request).await,
                         sent,
                         sent_on_clock,
                     }
                 };
-                let _ = caller.send(answered);
+                hand(caller, answered);
             }
         }
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use liveness_core::{
-    Claimed, Error, FencingToken, ItemCounts, LostCause, Member, MemberConfig, Session,
-    SessionConfig,
+    Claimed, Error, FencingToken, ItemCounts, LeaseStatus, LostCause, Member, MemberConfig,
+    Session, SessionConfig,
 };
 use tokio::time::Instant;
 
@@ -107,12 +107,18 @@ async fn a_session_whose_renewals_fail_stops_its_members_before_the_store_expire
     let members = join_all(&session, 3).await;
     let fired: Vec<_> = members.iter().map(|m| when_fired(m.cancelled())).collect();
     let old_session = session.lease();
+    let first = members[0].lease().token;
     probe.cut.store(true, Ordering::SeqCst);
-    // Watch the store until it sees the first member expired.
+    // Watch the store until the first member's lease is gone (expired, or re-joined
+    // at the instant it expired): it expired when the store's last look said.
+    let mut expires_at = Instant::now();
     let expired_at = loop {
         let info = store.inspect(members[0].key()).await.unwrap().unwrap();
-        if !info.is_live() || info.token != members[0].lease().token {
-            break Instant::now();
+        match info.status {
+            LeaseStatus::Live { remaining } if info.token == first => {
+                expires_at = Instant::now() + remaining;
+            }
+            _ => break expires_at,
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::detached::{join_detached, Leftovers};
 use super::footing::SessionGen;
 use crate::backoff::Backoff;
-use crate::batch::{acquire_via, renew_via};
+use crate::batch::{acquire_via, renew_via, Joins};
 use crate::error::{Error, LostCause, Result};
 use crate::events::HolderLoss;
 use crate::heartbeat::spread;
@@ -29,6 +29,9 @@ pub(crate) trait Ridden: Sync {
     fn current(&self) -> SessionGen;
     /// A receiver that sees each next generation.
     fn generations(&self) -> watch::Receiver<SessionGen>;
+    /// The gatherer its members' joins go through (a store with native sessions),
+    /// if any; else each join is a call of its own.
+    fn joins(&self) -> Option<&Joins>;
 }
 
 /// Waits until the work of a lease lost for `reason` may be handed over (by the next
@@ -72,7 +75,7 @@ async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
 /// exactly as a fresh acquire would (its deadline counts from the renewal's send
 /// time), without burning a new token, a dead-set entry and a sweep on a release and
 /// another acquire.
-pub(crate) fn ghost_lease(
+fn ghost_lease(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
@@ -92,7 +95,7 @@ pub(crate) fn ghost_lease(
 /// True when an answer to a request sent at `sent_on_clock` (the member's boot clock)
 /// came back after the local deadline it would start: the request waited longer than
 /// `ttl − margin` in an overloaded queue or store.
-pub(crate) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
+fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
     config.clock.boot() >= sent_on_clock + config.heartbeat.budget()
 }
 
@@ -147,7 +150,7 @@ impl Take<'_> {
 ///
 /// A lease it answered, or may have left (a retryable fault: its reply may be lost),
 /// goes into `leftovers` until the caller hands that member over.
-pub(crate) async fn attempt(
+async fn attempt(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
@@ -189,14 +192,17 @@ async fn attempt_once(
             Ok(lease) => return Ok((lease, session)),
         }
     }
-    let lease = match &session {
-        None => acquire_via(store, batcher, key, &config.holder, config.heartbeat.ttl).await,
-        Some(s) => {
-            let (store2, session) = (store.clone(), s.lease.clone());
-            let (key, holder) = (key.clone(), config.holder.clone());
-            let call = async move { store2.join_session(&session, &key, &holder).await };
-            join_detached(store, call, |lease| vec![lease]).await
-        }
+    let lease = match (&session, take) {
+        (Some(s), Take::Ride(ridden)) => match ridden.joins() {
+            Some(joins) => joins.join(&s.lease, key, &config.holder).await,
+            None => {
+                let (store2, session) = (store.clone(), s.lease.clone());
+                let (key, holder) = (key.clone(), config.holder.clone());
+                let call = async move { store2.join_session(&session, &key, &holder).await };
+                join_detached(store, call, |lease| vec![lease]).await
+            }
+        },
+        _ => acquire_via(store, batcher, key, &config.holder, config.heartbeat.ttl).await,
     };
     lease.map(|lease| (lease, session))
 }
