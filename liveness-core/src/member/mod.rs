@@ -32,7 +32,6 @@ use crate::keeper::{
 };
 use crate::lease::Lease;
 use crate::metrics::{HolderMetrics, Role, FENCED_TOTAL, ITEMS_DEAD_LETTERED_TOTAL, JOINS_TOTAL};
-use crate::session::Shared;
 use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
@@ -40,9 +39,11 @@ use crate::types::{FencingToken, Key};
 
 pub(crate) mod config;
 mod rejoin;
+mod riders;
 mod tended;
 pub use config::{MemberConfig, MAX_GRACE, MIN_PROGRESS_TIMEOUT};
 use rejoin::{run, Background};
+pub(crate) use riders::{Carrier, Riders};
 pub(crate) use tended::holder_loss;
 
 /// One lease of a member, with the cancellation signal of the work done under it.
@@ -213,7 +214,7 @@ pub(crate) struct Inner {
     progress: AtomicU64,
     background: Mutex<Background>,
     /// The session the member rides, if it does: kept alive while the member is.
-    session: Option<Arc<Shared>>,
+    session: Option<Arc<dyn Carrier>>,
 }
 
 /// A live worker: holds its member lease through a heartbeat task, claims and
@@ -325,7 +326,7 @@ impl Inner {
             keep: self
                 .session
                 .clone()
-                .map(|s| s as Arc<dyn Any + Send + Sync>),
+                .map(|s| Arc::new(s) as Arc<dyn Any + Send + Sync>),
         }
         .start();
     }
@@ -375,8 +376,8 @@ impl Member {
     /// [`Session::join_with`](crate::Session::join_with)): its heartbeat timing and
     /// clock are the session's, it has no batcher (it renews nothing of its own), and
     /// its checks read the session's standing.
-    pub(crate) async fn ride(session: Arc<Shared>, config: MemberConfig) -> Result<Member> {
-        let (config, key) = Member::riding(&session, config)?;
+    pub(crate) async fn ride(session: Arc<dyn Carrier>, config: MemberConfig) -> Result<Member> {
+        let (config, key) = Member::riding(&*session, config)?;
         let take = Take::Ride(&*session);
         let joined = first_join(session.store(), &config, &key, take).await?;
         Ok(Member::ridden(session, config, key, joined))
@@ -385,7 +386,7 @@ impl Member {
     /// `config` as a member riding `session` has it (the session's timing and clock,
     /// no batcher, validated, its instance holder id), and the member's key.
     pub(crate) fn riding(
-        session: &Shared,
+        session: &dyn Carrier,
         mut config: MemberConfig,
     ) -> Result<(MemberConfig, Key)> {
         config.heartbeat = session.heartbeat();
@@ -401,7 +402,7 @@ impl Member {
     /// [`Member::riding`] configuration and key): counted, announced, and tended by
     /// the session's task.
     pub(crate) fn ridden(
-        session: Arc<Shared>,
+        session: Arc<dyn Carrier>,
         config: MemberConfig,
         key: Key,
         joined: Joined,
@@ -439,7 +440,7 @@ impl Member {
         key: Key,
         first: Generation,
         sent: Instant,
-        session: Option<Arc<Shared>>,
+        session: Option<Arc<dyn Carrier>>,
     ) -> Member {
         let inner = Arc::new(Inner {
             store,

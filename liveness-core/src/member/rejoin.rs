@@ -13,7 +13,7 @@ pub(super) struct Life {
     pub(super) key: Key,
     pub(super) stop: CancellationToken,
     pub(super) metrics: HolderMetrics,
-    pub(super) session: Option<Arc<Shared>>,
+    pub(super) session: Option<Arc<dyn Carrier>>,
 }
 
 impl Life {
@@ -118,7 +118,7 @@ impl Life {
                 keep: self
                     .session
                     .clone()
-                    .map(|s| s as Arc<dyn Any + Send + Sync>),
+                    .map(|s| Arc::new(s) as Arc<dyn Any + Send + Sync>),
             }
             .start();
             return None;

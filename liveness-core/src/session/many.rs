@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 
 use super::Shared;
 use crate::error::{Error, Result};
-use crate::member::{Member, MemberConfig};
+use crate::member::{Carrier, Member, MemberConfig};
 #[cfg(doc)]
 use crate::store::{Capabilities, LeaseStore};
 

@@ -31,7 +31,9 @@ use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standin
 use crate::keeper::{first_join, rejoin, wait_to_hand_over, Ridden, SessionGen, Take};
 use crate::layer::StoreBuilder;
 use crate::lease::Lease;
-use crate::member::{holder_loss, Generation, Inner, Member, MemberConfig, MAX_GRACE};
+use crate::member::{
+    holder_loss, Carrier, Generation, Inner, Member, MemberConfig, Riders, MAX_GRACE,
+};
 use crate::metrics::{HolderMetrics, Role};
 use crate::store::Store;
 use crate::sync::lock;
@@ -43,7 +45,6 @@ use crate::{store::Capabilities, store::LeaseStore};
 mod many;
 mod riding;
 use riding::RenewRiders;
-pub(crate) use riding::Riders;
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -123,36 +124,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The session's heartbeat timing (its members' too).
-    pub(crate) fn heartbeat(&self) -> HeartbeatConfig {
-        self.lease.heartbeat
-    }
-
-    /// The clock of the session's deadline.
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
-        &self.lease.clock
-    }
-
-    /// The store (checked and traced).
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    /// True when the store serves sessions natively.
-    pub(crate) fn native(&self) -> bool {
-        self.native
-    }
-
-    /// The members riding the session.
-    pub(crate) fn riders(&self) -> &Riders {
-        &self.riders
-    }
-
-    /// The session's metric handles (its riders count their joins and losses there).
-    pub(crate) fn metrics(&self) -> &HolderMetrics {
-        &self.metrics
-    }
-
     /// The session's current lease and standing.
     pub(crate) fn current(&self) -> SessionGen {
         self.generations.borrow().clone()
@@ -161,6 +132,32 @@ impl Shared {
     /// A receiver that sees each new lease of the session (each re-open).
     pub(crate) fn generations(&self) -> watch::Receiver<SessionGen> {
         self.generations.subscribe()
+    }
+}
+
+impl Carrier for Shared {
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn heartbeat(&self) -> HeartbeatConfig {
+        self.lease.heartbeat
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.lease.clock
+    }
+
+    fn metrics(&self) -> &HolderMetrics {
+        &self.metrics
+    }
+
+    fn native(&self) -> bool {
+        self.native
+    }
+
+    fn riders(&self) -> &Riders {
+        &self.riders
     }
 }
 
