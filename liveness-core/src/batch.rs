@@ -161,6 +161,17 @@ impl Batcher {
         ask(&self.renewals, lease.clone(), at, Some(clock.clone())).await
     }
 
+    /// Queues the renewal of `lease` for the next batch at once, reading `clock` just
+    /// before that batch leaves, and answers the future of its answer: for a caller
+    /// that hands over many renewals before it waits for any.
+    pub(crate) fn renewal(
+        &self,
+        lease: &Lease,
+        clock: &Arc<dyn Clock>,
+    ) -> impl std::future::Future<Output = Answered> + Send + 'static {
+        hand_over(&self.renewals, lease.clone(), None, Some(clock.clone()))
+    }
+
     /// Acquires `key` for `holder` in the next batch and answers what the store
     /// answered for it (exactly [`LeaseStore::acquire`](crate::LeaseStore::acquire)'s
     /// contract). Fails with [`Error::Unavailable`] when the batcher's task is gone.
@@ -285,8 +296,19 @@ async fn ask<R>(
     at: Option<Instant>,
     clock: Option<Arc<dyn Clock>>,
 ) -> Answered {
+    hand_over(queue, request, at, clock).await
+}
+
+/// Queues `request` at once and answers the future of its answer (the batcher's
+/// fault when it is gone).
+fn hand_over<R>(
+    queue: &mpsc::UnboundedSender<Ask<R>>,
+    request: R,
+    at: Option<Instant>,
+    clock: Option<Arc<dyn Clock>>,
+) -> impl std::future::Future<Output = Answered> + Send + 'static {
     let handed = Instant::now();
-    let unsent = || Answered {
+    let unsent = move || Answered {
         answer: Err(gone()),
         sent: handed,
         sent_on_clock: None,
@@ -298,10 +320,13 @@ async fn ask<R>(
         at,
         clock,
     };
-    if queue.send(ask).is_err() {
-        return unsent();
+    let queued = queue.send(ask).is_ok();
+    async move {
+        match queued {
+            true => rx.await.unwrap_or_else(|_| unsent()),
+            false => unsent(),
+        }
     }
-    rx.await.unwrap_or_else(|_| unsent())
 }
 
 fn gone() -> Error {

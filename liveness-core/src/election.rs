@@ -227,6 +227,7 @@ impl Election {
                 let heartbeat = Heartbeat {
                     store: &store,
                     batcher: None,
+                    alongside: None,
                     config: heartbeat,
                     stop: &stop,
                     events: &events,

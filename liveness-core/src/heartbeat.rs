@@ -482,6 +482,9 @@ pub(crate) struct Heartbeat<'a> {
     pub(crate) store: &'a Arc<dyn Store>,
     /// When given, renewals go through it, coalesced into batches.
     pub(crate) batcher: Option<&'a Batcher>,
+    /// Called with the lease as each renewal of it is sent (without a batcher): a
+    /// session on a store without native sessions renews its riders with it.
+    pub(crate) alongside: Option<&'a (dyn Fn(&Lease) + Sync)>,
     /// When to renew and how long a lease may go unrenewed.
     pub(crate) config: HeartbeatConfig,
     /// Ends the heartbeat (with [`End::Stopped`]) when fired.
@@ -525,6 +528,7 @@ impl Heartbeat<'_> {
         let Heartbeat {
             store,
             batcher,
+            alongside,
             config,
             stop,
             events,
@@ -582,6 +586,9 @@ impl Heartbeat<'_> {
                     None => {
                         let now = Instant::now();
                         let sent_on_clock = standing.clock().boot();
+                        if let Some(alongside) = alongside {
+                            alongside(&lease);
+                        }
                         let renewal = store.renew(&lease);
                         match waits.watch(renewal).await {
                             Woke::Done(r) => {

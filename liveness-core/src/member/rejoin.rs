@@ -187,6 +187,7 @@ pub(super) async fn run(inner: Weak<Inner>, first: Generation, sent: Instant) {
     let heartbeat = Heartbeat {
         store,
         batcher: config.batcher.as_ref(),
+        alongside: None,
         config: config.heartbeat,
         stop,
         events: &config.events,

@@ -10,8 +10,8 @@
 //!
 //! A member riding a session ([`Session::join`]) costs the store nothing while it
 //! lives on a store with native sessions ([`Capabilities::sessions`]): its liveness is
-//! the session's. On a store without them the session renews its members with its
-//! own lease, one `renew_many` per batch.
+//! the session's. On a store without them each renewal of the session hands its
+//! members' renewals to the batcher, which sends them as `renew_many` calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -22,14 +22,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{Joins, DEFAULT_WINDOW};
+use crate::batch::{Batcher, Joins, DEFAULT_WINDOW};
 use crate::clock::{Clock, HostClock};
 use crate::departure::{left, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{lease_config_setters, Heartbeat, HeartbeatConfig, Standing};
 use crate::keeper::{first_join, rejoin, wait_to_hand_over, Ridden, SessionGen, Take};
-use crate::layer::StoreBuilder;
 use crate::lease::Lease;
 use crate::member::{
     holder_loss, Carrier, Generation, Inner, Member, MemberConfig, Riders, MAX_GRACE,
@@ -44,7 +43,7 @@ use crate::{store::Capabilities, store::LeaseStore};
 
 mod many;
 mod riding;
-use riding::RenewRiders;
+use riding::RiderRenewals;
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -278,6 +277,9 @@ impl Session {
         store.capabilities().check_ttl(config.heartbeat.ttl)?;
         let native = store.capabilities().sessions;
         let metrics = HolderMetrics::new(&*store, Role::Member);
+        // Without native sessions the riders' own leases are renewed with each of
+        // the session's renewals, through the batcher the handle's members share.
+        let batcher = (!native).then(|| Batcher::shared(&store));
         let store: Arc<dyn Store> = traced(store);
         let lease = MemberConfig {
             name: config.name.clone(),
@@ -294,18 +296,13 @@ impl Session {
         let (first, sent, sent_on_clock, _) = first_join(&store, &lease, &key, Take::Own).await?;
         let first = opened(&lease, first, sent_on_clock);
         let riders = Arc::new(Riders::default());
-        let renewing = match native {
-            true => store.clone(),
-            false => StoreBuilder::new(store.clone())
-                .layer(Arc::new(RenewRiders {
-                    key: key.clone(),
-                    riders: riders.clone(),
-                    clock: lease.clock.clone(),
-                    budget: lease.heartbeat.budget(),
-                    busy: Arc::default(),
-                }))
-                .build(),
-        };
+        let alongside = batcher.map(|batcher| RiderRenewals {
+            riders: riders.clone(),
+            batcher,
+            clock: lease.clock.clone(),
+            budget: lease.heartbeat.budget(),
+            busy: Arc::default(),
+        });
         let joins = native.then(|| Joins::new(store.clone(), DEFAULT_WINDOW));
         let shared = Arc::new(Shared {
             store,
@@ -323,7 +320,7 @@ impl Session {
         // The session's one task: its heartbeat and the tending of its riders (their
         // own losses and stalls), which have no task of their own. Ends when the
         // session stops or is gone.
-        let keeping = keep(Arc::downgrade(&shared), renewing, metrics, first, sent);
+        let keeping = keep(Arc::downgrade(&shared), alongside, metrics, first, sent);
         let (riders, clock) = (shared.riders.clone(), shared.lease.clock.clone());
         let stop = shared.stop.clone();
         let task = tokio::spawn(async move {
@@ -563,13 +560,13 @@ fn opened(config: &MemberConfig, lease: Lease, sent_on_clock: Duration) -> Sessi
     }
 }
 
-/// The session's heartbeat: keeps each lease alive (through `renewing`, which renews
-/// the riders with it on a store without native sessions), and re-opens after a
+/// The session's heartbeat: keeps each lease alive (with each renewal, the riders'
+/// renewals `alongside` on a store without native sessions), and re-opens after a
 /// loss, its riders' losses taken on with it and their re-joins started once it has
 /// its next lease. Ends when the session stops or is gone.
 async fn keep(
     shared: Weak<Shared>,
-    renewing: Arc<dyn Store>,
+    alongside: Option<RiderRenewals>,
     metrics: HolderMetrics,
     first: SessionGen,
     sent: Instant,
@@ -583,9 +580,13 @@ async fn keep(
     let stop = strong.stop.clone();
     let riders = strong.riders.clone();
     drop(strong);
+    let riders_with = alongside
+        .as_ref()
+        .map(|r| move |lease: &Lease| r.send(lease.token));
     let heartbeat = Heartbeat {
-        store: &renewing,
+        store: &store,
         batcher: None,
+        alongside: riders_with.as_ref().map(|f| f as &(dyn Fn(&Lease) + Sync)),
         config: config.heartbeat,
         stop: &stop,
         events: &config.events,
