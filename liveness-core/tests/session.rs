@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use liveness_core::{
     Claimed, Error, FencingToken, ItemCounts, LeaseStatus, LostCause, Member, MemberConfig,
-    Session, SessionConfig,
+    Session, SessionConfig, Space,
 };
 use tokio::time::Instant;
 
@@ -591,4 +591,51 @@ async fn a_member_leaving_while_its_rejoin_retries_a_lost_reply_leaves_nothing()
     member.leave(Duration::ZERO).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(store.inspect(&key).await.unwrap(), None, "{key} stayed");
+}
+
+/// A process that survives a short session loss leaves one death record for it,
+/// whatever its number of members: the members that died with the old session lease
+/// are counted in that lease's record, not given one each when they re-join (a large
+/// process would otherwise push every other death out of the history).
+#[tokio::test(start_paused = true)]
+async fn a_session_lost_and_reopened_leaves_one_death_record() {
+    const MEMBERS: usize = 20;
+    let (store, _probe) = probed(false, 8);
+    let session = open(&store, tokio_clock()).await;
+    let members = join_all(&session, MEMBERS).await;
+    let old = session.lease();
+    let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let seen = store.deaths(None, 1000).await.unwrap();
+    let before = seen.iter().map(|d| d.seq).max().unwrap_or(0);
+    // Somebody releases the session behind its back: it re-opens, its members re-join.
+    assert!(store.release(&old).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    assert!(session.token() > old.token);
+    for (member, old) in members.iter().zip(&old_tokens) {
+        assert!(member.token() > *old, "{} re-joined", member.key());
+        assert!(member.check().is_ok());
+    }
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    let new: Vec<_> = deaths.iter().filter(|d| d.seq > before).collect();
+    let of_members: Vec<_> = new
+        .iter()
+        .filter(|d| *d.key.space() == Space::members())
+        .map(|d| d.key.to_string())
+        .collect();
+    assert!(
+        of_members.is_empty(),
+        "{} death records of members: {of_members:?}",
+        of_members.len()
+    );
+    let of_session: Vec<_> = new.iter().filter(|d| d.token == old.token).collect();
+    assert_eq!(
+        of_session.len(),
+        1,
+        "one record of the old session lease: {new:?}"
+    );
+    assert_eq!(
+        of_session[0].swept.map(|s| s.members),
+        Some(MEMBERS as u64),
+        "it counts the members that died with it"
+    );
 }

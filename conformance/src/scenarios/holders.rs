@@ -1,11 +1,12 @@
 //! What a member learns from the store and from its own jobs, on the store under
-//! test: a riding member whose record is gone re-joins, and the watchdog stops a
-//! wedged job, never an idle member.
+//! test: a riding member whose record is gone re-joins, a process that survives a
+//! session loss leaves one death record for it, and the watchdog stops a wedged job,
+//! never an idle member.
 
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, LostCause, Member, MemberConfig, Session, SessionConfig,
+    EnqueueOptions, Error, LostCause, Member, MemberConfig, Session, SessionConfig, Space,
 };
 use tokio::time::Instant;
 
@@ -38,6 +39,72 @@ pub async fn a_rider_whose_record_is_gone_rejoins(ctx: Ctx) {
     assert_eq!(member.claim(1).await.unwrap().len(), 1);
     assert!(session.check().is_ok(), "the session was never touched");
     member.leave(Duration::ZERO).await.unwrap();
+    session.close(Duration::ZERO).await.unwrap();
+}
+
+/// A process that survives a short session loss (its session released behind its
+/// back) re-opens its session and its members re-join, and the death history gains
+/// one record for it: the old session lease's, counting the members that died with
+/// it; none for a member of its own (on a store with native sessions).
+pub async fn a_session_loss_leaves_one_death_record(ctx: Ctx) {
+    if !ctx.caps().sessions {
+        return;
+    }
+    const MEMBERS: usize = 6;
+    let s = &ctx.store;
+    let ttl = ctx.machine_ttl();
+    let config = SessionConfig::new(&unique("host"), ttl).unwrap();
+    let session = Session::open(s.clone(), config).await.unwrap();
+    let names: Vec<String> = (0..MEMBERS).map(|_| unique("rider")).collect();
+    let members: Vec<Member> = session
+        .join_many(&names)
+        .await
+        .into_iter()
+        .map(|m| m.unwrap())
+        .collect();
+    let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
+    let seen = s.deaths(None, 100).await.unwrap();
+    let before = seen.iter().map(|d| d.seq).max().unwrap_or(0);
+    let old = session.lease();
+    assert!(s.release(&old).await.unwrap());
+    let until = Instant::now() + ttl.duration() * 3;
+    while members
+        .iter()
+        .zip(&old_tokens)
+        .any(|(m, old)| m.token() == *old || m.check().is_err())
+    {
+        assert!(Instant::now() < until, "the members never re-joined");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let new: Vec<_> = s
+        .deaths(None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.seq > before)
+        .collect();
+    let ours = |d: &&liveness_core::DeathRecord| {
+        *d.key.space() == Space::members() && names.iter().any(|n| d.key.name().as_str() == n)
+    };
+    let of_members: Vec<_> = new.iter().filter(ours).collect();
+    assert!(
+        of_members.is_empty(),
+        "a death record per member: {of_members:?}"
+    );
+    let of_session: Vec<_> = new.iter().filter(|d| d.token == old.token).collect();
+    assert_eq!(
+        of_session.len(),
+        1,
+        "the old session lease's record: {new:?}"
+    );
+    assert_eq!(
+        of_session[0].swept.map(|s| s.members),
+        Some(MEMBERS as u64),
+        "it counts the members that died with it"
+    );
+    for member in members {
+        member.leave(Duration::ZERO).await.unwrap();
+    }
     session.close(Duration::ZERO).await.unwrap();
 }
 

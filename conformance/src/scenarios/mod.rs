@@ -120,6 +120,7 @@ macro_rules! __scenarios {
             a_dropped_session_releases_its_lease,
             a_dropped_leadership_hands_the_role_over,
             a_rider_whose_record_is_gone_rejoins,
+            a_session_loss_leaves_one_death_record,
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
             requeue_orphans_many_drains_each_session_alone
         );

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::batch::{Batcher, Joins, DEFAULT_WINDOW};
 use crate::clock::{Clock, HostClock};
 use crate::departure::{left, Departure};
@@ -579,6 +580,7 @@ async fn keep(
     let key = strong.key.clone();
     let stop = strong.stop.clone();
     let riders = strong.riders.clone();
+    let native = strong.native;
     drop(strong);
     let riders_with = alongside
         .as_ref()
@@ -623,6 +625,9 @@ async fn keep(
         if !waited {
             return;
         }
+        if native && !lost.is_empty() {
+            retire_riders(&store, &old, config.heartbeat.ttl.duration(), &stop).await;
+        }
         let Some((lease, at, at_on_clock, _)) =
             rejoin(&store, &config, &key, &old, &stop, Take::Own).await
         else {
@@ -638,6 +643,57 @@ async fn keep(
         for (member, lost, reason) in lost {
             if let Some(member) = Member::upgrade(&member) {
                 member.recover(lost, reason);
+            }
+        }
+    }
+}
+
+/// How many times [`retire_riders`] tries a call that failed with a transient fault.
+const RETIRE_TRIES: u32 = 4;
+
+/// Retires the members that rode the lost session lease `old` (on a store with native
+/// sessions), before the session takes its next lease and they re-join: the store's
+/// drain of the dead session declares each of them dead once, under the old lease's
+/// one death record, which counts them. Without it each re-join would take its
+/// member's record over, writing a death record of its own: a large process that
+/// survives a short session loss would push every other death out of the history.
+///
+/// The old lease, expired and not reaped yet, is reaped first (its record written,
+/// its token in the dead set); released or taken over, it is there already. The
+/// drain goes on for at most `budget` (one ttl) and a few transient faults: the
+/// members it did not reach re-join over their records as before. Nothing here
+/// hands work over earlier than the re-joins would: the old lease is dead by the
+/// store's clock, or the store ended it.
+async fn retire_riders(
+    store: &Arc<dyn Store>,
+    old: &Lease,
+    budget: Duration,
+    stop: &CancellationToken,
+) {
+    let until = Instant::now() + budget;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    let mut faults = 0;
+    let mut reaped = false;
+    while Instant::now() < until && !stop.is_cancelled() {
+        // True once the drain is over: a call that retired nobody has also taken the
+        // token out of the dead set.
+        let done = match reaped {
+            false => store.reap(&old.key, old.token).await.map(|_| false),
+            true => store
+                .requeue_orphans(old.token)
+                .await
+                .map(|moved| moved.retired.is_empty()),
+        };
+        match done {
+            Ok(true) => return,
+            Ok(false) => reaped = true,
+            Err(e) if e.is_retryable() && faults + 1 < RETIRE_TRIES => {
+                faults += 1;
+                tokio::time::sleep(backoff.next()).await;
+            }
+            Err(e) => {
+                tracing::warn!(session = %old.key, error = %e, "retiring the members of a lost session lease failed; they re-join over their records");
+                return;
             }
         }
     }
