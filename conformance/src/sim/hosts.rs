@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use liveness_core::{CancellationToken, Member, Session, SessionConfig};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::process::{
     runtime, spawn_thread, wait_busy, worker, Command, Process, Shared, Start, Work,
@@ -42,15 +43,31 @@ struct Seat {
     workers: Vec<JoinHandle<()>>,
 }
 
+/// How many ttl a host tries to join one of its members' names before it reports the
+/// name as stranded.
+const TAKE_TTLS: u32 = 10;
+
 impl Seat {
     /// Joins `name` into `session` (retrying while faults refuse it) and starts its
-    /// workers.
+    /// workers. A name still refused after [`TAKE_TTLS`] ttl is a stranded name (a
+    /// member gone without handing it back): the host panics with the refusals it
+    /// saw, which the run reports, instead of trying for ever.
     async fn take(session: &Session, name: String, work: &Work) -> Seat {
         let config = &work.shared.config;
+        let give_up = Instant::now() + config.ttl.duration() * TAKE_TTLS;
+        let mut refusals: Vec<String> = Vec::new();
         let member = loop {
             match session.join(&name).await {
                 Ok(m) => break m,
-                Err(_) => tokio::time::sleep(config.ttl.duration() / 4).await,
+                Err(e) if Instant::now() < give_up => {
+                    if refusals.last() != Some(&e.to_string()) {
+                        refusals.push(e.to_string());
+                    }
+                    tokio::time::sleep(config.ttl.duration() / 4).await;
+                }
+                Err(e) => panic!(
+                    "{name} was refused for {TAKE_TTLS} ttl, last {e}; refusals seen: {refusals:?}"
+                ),
             }
         };
         let work = Work {
@@ -66,6 +83,14 @@ impl Seat {
             stop: work.stop,
             workers,
         }
+    }
+
+    /// Drops the member and its workers where they stand, without a leave.
+    fn abort(self) {
+        for w in &self.workers {
+            w.abort();
+        }
+        drop(self.member);
     }
 
     /// Stops the workers (after the member left) and waits for them.
@@ -107,6 +132,16 @@ async fn host(start: &mut Start, incarnation: u64) -> bool {
                 let _ = seat.member.clone().leave(grace).await;
                 let name = seat.name.clone();
                 seat.end().await;
+                seats.push(Seat::take(&session, name, &work).await);
+            }
+            Some(Command::Drop) => {
+                // One member is dropped with its workers, mid-job: its work is told
+                // to stop at once, and after the margin its items go back and its
+                // name is free (the join retries while it answers `Held`).
+                wait_busy(&start.pauser.busy, start.wait()).await;
+                let seat = seats.remove(0);
+                let name = seat.name.clone();
+                seat.abort();
                 seats.push(Seat::take(&session, name, &work).await);
             }
             _ => {

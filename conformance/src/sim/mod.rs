@@ -455,7 +455,8 @@ fn start_checker(store: Arc<dyn Store>, config: &SimConfig, bus: &EventBus) -> C
 /// Drives the chaos phase, faults armed throughout: a member frozen past its ttl, the
 /// leader frozen past its ttl, another member leaving in the middle of its jobs (and
 /// joining again), a member whose renewals cannot get through for longer than its
-/// ttl, and a member's host suspended past its ttl. Returns what it did.
+/// ttl, and a member's host suspended past its ttl; with sessions, a host killed,
+/// one member leaving alone and one dropped without a leave. Returns what it did.
 async fn chaos(
     store: &Arc<dyn Store>,
     config: &SimConfig,
@@ -500,11 +501,17 @@ async fn chaos(
         ),
     ];
     if config.sessions.is_some() {
-        // One member of a host leaves alone, and joins again.
+        // One member of a host leaves alone, and joins again; one is dropped without
+        // a leave, and joins again once it released its name.
         plan.push((
             frac(rng, 0.5, 2.5),
             Target::Member(rng.usize(..n)),
             Chaos::Command(Command::Leave(config.step())),
+        ));
+        plan.push((
+            frac(rng, 0.5, 2.5),
+            Target::Member(rng.usize(..n)),
+            Chaos::Command(Command::Drop),
         ));
     }
     plan.sort_by_key(|(at, _, _)| *at);

@@ -30,6 +30,10 @@ pub(super) enum Command {
     /// Leave gracefully with this grace, in the middle of a job, then join again (a
     /// rolling deploy). Members only.
     Leave(Duration),
+    /// Drop one member in the middle of its jobs, without a leave (an early `?`
+    /// return, a panicking task: its workers end where they stand), then join its
+    /// name again once the dropped member released it. Session hosts only.
+    Drop,
     /// Die at once, as under SIGKILL, and start again: every task of the process
     /// ends where it stands (no leave, no release), then a new incarnation opens its
     /// session anew. Session hosts only.

@@ -625,7 +625,7 @@ async fn keep(
         if !waited {
             return;
         }
-        if native && !lost.is_empty() {
+        if native {
             retire_riders(&store, &old, config.heartbeat.ttl.duration(), &stop).await;
         }
         let Some((lease, at, at_on_clock, _)) =
@@ -661,8 +661,10 @@ const RETIRE_TRIES: u32 = 4;
 /// The old lease, expired and not reaped yet, is reaped first (its record written,
 /// its token in the dead set); released or taken over, it is there already. The
 /// drain goes on for at most `budget` (one ttl) and a few transient faults: the
-/// members it did not reach re-join over their records as before. Nothing here
-/// hands work over earlier than the re-joins would: the old lease is dead by the
+/// members it did not reach re-join over their records as before. It runs whether or
+/// not the session still knows a member of the old lease: a member dropped while its
+/// release could not get through is retired with the others, its name freed. Nothing
+/// here hands work over earlier than the re-joins would: the old lease is dead by the
 /// store's clock, or the store ended it.
 async fn retire_riders(
     store: &Arc<dyn Store>,
