@@ -75,7 +75,7 @@ async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
 /// exactly as a fresh acquire would (its deadline counts from the renewal's send
 /// time), without burning a new token, a dead-set entry and a sweep on a release and
 /// another acquire.
-fn ghost_lease(
+pub(crate) fn ghost_lease(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,
@@ -95,7 +95,7 @@ fn ghost_lease(
 /// True when an answer to a request sent at `sent_on_clock` (the member's boot clock)
 /// came back after the local deadline it would start: the request waited longer than
 /// `ttl − margin` in an overloaded queue or store.
-fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
+pub(crate) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool {
     config.clock.boot() >= sent_on_clock + config.heartbeat.budget()
 }
 
@@ -150,7 +150,7 @@ impl Take<'_> {
 ///
 /// A lease it answered, or may have left (a retryable fault: its reply may be lost),
 /// goes into `leftovers` until the caller hands that member over.
-async fn attempt(
+pub(crate) async fn attempt(
     store: &Arc<dyn Store>,
     config: &MemberConfig,
     key: &Key,

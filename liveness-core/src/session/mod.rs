@@ -375,29 +375,31 @@ impl Session {
         many::join_many(&self.shared, configs.collect()).await
     }
 
-    /// Joins many members riding the session, each exactly as [`Session::join_with`]
-    /// joins it, side by side: on a store with native sessions the session gathers
-    /// joins waiting at the same moment into [`LeaseStore::join_session_many`] calls
-    /// of [`Capabilities::max_batch`] members each, so a process starting 10,000
-    /// members costs about `10,000 / max_batch` round trips, not one each.
+    /// Joins many members riding the session, as [`Session::join_with`] joins each,
+    /// in [`LeaseStore::join_session_many`] calls of [`Capabilities::max_batch`]
+    /// members each instead of a round trip per member: a process starting 10,000
+    /// members costs about `10,000 / max_batch` round trips.
     ///
     /// Answers one result per config, in their order; each is what `join_with` of
-    /// that config alone would answer, and each member is the one `join_with` builds
-    /// (the session's timing, tended by the session's task, the same
-    /// [`Event::Joined`] and join count, the same loss and re-join with the
-    /// session). A refused entry fails alone and the others join: `Held` when a live
-    /// member has its name (two configs with one name: the second is `Held`, as it
-    /// is joined after the first), `InvalidInput` naming the setting, the last
-    /// retryable fault or `Lost` once one ttl passed since the entry's first attempt
-    /// without a join.
+    /// that config alone would answer. A member it returns is exactly the one
+    /// `join_with` builds (the session's timing, tended by the session's task, the
+    /// same [`Event::Joined`] and join count, the same loss and re-join with the
+    /// session). A refused entry fails alone and the others join: `Held` when a
+    /// live member has its name (two configs with one name: the second is `Held`),
+    /// `InvalidInput` naming the setting, the last retryable fault or `Lost` once
+    /// one ttl passed since the entry's first attempt without a join.
     ///
-    /// A batch that fails with a transport fault may have been applied in part: each
-    /// of its joins tries again and adopts what the store applied for it (its
-    /// instance holder id names it), as `join_with` does. If the call's future is
-    /// dropped before it answers, the members it joined so far leave in the
-    /// background, and so do those of a batch in flight at that moment once its
-    /// answer comes, and those an earlier attempt may have left (its reply lost): no
-    /// member rides the session without a handle.
+    /// A batch that fails with a transport fault may have been applied in part: its
+    /// entries are sent again, and an entry the store had applied is recognised by
+    /// its instance holder id and adopted (as `join_with` adopts its own), so no
+    /// member joined by this call is left without a handle. A batch refused as a
+    /// whole, or an entry adopting its own leftover lease, goes one join at a time;
+    /// while the session is lost and being re-opened the joins wait, up to one ttl,
+    /// for its next lease. If the call's future is dropped before it answers, the
+    /// members it joined so far leave in the background, and so do those of a batch
+    /// in flight at that moment once its answer comes, and those an earlier batch
+    /// may have left (its reply lost): no member rides the session without a
+    /// handle.
     ///
     /// ```
     /// # async fn run() -> liveness_core::Result<()> {
