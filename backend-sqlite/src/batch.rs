@@ -208,17 +208,28 @@ impl SqliteStore {
         while out.len() < tokens.len() {
             let mut w = self.write().await?;
             let (mut retired, started, first) = (0, Instant::now(), out.len());
-            for token in &tokens[out.len()..] {
+            // The sessions with members left among the next tokens: each is swept
+            // alone (its drain); the others, a run at a time, together.
+            let ahead = &tokens[out.len()..tokens.len().min(out.len() + batch.max(1))];
+            let sessions = self.with_riders(w.conn(), ahead).await?;
+            while out.len() < tokens.len() {
                 // Other writers (renewals among them) wait for this transaction: it
                 // ends after the write budget, the rest of the call in the next.
                 if retired >= batch.max(1)
                     || (out.len() > first && started.elapsed() >= SWEEP_BUDGET)
+                    || out.len() >= first + ahead.len()
                 {
                     break;
                 }
+                let rest = &tokens[out.len()..first + ahead.len()];
+                let plain = rest.iter().take_while(|t| !sessions.contains(&t.0)).count();
+                if plain > 0 {
+                    out.extend(self.sweep_plain(w.conn(), &rest[..plain]).await?);
+                    continue;
+                }
                 let mut budget = batch;
                 let moved = self
-                    .requeue_in(w.conn(), *token, &mut budget)
+                    .requeue_in(w.conn(), rest[0], &mut budget)
                     .await?
                     .unwrap_or_default();
                 retired += moved.retired.len();

@@ -4,6 +4,7 @@
 //! session's token, first the drain of its riding members, a batch per call), and the
 //! death records. [`SqliteStore`] methods that `lease.rs`, `items.rs` and `batch.rs` call.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use liveness_core::wake::tick;
@@ -56,6 +57,45 @@ const IS_DEAD: &str = "SELECT 1 FROM liveness_dead WHERE ns = ?1 AND token = ?2"
 /// Whether members ride session token ?2 (?1 ns), on the session index.
 const RIDERS_LEFT: &str =
     "SELECT 1 FROM liveness_leases WHERE ns = ?1 AND session_token = ?2 LIMIT 1";
+
+/// Which of the tokens of the JSON array ?2 members ride (?1 ns), on the session
+/// index.
+const WITH_RIDERS: &str = "SELECT DISTINCT session_token FROM liveness_leases \
+    WHERE ns = ?1 AND session_token IN (SELECT value FROM json_each(?2))";
+
+/// Takes the tokens of the JSON array ?2 out of the dead set (?1 ns): those that were
+/// in it, each with the death record it is linked to.
+const FORGET_DEAD_MANY: &str = "DELETE FROM liveness_dead \
+    WHERE ns = ?1 AND token IN (SELECT value FROM json_each(?2)) RETURNING token, death_seq";
+
+/// The items the tokens of the JSON array ?2 own (?1 ns), each with its owner: read
+/// before [`REQUEUE_ORPHANS_MANY`], whose `RETURNING` sees the owner cleared.
+const OWNED_BY_MANY: &str = "SELECT id, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2))";
+
+/// Gives back every item the tokens of the JSON array ?2 own (?1 ns), as
+/// [`REQUEUE_ORPHANS`] does for one.
+const REQUEUE_ORPHANS_MANY: &str = "UPDATE liveness_items SET owner = NULL, \
+    state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
+    WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2)) \
+    RETURNING id, state";
+
+/// Adds sweeps to the death records of the tokens they name (?1 ns, ?2 a JSON array of
+/// `[token, requeued, dead_lettered]`), as [`SWEPT`] does for one.
+const SWEPT_MANY: &str = "UPDATE liveness_deaths \
+    SET requeued = COALESCE(requeued, 0) + s.r, dead_lettered = COALESCE(dead_lettered, 0) + s.d \
+    FROM (SELECT json_extract(value, '$[0]') AS k, SUM(json_extract(value, '$[1]')) AS r, \
+    SUM(json_extract(value, '$[2]')) AS d \
+    FROM json_each(?2) GROUP BY k) AS s WHERE ns = ?1 AND token = s.k";
+
+/// Adds sweeps to the death records they were linked to by seq (?1 ns, ?2 a JSON array
+/// of `[seq, requeued, dead_lettered]`, several per seq summed), as [`SWEPT_UNDER`]
+/// does for one.
+const SWEPT_UNDER_MANY: &str = "UPDATE liveness_deaths \
+    SET requeued = COALESCE(requeued, 0) + s.r, dead_lettered = COALESCE(dead_lettered, 0) + s.d \
+    FROM (SELECT json_extract(value, '$[0]') AS k, SUM(json_extract(value, '$[1]')) AS r, \
+    SUM(json_extract(value, '$[2]')) AS d \
+    FROM json_each(?2) GROUP BY k) AS s WHERE ns = ?1 AND seq = s.k";
 
 /// The greatest token of the first ?3 members riding session token ?2 (?1 ns), in
 /// token order: the end of the drain's batch.
@@ -362,6 +402,109 @@ impl SqliteStore {
         Ok(Some(out))
     }
 
+    /// Which of `tokens` are sessions with members riding them, in one statement.
+    pub(crate) async fn with_riders(
+        &self,
+        conn: &mut SqliteConnection,
+        tokens: &[FencingToken],
+    ) -> Result<HashSet<u64>> {
+        let rows = self
+            .query(WITH_RIDERS)
+            .bind(json_tokens(tokens.iter().map(|t| t.0)))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        rows.iter().map(|row| get_u64(row, 0, "token")).collect()
+    }
+
+    /// The sweeps of `tokens`, none of them a session with members left, in the open
+    /// write transaction, in a fixed number of statements whatever their number: each
+    /// answers what [`requeue_in`](Self::requeue_in) of it alone would (a token not in
+    /// the dead set, or a repeat, moves nothing). Each statement is a round trip to the
+    /// connection's worker thread, which costs more than the database's work: a mass
+    /// death's sweeps are one round trip each per transaction, not several per token.
+    pub(crate) async fn sweep_plain(
+        &self,
+        conn: &mut SqliteConnection,
+        tokens: &[FencingToken],
+    ) -> Result<Vec<Requeued>> {
+        let mut out = vec![Requeued::default(); tokens.len()];
+        let forgotten = self
+            .query(FORGET_DEAD_MANY)
+            .bind(json_tokens(tokens.iter().map(|t| t.0)))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        if forgotten.is_empty() {
+            return Ok(out);
+        }
+        // Each forgotten token: the death record it is linked to, and its counts.
+        let mut swept: HashMap<u64, (Option<i64>, Requeued)> = HashMap::new();
+        for row in &forgotten {
+            let token = get_u64(row, 0, "token")?;
+            let linked: Option<i64> = row.try_get(1).map_err(map)?;
+            swept.insert(token, (linked, Requeued::default()));
+        }
+        let owners = json_tokens(swept.keys().copied());
+        let owned = self
+            .query(OWNED_BY_MANY)
+            .bind(&owners)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        let mut owner_of = HashMap::with_capacity(owned.len());
+        for row in &owned {
+            owner_of.insert(get_u64(row, 0, "item id")?, get_u64(row, 1, "owner")?);
+        }
+        let items = self
+            .query(REQUEUE_ORPHANS_MANY)
+            .bind(&owners)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        for row in &items {
+            let id = get_u64(row, 0, "item id")?;
+            let state: i64 = row.try_get(1).map_err(map)?;
+            let owner = owner_of.get(&id).copied();
+            let id = ItemId(id);
+            let Some((_, moved)) = owner.and_then(|o| swept.get_mut(&o)) else {
+                return Err(corrupt("an item handed back for a token not swept"));
+            };
+            if state == STATE_PENDING {
+                moved.requeued.push(id);
+            } else {
+                moved.dead_lettered.push(id);
+            }
+        }
+        let (mut by_token, mut by_seq) = (Vec::new(), Vec::new());
+        for (token, (linked, moved)) in &mut swept {
+            moved.requeued.sort();
+            moved.dead_lettered.sort();
+            let counts = (moved.requeued.len(), moved.dead_lettered.len());
+            match linked {
+                None => by_token.push(format!("[{token},{},{}]", counts.0, counts.1)),
+                Some(seq) => by_seq.push(format!("[{seq},{},{}]", counts.0, counts.1)),
+            }
+        }
+        for (statement, sums) in [(SWEPT_MANY, by_token), (SWEPT_UNDER_MANY, by_seq)] {
+            if sums.is_empty() {
+                continue;
+            }
+            self.query(statement)
+                .bind(format!("[{}]", sums.join(",")))
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        // Each token's answer at its first place in the call; a repeat moved nothing.
+        for (i, token) in tokens.iter().enumerate() {
+            if let Some((_, moved)) = swept.remove(&token.0) {
+                out[i] = moved;
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether members ride session token `token`.
     async fn riders_left(&self, conn: &mut SqliteConnection, token: i64) -> Result<bool> {
         Ok(self.token_row(conn, RIDERS_LEFT, token).await?.is_some())
@@ -517,4 +660,10 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+/// `tokens` as a JSON array of numbers, for `json_each`.
+fn json_tokens(tokens: impl Iterator<Item = u64>) -> String {
+    let all: Vec<String> = tokens.map(|t| t.to_string()).collect();
+    format!("[{}]", all.join(","))
 }

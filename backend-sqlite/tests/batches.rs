@@ -139,4 +139,70 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
         "a token not in the dead set moved items"
     );
     assert!(store.dead_tokens(1000).await.unwrap().is_empty());
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    for (lease, _) in &dead {
+        let death = deaths.iter().find(|d| d.token == lease.token).unwrap();
+        let swept = death.swept.expect("the record is swept");
+        assert_eq!((swept.requeued, swept.dead_lettered), (1, 0), "{death:?}");
+    }
+}
+
+/// The members a dead session's drain retired, swept in one `requeue_orphans_many`
+/// (with a repeat), each hand their item back once, and their session's one death
+/// record sums what they moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record() {
+    let (_dir, store, _commits) = counted().await;
+    let ttl = Ttl::from_secs(60).unwrap();
+    let session = store
+        .acquire(
+            &Key::new(
+                liveness_core::Space::sessions(),
+                liveness_core::Name::new("p").unwrap(),
+            ),
+            &HolderId::new("p").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let key = Key::member(&format!("m{i}")).unwrap();
+        let member = store
+            .join_session(&session, &key, &HolderId::new("m").unwrap())
+            .await
+            .unwrap();
+        store
+            .enqueue(b"job", liveness_core::EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&member, 1).await.unwrap().len(), 1);
+        members.push(member);
+    }
+    assert!(store.release(&session).await.unwrap());
+    let mut retired = Vec::new();
+    while store
+        .dead_tokens(1000)
+        .await
+        .unwrap()
+        .iter()
+        .any(|d| d.token == session.token)
+    {
+        let moved = store.requeue_orphans(session.token).await.unwrap();
+        retired.extend(moved.retired.into_iter().map(|m| m.token));
+    }
+    assert_eq!(retired.len(), 3);
+    let mut tokens = retired.clone();
+    tokens.push(retired[0]);
+    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let moved: Vec<usize> = answers
+        .into_iter()
+        .map(|a| a.unwrap().requeued.len())
+        .collect();
+    assert_eq!(moved, vec![1, 1, 1, 0], "each member's item once");
+    let deaths = store.deaths(None, 1000).await.unwrap();
+    let record = deaths.iter().find(|d| d.token == session.token).unwrap();
+    let swept = record.swept.expect("the session's record is swept");
+    assert_eq!((swept.members, swept.requeued), (3, 3), "{record:?}");
+    assert_eq!(deaths.len(), 1, "one death record: {deaths:?}");
 }
