@@ -29,6 +29,10 @@ type Step<'c, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>>
 /// a renewal waiting for the writer's turn waits about this long at most behind it.
 const SWEEP_BUDGET: Duration = Duration::from_millis(25);
 
+/// How many dead tokens one set-based sweep takes at once: a few milliseconds of
+/// work, so that the transaction's budget is looked at between runs.
+const PLAIN_RUN: usize = 32;
+
 /// Draws the namespace's next fencing token (?1 ns).
 const NEXT_TOKEN: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 1, 0) \
@@ -222,7 +226,11 @@ impl SqliteStore {
                     break;
                 }
                 let rest = &tokens[out.len()..first + ahead.len()];
-                let plain = rest.iter().take_while(|t| !sessions.contains(&t.0)).count();
+                let plain = rest
+                    .iter()
+                    .take(PLAIN_RUN)
+                    .take_while(|t| !sessions.contains(&t.0))
+                    .count();
                 if plain > 0 {
                     out.extend(self.sweep_plain(w.conn(), &rest[..plain]).await?);
                     continue;
