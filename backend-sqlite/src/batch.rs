@@ -216,12 +216,11 @@ impl SqliteStore {
             // alone (its drain); the others, a run at a time, together.
             let ahead = &tokens[out.len()..tokens.len().min(out.len() + batch.max(1))];
             let sessions = self.with_riders(w.conn(), ahead).await?;
-            while out.len() < tokens.len() {
+            while out.len() < first + ahead.len() {
                 // Other writers (renewals among them) wait for this transaction: it
                 // ends after the write budget, the rest of the call in the next.
                 if retired >= batch.max(1)
                     || (out.len() > first && started.elapsed() >= SWEEP_BUDGET)
-                    || out.len() >= first + ahead.len()
                 {
                     break;
                 }

@@ -6,14 +6,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use liveness_conformance::fixtures::{owners_with_items, renew_with_ttl, wait_expired};
+use liveness_conformance::fixtures::{
+    drained_session_record, owners_with_items, renew_with_ttl, session_with_members, wait_expired,
+};
 use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 
 mod common;
 
 use liveness_core::{
-    Acquire, DeathCause, FencingToken, HolderId, ItemId, ItemStore, Key, Lease, LeaseStore, Ttl,
+    Acquire, DeathCause, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease,
+    LeaseStore, Ttl,
 };
 
 /// A store on a fresh file with one connection, and the count of its commits (a
@@ -154,30 +157,13 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
 async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record() {
     let (_dir, store, _commits) = counted().await;
     let ttl = Ttl::from_secs(60).unwrap();
-    let session = store
-        .acquire(
-            &Key::new(
-                liveness_core::Space::sessions(),
-                liveness_core::Name::new("p").unwrap(),
-            ),
-            &HolderId::new("p").unwrap(),
-            ttl,
-        )
-        .await
-        .unwrap();
-    let mut members = Vec::new();
-    for i in 0..3 {
-        let key = Key::member(&format!("m{i}")).unwrap();
-        let member = store
-            .join_session(&session, &key, &HolderId::new("m").unwrap())
-            .await
-            .unwrap();
+    let (session, members) = session_with_members(&store, "p", "m", ttl, 3).await;
+    for member in &members {
         store
-            .enqueue(b"job", liveness_core::EnqueueOptions::default())
+            .enqueue(b"job", EnqueueOptions::default())
             .await
             .unwrap();
-        assert_eq!(store.claim(&member, 1).await.unwrap().len(), 1);
-        members.push(member);
+        assert_eq!(store.claim(member, 1).await.unwrap().len(), 1);
     }
     assert!(store.release(&session).await.unwrap());
     let mut retired = Vec::new();
@@ -200,9 +186,5 @@ async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record()
         .map(|a| a.unwrap().requeued.len())
         .collect();
     assert_eq!(moved, vec![1, 1, 1, 0], "each member's item once");
-    let deaths = store.deaths(None, 1000).await.unwrap();
-    let record = deaths.iter().find(|d| d.token == session.token).unwrap();
-    let swept = record.swept.expect("the session's record is swept");
-    assert_eq!((swept.members, swept.requeued), (3, 3), "{record:?}");
-    assert_eq!(deaths.len(), 1, "one death record: {deaths:?}");
+    drained_session_record(&store, session.token, &retired, 3).await;
 }

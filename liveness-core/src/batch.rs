@@ -169,7 +169,7 @@ impl Batcher {
         lease: &Lease,
         clock: &Arc<dyn Clock>,
     ) -> impl std::future::Future<Output = Answered> + Send + 'static {
-        hand_over(&self.renewals, lease.clone(), None, Some(clock.clone()))
+        ask(&self.renewals, lease.clone(), None, Some(clock.clone()))
     }
 
     /// Acquires `key` for `holder` in the next batch and answers what the store
@@ -290,18 +290,9 @@ pub(crate) struct Answered {
     pub(crate) sent_on_clock: Option<Duration>,
 }
 
-async fn ask<R>(
-    queue: &mpsc::UnboundedSender<Ask<R>>,
-    request: R,
-    at: Option<Instant>,
-    clock: Option<Arc<dyn Clock>>,
-) -> Answered {
-    hand_over(queue, request, at, clock).await
-}
-
 /// Queues `request` at once and answers the future of its answer (the batcher's
 /// fault when it is gone).
-fn hand_over<R>(
+fn ask<R>(
     queue: &mpsc::UnboundedSender<Ask<R>>,
     request: R,
     at: Option<Instant>,

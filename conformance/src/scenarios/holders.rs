@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, LostCause, Member, MemberConfig, Session, SessionConfig, Space,
+    EnqueueOptions, Error, LostCause, Member, MemberConfig, Session, SessionConfig,
 };
 use tokio::time::Instant;
 
+use crate::fixtures::drained_session_record;
 use crate::Ctx;
 
 fn unique(prefix: &str) -> String {
@@ -63,8 +64,6 @@ pub async fn a_session_loss_leaves_one_death_record(ctx: Ctx) {
         .map(|m| m.unwrap())
         .collect();
     let old_tokens: Vec<_> = members.iter().map(Member::token).collect();
-    let seen = s.deaths(None, 100).await.unwrap();
-    let before = seen.iter().map(|d| d.seq).max().unwrap_or(0);
     let old = session.lease();
     assert!(s.release(&old).await.unwrap());
     let until = Instant::now() + ttl.duration() * 3;
@@ -76,32 +75,7 @@ pub async fn a_session_loss_leaves_one_death_record(ctx: Ctx) {
         assert!(Instant::now() < until, "the members never re-joined");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let new: Vec<_> = s
-        .deaths(None, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.seq > before)
-        .collect();
-    let ours = |d: &&liveness_core::DeathRecord| {
-        *d.key.space() == Space::members() && names.iter().any(|n| d.key.name().as_str() == n)
-    };
-    let of_members: Vec<_> = new.iter().filter(ours).collect();
-    assert!(
-        of_members.is_empty(),
-        "a death record per member: {of_members:?}"
-    );
-    let of_session: Vec<_> = new.iter().filter(|d| d.token == old.token).collect();
-    assert_eq!(
-        of_session.len(),
-        1,
-        "the old session lease's record: {new:?}"
-    );
-    assert_eq!(
-        of_session[0].swept.map(|s| s.members),
-        Some(MEMBERS as u64),
-        "it counts the members that died with it"
-    );
+    drained_session_record(s.as_ref(), old.token, &old_tokens, 0).await;
     for member in members {
         member.leave(Duration::ZERO).await.unwrap();
     }

@@ -266,7 +266,7 @@ impl Inner {
             keep: self
                 .session
                 .clone()
-                .map(|s| Arc::new(s) as Arc<dyn Any + Send + Sync>),
+                .map(|s| s as Arc<dyn Any + Send + Sync>),
         }
         .start();
     }

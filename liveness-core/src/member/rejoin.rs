@@ -118,7 +118,7 @@ impl Life {
                 keep: self
                     .session
                     .clone()
-                    .map(|s| Arc::new(s) as Arc<dyn Any + Send + Sync>),
+                    .map(|s| s as Arc<dyn Any + Send + Sync>),
             }
             .start();
             return None;

@@ -2,6 +2,7 @@
 //! of them: when each rider must be looked at next (its own loss, a stall), and the
 //! look itself ([`Member::tend`]).
 
+use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use crate::types::Key;
 /// What a riding member needs of the session it rides (the session's shared state
 /// implements it): the engine's view of the session ([`Ridden`]: its current lease,
 /// its next ones, its join gatherer) and the parts its riders share with it.
-pub(crate) trait Carrier: Ridden + Send + Sync + std::fmt::Debug {
+pub(crate) trait Carrier: Ridden + Any + Send + Sync + std::fmt::Debug {
     /// The store, behind the input checks and tracing.
     fn store(&self) -> &Arc<dyn Store>;
     /// The session's heartbeat timing, which its riders share.
