@@ -314,9 +314,9 @@ impl Facts {
             Request::Complete { lease, id } => Facts::Complete(lease.token, *id),
             Request::Fail { lease, id, .. } => Facts::Fail(lease.token, *id),
             Request::Reap { key, token } => Facts::Reap(vec![(key.clone(), *token)]),
-            Request::ReapMany(pairs) => Facts::Reap(pairs.clone()),
-            Request::RequeueOrphans(token) => Facts::Requeue(vec![*token]),
-            Request::RequeueOrphansMany(tokens) => Facts::Requeue(tokens.clone()),
+            Request::ReapMany { expired: pairs } => Facts::Reap(pairs.clone()),
+            Request::RequeueOrphans { token } => Facts::Requeue(vec![*token]),
+            Request::RequeueOrphansMany { tokens } => Facts::Requeue(tokens.clone()),
             _ => return None,
         })
     }

@@ -293,8 +293,8 @@ impl Intercept for Meter {
         }
         let renewal = matches!(op, Op::Renew | Op::RenewMany);
         match &req {
-            Request::Renew(lease) => self.renewed(std::slice::from_ref(lease), sent),
-            Request::RenewMany(leases) => self.renewed(leases, sent),
+            Request::Renew { lease } => self.renewed(std::slice::from_ref(lease), sent),
+            Request::RenewMany { leases } => self.renewed(leases, sent),
             _ => {}
         }
         let answer = next.run(req).await;

@@ -53,7 +53,7 @@ impl Intercept for Seeded {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let store = next.store().clone();
         Ok(match (self.bug, req) {
-            (Bug::AcquireManyDropsMiddle, Request::AcquireMany(asks)) if asks.len() >= 3 => {
+            (Bug::AcquireManyDropsMiddle, Request::AcquireMany { asks }) if asks.len() >= 3 => {
                 let middle = asks.len() / 2;
                 let mut answers = store.acquire_many(&asks[..middle]).await?;
                 let before = match answers.last() {
@@ -68,10 +68,10 @@ impl Intercept for Seeded {
                 answers.extend(store.acquire_many(&asks[middle + 1..]).await?);
                 Reply::AcquireMany(answers)
             }
-            (Bug::RenewManyNeverExtends, Request::RenewMany(leases)) => {
+            (Bug::RenewManyNeverExtends, Request::RenewMany { leases }) => {
                 Reply::RenewMany(leases.iter().map(|l| Ok(full_ttl(l))).collect())
             }
-            (Bug::RenewManyAnswersWithoutExtending, Request::RenewMany(leases)) => {
+            (Bug::RenewManyAnswersWithoutExtending, Request::RenewMany { leases }) => {
                 let mut answers = Vec::with_capacity(leases.len());
                 for lease in &leases {
                     let info = store.inspect(&lease.key).await?;
@@ -84,22 +84,24 @@ impl Intercept for Seeded {
                 }
                 Reply::RenewMany(answers)
             }
-            (Bug::RenewManySkipsFirst, Request::RenewMany(leases)) if !leases.is_empty() => {
+            (Bug::RenewManySkipsFirst, Request::RenewMany { leases }) if !leases.is_empty() => {
                 let mut answers = vec![Ok(leases[0].clone())];
                 answers.extend(store.renew_many(&leases[1..]).await?);
                 Reply::RenewMany(answers)
             }
-            (Bug::ReapManySkipsFirst, Request::ReapMany(pairs)) if !pairs.is_empty() => {
+            (Bug::ReapManySkipsFirst, Request::ReapMany { expired: pairs })
+                if !pairs.is_empty() =>
+            {
                 let mut answers = vec![Ok(false)];
                 answers.extend(store.reap_many(&pairs[1..]).await?);
                 Reply::ReapMany(answers)
             }
-            (Bug::ReapManySkipsLast, Request::ReapMany(pairs)) if !pairs.is_empty() => {
+            (Bug::ReapManySkipsLast, Request::ReapMany { expired: pairs }) if !pairs.is_empty() => {
                 let mut answers = store.reap_many(&pairs[..pairs.len() - 1]).await?;
                 answers.push(Ok(false));
                 Reply::ReapMany(answers)
             }
-            (Bug::RequeueOrphansManySkipsLast, Request::RequeueOrphansMany(tokens))
+            (Bug::RequeueOrphansManySkipsLast, Request::RequeueOrphansMany { tokens })
                 if !tokens.is_empty() =>
             {
                 let last = tokens.len() - 1;

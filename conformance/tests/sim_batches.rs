@@ -19,13 +19,13 @@ struct ReapManySkipsItsLast;
 #[async_trait]
 impl Intercept for ReapManySkipsItsLast {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
-        let Request::ReapMany(mut pairs) = req else {
+        let Request::ReapMany { expired: mut pairs } = req else {
             return next.run(req).await;
         };
         let Some(_skipped) = pairs.pop() else {
-            return next.run(Request::ReapMany(pairs)).await;
+            return next.run(Request::ReapMany { expired: pairs }).await;
         };
-        let mut answers = match next.run(Request::ReapMany(pairs)).await? {
+        let mut answers = match next.run(Request::ReapMany { expired: pairs }).await? {
             Reply::ReapMany(answers) => answers,
             other => return Ok(other),
         };

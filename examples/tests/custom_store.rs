@@ -41,7 +41,7 @@ struct ReadsEveryLease {
 #[async_trait]
 impl Intercept for ReadsEveryLease {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
-        if let Request::Expired { space, .. } | Request::NextExpiry(space) = &req {
+        if let Request::Expired { space, .. } | Request::NextExpiry { space } = &req {
             let mut after: Option<Key> = None;
             loop {
                 let page = Page {

@@ -88,37 +88,49 @@ impl Intercept for CheckInput {
                 caps.check_ttl(ttl)?;
                 Request::Acquire { key, holder, ttl }
             }
-            Request::AcquireMany(asks) => {
+            Request::AcquireMany { asks } => {
                 check_batch(caps, "acquires", asks.len())?;
                 let (asks, refused) = sift(asks, |a| caps.check_ttl(a.ttl));
-                return rejoin_as!(AcquireMany, refused, asks, Request::AcquireMany, next);
+                return rejoin_as!(
+                    AcquireMany,
+                    refused,
+                    asks,
+                    |asks| Request::AcquireMany { asks },
+                    next
+                );
             }
-            Request::Renew(lease) => {
+            Request::Renew { lease } => {
                 lease.check_issuer(issuer)?;
                 caps.check_ttl(lease.ttl)?;
-                Request::Renew(lease)
+                Request::Renew { lease }
             }
-            Request::RenewMany(leases) => {
+            Request::RenewMany { leases } => {
                 check_batch(caps, "leases", leases.len())?;
                 let (leases, refused) = sift(leases, |l| {
                     l.check_issuer(issuer)?;
                     caps.check_ttl(l.ttl)
                 });
-                return rejoin_as!(RenewMany, refused, leases, Request::RenewMany, next);
+                return rejoin_as!(
+                    RenewMany,
+                    refused,
+                    leases,
+                    |leases| Request::RenewMany { leases },
+                    next
+                );
             }
-            Request::ReapMany(pairs) => {
+            Request::ReapMany { expired: pairs } => {
                 check_batch(caps, "expired", pairs.len())?;
                 if pairs.is_empty() {
                     return Ok(Reply::ReapMany(Vec::new()));
                 }
-                Request::ReapMany(pairs)
+                Request::ReapMany { expired: pairs }
             }
-            Request::RequeueOrphansMany(tokens) if tokens.is_empty() => {
+            Request::RequeueOrphansMany { tokens } if tokens.is_empty() => {
                 return Ok(Reply::RequeueOrphansMany(Vec::new()));
             }
-            Request::Release(lease) => {
+            Request::Release { lease } => {
                 lease.check_issuer(issuer)?;
-                Request::Release(lease)
+                Request::Release { lease }
             }
             Request::JoinSession {
                 session,

@@ -3,10 +3,11 @@
 //! (or not) and sees the [`Reply`] — it may change either. A [`Layer`] is the factory
 //! that puts one in front of a store, and [`StoreBuilder`] stacks layers.
 //!
-//! Every call of every [`LeaseStore`] and [`ItemStore`] method, the `*_many` batches
-//! included, passes through the intercept as one request, so a new store operation
-//! reaches every layer in the tree (input checks, tracing, metrics, timing, fault
-//! injection) through one edit in this file.
+//! Every call of every [`LeaseStore`](crate::LeaseStore) and [`ItemStore`](crate::ItemStore) method, the `*_many` batches
+//! included, passes through the intercept as one request. The forwarding is
+//! generated from each operation's one declaration in [`crate::request`], so a new
+//! store operation reaches every layer in the tree (input checks, tracing, metrics,
+//! timing, fault injection) with no edit here.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -46,21 +47,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::watch;
 
-use crate::error::{BatchResult, Error, JoinAsk, Result};
-use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
-    Requeued,
-};
-use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
-use crate::store::{ItemStore, LeaseStore, Page, Store, StoreInfo};
+use crate::error::{Error, Result};
+use crate::store::Store;
 
 pub use crate::request::{dispatch, Op, Reply, Request, WrongReply};
-use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+
 /// A boxed, owned future: what [`Next::run`] returns, free to be spawned.
 pub type BoxReply = Pin<Box<dyn Future<Output = Result<Reply>> + Send + 'static>>;
 
@@ -83,7 +77,7 @@ impl Next {
         Box::pin(async move { dispatch(&*self.inner, req).await })
     }
 
-    /// The store below (for its [`StoreInfo`]).
+    /// The store below (for its [`StoreInfo`](crate::StoreInfo)).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner
     }
@@ -219,7 +213,8 @@ impl<I: Intercept> Intercepted<I> {
         &self.inner
     }
 
-    async fn send(&self, req: Request) -> Result<Reply> {
+    /// Sends `req` through the intercept (split first when it asks for that).
+    pub(crate) async fn send(&self, req: Request) -> Result<Reply> {
         if self.hook.split_batches() {
             let op = req.op();
             match req.split() {
@@ -281,6 +276,13 @@ fn join<T>(
         .collect()
 }
 
+impl<I> Intercepted<I> {
+    /// The error for a reply of another operation than `asked`.
+    pub(crate) fn wrong(&self, asked: Op, got: Reply) -> Error {
+        wrong(self.inner.backend(), asked, got)
+    }
+}
+
 fn wrong(backend: &'static str, asked: Op, got: Reply) -> Error {
     Error::backend(
         backend,
@@ -289,145 +291,4 @@ fn wrong(backend: &'static str, asked: Op, got: Reply) -> Error {
             got: got.op().name(),
         },
     )
-}
-
-/// Sends a request through the intercept and takes the reply of the right variant.
-macro_rules! ask {
-    ($self:ident, $op:ident, $req:expr) => {
-        match $self.send($req).await? {
-            Reply::$op(v) => Ok(v),
-            other => Err(wrong($self.inner.backend(), Op::$op, other)),
-        }
-    };
-}
-
-#[async_trait]
-impl<I: Intercept> LeaseStore for Intercepted<I> {
-    fn info(&self) -> &StoreInfo {
-        self.inner.info()
-    }
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        let (key, holder) = (key.clone(), holder.clone());
-        ask!(self, Acquire, Request::Acquire { key, holder, ttl })
-    }
-    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
-        ask!(self, AcquireMany, Request::AcquireMany(asks.to_vec()))
-    }
-    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
-        let (session, key, holder) = (session.clone(), key.clone(), holder.clone());
-        ask!(
-            self,
-            JoinSession,
-            Request::JoinSession {
-                session,
-                key,
-                holder
-            }
-        )
-    }
-    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
-        let (session, asks) = (session.clone(), asks.to_vec());
-        ask!(
-            self,
-            JoinSessionMany,
-            Request::JoinSessionMany { session, asks }
-        )
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        ask!(self, Renew, Request::Renew(lease.clone()))
-    }
-    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
-        ask!(self, RenewMany, Request::RenewMany(leases.to_vec()))
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        ask!(self, Release, Request::Release(lease.clone()))
-    }
-    async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
-        ask!(self, Inspect, Request::Inspect(key.clone()))
-    }
-    async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let space = space.clone();
-        ask!(self, Expired, Request::Expired { space, limit })
-    }
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let key = key.clone();
-        ask!(self, Reap, Request::Reap { key, token })
-    }
-    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
-        ask!(self, ReapMany, Request::ReapMany(expired.to_vec()))
-    }
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        ask!(self, DeadTokens, Request::DeadTokens { limit })
-    }
-    async fn store_time(&self) -> Result<StoreTime> {
-        ask!(self, StoreTime, Request::StoreTime)
-    }
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        ask!(self, NextExpiry, Request::NextExpiry(space.clone()))
-    }
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let page = Page {
-            after: page.after.cloned(),
-            limit: page.limit,
-        };
-        let space = space.clone();
-        ask!(self, Members, Request::Members { space, page })
-    }
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        ask!(self, Deaths, Request::Deaths { before, limit })
-    }
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
-        self.inner.wakeups()
-    }
-    fn checks_input(&self) -> bool {
-        self.hook.checks_input() || self.inner.checks_input()
-    }
-}
-
-#[async_trait]
-impl<I: Intercept> ItemStore for Intercepted<I> {
-    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        let payload = payload.to_vec();
-        ask!(self, Enqueue, Request::Enqueue { payload, options })
-    }
-    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        let lease = lease.clone();
-        ask!(self, Claim, Request::Claim { lease, n, req })
-    }
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let lease = lease.clone();
-        ask!(self, Complete, Request::Complete { lease, id })
-    }
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let lease = lease.clone();
-        ask!(self, Fail, Request::Fail { lease, id, retry })
-    }
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        ask!(self, RequeueOrphans, Request::RequeueOrphans(token))
-    }
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
-        ask!(
-            self,
-            RequeueOrphansMany,
-            Request::RequeueOrphansMany(tokens.to_vec())
-        )
-    }
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        ask!(self, Item, Request::Item(id))
-    }
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        ask!(self, ItemCounts, Request::ItemCounts)
-    }
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        ask!(self, DeadLetters, Request::DeadLetters { limit })
-    }
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        ask!(self, Items, Request::Items { state, page })
-    }
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        ask!(self, RetryDeadLetter, Request::RetryDeadLetter(id))
-    }
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        ask!(self, RetryDeadLetters, Request::RetryDeadLetters { limit })
-    }
 }

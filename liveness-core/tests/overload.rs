@@ -126,7 +126,7 @@ impl Intercept for Slow {
             (Op::RenewMany, _) => self.batches.lock().unwrap().push((now, req.n())),
             (Op::AcquireMany, _) => self.acquire_batches.lock().unwrap().push(req.n()),
             // One per round: the members' (a round asks the sessions' too).
-            (Op::NextExpiry, _) if matches!(&req, Request::NextExpiry(s) if *s == Space::members()) => {
+            (Op::NextExpiry, _) if matches!(&req, Request::NextExpiry { space: s } if *s == Space::members()) => {
                 self.rounds.lock().unwrap().push(now)
             }
             _ => {}

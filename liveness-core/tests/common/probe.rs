@@ -88,7 +88,7 @@ impl Intercept for Probe {
                 std::future::pending::<()>().await;
             }
         }
-        if matches!(req, Request::Release(_))
+        if matches!(req, Request::Release { .. })
             && self
                 .failed_releases
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -100,8 +100,8 @@ impl Intercept for Probe {
             ));
         }
         let first = match &req {
-            Request::Renew(lease) => Some(lease),
-            Request::RenewMany(leases) => leases.first(),
+            Request::Renew { lease } => Some(lease),
+            Request::RenewMany { leases } => leases.first(),
             _ => None,
         };
         if first.is_some() {
@@ -120,9 +120,11 @@ impl Intercept for Probe {
                     reason: LostCause::Failover,
                 };
                 return match req {
-                    Request::RenewMany(leases) => {
+                    Request::RenewMany { leases } => {
                         let mut answers: Vec<Result<liveness_core::Lease>> = vec![Err(lost)];
-                        let rest = next.run(Request::RenewMany(leases[1..].to_vec()));
+                        let rest = next.run(Request::RenewMany {
+                            leases: leases[1..].to_vec(),
+                        });
                         if leases.len() > 1 {
                             match rest.await? {
                                 Reply::RenewMany(more) => answers.extend(more),
@@ -136,13 +138,13 @@ impl Intercept for Probe {
             }
         }
         match &req {
-            Request::Renew(lease) => {
+            Request::Renew { lease } => {
                 if self.cut.load(Ordering::SeqCst) && is_session(&lease.key) {
                     return cut();
                 }
                 self.count(&lease.key);
             }
-            Request::RenewMany(leases) => {
+            Request::RenewMany { leases } => {
                 if self.cut.load(Ordering::SeqCst) && leases.iter().any(|l| is_session(&l.key)) {
                     return cut();
                 }
@@ -178,7 +180,7 @@ impl Intercept for Probe {
                         liveness_core::Acquire::new(key.clone(), holder.clone(), session.ttl)
                     })
                     .collect();
-                return match next.run(Request::AcquireMany(asks)).await? {
+                return match next.run(Request::AcquireMany { asks }).await? {
                     Reply::AcquireMany(leases) => Ok(Reply::JoinSessionMany(leases)),
                     other => panic!("acquire_many answered {other:?}"),
                 };
