@@ -4,60 +4,11 @@
 use std::time::Duration;
 
 use liveness_core::{
-    DeathRecord, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease, LeaseStore,
-    Name, Space, Ttl,
+    DeathRecord, EnqueueOptions, FencingToken, ItemId, ItemStore, Lease, LeaseStore, Ttl,
 };
 use tokio::time::Instant;
 
-/// Acquires the lease of member `name` for `holder` with `ttl`.
-///
-/// # Panics
-///
-/// When a name is not a valid member key or holder, or the store refuses: it is a
-/// test's set-up, whose failure fails the test.
-pub async fn acquire_member<S: LeaseStore + ?Sized>(
-    store: &S,
-    name: &str,
-    holder: &str,
-    ttl: Ttl,
-) -> Lease {
-    let key = Key::member(name).unwrap_or_else(|e| panic!("member key {name:?}: {e}"));
-    let holder = HolderId::new(holder).unwrap_or_else(|e| panic!("holder {holder:?}: {e}"));
-    store
-        .acquire(&key, &holder, ttl)
-        .await
-        .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
-}
-
-/// The session lease on `name` for `holder` with `ttl`, and `n` members `m0`, `m1`, …
-/// of the same holder riding it, joined one by one; the members in order.
-///
-/// # Panics
-///
-/// When a name is not a valid session name or holder, or the store refuses.
-pub async fn session_with_members<S: LeaseStore + ?Sized>(
-    store: &S,
-    name: &str,
-    holder: &str,
-    ttl: Ttl,
-    n: usize,
-) -> (Lease, Vec<Lease>) {
-    let key = Name::new(name)
-        .map(|name| Key::new(Space::sessions(), name))
-        .unwrap_or_else(|e| panic!("session name {name:?}: {e}"));
-    let holder = HolderId::new(holder).unwrap_or_else(|e| panic!("holder {holder:?}: {e}"));
-    let session = store
-        .acquire(&key, &holder, ttl)
-        .await
-        .unwrap_or_else(|e| panic!("session {name:?}: {e}"));
-    let mut members = Vec::with_capacity(n);
-    for i in 0..n {
-        let key = Key::member(&format!("m{i}")).unwrap_or_else(|e| panic!("{e}"));
-        let member = store.join_session(&session, &key, &holder).await;
-        members.push(member.unwrap_or_else(|e| panic!("join m{i}: {e}")));
-    }
-    (session, members)
-}
+pub use liveness_bench::fixtures::{acquire_member, session_with_members};
 
 /// `n` member leases `{prefix}0`, `{prefix}1`, … for holder `w` with `ttl`, in order,
 /// each owning one item it claimed (its payload the member's name): the set-up of a

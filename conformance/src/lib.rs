@@ -1,18 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, MemoryServer,
-    Namespace, Space, Store, Ttl,
+    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Space, Store, Ttl,
 };
 
-pub mod bench;
-pub mod bench_util;
 pub mod faults;
 pub mod fixtures;
 pub mod fleet;
@@ -20,48 +15,16 @@ pub mod property;
 pub mod scale;
 pub mod scenarios;
 pub mod sim;
-pub mod skip;
 pub mod url_rules;
-pub mod wrappers;
 
-/// A boxed future returning a store, as a [`Factory`] makes.
-pub type StoreFuture = Pin<Box<dyn Future<Output = Option<Arc<dyn Store>>> + Send>>;
-
-/// Makes a store on a FRESH namespace for each call, or `None` when there is no store
-/// to test (its server is missing). `None` fails the test unless skipping was asked for
-/// outside CI: see [`skip`].
-pub type Factory = Arc<dyn Fn() -> StoreFuture + Send + Sync>;
-
-/// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`]
-/// whose stores stand behind [`liveness_core::CheckInput`], as every store the state
-/// machines and `connect` hand out does: the suite checks the store as its users see
-/// it, and a store under test receives only checked input (the store contract).
-pub fn factory<F, Fut>(f: F) -> Factory
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Option<Arc<dyn Store>>> + Send + 'static,
-{
-    let f = Arc::new(f);
-    Arc::new(move || {
-        let f = f.clone();
-        Box::pin(async move { f().await.map(liveness_core::checked) }) as StoreFuture
-    })
-}
-
-/// A [`Factory`] of fresh namespaces on one in-memory `server` (the reference model):
-/// what the bench binaries run on when no backend is named.
-pub fn memory_factory(server: MemoryServer) -> Factory {
-    factory(move || {
-        let store: Arc<dyn Store> = Arc::new(server.store(&fresh_namespace()));
-        async move { Some(store) }
-    })
-}
-
-/// A random namespace (`t_` and 16 hex digits), for one scenario or one case.
-pub fn fresh_namespace() -> Namespace {
-    let name = format!("t_{:016x}", fastrand::u64(..));
-    Namespace::new(name).unwrap_or_else(|e| panic!("generated namespace is valid: {e}"))
-}
+// The bench kit and the pieces the suite shares with it live in `liveness-bench` (a
+// crate without proptest, which the `liveness` CLI can depend on); the suite's users
+// reach them here as before.
+pub use liveness_bench as bench;
+pub use liveness_bench::util as bench_util;
+pub use liveness_bench::{
+    factory, fresh_namespace, memory_factory, skip, wrappers, Factory, StoreFuture,
+};
 
 /// What a scenario gets: a store on a fresh namespace, the factory (for a second
 /// namespace), and ttls scaled to the store's declared minimum.

@@ -1,4 +1,4 @@
-//! `liveness bench`: the conformance bench kit against the given store, so a user
+//! `liveness bench`: the bench kit (`liveness-bench`) against the given store, so a user
 //! measures their own deployment. Each measurement runs on a fresh namespace
 //! `bench_XXXXXXXX` of the same store (left behind: drop it when done).
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use liveness::{Key, Space, Store};
-use liveness_conformance::bench::{self, Options};
+use liveness_bench::{self as bench, Options};
 use serde::Serialize;
 use tokio::time::Instant;
 

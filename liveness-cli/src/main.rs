@@ -124,8 +124,8 @@ enum Command {
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         every: Duration,
     },
-    /// Measures this deployment with the conformance bench kit: renewals per second,
-    /// checker rounds, detection latency. Writes to fresh namespaces `bench_*`.
+    /// Measures this deployment with the bench kit (liveness-bench): renewals per
+    /// second, checker rounds, detection latency. Writes to fresh namespaces `bench_*`.
     Bench {
         /// Live member counts for the checker-round figures.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
@@ -407,7 +407,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             seconds,
             deaths,
         } => {
-            let options = liveness_conformance::bench::Options {
+            let options = liveness_bench::Options {
                 members,
                 concurrency,
                 seconds,

@@ -339,7 +339,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   (see [`LeaseStore::next_expiry`]) checks each candidate's real expiry.
     /// - Its cost grows with the number of expired leases, not with the number of live
     ///   ones (an expiry index). No scenario can see this (a scan gives the same
-    ///   answers); `liveness_conformance::bench::check_round_cost` checks it.
+    ///   answers); `liveness_bench::check_round_cost` checks it.
     /// - On observer-local stores, "expired" means unchanged for a whole ttl as observed
     ///   by this handle.
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>>;

@@ -28,15 +28,15 @@ use std::time::{Duration, Instant};
 
 /// True when running under CI (`CI` set to anything but empty, `0` or `false`).
 pub fn in_ci() -> bool {
-    liveness_conformance::skip::in_ci()
+    liveness_bench::skip::in_ci()
 }
 
 /// Reports a server that cannot be had, by the suite's rule
-/// ([`liveness_conformance::skip`]): panics (fails the test) under CI, and outside CI
+/// ([`liveness_bench::skip`]): panics (fails the test) under CI, and outside CI
 /// unless `LIVENESS_ALLOW_SKIP=1` is set; then prints one `SKIP` line past the test
 /// harness's capture and returns `None`, so callers can write `return missing(..)`.
 pub fn missing<T>(what: &str, install_hint: &str) -> Option<T> {
-    liveness_conformance::skip::no_store(what, &format!("not available: {install_hint}"));
+    liveness_bench::skip::no_store(what, &format!("not available: {install_hint}"));
     None
 }
 

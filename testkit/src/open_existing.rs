@@ -3,8 +3,8 @@
 //! namespace that is not there is refused as bad input naming it, and looking creates
 //! nothing; a namespace that a normal connect wrote to opens and reads what it holds.
 
-use liveness_conformance::fixtures::acquire_member;
-use liveness_conformance::fresh_namespace;
+use liveness_bench::fixtures::acquire_member;
+use liveness_bench::fresh_namespace;
 use liveness_core::{EnqueueOptions, Error, InputProblem, ItemStore, LeaseStore, Result, Ttl};
 
 /// What [`only_a_namespace_that_is_there_opens`] hands the backend's own check that

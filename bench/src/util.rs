@@ -1,12 +1,15 @@
 //! Pieces the backends' benches share for their bare-primitive loops (the baselines
-//! printed beside the kit's [`bench`](crate::bench) figures): the leases they renew
-//! and the timed loop that counts operations per second.
+//! printed beside the kit's [figures](crate)): the leases they renew and the timed
+//! loop that counts operations per second. Re-exported as
+//! `liveness_conformance::bench_util`.
 
 use std::future::Future;
 use std::time::Duration;
 
 use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Result, Ttl};
 use tokio::time::Instant;
+
+use crate::fixtures::acquire_member;
 
 /// Acquires `n` member leases `{prefix}0`, `{prefix}1`, … for `holder`, one at a
 /// time, so that every lease is taken before a loop's clock starts.
@@ -21,15 +24,9 @@ pub async fn member_leases<S: LeaseStore + ?Sized>(
     holder: &str,
     ttl: Ttl,
 ) -> Vec<Lease> {
-    let holder = HolderId::new(holder).unwrap_or_else(|e| panic!("holder {holder:?}: {e}"));
     let mut leases = Vec::with_capacity(n);
     for i in 0..n {
-        let key = Key::member(&format!("{prefix}{i}")).unwrap_or_else(|e| panic!("key: {e}"));
-        let lease = store
-            .acquire(&key, &holder, ttl)
-            .await
-            .unwrap_or_else(|e| panic!("acquire {key:?}: {e}"));
-        leases.push(lease);
+        leases.push(acquire_member(store, &format!("{prefix}{i}"), holder, ttl).await);
     }
     leases
 }
@@ -66,7 +63,7 @@ pub async fn member_leases_batched<S: LeaseStore + ?Sized>(
 
 /// Runs `op` in a loop for `seconds` on each of `workers`, each in its own task, and
 /// answers how many calls per second answered `true` (see
-/// [`per_second`](crate::bench::per_second)).
+/// [`per_second`](crate::per_second)).
 ///
 /// `op` takes its worker's state and hands it back with its answer, so the state
 /// may hold what the operation uses mutably (a dedicated connection).
@@ -95,5 +92,5 @@ where
             })
         })
         .collect();
-    crate::bench::per_second(start, tasks).await
+    crate::per_second(start, tasks).await
 }

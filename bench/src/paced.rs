@@ -98,7 +98,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_lease_is_renewed_at_its_pace() {
-        let store = crate::bench::memory_store();
+        let store = crate::memory_store();
         let holder = HolderId::new("paced").unwrap_or_else(|e| panic!("{e}"));
         let ttl = Ttl::from_secs(30).unwrap_or_else(|e| panic!("{e}"));
         let mut leases = Vec::new();

@@ -95,7 +95,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_members_of_a_dead_session_are_seen_declared() {
-        let store = super::super::memory_store();
+        let store = crate::memory_store();
         let ttl = Ttl::new(Duration::from_millis(200)).unwrap_or_else(|e| panic!("{e}"));
         let (_session, members) = session_with_members(&store, "p0", "watch", ttl, 5).await;
         let tokens: HashSet<_> = members.iter().map(|m| m.token).collect();

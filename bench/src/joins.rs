@@ -80,7 +80,7 @@ mod tests {
 
     #[tokio::test]
     async fn both_ways_join_every_member() {
-        let store = crate::bench::memory_store();
+        let store = crate::memory_store();
         let (one, many, calls) = join_rates(&store, 10, 3).await;
         assert!(one > 0.0 && many > 0.0);
         let max = store.capabilities().max_batch.max(1);

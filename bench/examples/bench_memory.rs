@@ -3,5 +3,5 @@
 use liveness_core::MemoryServer;
 
 fn main() {
-    liveness_conformance::bench::main(liveness_conformance::memory_factory(MemoryServer::new()));
+    liveness_bench::main(liveness_bench::memory_factory(MemoryServer::new()));
 }

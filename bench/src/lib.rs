@@ -1,50 +1,79 @@
-//! The bench kit: figures, not assertions. Any store runs it with
-//! [`run`] (or [`main`] for a bench binary with `--members` / `--seconds` flags) and it
-//! prints:
-//!
-//! - renewals per second through the store trait with 1 and 64 concurrent members;
-//! - the cost of one checker round (time and store round trips) over 1,000, 10,000
-//!   and 100,000 live members, with 0 % and 1 % of them expired;
-//! - the detection latency (a member stops renewing → its item is pending again) over
-//!   20 deaths, with a running checker: min / median / p99, and the part beyond the ttl.
-//!
-//! Backends print their raw primitive (a bare client loop, redis-benchmark, pgbench)
-//! beside these figures in the same run and report the ratio.
-//!
-//! One mode judges instead of printing: [`check_round_cost`] (the bench binary's
-//! `--check-cost` flag, or [`assert_round_cost`] in a test) fails when the cost of a
-//! checker round grows with the number of LIVE leases — the `expired` bullet of the
-//! contract ("its cost grows with the number of expired leases, not with the number
-//! of live ones"), which no conformance scenario can see: a store that scans every
-//! lease gives the same answers, only slower.
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
 
 use liveness_core::sync::lock;
 use liveness_core::Page;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use liveness_core::{
-    Acquire, Checker, CheckerConfig, EnqueueOptions, HolderId, ItemState, Key, Lease, Store, Ttl,
+    Acquire, Checker, CheckerConfig, EnqueueOptions, HolderId, ItemState, Key, Lease, MemoryServer,
+    Namespace, Store, Ttl,
 };
 use tokio::time::Instant;
 
 use crate::wrappers::Wrapped;
-use crate::Factory;
 
 pub mod args;
 mod cost;
 pub mod death_watch;
 pub mod drain;
+pub mod fixtures;
 pub mod joins;
 pub mod paced;
 pub mod procfs;
 pub mod session_death;
+pub mod skip;
+pub mod util;
+pub mod wrappers;
 pub use cost::*;
+
+/// A boxed future returning a store, as a [`Factory`] makes.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Option<Arc<dyn Store>>> + Send>>;
+
+/// Makes a store on a FRESH namespace for each call, or `None` when there is no store
+/// to test (its server is missing). `None` fails the test unless skipping was asked for
+/// outside CI: see [`skip`].
+pub type Factory = Arc<dyn Fn() -> StoreFuture + Send + Sync>;
+
+/// Wraps an `async fn() -> Option<Arc<dyn Store>>` (or closure) into a [`Factory`]
+/// whose stores stand behind [`liveness_core::CheckInput`], as every store the state
+/// machines and `connect` hand out does: the suite and the bench kit see the store as
+/// its users see it, and a store under test receives only checked input (the store
+/// contract).
+pub fn factory<F, Fut>(f: F) -> Factory
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Arc<dyn Store>>> + Send + 'static,
+{
+    let f = Arc::new(f);
+    Arc::new(move || {
+        let f = f.clone();
+        Box::pin(async move { f().await.map(liveness_core::checked) }) as StoreFuture
+    })
+}
+
+/// A [`Factory`] of fresh namespaces on one in-memory `server` (the reference model):
+/// what the bench binaries run on when no backend is named.
+pub fn memory_factory(server: MemoryServer) -> Factory {
+    factory(move || {
+        let store: Arc<dyn Store> = Arc::new(server.store(&fresh_namespace()));
+        async move { Some(store) }
+    })
+}
+
+/// A random namespace (`t_` and 16 hex digits), for one scenario or one case.
+pub fn fresh_namespace() -> Namespace {
+    let name = format!("t_{:016x}", fastrand::u64(..));
+    Namespace::new(name).unwrap_or_else(|e| panic!("generated namespace is valid: {e}"))
+}
 
 /// A memory store on a fresh server, for the bench kit's own tests.
 #[cfg(test)]
 fn memory_store() -> liveness_core::MemoryStore {
-    liveness_core::MemoryServer::new().store(&crate::fresh_namespace())
+    MemoryServer::new().store(&fresh_namespace())
 }
 
 /// What to measure.
