@@ -25,7 +25,7 @@ use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench::procfs;
-use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Name, Space};
+use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Store};
 
 mod common;
 use common::store;

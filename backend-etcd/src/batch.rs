@@ -1,9 +1,11 @@
-//! The native `*_many` calls of [`EtcdStore`]: `acquire_many` pipelined in waves,
-//! `renew_many` as one keep-alive per lease and one read, `reap_many` as one read and
-//! one guarded `Txn` per chunk, `requeue_orphans_many` as two reads and whole sweeps
-//! packed into transactions. Each entry answers exactly what the single call would;
-//! the entries a batch cannot settle go through the single-lease steps
-//! (`etcd_lease.rs`, `deaths.rs`).
+//! The batches of [`EtcdStore`], the only form of these operations (the one-entry
+//! calls of `liveness_core::Store` arrive here as a batch of one): `acquire_many`
+//! pipelined in waves, `renew_many` as one keep-alive per lease and one read,
+//! `reap_many` as one read and one guarded `Txn` per chunk, `requeue_orphans_many`
+//! as two reads and whole sweeps packed into transactions. Each entry answers exactly
+//! what it would alone; the entries a batch cannot settle go through the one-lease
+//! steps (`acquire_with`, `renew_one` in `etcd_lease.rs`; `reap_one`, `sweep` in
+//! `deaths.rs`).
 //!
 //! ## `acquire_many`
 //!
@@ -11,15 +13,14 @@
 //! compares are all or nothing, all its writes share one revision (and a token is
 //! the revision that created the lease-bound key, so two leases taken by one
 //! transaction would share a token), and each lease needs its own etcd lease. So
-//! each entry keeps `acquire`'s own transaction, and a round sends, one wave each:
+//! each entry keeps its own transaction, and a round sends, one wave each:
 //!
 //! 1. one read of every entry's record and lease-bound key (and the death counter),
-//!    at one revision: a key held live answers `Held` from it, as `acquire`'s own
-//!    read would; only the free and expired ones go on (a losing acquire grants no
-//!    etcd lease);
+//!    at one revision: a key held live answers `Held` from it; only the free and
+//!    expired ones go on (a losing acquire grants no etcd lease);
 //! 2. their etcd lease grants, all at once;
-//! 3. their transactions, all at once, each exactly `acquire`'s (the same compares
-//!    and writes) plus a compare that CHAINS it to the entry before it: that
+//! 3. their transactions, all at once, each exactly `acquire_with`'s (the same
+//!    compares and writes) plus a compare that CHAINS it to the entry before it: that
 //!    entry's record holds the value the entry before wrote (its etcd lease id,
 //!    granted to this call alone, makes the value unique). etcd applies requests
 //!    sent together in any order; with the chain, a transaction applies only after
@@ -36,16 +37,20 @@
 //! applied 5 to 20 requests of a wave in order). Entries still open after
 //! [`MAX_TRIES`] waves, and every entry from the first one whose key an earlier
 //! entry also names (it must see what that one took), go one after the other
-//! through `acquire`'s own path, after the waves.
+//! through the one-lease path (`acquire_with`), after the waves. So does an entry
+//! whose key holds a riding member's record (judged by its session, which the read
+//! did not see).
 //!
 //! ## `reap_many`
 //!
-//! Each entry answers exactly what `reap` of it alone would: the guards are the
+//! Each entry answers exactly what it would alone (`reap_one`): the guards are the
 //! same (the record's mod revision and the lease-bound key's absence, per entry,
 //! and the death counter, bumped once per chunk with one death record per reaped
 //! lease). A transaction is all or nothing, so a chunk that loses any race (another
 //! reaper, an acquire, another death) writes nothing; the entries still open are
 //! read again, and after [`MAX_TRIES`] rounds of contention each is reaped alone.
+//! A riding member (judged by its session) and a key given twice are reaped alone
+//! too.
 
 use std::collections::HashSet;
 
@@ -180,7 +185,7 @@ impl EtcdStore {
                 }
                 let ops = match record {
                     // Expired, not yet reaped: retired to the dead set in this step,
-                    // with its death record, as `acquire` does.
+                    // with its death record, as `acquire_with` does.
                     Some(c) => {
                         let seq = last_death + deaths + 1;
                         when.push(mod_rev(&rec_key, c.mod_rev));
@@ -243,7 +248,7 @@ impl EtcdStore {
                         }
                     }
                     // Applied or not, nobody knows: this entry answers Unavailable,
-                    // as `acquire` would; a later one applied only after it (the
+                    // as `acquire_with` would; a later one applied only after it (the
                     // chain).
                     Err(e) => out[i] = Some(Err(e)),
                 }
@@ -254,11 +259,11 @@ impl EtcdStore {
     }
 
     /// Judges an entry on its key as read in `snap`: held live, it answers `Held`
-    /// (into `answer`), as `acquire`'s own read would; a lease-bound key without a
+    /// (into `answer`), as `acquire_with`'s read would; a lease-bound key without a
     /// record is an error; otherwise the key is free (`Some(None)`) or holds an
     /// expired lease to take over (`Some(Some(record))`). A riding member's record
     /// (judged by its session, which this read did not see) is left unanswered:
-    /// `acquire`'s own path takes it after the waves.
+    /// `acquire_with` takes it after the waves.
     fn judge_free(
         &self,
         key: &Key,
@@ -307,8 +312,8 @@ impl EtcdStore {
         // Leases this handle renews already on their etcd lease (a keep-alive slot of
         // their ttl): every keep-alive goes out at once on its stream, then ONE read
         // of all their lease-bound keys (after the answers: `renew_judged`). The
-        // others (a first renewal, a ttl change) take `renew`'s path, at the same
-        // time.
+        // others (a first renewal, a ttl change, a riding member) take `renew_one`'s
+        // path, at the same time.
         let mut fast = Vec::new();
         let mut slow = Vec::new();
         for (i, lease) in leases.iter().enumerate() {
@@ -347,7 +352,7 @@ impl EtcdStore {
                 .collect();
             Ok::<_, Error>((kept, bound, term))
         };
-        // `renew`'s path: the keep-alive and its judging.
+        // `renew_one`'s path: the keep-alive and its judging.
         let slow_renewals =
             futures::future::join_all(slow.iter().map(|i| self.renew_one(&leases[*i])));
         let (fast_answers, slow_answers) = tokio::join!(fast_renewals, slow_renewals);
@@ -513,7 +518,7 @@ impl EtcdStore {
     /// in the dead set answers empty without a write. A token with a full page of
     /// items (more may follow), a dead session's token with members left, a repeat
     /// of a token, and the tokens of a transaction that lost a race are swept alone
-    /// by `requeue_orphans`.
+    /// by [`EtcdStore::sweep`].
     pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let k = self.keys();
         let mut out: Vec<Option<Result<Requeued>>> = tokens.iter().map(|_| None).collect();

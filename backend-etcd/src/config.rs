@@ -151,7 +151,7 @@ impl EtcdConfig {
     }
 
     /// The same configuration keeping another number of death records per namespace
-    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// ([`OperatorStore::deaths`](liveness_core::OperatorStore::deaths); default
     /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
     /// `InvalidInput`).
     pub fn with_death_retention(mut self, keep: usize) -> Result<EtcdConfig> {

@@ -252,6 +252,8 @@ impl EtcdStore {
             max_payload: MAX_PAYLOAD,
             death_retention: config.death_retention().max(1),
             sessions: true,
+            items: true,
+            operator_views: true,
         };
         Ok(EtcdStore {
             inner: Arc::new(Inner {
@@ -477,7 +479,7 @@ impl EtcdStore {
         }))
     }
 
-    /// The handle's store time (see [`liveness_core::LeaseStore::store_time`] on
+    /// The handle's store time (see [`liveness_core::OperatorStore::store_time`] on
     /// [`EtcdStore`]).
     pub(crate) fn store_now(&self) -> StoreTime {
         StoreTime::from_epoch(self.inner.wall_at_start + self.inner.started.elapsed())

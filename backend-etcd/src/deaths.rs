@@ -1,15 +1,16 @@
 //! Finding and declaring deaths, and the death history: `expired` (the expiry watch's
-//! candidates, verified), `next_expiry`, `reap`, the dead set, the sweep of a dead
-//! token's items (`requeue_orphans`) and the death records (`deaths`).
+//! candidates, verified), `next_expiry`, a reap on its own, the dead set, the sweep of
+//! a dead token's items and the death records (`deaths`).
 //!
 //! A death is recorded by the transaction that ends the lease (reap, release, an
 //! acquire over an expired record): it compares the death counter (`death/ctr`) as it
 //! was read and bumps it, so seqs are gapless and follow the order of the deaths; a
 //! transaction that lost the counter to another death is retried by its caller. The
 //! record that fell out of the retention window is deleted by the same transaction
-//! (one delete per death). A sweep (`requeue_orphans`, in batches) keeps a running
-//! tally next to the dead token, compared and bumped by every batch; its last step
-//! writes the tally into the death record and forgets the token, in one transaction.
+//! (one delete per death). A sweep (of `requeue_orphans_many`, in batches) keeps a
+//! running tally next to the dead token, compared and bumped by every batch; its last
+//! step writes the tally into the death record and forgets the token, in one
+//! transaction.
 
 use std::time::Duration;
 
@@ -345,7 +346,7 @@ impl EtcdStore {
         Ok((self.keys().death(seq), seq))
     }
 
-    /// `LeaseStore::deaths`: the counter, then the page's window of seqs (records are
+    /// `OperatorStore::deaths`: the counter, then the page's window of seqs (records are
     /// contiguous by seq: the oldest ones go first), newest first: O(page).
     pub(crate) async fn death_page(
         &self,
@@ -374,9 +375,10 @@ impl EtcdStore {
         Ok(out)
     }
 
-    /// `LeaseStore::reap`: retires `key`'s record to the dead set, with its death
-    /// record, when it still holds `token` and its lease-bound key is gone; of
-    /// concurrent reapers exactly one wins.
+    /// One reap on its own (an entry `reap_many` did not settle: a riding member, a
+    /// key given twice, contention): retires `key`'s record to the dead set, with its
+    /// death record, when it still holds `token` and its lease-bound key is gone (a
+    /// riding member: its session's); of concurrent reapers exactly one wins.
     pub(crate) async fn reap_one(&self, key: &Key, token: FencingToken) -> Result<bool> {
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
@@ -413,7 +415,7 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// `LeaseStore::dead_tokens`: the dead set, oldest token first.
+    /// `ItemStore::dead_tokens`: the dead set, oldest token first.
     pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let k = self.keys();
         self.range(k.deads(), under(limit))
@@ -433,7 +435,9 @@ impl EtcdStore {
             .collect()
     }
 
-    /// `ItemStore::requeue_orphans`: moves dead `token`'s items back to pending (or
+    /// One dead token's sweep on its own (a token `requeue_orphans_many` did not
+    /// settle in one transaction: a full page of items, a dead session with members
+    /// left, a repeat, a lost race): moves dead `token`'s items back to pending (or
     /// to the dead letters), [`MAX_BATCH`] per transaction, each guarded by the
     /// dead-set entry and the items' mod revisions; the last step forgets the token
     /// and adds the tally to its death record. A dead session's token first retires

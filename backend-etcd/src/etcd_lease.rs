@@ -1,7 +1,7 @@
 //! The etcd lease under each liveness lease: granting it and binding the key to it
 //! (acquire), keeping it alive and judging etcd's answer (renew), moving the key to
-//! a new one (a ttl change). These are the single-lease steps that `lease.rs` runs
-//! for one lease and `batch.rs` falls back to for the entries a batch cannot settle.
+//! a new one (a ttl change). These are the one-lease steps that the batches
+//! (`batch.rs`) run for the entries they cannot settle together.
 
 use std::sync::Arc;
 
@@ -37,9 +37,11 @@ impl EtcdStore {
         }
     }
 
-    /// The attempts of one `acquire`: reads the key, and only when it is free or
-    /// expired grants the etcd lease (once, into `granted`, reused by later attempts)
-    /// and writes the record and lease-bound key in one guarded `Txn`.
+    /// One acquire on its own (an entry `acquire_many` did not settle in its waves:
+    /// a key an earlier entry names, a riding member's key, a lost race): reads the
+    /// key, and only when it is free or expired grants the etcd lease (once, into
+    /// `granted`, reused by later attempts) and writes the record and lease-bound key
+    /// in one guarded `Txn`.
     pub(crate) async fn acquire_with(
         &self,
         key: &Key,
@@ -113,7 +115,9 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// `renew`: one keep-alive on the lease's stream, then the read that judges it
+    /// One renewal on its own (a lease `renew_many` has no keep-alive slot of its
+    /// ttl for: a first renewal on this handle, a ttl change, a riding member): one
+    /// keep-alive on the lease's stream, then the read that judges it
     /// ([`EtcdStore::renew_judged`]).
     pub(crate) async fn renew_one(&self, lease: &Lease) -> Result<Lease> {
         let slot = match self.inner.slots.get(&lease.key, lease.token) {

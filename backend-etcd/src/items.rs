@@ -1,20 +1,18 @@
 //! `impl ItemStore for EtcdStore`: each method runs its own transaction (enqueue,
-//! claim, complete, fail, the item reads), or the inherent step it names (`deaths.rs`
-//! for the sweep, `batch.rs` for `requeue_orphans_many`), on input that
-//! `liveness_core::CheckInput` already checked (an item id that names no item is
-//! refused here). Here too: the item listings by state and the dead-letter retries.
+//! claim, finish, the item read), or the inherent step it names (`batch.rs` for
+//! `requeue_orphans_many`, `deaths.rs` for the dead set), on input that
+//! `liveness_core::CheckInput` already checked.
 
-use etcd_client::{GetOptions, GetResponse, Txn, TxnOp};
+use etcd_client::{GetResponse, Txn, TxnOp};
 use liveness_core::{
-    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
-    Result,
+    async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
+    ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
 };
 
 use crate::batch::REQUEUE_CHUNK;
 use crate::core::{
-    counter_at, del, exists, first, get, mod_rev, number, put, ranges, to_prefix_end, under,
-    version, EtcdStore, MAX_TXN_OPS,
+    counter_at, del, exists, first, get, mod_rev, number, put, ranges, under, version, EtcdStore,
+    MAX_TXN_OPS,
 };
 use crate::deaths::hand_back;
 use crate::error::{at_key, corrupt, Conflicts, Fault, MAX_TRIES};
@@ -173,27 +171,36 @@ impl ItemStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let k = self.keys();
-        let owned = k.owned(lease.token, id.0);
-        let resp = self
-            .txn(Txn::new().when(vec![exists(&owned)]).and_then(vec![
-                del(&owned),
-                del(&k.meta(id.0)),
-                del(&k.body(id.0)),
-            ]))
-            .await?;
-        if resp.succeeded() {
-            Ok(())
-        } else {
-            Err(lease.fenced(id))
-        }
-    }
-
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
+        let retry = match outcome {
+            // Removed in one transaction guarded on the owned key.
+            Outcome::Completed => {
+                let resp = self
+                    .txn(Txn::new().when(vec![exists(&owned)]).and_then(vec![
+                        del(&owned),
+                        del(&k.meta(id.0)),
+                        del(&k.body(id.0)),
+                    ]))
+                    .await?;
+                return if resp.succeeded() {
+                    Ok(None)
+                } else {
+                    Err(fenced())
+                };
+            }
+            Outcome::Retry => true,
+            Outcome::DeadLetter => false,
+        };
+        // Handed back: where it goes depends on its attempts, read with the owned
+        // key and guarded on that key's revision.
         for _ in 0..MAX_TRIES {
             let Some(kv) = self.get_one(&owned).await? else {
                 return Err(fenced());
@@ -208,14 +215,10 @@ impl ItemStore for EtcdStore {
                 )
                 .await?;
             if resp.succeeded() {
-                return Ok(state);
+                return Ok(Some(state));
             }
         }
         Err(Error::unavailable(BACKEND, Fault::Contention))
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.sweep(token).await
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
@@ -224,6 +227,10 @@ impl ItemStore for EtcdStore {
             out.extend(self.requeue_batch(chunk).await?);
         }
         Ok(out)
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.dead_set(limit).await
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
@@ -252,88 +259,6 @@ impl ItemStore for EtcdStore {
             state,
         }))
     }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let k = self.keys();
-        let count =
-            |p: String| TxnOp::get(p, Some(GetOptions::new().with_prefix().with_count_only()));
-        let resp = self
-            .txn(Txn::new().and_then(vec![
-                count(k.pendings()),
-                count(k.owneds()),
-                count(k.dead_letters()),
-            ]))
-            .await?;
-        let r = ranges(&resp);
-        let n = |i: usize| {
-            r.get(i)
-                .map(|g| u64::try_from(g.count()).unwrap_or(0))
-                .unwrap_or(0)
-        };
-        Ok(ItemCounts {
-            pending: n(0),
-            owned: n(1),
-            dead_lettered: n(2),
-        })
-    }
-
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let k = self.keys();
-        let ids = self
-            .trailing_ids(k.dead_letters(), under(limit).with_keys_only())
-            .await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Dead-lettered items never change again: reading them after the listing is
-        // as good as reading them with it.
-        let at = |key: String| TxnOp::get(key, None);
-        let ops = ids
-            .iter()
-            .flat_map(|id| [at(k.meta(*id)), at(k.body(*id))])
-            .collect::<Vec<_>>();
-        let resp = self.txn(Txn::new().and_then(ops)).await?;
-        let r = ranges(&resp);
-        ids.iter()
-            .enumerate()
-            .map(|(i, id)| {
-                let meta_kv =
-                    first(r.get(2 * i)).ok_or_else(|| corrupt(at_key(k.meta(*id).as_bytes())))?;
-                let meta =
-                    Meta::decode(meta_kv.value()).ok_or_else(|| corrupt(at_key(meta_kv.key())))?;
-                let payload = first(r.get(2 * i + 1))
-                    .map(|kv| kv.value().to_vec())
-                    .ok_or_else(|| corrupt(at_key(k.body(*id).as_bytes())))?;
-                Ok(ItemRecord {
-                    item: Item {
-                        id: ItemId(*id),
-                        payload,
-                        attempts: meta.attempts,
-                        max_attempts: meta.max_attempts,
-                    },
-                    state: ItemState::DeadLettered,
-                })
-            })
-            .collect()
-    }
-
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        self.item_page(state, after, limit).await
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        for _ in 0..MAX_TRIES {
-            if let Some(mut answer) = self.revive(&[id.0]).await? {
-                return answer.pop().unwrap_or(Ok(id.0)).map(|_| ());
-            }
-        }
-        Err(Error::unavailable(BACKEND, Fault::Contention))
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        self.revive_many(limit).await
-    }
 }
 
 /// The items a claim answers: each `(id, meta)` with its body, read by the `get` ops
@@ -360,167 +285,4 @@ fn claimed_items(
             })
         })
         .collect()
-}
-
-impl EtcdStore {
-    /// `ItemStore::items`: ids from the state's index (pending, dead-lettered) or
-    /// from the meta records (owned: there is no index by id), then their metas and
-    /// payloads in one transaction; an item whose state changed in between is left
-    /// out.
-    pub(crate) async fn item_page(
-        &self,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>> {
-        let k = self.keys();
-        let first_id = after.map_or(0, |a| a.0.saturating_add(1));
-        let mut ids = Vec::new();
-        match state {
-            ItemStateKind::Pending | ItemStateKind::DeadLettered => {
-                let (prefix, start) = if state == ItemStateKind::Pending {
-                    (k.pendings(), k.pending(first_id))
-                } else {
-                    (k.dead_letters(), k.dead_letter(first_id))
-                };
-                for kv in self
-                    .range(start, to_prefix_end(&prefix, limit).with_keys_only())
-                    .await?
-                {
-                    ids.push(Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?);
-                }
-            }
-            ItemStateKind::Owned => {
-                // Walk the meta records from `after`, a batch at a time.
-                let prefix = k.metas();
-                let mut start = k.meta(first_id);
-                'walk: loop {
-                    let batch = self
-                        .range(start.clone(), to_prefix_end(&prefix, 256))
-                        .await?;
-                    let Some(last) = batch.last() else { break };
-                    let next =
-                        Keys::trailing_id(last.key()).ok_or_else(|| corrupt(at_key(last.key())))?;
-                    for kv in &batch {
-                        if let Some((_, Some(ItemState::Owned(_)))) = Meta::decode_with(kv.value())
-                        {
-                            ids.push(
-                                Keys::trailing_id(kv.key())
-                                    .ok_or_else(|| corrupt(at_key(kv.key())))?,
-                            );
-                            if ids.len() == limit {
-                                break 'walk;
-                            }
-                        }
-                    }
-                    if batch.len() < 256 {
-                        break;
-                    }
-                    start = k.meta(next.saturating_add(1));
-                }
-            }
-        }
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ops = ids
-            .iter()
-            .flat_map(|id| [get(&k.meta(*id)), get(&k.body(*id))])
-            .collect::<Vec<_>>();
-        let resp = self.txn(Txn::new().and_then(ops)).await?;
-        let r = ranges(&resp);
-        let mut out = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let Some(meta_kv) = first(r.get(2 * i)) else {
-                continue; // completed since the listing
-            };
-            let (meta, now) = match Meta::decode_with(meta_kv.value()) {
-                Some((m, Some(s))) => (m, s),
-                _ => return Err(corrupt(at_key(meta_kv.key()))),
-            };
-            if now.kind() != state {
-                continue;
-            }
-            let payload = first(r.get(2 * i + 1))
-                .map(|kv| kv.value().to_vec())
-                .ok_or_else(|| corrupt(at_key(k.body(*id).as_bytes())))?;
-            out.push(ItemRecord {
-                item: Item {
-                    id: ItemId(*id),
-                    payload,
-                    attempts: meta.attempts,
-                    max_attempts: meta.max_attempts,
-                },
-                state: now,
-            });
-        }
-        Ok(out)
-    }
-
-    /// Moves the dead-lettered items `ids` back to pending with no attempts, in one
-    /// transaction guarded by their metas as read. `Ok(None)` when one changed
-    /// meanwhile (the caller reads again); otherwise the ids moved and, for each id
-    /// that is not dead-lettered, why (`NoSuchItem` / `NotDeadLettered`).
-    pub(crate) async fn revive(&self, ids: &[u64]) -> Result<Option<Vec<Result<u64>>>> {
-        let k = self.keys();
-        let resp = self
-            .txn(Txn::new().and_then(ids.iter().map(|id| get(&k.meta(*id))).collect::<Vec<_>>()))
-            .await?;
-        let r = ranges(&resp);
-        let mut compares = Vec::new();
-        let mut ops = Vec::new();
-        let mut out = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let Some(kv) = first(r.get(i)) else {
-                out.push(Err(Error::invalid("item", InputProblem::NoSuchItem)));
-                continue;
-            };
-            let (meta, state) = match Meta::decode_with(kv.value()) {
-                Some((m, Some(s))) => (m, s),
-                _ => return Err(corrupt(at_key(kv.key()))),
-            };
-            if state != ItemState::DeadLettered {
-                out.push(Err(Error::invalid("item", InputProblem::NotDeadLettered)));
-                continue;
-            }
-            let fresh = Meta {
-                attempts: 0,
-                ..meta
-            };
-            compares.push(mod_rev(&k.meta(*id), kv.mod_revision()));
-            ops.extend([
-                del(&k.dead_letter(*id)),
-                put(&k.pending(*id), fresh.encode()),
-                put(&k.meta(*id), fresh.encode_with(ItemState::Pending)),
-            ]);
-            out.push(Ok(*id));
-        }
-        if ops.is_empty() {
-            return Ok(Some(out));
-        }
-        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
-        Ok(resp.succeeded().then_some(out))
-    }
-
-    /// `ItemStore::retry_dead_letters`: the lowest dead-lettered ids, moved in one
-    /// transaction (retried when one of them changed meanwhile).
-    pub(crate) async fn revive_many(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let k = self.keys();
-        for _ in 0..MAX_TRIES {
-            let prefix = k.dead_letters();
-            let ids = self
-                .trailing_ids(
-                    prefix.clone(),
-                    to_prefix_end(&prefix, limit).with_keys_only(),
-                )
-                .await?;
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            if let Some(moved) = self.revive(&ids).await? {
-                return Ok(moved.into_iter().flatten().map(ItemId).collect());
-            }
-        }
-        Err(Error::unavailable(BACKEND, Fault::Contention))
-    }
 }

@@ -198,7 +198,7 @@ mod tests {
     use std::time::Duration;
 
     use futures::FutureExt;
-    use liveness_core::{Key, LeaseStore};
+    use liveness_core::{Key, Store};
 
     use crate::tests::{holder, store, ttl_times};
 

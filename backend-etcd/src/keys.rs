@@ -261,8 +261,9 @@ pub(crate) struct Record {
     /// The etcd lease the lease-bound key is bound to (0 for a riding member).
     pub(crate) lease_id: i64,
     pub(crate) holder: HolderId,
-    /// For a member riding a session (`LeaseStore::join_session`): the session's key
-    /// and token. Such a record has no lease-bound key and no etcd lease of its own.
+    /// For a member riding a session (`LeaseStore::join_session_many`): the session's
+    /// key and token. Such a record has no lease-bound key and no etcd lease of its
+    /// own.
     pub(crate) session: Option<(Key, FencingToken)>,
     /// For a riding member: the batch of the session's member index its entry is
     /// filed under ([`Keys::session_member`]); 0 otherwise.

@@ -1,25 +1,20 @@
 //! `impl LeaseStore for EtcdStore`: each method runs its own transaction or the
-//! inherent step it names (`etcd_lease.rs` for acquire and renew, `deaths.rs` for
-//! expiry and reaping, `batch.rs` for the `*_many` calls) on input that
-//! `liveness_core::CheckInput` already checked. Here too: release's attempt on one
-//! read, and the member listing.
+//! inherent step it names (`batch.rs` for `acquire_many`, `renew_many` and
+//! `reap_many`, `session.rs` for `join_session_many`, `deaths.rs` for expiry) on
+//! input that `liveness_core::CheckInput` already checked. Here too: release's
+//! attempt on one read.
 
 use std::time::Duration;
 
-use etcd_client::{KeyValue, Txn, TxnOp};
+use etcd_client::Txn;
 use liveness_core::{
-    async_trait, Acquire, BatchResult, DeadToken, DeathCause, DeathRecord, Error, ExpiredLease,
-    FencingToken, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result,
-    Space, StoreInfo, StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeathCause, Error, ExpiredLease, FencingToken, JoinAsk, Key,
+    Lease, LeaseInfo, LeaseStatus, LeaseStore, Result, Space, StoreInfo,
 };
 use tokio::sync::watch;
 
-use crate::core::{
-    del, first_range, get, mod_rev, put, ranges, secs, to_prefix_end, EtcdStore, Snapshot,
-    MAX_TXN_OPS,
-};
-use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
-use crate::keys::Record;
+use crate::core::{del, first_range, get, mod_rev, put, secs, EtcdStore, Snapshot};
+use crate::error::{Fault, MAX_TRIES};
 use crate::BACKEND;
 
 /// What one release attempt ([`EtcdStore::release_from`]) came to.
@@ -98,118 +93,6 @@ impl EtcdStore {
             _ => Ok(Released::NotCurrent),
         }
     }
-
-    /// `LeaseStore::members`: the records and the lease-bound keys of the page in
-    /// one transaction (one revision), then the lease-bound keys of the sessions its
-    /// riding members ride (a second read), then the time left of each live one.
-    pub(crate) async fn member_page(
-        &self,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>> {
-        let k = self.keys();
-        let records = k.records_in(space);
-        let lives = k.lives_in(space);
-        // Exclusive of `after`: its name followed by NUL, the next key in byte order.
-        let start = |prefix: &str| match after {
-            Some(a) => format!("{prefix}{}\0", a.name()),
-            None => prefix.to_owned(),
-        };
-        // At most `limit` live keys lie between the page's first and last record, so
-        // the first `limit` live keys from the same start cover them all.
-        let resp = self
-            .txn(Txn::new().and_then(vec![
-                TxnOp::get(start(&records), Some(to_prefix_end(&records, limit))),
-                TxnOp::get(
-                    start(&lives),
-                    Some(to_prefix_end(&lives, limit).with_keys_only()),
-                ),
-            ]))
-            .await?;
-        let r = ranges(&resp);
-        let recs = r.first().map(|g| g.kvs().to_vec()).unwrap_or_default();
-        let live: Vec<KeyValue> = r.get(1).map(|g| g.kvs().to_vec()).unwrap_or_default();
-        // The sessions the page's riding members ride: their lease-bound keys.
-        let mut sessions: Vec<Key> = Vec::new();
-        for kv in &recs {
-            if let Some(Record {
-                session: Some((s, _)),
-                ..
-            }) = Record::decode(kv.value())
-            {
-                if !sessions.contains(&s) {
-                    sessions.push(s);
-                }
-            }
-        }
-        let mut session_lives: Vec<(Key, Option<KeyValue>)> = Vec::new();
-        for chunk in sessions.chunks(MAX_TXN_OPS) {
-            let reads = chunk.iter().map(|s| get(&k.live(s))).collect::<Vec<_>>();
-            let resp = self.txn(Txn::new().and_then(reads)).await?;
-            for (s, g) in chunk.iter().zip(ranges(&resp)) {
-                session_lives.push((s.clone(), g.kvs().first().cloned()));
-            }
-        }
-        let mut out = Vec::with_capacity(recs.len());
-        let mut ttls = tokio::task::JoinSet::new();
-        for (i, kv) in recs.into_iter().enumerate() {
-            let name = kv
-                .key()
-                .strip_prefix(records.as_bytes())
-                .and_then(|n| std::str::from_utf8(n).ok())
-                .and_then(|n| Name::new(n).ok())
-                .ok_or_else(|| corrupt(at_key(kv.key())))?;
-            let key = Key::new(space.clone(), name);
-            let bound = live
-                .iter()
-                .find(|l| l.key() == k.live(&key).as_bytes())
-                .cloned();
-            let mut snap = Snapshot::from(Some(kv), bound)?;
-            let mut id = snap.record.as_ref().map_or(0, |c| c.rec.lease_id);
-            if let Some((s, _)) = snap.rides() {
-                snap.session_live = session_lives
-                    .iter()
-                    .find(|(key, _)| key == s)
-                    .and_then(|(_, kv)| kv.clone());
-                id = snap.session_live.as_ref().map_or(0, |kv| kv.lease());
-            }
-            let is_live = snap.is_live();
-            let Some(c) = snap.record else { continue };
-            if is_live {
-                let store = self.clone();
-                ttls.spawn(async move { (i, store.time_to_live(id).await) });
-            }
-            out.push((
-                i,
-                LeaseInfo {
-                    session: c.rec.session.map(|(s, _)| s),
-                    key,
-                    holder: c.rec.holder,
-                    token: c.token,
-                    ttl: c.rec.ttl,
-                    status: LeaseStatus::Expired,
-                },
-            ));
-        }
-        while let Some(done) = ttls.join_next().await {
-            let (i, left) =
-                done.map_err(|e| Error::backend(BACKEND, Fault::Task(e.to_string())))?;
-            let left = left?;
-            if let Some((_, info)) = out.iter_mut().find(|(j, _)| *j == i) {
-                // etcd reports whole seconds, truncated: the last second reads 0; a
-                // negative answer means revoked since the read (expired now).
-                if left >= 0 {
-                    info.status = LeaseStatus::Live {
-                        remaining: secs(left)
-                            .min(info.ttl.duration())
-                            .max(Duration::from_millis(1)),
-                    };
-                }
-            }
-        }
-        Ok(out.into_iter().map(|(_, info)| info).collect())
-    }
 }
 
 #[async_trait]
@@ -218,29 +101,12 @@ impl LeaseStore for EtcdStore {
         &self.inner.info
     }
 
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
-        // The etcd lease is granted only once a read found the key free or expired:
-        // a losing acquire (the key held live) costs that read, no grant and revoke.
-        let mut granted: Option<i64> = None;
-        let outcome = self.acquire_with(key, holder, ttl, &mut granted).await;
-        self.settle_acquire(key, &outcome, granted);
-        outcome
-    }
-
     async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
-    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
-        let outcome = self.join(session, key, holder).await;
-        if let Err(Error::Held { .. }) = &outcome {
-            self.inner.expiry.interested(key);
-        }
-        outcome
-    }
-
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        self.renew_one(lease).await
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
+        self.join_many(session, asks).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
@@ -321,35 +187,8 @@ impl LeaseStore for EtcdStore {
         self.verified(space, limit).await
     }
 
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.reap_one(key, token).await
-    }
-
     async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         self.reap_batch(expired).await
-    }
-
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        self.dead_set(limit).await
-    }
-
-    async fn store_time(&self) -> Result<StoreTime> {
-        // etcd exposes no clock reading (its lease countdown runs on the leader and
-        // is only visible per lease, in whole seconds). This is the handle's own
-        // monotonic clock, anchored at the Unix epoch by the host clock read once at
-        // connect (so that death records written by other handles compare, up to
-        // the hosts' clock offset): for diagnostics only; no expiry decision ever
-        // uses it.
-        Ok(self.store_now())
-    }
-
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let Page { after, limit } = page;
-        self.member_page(space, after, limit).await
-    }
-
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        self.death_page(before, limit).await
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {

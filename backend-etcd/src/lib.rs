@@ -14,6 +14,7 @@ mod items;
 mod keepalive;
 mod keys;
 mod lease;
+mod operator;
 mod riders;
 mod session;
 #[cfg(test)]
@@ -23,8 +24,8 @@ mod watch;
 pub use crate::config::{EtcdConfig, SCHEMES, URL};
 pub use crate::core::{EtcdStore, MAX_BATCH, MAX_PAYLOAD};
 
-/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
-/// errors name it.
+/// The backend's name, as [`liveness_core::Store::backend`] reports it and as errors
+/// name it.
 pub const BACKEND: &str = "etcd";
 
 /// Parses `url` ([`EtcdConfig::from_url`]) and connects ([`EtcdStore::connect`]).

@@ -1,6 +1,6 @@
-//! Members riding a session ([`liveness_core::LeaseStore::join_session`]): the join,
-//! what the other steps need to judge and retire a riding member, and the drain of a
-//! dead session's members, one batch per `requeue_orphans` call.
+//! Members riding a session ([`liveness_core::LeaseStore::join_session_many`]): the
+//! join, what the other steps need to judge and retire a riding member, and the drain
+//! of a dead session's members, one batch per `requeue_orphans` of its token.
 //!
 //! A riding member's record (`lease/<space>/<name>`, with [`Record::session`]) names
 //! its session's key and token; it has no lease-bound key and no etcd lease of its
@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use etcd_client::{Compare, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
 use liveness_core::{
-    DeathCause, Error, ExpiredLease, FencingToken, HolderId, Key, Lease, LostCause, Result, Ttl,
+    BatchResult, DeathCause, Error, ExpiredLease, FencingToken, HolderId, JoinAsk, Key, Lease,
+    LostCause, Result, Ttl,
 };
 
 use crate::core::{
@@ -127,13 +128,29 @@ impl EtcdStore {
         })
     }
 
-    /// `join_session`: one read of the session's record, lease-bound key and join
-    /// counter and of `key`'s (and, when `key`'s record rides another session, a
-    /// read of that session's key), then one guarded transaction: the session's
-    /// lease-bound key still carries its token, `key` is free or holds an expired
-    /// lease (retired in this step, as `acquire` does), and the member's record and
-    /// index entry (in the batch of the join count as read) are written and the join
-    /// counter bumped. The member's token is the transaction's revision.
+    /// `join_session_many`: each entry's [`EtcdStore::join`], one after the other (a
+    /// later entry on the same key sees what an earlier one took). A key refused as
+    /// `Held` is watched for its end, as a key a losing acquire asked for is.
+    pub(crate) async fn join_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
+        let mut out = Vec::with_capacity(asks.len());
+        for (key, holder) in asks {
+            let answer = self.join(session, key, holder).await;
+            if let Err(Error::Held { .. }) = &answer {
+                self.inner.expiry.interested(key);
+            }
+            out.push(answer);
+        }
+        Ok(out)
+    }
+
+    /// One entry of `join_session_many`: one read of the session's record,
+    /// lease-bound key and join counter and of `key`'s (and, when `key`'s record
+    /// rides another session, a read of that session's key), then one guarded
+    /// transaction: the session's lease-bound key still carries its token, `key` is
+    /// free or holds an expired lease (retired in this step, as an acquire does), and
+    /// the member's record and index entry (in the batch of the join count as read)
+    /// are written and the join counter bumped. The member's token is the
+    /// transaction's revision.
     pub(crate) async fn join(
         &self,
         session: &Lease,
@@ -370,7 +387,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use etcd_client::GetOptions;
-    use liveness_core::{FencingToken, ItemStore, Key, LeaseStore, Name, Space, Ttl};
+    use liveness_core::{FencingToken, ItemStore, Key, LeaseStore, Name, Space, Store, Ttl};
 
     use super::DRAIN_BATCH;
     use crate::keys::INDEX_BATCH;

@@ -11,7 +11,8 @@ use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fleet::wait_until;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
-    Error, HolderId, Key, Lease, LeaseStatus, LeaseStore, LostCause, Namespace, Ttl,
+    Error, HolderId, ItemStore, Key, Lease, LeaseStatus, LeaseStore, LostCause, Namespace,
+    OperatorStore, Store, Ttl,
 };
 
 use crate::core::{Calls, Current};
@@ -340,7 +341,7 @@ async fn a_checker_round_writes_nothing() {
 /// token's orphans are requeued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
-    use liveness_core::{EnqueueOptions, ItemStore, RequestId};
+    use liveness_core::{EnqueueOptions, RequestId};
     let Some(store) = store().await else { return };
     let max = store.capabilities().max_batch;
     assert_eq!(max, crate::MAX_BATCH);
@@ -451,6 +452,62 @@ async fn a_losing_acquire_grants_no_etcd_lease() {
     assert!(store.release(&held).await.unwrap());
 }
 
+/// A one-entry call reaches the store as its batch of one, and costs no more than
+/// the single step it replaced: an acquire (of a free key, or over an expired lease:
+/// the death counter is read with the key) is one read, one grant and one
+/// transaction; a reap is one read and one transaction; the sweep of a released
+/// token with a few items is two reads (the token's keys, its death record) and one
+/// transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_entry_call_costs_its_batch_of_one() {
+    use liveness_core::{EnqueueOptions, RequestId};
+    let Some(store) = store().await else { return };
+    let ttl = ttl_times(&store, 5);
+    let key = Key::member("one").unwrap();
+    let grants = Calls::read(&store.inner.calls.grants);
+    let (lease, requests) = kv_requests(&store, store.acquire(&key, &holder(), ttl)).await;
+    let lease = lease.unwrap();
+    assert_eq!(
+        requests, 2,
+        "an acquire of a free key made {requests} KV requests"
+    );
+    expire(&store, &lease).await;
+    let (again, requests) = kv_requests(&store, store.acquire(&key, &holder(), ttl)).await;
+    let again = again.unwrap();
+    assert!(again.token > lease.token);
+    assert_eq!(
+        requests, 2,
+        "an acquire over an expired lease made {requests} KV requests"
+    );
+    assert_eq!(Calls::read(&store.inner.calls.grants) - grants, 2);
+    expire(&store, &again).await;
+    let (reaped, requests) = kv_requests(&store, store.reap(&key, again.token)).await;
+    assert!(reaped.unwrap());
+    assert_eq!(requests, 2, "a reap made {requests} KV requests");
+
+    for i in 0..2 {
+        store
+            .enqueue(format!("j{i}").as_bytes(), EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    let worker = store
+        .acquire(&Key::member("worker").unwrap(), &holder(), ttl)
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_request(&worker, 2, RequestId::next())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(store.release(&worker).await.unwrap());
+    let (moved, requests) = kv_requests(&store, store.requeue_orphans(worker.token)).await;
+    assert_eq!(moved.unwrap().requeued.len(), 2);
+    assert_eq!(requests, 3, "a sweep made {requests} KV requests");
+    let dead = store.dead_tokens(32).await.unwrap();
+    assert!(dead.iter().all(|d| d.token != worker.token));
+}
+
 /// `Election::campaign` subscribes to `wakeups` and acquires. A handle that does not
 /// check (no `expired` / `next_expiry`) watches without a scan and wakes only for
 /// the keys it was refused: a candidate process must not scan every lease of the
@@ -529,7 +586,7 @@ async fn renew_many_reads_once_for_the_batch() {
 /// alone would (a repeat and a live lease: false).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reap_many_is_one_read_and_one_transaction() {
-    use liveness_core::{FencingToken, ItemStore};
+    use liveness_core::FencingToken;
     let Some(store) = store().await else { return };
     let ttl = ttl_times(&store, 5);
     let mut batch: Vec<(Key, FencingToken)> = Vec::new();
@@ -545,7 +602,8 @@ async fn reap_many_is_one_read_and_one_transaction() {
     let mut expected = vec![true; 10];
     expected.extend([false, false]);
     assert_eq!(answers, expected);
-    // The batch's read and transaction, and the repeat's own `reap` (one read).
+    // The batch's read and transaction, and the repeat's reap alone (`reap_one`: one
+    // read).
     assert_eq!(
         requests, 3,
         "reap_many of 12 entries made {requests} KV requests"
@@ -573,7 +631,7 @@ async fn reap_many_is_one_read_and_one_transaction() {
 /// `requeue_orphans` alone would (a repeat and a live token: nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
-    use liveness_core::{EnqueueOptions, FencingToken, ItemStore, RequestId};
+    use liveness_core::{EnqueueOptions, FencingToken, RequestId};
     let Some(store) = store().await else { return };
     let ttl = ttl_times(&store, 5);
     for i in 0..12 {
@@ -608,8 +666,8 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
         })
         .collect();
     assert_eq!(moved, vec![2, 2, 2, 2, 2, 2, 0, 0]);
-    // Two reads and one transaction, and the repeat's own `requeue_orphans` (one
-    // read that finds the token gone).
+    // Two reads and one transaction, and the repeat's sweep alone (`sweep`: one read
+    // that finds the token gone).
     assert_eq!(
         requests, 4,
         "requeue_orphans_many of 8 tokens made {requests} KV requests"

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use liveness_core::{EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Ttl};
+use liveness_core::{EnqueueOptions, Error, HolderId, ItemStore, Key, Store, Ttl};
 use liveness_etcd::{EtcdConfig, EtcdStore};
 
 /// 64 members of one process, each claiming one item at a time and completing it,

@@ -143,7 +143,6 @@ async fn a_renewal_after_etcd_lost_its_data_says_so() {
     let store = connect(&server).await;
     let ttl = Ttl::from_secs(30).unwrap();
     let holder = liveness_core::HolderId::new("h").unwrap();
-    use liveness_core::LeaseStore;
     // Enough writes that the lease's token (a revision) is above what a fresh etcd
     // reaches by the time the renewal runs.
     for i in 0..20 {

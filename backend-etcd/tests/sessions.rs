@@ -20,7 +20,7 @@ use std::time::Duration;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     DeathCause, EnqueueOptions, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStatus,
-    LeaseStore, Name, Page, Space, Ttl,
+    LeaseStore, Name, OperatorStore, Page, Space, Store, Ttl,
 };
 use liveness_etcd::{EtcdConfig, EtcdStore};
 use liveness_testkit::etcd::EtcdServer;

@@ -1,10 +1,10 @@
-//! The native batch operations: one transaction, so one commit, for many entries
-//! where the trait's default would run one call (one commit) per entry. Each entry
-//! answers exactly what the single call of it would: `acquire_many` runs the same
-//! acquire step as `acquire` (defined here, [`FdbStore::acquire_at`]) per entry,
-//! `reap_many` the same `reap_once`, `requeue_orphans_many` the same batches of
-//! `requeue_once`. The trait methods (`lease.rs`, `items.rs`) call these, on input
-//! that `liveness_core::CheckInput` already checked.
+//! The batches that take leases and declare deaths: one transaction, so one commit,
+//! for many entries. `acquire_many` takes every entry in one transaction by the
+//! acquire step defined here ([`FdbStore::take_each`], which `join_session_many`
+//! shares: `session.rs`), `reap_many` reaps every entry in one by `reap_once`, and
+//! `requeue_orphans_many` packs the batches of `requeue_once` of as many tokens as fit
+//! into each. A call of one entry is the batch of one. The trait methods (`lease.rs`,
+//! `items.rs`) call these, on input that `liveness_core::CheckInput` already checked.
 
 use std::collections::HashMap;
 
@@ -20,44 +20,39 @@ use crate::error::corrupt;
 use crate::kv::{Attempt, Fail, Transaction};
 
 // Acquires: `acquire_many` in one transaction, and the acquire step it shares with
-// `acquire`.
+// `join_session_many`.
 impl FdbStore {
-    /// `acquire_many` of a non-empty batch: every entry in one transaction.
+    /// `acquire_many`: every entry in one transaction, so one commit for the batch.
+    /// All the leases written carry the call's nonce, so a retry after an unknown
+    /// commit result finds each of them (`Already`).
     pub(crate) async fn acquire_batch(&self, asks: &[Acquire]) -> BatchResult<Lease> {
-        // Every entry in one transaction: one commit for the whole batch.
         let sent = Instant::now();
         let nonce = fastrand::u64(..);
-        let (outcomes, stamp) = transact!(self.db, |tx, at| self
-            .acquire_many_once(tx, at, asks, nonce))?;
-        if outcomes.len() != asks.len() {
-            return Err(corrupt("acquire_many answered another number of entries"));
-        }
-        Ok(asks
-            .iter()
-            .zip(outcomes)
-            .map(|(ask, outcome)| {
-                self.granted(&ask.key, &ask.holder, ask.ttl, outcome?, stamp, sent)
-            })
-            .collect())
+        let (outcomes, stamp) = transact!(self.db, |tx, at| async {
+            let now = self.observe(tx).await?;
+            self.take_each(tx, at, now, asks, nonce, None).await
+        })?;
+        self.granted(asks, outcomes, stamp, sent, None)
     }
 
-    /// One attempt of `acquire_many`: every entry in order in this one transaction,
-    /// each as [`FdbStore::acquire_once`] would take it alone, judged at one `now`.
-    /// An entry's answer (`Held`) fails only that entry; a database
-    /// failure fails the attempt. All the leases written carry `nonce` (the call's),
-    /// so a retry after an unknown result finds each of them (`Already`).
+    /// Takes every entry's key in order in the open transaction at `now` (this
+    /// attempt's observation), each by [`FdbStore::acquire_at`] (`ride`: the session
+    /// the new records ride, for `join_session_many`). An entry's answer (`Held`)
+    /// fails only that entry; a database failure fails the attempt.
     ///
     /// A later entry on a key an earlier entry took answers `Held` from what this
     /// attempt wrote, without reading the key again: its lease record is
     /// versionstamped, which FoundationDB does not let the writing transaction read.
-    pub(crate) async fn acquire_many_once(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn take_each(
         &self,
         tx: &mut dyn Transaction,
         at: &Attempt,
+        now: Instant,
         asks: &[Acquire],
         nonce: u64,
+        ride: Option<&Lease>,
     ) -> Result<Vec<Result<Acquired, Error>>, Fail> {
-        let now = self.observe(tx).await?;
         let mut taken: HashMap<&Key, (HolderId, FencingToken)> = HashMap::new();
         let mut out = Vec::with_capacity(asks.len());
         for ask in asks {
@@ -70,7 +65,7 @@ impl FdbStore {
                 continue;
             }
             let entry = match self
-                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce, None)
+                .acquire_at(tx, at, now, &ask.key, &ask.holder, ask.ttl, nonce, ride)
                 .await
             {
                 Ok(acquired) => acquired,
@@ -91,13 +86,12 @@ impl FdbStore {
     }
 
     /// Acquires `key` at `now` (this attempt's observation) in the open transaction:
-    /// the one step of [`FdbStore::acquire_once`] and of each entry of
-    /// [`FdbStore::acquire_many_once`], and of `join_session` (`ride`: the session
-    /// the new record rides). A live lease answers `Held` (`Fail::Stop`, nothing
-    /// written); an expired one, or one riding a session that is expired or gone, is
-    /// retired (dead set, death record) first. The session of a riding record is
-    /// read with a conflict here: retiring it because its session is not live must
-    /// not commit past a renewal of that session.
+    /// the step of each entry of [`FdbStore::take_each`] (`ride`: the session the new
+    /// record rides). A live lease answers `Held` (`Fail::Stop`, nothing written); an
+    /// expired one, or one riding a session that is expired or gone, is retired (dead
+    /// set, death record) first. The session of a riding record is read with a
+    /// conflict here: retiring it because its session is not live must not commit
+    /// past a renewal of that session.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire_at(
         &self,
@@ -135,7 +129,7 @@ impl FdbStore {
 
 // Reaps and sweeps of many dead tokens at once.
 impl FdbStore {
-    /// `reap_many` of a non-empty batch: every reap in one transaction.
+    /// `reap_many`: every reap in one transaction.
     pub(crate) async fn reap_batch(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         // Every reap in one transaction: one commit for a round's deaths. Each entry
         // has its nonce, so a retry after an unknown commit result recognises the
@@ -164,9 +158,8 @@ impl FdbStore {
         // As many tokens per transaction as their items fit (`MAX_BATCH` moved, give
         // or take one token's batch): a round's deaths, a few items each, are one
         // commit instead of one per token. A token with more items than fit goes on
-        // in the next transaction, exactly as `requeue_orphans` batches them. A
-        // repeat of a token reads the first's work (read-your-writes): it moves
-        // nothing.
+        // in the next transaction, within this call. A repeat of a token reads the
+        // first's work (read-your-writes): it moves nothing.
         let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
         let mut next = 0;
         while next < tokens.len() {

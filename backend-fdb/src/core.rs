@@ -3,8 +3,8 @@
 //! into this handle's observations, reading and decoding lease and item records,
 //! writing and retiring a lease, moving an item between states. The bodies
 //! themselves are in the files of the operations that run them (`lease.rs`,
-//! `items.rs`, `deaths.rs`, `batch.rs`), each one attempt run by
-//! [`transact!`] inside FoundationDB's retry loop.
+//! `batch.rs`, `session.rs`, `deaths.rs`, `items.rs`, `operator.rs`), each one attempt
+//! run by [`transact!`] inside FoundationDB's retry loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +12,8 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
-    Capabilities, FencingToken, HolderId, Issuer, Item, ItemId, ItemRecord, ItemState, Key, Lease,
-    LostCause, Namespace, StoreInfo, StoreTime, Ttl,
+    Acquire, BatchResult, Capabilities, FencingToken, HolderId, Issuer, Item, ItemId, ItemRecord,
+    ItemState, Key, Lease, LostCause, Namespace, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -161,6 +161,8 @@ impl FdbStore {
                     max_payload: MAX_PAYLOAD,
                     death_retention: options.death_retention.max(1),
                     sessions: true,
+                    items: true,
+                    operator_views: true,
                 },
                 issuer: Issuer::located(BACKEND, &location, namespace.clone()),
             },
@@ -206,7 +208,7 @@ pub(crate) enum Retire {
     No,
 }
 
-/// What one acquire attempt did.
+/// What one attempt did with an entry of an acquire or join batch.
 pub(crate) enum Acquired {
     /// It wrote a new lease with `token`, first retiring the expired lease `retired`
     /// held (if any).
@@ -221,36 +223,56 @@ pub(crate) enum Acquired {
 // After the commit: what a call's outcome means for this handle's observations and
 // wake-ups.
 impl FdbStore {
-    /// The lease an acquire (or an entry of `acquire_many`) took, committed with
-    /// `stamp` (the commit's, `None` when nothing was written) from a call sent at
-    /// `sent`: records the write in the observations, forgets the lease it retired.
+    /// The leases a batch of acquires or joins took, committed with `stamp` (the
+    /// commit's, `None` when nothing was written) from a call sent at `sent`: each
+    /// entry forgets the lease it retired; a lease of its own (`riding: None`) is
+    /// recorded as this handle's write, while a riding member (`riding`: its
+    /// session's deadline) has no expiry of its own to observe and stands as its
+    /// session does.
     pub(crate) fn granted(
         &self,
-        key: &Key,
-        holder: &HolderId,
-        ttl: Ttl,
-        outcome: Acquired,
+        asks: &[Acquire],
+        outcomes: Vec<liveness_core::Result<Acquired>>,
         stamp: Option<Stamp>,
         sent: Instant,
-    ) -> liveness_core::Result<Lease> {
-        let (token, stamp) = match (outcome, stamp) {
-            (Acquired::New { token, retired }, Some(stamp)) => {
-                if let Some(old) = retired {
-                    lock(&self.obs).forget_stamp(key, &old.stamp);
-                    tick(&self.wake);
+        riding: Option<Instant>,
+    ) -> BatchResult<Lease> {
+        if outcomes.len() != asks.len() {
+            return Err(corrupt("a batch answered another number of entries"));
+        }
+        let grant = |ask: &Acquire, outcome: Acquired| {
+            let (token, stamp) = match outcome {
+                Acquired::New { token, retired } => {
+                    if let Some(old) = retired {
+                        lock(&self.obs).forget_stamp(&ask.key, &old.stamp);
+                        tick(&self.wake);
+                    }
+                    (token, stamp)
                 }
-                (token, stamp)
-            }
-            (Acquired::Already(rec), _) => (rec.token, rec.stamp),
-            (Acquired::New { .. }, None) => {
-                return Err(corrupt("a versionstamped commit returned no versionstamp"))
-            }
+                Acquired::Already(rec) => (rec.token, Some(rec.stamp)),
+            };
+            let until = match riding {
+                Some(until) => until,
+                None => {
+                    let stamp = stamp.ok_or_else(|| {
+                        corrupt("a versionstamped commit returned no versionstamp")
+                    })?;
+                    let ttl = ask.ttl.duration();
+                    lock(&self.obs).wrote(&ask.key, stamp, sent, ttl);
+                    sent + ttl
+                }
+            };
+            let (key, holder) = (ask.key.clone(), ask.holder.clone());
+            Ok(Lease {
+                expires_in: until.saturating_duration_since(Instant::now()),
+                ..Lease::granted(&self.info.issuer, key, holder, token, ask.ttl)
+            })
         };
-        lock(&self.obs).wrote(key, stamp, sent, ttl.duration());
-        Ok(Lease {
-            expires_in: (sent + ttl.duration()).saturating_duration_since(Instant::now()),
-            ..Lease::granted(&self.info.issuer, key.clone(), holder.clone(), token, ttl)
-        })
+        Ok(asks
+            .iter()
+            .zip(outcomes)
+            .map(|(ask, outcome)| grant(ask, outcome?))
+            .collect())
     }
 
     /// After a release or reap: forgets our write, wakes checkers, answers.

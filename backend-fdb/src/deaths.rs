@@ -1,18 +1,19 @@
 //! Finding and declaring deaths, and the death history: `expired` (which leases
-//! this handle sees as expired) and `next_expiry`, `reap`, the dead set
-//! (`dead_tokens`), the sweep of a dead token's items (`requeue_orphans`, in
-//! batches) and the death records (`deaths`). Each `*_once` is one attempt of a
-//! transaction body, run by `transact!` from `lease.rs`, `items.rs` or `batch.rs`.
+//! this handle sees as expired) and `next_expiry`, the reap of one entry of
+//! `reap_many`, the dead set (`dead_tokens`), the sweep of a dead token's items (one
+//! batch of `requeue_orphans_many`) and the death records (`deaths`). Each `*_once`
+//! is one attempt of a transaction body (or one entry's step of it), run by
+//! `transact!` from `lease.rs`, `items.rs`, `operator.rs` or `batch.rs`.
 //!
 //! A death is recorded by the transaction that ends the lease: it draws the next seq
 //! from the namespace's death counter (a read-write, so deaths serialize on it) and
 //! clears the record that fell out of the retention window (one clear per death). A
-//! sweep (`requeue_orphans`, in batches) keeps a running tally beside the dead token;
-//! the batch that empties the token writes it into the death record.
+//! sweep (`requeue_orphans_many`, in batches) keeps a running tally beside the dead
+//! token; the batch that empties the token writes it into the death record.
 //!
 //! The sweep of a dead SESSION's token first retires its riding members, one batch
-//! of at most `MAX_BATCH` per transaction (and per `requeue_orphans` call), read from
-//! the session's rider entries `("s", token, …)`: each member's record and rider
+//! of at most `MAX_BATCH` per transaction (and per `requeue_orphans_many` call), read
+//! from the session's rider entries `("s", token, …)`: each member's record and rider
 //! entry cleared, its token into the dead set and linked (`("Dt", member)`) to the
 //! session's death record, whose member count rises by the batch. The session's
 //! token stays in the dead set until no rider is left; its items follow.
@@ -347,6 +348,8 @@ impl FdbStore {
         })
     }
 
+    /// One entry of `reap_many`, in the open transaction: retires the lease iff
+    /// `token` is still on `key` and expired for this handle.
     pub(crate) async fn reap_once(
         &self,
         tx: &mut dyn Transaction,
@@ -390,7 +393,8 @@ impl FdbStore {
 
 // The sweep: a dead token's items back to pending (or dead-lettered).
 impl FdbStore {
-    /// One batch of `requeue_orphans`: `None` when the token is not in the dead set.
+    /// One batch of the sweep of `token` (`requeue_orphans_many`), in the open
+    /// transaction: `None` when the token is not in the dead set.
     pub(crate) async fn requeue_once(
         &self,
         tx: &mut dyn Transaction,

@@ -1,18 +1,18 @@
 //! `impl ItemStore for FdbStore`: each method runs its transaction body in
 //! FoundationDB's retry loop (`transact!`), on input that
-//! `liveness_core::CheckInput` already checked (an item id that names no item is
-//! refused here). The bodies are here, except the sweep of a dead token's items
-//! (`requeue_once`, in `deaths.rs`) and the batch of many tokens (`batch.rs`).
+//! `liveness_core::CheckInput` already checked. The bodies are here, except the dead
+//! set (`dead_once`) and the sweep of a dead token's items (`requeue_once`), in
+//! `deaths.rs`, and the batch of many tokens (`batch.rs`).
 
 use liveness_core::{
-    async_trait, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts, ItemId,
-    ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
+    async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued,
 };
 
 use crate::core::transact;
 use crate::core::FdbStore;
 use crate::error::corrupt;
-use crate::keys::{decode_count, decode_u64, Count, ItemMeta};
+use crate::keys::{decode_u64, Count, ItemMeta};
 use crate::kv::{Attempt, Fail, RangeRead, Transaction};
 
 #[async_trait]
@@ -37,75 +37,27 @@ impl ItemStore for FdbStore {
         Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, req))?.0)
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> liveness_core::Result<()> {
-        transact!(self.db, |tx, at| self.complete_once(tx, at, lease, id))?;
-        Ok(())
-    }
-
-    async fn fail(
+    async fn finish(
         &self,
         lease: &Lease,
         id: ItemId,
-        retry: bool,
-    ) -> liveness_core::Result<ItemState> {
-        Ok(transact!(self.db, |tx, at| self.fail_once(tx, at, lease, id, retry))?.0)
+        outcome: Outcome,
+    ) -> liveness_core::Result<Option<ItemState>> {
+        Ok(transact!(self.db, |tx, at| self
+            .finish_once(tx, at, lease, id, outcome))?
+        .0)
     }
 
-    async fn requeue_orphans(&self, token: FencingToken) -> liveness_core::Result<Requeued> {
-        let mut total = Requeued::default();
-        loop {
-            let (batch, _) = transact!(self.db, |tx, _at| self.requeue_once(tx, token))?;
-            let Some((moved, done)) = batch else {
-                break;
-            };
-            total.requeued.extend(moved.requeued);
-            total.dead_lettered.extend(moved.dead_lettered);
-            // A batch of a dead session's members ends the call (at most `MAX_BATCH`
-            // members per call): the next call goes on.
-            let members = !moved.retired.is_empty();
-            total.retired.extend(moved.retired);
-            if done || members {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
-    async fn requeue_orphans_many(
-        &self,
-        tokens: &[FencingToken],
-    ) -> liveness_core::Result<Vec<liveness_core::Result<Requeued>>> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.requeue_batch(tokens).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> liveness_core::Result<Vec<DeadToken>> {
+        Ok(transact!(self.db, |tx, _at| self.dead_once(tx, limit))?.0)
     }
 
     async fn item(&self, id: ItemId) -> liveness_core::Result<Option<ItemRecord>> {
         Ok(transact!(self.db, |tx, _at| self.read_record(tx, id.0))?.0)
-    }
-
-    async fn item_counts(&self) -> liveness_core::Result<ItemCounts> {
-        Ok(transact!(self.db, |tx, _at| self.counts_once(tx))?.0)
-    }
-
-    async fn dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemRecord>> {
-        Ok(transact!(self.db, |tx, _at| self.dead_letters_once(tx, limit))?.0)
-    }
-
-    async fn items(
-        &self,
-        state: ItemStateKind,
-        page: Page<ItemId>,
-    ) -> liveness_core::Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        Ok(transact!(self.db, |tx, _at| self.items_once(tx, state, after, limit))?.0)
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> liveness_core::Result<()> {
-        transact!(self.db, |tx, at| self.revive_once(tx, at, id))?;
-        Ok(())
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemId>> {
-        Ok(transact!(self.db, |tx, _at| self.revive_many_once(tx, limit))?.0)
     }
 }
 
@@ -210,7 +162,7 @@ impl FdbStore {
 
     /// After an unknown commit result: true when the lease is still current, so that an
     /// item it no longer owns was moved by an earlier attempt of this very call (a
-    /// live token's items move only through its own `complete` and `fail`).
+    /// live token's items move only through its own `finish`).
     async fn ours_before(
         &self,
         tx: &mut dyn Transaction,
@@ -227,177 +179,50 @@ impl FdbStore {
         }
     }
 
-    pub(crate) async fn complete_once(
+    /// One attempt of `finish`: the item handed back as `outcome` says while the
+    /// lease's token owns it, else `Fenced`. After an unknown commit result, an item
+    /// the token no longer owns while its lease is still current was finished by an
+    /// earlier attempt of this very call (completed: gone; handed back: somebody may
+    /// have taken it since), which answers as it did.
+    pub(crate) async fn finish_once(
         &self,
         tx: &mut dyn Transaction,
         at: &Attempt,
         lease: &Lease,
         id: ItemId,
-    ) -> Result<(), Fail> {
-        match self.read_meta(tx, id.0, false).await? {
-            Some(meta) if meta.state == ItemState::Owned(lease.token) => {}
-            // Gone while our lease is current: our earlier attempt completed it.
-            None if self.ours_before(tx, at, lease).await? => return Ok(()),
-            _ => return Err(Fail::Stop(lease.fenced(id))),
-        }
-        tx.clear(&self.layout.item(id.0));
-        tx.clear(&self.layout.payload(id.0));
-        tx.clear(&self.layout.owned(lease.token, id.0));
-        tx.add(&self.layout.count(Count::Owned), -1);
-        Ok(())
-    }
-
-    pub(crate) async fn fail_once(
-        &self,
-        tx: &mut dyn Transaction,
-        at: &Attempt,
-        lease: &Lease,
-        id: ItemId,
-        retry: bool,
-    ) -> Result<ItemState, Fail> {
-        match self.read_meta(tx, id.0, false).await? {
-            Some(mut meta) if meta.state == ItemState::Owned(lease.token) => {
-                Ok(self.hand_back(tx, id.0, &mut meta, retry))
-            }
-            // No longer ours while our lease is current: our earlier attempt handed it
-            // back (and somebody may have taken it since).
-            other if self.ours_before(tx, at, lease).await? => Ok(match other {
-                Some(meta) if meta.state == ItemState::DeadLettered => ItemState::DeadLettered,
-                _ if retry => ItemState::Pending,
-                _ => ItemState::DeadLettered,
-            }),
-            _ => Err(Fail::Stop(lease.fenced(id))),
-        }
-    }
-
-    pub(crate) async fn counts_once(&self, tx: &mut dyn Transaction) -> Result<ItemCounts, Fail> {
-        let mut c = [0u64; 3];
-        for (i, which) in [Count::Pending, Count::Owned, Count::Dead]
-            .into_iter()
-            .enumerate()
-        {
-            if let Some(raw) = tx.get(&self.layout.count(which), false).await? {
-                c[i] = decode_count(&raw);
-            }
-        }
-        Ok(ItemCounts {
-            pending: c[0],
-            owned: c[1],
-            dead_lettered: c[2],
-        })
-    }
-
-    pub(crate) async fn dead_letters_once(
-        &self,
-        tx: &mut dyn Transaction,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>, Fail> {
-        let mut out = Vec::new();
-        for id in self.dead_letter_ids(tx, limit).await? {
-            if let Some(rec) = self.read_record(tx, id).await? {
-                out.push(rec);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The ids of the first `limit` dead-lettered items, lowest first.
-    async fn dead_letter_ids(
-        &self,
-        tx: &mut dyn Transaction,
-        limit: usize,
-    ) -> Result<Vec<u64>, Fail> {
-        let (b, e) = self.layout.dead_letters_all();
-        let keys = tx.range(RangeRead::new(&b, &e, limit)).await?;
-        let ids = keys.iter().map(|(k, _)| self.layout.parse_id(k));
-        Ok(ids.collect::<Result<_, _>>()?)
-    }
-
-    /// `items`: the state's index from `after` (pending, dead-lettered), or the item
-    /// metas from `after` (owned: there is no index by id), read in one transaction.
-    pub(crate) async fn items_once(
-        &self,
-        tx: &mut dyn Transaction,
-        state: ItemStateKind,
-        after: Option<ItemId>,
-        limit: usize,
-    ) -> Result<Vec<ItemRecord>, Fail> {
-        let first_id = after.map_or(0, |a| a.0.saturating_add(1));
-        let which = match state {
-            ItemStateKind::Pending => "p",
-            ItemStateKind::DeadLettered => "x",
-            ItemStateKind::Owned => "i",
-        };
-        let (mut b, e) = self.layout.ids_from(which, first_id);
-        let mut out = Vec::new();
-        loop {
-            let batch = if state == ItemStateKind::Owned {
-                256
-            } else {
-                limit
-            };
-            let rows = tx.range(RangeRead::new(&b, &e, batch).snapshot()).await?;
-            for (k, _) in &rows {
-                let id = self.layout.parse_id(k)?;
-                if let Some(rec) = self.read_record(tx, id).await? {
-                    if rec.state.kind() == state {
-                        out.push(rec);
-                        if out.len() == limit {
-                            return Ok(out);
-                        }
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>, Fail> {
+        let found = self.read_meta(tx, id.0, false).await?;
+        let mut meta = match found {
+            Some(meta) if meta.state == ItemState::Owned(lease.token) => meta,
+            // No longer ours while our lease is current: an earlier attempt of this call
+            // finished it (completing removes it, so an item still there was not).
+            other
+                if (outcome != Outcome::Completed || other.is_none())
+                    && self.ours_before(tx, at, lease).await? =>
+            {
+                return Ok(match (outcome, other) {
+                    (Outcome::Completed, _) => None,
+                    (_, Some(meta)) if meta.state == ItemState::DeadLettered => {
+                        Some(ItemState::DeadLettered)
                     }
-                }
+                    (Outcome::Retry, _) => Some(ItemState::Pending),
+                    (Outcome::DeadLetter, _) => Some(ItemState::DeadLettered),
+                });
             }
-            match rows.last() {
-                Some((k, _)) if state == ItemStateKind::Owned && rows.len() == batch => {
-                    b = k.clone();
-                    b.push(0);
-                }
-                _ => return Ok(out),
-            }
-        }
-    }
-
-    /// `retry_dead_letter`: one item back to pending with no attempts.
-    pub(crate) async fn revive_once(
-        &self,
-        tx: &mut dyn Transaction,
-        at: &Attempt,
-        id: ItemId,
-    ) -> Result<(), Fail> {
-        let Some(mut meta) = self.read_meta(tx, id.0, false).await? else {
-            return Err(Fail::Stop(Error::invalid("item", InputProblem::NoSuchItem)));
+            _ => return Err(Fail::Stop(lease.fenced(id))),
         };
-        if meta.state != ItemState::DeadLettered {
-            // After an unknown commit result, pending with no attempts is our own
-            // earlier attempt's work.
-            if at.maybe_committed && meta.state == ItemState::Pending && meta.attempts == 0 {
-                return Ok(());
+        let retry = match outcome {
+            Outcome::Completed => {
+                tx.clear(&self.layout.item(id.0));
+                tx.clear(&self.layout.payload(id.0));
+                tx.clear(&self.layout.owned(lease.token, id.0));
+                tx.add(&self.layout.count(Count::Owned), -1);
+                return Ok(None);
             }
-            return Err(Fail::Stop(Error::invalid(
-                "item",
-                InputProblem::NotDeadLettered,
-            )));
-        }
-        meta.attempts = 0;
-        self.move_item(tx, id.0, &mut meta, ItemState::Pending, &[]);
-        Ok(())
-    }
-
-    /// `retry_dead_letters`: the lowest dead-lettered items back to pending.
-    pub(crate) async fn revive_many_once(
-        &self,
-        tx: &mut dyn Transaction,
-        limit: usize,
-    ) -> Result<Vec<ItemId>, Fail> {
-        let mut out = Vec::new();
-        for id in self.dead_letter_ids(tx, limit).await? {
-            if let Some(mut meta) = self.read_meta(tx, id, false).await? {
-                meta.attempts = 0;
-                self.move_item(tx, id, &mut meta, ItemState::Pending, &[]);
-                out.push(ItemId(id));
-            }
-        }
-        Ok(out)
+            Outcome::Retry => true,
+            Outcome::DeadLetter => false,
+        };
+        Ok(Some(self.hand_back(tx, id.0, &mut meta, retry)))
     }
 }

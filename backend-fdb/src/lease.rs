@@ -1,27 +1,24 @@
 //! `impl LeaseStore for FdbStore`: each method runs its transaction body in
 //! FoundationDB's retry loop (`transact!`), on input that
-//! `liveness_core::CheckInput` already checked. The bodies of
-//! acquire, renew, release, inspect and members are here; those of expiry and reaping
-//! are in `deaths.rs`, the batch ones in `batch.rs`.
+//! `liveness_core::CheckInput` already checked. The bodies of renew, release and
+//! inspect are here; those of expiry and reaping are in `deaths.rs`, the batches that
+//! take leases and reap in `batch.rs`, the join in `session.rs`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use liveness_core::sync::lock;
-use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId,
-    Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Name, Page, Result, Space, StoreInfo,
-    StoreTime, Ttl,
+    async_trait, Acquire, BatchResult, DeathCause, ExpiredLease, FencingToken, JoinAsk, Key, Lease,
+    LeaseInfo, LeaseStatus, LeaseStore, Space, StoreInfo, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::core::transact;
-use crate::core::{ttl_of, Acquired, FdbStore, Retire};
+use crate::core::{ttl_of, FdbStore, Retire};
 use crate::error::corrupt;
 use crate::keys::LeaseRec;
-use crate::kv::{Attempt, Fail, RangeRead, Transaction};
+use crate::kv::{Attempt, Fail, Transaction};
 
 #[async_trait]
 impl LeaseStore for FdbStore {
@@ -29,72 +26,24 @@ impl LeaseStore for FdbStore {
         &self.info
     }
 
-    async fn acquire(
-        &self,
-        key: &Key,
-        holder: &HolderId,
-        ttl: Ttl,
-    ) -> liveness_core::Result<Lease> {
-        let sent = Instant::now();
-        let nonce = fastrand::u64(..);
-        let (outcome, stamp) = transact!(self.db, |tx, at| self
-            .acquire_once(tx, at, key, holder, ttl, nonce))?;
-        self.granted(key, holder, ttl, outcome, stamp, sent)
-    }
-
-    async fn acquire_many(&self, asks: &[Acquire]) -> liveness_core::Result<Vec<Result<Lease>>> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         self.acquire_batch(asks).await
     }
 
-    async fn join_session(
-        &self,
-        session: &Lease,
-        key: &Key,
-        holder: &HolderId,
-    ) -> liveness_core::Result<Lease> {
-        let nonce = fastrand::u64(..);
-        let ((outcome, until), _) = transact!(self.db, |tx, at| self
-            .join_once(tx, at, session, key, holder, nonce))?;
-        let token = match outcome {
-            Acquired::New { token, retired } => {
-                if let Some(old) = retired {
-                    lock(&self.obs).forget_stamp(key, &old.stamp);
-                    tick(&self.wake);
-                }
-                token
-            }
-            Acquired::Already(rec) => rec.token,
-        };
-        // No `wrote`: a riding member has no expiry of its own to observe.
-        Ok(Lease {
-            expires_in: until.saturating_duration_since(Instant::now()),
-            ..Lease::granted(
-                &self.info.issuer,
-                key.clone(),
-                holder.clone(),
-                token,
-                session.ttl,
-            )
-        })
+    async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
+        self.join_batch(session, asks).await
     }
 
-    async fn renew(&self, lease: &Lease) -> liveness_core::Result<Lease> {
-        let sent = Instant::now();
-        let ((_, session), stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
-        if let Some(until) = session {
-            // A riding member: nothing was written; it stands as its session does.
-            return Ok(Lease {
-                expires_in: until.saturating_duration_since(Instant::now()),
-                ..lease.clone()
-            });
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
+        // One transaction per lease. A renewal rewrites the lease's versionstamped
+        // record, which the writing transaction cannot read back (so a second entry on
+        // the key could not be judged in it), and one lease's conflict would make every
+        // other renewal of the batch run again.
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            out.push(self.renew_one(lease).await);
         }
-        let stamp =
-            stamp.ok_or_else(|| corrupt("a versionstamped commit returned no versionstamp"))?;
-        lock(&self.obs).wrote(&lease.key, stamp, sent, lease.ttl.duration());
-        Ok(Lease {
-            expires_in: (sent + lease.ttl.duration()).saturating_duration_since(Instant::now()),
-            ..lease.clone()
-        })
+        Ok(out)
     }
 
     async fn release(&self, lease: &Lease) -> liveness_core::Result<bool> {
@@ -115,44 +64,8 @@ impl LeaseStore for FdbStore {
         Ok(transact!(self.db, |tx, _at| self.expired_once(tx, space, limit))?.0)
     }
 
-    async fn reap(&self, key: &Key, token: FencingToken) -> liveness_core::Result<bool> {
-        let nonce = fastrand::u64(..);
-        let (outcome, _) = transact!(self.db, |tx, at| self.reap_once(tx, at, key, token, nonce))?;
-        Ok(self.retired(key, outcome))
-    }
-
-    async fn reap_many(
-        &self,
-        expired: &[(Key, FencingToken)],
-    ) -> liveness_core::Result<Vec<liveness_core::Result<bool>>> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         self.reap_batch(expired).await
-    }
-
-    async fn dead_tokens(&self, limit: usize) -> liveness_core::Result<Vec<DeadToken>> {
-        Ok(transact!(self.db, |tx, _at| self.dead_once(tx, limit))?.0)
-    }
-
-    async fn store_time(&self) -> liveness_core::Result<StoreTime> {
-        Ok(self.store_now())
-    }
-
-    async fn members(
-        &self,
-        space: &Space,
-        page: Page<&Key>,
-    ) -> liveness_core::Result<Vec<LeaseInfo>> {
-        let Page { after, limit } = page;
-        Ok(transact!(self.db, |tx, _at| self
-            .members_once(tx, space, after, limit))?
-        .0)
-    }
-
-    async fn deaths(
-        &self,
-        before: Option<u64>,
-        limit: usize,
-    ) -> liveness_core::Result<Vec<DeathRecord>> {
-        Ok(transact!(self.db, |tx, _at| self.deaths_once(tx, before, limit))?.0)
     }
 
     async fn next_expiry(&self, space: &Space) -> liveness_core::Result<Option<Duration>> {
@@ -164,24 +77,34 @@ impl LeaseStore for FdbStore {
     }
 }
 
+impl FdbStore {
+    /// One entry of `renew_many`, in its own transaction: a lease of its own gets a
+    /// new stamp, which this handle records as its write (sent at the call's start);
+    /// a riding member writes nothing and answers as its session stands.
+    async fn renew_one(&self, lease: &Lease) -> liveness_core::Result<Lease> {
+        let sent = Instant::now();
+        let ((_, session), stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
+        if let Some(until) = session {
+            // A riding member: nothing was written; it stands as its session does.
+            return Ok(Lease {
+                expires_in: until.saturating_duration_since(Instant::now()),
+                ..lease.clone()
+            });
+        }
+        let stamp =
+            stamp.ok_or_else(|| corrupt("a versionstamped commit returned no versionstamp"))?;
+        lock(&self.obs).wrote(&lease.key, stamp, sent, lease.ttl.duration());
+        Ok(Lease {
+            expires_in: (sent + lease.ttl.duration()).saturating_duration_since(Instant::now()),
+            ..lease.clone()
+        })
+    }
+}
+
 // The transaction bodies of the lease operations: one attempt each.
 impl FdbStore {
-    pub(crate) async fn acquire_once(
-        &self,
-        tx: &mut dyn Transaction,
-        at: &Attempt,
-        key: &Key,
-        holder: &HolderId,
-        ttl: Ttl,
-        nonce: u64,
-    ) -> Result<Acquired, Fail> {
-        let now = self.observe(tx).await?;
-        self.acquire_at(tx, at, now, key, holder, ttl, nonce, None)
-            .await
-    }
-
-    /// `renew`: a lease of its own gets a new stamp; a riding member writes nothing
-    /// and answers its session's deadline (`Some`).
+    /// One attempt of a `renew_many` entry: a lease of its own gets a new stamp; a
+    /// riding member writes nothing and answers its session's deadline (`Some`).
     pub(crate) async fn renew_once(
         &self,
         tx: &mut dyn Transaction,
@@ -246,51 +169,5 @@ impl FdbStore {
             ttl,
             status,
         }))
-    }
-
-    /// `members`: a range of lease records in key order, each judged as `inspect`
-    /// judges it.
-    pub(crate) async fn members_once(
-        &self,
-        tx: &mut dyn Transaction,
-        space: &Space,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<LeaseInfo>, Fail> {
-        let now = self.observe(tx).await?;
-        let (b, e) = self
-            .layout
-            .leases_after(space, after.map(|k| k.name().as_str()));
-        let mut out = Vec::new();
-        // Members of one session share its deadline: one read of it per page.
-        let mut sessions: HashMap<(Key, FencingToken), Instant> = HashMap::new();
-        for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
-            let name = Name::new(self.layout.parse_lease(&k)?)
-                .map_err(|_| Fail::Stop(corrupt("a lease key")))?;
-            let key = Key::new(space.clone(), name);
-            let rec = LeaseRec::decode(&v)?;
-            let ttl = ttl_of(rec.ttl_ms);
-            let deadline = match &rec.session {
-                Some(ridden) => match sessions.get(ridden) {
-                    Some(d) => *d,
-                    None => {
-                        let d = self.rec_deadline(tx, &key, &rec, now).await?;
-                        sessions.insert(ridden.clone(), d);
-                        d
-                    }
-                },
-                None => self.rec_deadline(tx, &key, &rec, now).await?,
-            };
-            let status = LeaseStatus::with_remaining(deadline.saturating_duration_since(now));
-            out.push(LeaseInfo {
-                session: rec.session.map(|(k, _)| k),
-                key,
-                holder: rec.holder,
-                token: rec.token,
-                ttl: Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?,
-                status,
-            });
-        }
-        Ok(out)
     }
 }

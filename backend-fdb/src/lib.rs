@@ -15,6 +15,7 @@ mod lease;
 #[cfg(feature = "native")]
 mod native;
 mod observe;
+mod operator;
 mod session;
 
 pub use crate::core::FdbStore;
@@ -24,8 +25,8 @@ pub use error::NotCompiled;
 #[cfg(feature = "native")]
 pub use native::stop_network;
 
-/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
-/// errors name it.
+/// The backend's name, as [`liveness_core::Store::backend`] reports it and as errors
+/// name it.
 pub const BACKEND: &str = "fdb";
 
 /// Connects to the FoundationDB cluster named by `url` (see [`FdbConfig::from_url`]).

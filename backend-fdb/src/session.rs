@@ -1,6 +1,6 @@
-//! Members riding a session ([`liveness_core::LeaseStore::join_session`]): the join,
-//! how the other steps judge a riding member (through its session), and the drain of
-//! a dead session's members, one batch per `requeue_orphans` call.
+//! Members riding a session ([`liveness_core::LeaseStore::join_session_many`]): the
+//! join, how the other steps judge a riding member (through its session), and the
+//! drain of a dead session's members, one batch per `requeue_orphans_many` call.
 //!
 //! A riding member's record (`("l", space, name)`, with [`LeaseRec::session`]) names
 //! its session's key and token; it has no index entry (`"e"`) and no expiry of its
@@ -18,7 +18,7 @@
 //! a superseding acquire), and each of those writes the session token's dead-set
 //! entry, which the join or claim reads with a conflict (see
 //! [`FdbStore::session_deadline`]). A step that acts because the session is NOT live
-//! (retiring a member in `acquire`, `join_session` or `reap`) reads the session's
+//! (retiring a member in an acquire, a join or a reap) reads the session's
 //! record with a conflict instead: a renewal committed in between makes it retry.
 //!
 //! **Expiry.** FoundationDB has no clock: a session, like any lease, is judged expired
@@ -26,9 +26,12 @@
 //! judged through its session's observation.
 
 use liveness_core::sync::lock;
-use liveness_core::{ExpiredLease, FencingToken, HolderId, Key, Lease, LostCause, Swept};
+use liveness_core::{
+    Acquire, BatchResult, ExpiredLease, FencingToken, JoinAsk, Key, Lease, LostCause, Swept,
+};
 use tokio::time::Instant;
 
+use crate::core::transact;
 use crate::core::{lost, ttl_of, Acquired, FdbStore, MAX_BATCH};
 use crate::keys::{decode_u64, LeaseRec};
 use crate::kv::{Attempt, Fail, RangeRead, Transaction};
@@ -126,19 +129,42 @@ impl FdbStore {
 
 // The join and the drain.
 impl FdbStore {
-    /// `join_session`: the session judged live (by a snapshot read guarded by its
-    /// dead-set entry, so that the join does not conflict with the session's
-    /// renewal: see `session_deadline`), then the key taken as `acquire` takes it,
-    /// writing a riding member's record. Answers the session's deadline.
+    /// `join_session_many`: every entry in one transaction, so one commit for the
+    /// batch, as `acquire_many` takes its entries (`take_each`). A session that is
+    /// not current and live answers `Lost` for every entry and takes nothing.
+    pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
+        let asks: Vec<Acquire> = asks
+            .iter()
+            .map(|(key, holder)| Acquire::new(key.clone(), holder.clone(), session.ttl))
+            .collect();
+        let sent = Instant::now();
+        let nonce = fastrand::u64(..);
+        let joined = transact!(self.db, |tx, at| self
+            .join_once(tx, at, session, &asks, nonce));
+        let ((outcomes, until), stamp) = match joined {
+            Ok(joined) => joined,
+            Err(e) => match e.lost_reason() {
+                // Only the session's check stops the attempt with `Lost`.
+                Some(cause) => return Ok(asks.iter().map(|_| Err(session.lost(cause))).collect()),
+                None => return Err(e),
+            },
+        };
+        self.granted(&asks, outcomes, stamp, sent, Some(until))
+    }
+
+    /// One attempt of `join_session_many`: the session judged live (by a snapshot
+    /// read guarded by its dead-set entry, so that the join does not conflict with
+    /// the session's renewal: see `session_deadline`), else `Lost` stops the attempt;
+    /// then each key taken as `acquire_many` takes it, writing a riding member's
+    /// record. Answers the session's deadline.
     pub(crate) async fn join_once(
         &self,
         tx: &mut dyn Transaction,
         at: &Attempt,
         session: &Lease,
-        key: &Key,
-        holder: &HolderId,
+        asks: &[Acquire],
         nonce: u64,
-    ) -> Result<(Acquired, Instant), Fail> {
+    ) -> Result<(Vec<liveness_core::Result<Acquired>>, Instant), Fail> {
         let now = self.observe(tx).await?;
         let until = self
             .session_deadline(tx, &session.key, session.token, now, true)
@@ -151,9 +177,8 @@ impl FdbStore {
             };
             return Err(lost(session, cause));
         };
-        let ttl = session.ttl;
         let taken = self
-            .acquire_at(tx, at, now, key, holder, ttl, nonce, Some(session))
+            .take_each(tx, at, now, asks, nonce, Some(session))
             .await?;
         Ok((taken, until))
     }
@@ -216,8 +241,8 @@ mod tests {
     use std::time::Duration;
 
     use liveness_core::{
-        EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Name, Namespace, RequestId,
-        Space, Ttl,
+        Acquire, EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Name, Namespace,
+        OperatorStore, RequestId, Space, Store, Ttl,
     };
 
     use crate::{DoubleDatabase, FdbStore};
@@ -307,11 +332,12 @@ mod tests {
         let holder = HolderId::new("p").unwrap();
         let mut tx = store.db.begin().await.unwrap();
         let at = crate::kv::Attempt::default();
-        let k2 = key(Space::members(), "m2");
-        store
-            .join_once(&mut *tx, &at, &session, &k2, &holder, 7)
+        let k2 = Acquire::new(key(Space::members(), "m2"), holder.clone(), session.ttl);
+        let (joined, _) = store
+            .join_once(&mut *tx, &at, &session, &[k2], 7)
             .await
             .unwrap();
+        assert!(joined[0].is_ok());
         store.renew(&session).await.unwrap();
         tx.commit()
             .await
@@ -320,10 +346,12 @@ mod tests {
 
         let mut tx = store.db.begin().await.unwrap();
         let k3 = key(Space::members(), "m3");
-        store
-            .join_once(&mut *tx, &at, &session, &k3, &holder, 8)
+        let ask = Acquire::new(k3.clone(), holder.clone(), session.ttl);
+        let (joined, _) = store
+            .join_once(&mut *tx, &at, &session, &[ask], 8)
             .await
             .unwrap();
+        assert!(joined[0].is_ok());
         assert!(store.release(&session).await.unwrap());
         assert!(tx.commit().await.is_err(), "a join past the session's end");
         assert!(store.inspect(&k3).await.unwrap().is_none());

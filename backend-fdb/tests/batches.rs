@@ -1,14 +1,15 @@
-//! A batch is one transaction. `acquire_many` of many keys and `reap_many`
-//! of many deaths each commit once on the test double (counted by its commit
-//! version), not once per entry; a commit that reports an unknown result is retried
-//! and answers each entry with what the applied commit did.
+//! A batch is one transaction. `acquire_many` of many keys, `join_session_many` of
+//! many members and `reap_many` of many deaths each commit once on the test double
+//! (counted by its commit version), not once per entry; a commit that reports an
+//! unknown result is retried and answers each entry with what the applied commit did.
 
 use liveness_conformance::fresh_namespace;
 use liveness_fdb::DoubleDatabase;
 use std::time::Duration;
 
 use liveness_core::{
-    Acquire, EnqueueOptions, FencingToken, HolderId, ItemStore, Key, LeaseStore, Space, Ttl,
+    Acquire, EnqueueOptions, FencingToken, HolderId, ItemStore, Key, LeaseStore, Name,
+    OperatorStore, Space, Store, Ttl,
 };
 
 fn asks(prefix: &str, n: usize) -> Vec<Acquire> {
@@ -76,6 +77,57 @@ async fn acquire_many_after_an_unknown_result_answers_what_the_commit_took() {
             assert_eq!((holder, *token), (&first.holder, first.token));
         }
         got => panic!("second entry on one key: expected Held, got {got:?}"),
+    }
+}
+
+/// Joining many members into a session commits once, not once per member, also when
+/// the commit reports an unknown result and is retried: each entry answers the
+/// member the applied commit wrote (riding the session), and a second entry on one
+/// key answers `Held` by the first.
+#[tokio::test]
+async fn join_session_many_is_one_commit_for_the_batch() {
+    for unknown in [false, true] {
+        let db = DoubleDatabase::new();
+        let store = db.store(&fresh_namespace());
+        let ttl = Ttl::from_secs(30).unwrap();
+        let session = store
+            .acquire(
+                &Key::new(Space::sessions(), Name::new("p").unwrap()),
+                &HolderId::new("p").unwrap(),
+                ttl,
+            )
+            .await
+            .unwrap();
+        let mut joins: Vec<(Key, HolderId)> = asks("j", 50)
+            .into_iter()
+            .map(|ask| (ask.key, ask.holder))
+            .collect();
+        joins.push((joins[0].0.clone(), HolderId::new("late").unwrap()));
+        if unknown {
+            db.inject_unknown_results(1);
+        }
+        let before = db.version();
+        let answers = store.join_session_many(&session, &joins).await.unwrap();
+        let commits = db.version() - before;
+        assert_eq!(
+            commits, 1,
+            "join_session_many of 50 keys made {commits} commits"
+        );
+        assert_eq!(answers.len(), joins.len());
+        for ((key, holder), answer) in joins.iter().zip(&answers).take(50) {
+            let lease = answer.as_ref().unwrap();
+            assert_eq!((&lease.key, &lease.holder), (key, holder));
+            let info = store.inspect(key).await.unwrap().unwrap();
+            assert_eq!(info.token, lease.token, "unknown result: {unknown}");
+            assert_eq!(info.session.as_ref(), Some(&session.key));
+        }
+        match &answers[50] {
+            Err(liveness_core::Error::Held { holder, token, .. }) => {
+                let first = answers[0].as_ref().unwrap();
+                assert_eq!((holder, *token), (&first.holder, first.token));
+            }
+            got => panic!("second entry on one key: expected Held, got {got:?}"),
+        }
     }
 }
 

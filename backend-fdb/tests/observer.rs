@@ -6,7 +6,7 @@ use std::time::Duration;
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     EnqueueOptions, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
-    RequestId, Space, Ttl,
+    OperatorStore, RequestId, Space, Store, Ttl,
 };
 use liveness_fdb::{DoubleDatabase, FdbStore};
 use tokio::time::advance;

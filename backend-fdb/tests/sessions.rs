@@ -15,7 +15,7 @@ use std::time::Duration;
 use liveness_conformance::fixtures::drained_session_record;
 use liveness_core::{
     EnqueueOptions, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Namespace,
-    Space, Ttl,
+    OperatorStore, Space, Store, Ttl,
 };
 use liveness_fdb::{DoubleDatabase, FdbStore};
 

@@ -1,8 +1,9 @@
 //! The PostgreSQL bench: the conformance bench kit's figures, beside the raw
 //! primitive in the same run.
 //!
-//! - renewals/s through the framework (`LeaseStore::renew` on `Arc<dyn Store>`) at 1
-//!   and 64 concurrent members;
+//! - renewals/s through the framework (`Store::renew` on `Arc<dyn Store>`, a
+//!   `renew_many` of one lease, which runs the renew statement) at 1 and 64
+//!   concurrent members;
 //! - the renew statement's UPDATE in a bare sqlx loop, same concurrency;
 //! - `pgbench` running the same single-row UPDATE, same concurrency (prepared mode);
 //! - the ratios framework / bare and framework / pgbench;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use liveness_conformance::bench::{self, Options};
 use liveness_conformance::bench_util;
-use liveness_core::{Lease, LeaseStore, Store, Ttl};
+use liveness_core::{Lease, OperatorStore, Store, Ttl};
 
 /// The store's renew statement (`RENEW` in `src/lease.rs`; its parameters: $1 space,
 /// $2 name, $3 token, $4 ttl_ms), copied because the crate keeps its statements

@@ -37,7 +37,7 @@ use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::death_watch::DeathWatch;
 use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench_util;
-use liveness_core::{FencingToken, HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_core::{FencingToken, HolderId, Key, Lease, LeaseStore, Name, Space, Store, Ttl};
 use liveness_postgres::PostgresStore;
 
 /// A store on a fresh namespace.

@@ -1,7 +1,10 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
 //! `reap_many` and `requeue_orphans_many`, each one statement for the whole batch (or one per
 //! `max_batch` tokens, and one more when dead sessions' members fill a statement), as
-//! inherent methods that `lease.rs` and `items.rs` call.
+//! inherent methods that `lease.rs` and `items.rs` call. They are the store's only
+//! path for these operations: a single call (`Store::acquire`, `Store::reap`, ...)
+//! reaches them as a batch of one, except a renewal of one lease (`RENEW` in
+//! `lease.rs`).
 //! Their input was checked before the call ([`liveness_core::CheckInput`]: batch
 //! sizes, ttls, issuers): every entry that reaches them is sent.
 
@@ -9,9 +12,7 @@ use std::collections::HashSet;
 
 use std::time::Duration;
 
-use liveness_core::{
-    Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, LeaseStore, Requeued, Result,
-};
+use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Requeued, Result};
 
 use sqlx::postgres::PgRow;
 
@@ -23,13 +24,20 @@ use crate::lease::{session_judged, session_judged_once};
 /// `acquire_many`: $1 spaces, $2 names, $3 holders, $4 ttls (ms), one element per
 /// entry, $5 notify channel, $6 death retention.
 ///
-/// One statement for the whole batch (one round trip, one commit): the function
-/// `acquire_many` (migration 5) runs the logic of the single `ACQUIRE` (in
-/// `lease.rs`) for each entry in the order given, each after the previous one in the
-/// same transaction, so a later entry on a key sees what an earlier one took and tokens grow in entry order. One
-/// row per entry, in order: `token` of the new lease, or NULL with the live `holder`
-/// and `held_token`; all three NULL when concurrent acquires kept winning the insert
-/// race on the key; `woke` when it retired an expired lease.
+/// One statement for the whole batch (one round trip, one commit), also for a batch
+/// of one (`Store::acquire`): the function `acquire_many` (migrations 5, 6 and 8)
+/// takes each entry in the order given, each after the previous one in the same
+/// transaction, so a later entry on a key sees what an earlier one took and tokens
+/// grow in entry order. A live lease is held (read without a lock); an expired one,
+/// one riding an expired or gone session, and a live one of an earlier timeline
+/// asked for again by its own holder (a promoted standby may have revived it, with
+/// items its holder was told to drop) are locked `FOR UPDATE`, put in the dead set
+/// with a death record (cause superseded) and overwritten; a free key is inserted; an
+/// insert race on a free key is run again, up to 8 times. Tokens come from
+/// `next_token()`. One row per entry, in order: `token` of the new lease, or NULL
+/// with the live `holder` and `held_token`; all three NULL when concurrent acquires
+/// kept winning the insert race on the key (`Unavailable`); `woke` when it retired a
+/// lease.
 pub(crate) const ACQUIRE_MANY: &str = r#"
 SELECT a_token, a_holder, a_held_token, a_woke
 FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
@@ -88,16 +96,16 @@ died AS (
 /// key twice), $4 the session's name (in `sessions`), $5 the session's token, $6
 /// ttl_ms (the session lease's), $7 notify channel, $8 death retention.
 ///
-/// One statement for the whole batch (one round trip, one commit), `JOIN_SESSION`
-/// (in `lease.rs`) for every entry at once: the session's row read once `FOR KEY
-/// SHARE` and judged once; the entries' rows locked in key order (two concurrent
+/// One statement for the whole batch (one round trip, one commit), also for a batch
+/// of one (`Store::join_session`), `JOIN_SESSION` (in `lease.rs`) for every entry at
+/// once: the session's row read once `FOR KEY SHARE` and judged once; the entries' rows locked in key order (two concurrent
 /// batches cannot deadlock); each live one held; each expired one, or one riding an
 /// expired or gone session, retired with a death record of its own (cause
 /// superseded, consecutive sequence numbers in entry order, as `REAP_MANY` numbers
 /// them) and overwritten; the others taken with tokens from `next_token()` drawn in
 /// entry order. One row per entry, in order, with `JOIN_SESSION`'s columns: a NULL
 /// token and no live holder when a concurrent insert won the key (the caller runs
-/// that entry alone).
+/// that entry alone, by `JOIN_SESSION`).
 const JOIN_SESSION_MANY: &str = concat!(
     session_judged_once!(),
     r#"
@@ -155,8 +163,9 @@ ORDER BY b.i
 "#
 );
 
-/// `renew_many`: $1 spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease.
-/// One statement for the whole batch: every
+/// `renew_many` of more than one lease (one lease runs `RENEW`, in `lease.rs`): $1
+/// spaces, $2 names, $3 tokens, $4 ttls (ms), one element per lease. One statement
+/// for the whole batch: every
 /// current and live lease listed is extended by its own ttl; returns the (space, name,
 /// token) of each one renewed, under `RENEW`'s rule for leases drawn before a promotion.
 /// `RENEW_WHY` (in `core.rs`) says why for the others.
@@ -169,13 +178,13 @@ WHERE l.space = b.space AND l.name = b.name AND l.token = b.token
 RETURNING l.space, l.name, l.token
 "#;
 
-/// `reap_many`: $1 spaces, $2 names, $3 tokens (no entry twice),
-/// $4 notify channel, $5 death retention. `RETIRE` (in `deaths.rs`) with cause "reaped" for every
-/// entry at once, in one statement (one commit): removes each lease whose token is
-/// current and that is expired by the server clock (a riding member: its session, by
-/// [`expiry_of`]), puts each in the dead set with a
-/// death record of its own (consecutive sequence numbers, in entry order), drops the
-/// records that fell out of the retention, and notifies `reaped` once. The rows are
+/// `reap_many`, also for a batch of one (`Store::reap`): $1 spaces, $2 names, $3
+/// tokens (no entry twice), $4 notify channel, $5 death retention. In one statement
+/// (one commit): removes each lease whose token is current and that is expired by the
+/// server clock (a riding member: its session, by [`expiry_of`]), puts each in the
+/// dead set with a death record of its own (cause reaped, consecutive sequence
+/// numbers, in entry order), drops the records that fell out of the retention, and
+/// notifies `reaped` once. The rows are
 /// locked in key order first, so two concurrent batches cannot deadlock; concurrent
 /// reapers of one lease serialize on its row: exactly one deletes it. Returns the
 /// entries removed, by their 1-based position.
@@ -287,13 +296,13 @@ impl PostgresStore {
     /// `join_session_many`: one [`JOIN_SESSION_MANY`] for the whole batch, the
     /// session judged once. A batch that names a key twice (one statement cannot
     /// take a row twice), and an entry whose key a concurrent insert won, are joined
-    /// alone, as `join_session` does.
+    /// alone ([`PostgresStore::join_one`]).
     pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
         let distinct: HashSet<&Key> = asks.iter().map(|(key, _)| key).collect();
         if distinct.len() != asks.len() {
             let mut out = Vec::with_capacity(asks.len());
             for (key, holder) in asks {
-                out.push(self.join_session(session, key, holder).await);
+                out.push(self.join_one(session, key, holder).await);
             }
             return Ok(out);
         }
@@ -328,14 +337,14 @@ impl PostgresStore {
                     ..member
                 }),
                 // A concurrent insert won the key after the statement's snapshot.
-                None => self.join_session(session, key, holder).await,
+                None => self.join_one(session, key, holder).await,
             };
             out.push(answer);
         }
         Ok(out)
     }
 
-    /// `renew_many` (not empty): one [`RENEW_MANY`] for the whole batch; each lease it
+    /// `renew_many` of more than one lease: one [`RENEW_MANY`] for the whole batch; each lease it
     /// did not renew (lost, or a member riding a session, which it never matches) is
     /// answered by `renew_why`.
     pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> BatchResult<Lease> {
@@ -413,10 +422,11 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// `requeue_orphans_many`: one `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch`
-    /// tokens, and one more for the dead sessions a statement did not reach; each dead
-    /// session's token retires up to `max_batch` of its own members, as its
-    /// `requeue_orphans` alone would, and one statement fewer than `2 * max_batch`.
+    /// `requeue_orphans_many`, also for one token (`Store::requeue_orphans`): one
+    /// `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch` tokens, and one more for the
+    /// dead sessions a statement did not reach; each dead session's token retires up
+    /// to `max_batch` of its own members, as a call with that token alone would, and
+    /// one statement fewer than `2 * max_batch`.
     pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         // A token given twice is sent once (its repeat moves nothing: an empty answer).
         let mut out: Vec<Result<Requeued>> =

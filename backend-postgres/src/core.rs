@@ -297,7 +297,8 @@ pub(crate) fn ttl_of(ms: i64) -> Result<Ttl> {
         .ok_or_else(|| corrupt(format!("unexpected value in the ttl_ms column: {ms}")))
 }
 
-/// Why a renewal (`RENEW` in `lease.rs`, `RENEW_MANY` in `batch.rs`) matched nothing:
+/// Why a renewal (`RENEW` in `lease.rs` for one lease, `RENEW_MANY` in `batch.rs` for
+/// more) matched nothing:
 /// $1 space, $2 name. One row: the key's current token (NULL when the key has no
 /// lease), and the highest token the namespace has handed out on the server's
 /// current timeline (its sequence part 0 before the first; see `next_token()`,
@@ -424,7 +425,7 @@ impl PostgresStore {
         &self.inner.pool
     }
 
-    /// The channel `release` and `reap` notify on (the schema's name).
+    /// The channel `release` and `reap_many` notify on (the schema's name).
     pub fn channel(&self) -> &str {
         &self.inner.channel
     }
@@ -528,9 +529,10 @@ impl PostgresStore {
     }
 
     /// The answer of an acquire of `key` by `holder` for `ttl` from a row whose first
-    /// three columns are the new token, the live holder and the live token (`ACQUIRE`
-    /// in `lease.rs`, `ACQUIRE_MANY` in `batch.rs`): the lease, or `Held`; `None` when
-    /// all three are NULL (a concurrent acquire inserted the key first).
+    /// three columns are the new token, the live holder and the live token
+    /// (`ACQUIRE_MANY` and `JOIN_SESSION_MANY` in `batch.rs`, `JOIN_SESSION` in
+    /// `lease.rs`): the lease, or `Held`; `None` when all three are NULL (a concurrent
+    /// acquire inserted the key first).
     pub(crate) fn acquired(
         &self,
         key: &Key,

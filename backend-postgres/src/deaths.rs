@@ -1,8 +1,8 @@
 //! Finding and declaring deaths, and the death history: the expired leases of a
-//! space and the time to the next expiry, reaping and releasing (a lease's token
-//! into the dead set, with its death record), the dead set, the sweep that hands a
-//! dead token's items back, and the death records. Inherent methods that `lease.rs`
-//! and `items.rs` call.
+//! space and the time to the next expiry, releasing (a lease's token into the dead
+//! set, with its death record; reaping is `REAP_MANY` in `batch.rs`), the dead set,
+//! the sweep that hands a dead token's items back, and the death records. Inherent
+//! methods that `lease.rs`, `items.rs` and `operator.rs` call.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,8 +13,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    expiry_of, get, holder_of, id_of, key_of, limit_param, listed_lease, on_key, state_of,
-    token_of, PostgresStore,
+    get, holder_of, id_of, key_of, limit_param, listed_lease, on_key, state_of, token_of,
+    PostgresStore,
 };
 use crate::error::corrupt;
 
@@ -23,8 +23,8 @@ use crate::error::corrupt;
 /// the server's now: the token into the dead set (CTE `dead`, the tokens newly put
 /// there), a death record with the consecutive next sequence number and `$cause`,
 /// and the record that fell out of a retention of `$retention` dropped. Written once
-/// for `RETIRE` here and `ACQUIRE` in `lease.rs`; `$cause` and `$retention` are SQL
-/// text (a parameter or a literal).
+/// for `RELEASE` here and `JOIN_SESSION` in `lease.rs`; `$cause` and `$retention` are
+/// SQL text (a parameter or a literal).
 macro_rules! retire_gone {
     ($cause:literal, $retention:literal) => {
         concat!(
@@ -74,30 +74,23 @@ trimmed AS (
 }
 pub(crate) use trim_deaths;
 
-/// `release` and `reap`: $1 space, $2 name, $3 token, $4 notify channel, $5 death
-/// retention, $6 the death's cause (0 reaped, 1 released). Removes the lease iff the
-/// token is current — and, for a reap, expired by the server clock — puts it in the
-/// dead set with its death record ([`retire_gone`]), drops the record that fell out
-/// of the retention, and notifies (`reaped` or `released`). Concurrent reaps
-/// serialize on the row: exactly one deletes it. A riding member is expired when its
-/// session is ([`expiry_of`]); released or reaped, it dies alone, with a death record
-/// of its own.
-const RETIRE: &str = concat!(
+/// `release`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention.
+/// Removes the lease iff the token is current (live or expired), puts it in the dead
+/// set with its death record (cause released, [`retire_gone`]), drops the record that
+/// fell out of the retention, and notifies `released`. Concurrent releases serialize
+/// on the row: exactly one deletes it. A riding member released dies alone, with a
+/// death record of its own.
+const RELEASE: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gone AS (
-    DELETE FROM leases l USING clk
+    DELETE FROM leases l
     WHERE l.space = $1 AND l.name = $2 AND l.token = $3
-      AND ($6 = 1 OR "#,
-    expiry_of!("l"),
-    r#" <= clk.t)
     RETURNING l.token, l.holder
 ),"#,
-    retire_gone!("$6", "$5"),
+    retire_gone!("1", "$5"),
     r#"
-woke AS (
-    SELECT pg_notify($4, CASE WHEN $6 = 0 THEN 'reaped' ELSE 'released' END) FROM dead
-)
+woke AS (SELECT pg_notify($4, 'released') FROM dead)
 SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM woke) AS woke
 "#
 );
@@ -127,12 +120,12 @@ const DEAD_TOKENS: &str = r#"
 SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
-/// `requeue_orphans` and `requeue_orphans_many`: $1 tokens (no token twice), $2 the
-/// most riding members one dead session's token retires (`max_batch`).
+/// `requeue_orphans_many`: $1 tokens (no token twice), $2 the most riding members one
+/// dead session's token retires (`max_batch`).
 ///
 /// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
-/// in `sessions`) first retires up to $2 of its own riding members, as its
-/// `requeue_orphans` alone would, read on `leases_session` and locked `FOR UPDATE
+/// in `sessions`) first retires up to $2 of its own riding members, as a call with
+/// that token alone would, read on `leases_session` and locked `FOR UPDATE
 /// SKIP LOCKED` (`pick`): each is deleted, its token goes into the dead set linked
 /// (`record_token`) to the session's death record, with no record of its own, and
 /// that record counts them (`members`). The statement takes the dead sessions lowest
@@ -143,8 +136,8 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 /// While the statement's snapshot shows a member of a session it did not take
 /// (beyond the budget, locked by a concurrent sweep or claim, or not reached:
 /// `more`), the session's token stays in the dead set and its items stay put. No
-/// member joins a session whose token is dead (`JOIN_SESSION` in `lease.rs` locks the
-/// session's row), so a snapshot that shows none means none is left; a concurrent
+/// member joins a session whose token is dead (a join, `JOIN_SESSION_MANY` in
+/// `batch.rs` or `JOIN_SESSION` in `lease.rs`, locks the session's row), so a snapshot that shows none means none is left; a concurrent
 /// sweep only ever makes `more` answer true for a member it already took, and the
 /// next call finds out.
 ///
@@ -270,20 +263,13 @@ FROM deaths WHERE seq < $1 ORDER BY seq DESC LIMIT $2
 "#;
 
 impl PostgresStore {
-    /// Runs [`RETIRE`] on the lease on `key` with `token`, for `cause`
-    /// (`Reaped`: only when expired; `Released`): true when it removed the lease (its
-    /// token went to the dead set), and then wakes this process's waiters.
-    pub(crate) async fn retire(&self, cause: DeathCause, key: &Key, token: i64) -> Result<bool> {
-        let cause: i16 = match cause {
-            DeathCause::Reaped => 0,
-            DeathCause::Released => 1,
-            DeathCause::Superseded => 2,
-        };
-        let q = on_key(RETIRE, key)
+    /// Runs [`RELEASE`] on the lease on `key` with `token`: true when it removed the
+    /// lease (its token went to the dead set), and then wakes this process's waiters.
+    pub(crate) async fn release_lease(&self, key: &Key, token: i64) -> Result<bool> {
+        let q = on_key(RELEASE, key)
             .bind(token)
             .bind(self.channel())
-            .bind(self.retention())
-            .bind(cause);
+            .bind(self.retention());
         let row = self.db().fetch_one(q).await?;
         let removed: i64 = get(&row, 0)?;
         if removed > 0 {
@@ -336,7 +322,7 @@ impl PostgresStore {
         .await
     }
 
-    /// Sweeps the dead `tokens` (no token twice), each as its `requeue_orphans` alone
+    /// Sweeps the dead `tokens` (no token twice), each as a call with that token alone
     /// would (a dead session's token retires up to `max_batch` of its own members):
     /// one [`REQUEUE_ORPHANS`], then one more for the dead sessions it did not reach,
     /// until none is left. One answer per token, in order.
@@ -349,7 +335,7 @@ impl PostgresStore {
             let (answers, mut later) = self.sweep_once(&ids).await?;
             // Each statement sweeps at least its lowest dead session: `later` shrinks.
             if later.len() >= todo.len() {
-                return Err(corrupt("requeue_orphans reached no token it sent"));
+                return Err(corrupt("requeue_orphans_many reached no token it sent"));
             }
             for (at, answer) in todo.iter().zip(answers) {
                 let into = &mut out[*at];
@@ -379,7 +365,7 @@ impl PostgresStore {
             let token: i64 = get(row, 0)?;
             let Some(i) = at.get(&token).copied() else {
                 return Err(corrupt(format!(
-                    "requeue_orphans answered token {token}, not one it sent"
+                    "requeue_orphans_many answered token {token}, not one it sent"
                 )));
             };
             let answer = &mut out[i];

@@ -1,13 +1,12 @@
 //! `impl ItemStore for PostgresStore`: each method runs its own statement (below), or
-//! forwards to `deaths.rs` (the sweep of a dead token) and `batch.rs`
-//! (`requeue_orphans_many`). Their input was checked before the call
-//! ([`liveness_core::CheckInput`]); they refuse only what the core cannot judge (an
-//! item id that names no item).
+//! forwards to `deaths.rs` (the dead set) and `batch.rs` (`requeue_orphans_many`,
+//! which a sweep of one token reaches as a batch of one). Their input was checked
+//! before the call ([`liveness_core::CheckInput`]); they refuse only what the core
+//! cannot judge (an item id that names no item).
 
 use liveness_core::{
-    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, LostCause, Page, RequestId,
-    Requeued, Result,
+    async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
+    ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, RequestId, Requeued, Result,
 };
 
 use crate::core::{
@@ -117,13 +116,14 @@ ORDER BY answer.id
 "#
 );
 
-/// `complete`: $1 id, $2 token. Deletes the item iff that token owns it.
+/// `finish` with `Outcome::Completed`: $1 id, $2 token. Deletes the item iff that
+/// token owns it.
 const COMPLETE: &str = r#"
 DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
-/// `fail`: $1 id, $2 token, $3 retry. Back to pending (0) or dead-lettered (2) iff
-/// that token owns it.
+/// `finish` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1 id, $2
+/// token, $3 retry. Back to pending (0) or dead-lettered (2) iff that token owns it.
 const FAIL: &str = r#"
 UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
                  owner = NULL
@@ -134,48 +134,6 @@ RETURNING state
 /// `item`: $1 id.
 const ITEM: &str = r#"
 SELECT id, payload, attempts, max_attempts, state, owner FROM items WHERE id = $1
-"#;
-
-/// `item_counts`: one consistent snapshot.
-const ITEM_COUNTS: &str = r#"
-SELECT count(*) FILTER (WHERE state = 0),
-       count(*) FILTER (WHERE state = 1),
-       count(*) FILTER (WHERE state = 2)
-FROM items
-"#;
-
-/// `dead_letters`: $1 limit.
-const DEAD_LETTERS: &str = r#"
-SELECT id, payload, attempts, max_attempts FROM items
-WHERE state = 2 ORDER BY id LIMIT $1
-"#;
-
-/// `items`: $1 state, $2 after (exclusive id), $3 limit. Lowest id first, on the
-/// state's partial index.
-const ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner FROM items
-WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
-"#;
-
-/// `retry_dead_letter`: $1 id. Back to pending with no attempts iff dead-lettered;
-/// answers the item's state before (no row: no such item).
-const RETRY_DEAD_LETTER: &str = r#"
-WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
-moved AS (
-    UPDATE items i SET state = 0, attempts = 0
-    FROM cur WHERE i.id = cur.id AND cur.state = 2
-)
-SELECT state FROM cur
-"#;
-
-/// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
-/// back to pending with no attempts; answers their ids.
-const RETRY_DEAD_LETTERS: &str = r#"
-WITH pick AS (
-    SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
-)
-UPDATE items i SET state = 0, attempts = 0 FROM pick WHERE i.id = pick.id
-RETURNING i.id
 "#;
 
 #[async_trait]
@@ -240,33 +198,32 @@ impl ItemStore for PostgresStore {
         Ok(items)
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
         let fenced = || lease.fenced(id);
-        let q = on_owned_item(COMPLETE, lease, id).ok_or_else(fenced)?;
-        match self.db().fetch_optional(q).await? {
-            Some(_) => Ok(()),
-            None => Err(fenced()),
+        let q = match outcome {
+            Outcome::Completed => on_owned_item(COMPLETE, lease, id),
+            Outcome::Retry => on_owned_item(FAIL, lease, id).map(|q| q.bind(true)),
+            Outcome::DeadLetter => on_owned_item(FAIL, lease, id).map(|q| q.bind(false)),
         }
-    }
-
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let fenced = || lease.fenced(id);
-        let q = on_owned_item(FAIL, lease, id).ok_or_else(fenced)?;
-        match self.db().fetch_optional(q.bind(retry)).await? {
-            Some(row) => state_of(get(&row, 0)?, None),
-            None => Err(fenced()),
+        .ok_or_else(fenced)?;
+        let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
+        match outcome {
+            Outcome::Completed => Ok(None),
+            Outcome::Retry | Outcome::DeadLetter => state_of(get(&row, 0)?, None).map(Some),
         }
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let Ok(token) = i64::try_from(token.0) else {
-            return Ok(Requeued::default());
-        };
-        Ok(self.sweep(&[token]).await?.pop().unwrap_or_default())
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.sweep_batch(tokens).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.list_dead_tokens(limit).await
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
@@ -282,76 +239,5 @@ impl ItemStore for PostgresStore {
             item: item_of(&row)?,
             state: state_of(get(&row, 4)?, get(&row, 5)?)?,
         }))
-    }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let q = sqlx::query(ITEM_COUNTS);
-        let row = self.db().fetch_one(q).await?;
-        let n = |i: usize| -> Result<u64> {
-            let v: i64 = get(&row, i)?;
-            u64::try_from(v)
-                .map_err(|_| corrupt(format!("unexpected value in the count column: {v}")))
-        };
-        Ok(ItemCounts {
-            pending: n(0)?,
-            owned: n(1)?,
-            dead_lettered: n(2)?,
-        })
-    }
-
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let q = sqlx::query(DEAD_LETTERS).bind(limit_param(limit));
-        self.list(q, |row| {
-            Ok(ItemRecord {
-                item: item_of(row)?,
-                state: ItemState::DeadLettered,
-            })
-        })
-        .await
-    }
-
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        let code: i16 = match state {
-            ItemStateKind::Pending => 0,
-            ItemStateKind::Owned => 1,
-            ItemStateKind::DeadLettered => 2,
-        };
-        let after = after.map_or(0, |id| i64::try_from(id.0).unwrap_or(i64::MAX));
-        let q = sqlx::query(ITEMS)
-            .bind(code)
-            .bind(after)
-            .bind(limit_param(limit));
-        self.list(q, |row| {
-            Ok(ItemRecord {
-                item: item_of(row)?,
-                state: state_of(get(row, 4)?, get(row, 5)?)?,
-            })
-        })
-        .await
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let no_such = || Error::invalid("item", InputProblem::NoSuchItem);
-        let Some(db_id) = id_param(id) else {
-            return Err(no_such());
-        };
-        let q = sqlx::query(RETRY_DEAD_LETTER).bind(db_id);
-        let Some(row) = self.db().fetch_optional(q).await? else {
-            return Err(no_such());
-        };
-        let before: i16 = get(&row, 0)?;
-        if before == 2 {
-            Ok(())
-        } else {
-            Err(Error::invalid("item", InputProblem::NotDeadLettered))
-        }
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let q = sqlx::query(RETRY_DEAD_LETTERS).bind(limit_param(limit));
-        let mut ids = self.list(q, |row| id_of(get(row, 0)?)).await?;
-        ids.sort();
-        Ok(ids)
     }
 }

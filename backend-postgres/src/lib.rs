@@ -12,6 +12,7 @@ mod durability;
 mod error;
 mod items;
 mod lease;
+mod operator;
 #[cfg(test)]
 mod tests;
 
@@ -19,7 +20,7 @@ pub use advisory::{AdvisoryElection, AdvisoryLeadership};
 pub use config::{PostgresConfig, SCHEMES, URL};
 pub use core::{PostgresStore, SCHEMA_VERSION};
 
-/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// The backend's name, as [`liveness_core::Store::backend`] reports it and as
 /// errors name it.
 pub const BACKEND: &str = "postgres";
 

@@ -8,7 +8,7 @@ use liveness_conformance::fixtures::{owners_with_items, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemId, ItemState, ItemStore, Key, Lease,
-    LeaseStore, Page, Ttl,
+    LeaseStore, OperatorStore, Page, Store, Ttl,
 };
 use sqlx::{AssertSqlSafe, Row};
 
@@ -284,6 +284,67 @@ async fn requeue_orphans_many_is_one_statement_for_the_batch() {
     assert!(store.dead_tokens(1000).await.unwrap().is_empty());
 }
 
+/// A batch of joins that names a key twice, which its one statement cannot take, is
+/// joined entry by entry (`JOIN_SESSION`, one statement each), and answers each entry
+/// as the batch would: the first entry on the key joins, the second answers `Held`
+/// naming it, an expired lease on another key is retired (dead set, death record
+/// superseded) and taken; once the session is released, every entry answers `Lost`
+/// and nothing is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_batch_naming_a_key_twice_joins_each_entry_alone() {
+    let Some(store) = store().await else { return };
+    let long = Ttl::from_secs(60).unwrap();
+    let session_key = Key::new(
+        liveness_core::Space::sessions(),
+        liveness_core::Name::new("p").unwrap(),
+    );
+    let session = store
+        .acquire(&session_key, &holder("p"), long)
+        .await
+        .unwrap();
+    let old = expired_leases(&store, "old", 1).await.remove(0);
+    let key = Key::member("twice").unwrap();
+    let asks = vec![
+        (key.clone(), holder("a")),
+        (key.clone(), holder("b")),
+        (old.key.clone(), holder("c")),
+    ];
+    let before = store.statements();
+    let answers = store.join_session_many(&session, &asks).await.unwrap();
+    assert_eq!(store.statements() - before, 3, "one statement per entry");
+    let first = answers[0].as_ref().unwrap();
+    assert_eq!((&first.key, &first.holder), (&key, &holder("a")));
+    match &answers[1] {
+        Err(Error::Held { holder, token, .. }) => {
+            assert_eq!((holder, *token), (&first.holder, first.token));
+        }
+        other => panic!("a second entry on a key the batch took answered {other:?}"),
+    }
+    let took_over = answers[2].as_ref().unwrap();
+    assert!(took_over.token > first.token, "tokens grow in entry order");
+    for lease in [first, took_over] {
+        let info = store.inspect(&lease.key).await.unwrap().unwrap();
+        assert_eq!(info.token, lease.token);
+        assert_eq!(info.session.as_ref(), Some(&session.key), "{info:?}");
+        assert!(info.is_live());
+    }
+    let dead = store.dead_tokens(100).await.unwrap();
+    assert!(dead.iter().any(|d| d.token == old.token));
+    let deaths = store.deaths(None, 10).await.unwrap();
+    let death = deaths.iter().find(|d| d.token == old.token).unwrap();
+    assert_eq!(death.cause, DeathCause::Superseded);
+
+    assert!(store.release(&session).await.unwrap());
+    let late = vec![
+        (Key::member("late").unwrap(), holder("a")),
+        (Key::member("late").unwrap(), holder("b")),
+    ];
+    for answer in store.join_session_many(&session, &late).await.unwrap() {
+        assert!(matches!(answer, Err(Error::Lost { .. })), "{answer:?}");
+    }
+    assert!(store.inspect(&late[0].0).await.unwrap().is_none());
+}
+
 /// Inserts `n` live leases (`members/m1` … `members/mN`, 60 s) straight into the table.
 async fn insert_live_members(store: &PostgresStore, n: i64) {
     sqlx::query(
@@ -355,7 +416,7 @@ async fn members_reads_a_page_of_the_name_index() {
     }
     insert_live_members(&store, 20000).await;
     let mut tx = store.pool().begin().await.unwrap();
-    let rows = sqlx::query(crate::lease::MEMBERS)
+    let rows = sqlx::query(crate::operator::MEMBERS)
         .bind("members")
         .bind("")
         .bind(100i64)

@@ -3,7 +3,7 @@
 //! and a read-only transaction (SQLSTATE 25006, a standby reached during a failover)
 //! being transient.
 
-use liveness_core::{Error, HolderId, Key, Lease, LeaseStore, Ttl};
+use liveness_core::{Error, HolderId, Key, Lease, LeaseStore, Store, Ttl};
 use liveness_testkit::durability::{lost_state, refused_setting};
 use sqlx::AssertSqlSafe;
 
@@ -137,7 +137,7 @@ async fn a_renewal_after_the_server_lost_state_says_so() {
 }
 
 /// A lease on `key` (`space/name`) for `holder`.
-async fn grant(store: &impl LeaseStore, key: &str, holder: &str, ttl: Ttl) -> Lease {
+async fn grant(store: &impl Store, key: &str, holder: &str, ttl: Ttl) -> Lease {
     store
         .acquire(
             &Key::parse(key).unwrap(),

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use liveness_conformance::fleet::{self, Fleet};
 use liveness_conformance::{fresh_namespace, member_key};
-use liveness_core::{Error, Event, HolderId, LeaseStore, Namespace, Store, Ttl};
+use liveness_core::{Error, Event, HolderId, Namespace, Store, Ttl};
 use liveness_testkit::postgres_standby::{PgPair, Replication};
 use tokio::time::Instant;
 

@@ -11,7 +11,7 @@ use futures::stream::{self, StreamExt};
 use liveness_conformance::fixtures::{drained_session_record, renew_with_ttl};
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name,
-    Page, Space, Ttl,
+    OperatorStore, Page, Space, Store, Ttl,
 };
 use liveness_postgres::PostgresStore;
 use liveness_testkit::fixtures::enqueue_jobs;

@@ -7,8 +7,9 @@
 //!
 //! Printed per concurrency level:
 //! - `framework`: renewals/s through `Arc<dyn Store>::renew` (the kit's `renewals`);
-//! - `raw script`: the same renew Lua script by EVALSHA in a bare loop on one
-//!   multiplexed connection of the redis client, same concurrency;
+//! - `raw script`: the same renew Lua script (`renew_many.lua` with one lease, as the
+//!   store sends a single renewal) by EVALSHA in a bare loop on one multiplexed
+//!   connection of the redis client, same concurrency;
 //! - `SET PX`: `redis-benchmark -c C SET key v PX 10000` (C connections);
 //! - the ratio framework ÷ raw script;
 //! - `join batch`: keys taken per second by one `acquire` after the other and by one
@@ -42,26 +43,25 @@ async fn raw_renewals(url: &str, concurrency: usize, seconds: f64) -> f64 {
         .await
         .into_iter()
         .map(|lease| {
-            let keys = liveness_redis::raw::renew_keys(&ns, &lease.key);
+            let run = liveness_redis::raw::renew_run(&ns, lease.key.space());
             let name = lease.key.name().as_str().to_owned();
-            (keys, name, lease.token, conn.clone())
+            (run, name, lease.token, conn.clone())
         })
         .collect();
     let per_second = bench_util::ops_per_second(workers, seconds, |worker| async move {
-        let ([lease_key, expiry_key, tokens_key], name, token, mut conn) = worker;
-        let r: redis::RedisResult<i64> = liveness_redis::raw::renew_script()
-            .key(&lease_key)
+        let ((expiry_key, prefix), name, token, mut conn) = worker;
+        // One run of one lease: the space's expiry index, its lease key prefix, the
+        // count, then the lease.
+        let r: redis::RedisResult<Vec<i64>> = liveness_redis::raw::renew_script()
             .key(&expiry_key)
-            .key(&tokens_key)
+            .arg(&prefix)
+            .arg(1)
             .arg(&name)
             .arg(token.0)
             .arg(3_600_000u64)
             .invoke_async(&mut conn)
             .await;
-        (
-            ([lease_key, expiry_key, tokens_key], name, token, conn),
-            r == Ok(1),
-        )
+        (((expiry_key, prefix), name, token, conn), r == Ok(vec![1]))
     })
     .await;
     let _ = s.purge().await;

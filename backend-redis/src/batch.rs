@@ -1,19 +1,40 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
 //! `reap_many` and `requeue_orphans_many`, each one script for the whole batch (one
 //! round trip, one server instant; `requeue_orphans_many` one per `max_batch` tokens,
-//! or fewer when dead sessions' members fill a script). Inherent methods the trait impls of `lease.rs` and `items.rs` call
-//! with batches the core's `CheckInput` checked.
+//! or fewer when dead sessions' members fill a script). They are the only path: the
+//! single `acquire`, `join_session`, `renew`, `reap` and `requeue_orphans` of the
+//! core's `Store` facade are batches of one. Inherent methods the trait impls of
+//! `lease.rs` and `items.rs` call with batches the core's `CheckInput` checked.
 
-use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Requeued, Space};
-use redis::{Cmd, Value};
+use liveness_core::{
+    Acquire, BatchResult, FencingToken, HolderId, JoinAsk, Key, Lease, Namespace, Requeued, Result,
+    Space,
+};
+use redis::{Cmd, Script, Value};
 
 use crate::core::{
-    array, ids, int, key_text, lost, renewed, retired, scripts, unexpected, RedisStore, ScriptCall,
+    array, ids, int, key_text, lost, renewed, retired, scripts, unexpected, us, RedisStore,
+    ScriptCall,
 };
+use crate::keys::Keys;
 
 scripts! {
     ACQUIRE_MANY = "acquire_many", RENEW_MANY = renewal "renew_many", REAP_MANY = "reap_many",
     REQUEUE_ORPHANS_MANY = "requeue_orphans_many", JOIN_SESSION_MANY = "join_session_many",
+}
+
+/// The renewal script, `renew_many.lua` (`KEYS`: the expiry index of each run of
+/// leases of one space; `ARGV`, per run: the space's lease key prefix, the run's
+/// lease count, then name, token and ttl ms of each lease).
+pub fn renew_script() -> &'static Script {
+    &RENEW_MANY
+}
+
+/// The expiry index (the one key) and the lease key prefix (the first argument) of a
+/// renewal of leases of `space` in `namespace`, as one run of `renew_many.lua`.
+pub fn renew_run(namespace: &Namespace, space: &Space) -> (String, String) {
+    let keys = Keys::new(namespace);
+    (keys.expiry(space), keys.lease_prefix(space))
 }
 
 impl RedisStore {
@@ -32,15 +53,18 @@ impl RedisStore {
                 .arg(ask.ttl.as_millis())
                 .arg(key_text(&ask.key));
         }
-        let replies = array("acquire_many", self.run_issuing(&ACQUIRE_MANY, call).await?)?;
+        const OP: &str = "acquire_many";
+        let replies = array(OP, self.run_issuing(&ACQUIRE_MANY, call).await?)?;
         if replies.len() != asks.len() {
-            return Err(unexpected("acquire_many", "a reply of another length"));
+            return Err(unexpected(OP, "a reply of another length"));
         }
         Ok(asks
             .iter()
             .zip(replies)
             .map(|(ask, reply)| {
-                self.acquired("acquire_many", &ask.key, &ask.holder, ask.ttl, reply)
+                // Each reply: `{1, token}` taken, or `{0, holder, token}` held.
+                let mut fields = array(OP, reply)?.into_iter();
+                self.taken(OP, &ask.key, &ask.holder, ask.ttl, &mut fields)
             })
             .collect())
     }
@@ -77,6 +101,25 @@ impl RedisStore {
             .zip(replies)
             .map(|((key, holder), reply)| self.joined(OP, session, key, holder, reply))
             .collect())
+    }
+
+    /// The answer of one join from its reply (the prelude's `join_one`): `{1, token,
+    /// µs the session has left}` or `{0, holder, token}`.
+    fn joined(
+        &self,
+        op: &'static str,
+        session: &Lease,
+        key: &Key,
+        holder: &HolderId,
+        reply: Value,
+    ) -> Result<Lease> {
+        let mut fields = array(op, reply)?.into_iter();
+        let granted = self.taken(op, key, holder, session.ttl, &mut fields)?;
+        let left = int(op, &fields.next().unwrap_or(Value::Nil))?;
+        Ok(Lease {
+            expires_in: us(left),
+            ..granted
+        })
     }
 
     /// Renews `leases` (a checked, non-empty batch of this store's leases) in one
@@ -147,11 +190,13 @@ impl RedisStore {
             .collect())
     }
 
-    /// Sweeps the items of every dead token of `tokens`, each as `requeue_orphans` of
-    /// that token alone would (a dead session's token retires up to `max_batch` of its
-    /// own members): one script for up to `max_batch` tokens, which starts a token
-    /// only while it has retired fewer than `max_batch` members (so it retires fewer
-    /// than `2 * max_batch`) and answers those it swept; the rest go in the next one.
+    /// Sweeps the items of every dead token of `tokens`: requeued, or dead-lettered
+    /// once out of attempts, and the token leaves the dead set; a dead session's token
+    /// first retires its riding members, at most `max_batch` of them per call, and
+    /// stays in the dead set while any remain. One script for up to `max_batch`
+    /// tokens, which starts a token only while it has retired fewer than `max_batch`
+    /// members (so it retires fewer than `2 * max_batch`) and answers those it swept;
+    /// the rest go in the next one.
     pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let max = self.info.caps.max_batch.max(1);
         let mut out = Vec::with_capacity(tokens.len());

@@ -264,7 +264,7 @@ impl RedisConfig {
     }
 
     /// The same configuration keeping another number of death records per namespace
-    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths); default
+    /// ([`OperatorStore::deaths`](liveness_core::OperatorStore::deaths); default
     /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION); zero is
     /// `InvalidInput`).
     pub fn with_death_retention(mut self, keep: usize) -> Result<RedisConfig> {
@@ -273,8 +273,9 @@ impl RedisConfig {
     }
 
     /// How many replicas must acknowledge every script that hands out a fencing token
-    /// (`acquire`, `acquire_many`) before it answers (`wait=N`); `None` (the default):
-    /// the answer does not wait for replicas.
+    /// (`acquire_many`, `join_session_many`, and so the single `acquire` and
+    /// `join_session`, batches of one) before it answers (`wait=N`); `None` (the
+    /// default): the answer does not wait for replicas.
     pub fn wait(&self) -> Option<u32> {
         self.wait
     }

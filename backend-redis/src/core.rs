@@ -162,6 +162,8 @@ impl RedisStore {
                     max_payload: MAX_PAYLOAD,
                     death_retention: config.death_retention().max(1),
                     sessions: true,
+                    items: true,
+                    operator_views: true,
                 },
                 issuer: Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             },
@@ -221,19 +223,6 @@ impl RedisStore {
         }
     }
 
-    /// The answer of one acquire from its script reply: `{1, token}` taken, or
-    /// `{0, holder, token}` held by a live lease.
-    pub(crate) fn acquired(
-        &self,
-        op: &'static str,
-        key: &Key,
-        holder: &HolderId,
-        ttl: Ttl,
-        reply: Value,
-    ) -> Result<Lease> {
-        self.taken(op, key, holder, ttl, &mut array(op, reply)?.into_iter())
-    }
-
     /// The answer a reply of an acquire or a join leads with: `1, token`, the lease
     /// taken for `ttl`, or `0, holder, token`, `Held` by a live lease. What follows
     /// stays in `fields`.
@@ -291,13 +280,13 @@ impl RedisStore {
         }
     }
 
-    /// Runs `call`, a script that hands out fencing tokens (`acquire`,
-    /// `acquire_many`). With `wait=N`, the script is followed by `WAIT N T` in the same
-    /// pipeline (one round trip, on the same connection, so `WAIT` counts the replicas
-    /// that have the script's writes), and fewer than N acknowledgements fail the call
-    /// with [`Error::Unavailable`]: the caller never holds a token a failover to one of
-    /// those replicas could hand out again. The script may have run all the same, as
-    /// after any `Unavailable`.
+    /// Runs `call`, a script that hands out fencing tokens (`acquire_many`,
+    /// `join_session_many`). With `wait=N`, the script is followed by `WAIT N T` in the
+    /// same pipeline (one round trip, on the same connection, so `WAIT` counts the
+    /// replicas that have the script's writes), and fewer than N acknowledgements fail
+    /// the call with [`Error::Unavailable`]: the caller never holds a token a failover
+    /// to one of those replicas could hand out again. The script may have run all the
+    /// same, as after any `Unavailable`.
     pub(crate) async fn run_issuing(&self, script: &Script, call: ScriptCall) -> Result<Value> {
         let call = call.evalsha(script);
         let Some((replicas, timeout)) = self.wait else {

@@ -1,23 +1,20 @@
-//! Finding and declaring deaths, and their history: the expired leases of a space,
-//! reaping one into the dead set, reading the dead set, sweeping a dead token's items
-//! (`requeue_orphans`) and the death records. Inherent methods the trait impls of
-//! `lease.rs` and `items.rs` call with checked input (limits already clamped).
+//! Finding deaths and their history: the expired leases of a space, the dead set and
+//! the death records (reaping and sweeping are batches: `batch.rs`). Inherent methods
+//! the trait impls of `lease.rs`, `items.rs` and `operator.rs` call with checked input
+//! (limits already clamped).
 
 use std::time::Duration;
 
 use liveness_core::{
-    DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Name, Requeued,
-    Result, Space, StoreTime, Swept,
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, Key, Name, Result,
+    Space, StoreTime, Swept,
 };
 use redis::Value;
 
-use crate::core::{
-    array, ids, int, key_text, retired, scripts, text, uint, unexpected, RedisStore,
-};
+use crate::core::{array, scripts, text, uint, unexpected, RedisStore};
 
 scripts! {
-    EXPIRED = "expired", REAP = "reap", DEAD_TOKENS = "dead_tokens",
-    REQUEUE_ORPHANS = "requeue_orphans", DEATHS = "deaths",
+    EXPIRED = "expired", DEAD_TOKENS = "dead_tokens", DEATHS = "deaths",
 }
 
 impl RedisStore {
@@ -47,20 +44,6 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Reaps the lease on `key` if `token` still holds it and it expired: true when
-    /// this call moved it into the dead set.
-    pub(crate) async fn reap_one(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let mut call = REAP.prepare_invoke();
-        call.key(self.keys.lease(key))
-            .key(self.keys.expiry(key.space()))
-            .key(self.keys.dead())
-            .arg(key.name().as_str())
-            .arg(token.0)
-            .arg(key_text(key))
-            .arg(self.info.caps.death_retention);
-        Ok(int("reap", &self.run(call).await?)? == 1)
-    }
-
     /// Up to `limit` (already clamped) entries of the dead set, lowest token first.
     pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let mut call = DEAD_TOKENS.prepare_invoke();
@@ -83,28 +66,6 @@ impl RedisStore {
                 })
             })
             .collect()
-    }
-
-    /// Sweeps the items of the dead `token`: requeued, or dead-lettered once out of
-    /// attempts, and the token leaves the dead set; a dead session's token first
-    /// retires its riding members, at most `max_batch` a call, and stays while any
-    /// remain.
-    pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
-        let mut call = REQUEUE_ORPHANS.prepare_invoke();
-        call.key(self.keys.dead())
-            .key(self.keys.owned(token))
-            .key(self.keys.owned_count())
-            .key(self.keys.pending())
-            .key(self.keys.dead_letters())
-            .arg(token.0)
-            .arg(self.keys.item_prefix())
-            .arg(self.info.caps.max_batch);
-        let mut parts = array("requeue_orphans", self.run(call).await?)?.into_iter();
-        Ok(Requeued {
-            requeued: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
-            dead_lettered: ids("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
-            retired: retired("requeue_orphans", parts.next().unwrap_or(Value::Nil))?,
-        })
     }
 
     /// Up to `limit` (already clamped) death records with a seq below `before`, newest

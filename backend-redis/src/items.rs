@@ -1,24 +1,20 @@
 //! `impl ItemStore for RedisStore`: each method runs its own script (declared next
-//! to it), or forwards the sweep of a dead token to `deaths.rs` and its batch to
-//! `batch.rs`. The input arrives checked (the core's `CheckInput`); the store still
-//! refuses what only it can judge (an item id that names no dead-lettered item).
+//! to it), or forwards the sweep of dead tokens to `batch.rs` (the single
+//! `requeue_orphans` of the core's `Store` facade arrives as a batch of one) and the
+//! dead set to `deaths.rs`. The input arrives checked (the core's `CheckInput`).
 
 use liveness_core::{
-    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
-    Result,
+    async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
 };
 use redis::Value;
 
 use crate::core::{
-    array, bytes, ids, int, lost, record, scripts, text, u32_, uint, unexpected, RedisStore,
+    array, bytes, int, lost, record, scripts, text, u32_, uint, unexpected, RedisStore,
 };
 
 scripts! {
-    ENQUEUE = "enqueue", CLAIM = "claim", COMPLETE = "complete", FAIL = "fail",
-    ITEM = "item", ITEM_COUNTS = "item_counts", DEAD_LETTERS = "dead_letters",
-    ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
-    RETRY_DEAD_LETTERS = "retry_dead_letters",
+    ENQUEUE = "enqueue", CLAIM = "claim", FINISH = "finish", ITEM = "item",
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
@@ -36,7 +32,7 @@ fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
 /// Reads the stored fields of item `id` that follow in `fields`: `{payload, attempts,
 /// max, state}`, as `item.lua` answers them and as each group of `items.lua` has them
 /// after its id. A missing field reads as nil, which fails as a corrupt record.
-fn item_record(
+pub(crate) fn item_record(
     op: &'static str,
     id: ItemId,
     fields: &mut impl Iterator<Item = Value>,
@@ -110,21 +106,13 @@ impl ItemStore for RedisStore {
         }
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        let mut call = COMPLETE.prepare_invoke();
-        call.key(self.keys.item(id))
-            .key(self.keys.owned(lease.token))
-            .key(self.keys.owned_count())
-            .arg(id.0)
-            .arg(lease.token.0);
-        match int("complete", &self.run(call).await?)? {
-            1 => Ok(()),
-            _ => Err(lease.fenced(id)),
-        }
-    }
-
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let mut call = FAIL.prepare_invoke();
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
+        let mut call = FINISH.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
             .key(self.keys.owned_count())
@@ -132,20 +120,26 @@ impl ItemStore for RedisStore {
             .key(self.keys.dead_letters())
             .arg(id.0)
             .arg(lease.token.0)
-            .arg(if retry { "1" } else { "0" });
-        match int("fail", &self.run(call).await?)? {
-            1 => Ok(ItemState::Pending),
-            2 => Ok(ItemState::DeadLettered),
-            _ => Err(lease.fenced(id)),
+            .arg(match outcome {
+                Outcome::Completed => "c",
+                Outcome::Retry => "r",
+                Outcome::DeadLetter => "d",
+            });
+        match (int("finish", &self.run(call).await?)?, outcome) {
+            (3, Outcome::Completed) => Ok(None),
+            (1, Outcome::Retry) => Ok(Some(ItemState::Pending)),
+            (2, Outcome::Retry | Outcome::DeadLetter) => Ok(Some(ItemState::DeadLettered)),
+            (0, _) => Err(lease.fenced(id)),
+            _ => Err(unexpected("finish", "an unknown status")),
         }
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.sweep(token).await
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         self.sweep_batch(tokens).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.dead_set(limit).await
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
@@ -155,89 +149,5 @@ impl ItemStore for RedisStore {
             return Ok(None);
         };
         item_record("item", id, &mut rec).map(Some)
-    }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let mut call = ITEM_COUNTS.prepare_invoke();
-        call.key(self.keys.pending())
-            .key(self.keys.owned_count())
-            .key(self.keys.dead_letters());
-        let mut it = array("item_counts", self.run(call).await?)?.into_iter();
-        let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
-        Ok(ItemCounts {
-            pending: next()?,
-            owned: next()?,
-            dead_lettered: next()?,
-        })
-    }
-
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let mut call = DEAD_LETTERS.prepare_invoke();
-        call.key(self.keys.dead_letters())
-            .arg(limit)
-            .arg(self.keys.item_prefix());
-        Ok(items(
-            "dead_letters",
-            array("dead_letters", self.run(call).await?)?,
-        )?
-        .into_iter()
-        .map(|item| ItemRecord {
-            item,
-            state: ItemState::DeadLettered,
-        })
-        .collect())
-    }
-
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        let mut call = ITEMS.prepare_invoke();
-        let code = match state {
-            ItemStateKind::Pending => {
-                call.key(self.keys.pending());
-                "p"
-            }
-            ItemStateKind::Owned => {
-                call.key(self.keys.item_ids());
-                "o"
-            }
-            ItemStateKind::DeadLettered => {
-                call.key(self.keys.dead_letters());
-                "d"
-            }
-        };
-        call.arg(code)
-            .arg(after.map_or(0, |id| id.0))
-            .arg(limit)
-            .arg(self.keys.item_prefix());
-        let flat = array("items", self.run(call).await?)?;
-        let mut out = Vec::with_capacity(flat.len() / 5);
-        let mut it = flat.into_iter();
-        while let Some(id) = it.next() {
-            let id = ItemId(uint("items", &id)?);
-            out.push(item_record("items", id, &mut it)?);
-        }
-        Ok(out)
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let mut call = RETRY_DEAD_LETTER.prepare_invoke();
-        call.key(self.keys.item(id))
-            .key(self.keys.dead_letters())
-            .key(self.keys.pending())
-            .arg(id.0);
-        match int("retry_dead_letter", &self.run(call).await?)? {
-            2 => Ok(()),
-            1 => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
-            _ => Err(Error::invalid("item", InputProblem::NoSuchItem)),
-        }
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let mut call = RETRY_DEAD_LETTERS.prepare_invoke();
-        call.key(self.keys.dead_letters())
-            .key(self.keys.pending())
-            .arg(limit)
-            .arg(self.keys.item_prefix());
-        ids("retry_dead_letters", self.run(call).await?)
     }
 }

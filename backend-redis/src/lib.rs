@@ -12,12 +12,13 @@ mod error;
 mod items;
 mod keys;
 mod lease;
+mod operator;
 
 pub use crate::config::{RedisConfig, SCHEMES, URL};
 pub use crate::core::{connect, RedisStore, MAX_PAYLOAD};
 
-/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
-/// errors name it.
+/// The backend's name, as [`liveness_core::Store::backend`] reports it and as errors
+/// name it.
 pub const BACKEND: &str = "redis";
 
 /// The scripts [`RedisStore::connect`] loads onto the server before it returns, so
@@ -28,6 +29,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static redis::Script> {
         crate::core::SCRIPTS,
         crate::lease::SCRIPTS,
         crate::items::SCRIPTS,
+        crate::operator::SCRIPTS,
         crate::deaths::SCRIPTS,
         crate::batch::SCRIPTS,
     ]
@@ -37,10 +39,11 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static redis::Script> {
 }
 
 /// The bare renew primitive, for the bench's baseline: the same Lua script the store
-/// runs, without the trait, the input checks or the error mapping. Not a stable API.
+/// runs (`renew_many.lua`, a single renewal being a batch of one), without the trait,
+/// the input checks or the error mapping. Not a stable API.
 #[doc(hidden)]
 pub mod raw {
-    pub use crate::lease::{renew_keys, renew_script};
+    pub use crate::batch::{renew_run, renew_script};
 }
 
 #[cfg(test)]

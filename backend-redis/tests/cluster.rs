@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
-use liveness_core::{EnqueueOptions, ItemStore, LeaseStore, Namespace, Store, Ttl};
+use liveness_core::{EnqueueOptions, ItemStore, Namespace, OperatorStore, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisCluster;
 

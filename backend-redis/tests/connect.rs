@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
-use liveness_core::{EnqueueOptions, Error, ItemStore, LeaseStore, Ttl};
+use liveness_core::{EnqueueOptions, Error, ItemStore, LeaseStore, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::{RedisOptions, RedisServer};
 

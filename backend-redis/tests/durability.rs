@@ -7,7 +7,7 @@
 use liveness_conformance::fixtures::acquire_member;
 use liveness_conformance::fresh_namespace;
 use liveness_core::durability::Durability;
-use liveness_core::{HolderId, Key, LeaseStore, Ttl};
+use liveness_core::{HolderId, Key, LeaseStore, Store, Ttl};
 use liveness_redis::RedisConfig;
 use liveness_testkit::durability::{lost_state, refused_setting};
 use liveness_testkit::redis::{RedisOptions, RedisServer};

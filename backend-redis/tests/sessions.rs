@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use liveness_core::{FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Space, Ttl};
+use liveness_core::{
+    FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, OperatorStore, Space, Store, Ttl,
+};
 
 mod common;
 use common::{calls, fresh};

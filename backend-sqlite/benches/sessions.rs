@@ -36,7 +36,7 @@ use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench::procfs;
 use liveness_conformance::bench_util;
 use liveness_conformance::fixtures::renew_with_ttl;
-use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_core::{HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Store, Ttl};
 use liveness_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 
 // Beside this file, not in benches/ itself (where cargo would take it for a bench).

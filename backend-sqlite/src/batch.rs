@@ -1,10 +1,11 @@
 //! The native batches (`acquire_many`, `join_session_many`, `renew_many`,
 //! `reap_many`, `requeue_orphans_many`): each is one write transaction at one instant, so one
 //! commit (one fsync with `synchronous=full`) for the whole batch instead of one per
-//! entry; and the per-entry steps they share with the single calls, which run one of
-//! them in a write transaction of their own ([`SqliteStore::take_at`],
-//! [`SqliteStore::renew_at`]). Their input was checked before the call
-//! ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every entry is run.
+//! entry; the one-entry calls (`acquire`, `renew`, ...) are these with one entry
+//! ([`liveness_core::Store`]). And the per-entry steps they run
+//! ([`SqliteStore::take_at`], [`SqliteStore::renew_at`]). Their input was checked
+//! before the call ([`liveness_core::CheckInput`]: batch sizes, ttls, issuers): every
+//! entry is run.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use liveness_core::{
 use liveness_core::{ItemStore, LeaseStore};
 use sqlx::sqlite::SqliteConnection;
 
-use crate::core::{as_db, get_u64, to_i64, Current, SqliteStore, Write};
+use crate::core::{as_db, get_u64, to_i64, Current, SqliteStore};
 use crate::error::{corrupt, map};
 use crate::BACKEND;
 
@@ -63,7 +64,8 @@ const PUT_MEMBER: &str = "INSERT INTO liveness_leases \
     session_token = excluded.session_token";
 
 /// The session a member joins ([`SqliteStore::take_at`]): its lease, found current and
-/// live, and when it expires.
+/// live in the join's write transaction ([`SqliteStore::ride_until`]), and when it
+/// expires.
 #[derive(Clone, Copy)]
 pub(crate) struct Ride<'a> {
     /// The session's lease.
@@ -84,7 +86,8 @@ pub(crate) fn left(until: i64, now: i64) -> Duration {
 
 impl SqliteStore {
     /// Runs `step` on every entry, in order, inside one write transaction at one
-    /// instant read holding the write lock (as the single calls do), and commits
+    /// instant read holding the write lock (so a lease that expired while the call
+    /// queued for the lock, another process writing, stays expired), and commits
     /// once: one commit (one fsync with synchronous=full) for the whole batch instead
     /// of one per entry. A later entry sees what an earlier one wrote. An error of the
     /// store itself ends the batch, uncommitted.
@@ -130,33 +133,20 @@ impl SqliteStore {
         }
     }
 
-    /// Opens the write transaction of a join into `session` and judges the session in
-    /// it once ([`SqliteStore::ride_until`]): the transaction, its instant and the
-    /// session to ride; or why the session is lost, the transaction rolled back.
-    pub(crate) async fn open_ride<'a>(
-        &'a self,
-        session: &'a Lease,
-    ) -> Result<std::result::Result<(Write<'a>, i64, Ride<'a>), LostCause>> {
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        let cur = self.current(w.conn(), &session.key, now).await?;
-        match Self::ride_until(session, &cur) {
-            Ok(until) => Ok(Ok((w, now, Ride { session, until }))),
-            Err(lost) => {
-                w.rollback().await?;
-                Ok(Err(lost))
-            }
-        }
-    }
-
     /// [`LeaseStore::join_session_many`]: the session judged once, then every entry
     /// joined in the same write transaction at one instant (a later entry sees what
     /// an earlier one took); a session not current and live answers `Lost` for every
     /// entry and writes nothing.
     pub(crate) async fn join_batch(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
-        let (mut w, now, ride) = match self.open_ride(session).await? {
-            Ok(open) => open,
-            Err(lost) => return Ok(asks.iter().map(|_| Err(session.lost(lost))).collect()),
+        let mut w = self.write().await?;
+        let now = self.now()?;
+        let cur = self.current(w.conn(), &session.key, now).await?;
+        let ride = match Self::ride_until(session, &cur) {
+            Ok(until) => Ride { session, until },
+            Err(lost) => {
+                w.rollback().await?;
+                return Ok(asks.iter().map(|_| Err(session.lost(lost))).collect());
+            }
         };
         let mut out = Vec::with_capacity(asks.len());
         let mut buried = false;
@@ -201,7 +191,7 @@ impl SqliteStore {
     /// otherwise hold every other writer, renewals among them, for hundreds of
     /// milliseconds). A repeat of a token sees the first's work: it
     /// moves nothing (a dead session's token retires its next batch). Each token is
-    /// swept as its `requeue_orphans` alone would, a dead session's token retiring up
+    /// swept as a call with that token alone would, a dead session's token retiring up
     /// to `max_batch` of its own members; a transaction starts a token only while it
     /// has retired fewer than `max_batch` members (so it retires fewer than
     /// `2 * max_batch`: one never grows with the sessions), and the next transaction
@@ -258,7 +248,7 @@ impl SqliteStore {
     /// itself.
     ///
     /// With `ride`, it is the join of a member riding that session
-    /// ([`LeaseStore::join_session`]: no expiry of its own, the session's ttl; the
+    /// ([`LeaseStore::join_session_many`]: no expiry of its own, the session's ttl; the
     /// answer has the session's time left). A live lease on the key (its own, or one
     /// riding a live session) is `Held`; an expired one, or one whose session is
     /// expired or gone, is buried first (cause superseded).

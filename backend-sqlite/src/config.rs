@@ -176,7 +176,7 @@ impl SqliteConfig {
     }
 
     /// The same configuration keeping another number of death records per namespace
-    /// ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths), the newest ones;
+    /// ([`OperatorStore::deaths`](liveness_core::OperatorStore::deaths), the newest ones;
     /// default [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION)).
     /// Zero is [`Error::InvalidInput`] naming `death_retention`.
     pub fn with_death_retention(mut self, keep: usize) -> Result<SqliteConfig> {

@@ -168,16 +168,6 @@ impl Write<'_> {
     pub(crate) async fn rollback(self) -> Result<()> {
         self.tx.rollback().await.map_err(map)
     }
-
-    /// Commits when `keep`, else rolls back: how a single call ends by its answer (a
-    /// refusal writes nothing).
-    pub(crate) async fn commit_if(self, keep: bool) -> Result<()> {
-        if keep {
-            self.commit().await
-        } else {
-            self.rollback().await
-        }
-    }
 }
 
 /// When the lease row aliased `l` expires, in milliseconds of the store clock: its

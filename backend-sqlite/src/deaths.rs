@@ -1,19 +1,19 @@
-//! Finding and declaring deaths, and their history: the expired leases, the reap that
-//! retires one (its token to the dead set, a death record, in one write transaction),
-//! the dead set, the sweep of a dead token's items (`requeue_orphans`; for a dead
+//! Finding and declaring deaths, and their history: the expired leases, the reap or
+//! release that retires one (its token to the dead set, a death record, in the caller's
+//! write transaction), the dead set, the sweep of a dead token's items (for a dead
 //! session's token, first the drain of its riding members, a batch per call), and the
-//! death records. [`SqliteStore`] methods that `lease.rs`, `items.rs` and `batch.rs` call.
+//! death records. [`SqliteStore`] methods that `lease.rs`, `items.rs`, `operator.rs`
+//! and `batch.rs` call.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use liveness_core::wake::tick;
 use liveness_core::{
     DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, ItemId, Key, Name,
     Requeued, Result, Space, StoreTime, Swept,
 };
 #[cfg(doc)]
-use liveness_core::{ItemStore, LeaseStore};
+use liveness_core::{ItemStore, LeaseStore, OperatorStore};
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 
@@ -183,14 +183,10 @@ impl SqliteStore {
         .await
     }
 
-    /// Reaps the lease on `key` if it still has `token` and is expired
-    /// ([`LeaseStore::reap`]): true when this call retired it.
-    pub(crate) async fn reap_key(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        self.retire(REAP, key, token, true).await
-    }
-
-    /// [`SqliteStore::reap_key`]'s work inside the open write transaction on `conn`, at
-    /// store time `now` (the caller commits, and wakes the waiters).
+    /// Reaps the lease on `key` if it still has `token` and is expired at store time
+    /// `now` ([`LeaseStore::reap_many`]'s entry), inside the open write transaction on
+    /// `conn`: true when this call retired it (the caller commits, and wakes the
+    /// waiters).
     pub(crate) async fn reap_in(
         &self,
         conn: &mut SqliteConnection,
@@ -201,35 +197,11 @@ impl SqliteStore {
         self.retire_in(conn, REAP, key, token, true, now).await
     }
 
-    /// Runs `RELEASE` (lease.rs) or [`REAP`] on the lease on `key` with `token`:
-    /// true when it deleted the lease, whose token then goes to the dead set in the
-    /// same transaction; wakes this process's waiters. When `clocked` (`REAP`), the
-    /// store's now, read holding the write lock, is bound last.
-    pub(crate) async fn retire(
-        &self,
-        statement: &'static str,
-        key: &Key,
-        token: FencingToken,
-        clocked: bool,
-    ) -> Result<bool> {
-        let mut w = self.write().await?;
-        let now = self.now()?;
-        if !self
-            .retire_in(w.conn(), statement, key, token, clocked, now)
-            .await?
-        {
-            w.rollback().await?;
-            return Ok(false);
-        }
-        w.commit().await?;
-        tick(&self.wake);
-        Ok(true)
-    }
-
-    /// [`SqliteStore::retire`]'s work inside the open write transaction on `conn`, at
-    /// store time `now`: true when it removed the lease, buried its token and
-    /// recorded its death (the caller commits, and wakes the waiters).
-    async fn retire_in(
+    /// Runs `RELEASE` (lease.rs) or [`REAP`] on the lease on `key` with `token` inside
+    /// the open write transaction on `conn`, at store time `now`: true when it removed
+    /// the lease, buried its token and recorded its death (the caller commits, and
+    /// wakes the waiters). When `clocked` (`REAP`), `now` is bound last.
+    pub(crate) async fn retire_in(
         &self,
         conn: &mut SqliteConnection,
         statement: &'static str,
@@ -319,7 +291,7 @@ impl SqliteStore {
     }
 
     /// Up to `limit` tokens of the dead set, oldest first
-    /// ([`LeaseStore::dead_tokens`]; the caller checked `limit`).
+    /// ([`ItemStore::dead_tokens`]; the caller checked `limit`).
     pub(crate) async fn dead_set(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let q = self.query(DEAD_TOKENS).bind(limit_param(limit));
         self.list(q, |row| {
@@ -335,30 +307,13 @@ impl SqliteStore {
         .await
     }
 
-    /// Sweeps the items `token` owned ([`ItemStore::requeue_orphans`]): one write
-    /// transaction, which takes the token out of the dead set, gives its items back
-    /// and fills in its death record; nothing when the token is not in the dead set.
-    /// A dead session's token first retires up to `max_batch` of its members, and
-    /// stays in the dead set while members remain.
-    pub(crate) async fn requeue(&self, token: FencingToken) -> Result<Requeued> {
-        let mut w = self.write().await?;
-        let mut budget = self.info.caps.max_batch;
-        let Some(out) = self.requeue_in(w.conn(), token, &mut budget).await? else {
-            w.rollback().await?;
-            return Ok(Requeued::default());
-        };
-        w.commit().await?;
-        if !out.retired.is_empty() {
-            tick(&self.wake);
-        }
-        Ok(out)
-    }
-
-    /// [`ItemStore::requeue_orphans`]'s work inside the open write transaction on
-    /// `conn` (the caller commits); `None` when the token is not in the dead set
-    /// (nothing written). A dead session's token retires at most `budget` riding
-    /// members, lowering it ([`SqliteStore::drain`]), and leaves the dead set, its
-    /// items swept, only in the call that finds none left.
+    /// Sweeps the items `token` owned ([`ItemStore::requeue_orphans_many`]'s entry)
+    /// inside the open write transaction on `conn` (the caller commits): takes the
+    /// token out of the dead set, gives its items back and fills in its death record;
+    /// `None` when the token is not in the dead set (nothing written). A dead
+    /// session's token retires at most `budget` riding members, lowering it
+    /// ([`SqliteStore::drain`]), and leaves the dead set, its items swept, only in the
+    /// call that finds none left.
     pub(crate) async fn requeue_in(
         &self,
         conn: &mut SqliteConnection,
@@ -619,7 +574,7 @@ impl SqliteStore {
     }
 
     /// Up to `limit` death records with seq below `before`, newest first
-    /// ([`LeaseStore::deaths`]; the caller checked `limit`).
+    /// ([`OperatorStore::deaths`]; the caller checked `limit`).
     pub(crate) async fn death_records(
         &self,
         before: Option<u64>,

@@ -1,19 +1,15 @@
 //! `impl ItemStore for SqliteStore`: each method runs its statements here, in one
-//! transaction, or forwards the sweep of a dead token's items to `deaths.rs` and its
-//! batch to `batch.rs`. Their input was checked before the call
-//! ([`liveness_core::CheckInput`]); they refuse only what the core cannot judge (an
-//! item id that names no item).
+//! transaction, or forwards the dead set and the sweeps of dead tokens' items to
+//! `deaths.rs` and `batch.rs` (`requeue_orphans` is `requeue_orphans_many` with one
+//! token, [`liveness_core::Store`]). Their input was checked before the call
+//! ([`liveness_core::CheckInput`]): they do not check it again.
 
 use liveness_core::{
-    async_trait, BatchResult, EnqueueOptions, Error, FencingToken, InputProblem, Item, ItemCounts,
-    ItemId, ItemRecord, ItemState, ItemStateKind, ItemStore, Lease, Page, RequestId, Requeued,
-    Result,
+    async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
 };
-use sqlx::Row;
 
-use crate::core::{
-    as_db, get_u64, limit_param, state_code, SqliteStore, STATE_DEAD, STATE_OWNED, STATE_PENDING,
-};
+use crate::core::{as_db, limit_param, SqliteStore, STATE_PENDING};
 use crate::error::{corrupt, map};
 
 /// The item id enqueue key ?2 answered (?1 ns).
@@ -61,35 +57,14 @@ const COMPLETE: &str =
 
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
 /// attempts left, else dead-lettered.
-const FAIL: &str = "UPDATE liveness_items SET owner = NULL, \
+const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
 /// Item ?2 (?1 ns).
-const ITEM: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-    WHERE ns = ?1 AND id = ?2";
-
-/// How many items are in each state (?1 ns).
-const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state";
-
-/// Up to ?2 dead-lettered items (?1 ns), oldest first.
-const DEAD_LETTERS: &str =
+pub(crate) const ITEM: &str =
     "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2";
-
-/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first.
-const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-    WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
-
-/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
-const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
-    WHERE ns = ?1 AND id = ?2 AND state = 2";
-
-/// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
-/// attempts (?1 ns).
-const RETRY_DEAD_LETTERS: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
-    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
-    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";
+    WHERE ns = ?1 AND id = ?2";
 
 #[async_trait]
 impl ItemStore for SqliteStore {
@@ -183,8 +158,44 @@ impl ItemStore for SqliteStore {
         Ok(items)
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
-        // One DELETE in autocommit: atomic on its own.
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
+        match outcome {
+            Outcome::Completed => self.complete_item(lease, id).await.map(|()| None),
+            Outcome::Retry => self.hand_back(lease, id, true).await.map(Some),
+            Outcome::DeadLetter => self.hand_back(lease, id, false).await.map(Some),
+        }
+    }
+
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+        self.requeue_batch(tokens).await
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        self.dead_set(limit).await
+    }
+
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let row = self
+            .query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
+        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
+            .transpose()
+    }
+}
+
+impl SqliteStore {
+    /// [`ItemStore::finish`] with [`Outcome::Completed`]: deletes item `id` if the
+    /// lease's token owns it, else `Fenced`. One DELETE in autocommit: atomic on its
+    /// own.
+    async fn complete_item(&self, lease: &Lease, id: ItemId) -> Result<()> {
         let _turn = self.turn().await?;
         let done = self
             .query(COMPLETE)
@@ -199,9 +210,12 @@ impl ItemStore for SqliteStore {
         Ok(())
     }
 
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+    /// [`ItemStore::finish`] with [`Outcome::Retry`] (`retry`) or
+    /// [`Outcome::DeadLetter`]: gives item `id` back if the lease's token owns it, else
+    /// `Fenced`; answers its new state.
+    async fn hand_back(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
         let mut w = self.write().await?;
-        let state: Option<i64> = sqlx::query_scalar(FAIL)
+        let state: Option<i64> = sqlx::query_scalar(HAND_BACK)
             .bind(self.ns.as_ref())
             .bind(as_db(id.0))
             .bind(as_db(lease.token.0))
@@ -219,110 +233,5 @@ impl ItemStore for SqliteStore {
         } else {
             ItemState::DeadLettered
         })
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        self.requeue(token).await
-    }
-
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
-        self.requeue_batch(tokens).await
-    }
-
-    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
-        let row = self
-            .query(ITEM)
-            .bind(as_db(id.0))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map)?;
-        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
-            .transpose()
-    }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let rows = self
-            .query(ITEM_COUNTS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        let mut counts = ItemCounts::default();
-        for row in &rows {
-            let state: i64 = row.try_get(0).map_err(map)?;
-            let n = get_u64(row, 1, "count")?;
-            match state {
-                STATE_PENDING => counts.pending = n,
-                STATE_OWNED => counts.owned = n,
-                STATE_DEAD => counts.dead_lettered = n,
-                _ => return Err(corrupt("bad item state in the liveness database")),
-            }
-        }
-        Ok(counts)
-    }
-
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let q = self.query(DEAD_LETTERS).bind(limit_param(limit));
-        self.list(q, |row| {
-            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
-        })
-        .await
-    }
-
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let Page { after, limit } = page;
-        let q = self
-            .query(ITEMS)
-            .bind(state_code(state))
-            .bind(after.map_or(0, |id| as_db(id.0)))
-            .bind(limit_param(limit));
-        self.list(q, |row| {
-            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
-        })
-        .await
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let mut w = self.write().await?;
-        let done = self
-            .query(RETRY_DEAD_LETTER)
-            .bind(as_db(id.0))
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
-        if done.rows_affected() == 1 {
-            return w.commit().await;
-        }
-        let found = self
-            .query(ITEM)
-            .bind(as_db(id.0))
-            .fetch_optional(w.conn())
-            .await
-            .map_err(map)?;
-        w.rollback().await?;
-        Err(Error::invalid(
-            "item",
-            if found.is_some() {
-                InputProblem::NotDeadLettered
-            } else {
-                InputProblem::NoSuchItem
-            },
-        ))
-    }
-
-    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let mut w = self.write().await?;
-        let rows = self
-            .query(RETRY_DEAD_LETTERS)
-            .bind(limit_param(limit))
-            .fetch_all(w.conn())
-            .await
-            .map_err(map)?;
-        w.commit().await?;
-        let mut ids = rows
-            .iter()
-            .map(|row| get_u64(row, 0, "item id").map(ItemId))
-            .collect::<Result<Vec<_>>>()?;
-        ids.sort();
-        Ok(ids)
     }
 }

@@ -10,6 +10,7 @@ mod deaths;
 mod error;
 mod items;
 mod lease;
+mod operator;
 #[cfg(test)]
 mod tests;
 mod turns;
@@ -19,7 +20,7 @@ pub use crate::core::SqliteStore;
 #[doc(hidden)]
 pub use crate::core::MIGRATIONS;
 
-/// The backend's name, as [`liveness_core::LeaseStore::backend`] reports it and as
+/// The backend's name, as [`liveness_core::Store::backend`] reports it and as
 /// errors name it.
 pub const BACKEND: &str = "sqlite";
 

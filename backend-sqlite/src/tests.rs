@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause, Namespace, Space, Ttl,
+    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause, Namespace, OperatorStore,
+    Space, Store, Ttl,
 };
 
 use crate::clock::ManualBootClock;

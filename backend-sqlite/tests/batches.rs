@@ -16,7 +16,7 @@ mod common;
 
 use liveness_core::{
     Acquire, DeathCause, EnqueueOptions, FencingToken, HolderId, ItemId, ItemStore, Key, Lease,
-    LeaseStore, Ttl,
+    LeaseStore, OperatorStore, Store, Ttl,
 };
 
 /// A store on a fresh file with one connection, and the count of its commits (a

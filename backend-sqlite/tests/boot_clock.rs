@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use liveness_core::{
     EnqueueOptions, Error, HolderId, ItemState, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
-    Space, Ttl,
+    OperatorStore, Space, Store, Ttl,
 };
 use liveness_sqlite::SqliteStore;
 

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use liveness_core::{
-    Error, FencingToken, HolderId, Key, LeaseStatus, LeaseStore, Namespace, Space, Ttl,
+    Error, FencingToken, HolderId, Key, LeaseStatus, LeaseStore, Namespace, Space, Store, Ttl,
 };
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tokio::time::Instant;

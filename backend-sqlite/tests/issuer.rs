@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use liveness_conformance::fixtures::acquire_member;
-use liveness_core::{Error, InputProblem, Key, LeaseStore, Ttl};
+use liveness_core::{Error, InputProblem, Key, LeaseStore, Store, Ttl};
 
 mod common;
 

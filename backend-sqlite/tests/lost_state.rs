@@ -3,7 +3,7 @@
 //! `Lost(Released)` that reads like a graceful release.
 
 use liveness_core::durability::StoreLostState;
-use liveness_core::{Error, HolderId, Key, LeaseStore, LostCause, Ttl};
+use liveness_core::{Error, HolderId, Key, LeaseStore, LostCause, Store, Ttl};
 
 mod common;
 

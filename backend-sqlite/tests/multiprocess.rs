@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Namespace, Space, Ttl,
+    EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Namespace, OperatorStore, Space,
+    Store, Ttl,
 };
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tokio::time::Instant;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Name, Namespace, Space, Ttl,
+    EnqueueOptions, Error, HolderId, ItemStore, Key, LeaseStore, Name, Namespace, Space, Store, Ttl,
 };
 use liveness_sqlite::{SqliteConfig, SqliteStore};
 use tokio::time::Instant;

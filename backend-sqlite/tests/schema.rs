@@ -6,7 +6,7 @@ use std::time::Duration;
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
     Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
-    SchemaTooNew, Space, Ttl,
+    OperatorStore, SchemaTooNew, Space, Store, Ttl,
 };
 use liveness_sqlite::SqliteStore;
 use sqlx::migrate::{Migration, MigrationType, Migrator};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use liveness_conformance::fixtures::renew_with_ttl;
 use liveness_core::{
     DeathCause, FencingToken, HolderId, ItemCounts, ItemStore, Key, Lease, LeaseStatus, LeaseStore,
-    Name, Space, Ttl,
+    Name, OperatorStore, Space, Store, Ttl,
 };
 use liveness_sqlite::{SqliteStore, Synchronous};
 use liveness_testkit::fixtures::enqueue_jobs;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use liveness_core::{FencingToken, ItemStore, Requeued, Result};
+use liveness_core::{FencingToken, Requeued, Result, Store};
 use tokio::time::Instant;
 
 /// What one drain took.
@@ -27,7 +27,7 @@ pub struct Drain {
 /// # Errors
 ///
 /// The first error a call answers.
-pub async fn drain<S: ItemStore + ?Sized>(
+pub async fn drain<S: Store + ?Sized>(
     store: &S,
     token: FencingToken,
     mut done: impl AsyncFnMut(&Requeued) -> bool,

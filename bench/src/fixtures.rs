@@ -2,7 +2,7 @@
 //! (`liveness_conformance::fixtures` re-exports them) and the workspace's test kit: a
 //! member's lease, a session with members riding it.
 
-use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
+use liveness_core::{HolderId, Key, Lease, Name, Space, Store, Ttl};
 
 /// Acquires the lease of member `name` for `holder` with `ttl`.
 ///
@@ -10,7 +10,7 @@ use liveness_core::{HolderId, Key, Lease, LeaseStore, Name, Space, Ttl};
 ///
 /// When a name is not a valid member key or holder, or the store refuses: it is a
 /// test's set-up, whose failure fails the test.
-pub async fn acquire_member<S: LeaseStore + ?Sized>(
+pub async fn acquire_member<S: Store + ?Sized>(
     store: &S,
     name: &str,
     holder: &str,
@@ -30,7 +30,7 @@ pub async fn acquire_member<S: LeaseStore + ?Sized>(
 /// # Panics
 ///
 /// When a name is not a valid session name or holder, or the store refuses.
-pub async fn session_with_members<S: LeaseStore + ?Sized>(
+pub async fn session_with_members<S: Store + ?Sized>(
     store: &S,
     name: &str,
     holder: &str,

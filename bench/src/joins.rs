@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use liveness_core::{HolderId, Key, LeaseStore, Name, Space, Ttl};
+use liveness_core::{HolderId, Key, Name, Space, Store, Ttl};
 
 /// Joins `n` members into one session with `join_session` (`lanes` calls in flight),
 /// then `n` other members into it with `join_session_many` (batches of `max_batch`,
@@ -16,7 +16,7 @@ use liveness_core::{HolderId, Key, LeaseStore, Name, Space, Ttl};
 /// When the store refuses a call: a bench's figures mean nothing then.
 pub async fn join_rates<S>(store: &S, n: usize, lanes: usize) -> (f64, f64, usize)
 where
-    S: LeaseStore + Clone + 'static,
+    S: Store + Clone + 'static,
 {
     let holder = HolderId::new("bench-joins").unwrap_or_else(|e| panic!("{e}"));
     let name = Name::new("joins").unwrap_or_else(|e| panic!("{e}"));

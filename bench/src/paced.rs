@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{Lease, LeaseStore};
+use liveness_core::{Lease, Store};
 use tokio::time::Instant;
 
 /// What [`renew_paced`] saw.
@@ -39,7 +39,7 @@ pub async fn renew_paced<S>(
     seconds: Duration,
 ) -> Paced
 where
-    S: LeaseStore + Clone + 'static,
+    S: Store + Clone + 'static,
 {
     let (lanes, batch) = (lanes.max(1), batch.max(1));
     let per_tick = leases.len() as f64 / every.as_secs_f64() / 100.0 / lanes as f64;

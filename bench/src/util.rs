@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use liveness_core::{Acquire, HolderId, Key, Lease, LeaseStore, Result, Ttl};
+use liveness_core::{Acquire, HolderId, Key, Lease, Result, Store, Ttl};
 use tokio::time::Instant;
 
 use crate::fixtures::acquire_member;
@@ -17,7 +17,7 @@ use crate::fixtures::acquire_member;
 /// # Panics
 ///
 /// When a name is not a valid key or holder, or the store refuses: a bench's set-up.
-pub async fn member_leases<S: LeaseStore + ?Sized>(
+pub async fn member_leases<S: Store + ?Sized>(
     store: &S,
     prefix: &str,
     n: usize,
@@ -34,7 +34,7 @@ pub async fn member_leases<S: LeaseStore + ?Sized>(
 /// Takes `n` member leases `{prefix}0`, `{prefix}1`, … for `holder` in `acquire_many`
 /// calls of at most 1,000 (a fleet too large to take one lease at a time). The first
 /// refusal ends it with that error.
-pub async fn member_leases_batched<S: LeaseStore + ?Sized>(
+pub async fn member_leases_batched<S: Store + ?Sized>(
     store: &S,
     prefix: &str,
     n: usize,

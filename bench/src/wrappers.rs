@@ -90,7 +90,7 @@ impl Wrapped {
 impl Intercept for Wrapped {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let op = req.op();
-        if matches!(op, Op::Renew | Op::RenewMany) {
+        if matches!(op, Op::RenewMany) {
             while self.stalled.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -99,7 +99,7 @@ impl Intercept for Wrapped {
         let answer = next.run(req).await?;
         let lost = match op {
             Op::Claim => self.lose_claim(),
-            Op::Complete => take_one(&self.lose_completes),
+            Op::Finish => take_one(&self.lose_completes),
             _ => false,
         };
         if lost {

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use liveness_core::layer::{BoxReply, Intercepted};
 use liveness_core::{
-    async_trait, Error, FencingToken, Intercept, ItemId, Key, Next, Reply, Request, Requeued,
-    Result, Store,
+    async_trait, Error, FencingToken, Intercept, ItemId, Key, Next, Outcome, Reply, Request,
+    Requeued, Result, Store,
 };
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -301,8 +301,7 @@ impl Faulty {
 #[derive(Debug)]
 enum Facts {
     Claim(FencingToken),
-    Complete(FencingToken, ItemId),
-    Fail(FencingToken, ItemId),
+    Finish(FencingToken, ItemId, Outcome),
     Reap(Vec<(Key, FencingToken)>),
     Requeue(Vec<FencingToken>),
 }
@@ -311,11 +310,8 @@ impl Facts {
     fn of(req: &Request) -> Option<Facts> {
         Some(match req {
             Request::Claim { lease, .. } => Facts::Claim(lease.token),
-            Request::Complete { lease, id } => Facts::Complete(lease.token, *id),
-            Request::Fail { lease, id, .. } => Facts::Fail(lease.token, *id),
-            Request::Reap { key, token } => Facts::Reap(vec![(key.clone(), *token)]),
+            Request::Finish { lease, id, outcome } => Facts::Finish(lease.token, *id, *outcome),
             Request::ReapMany { expired: pairs } => Facts::Reap(pairs.clone()),
-            Request::RequeueOrphans { token } => Facts::Requeue(vec![*token]),
             Request::RequeueOrphansMany { tokens } => Facts::Requeue(tokens.clone()),
             _ => return None,
         })
@@ -338,26 +334,15 @@ impl Watch {
                 let ids = items.iter().map(|i| i.id).collect();
                 tell(Applied::Claimed { token, ids });
             }
-            (Facts::Complete(token, id), Reply::Complete(())) => {
+            (Facts::Finish(token, id, Outcome::Completed), Reply::Finish(_)) => {
                 tell(Applied::Completed { token, id })
             }
-            (Facts::Fail(token, id), Reply::Fail(_)) => tell(Applied::Failed { token, id }),
-            (Facts::Reap(pairs), Reply::Reap(won)) => {
-                if let (true, Some((key, token))) = (*won, pairs.into_iter().next()) {
-                    tell(Applied::Reaped { key, token });
-                }
-            }
+            (Facts::Finish(token, id, _), Reply::Finish(_)) => tell(Applied::Failed { token, id }),
             (Facts::Reap(pairs), Reply::ReapMany(answers)) => {
                 for ((key, token), answer) in pairs.into_iter().zip(answers) {
                     if matches!(answer, Ok(true)) {
                         tell(Applied::Reaped { key, token });
                     }
-                }
-            }
-            (Facts::Requeue(tokens), Reply::RequeueOrphans(moved)) => {
-                if let (false, Some(token)) = (moved.is_empty(), tokens.into_iter().next()) {
-                    let moved = moved.clone();
-                    tell(Applied::Requeued { token, moved });
                 }
             }
             (Facts::Requeue(tokens), Reply::RequeueOrphansMany(answers)) => {

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use liveness_core::{
-    DeathRecord, EnqueueOptions, FencingToken, ItemId, ItemStore, Lease, LeaseStore, Ttl,
-};
+use liveness_core::{DeathRecord, EnqueueOptions, FencingToken, ItemId, Lease, Store, Ttl};
 use tokio::time::Instant;
 
 pub use liveness_bench::fixtures::{acquire_member, session_with_members};
@@ -18,7 +16,7 @@ pub use liveness_bench::fixtures::{acquire_member, session_with_members};
 ///
 /// When the store refuses a step, or a claim answers other than the item just
 /// enqueued, as the store reads it back.
-pub async fn owners_with_items<S: LeaseStore + ItemStore + ?Sized>(
+pub async fn owners_with_items<S: Store + ?Sized>(
     store: &S,
     prefix: &str,
     n: usize,
@@ -53,7 +51,7 @@ pub async fn owners_with_items<S: LeaseStore + ItemStore + ?Sized>(
 /// # Panics
 ///
 /// When the store refuses the renewal.
-pub async fn renew_with_ttl<S: LeaseStore + ?Sized>(store: &S, lease: &Lease, ttl: Ttl) -> Lease {
+pub async fn renew_with_ttl<S: Store + ?Sized>(store: &S, lease: &Lease, ttl: Ttl) -> Lease {
     let other = Lease {
         ttl,
         ..lease.clone()
@@ -70,7 +68,7 @@ pub async fn renew_with_ttl<S: LeaseStore + ?Sized>(store: &S, lease: &Lease, tt
 /// # Panics
 ///
 /// After 30 s, when the store fails, or when a key has no lease at all.
-pub async fn wait_expired<'a, S: LeaseStore + ?Sized>(
+pub async fn wait_expired<'a, S: Store + ?Sized>(
     store: &S,
     leases: impl IntoIterator<Item = &'a Lease>,
 ) {
@@ -98,7 +96,7 @@ pub async fn wait_expired<'a, S: LeaseStore + ?Sized>(
 /// # Panics
 ///
 /// When the store fails or its death history breaks one of those rules.
-pub async fn drained_session_record<S: LeaseStore + ?Sized>(
+pub async fn drained_session_record<S: Store + ?Sized>(
     store: &S,
     session: FencingToken,
     members: &[FencingToken],

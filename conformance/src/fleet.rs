@@ -9,8 +9,8 @@ use std::time::Duration;
 use liveness_core::sync::lock;
 use liveness_core::{
     CancellationToken, Checker, CheckerConfig, CheckerHandle, EnqueueOptions, Error, Event,
-    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStatus, LeaseStore,
-    Member, MemberConfig, Store, Ttl,
+    EventBus, FencingToken, HolderId, ItemCounts, ItemId, Key, Lease, LeaseStatus, Member,
+    MemberConfig, Store, Ttl,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -70,7 +70,7 @@ where
 /// Renews `lease` (retrying while the store is [`Unavailable`](Error::Unavailable),
 /// up to `deadline`) and panics unless the store refuses it as `Lost`: for a lease
 /// the store has reported expired, no renewal after expiry.
-pub async fn assert_renewal_refused(store: &dyn LeaseStore, lease: &Lease, deadline: Duration) {
+pub async fn assert_renewal_refused(store: &dyn Store, lease: &Lease, deadline: Duration) {
     match retry_unavailable(deadline, || store.renew(lease)).await {
         Err(Error::Lost { .. }) => {}
         other => panic!("an expired lease was renewed: {other:?}"),
@@ -81,7 +81,7 @@ pub async fn assert_renewal_refused(store: &dyn LeaseStore, lease: &Lease, deadl
 /// that nobody renews, acquired (before the fault) on `store`. Returns its key, the
 /// lease, and its nominal expiry (now + `ttl`), from which a test measures how late
 /// the store reports it expired.
-pub async fn acquire_probe(store: &dyn LeaseStore, ttl: Ttl) -> (Key, Lease, Instant) {
+pub async fn acquire_probe(store: &dyn Store, ttl: Ttl) -> (Key, Lease, Instant) {
     let key = crate::member_key("probe");
     let holder = HolderId::new("probe").unwrap_or_else(|e| panic!("holder id: {e}"));
     let lease = store
@@ -96,7 +96,7 @@ pub async fn acquire_probe(store: &dyn LeaseStore, ttl: Ttl) -> (Key, Lease, Ins
 /// handed out before the fault: the members' tokens `before` and the `probe`'s.
 /// Returns the fresh lease and the largest token before.
 pub async fn assert_fresh_token_above(
-    store: &dyn LeaseStore,
+    store: &dyn Store,
     before: &[FencingToken],
     probe: &Lease,
     ttl: Ttl,
@@ -129,7 +129,7 @@ pub async fn assert_fresh_token_above(
 
 /// Waits (up to `deadline`) until `store` reports the lease at `key` expired, or no
 /// longer has it (a checker reaped it); panics after `deadline`.
-pub async fn wait_expired_or_gone(store: &dyn LeaseStore, key: &Key, deadline: Duration) {
+pub async fn wait_expired_or_gone(store: &dyn Store, key: &Key, deadline: Duration) {
     wait_until("the probe lease expires", deadline, || async {
         match store.inspect(key).await {
             Ok(Some(info)) => info.status == LeaseStatus::Expired,

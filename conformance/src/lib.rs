@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, LeaseStore, Space, Store, Ttl,
+    Capabilities, HolderId, Key, Lease, LeaseInfo, LeaseStatus, Space, Store, Ttl,
 };
 
 pub mod faults;
@@ -162,7 +162,7 @@ pub fn member_key(prefix: &str) -> Key {
 
 /// A lease on the members key `name`, held by `w` for 60 s: one that stays live
 /// through a test (what a batch test mixes in among expired ones).
-pub async fn live_lease(store: &dyn LeaseStore, name: &str) -> Lease {
+pub async fn live_lease(store: &dyn Store, name: &str) -> Lease {
     let key = Key::member(name).unwrap_or_else(|e| panic!("member key: {e}"));
     let holder = HolderId::new("w").unwrap_or_else(|e| panic!("holder: {e}"));
     let ttl = Ttl::from_secs(60).unwrap_or_else(|e| panic!("ttl: {e}"));
@@ -199,6 +199,15 @@ pub fn run(name: &str, factory: Factory) {
             skip::no_store(name, "the factory returned None");
             return;
         };
+        let caps = store.capabilities();
+        let offers_all = caps.items && caps.operator_views;
+        if !scenario.leases && !offers_all {
+            panic!(
+                "scenario {name} needs work items and the operator's views, which this \
+                 store does not offer (Capabilities::items, operator_views): a store of \
+                 elections alone runs liveness_conformance::suite!(leases_only: factory)"
+            );
+        }
         let ctx = Ctx::new(store, factory.clone());
         match tokio::time::timeout(SCENARIO_TIMEOUT, (scenario.run)(ctx)).await {
             Ok(()) => {}
@@ -223,8 +232,19 @@ pub fn run(name: &str, factory: Factory) {
 /// // or, with another default property-test case count (PROPTEST_CASES overrides it):
 /// liveness_conformance::suite!(factory, cases = 64);
 /// ```
+///
+/// A store of elections alone (`Capabilities { items: false, operator_views: false,
+/// .. }`, with `impl ItemStore for MyStore {}` and `impl OperatorStore for MyStore {}`)
+/// runs the scenarios of the lease contract, the members and the elections only:
+///
+/// ```ignore
+/// liveness_conformance::suite!(leases_only: factory);
+/// ```
 #[macro_export]
 macro_rules! suite {
+    (leases_only: $factory:expr) => {
+        $crate::__scenarios!(@list leases $factory);
+    };
     ($factory:expr) => {
         $crate::suite!($factory, cases = 256);
     };

@@ -152,14 +152,14 @@ struct JoinAcquires;
 impl Intercept for JoinAcquires {
     async fn call(&self, req: Request, next: Next) -> liveness_core::Result<Reply> {
         match req {
-            Request::JoinSession {
-                session,
-                key,
-                holder,
-            } => {
+            Request::JoinSessionMany { session, asks } => {
                 let ttl = session.ttl;
-                match next.run(Request::Acquire { key, holder, ttl }).await? {
-                    Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
+                let asks = asks
+                    .into_iter()
+                    .map(|(key, holder)| liveness_core::Acquire::new(key, holder, ttl))
+                    .collect();
+                match next.run(Request::AcquireMany { asks }).await? {
+                    Reply::AcquireMany(leases) => Ok(Reply::JoinSessionMany(leases)),
                     other => Ok(other),
                 }
             }

@@ -291,11 +291,9 @@ impl Intercept for Meter {
             op if op.is_checker_call() && op != Op::NextExpiry => self.round_call(),
             _ => {}
         }
-        let renewal = matches!(op, Op::Renew | Op::RenewMany);
-        match &req {
-            Request::Renew { lease } => self.renewed(std::slice::from_ref(lease), sent),
-            Request::RenewMany { leases } => self.renewed(leases, sent),
-            _ => {}
+        let renewal = matches!(op, Op::RenewMany);
+        if let Request::RenewMany { leases } = &req {
+            self.renewed(leases, sent);
         }
         let answer = next.run(req).await;
         if renewal {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use liveness_conformance::{factory, property, Factory};
 use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, Capabilities, Intercept, LeaseStatus, MemoryServer, Next, Reply, Request,
+    async_trait, Acquire, Capabilities, Intercept, LeaseStatus, MemoryServer, Next, Reply, Request,
     Requeued, Result, Store,
 };
 
@@ -68,19 +68,16 @@ struct NoNativeSessions;
 impl Intercept for NoNativeSessions {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let acquire = match req {
-            Request::JoinSession {
-                session,
-                key,
-                holder,
-            } => Request::Acquire {
-                key,
-                holder,
-                ttl: session.ttl,
+            Request::JoinSessionMany { session, asks } => Request::AcquireMany {
+                asks: asks
+                    .into_iter()
+                    .map(|(key, holder)| Acquire::new(key, holder, session.ttl))
+                    .collect(),
             },
             other => return next.run(other).await,
         };
         match next.run(acquire).await? {
-            Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
+            Reply::AcquireMany(leases) => Ok(Reply::JoinSessionMany(leases)),
             other => Ok(other),
         }
     }
@@ -117,9 +114,9 @@ impl Intercept for BadDrain {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let bug = self.0;
         Ok(match next.run(req).await? {
-            Reply::RequeueOrphans(mut moved) => {
-                bug(&mut moved);
-                Reply::RequeueOrphans(moved)
+            Reply::RequeueOrphansMany(mut answers) => {
+                answers.iter_mut().flatten().for_each(bug);
+                Reply::RequeueOrphansMany(answers)
             }
             other => other,
         })

@@ -80,7 +80,6 @@ fn twice(mut moved: Requeued) -> Requeued {
 impl Intercept for DrainRetiresOneTwice {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         Ok(match next.run(req).await? {
-            Reply::RequeueOrphans(moved) => Reply::RequeueOrphans(twice(moved)),
             Reply::RequeueOrphansMany(answers) => {
                 Reply::RequeueOrphansMany(answers.into_iter().map(|a| a.map(twice)).collect())
             }

@@ -16,9 +16,9 @@
 //! ```
 //!
 //! Every list is read a page at a time with the store's paged reads
-//! ([`LeaseStore::members`](liveness_core::LeaseStore::members),
-//! [`ItemStore::items`](liveness_core::ItemStore::items),
-//! [`LeaseStore::deaths`](liveness_core::LeaseStore::deaths)), so the page stays small
+//! ([`OperatorStore::members`](liveness_core::OperatorStore::members),
+//! [`OperatorStore::items`](liveness_core::OperatorStore::items),
+//! [`OperatorStore::deaths`](liveness_core::OperatorStore::deaths)), so the page stays small
 //! and fast whatever the fleet's size. The page refreshes itself every second. It
 //! loads nothing from another host: its script and style are compiled into the binary.
 //!

@@ -167,23 +167,29 @@ impl LeaseStore for MapStore {
         &self.info
     }
 
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let (mut t, now) = self.step();
-        if let Some(held) = t.leases.get(key).filter(|held| now < held.expires_at) {
-            return Err(held.lease.held());
-        }
-        // An expired lease still on the key is reaped by this same step.
-        t.retire(key, DeathCause::Superseded, now);
-        t.last_token += 1;
-        let (issuer, token) = (&self.info.issuer, FencingToken(t.last_token));
-        let lease = Lease::granted(issuer, key.clone(), holder.clone(), token, ttl);
-        Ok(t.put(lease, now, None))
+        let mut take = |Acquire { key, holder, ttl }: &Acquire| {
+            if let Some(held) = t.leases.get(key).filter(|held| now < held.expires_at) {
+                return Err(held.lease.held());
+            }
+            // An expired lease still on the key is reaped by this same step.
+            t.retire(key, DeathCause::Superseded, now);
+            t.last_token += 1;
+            let (issuer, token) = (&self.info.issuer, FencingToken(t.last_token));
+            let lease = Lease::granted(issuer, key.clone(), holder.clone(), token, *ttl);
+            Ok(t.put(lease, now, None))
+        };
+        Ok(asks.iter().map(&mut take).collect())
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+    async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
         let (mut t, now) = self.step();
-        let mark = t.current(lease, now)?.last_claim;
-        Ok(t.put(lease.renewed(), now, mark))
+        let mut renew = |lease: &Lease| {
+            let mark = t.current(lease, now)?.last_claim;
+            Ok(t.put(lease.renewed(), now, mark))
+        };
+        Ok(leases.iter().map(&mut renew).collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -204,20 +210,26 @@ impl LeaseStore for MapStore {
         Ok(due.map(|held| ExpiredLease::from(&held.lease)).collect())
     }
 
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
+    async fn reap_many(&self, expired: &[(Key, FencingToken)]) -> BatchResult<bool> {
         let (mut t, now) = self.step();
-        let held = t.leases.get(key);
-        let expired = held.is_some_and(|held| held.lease.token == token && now >= held.expires_at);
-        Ok(expired && t.retire(key, DeathCause::Reaped, now))
+        let mut reap = |(key, token): &(Key, FencingToken)| {
+            let held = t.leases.get(key);
+            let due = held.is_some_and(|held| held.lease.token == *token && now >= held.expires_at);
+            Ok(due && t.retire(key, DeathCause::Reaped, now))
+        };
+        Ok(expired.iter().map(&mut reap).collect())
     }
 
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let (t, _) = self.step();
-        let dead = t.dead.iter().take(limit);
-        let dead = dead.map(|(&token, (key, _))| (token, key.clone()));
-        Ok(dead.map(|(token, key)| DeadToken { key, token }).collect())
+    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
+        let (t, now) = self.step();
+        let earliest = self.due(&t, space, Duration::MAX, 1);
+        // Zero while the earliest lease is expired and not yet reaped.
+        Ok(earliest.first().map(|h| h.expires_at.saturating_sub(now)))
     }
+}
 
+#[async_trait]
+impl OperatorStore for MapStore {
     async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let (t, now) = self.step();
         let first = Included(Key::first_in(space));
@@ -237,11 +249,26 @@ impl LeaseStore for MapStore {
         Ok(StoreTime::from_epoch(self.epoch.elapsed()))
     }
 
-    async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
-        let (t, now) = self.step();
-        let earliest = self.due(&t, space, Duration::MAX, 1);
-        // Zero while the earliest lease is expired and not yet reaped.
-        Ok(earliest.first().map(|h| h.expires_at.saturating_sub(now)))
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let (t, _) = self.step();
+        let states = t.items.values().map(|row| row.record.state.kind());
+        Ok(states.collect())
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let (t, _) = self.step();
+        let from = page.after.map_or(Unbounded, Excluded);
+        let rows = t.items.range((from, Unbounded)).map(|(_, row)| &row.record);
+        let rows = rows.filter(|record| record.state.kind() == state);
+        Ok(rows.take(page.limit).cloned().collect())
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let (mut t, _) = self.step();
+        // Only the store knows its items: refusing an id is its own check.
+        let row = t.items.get_mut(&id);
+        let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
+        row.record.revive()
     }
 }
 
@@ -286,58 +313,43 @@ impl ItemStore for MapStore {
         Ok(claimed)
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+    async fn finish(&self, lease: &Lease, id: ItemId, how: Outcome) -> Result<Option<ItemState>> {
         let (mut t, _) = self.step();
-        t.owned(lease, id)?;
-        t.items.remove(&id);
-        Ok(())
+        let state = how.apply(t.owned(lease, id)?);
+        if state.is_none() {
+            t.items.remove(&id);
+        }
+        Ok(state)
     }
 
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
         let (mut t, _) = self.step();
-        Ok(t.owned(lease, id)?.hand_back(retry))
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let (mut t, _) = self.step();
-        let mut out = Requeued::default();
-        let Some((_, seq)) = t.dead.remove(&token) else {
-            return Ok(out);
+        let mut requeue = |token: &FencingToken| {
+            let mut out = Requeued::default();
+            let Some((_, seq)) = t.dead.remove(token) else {
+                return Ok(out);
+            };
+            let rows = t.items.iter_mut();
+            for (id, row) in rows.filter(|(_, row)| row.record.state == Owned(*token)) {
+                out.add(*id, row.record.hand_back(true));
+            }
+            // Its death record, unless retention dropped it, learns what was moved.
+            if let Some(record) = t.deaths.get_mut(&seq) {
+                record.swept = Some(Swept::from(&out));
+            }
+            Ok(out)
         };
-        let rows = t.items.iter_mut();
-        for (id, row) in rows.filter(|(_, row)| row.record.state == Owned(token)) {
-            out.add(*id, row.record.hand_back(true));
-        }
-        // Its death record, unless retention dropped it, learns what the sweep moved.
-        if let Some(record) = t.deaths.get_mut(&seq) {
-            record.swept = Some(Swept::from(&out));
-        }
-        Ok(out)
+        Ok(tokens.iter().map(&mut requeue).collect())
+    }
+
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let (t, _) = self.step();
+        let dead = t.dead.iter().take(limit);
+        let dead = dead.map(|(&token, (key, _))| (token, key.clone()));
+        Ok(dead.map(|(token, key)| DeadToken { key, token }).collect())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         Ok(self.step().0.items.get(&id).map(|row| row.record.clone()))
-    }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let (t, _) = self.step();
-        let states = t.items.values().map(|row| row.record.state.kind());
-        Ok(states.collect())
-    }
-
-    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        let (t, _) = self.step();
-        let from = page.after.map_or(Unbounded, Excluded);
-        let rows = t.items.range((from, Unbounded)).map(|(_, row)| &row.record);
-        let rows = rows.filter(|record| record.state.kind() == state);
-        Ok(rows.take(page.limit).cloned().collect())
-    }
-
-    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        let (mut t, _) = self.step();
-        // Only the store knows its items: refusing an id is its own check.
-        let row = t.items.get_mut(&id);
-        let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
-        row.record.revive()
     }
 }

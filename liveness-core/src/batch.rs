@@ -173,7 +173,7 @@ impl Batcher {
     }
 
     /// Acquires `key` for `holder` in the next batch and answers what the store
-    /// answered for it (exactly [`LeaseStore::acquire`](crate::LeaseStore::acquire)'s
+    /// answered for it (exactly [`Store::acquire`]'s
     /// contract). Fails with [`Error::Unavailable`] when the batcher's task is gone.
     pub async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
         ask(
@@ -214,8 +214,8 @@ pub(crate) async fn acquire_via(
     }
 }
 
-/// The gatherer of one session's joins ([`LeaseStore::join_session`]
-/// (crate::LeaseStore::join_session)) into
+/// The gatherer of one session's joins ([`LeaseStore::join_session_many`]
+/// (crate::LeaseStore::join_session_many)) into
 /// [`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many) calls: the
 /// batcher's third kind, which a session with native sessions gives its members (a
 /// process's first joins and the re-joins after a session loss, all at once, cost

@@ -40,16 +40,27 @@ pub struct Capabilities {
     pub max_batch: usize,
     /// The largest item payload in bytes.
     pub max_payload: usize,
-    /// How many death records ([`LeaseStore::deaths`](crate::LeaseStore::deaths)) the store keeps per namespace:
+    /// How many death records ([`OperatorStore::deaths`](crate::OperatorStore::deaths)) the store keeps per namespace:
     /// the newest ones; older ones are dropped as new deaths are recorded. Default
     /// [`DEFAULT_DEATH_RETENTION`]; at least 1.
     pub death_retention: usize,
-    /// True when the store serves [`LeaseStore::join_session`](crate::LeaseStore::join_session) natively: a member
+    /// True when the store serves [`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many) natively: a member
     /// riding a session costs the store nothing while it lives, and the sweep drains
     /// a dead session's members in batches (`docs/sessions.md`). False (the default):
     /// `join_session` takes an ordinary lease with the session's ttl, which its holder
     /// renews like any other.
     pub sessions: bool,
+    /// True (the default) when the store keeps work items: it implements every
+    /// method of [`ItemStore`](crate::ItemStore), and the conformance suite checks
+    /// them. False for a store of elections alone, whose item calls answer
+    /// `InvalidInput` ([`InputProblem::Unsupported`]).
+    pub items: bool,
+    /// True (the default) when the store offers the operator's views: it implements
+    /// every method of [`OperatorStore`](crate::OperatorStore) (its clock, the leases
+    /// of a space, the death history, the items by state, retrying dead letters), and
+    /// the conformance suite checks them. False: those calls answer `InvalidInput`
+    /// ([`InputProblem::Unsupported`]).
+    pub operator_views: bool,
 }
 
 impl Default for Capabilities {
@@ -63,11 +74,35 @@ impl Default for Capabilities {
             max_payload: 1024 * 1024,
             death_retention: DEFAULT_DEATH_RETENTION,
             sessions: false,
+            items: true,
+            operator_views: true,
         }
     }
 }
 
+/// The part of the store contract an operation belongs to: what
+/// [`Capabilities::offers`] answers for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StorePart {
+    /// [`LeaseStore`](crate::LeaseStore): every store.
+    Leases,
+    /// [`ItemStore`](crate::ItemStore): [`Capabilities::items`].
+    Items,
+    /// [`OperatorStore`](crate::OperatorStore): [`Capabilities::operator_views`].
+    OperatorViews,
+}
+
 impl Capabilities {
+    /// True when the store offers the operations of `part`.
+    pub fn offers(&self, part: StorePart) -> bool {
+        match part {
+            StorePart::Leases => true,
+            StorePart::Items => self.items,
+            StorePart::OperatorViews => self.operator_views,
+        }
+    }
+
     /// Rejects a ttl outside `min_ttl ..= max_ttl` with [`Error::InvalidInput`].
     pub fn check_ttl(&self, ttl: Ttl) -> Result<()> {
         let got = ttl.duration();

@@ -21,24 +21,27 @@ use crate::types::Space;
 ///
 /// # Guarantees
 /// What the store behind it never receives:
-/// - a lease issued by another store or namespace (`renew`, `release`, `claim`,
-///   `complete`, `fail`, and each entry of `renew_many`): `what: "lease"`,
-///   [`InputProblem::ForeignLease`];
-/// - a ttl outside `min_ttl ..= max_ttl` (`acquire`, `renew`, and each entry of
-///   `acquire_many` and `renew_many`): `what: "ttl"`;
+/// - an operation of a part of the contract its [`Capabilities`](crate::Capabilities)
+///   do not offer (work items on a store with `items: false`, the operator's views
+///   with `operator_views: false`): `what` names the operation,
+///   [`InputProblem::Unsupported`];
+/// - a lease issued by another store or namespace (`release`, `claim`, `finish`,
+///   the session of `join_session_many`, and each entry of `renew_many`):
+///   `what: "lease"`, [`InputProblem::ForeignLease`];
+/// - a ttl outside `min_ttl ..= max_ttl` (each entry of `acquire_many` and
+///   `renew_many`): `what: "ttl"`;
 /// - a batch longer than `max_batch` (`acquire_many`: `"acquires"`, `renew_many`:
 ///   `"leases"`, `reap_many`: `"expired"`, `join_session_many`: `"joins"`);
 ///   `requeue_orphans_many` takes any number;
 /// - an empty batch (any `*_many` method): it is answered at once with no entries;
-/// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `dead_letters`,
-///   `items`, `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
+/// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `items`,
+///   `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
 ///   larger one reaches the store clamped to `max_batch`;
 /// - a `members` page whose `after` key is of another space: `what: "after"`,
 ///   [`InputProblem::OtherSpace`];
-/// - a `join_session` whose session is another store's (`what: "lease"`), or not in
-///   [`Space::sessions`] (`what: "session"`), or whose key is (`what: "key"`); the
-///   same for `join_session_many`, whose session problems fail the whole call and
-///   whose keys in [`Space::sessions`] fail alone;
+/// - a `join_session_many` whose session is another store's (`what: "lease"`) or not
+///   in [`Space::sessions`] (`what: "session"`), which fails the whole call, and each
+///   entry whose key is in [`Space::sessions`] (`what: "key"`), which fails alone;
 /// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`.
 ///
 /// A batch with some invalid entries answers `InvalidInput` for just those, in their
@@ -83,11 +86,11 @@ impl Intercept for CheckInput {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let info = next.store().info();
         let (caps, issuer) = (info.caps, &info.issuer);
+        let op = req.op();
+        if !caps.offers(op.part()) {
+            return Err(Error::invalid(op.name(), InputProblem::Unsupported));
+        }
         let req = match req {
-            Request::Acquire { key, holder, ttl } => {
-                caps.check_ttl(ttl)?;
-                Request::Acquire { key, holder, ttl }
-            }
             Request::AcquireMany { asks } => {
                 check_batch(caps, "acquires", asks.len())?;
                 let (asks, refused) = sift(asks, |a| caps.check_ttl(a.ttl));
@@ -98,11 +101,6 @@ impl Intercept for CheckInput {
                     |asks| Request::AcquireMany { asks },
                     next
                 );
-            }
-            Request::Renew { lease } => {
-                lease.check_issuer(issuer)?;
-                caps.check_ttl(lease.ttl)?;
-                Request::Renew { lease }
             }
             Request::RenewMany { leases } => {
                 check_batch(caps, "leases", leases.len())?;
@@ -132,25 +130,6 @@ impl Intercept for CheckInput {
                 lease.check_issuer(issuer)?;
                 Request::Release { lease }
             }
-            Request::JoinSession {
-                session,
-                key,
-                holder,
-            } => {
-                session.check_issuer(issuer)?;
-                let sessions = Space::sessions();
-                if session.key.space() != &sessions {
-                    return Err(Error::invalid("session", InputProblem::OtherSpace));
-                }
-                if key.space() == &sessions {
-                    return Err(Error::invalid("key", InputProblem::OtherSpace));
-                }
-                Request::JoinSession {
-                    session,
-                    key,
-                    holder,
-                }
-            }
             Request::JoinSessionMany { session, asks } => {
                 check_batch(caps, "joins", asks.len())?;
                 session.check_issuer(issuer)?;
@@ -165,13 +144,9 @@ impl Intercept for CheckInput {
                 let batch = |asks| Request::JoinSessionMany { session, asks };
                 return rejoin_as!(JoinSessionMany, refused, asks, batch, next);
             }
-            Request::Complete { lease, id } => {
+            Request::Finish { lease, id, outcome } => {
                 lease.check_issuer(issuer)?;
-                Request::Complete { lease, id }
-            }
-            Request::Fail { lease, id, retry } => {
-                lease.check_issuer(issuer)?;
-                Request::Fail { lease, id, retry }
+                Request::Finish { lease, id, outcome }
             }
             Request::Claim { lease, n, req } => {
                 lease.check_issuer(issuer)?;
@@ -200,9 +175,6 @@ impl Intercept for CheckInput {
                 options.validate(&payload, caps.max_payload)?;
                 Request::Enqueue { payload, options }
             }
-            Request::DeadLetters { limit } => Request::DeadLetters {
-                limit: caps.clamp_limit("limit", limit)?,
-            },
             Request::Items { state, mut page } => {
                 page.limit = caps.clamp_limit("limit", page.limit)?;
                 Request::Items { state, page }

@@ -38,7 +38,7 @@ pub struct CheckerConfig {
     pub space: Space,
     /// Whether it also watches [`Space::sessions`] (default true): a session's death
     /// is what declares the members riding it
-    /// ([`LeaseStore::join_session`]). One checker
+    /// ([`LeaseStore::join_session_many`]). One checker
     /// then serves a fleet of members and sessions; off, the sessions need a checker
     /// of their own (`space: Space::sessions()`).
     pub sessions: bool,
@@ -330,7 +330,12 @@ impl Checker {
                 }
             }
         }
-        match store.dead_tokens(batch).await {
+        // A store without items (elections alone) keeps no dead set to sweep.
+        let sweep = match store.capabilities().items {
+            true => store.dead_tokens(batch).await,
+            false => Ok(Vec::new()),
+        };
+        match sweep {
             Ok(dead) => {
                 listed = true;
                 let full = dead.len() >= full_at;
@@ -421,8 +426,12 @@ impl Checker {
         }
         // Reaped: the tokens are in the dead set, so a requeue that fails now is
         // retried by the sweep of a later round.
+        // A store without items (elections alone) has nothing to requeue.
         let tokens: Vec<FencingToken> = won.iter().map(|l| l.token).collect();
-        let requeues = per_entry(won.len(), store.requeue_orphans_many(&tokens).await);
+        let requeues = match store.capabilities().items {
+            true => per_entry(won.len(), store.requeue_orphans_many(&tokens).await),
+            false => won.iter().map(|_| Ok(Requeued::default())).collect(),
+        };
         for (lease, result) in won.into_iter().zip(requeues) {
             let requeued = match result {
                 Ok(requeued) => requeued,

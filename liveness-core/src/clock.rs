@@ -275,7 +275,7 @@ impl Clock for ManualClock {
 }
 
 /// The highest store time a handle has reported, so that
-/// [`LeaseStore::store_time`](crate::LeaseStore::store_time) never goes back on one
+/// [`OperatorStore::store_time`](crate::OperatorStore::store_time) never goes back on one
 /// handle even when the server's clock is stepped backwards (NTP). Clones share the
 /// same mark.
 ///

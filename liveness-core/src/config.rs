@@ -24,7 +24,7 @@ macro_rules! existing_only_accessors {
             self.existing_only
         }
 
-        /// How many death records ([`LeaseStore::deaths`](liveness_core::LeaseStore::deaths))
+        /// How many death records ([`OperatorStore::deaths`](liveness_core::OperatorStore::deaths))
         /// the namespace keeps, the newest ones (default
         /// [`DEFAULT_DEATH_RETENTION`](liveness_core::DEFAULT_DEATH_RETENTION)).
         pub fn death_retention(&self) -> usize {

@@ -140,6 +140,10 @@ pub enum InputProblem {
     NotDeadLettered,
     /// A paging cursor that does not belong to the listing (a key of another space).
     OtherSpace,
+    /// An operation this store does not offer (its [`Capabilities`](crate::Capabilities)
+    /// say which it does): work items on a store for elections alone, or the
+    /// operator's views on a store that keeps none. `what` names the operation.
+    Unsupported,
     /// A URL query parameter without a value (`ns=` or `ns`).
     EmptyParameter {
         /// The parameter's name.
@@ -198,6 +202,7 @@ impl std::fmt::Display for InputProblem {
             InputProblem::NoSuchItem => write!(f, "names no item in this namespace"),
             InputProblem::NotDeadLettered => write!(f, "is not dead-lettered"),
             InputProblem::OtherSpace => write!(f, "is a key of another space"),
+            InputProblem::Unsupported => write!(f, "is not offered by this store"),
             InputProblem::UnknownParameter { name, known } => write!(
                 f,
                 "has the unknown parameter `{name}` (names are case-sensitive); this store takes: {}",

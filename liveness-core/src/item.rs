@@ -143,7 +143,7 @@ pub enum ItemState {
 }
 
 impl ItemState {
-    /// The state without its owner: what [`ItemStore::items`](crate::ItemStore::items)
+    /// The state without its owner: what [`OperatorStore::items`](crate::OperatorStore::items)
     /// pages by.
     pub fn kind(self) -> ItemStateKind {
         match self {
@@ -154,7 +154,7 @@ impl ItemState {
     }
 }
 
-/// An item state without its owner: which page [`ItemStore::items`](crate::ItemStore::items)
+/// An item state without its owner: which page [`OperatorStore::items`](crate::OperatorStore::items)
 /// lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ItemStateKind {
@@ -191,6 +191,31 @@ pub struct ItemRecord {
     pub item: Item,
     /// Its state.
     pub state: ItemState,
+}
+
+/// How an item's owner hands it back ([`ItemStore::finish`](crate::ItemStore::finish)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done: the item is removed.
+    Completed,
+    /// Failed, to be tried again: back to pending, or to the dead-letter set when its
+    /// attempts reached `max_attempts`.
+    Retry,
+    /// Failed for good: to the dead-letter set.
+    DeadLetter,
+}
+
+impl Outcome {
+    /// The item's state after an owner's [`ItemStore::finish`](crate::ItemStore::finish)
+    /// with this outcome, as every store moves it: `None` (removed) for
+    /// [`Outcome::Completed`], else [`ItemRecord::hand_back`]'s answer.
+    pub fn apply(self, record: &mut ItemRecord) -> Option<ItemState> {
+        match self {
+            Outcome::Completed => None,
+            Outcome::Retry => Some(record.hand_back(true)),
+            Outcome::DeadLetter => Some(record.hand_back(false)),
+        }
+    }
 }
 
 /// The item's moves between states, as every store makes them (each inside the

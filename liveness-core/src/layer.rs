@@ -232,47 +232,44 @@ impl<I: Intercept> Intercepted<I> {
             replies.push(self.hook.call(part, Next::new(self.inner.clone())).await);
         }
         let backend = self.inner.backend();
+        /// The answers of the parts, joined as the reply `$op`.
+        macro_rules! joined {
+            ($op:ident) => {
+                Reply::$op(join(backend, op, replies, |r| match r {
+                    Reply::$op(v) => Ok(v),
+                    other => Err(other),
+                }))
+            };
+        }
         Ok(match op {
-            Op::AcquireMany => {
-                Reply::AcquireMany(join(backend, Op::Acquire, replies, |r| match r {
-                    Reply::Acquire(v) => Ok(v),
-                    other => Err(other),
-                }))
-            }
-            Op::JoinSessionMany => {
-                Reply::JoinSessionMany(join(backend, Op::JoinSession, replies, |r| match r {
-                    Reply::JoinSession(v) => Ok(v),
-                    other => Err(other),
-                }))
-            }
-            Op::RenewMany => Reply::RenewMany(join(backend, Op::Renew, replies, |r| match r {
-                Reply::Renew(v) => Ok(v),
-                other => Err(other),
-            })),
-            Op::ReapMany => Reply::ReapMany(join(backend, Op::Reap, replies, |r| match r {
-                Reply::Reap(v) => Ok(v),
-                other => Err(other),
-            })),
-            _ => {
-                Reply::RequeueOrphansMany(join(backend, Op::RequeueOrphans, replies, |r| match r {
-                    Reply::RequeueOrphans(v) => Ok(v),
-                    other => Err(other),
-                }))
-            }
+            Op::AcquireMany => joined!(AcquireMany),
+            Op::JoinSessionMany => joined!(JoinSessionMany),
+            Op::RenewMany => joined!(RenewMany),
+            Op::ReapMany => joined!(ReapMany),
+            _ => joined!(RequeueOrphansMany),
         })
     }
 }
 
-/// The per-entry answers of a split batch.
+/// The answers of a split batch's parts (each a batch of one), in order.
 fn join<T>(
     backend: &'static str,
     asked: Op,
     replies: Vec<Result<Reply>>,
-    take: impl Fn(Reply) -> std::result::Result<T, Reply>,
+    take: impl Fn(Reply) -> std::result::Result<Vec<Result<T>>, Reply>,
 ) -> Vec<Result<T>> {
     replies
         .into_iter()
-        .map(|r| r.and_then(|r| take(r).map_err(|other| wrong(backend, asked, other))))
+        .map(|r| {
+            let mut answers = take(r?).map_err(|other| wrong(backend, asked, other))?;
+            match (answers.pop(), answers.is_empty()) {
+                (Some(answer), true) => answer,
+                _ => Err(Error::backend(
+                    backend,
+                    "a batch of one was not answered once",
+                )),
+            }
+        })
         .collect()
 }
 

@@ -160,7 +160,7 @@ impl Lease {
 }
 
 /// One entry of [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many): the
-/// arguments of one [`LeaseStore::acquire`](crate::LeaseStore::acquire).
+/// arguments of one [`Store::acquire`](crate::Store::acquire).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Acquire {
     /// The key to take.
@@ -204,7 +204,7 @@ pub struct LeaseInfo {
     /// Live or expired, by the store clock (for a member riding a session: as its
     /// session stands).
     pub status: LeaseStatus,
-    /// The session this member rides ([`LeaseStore::join_session`](crate::LeaseStore::join_session)),
+    /// The session this member rides ([`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many)),
     /// on a store with native sessions; `None` for a lease of its own. Operators group
     /// members by it: one session is one process.
     pub session: Option<Key>,
@@ -332,7 +332,7 @@ pub struct Swept {
     pub dead_lettered: u64,
 }
 
-/// The seqs of one page of [`LeaseStore::deaths`](crate::LeaseStore::deaths) on a
+/// The seqs of one page of [`OperatorStore::deaths`](crate::OperatorStore::deaths) on a
 /// store whose records are contiguous by seq (the oldest are dropped first) and whose
 /// newest record has seq `last` (0: none yet): `(bottom, top)`, both included, newest
 /// first from `top`; `None` when the page is empty. `limit` is already clamped.
@@ -355,7 +355,7 @@ pub fn death_page(last: u64, before: Option<u64>, limit: usize) -> Option<(u64, 
     Some((bottom, top))
 }
 
-/// One entry of a namespace's death history ([`LeaseStore::deaths`](crate::LeaseStore::deaths)):
+/// One entry of a namespace's death history ([`OperatorStore::deaths`](crate::OperatorStore::deaths)):
 /// a token that stopped being current and went to the dead set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeathRecord {

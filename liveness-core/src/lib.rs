@@ -11,7 +11,6 @@ pub mod clock;
 mod config;
 mod departure;
 pub mod durability;
-mod each;
 pub mod election;
 pub mod error;
 pub mod events;
@@ -48,8 +47,8 @@ pub use error::{
 pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
-    Requeued, DEFAULT_MAX_ATTEMPTS,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
+    RequestId, Requeued, DEFAULT_MAX_ATTEMPTS,
 };
 pub use layer::{Intercept, Layer, Next, Op, Reply, Request, StoreBuilder};
 pub use lease::{
@@ -60,7 +59,9 @@ pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
 pub use session::{Session, SessionConfig};
 pub use standing::LocalDeadline;
-pub use store::{Capabilities, ItemStore, LeaseStore, Page, Store, StoreInfo};
+pub use store::{
+    Capabilities, ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart,
+};
 pub use traced::Traced;
 pub use types::{
     FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl, MAX_NAMESPACE_LEN,

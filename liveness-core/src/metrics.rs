@@ -11,7 +11,7 @@
 //! the Prometheus conventions (`_total` counters, `_seconds` histograms). The project's
 //! `docs/metrics.md` lists them in one table.
 //!
-//! [`backend`]: crate::LeaseStore::backend
+//! [`backend`]: crate::Store::backend
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,13 +17,15 @@
 
 pub use crate::error::{BatchResult, Error, InputProblem, JoinAsk, LostCause, Result};
 pub use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
-    Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
+    RequestId, Requeued,
 };
 pub use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
     LeaseStatus, Swept,
 };
-pub use crate::store::{Capabilities, ItemStore, LeaseStore, Page, Store, StoreInfo};
+pub use crate::store::{
+    Capabilities, ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart,
+};
 pub use crate::types::{FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl};
 pub use async_trait::async_trait;

@@ -15,13 +15,13 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::error::{JoinAsk, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
-    Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
+    RequestId, Requeued,
 };
 use crate::layer::{Intercept, Intercepted};
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
-use crate::store::{ItemStore, LeaseStore, Page, Store, StoreInfo};
-use crate::types::{FencingToken, HolderId, Key, Space, StoreTime, Ttl};
+use crate::store::{ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart};
+use crate::types::{FencingToken, HolderId, Key, Space, StoreTime};
 
 /// A layer answered a request with the reply of another operation: a bug in that
 /// layer, reported as the source of an [`Error::Backend`] (never a panic).
@@ -70,37 +70,32 @@ impl Request {
         self.facts().n.unwrap_or(1)
     }
 
-    /// A `*_many` request as one single-entry request per entry, in order (what the
-    /// trait's default `*_many` methods send); `Err(self)` for any other request.
+    /// A batch request (`*_many`) as one batch of one entry per entry, in order;
+    /// `Err(self)` for any other request.
     pub fn split(self) -> std::result::Result<Vec<Request>, Box<Request>> {
         Ok(match self {
             Request::AcquireMany { asks } => asks
                 .into_iter()
-                .map(|a| Request::Acquire {
-                    key: a.key,
-                    holder: a.holder,
-                    ttl: a.ttl,
-                })
+                .map(|a| Request::AcquireMany { asks: vec![a] })
                 .collect(),
             Request::JoinSessionMany { session, asks } => asks
                 .into_iter()
-                .map(|(key, holder)| Request::JoinSession {
+                .map(|a| Request::JoinSessionMany {
                     session: session.clone(),
-                    key,
-                    holder,
+                    asks: vec![a],
                 })
                 .collect(),
             Request::RenewMany { leases } => leases
                 .into_iter()
-                .map(|lease| Request::Renew { lease })
+                .map(|l| Request::RenewMany { leases: vec![l] })
                 .collect(),
             Request::ReapMany { expired } => expired
                 .into_iter()
-                .map(|(key, token)| Request::Reap { key, token })
+                .map(|e| Request::ReapMany { expired: vec![e] })
                 .collect(),
             Request::RequeueOrphansMany { tokens } => tokens
                 .into_iter()
-                .map(|token| Request::RequeueOrphans { token })
+                .map(|t| Request::RequeueOrphansMany { tokens: vec![t] })
                 .collect(),
             other => return Err(Box::new(other)),
         })
@@ -168,17 +163,32 @@ impl Fact for Page<ItemId> {
         facts.n = Some(self.limit);
     }
 }
-/// A batch: how many entries it carries.
+/// A batch: how many entries it carries, and what its one entry says when it
+/// carries one (the one-entry forms [`Store`] sends, traced as before).
 macro_rules! batch_facts {
     ($($t:ty),*) => {$(
         impl Fact for Vec<$t> {
             fn note<'r>(&'r self, facts: &mut Facts<'r>) {
+                if let [one] = self.as_slice() {
+                    one.note(facts);
+                }
                 facts.n = Some(self.len());
             }
         }
     )*};
 }
 batch_facts!(Acquire, JoinAsk, Lease, (Key, FencingToken), FencingToken);
+impl Fact for Acquire {
+    fn note<'r>(&'r self, facts: &mut Facts<'r>) {
+        self.key.note(facts);
+    }
+}
+impl<A: Fact, B: Fact> Fact for (A, B) {
+    fn note<'r>(&'r self, facts: &mut Facts<'r>) {
+        self.0.note(facts);
+        self.1.note(facts);
+    }
+}
 /// Arguments a trace does not show.
 macro_rules! no_facts {
     ($($t:ty),*) => {$(
@@ -188,13 +198,12 @@ macro_rules! no_facts {
     )*};
 }
 no_facts!(
-    HolderId,
-    Ttl,
+    Outcome,
     Option<u64>,
-    bool,
     RequestId,
     EnqueueOptions,
     ItemStateKind,
+    HolderId,
     Vec<u8>
 );
 
@@ -259,11 +268,10 @@ macro_rules! as_is {
     )*};
 }
 as_is!(
-    Ttl,
+    Outcome,
     usize,
     FencingToken,
     Option<u64>,
-    bool,
     RequestId,
     ItemId,
     EnqueueOptions,
@@ -278,6 +286,19 @@ macro_rules! checker_mark {
     };
     (checker) => {
         true
+    };
+}
+
+/// The part of the contract a trait is.
+macro_rules! part_of {
+    (LeaseStore) => {
+        StorePart::Leases
+    };
+    (ItemStore) => {
+        StorePart::Items
+    };
+    (OperatorStore) => {
+        StorePart::OperatorViews
     };
 }
 
@@ -306,6 +327,7 @@ macro_rules! intercepted_extras {
         }
     };
     (ItemStore) => {};
+    (OperatorStore) => {};
 }
 
 /// Declares every store operation once; see the module's docs.
@@ -317,8 +339,10 @@ macro_rules! store_ops {
             ) -> $Out:ty;
         )*}
     )*) => {
-        /// A store operation: one variant per round-trip method of [`LeaseStore`] and
-        /// [`ItemStore`] (the provided `claim` is [`Op::Claim`]).
+        /// A store operation: one variant per round-trip method of [`LeaseStore`],
+        /// [`ItemStore`] and [`OperatorStore`] (a store writes each of them). The
+        /// one-entry forms [`Store`] gives (`renew`, `acquire`, ...) travel as their
+        /// batch; `claim_request` is [`Op::Claim`].
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum Op {$($(
@@ -330,6 +354,11 @@ macro_rules! store_ops {
             /// The method's name (`"renew_many"`), for spans, logs and metric labels.
             pub fn name(self) -> &'static str {
                 match self {$($(Op::$Op => op_name!($method $(, $label)?),)*)*}
+            }
+
+            /// The part of the contract the operation belongs to (its trait).
+            pub fn part(self) -> StorePart {
+                match self {$($(Op::$Op => part_of!($Trait),)*)*}
             }
 
             /// True for the calls a [`Checker`](crate::Checker) round makes (finding,
@@ -412,45 +441,37 @@ macro_rules! store_ops {
 
 store_ops! {
     LeaseStore {
-        Acquire = acquire(key: &Key => Key, holder: &HolderId => HolderId, ttl: Ttl => Ttl)
-            -> Lease;
         AcquireMany = acquire_many(asks: &[Acquire] => Vec<Acquire>) -> Vec<Result<Lease>>;
-        JoinSession = join_session(session: &Lease => Lease, key: &Key => Key,
-            holder: &HolderId => HolderId) -> Lease;
         JoinSessionMany = join_session_many(session: &Lease => Lease,
             asks: &[JoinAsk] => Vec<JoinAsk>) -> Vec<Result<Lease>>;
-        Renew = renew(lease: &Lease => Lease) -> Lease;
         RenewMany = renew_many(leases: &[Lease] => Vec<Lease>) -> Vec<Result<Lease>>;
         Release = release(lease: &Lease => Lease) -> bool;
         Inspect = inspect(key: &Key => Key) -> Option<LeaseInfo>;
         Expired [checker] = expired(space: &Space => Space, limit: usize => usize)
             -> Vec<ExpiredLease>;
-        Reap [checker] = reap(key: &Key => Key, token: FencingToken => FencingToken) -> bool;
         ReapMany [checker] = reap_many(expired: &[(Key, FencingToken)] => Vec<(Key, FencingToken)>)
             -> Vec<Result<bool>>;
-        DeadTokens [checker] = dead_tokens(limit: usize => usize) -> Vec<DeadToken>;
-        StoreTime = store_time() -> StoreTime;
         NextExpiry [checker] = next_expiry(space: &Space => Space) -> Option<Duration>;
-        Members = members(space: &Space => Space, page: Page<&Key> => Page<Key>)
-            -> Vec<LeaseInfo>;
-        Deaths = deaths(before: Option<u64> => Option<u64>, limit: usize => usize)
-            -> Vec<DeathRecord>;
     }
     ItemStore {
         Enqueue = enqueue(payload: &[u8] => Vec<u8>, options: EnqueueOptions => EnqueueOptions)
             -> ItemId;
         Claim ("claim") = claim_request(lease: &Lease => Lease, n: usize => usize,
             req: RequestId => RequestId) -> Vec<Item>;
-        Complete = complete(lease: &Lease => Lease, id: ItemId => ItemId) -> ();
-        Fail = fail(lease: &Lease => Lease, id: ItemId => ItemId, retry: bool => bool)
-            -> ItemState;
-        RequeueOrphans [checker] = requeue_orphans(token: FencingToken => FencingToken)
-            -> Requeued;
+        Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)
+            -> Option<ItemState>;
         RequeueOrphansMany [checker] = requeue_orphans_many(
             tokens: &[FencingToken] => Vec<FencingToken>) -> Vec<Result<Requeued>>;
+        DeadTokens [checker] = dead_tokens(limit: usize => usize) -> Vec<DeadToken>;
         Item = item(id: ItemId => ItemId) -> Option<ItemRecord>;
+    }
+    OperatorStore {
+        StoreTime = store_time() -> StoreTime;
+        Members = members(space: &Space => Space, page: Page<&Key> => Page<Key>)
+            -> Vec<LeaseInfo>;
+        Deaths = deaths(before: Option<u64> => Option<u64>, limit: usize => usize)
+            -> Vec<DeathRecord>;
         ItemCounts = item_counts() -> ItemCounts;
-        DeadLetters = dead_letters(limit: usize => usize) -> Vec<ItemRecord>;
         Items = items(state: ItemStateKind => ItemStateKind, page: Page<ItemId> => Page<ItemId>)
             -> Vec<ItemRecord>;
         RetryDeadLetter = retry_dead_letter(id: ItemId => ItemId) -> ();

@@ -171,7 +171,7 @@ impl Space {
     }
 
     /// The space of sessions: one lease per process, which members ride
-    /// ([`LeaseStore::join_session`](crate::LeaseStore::join_session)).
+    /// ([`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many)).
     pub fn sessions() -> Space {
         Space(Arc::from("sessions"))
     }

@@ -3,6 +3,7 @@
 //! `foreign_lease_refused_unchanged` checks two namespaces of one store; these tests
 //! check the same namespace of two stores, and handles that must agree.
 
+use liveness_core::Store;
 use std::sync::Arc;
 
 use liveness_core::{
@@ -15,7 +16,7 @@ fn ns(name: &str) -> Namespace {
 }
 
 /// A lease on member `w` for `holder`, 60 s.
-async fn acquire_w(store: &dyn LeaseStore, holder: &str) -> Lease {
+async fn acquire_w(store: &dyn Store, holder: &str) -> Lease {
     let ttl = Ttl::from_secs(60).unwrap();
     store
         .acquire(

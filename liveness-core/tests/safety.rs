@@ -68,7 +68,7 @@ struct Knobs {
 impl Intercept for Knobs {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         match req.op() {
-            Op::Acquire | Op::AcquireMany => {
+            Op::AcquireMany => {
                 let fail = self
                     .fail_acquires
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -77,7 +77,7 @@ impl Intercept for Knobs {
                     return Err(Error::unavailable("faulty", "injected fault"));
                 }
             }
-            Op::Renew | Op::RenewMany => {
+            Op::RenewMany => {
                 if self.panic_renew.load(Ordering::SeqCst) {
                     panic!("injected panic in a renewal");
                 }
@@ -96,7 +96,7 @@ impl Intercept for Knobs {
                 }
                 return reply;
             }
-            Op::Complete | Op::Fail => {
+            Op::Finish => {
                 self.finishes.fetch_add(1, Ordering::SeqCst);
             }
             _ => {}
@@ -163,7 +163,7 @@ async fn a_candidate_with_the_readme_s_fixed_id_still_takes_over_its_own_ghost()
         async fn call(&self, req: Request, next: Next) -> Result<Reply> {
             let op = req.op();
             let reply = next.run(req).await?;
-            if op == Op::Acquire && self.0.swap(false, Ordering::SeqCst) {
+            if op == Op::AcquireMany && self.0.swap(false, Ordering::SeqCst) {
                 return Err(Error::unavailable("faulty", "reply lost"));
             }
             Ok(reply)

@@ -125,7 +125,7 @@ mod faulty {
         async fn call(&self, req: Request, next: Next) -> Result<Reply> {
             let knobs = &self.knobs;
             match req.op() {
-                Op::Acquire => {
+                Op::AcquireMany => {
                     knobs.acquires.fetch_add(1, Ordering::SeqCst);
                     let answer = next.run(req).await?;
                     let lose = knobs
@@ -137,7 +137,7 @@ mod faulty {
                     }
                     return Ok(answer);
                 }
-                Op::Renew => {
+                Op::RenewMany => {
                     if knobs.stall_renew.load(Ordering::SeqCst) {
                         std::future::pending::<()>().await;
                     }
@@ -166,7 +166,7 @@ mod faulty {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     return Err(down());
                 }
-                Op::Reap | Op::RequeueOrphans => {
+                Op::ReapMany | Op::RequeueOrphansMany => {
                     if let Some(token) = req.token() {
                         self.broken(token)?;
                     }

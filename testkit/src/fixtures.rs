@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{EnqueueOptions, ItemStore, Member, MemberConfig, Store, Ttl};
+use liveness_core::{EnqueueOptions, Member, MemberConfig, Store, Ttl};
 
 /// Enqueues `n` items with the default options and the payloads `job 0`, `job 1`, …
 ///
 /// # Panics
 ///
 /// When the store refuses one: the test then fails, saying so.
-pub async fn enqueue_jobs<S: ItemStore + ?Sized>(store: &S, n: usize) {
+pub async fn enqueue_jobs<S: Store + ?Sized>(store: &S, n: usize) {
     for i in 0..n {
         store
             .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())

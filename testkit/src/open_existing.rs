@@ -5,7 +5,7 @@
 
 use liveness_bench::fixtures::acquire_member;
 use liveness_bench::fresh_namespace;
-use liveness_core::{EnqueueOptions, Error, InputProblem, ItemStore, LeaseStore, Result, Ttl};
+use liveness_core::{EnqueueOptions, Error, InputProblem, Result, Store, Ttl};
 
 /// What [`only_a_namespace_that_is_there_opens`] hands the backend's own check that
 /// the refusal wrote nothing.
@@ -37,7 +37,7 @@ pub struct Refusal {
 /// # Panics
 ///
 /// When a step does not hold: the test then fails, saying which.
-pub async fn only_a_namespace_that_is_there_opens<S: LeaseStore + ItemStore>(
+pub async fn only_a_namespace_that_is_there_opens<S: Store>(
     server_url: &str,
     connect: impl AsyncFn(&str, bool) -> Result<S>,
     wrote_nothing: impl AsyncFn(&S, &Refusal),

@@ -1,4 +1,4 @@
--- Shared by every script (prepended at compile time; every other script but renew and
+-- Shared by every script (prepended at compile time; every other script but
 -- renew_many gets prelude_retire.lua after it). Every `local function` here is made
 -- anew on each call of a script (a closure each), so this file holds only what a
 -- renewal runs: the clock, the expiry epochs, the judged expiry and renew_one.
@@ -78,7 +78,7 @@ local function judged(prefix, e, ttl, ep, now)
 end
 
 -- The judged expiry of a lease record from its fields `e`, `ttl`, `ep` and, for a
--- member riding a session (`LeaseStore::join_session`: no `e` of its own), `s` (the
+-- member riding a session (`LeaseStore::join_session_many`: no `e` of its own), `s` (the
 -- session's lease key) and `st` (the session's token): the session's judged expiry
 -- while its lease holds that very token, else 0 (gone or superseded: expired).
 local function expiry_of(prefix, e, ttl, ep, skey, stoken, now)
@@ -111,7 +111,7 @@ local function moved(batch)
   end
 end
 
--- One renewal (renew.lua, renew_many.lua): `lease` its record, `expiry` its space's
+-- One renewal (each lease of renew_many.lua): `lease` its record, `expiry` its space's
 -- index, `ttl` in ms, `batch` from batch_of (the caller applies its index moves with
 -- `moved` before it returns). Returns 1 renewed, -1 released, -2 superseded,
 -- -3 expired (for a riding member: its session is), n >= 2 a riding member whose

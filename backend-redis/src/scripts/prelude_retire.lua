@@ -1,8 +1,8 @@
--- Shared by every script but renew and renew_many (prepended at compile time after
--- prelude.lua, whose functions it uses): handing out tokens, the index re-scoring of
--- the checker's reads, taking a key, retiring leases and riders, deaths, requeueing.
--- renew.lua and renew_many.lua run without it: each call of a script makes every
--- `local function` of its prefix anew, and a renewal calls none of these.
+-- Shared by every script but renew_many (prepended at compile time after prelude.lua,
+-- whose functions it uses): handing out tokens, the index re-scoring of the checker's
+-- reads, taking a key, retiring leases and riders, deaths, requeueing. renew_many.lua
+-- runs without it: each call of a script makes every `local function` of its prefix
+-- anew, and a renewal calls none of these.
 
 -- Fencing tokens never go back, not even across a failover to a replica that lacked
 -- the last writes (asynchronous replication, no `wait=N`) or a restart: epoch `ep`
@@ -219,9 +219,9 @@ end
 -- Takes the lease on `lease_key` (its space's expiry zset `expiry_key`, the
 -- namespace's token counter `tokens_key` and dead set `dead_key`; `name` and
 -- `key_text` "space/name" name the key) for `holder` with `ttl` ms at `now`: the one
--- step of acquire.lua and of each entry of acquire_many.lua. A live lease on the key
--- wins; an expired one is retired first (dead set, death record, cause '2'). Returns
--- {1, token} or {0, holder, token} when a live lease holds the key.
+-- step of each entry of acquire_many.lua. A live lease on the key wins; an expired one
+-- is retired first (dead set, death record, cause '2'). Returns {1, token} or
+-- {0, holder, token} when a live lease holds the key.
 local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
                            key_text, retention, now)
   local token, held = take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_text,

@@ -1,7 +1,10 @@
 -- reap_many: KEYS[1] dead set; for entry i (1-based), KEYS[2i] lease, KEYS[2i+1]
 -- expiry zset; ARGV[1] death retention; ARGV[3i-1] name, ARGV[3i] token,
 -- ARGV[3i+1] key text.
--- Returns one 1/0 per entry, as reap.lua.
+-- Each entry: iff the lease with that token is there and expired by the server clock
+-- (a riding member: its session expired or gone), retires it (dead set, death record,
+-- cause reaped) and answers 1, else 0; a single reap is a batch of one. Returns one
+-- 1/0 per entry. One server instant for all.
 local now = now_us()
 local out = {}
 for i = 1, (#ARGV - 1) / 3 do

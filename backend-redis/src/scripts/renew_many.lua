@@ -3,7 +3,8 @@
 -- ("liveness:{ns}:l:<space>/"), the run's lease count n, then n times: name, token,
 -- ttl (ms). Each lease key is derived in-script (prefix and name: the same hash
 -- slot). Every lease is in one namespace (the calling store handle's).
--- Returns one renew_one code (prelude) per lease, in order, as renew.lua does for one.
+-- Returns one renew_one code (prelude) per lease, in order; a single renewal is a batch
+-- of one.
 -- One server instant for all; the epoch stamp, the token counter and each ttl's
 -- expiry text are read or made once for the batch, and each index moved by one ZADD.
 local now = now_us()

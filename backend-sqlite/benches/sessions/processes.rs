@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::death_watch::DeathWatch;
 use liveness_conformance::bench::procfs;
-use liveness_core::{HolderId, Key, LeaseStore, Name, Space};
+use liveness_core::{HolderId, Key, Name, Space, Store};
 use liveness_sqlite::SqliteStore;
 use tokio::sync::mpsc;
 

@@ -329,8 +329,11 @@ pub async fn reap_only_expired_current_lease(ctx: Ctx) {
         !ctx.store.reap(&key, lease.token).await.unwrap(),
         "reaped twice"
     );
-    let dead = ctx.store.dead_tokens(1000).await.unwrap();
-    assert!(dead.iter().any(|d| d.token == lease.token && d.key == key));
+    // The dead set is the work items' (a store of elections alone keeps none).
+    if ctx.caps().items {
+        let dead = ctx.store.dead_tokens(1000).await.unwrap();
+        assert!(dead.iter().any(|d| d.token == lease.token && d.key == key));
+    }
 }
 
 /// Exactly one of 16 concurrent reapers of the same expired lease gets true.
@@ -369,11 +372,14 @@ pub async fn acquire_reaps_expired_lease(ctx: Ctx) {
     ctx.wait_expired(&key).await;
     let new = ctx.grant(&key, &holder("new"), ctx.long).await;
     assert!(new.token > old.token);
-    let dead = ctx.store.dead_tokens(1000).await.unwrap();
-    assert!(
-        dead.iter().any(|d| d.token == old.token),
-        "old token not in dead set"
-    );
+    // The dead set is the work items' (a store of elections alone keeps none).
+    if ctx.caps().items {
+        let dead = ctx.store.dead_tokens(1000).await.unwrap();
+        assert!(
+            dead.iter().any(|d| d.token == old.token),
+            "old token not in dead set"
+        );
+    }
     assert!(!ctx.store.reap(&key, old.token).await.unwrap());
 }
 

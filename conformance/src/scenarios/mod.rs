@@ -37,6 +37,9 @@ pub use sessions::*;
 pub struct Scenario {
     /// Its name (the test's name).
     pub name: &'static str,
+    /// True when it needs the lease contract only ([`LeaseStore`](liveness_core::LeaseStore)
+    /// and the state machines on it): what a store of elections alone runs.
+    pub leases: bool,
     /// Runs it; panics on a contract violation.
     pub run: fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>,
 }
@@ -46,6 +49,9 @@ pub struct Scenario {
 macro_rules! __scenarios {
     (@list $mode:ident $($args:tt)*) => {
         $crate::__scenarios!(@expand $mode [$($args)*]
+            // What every store runs: leases, elections and members (a store of
+            // elections alone runs these only).
+            [
             acquire_free_key,
             acquire_held_key_fails_unchanged,
             tokens_strictly_increase,
@@ -54,7 +60,6 @@ macro_rules! __scenarios {
             renew_superseded_or_released_is_lost,
             renew_uses_the_lease_values_ttl,
             release_is_idempotent_and_fenced,
-            release_puts_token_in_dead_set,
             inspect_reports_live_and_expired,
             expired_lists_only_expired,
             expired_respects_limit_and_order,
@@ -62,6 +67,22 @@ macro_rules! __scenarios {
             reap_has_exactly_one_winner,
             acquire_reaps_expired_lease,
             next_expiry_is_a_duration,
+            acquire_many_over_max_batch_rejected,
+            racing_acquire_many_take_each_key_once,
+            renew_many_answers_each_lease_alone,
+            renew_many_over_max_batch_rejected,
+            renew_many_extends_each_entry_at_every_position,
+            members_renewed_through_a_batcher_stay_live,
+            member_cancel_fires_before_store_expiry,
+            member_rejoins_with_new_token,
+            election_one_leader_among_three,
+            election_failover_after_leader_stops,
+            a_dropped_leadership_hands_the_role_over,
+            a_dropped_session_releases_its_lease
+            ]
+            // What a store with work items and the operator's views runs besides.
+            [
+            release_puts_token_in_dead_set,
             store_time_never_decreases,
             enqueue_claim_complete,
             claim_repeat_answers_the_same_items,
@@ -75,17 +96,11 @@ macro_rules! __scenarios {
             requeue_is_idempotent,
             requeue_ignores_live_tokens,
             acquire_many_answers_each_entry_alone,
-            acquire_many_over_max_batch_rejected,
-            racing_acquire_many_take_each_key_once,
-            renew_many_answers_each_lease_alone,
-            renew_many_over_max_batch_rejected,
             reap_many_answers_each_entry_alone,
             requeue_orphans_many_answers_each_token_alone,
             acquire_many_takes_each_entry_at_every_position,
-            renew_many_extends_each_entry_at_every_position,
             reap_many_reaps_each_entry_at_every_position,
             requeue_orphans_many_requeues_each_token_at_every_position,
-            members_renewed_through_a_batcher_stay_live,
             poison_item_is_dead_lettered,
             namespaces_are_isolated,
             foreign_lease_refused_unchanged,
@@ -100,13 +115,9 @@ macro_rules! __scenarios {
             items_page_by_state,
             checker_declares_each_death_once,
             checker_crash_between_reap_and_requeue_loses_nothing,
-            member_cancel_fires_before_store_expiry,
-            member_rejoins_with_new_token,
             member_leave_hands_back_items,
             member_recovers_lost_claim_reply,
             member_complete_retried_after_lost_reply,
-            election_one_leader_among_three,
-            election_failover_after_leader_stops,
             dropped_calls_leave_every_later_answer_its_own,
             a_member_joins_only_a_live_session,
             a_riding_member_lives_and_dies_with_its_session,
@@ -117,15 +128,15 @@ macro_rules! __scenarios {
             a_batch_of_joins_answers_each_entry_as_its_join,
             a_dropped_rider_hands_back_its_work,
             a_dropped_member_hands_back_its_work,
-            a_dropped_session_releases_its_lease,
-            a_dropped_leadership_hands_the_role_over,
             a_rider_whose_record_is_gone_rejoins,
             a_session_loss_leaves_one_death_record,
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
             requeue_orphans_many_drains_each_session_alone
+            ]
         );
     };
-    (@expand tests [$factory:expr] $($name:ident),*) => {
+    (@expand tests [$factory:expr] [$($lease:ident),*] [$($name:ident),*]) => {
+        $crate::__scenarios!(@expand leases [$factory] [$($lease),*] []);
         $(
             #[test]
             fn $name() {
@@ -133,10 +144,19 @@ macro_rules! __scenarios {
             }
         )*
     };
-    (@expand table [] $($name:ident),*) => {
+    (@expand leases [$factory:expr] [$($lease:ident),*] [$($name:ident),*]) => {
+        $(
+            #[test]
+            fn $lease() {
+                $crate::run(stringify!($lease), $crate::factory($factory));
+            }
+        )*
+    };
+    (@expand table [] [$($lease:ident),*] [$($name:ident),*]) => {
         /// Every scenario, in the order the suite lists them.
         pub const SCENARIOS: &[Scenario] = &[
-            $( Scenario { name: stringify!($name), run: |ctx| Box::pin($name(ctx)) }, )*
+            $( Scenario { name: stringify!($lease), leases: true, run: |ctx| Box::pin($lease(ctx)) }, )*
+            $( Scenario { name: stringify!($name), leases: false, run: |ctx| Box::pin($name(ctx)) }, )*
         ];
     };
 }

@@ -1,7 +1,7 @@
 //! Operator scenarios: the read paths an operator uses from outside a program —
 //! `members` (who is alive), `deaths` (who died, and what became of their work),
-//! `items` by state, and `retry_dead_letter(s)` (the `LeaseStore::members`,
-//! `LeaseStore::deaths`, `ItemStore::items` and `ItemStore::retry_dead_letter*`
+//! `items` by state, and `retry_dead_letter(s)` (the `OperatorStore::members`,
+//! `OperatorStore::deaths`, `OperatorStore::items` and `OperatorStore::retry_dead_letter*`
 //! contract bullets).
 
 use liveness_core::Page;

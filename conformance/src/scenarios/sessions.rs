@@ -1,9 +1,9 @@
-//! Session scenarios: members riding a session ([`LeaseStore::join_session`]), on a
+//! Session scenarios: members riding a session ([`LeaseStore::join_session_many`]), on a
 //! store whose [`Capabilities::sessions`] says it serves them natively. On any other
 //! store they pass at once: `join_session` is then an ordinary `acquire`, which the
 //! lease scenarios cover.
 //!
-//! [`LeaseStore::join_session`]: liveness_core::LeaseStore::join_session
+//! [`LeaseStore::join_session_many`]: liveness_core::LeaseStore::join_session_many
 //! [`Capabilities::sessions`]: liveness_core::Capabilities::sessions
 
 use std::sync::Arc;

@@ -527,7 +527,7 @@ async fn chaos(
         log.push(Record::Note(what.clone()));
         match chaos {
             Chaos::Command(c) => process.send(c),
-            Chaos::RenewalsCut(d) => process.store.refuse(Op::Renew, d),
+            Chaos::RenewalsCut(d) => process.store.refuse(Op::RenewMany, d),
         }
         done.push(what);
     }

@@ -71,7 +71,7 @@ async fn wait_margin(margin: Duration, stop: &CancellationToken) -> bool {
 
 /// A "ghost": a lease of this member's own holder id that an attempt whose reply was
 /// lost (or came too late) created, so that nothing was claimed under it. Renewing it
-/// ([`LeaseStore::renew`](crate::LeaseStore::renew)) makes it the member's lease
+/// ([`Store::renew`](crate::Store::renew)) makes it the member's lease
 /// exactly as a fresh acquire would (its deadline counts from the renewal's send
 /// time), without burning a new token, a dead-set entry and a sweep on a release and
 /// another acquire.
@@ -100,7 +100,7 @@ pub(crate) fn born_dead(config: &MemberConfig, sent_on_clock: Duration) -> bool 
 }
 
 /// How a join takes the member's key: as a lease of its own, or riding a session's
-/// current lease ([`LeaseStore::join_session`](crate::LeaseStore::join_session)).
+/// current lease ([`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many)).
 #[derive(Clone, Copy)]
 pub(crate) enum Take<'a> {
     /// A lease of its own (and the session's own lease is taken so too).

@@ -19,13 +19,17 @@ use tokio::sync::watch;
 use crate::clock::{Clock, TokioClock};
 use crate::error::{BatchResult, JoinAsk, LostCause, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId,
-    Requeued,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
+    RequestId, Requeued,
 };
-use crate::lease::{DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo};
-use crate::store::{check_batch, Capabilities, ItemStore, LeaseStore, Page, StoreInfo};
+use crate::lease::{
+    Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
+};
+use crate::store::{
+    check_batch, Capabilities, ItemStore, LeaseStore, OperatorStore, Page, StoreInfo,
+};
 use crate::sync::lock;
-use crate::types::{FencingToken, HolderId, Key, Namespace, Space, StoreTime, Ttl};
+use crate::types::{FencingToken, Key, Namespace, Space, StoreTime};
 
 mod state;
 use state::{requeue_locked, ItemRec, LeaseRec, NsState};
@@ -133,39 +137,22 @@ impl LeaseStore for MemoryStore {
         &self.info
     }
 
-    async fn acquire(&self, key: &Key, holder: &HolderId, ttl: Ttl) -> Result<Lease> {
+    async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let now = self.now();
         let mut st = lock(&self.state);
         let retention = self.info.caps.death_retention;
-        let token = st.take(key, now, retention)?;
-        let expires_at = now + ttl.duration();
-        st.put(key, LeaseRec::new(holder, token, ttl, expires_at, None));
         let issuer = &self.info.issuer;
-        Ok(Lease::granted(
-            issuer,
-            key.clone(),
-            holder.clone(),
-            token,
-            ttl,
-        ))
-    }
-
-    async fn join_session(&self, session: &Lease, key: &Key, holder: &HolderId) -> Result<Lease> {
-        let now = self.now();
-        let mut st = lock(&self.state);
-        let until = match st.check_current(session, now)? {
-            rec if rec.session.is_none() => rec.expires_at,
-            // A member cannot be a session: only a lease of its own can be ridden.
-            _ => return Err(session.lost(LostCause::Superseded)),
+        let mut take = |ask: &Acquire| {
+            let token = st.take(&ask.key, now, retention)?;
+            let expires_at = now + ask.ttl.duration();
+            st.put(
+                &ask.key,
+                LeaseRec::new(&ask.holder, token, ask.ttl, expires_at, None),
+            );
+            let (key, holder) = (ask.key.clone(), ask.holder.clone());
+            Ok(Lease::granted(issuer, key, holder, token, ask.ttl))
         };
-        let token = st.take(key, now, self.info.caps.death_retention)?;
-        let ridden = Some((session.key.clone(), session.token));
-        let rec = LeaseRec::new(holder, token, session.ttl, Duration::ZERO, ridden);
-        st.put(key, rec);
-        let issuer = &self.info.issuer;
-        let mut lease = Lease::granted(issuer, key.clone(), holder.clone(), token, session.ttl);
-        lease.expires_in = until.saturating_sub(now);
-        Ok(lease)
+        Ok(asks.iter().map(&mut take).collect())
     }
 
     async fn join_session_many(&self, session: &Lease, asks: &[JoinAsk]) -> BatchResult<Lease> {
@@ -201,12 +188,6 @@ impl LeaseStore for MemoryStore {
             out.push(Ok(lease));
         }
         Ok(out)
-    }
-
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let now = self.now();
-        let mut st = lock(&self.state);
-        self.renew_locked(&mut st, lease, now)
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> BatchResult<Lease> {
@@ -250,39 +231,6 @@ impl LeaseStore for MemoryStore {
         Ok(st.leases.get(key).map(|rec| st.info(key, rec, now)))
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
-        let Page { after, limit } = page;
-        let now = self.now();
-        let st = lock(&self.state);
-        let Some(names) = st.names.get(space) else {
-            return Ok(Vec::new());
-        };
-        let from = match after {
-            Some(k) => Bound::Excluded(k.name().clone()),
-            None => Bound::Unbounded,
-        };
-        Ok(names
-            .range((from, Bound::Unbounded))
-            .take(limit)
-            .filter_map(|name| {
-                let key = Key::new(space.clone(), name.clone());
-                st.leases.get(&key).map(|rec| st.info(&key, rec, now))
-            })
-            .collect())
-    }
-
-    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
-        let st = lock(&self.state);
-        let until = before.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(st
-            .deaths
-            .range((Bound::Unbounded, until))
-            .rev()
-            .take(limit)
-            .map(|(_, rec)| rec.clone())
-            .collect())
-    }
-
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {
         let now = self.now();
         let st = lock(&self.state);
@@ -302,29 +250,6 @@ impl LeaseStore for MemoryStore {
                 })
             })
             .collect())
-    }
-
-    async fn reap(&self, key: &Key, token: FencingToken) -> Result<bool> {
-        let now = self.now();
-        let mut st = lock(&self.state);
-        Ok(self.reap_locked(&mut st, key, token, now))
-    }
-
-    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
-        let st = lock(&self.state);
-        Ok(st
-            .dead
-            .iter()
-            .take(limit)
-            .map(|(token, key)| DeadToken {
-                key: key.clone(),
-                token: *token,
-            })
-            .collect())
-    }
-
-    async fn store_time(&self) -> Result<StoreTime> {
-        Ok(StoreTime::from_epoch(self.now()))
     }
 
     async fn next_expiry(&self, space: &Space) -> Result<Option<Duration>> {
@@ -402,28 +327,22 @@ impl ItemStore for MemoryStore {
         Ok(out)
     }
 
-    async fn complete(&self, lease: &Lease, id: ItemId) -> Result<()> {
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
-        st.items.remove(&id);
-        if let Some(set) = st.owned.get_mut(&lease.token) {
-            set.remove(&id);
-            if set.is_empty() {
-                st.owned.remove(&lease.token);
+        Ok(match outcome {
+            Outcome::Completed => {
+                st.complete(id, lease.token);
+                None
             }
-        }
-        Ok(())
-    }
-
-    async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let mut st = lock(&self.state);
-        st.owned_by(id, lease.token)?;
-        Ok(st.hand_back(id, retry))
-    }
-
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        let mut st = lock(&self.state);
-        Ok(requeue_locked(&mut st, token, self.info.caps.max_batch))
+            Outcome::Retry => Some(st.hand_back(id, true)),
+            Outcome::DeadLetter => Some(st.hand_back(id, false)),
+        })
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
@@ -434,9 +353,71 @@ impl ItemStore for MemoryStore {
             .collect())
     }
 
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let st = lock(&self.state);
+        Ok(st
+            .dead
+            .iter()
+            .take(limit)
+            .map(|(token, key)| DeadToken {
+                key: key.clone(),
+                token: *token,
+            })
+            .collect())
+    }
+
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let st = lock(&self.state);
         Ok(st.record(id))
+    }
+}
+
+#[async_trait]
+impl OperatorStore for MemoryStore {
+    async fn store_time(&self) -> Result<StoreTime> {
+        Ok(StoreTime::from_epoch(self.now()))
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let now = self.now();
+        let st = lock(&self.state);
+        let Some(names) = st.names.get(space) else {
+            return Ok(Vec::new());
+        };
+        let from = match after {
+            Some(k) => Bound::Excluded(k.name().clone()),
+            None => Bound::Unbounded,
+        };
+        Ok(names
+            .range((from, Bound::Unbounded))
+            .take(limit)
+            .filter_map(|name| {
+                let key = Key::new(space.clone(), name.clone());
+                st.leases.get(&key).map(|rec| st.info(&key, rec, now))
+            })
+            .collect())
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        let st = lock(&self.state);
+        let until = before.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(st
+            .deaths
+            .range((Bound::Unbounded, until))
+            .rev()
+            .take(limit)
+            .map(|(_, rec)| rec.clone())
+            .collect())
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let st = lock(&self.state);
+        Ok(ItemCounts {
+            pending: st.pending.len() as u64,
+            owned: st.owned.values().map(|s| s.len() as u64).sum(),
+            dead_lettered: st.dead_letters.len() as u64,
+        })
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -479,25 +460,6 @@ impl ItemStore for MemoryStore {
             st.revive(*id)?;
         }
         Ok(ids)
-    }
-
-    async fn item_counts(&self) -> Result<ItemCounts> {
-        let st = lock(&self.state);
-        Ok(ItemCounts {
-            pending: st.pending.len() as u64,
-            owned: st.owned.values().map(|s| s.len() as u64).sum(),
-            dead_lettered: st.dead_letters.len() as u64,
-        })
-    }
-
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<ItemRecord>> {
-        let st = lock(&self.state);
-        Ok(st
-            .dead_letters
-            .iter()
-            .take(limit)
-            .filter_map(|id| st.record(*id))
-            .collect())
     }
 }
 

@@ -23,7 +23,7 @@ pub(super) struct LeaseRec {
     /// The greatest claim request id admitted under this token (the claim high-water
     /// mark); forgotten with the record when the token ends.
     pub(super) last_claim: Option<RequestId>,
-    /// The session this member rides ([`LeaseStore::join_session`]): its key and
+    /// The session this member rides ([`LeaseStore::join_session_many`]): its key and
     /// token. A riding record has no expiry of its own (`expires_at` unused, not in
     /// the expiry index): it lives while that session lease does.
     pub(super) session: Option<(Key, FencingToken)>,
@@ -321,6 +321,17 @@ impl NsState {
         match self.items.get(&id) {
             Some(rec) if rec.record.state == ItemState::Owned(token) => Ok(()),
             _ => Err(Error::Fenced { item: id, token }),
+        }
+    }
+
+    /// Removes an item `token` owned (a completion).
+    pub(super) fn complete(&mut self, id: ItemId, token: FencingToken) {
+        self.items.remove(&id);
+        if let Some(set) = self.owned.get_mut(&token) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.owned.remove(&token);
+            }
         }
     }
 

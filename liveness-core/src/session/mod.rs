@@ -343,7 +343,7 @@ impl Session {
     }
 
     /// Joins a member riding the session
-    /// ([`LeaseStore::join_session`]): its key `members/NAME`, its own token, its
+    /// ([`LeaseStore::join_session_many`]): its key `members/NAME`, its own token, its
     /// items, and no renewal of its own. Its heartbeat timing and clock are the
     /// session's (those of `config` are not used), and it has no batcher; its
     /// holder id, re-join, events and watchdog are `config`'s.

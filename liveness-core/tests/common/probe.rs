@@ -76,7 +76,6 @@ impl Intercept for Probe {
         let cut = || Err(Error::unavailable("probe", "session renewals cut off"));
         let is_session = |k: &Key| *k.space() == Space::sessions();
         let joins = match &req {
-            Request::JoinSession { .. } => 1,
             Request::JoinSessionMany { asks, .. } => asks.len() as u64,
             _ => 0,
         };
@@ -100,7 +99,6 @@ impl Intercept for Probe {
             ));
         }
         let first = match &req {
-            Request::Renew { lease } => Some(lease),
             Request::RenewMany { leases } => leases.first(),
             _ => None,
         };
@@ -119,31 +117,23 @@ impl Intercept for Probe {
                     token: lease.token,
                     reason: LostCause::Failover,
                 };
-                return match req {
-                    Request::RenewMany { leases } => {
-                        let mut answers: Vec<Result<liveness_core::Lease>> = vec![Err(lost)];
-                        let rest = next.run(Request::RenewMany {
-                            leases: leases[1..].to_vec(),
-                        });
-                        if leases.len() > 1 {
-                            match rest.await? {
-                                Reply::RenewMany(more) => answers.extend(more),
-                                other => panic!("renew_many answered {other:?}"),
-                            }
-                        }
-                        Ok(Reply::RenewMany(answers))
-                    }
-                    _ => Err(lost),
+                let Request::RenewMany { leases } = req else {
+                    unreachable!("only a renewal has a first lease")
                 };
+                let mut answers: Vec<Result<liveness_core::Lease>> = vec![Err(lost)];
+                let rest = next.run(Request::RenewMany {
+                    leases: leases[1..].to_vec(),
+                });
+                if leases.len() > 1 {
+                    match rest.await? {
+                        Reply::RenewMany(more) => answers.extend(more),
+                        other => panic!("renew_many answered {other:?}"),
+                    }
+                }
+                return Ok(Reply::RenewMany(answers));
             }
         }
         match &req {
-            Request::Renew { lease } => {
-                if self.cut.load(Ordering::SeqCst) && is_session(&lease.key) {
-                    return cut();
-                }
-                self.count(&lease.key);
-            }
             Request::RenewMany { leases } => {
                 if self.cut.load(Ordering::SeqCst) && leases.iter().any(|l| is_session(&l.key)) {
                     return cut();
@@ -155,23 +145,11 @@ impl Intercept for Probe {
                     return cut();
                 }
                 leases.iter().for_each(|l| self.count(&l.key));
-                let keys = leases.iter().map(|l| l.key.clone()).collect();
-                self.batches.lock().unwrap().push(keys);
-            }
-            Request::JoinSession {
-                session,
-                key,
-                holder,
-            } if self.plain => {
-                let acquire = Request::Acquire {
-                    key: key.clone(),
-                    holder: holder.clone(),
-                    ttl: session.ttl,
-                };
-                return match next.run(acquire).await? {
-                    Reply::Acquire(lease) => Ok(Reply::JoinSession(lease)),
-                    other => panic!("acquire answered {other:?}"),
-                };
+                // A session renewing its own lease alone is not a members' batch.
+                if !(leases.len() == 1 && is_session(&leases[0].key)) {
+                    let keys = leases.iter().map(|l| l.key.clone()).collect();
+                    self.batches.lock().unwrap().push(keys);
+                }
             }
             Request::JoinSessionMany { session, asks } if self.plain => {
                 let asks = asks
@@ -185,18 +163,16 @@ impl Intercept for Probe {
                     other => panic!("acquire_many answered {other:?}"),
                 };
             }
-            Request::Acquire { .. }
-            | Request::JoinSession { .. }
-            | Request::JoinSessionMany { .. } => {
+            Request::AcquireMany { .. } | Request::JoinSessionMany { .. } => {
                 let take = |n: &AtomicU64| {
                     n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok()
                 };
-                let join = !matches!(req, Request::Acquire { .. });
+                let join = matches!(req, Request::JoinSessionMany { .. });
                 let lose = take(&self.lose_replies) || (join && take(&self.lose_join_replies));
-                let slow = match req {
-                    Request::Acquire { .. } => 0,
-                    _ => self.slow_join_replies_ms.load(Ordering::SeqCst),
+                let slow = match join {
+                    false => 0,
+                    true => self.slow_join_replies_ms.load(Ordering::SeqCst),
                 };
                 let reply = next.run(req).await;
                 tokio::time::sleep(Duration::from_millis(slow)).await;

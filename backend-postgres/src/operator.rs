@@ -1,0 +1,173 @@
+//! `impl OperatorStore for PostgresStore`: the operator's views (the server's clock,
+//! the leases of a space, the death history, the items by state) and moving dead
+//! letters back to pending. Each method runs its own statement (below), or forwards to
+//! `deaths.rs` (the death records). Their input was checked before the call
+//! ([`liveness_core::CheckInput`]); they refuse only what the core cannot judge (an
+//! item id that names no item).
+
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
+    Key, LeaseInfo, OperatorStore, Page, Result, Space, StoreTime,
+};
+
+use crate::core::{
+    get, id_of, id_param, item_of, limit_param, listed_lease, session_of, state_of, status_of,
+    ttl_of, PostgresStore,
+};
+use crate::error::corrupt;
+
+/// `members`: $1 space, $2 after (the last name of the previous page, '' for the
+/// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
+/// default collation may not be, so the order is the same on every server) and the
+/// page is read on the `leases_members` index, by the function `members_page`
+/// (migrations 4 and 8), which keeps the planner on that index whatever its
+/// statistics: O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff
+/// live; a riding member's: its session's, NULL when that is gone), session name.
+pub(crate) const MEMBERS: &str = r#"
+SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us, m_session
+FROM members_page($1, $2, $3)
+"#;
+
+/// `store_time`: the server clock in microseconds since the Unix epoch.
+const STORE_TIME: &str = r#"
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+"#;
+
+/// `item_counts`: one consistent snapshot.
+const ITEM_COUNTS: &str = r#"
+SELECT count(*) FILTER (WHERE state = 0),
+       count(*) FILTER (WHERE state = 1),
+       count(*) FILTER (WHERE state = 2)
+FROM items
+"#;
+
+/// `items`: $1 state, $2 after (exclusive id), $3 limit. Lowest id first, on the
+/// state's partial index.
+const ITEMS: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM items
+WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
+"#;
+
+/// `retry_dead_letter`: $1 id. Back to pending with no attempts iff dead-lettered;
+/// answers the item's state before (no row: no such item).
+const RETRY_DEAD_LETTER: &str = r#"
+WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
+moved AS (
+    UPDATE items i SET state = 0, attempts = 0
+    FROM cur WHERE i.id = cur.id AND cur.state = 2
+)
+SELECT state FROM cur
+"#;
+
+/// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
+/// back to pending with no attempts; answers their ids.
+const RETRY_DEAD_LETTERS: &str = r#"
+WITH pick AS (
+    SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+UPDATE items i SET state = 0, attempts = 0 FROM pick WHERE i.id = pick.id
+RETURNING i.id
+"#;
+
+#[async_trait]
+impl OperatorStore for PostgresStore {
+    async fn store_time(&self) -> Result<StoreTime> {
+        let q = sqlx::query(STORE_TIME);
+        let row = self.db().fetch_one(q).await?;
+        let micros: i64 = get(&row, 0)?;
+        let micros = u64::try_from(micros).map_err(|_| {
+            corrupt(format!(
+                "unexpected value in the clock_timestamp column: {micros}"
+            ))
+        })?;
+        // The contract wants it non-decreasing per handle; a server clock stepped
+        // back (NTP) must not show through.
+        Ok(self.high_water().observe(Duration::from_micros(micros)))
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let q = sqlx::query(MEMBERS)
+            .bind(space.as_str())
+            .bind(after.map_or("", |k| k.name().as_str()))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let (key, holder, token) = listed_lease(space, row)?;
+            Ok(LeaseInfo {
+                session: session_of(get(row, 5)?)?,
+                key,
+                holder,
+                token,
+                ttl: ttl_of(get(row, 3)?)?,
+                status: status_of(get(row, 4)?),
+            })
+        })
+        .await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_records(before, limit).await
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let q = sqlx::query(ITEM_COUNTS);
+        let row = self.db().fetch_one(q).await?;
+        let n = |i: usize| -> Result<u64> {
+            let v: i64 = get(&row, i)?;
+            u64::try_from(v)
+                .map_err(|_| corrupt(format!("unexpected value in the count column: {v}")))
+        };
+        Ok(ItemCounts {
+            pending: n(0)?,
+            owned: n(1)?,
+            dead_lettered: n(2)?,
+        })
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let code: i16 = match state {
+            ItemStateKind::Pending => 0,
+            ItemStateKind::Owned => 1,
+            ItemStateKind::DeadLettered => 2,
+        };
+        let after = after.map_or(0, |id| i64::try_from(id.0).unwrap_or(i64::MAX));
+        let q = sqlx::query(ITEMS)
+            .bind(code)
+            .bind(after)
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Ok(ItemRecord {
+                item: item_of(row)?,
+                state: state_of(get(row, 4)?, get(row, 5)?)?,
+            })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let no_such = || Error::invalid("item", InputProblem::NoSuchItem);
+        let Some(db_id) = id_param(id) else {
+            return Err(no_such());
+        };
+        let q = sqlx::query(RETRY_DEAD_LETTER).bind(db_id);
+        let Some(row) = self.db().fetch_optional(q).await? else {
+            return Err(no_such());
+        };
+        let before: i16 = get(&row, 0)?;
+        if before == 2 {
+            Ok(())
+        } else {
+            Err(Error::invalid("item", InputProblem::NotDeadLettered))
+        }
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let q = sqlx::query(RETRY_DEAD_LETTERS).bind(limit_param(limit));
+        let mut ids = self.list(q, |row| id_of(get(row, 0)?)).await?;
+        ids.sort();
+        Ok(ids)
+    }
+}

@@ -1,0 +1,129 @@
+//! `impl OperatorStore for RedisStore`: the operator's views (the server clock, the
+//! leases of a space, the death history, the items by state, retrying dead letters),
+//! each its own script declared next to it, or the death history of `deaths.rs`. The
+//! input arrives checked (the core's `CheckInput`); the store still refuses what only
+//! it can judge (an item id that names no dead-lettered item).
+
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
+    Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+};
+use redis::Value;
+
+use crate::core::{array, ids, int, scripts, text, uint, unexpected, RedisStore};
+use crate::items::item_record;
+use crate::lease::lease_info;
+
+scripts! {
+    STORE_TIME = "store_time", MEMBERS = "members", ITEM_COUNTS = "item_counts",
+    ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
+    RETRY_DEAD_LETTERS = "retry_dead_letters",
+}
+
+#[async_trait]
+impl OperatorStore for RedisStore {
+    async fn store_time(&self) -> Result<StoreTime> {
+        // The counter key only routes the call to the namespace's node on a cluster
+        // (each node has its own clock); the script reads no key.
+        let mut call = STORE_TIME.prepare_invoke();
+        call.key(self.keys.tokens());
+        let now = uint("store_time", &self.run(call).await?)?;
+        Ok(self.high_water.observe(Duration::from_micros(now)))
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let mut call = MEMBERS.prepare_invoke();
+        call.key(self.keys.members(space))
+            .arg(after.map_or_else(|| "-".to_owned(), |k| format!("({}", k.name())))
+            .arg(limit)
+            .arg(self.keys.lease_prefix(space));
+        let flat = array("members", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 6);
+        let mut it = flat.into_iter();
+        while let Some(name) = it.next() {
+            let name = Name::new(text("members", name)?)
+                .map_err(|_| unexpected("members", "an invalid stored name"))?;
+            out.push(lease_info(
+                "members",
+                &self.keys,
+                Key::new(space.clone(), name),
+                &mut it,
+            )?);
+        }
+        Ok(out)
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_records(before, limit).await
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let mut call = ITEM_COUNTS.prepare_invoke();
+        call.key(self.keys.pending())
+            .key(self.keys.owned_count())
+            .key(self.keys.dead_letters());
+        let mut it = array("item_counts", self.run(call).await?)?.into_iter();
+        let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
+        Ok(ItemCounts {
+            pending: next()?,
+            owned: next()?,
+            dead_lettered: next()?,
+        })
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let mut call = ITEMS.prepare_invoke();
+        let code = match state {
+            ItemStateKind::Pending => {
+                call.key(self.keys.pending());
+                "p"
+            }
+            ItemStateKind::Owned => {
+                call.key(self.keys.item_ids());
+                "o"
+            }
+            ItemStateKind::DeadLettered => {
+                call.key(self.keys.dead_letters());
+                "d"
+            }
+        };
+        call.arg(code)
+            .arg(after.map_or(0, |id| id.0))
+            .arg(limit)
+            .arg(self.keys.item_prefix());
+        let flat = array("items", self.run(call).await?)?;
+        let mut out = Vec::with_capacity(flat.len() / 5);
+        let mut it = flat.into_iter();
+        while let Some(id) = it.next() {
+            let id = ItemId(uint("items", &id)?);
+            out.push(item_record("items", id, &mut it)?);
+        }
+        Ok(out)
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let mut call = RETRY_DEAD_LETTER.prepare_invoke();
+        call.key(self.keys.item(id))
+            .key(self.keys.dead_letters())
+            .key(self.keys.pending())
+            .arg(id.0);
+        match int("retry_dead_letter", &self.run(call).await?)? {
+            2 => Ok(()),
+            1 => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
+            _ => Err(Error::invalid("item", InputProblem::NoSuchItem)),
+        }
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let mut call = RETRY_DEAD_LETTERS.prepare_invoke();
+        call.key(self.keys.dead_letters())
+            .key(self.keys.pending())
+            .arg(limit)
+            .arg(self.keys.item_prefix());
+        ids("retry_dead_letters", self.run(call).await?)
+    }
+}

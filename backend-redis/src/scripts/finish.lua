@@ -1,0 +1,15 @@
+-- finish: KEYS[1] item, KEYS[2] owned zset of the token, KEYS[3] owned counter,
+--         KEYS[4] pending zset, KEYS[5] dead-letter zset
+-- ARGV[1] id, ARGV[2] token, ARGV[3] outcome ('c' completed, 'r' retry, 'd' dead letter)
+-- Returns 0 (fenced: the token does not own the item; nothing changes), 1 (back to
+-- pending), 2 (dead-lettered) or 3 (completed: the item is deleted).
+if redis.call('HGET', KEYS[1], 's') ~= ARGV[2] then
+  return 0
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DECR', KEYS[3])
+if ARGV[3] == 'c' then
+  redis.call('DEL', KEYS[1])
+  return 3
+end
+return hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5])

@@ -1,0 +1,157 @@
+//! `impl OperatorStore for SqliteStore`: the operator's views (the store clock, the
+//! leases of a space, the death history, the items by state) and the retry of dead
+//! letters, each one statement here or, for the death records, in `deaths.rs`. Their
+//! input was checked before the call ([`liveness_core::CheckInput`]); they refuse only
+//! what the core cannot judge (an item id that names no item).
+
+use std::time::Duration;
+
+use liveness_core::{
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
+    Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+};
+use sqlx::Row;
+
+use crate::core::{
+    as_db, get_text, get_u64, limit_param, live_until, state_code, SqliteStore, STATE_DEAD,
+    STATE_OWNED, STATE_PENDING,
+};
+use crate::error::{corrupt, map};
+use crate::items::ITEM;
+use crate::lease::lease_info;
+
+/// Up to ?4 leases of space ?2 (?1 ns) whose name is greater than ?3, in name (byte)
+/// order, on the primary key: O(page). The name, then the columns `INSPECT`
+/// (lease.rs) reads.
+const MEMBERS: &str = concat!(
+    "SELECT l.name, l.holder, l.token, l.ttl_ms, ",
+    live_until!(),
+    ", l.session_name FROM liveness_leases l \
+    WHERE l.ns = ?1 AND l.space = ?2 AND l.name > ?3 ORDER BY l.name LIMIT ?4"
+);
+
+/// How many items are in each state (?1 ns).
+const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state";
+
+/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first.
+const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
+
+/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
+const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id = ?2 AND state = 2";
+
+/// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
+/// attempts (?1 ns).
+const RETRY_DEAD_LETTERS: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";
+
+#[async_trait]
+impl OperatorStore for SqliteStore {
+    async fn store_time(&self) -> Result<StoreTime> {
+        if self.pool.is_closed() {
+            return Err(map(sqlx::Error::PoolClosed));
+        }
+        let now = u64::try_from(self.now()?).unwrap_or(0);
+        Ok(StoreTime::from_epoch(Duration::from_millis(now)))
+    }
+
+    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+        let Page { after, limit } = page;
+        let now = self.now()?;
+        let q = self
+            .query(MEMBERS)
+            .bind(space.as_ref())
+            .bind(after.map_or("", |k| k.name().as_ref()))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            let name = Name::new(get_text(row, 0)?)
+                .map_err(|_| corrupt("bad name in the liveness database"))?;
+            lease_info(row, 1, Key::new(space.clone(), name), now)
+        })
+        .await
+    }
+
+    async fn deaths(&self, before: Option<u64>, limit: usize) -> Result<Vec<DeathRecord>> {
+        self.death_records(before, limit).await
+    }
+
+    async fn item_counts(&self) -> Result<ItemCounts> {
+        let rows = self
+            .query(ITEM_COUNTS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
+        let mut counts = ItemCounts::default();
+        for row in &rows {
+            let state: i64 = row.try_get(0).map_err(map)?;
+            let n = get_u64(row, 1, "count")?;
+            match state {
+                STATE_PENDING => counts.pending = n,
+                STATE_OWNED => counts.owned = n,
+                STATE_DEAD => counts.dead_lettered = n,
+                _ => return Err(corrupt("bad item state in the liveness database")),
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
+        let Page { after, limit } = page;
+        let q = self
+            .query(ITEMS)
+            .bind(state_code(state))
+            .bind(after.map_or(0, |id| as_db(id.0)))
+            .bind(limit_param(limit));
+        self.list(q, |row| {
+            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+        })
+        .await
+    }
+
+    async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
+        let mut w = self.write().await?;
+        let done = self
+            .query(RETRY_DEAD_LETTER)
+            .bind(as_db(id.0))
+            .execute(w.conn())
+            .await
+            .map_err(map)?;
+        if done.rows_affected() == 1 {
+            return w.commit().await;
+        }
+        let found = self
+            .query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
+        w.rollback().await?;
+        Err(Error::invalid(
+            "item",
+            if found.is_some() {
+                InputProblem::NotDeadLettered
+            } else {
+                InputProblem::NoSuchItem
+            },
+        ))
+    }
+
+    async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let mut w = self.write().await?;
+        let rows = self
+            .query(RETRY_DEAD_LETTERS)
+            .bind(limit_param(limit))
+            .fetch_all(w.conn())
+            .await
+            .map_err(map)?;
+        w.commit().await?;
+        let mut ids = rows
+            .iter()
+            .map(|row| get_u64(row, 0, "item id").map(ItemId))
+            .collect::<Result<Vec<_>>>()?;
+        ids.sort();
+        Ok(ids)
+    }
+}

@@ -1,0 +1,170 @@
+//! [`ItemStore`]: work items owned by member leases, requeued when their owner dies.
+//! A store opts into it; a store for elections alone leaves it out.
+
+use async_trait::async_trait;
+
+use crate::error::{BatchResult, Error, InputProblem, Result};
+use crate::item::{
+    EnqueueOptions, Item, ItemId, ItemRecord, ItemState, Outcome, RequestId, Requeued,
+};
+use crate::lease::{DeadToken, Lease};
+use crate::types::FencingToken;
+#[cfg(doc)]
+use crate::{
+    capabilities::Capabilities,
+    store::{LeaseStore, Store},
+};
+
+/// The answer of an operation the store does not offer.
+pub(crate) fn unsupported<T>(op: &'static str) -> Result<T> {
+    Err(Error::invalid(op, InputProblem::Unsupported))
+}
+
+/// Work items owned by member leases, requeued when their owner dies: six methods,
+/// on top of [`LeaseStore`].
+///
+/// A store with items implements all six and says so with [`Capabilities::items`]
+/// (true by default); the conformance suite then checks every one. A store for
+/// elections alone writes `impl ItemStore for MyStore {}`, sets `items: false`, and
+/// every method answers `InvalidInput` ([`InputProblem::Unsupported`]).
+///
+/// [`Store`] gives `claim`, `complete`, `fail` and `requeue_orphans` on top.
+///
+/// # Contract shared by every method
+/// - An item is in exactly one state: pending, owned by one token, or dead-lettered.
+///   Completed items are removed.
+#[async_trait]
+pub trait ItemStore: Send + Sync {
+    /// Adds a pending item.
+    ///
+    /// # Contract
+    /// - Returns a new id, greater than every id handed out before in the namespace.
+    /// - A payload over `max_payload` or `max_attempts == 0` is `InvalidInput`.
+    /// - With [`EnqueueOptions::key`]: when an earlier enqueue in the namespace used the
+    ///   same key, adds nothing and returns that enqueue's id, whatever became of the
+    ///   item since (completed items included), and whatever payload and options this
+    ///   call carries. The check and the insert are one atomic step: of concurrent
+    ///   enqueues with one key, exactly one adds the item and all answer its id. Keys
+    ///   are remembered for the namespace's lifetime.
+    ///
+    /// # Retry
+    /// - With a key: idempotent; a repeat answers the first call's id.
+    /// - Without a key: a repeat of an applied enqueue adds a second item
+    ///   (at-least-once). Use a key when a duplicate matters.
+    async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let _ = (payload, options);
+        unsupported("enqueue")
+    }
+
+    /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
+    /// one attempt on each, and records `req` on each: the claim of `req`.
+    ///
+    /// # Contract
+    /// - Only while the lease is current and live by the store clock, checked in the
+    ///   same atomic step; otherwise [`Error::Lost`] and nothing is assigned.
+    /// - `n == 0` is `InvalidInput`; larger `n` is clamped to `max_batch`.
+    /// - Returns the claimed items with their new attempt counts (possibly none).
+    /// - Claim ids are single-use and must increase per token. The store keeps, with
+    ///   the token's lease record, the greatest id it admitted under that token (its
+    ///   high-water mark; a new token starts with none). In one atomic step with the
+    ///   lease check, a call:
+    ///   1. when items the token owns carry `req` (an earlier call with this token
+    ///      and this id assigned them): returns exactly those items, lowest id first,
+    ///      with their attempt counts unchanged, and assigns nothing new;
+    ///   2. else, when `req` is not greater than the mark (a late or repeated copy
+    ///      of a call whose items are all completed or failed already, or an older id
+    ///      arriving after a newer one): returns no items and changes nothing;
+    ///   3. else: is admitted, assigns pending items, and raises the mark to `req`
+    ///      (also when no item was pending).
+    /// - `req` is scoped to the token: the same id under another token is a new
+    ///   request. Callers take each claim's id from [`RequestId::next`], so one
+    ///   caller's ids increase; concurrent claims under one token may reach the store
+    ///   out of order, and the older one then answers no items.
+    ///
+    /// # Retry
+    /// - Idempotent with the same `req` (and `n`): a repeat after `Unavailable`
+    ///   answers the items the first call assigned, so none of them stays owned by a
+    ///   live token that does not know it has them; a copy delivered after the repeat
+    ///   (and after its items were completed) assigns nothing, so no item is assigned
+    ///   under an id nobody waits for.
+    async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        let _ = (lease, n, req);
+        unsupported("claim")
+    }
+
+    /// Hands an item back as its owner finished it: [`Outcome::Completed`] removes
+    /// it, [`Outcome::Retry`] puts it back to pending (or to the dead-letter set when
+    /// its attempts reached `max_attempts`), [`Outcome::DeadLetter`] puts it in the
+    /// dead-letter set. Answers the item's new state (`None`: removed).
+    ///
+    /// # Contract
+    /// - Succeeds iff the item is still owned by the lease's token; otherwise
+    ///   [`Error::Fenced`] and nothing changes. A stale (requeued) owner can never
+    ///   complete or fail an item.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call changes nothing and answers `Fenced`: the item
+    ///   is gone or no longer the token's. The caller tells its own earlier success
+    ///   from a loss with [`ItemStore::item`] while its lease is still current: an
+    ///   item owned by a live token moves only through that token's own `finish`;
+    ///   only a dead token's items are requeued. `None` means completed, pending or
+    ///   dead-lettered means handed back. [`Member::complete`](crate::Member::complete)
+    ///   and [`Member::fail`](crate::Member::fail) do this.
+    async fn finish(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+    ) -> Result<Option<ItemState>> {
+        let _ = (lease, id, outcome);
+        unsupported("finish")
+    }
+
+    /// Requeues every item still owned by each dead token and forgets the token: what
+    /// a checker sends for a round's deaths and its sweep instead of one round trip
+    /// per token. [`Store::requeue_orphans`] is this with one token.
+    ///
+    /// # Contract of each token
+    /// - Acts only when the token is in the dead set; for any other token (a live
+    ///   member's among them) it answers an empty result and changes nothing.
+    /// - Each owned item goes back to pending, or to the dead-letter set when its
+    ///   attempts reached `max_attempts`; then the token leaves the dead set.
+    /// - Idempotent: a second call (or a concurrent one, or the same token twice in
+    ///   one call) moves nothing twice.
+    ///
+    /// # Contract of the batch
+    /// - One answer per token, in the order given.
+    /// - Any number of tokens: a native implementation splits a list larger than it
+    ///   can move in one step.
+    /// - A transport fault fails the whole call with `Unavailable` (any subset may
+    ///   have been applied), or answers `Unavailable` for just the entries it hit;
+    ///   retrying is safe.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call answers an empty result (the token left the dead
+    ///   set) and moves nothing; the items were moved by the first.
+    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+        let _ = tokens;
+        unsupported("requeue_orphans_many")
+    }
+
+    /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
+    ///
+    /// # Contract
+    /// - At most `limit` entries (clamped; zero is `InvalidInput`), lowest token first.
+    /// - A token leaves the dead set only through
+    ///   [`ItemStore::requeue_orphans_many`].
+    async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
+        let _ = limit;
+        unsupported("dead_tokens")
+    }
+
+    /// Reads one item.
+    ///
+    /// # Contract
+    /// - `None` iff the item was completed or never existed.
+    async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
+        let _ = id;
+        unsupported("item")
+    }
+}
