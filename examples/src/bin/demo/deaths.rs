@@ -1,5 +1,5 @@
 //! The deaths the demo shows, read from the store's death history
-//! ([`OperatorStore::deaths`](liveness::OperatorStore::deaths)). The store records each
+//! ([`OperatorStore::deaths`](liveness::store::OperatorStore::deaths)). The store records each
 //! death once, in the step that declared it, whichever checker won the reap: the
 //! demo's own, or one running beside it on the same store (`liveness check`), which
 //! may win every reap. The demo's own checker events only say which deaths it
