@@ -1,8 +1,8 @@
 //! A store layer that gives every store call a `tracing` span, counts the calls and
 //! records the failed ones in [`STORE_ERRORS_TOTAL`](crate::metrics::STORE_ERRORS_TOTAL).
-//! The state machines put the store they are given behind it (and behind
-//! [`CheckInput`](crate::CheckInput)), so every call they make is checked, traced and
-//! counted.
+//! The state machines put the store they are given behind it, so every call they make
+//! is checked ([`CheckInput`](crate::CheckInput)), traced and counted: by this one
+//! layer, which makes the checks itself unless the store is behind them already.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,20 +10,23 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use crate::checked::checked;
+use crate::checked::CheckInput;
 use crate::error::Result;
 use crate::layer::{Intercept, Intercepted, Next, Reply, Request};
 use crate::metrics::{error_kind, Labels, STORE_ERRORS_TOTAL};
 use crate::store::Store;
 
-/// `store` behind [`CheckInput`](crate::CheckInput) and then a [`Traced`] layer: the
-/// form in which the state machines use a store.
+/// `store` behind a [`Traced`] layer that also makes the checks of
+/// [`CheckInput`](crate::CheckInput) when the store is not behind them already: the
+/// form in which the state machines use a store. One layer, so a call is built into a
+/// request once.
 pub(crate) fn traced(store: Arc<dyn Store>) -> Arc<Intercepted<Traced>> {
     let hook = Arc::new(Traced {
         labels: Labels::of(&*store),
         calls: AtomicU64::new(0),
+        check: !store.checks_input(),
     });
-    Arc::new(Intercepted::new(checked(store), hook))
+    Arc::new(Intercepted::new(store, hook))
 }
 
 /// A layer whose every call runs inside a `liveness.store` span carrying the
@@ -34,6 +37,8 @@ pub(crate) fn traced(store: Arc<dyn Store>) -> Arc<Intercepted<Traced>> {
 pub struct Traced {
     labels: Labels,
     calls: AtomicU64,
+    /// Makes the input checks before a call goes on (the store below does not).
+    check: bool,
 }
 
 impl Traced {
@@ -45,6 +50,10 @@ impl Traced {
 
 #[async_trait]
 impl Intercept for Traced {
+    fn checks_input(&self) -> bool {
+        self.check
+    }
+
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let op = req.op().name();
         let span = tracing::debug_span!(
@@ -57,7 +66,10 @@ impl Intercept for Traced {
             item = req.item().map(tracing::field::display),
             n = req.n(),
         );
-        let answer = next.run(req).instrument(span).await;
+        let answer = match self.check {
+            true => CheckInput.call(req, next).instrument(span).await,
+            false => next.run(req).instrument(span).await,
+        };
         self.calls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &answer {
             if let Some(kind) = error_kind(e) {
