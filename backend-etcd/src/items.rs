@@ -180,24 +180,20 @@ impl ItemStore for EtcdStore {
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
-        let retry = match outcome {
+        let Some(retry) = outcome.retry() else {
             // Removed in one transaction guarded on the owned key.
-            Outcome::Completed => {
-                let resp = self
-                    .txn(Txn::new().when(vec![exists(&owned)]).and_then(vec![
-                        del(&owned),
-                        del(&k.meta(id.0)),
-                        del(&k.body(id.0)),
-                    ]))
-                    .await?;
-                return if resp.succeeded() {
-                    Ok(None)
-                } else {
-                    Err(fenced())
-                };
-            }
-            Outcome::Retry => true,
-            Outcome::DeadLetter => false,
+            let resp = self
+                .txn(Txn::new().when(vec![exists(&owned)]).and_then(vec![
+                    del(&owned),
+                    del(&k.meta(id.0)),
+                    del(&k.body(id.0)),
+                ]))
+                .await?;
+            return if resp.succeeded() {
+                Ok(None)
+            } else {
+                Err(fenced())
+            };
         };
         // Handed back: where it goes depends on its attempts, read with the owned
         // key and guarded on that key's revision.

@@ -212,16 +212,12 @@ impl FdbStore {
             }
             _ => return Err(Fail::Stop(lease.fenced(id))),
         };
-        let retry = match outcome {
-            Outcome::Completed => {
-                tx.clear(&self.layout.item(id.0));
-                tx.clear(&self.layout.payload(id.0));
-                tx.clear(&self.layout.owned(lease.token, id.0));
-                tx.add(&self.layout.count(Count::Owned), -1);
-                return Ok(None);
-            }
-            Outcome::Retry => true,
-            Outcome::DeadLetter => false,
+        let Some(retry) = outcome.retry() else {
+            tx.clear(&self.layout.item(id.0));
+            tx.clear(&self.layout.payload(id.0));
+            tx.clear(&self.layout.owned(lease.token, id.0));
+            tx.add(&self.layout.count(Count::Owned), -1);
+            return Ok(None);
         };
         Ok(Some(self.hand_back(tx, id.0, &mut meta, retry)))
     }

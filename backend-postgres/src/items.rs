@@ -205,16 +205,15 @@ impl ItemStore for PostgresStore {
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
         let fenced = || lease.fenced(id);
-        let q = match outcome {
-            Outcome::Completed => on_owned_item(COMPLETE, lease, id),
-            Outcome::Retry => on_owned_item(FAIL, lease, id).map(|q| q.bind(true)),
-            Outcome::DeadLetter => on_owned_item(FAIL, lease, id).map(|q| q.bind(false)),
+        let q = match outcome.retry() {
+            None => on_owned_item(COMPLETE, lease, id),
+            Some(retry) => on_owned_item(FAIL, lease, id).map(|q| q.bind(retry)),
         }
         .ok_or_else(fenced)?;
         let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
-        match outcome {
-            Outcome::Completed => Ok(None),
-            Outcome::Retry | Outcome::DeadLetter => state_of(get(&row, 0)?, None).map(Some),
+        match outcome.retry() {
+            None => Ok(None),
+            Some(_) => state_of(get(&row, 0)?, None).map(Some),
         }
     }
 

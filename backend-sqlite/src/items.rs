@@ -164,10 +164,9 @@ impl ItemStore for SqliteStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
-        match outcome {
-            Outcome::Completed => self.complete_item(lease, id).await.map(|()| None),
-            Outcome::Retry => self.hand_back(lease, id, true).await.map(Some),
-            Outcome::DeadLetter => self.hand_back(lease, id, false).await.map(Some),
+        match outcome.retry() {
+            None => self.complete_item(lease, id).await.map(|()| None),
+            Some(retry) => self.hand_back(lease, id, retry).await.map(Some),
         }
     }
 

@@ -206,15 +206,30 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A failure's outcome: [`Outcome::Retry`] with `retry`, else
+    /// [`Outcome::DeadLetter`].
+    pub fn failed(retry: bool) -> Outcome {
+        match retry {
+            true => Outcome::Retry,
+            false => Outcome::DeadLetter,
+        }
+    }
+
+    /// `None` for [`Outcome::Completed`] (the item is removed); for a failure, whether
+    /// it is retried: the `retry` of [`ItemRecord::hand_back`].
+    pub fn retry(self) -> Option<bool> {
+        match self {
+            Outcome::Completed => None,
+            Outcome::Retry => Some(true),
+            Outcome::DeadLetter => Some(false),
+        }
+    }
+
     /// The item's state after an owner's [`ItemStore::finish`](crate::ItemStore::finish)
     /// with this outcome, as every store moves it: `None` (removed) for
     /// [`Outcome::Completed`], else [`ItemRecord::hand_back`]'s answer.
     pub fn apply(self, record: &mut ItemRecord) -> Option<ItemState> {
-        match self {
-            Outcome::Completed => None,
-            Outcome::Retry => Some(record.hand_back(true)),
-            Outcome::DeadLetter => Some(record.hand_back(false)),
-        }
+        self.retry().map(|retry| record.hand_back(retry))
     }
 }
 

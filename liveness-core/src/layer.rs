@@ -51,7 +51,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::{only, Store};
 
 pub use crate::request::{dispatch, Op, Reply, Request, WrongReply};
 
@@ -261,14 +261,10 @@ fn join<T>(
     replies
         .into_iter()
         .map(|r| {
-            let mut answers = take(r?).map_err(|other| wrong(backend, asked, other))?;
-            match (answers.pop(), answers.is_empty()) {
-                (Some(answer), true) => answer,
-                _ => Err(Error::backend(
-                    backend,
-                    "a batch of one was not answered once",
-                )),
-            }
+            only(
+                backend,
+                take(r?).map_err(|other| wrong(backend, asked, other)),
+            )
         })
         .collect()
 }

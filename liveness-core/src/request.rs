@@ -35,14 +35,14 @@ pub struct WrongReply {
 }
 
 impl Request {
-    /// The lease the call acts under (renew, release, claim, complete, fail; the
-    /// session of a join).
+    /// The lease the call acts under (release, claim, finish; a one-lease renewal;
+    /// the session of a join).
     pub fn lease(&self) -> Option<&Lease> {
         self.facts().lease
     }
 
-    /// The key it acts on (acquire, inspect, reap; the lease's key for calls made
-    /// under a lease; the page's `after` of `members`).
+    /// The key it acts on (inspect; a one-entry acquire, join or reap; the lease's
+    /// key for calls made under a lease; the page's `after` of `members`).
     pub fn key(&self) -> Option<&Key> {
         let facts = self.facts();
         facts.key.or(facts.lease.map(|l| &l.key))
@@ -53,14 +53,15 @@ impl Request {
         self.facts().space
     }
 
-    /// The token it acts on (a lease's token, a reaped or swept token).
+    /// The token it acts on (a lease's token; the token of a one-entry reap or
+    /// requeue).
     pub fn token(&self) -> Option<FencingToken> {
         let facts = self.facts();
         facts.token.or(facts.lease.map(|l| l.token))
     }
 
-    /// The item it acts on (complete, fail, item, retry_dead_letter; the page's
-    /// `after` of `items`).
+    /// The item it acts on (finish, item, retry_dead_letter; the page's `after` of
+    /// `items`).
     pub fn item(&self) -> Option<ItemId> {
         self.facts().item
     }

@@ -335,14 +335,11 @@ impl ItemStore for MemoryStore {
     ) -> Result<Option<ItemState>> {
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
-        Ok(match outcome {
-            Outcome::Completed => {
-                st.complete(id, lease.token);
-                None
-            }
-            Outcome::Retry => Some(st.hand_back(id, true)),
-            Outcome::DeadLetter => Some(st.hand_back(id, false)),
-        })
+        let state = outcome.retry().map(|retry| st.hand_back(id, retry));
+        if state.is_none() {
+            st.complete(id, lease.token);
+        }
+        Ok(state)
     }
 
     async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {

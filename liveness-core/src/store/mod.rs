@@ -230,12 +230,7 @@ pub trait Store: LeaseStore + ItemStore + OperatorStore {
     /// [`Outcome::Retry`] (`retry`) or [`Outcome::DeadLetter`], and the item's new
     /// state.
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        let outcome = if retry {
-            Outcome::Retry
-        } else {
-            Outcome::DeadLetter
-        };
-        match self.finish(lease, id, outcome).await? {
+        match self.finish(lease, id, Outcome::failed(retry)).await? {
             Some(state) => Ok(state),
             None => Err(Error::backend(
                 self.backend(),
@@ -256,7 +251,7 @@ impl<T: LeaseStore + ItemStore + OperatorStore + ?Sized> Store for T {}
 
 /// The one answer of a one-entry batch. A store that answers another number of
 /// entries breaks the contract: `Backend`.
-fn only<T>(backend: &'static str, answers: Result<Vec<Result<T>>>) -> Result<T> {
+pub(crate) fn only<T>(backend: &'static str, answers: Result<Vec<Result<T>>>) -> Result<T> {
     let mut answers = answers?;
     match (answers.pop(), answers.is_empty()) {
         (Some(answer), true) => answer,
