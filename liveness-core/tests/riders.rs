@@ -250,3 +250,26 @@ async fn a_rider_dropped_during_its_rejoin_is_released_on_a_retry() {
         "the dropped rider's re-joined lease still holds its name"
     );
 }
+
+/// A rider that leaves while the store refuses its release for a moment (a connection
+/// that broke) is still released: its lease has no expiry of its own, so a single try
+/// would hold its name for the life of its session, and the leave cannot hand the
+/// release to the drop (it already handed its items back).
+#[tokio::test(start_paused = true)]
+async fn a_leaving_rider_whose_release_fails_once_is_released_on_a_retry() {
+    let (store, probe) = probed(false, 1000);
+    let session = open(&store, tokio_clock()).await;
+    let member = session.join("m").await.unwrap();
+    let key = member.key().clone();
+    probe.failed_releases.store(2, Ordering::SeqCst);
+    member
+        .leave(Duration::from_millis(50))
+        .await
+        .expect("the leave retries a release that failed for a moment");
+    assert_eq!(probe.failed_releases.load(Ordering::SeqCst), 0);
+    assert!(
+        store.inspect(&key).await.unwrap().is_none(),
+        "the rider that left still holds its name"
+    );
+    session.join("m").await.expect("the name is free again");
+}

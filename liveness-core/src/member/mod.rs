@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::departure::{left, Departure};
+use crate::departure::{left, retried, Departure};
 use crate::error::{Error, LostCause, Result};
 use crate::events::{Event, EventBus, HolderLoss};
 use crate::heartbeat::{End, Heartbeat};
@@ -505,8 +505,10 @@ impl Member {
     /// by another member before its worker was told to stop AND either let go of it or
     /// had the whole stop margin to do so.
     ///
-    /// Items that could not be handed back (store unreachable) stay owned by the
-    /// released token, which is in the dead set: a checker's sweep requeues them.
+    /// Each hand-back and the release is sent again with a backoff (about 10 s in
+    /// all) while it fails with a retryable fault. Items that still could not be
+    /// handed back (store unreachable) stay owned by the released token, which is in
+    /// the dead set: a checker's sweep requeues them.
     ///
     /// A member riding a session ([`Session::join`](crate::Session::join)) leaves
     /// alone: the session keeps it alive until step 5, which releases this member's
@@ -529,7 +531,7 @@ impl Member {
         let gen = self.generation();
         for (id, token) in rest {
             if token == gen.lease.token {
-                if let Err(e) = inner.store.fail(&gen.lease, id, true).await {
+                if let Err(e) = retried(|| inner.store.fail(&gen.lease, id, true)).await {
                     tracing::warn!(item = %id, error = %e, "could not hand back item on leave");
                 }
             }
@@ -545,7 +547,9 @@ impl Member {
         if let Some(session) = &inner.session {
             session.riders().forget(&inner.key, &self);
         }
-        inner.store.release(&gen.lease).await?;
+        // A riding lease has no expiry of its own, and the drop releases nothing once
+        // the leave settled: a release that does not get through at first is sent again.
+        retried(|| inner.store.release(&gen.lease)).await?;
         inner.config.events.emit(Event::Left {
             key: inner.key.clone(),
             token: gen.lease.token,
