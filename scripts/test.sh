@@ -108,7 +108,8 @@ echo "==> cargo clippy (FoundationDB native path: type-checked, not linked: no l
 cargo clippy -p liveness-fdb --features native -- -D warnings
 echo "==> cargo doc (a broken intra-doc link is an error)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-# Every library crate packages as crates.io would take it: the metadata is there, every
+# Every library crate packages as crates.io would take it (not the unpublished ones:
+# the examples, testkit and the API-stability check): the metadata is there, every
 # dependency has a version, path-only dev-dependencies (liveness-testkit) are stripped,
 # and FoundationDB packages without its `native` feature. Cargo packages the members in
 # dependency order against a local overlay registry. Not verified by building each
@@ -116,7 +117,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # `--allow-dirty`: a local run with uncommitted edits checks the same thing. It runs
 # before the tests, so that the test results are what the run ends with.
 echo "==> cargo package (every library crate)"
-cargo package --workspace --exclude examples --exclude liveness-testkit --no-verify --allow-dirty
+cargo package --workspace --exclude examples --exclude liveness-testkit \
+    --exclude liveness-api-stability --no-verify --allow-dirty
 # Most tests wait on leases expiring (I/O and timers, little CPU): run more of them at
 # once than there are cores.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"

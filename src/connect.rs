@@ -27,6 +27,12 @@ struct Backend {
 
 /// The [`Backend`] entry of a backend crate: its `SCHEMES`, its `connect`, and its
 /// store's `connect` with the config's `with_existing_only(true)`.
+#[cfg(any(
+    feature = "sqlite",
+    feature = "redis",
+    feature = "postgres",
+    feature = "etcd"
+))]
 macro_rules! backend {
     ($krate:ident, $store:ident, $config:ident) => {
         Backend {

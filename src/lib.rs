@@ -9,9 +9,9 @@ pub use liveness_core::{
     EnqueueOptions, Error, Event, EventBus, FencingToken, Generation, HeartbeatConfig, HolderId,
     HolderLoss, InputProblem, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Key,
     Leadership, Lease, LeaseInfo, LeaseStatus, LocalDeadline, LostCause, Member, MemberConfig,
-    MemoryServer, MemoryStore, Name, Namespace, Page, Requeued, Result, RoundReport, Session,
-    SessionConfig, Skipped, Space, Store, StoreTime, Swept, Ttl, DEFAULT_MAX_ATTEMPTS,
-    MAX_NAMESPACE_LEN, MAX_NAME_LEN,
+    MemoryServer, MemoryStore, Name, Namespace, Page, Result, RoundReport, Session, SessionConfig,
+    Skipped, Space, Store, StoreTime, Sweep, Swept, Ttl, DEFAULT_MAX_ATTEMPTS, MAX_NAMESPACE_LEN,
+    MAX_NAME_LEN,
 };
 // The modules a user reads beside them: metric names, the local clocks, URLs, and
 // each state machine's own.

@@ -13,8 +13,8 @@
 //! every ttl/3 with `renew_many` (batches of `max_batch`, 8 tasks paced every 10 ms).
 //! Printed for each: the time to join (or take) every member, etcd's CPU in steady
 //! state (% of one core), the renewals answered Ok per second, and the CPU ratio; for
-//! the sessions, also the drain after their release: every session swept by a task
-//! of its own (`requeue_orphans` of its token until a call retires nothing), its time
+//! the sessions, also their sweep after their release: every session swept by a task
+//! of its own (`sweep` of its token until a call declares no member dead), its time
 //! and calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
-use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench::procfs;
+use liveness_conformance::bench::sweep_members::sweep_members;
 use liveness_core::{Acquire, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Store};
 
 mod common;
@@ -35,10 +35,10 @@ struct Figures {
     join: Duration,
     cpu_pct: f64,
     renewals_per_sec: f64,
-    /// Sessions only: the members retired by draining the released sessions, the
-    /// time it took and the drain calls made (each session's last one retires
-    /// nothing).
-    drain: Option<(usize, Duration, usize)>,
+    /// Sessions only: the members declared dead by the sweeps of the released
+    /// sessions, the time it took and the sweep calls made (each session's last one
+    /// declares no member dead).
+    sweep: Option<(usize, Duration, usize)>,
 }
 
 fn print(what: &str, n: usize, f: &Figures) {
@@ -49,10 +49,10 @@ fn print(what: &str, n: usize, f: &Figures) {
         f.cpu_pct,
         f.renewals_per_sec
     );
-    if let Some((retired, took, calls)) = f.drain {
+    if let Some((dead, took, calls)) = f.sweep {
         println!(
-            "{:<24} {retired} members retired in {:.1} s, {calls} requeue_orphans calls",
-            "  drain after release",
+            "{:<24} {dead} members declared dead in {:.1} s, {calls} sweep calls",
+            "  sweep after release",
             took.as_secs_f64()
         );
     }
@@ -119,11 +119,11 @@ async fn sessions(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>
     let used = (procfs::cpu(pid) - cpu0).as_secs_f64();
     let renewed = renewals.load(Ordering::Relaxed) - renewed0;
     renewer.abort();
-    // The processes leave: their sessions released, then drained by sweeps, one
-    // batch per call, each session by a task of its own until a call retires
-    // nothing (the call after the one that retired the last batch). The members'
-    // tokens stay in the dead set: listing it (`dead_tokens`, which etcd 3.4 serves by
-    // walking the whole dead set) is kept out of the drain's time, and done once at
+    // The processes leave: their sessions released, then swept, one batch of
+    // members per call, each session by a task of its own until a call declares no
+    // member dead (the call after the one that declared the last batch dead). The
+    // members' tokens stay in the dead set: listing it (`dead_tokens`, which etcd 3.4
+    // serves by walking the whole dead set) is kept out of the sweeps' time, and done once at
     // the end to check that no session token is left (session tokens sort before
     // their members').
     let start = Instant::now();
@@ -133,19 +133,19 @@ async fn sessions(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>
             .await
             .unwrap_or_else(|e| panic!("release: {e}"));
     }
-    let drains = sessions.iter().map(|s| {
+    let sweeps = sessions.iter().map(|s| {
         let (store, token) = (store.clone(), s.token);
         async move {
-            let drained = drain(&store, token, async |moved| moved.retired.is_empty()).await;
-            drained.unwrap_or_else(|e| panic!("drain: {e}"))
+            let swept = sweep_members(&store, token, async |moved| moved.members.is_empty()).await;
+            swept.unwrap_or_else(|e| panic!("sweep: {e}"))
         }
     });
-    let (mut retired, mut calls) = (0, 0);
-    for d in futures::future::join_all(drains).await {
-        retired += d.retired;
+    let (mut dead_members, mut calls) = (0, 0);
+    for d in futures::future::join_all(sweeps).await {
+        dead_members += d.members;
         calls += d.calls;
     }
-    let drained = start.elapsed();
+    let swept = start.elapsed();
     let dead = store.dead_tokens(o.sessions).await;
     let dead = dead.unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -156,7 +156,7 @@ async fn sessions(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>
         join,
         cpu_pct: used / wall * 100.0,
         renewals_per_sec: renewed as f64 / wall,
-        drain: Some((retired, drained, calls)),
+        sweep: Some((dead_members, swept, calls)),
     }
 }
 
@@ -197,7 +197,7 @@ async fn leases(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>) 
         join,
         cpu_pct: used / wall * 100.0,
         renewals_per_sec: paced.renewed as f64 / wall,
-        drain: None,
+        sweep: None,
     }
 }
 

@@ -1,10 +1,10 @@
 //! The batches of [`EtcdStore`], the only form of these operations (the one-entry
 //! calls of `liveness_core::Store` arrive here as a batch of one): `acquire_many`
 //! pipelined in waves, `renew_many` as one keep-alive per lease and one read,
-//! `reap_many` as one read and one guarded `Txn` per chunk, `requeue_orphans_many`
+//! `reap_many` as one read and one guarded `Txn` per chunk, `sweep_many`
 //! as two reads and whole sweeps packed into transactions. Each entry answers exactly
 //! what it would alone; the entries a batch cannot settle go through the one-lease
-//! steps (`acquire_with`, `renew_one` in `etcd_lease.rs`; `reap_one`, `sweep` in
+//! steps (`acquire_with`, `renew_one` in `etcd_lease.rs`; `reap_one`, `sweep_one` in
 //! `deaths.rs`).
 //!
 //! ## `acquire_many`
@@ -56,7 +56,7 @@ use std::collections::HashSet;
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use liveness_core::{
-    Acquire, BatchResult, DeathCause, Error, FencingToken, Key, Lease, Requeued, Result, Swept,
+    Acquire, BatchResult, DeathCause, Error, FencingToken, Key, Lease, Result, Sweep, Swept,
 };
 
 use crate::core::{
@@ -64,9 +64,9 @@ use crate::core::{
     EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::deaths::{add_to_record, plan_hand_backs};
-use crate::drain::DrainState;
 use crate::error::{Fault, MAX_TRIES};
 use crate::etcd_lease::lease_bound;
+use crate::sweep_members::MemberSweep;
 use crate::BACKEND;
 
 impl EtcdStore {
@@ -184,7 +184,7 @@ impl EtcdStore {
                     ));
                 }
                 let ops = match record {
-                    // Expired, not yet reaped: retired to the dead set in this step,
+                    // Expired, not yet reaped: declared dead in this step,
                     // with its death record, as `acquire_with` does.
                     Some(c) => {
                         let seq = last_death + deaths + 1;
@@ -286,7 +286,7 @@ impl EtcdStore {
             (None, Some(_)) => {
                 *answer = Some(Err(Error::backend(
                     BACKEND,
-                    Fault::Orphan(self.keys().live(key)),
+                    Fault::BoundWithoutRecord(self.keys().live(key)),
                 )));
                 None
             }
@@ -490,18 +490,18 @@ impl EtcdStore {
 }
 
 /// Dead tokens read per transaction: 5 reads each (the dead-set entry, a page of
-/// its owned items, its sweep tally, its pointer to its death record, its drain
-/// state should it be a session's).
-pub(crate) const REQUEUE_CHUNK: usize = MAX_TXN_OPS / 5;
+/// its owned items, its sweep tally, its pointer to its death record, its member
+/// sweep's state should it be a session's).
+pub(crate) const SWEEP_CHUNK: usize = MAX_TXN_OPS / 5;
 
 /// One dead token's whole sweep, planned from one read: its items' moves and its
 /// last step, to go in one transaction.
-struct Sweep {
+struct PlannedSweep {
     /// Where the token is in the call's list.
     at: usize,
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
-    moved: Requeued,
+    moved: Sweep,
     /// Its death record (key, seq, as read) and what its sweep adds to it: one
     /// write per record and transaction, as a session's members share theirs.
     record: Option<(String, u64, KeyValue)>,
@@ -509,7 +509,7 @@ struct Sweep {
 }
 
 impl EtcdStore {
-    /// `requeue_orphans_many` for at most [`REQUEUE_CHUNK`] tokens: one read of
+    /// `sweep_many` for at most [`SWEEP_CHUNK`] tokens: one read of
     /// them all, one read of their death records, then each dead token's whole
     /// sweep (its items back to pending or dead letters, its tally into its death
     /// record, the token out of the dead set) in one guarded transaction together
@@ -518,10 +518,10 @@ impl EtcdStore {
     /// in the dead set answers empty without a write. A token with a full page of
     /// items (more may follow), a dead session's token with members left, a repeat
     /// of a token, and the tokens of a transaction that lost a race are swept alone
-    /// by [`EtcdStore::sweep`].
-    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    /// by [`EtcdStore::sweep_one`].
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let k = self.keys();
-        let mut out: Vec<Option<Result<Requeued>>> = tokens.iter().map(|_| None).collect();
+        let mut out: Vec<Option<Result<Sweep>>> = tokens.iter().map(|_| None).collect();
         let mut seen = HashSet::new();
         let (firsts, mut alone): (Vec<usize>, Vec<usize>) =
             (0..tokens.len()).partition(|i| seen.insert(tokens[*i]));
@@ -534,7 +534,7 @@ impl EtcdStore {
                     TxnOp::get(k.owned_by(t), Some(under(MAX_BATCH))),
                     get(&k.death_tally(t)),
                     get(&k.death_of(t)),
-                    DrainState::read(k, t),
+                    MemberSweep::read(k, t),
                 ]
             })
             .collect();
@@ -545,14 +545,14 @@ impl EtcdStore {
         for (j, i) in firsts.iter().enumerate() {
             if first(r.get(5 * j)).is_none() {
                 // Not (or no longer) in the dead set: nothing to do.
-                out[*i] = Some(Ok(Requeued::default()));
+                out[*i] = Some(Ok(Sweep::default()));
                 continue;
             }
             let owned = r
                 .get(5 * j + 1)
                 .map(|g| g.kvs().to_vec())
                 .unwrap_or_default();
-            let state = DrainState::of(k, tokens[*i], r.get(5 * j + 4).map_or(&[], |g| g.kvs()))?;
+            let state = MemberSweep::of(k, tokens[*i], r.get(5 * j + 4).map_or(&[], |g| g.kvs()))?;
             let riders = state.members_left();
             if owned.len() >= MAX_BATCH || riders {
                 alone.push(*i);
@@ -593,7 +593,7 @@ impl EtcdStore {
                 (Some((key, seq)), Some(kv)) => Some((key, seq, kv)),
                 _ => None,
             };
-            sweeps.push(Sweep {
+            sweeps.push(PlannedSweep {
                 at: i,
                 compares,
                 ops,
@@ -605,7 +605,7 @@ impl EtcdStore {
         // As many whole sweeps per transaction as fit.
         let mut sweeps = sweeps.into_iter().peekable();
         while sweeps.peek().is_some() {
-            let mut part: Vec<Sweep> = Vec::new();
+            let mut part: Vec<PlannedSweep> = Vec::new();
             // The death records the part adds to, each once: (key, seq, as read, sum).
             let mut adds: Vec<(String, u64, KeyValue, Swept)> = Vec::new();
             let (mut n_cmp, mut n_ops) = (0, 0);
@@ -657,11 +657,11 @@ impl EtcdStore {
         }
         alone.sort_unstable();
         for i in alone {
-            out[i] = Some(self.sweep(tokens[i]).await);
+            out[i] = Some(self.sweep_one(tokens[i]).await);
         }
         Ok(out
             .into_iter()
-            .map(|a| a.unwrap_or_else(|| Ok(Requeued::default())))
+            .map(|a| a.unwrap_or_else(|| Ok(Sweep::default())))
             .collect())
     }
 }

@@ -93,7 +93,7 @@ pub(crate) struct Calls {
     /// Of those, prefix ranges (what etcd 3.4 serves by walking the range's index).
     pub(crate) ranges: AtomicU64,
     /// The keys etcd walked for the ranges read by [`EtcdStore::range_walked`] (the
-    /// drain's reads of a session's member index): the count etcd answers, which in
+    /// member sweep's reads of a session's member index): the count etcd answers, which in
     /// etcd 3.4 is every key of the range, whatever the limit.
     pub(crate) walked: AtomicU64,
     /// Grants and KV requests sent and not yet answered.
@@ -243,18 +243,17 @@ impl EtcdStore {
         let min_secs = probe.ttl().max(1);
         let _ = lease.revoke(probe.id()).await;
 
-        let caps = Capabilities {
-            min_ttl: secs(min_secs),
-            max_ttl: Ttl::MAX,
-            pushes_expiry_events: true,
-            observer_local_expiry: false,
-            max_batch: MAX_BATCH,
-            max_payload: MAX_PAYLOAD,
-            death_retention: config.death_retention().max(1),
-            sessions: true,
-            items: true,
-            operator_views: true,
-        };
+        let caps = Capabilities::default()
+            .min_ttl(secs(min_secs))
+            .max_ttl(Ttl::MAX)
+            .pushes_expiry_events(true)
+            .observer_local_expiry(false)
+            .max_batch(MAX_BATCH)
+            .max_payload(MAX_PAYLOAD)
+            .death_retention(config.death_retention().max(1))
+            .sessions(true)
+            .items(true)
+            .operator_views(true);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 kv,
@@ -273,15 +272,15 @@ impl EtcdStore {
                 riders: Riders::default(),
                 claims: tokio::sync::Mutex::new(()),
                 expiry: ExpiryWatch::new(),
-                info: StoreInfo {
-                    backend: BACKEND,
+                info: StoreInfo::new(
+                    BACKEND,
                     caps,
-                    issuer: Issuer::located(
+                    Issuer::located(
                         BACKEND,
                         &location(config.endpoints()),
                         config.namespace().clone(),
                     ),
-                },
+                ),
                 calls: Calls::default(),
                 #[cfg(test)]
                 between_release_steps: Pause::default(),

@@ -7,7 +7,7 @@
 //! was read and bumps it, so seqs are gapless and follow the order of the deaths; a
 //! transaction that lost the counter to another death is retried by its caller. The
 //! record that fell out of the retention window is deleted by the same transaction
-//! (one delete per death). A sweep (of `requeue_orphans_many`, in batches) keeps a
+//! (one delete per death). A sweep (of `sweep_many`, in batches) keeps a
 //! running tally next to the dead token, compared and bumped by every batch; its last
 //! step writes the tally into the death record and forgets the token, in one
 //! transaction.
@@ -19,16 +19,16 @@ use liveness_core::lease::death_page;
 use liveness_core::sync::lock;
 use liveness_core::{
     DeadToken, DeathCause, DeathRecord, Error, ExpiredLease, FencingToken, HolderId, ItemId,
-    ItemState, Key, Requeued, Result, Space, StoreTime, Swept,
+    ItemState, Key, Result, Space, StoreTime, Sweep, Swept,
 };
 
 use crate::core::{
     counter_at, del, exists, first, first_range, get, mod_rev, number, put, ranges, secs, under,
     version, EtcdStore, Snapshot, MAX_BATCH,
 };
-use crate::drain::{DrainState, Drained};
 use crate::error::{at_key, corrupt, map, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta};
+use crate::sweep_members::{MemberSweep, MembersSwept};
 use crate::watch::scan;
 use crate::BACKEND;
 
@@ -41,7 +41,7 @@ pub(crate) struct DeathWrite {
 
 /// A death record as stored: `cause\nat_us\ntoken\nkey\nswept\nholder`, `swept` being
 /// `-` or `requeued dead_lettered`, followed by ` members` for a session's record
-/// that counts members retired with it.
+/// that counts members declared dead with it.
 fn encode(rec: &DeathRecord) -> String {
     let cause = match rec.cause {
         DeathCause::Reaped => 0,
@@ -96,11 +96,7 @@ fn tally(raw: &[u8]) -> Option<Swept> {
     if parts.next().is_some() {
         return None;
     }
-    Some(Swept {
-        members,
-        requeued,
-        dead_lettered,
-    })
+    Some(Swept::new(members, requeued, dead_lettered))
 }
 
 /// The compare on death record `seq` (at `key`) as read in `kv`, and its rewrite with
@@ -114,26 +110,23 @@ pub(crate) fn add_to_record(
 ) -> Result<(Compare, TxnOp)> {
     let mut rec = decode(seq, kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
     let before = rec.swept.unwrap_or_default();
-    rec.swept = Some(Swept {
-        members: before.members + add.members,
-        requeued: before.requeued + add.requeued,
-        dead_lettered: before.dead_lettered + add.dead_lettered,
-    });
+    rec.swept = Some(Swept::new(
+        before.members + add.members,
+        before.requeued + add.requeued,
+        before.dead_lettered + add.dead_lettered,
+    ));
     Ok((mod_rev(key, kv.mod_revision()), put(key, encode(&rec))))
 }
 
-/// [`add_to_record`] of `members` retired members (a session's drain).
+/// [`add_to_record`] of `members` members declared dead (a step of a session's
+/// member sweep).
 pub(crate) fn add_members(
     key: &str,
     seq: u64,
     kv: &KeyValue,
     members: u64,
 ) -> Result<(Compare, TxnOp)> {
-    let add = Swept {
-        members,
-        ..Swept::default()
-    };
-    add_to_record(key, seq, kv, add)
+    add_to_record(key, seq, kv, Swept::new(members, 0, 0))
 }
 
 /// The writes that give back item `id`, owned under the index entry `owned` with
@@ -170,8 +163,8 @@ pub(crate) fn plan_hand_backs(
     swept: &mut Swept,
     compares: &mut Vec<Compare>,
     ops: &mut Vec<TxnOp>,
-) -> Result<Requeued> {
-    let mut moved = Requeued::default();
+) -> Result<Sweep> {
+    let mut moved = Sweep::default();
     for kv in owned {
         let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
         let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
@@ -323,7 +316,7 @@ impl EtcdStore {
         let of_key = k.death_of(token);
         let mut compares = vec![exists(&dead), tally_cmp];
         // The token is forgotten, its claim high-water mark with it, and, for a
-        // session's token, its join counter and drain cursor.
+        // session's token, its join counter and member-sweep cursor.
         let ops = vec![
             del(&dead),
             del(&k.death_tally(token)),
@@ -376,9 +369,10 @@ impl EtcdStore {
     }
 
     /// One reap on its own (an entry `reap_many` did not settle: a riding member, a
-    /// key given twice, contention): retires `key`'s record to the dead set, with its
-    /// death record, when it still holds `token` and its lease-bound key is gone (a
-    /// riding member: its session's); of concurrent reapers exactly one wins.
+    /// key given twice, contention): declares `token` dead (`key`'s record deleted,
+    /// the token into the dead set, with its death record) when `key` still holds it
+    /// and its lease-bound key is gone (a riding member: its session's); of
+    /// concurrent reapers exactly one wins.
     pub(crate) async fn reap_one(&self, key: &Key, token: FencingToken) -> Result<bool> {
         for _ in 0..MAX_TRIES {
             let seen = self.inner.expiry.generation();
@@ -427,26 +421,23 @@ impl EtcdStore {
                     .ok()
                     .and_then(|s| Key::parse(s).ok())
                     .ok_or_else(|| corrupt(at_key(kv.key())))?;
-                Ok(DeadToken {
-                    key,
-                    token: FencingToken(token),
-                })
+                Ok(DeadToken::new(key, FencingToken(token)))
             })
             .collect()
     }
 
-    /// One dead token's sweep on its own (a token `requeue_orphans_many` did not
+    /// One dead token's sweep on its own (a token `sweep_many` did not
     /// settle in one transaction: a full page of items, a dead session with members
     /// left, a repeat, a lost race): moves dead `token`'s items back to pending (or
     /// to the dead letters), [`MAX_BATCH`] per transaction, each guarded by the
     /// dead-set entry and the items' mod revisions; the last step forgets the token
-    /// and adds the tally to its death record. A dead session's token first retires
-    /// its riding members, one batch per call (`session.rs`), and stays in the dead
-    /// set while any remain.
-    pub(crate) async fn sweep(&self, token: FencingToken) -> Result<Requeued> {
+    /// and adds the tally to its death record. A dead session's token first declares
+    /// its riding members dead, one batch per call (`session.rs`), and stays in the
+    /// dead set while any remain.
+    pub(crate) async fn sweep_one(&self, token: FencingToken) -> Result<Sweep> {
         let k = self.keys();
         let dead = k.dead(token);
-        let mut out = Requeued::default();
+        let mut out = Sweep::default();
         let mut conflicts = 0;
         let mut contended = || {
             conflicts += 1;
@@ -461,7 +452,7 @@ impl EtcdStore {
                 .txn(Txn::new().when(vec![exists(&dead)]).and_then(vec![
                     TxnOp::get(k.owned_by(token), Some(opts)),
                     get(&k.death_tally(token)),
-                    DrainState::read(k, token),
+                    MemberSweep::read(k, token),
                     get(&k.death_of(token)),
                 ]))
                 .await?;
@@ -470,20 +461,20 @@ impl EtcdStore {
                 return Ok(out);
             }
             let r = ranges(&resp);
-            let state = DrainState::of(k, token, r.get(2).map_or(&[], |g| g.kvs()))?;
+            let state = MemberSweep::of(k, token, r.get(2).map_or(&[], |g| g.kvs()))?;
             if state.members_left() {
                 // A dead session with members left: one batch of them per call.
-                if !out.retired.is_empty() {
+                if !out.members.is_empty() {
                     return Ok(out);
                 }
-                match self.drain_batch(token, state, first(r.get(3))).await? {
-                    Drained::Retired(retired, more) => {
-                        out.retired = retired;
-                        if more && !out.retired.is_empty() {
+                match self.sweep_members(token, state, first(r.get(3))).await? {
+                    MembersSwept::DeclaredDead(members, more) => {
+                        out.members = members;
+                        if more && !out.members.is_empty() {
                             return Ok(out);
                         }
                     }
-                    Drained::Conflict => contended()?,
+                    MembersSwept::Conflict => contended()?,
                 }
                 continue;
             }
@@ -624,11 +615,11 @@ impl EtcdStore {
                     // A riding member is never listed: its session is.
                     (Some(c), None) if c.rec.session.is_none() => {
                         if out.len() < limit {
-                            out.push(ExpiredLease {
-                                key: key.clone(),
-                                holder: c.rec.holder.clone(),
-                                token: c.token,
-                            });
+                            out.push(ExpiredLease::new(
+                                key.clone(),
+                                c.rec.holder.clone(),
+                                c.token,
+                            ));
                         }
                     }
                     _ => self.inner.expiry.forget_upto(key, seen),

@@ -52,7 +52,7 @@ impl Conflicts {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Fault {
     #[error("lease-bound key {0:?} exists without its record")]
-    Orphan(String),
+    BoundWithoutRecord(String),
     #[error("gave up after {MAX_TRIES} conflicting transactions")]
     Contention,
     #[error("a task of this call failed: {0}")]

@@ -65,7 +65,10 @@ impl EtcdStore {
                     })
                 }
                 (None, Some(_)) => {
-                    return Err(Error::backend(BACKEND, Fault::Orphan(live_key.clone())))
+                    return Err(Error::backend(
+                        BACKEND,
+                        Fault::BoundWithoutRecord(live_key.clone()),
+                    ))
                 }
                 _ => {}
             }
@@ -76,8 +79,8 @@ impl EtcdStore {
             let (rec, put_live) = lease_bound(&live_key, None, ttl, id, holder);
             let rec = rec.encode();
             let txn = match record {
-                // Expired (or riding a dead session), not yet reaped: retire it to
-                // the dead set in this step, with its death record.
+                // Expired (or riding a dead session), not yet reaped: declared dead
+                // in this step, with its death record.
                 Some(c) => {
                     let death = self
                         .death_write(key, &c.rec.holder, c.token, DeathCause::Superseded)
@@ -254,10 +257,7 @@ impl EtcdStore {
 
     /// `lease` renewed, with etcd's countdown (`ttl_secs`) as its time left.
     pub(crate) fn renewed(lease: &Lease, ttl_secs: i64) -> Lease {
-        Lease {
-            expires_in: lease.ttl.duration().min(secs(ttl_secs)),
-            ..lease.clone()
-        }
+        lease.with_expires_in(lease.ttl.duration().min(secs(ttl_secs)))
     }
 
     /// Renewal with another ttl than the current one: a new etcd lease of the new

@@ -1,15 +1,15 @@
 //! `impl ItemStore for EtcdStore`: each method runs its own transaction (enqueue,
 //! claim, finish, the item read), or the inherent step it names (`batch.rs` for
-//! `requeue_orphans_many`, `deaths.rs` for the dead set), on input that
+//! `sweep_many`, `deaths.rs` for the dead set), on input that
 //! `liveness_core::CheckInput` already checked.
 
 use etcd_client::{GetResponse, Txn, TxnOp};
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
-    ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
+    ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
 
-use crate::batch::REQUEUE_CHUNK;
+use crate::batch::SWEEP_CHUNK;
 use crate::core::{
     counter_at, del, exists, first, get, mod_rev, number, put, ranges, under, version, EtcdStore,
     MAX_TXN_OPS,
@@ -217,10 +217,10 @@ impl ItemStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let mut out = Vec::with_capacity(tokens.len());
-        for chunk in tokens.chunks(REQUEUE_CHUNK) {
-            out.extend(self.requeue_batch(chunk).await?);
+        for chunk in tokens.chunks(SWEEP_CHUNK) {
+            out.extend(self.sweep_batch(chunk).await?);
         }
         Ok(out)
     }
@@ -245,15 +245,10 @@ impl ItemStore for EtcdStore {
         let payload = first(r.get(1))
             .map(|kv| kv.value().to_vec())
             .ok_or_else(|| corrupt(at_key(k.body(id.0).as_bytes())))?;
-        Ok(Some(ItemRecord {
-            item: Item {
-                id,
-                payload,
-                attempts: meta.attempts,
-                max_attempts: meta.max_attempts,
-            },
+        Ok(Some(ItemRecord::new(
+            Item::new(id, payload, meta.attempts, meta.max_attempts),
             state,
-        }))
+        )))
     }
 }
 
@@ -273,12 +268,12 @@ fn claimed_items(
                 .first()
                 .map(|kv| kv.value().to_vec())
                 .ok_or_else(|| corrupt(at_key(k.body(id).as_bytes())))?;
-            Ok(Item {
-                id: ItemId(id),
+            Ok(Item::new(
+                ItemId(id),
                 payload,
-                attempts: meta.attempts,
-                max_attempts: meta.max_attempts,
-            })
+                meta.attempts,
+                meta.max_attempts,
+            ))
         })
         .collect()
 }

@@ -9,7 +9,7 @@
 //! | `lease/<space>/<name>` | [`Record`] | the lease record, NOT bound to an etcd lease |
 //! | `sm/<session token>/<batch>/<space>/<name>` | empty | the members riding a session, by the session's token and their join's batch (16 hex digits: the session's join count as the join read it, divided by [`INDEX_BATCH`]); a riding member's record names the session and the batch; it has no lease-bound key and no etcd lease |
 //! | `ss/<session token>/j` | empty | the session's join counter: every join puts it, so its etcd version is the number of joins |
-//! | `ss/<session token>/d` | a batch number | the drain's cursor once the session is dead: every batch below it is empty; deleted with `ss/<session token>/j` when the session token's sweep ends |
+//! | `ss/<session token>/d` | a batch number | the member sweep's cursor once the session is dead: every batch below it is empty; deleted with `ss/<session token>/j` when the session token's sweep ends |
 //! | `w/l/<space>/<name>` | empty | bound to the etcd lease; its create revision is the token |
 //! | `w/sync` | empty | written by `expired` to know when the watch has caught up, only when the watch stream sends no progress notification |
 //! | `dead/<token>` | `space/name` | the dead set |
@@ -19,7 +19,7 @@
 //! | `item/p/<id>` | [`Meta`] | pending index |
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
 //! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
-//! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when its orphans are requeued |
+//! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when the token's sweep ends |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
 //! | `death/ctr` | last death seq | bumped (compared) by every transaction that records a death |
 //! | `death/s/<seq>` | a death record (`deaths.rs`) | the newest `death_retention` are kept |
@@ -28,15 +28,15 @@
 //!
 //! A record present with its `w/l/` key gone means "expired, not yet reaped": etcd
 //! deleted the lease-bound key when it expired the lease, and the record stays until
-//! a reap, a release or an acquire retires it. A riding member's record
+//! a reap, a release or an acquire declares its token dead. A riding member's record
 //! ([`Record::session`]) is live while its session's lease-bound key exists with the
 //! session's token as its create revision: only the session's own key is bound to an
 //! etcd lease, so one revoke (or expiry) deletes one key, never the members'.
 //!
-//! A session's member index is cut into batches so that the drain of a dead session
-//! reads one small range per step: etcd 3.4 serves a range read with a limit by
+//! A session's member index is cut into batches so that the sweep of a dead session's
+//! members reads one small range per step: etcd 3.4 serves a range read with a limit by
 //! walking every key of the range first, so one range over all of a session's
-//! members would cost O(members left) per drained batch.
+//! members would cost O(members left) per batch swept.
 
 use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, RequestId, Space, Ttl};
 
@@ -209,8 +209,8 @@ impl Keys {
         Some((batch, Key::parse(key.strip_prefix('/')?).ok()?))
     }
 
-    /// The drain state of the session with `token`: its join counter and its drain
-    /// cursor (one range read, one range delete).
+    /// The state keys of the session with `token`: its join counter and its
+    /// member-sweep cursor (one range read, one range delete).
     pub(crate) fn session_state(&self, token: FencingToken) -> String {
         format!("{}ss/{:020}/", self.root, token.0)
     }
@@ -221,7 +221,7 @@ impl Keys {
         format!("{}j", self.session_state(token))
     }
 
-    /// The drain cursor of the dead session with `token`: the first batch of its
+    /// The member-sweep cursor of the dead session with `token`: the first batch of its
     /// member index that may hold an entry.
     pub(crate) fn session_cursor(&self, token: FencingToken) -> String {
         format!("{}d", self.session_state(token))

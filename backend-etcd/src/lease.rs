@@ -20,8 +20,8 @@ use crate::BACKEND;
 /// What one release attempt ([`EtcdStore::release_from`]) came to.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// This attempt ended the lease: the record is retired to the dead set.
-    Retired,
+    /// This attempt ended the lease: its token is declared dead.
+    DeclaredDead,
     /// The lease was not current (gone, or another token's): nothing changed.
     NotCurrent,
     /// The record changed between the read and the write: read again.
@@ -37,7 +37,7 @@ impl EtcdStore {
     /// the lease to a new etcd lease, or another death took the death counter).
     ///
     /// Why one transaction, and the revoke after it: a release that first revoked
-    /// the etcd lease (which deletes the lease-bound key) and then retired the record
+    /// the etcd lease (which deletes the lease-bound key) and then deleted the record
     /// showed a checker in between "record present, lease-bound key gone", an
     /// expired lease, which it reaped and recorded as a death (`Reaped`) of a member
     /// that had left. Ended in one step, the lease is never seen expired on the way.
@@ -76,17 +76,17 @@ impl EtcdStore {
             #[cfg(test)]
             self.inner.between_release_steps.here().await;
             if c.rec.session.is_some() {
-                return Ok(Released::Retired);
+                return Ok(Released::DeclaredDead);
             }
             if self.revoke(c.rec.lease_id).await.is_err() {
                 self.revoke_later(c.rec.lease_id);
             }
-            return Ok(Released::Retired);
+            return Ok(Released::DeclaredDead);
         }
         // The record changed since the read, or another death took the counter.
         // Still this token's: the lease moved to another etcd lease, or only the
         // counter moved, so try again. Gone or another token's: a checker or an
-        // acquire retired it (it had expired), or another release did.
+        // acquire declared it dead (it had expired), or another release did.
         let now = Snapshot::from(first_range(&resp).into_iter().next(), None)?;
         match now.record {
             Some(c) if c.token == lease.token => Ok(Released::Retry),
@@ -120,7 +120,7 @@ impl LeaseStore for EtcdStore {
             let seen = self.inner.expiry.generation();
             let snap = self.snapshot(&lease.key).await?;
             match self.release_from(lease, snap).await? {
-                Released::Retired => {
+                Released::DeclaredDead => {
                     // This release deleted the record: an expiry candidate for it,
                     // as of the read, is stale.
                     self.inner.expiry.forget_upto(&lease.key, seen);
@@ -172,14 +172,10 @@ impl LeaseStore for EtcdStore {
         } else {
             LeaseStatus::Expired
         };
-        Ok(Some(LeaseInfo {
-            session: c.rec.session.map(|(s, _)| s),
-            key: key.clone(),
-            holder: c.rec.holder,
-            token: c.token,
-            ttl: c.rec.ttl,
-            status,
-        }))
+        Ok(Some(
+            LeaseInfo::of(key.clone(), c.rec.holder, c.token, c.rec.ttl, status)
+                .with_session(c.rec.session.map(|(s, _)| s)),
+        ))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {

@@ -6,7 +6,6 @@ mod batch;
 mod config;
 mod core;
 mod deaths;
-mod drain;
 mod endpoints;
 mod error;
 mod etcd_lease;
@@ -17,6 +16,7 @@ mod lease;
 mod operator;
 mod riders;
 mod session;
+mod sweep_members;
 #[cfg(test)]
 mod tests;
 mod watch;

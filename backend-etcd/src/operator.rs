@@ -1,5 +1,5 @@
 //! `impl OperatorStore for EtcdStore`: the operator's views, on input that
-//! `liveness_core::CheckInput` already checked: the store time, the member listing,
+//! `liveness_core::CheckInput` already checked: the store time, the lease listing,
 //! the death history (`deaths.rs`), the item counts and listings by state, and the
 //! dead-letter retries.
 
@@ -31,7 +31,7 @@ impl OperatorStore for EtcdStore {
         Ok(self.store_now())
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         // The records and the lease-bound keys of the page in one transaction (one
         // revision), then the lease-bound keys of the sessions its riding members ride
         // (a second read), then the time left of each live one.
@@ -110,14 +110,8 @@ impl OperatorStore for EtcdStore {
             }
             out.push((
                 i,
-                LeaseInfo {
-                    session: c.rec.session.map(|(s, _)| s),
-                    key,
-                    holder: c.rec.holder,
-                    token: c.token,
-                    ttl: c.rec.ttl,
-                    status: LeaseStatus::Expired,
-                },
+                LeaseInfo::of(key, c.rec.holder, c.token, c.rec.ttl, LeaseStatus::Expired)
+                    .with_session(c.rec.session.map(|(s, _)| s)),
             ));
         }
         while let Some(done) = ttls.join_next().await {
@@ -160,11 +154,7 @@ impl OperatorStore for EtcdStore {
                 .map(|g| u64::try_from(g.count()).unwrap_or(0))
                 .unwrap_or(0)
         };
-        Ok(ItemCounts {
-            pending: n(0),
-            owned: n(1),
-            dead_lettered: n(2),
-        })
+        Ok(ItemCounts::new(n(0), n(1), n(2)))
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -243,15 +233,10 @@ impl OperatorStore for EtcdStore {
             let payload = first(r.get(2 * i + 1))
                 .map(|kv| kv.value().to_vec())
                 .ok_or_else(|| corrupt(at_key(k.body(*id).as_bytes())))?;
-            out.push(ItemRecord {
-                item: Item {
-                    id: ItemId(*id),
-                    payload,
-                    attempts: meta.attempts,
-                    max_attempts: meta.max_attempts,
-                },
-                state: now,
-            });
+            out.push(ItemRecord::new(
+                Item::new(ItemId(*id), payload, meta.attempts, meta.max_attempts),
+                now,
+            ));
         }
         Ok(out)
     }

@@ -1,6 +1,6 @@
 //! Members riding a session ([`liveness_core::LeaseStore::join_session_many`]): the
-//! join, what the other steps need to judge and retire a riding member, and the drain
-//! of a dead session's members, one batch per `requeue_orphans` of its token.
+//! join, what the other steps need to judge a riding member and declare it dead, and
+//! the sweep of a dead session's members, one batch per `sweep` of its token.
 //!
 //! A riding member's record (`lease/<space>/<name>`, with [`Record::session`]) names
 //! its session's key and token; it has no lease-bound key and no etcd lease of its
@@ -17,11 +17,11 @@
 //! members, filed by batch: a join reads the session's join counter
 //! (`ss/<session token>/j`, whose etcd version counts the joins) and files its entry
 //! under the count divided by [`INDEX_BATCH`], bumping the counter in its
-//! transaction. Once the session's token is in the dead set, each `requeue_orphans`
-//! of it retires up to [`DRAIN_BATCH`] of them in one transaction: their records
-//! deleted, their tokens into the dead set, each linked to the session's death
+//! transaction. Once the session's token is in the dead set, each `sweep`
+//! of it declares up to [`MEMBER_SWEEP_BATCH`] of them dead in one transaction: their
+//! records deleted, their tokens into the dead set, each linked to the session's death
 //! record (whose member count grows by the batch), their index entries deleted by
-//! one range delete, and the drain's cursor (`ss/<session token>/d`) moved past the
+//! one range delete, and the sweep's cursor (`ss/<session token>/d`) moved past the
 //! batches that are now empty. Each step reads a window of a few batches from the
 //! cursor, never the whole index: etcd 3.4 walks every key of a range before it
 //! applies a limit, so a read of the whole index would cost O(members left) per
@@ -41,29 +41,29 @@ use crate::core::{
     secs, token_i64, version, Current, EtcdStore, Snapshot, MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::deaths::add_members;
-use crate::drain::{DrainState, Drained};
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
 use crate::keys::{Record, INDEX_BATCH};
+use crate::sweep_members::{MemberSweep, MembersSwept};
 use crate::BACKEND;
 
-/// Members retired per drain transaction. Each costs 3 writes (its record's delete,
-/// its dead-set entry, its link to the session's death record) and 1 compare (its
-/// record as read); the transaction adds the index entries' range delete, the death
-/// record's new member count and the drain cursor (3 writes), and the dead-set entry,
+/// Members declared dead per member-sweep transaction. Each costs 3 writes (its
+/// record's delete, its dead-set entry, its link to the session's death record) and 1
+/// compare (its record as read); the transaction adds the index entries' range delete,
+/// the death record's new member count and the sweep cursor (3 writes), and the dead-set entry,
 /// the death record and the cursor as read (3 compares): 32 × 3 + 3 = 99 writes and
 /// 35 compares, under etcd's default `--max-txn-ops` of 128 (which bounds compares
 /// and writes apart).
-pub(crate) const DRAIN_BATCH: usize = if MAX_BATCH < (MAX_TXN_OPS - 3) / 3 {
+pub(crate) const MEMBER_SWEEP_BATCH: usize = if MAX_BATCH < (MAX_TXN_OPS - 3) / 3 {
     MAX_BATCH
 } else {
     (MAX_TXN_OPS - 3) / 3
 };
 
-// A batch of the member index holds what one drain transaction retires.
-const _: () = assert!(INDEX_BATCH as usize == DRAIN_BATCH);
+// A batch of the member index holds what one member-sweep transaction declares dead.
+const _: () = assert!(INDEX_BATCH as usize == MEMBER_SWEEP_BATCH);
 
-/// The drain's first window, in batches of the member index: two, so that one read
-/// of full batches finds a drain batch and the one entry over it.
+/// A member sweep's first window, in batches of the member index: two, so that one
+/// read of full batches finds a sweep batch and the one entry over it.
 const FIRST_WINDOW: u64 = 2;
 
 /// The widest window, in batches: a read walks at most this many batches' entries
@@ -83,7 +83,7 @@ impl EtcdStore {
         vec![mod_rev(&k.record(key), c.mod_rev), gone]
     }
 
-    /// The write that takes `key`'s retired record `c` out of its session's member
+    /// The write that takes `key`'s record `c`, declared dead, out of its session's member
     /// index, for a riding member (none for a lease of its own).
     pub(crate) fn unride_ops(&self, key: &Key, c: &Current) -> Vec<TxnOp> {
         c.rec
@@ -120,12 +120,11 @@ impl EtcdStore {
         if left < 0 {
             self.snapshot(&lease.key).await?.check(lease)?;
         }
-        Ok(Lease {
-            expires_in: secs(left.max(0))
+        Ok(lease.with_expires_in(
+            secs(left.max(0))
                 .min(lease.ttl.duration())
                 .max(Duration::from_millis(1)),
-            ..lease.clone()
-        })
+        ))
     }
 
     /// `join_session_many`: each entry's [`EtcdStore::join`], one after the other (a
@@ -147,7 +146,7 @@ impl EtcdStore {
     /// lease-bound key and join counter and of `key`'s (and, when `key`'s record
     /// rides another session, a read of that session's key), then one guarded
     /// transaction: the session's lease-bound key still carries its token, `key` is
-    /// free or holds an expired lease (retired in this step, as an acquire does), and
+    /// free or holds an expired lease (declared dead in this step, as an acquire does), and
     /// the member's record and index entry (in the batch of the join count as read)
     /// are written and the join counter bumped. The member's token is the
     /// transaction's revision.
@@ -198,7 +197,9 @@ impl EtcdStore {
                         token: c.token,
                     })
                 }
-                (None, Some(_)) => return Err(Error::backend(BACKEND, Fault::Orphan(live_key))),
+                (None, Some(_)) => {
+                    return Err(Error::backend(BACKEND, Fault::BoundWithoutRecord(live_key)))
+                }
                 _ => {}
             }
             let rec = Record {
@@ -217,7 +218,7 @@ impl EtcdStore {
             ];
             match &snap.record {
                 None => when.extend([version(&rec_key, 0), version(&live_key, 0)]),
-                // Expired, or riding a dead session: retired in this step, with its
+                // Expired, or riding a dead session: declared dead in this step, with its
                 // death record, as `acquire` does.
                 Some(c) => {
                     let death = self
@@ -256,7 +257,7 @@ impl EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
-    /// Up to [`DRAIN_BATCH`] entries of the member index of the dead session
+    /// Up to [`MEMBER_SWEEP_BATCH`] entries of the member index of the dead session
     /// `token` from its cursor on, the cursor past them, and whether an entry
     /// remains past them. Each read is one window of batches with a limit of one
     /// entry over what is still wanted: the first window [`FIRST_WINDOW`] batches,
@@ -266,14 +267,14 @@ impl EtcdStore {
     pub(crate) async fn next_riders(
         &self,
         token: FencingToken,
-        state: &DrainState,
+        state: &MemberSweep,
     ) -> Result<(Vec<KeyValue>, u64, bool)> {
         let k = self.keys();
-        let mut got: Vec<KeyValue> = Vec::with_capacity(DRAIN_BATCH + 1);
+        let mut got: Vec<KeyValue> = Vec::with_capacity(MEMBER_SWEEP_BATCH + 1);
         let (mut from, mut window) = (state.cursor, FIRST_WINDOW);
         while from < state.end {
             let to = from.saturating_add(window).min(state.end);
-            let want = DRAIN_BATCH + 1 - got.len();
+            let want = MEMBER_SWEEP_BATCH + 1 - got.len();
             let opts = GetOptions::new()
                 .with_range(k.session_batch(token, to))
                 .with_keys_only()
@@ -298,20 +299,20 @@ impl EtcdStore {
         Ok((got, from, false))
     }
 
-    /// One batch of the drain of the dead session `token`, from its drain state
-    /// (`state`) and `of` (the pointer to its death record), read with the token in
+    /// One batch of the sweep of the dead session `token`'s members, from where it
+    /// stands (`state`) and `of` (the pointer to its death record), read with the token in
     /// the dead set: the next entries of its member index ([`EtcdStore::next_riders`]),
     /// then their records and the death record, then ONE transaction guarded by the
     /// token still being in the dead set, the cursor, each record and the death record
-    /// as read, which retires the members, deletes their entries and moves the cursor
+    /// as read, which declares the members dead, deletes their entries and moves the cursor
     /// past them. An entry whose record is gone or no longer rides this session (under
     /// this batch) is only deleted; an index with no entry left only moves the cursor.
-    pub(crate) async fn drain_batch(
+    pub(crate) async fn sweep_members(
         &self,
         token: FencingToken,
-        state: DrainState,
+        state: MemberSweep,
         of: Option<KeyValue>,
-    ) -> Result<Drained> {
+    ) -> Result<MembersSwept> {
         let k = self.keys();
         let dead = k.dead(token);
         let (entries, cursor, more) = self.next_riders(token, &state).await?;
@@ -334,7 +335,7 @@ impl EtcdStore {
         };
         let mut compares = vec![exists(&dead), state.cursor_cmp];
         let mut ops = Vec::with_capacity(members.len() * 3 + 3);
-        let mut retired = Vec::with_capacity(members.len());
+        let mut dead_members = Vec::with_capacity(members.len());
         for (i, (batch, key)) in members.iter().enumerate() {
             let Some(c) = Snapshot::from(first(r.get(i)), None)?.record else {
                 continue;
@@ -348,11 +349,7 @@ impl EtcdStore {
             if let Some(seq) = seq {
                 ops.push(put(&k.death_of(c.token), seq.to_string()));
             }
-            retired.push(ExpiredLease {
-                key: key.clone(),
-                holder: c.rec.holder,
-                token: c.token,
-            });
+            dead_members.push(ExpiredLease::new(key.clone(), c.rec.holder, c.token));
         }
         // The entries read are the index's consecutive keys from the cursor on: one
         // range delete.
@@ -366,17 +363,17 @@ impl EtcdStore {
         }
         ops.push(put(&k.session_cursor(token), cursor.to_string()));
         if let (Some(seq), Some(rec)) = (seq, seq.and_then(|_| first(r.get(members.len())))) {
-            if !retired.is_empty() {
-                let (cmp, op) = add_members(&k.death(seq), seq, &rec, retired.len() as u64)?;
+            if !dead_members.is_empty() {
+                let (cmp, op) = add_members(&k.death(seq), seq, &rec, dead_members.len() as u64)?;
                 compares.push(cmp);
                 ops.push(op);
             }
         }
         let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
         Ok(if resp.succeeded() {
-            Drained::Retired(retired, more)
+            MembersSwept::DeclaredDead(dead_members, more)
         } else {
-            Drained::Conflict
+            MembersSwept::Conflict
         })
     }
 }
@@ -389,17 +386,17 @@ mod tests {
     use etcd_client::GetOptions;
     use liveness_core::{FencingToken, ItemStore, Key, LeaseStore, Name, Space, Store, Ttl};
 
-    use super::DRAIN_BATCH;
+    use super::MEMBER_SWEEP_BATCH;
     use crate::keys::INDEX_BATCH;
     use crate::tests::{holder, store};
 
-    /// Each drain call reads a few batches of the dead session's member index, never
+    /// Each sweep call reads a few batches of the dead session's member index, never
     /// the whole index: etcd's own count of the keys the call's index reads covered
     /// (what etcd 3.4 walks to answer a range, whatever its limit) stays under a
     /// bound that does not grow with the session, across batches emptied by
-    /// releases, and every member left is retired exactly once.
+    /// releases, and every member left is declared dead exactly once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_drain_call_walks_a_few_index_batches_not_the_session() {
+    async fn a_sweep_call_walks_a_few_index_batches_not_the_session() {
         let Some(store) = store().await else {
             return;
         };
@@ -428,35 +425,35 @@ mod tests {
         let (mut seen, mut calls, mut most) = (HashSet::new(), 0, 0);
         loop {
             let before = walked();
-            let moved = store.requeue_orphans(session.token).await.unwrap();
+            let moved = store.sweep(session.token).await.unwrap();
             most = most.max(walked() - before);
             calls += 1;
-            assert!(moved.retired.len() <= DRAIN_BATCH);
-            for m in &moved.retired {
-                assert!(seen.insert(m.token), "{:?} retired twice", m.token);
+            assert!(moved.members.len() <= MEMBER_SWEEP_BATCH);
+            for m in &moved.members {
+                assert!(seen.insert(m.token), "{:?} declared dead twice", m.token);
             }
             let dead = store.dead_tokens(n).await.unwrap();
             if !dead.iter().any(|d| d.token == session.token) {
                 break;
             }
             assert_eq!(
-                moved.retired.len(),
-                DRAIN_BATCH,
+                moved.members.len(),
+                MEMBER_SWEEP_BATCH,
                 "a full batch while more remain"
             );
-            assert!(calls <= n, "the drain never ended");
+            assert!(calls <= n, "the sweep never ended");
         }
         // A read of the whole index (the layout before batches) walked all 888
         // members left on the first call, and one fewer batch on each next one.
-        let bound = 8 * DRAIN_BATCH as u64;
-        assert!(most <= bound, "a drain call walked {most} index keys");
+        let bound = 8 * MEMBER_SWEEP_BATCH as u64;
+        assert!(most <= bound, "a sweep call walked {most} index keys");
         let left: HashSet<FencingToken> = (0..n)
             .filter(|i| !leaving.contains(i))
             .map(|i| members[i].token)
             .collect();
         assert_eq!(seen, left, "each member left exactly once");
-        assert_eq!(calls, left.len().div_ceil(DRAIN_BATCH));
-        // The session's join counter and drain cursor went with its sweep.
+        assert_eq!(calls, left.len().div_ceil(MEMBER_SWEEP_BATCH));
+        // The session's join counter and sweep cursor went with its sweep.
         let k = store.keys();
         let state = store
             .range(
@@ -465,6 +462,6 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(state.is_empty(), "the session's drain state stayed behind");
+        assert!(state.is_empty(), "the session's sweep state stayed behind");
     }
 }

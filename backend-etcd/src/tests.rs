@@ -116,10 +116,8 @@ async fn renew_refuses_a_lease_forged_for_another_key() {
     // The real lease is renewed once on this handle: its keep-alive slot exists.
     store.renew(&la).await.unwrap();
     // A's token on B's key: it must not extend A's etcd lease and answer for B.
-    let forged = Lease {
-        key: b.clone(),
-        ..la.clone()
-    };
+    let mut forged = la.clone();
+    forged.key = b.clone();
     match store.renew(&forged).await {
         Err(Error::Lost {
             reason: LostCause::Superseded,
@@ -147,17 +145,14 @@ async fn renew_does_not_keep_an_etcd_lease_the_key_moved_away_from() {
     let old = move_without_revoke(&store, &lease, Ttl::new(min * 3).unwrap()).await;
     assert!(store.time_to_live(old).await.unwrap() >= 0);
     // This handle's renewal (ttl `ttl`) must renew the etcd lease the key is bound
-    // to — moving it back to `ttl` — not the orphan its slot still names.
+    // to — moving it back to `ttl` — not the stray one its slot still names.
     let renewed = store.renew(&lease).await.unwrap();
     assert_eq!(renewed.token, lease.token);
     let info = store.inspect(&key).await.unwrap().unwrap();
-    assert_eq!(
-        info.ttl, ttl,
-        "the renewal kept the orphan etcd lease alive"
-    );
+    assert_eq!(info.ttl, ttl, "the renewal kept the stray etcd lease alive");
     assert!(matches!(info.status, LeaseStatus::Live { .. }));
-    // And the orphan is revoked (in the background).
-    wait_until("the orphan etcd lease is revoked", DEADLINE, || async {
+    // And the stray one is revoked (in the background).
+    wait_until("the stray etcd lease is revoked", DEADLINE, || async {
         store.time_to_live(old).await.unwrap() < 0
     })
     .await;
@@ -176,7 +171,7 @@ async fn release_does_not_answer_true_while_the_lease_lives_on() {
         .unwrap();
     // The release reads the record, then another handle moves the lease to a new
     // etcd lease (its revoke of the old one fails), then the release revokes the
-    // etcd lease it read — the old one — and tries to retire the record.
+    // etcd lease it read — the old one — and tries to delete the record.
     let snap = store.snapshot(&key).await.unwrap();
     move_without_revoke(&store, &lease, Ttl::new(min * 3).unwrap()).await;
     let attempt = store.release_from(&lease, snap).await.unwrap();
@@ -198,7 +193,7 @@ async fn release_does_not_answer_true_while_the_lease_lives_on() {
 /// A checker round that runs while a release is between its two steps declares no
 /// death: the member left, and the history, the events and the metrics say so
 /// (`Released`), never `Reaped`. A release that first ended the etcd lease and then
-/// retired the record showed the checker "record present, lease-bound key gone" in
+/// deleted the record showed the checker "record present, lease-bound key gone" in
 /// between: an expired lease, reaped as a death.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checker_between_the_steps_of_a_release_declares_no_death() {
@@ -337,10 +332,10 @@ async fn a_checker_round_writes_nothing() {
 
 /// A full batch claim fits etcd's limit on the operations of one transaction although
 /// it also writes the token's claim high-water mark (its last body is read right
-/// after), answers every item with its payload, and the mark is forgotten when the
-/// token's orphans are requeued.
+/// after), answers every item with its payload, and the mark is forgotten by the
+/// token's sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
+async fn full_batch_claim_writes_the_mark_and_the_sweep_forgets_it() {
     use liveness_core::{EnqueueOptions, RequestId};
     let Some(store) = store().await else { return };
     let max = store.capabilities().max_batch;
@@ -375,7 +370,7 @@ async fn full_batch_claim_writes_the_mark_and_requeue_forgets_it() {
     };
     assert_eq!(read(store.clone(), mark.clone()).await, 1);
     assert!(store.release(&lease).await.unwrap());
-    let moved = store.requeue_orphans(lease.token).await.unwrap();
+    let moved = store.sweep(lease.token).await.unwrap();
     assert_eq!(moved.requeued.len(), max);
     assert_eq!(
         read(store.clone(), mark).await,
@@ -501,7 +496,7 @@ async fn a_one_entry_call_costs_its_batch_of_one() {
         .unwrap();
     assert_eq!(claimed.len(), 2);
     assert!(store.release(&worker).await.unwrap());
-    let (moved, requests) = kv_requests(&store, store.requeue_orphans(worker.token)).await;
+    let (moved, requests) = kv_requests(&store, store.sweep(worker.token)).await;
     assert_eq!(moved.unwrap().requeued.len(), 2);
     assert_eq!(requests, 3, "a sweep made {requests} KV requests");
     let dead = store.dead_tokens(32).await.unwrap();
@@ -610,7 +605,7 @@ async fn reap_many_is_one_read_and_one_transaction() {
     );
     for (key, token) in &batch[..10] {
         assert!(store.inspect(key).await.unwrap().is_none());
-        store.requeue_orphans(*token).await.unwrap();
+        store.sweep(*token).await.unwrap();
     }
     let deaths = store.deaths(None, 32).await.unwrap();
     let mut reaped: Vec<u64> = deaths
@@ -625,12 +620,12 @@ async fn reap_many_is_one_read_and_one_transaction() {
     assert!(store.release(&live).await.unwrap());
 }
 
-/// `requeue_orphans_many` sweeps a round's dead tokens in two reads
+/// `sweep_many` sweeps a round's dead tokens in two reads
 /// and one transaction (each token's items moved and its death record completed
 /// in one step), not two to four round trips per token; each token answers what
-/// `requeue_orphans` alone would (a repeat and a live token: nothing).
+/// `sweep` alone would (a repeat and a live token: nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
+async fn sweep_many_is_two_reads_and_one_transaction() {
     use liveness_core::{EnqueueOptions, FencingToken, RequestId};
     let Some(store) = store().await else { return };
     let ttl = ttl_times(&store, 5);
@@ -655,7 +650,7 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
     let live = acquire_member(&store, "alive", "h", ttl).await;
     tokens.push(live.token);
     tokens.push(tokens[0]);
-    let (answers, requests) = kv_requests(&store, store.requeue_orphans_many(&tokens)).await;
+    let (answers, requests) = kv_requests(&store, store.sweep_many(&tokens)).await;
     let answers = answers.unwrap();
     let moved: Vec<usize> = answers
         .into_iter()
@@ -670,7 +665,7 @@ async fn requeue_orphans_many_is_two_reads_and_one_transaction() {
     // that finds the token gone).
     assert_eq!(
         requests, 4,
-        "requeue_orphans_many of 8 tokens made {requests} KV requests"
+        "sweep_many of 8 tokens made {requests} KV requests"
     );
     assert_eq!(store.item_counts().await.unwrap().pending, 12);
     assert!(store.dead_tokens(32).await.unwrap().is_empty());

@@ -46,7 +46,7 @@ async fn exercise(store: EtcdStore) {
         let _ = tokio::time::timeout(Duration::from_secs(1), wake.changed()).await;
     };
     assert_eq!(death.lease.token, lease.token);
-    assert_eq!(death.requeued.requeued, vec![id]);
+    assert_eq!(death.sweep.requeued, vec![id]);
     let again = store.acquire(&key, &holder, ttl).await.unwrap();
     assert!(again.token > lease.token);
     let items = store.claim(&again, 5).await.unwrap();
@@ -153,13 +153,15 @@ async fn ttls_below_etcds_minimum_are_refused_and_others_round_up() {
     match info.status {
         LeaseStatus::Live { remaining } => assert!(remaining <= odd.duration()),
         LeaseStatus::Expired => panic!("fresh lease reported expired"),
+        other => panic!("unexpected status {other:?}"),
     }
     // Renewing with another ttl keeps the token and takes the new ttl.
     let longer = Ttl::new(min * 3).unwrap();
     let renewed = store
-        .renew(&liveness_core::Lease {
-            ttl: longer,
-            ..lease.clone()
+        .renew(&{
+            let mut l = lease.clone();
+            l.ttl = longer;
+            l
         })
         .await
         .unwrap();

@@ -4,13 +4,13 @@
 //! - Only the session's own key is bound to an etcd lease: a revoke of it deletes
 //!   ONE key (the revision moves by one), whatever the number of members.
 //! - Renewing the session, or a riding member, writes nothing (the revision stands).
-//! - A dead session's 1,000 members drain through `requeue_orphans`, one
-//!   transaction per batch of at most `max_batch` (etcd refuses a transaction of
-//!   more than 128 operations, its default `--max-txn-ops`: the drain would fail),
+//! - The sweep of a dead session declares its 1,000 members dead through `sweep`,
+//!   one transaction per batch of at most `max_batch` (etcd refuses a transaction of
+//!   more than 128 operations, its default `--max-txn-ops`: the sweep would fail),
 //!   each member exactly once, under ONE death record that counts them all and sums
 //!   what their sweeps moved.
 //! - The session's member index is cut into batches (`sm/<token>/<batch>/…`) of at
-//!   most `max_batch` entries plus the joins in flight, so that a drain step reads
+//!   most `max_batch` entries plus the joins in flight, so that a sweep step reads
 //!   one small range (etcd 3.4 walks a whole range before applying a limit).
 //! - A handle that did not join a member judges it through its session too.
 
@@ -144,7 +144,7 @@ async fn wait_listed(store: &EtcdStore, s: &Lease) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
+async fn a_thousand_members_die_with_one_revoke_and_are_swept_in_batches() {
     let Some(server) = liveness_testkit::etcd::start() else {
         return;
     };
@@ -182,18 +182,18 @@ async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
     wait_listed(&store, &s).await;
     assert!(store.reap(&s.key, s.token).await.unwrap());
 
-    // The drain: one transaction per batch of at most max_batch members.
+    // The session's sweep: one transaction per batch of at most max_batch members.
     let batch = store.capabilities().max_batch;
     let mut seen = HashSet::new();
     let mut calls = 0;
     loop {
         let before = revision(&mut c).await;
-        let moved = store.requeue_orphans(s.token).await.unwrap();
+        let moved = store.sweep(s.token).await.unwrap();
         let writes = revision(&mut c).await - before;
         calls += 1;
-        assert!(moved.retired.len() <= batch, "a batch above max_batch");
-        for m in &moved.retired {
-            assert!(seen.insert(m.token), "{:?} retired twice", m.token);
+        assert!(moved.members.len() <= batch, "a batch above max_batch");
+        for m in &moved.members {
+            assert!(seen.insert(m.token), "{:?} declared dead twice", m.token);
         }
         let dead = store.dead_tokens(batch).await.unwrap();
         if !dead.iter().any(|d| d.token == s.token) {
@@ -201,9 +201,9 @@ async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
             assert!(writes <= 2, "{writes} transactions in the last call");
             break;
         }
-        assert_eq!(moved.retired.len(), batch, "a full batch while more remain");
+        assert_eq!(moved.members.len(), batch, "a full batch while more remain");
         assert_eq!(writes, 1, "one transaction per batch");
-        assert!(calls <= n, "the drain never ended");
+        assert!(calls <= n, "the sweep never ended");
     }
     assert_eq!(calls, n.div_ceil(batch));
     let want: HashSet<FencingToken> = members.iter().map(|m| m.token).collect();
@@ -217,7 +217,7 @@ async fn a_thousand_members_die_with_one_revoke_and_drain_in_batches() {
     let tokens: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
     let mut requeued = 0;
     for chunk in tokens.chunks(batch) {
-        for answer in store.requeue_orphans_many(chunk).await.unwrap() {
+        for answer in store.sweep_many(chunk).await.unwrap() {
             requeued += answer.unwrap().requeued.len();
         }
     }
@@ -271,7 +271,7 @@ async fn renewals_write_nothing_and_another_handle_judges_through_the_session() 
         .unwrap();
     assert_eq!(other.claim(&members[1], 1).await.unwrap().len(), 1);
     let listed = other
-        .members(&Space::members(), Page::first(100))
+        .leases(&Space::members(), Page::first(100))
         .await
         .unwrap();
     assert_eq!(listed.len(), 50);
@@ -289,7 +289,7 @@ async fn renewals_write_nothing_and_another_handle_judges_through_the_session() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let listed = other
-        .members(&Space::members(), Page::first(100))
+        .leases(&Space::members(), Page::first(100))
         .await
         .unwrap();
     assert!(listed.iter().all(|l| l.status == LeaseStatus::Expired));

@@ -2,15 +2,14 @@
 //! for many entries. `acquire_many` takes every entry in one transaction by the
 //! acquire step defined here ([`FdbStore::take_each`], which `join_session_many`
 //! shares: `session.rs`), `reap_many` reaps every entry in one by `reap_once`, and
-//! `requeue_orphans_many` packs the batches of `requeue_once` of as many tokens as fit
+//! `sweep_many` packs the batches of `sweep_once` of as many tokens as fit
 //! into each. A call of one entry is the batch of one. The trait methods (`lease.rs`,
 //! `items.rs`) call these, on input that `liveness_core::CheckInput` already checked.
 
 use std::collections::HashMap;
 
 use liveness_core::{
-    Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, Key, Lease, Requeued, Result,
-    Ttl,
+    Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, Key, Lease, Result, Sweep, Ttl,
 };
 use tokio::time::Instant;
 
@@ -88,10 +87,10 @@ impl FdbStore {
     /// Acquires `key` at `now` (this attempt's observation) in the open transaction:
     /// the step of each entry of [`FdbStore::take_each`] (`ride`: the session the new
     /// record rides). A live lease answers `Held` (`Fail::Stop`, nothing written); an
-    /// expired one, or one riding a session that is expired or gone, is retired (dead
-    /// set, death record) first. The session of a riding record is read with a
-    /// conflict here: retiring it because its session is not live must not commit
-    /// past a renewal of that session.
+    /// expired one, or one riding a session that is expired or gone, is declared dead
+    /// (dead set, death record) first. The session of a riding record is read with a
+    /// conflict here: declaring it dead because its session is not live must not
+    /// commit past a renewal of that session.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire_at(
         &self,
@@ -104,7 +103,7 @@ impl FdbStore {
         nonce: u64,
         ride: Option<&Lease>,
     ) -> Result<Acquired, Fail> {
-        let mut retired = None;
+        let mut superseded = None;
         if let Some(rec) = self.read_lease(tx, key, false).await? {
             if at.maybe_committed && rec.nonce == nonce {
                 return Ok(Acquired::Already(rec));
@@ -116,14 +115,14 @@ impl FdbStore {
                     token: rec.token,
                 }));
             }
-            self.retire(tx, key, &rec, nonce);
+            self.declare_dead(tx, key, &rec, nonce);
             self.record_death(tx, key, &rec, DeathCause::Superseded)
                 .await?;
-            retired = Some(rec);
+            superseded = Some(rec);
         }
         let token = FencingToken(self.next_counter(tx, "token").await?);
         self.write_lease(tx, key, token, ttl.as_millis(), nonce, holder, ride);
-        Ok(Acquired::New { token, retired })
+        Ok(Acquired::New { token, superseded })
     }
 }
 
@@ -149,31 +148,31 @@ impl FdbStore {
         Ok(expired
             .iter()
             .zip(outcomes)
-            .map(|((key, _), outcome)| Ok(self.retired(key, outcome)))
+            .map(|((key, _), outcome)| Ok(self.declared_dead(key, outcome)))
             .collect())
     }
 
-    /// `requeue_orphans_many`: as many dead tokens per transaction as their items fit.
-    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    /// `sweep_many`: as many dead tokens per transaction as their items fit.
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         // As many tokens per transaction as their items fit (`MAX_BATCH` moved, give
         // or take one token's batch): a round's deaths, a few items each, are one
         // commit instead of one per token. A token with more items than fit goes on
         // in the next transaction, within this call. A repeat of a token reads the
         // first's work (read-your-writes): it moves nothing.
-        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
         let mut next = 0;
         while next < tokens.len() {
             let ((moved, upto), _) = transact!(self.db, |tx, _at| async {
-                let mut moved: Vec<(usize, Requeued)> = Vec::new();
+                let mut moved: Vec<(usize, Sweep)> = Vec::new();
                 let (mut count, mut i) = (0, next);
                 while i < tokens.len() && count < MAX_BATCH {
-                    let Some((batch, done)) = self.requeue_once(tx, tokens[i]).await? else {
+                    let Some((batch, done)) = self.sweep_once(tx, tokens[i]).await? else {
                         i += 1;
                         continue;
                     };
-                    let members = !batch.retired.is_empty();
+                    let members = !batch.members.is_empty();
                     count += batch.requeued.len() + batch.dead_lettered.len();
-                    count += batch.retired.len();
+                    count += batch.members.len();
                     moved.push((i, batch));
                     if !done {
                         // A dead session's batch of members is all this call does
@@ -190,7 +189,7 @@ impl FdbStore {
             for (i, batch) in moved {
                 out[i].requeued.extend(batch.requeued);
                 out[i].dead_lettered.extend(batch.dead_lettered);
-                out[i].retired.extend(batch.retired);
+                out[i].members.extend(batch.members);
             }
             next = upto;
         }

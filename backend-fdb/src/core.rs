@@ -1,7 +1,7 @@
 //! [`FdbStore`]: the store handle, its set-up (on the real client or on the test
 //! double), and the steps every transaction body shares: reading the read version
 //! into this handle's observations, reading and decoding lease and item records,
-//! writing and retiring a lease, moving an item between states. The bodies
+//! writing a lease and declaring one dead, moving an item between states. The bodies
 //! themselves are in the files of the operations that run them (`lease.rs`,
 //! `batch.rs`, `session.rs`, `deaths.rs`, `items.rs`, `operator.rs`), each one attempt
 //! run by [`transact!`] inside FoundationDB's retry loop.
@@ -149,23 +149,23 @@ impl FdbStore {
         options: Options,
     ) -> FdbStore {
         let location = format!("{location}|{}", options.prefix);
+        let caps = Capabilities::default()
+            .min_ttl(MIN_TTL)
+            .max_ttl(Ttl::MAX)
+            .pushes_expiry_events(false)
+            .observer_local_expiry(true)
+            .max_batch(MAX_BATCH)
+            .max_payload(MAX_PAYLOAD)
+            .death_retention(options.death_retention.max(1))
+            .sessions(true)
+            .items(true)
+            .operator_views(true);
         FdbStore {
-            info: StoreInfo {
-                backend: BACKEND,
-                caps: Capabilities {
-                    min_ttl: MIN_TTL,
-                    max_ttl: Ttl::MAX,
-                    pushes_expiry_events: false,
-                    observer_local_expiry: true,
-                    max_batch: MAX_BATCH,
-                    max_payload: MAX_PAYLOAD,
-                    death_retention: options.death_retention.max(1),
-                    sessions: true,
-                    items: true,
-                    operator_views: true,
-                },
-                issuer: Issuer::located(BACKEND, &location, namespace.clone()),
-            },
+            info: StoreInfo::new(
+                BACKEND,
+                caps,
+                Issuer::located(BACKEND, &location, namespace.clone()),
+            ),
             db,
             layout: Layout::new(&options.prefix, namespace),
             namespace: namespace.clone(),
@@ -201,8 +201,9 @@ pub(crate) fn lost(lease: &Lease, reason: LostCause) -> Fail {
 }
 
 /// What one release or reap attempt did.
-pub(crate) enum Retire {
-    /// It removed the lease (`None`: an earlier attempt of this call did, unknown result).
+pub(crate) enum Declared {
+    /// It removed the lease and declared its token dead (`None`: an earlier attempt
+    /// of this call did, unknown result).
     Done(Option<LeaseRec>),
     /// The lease was not there as required: nothing changed.
     No,
@@ -210,11 +211,11 @@ pub(crate) enum Retire {
 
 /// What one attempt did with an entry of an acquire or join batch.
 pub(crate) enum Acquired {
-    /// It wrote a new lease with `token`, first retiring the expired lease `retired`
-    /// held (if any).
+    /// It wrote a new lease with `token`, first declaring dead the expired lease
+    /// `superseded` held (if any).
     New {
         token: FencingToken,
-        retired: Option<LeaseRec>,
+        superseded: Option<LeaseRec>,
     },
     /// An earlier attempt of this call committed (unknown result); this is its record.
     Already(LeaseRec),
@@ -225,7 +226,7 @@ pub(crate) enum Acquired {
 impl FdbStore {
     /// The leases a batch of acquires or joins took, committed with `stamp` (the
     /// commit's, `None` when nothing was written) from a call sent at `sent`: each
-    /// entry forgets the lease it retired; a lease of its own (`riding: None`) is
+    /// entry forgets the lease it declared dead; a lease of its own (`riding: None`) is
     /// recorded as this handle's write, while a riding member (`riding`: its
     /// session's deadline) has no expiry of its own to observe and stands as its
     /// session does.
@@ -242,8 +243,8 @@ impl FdbStore {
         }
         let grant = |ask: &Acquire, outcome: Acquired| {
             let (token, stamp) = match outcome {
-                Acquired::New { token, retired } => {
-                    if let Some(old) = retired {
+                Acquired::New { token, superseded } => {
+                    if let Some(old) = superseded {
                         lock(&self.obs).forget_stamp(&ask.key, &old.stamp);
                         tick(&self.wake);
                     }
@@ -263,10 +264,10 @@ impl FdbStore {
                 }
             };
             let (key, holder) = (ask.key.clone(), ask.holder.clone());
-            Ok(Lease {
-                expires_in: until.saturating_duration_since(Instant::now()),
-                ..Lease::granted(&self.info.issuer, key, holder, token, ask.ttl)
-            })
+            Ok(
+                Lease::granted(&self.info.issuer, key, holder, token, ask.ttl)
+                    .with_expires_in(until.saturating_duration_since(Instant::now())),
+            )
         };
         Ok(asks
             .iter()
@@ -276,16 +277,16 @@ impl FdbStore {
     }
 
     /// After a release or reap: forgets our write, wakes checkers, answers.
-    pub(crate) fn retired(&self, key: &Key, outcome: Retire) -> bool {
+    pub(crate) fn declared_dead(&self, key: &Key, outcome: Declared) -> bool {
         match outcome {
-            Retire::Done(rec) => {
+            Declared::Done(rec) => {
                 if let Some(rec) = rec {
                     lock(&self.obs).forget_stamp(key, &rec.stamp);
                 }
                 tick(&self.wake);
                 true
             }
-            Retire::No => false,
+            Declared::No => false,
         }
     }
 }
@@ -326,8 +327,15 @@ impl FdbStore {
     }
 
     /// Removes the lease record and its index entry (a riding member's: its entry
-    /// among its session's riders) and puts the token in the dead set.
-    pub(crate) fn retire(&self, tx: &mut dyn Transaction, key: &Key, rec: &LeaseRec, nonce: u64) {
+    /// among its session's riders) and puts the token in the dead set: declares it
+    /// dead (the caller records the death, or links it to its session's record).
+    pub(crate) fn declare_dead(
+        &self,
+        tx: &mut dyn Transaction,
+        key: &Key,
+        rec: &LeaseRec,
+        nonce: u64,
+    ) {
         tx.clear(&self.layout.lease(key));
         match &rec.session {
             None => tx.clear(&self.layout.index(key, rec.ttl_ms, &rec.stamp)),
@@ -365,8 +373,8 @@ impl FdbStore {
         }
     }
 
-    /// True when an earlier attempt of this call (same nonce) retired `token`.
-    pub(crate) async fn we_retired(
+    /// True when an earlier attempt of this call (same nonce) declared `token` dead.
+    pub(crate) async fn we_declared_dead(
         &self,
         tx: &mut dyn Transaction,
         at: &Attempt,
@@ -455,15 +463,8 @@ impl FdbStore {
             .get(&self.layout.payload(id), true)
             .await?
             .unwrap_or_default();
-        Ok(Some(ItemRecord {
-            item: Item {
-                id: ItemId(id),
-                payload,
-                attempts: meta.attempts,
-                max_attempts: meta.max_attempts,
-            },
-            state: meta.state,
-        }))
+        let item = Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts);
+        Ok(Some(ItemRecord::new(item, meta.state)))
     }
 
     /// Moves an item between states, keeping the indexes and counters in step.

@@ -1,18 +1,18 @@
 //! Finding and declaring deaths, and the death history: `expired` (which leases
 //! this handle sees as expired) and `next_expiry`, the reap of one entry of
 //! `reap_many`, the dead set (`dead_tokens`), the sweep of a dead token's items (one
-//! batch of `requeue_orphans_many`) and the death records (`deaths`). Each `*_once`
+//! batch of `sweep_many`) and the death records (`deaths`). Each `*_once`
 //! is one attempt of a transaction body (or one entry's step of it), run by
 //! `transact!` from `lease.rs`, `items.rs`, `operator.rs` or `batch.rs`.
 //!
 //! A death is recorded by the transaction that ends the lease: it draws the next seq
 //! from the namespace's death counter (a read-write, so deaths serialize on it) and
 //! clears the record that fell out of the retention window (one clear per death). A
-//! sweep (`requeue_orphans_many`, in batches) keeps a running tally beside the dead
+//! sweep (`sweep_many`, in batches) keeps a running tally beside the dead
 //! token; the batch that empties the token writes it into the death record.
 //!
-//! The sweep of a dead SESSION's token first retires its riding members, one batch
-//! of at most `MAX_BATCH` per transaction (and per `requeue_orphans_many` call), read
+//! The sweep of a dead SESSION's token first declares its riding members dead, one
+//! batch of at most `MAX_BATCH` per transaction (and per `sweep_many` call), read
 //! from the session's rider entries `("s", token, …)`: each member's record and rider
 //! entry cleared, its token into the dead set and linked (`("Dt", member)`) to the
 //! session's death record, whose member count rises by the batch. The session's
@@ -24,11 +24,11 @@ use liveness_core::lease::death_page;
 use liveness_core::sync::lock;
 use liveness_core::{
     DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, ItemId, ItemState,
-    Key, Name, Requeued, Space, StoreTime, Swept,
+    Key, Name, Space, StoreTime, Sweep, Swept,
 };
 use tokio::time::Instant;
 
-use crate::core::{ttl_of, FdbStore, Retire, MAX_BATCH};
+use crate::core::{ttl_of, Declared, FdbStore, MAX_BATCH};
 use crate::error::corrupt;
 use crate::keys::{decode_dead, decode_index_value, decode_u64, LeaseRec};
 use crate::kv::{Attempt, Fail, RangeRead, Stamp, Transaction};
@@ -74,25 +74,21 @@ pub(crate) fn decode_death(seq: u64, b: &[u8]) -> Option<DeathRecord> {
         0 => (None, 34),
         flag => {
             let members = if *flag == 2 { u64_at(b, 34)? } else { 0 };
-            let swept = Swept {
-                members,
-                requeued: u64_at(b, 18)?,
-                dead_lettered: u64_at(b, 26)?,
-            };
+            let swept = Swept::new(members, u64_at(b, 18)?, u64_at(b, 26)?);
             (Some(swept), if *flag == 2 { 42 } else { 34 })
         }
     };
     let text = std::str::from_utf8(b.get(text_at..)?).ok()?;
     let (key, holder) = text.split_once('\n')?;
-    Some(DeathRecord {
+    Some(DeathRecord::new(
         seq,
-        key: Key::parse(key).ok()?,
-        holder: HolderId::new(holder).ok()?,
+        Key::parse(key).ok()?,
+        HolderId::new(holder).ok()?,
         token,
         at,
         cause,
         swept,
-    })
+    ))
 }
 
 fn encode_tally(s: Swept) -> [u8; 16] {
@@ -103,11 +99,7 @@ fn encode_tally(s: Swept) -> [u8; 16] {
 }
 
 fn decode_tally(b: &[u8]) -> Option<Swept> {
-    Some(Swept {
-        members: 0,
-        requeued: u64_at(b, 0)?,
-        dead_lettered: u64_at(b, 8)?,
-    })
+    Some(Swept::new(0, u64_at(b, 0)?, u64_at(b, 8)?))
 }
 
 // The death records: written by the transaction that ends a lease, completed by
@@ -122,15 +114,15 @@ impl FdbStore {
         cause: DeathCause,
     ) -> Result<(), Fail> {
         let seq = self.next_counter(tx, "death").await?;
-        let death = DeathRecord {
+        let death = DeathRecord::new(
             seq,
-            key: key.clone(),
-            holder: rec.holder.clone(),
-            token: rec.token,
-            at: self.store_now(),
+            key.clone(),
+            rec.holder.clone(),
+            rec.token,
+            self.store_now(),
             cause,
-            swept: None,
-        };
+            None,
+        );
         tx.set(&self.layout.death(seq), &encode_death(&death));
         tx.set(&self.layout.death_of(rec.token), &seq.to_be_bytes());
         let keep = u64::try_from(self.info.caps.death_retention.max(1)).unwrap_or(u64::MAX);
@@ -146,7 +138,7 @@ impl FdbStore {
         &self,
         tx: &mut dyn Transaction,
         token: FencingToken,
-        moved: &Requeued,
+        moved: &Sweep,
         done: bool,
     ) -> Result<(), Fail> {
         let tally_key = self.layout.death_tally(token);
@@ -168,10 +160,10 @@ impl FdbStore {
         tx.clear(&of);
         // Cumulative: a session's record also counts its members, and what the sweeps
         // of their tokens (linked to it) moved.
-        self.update_swept(tx, decode_u64(&raw)?, |before| Swept {
-            members: before.members,
-            requeued: before.requeued + tally.requeued,
-            dead_lettered: before.dead_lettered + tally.dead_lettered,
+        self.update_swept(tx, decode_u64(&raw)?, |mut swept| {
+            swept.requeued += tally.requeued;
+            swept.dead_lettered += tally.dead_lettered;
+            swept
         })
         .await
     }
@@ -280,7 +272,7 @@ impl FdbStore {
                 );
                 let (token, holder) = decode_index_value(&v)?;
                 let deadline = lock(&self.obs).deadline(&key, &stamp, ttl).unwrap_or(now);
-                found.push((deadline, ExpiredLease { key, holder, token }));
+                found.push((deadline, ExpiredLease::new(key, holder, token)));
             }
         }
         // Leases this handle wrote itself count from their send time.
@@ -291,11 +283,7 @@ impl FdbStore {
                     if !found.iter().any(|(_, e)| e.key == key) {
                         found.push((
                             w.sent + w.ttl,
-                            ExpiredLease {
-                                key,
-                                holder: rec.holder,
-                                token: rec.token,
-                            },
+                            ExpiredLease::new(key, rec.holder, rec.token),
                         ));
                     }
                 }
@@ -348,7 +336,7 @@ impl FdbStore {
         })
     }
 
-    /// One entry of `reap_many`, in the open transaction: retires the lease iff
+    /// One entry of `reap_many`, in the open transaction: declares the lease dead iff
     /// `token` is still on `key` and expired for this handle.
     pub(crate) async fn reap_once(
         &self,
@@ -357,22 +345,22 @@ impl FdbStore {
         key: &Key,
         token: FencingToken,
         nonce: u64,
-    ) -> Result<Retire, Fail> {
-        if self.we_retired(tx, at, token, nonce).await? {
-            return Ok(Retire::Done(None));
+    ) -> Result<Declared, Fail> {
+        if self.we_declared_dead(tx, at, token, nonce).await? {
+            return Ok(Declared::Done(None));
         }
         let now = self.observe(tx).await?;
         let Some(rec) = self.read_lease(tx, key, false).await? else {
-            return Ok(Retire::No);
+            return Ok(Declared::No);
         };
         // A riding member is judged by its session, read with a conflict: a renewal
         // of the session committed in between makes this reap retry.
         if rec.token != token || !self.rec_expired(tx, key, &rec, now, false).await? {
-            return Ok(Retire::No);
+            return Ok(Declared::No);
         }
-        self.retire(tx, key, &rec, nonce);
+        self.declare_dead(tx, key, &rec, nonce);
         self.record_death(tx, key, &rec, DeathCause::Reaped).await?;
-        Ok(Retire::Done(Some(rec)))
+        Ok(Declared::Done(Some(rec)))
     }
 
     pub(crate) async fn dead_once(
@@ -385,7 +373,7 @@ impl FdbStore {
         for (k, v) in tx.range(RangeRead::new(&b, &e, limit).snapshot()).await? {
             let token = self.layout.parse_dead(&k)?;
             let (_, key) = decode_dead(&v)?;
-            out.push(DeadToken { key, token });
+            out.push(DeadToken::new(key, token));
         }
         Ok(out)
     }
@@ -393,21 +381,21 @@ impl FdbStore {
 
 // The sweep: a dead token's items back to pending (or dead-lettered).
 impl FdbStore {
-    /// One batch of the sweep of `token` (`requeue_orphans_many`), in the open
+    /// One batch of the sweep of `token` (`sweep_many`), in the open
     /// transaction: `None` when the token is not in the dead set.
-    pub(crate) async fn requeue_once(
+    pub(crate) async fn sweep_once(
         &self,
         tx: &mut dyn Transaction,
         token: FencingToken,
-    ) -> Result<Option<(Requeued, bool)>, Fail> {
+    ) -> Result<Option<(Sweep, bool)>, Fail> {
         if tx.get(&self.layout.dead(token), false).await?.is_none() {
             return Ok(None);
         }
-        let mut out = Requeued::default();
-        // A dead session's riders first, a batch per call; its token stays in the
-        // dead set while any remain.
-        let (retired, more) = self.drain_riders(tx, token).await?;
-        out.retired = retired;
+        let mut out = Sweep::default();
+        // A dead session's riders first, a batch per call declared dead; its token
+        // stays in the dead set while any remain.
+        let (members, more) = self.sweep_riders(tx, token).await?;
+        out.members = members;
         if more {
             return Ok(Some((out, false)));
         }
@@ -443,27 +431,20 @@ mod tests {
     use super::*;
 
     fn record(swept: Option<Swept>) -> DeathRecord {
-        DeathRecord {
-            seq: 3,
-            key: Key::parse("sessions/p").unwrap(),
-            holder: HolderId::new("h").unwrap(),
-            token: FencingToken(8),
-            at: StoreTime::from_epoch(Duration::from_micros(5)),
-            cause: DeathCause::Reaped,
+        DeathRecord::new(
+            3,
+            Key::parse("sessions/p").unwrap(),
+            HolderId::new("h").unwrap(),
+            FencingToken(8),
+            StoreTime::from_epoch(Duration::from_micros(5)),
+            DeathCause::Reaped,
             swept,
-        }
+        )
     }
 
     #[test]
     fn a_death_record_keeps_its_member_count() {
-        for swept in [
-            None,
-            Some(Swept {
-                members: 2_000,
-                requeued: 3,
-                dead_lettered: 1,
-            }),
-        ] {
+        for swept in [None, Some(Swept::new(2_000, 3, 1))] {
             let rec = record(swept);
             assert_eq!(decode_death(3, &encode_death(&rec)), Some(rec));
         }
@@ -472,13 +453,6 @@ mod tests {
         old[17] = 1;
         old[18..26].copy_from_slice(&4u64.to_be_bytes());
         let swept = decode_death(3, &old).unwrap().swept;
-        assert_eq!(
-            swept,
-            Some(Swept {
-                members: 0,
-                requeued: 4,
-                dead_lettered: 0
-            })
-        );
+        assert_eq!(swept, Some(Swept::new(0, 4, 0)));
     }
 }

@@ -1,12 +1,12 @@
 //! `impl ItemStore for FdbStore`: each method runs its transaction body in
 //! FoundationDB's retry loop (`transact!`), on input that
 //! `liveness_core::CheckInput` already checked. The bodies are here, except the dead
-//! set (`dead_once`) and the sweep of a dead token's items (`requeue_once`), in
+//! set (`dead_once`) and the sweep of a dead token's items (`sweep_once`), in
 //! `deaths.rs`, and the batch of many tokens (`batch.rs`).
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Sweep,
 };
 
 use crate::core::transact;
@@ -48,8 +48,8 @@ impl ItemStore for FdbStore {
         .0)
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
-        self.requeue_batch(tokens).await
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
+        self.sweep_batch(tokens).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> liveness_core::Result<Vec<DeadToken>> {
@@ -150,12 +150,12 @@ impl FdbStore {
                 .get(&self.layout.payload(id), true)
                 .await?
                 .unwrap_or_default();
-            items.push(Item {
-                id: ItemId(id),
+            items.push(Item::new(
+                ItemId(id),
                 payload,
-                attempts: meta.attempts,
-                max_attempts: meta.max_attempts,
-            });
+                meta.attempts,
+                meta.max_attempts,
+            ));
         }
         Ok(items)
     }

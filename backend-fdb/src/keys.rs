@@ -6,7 +6,7 @@
 //!   ("l", space, name)                  -> lease record: stamp(10) token(8) ttl_ms(8) nonce(8) holder,
 //!                                          for a riding member then 0x00 session-token(8) "space/name"
 //!   ("s", session token, space, name)   -> ""                     the members riding a session, by its
-//!                                                                 token: what its drain reads a batch of
+//!                                                                 token: what its sweep reads a batch of
 //!   ("e", space, ttl_ms, stamp, name)   -> token(8) holder        expiry/observation index
 //!   ("d", token)                        -> nonce(8) "space/name"  dead set
 //!   ("n", "token") / ("n", "item")      -> u64 big-endian         counters
@@ -390,7 +390,7 @@ pub(crate) fn decode_index_value(b: &[u8]) -> Result<(FencingToken, HolderId), E
     Ok((token, holder))
 }
 
-/// The dead-set entry's value: the retiring call's nonce and the key.
+/// The dead-set entry's value: the nonce of the call that declared it dead, and the key.
 pub(crate) fn encode_dead(nonce: u64, key: &Key) -> Vec<u8> {
     let mut v = nonce.to_be_bytes().to_vec();
     v.extend_from_slice(key.to_string().as_bytes());

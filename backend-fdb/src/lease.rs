@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::core::transact;
-use crate::core::{ttl_of, FdbStore, Retire};
+use crate::core::{ttl_of, Declared, FdbStore};
 use crate::error::corrupt;
 use crate::keys::LeaseRec;
 use crate::kv::{Attempt, Fail, Transaction};
@@ -49,7 +49,7 @@ impl LeaseStore for FdbStore {
     async fn release(&self, lease: &Lease) -> liveness_core::Result<bool> {
         let nonce = fastrand::u64(..);
         let (outcome, _) = transact!(self.db, |tx, at| self.release_once(tx, at, lease, nonce))?;
-        Ok(self.retired(&lease.key, outcome))
+        Ok(self.declared_dead(&lease.key, outcome))
     }
 
     async fn inspect(&self, key: &Key) -> liveness_core::Result<Option<LeaseInfo>> {
@@ -86,18 +86,14 @@ impl FdbStore {
         let ((_, session), stamp) = transact!(self.db, |tx, _at| self.renew_once(tx, lease))?;
         if let Some(until) = session {
             // A riding member: nothing was written; it stands as its session does.
-            return Ok(Lease {
-                expires_in: until.saturating_duration_since(Instant::now()),
-                ..lease.clone()
-            });
+            return Ok(lease.with_expires_in(until.saturating_duration_since(Instant::now())));
         }
         let stamp =
             stamp.ok_or_else(|| corrupt("a versionstamped commit returned no versionstamp"))?;
         lock(&self.obs).wrote(&lease.key, stamp, sent, lease.ttl.duration());
-        Ok(Lease {
-            expires_in: (sent + lease.ttl.duration()).saturating_duration_since(Instant::now()),
-            ..lease.clone()
-        })
+        Ok(lease.with_expires_in(
+            (sent + lease.ttl.duration()).saturating_duration_since(Instant::now()),
+        ))
     }
 }
 
@@ -133,18 +129,18 @@ impl FdbStore {
         at: &Attempt,
         lease: &Lease,
         nonce: u64,
-    ) -> Result<Retire, Fail> {
-        if self.we_retired(tx, at, lease.token, nonce).await? {
-            return Ok(Retire::Done(None));
+    ) -> Result<Declared, Fail> {
+        if self.we_declared_dead(tx, at, lease.token, nonce).await? {
+            return Ok(Declared::Done(None));
         }
         match self.read_lease(tx, &lease.key, false).await? {
             Some(rec) if rec.token == lease.token => {
-                self.retire(tx, &lease.key, &rec, nonce);
+                self.declare_dead(tx, &lease.key, &rec, nonce);
                 self.record_death(tx, &lease.key, &rec, DeathCause::Released)
                     .await?;
-                Ok(Retire::Done(Some(rec)))
+                Ok(Declared::Done(Some(rec)))
             }
-            _ => Ok(Retire::No),
+            _ => Ok(Declared::No),
         }
     }
 
@@ -161,13 +157,8 @@ impl FdbStore {
         let deadline = self.rec_deadline(tx, key, &rec, now).await?;
         let status = LeaseStatus::with_remaining(deadline.saturating_duration_since(now));
         let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
-        Ok(Some(LeaseInfo {
-            session: rec.session.map(|(k, _)| k),
-            key: key.clone(),
-            holder: rec.holder,
-            token: rec.token,
-            ttl,
-            status,
-        }))
+        let session = rec.session.map(|(k, _)| k);
+        let info = LeaseInfo::of(key.clone(), rec.holder, rec.token, ttl, status);
+        Ok(Some(info.with_session(session)))
     }
 }

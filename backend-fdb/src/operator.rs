@@ -26,15 +26,13 @@ impl OperatorStore for FdbStore {
         Ok(self.store_now())
     }
 
-    async fn members(
+    async fn leases(
         &self,
         space: &Space,
         page: Page<&Key>,
     ) -> liveness_core::Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
-        Ok(transact!(self.db, |tx, _at| self
-            .members_once(tx, space, after, limit))?
-        .0)
+        Ok(transact!(self.db, |tx, _at| self.leases_once(tx, space, after, limit))?.0)
     }
 
     async fn deaths(
@@ -70,9 +68,9 @@ impl OperatorStore for FdbStore {
 
 // The transaction bodies of the operator's views: one attempt each.
 impl FdbStore {
-    /// `members`: a range of lease records in key order, each judged as `inspect`
+    /// `leases`: a range of lease records in key order, each judged as `inspect`
     /// judges it.
-    pub(crate) async fn members_once(
+    pub(crate) async fn leases_once(
         &self,
         tx: &mut dyn Transaction,
         space: &Space,
@@ -104,14 +102,9 @@ impl FdbStore {
                 None => self.rec_deadline(tx, &key, &rec, now).await?,
             };
             let status = LeaseStatus::with_remaining(deadline.saturating_duration_since(now));
-            out.push(LeaseInfo {
-                session: rec.session.map(|(k, _)| k),
-                key,
-                holder: rec.holder,
-                token: rec.token,
-                ttl: Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?,
-                status,
-            });
+            let ttl = Ttl::new(ttl).map_err(|_| corrupt("the ttl of a lease record"))?;
+            let session = rec.session.map(|(k, _)| k);
+            out.push(LeaseInfo::of(key, rec.holder, rec.token, ttl, status).with_session(session));
         }
         Ok(out)
     }
@@ -126,11 +119,7 @@ impl FdbStore {
                 c[i] = decode_count(&raw);
             }
         }
-        Ok(ItemCounts {
-            pending: c[0],
-            owned: c[1],
-            dead_lettered: c[2],
-        })
+        Ok(ItemCounts::new(c[0], c[1], c[2]))
     }
 
     /// The ids of the first `limit` dead-lettered items, lowest first.

@@ -1,13 +1,13 @@
 //! Members riding a session ([`liveness_core::LeaseStore::join_session_many`]): the
 //! join, how the other steps judge a riding member (through its session), and the
-//! drain of a dead session's members, one batch per `requeue_orphans_many` call.
+//! sweep of a dead session's members (declared dead one batch per `sweep_many` call).
 //!
 //! A riding member's record (`("l", space, name)`, with [`LeaseRec::session`]) names
 //! its session's key and token; it has no index entry (`"e"`) and no expiry of its
 //! own, so while it lives it costs the cluster nothing: the session's renewal is the
 //! only write. Its entry among the session's riders, `("s", session token, space,
-//! name)`, keys the members by their session's token, so the drain reads them in
-//! ranges of at most `MAX_BATCH`.
+//! name)`, keys the members by their session's token, so the sweep of a dead session
+//! reads them in ranges of at most `MAX_BATCH`.
 //!
 //! **Conflicts.** FoundationDB's concurrency is optimistic: a transaction that read a
 //! key (without `snapshot`) fails at commit if another committed a write to it after
@@ -18,7 +18,7 @@
 //! a superseding acquire), and each of those writes the session token's dead-set
 //! entry, which the join or claim reads with a conflict (see
 //! [`FdbStore::session_deadline`]). A step that acts because the session is NOT live
-//! (retiring a member in an acquire, a join or a reap) reads the session's
+//! (declaring a member dead in an acquire, a join or a reap) reads the session's
 //! record with a conflict instead: a renewal committed in between makes it retry.
 //!
 //! **Expiry.** FoundationDB has no clock: a session, like any lease, is judged expired
@@ -27,7 +27,7 @@
 
 use liveness_core::sync::lock;
 use liveness_core::{
-    Acquire, BatchResult, ExpiredLease, FencingToken, JoinAsk, Key, Lease, LostCause, Swept,
+    Acquire, BatchResult, ExpiredLease, FencingToken, JoinAsk, Key, Lease, LostCause,
 };
 use tokio::time::Instant;
 
@@ -46,10 +46,10 @@ impl FdbStore {
     /// conflict with the session's renewal, which only makes it more alive. What
     /// could make that judgment wrong by commit time is the session's end, and every
     /// end of a lease (release, reap, superseding acquire) writes its token's
-    /// dead-set entry in the same transaction (`retire`): so the dead-set entry is
+    /// dead-set entry in the same transaction (`declare_dead`): so the dead-set entry is
     /// read WITH a conflict (and must be absent), and such a commit conflicts
     /// exactly with the session's death, never with its renewal. A transaction that
-    /// acts because the session is NOT live (retiring a member) reads without
+    /// acts because the session is NOT live (declaring a member dead) reads without
     /// `snapshot`, so a renewal in between makes it conflict, retry and see it live.
     pub(crate) async fn session_deadline(
         &self,
@@ -96,7 +96,7 @@ impl FdbStore {
     }
 
     /// The deadline of `rec` on `key` for this handle at `now` (`inspect`,
-    /// `members`): its own, or its session's (`now` when the session is gone).
+    /// `leases`): its own, or its session's (`now` when the session is gone).
     pub(crate) async fn rec_deadline(
         &self,
         tx: &mut dyn Transaction,
@@ -127,7 +127,7 @@ impl FdbStore {
     }
 }
 
-// The join and the drain.
+// The join, and the sweep of a dead session's members.
 impl FdbStore {
     /// `join_session_many`: every entry in one transaction, so one commit for the
     /// batch, as `acquire_many` takes its entries (`take_each`). A session that is
@@ -183,14 +183,14 @@ impl FdbStore {
         Ok((taken, until))
     }
 
-    /// Retires one batch (at most `MAX_BATCH`) of the members riding the dead
-    /// session `token`, in the open transaction: each member's record and rider entry
-    /// cleared, its token into the dead set and linked to the session's death record,
-    /// whose member count rises by the batch. Returns them, and whether a full batch
-    /// was read (more may remain). The rider entries and records are read with a
-    /// conflict: of two sweepers racing, one commits, the other retries and finds
-    /// them gone, so each member is retired (and reported) once.
-    pub(crate) async fn drain_riders(
+    /// Declares one batch (at most `MAX_BATCH`) of the members riding the dead
+    /// session `token` dead, in the open transaction: each member's record and rider
+    /// entry cleared, its token into the dead set and linked to the session's death
+    /// record, whose member count rises by the batch. Returns them, and whether a full
+    /// batch was read (more may remain). The rider entries and records are read with
+    /// a conflict: of two sweepers racing, one commits, the other retries and finds
+    /// them gone, so each member is declared dead (and reported) once.
+    pub(crate) async fn sweep_riders(
         &self,
         tx: &mut dyn Transaction,
         token: FencingToken,
@@ -206,33 +206,29 @@ impl FdbStore {
             None => None,
         };
         let nonce = fastrand::u64(..);
-        let mut retired = Vec::with_capacity(rows.len());
+        let mut members = Vec::with_capacity(rows.len());
         for (k, _) in rows {
             let key = self.layout.parse_rider(&k)?;
             match self.read_lease(tx, &key, false).await? {
                 Some(rec) if rec.session.as_ref().is_some_and(|(_, s)| *s == token) => {
-                    self.retire(tx, &key, &rec, nonce);
+                    self.declare_dead(tx, &key, &rec, nonce);
                     if let Some(seq) = seq {
                         tx.set(&self.layout.death_of(rec.token), &seq.to_be_bytes());
                     }
-                    retired.push(ExpiredLease {
-                        key,
-                        holder: rec.holder,
-                        token: rec.token,
-                    });
+                    members.push(ExpiredLease::new(key, rec.holder, rec.token));
                 }
                 _ => tx.clear(&k), // a stray entry
             }
         }
-        if let (Some(seq), false) = (seq, retired.is_empty()) {
-            let members = retired.len() as u64;
-            self.update_swept(tx, seq, |before| Swept {
-                members: before.members + members,
-                ..before
+        if let (Some(seq), false) = (seq, members.is_empty()) {
+            let count = members.len() as u64;
+            self.update_swept(tx, seq, |mut swept| {
+                swept.members += count;
+                swept
             })
             .await?;
         }
-        Ok((retired, full))
+        Ok((members, full))
     }
 }
 

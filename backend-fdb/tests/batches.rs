@@ -190,12 +190,12 @@ async fn reap_many_is_one_commit_for_the_batch() {
     }
 }
 
-/// Requeueing a round's dead tokens commits once for them all (their items fit one
-/// transaction), not once per token, and answers each token as `requeue_orphans`
+/// Sweeping a round's dead tokens commits once for them all (their items fit one
+/// transaction), not once per token, and answers each token as `sweep`
 /// would: its items back to pending once (a repeat moves nothing), a token not in the
 /// dead set moves nothing.
 #[tokio::test]
-async fn requeue_orphans_many_is_one_commit_for_the_batch() {
+async fn sweep_many_is_one_commit_for_the_batch() {
     let db = DoubleDatabase::new();
     let store = db.store(&fresh_namespace());
     let mut owners = Vec::new();
@@ -215,12 +215,12 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
     tokens.push(owners[9].0.token);
     tokens.push(owners[0].0.token);
     let before = db.version();
-    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    let answers = store.sweep_many(&tokens).await.unwrap();
     let commits = db.version() - before;
     assert_eq!(
         commits,
         1,
-        "requeue_orphans_many of {} tokens made {commits} commits",
+        "sweep_many of {} tokens made {commits} commits",
         tokens.len()
     );
     let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
@@ -235,7 +235,7 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
 /// A token with more items than one transaction moves goes on in the next one, within
 /// the same call: every item is requeued, and the token after it too.
 #[tokio::test]
-async fn requeue_orphans_many_carries_a_large_token_over_transactions() {
+async fn sweep_many_carries_a_large_token_over_transactions() {
     let db = DoubleDatabase::new();
     let store = db.store(&fresh_namespace());
     let big = liveness_conformance::live_lease(&store, "big").await;
@@ -256,10 +256,7 @@ async fn requeue_orphans_many_carries_a_large_token_over_transactions() {
     assert_eq!(store.claim(&small, 1).await.unwrap().len(), 1);
     assert!(store.release(&big).await.unwrap());
     assert!(store.release(&small).await.unwrap());
-    let answers = store
-        .requeue_orphans_many(&[big.token, small.token])
-        .await
-        .unwrap();
+    let answers = store.sweep_many(&[big.token, small.token]).await.unwrap();
     let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
     let mut got = answers[0].requeued.clone();
     got.sort();

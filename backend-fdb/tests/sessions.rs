@@ -1,18 +1,19 @@
 //! Members riding sessions on the in-crate TEST DOUBLE, beyond the conformance
-//! scenarios: a session of 2,000 members drains in batches of at most `max_batch`,
-//! one commit each, every member exactly once, under one death record counting them
+//! scenarios: the sweep of a dead session of 2,000 members declares them dead in
+//! batches of at most `max_batch`, one commit each, every member exactly once, under
+//! one death record counting them
 //! all (and what their items' sweeps moved); renewing a session writes only its own
 //! record and index entry, renewing a member writes nothing, and a join writes
-//! nothing of its session; `requeue_orphans_many` retires one batch of a session per
-//! call and still serves the other tokens; a page of `members` reads their session's
-//! record once. (That a member's claim or join does not conflict with its session's
+//! nothing of its session; `sweep_many` declares one batch of a session's members
+//! dead per call and still serves the other tokens; a page of `leases` reads their
+//! session's record once. (That a member's claim or join does not conflict with its session's
 //! renewal, and does conflict with its end, is tested inside the crate, in
 //! `src/session.rs`: it needs an open transaction.)
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use liveness_conformance::fixtures::drained_session_record;
+use liveness_conformance::fixtures::swept_session_record;
 use liveness_core::{
     EnqueueOptions, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name, Namespace,
     OperatorStore, Space, Store, Ttl,
@@ -50,9 +51,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 #[tokio::test]
-async fn two_thousand_members_drain_in_batches_each_once() {
+async fn two_thousand_members_are_swept_in_batches_each_once() {
     let db = DoubleDatabase::new();
-    let store = db.store(&Namespace::new("drain").unwrap());
+    let store = db.store(&Namespace::new("sweep").unwrap());
     assert!(store.capabilities().sessions);
     let batch = store.capabilities().max_batch;
     for _ in 0..3 {
@@ -71,39 +72,38 @@ async fn two_thousand_members_drain_in_batches_each_once() {
     let mut sizes = Vec::new();
     loop {
         let before = db.version();
-        let moved = store.requeue_orphans(session.token).await.unwrap();
+        let moved = store.sweep(session.token).await.unwrap();
         assert!(db.version() - before <= 1, "one commit per call");
-        assert!(moved.retired.len() <= batch, "a batch above max_batch");
-        sizes.push(moved.retired.len());
-        for m in &moved.retired {
-            assert!(seen.insert(m.token), "{} retired twice", m.key);
+        assert!(moved.members.len() <= batch, "a batch above max_batch");
+        sizes.push(moved.members.len());
+        for m in &moved.members {
+            assert!(seen.insert(m.token), "{} declared dead twice", m.key);
         }
         let dead = store.dead_tokens(batch).await.unwrap();
         if !dead.iter().any(|d| d.token == session.token) {
             break;
         }
-        assert!(sizes.len() < 10, "the drain does not end: {sizes:?}");
+        assert!(sizes.len() < 10, "the sweep does not end: {sizes:?}");
     }
     assert_eq!(sizes, vec![batch, batch, batch, batch, 0]);
     let want: HashSet<FencingToken> = members.iter().map(|m| m.token).collect();
     assert_eq!(seen, want, "each member exactly once");
-    assert!(store
-        .requeue_orphans(session.token)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(store.sweep(session.token).await.unwrap().is_empty());
 
     // Each member's token is in the dead set: sweeping them all puts the three items
     // back, counted in the session's one death record.
     let mut requeued = 0;
     for m in &members {
-        assert!(store.inspect(&m.key).await.unwrap().is_none(), "retired");
-        requeued += store.requeue_orphans(m.token).await.unwrap().requeued.len();
+        assert!(
+            store.inspect(&m.key).await.unwrap().is_none(),
+            "declared dead"
+        );
+        requeued += store.sweep(m.token).await.unwrap().requeued.len();
     }
     assert_eq!(requeued, 3);
     let tokens: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
     assert_eq!(tokens.len(), 2_000);
-    drained_session_record(&store, session.token, &tokens, 3).await;
+    swept_session_record(&store, session.token, &tokens, 3).await;
 }
 
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn a_session_s_renewal_writes_no_member_key_and_a_member_s_writes_nothing(
 }
 
 #[tokio::test]
-async fn requeue_orphans_many_retires_one_batch_of_a_session_per_call() {
+async fn sweep_many_declares_one_batch_of_a_session_dead_per_call() {
     let db = DoubleDatabase::new();
     let store = db.store(&Namespace::new("many").unwrap());
     let batch = store.capabilities().max_batch;
@@ -151,36 +151,36 @@ async fn requeue_orphans_many_retires_one_batch_of_a_session_per_call() {
     assert!(store.release(&session).await.unwrap());
     assert!(store.release(&other).await.unwrap());
     let tokens = [session.token, other.token];
-    let first = store.requeue_orphans_many(&tokens).await.unwrap();
+    let first = store.sweep_many(&tokens).await.unwrap();
     let first: Vec<_> = first.into_iter().map(Result::unwrap).collect();
-    assert_eq!(first[0].retired.len(), batch);
+    assert_eq!(first[0].members.len(), batch);
     assert_eq!(
-        first[1].retired.len(),
+        first[1].members.len(),
         2,
         "the next token still gets its turn"
     );
-    let second = store.requeue_orphans_many(&tokens).await.unwrap();
+    let second = store.sweep_many(&tokens).await.unwrap();
     let second: Vec<_> = second.into_iter().map(Result::unwrap).collect();
-    assert_eq!(second[0].retired.len(), 100);
+    assert_eq!(second[0].members.len(), 100);
     assert!(second[1].is_empty());
     let all: HashSet<FencingToken> = first
         .iter()
         .chain(&second)
-        .flat_map(|r| r.retired.iter().map(|m| m.token))
+        .flat_map(|r| r.members.iter().map(|m| m.token))
         .collect();
     assert_eq!(all.len(), members.len() + riders.len(), "each member once");
     let dead = store.dead_tokens(batch).await.unwrap();
-    assert!(dead.iter().all(|d| d.token != session.token), "drained");
+    assert!(dead.iter().all(|d| d.token != session.token), "swept");
 }
 
 #[tokio::test]
-async fn a_page_of_members_reads_their_session_once() {
+async fn a_page_of_leases_reads_their_session_once() {
     let db = DoubleDatabase::new();
     let store = db.store(&Namespace::new("page").unwrap());
     let (session, _) = session_of(&store, "s", "m", 100).await;
     let before = db.rows_read();
     let page = store
-        .members(&Space::members(), liveness_core::Page::first(100))
+        .leases(&Space::members(), liveness_core::Page::first(100))
         .await
         .unwrap();
     assert_eq!(page.len(), 100);

@@ -15,8 +15,8 @@
 //! the renewals kept up), is renewed a last time and then no more, while the others
 //! go on being renewed and a checker with the default configuration runs; it prints
 //! when the checker declared the first and the last of those members dead, from the
-//! send of that last renewal. Last (riding), the drain of another session, released:
-//! its members retired by `requeue_orphans`, a batch of `max_batch` a call.
+//! send of that last renewal. Last (riding), the sweep of another session, released:
+//! its members declared dead by `sweep`, a batch of `max_batch` a call.
 //!
 //! Run: `cargo bench -p liveness-postgres --bench sessions -- [--members N]
 //! [--sessions S] [--ttl-ms MS] [--seconds S] [--join-rates N] [--no-leases]`. It
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
 use liveness_conformance::bench::death_watch::DeathWatch;
-use liveness_conformance::bench::drain::drain;
+use liveness_conformance::bench::sweep_members::sweep_members;
 use liveness_conformance::bench_util;
 use liveness_core::{FencingToken, HolderId, Key, Lease, LeaseStore, Name, Space, Store, Ttl};
 use liveness_postgres::PostgresStore;
@@ -254,7 +254,7 @@ async fn death(
 }
 
 /// Members riding `o.sessions` sessions; then the death of one session (it stops
-/// renewing, a checker declares its members), and the drain of another, released.
+/// renewing, a checker declares its members), and the sweep of another, released.
 async fn riding(store: PostgresStore, o: &SessionOptions) {
     let holder = HolderId::new("bench").unwrap_or_else(|e| panic!("{e}"));
     let mut sessions = Vec::with_capacity(o.sessions);
@@ -321,14 +321,14 @@ async fn riding(store: PostgresStore, o: &SessionOptions) {
     let split = (sessions[..1].to_vec(), sessions[1..].to_vec());
     let keeper = death(&store, o, &what, split, 1, &dying).await;
 
-    // The drain of another session, released.
+    // The sweep of another session, released.
     if let Some(dead) = sessions.get(1) {
         assert!(store.release(dead).await.unwrap());
-        let drained = drain(&store, dead.token, async |moved| moved.retired.is_empty()).await;
-        let d = drained.unwrap();
+        let swept = sweep_members(&store, dead.token, async |moved| moved.members.is_empty()).await;
+        let d = swept.unwrap();
         println!(
-            "drain      one released session of {} members: {:.2}s in {} calls (longest {:.1} ms)",
-            d.retired,
+            "sweep      one released session of {} members: {:.2}s in {} calls (longest {:.1} ms)",
+            d.members,
             d.took.as_secs_f64(),
             d.calls,
             d.longest.as_secs_f64() * 1000.0
@@ -349,9 +349,9 @@ async fn leases(store: PostgresStore, o: &SessionOptions) {
     let mut all: Vec<Lease> = taken
         .unwrap_or_else(|e| panic!("acquire: {e}"))
         .into_iter()
-        .map(|lease| Lease {
-            ttl: o.ttl,
-            ..lease
+        .map(|mut lease| {
+            lease.ttl = o.ttl;
+            lease
         })
         .collect();
     let took = start.elapsed();

@@ -1,5 +1,5 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
-//! `reap_many` and `requeue_orphans_many`, each one statement for the whole batch (or one per
+//! `reap_many` and `sweep_many`, each one statement for the whole batch (or one per
 //! `max_batch` tokens, and one more when dead sessions' members fill a statement), as
 //! inherent methods that `lease.rs` and `items.rs` call. They are the store's only
 //! path for these operations: a single call (`Store::acquire`, `Store::reap`, ...)
@@ -12,7 +12,7 @@ use std::collections::HashSet;
 
 use std::time::Duration;
 
-use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Requeued, Result};
+use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Result, Sweep};
 
 use sqlx::postgres::PgRow;
 
@@ -36,22 +36,22 @@ use crate::lease::{session_judged, session_judged_once};
 /// insert race on a free key is run again, up to 8 times. Tokens come from
 /// `next_token()`. One row per entry, in order: `token` of the new lease, or NULL
 /// with the live `holder` and `held_token`; all three NULL when concurrent acquires
-/// kept winning the insert race on the key (`Unavailable`); `woke` when it retired a
-/// lease.
+/// kept winning the insert race on the key (`Unavailable`); `woke` when it declared a
+/// lease dead.
 pub(crate) const ACQUIRE_MANY: &str = r#"
 SELECT a_token, a_holder, a_held_token, a_woke
 FROM acquire_many($1::text[], $2::text[], $3::text[], $4::bigint[], $5, $6)
 ORDER BY a_i
 "#;
 
-/// The steps that retire what a batch statement's CTE `$src` (columns `i`, the entry's
+/// The steps that declare dead what a batch statement's CTE `$src` (columns `i`, the entry's
 /// place, and `space`, `name`, `holder`, `token`) removed from `leases`, where `clk.t`
 /// is the server's now: the tokens into the dead set (CTE `dead`, the tokens newly put
 /// there), a death record each with `$cause` and consecutive sequence numbers in entry
 /// order, and the records that fell out of a retention of `$retention` dropped. Written
 /// once for `JOIN_SESSION_MANY` and `REAP_MANY`; `$cause` and `$retention` are SQL text
 /// (a parameter or a literal).
-macro_rules! retire_gone_many {
+macro_rules! declare_gone_dead_many {
     ($src:literal, $cause:literal, $retention:literal) => {
         concat!(
             r#"
@@ -100,7 +100,7 @@ died AS (
 /// of one (`Store::join_session`), `JOIN_SESSION` (in `lease.rs`) for every entry at
 /// once: the session's row read once `FOR KEY SHARE` and judged once; the entries' rows locked in key order (two concurrent
 /// batches cannot deadlock); each live one held; each expired one, or one riding an
-/// expired or gone session, retired with a death record of its own (cause
+/// expired or gone session, declared dead with a death record of its own (cause
 /// superseded, consecutive sequence numbers in entry order, as `REAP_MANY` numbers
 /// them) and overwritten; the others taken with tokens from `next_token()` drawn in
 /// entry order. One row per entry, in order, with `JOIN_SESSION`'s columns: a NULL
@@ -125,7 +125,7 @@ cur AS MATERIALIZED (
 ),
 gone AS (SELECT i, space, name, holder, token FROM cur WHERE NOT live),
 "#,
-    retire_gone_many!("gone", "2", "$8"),
+    declare_gone_dead_many!("gone", "2", "$8"),
     r#"
 tok AS MATERIALIZED (
     SELECT w.i, next_token() AS token
@@ -210,7 +210,7 @@ del AS (
     RETURNING locked.i, l.space, l.name, l.token, l.holder
 ),
 "#,
-    retire_gone_many!("del", "0", "$5"),
+    declare_gone_dead_many!("del", "0", "$5"),
     r#"
 woke AS (
     SELECT pg_notify($4, 'reaped') WHERE EXISTS (SELECT 1 FROM dead)
@@ -332,9 +332,8 @@ impl PostgresStore {
         let mut out = Vec::with_capacity(asks.len());
         for ((key, holder), row) in asks.iter().zip(&rows) {
             let answer = match self.acquired(key, holder, session.ttl, row)? {
-                Some(answer) => answer.map(|member| Lease {
-                    expires_in: Duration::from_micros(left.unsigned_abs()),
-                    ..member
+                Some(answer) => answer.map(|member| {
+                    member.with_expires_in(Duration::from_micros(left.unsigned_abs()))
                 }),
                 // A concurrent insert won the key after the statement's snapshot.
                 None => self.join_one(session, key, holder).await,
@@ -422,15 +421,14 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// `requeue_orphans_many`, also for one token (`Store::requeue_orphans`): one
-    /// `REQUEUE_ORPHANS` (in `deaths.rs`) per `max_batch` tokens, and one more for the
-    /// dead sessions a statement did not reach; each dead session's token retires up
-    /// to `max_batch` of its own members, as a call with that token alone would, and
+    /// `sweep_many`, also for one token (`Store::sweep`): one
+    /// `SWEEP` (in `deaths.rs`) per `max_batch` tokens, and one more for the
+    /// dead sessions a statement did not reach; each dead session's sweep declares up
+    /// to `max_batch` of its own members dead, as a call with that token alone would, and
     /// one statement fewer than `2 * max_batch`.
-    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         // A token given twice is sent once (its repeat moves nothing: an empty answer).
-        let mut out: Vec<Result<Requeued>> =
-            tokens.iter().map(|_| Ok(Requeued::default())).collect();
+        let mut out: Vec<Result<Sweep>> = tokens.iter().map(|_| Ok(Sweep::default())).collect();
         // Each token once, with where it first is in `tokens`.
         let mut seen = HashSet::new();
         let unique: Vec<(i64, usize)> = tokens

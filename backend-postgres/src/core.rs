@@ -242,12 +242,12 @@ pub(crate) fn state_of(state: i16, owner: Option<i64>) -> Result<ItemState> {
 /// attempts.
 pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
     let id: i64 = get(row, 0)?;
-    Ok(Item {
-        id: id_of(id)?,
-        payload: get(row, 1)?,
-        attempts: count_of(get(row, 2)?, "attempts")?,
-        max_attempts: count_of(get(row, 3)?, "max_attempts")?,
-    })
+    Ok(Item::new(
+        id_of(id)?,
+        get(row, 1)?,
+        count_of(get(row, 2)?, "attempts")?,
+        count_of(get(row, 3)?, "max_attempts")?,
+    ))
 }
 
 /// A lease's status from its time left in microseconds (> 0 iff live; NULL, for a
@@ -280,7 +280,7 @@ pub(crate) fn holder_of(holder: String) -> Result<HolderId> {
 }
 
 /// The key (in `space`), holder and token of a lease listed by `EXPIRED` or
-/// `MEMBERS`: the row's first three columns.
+/// `LEASES`: the row's first three columns.
 pub(crate) fn listed_lease(space: &Space, row: &PgRow) -> Result<(Key, HolderId, FencingToken)> {
     Ok((
         key_of(space.as_str().to_owned(), get(row, 0)?)?,
@@ -395,15 +395,13 @@ impl PostgresStore {
                 wake: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
                 high_water: HighWater::default(),
-                info: StoreInfo {
-                    backend: BACKEND,
-                    caps: Capabilities {
-                        death_retention: config.death_retention().max(1),
-                        sessions: true,
-                        ..Capabilities::default()
-                    },
-                    issuer: Issuer::located(BACKEND, &location, config.namespace().clone()),
-                },
+                info: StoreInfo::new(
+                    BACKEND,
+                    Capabilities::default()
+                        .death_retention(config.death_retention().max(1))
+                        .sessions(true),
+                    Issuer::located(BACKEND, &location, config.namespace().clone()),
+                ),
             }),
         })
     }
@@ -505,10 +503,9 @@ impl PostgresStore {
                 Some(left) if left > 0 && kept == Some(false) => {
                     Err(lease.lost(LostCause::Failover))
                 }
-                Some(left) if left > 0 => Ok(Lease {
-                    expires_in: Duration::from_micros(left.unsigned_abs()),
-                    ..lease.clone()
-                }),
+                Some(left) if left > 0 => {
+                    Ok(lease.with_expires_in(Duration::from_micros(left.unsigned_abs())))
+                }
                 _ => Err(lease.lost(LostCause::Expired)),
             });
         }
@@ -673,11 +670,7 @@ async fn check_existing(pool: &PgPool, ns: &Namespace, schema: &str, location: &
     match found {
         Some(found) if found > SCHEMA_VERSION => Err(Error::backend(
             BACKEND,
-            SchemaTooNew {
-                location: format!("schema {schema}"),
-                found,
-                supported: SCHEMA_VERSION,
-            },
+            SchemaTooNew::new(format!("schema {schema}"), found, SCHEMA_VERSION),
         )),
         Some(SCHEMA_VERSION) => Ok(()),
         found => Err(missing(format!(
@@ -710,11 +703,7 @@ async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
         Ok(()) => Ok(()),
         Err(MigrateError::VersionMissing(version)) => Err(Error::backend(
             BACKEND,
-            SchemaTooNew {
-                location: format!("schema {schema}"),
-                found: version,
-                supported: SCHEMA_VERSION,
-            },
+            SchemaTooNew::new(format!("schema {schema}"), version, SCHEMA_VERSION),
         )),
         Err(MigrateError::Execute(e)) => Err(map(e)),
         Err(source) => Err(Error::backend(

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use liveness_core::{
-    DeadToken, DeathCause, DeathRecord, ExpiredLease, ItemState, Key, Requeued, Result, Space,
-    StoreTime, Swept,
+    DeadToken, DeathCause, DeathRecord, ExpiredLease, ItemState, Key, Result, Space, StoreTime,
+    Sweep, Swept,
 };
 
 use crate::core::{
@@ -18,14 +18,14 @@ use crate::core::{
 };
 use crate::error::corrupt;
 
-/// The steps that retire what a statement's CTE `gone` (columns `token`, `holder`)
+/// The steps that declare dead what a statement's CTE `gone` (columns `token`, `holder`)
 /// removed from `leases`, where $1 and $2 are the key's space and name and `clk.t`
 /// the server's now: the token into the dead set (CTE `dead`, the tokens newly put
 /// there), a death record with the consecutive next sequence number and `$cause`,
 /// and the record that fell out of a retention of `$retention` dropped. Written once
 /// for `RELEASE` here and `JOIN_SESSION` in `lease.rs`; `$cause` and `$retention` are
 /// SQL text (a parameter or a literal).
-macro_rules! retire_gone {
+macro_rules! declare_gone_dead {
     ($cause:literal, $retention:literal) => {
         concat!(
             r#"
@@ -47,9 +47,9 @@ died AS (
         )
     };
 }
-pub(crate) use retire_gone;
+pub(crate) use declare_gone_dead;
 
-/// The CTE `trimmed` of [`retire_gone`] and `retire_gone_many` (in `batch.rs`): once
+/// The CTE `trimmed` of [`declare_gone_dead`] and `declare_gone_dead_many` (in `batch.rs`): once
 /// `dseq` holds the last sequence number written, the records that fell out of a
 /// retention of `$retention` dropped, looking 64 below it, plus `$written_beyond`
 /// (SQL text, empty or starting with ` - `: how many records past one the statement
@@ -76,7 +76,7 @@ pub(crate) use trim_deaths;
 
 /// `release`: $1 space, $2 name, $3 token, $4 notify channel, $5 death retention.
 /// Removes the lease iff the token is current (live or expired), puts it in the dead
-/// set with its death record (cause released, [`retire_gone`]), drops the record that
+/// set with its death record (cause released, [`declare_gone_dead`]), drops the record that
 /// fell out of the retention, and notifies `released`. Concurrent releases serialize
 /// on the row: exactly one deletes it. A riding member released dies alone, with a
 /// death record of its own.
@@ -88,7 +88,7 @@ gone AS (
     WHERE l.space = $1 AND l.name = $2 AND l.token = $3
     RETURNING l.token, l.holder
 ),"#,
-    retire_gone!("1", "$5"),
+    declare_gone_dead!("1", "$5"),
     r#"
 woke AS (SELECT pg_notify($4, 'released') FROM dead)
 SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM woke) AS woke
@@ -120,17 +120,17 @@ const DEAD_TOKENS: &str = r#"
 SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
-/// `requeue_orphans_many`: $1 tokens (no token twice), $2 the most riding members one
-/// dead session's token retires (`max_batch`).
+/// `sweep_many`: $1 tokens (no token twice), $2 the most riding members one
+/// dead session's sweep declares dead (`max_batch`).
 ///
 /// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
-/// in `sessions`) first retires up to $2 of its own riding members, as a call with
+/// in `sessions`) first declares dead up to $2 of its own riding members, as a call with
 /// that token alone would, read on `leases_session` and locked `FOR UPDATE
 /// SKIP LOCKED` (`pick`): each is deleted, its token goes into the dead set linked
 /// (`record_token`) to the session's death record, with no record of its own, and
 /// that record counts them (`members`). The statement takes the dead sessions lowest
 /// token first, each while those before it count fewer than $2 members in all
-/// (`walk`, counting each up to $2, `go`): it retires fewer than 2 × $2 members; a
+/// (`walk`, counting each up to $2, `go`): it declares fewer than 2 × $2 members dead; a
 /// session it does not reach that has members is left as it was, answered by a row
 /// of its own (the last rows below), to be sent again.
 /// While the statement's snapshot shows a member of a session it did not take
@@ -149,10 +149,10 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 /// records were locked in seq order (`ordered`): sweeps of members of the same
 /// sessions meet on their records in one order, and wait rather than deadlock.
 ///
-/// Rows: moved items (`token`, `id`, `state`), then retired members (`token` the
+/// Rows: moved items (`token`, `id`, `state`), then the members declared dead (`token` the
 /// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token),
 /// and one row (`token`, the rest NULL) per session token not reached.
-pub(crate) const REQUEUE_ORPHANS: &str = r#"
+pub(crate) const SWEEP: &str = r#"
 WITH RECURSIVE dt AS MATERIALIZED (
     SELECT token, space FROM dead_tokens WHERE token = ANY($1::bigint[])
 ),
@@ -188,14 +188,14 @@ more AS MATERIALIZED (
           AND NOT EXISTS (SELECT 1 FROM pick p WHERE p.space = l.space AND p.name = l.name)
     )
 ),
-retired AS (
+declared AS (
     DELETE FROM leases l USING pick
     WHERE l.space = pick.space AND l.name = pick.name AND l.token = pick.token
     RETURNING pick.by, l.space, l.name, l.holder, l.token
 ),
 linked AS (
     INSERT INTO dead_tokens (token, space, name, record_token)
-    SELECT token, space, name, by FROM retired
+    SELECT token, space, name, by FROM declared
     ON CONFLICT (token) DO NOTHING
 ),
 d AS (
@@ -216,7 +216,7 @@ per AS (
     FROM (
         SELECT by AS rec, count(*) AS members, false AS swept, 0 AS requeued,
                0 AS dead_lettered
-        FROM retired GROUP BY by
+        FROM declared GROUP BY by
         UNION ALL
         SELECT coalesce(d.record_token, d.token), 0, true,
                count(m.id) FILTER (WHERE m.state = 0), count(m.id) FILTER (WHERE m.state = 2)
@@ -246,7 +246,7 @@ SELECT token, id, state, NULL::text AS space, NULL::text AS name, NULL::text AS 
        NULL::bigint AS member
 FROM moved
 UNION ALL
-SELECT by, NULL, NULL, space, name, holder, token FROM retired
+SELECT by, NULL, NULL, space, name, holder, token FROM declared
 UNION ALL
 SELECT token, NULL, NULL, NULL, NULL, NULL, NULL FROM more
 WHERE token NOT IN (SELECT token FROM go)
@@ -255,7 +255,7 @@ ORDER BY 1, 2, 7
 
 /// `deaths`: $1 before (exclusive seq), $2 limit. Newest first; `at` in microseconds
 /// since the Unix epoch (the clock of `STORE_TIME` in `lease.rs`); the swept counts
-/// NULL until a sweep wrote them (a session's drain writes `members` first).
+/// NULL until a sweep wrote them (a session's sweep writes `members` first).
 const DEATHS: &str = r#"
 SELECT seq, space, name, holder, token,
        (extract(epoch FROM at) * 1000000)::bigint, cause, requeued, dead_lettered, members
@@ -290,7 +290,7 @@ impl PostgresStore {
             .bind(limit_param(limit));
         self.list(q, |row| {
             let (key, holder, token) = listed_lease(space, row)?;
-            Ok(ExpiredLease { key, holder, token })
+            Ok(ExpiredLease::new(key, holder, token))
         })
         .await
     }
@@ -314,20 +314,20 @@ impl PostgresStore {
     pub(crate) async fn list_dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let q = sqlx::query(DEAD_TOKENS).bind(limit_param(limit));
         self.list(q, |row| {
-            Ok(DeadToken {
-                token: token_of(get(row, 0)?)?,
-                key: key_of(get(row, 1)?, get(row, 2)?)?,
-            })
+            Ok(DeadToken::new(
+                key_of(get(row, 1)?, get(row, 2)?)?,
+                token_of(get(row, 0)?)?,
+            ))
         })
         .await
     }
 
     /// Sweeps the dead `tokens` (no token twice), each as a call with that token alone
-    /// would (a dead session's token retires up to `max_batch` of its own members):
-    /// one [`REQUEUE_ORPHANS`], then one more for the dead sessions it did not reach,
+    /// would (a dead session's sweep declares up to `max_batch` of its own members dead):
+    /// one [`SWEEP`], then one more for the dead sessions it did not reach,
     /// until none is left. One answer per token, in order.
-    pub(crate) async fn sweep(&self, tokens: &[i64]) -> Result<Vec<Requeued>> {
-        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+    pub(crate) async fn sweep(&self, tokens: &[i64]) -> Result<Vec<Sweep>> {
+        let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
         // Where each token of the next statement is in `tokens`.
         let mut todo: Vec<usize> = (0..tokens.len()).collect();
         while !todo.is_empty() {
@@ -335,13 +335,13 @@ impl PostgresStore {
             let (answers, mut later) = self.sweep_once(&ids).await?;
             // Each statement sweeps at least its lowest dead session: `later` shrinks.
             if later.len() >= todo.len() {
-                return Err(corrupt("requeue_orphans_many reached no token it sent"));
+                return Err(corrupt("sweep_many reached no token it sent"));
             }
             for (at, answer) in todo.iter().zip(answers) {
                 let into = &mut out[*at];
                 into.requeued.extend(answer.requeued);
                 into.dead_lettered.extend(answer.dead_lettered);
-                into.retired.extend(answer.retired);
+                into.members.extend(answer.members);
             }
             later.sort_unstable();
             todo = later.into_iter().map(|i| todo[i]).collect();
@@ -349,23 +349,21 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// One [`REQUEUE_ORPHANS`] of the dead `tokens` (no token twice): one answer per
+    /// One [`SWEEP`] of the dead `tokens` (no token twice): one answer per
     /// token, in order, and the positions of the dead sessions' tokens it did not
     /// reach (their answers empty).
-    async fn sweep_once(&self, tokens: &[i64]) -> Result<(Vec<Requeued>, Vec<usize>)> {
+    async fn sweep_once(&self, tokens: &[i64]) -> Result<(Vec<Sweep>, Vec<usize>)> {
         let budget = limit_param(self.caps().max_batch.max(1));
-        let q = sqlx::query(REQUEUE_ORPHANS)
-            .bind(tokens.to_vec())
-            .bind(budget);
+        let q = sqlx::query(SWEEP).bind(tokens.to_vec()).bind(budget);
         let rows = self.db().fetch_all(q).await?;
         let at: HashMap<i64, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-        let mut out: Vec<Requeued> = tokens.iter().map(|_| Requeued::default()).collect();
+        let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
         let mut later = Vec::new();
         for row in &rows {
             let token: i64 = get(row, 0)?;
             let Some(i) = at.get(&token).copied() else {
                 return Err(corrupt(format!(
-                    "requeue_orphans_many answered token {token}, not one it sent"
+                    "sweep_many answered token {token}, not one it sent"
                 )));
             };
             let answer = &mut out[i];
@@ -379,11 +377,11 @@ impl PostgresStore {
                         _ => answer.dead_lettered.push(id),
                     }
                 }
-                (None, Some(member)) => answer.retired.push(ExpiredLease {
-                    key: key_of(get(row, 3)?, get(row, 4)?)?,
-                    holder: holder_of(get(row, 5)?)?,
-                    token: token_of(member)?,
-                }),
+                (None, Some(member)) => answer.members.push(ExpiredLease::new(
+                    key_of(get(row, 3)?, get(row, 4)?)?,
+                    holder_of(get(row, 5)?)?,
+                    token_of(member)?,
+                )),
                 (None, None) => later.push(i),
             }
         }
@@ -411,38 +409,39 @@ impl PostgresStore {
             };
             let swept = match (count(7)?, count(8)?, count(9)?) {
                 (None, None, None) => None,
-                (requeued, dead_lettered, members) => Some(Swept {
-                    members: members.unwrap_or(0),
-                    requeued: requeued.unwrap_or(0),
-                    dead_lettered: dead_lettered.unwrap_or(0),
-                }),
+                (requeued, dead_lettered, members) => Some(Swept::new(
+                    members.unwrap_or(0),
+                    requeued.unwrap_or(0),
+                    dead_lettered.unwrap_or(0),
+                )),
             };
             let seq: i64 = get(row, 0)?;
             let holder: String = get(row, 3)?;
             let at: i64 = get(row, 5)?;
             let cause: i16 = get(row, 6)?;
-            Ok(DeathRecord {
-                seq: u64::try_from(seq)
+            let cause = match cause {
+                0 => DeathCause::Reaped,
+                1 => DeathCause::Released,
+                2 => DeathCause::Superseded,
+                other => {
+                    return Err(corrupt(format!(
+                        "unexpected value in the cause column: {other}"
+                    )))
+                }
+            };
+            Ok(DeathRecord::new(
+                u64::try_from(seq)
                     .map_err(|_| corrupt(format!("unexpected value in the seq column: {seq}")))?,
-                key: key_of(get(row, 1)?, get(row, 2)?)?,
-                holder: holder_of(holder)?,
-                token: token_of(get(row, 4)?)?,
-                at: StoreTime::from_epoch(Duration::from_micros(
+                key_of(get(row, 1)?, get(row, 2)?)?,
+                holder_of(holder)?,
+                token_of(get(row, 4)?)?,
+                StoreTime::from_epoch(Duration::from_micros(
                     u64::try_from(at)
                         .map_err(|_| corrupt(format!("unexpected value in the at column: {at}")))?,
                 )),
-                cause: match cause {
-                    0 => DeathCause::Reaped,
-                    1 => DeathCause::Released,
-                    2 => DeathCause::Superseded,
-                    other => {
-                        return Err(corrupt(format!(
-                            "unexpected value in the cause column: {other}"
-                        )))
-                    }
-                },
+                cause,
                 swept,
-            })
+            ))
         })
         .await
     }

@@ -119,21 +119,21 @@ pub(crate) fn unsafe_settings(rows: &[(String, String)]) -> Vec<UnsafeSetting> {
     let mut out = Vec::new();
     for (name, value) in rows {
         match (name.as_str(), value.as_str()) {
-            ("fsync", "off") => out.push(UnsafeSetting {
-                setting: "fsync",
-                found: value.clone(),
-                why: "a crash of the server's machine can lose committed transactions \
-                      (leases, items, tokens) or corrupt the database",
-                fix: "`fsync = on` in postgresql.conf (the default), then reload",
-            }),
-            ("synchronous_commit", "off") => out.push(UnsafeSetting {
-                setting: "synchronous_commit",
-                found: value.clone(),
-                why: "commits are acknowledged before they are on disk: a server crash \
-                      loses the last ones, and a token can be handed out twice",
-                fix: "`synchronous_commit = on` (the default) for the server, the \
-                      database or the role this store connects as",
-            }),
+            ("fsync", "off") => out.push(UnsafeSetting::new(
+                "fsync",
+                value.clone(),
+                "a crash of the server's machine can lose committed transactions \
+                 (leases, items, tokens) or corrupt the database",
+                "`fsync = on` in postgresql.conf (the default), then reload",
+            )),
+            ("synchronous_commit", "off") => out.push(UnsafeSetting::new(
+                "synchronous_commit",
+                value.clone(),
+                "commits are acknowledged before they are on disk: a server crash \
+                 loses the last ones, and a token can be handed out twice",
+                "`synchronous_commit = on` (the default) for the server, the \
+                 database or the role this store connects as",
+            )),
             _ => {}
         }
     }

@@ -1,12 +1,12 @@
 //! `impl ItemStore for PostgresStore`: each method runs its own statement (below), or
-//! forwards to `deaths.rs` (the dead set) and `batch.rs` (`requeue_orphans_many`,
+//! forwards to `deaths.rs` (the dead set) and `batch.rs` (`sweep_many`,
 //! which a sweep of one token reaches as a batch of one). Their input was checked
 //! before the call ([`liveness_core::CheckInput`]); they refuse only what the core
 //! cannot judge (an item id that names no item).
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
-    ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, RequestId, Requeued, Result,
+    ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, RequestId, Result, Sweep,
 };
 
 use crate::core::{
@@ -59,7 +59,7 @@ SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 /// concurrent claims of one token serialize there, and the later one re-checks the
 /// mark the earlier one wrote); a late or repeated copy, or an older id, takes
 /// nothing. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
-/// reap (a DELETE) waits for the claim and then requeues what it took (and the drain
+/// reap (a DELETE) waits for the claim and then requeues what it took (and the sweep
 /// of a dead session skips a member a claim holds, until it committed). A riding
 /// member is live while its session is ([`expiry_of`]), judged in this same
 /// statement. One row per claimed item, or one row with NULL item columns;
@@ -188,12 +188,12 @@ impl ItemStore for PostgresStore {
         for row in &rows {
             let id: Option<i64> = get(row, 2)?;
             let Some(id) = id else { continue };
-            items.push(Item {
-                id: id_of(id)?,
-                payload: get(row, 3)?,
-                attempts: count_of(get(row, 4)?, "attempts")?,
-                max_attempts: count_of(get(row, 5)?, "max_attempts")?,
-            });
+            items.push(Item::new(
+                id_of(id)?,
+                get(row, 3)?,
+                count_of(get(row, 4)?, "attempts")?,
+                count_of(get(row, 5)?, "max_attempts")?,
+            ));
         }
         Ok(items)
     }
@@ -217,7 +217,7 @@ impl ItemStore for PostgresStore {
         }
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         self.sweep_batch(tokens).await
     }
 
@@ -234,9 +234,9 @@ impl ItemStore for PostgresStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        Ok(Some(ItemRecord {
-            item: item_of(&row)?,
-            state: state_of(get(&row, 4)?, get(&row, 5)?)?,
-        }))
+        Ok(Some(ItemRecord::new(
+            item_of(&row)?,
+            state_of(get(&row, 4)?, get(&row, 5)?)?,
+        )))
     }
 }

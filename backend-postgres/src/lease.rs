@@ -16,7 +16,7 @@ use crate::core::{
     db_token, expiry_of, get, holder_of, on_key, session_expiry, session_of, status_of, token_of,
     ttl_ms, ttl_of, PostgresStore,
 };
-use crate::deaths::retire_gone;
+use crate::deaths::declare_gone_dead;
 use crate::error::insert_races;
 
 /// `renew_many` of one lease (`Store::renew`): $1 space, $2 name, $3 token, $4 ttl_ms.
@@ -76,19 +76,19 @@ pub(crate) use session_judged_once;
 /// The session's row is read `FOR KEY SHARE`: a concurrent reap, release or takeover
 /// of the session (which lock it `FOR UPDATE` or delete it) waits for the join, and a
 /// join after them finds it gone; renewals of the session do not wait. So no member
-/// joins a session whose token is already in the dead set, and the drain of a dead
-/// session (`REQUEUE_ORPHANS` in `deaths.rs`) sees every member it will ever have.
+/// joins a session whose token is already in the dead set, and the sweep of a dead
+/// session (`SWEEP` in `deaths.rs`) sees every member it will ever have.
 /// The session is current when its row holds the token, rides nothing, is live by
 /// the server clock, and may outlive a promotion (`RENEW`'s rule). Then the key's row
 /// is locked (CTE `cur`: its holder, token and whether it is live by the server clock
 /// `clk.t`, a lease of this holder drawn before the epoch's floor `clk.floor`
 /// counting as not live, as `acquire_many` judges it): a live lease, its own or
 /// riding a live session, is held; an expired one, or one riding an expired or gone
-/// session, is retired ([`retire_gone`]: dead set, death record, cause superseded)
+/// session, is declared dead ([`declare_gone_dead`]: dead set, death record, cause superseded)
 /// and overwritten, with a token from `next_token()`, the session's name and token,
 /// and no expiry of its own. Columns: the new token (NULL when not taken), the live
 /// holder and token (what [`PostgresStore::acquired`] reads), whether a lease was
-/// retired, then the session's token, whether it is live, whether it may outlive a
+/// declared dead, then the session's token, whether it is live, whether it may outlive a
 /// promotion (NULL: no session row), and the session's time left in µs. `token` and
 /// `held_token` are NULL with a current session only when a concurrent insert won
 /// the free key: the caller runs the statement again.
@@ -105,7 +105,7 @@ cur AS MATERIALIZED (
     FOR UPDATE OF l
 ),
 gone AS (SELECT token, holder FROM cur WHERE NOT live),"#,
-    retire_gone!("2", "$8"),
+    declare_gone_dead!("2", "$8"),
     r#"
 put AS (
     INSERT INTO leases AS l (space, name, holder, token, ttl_ms, expires_at, session_name,
@@ -187,7 +187,7 @@ impl PostgresStore {
     /// Joins `key` for `holder` into `session` alone ([`JOIN_SESSION`]), running the
     /// statement again after a lost insert race: what `join_session_many` does for an
     /// entry its one statement cannot take. Wakes this process's waiters when it
-    /// retired a lease.
+    /// declared a lease dead.
     pub(crate) async fn join_one(
         &self,
         session: &Lease,
@@ -212,9 +212,8 @@ impl PostgresStore {
             }
             if let Some(answer) = self.acquired(key, holder, session.ttl, &row)? {
                 let left: i64 = get(&row, 7)?;
-                return answer.map(|member| Lease {
-                    expires_in: Duration::from_micros(left.unsigned_abs()),
-                    ..member
+                return answer.map(|member| {
+                    member.with_expires_in(Duration::from_micros(left.unsigned_abs()))
                 });
             }
             // A concurrent acquire inserted the key after our snapshot: run again.
@@ -254,14 +253,16 @@ impl LeaseStore for PostgresStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        Ok(Some(LeaseInfo {
-            session: session_of(get(&row, 4)?)?,
-            key: key.clone(),
-            holder: holder_of(get(&row, 0)?)?,
-            token: token_of(get(&row, 1)?)?,
-            ttl: ttl_of(get(&row, 2)?)?,
-            status: status_of(get(&row, 3)?),
-        }))
+        Ok(Some(
+            LeaseInfo::of(
+                key.clone(),
+                holder_of(get(&row, 0)?)?,
+                token_of(get(&row, 1)?)?,
+                ttl_of(get(&row, 2)?)?,
+                status_of(get(&row, 3)?),
+            )
+            .with_session(session_of(get(&row, 4)?)?),
+        ))
     }
 
     async fn expired(&self, space: &Space, limit: usize) -> Result<Vec<ExpiredLease>> {

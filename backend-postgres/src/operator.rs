@@ -18,14 +18,14 @@ use crate::core::{
 };
 use crate::error::corrupt;
 
-/// `members`: $1 space, $2 after (the last name of the previous page, '' for the
+/// `leases`: $1 space, $2 after (the last name of the previous page, '' for the
 /// first), $3 limit. Names compare by bytes (`COLLATE "C"`, which the primary key's
 /// default collation may not be, so the order is the same on every server) and the
 /// page is read on the `leases_members` index, by the function `members_page`
 /// (migrations 4 and 8), which keeps the planner on that index whatever its
 /// statistics: O(page). Columns: name, holder, token, ttl_ms, remaining_us (> 0 iff
 /// live; a riding member's: its session's, NULL when that is gone), session name.
-pub(crate) const MEMBERS: &str = r#"
+pub(crate) const LEASES: &str = r#"
 SELECT m_name, m_holder, m_token, m_ttl_ms, m_remaining_us, m_session
 FROM members_page($1, $2, $3)
 "#;
@@ -87,22 +87,22 @@ impl OperatorStore for PostgresStore {
         Ok(self.high_water().observe(Duration::from_micros(micros)))
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
-        let q = sqlx::query(MEMBERS)
+        let q = sqlx::query(LEASES)
             .bind(space.as_str())
             .bind(after.map_or("", |k| k.name().as_str()))
             .bind(limit_param(limit));
         self.list(q, |row| {
             let (key, holder, token) = listed_lease(space, row)?;
-            Ok(LeaseInfo {
-                session: session_of(get(row, 5)?)?,
+            Ok(LeaseInfo::of(
                 key,
                 holder,
                 token,
-                ttl: ttl_of(get(row, 3)?)?,
-                status: status_of(get(row, 4)?),
-            })
+                ttl_of(get(row, 3)?)?,
+                status_of(get(row, 4)?),
+            )
+            .with_session(session_of(get(row, 5)?)?))
         })
         .await
     }
@@ -119,11 +119,7 @@ impl OperatorStore for PostgresStore {
             u64::try_from(v)
                 .map_err(|_| corrupt(format!("unexpected value in the count column: {v}")))
         };
-        Ok(ItemCounts {
-            pending: n(0)?,
-            owned: n(1)?,
-            dead_lettered: n(2)?,
-        })
+        Ok(ItemCounts::new(n(0)?, n(1)?, n(2)?))
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -139,10 +135,10 @@ impl OperatorStore for PostgresStore {
             .bind(after)
             .bind(limit_param(limit));
         self.list(q, |row| {
-            Ok(ItemRecord {
-                item: item_of(row)?,
-                state: state_of(get(row, 4)?, get(row, 5)?)?,
-            })
+            Ok(ItemRecord::new(
+                item_of(row)?,
+                state_of(get(row, 4)?, get(row, 5)?)?,
+            ))
         })
         .await
     }

@@ -243,12 +243,12 @@ async fn reap_many_is_one_statement_for_the_batch() {
     assert_eq!(seqs.len(), 20, "death records share a sequence number");
 }
 
-/// Requeueing a round's dead tokens is one statement, not one per
-/// token, and answers each token as `requeue_orphans` would: its items back to
+/// Sweeping a round's dead tokens is one statement, not one per
+/// token, and answers each token as `sweep` would: its items back to
 /// pending once (a repeat moves nothing), a token not in the dead set moves nothing;
 /// each death record gets its swept counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_orphans_many_is_one_statement_for_the_batch() {
+async fn sweep_many_is_one_statement_for_the_batch() {
     let Some(store) = store().await else { return };
     let long = Ttl::from_secs(60).unwrap();
     let (holders, items): (Vec<Lease>, Vec<ItemId>) = owners_with_items(&store, "h", 10, long)
@@ -262,8 +262,8 @@ async fn requeue_orphans_many_is_one_statement_for_the_batch() {
     let mut tokens: Vec<FencingToken> = holders[..9].iter().map(|l| l.token).collect();
     tokens.push(live.token);
     tokens.push(holders[0].token);
-    let what = format!("requeue_orphans_many of {} tokens", tokens.len());
-    let answers = in_one_statement(&store, &what, store.requeue_orphans_many(&tokens)).await;
+    let what = format!("sweep_many of {} tokens", tokens.len());
+    let answers = in_one_statement(&store, &what, store.sweep_many(&tokens)).await;
     let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
     for (i, answer) in answers[..9].iter().enumerate() {
         assert_eq!(answer.requeued, vec![items[i]], "token {i}");
@@ -287,7 +287,7 @@ async fn requeue_orphans_many_is_one_statement_for_the_batch() {
 /// A batch of joins that names a key twice, which its one statement cannot take, is
 /// joined entry by entry (`JOIN_SESSION`, one statement each), and answers each entry
 /// as the batch would: the first entry on the key joins, the second answers `Held`
-/// naming it, an expired lease on another key is retired (dead set, death record
+/// naming it, an expired lease on another key is declared dead (dead set, death record
 /// superseded) and taken; once the session is released, every entry answers `Lost`
 /// and nothing is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -390,12 +390,12 @@ async fn expired_reads_only_the_expiry_index_prefix() {
         .is_empty());
 }
 
-/// `members` reads one page of an index in name-byte order, whatever the database's
+/// `leases` reads one page of an index in name-byte order, whatever the database's
 /// collation and whatever the planner's statistics: right after 20,000 leases were
 /// inserted (never analyzed), the first page of 100 fetches about 100 rows of
 /// `leases`, not the whole space (counted by the server in the transaction).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_reads_a_page_of_the_name_index() {
+async fn leases_reads_a_page_of_the_name_index() {
     let Some(store) = store().await else { return };
     // The test server's database collation is C, under which the primary key alone
     // would serve the byte order: give the column a linguistic collation (ICU's root
@@ -416,7 +416,7 @@ async fn members_reads_a_page_of_the_name_index() {
     }
     insert_live_members(&store, 20000).await;
     let mut tx = store.pool().begin().await.unwrap();
-    let rows = sqlx::query(crate::operator::MEMBERS)
+    let rows = sqlx::query(crate::operator::LEASES)
         .bind("members")
         .bind("")
         .bind(100i64)
@@ -438,7 +438,7 @@ async fn members_reads_a_page_of_the_name_index() {
          not collect and sort the space"
     );
     let page = store
-        .members(&liveness_core::Space::members(), Page::first(3))
+        .leases(&liveness_core::Space::members(), Page::first(3))
         .await
         .unwrap();
     let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();

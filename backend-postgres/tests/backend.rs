@@ -1,7 +1,7 @@
 //! What the conformance suite cannot see: TLS, password authentication, the schema
 //! version check, LISTEN/NOTIFY wake-ups, batched joins in opposite orders and the
 //! advisory-lock election, against the test binary's shared PostgreSQL. (The query
-//! plans of `expired` and `members` are checked in `src/tests.rs`, which sees the
+//! plans of `expired` and `leases` are checked in `src/tests.rs`, which sees the
 //! statements.)
 
 use std::time::Duration;

@@ -195,10 +195,7 @@ async fn complete_all(
 ) {
     let checker = liveness_core::Checker::new(
         checker_store,
-        liveness_core::CheckerConfig {
-            check_every: Duration::from_millis(200),
-            ..Default::default()
-        },
+        liveness_core::CheckerConfig::default().check_every(Duration::from_millis(200)),
     )
     .spawn();
     let until = Instant::now() + DEADLINE;
@@ -445,7 +442,7 @@ async fn a_lost_window_revives_no_token_and_strands_no_item() {
     // The lost window: the member's lease is released and its items requeued; the
     // member sees Lost and re-joins under a new token; more tokens are drawn.
     assert!(store.release(&member.lease()).await.unwrap());
-    store.requeue_orphans(tokens[0]).await.unwrap();
+    store.sweep(tokens[0]).await.unwrap();
     fleet::wait_until("the member re-joined", DEADLINE, || async {
         member.token() != tokens[0]
     })

@@ -1,5 +1,5 @@
 //! Members riding a session on PostgreSQL, beyond what the conformance scenarios
-//! show: a reaped session of 2,000 members drains in batches of at most `max_batch`,
+//! show: a reaped session of 2,000 members is swept in batches of at most `max_batch`,
 //! each member exactly once, under the session's one death record, which counts
 //! them; renewing the session (or a member) writes no member's row; a member a
 //! concurrent claim holds is skipped, not lost, and the session's token waits for it;
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use liveness_conformance::fixtures::{drained_session_record, renew_with_ttl};
+use liveness_conformance::fixtures::{renew_with_ttl, swept_session_record};
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemStore, Key, Lease, LeaseStore, Name,
     OperatorStore, Page, Space, Store, Ttl,
@@ -88,7 +88,7 @@ async fn member_rows(store: &PostgresStore, session: &Lease) -> Vec<(String, Str
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reaped_session_of_2000_members_drains_in_batches_under_one_record() {
+async fn a_reaped_session_of_2000_members_is_swept_in_batches_under_one_record() {
     let Some(store) = store().await else { return };
     let n = 2000;
     let with_items = 20;
@@ -110,43 +110,46 @@ async fn a_reaped_session_of_2000_members_drains_in_batches_under_one_record() {
     assert!(store.reap(&session.key, session.token).await.unwrap());
 
     let batch = store.capabilities().max_batch;
-    let mut retired = Vec::new();
+    let mut declared = Vec::new();
     let mut calls = 0;
     while is_dead(&store, session.token).await {
         calls += 1;
-        assert!(calls <= n, "the drain never ended");
-        let moved = store.requeue_orphans(session.token).await.unwrap();
+        assert!(calls <= n, "the sweep never ended");
+        let moved = store.sweep(session.token).await.unwrap();
         assert!(
-            moved.retired.len() <= batch,
-            "one call retired {} members, above max_batch {batch}",
-            moved.retired.len()
+            moved.members.len() <= batch,
+            "one call declared {} members dead, above max_batch {batch}",
+            moved.members.len()
         );
-        retired.extend(moved.retired.iter().map(|m| m.token));
+        declared.extend(moved.members.iter().map(|m| m.token));
     }
     assert!(calls >= n.div_ceil(batch), "{calls} calls for {n} members");
-    retired.sort();
+    declared.sort();
     let want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
     let mut want_sorted = want.clone();
     want_sorted.sort();
-    assert_eq!(retired, want_sorted, "each member exactly once");
+    assert_eq!(declared, want_sorted, "each member exactly once");
     let page = store
-        .members(&Space::members(), Page::first(10))
+        .leases(&Space::members(), Page::first(10))
         .await
         .unwrap();
-    assert!(page.is_empty(), "retired members still listed: {page:?}");
+    assert!(
+        page.is_empty(),
+        "members declared dead still listed: {page:?}"
+    );
 
     // Every member's token is in the dead set; their sweeps hand the items back.
     let dead = store.dead_tokens(1_000_000).await.unwrap();
     assert!(want.iter().all(|t| dead.iter().any(|d| d.token == *t)));
     let mut requeued = 0;
     for chunk in want.chunks(batch) {
-        for answer in store.requeue_orphans_many(chunk).await.unwrap() {
+        for answer in store.sweep_many(chunk).await.unwrap() {
             requeued += answer.unwrap().requeued.len();
         }
     }
     assert_eq!(requeued, with_items);
 
-    drained_session_record(&store, session.token, &want, with_items as u64).await;
+    swept_session_record(&store, session.token, &want, with_items as u64).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +199,7 @@ async fn renewing_a_session_writes_no_member_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_drain_waits_for_a_member_a_claim_holds() {
+async fn the_sweep_waits_for_a_member_a_claim_holds() {
     let Some(store) = store().await else { return };
     let (session, members) = session_with(&store, 5, Ttl::from_secs(60).unwrap()).await;
     assert!(store.release(&session).await.unwrap());
@@ -207,8 +210,8 @@ async fn the_drain_waits_for_a_member_a_claim_holds() {
         .fetch_one(&mut *claim)
         .await
         .unwrap();
-    let first = store.requeue_orphans(session.token).await.unwrap();
-    let took: Vec<FencingToken> = first.retired.iter().map(|m| m.token).collect();
+    let first = store.sweep(session.token).await.unwrap();
+    let took: Vec<FencingToken> = first.members.iter().map(|m| m.token).collect();
     assert_eq!(took.len(), 4, "every member but the held one");
     assert!(!took.contains(&members[0].token));
     assert!(
@@ -216,10 +219,10 @@ async fn the_drain_waits_for_a_member_a_claim_holds() {
         "the session's token left the dead set while a member remained"
     );
     claim.commit().await.unwrap();
-    let last = store.requeue_orphans(session.token).await.unwrap();
-    let took: Vec<FencingToken> = last.retired.iter().map(|m| m.token).collect();
+    let last = store.sweep(session.token).await.unwrap();
+    let took: Vec<FencingToken> = last.members.iter().map(|m| m.token).collect();
     assert_eq!(took, vec![members[0].token]);
-    assert!(!is_dead(&store, session.token).await, "the drain ended");
+    assert!(!is_dead(&store, session.token).await, "the sweep ended");
     assert!(store.inspect(&members[0].key).await.unwrap().is_none());
 }
 

@@ -1,26 +1,26 @@
 //! The native batches: `acquire_many`, `join_session_many`, `renew_many`,
-//! `reap_many` and `requeue_orphans_many`, each one script for the whole batch (one
-//! round trip, one server instant; `requeue_orphans_many` one per `max_batch` tokens,
+//! `reap_many` and `sweep_many`, each one script for the whole batch (one
+//! round trip, one server instant; `sweep_many` one per `max_batch` tokens,
 //! or fewer when dead sessions' members fill a script). They are the only path: the
-//! single `acquire`, `join_session`, `renew`, `reap` and `requeue_orphans` of the
+//! single `acquire`, `join_session`, `renew`, `reap` and `sweep` of the
 //! core's `Store` facade are batches of one. Inherent methods the trait impls of
 //! `lease.rs` and `items.rs` call with batches the core's `CheckInput` checked.
 
 use liveness_core::{
-    Acquire, BatchResult, FencingToken, HolderId, JoinAsk, Key, Lease, Namespace, Requeued, Result,
-    Space,
+    Acquire, BatchResult, FencingToken, HolderId, JoinAsk, Key, Lease, Namespace, Result, Space,
+    Sweep,
 };
 use redis::{Cmd, Script, Value};
 
 use crate::core::{
-    array, ids, int, key_text, lost, renewed, retired, scripts, unexpected, us, RedisStore,
+    array, ids, int, key_text, lost, renewed, scripts, swept_members, unexpected, us, RedisStore,
     ScriptCall,
 };
 use crate::keys::Keys;
 
 scripts! {
     ACQUIRE_MANY = "acquire_many", RENEW_MANY = renewal "renew_many", REAP_MANY = "reap_many",
-    REQUEUE_ORPHANS_MANY = "requeue_orphans_many", JOIN_SESSION_MANY = "join_session_many",
+    SWEEP_MANY = "sweep_many", JOIN_SESSION_MANY = "join_session_many",
 }
 
 /// The renewal script, `renew_many.lua` (`KEYS`: the expiry index of each run of
@@ -116,10 +116,7 @@ impl RedisStore {
         let mut fields = array(op, reply)?.into_iter();
         let granted = self.taken(op, key, holder, session.ttl, &mut fields)?;
         let left = int(op, &fields.next().unwrap_or(Value::Nil))?;
-        Ok(Lease {
-            expires_in: us(left),
-            ..granted
-        })
+        Ok(granted.with_expires_in(us(left)))
     }
 
     /// Renews `leases` (a checked, non-empty batch of this store's leases) in one
@@ -192,17 +189,17 @@ impl RedisStore {
 
     /// Sweeps the items of every dead token of `tokens`: requeued, or dead-lettered
     /// once out of attempts, and the token leaves the dead set; a dead session's token
-    /// first retires its riding members, at most `max_batch` of them per call, and
-    /// stays in the dead set while any remain. One script for up to `max_batch`
-    /// tokens, which starts a token only while it has retired fewer than `max_batch`
-    /// members (so it retires fewer than `2 * max_batch`) and answers those it swept;
-    /// the rest go in the next one.
-    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    /// first declares its riding members dead, at most `max_batch` of them per call,
+    /// and stays in the dead set while any remain. One script for up to `max_batch`
+    /// tokens, which starts a token only while it has declared fewer than `max_batch`
+    /// members dead (so it declares fewer than `2 * max_batch` dead) and answers those
+    /// it swept; the rest go in the next one.
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let max = self.info.caps.max_batch.max(1);
         let mut out = Vec::with_capacity(tokens.len());
         while out.len() < tokens.len() {
             let chunk = &tokens[out.len()..tokens.len().min(out.len() + max)];
-            let mut call = REQUEUE_ORPHANS_MANY.prepare_invoke();
+            let mut call = SWEEP_MANY.prepare_invoke();
             call.key(self.keys.dead())
                 .key(self.keys.owned_count())
                 .key(self.keys.pending())
@@ -212,28 +209,19 @@ impl RedisStore {
             for token in chunk {
                 call.key(self.keys.owned(*token)).arg(token.0);
             }
-            let answers = array("requeue_orphans_many", self.run(call).await?)?;
+            let answers = array("sweep_many", self.run(call).await?)?;
             // At least the first token, at most all of them.
             if answers.is_empty() || answers.len() > chunk.len() {
-                return Err(unexpected(
-                    "requeue_orphans_many",
-                    "a reply of another length",
-                ));
+                return Err(unexpected("sweep_many", "a reply of another length"));
             }
             for answer in answers {
-                out.push(array("requeue_orphans_many", answer).and_then(|parts| {
+                out.push(array("sweep_many", answer).and_then(|parts| {
                     let mut parts = parts.into_iter();
-                    Ok(Requeued {
-                        requeued: ids("requeue_orphans_many", parts.next().unwrap_or(Value::Nil))?,
-                        dead_lettered: ids(
-                            "requeue_orphans_many",
-                            parts.next().unwrap_or(Value::Nil),
-                        )?,
-                        retired: retired(
-                            "requeue_orphans_many",
-                            parts.next().unwrap_or(Value::Nil),
-                        )?,
-                    })
+                    let mut next = || parts.next().unwrap_or(Value::Nil);
+                    let requeued = ids("sweep_many", next())?;
+                    let dead_lettered = ids("sweep_many", next())?;
+                    let members = swept_members("sweep_many", next())?;
+                    Ok(Sweep::new(requeued, dead_lettered).with_members(members))
                 }));
             }
         }

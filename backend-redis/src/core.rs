@@ -18,7 +18,7 @@ use crate::keys::Keys;
 use crate::BACKEND;
 
 /// The text of the Lua script `src/scripts/<name>.lua`, prefixed with the shared
-/// `src/scripts/prelude.lua` and `src/scripts/prelude_retire.lua`; `lua!(renewal
+/// `src/scripts/prelude.lua` and `src/scripts/prelude_declare_dead.lua`; `lua!(renewal
 /// "<name>")` leaves the second out. Each call of a script makes every `local
 /// function` of its prefix anew (a closure each), so the renewal, the hottest script,
 /// is prefixed only with what it runs.
@@ -26,7 +26,7 @@ macro_rules! lua {
     ($name:literal) => {
         concat!(
             include_str!("scripts/prelude.lua"),
-            include_str!("scripts/prelude_retire.lua"),
+            include_str!("scripts/prelude_declare_dead.lua"),
             include_str!(concat!("scripts/", $name, ".lua")),
         )
     };
@@ -151,22 +151,21 @@ impl RedisStore {
         hello.key(keys.srv());
         hello.invoke_async::<Value>(&mut conn).await.map_err(map)?;
         Ok(RedisStore {
-            info: StoreInfo {
-                backend: BACKEND,
-                caps: Capabilities {
-                    min_ttl: Duration::from_millis(1),
-                    max_ttl: Ttl::MAX,
-                    pushes_expiry_events: false,
-                    observer_local_expiry: false,
-                    max_batch: 1000,
-                    max_payload: MAX_PAYLOAD,
-                    death_retention: config.death_retention().max(1),
-                    sessions: true,
-                    items: true,
-                    operator_views: true,
-                },
-                issuer: Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
-            },
+            info: StoreInfo::new(
+                BACKEND,
+                Capabilities::default()
+                    .min_ttl(Duration::from_millis(1))
+                    .max_ttl(Ttl::MAX)
+                    .pushes_expiry_events(false)
+                    .observer_local_expiry(false)
+                    .max_batch(1000)
+                    .max_payload(MAX_PAYLOAD)
+                    .death_retention(config.death_retention().max(1))
+                    .sessions(true)
+                    .items(true)
+                    .operator_views(true),
+                Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
+            ),
             conn,
             keys,
             namespace: config.namespace().clone(),
@@ -449,19 +448,16 @@ pub(crate) fn lost(lease: &Lease, code: i64) -> Error {
 pub(crate) fn renewed(op: &'static str, lease: &Lease, code: i64) -> Result<Lease> {
     match code {
         1 => Ok(lease.renewed()),
-        left @ 2.. => Ok(Lease {
-            expires_in: us(left - 1),
-            ..lease.clone()
-        }),
+        left @ 2.. => Ok(lease.with_expires_in(us(left - 1))),
         code @ -3..=-1 => Err(lost(lease, code)),
         -4 => Err(StoreLostState::of(BACKEND, lease)),
         _ => Err(unexpected(op, "an unknown status")),
     }
 }
 
-/// The members a sweep of a dead session retired, from its flat script reply
+/// The members a sweep of a dead session declared dead, from its flat script reply
 /// `{key text, holder, token, ...}` (absent: none).
-pub(crate) fn retired(op: &'static str, v: Value) -> Result<Vec<ExpiredLease>> {
+pub(crate) fn swept_members(op: &'static str, v: Value) -> Result<Vec<ExpiredLease>> {
     if v == Value::Nil {
         return Ok(Vec::new());
     }
@@ -474,7 +470,7 @@ pub(crate) fn retired(op: &'static str, v: Value) -> Result<Vec<ExpiredLease>> {
         let holder = HolderId::new(text(op, it.next().unwrap_or(Value::Nil))?)
             .map_err(|_| unexpected(op, "an invalid stored holder"))?;
         let token = FencingToken(uint(op, &it.next().unwrap_or(Value::Nil))?);
-        out.push(ExpiredLease { key, holder, token });
+        out.push(ExpiredLease::new(key, holder, token));
     }
     Ok(out)
 }

@@ -34,12 +34,12 @@ impl RedisStore {
         while let (Some(name), Some(holder), Some(token)) = (it.next(), it.next(), it.next()) {
             let name = Name::new(text("expired", name)?)
                 .map_err(|_| unexpected("expired", "an invalid stored name"))?;
-            out.push(ExpiredLease {
-                key: Key::new(space.clone(), name),
-                holder: HolderId::new(text("expired", holder)?)
+            out.push(ExpiredLease::new(
+                Key::new(space.clone(), name),
+                HolderId::new(text("expired", holder)?)
                     .map_err(|_| unexpected("expired", "an invalid stored holder"))?,
-                token: FencingToken(uint("expired", &token)?),
-            });
+                FencingToken(uint("expired", &token)?),
+            ));
         }
         Ok(out)
     }
@@ -55,15 +55,15 @@ impl RedisStore {
                 let (token, key) = member
                     .split_once(':')
                     .ok_or_else(|| unexpected("dead_tokens", "a member without a token"))?;
-                Ok(DeadToken {
-                    key: Key::parse(key)
+                Ok(DeadToken::new(
+                    Key::parse(key)
                         .map_err(|_| unexpected("dead_tokens", "an invalid stored key"))?,
-                    token: FencingToken(
+                    FencingToken(
                         token
                             .parse()
                             .map_err(|_| unexpected("dead_tokens", "an invalid token"))?,
                     ),
-                })
+                ))
             })
             .collect()
     }
@@ -99,7 +99,7 @@ impl RedisStore {
             };
             let requeued = text("deaths", next())?;
             let (dead, members) = (text("deaths", next())?, text("deaths", next())?);
-            // Absent until a sweep wrote it; a session's drain writes `members` first.
+            // Absent until a sweep wrote it; a dead session's sweep writes `members` first.
             let swept = if requeued.is_empty() && members.is_empty() {
                 None
             } else {
@@ -109,11 +109,11 @@ impl RedisStore {
                         .parse::<u64>()
                         .map_err(|_| unexpected("deaths", "an invalid stored count")),
                 };
-                Some(Swept {
-                    members: count(&members)?,
-                    requeued: count(&requeued)?,
-                    dead_lettered: count(&dead)?,
-                })
+                Some(Swept::new(
+                    count(&members)?,
+                    count(&requeued)?,
+                    count(&dead)?,
+                ))
             };
             out.push(DeathRecord::new(seq, key, holder, token, at, cause, swept));
         }

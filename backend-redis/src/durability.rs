@@ -148,22 +148,22 @@ pub(crate) fn unsafe_settings(found: &HashMap<String, String>) -> Vec<UnsafeSett
     let get = |name: &str| found.get(name).map(|v| v.to_ascii_lowercase());
     let mut out = Vec::new();
     if let Some(v) = get("appendonly").filter(|v| v != "yes") {
-        out.push(UnsafeSetting {
-            setting: "appendonly",
-            found: v,
-            why: APPENDONLY_WHY,
-            fix: "`CONFIG SET appendonly yes` and `appendonly yes` in redis.conf, \
-                  with `appendfsync always`",
-        });
+        out.push(UnsafeSetting::new(
+            "appendonly",
+            v,
+            APPENDONLY_WHY,
+            "`CONFIG SET appendonly yes` and `appendonly yes` in redis.conf, \
+             with `appendfsync always`",
+        ));
     }
     if let Some(v) = get("appendfsync").filter(|v| v != "always") {
-        out.push(UnsafeSetting {
-            setting: "appendfsync",
-            found: v,
-            why: "a write Redis acknowledged can be missing after a crash, and a token \
-                  can be handed out twice (seen with everysec across a kill -9)",
-            fix: "`appendfsync always` (CONFIG SET and redis.conf)",
-        });
+        out.push(UnsafeSetting::new(
+            "appendfsync",
+            v,
+            "a write Redis acknowledged can be missing after a crash, and a token \
+             can be handed out twice (seen with everysec across a kill -9)",
+            "`appendfsync always` (CONFIG SET and redis.conf)",
+        ));
     }
     if let Some(v) = get("maxmemory-policy").filter(|v| v != "noeviction") {
         out.push(eviction(v));
@@ -176,13 +176,13 @@ pub(crate) fn unsafe_settings(found: &HashMap<String, String>) -> Vec<UnsafeSett
 fn unsafe_info(info: &HashMap<String, String>) -> Vec<UnsafeSetting> {
     let mut out = Vec::new();
     if let Some(v) = info.get("aof_enabled").filter(|v| v.as_str() != "1") {
-        out.push(UnsafeSetting {
-            setting: "appendonly",
-            found: format!("no (INFO persistence: aof_enabled:{v})"),
-            why: APPENDONLY_WHY,
-            fix: "`appendonly yes` with `appendfsync always` in the server's \
-                  configuration (on a managed service, its persistence setting)",
-        });
+        out.push(UnsafeSetting::new(
+            "appendonly",
+            format!("no (INFO persistence: aof_enabled:{v})"),
+            APPENDONLY_WHY,
+            "`appendonly yes` with `appendfsync always` in the server's \
+             configuration (on a managed service, its persistence setting)",
+        ));
     }
     if let Some(v) = info
         .get("maxmemory_policy")
@@ -200,13 +200,13 @@ const APPENDONLY_WHY: &str = "a restart loses every lease, every item and the to
 
 /// An eviction policy other than `noeviction`, as found.
 fn eviction(found: String) -> UnsafeSetting {
-    UnsafeSetting {
-        setting: "maxmemory-policy",
+    UnsafeSetting::new(
+        "maxmemory-policy",
         found,
-        why: "under memory pressure Redis evicts keys: lease records, items or the \
-              token counter",
-        fix: "`maxmemory-policy noeviction` (CONFIG SET and redis.conf)",
-    }
+        "under memory pressure Redis evicts keys: lease records, items or the \
+         token counter",
+        "`maxmemory-policy noeviction` (CONFIG SET and redis.conf)",
+    )
 }
 
 /// A server with replicas (or itself a replica), from its `INFO replication`
@@ -224,16 +224,16 @@ fn replication(info: &HashMap<String, String>, wait: Option<u32>) -> Option<Unsa
         _ => return None,
     };
     match wait {
-        None => Some(UnsafeSetting {
-            setting: "replication",
+        None => Some(UnsafeSetting::new(
+            "replication",
             found,
-            why: "replication is asynchronous: a failover can promote a replica that \
-                  lacks the last writes, the token counter goes back, a token is handed \
-                  out twice and an old holder renews a new holder's lease under the \
-                  same token",
-            fix: "add `wait=N` to the URL (N replicas must acknowledge every acquire \
-                  before it answers; fewer make it fail with Unavailable)",
-        }),
+            "replication is asynchronous: a failover can promote a replica that \
+             lacks the last writes, the token counter goes back, a token is handed \
+             out twice and an old holder renews a new holder's lease under the \
+             same token",
+            "add `wait=N` to the URL (N replicas must acknowledge every acquire \
+             before it answers; fewer make it fail with Unavailable)",
+        )),
         Some(n) => {
             if role != "slave" && replicas < n {
                 tracing::warn!(

@@ -1,11 +1,11 @@
 //! `impl ItemStore for RedisStore`: each method runs its own script (declared next
 //! to it), or forwards the sweep of dead tokens to `batch.rs` (the single
-//! `requeue_orphans` of the core's `Store` facade arrives as a batch of one) and the
+//! `sweep` of the core's `Store` facade arrives as a batch of one) and the
 //! dead set to `deaths.rs`. The input arrives checked (the core's `CheckInput`).
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
 use redis::Value;
 
@@ -42,15 +42,10 @@ pub(crate) fn item_record(
     let attempts = u32_(op, &next())?;
     let max_attempts = u32_(op, &next())?;
     let state = item_state(op, &text(op, next())?)?;
-    Ok(ItemRecord {
-        item: Item {
-            id,
-            payload,
-            attempts,
-            max_attempts,
-        },
+    Ok(ItemRecord::new(
+        Item::new(id, payload, attempts, max_attempts),
         state,
-    })
+    ))
 }
 
 /// Reads `{id, payload, attempts, max}` groups of a flat reply.
@@ -60,12 +55,12 @@ fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
     while let (Some(id), Some(payload), Some(attempts), Some(max)) =
         (it.next(), it.next(), it.next(), it.next())
     {
-        out.push(Item {
-            id: ItemId(uint(op, &id)?),
-            payload: bytes(op, payload)?,
-            attempts: u32_(op, &attempts)?,
-            max_attempts: u32_(op, &max)?,
-        });
+        out.push(Item::new(
+            ItemId(uint(op, &id)?),
+            bytes(op, payload)?,
+            u32_(op, &attempts)?,
+            u32_(op, &max)?,
+        ));
     }
     Ok(out)
 }
@@ -134,7 +129,7 @@ impl ItemStore for RedisStore {
         }
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         self.sweep_batch(tokens).await
     }
 

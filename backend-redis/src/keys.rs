@@ -101,9 +101,10 @@ impl Keys {
         format!("{}owned", self.prefix)
     }
 
-    /// The member index of `space`: ZSET of names, score 0, read with ZRANGEBYLEX.
-    /// Scripts derive it in-script as `<prefix>m:<space>` (see `prelude.lua`).
-    pub(crate) fn members(&self, space: &Space) -> String {
+    /// The lease index of `space`: ZSET of the names of its leases, score 0, read with
+    /// ZRANGEBYLEX. Scripts derive it in-script as `<prefix>m:<space>` (see
+    /// `prelude_declare_dead.lua`).
+    pub(crate) fn leases(&self, space: &Space) -> String {
         format!("{}m:{}", self.prefix, space)
     }
 

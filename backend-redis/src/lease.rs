@@ -23,7 +23,7 @@ scripts! {
 
 /// Reads the stored fields of the lease on `key` that follow in `fields`: `{holder,
 /// token, ttl ms, µs left (-1 when expired), session lease key or ''}`, as
-/// `inspect.lua` answers them and as each group of `members.lua` has them after its
+/// `inspect.lua` answers them and as each group of `leases.lua` has them after its
 /// name. A missing field reads as nil, which fails as a corrupt record.
 pub(crate) fn lease_info(
     op: &'static str,
@@ -45,14 +45,7 @@ pub(crate) fn lease_info(
                 .ok_or_else(|| unexpected(op, "an invalid stored session"))?,
         ),
     };
-    Ok(LeaseInfo {
-        session,
-        key,
-        holder,
-        token,
-        ttl,
-        status: status_of(left),
-    })
+    Ok(LeaseInfo::of(key, holder, token, ttl, status_of(left)).with_session(session))
 }
 
 #[async_trait]

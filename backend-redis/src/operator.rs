@@ -17,7 +17,7 @@ use crate::items::item_record;
 use crate::lease::lease_info;
 
 scripts! {
-    STORE_TIME = "store_time", MEMBERS = "members", ITEM_COUNTS = "item_counts",
+    STORE_TIME = "store_time", LEASES = "leases", ITEM_COUNTS = "item_counts",
     ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
     RETRY_DEAD_LETTERS = "retry_dead_letters",
 }
@@ -33,21 +33,21 @@ impl OperatorStore for RedisStore {
         Ok(self.high_water.observe(Duration::from_micros(now)))
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
-        let mut call = MEMBERS.prepare_invoke();
-        call.key(self.keys.members(space))
+        let mut call = LEASES.prepare_invoke();
+        call.key(self.keys.leases(space))
             .arg(after.map_or_else(|| "-".to_owned(), |k| format!("({}", k.name())))
             .arg(limit)
             .arg(self.keys.lease_prefix(space));
-        let flat = array("members", self.run(call).await?)?;
+        let flat = array("leases", self.run(call).await?)?;
         let mut out = Vec::with_capacity(flat.len() / 6);
         let mut it = flat.into_iter();
         while let Some(name) = it.next() {
-            let name = Name::new(text("members", name)?)
-                .map_err(|_| unexpected("members", "an invalid stored name"))?;
+            let name = Name::new(text("leases", name)?)
+                .map_err(|_| unexpected("leases", "an invalid stored name"))?;
             out.push(lease_info(
-                "members",
+                "leases",
                 &self.keys,
                 Key::new(space.clone(), name),
                 &mut it,
@@ -67,11 +67,7 @@ impl OperatorStore for RedisStore {
             .key(self.keys.dead_letters());
         let mut it = array("item_counts", self.run(call).await?)?.into_iter();
         let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
-        Ok(ItemCounts {
-            pending: next()?,
-            owned: next()?,
-            dead_lettered: next()?,
-        })
+        Ok(ItemCounts::new(next()?, next()?, next()?))
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {

@@ -173,17 +173,10 @@ async fn durable_restart_keeps_live_leases_tokens_and_items() {
     assert_eq!(round.deaths.len(), 1);
     assert_eq!(round.deaths[0].lease.token, short.token);
     assert_eq!(
-        round.deaths[0].requeued.requeued,
+        round.deaths[0].sweep.requeued,
         short_items.iter().map(|i| i.id).collect::<Vec<_>>()
     );
-    assert_eq!(
-        store.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 4,
-            owned: 2,
-            dead_lettered: 0
-        }
-    );
+    assert_eq!(store.item_counts().await.unwrap(), ItemCounts::new(4, 2, 0));
     for id in &ids {
         assert!(
             store.item(*id).await.unwrap().is_some(),
@@ -227,10 +220,10 @@ async fn restart_without_persistence_forgets_everything() {
     match &err {
         liveness_core::Error::Backend { source, .. } => assert_eq!(
             source.downcast_ref::<liveness_core::durability::StoreLostState>(),
-            Some(&liveness_core::durability::StoreLostState {
-                key: old.key.clone(),
-                token: old.token,
-            }),
+            Some(&liveness_core::durability::StoreLostState::new(
+                old.key.clone(),
+                old.token
+            )),
             "{err:?}"
         ),
         other => panic!("expected the store-lost-state error, got {other:?}"),
@@ -350,7 +343,7 @@ async fn stale_owner_cannot_complete_after_requeue() {
     })
     .await;
     assert!(store.reap(&lease.key, lease.token).await.unwrap());
-    let moved = store.requeue_orphans(lease.token).await.unwrap();
+    let moved = store.sweep(lease.token).await.unwrap();
     assert_eq!(moved.requeued, vec![id]);
     assert!(matches!(
         store.complete(&lease, id).await,

@@ -1,6 +1,6 @@
 //! Members riding a session on Redis: while the session lives, its members cost the
 //! server nothing (no field written, no entry in the expiry index), and a dead
-//! session larger than `max_batch` is drained in batches of at most `max_batch`, the
+//! session larger than `max_batch` is swept in pages of at most `max_batch` members, the
 //! session's token staying in the dead set until the last one.
 
 use std::time::Duration;
@@ -79,7 +79,7 @@ async fn riding_members_cost_the_server_nothing_while_they_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_session_above_max_batch_drains_in_batches() {
+async fn a_dead_session_above_max_batch_is_swept_in_pages() {
     let Some((_server, store, mut conn)) = fresh().await else {
         return;
     };
@@ -95,27 +95,27 @@ async fn a_dead_session_above_max_batch_drains_in_batches() {
             dead.iter().any(|d| d.token == token)
         }
     };
-    // Through the batch call first: it retires at most max_batch of each token.
-    let first = store.requeue_orphans_many(&[session.token]).await.unwrap();
+    // Through the batch call first: it declares at most max_batch members of each token dead.
+    let first = store.sweep_many(&[session.token]).await.unwrap();
     let first = first.into_iter().next().unwrap().unwrap();
-    assert_eq!(first.retired.len(), batch);
+    assert_eq!(first.members.len(), batch);
     assert!(dead(&store, session.token).await, "the session left early");
-    let second = store.requeue_orphans(session.token).await.unwrap();
-    assert_eq!(second.retired.len(), batch);
+    let second = store.sweep(session.token).await.unwrap();
+    assert_eq!(second.members.len(), batch);
     assert!(dead(&store, session.token).await, "the session left early");
-    let last = store.requeue_orphans(session.token).await.unwrap();
-    assert_eq!(last.retired.len(), n - 2 * batch);
+    let last = store.sweep(session.token).await.unwrap();
+    assert_eq!(last.members.len(), n - 2 * batch);
     assert!(
         !dead(&store, session.token).await,
-        "the drained session stayed"
+        "the swept session stayed"
     );
-    let mut retired: Vec<FencingToken> = [first, second, last]
+    let mut swept: Vec<FencingToken> = [first, second, last]
         .iter()
-        .flat_map(|r| r.retired.iter().map(|m| m.token))
+        .flat_map(|r| r.members.iter().map(|m| m.token))
         .collect();
-    retired.sort();
+    swept.sort();
     let want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
-    assert_eq!(retired, want, "each member exactly once");
+    assert_eq!(swept, want, "each member exactly once");
     for m in members.iter().step_by(97) {
         assert!(
             dead(&store, m.token).await,
@@ -126,11 +126,14 @@ async fn a_dead_session_above_max_batch_drains_in_batches() {
     }
     assert!(
         keys(&mut conn, "liveness:*:sm:*").await.is_empty(),
-        "a member set outlived its drain"
+        "a member set outlived its sweep"
     );
     let page = store
-        .members(&Space::members(), liveness_core::Page::first(10))
+        .leases(&Space::members(), liveness_core::Page::first(10))
         .await
         .unwrap();
-    assert!(page.is_empty(), "retired members still listed: {page:?}");
+    assert!(
+        page.is_empty(),
+        "members declared dead still listed: {page:?}"
+    );
 }

@@ -14,8 +14,8 @@
 //! one of them every ttl/3 with `renew_many` (batches of `max_batch`). SQLite runs in
 //! this process, so the store's cost is this process's CPU (user + system, from
 //! `/proc/self/stat`), printed as % of one core; and the wall time of one round of
-//! renewals. Then one session is killed and drained as a checker does (its calls, the
-//! whole drain's time, the longest call). `synchronous=normal` by default: a join is one transaction, and 100,000
+//! renewals. Then one session is killed and swept as a checker does (its calls, the
+//! whole sweep's time, the longest call). `synchronous=normal` by default: a join is one transaction, and 100,000
 //! fsyncs would time the disk, not the store.
 //!
 //! `--processes N` holds the sessions in N processes instead of N handles of this one
@@ -32,8 +32,8 @@
 use std::time::{Duration, Instant};
 
 use liveness_conformance::bench::args::{Args, SessionOptions};
-use liveness_conformance::bench::drain::drain;
 use liveness_conformance::bench::procfs;
+use liveness_conformance::bench::sweep_members::sweep_members;
 use liveness_conformance::bench_util;
 use liveness_conformance::fixtures::renew_with_ttl;
 use liveness_core::{HolderId, ItemStore, Key, Lease, LeaseStore, Name, Space, Store, Ttl};
@@ -204,7 +204,7 @@ async fn sessions(path: &std::path::Path, o: &Options) -> Figures {
         }
     })
     .await;
-    kill_and_drain(&held[0].0, &held[0].1).await;
+    kill_and_sweep(&held[0].0, &held[0].1).await;
     Figures {
         join,
         cpu_pct,
@@ -213,25 +213,25 @@ async fn sessions(path: &std::path::Path, o: &Options) -> Figures {
     }
 }
 
-/// Kills `session` (renewed with a 1 ms ttl) and drains it as a checker does: reap,
-/// then `requeue_orphans` of its token until it leaves the dead set. Prints the calls,
-/// the members retired, the whole drain's time and the longest call (the longest the
+/// Kills `session` (renewed with a 1 ms ttl) and sweeps it as a checker does: reap,
+/// then `sweep` of its token until it leaves the dead set. Prints the calls, the
+/// members declared dead, the whole sweep's time and the longest call (the longest the
 /// file's write lock was held for it).
-async fn kill_and_drain(store: &SqliteStore, session: &Lease) {
+async fn kill_and_sweep(store: &SqliteStore, session: &Lease) {
     renew_with_ttl(store, session, Ttl::from_millis(1).unwrap()).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(store.reap(&session.key, session.token).await.unwrap());
     // Over when the session's token has left the dead set.
-    let drained = drain(store, session.token, async |_| {
+    let swept = sweep_members(store, session.token, async |_| {
         let dead = store.dead_tokens(1).await.unwrap();
         dead.first().map(|d| d.token) != Some(session.token)
     })
     .await;
-    let d = drained.unwrap();
+    let d = swept.unwrap();
     println!(
-        "drain of one dead session      {} members in {} calls, {:.1} ms in all, longest call \
+        "sweep of one dead session      {} members in {} calls, {:.1} ms in all, longest call \
          {:.1} ms",
-        d.retired,
+        d.members,
         d.calls,
         d.took.as_secs_f64() * 1000.0,
         d.longest.as_secs_f64() * 1000.0

@@ -1,5 +1,5 @@
 //! The native batches (`acquire_many`, `join_session_many`, `renew_many`,
-//! `reap_many`, `requeue_orphans_many`): each is one write transaction at one instant, so one
+//! `reap_many`, `sweep_many`): each is one write transaction at one instant, so one
 //! commit (one fsync with `synchronous=full`) for the whole batch instead of one per
 //! entry; the one-entry calls (`acquire`, `renew`, ...) are these with one entry
 //! ([`liveness_core::Store`]). And the per-entry steps they run
@@ -13,7 +13,7 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, JoinAsk, Key, Lease,
-    LostCause, Requeued, Result, Ttl,
+    LostCause, Result, Sweep, Ttl,
 };
 #[cfg(doc)]
 use liveness_core::{ItemStore, LeaseStore};
@@ -26,7 +26,7 @@ use crate::BACKEND;
 /// One entry's step of a batch, on the connection of the batch's write transaction.
 type Step<'c, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'c>>;
 
-/// How long one write transaction of `requeue_orphans_many` goes on starting sweeps:
+/// How long one write transaction of `sweep_many` goes on starting sweeps:
 /// a renewal waiting for the writer's turn waits about this long at most behind it.
 const SWEEP_BUDGET: Duration = Duration::from_millis(25);
 
@@ -151,10 +151,10 @@ impl SqliteStore {
         let mut out = Vec::with_capacity(asks.len());
         let mut buried = false;
         for (key, holder) in asks {
-            let (joined, retired) = self
+            let (joined, superseded) = self
                 .take_at(w.conn(), key, holder, session.ttl, now, Some(ride))
                 .await?;
-            buried |= retired;
+            buried |= superseded;
             out.push(joined);
         }
         w.commit().await?;
@@ -186,30 +186,31 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// [`ItemStore::requeue_orphans_many`]: the sweeps in write transactions of at
+    /// [`ItemStore::sweep_many`]: the sweeps in write transactions of at
     /// most [`SWEEP_BUDGET`] each (a mass death's round of hundreds of sweeps would
     /// otherwise hold every other writer, renewals among them, for hundreds of
-    /// milliseconds). A repeat of a token sees the first's work: it
-    /// moves nothing (a dead session's token retires its next batch). Each token is
-    /// swept as a call with that token alone would, a dead session's token retiring up
-    /// to `max_batch` of its own members; a transaction starts a token only while it
-    /// has retired fewer than `max_batch` members (so it retires fewer than
+    /// milliseconds). A repeat of a token sees the first's work: it moves nothing (a
+    /// dead session's token declares its next batch of members dead). Each token is
+    /// swept as a call with that token alone would, a dead session's token declaring up
+    /// to `max_batch` of its own members dead; a transaction starts a token only while
+    /// it has declared fewer than `max_batch` members dead (so it declares fewer than
     /// `2 * max_batch`: one never grows with the sessions), and the next transaction
     /// takes the rest.
-    pub(crate) async fn requeue_batch(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let batch = self.info.caps.max_batch;
         let mut out = Vec::with_capacity(tokens.len());
         while out.len() < tokens.len() {
             let mut w = self.write().await?;
-            let (mut retired, started, first) = (0, Instant::now(), out.len());
+            let (mut members, started, first) = (0, Instant::now(), out.len());
             // The sessions with members left among the next tokens: each is swept
-            // alone (its drain); the others, a run at a time, together.
+            // alone (a batch of its members declared dead); the others, a run at a
+            // time, together.
             let ahead = &tokens[out.len()..tokens.len().min(out.len() + batch.max(1))];
             let sessions = self.with_riders(w.conn(), ahead).await?;
             while out.len() < first + ahead.len() {
                 // Other writers (renewals among them) wait for this transaction: it
                 // ends after the write budget, the rest of the call in the next.
-                if retired >= batch.max(1)
+                if members >= batch.max(1)
                     || (out.len() > first && started.elapsed() >= SWEEP_BUDGET)
                 {
                     break;
@@ -226,14 +227,14 @@ impl SqliteStore {
                 }
                 let mut budget = batch;
                 let moved = self
-                    .requeue_in(w.conn(), rest[0], &mut budget)
+                    .sweep_in(w.conn(), rest[0], &mut budget)
                     .await?
                     .unwrap_or_default();
-                retired += moved.retired.len();
+                members += moved.members.len();
                 out.push(moved);
             }
             w.commit().await?;
-            if retired > 0 {
+            if members > 0 {
                 tick(&self.wake);
             }
         }
@@ -263,7 +264,7 @@ impl SqliteStore {
     ) -> Result<(Result<Lease>, bool)> {
         let ttl_ms = to_i64(ttl.as_millis(), "ttl")?;
         let cur = self.current(conn, key, now).await?;
-        let mut retired = false;
+        let mut superseded = false;
         if let Some(held) = cur.lease {
             if cur.now < held.until {
                 let held = Error::Held {
@@ -284,7 +285,7 @@ impl SqliteStore {
                 DeathCause::Superseded,
             )
             .await?;
-            retired = true;
+            superseded = true;
         }
         let token = self.next(conn, NEXT_TOKEN).await?;
         let put = |statement| {
@@ -309,7 +310,7 @@ impl SqliteStore {
         if let Some(ride) = ride {
             lease.expires_in = left(ride.until, cur.now);
         }
-        Ok((Ok(lease), retired))
+        Ok((Ok(lease), superseded))
     }
 
     /// Renews `lease` at store time `now` inside the open write transaction on `conn`:

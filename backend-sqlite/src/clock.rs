@@ -7,7 +7,7 @@
 //! the host, and keeps counting while the host is suspended (a lease must expire
 //! during a suspend: its holder is not renewing). It restarts at each boot, so the file
 //! records the boot id beside it (`liveness_boot`), and a file last opened under
-//! another boot has all its leases retired on open (see `store.rs`).
+//! another boot has all its leases expired on open (see `core.rs`).
 //!
 //! The store reads this clock in Rust, once per operation, after taking the write
 //! lock when it writes, and binds the reading into its statements; SQLite's own

@@ -15,8 +15,8 @@
 //!   bound into its statements: the operation happens at that one instant. SQLite's
 //!   wall-clock `'now'` is never used. This is only valid because every process that
 //!   opens the file runs on the same host and so reads the same clock. The file
-//!   records the boot its expiries count in; opening it under another boot retires
-//!   every lease ([`retire_other_boot`]).
+//!   records the boot its expiries count in; opening it under another boot expires
+//!   every lease ([`expire_other_boot`]).
 //! - Tokens and item ids: from one counter row per namespace, incremented in the
 //!   transaction that uses them; strictly increasing, never reused.
 //!
@@ -101,7 +101,7 @@ const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
 
 /// Expires every lease of every namespace (their holders died in a reboot). A member
 /// riding a session has no expiry of its own: it dies with its session.
-const RETIRE_ALL: &str =
+const EXPIRE_ALL: &str =
     "UPDATE liveness_leases SET expires_boot_ms = 0 WHERE expires_boot_ms IS NOT NULL";
 
 /// Records ?1 as the boot the file's expiries are counted in.
@@ -259,7 +259,7 @@ impl SqliteStore {
     ///
     /// The store clock is the host's boot clock; when the file was last opened under
     /// another boot of the host (a reboot killed every holder), every lease in it is
-    /// retired (expired) as part of opening. Fails with [`Error::Backend`] when the
+    /// expired as part of opening. Fails with [`Error::Backend`] when the
     /// host's boot id cannot be read.
     pub async fn connect(config: SqliteConfig) -> Result<SqliteStore> {
         Self::connect_with(config, Arc::new(HostBootClock::new()?)).await
@@ -326,23 +326,21 @@ impl SqliteStore {
             wake: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
-            info: StoreInfo {
-                backend: BACKEND,
-                caps: Capabilities {
+            info: StoreInfo::new(
+                BACKEND,
+                Capabilities::default()
                     // The store clock counts whole milliseconds.
-                    min_ttl: Duration::from_millis(1),
-                    death_retention: config.death_retention().max(1),
+                    .min_ttl(Duration::from_millis(1))
+                    .death_retention(config.death_retention().max(1))
                     // Members ride session leases: no row write while they live, and
-                    // the sweep drains a dead session's members a batch at a time.
-                    sessions: true,
-                    ..Capabilities::default()
-                },
-                issuer: Issuer::located(
+                    // the sweep declares a dead session's members dead a batch at a time.
+                    .sessions(true),
+                Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
                     config.namespace().clone(),
                 ),
-            },
+            ),
         })
     }
 
@@ -472,15 +470,7 @@ impl SqliteStore {
             (STATE_DEAD, _) => ItemState::DeadLettered,
             _ => return Err(corrupt("bad item state in the liveness database")),
         };
-        Ok((
-            Item {
-                id,
-                payload,
-                attempts,
-                max_attempts,
-            },
-            state,
-        ))
+        Ok((Item::new(id, payload, attempts, max_attempts), state))
     }
 }
 
@@ -520,8 +510,8 @@ pub(crate) fn state_code(state: ItemStateKind) -> i64 {
 
 /// Applies the embedded migrations under one `BEGIN IMMEDIATE` transaction, so that
 /// processes connecting at once apply them exactly once, after refusing a schema
-/// newer than this build; then, in the same transaction, retires every lease when the
-/// file was last opened under another boot than `boot_id` ([`retire_other_boot`]).
+/// newer than this build; then, in the same transaction, expires every lease when the
+/// file was last opened under another boot than `boot_id` ([`expire_other_boot`]).
 ///
 /// With `existing_only`, [`check_existing`] has found the schema current: no migration
 /// runs (so nothing but the reboot rule writes), and the write lock is taken only when
@@ -550,7 +540,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
             return Ok(());
         }
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
-        retire_other_boot(&mut tx, boot_id).await?;
+        expire_other_boot(&mut tx, boot_id).await?;
         return tx.commit().await.map_err(map);
     }
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
@@ -569,7 +559,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate)?;
-    retire_other_boot(&mut tx, boot_id).await?;
+    expire_other_boot(&mut tx, boot_id).await?;
     tx.commit().await.map_err(map)
 }
 
@@ -578,13 +568,13 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
 /// the file was just migrated from wall-clock expiries), expires every lease of every
 /// namespace and records `boot_id`. The caller holds the write lock (`BEGIN
 /// IMMEDIATE`) and commits, so of the processes opening the file at once after a
-/// reboot, exactly the first retires the old leases and no later one touches a lease
+/// reboot, exactly the first expires the old leases and no later one touches a lease
 /// written under this boot.
-async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
+async fn expire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
     let Some(recorded) = other_boot(conn, boot_id).await? else {
         return Ok(());
     };
-    let retired = sqlx::query(RETIRE_ALL)
+    let expired = sqlx::query(EXPIRE_ALL)
         .execute(&mut *conn)
         .await
         .map_err(map)?
@@ -595,7 +585,7 @@ async fn retire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result
         .await
         .map_err(map)?;
     tracing::info!(
-        retired,
+        expired,
         previous_boot = %recorded,
         boot = %boot_id,
         "first open of the file under this boot of the host: its leases are expired"
@@ -618,11 +608,7 @@ async fn schema_found(
     if let Some(found) = found.filter(|f| *f > supported) {
         return Err(Error::backend(
             BACKEND,
-            SchemaTooNew {
-                location: path.display().to_string(),
-                found,
-                supported,
-            },
+            SchemaTooNew::new(path.display().to_string(), found, supported),
         ));
     }
     Ok(found)

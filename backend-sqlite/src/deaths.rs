@@ -1,8 +1,8 @@
 //! Finding and declaring deaths, and their history: the expired leases, the reap or
-//! release that retires one (its token to the dead set, a death record, in the caller's
-//! write transaction), the dead set, the sweep of a dead token's items (for a dead
-//! session's token, first the drain of its riding members, a batch per call), and the
-//! death records. [`SqliteStore`] methods that `lease.rs`, `items.rs`, `operator.rs`
+//! release that declares one dead (its token to the dead set, a death record, in the
+//! caller's write transaction), the dead set, the sweep of a dead token's items (for a
+//! dead session's token, first its riding members declared dead, a batch per call),
+//! and the death records. [`SqliteStore`] methods that `lease.rs`, `items.rs`, `operator.rs`
 //! and `batch.rs` call.
 
 use std::collections::{HashMap, HashSet};
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use liveness_core::{
     DeadToken, DeathCause, DeathRecord, ExpiredLease, FencingToken, HolderId, ItemId, Key, Name,
-    Requeued, Result, Space, StoreTime, Swept,
+    Result, Space, StoreTime, Sweep, Swept,
 };
 #[cfg(doc)]
 use liveness_core::{ItemStore, LeaseStore, OperatorStore};
@@ -38,7 +38,7 @@ const REAP: &str = concat!(
     " <= ?5 RETURNING holder"
 );
 
-/// Puts a retired lease's token in the dead set (?1 ns, ?2 token, ?3 space, ?4 name).
+/// Puts the token of a lease declared dead in the dead set (?1 ns, ?2 token, ?3 space, ?4 name).
 const BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name) VALUES (?1, ?2, ?3, ?4)";
 
 /// Up to ?2 tokens of the dead set (?1 ns), oldest first.
@@ -46,7 +46,7 @@ const DEAD_TOKENS: &str =
     "SELECT token, space, name FROM liveness_dead WHERE ns = ?1 ORDER BY token LIMIT ?2";
 
 /// Takes token ?2 out of the dead set (?1 ns), answering the death record its sweep
-/// counts in when that is not its own (a member retired with its session: the
+/// counts in when that is not its own (a member declared dead with its session: the
 /// session's seq).
 const FORGET_DEAD: &str =
     "DELETE FROM liveness_dead WHERE ns = ?1 AND token = ?2 RETURNING death_seq";
@@ -69,13 +69,13 @@ const FORGET_DEAD_MANY: &str = "DELETE FROM liveness_dead \
     WHERE ns = ?1 AND token IN (SELECT value FROM json_each(?2)) RETURNING token, death_seq";
 
 /// The items the tokens of the JSON array ?2 own (?1 ns), each with its owner: read
-/// before [`REQUEUE_ORPHANS_MANY`], whose `RETURNING` sees the owner cleared.
+/// before [`SWEEP_ITEMS_MANY`], whose `RETURNING` sees the owner cleared.
 const OWNED_BY_MANY: &str = "SELECT id, owner FROM liveness_items \
     WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2))";
 
 /// Gives back every item the tokens of the JSON array ?2 own (?1 ns), as
-/// [`REQUEUE_ORPHANS`] does for one.
-const REQUEUE_ORPHANS_MANY: &str = "UPDATE liveness_items SET owner = NULL, \
+/// [`SWEEP_ITEMS`] does for one.
+const SWEEP_ITEMS_MANY: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
     WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2)) \
     RETURNING id, state";
@@ -98,32 +98,32 @@ const SWEPT_UNDER_MANY: &str = "UPDATE liveness_deaths \
     FROM json_each(?2) GROUP BY k) AS s WHERE ns = ?1 AND seq = s.k";
 
 /// The greatest token of the first ?3 members riding session token ?2 (?1 ns), in
-/// token order: the end of the drain's batch.
+/// token order: the end of the batch its sweep declares dead.
 const BATCH_END: &str = "SELECT MAX(token) FROM (SELECT token FROM liveness_leases \
     WHERE ns = ?1 AND session_token = ?2 ORDER BY token LIMIT ?3)";
 
 /// Puts the members riding session token ?2 with a token up to ?3 into the dead set,
 /// linked to the death record ?4 (?1 ns).
-const DRAIN_BURY: &str = "INSERT INTO liveness_dead (ns, token, space, name, death_seq) \
+const BURY_MEMBERS: &str = "INSERT INTO liveness_dead (ns, token, space, name, death_seq) \
     SELECT ns, token, space, name, ?4 FROM liveness_leases \
     WHERE ns = ?1 AND session_token = ?2 AND token <= ?3";
 
 /// Deletes the members riding session token ?2 with a token up to ?3 (?1 ns).
-const DRAIN: &str = "DELETE FROM liveness_leases \
+const REMOVE_MEMBERS: &str = "DELETE FROM liveness_leases \
     WHERE ns = ?1 AND session_token = ?2 AND token <= ?3 RETURNING space, name, holder, token";
 
 /// The seq of token ?2's death record (?1 ns).
 const DEATH_OF: &str = "SELECT seq FROM liveness_deaths WHERE ns = ?1 AND token = ?2";
 
-/// Counts ?3 members retired under death record ?2 (?1 ns); the record is swept from
-/// now on (its counts add up its members' sweeps).
-const RETIRED_UNDER: &str = "UPDATE liveness_deaths SET members = members + ?3, \
+/// Counts ?3 members declared dead under death record ?2 (?1 ns); the record is swept
+/// from now on (its counts add up its members' sweeps).
+const MEMBERS_UNDER: &str = "UPDATE liveness_deaths SET members = members + ?3, \
     requeued = COALESCE(requeued, 0), dead_lettered = COALESCE(dead_lettered, 0) \
     WHERE ns = ?1 AND seq = ?2";
 
 /// Gives back every item token ?2 owns (?1 ns): pending when it has attempts left, else
 /// dead-lettered.
-const REQUEUE_ORPHANS: &str = "UPDATE liveness_items SET owner = NULL, \
+const SWEEP_ITEMS: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END \
     WHERE ns = ?1 AND state = 1 AND owner = ?2 RETURNING id, state";
 
@@ -146,7 +146,7 @@ const SWEPT: &str = "UPDATE liveness_deaths \
     SET requeued = COALESCE(requeued, 0) + ?3, dead_lettered = COALESCE(dead_lettered, 0) + ?4 \
     WHERE ns = ?1 AND token = ?2";
 
-/// Adds what the sweep of a member retired with its session moved to the session's
+/// Adds what the sweep of a member declared dead with its session moved to the session's
 /// death record, seq ?2 (?1 ns, ?3 requeued, ?4 dead-lettered).
 const SWEPT_UNDER: &str = "UPDATE liveness_deaths \
     SET requeued = COALESCE(requeued, 0) + ?3, dead_lettered = COALESCE(dead_lettered, 0) + ?4 \
@@ -173,19 +173,19 @@ impl SqliteStore {
         self.list(q, |row| {
             let name = Name::new(get_text(row, 0)?)
                 .map_err(|_| corrupt("bad name in the liveness database"))?;
-            Ok(ExpiredLease {
-                key: Key::new(space.clone(), name),
-                holder: HolderId::new(get_text(row, 1)?)
+            Ok(ExpiredLease::new(
+                Key::new(space.clone(), name),
+                HolderId::new(get_text(row, 1)?)
                     .map_err(|_| corrupt("bad holder in the liveness database"))?,
-                token: FencingToken(get_u64(row, 2, "token")?),
-            })
+                FencingToken(get_u64(row, 2, "token")?),
+            ))
         })
         .await
     }
 
     /// Reaps the lease on `key` if it still has `token` and is expired at store time
     /// `now` ([`LeaseStore::reap_many`]'s entry), inside the open write transaction on
-    /// `conn`: true when this call retired it (the caller commits, and wakes the
+    /// `conn`: true when this call declared it dead (the caller commits, and wakes the
     /// waiters).
     pub(crate) async fn reap_in(
         &self,
@@ -194,14 +194,15 @@ impl SqliteStore {
         token: FencingToken,
         now: i64,
     ) -> Result<bool> {
-        self.retire_in(conn, REAP, key, token, true, now).await
+        self.declare_dead_in(conn, REAP, key, token, true, now)
+            .await
     }
 
     /// Runs `RELEASE` (lease.rs) or [`REAP`] on the lease on `key` with `token` inside
     /// the open write transaction on `conn`, at store time `now`: true when it removed
     /// the lease, buried its token and recorded its death (the caller commits, and
     /// wakes the waiters). When `clocked` (`REAP`), `now` is bound last.
-    pub(crate) async fn retire_in(
+    pub(crate) async fn declare_dead_in(
         &self,
         conn: &mut SqliteConnection,
         statement: &'static str,
@@ -299,45 +300,45 @@ impl SqliteStore {
                 .map_err(|_| corrupt("bad space in the liveness database"))?;
             let name = Name::new(get_text(row, 2)?)
                 .map_err(|_| corrupt("bad name in the liveness database"))?;
-            Ok(DeadToken {
-                token: FencingToken(get_u64(row, 0, "token")?),
-                key: Key::new(space, name),
-            })
+            Ok(DeadToken::new(
+                Key::new(space, name),
+                FencingToken(get_u64(row, 0, "token")?),
+            ))
         })
         .await
     }
 
-    /// Sweeps the items `token` owned ([`ItemStore::requeue_orphans_many`]'s entry)
+    /// Sweeps the items `token` owned ([`ItemStore::sweep_many`]'s entry)
     /// inside the open write transaction on `conn` (the caller commits): takes the
     /// token out of the dead set, gives its items back and fills in its death record;
     /// `None` when the token is not in the dead set (nothing written). A dead
-    /// session's token retires at most `budget` riding members, lowering it
-    /// ([`SqliteStore::drain`]), and leaves the dead set, its items swept, only in the
-    /// call that finds none left.
-    pub(crate) async fn requeue_in(
+    /// session's token declares at most `budget` riding members dead, lowering it
+    /// ([`SqliteStore::sweep_members`]), and leaves the dead set, its items swept, only
+    /// in the call that finds none left.
+    pub(crate) async fn sweep_in(
         &self,
         conn: &mut SqliteConnection,
         token: FencingToken,
         budget: &mut usize,
-    ) -> Result<Option<Requeued>> {
+    ) -> Result<Option<Sweep>> {
         let t = as_db(token.0);
-        let mut out = Requeued::default();
+        let mut out = Sweep::default();
         if self.riders_left(conn, t).await? {
             if self.token_row(conn, IS_DEAD, t).await?.is_none() {
                 // A live session's token: its members are not dead.
                 return Ok(None);
             }
-            out.retired = self.drain(conn, t, budget).await?;
+            out.members = self.sweep_members(conn, t, budget).await?;
             if self.riders_left(conn, t).await? {
                 return Ok(Some(out));
             }
         }
         let Some(forgotten) = self.token_row(conn, FORGET_DEAD, t).await? else {
-            return Ok((!out.retired.is_empty()).then_some(out));
+            return Ok((!out.members.is_empty()).then_some(out));
         };
         let linked: Option<i64> = forgotten.try_get(0).map_err(map)?;
         let rows = self
-            .query(REQUEUE_ORPHANS)
+            .query(SWEEP_ITEMS)
             .bind(t)
             .fetch_all(&mut *conn)
             .await
@@ -374,7 +375,7 @@ impl SqliteStore {
 
     /// The sweeps of `tokens`, none of them a session with members left, in the open
     /// write transaction, in a fixed number of statements whatever their number: each
-    /// answers what [`requeue_in`](Self::requeue_in) of it alone would (a token not in
+    /// answers what [`sweep_in`](Self::sweep_in) of it alone would (a token not in
     /// the dead set, or a repeat, moves nothing). Each statement is a round trip to the
     /// connection's worker thread, which costs more than the database's work: a mass
     /// death's sweeps are one round trip each per transaction, not several per token.
@@ -382,8 +383,8 @@ impl SqliteStore {
         &self,
         conn: &mut SqliteConnection,
         tokens: &[FencingToken],
-    ) -> Result<Vec<Requeued>> {
-        let mut out = vec![Requeued::default(); tokens.len()];
+    ) -> Result<Vec<Sweep>> {
+        let mut out = vec![Sweep::default(); tokens.len()];
         let forgotten = self
             .query(FORGET_DEAD_MANY)
             .bind(json_tokens(tokens.iter().map(|t| t.0)))
@@ -394,11 +395,11 @@ impl SqliteStore {
             return Ok(out);
         }
         // Each forgotten token: the death record it is linked to, and its counts.
-        let mut swept: HashMap<u64, (Option<i64>, Requeued)> = HashMap::new();
+        let mut swept: HashMap<u64, (Option<i64>, Sweep)> = HashMap::new();
         for row in &forgotten {
             let token = get_u64(row, 0, "token")?;
             let linked: Option<i64> = row.try_get(1).map_err(map)?;
-            swept.insert(token, (linked, Requeued::default()));
+            swept.insert(token, (linked, Sweep::default()));
         }
         let owners = json_tokens(swept.keys().copied());
         let owned = self
@@ -412,7 +413,7 @@ impl SqliteStore {
             owner_of.insert(get_u64(row, 0, "item id")?, get_u64(row, 1, "owner")?);
         }
         let items = self
-            .query(REQUEUE_ORPHANS_MANY)
+            .query(SWEEP_ITEMS_MANY)
             .bind(&owners)
             .fetch_all(&mut *conn)
             .await
@@ -479,12 +480,12 @@ impl SqliteStore {
             .map_err(map)
     }
 
-    /// Retires up to `budget` of the members riding the dead session `token`, lowering
-    /// `budget`, in the open write transaction: each row deleted and its token put in
-    /// the dead set, linked to the session's death record (no record of its own),
-    /// whose member count grows by as many. A fixed number of statements whatever the
-    /// batch. Returns the retired members.
-    async fn drain(
+    /// Declares up to `budget` of the members riding the dead session `token` dead,
+    /// lowering `budget`, in the open write transaction: each row deleted and its token
+    /// put in the dead set, linked to the session's death record (no record of its
+    /// own), whose member count grows by as many. A fixed number of statements whatever
+    /// the batch. Returns the members declared dead.
+    async fn sweep_members(
         &self,
         conn: &mut SqliteConnection,
         token: i64,
@@ -509,43 +510,46 @@ impl SqliteStore {
         };
         // Both statements act on the batch: ?2 the session's token, ?3 the batch's end.
         let on_batch = |statement| self.query(statement).bind(token).bind(end);
-        on_batch(DRAIN_BURY)
+        on_batch(BURY_MEMBERS)
             .bind(seq)
             .execute(&mut *conn)
             .await
             .map_err(map)?;
-        let rows = on_batch(DRAIN).fetch_all(&mut *conn).await.map_err(map)?;
+        let rows = on_batch(REMOVE_MEMBERS)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
         *budget = budget.saturating_sub(rows.len());
         if let Some(seq) = seq {
-            self.query(RETIRED_UNDER)
+            self.query(MEMBERS_UNDER)
                 .bind(seq)
                 .bind(i64::try_from(rows.len()).unwrap_or(i64::MAX))
                 .execute(&mut *conn)
                 .await
                 .map_err(map)?;
         }
-        let mut retired = rows
+        let mut members = rows
             .iter()
             .map(|row| {
                 let space = Space::new(get_text(row, 0)?)
                     .map_err(|_| corrupt("bad space in the liveness database"))?;
                 let name = Name::new(get_text(row, 1)?)
                     .map_err(|_| corrupt("bad name in the liveness database"))?;
-                Ok(ExpiredLease {
-                    key: Key::new(space, name),
-                    holder: HolderId::new(get_text(row, 2)?)
+                Ok(ExpiredLease::new(
+                    Key::new(space, name),
+                    HolderId::new(get_text(row, 2)?)
                         .map_err(|_| corrupt("bad holder in the liveness database"))?,
-                    token: FencingToken(get_u64(row, 3, "token")?),
-                })
+                    FencingToken(get_u64(row, 3, "token")?),
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
-        retired.sort_by_key(|m| m.token);
-        Ok(retired)
+        members.sort_by_key(|m| m.token);
+        Ok(members)
     }
 
-    /// Adds what the sweep of `token` moved (`rows` of [`REQUEUE_ORPHANS`]) to its
-    /// death record, or to the record `linked` (a member retired with its session:
-    /// the session's), inside the sweep's write transaction.
+    /// Adds what the sweep of `token` moved (`rows` of [`SWEEP_ITEMS`]) to its death
+    /// record, or to the record `linked` (a member declared dead with its session: the
+    /// session's), inside the sweep's write transaction.
     async fn record_sweep(
         &self,
         conn: &mut SqliteConnection,
@@ -595,23 +599,23 @@ impl SqliteStore {
                 u64::try_from(n).map_err(|_| corrupt("bad swept count in the liveness database"))
             };
             let swept = match (requeued, dead) {
-                (Some(r), Some(d)) => Some(Swept {
-                    members: count(row.try_get(9).map_err(map)?)?,
-                    requeued: count(r)?,
-                    dead_lettered: count(d)?,
-                }),
+                (Some(r), Some(d)) => Some(Swept::new(
+                    count(row.try_get(9).map_err(map)?)?,
+                    count(r)?,
+                    count(d)?,
+                )),
                 _ => None,
             };
-            Ok(DeathRecord {
-                seq: get_u64(row, 0, "seq")?,
-                key: Key::new(space, name),
-                holder: HolderId::new(get_text(row, 3)?)
+            Ok(DeathRecord::new(
+                get_u64(row, 0, "seq")?,
+                Key::new(space, name),
+                HolderId::new(get_text(row, 3)?)
                     .map_err(|_| corrupt("bad holder in the liveness database"))?,
-                token: FencingToken(get_u64(row, 4, "token")?),
-                at: StoreTime::from_epoch(Duration::from_millis(get_u64(row, 5, "at")?)),
-                cause: cause_from_code(row.try_get(6).map_err(map)?)?,
+                FencingToken(get_u64(row, 4, "token")?),
+                StoreTime::from_epoch(Duration::from_millis(get_u64(row, 5, "at")?)),
+                cause_from_code(row.try_get(6).map_err(map)?)?,
                 swept,
-            })
+            ))
         })
         .await
     }

@@ -1,12 +1,12 @@
 //! `impl ItemStore for SqliteStore`: each method runs its statements here, in one
 //! transaction, or forwards the dead set and the sweeps of dead tokens' items to
-//! `deaths.rs` and `batch.rs` (`requeue_orphans` is `requeue_orphans_many` with one
+//! `deaths.rs` and `batch.rs` (`sweep` is `sweep_many` with one
 //! token, [`liveness_core::Store`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]): they do not check it again.
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Requeued, Result,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
 
 use crate::core::{as_db, limit_param, SqliteStore, STATE_PENDING};
@@ -170,8 +170,8 @@ impl ItemStore for SqliteStore {
         }
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
-        self.requeue_batch(tokens).await
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
+        self.sweep_batch(tokens).await
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -185,7 +185,7 @@ impl ItemStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(map)?;
-        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord { item, state }))
+        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord::new(item, state)))
             .transpose()
     }
 }

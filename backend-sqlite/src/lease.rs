@@ -50,16 +50,16 @@ pub(crate) fn lease_info(row: &SqliteRow, at: usize, key: Key, now: i64) -> Resu
         })
         .transpose()?;
     let expires_at: i64 = row.try_get(at + 3).map_err(map)?;
-    Ok(LeaseInfo {
-        session,
+    let info = LeaseInfo::of(
         key,
-        holder: HolderId::new(get_text(row, at)?)
+        HolderId::new(get_text(row, at)?)
             .map_err(|_| corrupt("bad holder in the liveness database"))?,
-        token: FencingToken(get_u64(row, at + 1, "token")?),
-        ttl: Ttl::from_millis(get_u64(row, at + 2, "ttl")?)
+        FencingToken(get_u64(row, at + 1, "token")?),
+        Ttl::from_millis(get_u64(row, at + 2, "ttl")?)
             .map_err(|_| corrupt("bad ttl in the liveness database"))?,
-        status: status_at(expires_at, now),
-    })
+        status_at(expires_at, now),
+    );
+    Ok(info.with_session(session))
 }
 
 #[async_trait]
@@ -84,7 +84,7 @@ impl LeaseStore for SqliteStore {
         let mut w = self.write().await?;
         let now = self.now()?;
         if !self
-            .retire_in(w.conn(), RELEASE, &lease.key, lease.token, false, now)
+            .declare_dead_in(w.conn(), RELEASE, &lease.key, lease.token, false, now)
             .await?
         {
             w.rollback().await?;

@@ -23,7 +23,7 @@ use crate::lease::lease_info;
 /// Up to ?4 leases of space ?2 (?1 ns) whose name is greater than ?3, in name (byte)
 /// order, on the primary key: O(page). The name, then the columns `INSPECT`
 /// (lease.rs) reads.
-const MEMBERS: &str = concat!(
+const LEASES: &str = concat!(
     "SELECT l.name, l.holder, l.token, l.ttl_ms, ",
     live_until!(),
     ", l.session_name FROM liveness_leases l \
@@ -57,11 +57,11 @@ impl OperatorStore for SqliteStore {
         Ok(StoreTime::from_epoch(Duration::from_millis(now)))
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
         let now = self.now()?;
         let q = self
-            .query(MEMBERS)
+            .query(LEASES)
             .bind(space.as_ref())
             .bind(after.map_or("", |k| k.name().as_ref()))
             .bind(limit_param(limit));
@@ -105,7 +105,7 @@ impl OperatorStore for SqliteStore {
             .bind(after.map_or(0, |id| as_db(id.0)))
             .bind(limit_param(limit));
         self.list(q, |row| {
-            Self::item_from_row(row).map(|(item, state)| ItemRecord { item, state })
+            Self::item_from_row(row).map(|(item, state)| ItemRecord::new(item, state))
         })
         .await
     }

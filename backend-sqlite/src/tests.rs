@@ -1,6 +1,6 @@
 //! The store clock driven by hand (`clock::ManualBootClock`): expiry follows the boot
 //! clock and nothing else, a suspend (the boot clock jumps) expires leases, and a
-//! reboot (another boot id, a clock restarted near zero) retires every lease written
+//! reboot (another boot id, a clock restarted near zero) expires every lease written
 //! before it, however far in the future its expiry lies.
 
 use std::sync::Arc;
@@ -81,7 +81,7 @@ async fn expiry_and_store_time_follow_the_boot_clock_only() {
 }
 
 #[tokio::test]
-async fn a_reboot_retires_every_lease_written_before_it() {
+async fn a_reboot_expires_every_lease_written_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reboot.db");
     // The last boot ran for 40 days; its leases expire a day after that.
@@ -125,7 +125,7 @@ async fn a_reboot_retires_every_lease_written_before_it() {
     ));
     store.renew(&new).await.unwrap();
 
-    // Reopening under the same boot retires nothing.
+    // Reopening under the same boot expires nothing.
     store.close().await;
     let store = open(&path, &after).await;
     assert!(matches!(

@@ -1,5 +1,5 @@
 //! A batch is one transaction. `acquire_many` of many keys, `reap_many` of
-//! many deaths and `requeue_orphans_many` of many dead tokens each commit once
+//! many deaths and `sweep_many` of many dead tokens each commit once
 //! (counted by SQLite's own commit hook on the pool's only connection), not once per
 //! entry.
 
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use liveness_conformance::fixtures::{
-    drained_session_record, owners_with_items, renew_with_ttl, session_with_members, wait_expired,
+    owners_with_items, renew_with_ttl, session_with_members, swept_session_record, wait_expired,
 };
 use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
@@ -114,10 +114,10 @@ async fn reap_many_is_one_commit_for_the_batch() {
     }
 }
 
-/// Requeueing a round's dead tokens commits once, not once per token, and answers
-/// each token as `requeue_orphans` would (a repeat and a live token move nothing).
+/// Sweeping a round's dead tokens commits once, not once per token, and answers
+/// each token as `sweep` would (a repeat and a live token move nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_orphans_many_is_one_commit_for_the_batch() {
+async fn sweep_many_is_one_commit_for_the_batch() {
     let (_dir, store, commits) = counted().await;
     let dead = expired_owners(&store, "dead", 10).await;
     let entries: Vec<(Key, FencingToken)> =
@@ -131,8 +131,8 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
     let mut tokens: Vec<FencingToken> = dead.iter().map(|(l, _)| l.token).collect();
     tokens.push(dead[0].0.token);
     tokens.push(FencingToken(dead[9].0.token.0 + 1_000));
-    let what = format!("requeue_orphans_many of {} tokens", tokens.len());
-    let answers = in_one_commit(&commits, &what, store.requeue_orphans_many(&tokens)).await;
+    let what = format!("sweep_many of {} tokens", tokens.len());
+    let answers = in_one_commit(&commits, &what, store.sweep_many(&tokens)).await;
     for (i, (_, id)) in dead.iter().enumerate() {
         assert_eq!(answers[i].requeued, vec![*id]);
     }
@@ -150,11 +150,11 @@ async fn requeue_orphans_many_is_one_commit_for_the_batch() {
     }
 }
 
-/// The members a dead session's drain retired, swept in one `requeue_orphans_many`
+/// The members a dead session's sweep declared dead, swept in one `sweep_many`
 /// (with a repeat), each hand their item back once, and their session's one death
 /// record sums what they moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record() {
+async fn sweep_many_sums_members_declared_dead_into_their_session_s_record() {
     let (_dir, store, _commits) = counted().await;
     let ttl = Ttl::from_secs(60).unwrap();
     let (session, members) = session_with_members(&store, "p", "m", ttl, 3).await;
@@ -166,7 +166,7 @@ async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record()
         assert_eq!(store.claim(member, 1).await.unwrap().len(), 1);
     }
     assert!(store.release(&session).await.unwrap());
-    let mut retired = Vec::new();
+    let mut declared = Vec::new();
     while store
         .dead_tokens(1000)
         .await
@@ -174,17 +174,17 @@ async fn requeue_orphans_many_sums_retired_members_into_their_session_s_record()
         .iter()
         .any(|d| d.token == session.token)
     {
-        let moved = store.requeue_orphans(session.token).await.unwrap();
-        retired.extend(moved.retired.into_iter().map(|m| m.token));
+        let moved = store.sweep(session.token).await.unwrap();
+        declared.extend(moved.members.into_iter().map(|m| m.token));
     }
-    assert_eq!(retired.len(), 3);
-    let mut tokens = retired.clone();
-    tokens.push(retired[0]);
-    let answers = store.requeue_orphans_many(&tokens).await.unwrap();
+    assert_eq!(declared.len(), 3);
+    let mut tokens = declared.clone();
+    tokens.push(declared[0]);
+    let answers = store.sweep_many(&tokens).await.unwrap();
     let moved: Vec<usize> = answers
         .into_iter()
         .map(|a| a.unwrap().requeued.len())
         .collect();
     assert_eq!(moved, vec![1, 1, 1, 0], "each member's item once");
-    drained_session_record(&store, session.token, &retired, 3).await;
+    swept_session_record(&store, session.token, &declared, 3).await;
 }

@@ -110,13 +110,7 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
     let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
     let held = store.acquire(&other, &holder, ttl).await.unwrap();
     let id = store
-        .enqueue(
-            b"job",
-            EnqueueOptions {
-                max_attempts: 5,
-                ..Default::default()
-            },
-        )
+        .enqueue(b"job", EnqueueOptions::default().max_attempts(5))
         .await
         .unwrap();
     assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
@@ -169,15 +163,12 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
         );
     }
 
-    // The checker reaps it and requeues its item; acquiring the other key retires
-    // the old lease on the way.
+    // The checker reaps it and requeues its item; acquiring the other key declares
+    // the old lease dead on the way (superseded).
     assert!(store.reap(&worker, lease.token).await.unwrap());
     let dead = store.dead_tokens(10).await.unwrap();
     assert_eq!(dead.len(), 1);
-    assert_eq!(
-        store.requeue_orphans(lease.token).await.unwrap().requeued,
-        vec![id]
-    );
+    assert_eq!(store.sweep(lease.token).await.unwrap().requeued, vec![id]);
     assert_eq!(
         store.item(id).await.unwrap().unwrap().state,
         ItemState::Pending
@@ -202,11 +193,11 @@ async fn a_lease_written_under_another_boot_is_expired_everywhere() {
     store.renew(&taken).await.unwrap();
 }
 
-/// Processes starting together after a reboot: the first to open the file retires
+/// Processes starting together after a reboot: the first to open the file expires
 /// the old boot's leases, and no later open touches a lease written under this boot,
 /// even one written a moment after the first open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn opening_at_once_after_a_reboot_retires_only_the_old_boots_leases() {
+async fn opening_at_once_after_a_reboot_expires_only_the_old_boots_leases() {
     for round in 0..5 {
         let (_dir, path) = common::scratch(&format!("r{round}.db"));
         let store = common::open(&path, NS).await;
@@ -248,7 +239,7 @@ async fn opening_at_once_after_a_reboot_retires_only_the_old_boots_leases() {
                     store.inspect(key).await.unwrap().unwrap().status,
                     LeaseStatus::Live { .. }
                 ),
-                "round {round}: {key} was retired by a later open"
+                "round {round}: {key} was expired by a later open"
             );
         }
         for (s, _) in opened {

@@ -25,7 +25,7 @@ fn config(path: &str, ns: &str) -> SqliteConfig {
     SqliteConfig::new(path, Namespace::new(ns).expect("namespace"))
 }
 
-/// Expired members reaped by this process, requeueing their orphans. Prints one
+/// Expired members reaped by this process, then the dead tokens' items swept. Prints one
 /// `REAPED key token` line per reap won.
 async fn reap_round(store: &SqliteStore) {
     let Ok(expired) = store.expired(&Space::members(), 100).await else {
@@ -38,7 +38,7 @@ async fn reap_round(store: &SqliteStore) {
     }
     if let Ok(dead) = store.dead_tokens(100).await {
         for d in dead {
-            let _ = store.requeue_orphans(d.token).await;
+            let _ = store.sweep(d.token).await;
         }
     }
 }
@@ -149,10 +149,7 @@ async fn processes_share_one_file() {
         store
             .enqueue(
                 format!("item {i}").as_bytes(),
-                EnqueueOptions {
-                    max_attempts: 10,
-                    ..EnqueueOptions::default()
-                },
+                EnqueueOptions::default().max_attempts(10),
             )
             .await
             .expect("enqueue");

@@ -199,7 +199,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].token.0, 7);
     assert!(store.reap(&old, info.token).await.unwrap());
-    let requeued = store.requeue_orphans(info.token).await.unwrap();
+    let requeued = store.sweep(info.token).await.unwrap();
     assert_eq!(requeued.requeued.len(), 1);
     assert_eq!(
         store
@@ -316,10 +316,7 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
     store.renew(&lease).await.unwrap();
     assert_eq!(store.expired(&Space::members(), 10).await.unwrap(), vec![]);
 
-    let swept = store
-        .requeue_orphans(liveness_core::FencingToken(5))
-        .await
-        .unwrap();
+    let swept = store.sweep(liveness_core::FencingToken(5)).await.unwrap();
     assert_eq!(swept.requeued.len(), 1);
     let deaths = store.deaths(None, 10).await.unwrap();
     assert_eq!(deaths.len(), 1);

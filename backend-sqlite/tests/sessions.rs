@@ -1,9 +1,9 @@
-//! Members riding sessions, beyond the conformance scenarios: a session of 2,000
-//! members drains in batches of at most `max_batch`, one commit each, every member
-//! exactly once, under one death record counting them all; renewing a session writes
+//! Members riding sessions, beyond the conformance scenarios: the sweep of a dead
+//! session of 2,000 members declares them dead in batches of at most `max_batch`, one
+//! commit each, every member exactly once, under one death record counting them all; renewing a session writes
 //! its one row and renewing a member writes nothing; two handles on one file each
 //! host a session, and one session's death leaves the other's members live; a reboot
-//! retires sessions, and their members with them.
+//! expires sessions, and their members die with them.
 #![cfg(any(target_os = "linux", target_os = "android"))]
 
 use std::path::Path;
@@ -72,8 +72,8 @@ async fn in_dead_set(store: &SqliteStore, token: FencingToken) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_of_2000_members_drains_in_batches_under_one_death_record() {
-    let (_dir, path) = common::scratch("drain.db");
+async fn a_session_of_2000_members_is_swept_in_batches_under_one_death_record() {
+    let (_dir, path) = common::scratch("sweep.db");
     let store = open(&path, 1).await;
     let batch = store.capabilities().max_batch;
     assert_eq!(batch, 1000);
@@ -99,51 +99,47 @@ async fn a_session_of_2000_members_drains_in_batches_under_one_death_record() {
     assert_eq!(listed[0].token, session.token);
     assert!(store.reap(&session.key, session.token).await.unwrap());
 
-    // Each call is one commit and retires at most a batch; the session's token stays
+    // Each call is one commit and declares at most a batch dead; the session's token stays
     // in the dead set until the call that finds no member left.
     let commits = common::commit_counter(&store).await;
-    let mut retired = Vec::new();
+    let mut declared = Vec::new();
     let mut calls = 0;
     loop {
         let before = commits.load(Ordering::SeqCst);
-        let moved = store.requeue_orphans(session.token).await.unwrap();
+        let moved = store.sweep(session.token).await.unwrap();
         assert_eq!(commits.load(Ordering::SeqCst) - before, 1, "one commit");
-        assert!(moved.retired.len() <= batch, "a batch above max_batch");
+        assert!(moved.members.len() <= batch, "a batch above max_batch");
         calls += 1;
-        retired.extend(moved.retired.iter().map(|m| m.token));
+        declared.extend(moved.members.iter().map(|m| m.token));
         if !in_dead_set(&store, session.token).await {
             break;
         }
         assert_eq!(
-            moved.retired.len(),
+            moved.members.len(),
             batch,
             "a full batch while members remain"
         );
-        assert!(calls < 10, "the drain never ended");
+        assert!(calls < 10, "the sweep never ended");
     }
     assert_eq!(calls, 2, "2,000 members: two batches of 1,000");
     let mut want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
-    retired.sort();
+    declared.sort();
     want.sort();
-    assert_eq!(retired, want, "each member exactly once");
+    assert_eq!(declared, want, "each member exactly once");
     assert!(store.inspect(&members[0].key).await.unwrap().is_none());
 
     // Every member's token is in the dead set; their sweeps give the items back, and
     // a second sweep of any of them moves nothing.
     for chunk in want.chunks(batch) {
-        for moved in store.requeue_orphans_many(chunk).await.unwrap() {
-            assert!(moved.unwrap().retired.is_empty());
+        for moved in store.sweep_many(chunk).await.unwrap() {
+            assert!(moved.unwrap().members.is_empty());
         }
     }
-    assert!(store.requeue_orphans(want[0]).await.unwrap().is_empty());
+    assert!(store.sweep(want[0]).await.unwrap().is_empty());
     assert!(store.dead_tokens(10).await.unwrap().is_empty());
     assert_eq!(
         store.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 10,
-            owned: 0,
-            dead_lettered: 0
-        }
+        ItemCounts::new(10, 0, 0)
     );
 
     // One death record, for the session, counting its 2,000 members and their items.
@@ -220,7 +216,7 @@ async fn renewing_a_session_writes_its_row_only_and_a_member_writes_nothing() {
 }
 
 /// Two handles on one file (two pools: as two processes of the host have), each
-/// hosting a session with members. One session dies and is drained by the other
+/// hosting a session with members. One session dies and is swept by the other
 /// handle; the other session's members stay live throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_session_dies_while_another_handle_s_members_stay_live() {
@@ -236,14 +232,14 @@ async fn one_session_dies_while_another_handle_s_members_stay_live() {
     assert_eq!(dead.len(), 1, "only a's session: {dead:?}");
     assert_eq!(dead[0].token, sa.token);
     assert!(b.reap(&sa.key, sa.token).await.unwrap());
-    let mut retired = Vec::new();
+    let mut declared = Vec::new();
     while in_dead_set(&b, sa.token).await {
-        let moved = b.requeue_orphans(sa.token).await.unwrap();
-        retired.extend(moved.retired.into_iter().map(|m| m.token));
+        let moved = b.sweep(sa.token).await.unwrap();
+        declared.extend(moved.members.into_iter().map(|m| m.token));
     }
-    retired.sort();
+    declared.sort();
     let want: Vec<FencingToken> = ma.iter().map(|m| m.token).collect();
-    assert_eq!(retired, want, "a's members, each once");
+    assert_eq!(declared, want, "a's members, each once");
 
     for m in &mb {
         let info = a.inspect(&m.key).await.unwrap().unwrap();
@@ -259,7 +255,7 @@ async fn one_session_dies_while_another_handle_s_members_stay_live() {
         Err(liveness_core::Error::Lost { .. })
     ));
     let listed = a
-        .members(&Space::members(), liveness_core::Page::first(1000))
+        .leases(&Space::members(), liveness_core::Page::first(1000))
         .await
         .unwrap();
     assert_eq!(listed.len(), mb.len(), "b's members, and nothing of a's");
@@ -267,10 +263,10 @@ async fn one_session_dies_while_another_handle_s_members_stay_live() {
 }
 
 /// A reboot (another boot id in the file) expires every session, and with them their
-/// members, which the sweep of the session then retires; no member is listed expired
+/// members, which the sweep of the session then declares dead; no member is listed expired
 /// on its own.
 #[tokio::test]
-async fn a_reboot_retires_sessions_and_their_members_with_them() {
+async fn a_reboot_expires_sessions_and_their_members_with_them() {
     let (_dir, path) = common::scratch("reboot.db");
     let store = open(&path, 2).await;
     let (session, members) = session_of(&store, "p", "m", 3).await;
@@ -289,7 +285,7 @@ async fn a_reboot_retires_sessions_and_their_members_with_them() {
         .unwrap()
         .is_empty());
     assert!(store.reap(&session.key, session.token).await.unwrap());
-    let moved = store.requeue_orphans(session.token).await.unwrap();
-    assert_eq!(moved.retired.len(), 3);
+    let moved = store.sweep(session.token).await.unwrap();
+    assert_eq!(moved.members.len(), 3);
     assert!(!in_dead_set(&store, session.token).await);
 }

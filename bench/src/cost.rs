@@ -288,10 +288,7 @@ async fn round_cost(store: Arc<dyn Store>, live: usize, check: &CostCheck) -> Co
     let wrapped = Arc::new(Wrapped::new(store.clone()));
     let checker = Checker::new(
         wrapped.clone(),
-        CheckerConfig {
-            batch: check.expired.clamp(1, caps.max_batch.max(1)),
-            ..CheckerConfig::default()
-        },
+        CheckerConfig::default().batch(check.expired.clamp(1, caps.max_batch.max(1))),
     );
     let (mut trips, mut work, mut times) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..check.rounds.max(1) {

@@ -19,13 +19,13 @@ use crate::wrappers::Wrapped;
 pub mod args;
 mod cost;
 pub mod death_watch;
-pub mod drain;
 pub mod fixtures;
 pub mod joins;
 pub mod paced;
 pub mod procfs;
 pub mod session_death;
 pub mod skip;
+pub mod sweep_members;
 pub mod util;
 pub mod wrappers;
 pub use cost::*;
@@ -149,12 +149,12 @@ pub struct Round {
     pub time: Duration,
     /// Store calls the round made.
     pub round_trips: u64,
-    /// Median time of `members` answering the first page (100) of the members space,
+    /// Median time of `leases` answering the first page (100) of the members space,
     /// measured before the round: with an index by key it stays about one round trip
     /// however many members there are.
-    pub members_page: Duration,
+    pub leases_page: Duration,
     /// Median time of one single-read store call (`dead_tokens(1)`), the round trip
-    /// `members_page` compares with.
+    /// `leases_page` compares with.
     pub one_call: Duration,
 }
 
@@ -201,12 +201,12 @@ impl std::fmt::Display for Round {
         write!(
             f,
             "checker round members={:<7} expired={:<5} time={:>10.3?} round_trips={} \
-             members_page(100)={:.3?} (one call {:.3?})",
+             leases_page(100)={:.3?} (one call {:.3?})",
             self.members,
             self.expired,
             self.time,
             self.round_trips,
-            self.members_page,
+            self.leases_page,
             self.one_call
         )
     }
@@ -387,14 +387,11 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
     let dying = populate(&store, "dying", expired, short).await;
     // Wait for the dying ones to be seen expired (observer-local stores observe here).
     wait_listed(&store, dying.len(), short).await;
-    let (members_page, one_call) = members_page(&store).await;
+    let (leases_page, one_call) = leases_page(&store).await;
     let wrapped = Arc::new(Wrapped::new(store));
     let checker = Checker::new(
         wrapped.clone(),
-        CheckerConfig {
-            batch: expired.max(1).min(caps.max_batch),
-            ..CheckerConfig::default()
-        },
+        CheckerConfig::default().batch(expired.max(1).min(caps.max_batch)),
     );
     let start = Instant::now();
     let report = checker
@@ -406,21 +403,21 @@ pub async fn checker_round(store: Arc<dyn Store>, members: usize, expired: usize
         expired: report.deaths.len(),
         time: start.elapsed(),
         round_trips: wrapped.calls(),
-        members_page,
+        leases_page,
         one_call,
     }
 }
 
-/// The median times of `members` answering its first page of 100 and of one
-/// single-read call (`dead_tokens(1)`), over 5 tries each.
-async fn members_page(store: &Arc<dyn Store>) -> (Duration, Duration) {
+/// The median times of `leases` answering the first page of 100 of the members space,
+/// and of one single-read call (`dead_tokens(1)`), over 5 tries each.
+async fn leases_page(store: &Arc<dyn Store>) -> (Duration, Duration) {
     let (mut page, mut one) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let start = Instant::now();
         store
-            .members(&liveness_core::Space::members(), Page::first(100))
+            .leases(&liveness_core::Space::members(), Page::first(100))
             .await
-            .unwrap_or_else(|e| panic!("members: {e}"));
+            .unwrap_or_else(|e| panic!("leases: {e}"));
         page.push(start.elapsed().as_secs_f64());
         let start = Instant::now();
         store

@@ -420,7 +420,7 @@ struct Seen {
     last: Option<Instant>,
     /// When the victim's session was declared dead.
     session: Option<Instant>,
-    /// Items the checker requeued (`Died` and `OrphansRequeued` events), and when
+    /// Items the checker requeued (`Died` and `Swept` events), and when
     /// their count reached the victim's members.
     requeued: u64,
     all_requeued: Option<Instant>,
@@ -449,7 +449,7 @@ pub struct Figures {
     /// Those declared more than once.
     pub twice: usize,
     /// Death records naming the victim (its session, or its members' leases) written
-    /// after the kill, and the members the records count as retired with them.
+    /// after the kill, and the members the records count as declared dead with them.
     pub records: usize,
     /// The members the session's records count (`Swept::members`, riding only).
     pub record_members: u64,
@@ -676,9 +676,7 @@ pub async fn run(url: &str, connect: &Connect, o: &Options, leases: bool) -> Fig
                     Err(RecvError::Closed) => return,
                 };
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-                if let Event::Died { requeued, .. } | Event::OrphansRequeued { requeued, .. } =
-                    &event
-                {
+                if let Event::Died { requeued, .. } | Event::Swept { requeued, .. } = &event {
                     s.requeued += *requeued as u64;
                     if s.requeued >= target.load(Relaxed) {
                         s.all_requeued.get_or_insert_with(Instant::now);

@@ -19,7 +19,7 @@ use std::time::Duration;
 use liveness_core::layer::{BoxReply, Intercepted};
 use liveness_core::{
     async_trait, Error, FencingToken, Intercept, ItemId, Key, Next, Outcome, Reply, Request,
-    Requeued, Result, Store,
+    Result, Store, Sweep,
 };
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -134,12 +134,13 @@ pub enum Applied {
         /// Its token.
         token: FencingToken,
     },
-    /// `requeue_orphans` moved these items away from the dead token.
-    Requeued {
+    /// `sweep` moved these items away from the dead token (and, for a dead
+    /// session's token, declared these members dead).
+    Swept {
         /// The dead token.
         token: FencingToken,
         /// What moved.
-        moved: Requeued,
+        moved: Sweep,
     },
 }
 
@@ -303,7 +304,7 @@ enum Facts {
     Claim(FencingToken),
     Finish(FencingToken, ItemId, Outcome),
     Reap(Vec<(Key, FencingToken)>),
-    Requeue(Vec<FencingToken>),
+    Sweep(Vec<FencingToken>),
 }
 
 impl Facts {
@@ -312,7 +313,7 @@ impl Facts {
             Request::Claim { lease, .. } => Facts::Claim(lease.token),
             Request::Finish { lease, id, outcome } => Facts::Finish(lease.token, *id, *outcome),
             Request::ReapMany { expired: pairs } => Facts::Reap(pairs.clone()),
-            Request::RequeueOrphansMany { tokens } => Facts::Requeue(tokens.clone()),
+            Request::SweepMany { tokens } => Facts::Sweep(tokens.clone()),
             _ => return None,
         })
     }
@@ -345,12 +346,12 @@ impl Watch {
                     }
                 }
             }
-            (Facts::Requeue(tokens), Reply::RequeueOrphansMany(answers)) => {
+            (Facts::Sweep(tokens), Reply::SweepMany(answers)) => {
                 for (token, answer) in tokens.into_iter().zip(answers) {
                     if let Ok(moved) = answer {
                         if !moved.is_empty() {
-                            let moved: Requeued = moved.clone();
-                            tell(Applied::Requeued { token, moved });
+                            let moved: Sweep = moved.clone();
+                            tell(Applied::Swept { token, moved });
                         }
                     }
                 }

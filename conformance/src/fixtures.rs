@@ -52,10 +52,8 @@ pub async fn owners_with_items<S: Store + ?Sized>(
 ///
 /// When the store refuses the renewal.
 pub async fn renew_with_ttl<S: Store + ?Sized>(store: &S, lease: &Lease, ttl: Ttl) -> Lease {
-    let other = Lease {
-        ttl,
-        ..lease.clone()
-    };
+    let mut other = lease.clone();
+    other.ttl = ttl;
     store
         .renew(&other)
         .await
@@ -89,14 +87,14 @@ pub async fn wait_expired<'a, S: Store + ?Sized>(
 }
 
 /// The death record of the dead session whose token is `session`, once its members
-/// (`members`, their tokens) are drained and swept, checked against the sessions
+/// (`members`, their tokens) are declared dead and swept, checked against the sessions
 /// contract: one record for the session (none per member), swept, counting the
 /// members and the `requeued` items their sweeps moved.
 ///
 /// # Panics
 ///
 /// When the store fails or its death history breaks one of those rules.
-pub async fn drained_session_record<S: Store + ?Sized>(
+pub async fn swept_session_record<S: Store + ?Sized>(
     store: &S,
     session: FencingToken,
     members: &[FencingToken],

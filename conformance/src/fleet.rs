@@ -189,10 +189,7 @@ impl Fleet {
         });
         let mut ids = Vec::new();
         for i in 0..items {
-            let options = EnqueueOptions {
-                max_attempts: 100,
-                ..EnqueueOptions::default()
-            };
+            let options = EnqueueOptions::default().max_attempts(100);
             let id = store
                 .enqueue(&(i as u32).to_be_bytes(), options)
                 .await
@@ -425,7 +422,7 @@ impl Fleet {
         let mut early = Vec::new();
         for (i, e) in events.iter().enumerate() {
             let token = match e {
-                Event::Died { token, .. } | Event::OrphansRequeued { token, .. } => *token,
+                Event::Died { token, .. } | Event::Swept { token, .. } => *token,
                 _ => continue,
             };
             let held = events
@@ -458,7 +455,7 @@ impl Fleet {
                     dead_lettered,
                     ..
                 }
-                | Event::OrphansRequeued {
+                | Event::Swept {
                     token,
                     requeued,
                     dead_lettered,

@@ -13,12 +13,12 @@
 //! members riding them. On a store with native sessions (`capabilities().sessions`)
 //! the model serves them natively too, with the store's `max_batch`: members live
 //! exactly while their session's token is current and live, the release of a member
-//! retires it alone, an acquire or join of a key whose record rides a dead session
-//! supersedes it, and each `requeue_orphans` of a dead session's token retires at most
-//! `max_batch` of its members. Besides the comparison, the store's own answers are
-//! held to those rules: no drain answer retires more than `max_batch` members, each
-//! member's token is retired once, by the drain of the session it joined, and at the
-//! end of a case every member rides live exactly when its session lease is. On a
+//! declares it dead alone, an acquire or join of a key whose record rides a dead
+//! session supersedes it, and each `sweep` of a dead session's token declares at most
+//! `max_batch` of its members dead. Besides the comparison, the store's own answers
+//! are held to those rules: no sweep answer declares more than `max_batch` members
+//! dead, each member's token is declared dead once, by the sweep of the session it
+//! joined, and at the end of a case every member rides live exactly when its session lease is. On a
 //! store without native sessions the model's `join_session` is an `acquire`, as the
 //! store's default is.
 //!
@@ -33,7 +33,7 @@ use liveness_core::layer::Intercepted;
 use liveness_core::{
     async_trait, Capabilities, EnqueueOptions, Error, FencingToken, HolderId, Intercept, ItemId,
     ItemState, ItemStateKind, Key, Lease, LeaseInfo, MemoryServer, Name, Next, Reply, Request,
-    RequestId, Requeued, Space, Store, Ttl,
+    RequestId, Space, Store, Sweep, Ttl,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -70,16 +70,17 @@ pub enum Op {
     Complete(usize, usize, usize),
     /// Holder `h` fails the `i`-th item, with or without retry.
     Fail(usize, usize, usize, bool),
-    /// Requeue the orphans of the `t`-th token handed out.
-    Requeue(usize),
+    /// Sweep the `t`-th token handed out (requeue its items).
+    Sweep(usize),
     /// List the dead set.
     DeadTokens,
     /// Count items and list dead letters.
     Counts,
     /// Read the `i`-th item.
     Item(usize),
-    /// List the members space from the first key after `k` (or from the start).
-    Members(Option<usize>),
+    /// List the leases of the members space from the first key after `k` (or from
+    /// the start).
+    Leases(Option<usize>),
     /// List the newest death records (at most 10: the store under test may keep
     /// fewer than the model).
     Deaths,
@@ -105,9 +106,9 @@ pub enum Op {
     ReapSession(usize, usize),
     /// Inspect session `s`.
     InspectSession(usize),
-    /// Requeue the orphans of the last lease taken on session `s`: one step of the
-    /// drain of its members once it died.
-    DrainSession(usize),
+    /// Sweep the last lease taken on session `s`: one step of the sweep of its
+    /// members once it died.
+    SweepSession(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -124,11 +125,11 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (h.clone(), k.clone(), 1..4usize, 0..3usize).prop_map(|(h, k, n, r)| Op::Reclaim(h, k, n, r)),
         2 => (h.clone(), k.clone(), 0..10usize).prop_map(|(h, k, i)| Op::Complete(h, k, i)),
         2 => (h.clone(), k.clone(), 0..10usize, any::<bool>()).prop_map(|(h, k, i, r)| Op::Fail(h, k, i, r)),
-        2 => (0..8usize).prop_map(Op::Requeue),
+        2 => (0..8usize).prop_map(Op::Sweep),
         1 => Just(Op::DeadTokens),
         1 => Just(Op::Counts),
         1 => (0..10usize).prop_map(Op::Item),
-        1 => proptest::option::of(k.clone()).prop_map(Op::Members),
+        1 => proptest::option::of(k.clone()).prop_map(Op::Leases),
         1 => Just(Op::Deaths),
         1 => (0..3u8, proptest::option::of(0..10usize)).prop_map(|(s, i)| Op::Items(s, i)),
         1 => (0..10usize).prop_map(Op::RetryDeadLetter),
@@ -139,7 +140,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..SESSIONS).prop_map(Op::ReleaseSession),
         1 => (0..SESSIONS, 0..8usize).prop_map(|(s, t)| Op::ReapSession(s, t)),
         1 => (0..SESSIONS).prop_map(Op::InspectSession),
-        4 => (0..SESSIONS).prop_map(Op::DrainSession),
+        4 => (0..SESSIONS).prop_map(Op::SweepSession),
     ]
 }
 
@@ -168,7 +169,7 @@ impl Intercept for JoinAcquires {
     }
 }
 
-/// The reference model for a store with `caps`: native sessions (drained
+/// The reference model for a store with `caps`: native sessions (swept
 /// `max_batch` members a step) when the store has them, else the default.
 fn model_of(server: &MemoryServer, caps: Capabilities) -> Arc<dyn Store> {
     let store: Arc<dyn Store> = Arc::new(server.store(&fresh_namespace()));
@@ -203,11 +204,11 @@ pub fn run_cases(factory: Factory, cases: u32) {
     };
     let caps = probe.capabilities();
     drop(probe);
-    let model_server = MemoryServer::new().with_capabilities(Capabilities {
-        sessions: caps.sessions,
-        max_batch: caps.max_batch,
-        ..Capabilities::default()
-    });
+    let model_server = MemoryServer::new().with_capabilities(
+        Capabilities::default()
+            .sessions(caps.sessions)
+            .max_batch(caps.max_batch),
+    );
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -230,7 +231,7 @@ pub fn run_cases(factory: Factory, cases: u32) {
 /// (members, requeued, dead-lettered).
 type DeathSeen = (String, String, String, usize, Option<(u64, u64, u64)>);
 
-/// A lease as `inspect` and `members` show it, normalised: key, holder, token index,
+/// A lease as `inspect` and `leases` show it, normalised: key, holder, token index,
 /// live, the session it rides.
 type InfoSeen = (String, String, usize, bool, Option<String>);
 
@@ -249,10 +250,10 @@ enum Seen {
     Ids(Vec<usize>, Vec<usize>),
     Tokens(Vec<usize>),
     Counts(u64, u64, u64, Vec<usize>),
-    Members(Vec<InfoSeen>),
-    /// A requeue: items requeued, items dead-lettered, members retired (sorted:
-    /// which member a store drains first is its own choice).
-    Drained(Vec<usize>, Vec<usize>, Vec<(String, String, usize)>),
+    Leases(Vec<InfoSeen>),
+    /// A sweep: items requeued, items dead-lettered, members declared dead (sorted:
+    /// which member a store sweeps first is its own choice).
+    Swept(Vec<usize>, Vec<usize>, Vec<(String, String, usize)>),
     Deaths(Vec<DeathSeen>),
     Records(Vec<(usize, String, u32)>),
     Input(String),
@@ -273,8 +274,8 @@ struct Side {
     sessions: HashMap<usize, Lease>,
     /// The session token each member joined under, by the member's token.
     rides: HashMap<FencingToken, FencingToken>,
-    /// The member tokens drains retired so far.
-    retired: HashSet<FencingToken>,
+    /// The member tokens sweeps declared dead so far.
+    declared: HashSet<FencingToken>,
     /// What the store's own answers broke of the session rules.
     broken: Vec<String>,
 }
@@ -289,7 +290,7 @@ impl Side {
             requests: Vec::new(),
             sessions: HashMap::new(),
             rides: HashMap::new(),
-            retired: HashSet::new(),
+            declared: HashSet::new(),
             broken: Vec::new(),
         }
     }
@@ -304,57 +305,57 @@ impl Side {
         )
     }
 
-    /// A requeue of `token`'s orphans answered `r`: normalised, and held to the
-    /// drain's rules (at most `max_batch` members a step, each retired once, by the
-    /// drain of the session it joined; none on a store without native sessions).
-    fn drained(&mut self, token: FencingToken, r: Requeued) -> Seen {
+    /// A sweep of `token` answered `r`: normalised, and held to the sweep's rules
+    /// (at most `max_batch` members declared dead a step, each once, by the sweep of
+    /// the session it joined; none on a store without native sessions).
+    fn swept(&mut self, token: FencingToken, r: Sweep) -> Seen {
         let caps = self.store.capabilities();
-        if r.retired.len() > caps.max_batch.max(1) {
+        if r.members.len() > caps.max_batch.max(1) {
             self.broken.push(format!(
-                "a drain retired {} members at once, over max_batch {}",
-                r.retired.len(),
+                "a sweep declared {} members dead at once, over max_batch {}",
+                r.members.len(),
                 caps.max_batch
             ));
         }
-        for m in &r.retired {
+        for m in &r.members {
             if !caps.sessions {
                 self.broken.push(format!(
-                    "a store without native sessions retired {} in a drain",
+                    "a store without native sessions declared {} dead in a sweep",
                     m.key
                 ));
             }
             if self.rides.get(&m.token) != Some(&token) {
                 self.broken.push(format!(
-                    "the drain of token {} retired {} (token {}), which did not join under it",
+                    "the sweep of token {} declared {} (token {}) dead, which did not join under it",
                     self.tok(token),
                     m.key,
                     self.tok(m.token)
                 ));
             }
-            if !self.retired.insert(m.token) {
+            if !self.declared.insert(m.token) {
                 self.broken.push(format!(
-                    "{} (token {}) was retired twice",
+                    "{} (token {}) was declared dead twice",
                     m.key,
                     self.tok(m.token)
                 ));
             }
         }
-        let mut retired: Vec<(String, String, usize)> = r
-            .retired
+        let mut members: Vec<(String, String, usize)> = r
+            .members
             .iter()
             .map(|m| (m.key.to_string(), m.holder.to_string(), self.tok(m.token)))
             .collect();
-        retired.sort();
-        Seen::Drained(
+        members.sort();
+        Seen::Swept(
             r.requeued.iter().map(|i| self.id(*i)).collect(),
             r.dead_lettered.iter().map(|i| self.id(*i)).collect(),
-            retired,
+            members,
         )
     }
 
-    async fn requeue(&mut self, token: FencingToken) -> Seen {
-        match self.store.requeue_orphans(token).await {
-            Ok(r) => self.drained(token, r),
+    async fn sweep(&mut self, token: FencingToken) -> Seen {
+        match self.store.sweep(token).await {
+            Ok(r) => self.swept(token, r),
             Err(e) => self.err(e),
         }
     }
@@ -526,9 +527,9 @@ impl Side {
                 Ok(b) => Seen::Bool(b),
                 Err(e) => self.err(e),
             },
-            Op::DrainSession(n) => match self.sessions.get(n) {
+            Op::SweepSession(n) => match self.sessions.get(n) {
                 None => Seen::Skipped,
-                Some(l) => self.requeue(l.token).await,
+                Some(l) => self.sweep(l.token).await,
             },
             Op::Reap(k, t) => match s.reap(&key(*k), self.token(*t)).await {
                 Ok(b) => Seen::Bool(b),
@@ -539,10 +540,7 @@ impl Side {
                 match s
                     .enqueue(
                         payload.as_bytes(),
-                        EnqueueOptions {
-                            max_attempts: *max,
-                            ..EnqueueOptions::default()
-                        },
+                        EnqueueOptions::default().max_attempts(*max),
                     )
                     .await
                 {
@@ -582,7 +580,7 @@ impl Side {
                 },
                 _ => Seen::Skipped,
             },
-            Op::Requeue(t) => self.requeue(self.token(*t)).await,
+            Op::Sweep(t) => self.sweep(self.token(*t)).await,
             Op::DeadTokens => match s.dead_tokens(1000).await {
                 Ok(d) => Seen::Tokens(d.iter().map(|d| self.tok(d.token)).collect()),
                 Err(e) => self.err(e),
@@ -596,10 +594,10 @@ impl Side {
                 ),
                 (Err(e), _) | (_, Err(e)) => self.err(e),
             },
-            Op::Members(after) => {
+            Op::Leases(after) => {
                 let after = after.map(key);
                 match s
-                    .members(
+                    .leases(
                         &Space::members(),
                         Page {
                             after: after.as_ref(),
@@ -608,7 +606,7 @@ impl Side {
                     )
                     .await
                 {
-                    Ok(page) => Seen::Members(page.iter().map(|i| self.info(i)).collect()),
+                    Ok(page) => Seen::Leases(page.iter().map(|i| self.info(i)).collect()),
                     Err(e) => self.err(e),
                 }
             }

@@ -10,11 +10,8 @@ use liveness_core::{Capabilities, Error, InputProblem, MemoryServer, Page, Space
 fn server() -> &'static MemoryServer {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
     SERVER.get_or_init(|| {
-        MemoryServer::new().with_capabilities(Capabilities {
-            items: false,
-            operator_views: false,
-            ..Capabilities::default()
-        })
+        MemoryServer::new()
+            .with_capabilities(Capabilities::default().items(false).operator_views(false))
     })
 }
 
@@ -39,12 +36,12 @@ async fn item_and_operator_calls_answer_unsupported() {
         ),
         "{items:?}"
     );
-    let views = store.members(&Space::members(), Page::first(10)).await;
+    let views = store.leases(&Space::members(), Page::first(10)).await;
     assert!(
         matches!(
             views,
             Err(Error::InvalidInput {
-                what: "members",
+                what: "leases",
                 problem: InputProblem::Unsupported
             })
         ),

@@ -1,7 +1,7 @@
-//! The property test's sessions: a store that drains a dead session a couple of
+//! The property test's sessions: a store that sweeps a dead session a couple of
 //! members a step matches the model, a store without native sessions matches the
-//! model's default, and drains that retire a member twice or leave one out of their
-//! answer, and members that stay live after their session died, are caught.
+//! model's default, and sweeps that declare a member dead twice or leave one out of
+//! their answer, and members that stay live after their session died, are caught.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
@@ -11,7 +11,7 @@ use liveness_conformance::{factory, property, Factory};
 use liveness_core::layer::Intercepted;
 use liveness_core::{
     async_trait, Acquire, Capabilities, Intercept, LeaseStatus, MemoryServer, Next, Reply, Request,
-    Requeued, Result, Store,
+    Result, Store, Sweep,
 };
 
 const CASES: u32 = 128;
@@ -20,20 +20,16 @@ const CASES: u32 = 128;
 /// that fails, so only a missed bug costs them all.
 const BUG_CASES: u32 = 4000;
 
-/// A memory store that drains a dead session two members a step (of the three a
-/// case's session may carry), so the drain's batches are exercised.
+/// A memory store that sweeps a dead session two members a step (of the three a
+/// case's session may carry), so the sweep's batches are exercised.
 fn small_batches() -> &'static MemoryServer {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
     SERVER.get_or_init(|| {
-        MemoryServer::new().with_capabilities(Capabilities {
-            sessions: true,
-            max_batch: 2,
-            ..Capabilities::default()
-        })
+        MemoryServer::new().with_capabilities(Capabilities::default().sessions(true).max_batch(2))
     })
 }
 
-fn store_with(layer: Option<BadDrain>) -> Arc<dyn Store> {
+fn store_with(layer: Option<BadSweep>) -> Arc<dyn Store> {
     let store: Arc<dyn Store> =
         Arc::new(small_batches().store(&liveness_conformance::fresh_namespace()));
     match layer {
@@ -55,7 +51,7 @@ fn failure(factory: Factory, cases: u32) -> Option<String> {
 }
 
 #[test]
-fn sessions_drained_in_small_batches_match_the_model() {
+fn sessions_swept_in_small_batches_match_the_model() {
     let found = failure(factory(|| async { Some(store_with(None)) }), CASES);
     assert_eq!(found, None);
 }
@@ -87,10 +83,7 @@ impl Intercept for NoNativeSessions {
 fn a_store_without_native_sessions_matches_the_default() {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
     let server = SERVER.get_or_init(|| {
-        MemoryServer::new().with_capabilities(Capabilities {
-            sessions: false,
-            ..Capabilities::default()
-        })
+        MemoryServer::new().with_capabilities(Capabilities::default().sessions(false))
     });
     let found = failure(
         factory(move || async move {
@@ -105,52 +98,52 @@ fn a_store_without_native_sessions_matches_the_default() {
     assert_eq!(found, None);
 }
 
-/// Changes every drain's answer with `bug`.
+/// Changes every sweep's answer with `bug`.
 #[derive(Debug)]
-struct BadDrain(fn(&mut Requeued));
+struct BadSweep(fn(&mut Sweep));
 
 #[async_trait]
-impl Intercept for BadDrain {
+impl Intercept for BadSweep {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         let bug = self.0;
         Ok(match next.run(req).await? {
-            Reply::RequeueOrphansMany(mut answers) => {
+            Reply::SweepMany(mut answers) => {
                 answers.iter_mut().flatten().for_each(bug);
-                Reply::RequeueOrphansMany(answers)
+                Reply::SweepMany(answers)
             }
             other => other,
         })
     }
 }
 
-fn buggy(bug: fn(&mut Requeued)) -> Factory {
-    factory(move || async move { Some(store_with(Some(BadDrain(bug)))) })
+fn buggy(bug: fn(&mut Sweep)) -> Factory {
+    factory(move || async move { Some(store_with(Some(BadSweep(bug)))) })
 }
 
 #[test]
-fn a_drain_that_retires_a_member_twice_is_caught() {
+fn a_sweep_that_declares_a_member_dead_twice_is_caught() {
     let found = failure(
         buggy(|moved| {
-            if let Some(first) = moved.retired.first().cloned() {
-                moved.retired.push(first);
+            if let Some(first) = moved.members.first().cloned() {
+                moved.members.push(first);
             }
         }),
         BUG_CASES,
     );
-    let found = found.expect("a member retired twice went unseen");
-    assert!(found.contains("retired twice"), "{found}");
+    let found = found.expect("a member declared dead twice went unseen");
+    assert!(found.contains("declared dead twice"), "{found}");
 }
 
 #[test]
-fn a_drain_that_skips_a_member_is_caught() {
+fn a_sweep_that_skips_a_member_is_caught() {
     let found = failure(
         buggy(|moved| {
-            moved.retired.pop();
+            moved.members.pop();
         }),
         BUG_CASES,
     );
-    let found = found.expect("a member the drain skipped went unseen");
-    assert!(found.contains("Drained"), "{found}");
+    let found = found.expect("a member the sweep skipped went unseen");
+    assert!(found.contains("Swept"), "{found}");
 }
 
 /// A store whose riding members stay live whatever their session does.

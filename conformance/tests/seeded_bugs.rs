@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, Error, FencingToken, Intercept, Lease, MemoryServer, Next, Reply, Request,
-    Requeued, Result, Store,
+    async_trait, Error, FencingToken, Intercept, Lease, MemoryServer, Next, Reply, Request, Result,
+    Store, Sweep,
 };
 
 /// The one thing the seeded store does wrong.
@@ -33,8 +33,8 @@ enum Bug {
     ReapManySkipsFirst,
     /// `reap_many` answers its last entry `false` without reaping it.
     ReapManySkipsLast,
-    /// `requeue_orphans_many` answers its last token empty without requeueing it.
-    RequeueOrphansManySkipsLast,
+    /// `sweep_many` answers its last token empty without requeueing it.
+    SweepManySkipsLast,
     /// `acquire_many` answers its middle entry (of three or more) `Held`, naming the
     /// caller and the token before it, without acquiring it.
     AcquireManyDropsMiddle,
@@ -101,13 +101,11 @@ impl Intercept for Seeded {
                 answers.push(Ok(false));
                 Reply::ReapMany(answers)
             }
-            (Bug::RequeueOrphansManySkipsLast, Request::RequeueOrphansMany { tokens })
-                if !tokens.is_empty() =>
-            {
+            (Bug::SweepManySkipsLast, Request::SweepMany { tokens }) if !tokens.is_empty() => {
                 let last = tokens.len() - 1;
-                let mut answers = store.requeue_orphans_many(&tokens[..last]).await?;
-                answers.push(Ok(Requeued::default()));
-                Reply::RequeueOrphansMany(answers)
+                let mut answers = store.sweep_many(&tokens[..last]).await?;
+                answers.push(Ok(Sweep::default()));
+                Reply::SweepMany(answers)
             }
             (_, req) => return next.run(req).await,
         })
@@ -116,10 +114,7 @@ impl Intercept for Seeded {
 
 /// `lease` with its whole ttl left: what a renewal of it would answer.
 fn full_ttl(lease: &Lease) -> Lease {
-    Lease {
-        expires_in: lease.ttl.duration(),
-        ..lease.clone()
-    }
+    lease.renewed()
 }
 
 fn server() -> &'static MemoryServer {
@@ -169,7 +164,7 @@ const SCENARIOS: &[&str] = &[
     "acquire_many_takes_each_entry_at_every_position",
     "renew_many_extends_each_entry_at_every_position",
     "reap_many_reaps_each_entry_at_every_position",
-    "requeue_orphans_many_requeues_each_token_at_every_position",
+    "sweep_many_requeues_each_token_at_every_position",
     "members_renewed_through_a_batcher_stay_live",
 ];
 
@@ -245,13 +240,13 @@ fn reap_many_skipping_its_last_entry_is_caught() {
     );
 }
 
-/// A `requeue_orphans_many` that skips its last token (answers it empty).
+/// A `sweep_many` that skips its last token (answers it empty).
 #[test]
-fn requeue_orphans_many_skipping_its_last_token_is_caught() {
+fn sweep_many_skipping_its_last_token_is_caught() {
     caught(
-        "requeue_orphans_many_requeues_each_token_at_every_position",
-        Bug::RequeueOrphansManySkipsLast,
-        "requeue_orphans_many entry 0 of a batch of 1",
+        "sweep_many_requeues_each_token_at_every_position",
+        Bug::SweepManySkipsLast,
+        "sweep_many entry 0 of a batch of 1",
     );
 }
 

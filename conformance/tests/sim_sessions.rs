@@ -1,6 +1,6 @@
 //! The fault simulation in sessions mode on the memory store: processes host several
 //! members riding one session, and kills, freezes and lost replies hit whole
-//! processes. A few seeds run clean; a drain that declares a member twice, and
+//! processes. A few seeds run clean; a sweep that declares a member dead twice, and
 //! members that keep acting past their session's deadline, are caught.
 
 use std::sync::Arc;
@@ -8,8 +8,7 @@ use std::sync::Arc;
 use liveness_conformance::sim::{simulate, Outcome, SimConfig};
 use liveness_core::layer::Intercepted;
 use liveness_core::{
-    async_trait, checked, Intercept, MemoryServer, Next, Reply, Request, Requeued, Result, Store,
-    Ttl,
+    async_trait, checked, Intercept, MemoryServer, Next, Reply, Request, Result, Store, Sweep, Ttl,
 };
 
 fn memory() -> Arc<dyn Store> {
@@ -64,24 +63,24 @@ async fn session_hosts_survive_kills_freezes_and_lost_replies_seed_3() {
     assert_clean(&run(memory(), config(3)).await);
 }
 
-/// A store whose drain of a dead session declares its first retired member twice in
-/// the same answer: the checker reports that death twice.
+/// A store whose sweep of a dead session declares its first member dead twice in the
+/// same answer: the checker reports that death twice.
 #[derive(Debug)]
-struct DrainRetiresOneTwice;
+struct SweepDeclaresOneTwice;
 
-fn twice(mut moved: Requeued) -> Requeued {
-    if let Some(first) = moved.retired.first().cloned() {
-        moved.retired.push(first);
+fn twice(mut moved: Sweep) -> Sweep {
+    if let Some(first) = moved.members.first().cloned() {
+        moved.members.push(first);
     }
     moved
 }
 
 #[async_trait]
-impl Intercept for DrainRetiresOneTwice {
+impl Intercept for SweepDeclaresOneTwice {
     async fn call(&self, req: Request, next: Next) -> Result<Reply> {
         Ok(match next.run(req).await? {
-            Reply::RequeueOrphansMany(answers) => {
-                Reply::RequeueOrphansMany(answers.into_iter().map(|a| a.map(twice)).collect())
+            Reply::SweepMany(answers) => {
+                Reply::SweepMany(answers.into_iter().map(|a| a.map(twice)).collect())
             }
             other => other,
         })
@@ -89,13 +88,13 @@ impl Intercept for DrainRetiresOneTwice {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drain_that_retires_a_member_twice_is_caught() {
+async fn a_sweep_that_declares_a_member_dead_twice_is_caught() {
     let buggy: Arc<dyn Store> =
-        Arc::new(Intercepted::new(memory(), Arc::new(DrainRetiresOneTwice)));
+        Arc::new(Intercepted::new(memory(), Arc::new(SweepDeclaresOneTwice)));
     let outcome = run(buggy, config(1)).await;
     outcome.assert_caught(
-        "the drain's double retirement",
-        &["retired by a session drain", "2 times"],
+        "the sweep's double declaration",
+        &["declared dead by a session's sweep", "2 times"],
     );
 }
 

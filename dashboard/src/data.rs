@@ -233,7 +233,7 @@ async fn read_members(shared: &Shared, view: &View) -> liveness_core::Result<Mem
             after: after.as_ref(),
             limit: size,
         };
-        let rows = shared.store.members(space, page).await?;
+        let rows = shared.store.leases(space, page).await?;
         let next = (rows.len() == size)
             .then(|| rows.last().map(|r| r.key.name().to_string()))
             .flatten();
@@ -253,7 +253,7 @@ async fn read_members(shared: &Shared, view: &View) -> liveness_core::Result<Mem
             after: after.as_ref(),
             limit: read,
         };
-        let batch = shared.store.members(space, page).await?;
+        let batch = shared.store.leases(space, page).await?;
         let full = batch.len() == read;
         for lease in batch {
             out.scanned += 1;
@@ -340,15 +340,16 @@ mod tests {
     }
 
     fn lease(name: &str, session: Option<&str>) -> LeaseInfo {
-        LeaseInfo {
-            key: Key::member(name).unwrap(),
-            holder: HolderId::new("h").unwrap(),
-            token: liveness_core::FencingToken(1),
-            ttl: liveness_core::Ttl::from_secs(1).unwrap(),
-            status: liveness_core::LeaseStatus::Expired,
-            session: session
-                .map(|s| Key::new(liveness_core::Space::sessions(), Name::new(s).unwrap())),
-        }
+        LeaseInfo::of(
+            Key::member(name).unwrap(),
+            HolderId::new("h").unwrap(),
+            liveness_core::FencingToken(1),
+            liveness_core::Ttl::from_secs(1).unwrap(),
+            liveness_core::LeaseStatus::Expired,
+        )
+        .with_session(
+            session.map(|s| Key::new(liveness_core::Space::sessions(), Name::new(s).unwrap())),
+        )
     }
 
     #[test]

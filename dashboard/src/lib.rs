@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Every list is read a page at a time with the store's paged reads
-//! ([`OperatorStore::members`](liveness_core::OperatorStore::members),
+//! ([`OperatorStore::leases`](liveness_core::OperatorStore::leases),
 //! [`OperatorStore::items`](liveness_core::OperatorStore::items),
 //! [`OperatorStore::deaths`](liveness_core::OperatorStore::deaths)), so the page stays small
 //! and fast whatever the fleet's size. The page refreshes itself every second. It
@@ -66,7 +66,7 @@ impl std::fmt::Debug for Actions {
 /// How the dashboard reads and shows the store.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The space whose members are listed; default `members`.
+    /// The space whose leases are listed (`OperatorStore::leases`); default `members`.
     pub space: Space,
     /// Whether actions are obeyed (default [`Actions::Off`]).
     pub actions: Actions,

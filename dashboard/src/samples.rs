@@ -95,7 +95,7 @@ async fn take(shared: &Shared, memory: &mut Memory) -> Option<Sample> {
         after: None,
         limit: FOLLOWED,
     };
-    let members = within(t, store.members(&shared.options.space, page))
+    let members = within(t, store.leases(&shared.options.space, page))
         .await
         .ok()?;
 

@@ -181,6 +181,7 @@ fn time_left(lease: &LeaseInfo) -> Markup {
     match lease.status {
         LeaseStatus::Live { remaining } => html! { (secs(remaining)) },
         LeaseStatus::Expired => html! { span.bad { "expired" } },
+        _ => html! { span.muted { "unknown" } },
     }
 }
 
@@ -212,6 +213,8 @@ fn group_left(rows: &[&LeaseInfo]) -> String {
             LeaseStatus::Live { remaining } => {
                 least = Some(least.map_or(remaining, |l| l.min(remaining)));
             }
+            // A status this dashboard does not know says nothing of the time left.
+            _ => {}
         }
     }
     least.map_or_else(|| "expired".into(), |l| format!("{} left", secs(l)))

@@ -133,10 +133,12 @@ async fn a_hundred_thousand_members_page_small_and_fast() {
     let holder = HolderId::new("host-a/4242").unwrap();
     let batch = store.capabilities().max_batch;
     let asks: Vec<Acquire> = (0..100_000)
-        .map(|i| Acquire {
-            key: Key::member(&format!("m{i:06}")).unwrap(),
-            holder: holder.clone(),
-            ttl,
+        .map(|i| {
+            Acquire::new(
+                Key::member(&format!("m{i:06}")).unwrap(),
+                holder.clone(),
+                ttl,
+            )
         })
         .collect();
     for chunk in asks.chunks(batch) {

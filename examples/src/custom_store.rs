@@ -33,7 +33,7 @@ struct Tables {
     last_token: u64,
     last_item: u64,
     last_death: u64,
-    /// Keys sort by space, then name: `members` reads a range of this map.
+    /// Keys sort by space, then name: `leases` reads a range of this map.
     leases: BTreeMap<Key, Held>,
     /// The expiry index, (space, expiry, key): `expired` reads only its head.
     by_expiry: BTreeSet<(Space, Duration, Key)>,
@@ -62,10 +62,7 @@ pub struct MapStore {
 impl MapStore {
     /// An empty store on `namespace`, its clock starting now.
     pub fn new(namespace: Namespace) -> MapStore {
-        let caps = Capabilities {
-            death_retention: KEEP_DEATHS,
-            ..Capabilities::default()
-        };
+        let caps = Capabilities::default().death_retention(KEEP_DEATHS);
         MapStore {
             info: StoreInfo::new("map", caps, Issuer::random(namespace)),
             epoch: Instant::now(),
@@ -118,10 +115,10 @@ impl Tables {
         lease
     }
 
-    /// Ends the lease on `key`, if any: the row goes, its token joins the dead set
-    /// and its death is recorded, in this one step (dropping the oldest record
-    /// beyond `KEEP_DEATHS`). True iff a lease ended.
-    fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration) -> bool {
+    /// Declares the lease on `key` dead, if any: the row goes, its token joins the
+    /// dead set and its death is recorded, in this one step (dropping the oldest
+    /// record beyond `KEEP_DEATHS`). True iff a lease ended.
+    fn declare_dead(&mut self, key: &Key, cause: DeathCause, now: Duration) -> bool {
         let Some(held) = self.leases.remove(key) else {
             return false;
         };
@@ -155,7 +152,7 @@ impl Tables {
     }
 }
 
-/// What `inspect` and `members` say of `held`: live while the store's now is before
+/// What `inspect` and `leases` say of `held`: live while the store's now is before
 /// its expiry, expired from that instant on.
 fn info(held: &Held, now: Duration) -> LeaseInfo {
     LeaseInfo::new(&held.lease, held.expires_at.saturating_sub(now))
@@ -169,15 +166,16 @@ impl LeaseStore for MapStore {
 
     async fn acquire_many(&self, asks: &[Acquire]) -> BatchResult<Lease> {
         let (mut t, now) = self.step();
-        let mut take = |Acquire { key, holder, ttl }: &Acquire| {
+        let mut take = |ask: &Acquire| {
+            let key = &ask.key;
             if let Some(held) = t.leases.get(key).filter(|held| now < held.expires_at) {
                 return Err(held.lease.held());
             }
             // An expired lease still on the key is reaped by this same step.
-            t.retire(key, DeathCause::Superseded, now);
+            t.declare_dead(key, DeathCause::Superseded, now);
             t.last_token += 1;
             let (issuer, token) = (&self.info.issuer, FencingToken(t.last_token));
-            let lease = Lease::granted(issuer, key.clone(), holder.clone(), token, *ttl);
+            let lease = Lease::granted(issuer, key.clone(), ask.holder.clone(), token, ask.ttl);
             Ok(t.put(lease, now, None))
         };
         Ok(asks.iter().map(&mut take).collect())
@@ -196,7 +194,7 @@ impl LeaseStore for MapStore {
         let (mut t, now) = self.step();
         let held = t.leases.get(&lease.key);
         let current = held.is_some_and(|held| held.lease.token == lease.token);
-        Ok(current && t.retire(&lease.key, DeathCause::Released, now))
+        Ok(current && t.declare_dead(&lease.key, DeathCause::Released, now))
     }
 
     async fn inspect(&self, key: &Key) -> Result<Option<LeaseInfo>> {
@@ -215,7 +213,7 @@ impl LeaseStore for MapStore {
         let mut reap = |(key, token): &(Key, FencingToken)| {
             let held = t.leases.get(key);
             let due = held.is_some_and(|held| held.lease.token == *token && now >= held.expires_at);
-            Ok(due && t.retire(key, DeathCause::Reaped, now))
+            Ok(due && t.declare_dead(key, DeathCause::Reaped, now))
         };
         Ok(expired.iter().map(&mut reap).collect())
     }
@@ -230,7 +228,7 @@ impl LeaseStore for MapStore {
 
 #[async_trait]
 impl OperatorStore for MapStore {
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let (t, now) = self.step();
         let first = Included(Key::first_in(space));
         let from = page.after.map_or(first, |key| Excluded(key.clone()));
@@ -322,10 +320,10 @@ impl ItemStore for MapStore {
         Ok(state)
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let (mut t, _) = self.step();
-        let mut requeue = |token: &FencingToken| {
-            let mut out = Requeued::default();
+        let mut sweep = |token: &FencingToken| {
+            let mut out = Sweep::default();
             let Some((_, seq)) = t.dead.remove(token) else {
                 return Ok(out);
             };
@@ -339,14 +337,15 @@ impl ItemStore for MapStore {
             }
             Ok(out)
         };
-        Ok(tokens.iter().map(&mut requeue).collect())
+        Ok(tokens.iter().map(&mut sweep).collect())
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let (t, _) = self.step();
         let dead = t.dead.iter().take(limit);
-        let dead = dead.map(|(&token, (key, _))| (token, key.clone()));
-        Ok(dead.map(|(token, key)| DeadToken { key, token }).collect())
+        Ok(dead
+            .map(|(&token, (key, _))| DeadToken::new(key.clone(), token))
+            .collect())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {

@@ -48,7 +48,7 @@ impl Intercept for ReadsEveryLease {
                     after: after.as_ref(),
                     limit: 1_000,
                 };
-                let rows = next.store().members(space, page).await?;
+                let rows = next.store().leases(space, page).await?;
                 self.read.fetch_add(rows.len() as u64, Ordering::Relaxed);
                 match rows.last() {
                     Some(last) => after = Some(last.key.clone()),

@@ -55,7 +55,7 @@ async fn fresh(ctx: &Ctx) -> Result<Arc<dyn Store>, Failure> {
 /// The page `members_first_page` asks for.
 const PAGE: usize = 100;
 
-/// The median time of `members` asking for the first [`PAGE`] of the members space,
+/// The median time of `leases` asking for the first [`PAGE`] of the members space,
 /// and of one `inspect` of a member (one round trip reading one record), in ms, over
 /// 7 calls each.
 async fn first_page(store: &dyn Store) -> Result<(f64, f64), Failure> {
@@ -64,7 +64,7 @@ async fn first_page(store: &dyn Store) -> Result<(f64, f64), Failure> {
     let one = Key::member("live0")?;
     for _ in 0..7 {
         let start = Instant::now();
-        store.members(&Space::members(), Page::first(PAGE)).await?;
+        store.leases(&Space::members(), Page::first(PAGE)).await?;
         page.push(start.elapsed().as_secs_f64() * 1e3);
         let start = Instant::now();
         store.inspect(&one).await?;

@@ -207,7 +207,7 @@ fn log(event: Event) {
             requeued,
             dead_lettered,
         } => tracing::info!(%key, %holder, %token, requeued, dead_lettered, "died"),
-        Event::OrphansRequeued {
+        Event::Swept {
             token,
             requeued,
             dead_lettered,
@@ -252,12 +252,10 @@ pub(crate) async fn run(
 ) -> Result<(), Failure> {
     let events = EventBus::default();
     let mut rx = events.subscribe();
-    let config = CheckerConfig {
-        space: Space::new(space)?,
-        check_every,
-        events,
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default()
+        .space(Space::new(space)?)
+        .check_every(check_every)
+        .events(events);
     config.validate()?;
     let checker = Checker::new(ctx.store.clone(), config);
     if let Some(health) = &health {

@@ -24,7 +24,8 @@ pub(crate) struct DeathRow {
     /// Items its sweep sent to the dead-letter set; `null` until the sweep ran.
     pub dead_lettered: Option<u64>,
     /// For a session's death, the members that died with it (counted as the
-    /// sweep retires them); 0 for a lease no member rode; `null` until the sweep ran.
+    /// sweep declares them dead); 0 for a lease no member rode; `null` until the
+    /// sweep ran.
     pub members: Option<u64>,
 }
 

@@ -18,7 +18,8 @@ pub(crate) struct MemberRow {
     pub holder: String,
     pub token: u64,
     pub ttl_ms: u64,
-    /// `live` or `expired` (not yet reaped).
+    /// `live` or `expired` (not yet reaped); `unknown` for a status newer than this
+    /// command.
     pub status: &'static str,
     /// Time left by the store clock; `null` once expired.
     pub remaining_ms: Option<u64>,
@@ -28,9 +29,11 @@ pub(crate) struct MemberRow {
 
 impl From<&LeaseInfo> for MemberRow {
     fn from(l: &LeaseInfo) -> Self {
-        let remaining = match l.status {
-            LeaseStatus::Live { remaining } => Some(remaining),
-            LeaseStatus::Expired => None,
+        let (status, remaining) = match l.status {
+            LeaseStatus::Live { remaining } => ("live", Some(remaining)),
+            LeaseStatus::Expired => ("expired", None),
+            // A status added to the library after this command was written.
+            _ => ("unknown", None),
         };
         MemberRow {
             key: l.key.to_string(),
@@ -38,11 +41,7 @@ impl From<&LeaseInfo> for MemberRow {
             holder: l.holder.to_string(),
             token: l.token.0,
             ttl_ms: millis(l.ttl.duration()),
-            status: if remaining.is_some() {
-                "live"
-            } else {
-                "expired"
-            },
+            status,
             remaining_ms: remaining.map(millis),
             session: l.session.as_ref().map(ToString::to_string),
         }
@@ -62,7 +61,7 @@ pub(crate) async fn list(
         let want = page.min(limit - out.len());
         let got = ctx
             .store
-            .members(
+            .leases(
                 space,
                 Page {
                     after: after.as_ref(),

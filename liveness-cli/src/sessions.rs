@@ -16,13 +16,14 @@ pub(crate) struct SessionRow {
     /// `sessions/<process>`.
     pub key: String,
     /// The session lease's holder; `null` once it is gone (reaped or released, its
-    /// members not all retired yet).
+    /// members not all declared dead yet).
     pub holder: Option<String>,
     /// The session lease's token; `null` once it is gone.
     pub token: Option<u64>,
     /// The members read that ride it.
     pub members: u64,
-    /// `live`, `expired` (not yet reaped) or `gone`.
+    /// `live`, `expired` (not yet reaped) or `gone`; `unknown` for a status newer than
+    /// this command.
     pub status: &'static str,
     /// Time left by the store clock; `null` unless live.
     pub remaining_ms: Option<u64>,
@@ -59,6 +60,7 @@ async fn summary(ctx: &Ctx, space: &Space, limit: usize) -> Result<Summary, Fail
         let (status, remaining_ms) = match info.as_ref().map(|i| i.status) {
             Some(LeaseStatus::Live { remaining }) => ("live", Some(millis(remaining))),
             Some(LeaseStatus::Expired) => ("expired", None),
+            Some(_) => ("unknown", None),
             None => ("gone", None),
         };
         sessions.push(SessionRow {

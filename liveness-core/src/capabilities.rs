@@ -10,20 +10,20 @@ use crate::types::Ttl;
 /// What a store declares about itself. The conformance suite and the state machines
 /// choose their behaviour from it.
 ///
-/// Build one with struct update syntax:
+/// Build one from the defaults with its builder methods (it is `#[non_exhaustive]`:
+/// a new capability gets a default, and no store breaks):
 ///
 /// ```
 /// use std::time::Duration;
 /// use liveness_core::Capabilities;
 ///
-/// let caps = Capabilities {
-///     min_ttl: Duration::from_secs(2),
-///     pushes_expiry_events: true,
-///     ..Capabilities::default()
-/// };
+/// let caps = Capabilities::default()
+///     .min_ttl(Duration::from_secs(2))
+///     .pushes_expiry_events(true);
 /// assert!(caps.check_ttl(liveness_core::Ttl::from_millis(500).unwrap()).is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The shortest ttl the store accepts.
     pub min_ttl: Duration,
@@ -45,8 +45,8 @@ pub struct Capabilities {
     /// [`DEFAULT_DEATH_RETENTION`]; at least 1.
     pub death_retention: usize,
     /// True when the store serves [`LeaseStore::join_session_many`](crate::LeaseStore::join_session_many) natively: a member
-    /// riding a session costs the store nothing while it lives, and the sweep drains
-    /// a dead session's members in batches (`docs/sessions.md`). False (the default):
+    /// riding a session costs the store nothing while it lives, and the sweep declares
+    /// a dead session's members dead in batches (`docs/sessions.md`). False (the default):
     /// `join_session` takes an ordinary lease with the session's ttl, which its holder
     /// renews like any other.
     pub sessions: bool,
@@ -91,6 +91,42 @@ pub enum StorePart {
     Items,
     /// [`OperatorStore`](crate::OperatorStore): [`Capabilities::operator_views`].
     OperatorViews,
+}
+
+/// One builder method per field: `Capabilities::default().sessions(true)`.
+macro_rules! set {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("The same capabilities with [`Capabilities::", stringify!($field), "`] set to `value`.")]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )*
+    };
+}
+
+/// Builder methods: a store states what differs from the defaults.
+///
+/// ```
+/// use liveness_core::Capabilities;
+/// let caps = Capabilities::default().sessions(true).max_batch(500);
+/// assert!(caps.sessions && caps.items);
+/// assert_eq!(caps.max_batch, 500);
+/// ```
+impl Capabilities {
+    set!(
+        min_ttl: Duration,
+        max_ttl: Duration,
+        pushes_expiry_events: bool,
+        observer_local_expiry: bool,
+        max_batch: usize,
+        max_payload: usize,
+        death_retention: usize,
+        sessions: bool,
+        items: bool,
+        operator_views: bool,
+    );
 }
 
 impl Capabilities {
@@ -141,6 +177,7 @@ impl Capabilities {
 /// capabilities, and the issuer of its leases. A store keeps one and lends it from
 /// [`LeaseStore::info`](crate::LeaseStore::info).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreInfo {
     /// The backend's name (`"memory"`, `"redis"`, ...), used in errors and traces.
     pub backend: &'static str,
@@ -163,7 +200,7 @@ impl StoreInfo {
 
 /// Rejects a batch of `len` entries larger than the store's `max_batch` with
 /// [`Error::InvalidInput`]: the check [`CheckInput`](crate::CheckInput) makes of
-/// every `*_many` call but `requeue_orphans_many`.
+/// every `*_many` call but `sweep_many`.
 pub fn check_batch(caps: Capabilities, what: &'static str, len: usize) -> Result<()> {
     let max = caps.max_batch.max(1);
     if len > max {

@@ -32,9 +32,9 @@ use crate::types::Space;
 ///   `renew_many`): `what: "ttl"`;
 /// - a batch longer than `max_batch` (`acquire_many`: `"acquires"`, `renew_many`:
 ///   `"leases"`, `reap_many`: `"expired"`, `join_session_many`: `"joins"`);
-///   `requeue_orphans_many` takes any number;
+///   `sweep_many` takes any number;
 /// - an empty batch (any `*_many` method): it is answered at once with no entries;
-/// - a zero `limit` (`expired`, `dead_tokens`, `members`, `deaths`, `items`,
+/// - a zero `limit` (`expired`, `dead_tokens`, `leases`, `deaths`, `items`,
 ///   `retry_dead_letters`) or `n` (`claim`): [`InputProblem::Zero`]; a
 ///   larger one reaches the store clamped to `max_batch`;
 /// - a `members` page whose `after` key is of another space: `what: "after"`,
@@ -123,8 +123,8 @@ impl Intercept for CheckInput {
                 }
                 Request::ReapMany { expired: pairs }
             }
-            Request::RequeueOrphansMany { tokens } if tokens.is_empty() => {
-                return Ok(Reply::RequeueOrphansMany(Vec::new()));
+            Request::SweepMany { tokens } if tokens.is_empty() => {
+                return Ok(Reply::SweepMany(Vec::new()));
             }
             Request::Release { lease } => {
                 lease.check_issuer(issuer)?;
@@ -160,12 +160,12 @@ impl Intercept for CheckInput {
             Request::DeadTokens { limit } => Request::DeadTokens {
                 limit: caps.clamp_limit("limit", limit)?,
             },
-            Request::Members { space, mut page } => {
+            Request::Leases { space, mut page } => {
                 page.limit = caps.clamp_limit("limit", page.limit)?;
                 if page.after.as_ref().is_some_and(|k| k.space() != &space) {
                     return Err(Error::invalid("after", InputProblem::OtherSpace));
                 }
-                Request::Members { space, page }
+                Request::Leases { space, page }
             }
             Request::Deaths { before, limit } => Request::Deaths {
                 before,
@@ -289,7 +289,7 @@ mod tests {
         assert!(store.acquire_many(&[]).await.unwrap().is_empty());
         assert!(store.renew_many(&[]).await.unwrap().is_empty());
         assert!(store.reap_many(&[]).await.unwrap().is_empty());
-        assert!(store.requeue_orphans_many(&[]).await.unwrap().is_empty());
+        assert!(store.sweep_many(&[]).await.unwrap().is_empty());
         let joined = store.join_session_many(&session, &[]).await.unwrap();
         assert!(joined.is_empty());
         assert_eq!(

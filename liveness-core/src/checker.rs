@@ -1,7 +1,7 @@
 //! The checker: finds expired member leases, declares each dead exactly once, and
 //! requeues its items.
 //!
-//! A round is `expired → reap → requeue_orphans` for each expired lease, then a sweep
+//! A round is `expired → reap → sweep` for each expired lease, then a sweep
 //! of the dead set (tokens released with items, or reaped by a checker that stopped
 //! before requeueing: nothing is lost). Rounds are timed by the store's
 //! [`next_expiry`](crate::LeaseStore::next_expiry) — a duration slept on the local
@@ -23,7 +23,7 @@ use crate::backoff::Backoff;
 use crate::election::{Election, ElectionConfig};
 use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::events::{CheckStep, Event, EventBus};
-use crate::item::Requeued;
+use crate::item::Sweep;
 use crate::layer::Intercepted;
 use crate::lease::ExpiredLease;
 use crate::metrics::CheckerMetrics;
@@ -33,6 +33,7 @@ use crate::types::{FencingToken, Key, Space};
 
 /// How a checker behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,
@@ -132,6 +133,26 @@ impl CheckerConfig {
         self.events = events;
         self
     }
+
+    /// Watches `space` (see [`CheckerConfig::space`]).
+    pub fn space(mut self, space: Space) -> Self {
+        self.space = space;
+        self
+    }
+
+    /// Handles at most `batch` expired leases and dead tokens a round (see
+    /// [`CheckerConfig::batch`]).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Runs rounds only while holding this election's leadership (see
+    /// [`CheckerConfig::elected`]).
+    pub fn elected(mut self, election: ElectionConfig) -> Self {
+        self.elected = Some(election);
+        self
+    }
 }
 
 /// How much of `check_every` a capped pause between rounds may be shortened by.
@@ -139,20 +160,22 @@ const CHECK_JITTER: f64 = 0.2;
 
 /// One death declared by a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Death {
     /// The expired lease that this checker reaped.
     pub lease: ExpiredLease,
-    /// What its requeue moved.
-    pub requeued: Requeued,
+    /// What its sweep moved.
+    pub sweep: Sweep,
 }
 
 /// What one round did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoundReport {
     /// Deaths this checker declared (it won the reap).
     pub deaths: Vec<Death>,
-    /// Dead tokens swept: requeued outside of a reap by this round.
-    pub swept: Vec<(FencingToken, Requeued)>,
+    /// Dead tokens swept outside of a reap by this round.
+    pub swept: Vec<(FencingToken, Sweep)>,
     /// The store's `next_expiry` after the round.
     pub next_expiry: Option<Duration>,
     /// True when a batch limit was hit and another round should follow at once.
@@ -164,6 +187,7 @@ pub struct RoundReport {
 
 /// One entry (or listing) a round skipped because the store answered an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Skipped {
     /// The step that failed.
     pub step: CheckStep,
@@ -201,6 +225,7 @@ pub struct Checker {
 /// What a running checker is doing, for health checks ([`Checker::status`]). Times are
 /// tokio instants.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CheckerStatus {
     /// When the round in progress started, while one runs.
     pub running: Option<tokio::time::Instant>,
@@ -290,7 +315,7 @@ impl Checker {
             let moved = report
                 .deaths
                 .iter()
-                .map(|d| &d.requeued)
+                .map(|d| &d.sweep)
                 .chain(report.swept.iter().map(|(_, r)| r));
             let (mut requeued, mut dead_lettered) = (0, 0);
             for r in moved {
@@ -343,16 +368,16 @@ impl Checker {
                 let results = if tokens.is_empty() {
                     Vec::new()
                 } else {
-                    per_entry(dead.len(), store.requeue_orphans_many(&tokens).await)
+                    per_entry(dead.len(), store.sweep_many(&tokens).await)
                 };
                 let mut skipped = 0;
                 for (entry, result) in dead.into_iter().zip(results) {
                     match result {
                         Ok(requeued) => {
-                            retired_deaths(&self.config.events, &mut report, &requeued);
+                            report_members_dead(&self.config.events, &mut report, &requeued);
                             if !requeued.requeued.is_empty() || !requeued.dead_lettered.is_empty() {
                                 emit_dead_letters(&self.config.events, entry.token, &requeued);
-                                self.config.events.emit(Event::OrphansRequeued {
+                                self.config.events.emit(Event::Swept {
                                     token: entry.token,
                                     requeued: requeued.requeued.len(),
                                     dead_lettered: requeued.dead_lettered.len(),
@@ -363,7 +388,7 @@ impl Checker {
                         Err(e) => {
                             skipped += 1;
                             let (key, token) = (Some(entry.key), Some(entry.token));
-                            self.skip(&mut report, CheckStep::Requeue, key, token, e.as_ref());
+                            self.skip(&mut report, CheckStep::Sweep, key, token, e.as_ref());
                         }
                     }
                 }
@@ -429,16 +454,16 @@ impl Checker {
         // A store without items (elections alone) has nothing to requeue.
         let tokens: Vec<FencingToken> = won.iter().map(|l| l.token).collect();
         let requeues = match store.capabilities().items {
-            true => per_entry(won.len(), store.requeue_orphans_many(&tokens).await),
-            false => won.iter().map(|_| Ok(Requeued::default())).collect(),
+            true => per_entry(won.len(), store.sweep_many(&tokens).await),
+            false => won.iter().map(|_| Ok(Sweep::default())).collect(),
         };
         for (lease, result) in won.into_iter().zip(requeues) {
             let requeued = match result {
                 Ok(requeued) => requeued,
                 Err(e) => {
                     let (key, token) = (Some(lease.key.clone()), Some(lease.token));
-                    self.skip(report, CheckStep::Requeue, key, token, e.as_ref());
-                    Requeued::default()
+                    self.skip(report, CheckStep::Sweep, key, token, e.as_ref());
+                    Sweep::default()
                 }
             };
             emit_dead_letters(events, lease.token, &requeued);
@@ -449,8 +474,11 @@ impl Checker {
                 requeued: requeued.requeued.len(),
                 dead_lettered: requeued.dead_lettered.len(),
             });
-            retired_deaths(events, report, &requeued);
-            report.deaths.push(Death { lease, requeued });
+            report_members_dead(events, report, &requeued);
+            report.deaths.push(Death {
+                lease,
+                sweep: requeued,
+            });
         }
         skipped
     }
@@ -670,11 +698,11 @@ fn per_entry<T>(n: usize, answer: BatchResult<T>) -> Vec<Result<T, Arc<Error>>> 
     }
 }
 
-/// The members of a dead session that a sweep of the session's token retired: each is
+/// The members of a dead session that a sweep of the session's token declared dead: each is
 /// a death of this round (its own [`Event::Died`], its items swept with its token in a
 /// later step), and another round follows at once while the session has more.
-fn retired_deaths(events: &EventBus, report: &mut RoundReport, requeued: &Requeued) {
-    for member in &requeued.retired {
+fn report_members_dead(events: &EventBus, report: &mut RoundReport, requeued: &Sweep) {
+    for member in &requeued.members {
         events.emit(Event::Died {
             key: member.key.clone(),
             holder: member.holder.clone(),
@@ -684,13 +712,13 @@ fn retired_deaths(events: &EventBus, report: &mut RoundReport, requeued: &Requeu
         });
         report.deaths.push(Death {
             lease: member.clone(),
-            requeued: Requeued::default(),
+            sweep: Sweep::default(),
         });
     }
-    report.more |= !requeued.retired.is_empty();
+    report.more |= !requeued.members.is_empty();
 }
 
-fn emit_dead_letters(events: &EventBus, token: FencingToken, requeued: &Requeued) {
+fn emit_dead_letters(events: &EventBus, token: FencingToken, requeued: &Sweep) {
     for id in &requeued.dead_lettered {
         events.emit(Event::ItemDeadLettered { id: *id, token });
     }

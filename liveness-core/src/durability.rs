@@ -22,6 +22,7 @@ pub const DURABILITY: Param = Param::word("durability", &["strict", "relaxed"]);
 /// What the user accepts of the server's durability settings (the URL's
 /// [`DURABILITY`] parameter).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Durability {
     /// Refuse a server whose settings void the guarantees (the default).
     #[default]
@@ -50,6 +51,7 @@ impl Durability {
     "unsafe server setting `{setting}` = `{found}`: {why}. Fix: {fix} \
      (or add `durability=relaxed` to the URL to accept weaker guarantees)"
 )]
+#[non_exhaustive]
 pub struct UnsafeSetting {
     /// The setting's name, as the server spells it (`appendonly`, `fsync`).
     pub setting: &'static str,
@@ -59,6 +61,24 @@ pub struct UnsafeSetting {
     pub why: &'static str,
     /// What to set instead.
     pub fix: &'static str,
+}
+
+impl UnsafeSetting {
+    /// The server setting `setting`, found at `found`, which breaks `why`; `fix` says
+    /// what to set instead.
+    pub fn new(
+        setting: &'static str,
+        found: impl Into<String>,
+        why: &'static str,
+        fix: &'static str,
+    ) -> UnsafeSetting {
+        UnsafeSetting {
+            setting,
+            found: found.into(),
+            why,
+            fix,
+        }
+    }
 }
 
 /// Applies `durability` to what a backend found: `Ok` when nothing is unsafe or the
@@ -104,6 +124,7 @@ pub fn judge(
      (restart without persistence, failover to a stale replica, eviction): leases and \
      items may be gone and tokens will repeat"
 )]
+#[non_exhaustive]
 pub struct StoreLostState {
     /// The lease's key.
     pub key: Key,
@@ -112,6 +133,12 @@ pub struct StoreLostState {
 }
 
 impl StoreLostState {
+    /// The lease on `key` under `token` is gone, and `token` is above every token the
+    /// namespace handed out.
+    pub fn new(key: Key, token: FencingToken) -> StoreLostState {
+        StoreLostState { key, token }
+    }
+
     /// The error a renewal of `lease` fails with when the store found no record of it
     /// and its token is above every token the namespace has handed out:
     /// [`Error::Backend`] from `backend` with this as its source (not retryable).

@@ -26,6 +26,7 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 
 /// How a candidate campaigns and holds a role.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ElectionConfig {
     /// The role's name: its key is `leaders/NAME`.
     pub name: Name,

@@ -358,6 +358,7 @@ impl Error {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("corrupt record: {what}")]
+#[non_exhaustive]
 pub struct Corrupt {
     /// What could not be read, and where (a column, a key, an operation's reply).
     pub what: std::borrow::Cow<'static, str>,
@@ -372,7 +373,7 @@ pub struct Corrupt {
 ///
 /// let e = Error::backend(
 ///     "mystore",
-///     SchemaTooNew { location: "/tmp/x.db".into(), found: 3, supported: 2 },
+///     SchemaTooNew::new("/tmp/x.db", 3, 2),
 /// );
 /// assert_eq!(
 ///     e.to_string(),
@@ -385,6 +386,7 @@ pub struct Corrupt {
     "{location}: database schema version {found} is newer than this build supports \
      ({supported}); upgrade liveness"
 )]
+#[non_exhaustive]
 pub struct SchemaTooNew {
     /// Where the schema lives (a database file, a PostgreSQL schema).
     pub location: String,
@@ -392,6 +394,18 @@ pub struct SchemaTooNew {
     pub found: i64,
     /// The newest migration version this build carries.
     pub supported: i64,
+}
+
+impl SchemaTooNew {
+    /// The schema at `location` is at version `found`; this build carries up to
+    /// `supported`.
+    pub fn new(location: impl Into<String>, found: i64, supported: i64) -> SchemaTooNew {
+        SchemaTooNew {
+            location: location.into(),
+            found,
+            supported,
+        }
+    }
 }
 
 impl Error {

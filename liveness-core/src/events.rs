@@ -40,8 +40,8 @@ pub enum CheckStep {
     Expired,
     /// Reaping one expired lease.
     Reap,
-    /// Requeueing one dead token's items.
-    Requeue,
+    /// Sweeping one dead token (its items, and a dead session's members).
+    Sweep,
     /// Listing the dead set.
     DeadTokens,
     /// Reading the next expiry.
@@ -95,7 +95,7 @@ pub enum Event {
     },
     /// A checker's sweep requeued items of a token already in the dead set (released
     /// with items, or reaped by a checker that stopped before requeueing).
-    OrphansRequeued {
+    Swept {
         /// The dead token.
         token: FencingToken,
         /// How many items went back to pending.

@@ -48,6 +48,7 @@ use crate::types::{Key, Ttl};
 
 /// Timing of a heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeartbeatConfig {
     /// The lease's ttl.
     pub ttl: Ttl,
@@ -70,6 +71,18 @@ impl HeartbeatConfig {
             renew_every: ttl.duration() / 3,
             safety_margin: ttl.duration() / 5,
         }
+    }
+
+    /// The same timing, renewing at most every `every`.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = every;
+        self
+    }
+
+    /// The same timing, giving up `margin` before the ttl.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = margin;
+        self
     }
 
     /// Checks that a renewal is planned before the local deadline.

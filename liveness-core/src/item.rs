@@ -66,8 +66,17 @@ impl fmt::Display for RequestId {
 /// The default for [`EnqueueOptions::max_attempts`].
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
-/// Options of `enqueue`.
+/// Options of `enqueue`. Start from the defaults and set what differs:
+///
+/// ```
+/// use liveness_core::{EnqueueOptions, RequestId};
+/// let options = EnqueueOptions::default()
+///     .max_attempts(5)
+///     .key(RequestId(42));
+/// assert_eq!((options.max_attempts, options.key), (5, Some(RequestId(42))));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EnqueueOptions {
     /// How many claims the item gets before a requeue sends it to the dead-letter set
     /// instead of back to pending (so a poison item that kills every worker that takes
@@ -94,10 +103,19 @@ impl Default for EnqueueOptions {
 impl EnqueueOptions {
     /// The defaults with an idempotency key ([`EnqueueOptions::key`]).
     pub fn keyed(key: RequestId) -> Self {
-        EnqueueOptions {
-            key: Some(key),
-            ..EnqueueOptions::default()
-        }
+        EnqueueOptions::default().key(key)
+    }
+
+    /// The same options with `max_attempts` claims before the dead-letter set.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The same options with the idempotency key `key`.
+    pub fn key(mut self, key: RequestId) -> Self {
+        self.key = Some(key);
+        self
     }
 
     /// Checks the options and the payload against a store's payload limit.
@@ -120,6 +138,7 @@ impl EnqueueOptions {
 
 /// A work item as a worker sees it after `claim`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Item {
     /// Its id.
     pub id: ItemId,
@@ -131,7 +150,22 @@ pub struct Item {
     pub max_attempts: u32,
 }
 
+impl Item {
+    /// Item `id` carrying `payload`, claimed `attempts` times of `max_attempts`.
+    pub fn new(id: ItemId, payload: Vec<u8>, attempts: u32, max_attempts: u32) -> Item {
+        Item {
+            id,
+            payload,
+            attempts,
+            max_attempts,
+        }
+    }
+}
+
 /// Where an item is.
+///
+/// Not `#[non_exhaustive]`: a store keeps every state, so a new state must fail the
+/// build of every store until it can keep it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ItemState {
     /// Waiting to be claimed.
@@ -155,7 +189,7 @@ impl ItemState {
 }
 
 /// An item state without its owner: which page [`OperatorStore::items`](crate::OperatorStore::items)
-/// lists.
+/// lists. Exhaustive, as [`ItemState`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ItemStateKind {
     /// Waiting to be claimed.
@@ -186,6 +220,7 @@ impl fmt::Display for ItemStateKind {
 /// An item with its state, as `item` and `dead_letters` report it. Completed items are
 /// gone from the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ItemRecord {
     /// The item.
     pub item: Item,
@@ -194,6 +229,10 @@ pub struct ItemRecord {
 }
 
 /// How an item's owner hands it back ([`ItemStore::finish`](crate::ItemStore::finish)).
+///
+/// Not `#[non_exhaustive]`: a store moves the item for each outcome (or calls
+/// [`Outcome::apply`]), so a new outcome must fail the build of every store that
+/// matches on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// Done: the item is removed.
@@ -237,6 +276,11 @@ impl Outcome {
 /// store's own atomic step): a store that keeps records in memory calls these rather
 /// than writing the rules out again.
 impl ItemRecord {
+    /// `item` in `state`, as a store reads it back.
+    pub fn new(item: Item, state: ItemState) -> ItemRecord {
+        ItemRecord { item, state }
+    }
+
     /// A new item as `enqueue` adds it: pending, `payload`, no attempts yet, and
     /// `max_attempts` claims before it goes to the dead-letter set.
     pub fn pending(id: ItemId, payload: &[u8], max_attempts: u32) -> ItemRecord {
@@ -297,20 +341,38 @@ impl ItemRecord {
     }
 }
 
-/// What one `requeue_orphans` call moved.
+/// What one `sweep` call moved.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Requeued {
+#[non_exhaustive]
+pub struct Sweep {
     /// Items sent back to pending, in id order.
     pub requeued: Vec<ItemId>,
     /// Items sent to the dead-letter set (out of attempts), in id order.
     pub dead_lettered: Vec<ItemId>,
-    /// For a dead session's token: the riding members this call retired (each
-    /// declared dead here, exactly once; its token now in the dead set). Empty for
+    /// For a dead session's token: the riding members this call declared dead with
+    /// their session (each exactly once; its token now in the dead set). Empty for
     /// any other token.
-    pub retired: Vec<ExpiredLease>,
+    pub members: Vec<ExpiredLease>,
 }
 
-impl Requeued {
+impl Sweep {
+    /// A sweep that sent `requeued` back to pending and `dead_lettered` to the
+    /// dead-letter set, and declared no member dead (add them with
+    /// [`Sweep::with_members`]).
+    pub fn new(requeued: Vec<ItemId>, dead_lettered: Vec<ItemId>) -> Sweep {
+        Sweep {
+            requeued,
+            dead_lettered,
+            members: Vec::new(),
+        }
+    }
+
+    /// The same, having declared the riding members `members` dead.
+    pub fn with_members(mut self, members: Vec<ExpiredLease>) -> Sweep {
+        self.members = members;
+        self
+    }
+
     /// Notes where the sweep put item `id`: in `requeued` when `state` is pending, in
     /// `dead_lettered` otherwise (what [`ItemRecord::hand_back`] answered).
     pub fn add(&mut self, id: ItemId, state: ItemState) {
@@ -322,17 +384,17 @@ impl Requeued {
 
     /// True when nothing moved.
     pub fn is_empty(&self) -> bool {
-        self.requeued.is_empty() && self.dead_lettered.is_empty() && self.retired.is_empty()
+        self.requeued.is_empty() && self.dead_lettered.is_empty() && self.members.is_empty()
     }
 }
 
-impl From<&Requeued> for Swept {
-    /// What one sweep moved, as its death record counts it: the members it retired and
+impl From<&Sweep> for Swept {
+    /// What one sweep moved, as its death record counts it: the members it declared dead and
     /// the items it sent back to pending or to the dead-letter set.
-    fn from(moved: &Requeued) -> Swept {
+    fn from(moved: &Sweep) -> Swept {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         Swept {
-            members: count(moved.retired.len()),
+            members: count(moved.members.len()),
             requeued: count(moved.requeued.len()),
             dead_lettered: count(moved.dead_lettered.len()),
         }
@@ -341,6 +403,7 @@ impl From<&Requeued> for Swept {
 
 /// How many items are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ItemCounts {
     /// Waiting to be claimed.
     pub pending: u64,
@@ -348,6 +411,17 @@ pub struct ItemCounts {
     pub owned: u64,
     /// In the dead-letter set.
     pub dead_lettered: u64,
+}
+
+impl ItemCounts {
+    /// `pending` items waiting, `owned` held, `dead_lettered` given up on.
+    pub fn new(pending: u64, owned: u64, dead_lettered: u64) -> ItemCounts {
+        ItemCounts {
+            pending,
+            owned,
+            dead_lettered,
+        }
+    }
 }
 
 impl FromIterator<ItemStateKind> for ItemCounts {
@@ -369,13 +443,13 @@ impl FromIterator<ItemStateKind> for ItemCounts {
 
 #[cfg(test)]
 mod tests {
-    use super::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId, Requeued};
+    use super::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId, Sweep};
     use crate::lease::Swept;
     use crate::types::FencingToken;
 
     #[test]
     fn a_sweep_sorts_items_by_where_they_went_and_its_record_counts_them() {
-        let mut out = Requeued::default();
+        let mut out = Sweep::default();
         let mut spent = ItemRecord::pending(ItemId(2), b"", 1);
         spent.claim(FencingToken(1));
         let mut fresh = ItemRecord::pending(ItemId(1), b"", 3);

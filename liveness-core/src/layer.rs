@@ -246,7 +246,7 @@ impl<I: Intercept> Intercepted<I> {
             Op::JoinSessionMany => joined!(JoinSessionMany),
             Op::RenewMany => joined!(RenewMany),
             Op::ReapMany => joined!(ReapMany),
-            _ => joined!(RequeueOrphansMany),
+            _ => joined!(SweepMany),
         })
     }
 }

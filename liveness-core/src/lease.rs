@@ -74,6 +74,7 @@ impl std::fmt::Debug for Issuer {
 /// [`Lease::token`] and [`Lease::issuer`] together identify the acquisition; the
 /// other fields describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lease {
     /// The store and namespace that issued it; every other one refuses it.
     pub issuer: Issuer,
@@ -114,6 +115,15 @@ impl Lease {
     pub fn renewed(&self) -> Lease {
         Lease {
             expires_in: self.ttl.duration(),
+            ..self.clone()
+        }
+    }
+
+    /// The same acquisition with `left` of it left by the store clock (what a store
+    /// answers when a renewal or a join tells it how long the lease still has).
+    pub fn with_expires_in(&self, left: Duration) -> Lease {
+        Lease {
+            expires_in: left,
             ..self.clone()
         }
     }
@@ -162,6 +172,7 @@ impl Lease {
 /// One entry of [`LeaseStore::acquire_many`](crate::LeaseStore::acquire_many): the
 /// arguments of one [`Store::acquire`](crate::Store::acquire).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Acquire {
     /// The key to take.
     pub key: Key,
@@ -180,6 +191,7 @@ impl Acquire {
 
 /// Whether a lease is live by the store clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseStatus {
     /// Live, with this much time left by the store clock.
     Live {
@@ -192,6 +204,7 @@ pub enum LeaseStatus {
 
 /// What `inspect` reports about a key that has a lease record.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseInfo {
     /// The key.
     pub key: Key,
@@ -246,6 +259,32 @@ impl LeaseInfo {
         }
     }
 
+    /// What `inspect` reports of a lease record read back from a store: `key` held by
+    /// `holder` under `token` for `ttl`, `status` by the store clock, and no session
+    /// (add one with [`LeaseInfo::with_session`]).
+    pub fn of(
+        key: Key,
+        holder: HolderId,
+        token: FencingToken,
+        ttl: Ttl,
+        status: LeaseStatus,
+    ) -> LeaseInfo {
+        LeaseInfo {
+            key,
+            holder,
+            token,
+            ttl,
+            status,
+            session: None,
+        }
+    }
+
+    /// The same, riding `session` (`None`: a lease of its own).
+    pub fn with_session(mut self, session: Option<Key>) -> LeaseInfo {
+        self.session = session;
+        self
+    }
+
     /// True when the lease is live by the store clock.
     pub fn is_live(&self) -> bool {
         matches!(self.status, LeaseStatus::Live { .. })
@@ -254,6 +293,7 @@ impl LeaseInfo {
 
 /// A lease past its expiry that nobody has reaped yet, as `expired` lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExpiredLease {
     /// The key.
     pub key: Key,
@@ -261,6 +301,13 @@ pub struct ExpiredLease {
     pub holder: HolderId,
     /// Its token: pass it to `reap`.
     pub token: FencingToken,
+}
+
+impl ExpiredLease {
+    /// The entry `expired` lists for `key`, held by `holder` under `token`.
+    pub fn new(key: Key, holder: HolderId, token: FencingToken) -> ExpiredLease {
+        ExpiredLease { key, holder, token }
+    }
 }
 
 impl From<&Lease> for ExpiredLease {
@@ -277,6 +324,7 @@ impl From<&Lease> for ExpiredLease {
 /// An entry of the dead set: a token that stopped being current (reaped or released)
 /// and whose items may still need requeueing.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeadToken {
     /// The key the token was acquired on.
     pub key: Key,
@@ -284,11 +332,21 @@ pub struct DeadToken {
     pub token: FencingToken,
 }
 
+impl DeadToken {
+    /// The entry of the dead set for `token`, acquired on `key`.
+    pub fn new(key: Key, token: FencingToken) -> DeadToken {
+        DeadToken { key, token }
+    }
+}
+
 /// The default for [`Capabilities::death_retention`](crate::Capabilities::death_retention):
 /// how many death records a store keeps per namespace (the newest ones).
 pub const DEFAULT_DEATH_RETENTION: usize = 10_000;
 
 /// Why a token stopped being current, as a [`DeathRecord`] says.
+///
+/// Not `#[non_exhaustive]`: a store keeps the cause of every death it records, so a
+/// new cause must fail the build of every store until it can keep it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeathCause {
     /// Expired by the store clock and reaped (by a checker's `reap` or `reap_many`).
@@ -319,17 +377,30 @@ impl std::fmt::Display for DeathCause {
 }
 
 /// What the sweep of a dead token moved: filled into its [`DeathRecord`] by the
-/// `requeue_orphans` (or `requeue_orphans_many`) call that took the token out of the
+/// `sweep` (or `sweep_many`) call that took the token out of the
 /// dead set, in the same atomic step, whichever checker made it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Swept {
-    /// Members of a session retired under this record (a session's one entry counts
+    /// Members of a session declared dead under this record (a session's one entry counts
     /// the members that died with it); 0 for a lease no member rode.
     pub members: u64,
     /// Items the token still owned that went back to pending.
     pub requeued: u64,
     /// Items the token still owned that went to the dead-letter set (out of attempts).
     pub dead_lettered: u64,
+}
+
+impl Swept {
+    /// A sweep that declared `members` riding members dead and sent `requeued` items back
+    /// to pending and `dead_lettered` to the dead-letter set.
+    pub fn new(members: u64, requeued: u64, dead_lettered: u64) -> Swept {
+        Swept {
+            members,
+            requeued,
+            dead_lettered,
+        }
+    }
 }
 
 /// The seqs of one page of [`OperatorStore::deaths`](crate::OperatorStore::deaths) on a
@@ -358,6 +429,7 @@ pub fn death_page(last: u64, before: Option<u64>, limit: usize) -> Option<(u64, 
 /// One entry of a namespace's death history ([`OperatorStore::deaths`](crate::OperatorStore::deaths)):
 /// a token that stopped being current and went to the dead set.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeathRecord {
     /// Its place in the namespace's history: strictly increasing in the order the
     /// deaths happened, never reused.
@@ -372,9 +444,9 @@ pub struct DeathRecord {
     pub at: StoreTime,
     /// Why it died.
     pub cause: DeathCause,
-    /// What the sweep of the token moved: `None` until `requeue_orphans` took the
-    /// token out of the dead set. A session's record adds up, as its drain goes, the
-    /// members retired with it and what their sweeps moved.
+    /// What the sweep of the token moved: `None` until `sweep` took the
+    /// token out of the dead set. A session's record adds up, as its sweep goes, the
+    /// members declared dead with it and what their sweeps moved.
     pub swept: Option<Swept>,
 }
 

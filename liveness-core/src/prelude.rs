@@ -18,7 +18,7 @@
 pub use crate::error::{BatchResult, Error, InputProblem, JoinAsk, LostCause, Result};
 pub use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Requeued,
+    RequestId, Sweep,
 };
 pub use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::error::{JoinAsk, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Requeued,
+    RequestId, Sweep,
 };
 use crate::layer::{Intercept, Intercepted};
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
@@ -42,7 +42,7 @@ impl Request {
     }
 
     /// The key it acts on (inspect; a one-entry acquire, join or reap; the lease's
-    /// key for calls made under a lease; the page's `after` of `members`).
+    /// key for calls made under a lease; the page's `after` of `leases`).
     pub fn key(&self) -> Option<&Key> {
         let facts = self.facts();
         facts.key.or(facts.lease.map(|l| &l.key))
@@ -94,9 +94,9 @@ impl Request {
                 .into_iter()
                 .map(|e| Request::ReapMany { expired: vec![e] })
                 .collect(),
-            Request::RequeueOrphansMany { tokens } => tokens
+            Request::SweepMany { tokens } => tokens
                 .into_iter()
-                .map(|t| Request::RequeueOrphansMany { tokens: vec![t] })
+                .map(|t| Request::SweepMany { tokens: vec![t] })
                 .collect(),
             other => return Err(Box::new(other)),
         })
@@ -461,14 +461,14 @@ store_ops! {
             req: RequestId => RequestId) -> Vec<Item>;
         Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)
             -> Option<ItemState>;
-        RequeueOrphansMany [checker] = requeue_orphans_many(
-            tokens: &[FencingToken] => Vec<FencingToken>) -> Vec<Result<Requeued>>;
+        SweepMany [checker] = sweep_many(
+            tokens: &[FencingToken] => Vec<FencingToken>) -> Vec<Result<Sweep>>;
         DeadTokens [checker] = dead_tokens(limit: usize => usize) -> Vec<DeadToken>;
         Item = item(id: ItemId => ItemId) -> Option<ItemRecord>;
     }
     OperatorStore {
         StoreTime = store_time() -> StoreTime;
-        Members = members(space: &Space => Space, page: Page<&Key> => Page<Key>)
+        Leases = leases(space: &Space => Space, page: Page<&Key> => Page<Key>)
             -> Vec<LeaseInfo>;
         Deaths = deaths(before: Option<u64> => Option<u64>, limit: usize => usize)
             -> Vec<DeathRecord>;

@@ -81,10 +81,7 @@ fn a_member_costs_a_few_kib_and_an_unobserved_bus_allocates_no_buffer() {
         }
 
         // Members riding one session: no heartbeat of their own.
-        let caps = Capabilities {
-            sessions: true,
-            ..Capabilities::default()
-        };
+        let caps = Capabilities::default().sessions(true);
         let store: Arc<dyn Store> = Arc::new(
             MemoryServer::new()
                 .with_capabilities(caps)

@@ -49,20 +49,12 @@ async fn the_same_namespace_of_another_server_refuses_the_lease() {
     let lb = acquire_w(&*b, "b").await;
     assert_eq!(la.token, lb.token, "both servers start counting at 1");
     let id = b
-        .enqueue(
-            b"x",
-            EnqueueOptions {
-                max_attempts: 3,
-                key: None,
-            },
-        )
+        .enqueue(b"x", EnqueueOptions::default().max_attempts(3))
         .await
         .unwrap();
     b.claim(&lb, 1).await.unwrap();
-    let lookalike = Lease {
-        holder: lb.holder.clone(),
-        ..la.clone()
-    };
+    let mut lookalike = la.clone();
+    lookalike.holder = lb.holder.clone();
     is_foreign(b.renew(&lookalike).await);
     is_foreign(b.claim(&lookalike, 1).await);
     is_foreign(b.complete(&lookalike, id).await);

@@ -181,15 +181,13 @@ async fn elected_checkers_run_one_at_a_time() {
     let mut events = bus.subscribe();
     let mut handles = Vec::new();
     for i in 0..3 {
-        let config = CheckerConfig {
-            elected: Some(
+        let config = CheckerConfig::default()
+            .elected(
                 ElectionConfig::new("checker", &format!("c{i}"), ttl(1000))
                     .unwrap()
                     .events(bus.clone()),
-            ),
-            events: bus.clone(),
-            ..CheckerConfig::default()
-        };
+            )
+            .events(bus.clone());
         handles.push(Checker::new(store.clone(), config).spawn());
     }
     abandoned_members(&store, 5).await;
@@ -508,10 +506,7 @@ async fn with_a_resume_signal_the_heartbeat_sleeps_between_renewals_and_still_se
 
 #[tokio::test(start_paused = true)]
 async fn a_round_clamped_by_the_store_s_max_batch_asks_for_more() {
-    let caps = liveness_core::Capabilities {
-        max_batch: 2,
-        ..liveness_core::Capabilities::default()
-    };
+    let caps = liveness_core::Capabilities::default().max_batch(2);
     let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
     abandoned_members(&store, 5).await;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -163,10 +163,7 @@ async fn a_declared_death_counts_the_death_and_its_items() {
         .enqueue(b"again", EnqueueOptions::default())
         .await
         .unwrap();
-    let poison = EnqueueOptions {
-        max_attempts: 1,
-        ..EnqueueOptions::default()
-    };
+    let poison = EnqueueOptions::default().max_attempts(1);
     store.enqueue(b"poison", poison).await.unwrap();
     assert_eq!(member.claim(2).await.unwrap().len(), 2);
     member.orphan();
@@ -178,7 +175,7 @@ async fn a_declared_death_counts_the_death_and_its_items() {
     assert_eq!(counter(ITEMS_DEAD_LETTERED_TOTAL, ns, &[]), 1);
     assert_eq!(counter(CHECKER_ROUNDS_TOTAL, ns, &[]), 1);
     assert_eq!(histogram(CHECKER_ROUND_SECONDS, ns, &[]).len(), 1);
-    // expired (members, then sessions), reap_many, requeue_orphans_many,
+    // expired (members, then sessions), reap_many, sweep_many,
     // dead_tokens, next_expiry (members, then sessions).
     assert_eq!(histogram(CHECKER_ROUND_TRIPS, ns, &[]), vec![7.0]);
     // A round with nothing to do declares nothing more.

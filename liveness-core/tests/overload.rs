@@ -588,9 +588,9 @@ async fn a_checker_round_declares_many_deaths_in_a_few_round_trips() {
     let report = checker.round().await.unwrap();
     let calls = store.checker_calls.load(Ordering::SeqCst) - before;
     assert_eq!(report.deaths.len(), n);
-    assert!(report.deaths.iter().all(|d| d.requeued.requeued.len() == 1));
+    assert!(report.deaths.iter().all(|d| d.sweep.requeued.len() == 1));
     // expired and next_expiry of the members and of the sessions, reap_many,
-    // requeue_orphans_many, dead_tokens: not two calls per death.
+    // sweep_many, dead_tokens: not two calls per death.
     assert_eq!(calls, 7, "{calls} store calls for {n} deaths");
     assert_eq!(dyn_store.item_counts().await.unwrap().pending, n as u64);
 }

@@ -277,30 +277,15 @@ async fn durations_out_of_range_are_refused_naming_the_field() {
     assert!(checker(Duration::from_secs(3600)).validate().is_ok());
     let hb = HeartbeatConfig::new(ttl(1000));
     for (config, what) in [
-        (
-            HeartbeatConfig {
-                renew_every: Duration::MAX,
-                ..hb
-            },
-            "renew_every",
-        ),
-        (
-            HeartbeatConfig {
-                safety_margin: Duration::MAX,
-                ..hb
-            },
-            "safety_margin",
-        ),
+        (hb.renew_every(Duration::MAX), "renew_every"),
+        (hb.safety_margin(Duration::MAX), "safety_margin"),
     ] {
         assert!(rejects(&config.validate(), what), "{what}");
     }
     // An elected checker's heartbeat is checked with the checker's configuration.
     let mut elected = ElectionConfig::new("checker", "c", ttl(1000)).unwrap();
     elected.heartbeat.renew_every = Duration::MAX;
-    let config = CheckerConfig {
-        elected: Some(elected),
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default().elected(elected);
     assert!(rejects(&config.validate(), "renew_every"));
 }
 

@@ -14,11 +14,7 @@ use common::ns;
 /// A memory store with native sessions and batches of at most 2, and the session
 /// `sessions/p` (holder `p`, ttl 500 ms) opened on it.
 async fn session_of_two_per_batch() -> (Arc<dyn Store>, HolderId, Lease) {
-    let caps = Capabilities {
-        max_batch: 2,
-        sessions: true,
-        ..Capabilities::default()
-    };
+    let caps = Capabilities::default().max_batch(2).sessions(true);
     let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
     let holder = HolderId::new("p").unwrap();
     let ttl = Ttl::from_millis(500).unwrap();
@@ -46,9 +42,9 @@ async fn a_dead_session_is_drained_a_batch_at_a_time() {
     let mut sizes = Vec::new();
     let mut retired = Vec::new();
     loop {
-        let moved = store.requeue_orphans(session.token).await.unwrap();
-        sizes.push(moved.retired.len());
-        retired.extend(moved.retired.into_iter().map(|m| m.token));
+        let moved = store.sweep(session.token).await.unwrap();
+        sizes.push(moved.members.len());
+        retired.extend(moved.members.into_iter().map(|m| m.token));
         let dead = store.dead_tokens(100).await.unwrap();
         if !dead.iter().any(|d| d.token == session.token) {
             break;

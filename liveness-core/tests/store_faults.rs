@@ -76,7 +76,7 @@ mod faulty {
         pub fail_release: AtomicBool,
         /// How many acquires to apply and then answer `Unavailable` (a lost reply).
         pub lose_acquire_replies: AtomicUsize,
-        /// `reap` and `requeue_orphans` of this token fail with a permanent error.
+        /// `reap` and `sweep` of this token fail with a permanent error.
         pub broken_token: Mutex<Option<FencingToken>>,
         /// Counts acquires that reached this wrapper.
         pub acquires: AtomicUsize,
@@ -158,7 +158,7 @@ mod faulty {
                         req.token(),
                     ) {
                         let key = key.clone();
-                        return Err(Error::backend("faulty", StoreLostState { key, token }));
+                        return Err(Error::backend("faulty", StoreLostState::new(key, token)));
                     }
                 }
                 Op::Release if knobs.fail_release.load(Ordering::SeqCst) => {
@@ -166,7 +166,7 @@ mod faulty {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     return Err(down());
                 }
-                Op::ReapMany | Op::RequeueOrphansMany => {
+                Op::ReapMany | Op::SweepMany => {
                     if let Some(token) = req.token() {
                         self.broken(token)?;
                     }
@@ -183,7 +183,7 @@ async fn store_expiry_of(store: &Arc<dyn Store>, key: &liveness_core::Key) -> In
     let info = store.inspect(key).await.unwrap().expect("a lease");
     match info.status {
         liveness_core::LeaseStatus::Live { remaining } => Instant::now() + remaining,
-        liveness_core::LeaseStatus::Expired => panic!("already expired"),
+        other => panic!("already expired: {other:?}"),
     }
 }
 
@@ -261,7 +261,7 @@ async fn one_unreadable_record_does_not_stop_the_detection_of_other_deaths() {
         assert!(!report.more, "a stuck entry does not make the checker spin");
         if let Some(death) = report.deaths.first() {
             assert_eq!(death.lease.token, good);
-            assert_eq!(death.requeued.requeued, vec![id]);
+            assert_eq!(death.sweep.requeued, vec![id]);
         }
     }
     let mut died = Vec::new();
@@ -310,7 +310,7 @@ async fn a_requeue_that_always_fails_for_one_dead_token_does_not_stop_the_sweep(
     assert!(report
         .skipped
         .iter()
-        .any(|s| s.token == Some(bad) && s.step == liveness_core::CheckStep::Requeue));
+        .any(|s| s.token == Some(bad) && s.step == liveness_core::CheckStep::Sweep));
     drop(held_a);
 }
 

@@ -68,14 +68,7 @@ async fn a_stalled_member_is_released_alone_and_its_items_handed_back() {
     }
     // Its items are pending again, for anybody: handed back within the timeout, the
     // margin and a second, not when the lease would have expired.
-    assert_eq!(
-        store.item_counts().await.unwrap(),
-        ItemCounts {
-            pending: 3,
-            owned: 0,
-            dead_lettered: 0
-        }
-    );
+    assert_eq!(store.item_counts().await.unwrap(), ItemCounts::new(3, 0, 0));
     // A completion the stuck work reports late is fenced.
     assert!(matches!(
         stuck.complete(&claimed[0]).await,
@@ -157,10 +150,7 @@ async fn a_progress_timeout_out_of_range_is_refused() {
 /// the riders' timeouts fall between one another and however long the timeout.
 #[tokio::test(start_paused = true)]
 async fn riders_are_noticed_on_time_whatever_their_timeouts() {
-    let caps = Capabilities {
-        sessions: true,
-        ..Capabilities::default()
-    };
+    let caps = Capabilities::default().sessions(true);
     let store: Arc<dyn Store> = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let config = SessionConfig::new("p", ttl(TTL_MS)).unwrap();

@@ -43,12 +43,12 @@ mod tests {
 
     /// A refusal of a server with `fsync` off.
     fn fsync_off() -> Error {
-        let refusal = UnsafeSetting {
-            setting: "fsync",
-            found: "off".into(),
-            why: "a crash can lose acknowledged writes",
-            fix: "fsync = on",
-        };
+        let refusal = UnsafeSetting::new(
+            "fsync",
+            "off",
+            "a crash can lose acknowledged writes",
+            "fsync = on",
+        );
         Error::backend("test", refusal)
     }
 
@@ -61,10 +61,7 @@ mod tests {
     fn names_the_lease_a_store_lost() {
         let key = liveness_core::Key::member("m").unwrap();
         let token = liveness_core::FencingToken(9);
-        let lost_lease = StoreLostState {
-            key: key.clone(),
-            token,
-        };
+        let lost_lease = StoreLostState::new(key.clone(), token);
         let err = Error::backend("test", lost_lease);
         let lost = lost_state(&err);
         assert_eq!((&lost.key, lost.token), (&key, token));

@@ -1,5 +1,5 @@
 -- Shared by every script (prepended at compile time; every other script but
--- renew_many gets prelude_retire.lua after it). Every `local function` here is made
+-- renew_many gets prelude_declare_dead.lua after it). Every `local function` here is made
 -- anew on each call of a script (a closure each), so this file holds only what a
 -- renewal runs: the clock, the expiry epochs, the judged expiry and renew_one.
 -- Times are microseconds of the Redis server's own clock (TIME), read inside the

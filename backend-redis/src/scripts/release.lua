@@ -3,7 +3,7 @@
 -- Returns 1 when the token was current (live or expired) and the lease is gone, else 0.
 local rec = redis.call('HMGET', KEYS[1], 't', 'h')
 if rec[1] == ARGV[2] then
-  retire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], rec[2], now_us(), '1', ARGV[4])
+  declare_dead(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], rec[2], now_us(), '1', ARGV[4])
   return 1
 end
 return 0

@@ -1,4 +1,4 @@
-//! Batch scenarios: `acquire_many`, `renew_many`, `reap_many`, `requeue_orphans_many` answer per
+//! Batch scenarios: `acquire_many`, `renew_many`, `reap_many`, `sweep_many` answer per
 //! entry exactly what the single-entry method would (one round trip for many leases,
 //! with each lease's own result), and do to the store exactly what it would, at every
 //! position of a batch.
@@ -13,10 +13,7 @@ use super::common::holder;
 use crate::{member_key, Ctx};
 
 pub(super) fn opts(max_attempts: u32) -> EnqueueOptions {
-    EnqueueOptions {
-        max_attempts,
-        ..EnqueueOptions::default()
-    }
+    EnqueueOptions::default().max_attempts(max_attempts)
 }
 
 /// acquire_many answers per entry, in order, what `acquire` of that entry alone would:
@@ -315,12 +312,12 @@ pub async fn reap_many_answers_each_entry_alone(ctx: Ctx) {
     assert!(!tokens.iter().any(|d| d.token == live.token));
 }
 
-/// requeue_orphans_many answers per token what `requeue_orphans` would: the items of
+/// sweep_many answers per token what `sweep` would: the items of
 /// each dead token back to pending once (a token given twice moves nothing twice), a
 /// live member's token moves nothing.
-pub async fn requeue_orphans_many_answers_each_token_alone(ctx: Ctx) {
+pub async fn sweep_many_answers_each_token_alone(ctx: Ctx) {
     let s = &ctx.store;
-    assert!(s.requeue_orphans_many(&[]).await.unwrap().is_empty());
+    assert!(s.sweep_many(&[]).await.unwrap().is_empty());
     let a_item = s.enqueue(b"a", opts(3)).await.unwrap();
     let a = ctx.grant(&member_key("a"), &holder("a"), ctx.long).await;
     assert_eq!(s.claim(&a, 1).await.unwrap().len(), 1);
@@ -333,7 +330,7 @@ pub async fn requeue_orphans_many_answers_each_token_alone(ctx: Ctx) {
     assert!(s.release(&a).await.unwrap());
     assert!(s.release(&b).await.unwrap());
     let answers = s
-        .requeue_orphans_many(&[a.token, live.token, b.token, a.token])
+        .sweep_many(&[a.token, live.token, b.token, a.token])
         .await
         .unwrap();
     let answers: Vec<_> = answers.into_iter().map(|r| r.unwrap()).collect();

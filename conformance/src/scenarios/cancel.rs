@@ -34,7 +34,7 @@ fn seed() -> u64 {
 /// of 0 to a few milliseconds (seeded) and dropped when it has not answered by then,
 /// whatever it was doing. Afterwards, with no call dropped, every call answers its
 /// own request: `renew` the lease it was asked about (its key and token, a fresh
-/// time left), `renew_many` each of its leases, `inspect` and `members` the keys
+/// time left), `renew_many` each of its leases, `inspect` and `leases` the keys
 /// asked about, a claim the lowest pending items and exactly those (its repeat the
 /// same ones), `item` the item asked about, a keyed `enqueue` its first id, and each
 /// release its own lease, recorded as `Released`. A store that reads the answer a
@@ -62,20 +62,14 @@ pub async fn dropped_calls_leave_every_later_answer_its_own(ctx: Ctx) {
     for i in 0..3 {
         leases.push(ctx.grant(&member_key(&format!("c{i}")), &w, ctx.long).await);
     }
-    let opts = EnqueueOptions {
-        max_attempts: 1_000,
-        key: None,
-    };
+    let opts = EnqueueOptions::default().max_attempts(1_000);
     let mut payloads: HashMap<ItemId, Vec<u8>> = HashMap::new();
     for i in 0..12 {
         let payload = format!("p{i}").into_bytes();
         let id = s.enqueue(&payload, opts).await.unwrap();
         payloads.insert(id, payload);
     }
-    let keyed = EnqueueOptions {
-        key: Some(RequestId::random()),
-        ..opts
-    };
+    let keyed = opts.key(RequestId::random());
     let keyed_id = s.enqueue(b"keyed", keyed).await.unwrap();
     payloads.insert(keyed_id, b"keyed".to_vec());
     let ids: Vec<ItemId> = payloads.keys().copied().collect();
@@ -123,7 +117,7 @@ pub async fn dropped_calls_leave_every_later_answer_its_own(ctx: Ctx) {
                 drop_after!(wait, s.item_counts());
             }
             11 => {
-                drop_after!(wait, s.members(&space, Page::first(10)));
+                drop_after!(wait, s.leases(&space, Page::first(10)));
             }
             12 => {
                 drop_after!(wait, s.expired(&space, 10));
@@ -206,13 +200,13 @@ pub async fn dropped_calls_leave_every_later_answer_its_own(ctx: Ctx) {
             "seed {seed}: {info:?}"
         );
     }
-    let listed = s.members(&space, Page::first(10)).await.unwrap();
+    let listed = s.leases(&space, Page::first(10)).await.unwrap();
     for lease in &leases {
         assert!(
             listed
                 .iter()
                 .any(|m| m.key == lease.key && m.token == lease.token),
-            "seed {seed}: members does not list {}: {listed:?}",
+            "seed {seed}: leases does not list {}: {listed:?}",
             lease.key
         );
     }
@@ -322,7 +316,7 @@ pub async fn dropped_calls_leave_every_later_answer_its_own(ctx: Ctx) {
     }
     tokens.push(early.token);
     // The items the dropped claims took go back with their tokens' sweep.
-    for answer in s.requeue_orphans_many(&tokens).await.unwrap() {
+    for answer in s.sweep_many(&tokens).await.unwrap() {
         answer.unwrap();
     }
     assert_eq!(s.item_counts().await.unwrap().owned, 0, "seed {seed}");

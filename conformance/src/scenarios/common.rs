@@ -25,10 +25,6 @@ pub(crate) async fn assert_counts(
     [pending, owned, dead_lettered]: [u64; 3],
     why: &str,
 ) {
-    let want = ItemCounts {
-        pending,
-        owned,
-        dead_lettered,
-    };
+    let want = ItemCounts::new(pending, owned, dead_lettered);
     assert_eq!(s.item_counts().await.unwrap(), want, "{why}");
 }

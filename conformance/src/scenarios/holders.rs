@@ -10,7 +10,7 @@ use liveness_core::{
 };
 use tokio::time::Instant;
 
-use crate::fixtures::drained_session_record;
+use crate::fixtures::swept_session_record;
 use crate::Ctx;
 
 fn unique(prefix: &str) -> String {
@@ -75,7 +75,7 @@ pub async fn a_session_loss_leaves_one_death_record(ctx: Ctx) {
         assert!(Instant::now() < until, "the members never re-joined");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    drained_session_record(s.as_ref(), old.token, &old_tokens, 0).await;
+    swept_session_record(s.as_ref(), old.token, &old_tokens, 0).await;
     for member in members {
         member.leave(Duration::ZERO).await.unwrap();
     }

@@ -1,4 +1,4 @@
-//! Item scenarios: enqueue, claim, complete, fail, requeue_orphans, dead letters,
+//! Item scenarios: enqueue, claim, complete, fail, sweep, dead letters,
 //! namespaces, bad input (the `ItemStore` contract bullets).
 
 use std::sync::Arc;
@@ -12,10 +12,7 @@ use super::common::{assert_counts, assert_invalid, holder};
 use crate::{member_key, members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {
-    EnqueueOptions {
-        max_attempts,
-        ..EnqueueOptions::default()
-    }
+    EnqueueOptions::default().max_attempts(max_attempts)
 }
 
 async fn state(store: &Arc<dyn Store>, id: ItemId) -> Option<ItemState> {
@@ -31,11 +28,11 @@ async fn expire_soon(ctx: &Ctx, lease: &Lease) {
 
 /// Lets a member lease (granted with `ctx.long`) expire, reaps it (as a checker
 /// would) and requeues its items.
-async fn kill(ctx: &Ctx, lease: &Lease) -> liveness_core::Requeued {
+async fn kill(ctx: &Ctx, lease: &Lease) -> liveness_core::Sweep {
     expire_soon(ctx, lease).await;
     ctx.wait_listed_expired(&lease.key).await;
     assert!(ctx.store.reap(&lease.key, lease.token).await.unwrap());
-    ctx.store.requeue_orphans(lease.token).await.unwrap()
+    ctx.store.sweep(lease.token).await.unwrap()
 }
 
 /// enqueue gives increasing ids; claim takes pending items lowest id first and counts
@@ -355,7 +352,7 @@ pub async fn fail_retry_and_dead_letter(ctx: Ctx) {
     );
 }
 
-/// requeue_orphans is idempotent: a second (or concurrent) call moves nothing twice,
+/// sweep is idempotent: a second (or concurrent) call moves nothing twice,
 /// and the token leaves the dead set.
 pub async fn requeue_is_idempotent(ctx: Ctx) {
     let s = &ctx.store;
@@ -371,9 +368,7 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let (s, t) = (s.clone(), lease.token);
-        tasks.push(tokio::spawn(
-            async move { s.requeue_orphans(t).await.unwrap() },
-        ));
+        tasks.push(tokio::spawn(async move { s.sweep(t).await.unwrap() }));
     }
     let mut moved = Vec::new();
     for t in tasks {
@@ -381,7 +376,7 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
     }
     moved.sort();
     assert_eq!(moved, ids.to_vec(), "each item requeued exactly once");
-    assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
+    assert!(s.sweep(lease.token).await.unwrap().is_empty());
     assert!(s
         .dead_tokens(1000)
         .await
@@ -391,16 +386,16 @@ pub async fn requeue_is_idempotent(ctx: Ctx) {
     assert_eq!(s.item_counts().await.unwrap().pending, 2);
 }
 
-/// requeue_orphans of a token that is not dead (a live member's, or an unknown one)
+/// sweep of a token that is not dead (a live member's, or an unknown one)
 /// changes nothing.
 pub async fn requeue_ignores_live_tokens(ctx: Ctx) {
     let s = &ctx.store;
     let id = s.enqueue(b"x", opts(3)).await.unwrap();
     let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
     s.claim(&lease, 1).await.unwrap();
-    assert!(s.requeue_orphans(lease.token).await.unwrap().is_empty());
+    assert!(s.sweep(lease.token).await.unwrap().is_empty());
     assert!(s
-        .requeue_orphans(FencingToken(u64::MAX / 2))
+        .sweep(FencingToken(u64::MAX / 2))
         .await
         .unwrap()
         .is_empty());
@@ -472,12 +467,10 @@ pub async fn foreign_lease_refused_unchanged(ctx: Ctx) {
     let before = b.item_counts().await.unwrap();
     // A's lease as it is, and A's lease made to look like B's in every field a
     // store compares (key, holder, token): only where it was issued differs.
-    let lookalike = Lease {
-        key: lb.key.clone(),
-        holder: lb.holder.clone(),
-        token: lb.token,
-        ..la.clone()
-    };
+    let mut lookalike = la.clone();
+    lookalike.key = lb.key.clone();
+    lookalike.holder = lb.holder.clone();
+    lookalike.token = lb.token;
     for foreign in [&la, &lookalike] {
         assert_foreign(b.renew(foreign).await, "renew");
         assert_foreign(b.claim(foreign, 10).await, "claim");

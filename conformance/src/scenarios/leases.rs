@@ -148,10 +148,8 @@ pub async fn renew_superseded_or_released_is_lost(ctx: Ctx) {
 pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
     let key = member_key("rttl");
     let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
-    let shorter = Lease {
-        ttl: ctx.ttl,
-        ..lease.clone()
-    };
+    let mut shorter = lease.clone();
+    shorter.ttl = ctx.ttl;
     let renewed = ctx
         .store
         .renew(&shorter)
@@ -174,6 +172,7 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
             ctx.ttl
         ),
         LeaseStatus::Expired => panic!("renewed lease already expired"),
+        other => panic!("renewed lease in an unknown status {other:?}"),
     }
     // It expires by the new ttl (the old one would outlast the wait's deadline).
     ctx.wait_expired(&key).await;
@@ -189,9 +188,10 @@ pub async fn renew_uses_the_lease_values_ttl(ctx: Ctx) {
     let lease = ctx.grant(&key, &holder("h"), ctx.long).await;
     for bad in out_of_bounds.into_iter().flatten() {
         let Ok(bad) = Ttl::new(bad) else { continue };
-        let with_bad_ttl = |l: &Lease| Lease {
-            ttl: bad,
-            ..l.clone()
+        let with_bad_ttl = |l: &Lease| {
+            let mut l = l.clone();
+            l.ttl = bad;
+            l
         };
         let r = ctx.store.renew(&with_bad_ttl(&lease)).await;
         super::common::assert_invalid(r, "ttl");
@@ -254,6 +254,7 @@ pub async fn inspect_reports_live_and_expired(ctx: Ctx) {
     match ctx.store.inspect(&key).await.unwrap().unwrap().status {
         LeaseStatus::Live { remaining } => assert!(remaining <= ctx.ttl.duration()),
         LeaseStatus::Expired => panic!("fresh lease reported expired"),
+        other => panic!("fresh lease in an unknown status {other:?}"),
     }
     ctx.wait_expired(&key).await;
     ctx.wait_listed_expired(&key).await;

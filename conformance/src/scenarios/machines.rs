@@ -89,7 +89,7 @@ pub async fn checker_crash_between_reap_and_requeue_loses_nothing(ctx: Ctx) {
     }
     assert!(matches!(
         events.try_recv(),
-        Ok(Event::OrphansRequeued { requeued: 2, .. })
+        Ok(Event::Swept { requeued: 2, .. })
     ));
 }
 

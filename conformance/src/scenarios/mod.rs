@@ -10,7 +10,6 @@ use crate::Ctx;
 mod batches;
 mod cancel;
 mod common;
-mod drains;
 mod drops;
 mod holders;
 mod items;
@@ -18,11 +17,11 @@ mod leases;
 mod machines;
 mod operator;
 mod positions;
+mod session_sweeps;
 mod sessions;
 
 pub use batches::*;
 pub use cancel::*;
-pub use drains::*;
 pub use drops::*;
 pub use holders::*;
 pub use items::*;
@@ -30,6 +29,7 @@ pub use leases::*;
 pub use machines::*;
 pub use operator::*;
 pub use positions::*;
+pub use session_sweeps::*;
 pub use sessions::*;
 
 /// One named scenario.
@@ -97,17 +97,17 @@ macro_rules! __scenarios {
             requeue_ignores_live_tokens,
             acquire_many_answers_each_entry_alone,
             reap_many_answers_each_entry_alone,
-            requeue_orphans_many_answers_each_token_alone,
+            sweep_many_answers_each_token_alone,
             acquire_many_takes_each_entry_at_every_position,
             reap_many_reaps_each_entry_at_every_position,
-            requeue_orphans_many_requeues_each_token_at_every_position,
+            sweep_many_requeues_each_token_at_every_position,
             poison_item_is_dead_lettered,
             namespaces_are_isolated,
             foreign_lease_refused_unchanged,
             bad_input_rejected_unchanged,
             works_through_box_and_arc,
-            members_pages_in_key_order,
-            members_show_expired_until_reaped,
+            leases_pages_in_key_order,
+            leases_show_expired_until_reaped,
             deaths_record_each_death_once,
             death_swept_counts_are_exact,
             deaths_retention_keeps_newest,
@@ -122,7 +122,7 @@ macro_rules! __scenarios {
             a_member_joins_only_a_live_session,
             a_riding_member_lives_and_dies_with_its_session,
             a_dead_session_s_members_die_once_each,
-            racing_sweepers_retire_each_member_once,
+            racing_sweepers_declare_each_member_dead_once,
             a_member_dies_alone,
             checkers_declare_a_dead_session_s_members_once,
             a_batch_of_joins_answers_each_entry_as_its_join,
@@ -131,7 +131,7 @@ macro_rules! __scenarios {
             a_rider_whose_record_is_gone_rejoins,
             a_session_loss_leaves_one_death_record,
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
-            requeue_orphans_many_drains_each_session_alone
+            sweep_many_sweeps_each_session_alone
             ]
         );
     };

@@ -1,6 +1,6 @@
 //! Operator scenarios: the read paths an operator uses from outside a program —
-//! `members` (who is alive), `deaths` (who died, and what became of their work),
-//! `items` by state, and `retry_dead_letter(s)` (the `OperatorStore::members`,
+//! `leases` (who is alive), `deaths` (who died, and what became of their work),
+//! `items` by state, and `retry_dead_letter(s)` (the `OperatorStore::leases`,
 //! `OperatorStore::deaths`, `OperatorStore::items` and `OperatorStore::retry_dead_letter*`
 //! contract bullets).
 
@@ -17,10 +17,7 @@ use super::common::{assert_counts, assert_invalid};
 use crate::{members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {
-    EnqueueOptions {
-        max_attempts,
-        ..EnqueueOptions::default()
-    }
+    EnqueueOptions::default().max_attempts(max_attempts)
 }
 
 fn key(name: &str) -> Key {
@@ -53,12 +50,12 @@ fn assert_problem<T: std::fmt::Debug>(r: liveness_core::Result<T>, what: &str, p
     }
 }
 
-/// `members` pages through a space's leases in key order (names compared by their
+/// `leases` pages through a space's leases in key order (names compared by their
 /// bytes), `after` exclusive, at most `limit`; each entry is what `inspect` says;
 /// other spaces are not listed; released leases disappear; a zero limit is
 /// InvalidInput, a huge one is clamped; an `after` key of another space is
 /// InvalidInput(OtherSpace).
-pub async fn members_pages_in_key_order(ctx: Ctx) {
+pub async fn leases_pages_in_key_order(ctx: Ctx) {
     let s = &ctx.store;
     // Punctuation, digits and case: a collation other than byte order shows.
     let mut want = vec![
@@ -80,7 +77,7 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
     loop {
         let after = got.last().map(|i| i.key.clone());
         let page = s
-            .members(
+            .leases(
                 &members(),
                 Page {
                     after: after.as_ref(),
@@ -105,19 +102,17 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
         match info.status {
             LeaseStatus::Live { remaining } => assert!(remaining <= ctx.long.duration()),
             LeaseStatus::Expired => panic!("a long lease is listed expired"),
+            other => panic!("a long lease is listed in an unknown status {other:?}"),
         }
         assert!(leases.iter().any(|l| l.token == info.token));
     }
-    let all = s
-        .members(&members(), Page::first(usize::MAX))
-        .await
-        .unwrap();
+    let all = s.leases(&members(), Page::first(usize::MAX)).await.unwrap();
     assert_eq!(names(&all), want, "a huge limit is clamped, not refused");
-    let leaders = s.members(&Space::leaders(), Page::first(10)).await.unwrap();
+    let leaders = s.leases(&Space::leaders(), Page::first(10)).await.unwrap();
     assert_eq!(names(&leaders), vec!["n-other"]);
-    assert_invalid(s.members(&members(), Page::first(0)).await, "limit");
+    assert_invalid(s.leases(&members(), Page::first(0)).await, "limit");
     assert_problem(
-        s.members(
+        s.leases(
             &members(),
             Page {
                 after: Some(&other),
@@ -130,14 +125,14 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
     );
     // `after` need not name a lease: it is a position.
     let tail = s
-        .members(&members(), Page::first(10).next(&key("nB")))
+        .leases(&members(), Page::first(10).next(&key("nB")))
         .await
         .unwrap();
     assert_eq!(names(&tail), vec!["n_", "na", "n\u{e9}"]);
 
     let gone = &leases[0];
     assert!(s.release(gone).await.unwrap());
-    let after = s.members(&members(), Page::first(100)).await.unwrap();
+    let after = s.leases(&members(), Page::first(100)).await.unwrap();
     assert!(
         after.iter().all(|i| i.key != gone.key),
         "a released lease is not listed"
@@ -147,7 +142,7 @@ pub async fn members_pages_in_key_order(ctx: Ctx) {
 
 /// An expired, unreaped lease is listed with status Expired; once reaped it is not
 /// listed; live ones beside it stay live.
-pub async fn members_show_expired_until_reaped(ctx: Ctx) {
+pub async fn leases_show_expired_until_reaped(ctx: Ctx) {
     let s = &ctx.store;
     let short = s
         .acquire(&key("e-short"), &holder("s"), ctx.ttl)
@@ -158,13 +153,13 @@ pub async fn members_show_expired_until_reaped(ctx: Ctx) {
         .await
         .unwrap();
     ctx.wait_listed_expired(&short.key).await;
-    let page = s.members(&members(), Page::first(10)).await.unwrap();
+    let page = s.leases(&members(), Page::first(10)).await.unwrap();
     assert_eq!(names(&page), vec!["e-long", "e-short"]);
     assert!(page[0].is_live() && page[0].token == long.token);
     assert_eq!(page[1].status, LeaseStatus::Expired);
     assert_eq!(page[1].token, short.token);
     assert!(s.reap(&short.key, short.token).await.unwrap());
-    let page = s.members(&members(), Page::first(10)).await.unwrap();
+    let page = s.leases(&members(), Page::first(10)).await.unwrap();
     assert_eq!(names(&page), vec!["e-long"], "a reaped lease is not listed");
 }
 
@@ -244,7 +239,7 @@ pub async fn deaths_record_each_death_once(ctx: Ctx) {
     assert_eq!(s.deaths(None, usize::MAX).await.unwrap(), all, "clamped");
 
     for d in &all {
-        s.requeue_orphans(d.token).await.unwrap();
+        s.sweep(d.token).await.unwrap();
     }
     for d in all_deaths(s).await {
         assert_eq!(d.swept, Some(Swept::default()), "swept, nothing owned");
@@ -263,7 +258,7 @@ async fn futures_count(tasks: impl Iterator<Item = tokio::task::JoinHandle<bool>
 }
 
 /// The sweep's counts in a death record are exact however many checkers race to
-/// sweep the token (through `requeue_orphans` and `requeue_orphans_many`): what the
+/// sweep the token (through `sweep` and `sweep_many`): what the
 /// one sweep that moved the items moved, requeued and dead-lettered apart; repeats
 /// change nothing.
 pub async fn death_swept_counts_are_exact(ctx: Ctx) {
@@ -284,10 +279,10 @@ pub async fn death_swept_counts_are_exact(ctx: Ctx) {
             let t = lease.token;
             tokio::spawn(async move {
                 if i % 2 == 0 {
-                    s.requeue_orphans(t).await.unwrap()
+                    s.sweep(t).await.unwrap()
                 } else {
-                    let mut both = liveness_core::Requeued::default();
-                    for r in s.requeue_orphans_many(&[t, t]).await.unwrap() {
+                    let mut both = liveness_core::Sweep::default();
+                    for r in s.sweep_many(&[t, t]).await.unwrap() {
                         let r = r.unwrap();
                         both.requeued.extend(r.requeued);
                         both.dead_lettered.extend(r.dead_lettered);
@@ -308,14 +303,10 @@ pub async fn death_swept_counts_are_exact(ctx: Ctx) {
     assert_eq!(rec.token, lease.token);
     assert_eq!(
         rec.swept,
-        Some(Swept {
-            members: 0,
-            requeued: 3,
-            dead_lettered: 2
-        }),
+        Some(Swept::new(0, 3, 2)),
         "the record counts what the sweep moved, whichever sweeper it was"
     );
-    s.requeue_orphans(lease.token).await.unwrap();
+    s.sweep(lease.token).await.unwrap();
     assert_eq!(s.deaths(None, 1).await.unwrap()[0].swept, rec.swept);
 }
 
@@ -370,14 +361,7 @@ pub async fn retry_dead_letters_back_to_pending(ctx: Ctx) {
         );
     }
     let before = s.item_counts().await.unwrap();
-    assert_eq!(
-        before,
-        ItemCounts {
-            pending: 1,
-            owned: 1,
-            dead_lettered: 3
-        }
-    );
+    assert_eq!(before, ItemCounts::new(1, 1, 3));
     let unknown = ItemId(pending.0 + 1000);
     assert_problem(
         s.retry_dead_letter(unknown).await,

@@ -9,7 +9,7 @@
 
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, ItemId, ItemState, Key, Lease, LeaseInfo,
-    LeaseStatus, LostCause, Requeued, Swept, Ttl,
+    LeaseStatus, LostCause, Sweep, Swept, Ttl,
 };
 
 use super::batches::opts;
@@ -79,22 +79,22 @@ async fn dead_set(ctx: &Ctx) -> Vec<(Key, FencingToken)> {
         .collect()
 }
 
-/// Empties the dead set with single `requeue_orphans` calls (its tokens own no items
+/// Empties the dead set with single `sweep` calls (its tokens own no items
 /// in the lease scenarios), so that the next batch's check sees only what that batch
 /// put in.
-async fn drain_dead_set(ctx: &Ctx) {
+async fn sweep_dead_set(ctx: &Ctx) {
     for (key, token) in dead_set(ctx).await {
         let moved = ctx
             .store
-            .requeue_orphans(token)
+            .sweep(token)
             .await
-            .unwrap_or_else(|e| panic!("requeue_orphans of {key} (token {token}): {e}"));
+            .unwrap_or_else(|e| panic!("sweep of {key} (token {token}): {e}"));
         assert!(moved.is_empty(), "{key} (token {token}) owned no items");
     }
     assert_eq!(
         dead_set(ctx).await,
         Vec::new(),
-        "requeue_orphans empties the dead set"
+        "sweep empties the dead set"
     );
 }
 
@@ -166,7 +166,7 @@ async fn assert_reaped<'a>(
     );
     let died = reaped.into_iter().map(|(k, t)| (k, t, cause)).collect();
     assert_deaths(ctx, since, died, what).await;
-    drain_dead_set(ctx).await;
+    sweep_dead_set(ctx).await;
 }
 
 /// Declares the kinds of entry of interest of one position scenario: a plain enum
@@ -372,10 +372,9 @@ pub async fn renew_many_extends_each_entry_at_every_position(ctx: Ctx) {
                 Some((p, RenewCase::Expired)) if p == i => expired.clone(),
                 _ => member(&ctx, "rp-live", "h", grant_ttl).await,
             };
-            asked.push(Lease {
-                ttl: renew_ttl,
-                ..lease
-            });
+            let mut lease = lease;
+            lease.ttl = renew_ttl;
+            asked.push(lease);
         }
         let answers = one_per_entry(s.renew_many(&asked).await, n, "renew_many", &batch);
         for (i, (lease, answer)) in asked.iter().zip(&answers).enumerate() {
@@ -445,6 +444,7 @@ pub async fn renew_many_extends_each_entry_at_every_position(ctx: Ctx) {
                             grant_ttl.duration()
                         ),
                         LeaseStatus::Expired => panic!("{at}: renewed, but expired in the store"),
+                        other => panic!("{at}: renewed, but in an unknown status {other:?}"),
                     }
                 }
             }
@@ -498,7 +498,7 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
         s.release(&gone).await.unwrap(),
         "release of an expired lease"
     );
-    drain_dead_set(&ctx).await;
+    sweep_dead_set(&ctx).await;
     let wrong = FencingToken(target.token.0 + 1_000_000);
     let mut pool = pool.into_iter();
     for (n, odd) in runs {
@@ -562,7 +562,7 @@ pub async fn reap_many_reaps_each_entry_at_every_position(ctx: Ctx) {
 }
 
 cases! {
-    /// The entry of interest in a `requeue_orphans_many` position batch.
+    /// The entry of interest in a `sweep_many` position batch.
     enum RequeueCase {
         /// A live member's token: empty, its item stays owned.
         Live => "a live member's token",
@@ -574,7 +574,7 @@ cases! {
     }
 }
 
-/// requeue_orphans_many, entry by entry at every position, by its effect: batches of
+/// sweep_many, entry by entry at every position, by its effect: batches of
 /// 1, 2, 3 and 5 dead tokens (at most `max_batch`) that each own one item, and
 /// batches of the same sizes with one entry, moved through every position, on a live
 /// member's token, on a token swept before, or repeating another entry's token. Every
@@ -583,7 +583,7 @@ cases! {
 /// (a repeated token moves nothing the second time), each item is in the state it was
 /// moved to, the dead set is empty, each token's death record says what its sweep
 /// moved; the live member's item stays owned.
-pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx) {
+pub async fn sweep_many_requeues_each_token_at_every_position(ctx: Ctx) {
     let s = &ctx.store;
     let sink = member(&ctx, "rq-sink", "sink", ctx.long).await;
     let live_item = s.enqueue(b"live", opts(3)).await.unwrap();
@@ -592,7 +592,7 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
     assert_eq!(ids, vec![live_item], "the live member claims its item");
     let swept = member(&ctx, "rq-swept", "w", ctx.long).await;
     assert!(s.release(&swept).await.unwrap());
-    assert!(s.requeue_orphans(swept.token).await.unwrap().is_empty());
+    assert!(s.sweep(swept.token).await.unwrap().is_empty());
     let kinds = [RequeueCase::Live, RequeueCase::Swept];
     let mut runs = runs(&ctx, &kinds, 1);
     runs.extend(
@@ -630,29 +630,18 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
         if let Some((p, RequeueCase::Twice)) = odd {
             tokens[p] = tokens[(p + 1) % n];
         }
-        let answers = one_per_entry(
-            s.requeue_orphans_many(&tokens).await,
-            n,
-            "requeue_orphans_many",
-            &batch,
-        );
+        let answers = one_per_entry(s.sweep_many(&tokens).await, n, "sweep_many", &batch);
         let mut seen = std::collections::HashSet::new();
         for (i, (token, answer)) in tokens.iter().zip(&answers).enumerate() {
-            let at = format!("requeue_orphans_many entry {i} of {batch}");
+            let at = format!("sweep_many entry {i} of {batch}");
             let answer = answer.as_ref().unwrap_or_else(|e| panic!("{at}: {e}"));
             let own = dead.iter().find(|d| d.0 == *token);
             match own {
                 Some(&(_, id, max_attempts)) if seen.insert(*token) => {
                     let want = if max_attempts > 1 {
-                        Requeued {
-                            requeued: vec![id],
-                            ..Requeued::default()
-                        }
+                        Sweep::new(vec![id], Vec::new())
                     } else {
-                        Requeued {
-                            dead_lettered: vec![id],
-                            ..Requeued::default()
-                        }
+                        Sweep::new(Vec::new(), vec![id])
                     };
                     assert_eq!(
                         answer, &want,
@@ -689,12 +678,12 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
         assert_eq!(
             state,
             Some(ItemState::Owned(live.token)),
-            "requeue_orphans_many, {batch}: the live member's item"
+            "sweep_many, {batch}: the live member's item"
         );
         assert_eq!(
             dead_set(&ctx).await,
             Vec::new(),
-            "requeue_orphans_many, {batch}: tokens left in the dead set after the call"
+            "sweep_many, {batch}: tokens left in the dead set after the call"
         );
         if dead.len() <= ctx.caps().death_retention {
             let records = s.deaths(None, 32).await.unwrap();
@@ -703,25 +692,17 @@ pub async fn requeue_orphans_many_requeues_each_token_at_every_position(ctx: Ctx
                     .iter()
                     .find(|d| d.token == token)
                     .unwrap_or_else(|| {
-                        panic!("requeue_orphans_many, {batch}: no death record of token {token}")
+                        panic!("sweep_many, {batch}: no death record of token {token}")
                     });
                 let want = if max_attempts > 1 {
-                    Swept {
-                        members: 0,
-                        requeued: 1,
-                        dead_lettered: 0,
-                    }
+                    Swept::new(0, 1, 0)
                 } else {
-                    Swept {
-                        members: 0,
-                        requeued: 0,
-                        dead_lettered: 1,
-                    }
+                    Swept::new(0, 0, 1)
                 };
                 assert_eq!(
                     record.swept,
                     Some(want),
-                    "requeue_orphans_many, {batch}: the death record of token {token} (item {id}) says what its sweep moved"
+                    "sweep_many, {batch}: the death record of token {token} (item {id}) says what its sweep moved"
                 );
             }
         }

@@ -16,7 +16,7 @@ use liveness_core::{
 
 use super::common::assert_counts;
 use super::common::holder;
-use crate::fixtures::drained_session_record;
+use crate::fixtures::swept_session_record;
 use crate::{member_key, Ctx};
 
 /// A fresh key of the `sessions` space.
@@ -79,20 +79,20 @@ async fn is_dead(s: &Arc<dyn Store>, token: FencingToken) -> bool {
 }
 
 /// Sweeps the dead session `token` until it leaves the dead set: the members each
-/// call retired, in order. Fails when a call retires more than `max_batch`, or when
-/// the drain does not end.
-async fn drain(s: &Arc<dyn Store>, token: FencingToken) -> Vec<FencingToken> {
+/// call declared dead, in order. Fails when a call declares more than `max_batch`
+/// dead, or when the sweep does not end.
+async fn sweep_session(s: &Arc<dyn Store>, token: FencingToken) -> Vec<FencingToken> {
     let batch = s.capabilities().max_batch;
-    let mut retired = Vec::new();
+    let mut declared = Vec::new();
     for _ in 0..10_000 {
-        let moved = s.requeue_orphans(token).await.unwrap();
-        assert!(moved.retired.len() <= batch, "a batch above max_batch");
-        retired.extend(moved.retired.iter().map(|m| m.token));
+        let moved = s.sweep(token).await.unwrap();
+        assert!(moved.members.len() <= batch, "a batch above max_batch");
+        declared.extend(moved.members.iter().map(|m| m.token));
         if !is_dead(s, token).await {
-            return retired;
+            return declared;
         }
     }
-    panic!("the drain of a dead session never ended");
+    panic!("the sweep of a dead session never ended");
 }
 
 fn sorted(mut v: Vec<FencingToken>) -> Vec<FencingToken> {
@@ -123,15 +123,11 @@ pub async fn a_member_joins_only_a_live_session(ctx: Ctx) {
         "inspect names the session"
     );
     let listed = s
-        .members(&Space::members(), liveness_core::Page::first(1000))
+        .leases(&Space::members(), liveness_core::Page::first(1000))
         .await
         .unwrap();
     let mine = listed.iter().find(|l| l.key == m.key).expect("listed");
-    assert_eq!(
-        mine.session.as_ref(),
-        Some(&session.key),
-        "members names it"
-    );
+    assert_eq!(mine.session.as_ref(), Some(&session.key), "leases names it");
     let own = s.inspect(&session.key).await.unwrap().expect("the session");
     assert_eq!(own.session, None, "a lease of its own rides nothing");
     match s.join_session(&session, &m.key, &holder("other")).await {
@@ -217,23 +213,23 @@ pub async fn a_dead_session_s_members_die_once_each(ctx: Ctx) {
     let s = &ctx.store;
     ctx.wait_listed_expired(&session.key).await;
     assert!(s.reap(&session.key, session.token).await.unwrap());
-    let retired = drain(s, session.token).await;
+    let declared = sweep_session(s, session.token).await;
     let want: Vec<FencingToken> = members.iter().map(|m| m.token).collect();
-    assert_eq!(sorted(retired), sorted(want.clone()), "each member once");
+    assert_eq!(sorted(declared), sorted(want.clone()), "each member once");
     for m in &members {
-        assert!(s.inspect(&m.key).await.unwrap().is_none(), "retired");
-        let moved = s.requeue_orphans(m.token).await.unwrap();
+        assert!(s.inspect(&m.key).await.unwrap().is_none(), "declared dead");
+        let moved = s.sweep(m.token).await.unwrap();
         assert_eq!(moved.requeued.len(), 1, "its item goes back with its token");
     }
     assert_counts(s, [n as u64, 0, 0], "every member's item pending again").await;
-    let record = drained_session_record(s.as_ref(), session.token, &want, n as u64).await;
+    let record = swept_session_record(s.as_ref(), session.token, &want, n as u64).await;
     assert_eq!(record.cause, DeathCause::Reaped);
 }
 
-/// Two sweepers racing over one dead session retire each member exactly once between
-/// them; and a sweeper that stops after one batch loses nothing: the next one
-/// finishes the drain.
-pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
+/// Two sweepers racing over one dead session declare each member dead exactly once
+/// between them; and a sweeper that stops after one batch loses nothing: the next one
+/// finishes the sweep.
+pub async fn racing_sweepers_declare_each_member_dead_once(ctx: Ctx) {
     let Some((session, members)) = riding(&ctx, 6, ctx.ttl).await else {
         return;
     };
@@ -241,13 +237,13 @@ pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
     ctx.wait_listed_expired(&session.key).await;
     assert!(s.reap(&session.key, session.token).await.unwrap());
     // One call, then the "crash": the session's token stays in the dead set.
-    let first = s.requeue_orphans(session.token).await.unwrap();
-    let mut all: Vec<FencingToken> = first.retired.iter().map(|m| m.token).collect();
+    let first = s.sweep(session.token).await.unwrap();
+    let mut all: Vec<FencingToken> = first.members.iter().map(|m| m.token).collect();
     let (a, b) = (s.clone(), s.clone());
     let token = session.token;
     let (ra, rb) = tokio::join!(
-        tokio::spawn(async move { drain(&a, token).await }),
-        tokio::spawn(async move { drain(&b, token).await })
+        tokio::spawn(async move { sweep_session(&a, token).await }),
+        tokio::spawn(async move { sweep_session(&b, token).await })
     );
     all.extend(ra.unwrap());
     all.extend(rb.unwrap());
@@ -255,9 +251,9 @@ pub async fn racing_sweepers_retire_each_member_once(ctx: Ctx) {
     assert_eq!(sorted(all), sorted(want), "each member exactly once");
 }
 
-/// `release` of a riding member retires it alone, with a death record of its own;
-/// the session and its other members stay live. A key whose session died is taken
-/// by the next `acquire`, its member retired as superseded.
+/// `release` of a riding member declares it dead alone, with a death record of its
+/// own; the session and its other members stay live. A key whose session died is
+/// taken by the next `acquire`, its member declared dead as superseded.
 pub async fn a_member_dies_alone(ctx: Ctx) {
     let Some((session, members)) = riding(&ctx, 2, ctx.long).await else {
         return;
@@ -291,10 +287,7 @@ pub async fn checkers_declare_a_dead_session_s_members_once(ctx: Ctx) {
     };
     let s = &ctx.store;
     ctx.wait_listed_expired(&session.key).await;
-    let config = CheckerConfig {
-        space: Space::sessions(),
-        ..CheckerConfig::default()
-    };
+    let config = CheckerConfig::default().space(Space::sessions());
     let (a, b) = (
         Checker::new(s.clone(), config.clone()),
         Checker::new(s.clone(), config),
@@ -323,7 +316,7 @@ pub async fn checkers_declare_a_dead_session_s_members_once(ctx: Ctx) {
 /// own `join_session` would, in order: with a live key at any position, that entry
 /// answers `Held` and leaves the key as it was while every other entry joins (live,
 /// riding the session, under new tokens increasing in the order of the entries); an
-/// expired lease on an entry's key is retired into the dead set and taken; a
+/// expired lease on an entry's key is declared dead (into the dead set) and taken; a
 /// released session answers `Lost` for every entry and takes nothing; a batch above
 /// `max_batch` is `InvalidInput` and takes nothing.
 ///
@@ -375,7 +368,7 @@ pub async fn a_batch_of_joins_answers_each_entry_as_its_join(ctx: Ctx) {
         }
     }
 
-    // An expired lease at a batch's middle entry is retired (dead set) and taken.
+    // An expired lease at a batch's middle entry is declared dead (dead set) and taken.
     let keys: Vec<Key> = (0..N).map(|i| member_key(&format!("e{i}"))).collect();
     let stale = ctx.grant(&keys[1], &holder("stale"), ctx.ttl).await;
     ctx.wait_listed_expired(&stale.key).await;
@@ -390,7 +383,7 @@ pub async fn a_batch_of_joins_answers_each_entry_as_its_join(ctx: Ctx) {
     }
     assert!(
         is_dead(s, stale.token).await,
-        "the expired lease was retired"
+        "the expired lease was declared dead"
     );
 
     let max = s.capabilities().max_batch.max(1);

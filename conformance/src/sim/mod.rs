@@ -24,8 +24,8 @@
 //! session expires; on waking none of its members may act), one member leaves alone,
 //! and replies are lost as in every run. The oracle then also checks that no member
 //! began a step after its work was told to stop (for a riding member: after its
-//! session's deadline passed) and that no member was retired twice by the drain of
-//! its session's death.
+//! session's deadline passed) and that no member was declared dead twice by the
+//! sweep of its session's death.
 //!
 //! Memory runs on real time too, with the same ttl as a real backend: a frozen
 //! process needs a runtime of its own, and tokio's paused clock is per runtime, so
@@ -150,13 +150,13 @@ pub struct Outcome {
     ///   least the stop margin before the second began;
     /// - at most one leader acted at once (same rule);
     /// - the store accepted no completion from a token that did not own the item;
-    /// - each death was declared once (one winning `reap` or one retirement by a
-    ///   session's drain, one `Died` per token);
+    /// - each death was declared once (one winning `reap` or one member declared dead
+    ///   by a session's sweep, one `Died` per token);
     /// - in sessions mode, no worker began a step after its work was told to stop (a
     ///   riding member's work is told when its session's deadline passes), and once
     ///   the processes stopped the dead set emptied (every death swept to its end);
     /// - every item was completed, and nothing stayed stranded (owned, pending or
-    ///   dead-lettered) past the drain deadline while members were live.
+    ///   dead-lettered) past the completion deadline while members were live.
     pub violations: Vec<String>,
     /// The faults injected.
     pub injected: Injected,
@@ -334,7 +334,7 @@ pub async fn simulate(store: Arc<dyn Store>, config: SimConfig) -> Outcome {
     let ids = producer
         .await
         .unwrap_or_else(|e| panic!("the producer failed: {e}"));
-    let mut violations = drain(&store, &config, &ids).await;
+    let mut violations = all_completed(&store, &config, &ids).await;
     let limit = config.ttl.duration() * 4 + Duration::from_secs(10);
     for p in members.into_iter().chain(candidates) {
         violations.extend(p.stop(limit).await);
@@ -400,10 +400,7 @@ async fn produce(store: Arc<dyn Store>, n: usize, spread: Duration) -> Vec<ItemI
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
         // Keyed, so that a retry after a lost reply adds nothing twice.
-        let options = EnqueueOptions {
-            max_attempts: 1000,
-            ..EnqueueOptions::keyed(RequestId::random())
-        };
+        let options = EnqueueOptions::keyed(RequestId::random()).max_attempts(1000);
         let payload = (i as u32).to_be_bytes();
         let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
         let mut tries = 0;
@@ -571,7 +568,7 @@ async fn leader<'a>(store: &Arc<dyn Store>, candidates: &'a [Process]) -> &'a Pr
 
 /// Waits, checkers running and faults off, until the dead set is empty: every death
 /// (a killed session's, each of its members', each released lease's) was swept to
-/// its end, a dead session's drain included. Reports what stayed at the deadline.
+/// its end, a dead session's sweep of its members included. Reports what stayed at the deadline.
 async fn swept(store: &Arc<dyn Store>, config: &SimConfig) -> Vec<String> {
     let deadline = config.ttl.duration() * 4 + Duration::from_secs(2);
     let until = Instant::now() + deadline;
@@ -596,7 +593,7 @@ async fn swept(store: &Arc<dyn Store>, config: &SimConfig) -> Vec<String> {
 
 /// Waits, faults off, until every item is completed; reports what stayed stranded at
 /// the deadline.
-async fn drain(store: &Arc<dyn Store>, config: &SimConfig, ids: &[ItemId]) -> Vec<String> {
+async fn all_completed(store: &Arc<dyn Store>, config: &SimConfig, ids: &[ItemId]) -> Vec<String> {
     let deadline = config.ttl.duration() * 12 + Duration::from_secs(10);
     let until = Instant::now() + deadline;
     loop {

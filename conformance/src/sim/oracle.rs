@@ -256,7 +256,7 @@ fn ownership(entries: &[Entry]) -> HashMap<ItemId, Vec<Change>> {
                 ids.iter().for_each(|id| add(*id, Own::Claimed(*token)))
             }
             Applied::Failed { token, id } => add(*id, Own::LetGo(*token)),
-            Applied::Requeued { token, moved } => moved
+            Applied::Swept { token, moved } => moved
                 .requeued
                 .iter()
                 .chain(&moved.dead_lettered)
@@ -310,9 +310,9 @@ pub fn check_fenced_completions(entries: &[Entry]) -> Vec<Violation> {
     found
 }
 
-/// Each death was declared once: one `reap` answered true, or one retirement by the
-/// drain of its session's death ([`liveness_core::Requeued::retired`]), per token, and
-/// one `Died` event per token.
+/// Each death was declared once: one `reap` answered true, or one member declared
+/// dead by the sweep of its session's death ([`liveness_core::Sweep::members`]), per
+/// token, and one `Died` event per token.
 pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
     let mut reaped: HashMap<FencingToken, usize> = HashMap::new();
     let mut died: HashMap<FencingToken, usize> = HashMap::new();
@@ -323,10 +323,10 @@ pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
                 ..
             } => *reaped.entry(*token).or_default() += 1,
             Record::Applied {
-                call: Applied::Requeued { moved, .. },
+                call: Applied::Swept { moved, .. },
                 ..
             } => {
-                for member in &moved.retired {
+                for member in &moved.members {
                     *reaped.entry(member.token).or_default() += 1;
                 }
             }
@@ -336,7 +336,7 @@ pub fn check_deaths_once(entries: &[Entry]) -> Vec<Violation> {
     }
     let mut found = Vec::new();
     for (what, counts) in [
-        ("reaped (or retired by a session drain)", &reaped),
+        ("reaped (or declared dead by a session's sweep)", &reaped),
         ("declared Died", &died),
     ] {
         for (token, n) in counts {
@@ -431,7 +431,7 @@ pub fn about(record: &Record, id: Option<ItemId>) -> bool {
         Record::Applied { call, .. } => match call {
             Applied::Claimed { ids, .. } => ids.iter().any(item),
             Applied::Completed { id, .. } | Applied::Failed { id, .. } => item(id),
-            Applied::Requeued { moved, .. } => {
+            Applied::Swept { moved, .. } => {
                 moved.requeued.iter().chain(&moved.dead_lettered).any(item)
             }
             Applied::Reaped { .. } => true,
@@ -568,20 +568,17 @@ mod tests {
         }
     }
 
-    fn requeue_of(token: u64, id: u64) -> Applied {
-        Applied::Requeued {
+    fn sweep_of(token: u64, id: u64) -> Applied {
+        Applied::Swept {
             token: t(token),
-            moved: liveness_core::Requeued {
-                requeued: vec![ItemId(id)],
-                ..liveness_core::Requeued::default()
-            },
+            moved: liveness_core::Sweep::new(vec![ItemId(id)], Vec::new()),
         }
     }
 
     #[test]
     fn a_completion_by_a_token_that_no_longer_owns_the_item_is_caught() {
         let (claim, complete) = (claim_of, complete_of);
-        let requeue = requeue_of(1, 7);
+        let requeue = sweep_of(1, 7);
         // Claimed by 1, requeued, claimed by 2: a completion by 1 sent after that.
         let stale = log(vec![
             (0, applied(0, claim(1, 7))),
@@ -615,7 +612,7 @@ mod tests {
             (1, Record::Note(String::new())),
             (2, Record::Note(String::new())),
             (3, applied(2, claim_of(2, 7))),
-            (4, applied(1, requeue_of(1, 7))),
+            (4, applied(1, sweep_of(1, 7))),
             (5, applied(5, complete_of(2, 7))),
         ]);
         assert_eq!(check_fenced_completions(&entries), Vec::<String>::new());
@@ -631,27 +628,24 @@ mod tests {
     }
 
     #[test]
-    fn a_member_retired_twice_by_a_drain_is_caught() {
-        let member = liveness_core::ExpiredLease {
-            key: liveness_core::Key::member("m").unwrap(),
-            holder: liveness_core::HolderId::new("h").unwrap(),
-            token: t(5),
-        };
-        let drained = |sent| {
+    fn a_member_declared_dead_twice_by_a_sweep_is_caught() {
+        let member = liveness_core::ExpiredLease::new(
+            liveness_core::Key::member("m").unwrap(),
+            liveness_core::HolderId::new("h").unwrap(),
+            t(5),
+        );
+        let swept = |sent| {
             applied(
                 sent,
-                Applied::Requeued {
+                Applied::Swept {
                     token: t(4),
-                    moved: liveness_core::Requeued {
-                        retired: vec![member.clone()],
-                        ..Default::default()
-                    },
+                    moved: liveness_core::Sweep::default().with_members(vec![member.clone()]),
                 },
             )
         };
-        let entries = log(vec![(0, drained(0))]);
+        let entries = log(vec![(0, swept(0))]);
         assert_eq!(check_deaths_once(&entries), Vec::<String>::new());
-        let entries = log(vec![(0, drained(0)), (10, drained(1))]);
+        let entries = log(vec![(0, swept(0)), (10, swept(1))]);
         let found = check_deaths_once(&entries);
         assert!(found[0].contains("token 5"), "{found:?}");
     }

@@ -15,6 +15,7 @@ use crate::{Claimed, Event, LostCause, Member};
 
 /// How a member behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct MemberConfig {
     /// The member's name: its key is `members/NAME`. Two live members cannot share it.
     pub name: Name,

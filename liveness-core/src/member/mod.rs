@@ -1,7 +1,7 @@
 //! The member: a worker process registered as a lease in the `members` space.
 //!
 //! ```text
-//! Live --store clock passes expiry--> Expired --reap--> Dead --requeue--> Requeued
+//! Live --store clock passes expiry--> Expired --reap--> Dead --sweep--> Swept
 //! Live --leave--> Left
 //! Lost (renew says Lost, or the local deadline passed) --rejoin--> Live, new token
 //! ```

@@ -20,7 +20,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::error::{BatchResult, JoinAsk, LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Requeued,
+    RequestId, Sweep,
 };
 use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
@@ -68,10 +68,7 @@ impl MemoryServer {
             id: fastrand::u64(..),
             clock,
             spaces: Arc::default(),
-            caps: Capabilities {
-                sessions: true,
-                ..Capabilities::default()
-            },
+            caps: Capabilities::default().sessions(true),
         }
     }
 
@@ -213,7 +210,7 @@ impl LeaseStore for MemoryStore {
         let mut st = lock(&self.state);
         match st.leases.get(&lease.key) {
             Some(rec) if rec.token == lease.token => {
-                st.retire(
+                st.declare_dead(
                     &lease.key,
                     DeathCause::Released,
                     now,
@@ -342,7 +339,7 @@ impl ItemStore for MemoryStore {
         Ok(state)
     }
 
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let mut st = lock(&self.state);
         Ok(tokens
             .iter()
@@ -375,7 +372,7 @@ impl OperatorStore for MemoryStore {
         Ok(StoreTime::from_epoch(self.now()))
     }
 
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let Page { after, limit } = page;
         let now = self.now();
         let st = lock(&self.state);
@@ -486,7 +483,7 @@ impl MemoryStore {
     fn reap_locked(&self, st: &mut NsState, key: &Key, token: FencingToken, now: Duration) -> bool {
         match st.leases.get(key) {
             Some(rec) if rec.token == token && now >= st.expiry_of(rec) => {
-                st.retire(key, DeathCause::Reaped, now, self.info.caps.death_retention);
+                st.declare_dead(key, DeathCause::Reaped, now, self.info.caps.death_retention);
                 true
             }
             _ => false,

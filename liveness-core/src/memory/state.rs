@@ -1,6 +1,6 @@
 //! The state of one namespace of the in-memory store, behind its lock, and the
 //! steps every operation shares: retiring a lease into the dead set with its death
-//! record, judging a riding member through its session, draining a dead session's
+//! record, judging a riding member through its session, sweeping a dead session's
 //! riders, and sweeping a dead token's items.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
-use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Requeued};
+use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Sweep};
 use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
 use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
 use crate::wake::tick;
@@ -79,7 +79,7 @@ pub(super) struct NsState {
     /// Enqueue idempotency keys and the ids they answered, kept for good.
     pub(super) keys: HashMap<RequestId, ItemId>,
     /// The members riding each session, by the session's token: what the sweep of a
-    /// dead session's token retires, a batch at a time.
+    /// dead session's token declares dead, a batch at a time.
     pub(super) riders: HashMap<FencingToken, BTreeSet<Key>>,
     pub(super) wake: watch::Sender<u64>,
 }
@@ -121,7 +121,13 @@ impl NsState {
 
     /// Removes the lease on `key`, puts its token in the dead set and records its
     /// death (keeping the newest `retention` records).
-    pub(super) fn retire(&mut self, key: &Key, cause: DeathCause, now: Duration, retention: usize) {
+    pub(super) fn declare_dead(
+        &mut self,
+        key: &Key,
+        cause: DeathCause,
+        now: Duration,
+        retention: usize,
+    ) {
         if let Some(rec) = self.leases.remove(key) {
             self.unindex(key, rec.expires_at);
             self.unride(key, &rec);
@@ -160,7 +166,7 @@ impl NsState {
     }
 
     /// Fills in what the sweep of `token` moved, in its death record (if kept).
-    pub(super) fn record_sweep(&mut self, token: FencingToken, moved: &Requeued) {
+    pub(super) fn record_sweep(&mut self, token: FencingToken, moved: &Sweep) {
         if let Some(seq) = self.death_of.remove(&token) {
             if let Some(rec) = self.deaths.get_mut(&seq) {
                 // Cumulative: a session's record also counts what the sweeps of its
@@ -223,7 +229,7 @@ impl NsState {
     }
 
     /// Frees `key` for a new lease and draws its token: `Held` while a live lease
-    /// (its own, or riding a live session) is on it; an expired one is retired first
+    /// (its own, or riding a live session) is on it; an expired one is declared dead first
     /// (cause superseded, keeping `retention` records).
     pub(super) fn take(
         &mut self,
@@ -239,7 +245,7 @@ impl NsState {
                     token: rec.token,
                 });
             }
-            self.retire(key, DeathCause::Superseded, now, retention);
+            self.declare_dead(key, DeathCause::Superseded, now, retention);
         }
         self.next_token += 1;
         Ok(FencingToken(self.next_token))
@@ -276,12 +282,16 @@ impl NsState {
     /// record removed, its token into the dead set and linked to the session's death
     /// record (no record of its own: the session's one entry counts them). Returns
     /// them, and whether any remain.
-    pub(super) fn drain(&mut self, token: FencingToken, batch: usize) -> (Vec<ExpiredLease>, bool) {
+    pub(super) fn sweep_members(
+        &mut self,
+        token: FencingToken,
+        batch: usize,
+    ) -> (Vec<ExpiredLease>, bool) {
         let Some(set) = self.riders.get_mut(&token) else {
             return (Vec::new(), false);
         };
         let keys: Vec<Key> = set.iter().take(batch.max(1)).cloned().collect();
-        let mut retired = Vec::with_capacity(keys.len());
+        let mut dead = Vec::with_capacity(keys.len());
         let seq = self.death_of.get(&token).copied();
         for key in keys {
             let Some(rec) = self.leases.remove(&key) else {
@@ -298,23 +308,23 @@ impl NsState {
             if let Some(seq) = seq {
                 self.death_of.insert(rec.token, seq);
             }
-            retired.push(ExpiredLease {
+            dead.push(ExpiredLease {
                 key,
                 holder: rec.holder,
                 token: rec.token,
             });
         }
-        if !retired.is_empty() {
+        if !dead.is_empty() {
             if let Some(rec) = seq.and_then(|seq| self.deaths.get_mut(&seq)) {
                 let before = rec.swept.unwrap_or_default();
                 rec.swept = Some(Swept {
-                    members: before.members + retired.len() as u64,
+                    members: before.members + dead.len() as u64,
                     ..before
                 });
             }
             tick(&self.wake);
         }
-        (retired, self.riders.contains_key(&token))
+        (dead, self.riders.contains_key(&token))
     }
 
     pub(super) fn owned_by(&self, id: ItemId, token: FencingToken) -> Result<()> {
@@ -359,15 +369,15 @@ impl NsState {
     }
 }
 
-pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize) -> Requeued {
-    let mut out = Requeued::default();
+pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize) -> Sweep {
+    let mut out = Sweep::default();
     if !st.dead.contains_key(&token) {
         return out;
     }
     // A dead session's riders go first, a batch at a time; the session's token stays
     // in the dead set until none is left.
-    let (retired, more) = st.drain(token, batch);
-    out.retired = retired;
+    let (members, more) = st.sweep_members(token, batch);
+    out.members = members;
     if more {
         return out;
     }

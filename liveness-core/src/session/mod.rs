@@ -48,6 +48,7 @@ use riding::RiderRenewals;
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SessionConfig {
     /// The process's name: the session's key is `sessions/NAME`. Two live sessions
     /// cannot share it.
@@ -628,7 +629,7 @@ async fn keep(
             return;
         }
         if native {
-            retire_riders(&store, &old, config.heartbeat.ttl.duration(), &stop).await;
+            sweep_old_session(&store, &old, config.heartbeat.ttl.duration(), &stop).await;
         }
         let Some((lease, at, at_on_clock, _)) =
             rejoin(&store, &config, &key, &old, &stop, Take::Own).await
@@ -650,25 +651,25 @@ async fn keep(
     }
 }
 
-/// How many times [`retire_riders`] tries a call that failed with a transient fault.
-const RETIRE_TRIES: u32 = 4;
+/// How many times [`sweep_old_session`] tries a call that failed with a transient fault.
+const SWEEP_TRIES: u32 = 4;
 
-/// Retires the members that rode the lost session lease `old` (on a store with native
+/// Declares dead the members that rode the lost session lease `old` (on a store with native
 /// sessions), before the session takes its next lease and they re-join: the store's
-/// drain of the dead session declares each of them dead once, under the old lease's
+/// sweep of the dead session declares each of them dead once, under the old lease's
 /// one death record, which counts them. Without it each re-join would take its
 /// member's record over, writing a death record of its own: a large process that
 /// survives a short session loss would push every other death out of the history.
 ///
 /// The old lease, expired and not reaped yet, is reaped first (its record written,
 /// its token in the dead set); released or taken over, it is there already. The
-/// drain goes on for at most `budget` (one ttl) and a few transient faults: the
+/// sweep goes on for at most `budget` (one ttl) and a few transient faults: the
 /// members it did not reach re-join over their records as before. It runs whether or
 /// not the session still knows a member of the old lease: a member dropped while its
-/// release could not get through is retired with the others, its name freed. Nothing
+/// release could not get through is declared dead with the others, its name freed. Nothing
 /// here hands work over earlier than the re-joins would: the old lease is dead by the
 /// store's clock, or the store ended it.
-async fn retire_riders(
+async fn sweep_old_session(
     store: &Arc<dyn Store>,
     old: &Lease,
     budget: Duration,
@@ -679,19 +680,19 @@ async fn retire_riders(
     let mut faults = 0;
     let mut reaped = false;
     while Instant::now() < until && !stop.is_cancelled() {
-        // True once the drain is over: a call that retired nobody has also taken the
+        // True once the sweep is over: a call that declared nobody dead has also taken the
         // token out of the dead set.
         let done = match reaped {
             false => store.reap(&old.key, old.token).await.map(|_| false),
             true => store
-                .requeue_orphans(old.token)
+                .sweep(old.token)
                 .await
-                .map(|moved| moved.retired.is_empty()),
+                .map(|moved| moved.members.is_empty()),
         };
         match done {
             Ok(true) => return,
             Ok(false) => reaped = true,
-            Err(e) if e.is_retryable() && faults + 1 < RETIRE_TRIES => {
+            Err(e) if e.is_retryable() && faults + 1 < SWEEP_TRIES => {
                 faults += 1;
                 tokio::time::sleep(backoff.next()).await;
             }

@@ -100,10 +100,7 @@ mod tests {
     /// nothing behind in their session's registry or its plan of looks.
     #[tokio::test(start_paused = true)]
     async fn gone_riders_leave_no_planned_look_behind() {
-        let caps = Capabilities {
-            sessions: true,
-            ..Capabilities::default()
-        };
+        let caps = Capabilities::default().sessions(true);
         let ns = Namespace::new("riders").unwrap();
         let store: Arc<dyn Store> =
             Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns));

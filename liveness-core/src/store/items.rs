@@ -4,9 +4,7 @@
 use async_trait::async_trait;
 
 use crate::error::{BatchResult, Error, InputProblem, Result};
-use crate::item::{
-    EnqueueOptions, Item, ItemId, ItemRecord, ItemState, Outcome, RequestId, Requeued,
-};
+use crate::item::{EnqueueOptions, Item, ItemId, ItemRecord, ItemState, Outcome, RequestId, Sweep};
 use crate::lease::{DeadToken, Lease};
 use crate::types::FencingToken;
 #[cfg(doc)]
@@ -28,7 +26,7 @@ pub(crate) fn unsupported<T>(op: &'static str) -> Result<T> {
 /// elections alone writes `impl ItemStore for MyStore {}`, sets `items: false`, and
 /// every method answers `InvalidInput` ([`InputProblem::Unsupported`]).
 ///
-/// [`Store`] gives `claim`, `complete`, `fail` and `requeue_orphans` on top.
+/// [`Store`] gives `claim`, `complete`, `fail` and `sweep` on top.
 ///
 /// # Contract shared by every method
 /// - An item is in exactly one state: pending, owned by one token, or dead-lettered.
@@ -122,7 +120,7 @@ pub trait ItemStore: Send + Sync {
 
     /// Requeues every item still owned by each dead token and forgets the token: what
     /// a checker sends for a round's deaths and its sweep instead of one round trip
-    /// per token. [`Store::requeue_orphans`] is this with one token.
+    /// per token. [`Store::sweep`] is this with one token.
     ///
     /// # Contract of each token
     /// - Acts only when the token is in the dead set; for any other token (a live
@@ -143,9 +141,9 @@ pub trait ItemStore: Send + Sync {
     /// # Retry
     /// - A repeat of an applied call answers an empty result (the token left the dead
     ///   set) and moves nothing; the items were moved by the first.
-    async fn requeue_orphans_many(&self, tokens: &[FencingToken]) -> BatchResult<Requeued> {
+    async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let _ = tokens;
-        unsupported("requeue_orphans_many")
+        unsupported("sweep_many")
     }
 
     /// Lists the dead set: tokens reaped or released whose items were not yet requeued.
@@ -153,7 +151,7 @@ pub trait ItemStore: Send + Sync {
     /// # Contract
     /// - At most `limit` entries (clamped; zero is `InvalidInput`), lowest token first.
     /// - A token leaves the dead set only through
-    ///   [`ItemStore::requeue_orphans_many`].
+    ///   [`ItemStore::sweep_many`].
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         let _ = limit;
         unsupported("dead_tokens")

@@ -100,14 +100,14 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     ///   with the session's key and token, and nothing is taken.
     /// - A live lease on `key` (its own, or one riding a live session):
     ///   [`Error::Held`], nothing changes. An expired one, or one whose session is
-    ///   gone or expired, is retired first in the same step (dead set, death record,
+    ///   gone or expired, is declared dead first in the same step (dead set, death record,
     ///   cause superseded), as `acquire_many` does.
     /// - Every other operation judges a riding member through its session: `renew`,
-    ///   `inspect`, `members`, `claim` and `reap` see it expired once its session is
-    ///   expired or gone; `release` retires it alone; `expired` never lists it (the
+    ///   `inspect`, `leases`, `claim` and `reap` see it expired once its session is
+    ///   expired or gone; `release` declares it dead alone; `expired` never lists it (the
     ///   session is listed instead).
     /// - Once the session's token is in the dead set (reaped or released),
-    ///   [`ItemStore::requeue_orphans_many`] of that token retires its riding members
+    ///   [`ItemStore::sweep_many`] of that token declares its riding members dead
     ///   in batches of at most [`Capabilities::max_batch`], each exactly once, and
     ///   keeps the session's token in the dead set until none is left.
     /// - A `key` inside [`Space::sessions`] fails alone with `InvalidInput`.

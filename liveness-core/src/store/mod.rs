@@ -16,7 +16,7 @@
 //! The conformance suite (crate `liveness-conformance`) checks them: every bullet of a method has a named scenario,
 //! except those no scenario can see — the cost of [`LeaseStore::expired`] (a store
 //! that scans every lease gives the same answers, only slower), checked by
-//! `liveness_bench::check_round_cost`; the cost of [`OperatorStore::members`] and of trimming the
+//! `liveness_bench::check_round_cost`; the cost of [`OperatorStore::leases`] and of trimming the
 //! death history ([`OperatorStore::deaths`]), which each backend meets with an index; and
 //! the transport-fault bullet below, which needs faults injected into the backend's own
 //! transport (each backend's fault tests). The suite crate's README maps every bullet
@@ -33,7 +33,7 @@
 //!   next, and only those; every split keeps the operation's bullets below true for
 //!   the caller, and the store's README says which splits it makes.
 //! - **What a store may split over more than one step:**
-//!   - [`ItemStore::requeue_orphans_many`] may move a dead token's items in several
+//!   - [`ItemStore::sweep_many`] may move a dead token's items in several
 //!     batches, each guarded by the token's dead-set entry, removing the entry with
 //!     the last one: a reader may see some of the items moved and the token still in
 //!     the dead set; no item moves twice, and the token leaves the dead set only when
@@ -93,9 +93,7 @@
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::item::{
-    Item, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome, RequestId, Requeued,
-};
+use crate::item::{Item, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome, RequestId, Sweep};
 use crate::lease::{Acquire, Issuer, Lease};
 use crate::types::{FencingToken, HolderId, Key, Ttl};
 
@@ -108,7 +106,7 @@ pub use items::ItemStore;
 pub use leases::LeaseStore;
 pub use operator::OperatorStore;
 
-/// Which page of a listing to read ([`OperatorStore::members`], [`OperatorStore::items`]):
+/// Which page of a listing to read ([`OperatorStore::leases`], [`OperatorStore::items`]):
 /// the entries after the cursor `after` (exclusive; `None`: from the first), at most
 /// `limit` of them. A store clamps `limit` to its `max_batch` and refuses zero
 /// (`InvalidInput`).
@@ -206,10 +204,10 @@ pub trait Store: LeaseStore + ItemStore + OperatorStore {
         )
     }
 
-    /// Requeues the items of the dead `token`: [`ItemStore::requeue_orphans_many`]
+    /// Requeues the items of the dead `token`: [`ItemStore::sweep_many`]
     /// with that one token.
-    async fn requeue_orphans(&self, token: FencingToken) -> Result<Requeued> {
-        only(self.backend(), self.requeue_orphans_many(&[token]).await)
+    async fn sweep(&self, token: FencingToken) -> Result<Sweep> {
+        only(self.backend(), self.sweep_many(&[token]).await)
     }
 
     /// [`ItemStore::claim_request`] with a fresh [`RequestId::next`]: convenient, but

@@ -53,9 +53,9 @@ pub trait OperatorStore: Send + Sync {
     ///   (an index by key).
     /// - Changes nothing. The page is one snapshot, except on stores whose `expired`
     ///   may read in several steps (etcd), where each entry was true when it was read.
-    async fn members(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
+    async fn leases(&self, space: &Space, page: Page<&Key>) -> Result<Vec<LeaseInfo>> {
         let _ = (space, page);
-        unsupported("members")
+        unsupported("leases")
     }
 
     /// Lists the namespace's death history, newest first: every token that stopped
@@ -67,7 +67,7 @@ pub trait OperatorStore: Send + Sync {
     ///   acquire that reaps an expired lease writes one [`DeathRecord`] in the same
     ///   atomic step (so of racing reapers, exactly one death is recorded), with the
     ///   store time and the [`DeathCause`](crate::DeathCause).
-    /// - Its `swept` is `None` until [`ItemStore::requeue_orphans_many`] takes the token out of the dead set, and then says
+    /// - Its `swept` is `None` until [`ItemStore::sweep_many`] takes the token out of the dead set, and then says
     ///   exactly how many items that sweep sent back to pending and how many to the
     ///   dead-letter set, whichever of any number of checkers made it (written in the
     ///   sweep's own atomic step; a sweep split over several steps fills it in with

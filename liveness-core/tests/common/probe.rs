@@ -190,11 +190,9 @@ impl Intercept for Probe {
 /// A memory store behind a [`Probe`]; without native sessions when `plain` (and then
 /// at most `max_batch` leases per call).
 pub fn probed(plain: bool, max_batch: usize) -> (Arc<dyn Store>, Arc<Probe>) {
-    let caps = Capabilities {
-        sessions: !plain,
-        max_batch,
-        ..Capabilities::default()
-    };
+    let caps = Capabilities::default()
+        .sessions(!plain)
+        .max_batch(max_batch);
     let inner = Arc::new(MemoryServer::new().with_capabilities(caps).store(&ns()));
     let probe = Arc::new(Probe {
         plain,

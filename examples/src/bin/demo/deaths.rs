@@ -97,7 +97,7 @@ impl Deaths {
     }
 
     /// What the sweep of a death's token moved, once a checker swept it: for a
-    /// session, the members retired with it and what their sweeps moved.
+    /// session, the members declared dead with it and what their sweeps moved.
     pub fn swept(&self, seq: u64) -> Option<Swept> {
         self.records.get(&seq)?.swept
     }

@@ -123,6 +123,7 @@ async fn status(store: &dyn Store, key: &Key) -> String {
                 format!("live ({} left) token {}", secs(remaining), info.token)
             }
             LeaseStatus::Expired => format!("EXPIRED token {}", info.token),
+            other => format!("{other:?} token {}", info.token),
         },
         Ok(None) => "no lease".to_owned(),
         Err(e) => format!("? ({e})"),

@@ -342,7 +342,7 @@ impl Run {
     /// sweep of a token never handed out takes the write lock and changes nothing.
     async fn store_writes(&self) -> bool {
         let never = FencingToken(i64::MAX as u64);
-        let probe = self.store.requeue_orphans(never);
+        let probe = self.store.sweep(never);
         matches!(
             tokio::time::timeout(self.ttl.duration() / 8, probe).await,
             Ok(Ok(_))
@@ -454,10 +454,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         match store
             .enqueue(
                 format!("item {i}").as_bytes(),
-                EnqueueOptions {
-                    max_attempts: MAX_ATTEMPTS,
-                    ..EnqueueOptions::default()
-                },
+                EnqueueOptions::default().max_attempts(MAX_ATTEMPTS),
             )
             .await
         {
@@ -637,7 +634,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                         run.on_died(&key, token.0, requeued, dead_lettered);
                         poll_deaths(&*store, &mut deaths, &mut run.view, &run.workers).await;
                     }
-                    Ok(Event::OrphansRequeued { requeued, token, .. }) => {
+                    Ok(Event::Swept { requeued, token, .. }) => {
                         run.view.log(&format!("checker: swept token {token}: {} requeued", plural(requeued, "item", "items")));
                     }
                     Ok(_) => {}

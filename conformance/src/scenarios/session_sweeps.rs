@@ -1,9 +1,9 @@
-//! Drain scenarios: several dead sessions swept in one
-//! [`ItemStore::requeue_orphans_many`] call, on a store whose
+//! Session sweep scenarios: several dead sessions swept in one
+//! [`ItemStore::sweep_many`] call, on a store whose
 //! [`Capabilities::sessions`] says it serves sessions natively. On any other store
 //! they pass at once.
 //!
-//! [`ItemStore::requeue_orphans_many`]: liveness_core::ItemStore::requeue_orphans_many
+//! [`ItemStore::sweep_many`]: liveness_core::ItemStore::sweep_many
 //! [`Capabilities::sessions`]: liveness_core::Capabilities::sessions
 
 use std::collections::HashSet;
@@ -48,16 +48,16 @@ async fn session_of(ctx: &Ctx, prefix: &str, n: usize) -> (Lease, Vec<Lease>) {
     (session, members)
 }
 
-/// Sweeps the retired members' tokens out of the dead set (they own no items), so
+/// Sweeps the tokens of the members declared dead out of the dead set (they own no items), so
 /// that it holds only the sessions' tokens and `is_dead`, which reads its lowest
 /// `max_batch` tokens, sees them.
 async fn forget(s: &Arc<dyn Store>, members: &[FencingToken]) {
     for chunk in members.chunks(s.capabilities().max_batch.max(1)) {
-        for answer in s.requeue_orphans_many(chunk).await.unwrap() {
+        for answer in s.sweep_many(chunk).await.unwrap() {
             let answer = answer.unwrap();
             assert!(
                 answer.is_empty(),
-                "a retired member's sweep moved {answer:?}"
+                "the sweep of a member declared dead moved {answer:?}"
             );
         }
     }
@@ -70,13 +70,13 @@ async fn is_dead(s: &Arc<dyn Store>, token: FencingToken) -> bool {
     dead.iter().any(|d| d.token == token)
 }
 
-/// One `requeue_orphans_many` of several dead sessions answers each token as its own
-/// `requeue_orphans` would: each session above `max_batch` members retires exactly
-/// `max_batch` of its own members and stays in the dead set, a small one retires all
-/// of its members and leaves it, whatever the position of the token in the call (no
-/// budget shared between tokens). The drain then ends with each member retired
-/// exactly once.
-pub async fn requeue_orphans_many_drains_each_session_alone(ctx: Ctx) {
+/// One `sweep_many` of several dead sessions answers each token as its own
+/// `sweep` would: each session above `max_batch` members declares exactly
+/// `max_batch` of its own members dead and stays in the dead set, a small one declares
+/// all of its members dead and leaves it, whatever the position of the token in the
+/// call (no budget shared between tokens). The sweep then ends with each member
+/// declared dead exactly once.
+pub async fn sweep_many_sweeps_each_session_alone(ctx: Ctx) {
     if !ctx.caps().sessions {
         return;
     }
@@ -101,37 +101,37 @@ pub async fn requeue_orphans_many_drains_each_session_alone(ctx: Ctx) {
     }
 
     let tokens = [big_a.token, small.token, big_b.token];
-    let answers = s.requeue_orphans_many(&tokens).await.unwrap();
+    let answers = s.sweep_many(&tokens).await.unwrap();
     assert_eq!(answers.len(), tokens.len(), "one answer per token");
     let answers: Vec<_> = sessions
         .iter()
         .zip(answers)
         .map(|((what, ..), answer)| answer.unwrap_or_else(|e| panic!("{what}: {e}")))
         .collect();
-    let retired: Vec<FencingToken> = answers
+    let declared: Vec<FencingToken> = answers
         .iter()
-        .flat_map(|a| a.retired.iter().map(|m| m.token))
+        .flat_map(|a| a.members.iter().map(|m| m.token))
         .collect();
-    forget(s, &retired).await;
+    forget(s, &declared).await;
     let mut seen = HashSet::new();
     for ((what, session, riders), answer) in sessions.iter().zip(answers) {
         let want = riders.len().min(batch);
         assert_eq!(
-            answer.retired.len(),
+            answer.members.len(),
             want,
-            "{what} (token {}) of {} members retired {} in one requeue_orphans_many of \
-             {tokens:?}; its requeue_orphans alone retires {want}",
+            "{what} (token {}) of {} members declared {} dead in one sweep_many of \
+             {tokens:?}; its sweep alone declares {want}",
             session.token.0,
             riders.len(),
-            answer.retired.len()
+            answer.members.len()
         );
         let own: HashSet<FencingToken> = riders.iter().map(|m| m.token).collect();
-        for m in &answer.retired {
+        for m in &answer.members {
             assert!(
                 own.contains(&m.token),
-                "{what} retired {m:?}, not its member"
+                "{what} declared {m:?} dead, not its member"
             );
-            assert!(seen.insert(m.token), "{m:?} retired twice");
+            assert!(seen.insert(m.token), "{m:?} declared dead twice");
         }
         assert_eq!(
             is_dead(s, session.token).await,
@@ -140,25 +140,25 @@ pub async fn requeue_orphans_many_drains_each_session_alone(ctx: Ctx) {
         );
     }
 
-    // The rest of the drain, token by token: each member exactly once in all.
+    // The rest of the sweep, token by token: each member exactly once in all.
     for (what, session, _) in sessions {
         for _ in 0..10_000 {
             if !is_dead(s, session.token).await {
                 break;
             }
-            let moved = s.requeue_orphans(session.token).await.unwrap();
-            assert!(moved.retired.len() <= batch, "{what}: above max_batch");
-            for m in &moved.retired {
-                assert!(seen.insert(m.token), "{m:?} retired twice");
+            let moved = s.sweep(session.token).await.unwrap();
+            assert!(moved.members.len() <= batch, "{what}: above max_batch");
+            for m in &moved.members {
+                assert!(seen.insert(m.token), "{m:?} declared dead twice");
             }
-            let retired: Vec<FencingToken> = moved.retired.iter().map(|m| m.token).collect();
-            forget(s, &retired).await;
+            let declared: Vec<FencingToken> = moved.members.iter().map(|m| m.token).collect();
+            forget(s, &declared).await;
         }
-        assert!(!is_dead(s, session.token).await, "{what}: never drained");
+        assert!(!is_dead(s, session.token).await, "{what}: never swept");
     }
     let all: HashSet<FencingToken> = sessions
         .iter()
         .flat_map(|(_, _, riders)| riders.iter().map(|m| m.token))
         .collect();
-    assert_eq!(seen, all, "each member retired exactly once");
+    assert_eq!(seen, all, "each member declared dead exactly once");
 }

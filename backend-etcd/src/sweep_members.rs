@@ -1,6 +1,7 @@
-//! Where the drain of a dead session stands ([`DrainState`], read from its state
-//! keys) and what one drain transaction came to ([`Drained`]). The drain itself is
-//! `EtcdStore::drain_batch` (`session.rs`); the sweep that drives it is `deaths.rs`.
+//! Where the sweep of a dead session's members stands ([`MemberSweep`], read from
+//! its state keys) and what one member-sweep transaction came to ([`MembersSwept`]).
+//! The step itself is `EtcdStore::sweep_members` (`session.rs`); the sweep of the
+//! token that drives it is `deaths.rs`.
 
 use etcd_client::{Compare, GetOptions, KeyValue, TxnOp};
 use liveness_core::{ExpiredLease, FencingToken, Result};
@@ -8,17 +9,17 @@ use liveness_core::{ExpiredLease, FencingToken, Result};
 use crate::core::counter_at;
 use crate::keys::{Keys, INDEX_BATCH};
 
-/// What one drain transaction ([`EtcdStore::drain_batch`]) came to.
-pub(crate) enum Drained {
-    /// These members were retired; `true` when more may remain.
-    Retired(Vec<ExpiredLease>, bool),
+/// What one member-sweep transaction ([`EtcdStore::sweep_members`]) came to.
+pub(crate) enum MembersSwept {
+    /// These members were declared dead; `true` when more may remain.
+    DeclaredDead(Vec<ExpiredLease>, bool),
     /// The transaction lost a race (another sweeper, a release): read again.
     Conflict,
 }
 
-/// Where the drain of a dead session stands, as read from its state keys
+/// Where the sweep of a dead session's members stands, as read from its state keys
 /// (`ss/<session token>/`): how far its member index reaches and the cursor.
-pub(crate) struct DrainState {
+pub(crate) struct MemberSweep {
     /// The first batch past every batch a join filed an entry under.
     pub(crate) end: u64,
     /// The first batch that may still hold an entry (every batch below is empty).
@@ -27,7 +28,7 @@ pub(crate) struct DrainState {
     pub(crate) cursor_cmp: Compare,
 }
 
-impl DrainState {
+impl MemberSweep {
     /// The read of the session state keys of `token` (two keys at most; none for a
     /// token that is not a session's, or a session nobody joined).
     pub(crate) fn read(k: &Keys, token: FencingToken) -> TxnOp {
@@ -37,15 +38,16 @@ impl DrainState {
         )
     }
 
-    /// The state of `token`'s drain from `kvs`, as [`DrainState::read`] read them.
-    pub(crate) fn of(k: &Keys, token: FencingToken, kvs: &[KeyValue]) -> Result<DrainState> {
+    /// Where the sweep of `token`'s members stands, from `kvs` as
+    /// [`MemberSweep::read`] read them.
+    pub(crate) fn of(k: &Keys, token: FencingToken, kvs: &[KeyValue]) -> Result<MemberSweep> {
         let (joins, cursor) = (k.session_joins(token), k.session_cursor(token));
         let find = |key: &str| kvs.iter().find(|kv| kv.key() == key.as_bytes());
         // The joins that read counts 0..n filed their entries under batches below
         // ⌈n / INDEX_BATCH⌉; once the session is dead no join adds one.
         let joined = find(&joins).map_or(0, |kv| u64::try_from(kv.version()).unwrap_or(0));
         let (cursor_cmp, at) = counter_at(&cursor, find(&cursor))?;
-        Ok(DrainState {
+        Ok(MemberSweep {
             end: joined.div_ceil(INDEX_BATCH),
             cursor: at,
             cursor_cmp,

@@ -1,6 +1,6 @@
 -- Shared by every script but renew_many (prepended at compile time after prelude.lua,
 -- whose functions it uses): handing out tokens, the index re-scoring of the checker's
--- reads, taking a key, retiring leases and riders, deaths, requeueing. renew_many.lua
+-- reads, taking a key, declaring leases dead, deaths, sweeping. renew_many.lua
 -- runs without it: each call of a script makes every `local function` of its prefix
 -- anew, and a renewal calls none of these.
 
@@ -49,15 +49,15 @@ local function reindex(expiry, lease_prefix, name, now)
 end
 
 -- The namespace's key prefix `liveness:{ns}:`, from its dead-set key (`<prefix>dead`).
--- The death history and the member index are derived from it in-script (same hash
+-- The death history and the lease index are derived from it in-script (same hash
 -- slot as every key of the namespace; see keys.rs).
 local function ns_prefix(dead_key)
   return string.sub(dead_key, 1, #dead_key - 4)
 end
 
--- The member index of the space of `key_text` ("space/name"): ZSET of names, score 0,
--- read in name order with ZRANGEBYLEX.
-local function members_key(prefix, key_text)
+-- The lease index of the space of `key_text` ("space/name"), key `m:<space>`: ZSET of
+-- names, score 0, read in name order with ZRANGEBYLEX.
+local function leases_key(prefix, key_text)
   return prefix .. 'm:' .. string.match(key_text, '^([^/]*)/')
 end
 
@@ -80,10 +80,11 @@ local function record_death(prefix, key_text, holder, token, now, cause, retenti
   end
 end
 
--- Removes a lease record, puts (key, token) in the dead set and records the death.
--- A riding member leaves its session's member set `sm:<session token>`.
-local function retire(lease_key, expiry_key, dead_key, name, token, key_text, holder, now,
-                      cause, retention)
+-- Declares a lease dead: removes its record, puts (key, token) in the dead set and
+-- records the death. A riding member leaves its session's member set
+-- `sm:<session token>`.
+local function declare_dead(lease_key, expiry_key, dead_key, name, token, key_text, holder,
+                            now, cause, retention)
   local prefix = ns_prefix(dead_key)
   local st = redis.call('HGET', lease_key, 'st')
   if st then
@@ -92,7 +93,7 @@ local function retire(lease_key, expiry_key, dead_key, name, token, key_text, ho
   redis.call('DEL', lease_key)
   redis.call('ZREM', expiry_key, name)
   redis.call('ZADD', dead_key, token, token .. ':' .. key_text)
-  redis.call('ZREM', members_key(prefix, key_text), name)
+  redis.call('ZREM', leases_key(prefix, key_text), name)
   record_death(prefix, key_text, holder, token, now, cause, retention)
 end
 
@@ -111,12 +112,13 @@ local function hand_back(item_key, id, retry, pending_key, dl_key)
 end
 
 
--- Retires up to `budget.n` of the members riding the dead session `token` (its set
--- `sm:<token>` under the namespace prefix `ns`), lowering `budget.n`: each record is
--- deleted and leaves its space's member index, and its token goes into the dead set
--- linked (`dt`) to the session's death record, with no record of its own. Returns
--- {key text, holder, token, ...} of the retired ones and whether members remain.
-local function retire_riders(ns, dead_key, token, budget)
+-- Sweeps the members riding the dead session `token` (its set `sm:<token>` under the
+-- namespace prefix `ns`): declares up to `budget.n` of them dead, lowering
+-- `budget.n`: each record is deleted and leaves its space's lease index, and its token
+-- goes into the dead set linked (`dt`) to the session's death record, with no record
+-- of its own. Returns {key text, holder, token, ...} of the members it declared dead
+-- and whether members remain.
+local function sweep_members(ns, dead_key, token, budget)
   local set = ns .. 'sm:' .. token
   local out = {}
   if budget.n <= 0 then
@@ -128,13 +130,13 @@ local function retire_riders(ns, dead_key, token, budget)
   end
   budget.n = budget.n - #popped
   local seq = redis.call('HGET', ns .. 'dt', token)
-  local retired = 0
+  local declared = 0
   for _, key_text in ipairs(popped) do
     local lease_key = ns .. 'l:' .. key_text
     local rec = redis.call('HMGET', lease_key, 'h', 't', 'st')
     if rec[3] == token then
       redis.call('DEL', lease_key)
-      redis.call('ZREM', members_key(ns, key_text), string.match(key_text, '/(.*)$'))
+      redis.call('ZREM', leases_key(ns, key_text), string.match(key_text, '/(.*)$'))
       redis.call('ZADD', dead_key, rec[2], rec[2] .. ':' .. key_text)
       if seq then
         redis.call('HSET', ns .. 'dt', rec[2], seq)
@@ -142,32 +144,33 @@ local function retire_riders(ns, dead_key, token, budget)
       out[#out + 1] = key_text
       out[#out + 1] = rec[1]
       out[#out + 1] = rec[2]
-      retired = retired + 1
+      declared = declared + 1
     end
   end
   -- The session's one death record counts the members that died with it.
-  if seq and retired > 0 and redis.call('EXISTS', ns .. 'd:' .. seq) == 1 then
-    redis.call('HINCRBY', ns .. 'd:' .. seq, 'm', retired)
+  if seq and declared > 0 and redis.call('EXISTS', ns .. 'd:' .. seq) == 1 then
+    redis.call('HINCRBY', ns .. 'd:' .. seq, 'm', declared)
   end
   return out, redis.call('EXISTS', set) == 1
 end
 
--- Requeues the items of dead `token` (in the dead set `dead_key`, owning `owned_key`):
--- each back to pending or, out of attempts, to the dead-letter set; forgets the token.
--- Acts only when the token is in the dead set. A dead session's token first retires
--- its riding members, at most `budget.n` per call (`retire_riders`), and stays in the
--- dead set, its items untouched, while members remain. Returns {{requeued ids},
--- {dead-lettered ids}, {key text, holder, token, ...} of the retired members}.
-local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix,
-                             budget)
+-- Sweeps dead `token` (in the dead set `dead_key`, owning `owned_key`): each of its
+-- items back to pending or, out of attempts, to the dead-letter set; forgets the
+-- token. Acts only when the token is in the dead set. A dead session's token first
+-- declares its riding members dead, at most `budget.n` per call (`sweep_members`), and
+-- stays in the dead set, its items untouched, while members remain. Returns
+-- {{requeued ids}, {dead-lettered ids}, {key text, holder, token, ...} of the members
+-- it declared dead}.
+local function sweep_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix,
+                           budget)
   local requeued, dead = {}, {}
   if #redis.call('ZRANGEBYSCORE', dead_key, token, token) == 0 then
     return {requeued, dead, {}}
   end
   local ns = ns_prefix(dead_key)
-  local retired, remain = retire_riders(ns, dead_key, token, budget)
+  local members, remain = sweep_members(ns, dead_key, token, budget)
   if remain then
-    return {requeued, dead, retired}
+    return {requeued, dead, members}
   end
   redis.call('ZREMRANGEBYSCORE', dead_key, token, token)
   local ids = redis.call('ZRANGE', owned_key, 0, -1)
@@ -193,14 +196,14 @@ local function requeue_token(dead_key, owned_key, count_key, pending_key, dl_key
     end
     redis.call('HDEL', ns .. 'dt', token)
   end
-  return {requeued, dead, retired}
+  return {requeued, dead, members}
 end
 
 -- Clears `lease_key` (space expiry zset `expiry_key`, dead set `dead_key`; `name` and
 -- `key_text` "space/name" name the key) for a new lease at `now`, drawing its token from
 -- the namespace's counter `tokens_key`: the step acquire_one and join_one share.
 -- A live lease on the key wins: returns nil and {0, holder, token}. An expired one is
--- retired first (dead set, death record, cause '2'). Else returns the new token.
+-- declared dead first (dead set, death record, cause '2'). Else returns the new token.
 local function take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_text,
                         retention, now)
   local prefix = prefix_of(lease_key)
@@ -209,10 +212,10 @@ local function take_key(lease_key, expiry_key, tokens_key, dead_key, name, key_t
     if now < expiry_of(prefix, rec[3], rec[4], rec[5], rec[6], rec[7], now) then
       return nil, {0, rec[1], rec[2]}
     end
-    retire(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now, '2',
-      retention)
+    declare_dead(lease_key, expiry_key, dead_key, name, rec[2], key_text, rec[1], now,
+      '2', retention)
   end
-  redis.call('ZADD', members_key(ns_prefix(dead_key), key_text), 0, name)
+  redis.call('ZADD', leases_key(ns_prefix(dead_key), key_text), 0, name)
   return issue_token(tokens_key, prefix, now)
 end
 
@@ -220,7 +223,7 @@ end
 -- namespace's token counter `tokens_key` and dead set `dead_key`; `name` and
 -- `key_text` "space/name" name the key) for `holder` with `ttl` ms at `now`: the one
 -- step of each entry of acquire_many.lua. A live lease on the key wins; an expired one
--- is retired first (dead set, death record, cause '2'). Returns {1, token} or
+-- is declared dead first (dead set, death record, cause '2'). Returns {1, token} or
 -- {0, holder, token} when a live lease holds the key.
 local function acquire_one(lease_key, expiry_key, tokens_key, dead_key, name, holder, ttl,
                            key_text, retention, now)

@@ -1,4 +1,4 @@
--- members: KEYS[1] member index of the space (ZSET of names, score 0)
+-- leases: KEYS[1] lease index of the space (key m:<space>, ZSET of names, score 0)
 -- ARGV[1] the range start ('-' for the first page, else '(' .. the last name seen),
 -- ARGV[2] limit, ARGV[3] the space's lease key prefix (lease keys derived in-script)
 -- Returns {name, holder, token, ttl, remaining_us, session lease key|'', ...} in name
