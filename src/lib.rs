@@ -13,9 +13,13 @@ pub use liveness_core::{
     Skipped, Space, Store, StoreTime, Sweep, Swept, Ttl, DEFAULT_MAX_ATTEMPTS, MAX_NAMESPACE_LEN,
     MAX_NAME_LEN,
 };
+// The worker runner and the producer's handle.
+pub use liveness_core::{Job, JobError, Queue, Worker, WorkerConfig, WorkerHandle, WorkerReport};
 // The modules a user reads beside them: metric names, the local clocks, URLs, and
 // each state machine's own.
-pub use liveness_core::{checker, clock, election, error, events, member, metrics, session, url};
+pub use liveness_core::{
+    checker, clock, election, error, events, member, metrics, session, url, worker,
+};
 
 /// What a store author needs, beside what the root offers: the three store traits
 /// and the types their methods name, store middleware (layers) and a store call as

@@ -23,6 +23,7 @@ pub mod member;
 pub mod memory;
 pub mod metrics;
 pub mod prelude;
+mod queue;
 pub mod request;
 pub mod session;
 pub mod standing;
@@ -32,6 +33,7 @@ mod traced;
 pub mod types;
 pub mod url;
 pub mod wake;
+pub mod worker;
 
 pub use backoff::Backoff;
 pub use batch::Batcher;
@@ -57,6 +59,7 @@ pub use lease::{
 };
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
+pub use queue::Queue;
 pub use session::{Session, SessionConfig};
 pub use standing::LocalDeadline;
 pub use store::{
@@ -67,6 +70,7 @@ pub use types::{
     FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl, MAX_NAMESPACE_LEN,
     MAX_NAME_LEN,
 };
+pub use worker::{Job, JobError, Worker, WorkerConfig, WorkerHandle, WorkerReport};
 
 /// Re-exported so that users and backends name the same versions.
 pub use async_trait::async_trait;

@@ -327,7 +327,11 @@ macro_rules! intercepted_extras {
             self.hook().checks_input() || self.inner().checks_input()
         }
     };
-    (ItemStore) => {};
+    (ItemStore) => {
+        fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+            self.inner().pending()
+        }
+    };
     (OperatorStore) => {};
 }
 

@@ -1,14 +1,13 @@
-//! A work queue in one process: a few members claim and complete items, a checker
-//! runs beside them, one member dies without leaving, and its items are requeued and
-//! finished by the others. Prints the events as they happen.
+//! A work queue in one process: a producer enqueues jobs, three workers run them,
+//! one worker dies in the middle of a job without leaving, and the checker the
+//! workers run (one of them at a time) declares its death and requeues its job,
+//! which a live worker then finishes. Prints the events as they happen.
 //!
 //! `cargo run -p examples --bin workers [STORE_URL]` (default `memory://`).
 
 use std::time::Duration;
 
-use liveness::{
-    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, Member, MemberConfig, Ttl,
-};
+use liveness::{Event, EventBus, Queue, Ttl, Worker, WorkerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,55 +23,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     token,
                     requeued,
                     ..
-                } => {
-                    println!("died     {key} token {token}: {requeued} items requeued")
-                }
+                } => println!("died     {key} token {token}: {requeued} items requeued"),
                 Event::Left { key, .. } => println!("left     {key}"),
                 _ => {}
             }
         }
     });
-    let checker = Checker::new(store.clone(), CheckerConfig::default().events(bus.clone())).spawn();
-    for i in 0..30 {
-        store
-            .enqueue(format!("job {i}").as_bytes(), EnqueueOptions::default())
-            .await?;
-    }
-    let ttl = Ttl::from_millis(1000)?;
-    let mut members = Vec::new();
+    let jobs: Vec<String> = (0..30).map(|i| format!("job {i}")).collect();
+    Queue::new(store.clone()).enqueue_many(&jobs).await?;
+
+    let mut workers = Vec::new();
     for i in 0..3 {
-        let config = MemberConfig::new(&format!("worker-{i}"), ttl)?.events(bus.clone());
-        members.push(Member::join(store.clone(), config).await?);
+        let config = WorkerConfig::new(&format!("worker-{i}"), Ttl::from_millis(1000)?)?
+            .concurrency(2)
+            .events(bus.clone());
+        let worker = Worker::start(store.clone(), config, |job| async move {
+            // A job takes a while; it checks its lease before its side effect.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            job.check()?;
+            Ok(())
+        })
+        .await?;
+        workers.push(worker);
     }
-    // worker-0 takes five items and dies holding them.
-    let doomed = members.remove(0);
-    let held = doomed.claim(5).await?;
-    println!("worker-0 claimed {} items and dies", held.len());
-    // A crash: nothing is released (dropping the member would hand the items back
-    // itself after the stop margin); the checker declares the death at its expiry.
-    doomed.orphan();
-    let mut done = 0;
-    while done < 30 {
-        let mut progressed = false;
-        for m in &members {
-            for job in m.claim(2).await? {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                m.complete(&job).await?;
-                done += 1;
-                progressed = true;
-            }
-        }
-        if !progressed {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    // worker-0 dies holding its jobs: a crash releases nothing, the checker declares
+    // the death when its lease expires by the store's clock.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let doomed = workers.remove(0);
+    println!("worker-0 dies in the middle of its jobs");
+    doomed.member().clone().orphan();
+    drop(doomed);
+
+    while store.item_counts().await?.pending + store.item_counts().await?.owned > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     println!(
         "all 30 items done; counts now {:?}",
         store.item_counts().await?
     );
-    for m in members {
-        m.leave(Duration::from_secs(1)).await?;
+    for worker in workers {
+        worker.shutdown(Duration::from_secs(1)).await?;
     }
-    checker.stop().await;
     Ok(())
 }

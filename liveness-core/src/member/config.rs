@@ -127,7 +127,7 @@ impl MemberConfig {
     }
 
     /// `InvalidInput` naming the field when a setting is out of range.
-    pub(super) fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         self.heartbeat.validate()?;
         match self.progress_timeout {
             Some(got) if got < MIN_PROGRESS_TIMEOUT => Err(Error::invalid(

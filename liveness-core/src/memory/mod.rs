@@ -30,6 +30,7 @@ use crate::store::{
 };
 use crate::sync::lock;
 use crate::types::{FencingToken, Key, Namespace, Space, StoreTime};
+use crate::wake::tick;
 
 mod state;
 use state::{requeue_locked, ItemRec, LeaseRec, NsState};
@@ -266,6 +267,10 @@ impl LeaseStore for MemoryStore {
 
 #[async_trait]
 impl ItemStore for MemoryStore {
+    fn pending(&self) -> Option<watch::Receiver<u64>> {
+        Some(lock(&self.state).pending_wake.subscribe())
+    }
+
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         let mut st = lock(&self.state);
         if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
@@ -281,6 +286,7 @@ impl ItemStore for MemoryStore {
             },
         );
         st.pending.insert(id);
+        tick(&st.pending_wake);
         if let Some(key) = options.key {
             st.keys.insert(key, id);
         }

@@ -82,6 +82,8 @@ pub(super) struct NsState {
     /// dead session's token declares dead, a batch at a time.
     pub(super) riders: HashMap<FencingToken, BTreeSet<Key>>,
     pub(super) wake: watch::Sender<u64>,
+    /// Ticks when an item becomes pending ([`ItemStore::pending`](crate::ItemStore::pending)).
+    pub(super) pending_wake: watch::Sender<u64>,
 }
 
 impl NsState {
@@ -103,6 +105,7 @@ impl NsState {
             keys: HashMap::new(),
             riders: HashMap::new(),
             wake: watch::channel(0).0,
+            pending_wake: watch::channel(0).0,
         }
     }
 
@@ -204,6 +207,7 @@ impl NsState {
         rec.record.revive()?;
         self.dead_letters.remove(&id);
         self.pending.insert(id);
+        tick(&self.pending_wake);
         Ok(())
     }
 
@@ -362,7 +366,10 @@ impl NsState {
         rec.claimed_by = None;
         let state = rec.record.hand_back(retry);
         match state {
-            ItemState::Pending => self.pending.insert(id),
+            ItemState::Pending => {
+                tick(&self.pending_wake);
+                self.pending.insert(id)
+            }
             _ => self.dead_letters.insert(id),
         };
         state

@@ -165,4 +165,17 @@ pub trait ItemStore: Send + Sync {
         let _ = id;
         unsupported("item")
     }
+
+    /// A signal that ticks when items may have become pending (an enqueue, a job
+    /// handed back to be tried again, a sweep that requeued, a dead letter retried):
+    /// an idle [`Worker`](crate::Worker) claims again at once instead of at its next
+    /// poll.
+    ///
+    /// # Contract
+    /// - `None` (the default) when the store has no such signal: workers poll. A tick
+    ///   is a hint, never a promise: a missed one only delays a worker to its next
+    ///   poll, and a tick with nothing pending costs one empty claim.
+    fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }

@@ -1,0 +1,59 @@
+//! The producer's handle: adds work for [`Worker`](crate::Worker)s, and nothing else.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::item::{EnqueueOptions, ItemId};
+use crate::store::Store;
+
+/// Adds items to a store's queue: what a producer holds, without the lease and
+/// checker calls of the [`Store`] itself.
+///
+/// ```
+/// use std::sync::Arc;
+/// use liveness_core::{EnqueueOptions, MemoryStore, Queue, RequestId};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> liveness_core::Result<()> {
+/// let queue = Queue::new(Arc::new(MemoryStore::new()));
+/// let first = queue.enqueue(b"send welcome mail to 42").await?;
+/// // A retried call with the same key adds nothing and answers the first id.
+/// let keyed = EnqueueOptions::keyed(RequestId(7));
+/// let once = queue.enqueue_with(b"bill order 7", keyed).await?;
+/// assert_eq!(queue.enqueue_with(b"bill order 7", keyed).await?, once);
+/// assert!(once > first);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Queue {
+    store: Arc<dyn Store>,
+}
+
+impl Queue {
+    /// A producer on `store`.
+    pub fn new(store: Arc<dyn Store>) -> Queue {
+        Queue { store }
+    }
+
+    /// Adds a pending item carrying `payload`, with the default options.
+    pub async fn enqueue(&self, payload: &[u8]) -> Result<ItemId> {
+        self.enqueue_with(payload, EnqueueOptions::default()).await
+    }
+
+    /// Adds a pending item carrying `payload` with `options` (attempts, idempotency
+    /// key): [`ItemStore::enqueue`](crate::ItemStore::enqueue).
+    pub async fn enqueue_with(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        self.store.enqueue(payload, options).await
+    }
+
+    /// Adds one item per payload, in order, with the default options; answers their
+    /// ids in the same order. Stops at the first error: the items before it are
+    /// added.
+    pub async fn enqueue_many<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<Vec<ItemId>> {
+        let mut ids = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            ids.push(self.enqueue(payload.as_ref()).await?);
+        }
+        Ok(ids)
+    }
+}

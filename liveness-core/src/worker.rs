@@ -1,0 +1,451 @@
+//! The worker runner: a member that claims items and runs an async handler on each,
+//! so that a user writes the handler and nothing of the loop around it.
+//!
+//! [`Worker::start`] joins a member, then claims up to its free slots
+//! ([`WorkerConfig::concurrency`]) and runs the handler on each item in a task of its
+//! own: `Ok` completes the item, [`JobError::Retry`] hands it back to be tried again
+//! (dead-lettered when out of attempts), [`JobError::Fail`] dead-letters it. When the
+//! member's lease is lost, every running handler is dropped at once (its future is
+//! not polled again), before the store can give its item to anybody else: the item
+//! goes back with the dead token. Idle, the worker waits for the store's signal that
+//! items are pending ([`ItemStore::pending`](crate::ItemStore::pending)) where the
+//! store gives one, and polls with a backoff (up to [`WorkerConfig::poll`]) where it
+//! does not. [`WorkerHandle::shutdown`] stops claiming, lets the running jobs finish
+//! within a grace, and leaves: the member hands back what is still running.
+//!
+//! By default the worker also runs a [`Checker`](crate::Checker), elected so that one
+//! worker of the fleet does the checking at a time: without one, nothing declares a
+//! dead worker dead and its items are never requeued.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use liveness_core::{MemoryStore, Queue, Store, Ttl, Worker, WorkerConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> liveness_core::Result<()> {
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+//! Queue::new(store.clone()).enqueue(b"resize photo 7").await?;
+//!
+//! let config = WorkerConfig::new("worker-1", Ttl::from_secs(10)?)?.concurrency(4);
+//! let worker = Worker::start(store.clone(), config, |job| async move {
+//!     println!("working on {}", String::from_utf8_lossy(job.payload()));
+//!     Ok(())
+//! })
+//! .await?;
+//! # while store.item_counts().await?.pending + store.item_counts().await?.owned > 0 {
+//! #     tokio::time::sleep(Duration::from_millis(5)).await;
+//! # }
+//! let report = worker.shutdown(Duration::from_secs(5)).await?;
+//! assert_eq!(report.completed, 1);
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backoff::Backoff;
+use crate::checker::{Checker, CheckerConfig, CheckerHandle};
+use crate::election::ElectionConfig;
+use crate::error::{BoxError, Error, InputProblem, Result};
+use crate::events::EventBus;
+use crate::item::{ItemId, ItemState};
+use crate::member::{Claimed, Member, MemberConfig};
+use crate::store::Store;
+use crate::types::{FencingToken, Ttl};
+use crate::wake::woken;
+
+/// One claimed item, as a handler sees it.
+#[derive(Debug)]
+pub struct Job {
+    claimed: Claimed,
+}
+
+impl Job {
+    /// The item's id.
+    pub fn id(&self) -> ItemId {
+        self.claimed.item.id
+    }
+
+    /// The payload given at enqueue.
+    pub fn payload(&self) -> &[u8] {
+        &self.claimed.item.payload
+    }
+
+    /// How many times the item has been claimed, this claim included.
+    pub fn attempts(&self) -> u32 {
+        self.claimed.item.attempts
+    }
+
+    /// How many claims the item gets before it is dead-lettered.
+    pub fn max_attempts(&self) -> u32 {
+        self.claimed.item.max_attempts
+    }
+
+    /// May the job still act? The fencing token to pass with a side effect, or
+    /// [`Error::Lost`] once the worker's lease is lost or its local deadline passed
+    /// (read afresh: a process woken from a freeze answers `Lost` before any of its
+    /// tasks ran). See [`Claimed::check`].
+    pub fn check(&self) -> Result<FencingToken> {
+        self.claimed.check()
+    }
+
+    /// Fires when the job must stop (the lease is lost, or the worker shuts down past
+    /// its grace). The worker drops the handler's future then anyway; a handler that
+    /// hands work to a thread of its own passes this on to it.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.claimed.cancel
+    }
+
+    /// Tells the watchdog the job is moving (see [`Claimed::progress`]).
+    pub fn progress(&self) {
+        self.claimed.progress()
+    }
+}
+
+/// Why a handler did not finish its job.
+#[derive(Debug)]
+pub enum JobError {
+    /// Try again: the item goes back to pending, or to the dead-letter set when it is
+    /// out of attempts. What `?` on any error gives.
+    Retry(BoxError),
+    /// Never try again: the item goes to the dead-letter set now.
+    Fail(BoxError),
+}
+
+impl JobError {
+    /// A failure to try again ([`JobError::Retry`]).
+    pub fn retry(error: impl Into<BoxError>) -> JobError {
+        JobError::Retry(error.into())
+    }
+
+    /// A failure never to try again ([`JobError::Fail`]).
+    pub fn fail(error: impl Into<BoxError>) -> JobError {
+        JobError::Fail(error.into())
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+    /// Any error is worth another try: `?` in a handler gives [`JobError::Retry`].
+    fn from(error: E) -> JobError {
+        JobError::Retry(Box::new(error))
+    }
+}
+
+/// How a [`Worker`] behaves.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// The worker's member: its name, ttl and heartbeat.
+    pub member: MemberConfig,
+    /// How many jobs run at once at most; default 8.
+    pub concurrency: usize,
+    /// The longest pause between two claims of an idle worker on a store that does
+    /// not signal pending items; default 1 s. The pauses start at a hundredth of it
+    /// and double, with jitter, while claims find nothing.
+    pub poll: Duration,
+    /// Whether the worker runs a checker, elected among the workers of the store's
+    /// namespace (one checks at a time); default true.
+    pub checker: bool,
+}
+
+impl WorkerConfig {
+    /// The defaults for a worker named `name` (its member's name) with `ttl`.
+    pub fn new(name: &str, ttl: Ttl) -> Result<WorkerConfig> {
+        Ok(WorkerConfig {
+            member: MemberConfig::new(name, ttl)?,
+            concurrency: 8,
+            poll: Duration::from_secs(1),
+            checker: true,
+        })
+    }
+
+    /// The same, with at most `n` jobs at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// The same, pausing at most `max` between the claims of an idle worker.
+    pub fn poll(mut self, max: Duration) -> Self {
+        self.poll = max;
+        self
+    }
+
+    /// The same, with (true) or without a checker of its own.
+    pub fn checker(mut self, run: bool) -> Self {
+        self.checker = run;
+        self
+    }
+
+    /// The same, sending the member's and the checker's events to `events`.
+    pub fn events(mut self, events: EventBus) -> Self {
+        self.member = self.member.events(events);
+        self
+    }
+
+    /// Refuses a zero concurrency or poll, and a bad member configuration.
+    pub fn validate(&self) -> Result<()> {
+        if self.concurrency == 0 {
+            return Err(Error::invalid("concurrency", InputProblem::Zero));
+        }
+        if self.poll.is_zero() {
+            return Err(Error::invalid("poll", InputProblem::Zero));
+        }
+        self.member.validate()
+    }
+}
+
+/// What a worker's jobs came to, counted by the worker that ran them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerReport {
+    /// Jobs whose handler answered `Ok`, and whose item was completed.
+    pub completed: u64,
+    /// Jobs handed back to be tried again.
+    pub retried: u64,
+    /// Jobs whose item went to the dead-letter set (a [`JobError::Fail`], or out of
+    /// attempts).
+    pub dead_lettered: u64,
+    /// Jobs stopped before their handler answered, or whose answer the store
+    /// refused (the lease was lost, or the shutdown's grace ran out): their items go
+    /// back with the lost token, or by the leave.
+    pub stopped: u64,
+}
+
+impl WorkerReport {
+    fn add(&mut self, end: End) {
+        match end {
+            End::Completed => self.completed += 1,
+            End::Retried => self.retried += 1,
+            End::DeadLettered => self.dead_lettered += 1,
+            End::Stopped => self.stopped += 1,
+        }
+    }
+}
+
+/// How one job ended.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Completed,
+    Retried,
+    DeadLettered,
+    Stopped,
+}
+
+/// The worker runner (see the module's docs).
+#[derive(Debug)]
+pub struct Worker;
+
+impl Worker {
+    /// Joins the worker's member on `store` and starts claiming and running `handler`
+    /// on each item, in the background. Fails as [`Member::join`] does (a name held
+    /// by a live member is `Held`), and with `InvalidInput` on a bad configuration.
+    pub async fn start<F, Fut>(
+        store: Arc<dyn Store>,
+        config: WorkerConfig,
+        handler: F,
+    ) -> Result<WorkerHandle>
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+    {
+        config.validate()?;
+        let checker = match config.checker {
+            true => {
+                let holder = config.member.holder.as_str();
+                let elected = ElectionConfig::new("checker", holder, config.member.heartbeat.ttl)?
+                    .events(config.member.events.clone());
+                let checking = CheckerConfig::default()
+                    .elected(elected)
+                    .events(config.member.events.clone());
+                Some(Checker::new(store.clone(), checking).spawn())
+            }
+            false => None,
+        };
+        let member = Member::join(store.clone(), config.member.clone()).await?;
+        let stop = CancellationToken::new();
+        let run = Run {
+            store,
+            member: member.clone(),
+            handler: Arc::new(handler),
+            concurrency: config.concurrency,
+            poll: config.poll,
+            stop: stop.clone(),
+        };
+        Ok(WorkerHandle {
+            member,
+            stop: stop.drop_guard(),
+            task: tokio::spawn(run.claim_and_run()),
+            checker,
+        })
+    }
+}
+
+/// A running worker: [`WorkerHandle::shutdown`] stops it. Dropped without a
+/// shutdown, the worker stops claiming and its member is dropped, which hands its
+/// items back after the stop margin.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    member: Member,
+    /// Cancels the claiming loop when the handle is dropped.
+    stop: DropGuard,
+    task: JoinHandle<(JoinSet<End>, WorkerReport)>,
+    checker: Option<CheckerHandle>,
+}
+
+impl WorkerHandle {
+    /// The worker's member (its key, token, events and checks).
+    pub fn member(&self) -> &Member {
+        &self.member
+    }
+
+    /// Stops the worker: no claim from now on; the running jobs get up to `grace` to
+    /// finish (their answers are applied); then the member leaves
+    /// ([`Member::leave`]), which stops the jobs still running and hands their items
+    /// back; then the checker stops. Answers what the jobs came to, or the leave's
+    /// error.
+    pub async fn shutdown(self, grace: Duration) -> Result<WorkerReport> {
+        self.stop.disarm().cancel();
+        let (mut running, mut report) = match self.task.await {
+            Ok(ended) => ended,
+            Err(e) => return Err(Error::backend("worker", e.to_string())),
+        };
+        let until = Instant::now() + grace;
+        let left = loop {
+            tokio::select! {
+                done = running.join_next() => match done {
+                    Some(Ok(end)) => report.add(end),
+                    Some(Err(_)) => report.add(End::Stopped),
+                    None => break Ok(()),
+                },
+                _ = tokio::time::sleep_until(until) => break Err(()),
+            }
+        };
+        let leave = self.member.leave(Duration::ZERO);
+        let answer = match left {
+            Ok(()) => leave.await,
+            // The leave fires the jobs' cancellation; they end, and it hands back.
+            Err(()) => {
+                let (answer, _) = tokio::join!(leave, async {
+                    while let Some(done) = running.join_next().await {
+                        report.add(done.unwrap_or(End::Stopped));
+                    }
+                });
+                answer
+            }
+        };
+        if let Some(checker) = self.checker {
+            checker.stop().await;
+        }
+        answer.map(|()| report)
+    }
+}
+
+/// The claiming loop's parts.
+struct Run<F> {
+    store: Arc<dyn Store>,
+    member: Member,
+    handler: Arc<F>,
+    concurrency: usize,
+    poll: Duration,
+    stop: CancellationToken,
+}
+
+impl<F, Fut> Run<F>
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    /// Claims while slots are free and runs each item, until told to stop; answers
+    /// the jobs still running and what the finished ones came to.
+    async fn claim_and_run(self) -> (JoinSet<End>, WorkerReport) {
+        let mut running = JoinSet::new();
+        let mut report = WorkerReport::default();
+        let mut pending = self.store.pending();
+        let first = self.poll / 100;
+        let mut idle = Backoff::new(first, self.poll);
+        while !self.stop.is_cancelled() {
+            // The jobs that ended while the last claim was out free their slots now:
+            // the next claim asks for all of them in one round trip.
+            while let Some(done) = running.try_join_next() {
+                report.add(done.unwrap_or(End::Stopped));
+            }
+            let free = self.concurrency.saturating_sub(running.len());
+            if free > 0 {
+                match self.member.claim(free).await {
+                    Ok(items) if !items.is_empty() => {
+                        idle = Backoff::new(first, self.poll);
+                        for claimed in items {
+                            let (member, handler) = (self.member.clone(), self.handler.clone());
+                            running.spawn(run_one(member, handler, claimed));
+                        }
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a worker's claim failed: it tries again")
+                    }
+                }
+            }
+            let pause = idle.next();
+            tokio::select! {
+                Some(done) = running.join_next() => report.add(done.unwrap_or(End::Stopped)),
+                _ = tokio::time::sleep(pause), if free > 0 => {}
+                _ = woken(&mut pending), if free > 0 => {}
+                _ = self.stop.cancelled() => {}
+            }
+        }
+        (running, report)
+    }
+}
+
+/// Runs `handler` on `claimed` and applies its answer; stops it (dropping its future)
+/// as soon as the job's cancellation fires.
+async fn run_one<F, Fut>(member: Member, handler: Arc<F>, claimed: Claimed) -> End
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let cancel = claimed.cancel.clone();
+    let job = Job {
+        claimed: claimed.clone(),
+    };
+    let answer = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return End::Stopped,
+        answer = handler(job) => answer,
+    };
+    let retry = match answer {
+        Ok(()) => {
+            return match member.complete(&claimed).await {
+                Ok(()) => End::Completed,
+                Err(e) => {
+                    tracing::debug!(item = %claimed.item.id, error = %e, "a job's completion was refused");
+                    End::Stopped
+                }
+            };
+        }
+        Err(JobError::Retry(e)) => {
+            tracing::info!(item = %claimed.item.id, error = %e, "a job failed: it is tried again");
+            true
+        }
+        Err(JobError::Fail(e)) => {
+            tracing::warn!(item = %claimed.item.id, error = %e, "a job failed for good: dead-lettered");
+            false
+        }
+    };
+    match member.fail(&claimed, retry).await {
+        Ok(ItemState::Pending) => End::Retried,
+        Ok(_) => End::DeadLettered,
+        Err(e) => {
+            tracing::debug!(item = %claimed.item.id, error = %e, "a job's failure was refused");
+            End::Stopped
+        }
+    }
+}

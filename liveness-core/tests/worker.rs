@@ -1,0 +1,361 @@
+//! The worker runner on the memory store: jobs run at most `concurrency` at a time,
+//! answers become completions and hand-backs, an idle worker wakes on an enqueue, a
+//! lost lease stops the handlers, a shutdown drains within its grace, and the checker
+//! a worker runs brings a dead worker's jobs back.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_core::{
+    EnqueueOptions, Error, InputProblem, ItemId, ItemState, JobError, Queue, Store, Worker,
+    WorkerConfig,
+};
+use tokio::time::Instant;
+
+mod common;
+use common::{memory, ttl};
+
+/// A worker `name` on `store` with a 1 s ttl, the given concurrency and no checker.
+fn config(name: &str, concurrency: usize) -> WorkerConfig {
+    WorkerConfig::new(name, ttl(1000))
+        .unwrap()
+        .concurrency(concurrency)
+        .checker(false)
+}
+
+/// Waits (by tokio's clock, at most `within`) until no item is pending or owned.
+async fn all_done(store: &Arc<dyn Store>, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        let counts = store.item_counts().await.unwrap();
+        if counts.pending + counts.owned == 0 {
+            return;
+        }
+        assert!(Instant::now() < until, "items left: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until `id` is in `state`.
+async fn until_state(store: &Arc<dyn Store>, id: ItemId, state: ItemState, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        let now = store.item(id).await.unwrap().map(|r| r.state);
+        if now == Some(state) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "item {id} is {now:?}, not {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_runs_every_job_at_most_concurrency_at_a_time() {
+    let store = memory();
+    let ids = Queue::new(store.clone())
+        .enqueue_many(&vec![b"job".to_vec(); 20])
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 20);
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (now.clone(), most.clone());
+    let worker = Worker::start(store.clone(), config("w", 4), move |job| {
+        let (now, most) = (n.clone(), m.clone());
+        async move {
+            assert_eq!(job.payload(), b"job");
+            job.check()?;
+            let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(running, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    all_done(&store, Duration::from_secs(5)).await;
+    let report = worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(report.completed, 20);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        4,
+        "never more, and at times all four"
+    );
+    assert_eq!(
+        store.item(ids[0]).await.unwrap(),
+        None,
+        "completed items are gone"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_job_is_tried_again_then_dead_lettered_and_a_fail_at_once() {
+    let store = memory();
+    let queue = Queue::new(store.clone());
+    let retried = queue
+        .enqueue_with(b"retry", EnqueueOptions::default().max_attempts(2))
+        .await
+        .unwrap();
+    let failed = queue
+        .enqueue_with(b"fail", EnqueueOptions::default().max_attempts(5))
+        .await
+        .unwrap();
+    let worker = Worker::start(store.clone(), config("w", 2), |job| async move {
+        match job.payload() {
+            b"retry" => Err(std::io::Error::other("disk full"))?,
+            _ => Err(JobError::fail("malformed")),
+        }
+    })
+    .await
+    .unwrap();
+    until_state(
+        &store,
+        retried,
+        ItemState::DeadLettered,
+        Duration::from_secs(5),
+    )
+    .await;
+    until_state(
+        &store,
+        failed,
+        ItemState::DeadLettered,
+        Duration::from_secs(5),
+    )
+    .await;
+    let report = worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((report.retried, report.dead_lettered), (1, 2), "{report:?}");
+    let failed = store.item(failed).await.unwrap().unwrap();
+    assert_eq!(failed.item.attempts, 1, "a fail is not tried again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_worker_claims_at_once_when_an_item_is_enqueued() {
+    let store = memory();
+    // An hour between polls: only the store's signal can wake it in time.
+    let worker = Worker::start(
+        store.clone(),
+        config("w", 1).poll(Duration::from_secs(3600)),
+        |_| async { Ok(()) },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    let start = Instant::now();
+    Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    all_done(&store, Duration::from_secs(5)).await;
+    assert!(
+        start.elapsed() < Duration::from_millis(50),
+        "the job ran {:?} after its enqueue",
+        start.elapsed()
+    );
+    assert_eq!(worker.shutdown(Duration::ZERO).await.unwrap().completed, 1);
+}
+
+/// Sets its flag when dropped: the handler's future was dropped.
+struct Dropped(Arc<AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_drops_the_running_handlers_at_once() {
+    let store = memory();
+    let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    let (started, dropped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (s, d) = (started.clone(), dropped.clone());
+    let worker = Worker::start(store.clone(), config("w", 1), move |_| {
+        let (started, guard) = (s.clone(), Dropped(d.clone()));
+        async move {
+            let _guard = guard;
+            started.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    while !started.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // As a killed process: the lease is left to expire; the work must stop now.
+    worker.member().clone().orphan();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(dropped.load(Ordering::SeqCst), "the handler still runs");
+    let owned = store.item(id).await.unwrap().unwrap().state;
+    assert!(
+        matches!(owned, ItemState::Owned(_)),
+        "{owned:?}: a checker requeues it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_lets_jobs_finish_within_the_grace() {
+    let store = memory();
+    Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let s = started.clone();
+    let worker = Worker::start(store.clone(), config("w", 1), move |_| {
+        let started = s.clone();
+        async move {
+            started.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    while !started.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let report = worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((report.completed, report.stopped), (1, 0));
+    assert_eq!(store.item_counts().await.unwrap().pending, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_past_the_grace_stops_the_job_and_hands_it_back() {
+    let store = memory();
+    let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let s = started.clone();
+    let worker = Worker::start(store.clone(), config("w", 1), move |_| {
+        let started = s.clone();
+        async move {
+            started.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    while !started.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let report = tokio::time::timeout(
+        Duration::from_secs(5),
+        worker.shutdown(Duration::from_millis(100)),
+    )
+    .await
+    .expect("the shutdown stops the job that outlived its grace")
+    .unwrap();
+    assert_eq!((report.completed, report.stopped), (0, 1));
+    let back = store.item(id).await.unwrap().unwrap();
+    assert_eq!((back.state, back.item.attempts), (ItemState::Pending, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_s_checker_brings_a_dead_worker_s_job_back_to_a_live_one() {
+    let store = memory();
+    let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    // The first run hangs (its worker is about to die); the second completes.
+    let handler = move |_| {
+        let runs = r.clone();
+        async move {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+    };
+    let doomed = Worker::start(store.clone(), config("doomed", 1), handler.clone())
+        .await
+        .unwrap();
+    while runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    doomed.member().clone().orphan();
+    let with_checker = WorkerConfig::new("alive", ttl(1000))
+        .unwrap()
+        .concurrency(1);
+    let alive = Worker::start(store.clone(), with_checker, handler)
+        .await
+        .unwrap();
+    // The dead worker's lease expires after its ttl; the live worker's checker
+    // declares it dead and requeues the job, which the live worker then runs.
+    all_done(&store, Duration::from_secs(5)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(store.item(id).await.unwrap(), None);
+    assert_eq!(alive.shutdown(Duration::ZERO).await.unwrap().completed, 1);
+    drop(doomed);
+}
+
+#[tokio::test]
+async fn a_zero_concurrency_or_poll_is_refused() {
+    let store = memory();
+    let zero = config("w", 0);
+    let refused = Worker::start(store.clone(), zero, |_| async { Ok(()) }).await;
+    assert!(matches!(
+        refused,
+        Err(Error::InvalidInput {
+            what: "concurrency",
+            problem: InputProblem::Zero
+        })
+    ));
+    let still = config("w", 1).poll(Duration::ZERO);
+    let refused = Worker::start(store, still, |_| async { Ok(()) }).await;
+    assert!(matches!(
+        refused,
+        Err(Error::InvalidInput { what: "poll", .. })
+    ));
+}
+
+/// Counts the claims that reach the store, each taking a round trip of 5 ms.
+#[derive(Debug, Default)]
+struct SlowClaims {
+    claims: AtomicUsize,
+}
+
+#[liveness_core::async_trait]
+impl liveness_core::Intercept for SlowClaims {
+    async fn call(
+        &self,
+        req: liveness_core::Request,
+        next: liveness_core::Next,
+    ) -> liveness_core::Result<liveness_core::Reply> {
+        if req.op() == liveness_core::Op::Claim {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        next.run(req).await
+    }
+}
+
+/// The slots that jobs free while a claim is out are claimed together by the next
+/// claim: on a store with a round trip, jobs that end one by one do not cost a claim
+/// each.
+#[tokio::test(start_paused = true)]
+async fn jobs_that_end_during_a_claim_are_replaced_by_one_claim() {
+    let probe = Arc::new(SlowClaims::default());
+    let store: Arc<dyn Store> = liveness_core::StoreBuilder::new(memory())
+        .layer(probe.clone())
+        .build();
+    Queue::new(store.clone())
+        .enqueue_many(&vec![b"job".to_vec(); 400])
+        .await
+        .unwrap();
+    let worker = Worker::start(store.clone(), config("w", 20), |_| async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok(())
+    })
+    .await
+    .unwrap();
+    all_done(&store, Duration::from_secs(30)).await;
+    assert_eq!(
+        worker.shutdown(Duration::ZERO).await.unwrap().completed,
+        400
+    );
+    let claims = probe.claims.load(Ordering::SeqCst);
+    assert!(claims < 100, "{claims} claims for 400 jobs, 20 at a time");
+}
