@@ -19,6 +19,7 @@ mod operator;
 mod positions;
 mod session_sweeps;
 mod sessions;
+mod workers;
 
 pub use batches::*;
 pub use cancel::*;
@@ -31,6 +32,7 @@ pub use operator::*;
 pub use positions::*;
 pub use session_sweeps::*;
 pub use sessions::*;
+pub use workers::*;
 
 /// One named scenario.
 #[derive(Clone, Copy)]
@@ -131,7 +133,8 @@ macro_rules! __scenarios {
             a_rider_whose_record_is_gone_rejoins,
             a_session_loss_leaves_one_death_record,
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
-            sweep_many_sweeps_each_session_alone
+            sweep_many_sweeps_each_session_alone,
+            a_dead_worker_s_jobs_run_again_on_a_live_worker
             ]
         );
     };
