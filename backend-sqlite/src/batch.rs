@@ -237,6 +237,9 @@ impl SqliteStore {
             if members > 0 {
                 tick(&self.wake);
             }
+            if out.iter().any(|moved| !moved.requeued.is_empty()) {
+                tick(&self.pending);
+            }
         }
         Ok(out.into_iter().map(Ok).collect())
     }

@@ -233,6 +233,9 @@ pub struct SqliteStore {
     pub(crate) busy_timeout: Duration,
     /// Ticked when this handle releases or reaps a lease ([`LeaseStore::wakeups`](liveness_core::LeaseStore::wakeups)).
     pub(crate) wake: Arc<watch::Sender<u64>>,
+    /// Ticked when this handle makes an item pending ([`ItemStore::pending`](liveness_core::ItemStore::pending)):
+    /// a worker of this process claims at once; one of another process polls.
+    pub(crate) pending: Arc<watch::Sender<u64>>,
     /// The store clock: the host's boot clock (a hand-driven one in unit tests).
     clock: Arc<dyn StoreClock>,
     /// The highest store time this handle read, so its store time never goes back,
@@ -324,6 +327,7 @@ impl SqliteStore {
             writer,
             busy_timeout: config.busy_timeout(),
             wake: Arc::new(watch::channel(0).0),
+            pending: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
             info: StoreInfo::new(

@@ -4,10 +4,12 @@
 //! token, [`liveness_core::Store`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]): they do not check it again.
 
+use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
     ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
+use tokio::sync::watch;
 
 use crate::core::{as_db, limit_param, SqliteStore, STATE_PENDING};
 use crate::error::{corrupt, map};
@@ -103,6 +105,7 @@ impl ItemStore for SqliteStore {
                 .map_err(map)?;
         }
         w.commit().await?;
+        tick(&self.pending);
         Ok(ItemId(u64::try_from(id).map_err(|_| {
             corrupt("bad item id in the liveness database")
         })?))
@@ -178,6 +181,10 @@ impl ItemStore for SqliteStore {
         self.dead_set(limit).await
     }
 
+    fn pending(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.pending.subscribe())
+    }
+
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let row = self
             .query(ITEM)
@@ -228,6 +235,7 @@ impl SqliteStore {
         };
         w.commit().await?;
         Ok(if state == STATE_PENDING {
+            tick(&self.pending);
             ItemState::Pending
         } else {
             ItemState::DeadLettered

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
     Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
@@ -119,7 +120,9 @@ impl OperatorStore for SqliteStore {
             .await
             .map_err(map)?;
         if done.rows_affected() == 1 {
-            return w.commit().await;
+            w.commit().await?;
+            tick(&self.pending);
+            return Ok(());
         }
         let found = self
             .query(ITEM)
@@ -147,6 +150,9 @@ impl OperatorStore for SqliteStore {
             .await
             .map_err(map)?;
         w.commit().await?;
+        if !rows.is_empty() {
+            tick(&self.pending);
+        }
         let mut ids = rows
             .iter()
             .map(|row| get_u64(row, 0, "item id").map(ItemId))

@@ -9,11 +9,11 @@
 //! not polled again), before the store can give its item to anybody else: the item
 //! goes back with the dead token. Idle, the worker waits for the store's signal that
 //! items are pending ([`ItemStore::pending`](crate::ItemStore::pending)) where the
-//! store gives one, and polls with a backoff (up to [`WorkerConfig::poll`]) where it
-//! does not. [`WorkerHandle::shutdown`] stops claiming, lets the running jobs finish
+//! store gives one (the memory store; SQLite for what its own process enqueues), and
+//! polls with a backoff (up to [`WorkerConfig::poll`]) where it does not. [`WorkerHandle::shutdown`] stops claiming, lets the running jobs finish
 //! within a grace, and leaves: the member hands back what is still running.
 //!
-//! By default the worker also runs a [`Checker`](crate::Checker), elected so that one
+//! By default the worker also runs a [`Checker`], elected so that one
 //! worker of the fleet does the checking at a time: without one, nothing declares a
 //! dead worker dead and its items are never requeued.
 //!

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use liveness_core::{
     EnqueueOptions, Error, InputProblem, ItemId, ItemState, JobError, Queue, Store, Worker,
-    WorkerConfig,
+    WorkerConfig, WorkerHandle,
 };
 use tokio::time::Instant;
 
@@ -164,21 +164,25 @@ impl Drop for Dropped {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_lost_lease_drops_the_running_handlers_at_once() {
-    let store = memory();
-    let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
-    let (started, dropped) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let (s, d) = (started.clone(), dropped.clone());
+/// A worker of one job at a time on `store` whose handler runs for `job` (for ever
+/// when `None`) and sets `dropped` when its future is dropped; answered once the
+/// handler has started on the queue's one item.
+async fn started_worker(
+    store: &Arc<dyn Store>,
+    job: Option<Duration>,
+    dropped: Arc<AtomicBool>,
+) -> WorkerHandle {
+    let started = Arc::new(AtomicBool::new(false));
+    let s = started.clone();
     let worker = Worker::start(store.clone(), config("w", 1), move |_| {
-        let (started, guard) = (s.clone(), Dropped(d.clone()));
+        let (started, guard) = (s.clone(), Dropped(dropped.clone()));
         async move {
             let _guard = guard;
             started.store(true, Ordering::SeqCst);
-            std::future::pending::<()>().await;
+            match job {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
             Ok(())
         }
     })
@@ -187,6 +191,15 @@ async fn a_lost_lease_drops_the_running_handlers_at_once() {
     while !started.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    worker
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_drops_the_running_handlers_at_once() {
+    let store = memory();
+    let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let worker = started_worker(&store, None, dropped.clone()).await;
     // As a killed process: the lease is left to expire; the work must stop now.
     worker.member().clone().orphan();
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -202,21 +215,7 @@ async fn a_lost_lease_drops_the_running_handlers_at_once() {
 async fn a_shutdown_lets_jobs_finish_within_the_grace() {
     let store = memory();
     Queue::new(store.clone()).enqueue(b"x").await.unwrap();
-    let started = Arc::new(AtomicBool::new(false));
-    let s = started.clone();
-    let worker = Worker::start(store.clone(), config("w", 1), move |_| {
-        let started = s.clone();
-        async move {
-            started.store(true, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            Ok(())
-        }
-    })
-    .await
-    .unwrap();
-    while !started.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let worker = started_worker(&store, Some(Duration::from_millis(300)), Arc::default()).await;
     let report = worker.shutdown(Duration::from_secs(1)).await.unwrap();
     assert_eq!((report.completed, report.stopped), (1, 0));
     assert_eq!(store.item_counts().await.unwrap().pending, 0);
@@ -226,21 +225,7 @@ async fn a_shutdown_lets_jobs_finish_within_the_grace() {
 async fn a_shutdown_past_the_grace_stops_the_job_and_hands_it_back() {
     let store = memory();
     let id = Queue::new(store.clone()).enqueue(b"x").await.unwrap();
-    let started = Arc::new(AtomicBool::new(false));
-    let s = started.clone();
-    let worker = Worker::start(store.clone(), config("w", 1), move |_| {
-        let started = s.clone();
-        async move {
-            started.store(true, Ordering::SeqCst);
-            std::future::pending::<()>().await;
-            Ok(())
-        }
-    })
-    .await
-    .unwrap();
-    while !started.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let worker = started_worker(&store, None, Arc::default()).await;
     let report = tokio::time::timeout(
         Duration::from_secs(5),
         worker.shutdown(Duration::from_millis(100)),

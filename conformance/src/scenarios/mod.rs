@@ -16,6 +16,7 @@ mod items;
 mod leases;
 mod machines;
 mod operator;
+mod pending;
 mod positions;
 mod session_sweeps;
 mod sessions;
@@ -29,6 +30,7 @@ pub use items::*;
 pub use leases::*;
 pub use machines::*;
 pub use operator::*;
+pub use pending::*;
 pub use positions::*;
 pub use session_sweeps::*;
 pub use sessions::*;
@@ -134,7 +136,8 @@ macro_rules! __scenarios {
             a_session_loss_leaves_one_death_record,
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
             sweep_many_sweeps_each_session_alone,
-            a_dead_worker_s_jobs_run_again_on_a_live_worker
+            a_dead_worker_s_jobs_run_again_on_a_live_worker,
+            the_pending_signal_ticks_when_an_item_becomes_pending
             ]
         );
     };
