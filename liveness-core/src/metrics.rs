@@ -60,6 +60,13 @@ pub const CHECKER_ROUND_TRIPS: &str = "liveness_checker_round_trips";
 /// them.
 pub const STORE_ERRORS_TOTAL: &str = "liveness_store_errors_total";
 
+/// Counter: jobs a [`Worker`](crate::Worker) ran, by how they ended (label
+/// `outcome`: `completed`, `retried`, `dead_lettered`, or `stopped` when the job was
+/// stopped before its handler answered, or its answer was refused).
+pub const JOBS_TOTAL: &str = "liveness_jobs_total";
+/// Histogram: the time a worker's handler took on one job, from its start to its
+/// answer (a job stopped before it answered is not timed).
+pub const JOB_SECONDS: &str = "liveness_job_seconds";
 /// The label of the backend's name.
 pub const LABEL_BACKEND: &str = "backend";
 /// The label of the store handle's namespace.
@@ -80,6 +87,8 @@ pub const ALL: &[&str] = &[
     CHECKER_ROUND_SECONDS,
     CHECKER_ROUND_TRIPS,
     STORE_ERRORS_TOTAL,
+    JOBS_TOTAL,
+    JOB_SECONDS,
 ];
 
 /// A label whose name and value are known at compile time: `("role", "member")`.

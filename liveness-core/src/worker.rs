@@ -56,9 +56,11 @@ use crate::error::{BoxError, Error, InputProblem, Result};
 use crate::events::EventBus;
 use crate::item::{ItemId, ItemState};
 use crate::member::{Claimed, Member, MemberConfig};
+use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS};
 use crate::store::Store;
 use crate::types::{FencingToken, Ttl};
 use crate::wake::woken;
+use metrics::{Counter, Histogram};
 
 /// One claimed item, as a handler sees it.
 #[derive(Debug)]
@@ -238,6 +240,31 @@ enum End {
     Stopped,
 }
 
+/// A worker's metric handles ([`JOBS_TOTAL`], [`JOB_SECONDS`]), bound once.
+#[derive(Clone, Debug)]
+struct JobMetrics {
+    /// One counter per [`End`], in its order.
+    ended: [Counter; 4],
+    seconds: Histogram,
+}
+
+impl JobMetrics {
+    fn of(store: &dyn Store) -> JobMetrics {
+        let labels = Labels::of(store);
+        let ended = ["completed", "retried", "dead_lettered", "stopped"]
+            .map(|outcome| labels.counter(JOBS_TOTAL, &[("outcome", outcome)]));
+        JobMetrics {
+            ended,
+            seconds: labels.histogram(JOB_SECONDS, &[]),
+        }
+    }
+
+    fn count(&self, end: End) -> End {
+        self.ended[end as usize].increment(1);
+        end
+    }
+}
+
 /// The worker runner (see the module's docs).
 #[derive(Debug)]
 pub struct Worker;
@@ -270,6 +297,7 @@ impl Worker {
         };
         let member = Member::join(store.clone(), config.member.clone()).await?;
         let stop = CancellationToken::new();
+        let metrics = JobMetrics::of(&*store);
         let run = Run {
             store,
             member: member.clone(),
@@ -277,6 +305,7 @@ impl Worker {
             concurrency: config.concurrency,
             poll: config.poll,
             stop: stop.clone(),
+            metrics,
         };
         Ok(WorkerHandle {
             member,
@@ -355,6 +384,7 @@ struct Run<F> {
     concurrency: usize,
     poll: Duration,
     stop: CancellationToken,
+    metrics: JobMetrics,
 }
 
 impl<F, Fut> Run<F>
@@ -383,7 +413,10 @@ where
                         idle = Backoff::new(first, self.poll);
                         for claimed in items {
                             let (member, handler) = (self.member.clone(), self.handler.clone());
-                            running.spawn(run_one(member, handler, claimed));
+                            let metrics = self.metrics.clone();
+                            running.spawn(async move {
+                                metrics.count(run_one(member, handler, claimed, &metrics).await)
+                            });
                         }
                         continue;
                     }
@@ -407,7 +440,12 @@ where
 
 /// Runs `handler` on `claimed` and applies its answer; stops it (dropping its future)
 /// as soon as the job's cancellation fires.
-async fn run_one<F, Fut>(member: Member, handler: Arc<F>, claimed: Claimed) -> End
+async fn run_one<F, Fut>(
+    member: Member,
+    handler: Arc<F>,
+    claimed: Claimed,
+    metrics: &JobMetrics,
+) -> End
 where
     F: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
@@ -416,11 +454,13 @@ where
     let job = Job {
         claimed: claimed.clone(),
     };
+    let start = Instant::now();
     let answer = tokio::select! {
         biased;
         _ = cancel.cancelled() => return End::Stopped,
         answer = handler(job) => answer,
     };
+    metrics.seconds.record(start.elapsed());
     let retry = match answer {
         Ok(()) => {
             return match member.complete(&claimed).await {

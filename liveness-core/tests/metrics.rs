@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use liveness_core::metrics::{
     CHECKER_ROUNDS_TOTAL, CHECKER_ROUND_SECONDS, CHECKER_ROUND_TRIPS, DEATHS_TOTAL, FENCED_TOTAL,
-    ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOINS_TOTAL, LEADERSHIPS_TOTAL,
-    LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
+    ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS, JOINS_TOTAL,
+    LEADERSHIPS_TOTAL, LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
 };
 use liveness_core::{
-    Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, Member,
-    MemberConfig, MemoryServer, Namespace, Store, Ttl,
+    Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, JobError,
+    Member, MemberConfig, MemoryServer, Namespace, Queue, Store, Ttl, Worker, WorkerConfig,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -260,4 +260,34 @@ fn every_metric_is_documented_in_the_table() {
             "{name} has no row in docs/metrics.md"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_counts_its_jobs_by_outcome_and_times_them() {
+    let ns = "metrics_jobs";
+    let store = store(ns);
+    let queue = Queue::new(store.clone());
+    queue.enqueue(b"ok").await.unwrap();
+    queue.enqueue(b"bad").await.unwrap();
+    let config = WorkerConfig::new("w", ttl(1000)).unwrap().checker(false);
+    let worker = Worker::start(store.clone(), config, |job| async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match job.payload() {
+            b"ok" => Ok(()),
+            _ => Err(JobError::fail("malformed")),
+        }
+    })
+    .await
+    .unwrap();
+    while store.item_counts().await.unwrap().pending + store.item_counts().await.unwrap().owned > 0
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    worker.shutdown(Duration::ZERO).await.unwrap();
+    assert_eq!(counter(JOBS_TOTAL, ns, &[("outcome", "completed")]), 1);
+    assert_eq!(counter(JOBS_TOTAL, ns, &[("outcome", "dead_lettered")]), 1);
+    assert_eq!(counter(JOBS_TOTAL, ns, &[("outcome", "retried")]), 0);
+    let times = histogram(JOB_SECONDS, ns, &[]);
+    assert_eq!(times.len(), 2, "{times:?}");
+    assert!(times.iter().all(|t| *t >= 0.25), "{times:?}");
 }
