@@ -98,6 +98,17 @@ if [ -z "${LIBCLANG_PATH:-}" ] && [ -d /usr/lib/llvm-14/lib ]; then
   export LIBCLANG_PATH=/usr/lib/llvm-14/lib
 fi
 
+# The rust-version the crates declare is the toolchain this run builds with, so the
+# declared minimum is the one checked. Cargo itself refuses an older rustc; a newer one
+# means the declared minimum is no longer built by anyone: fail under CI, so that the
+# declaration is raised (or an older toolchain installed) rather than left unchecked.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+have=$(rustc --version | sed -E 's/^rustc ([0-9]+\.[0-9]+).*/\1/')
+echo "==> rust-version $msrv, built with rustc $have"
+if [ "$have" != "$msrv" ]; then
+  echo "rust-version $msrv is not the rustc this run builds with ($have): set it to the toolchain CI checks" >&2
+  if [ "${CI:-}" = true ]; then exit 1; fi
+fi
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy (workspace, all targets)"

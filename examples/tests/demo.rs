@@ -104,6 +104,46 @@ fn demo_survives_a_kill_and_a_freeze() {
     assert_shows_the_story(&run_demo(&[]));
 }
 
+/// The README's Redis demo command, as printed, against a stock server (no AOF): the
+/// URL it shows is accepted and the demo tells its whole story. Only the address is the
+/// test server's, and the numbers are [`run_demo`]'s small ones.
+#[test]
+fn the_readme_s_redis_demo_line_runs_on_a_stock_server() {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.contains("--features redis --bin demo -- --store"))
+        .expect("the README shows the Redis demo command");
+    let url = line
+        .split('\'')
+        .nth(1)
+        .expect("the README quotes the demo's Redis URL");
+    if !liveness::schemes().contains(&"redis") {
+        // `cargo test -p examples` alone builds without Redis; the workspace run (as CI
+        // runs it) has it through the CLI's features.
+        assert!(
+            !liveness_testkit::in_ci(),
+            "the demo was built without Redis"
+        );
+        eprintln!("SKIP: this build has no Redis backend (run the workspace's tests)");
+        return;
+    }
+    let Some(server) = liveness_testkit::redis::RedisServer::start() else {
+        return;
+    };
+    let (_, after_scheme) = server.url().split_once("://").expect("a server URL");
+    let address = after_scheme
+        .split(['/', '?'])
+        .next()
+        .expect("a server address");
+    let url = url.replacen("127.0.0.1:6379", address, 1);
+    assert!(
+        url.contains(address),
+        "the README's URL names 127.0.0.1:6379: {line}"
+    );
+    assert_shows_the_story(&run_demo(&["--store", &url]));
+}
+
 #[test]
 fn help_explains_each_flag() {
     let out = demo().arg("--help").output().expect("run the demo");
