@@ -116,6 +116,30 @@ pub(crate) fn by_session(rows: &[MemberRow]) -> Vec<(Option<&str>, Vec<&MemberRo
 /// session; otherwise grouped, a line per session (its key, its members among
 /// `rows`, its time left) above its members, then `own leases` above the rest.
 pub(crate) fn render(rows: &[MemberRow], flat: bool) -> String {
+    let table = render_table(rows, flat);
+    match unreaped_note(rows) {
+        Some(note) => format!("{table}\n{note}"),
+        None => table,
+    }
+}
+
+/// The line under the table when some rows are expired and not yet reaped: only a
+/// checker declares them dead and requeues their items, and a fleet without one
+/// keeps them for ever.
+fn unreaped_note(rows: &[MemberRow]) -> Option<String> {
+    let expired = rows.iter().filter(|r| r.status == "expired").count();
+    (expired > 0).then(|| {
+        format!(
+            "{} not yet reaped: a checker declares {} dead and requeues the items; \
+             if this stays, no checker runs (`liveness check` starts one)",
+            count(expired, "expired lease"),
+            if expired == 1 { "it" } else { "them" },
+        )
+    })
+}
+
+/// [`render`]'s table alone.
+fn render_table(rows: &[MemberRow], flat: bool) -> String {
     let header = ["name", "holder", "token", "time left", "status"];
     let cells = |r: &MemberRow| {
         vec![
@@ -191,6 +215,19 @@ mod tests {
     }
 
     #[test]
+    fn expired_rows_are_explained_under_the_table() {
+        let live = [row("a", None, Some(3_000))];
+        assert!(!render(&live, false).contains("reaped"));
+        let text = render(&[row("a", None, Some(3_000)), row("b", None, None)], true);
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("1 expired lease not yet reaped: a checker declares it dead"),
+            "{text}"
+        );
+        assert!(last.contains("`liveness check`"), "{text}");
+    }
+
+    #[test]
     fn members_of_a_session_are_listed_under_it_then_the_own_leases() {
         let rows = [
             row("a", None, Some(3_000)),
@@ -199,7 +236,7 @@ mod tests {
             row("d", Some("sessions/p-2"), Some(4_000)),
             row("e", Some("sessions/p-1"), None),
         ];
-        let text = render(&rows, false);
+        let text = render_table(&rows, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 9, "{text}");
         assert!(lines[0].trim_start().starts_with("NAME"), "{text}");
@@ -219,13 +256,13 @@ mod tests {
     #[test]
     fn without_sessions_or_with_flat_the_table_is_in_name_order() {
         let plain = [row("a", None, Some(1_000)), row("b", None, Some(1_000))];
-        assert_eq!(render(&plain, false), render(&plain, true));
+        assert_eq!(render_table(&plain, false), render_table(&plain, true));
         assert!(!render(&plain, false).contains("own leases"));
         let riding = [
             row("a", Some("sessions/p"), Some(1_000)),
             row("b", None, None),
         ];
-        let flat = render(&riding, true);
+        let flat = render_table(&riding, true);
         assert!(!flat.contains("sessions/p"), "{flat}");
         assert_eq!(flat.lines().count(), 3, "{flat}");
     }

@@ -30,6 +30,7 @@ use crate::metrics::CheckerMetrics;
 use crate::store::{ItemStore, LeaseStore, Store};
 use crate::traced::{traced, Traced};
 use crate::types::{FencingToken, Key, Space};
+use crate::unreaped::{self, Watching};
 
 /// How a checker behaves.
 #[derive(Clone, Debug)]
@@ -220,6 +221,9 @@ pub struct Checker {
     config: CheckerConfig,
     metrics: CheckerMetrics,
     status: Arc<watch::Sender<CheckerStatus>>,
+    /// Tells the holders of this process on the same store handle that a checker
+    /// watches their spaces, so they do not look for unreaped leases themselves.
+    _covers: Vec<Watching>,
 }
 
 /// What a running checker is doing, for health checks ([`Checker::status`]). Times are
@@ -270,7 +274,16 @@ impl Drop for Ending<'_> {
 impl Checker {
     /// A checker over `store`.
     pub fn new(store: Arc<dyn Store>, config: CheckerConfig) -> Self {
+        let mut spaces = vec![config.space.clone()];
+        if config.sessions {
+            spaces.push(Space::sessions());
+        }
+        let covers = spaces
+            .iter()
+            .map(|s| unreaped::checked(&store, s))
+            .collect();
         Checker {
+            _covers: covers,
             metrics: CheckerMetrics::new(&*store),
             raw: store.clone(),
             store: traced(store),

@@ -7,7 +7,7 @@ use tokio::sync::broadcast;
 
 use crate::error::LostCause;
 use crate::item::ItemId;
-use crate::types::{FencingToken, HolderId, Key};
+use crate::types::{FencingToken, HolderId, Key, Space};
 
 /// Why a holder stopped holding a lease, as its own heartbeat saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +138,16 @@ pub enum Event {
         token: Option<FencingToken>,
         /// Whether the error was a transient fault ([`Error::is_retryable`](crate::Error::is_retryable)).
         retryable: bool,
+    },
+    /// Expired leases in `space` stayed unreaped for a whole watch period (5 ttl, at
+    /// least 5 s): no checker runs, or the checkers fall that far behind, and the dead
+    /// members' items wait. Sent once to the bus of every member and session of the
+    /// process with a lease in that space, until a look finds none left over.
+    Unreaped {
+        /// The space watched: `members`, or `sessions`.
+        space: Space,
+        /// How many of the leases the look listed were left over from the look before.
+        leases: usize,
     },
     /// An item ran out of attempts and went to the dead-letter set.
     ItemDeadLettered {

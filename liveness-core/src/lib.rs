@@ -31,6 +31,7 @@ pub mod store;
 pub mod sync;
 mod traced;
 pub mod types;
+mod unreaped;
 pub mod url;
 pub mod wake;
 pub mod worker;

@@ -16,11 +16,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Label};
+use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::error::{Error, LostCause};
 use crate::events::HolderLoss;
 use crate::store::Store;
+use crate::types::Space;
 
 /// Counter: successful lease renewals (label `role`: `member` or `leader`).
 pub const RENEWALS_TOTAL: &str = "liveness_renewals_total";
@@ -67,6 +68,10 @@ pub const JOBS_TOTAL: &str = "liveness_jobs_total";
 /// Histogram: the time a worker's handler took on one job, from its start to its
 /// answer (a job stopped before it answered is not timed).
 pub const JOB_SECONDS: &str = "liveness_job_seconds";
+/// Gauge: expired leases that a process holding leases in a space saw left unreaped
+/// for a whole watch period (label `space`): no checker runs, or the checkers fall
+/// that far behind. 0 again once a look finds none left over.
+pub const UNREAPED_LEASES: &str = "liveness_unreaped_leases";
 /// The label of the backend's name.
 pub const LABEL_BACKEND: &str = "backend";
 /// The label of the store handle's namespace.
@@ -89,6 +94,7 @@ pub const ALL: &[&str] = &[
     STORE_ERRORS_TOTAL,
     JOBS_TOTAL,
     JOB_SECONDS,
+    UNREAPED_LEASES,
 ];
 
 /// A label whose name and value are known at compile time: `("role", "member")`.
@@ -125,6 +131,13 @@ impl Labels {
     /// The histogram `name` with these labels and `extra` ones.
     pub(crate) fn histogram(&self, name: &'static str, extra: &[StaticLabel]) -> Histogram {
         metrics::histogram!(name, self.with(extra))
+    }
+
+    /// The gauge `name` with these labels and `space`'s (label `space`).
+    pub(crate) fn space_gauge(&self, name: &'static str, space: &Space) -> Gauge {
+        let mut labels = self.0.to_vec();
+        labels.push(Label::new("space", space.as_str().to_owned()));
+        metrics::gauge!(name, labels)
     }
 }
 

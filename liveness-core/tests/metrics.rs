@@ -10,6 +10,7 @@ use liveness_core::metrics::{
     CHECKER_ROUNDS_TOTAL, CHECKER_ROUND_SECONDS, CHECKER_ROUND_TRIPS, DEATHS_TOTAL, FENCED_TOTAL,
     ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS, JOINS_TOTAL,
     LEADERSHIPS_TOTAL, LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
+    UNREAPED_LEASES,
 };
 use liveness_core::{
     Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, JobError,
@@ -26,6 +27,7 @@ type Series = (String, Vec<(String, String)>);
 struct Seen {
     counters: HashMap<Series, u64>,
     histograms: HashMap<Series, Vec<f64>>,
+    gauges: HashMap<Series, f64>,
 }
 
 fn recorder() -> &'static (Snapshotter, Mutex<Seen>) {
@@ -61,7 +63,9 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
                 .entry(series)
                 .or_default()
                 .extend(v.into_iter().map(|x| x.into_inner())),
-            DebugValue::Gauge(_) => {}
+            DebugValue::Gauge(v) => {
+                seen.gauges.insert(series, v.into_inner());
+            }
         }
     }
     seen
@@ -91,6 +95,15 @@ fn histogram(name: &str, ns: &str, extra: &[(&str, &str)]) -> Vec<f64> {
         .filter(|((n, labels), _)| n == name && matches(labels, ns, extra))
         .flat_map(|(_, v)| v.clone())
         .collect()
+}
+
+/// The latest value of the gauge `name` in namespace `ns` with the `extra` labels.
+fn gauge(name: &str, ns: &str, extra: &[(&str, &str)]) -> Option<f64> {
+    seen()
+        .gauges
+        .iter()
+        .find(|((n, labels), _)| n == name && matches(labels, ns, extra))
+        .map(|(_, v)| *v)
 }
 
 fn store(ns: &str) -> Arc<dyn Store> {
@@ -290,4 +303,25 @@ async fn a_worker_counts_its_jobs_by_outcome_and_times_them() {
     let times = histogram(JOB_SECONDS, ns, &[]);
     assert_eq!(times.len(), 2, "{times:?}");
     assert!(times.iter().all(|t| *t >= 0.25), "{times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_left_unreaped_set_the_gauge_until_a_checker_reaps_them() {
+    let ns = "metrics_unreaped";
+    let store = store(ns);
+    let space = [("space", "members")];
+    let _alive = join_w(store.clone()).await;
+    for name in ["dead-1", "dead-2"] {
+        let config = MemberConfig::new(name, ttl(1000)).unwrap();
+        Member::join(store.clone(), config).await.unwrap().orphan();
+    }
+    // Looks every 5 s at most (ttl 300 ms): the second sees both left over.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(gauge(UNREAPED_LEASES, ns, &space), Some(2.0));
+    // A checker (here, in this process) reaps them; the watch then says 0 again.
+    let checker = Checker::new(store.clone(), CheckerConfig::default()).spawn();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    checker.stop().await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(gauge(UNREAPED_LEASES, ns, &space), Some(0.0));
 }

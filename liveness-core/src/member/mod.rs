@@ -36,6 +36,7 @@ use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
 use crate::types::{FencingToken, Key};
+use crate::unreaped;
 
 pub(crate) mod config;
 mod rejoin;
@@ -303,13 +304,15 @@ impl Member {
         if config.batcher.is_none() && config.shared_batcher {
             config.batcher = Some(crate::batch::Batcher::shared(&store));
         }
+        let space = crate::types::Space::members();
+        let watching = unreaped::watch(&store, &space, config.heartbeat.ttl, &config.events);
         let store: Arc<dyn Store> = traced(store);
-        let key = Key::new(crate::types::Space::members(), config.name.clone());
+        let key = Key::new(space, config.name.clone());
         let (lease, sent, sent_on_clock, _) = first_join(&store, &config, &key, Take::Own).await?;
         let first = Generation::joined(&config, &metrics, "join", lease, sent_on_clock, None);
-        Ok(Member::start(
-            store, config, metrics, key, first, sent, None,
-        ))
+        let member = Member::start(store, config, metrics, key, first, sent, None);
+        lock(&member.inner.background).unreaped = Some(watching);
+        Ok(member)
     }
 
     /// Joins `config`'s member into the session `session` (see

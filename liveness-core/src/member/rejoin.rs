@@ -4,6 +4,7 @@
 //! ghost only under its own instance holder id).
 
 use super::*;
+use crate::unreaped::Watching;
 
 /// What a member's background work (its heartbeat, or a riding member's recovery
 /// after a loss) reads of it: taken once, so that it holds the member only weakly.
@@ -140,6 +141,8 @@ pub(super) struct Background {
     /// member may not): its session's task leaves it alone meanwhile. Stays set when
     /// no re-join follows.
     pub(super) recovering: bool,
+    /// A member with a lease of its own watches for leases nobody reaps.
+    pub(super) unreaped: Option<Watching>,
 }
 
 impl Inner {

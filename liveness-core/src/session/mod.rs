@@ -39,6 +39,7 @@ use crate::store::Store;
 use crate::sync::lock;
 use crate::traced::traced;
 use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
+use crate::unreaped::{self, Watching};
 #[cfg(doc)]
 use crate::{store::Capabilities, store::LeaseStore};
 
@@ -122,6 +123,8 @@ pub(crate) struct Shared {
     task: Mutex<Option<JoinHandle<()>>>,
     /// Set by [`Session::orphan`] and [`Session::close`]: a drop releases nothing.
     settled: AtomicBool,
+    /// The session watches for leases nobody reaps.
+    _unreaped: Watching,
 }
 
 impl Shared {
@@ -282,6 +285,8 @@ impl Session {
         // Without native sessions the riders' own leases are renewed with each of
         // the session's renewals, through the batcher the handle's members share.
         let batcher = (!native).then(|| Batcher::shared(&store));
+        let space = Space::sessions();
+        let watching = unreaped::watch(&store, &space, config.heartbeat.ttl, &config.events);
         let store: Arc<dyn Store> = traced(store);
         let lease = MemberConfig {
             name: config.name.clone(),
@@ -294,7 +299,7 @@ impl Session {
             shared_batcher: false,
             progress_timeout: None,
         };
-        let key = Key::new(Space::sessions(), config.name);
+        let key = Key::new(space, config.name);
         let (first, sent, sent_on_clock, _) = first_join(&store, &lease, &key, Take::Own).await?;
         let first = opened(&lease, first, sent_on_clock);
         let riders = Arc::new(Riders::default());
@@ -318,6 +323,7 @@ impl Session {
             stop: CancellationToken::new(),
             task: Mutex::new(None),
             settled: AtomicBool::new(false),
+            _unreaped: watching,
         });
         // The session's one task: its heartbeat and the tending of its riders (their
         // own losses and stalls), which have no task of their own. Ends when the
