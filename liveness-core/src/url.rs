@@ -15,7 +15,8 @@
 //!   [`InputProblem::OutOfRange`];
 //! - a word not among the listed ones, a flag other than `true` / `false`:
 //!   [`InputProblem::BadValue`];
-//! - an invalid `ns`: the [`Namespace`]'s own error (`what: "namespace"`);
+//! - an invalid `ns` (anything but 1 to 48 of `a-z`, `0-9`, `_`, `-`): the
+//!   [`Namespace`]'s own error (`what: "namespace"`);
 //! - anything else that does not fit the form (a missing host, a bad port, a bad
 //!   percent escape, a fragment the form does not list): [`InputProblem::Malformed`]
 //!   with the form's `expected` text, or [`InputProblem::OutOfRange`] for a port.
@@ -75,7 +76,8 @@ use crate::types::Namespace;
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// The namespace parameter every store takes: `ns=NAME`, default `default`
-/// ([`StoreUrl::namespace`]).
+/// ([`StoreUrl::namespace`]). `NAME` is 1 to 48 ASCII lowercase letters, digits, `_`
+/// and `-` (`ns=my-app`), as [`Namespace`] requires.
 pub const NAMESPACE: Param = Param {
     name: "ns",
     kind: Kind::Namespace,
