@@ -1,6 +1,6 @@
 //! The key layout of one namespace, and the small text encodings of the values.
 //!
-//! Everything lives under `liveness/<ns>/` (the namespace is `[a-z0-9_]+`, and the
+//! Everything lives under `liveness/<ns>/` (the namespace is `[a-z0-9_-]+`, and the
 //! trailing `/` keeps `ns` from prefixing `ns_2`). Numbers in keys are zero-padded
 //! to 20 digits so that range reads come back in numeric order.
 //!

@@ -656,7 +656,7 @@ async fn check_existing(pool: &PgPool, ns: &Namespace, schema: &str, location: &
             "a namespace the database {location} holds (a schema liveness_NAME); it holds: {held}"
         )));
     }
-    // The schema name is validated ([a-z0-9_] after a fixed prefix); quoted anyway.
+    // The schema name is validated ([a-z0-9_-] after a fixed prefix) and quoted.
     let newest = format!("SELECT MAX(version) FROM \"{schema}\"._sqlx_migrations WHERE success");
     let found: Option<i64> = match sqlx::query_scalar(sqlx::AssertSqlSafe(newest))
         .fetch_one(pool)
@@ -695,7 +695,7 @@ async fn migrate(pool: &PgPool, schema: &str) -> Result<()> {
         })
         .collect();
     let mut migrator = Migrator::with_migrations(migrations);
-    // The schema name is validated ([a-z0-9_] after a fixed prefix); quoted anyway.
+    // The schema name is validated ([a-z0-9_-] after a fixed prefix) and quoted.
     let quoted = format!("\"{schema}\"");
     migrator.create_schema(quoted.clone());
     migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));

@@ -151,12 +151,13 @@ text_type!(
     /// The namespace that scopes one store handle. Two namespaces never see each other.
     ///
     /// Guarantees: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, only ASCII lowercase
-    /// letters, digits and `_` — so it is usable verbatim as a SQL schema suffix, a
-    /// Redis hash tag and an etcd key prefix.
+    /// letters, digits, `_` and `-` (`my-app`): never a quote, a space, `/`, `:`, `.`,
+    /// a brace or an uppercase letter, so it is usable verbatim in a quoted SQL schema
+    /// name, a Redis hash tag and an etcd key prefix.
     Namespace,
     "namespace",
     MAX_NAMESPACE_LEN,
-    |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+    |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-')
 );
 
 impl Space {
@@ -394,6 +395,24 @@ mod tests {
         assert!(Space::new("a/b").is_err());
         assert!(Namespace::new("Upper").is_err());
         assert!(Namespace::new("ok_1").is_ok());
+    }
+
+    #[test]
+    fn a_namespace_takes_a_hyphen_but_no_dot_or_uppercase() {
+        assert_eq!(Namespace::new("my-app-2").unwrap().as_str(), "my-app-2");
+        assert!(Namespace::new("-").is_ok());
+        for (bad, ch) in [("my.app", '.'), ("My-app", 'M'), ("a/b", '/'), ("a b", ' ')] {
+            assert!(
+                matches!(
+                    Namespace::new(bad),
+                    Err(Error::InvalidInput {
+                        what: "namespace",
+                        problem: InputProblem::ForbiddenChar { ch: c },
+                    }) if c == ch
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!   [`InputProblem::OutOfRange`];
 //! - a word not among the listed ones, a flag other than `true` / `false`:
 //!   [`InputProblem::BadValue`];
-//! - an invalid `ns`: the [`Namespace`]'s own error (`what: "namespace"`);
+//! - an invalid `ns` (anything but 1 to 48 of `a-z`, `0-9`, `_`, `-`): the
+//!   [`Namespace`]'s own error (`what: "namespace"`);
 //! - anything else that does not fit the form (a missing host, a bad port, a bad
 //!   percent escape, a fragment the form does not list): [`InputProblem::Malformed`]
 //!   with the form's `expected` text, or [`InputProblem::OutOfRange`] for a port.
@@ -63,7 +64,10 @@
 //! ));
 //! ```
 
+use std::net::Ipv6Addr;
 use std::time::Duration;
+
+use percent_encoding::percent_decode_str;
 
 use crate::error::{Error, InputProblem, Result};
 use crate::types::Namespace;
@@ -72,7 +76,8 @@ use crate::types::Namespace;
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// The namespace parameter every store takes: `ns=NAME`, default `default`
-/// ([`StoreUrl::namespace`]).
+/// ([`StoreUrl::namespace`]). `NAME` is 1 to 48 ASCII lowercase letters, digits, `_`
+/// and `-` (`ns=my-app`), as [`Namespace`] requires.
 pub const NAMESPACE: Param = Param {
     name: "ns",
     kind: Kind::Namespace,
@@ -303,6 +308,11 @@ impl UrlForm {
 
     /// Splits `text` strictly and checks its scheme, hosts or path, and every query
     /// parameter (see the [module docs](self) for each error). Does no I/O.
+    ///
+    /// The split is this crate's own, not `url::Url`'s: that parser accepts what a
+    /// store must refuse (tabs and newlines it strips, hosts such as `h~x`, `%zz`), or
+    /// rewrites what it accepts (`/a/../b`, `[0::1]`), reads a [`Authority::Path`]
+    /// such as `sqlite://rel.db` as a host and cannot parse `h1:2379,h2:2379`.
     pub fn parse(&self, text: &str) -> Result<StoreUrl> {
         let (scheme, rest) = text.split_once(':').ok_or_else(|| self.malformed())?;
         if !is_scheme(scheme) {
@@ -332,37 +342,30 @@ impl UrlForm {
             fragment,
             params: Vec::new(),
         };
-        match self.authority {
-            Authority::Path => {
-                let path = rest.strip_prefix("//").unwrap_or(rest);
-                url.path = self.decode(path)?;
-            }
-            Authority::OneHost | Authority::Hosts => {
-                let rest = rest.strip_prefix("//").ok_or_else(|| self.malformed())?;
-                let (authority, path) = match rest.find('/') {
-                    Some(i) => rest.split_at(i),
-                    None => (rest, ""),
-                };
-                url.path = self.decode(path)?;
-                let hosts = match authority.rsplit_once('@') {
-                    Some((userinfo, hosts)) => {
-                        let (user, password) = match userinfo.split_once(':') {
-                            Some((u, p)) => (u, Some(self.decode(p)?)),
-                            None => (userinfo, None),
-                        };
-                        url.user = Some(self.decode(user)?).filter(|u| !u.is_empty());
-                        url.password = password;
-                        hosts
-                    }
-                    None => authority,
-                };
-                for host in hosts.split(',') {
-                    url.hosts.push(self.parse_host(host)?);
-                }
-                if self.authority == Authority::OneHost && url.hosts.len() != 1 {
-                    return Err(self.malformed());
-                }
-            }
+        if self.authority == Authority::Path {
+            url.path = self.decode(rest.strip_prefix("//").unwrap_or(rest))?;
+            url.params = self.query(query)?;
+            return Ok(url);
+        }
+        let rest = rest.strip_prefix("//").ok_or_else(|| self.malformed())?;
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        url.path = self.decode(path)?;
+        let (userinfo, hosts) = authority
+            .rsplit_once('@')
+            .map_or((None, authority), |(u, h)| (Some(u), h));
+        if let Some(userinfo) = userinfo {
+            let (user, password) = userinfo
+                .split_once(':')
+                .map_or((userinfo, None), |(u, p)| (u, Some(p)));
+            url.user = Some(self.decode(user)?).filter(|u| !u.is_empty());
+            url.password = password.map(|p| self.decode(p)).transpose()?;
+        }
+        url.hosts = hosts
+            .split(',')
+            .map(|h| self.parse_host(h))
+            .collect::<Result<_>>()?;
+        if self.authority == Authority::OneHost && url.hosts.len() != 1 {
+            return Err(self.malformed());
         }
         url.params = self.query(query)?;
         Ok(url)
@@ -407,45 +410,35 @@ impl UrlForm {
         Ok(params)
     }
 
-    /// One `HOST[:PORT]`: a name (letters, digits, `.`, `-`, `_`, percent escapes) or a
-    /// bracketed IPv6 address, and a port from 1 to 65535 (a port outside is
-    /// [`InputProblem::OutOfRange`] named `port`, anything else is malformed).
+    /// One `HOST[:PORT]`: a name (letters, digits, `.`, `-`, `_`, valid percent
+    /// escapes) or a bracketed IPv6 address, and a port from 1 to 65535 (a port outside
+    /// is [`InputProblem::OutOfRange`] named `port`, anything else is malformed).
     pub fn parse_host(&self, text: &str) -> Result<Host> {
-        let (name, port) = if text.starts_with('[') {
-            let end = text.find(']').ok_or_else(|| self.malformed())?;
-            let (name, after) = text.split_at(end + 1);
-            let inner = &name[1..end];
-            if inner.is_empty()
-                || !inner
-                    .chars()
-                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-            {
-                return Err(self.malformed());
-            }
-            let port = match after {
-                "" => None,
-                p => Some(p.strip_prefix(':').ok_or_else(|| self.malformed())?),
-            };
-            (name, port)
-        } else {
-            let (name, port) = match text.split_once(':') {
-                Some((n, p)) => (n, Some(p)),
-                None => (text, None),
-            };
-            let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '%');
-            if name.is_empty() || !name.chars().all(valid) {
-                return Err(self.malformed());
-            }
-            (name, port)
+        let end = match text.starts_with('[') {
+            true => text.find(']').map(|i| i + 1),
+            false => Some(text.find(':').unwrap_or(text.len())),
         };
+        let (name, port) = text.split_at(end.ok_or_else(|| self.malformed())?);
+        let valid = match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+            Some(ip) => ip.parse::<Ipv6Addr>().is_ok(),
+            None => {
+                let allowed =
+                    |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '%');
+                !name.is_empty() && name.chars().all(allowed) && percent_decode(name).is_some()
+            }
+        };
+        if !valid {
+            return Err(self.malformed());
+        }
         let port = match port {
-            None => None,
-            Some(p) => Some(
-                digits(p)
-                    .filter(|n| (1..=u64::from(u16::MAX)).contains(n))
+            "" => None,
+            port => {
+                let p = port.strip_prefix(':').ok_or_else(|| self.malformed())?;
+                let n = digits(p)
                     .and_then(|n| u16::try_from(n).ok())
-                    .ok_or_else(|| out_of_range("port", 1, u16::MAX.into(), p))?,
-            ),
+                    .filter(|n| *n != 0);
+                Some(n.ok_or_else(|| out_of_range("port", 1, u16::MAX.into(), p))?)
+            }
         };
         Ok(Host {
             name: name.to_owned(),
@@ -579,25 +572,20 @@ fn is_scheme(text: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
-/// Decodes `%XX` escapes; `None` on a bad escape or a result that is not UTF-8.
+/// Decodes `%XX` escapes (`+` stays a plus sign); `None` when a `%` is not followed by
+/// two hex digits (which `percent_decode_str` would keep as written) or the result is
+/// not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    let hex = |s: &str| {
+        s.as_bytes()
+            .get(..2)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    };
+    let decoded = percent_decode_str(text).decode_utf8().ok()?;
+    text.split('%')
+        .skip(1)
+        .all(hex)
+        .then(|| decoded.into_owned())
 }
 
 #[cfg(test)]
@@ -729,6 +717,22 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn refuses_a_bad_ipv6_address_or_host_escape() {
+        for text in [
+            "one://[1:2:3]",
+            "one://[a]",
+            "one://[1.2.3.4]",
+            "one://h%zz",
+            "one://h%ff:80",
+        ] {
+            assert_eq!(describe(&problem(&ONE, text)), "Malformed", "{text}");
+        }
+        let u = MANY.parse("many://[::ffff:10.0.0.1]:1,h%2Dx").unwrap();
+        assert_eq!(u.hosts()[0].decoded().as_deref(), Some("::ffff:10.0.0.1"));
+        assert_eq!(u.hosts()[1].decoded().as_deref(), Some("h-x"));
     }
 
     #[test]
