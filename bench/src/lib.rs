@@ -93,10 +93,8 @@ pub struct Options {
     #[arg(long, default_value_t = 20)]
     pub deaths: usize,
     /// Instead of the figures, check that a checker round's cost does not grow with
-    /// live leases (exit status 1 when it does).
-    ///
-    /// [`main`] runs [`check_round_cost`] between the smallest and the largest of
-    /// [`Options::members`], judging wall time too.
+    /// live leases, between the smallest and the largest `--members` (`main` runs
+    /// `check_round_cost`, wall time judged too; exit status 1 when it grows).
     #[arg(long)]
     pub check_cost: bool,
 }
