@@ -1,7 +1,7 @@
 //! The etcd bench: the liveness bench kit's figures beside a bare etcd-client
 //! keep-alive loop, in one run against one etcd member.
 //!
-//! `cargo bench -p liveness-etcd` (flags after `--`: `--seconds 3 --members
+//! `cargo bench -p liveness-etcd --bench bench` (flags after `--`: `--seconds 3 --members
 //! 1000,10000,100000 --concurrency 1,64 --deaths 20`). Uses `LIVENESS_ETCD_URL` when
 //! set, else starts a private etcd member (the test kit's).
 //!
@@ -85,8 +85,21 @@ async fn bare_keep_alive(endpoint: &str, concurrency: usize, seconds: f64, with_
     liveness_conformance::bench::per_second(start, tasks).await
 }
 
+/// The bench's command line: the kit's options and `--acquire-only`.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    kit: Options,
+    /// Only the acquires/s figures.
+    #[arg(long)]
+    acquire_only: bool,
+}
+
 fn main() {
-    let options = Options::from_args();
+    let Cli {
+        kit: options,
+        acquire_only,
+    } = bench::args::parse(&[]);
     let Some(server) = liveness_testkit::etcd::shared() else {
         eprintln!("bench: no etcd (skipped)");
         return;
@@ -110,7 +123,7 @@ fn main() {
             let s = factory().await.unwrap_or_else(|| panic!("no store"));
             bench::print_acquires(&*s, 1).await;
         }
-        if std::env::args().any(|a| a == "--acquire-only") {
+        if acquire_only {
             return;
         }
         for &c in &options.concurrency {

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::args::{self, SessionOptions};
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench::procfs;
 use liveness_conformance::bench::sweep_members::sweep_members;
@@ -202,7 +202,7 @@ async fn leases(url: &str, pid: u32, o: &SessionOptions, keep: &mut Vec<Lease>) 
 }
 
 fn main() {
-    let o = SessionOptions::defaults(10_000).with_args(&Args::from_env());
+    let o: SessionOptions = args::parse(&[]);
     let Some(server) = liveness_testkit::etcd::start() else {
         eprintln!("sessions: no etcd (skipped)");
         return;

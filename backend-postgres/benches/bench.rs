@@ -195,11 +195,24 @@ fn pgbench(
         .and_then(|v| v.parse().ok())
 }
 
+/// The bench's command line: the kit's options and `--acquire-only`.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    kit: Options,
+    /// Only the acquires/s figures.
+    #[arg(long)]
+    acquire_only: bool,
+}
+
 fn main() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
     };
-    let options = Options::from_args();
+    let Cli {
+        kit: options,
+        acquire_only,
+    } = bench::args::parse(&[]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -210,7 +223,7 @@ fn main() {
             let store: Arc<dyn Store> = Arc::new(fresh(server).await);
             bench::print_acquires(&*store, 1).await;
         }
-        if std::env::args().any(|a| a == "--acquire-only") {
+        if acquire_only {
             return;
         }
         for &c in &options.concurrency {

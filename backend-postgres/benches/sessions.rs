@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::args::{self, SessionOptions};
 use liveness_conformance::bench::death_watch::DeathWatch;
 use liveness_conformance::bench::sweep_members::sweep_members;
 use liveness_conformance::bench_util;
@@ -383,13 +383,26 @@ async fn leases(store: PostgresStore, o: &SessionOptions) {
     keeper.abort();
 }
 
+/// The bench's command line: the shared sessions options (100,000 members by
+/// default) and `--join-rates N`.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    session: SessionOptions,
+    /// The members of the join-rate figures (default `--members`; 0 skips them).
+    #[arg(long, value_name = "N")]
+    join_rates: Option<usize>,
+}
+
 fn main() {
     let Some(server) = liveness_testkit::postgres::shared() else {
         return;
     };
-    let args = Args::from_env();
-    let o = SessionOptions::defaults(100_000).with_args(&args);
-    let join_rates = args.number("--join-rates", o.members);
+    let Cli {
+        session: o,
+        join_rates,
+    } = args::parse(&[("members", "100000")]);
+    let join_rates = join_rates.unwrap_or(o.members);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,7 +1,7 @@
 //! The Redis bench: the liveness bench kit's figures beside the raw primitives, in
 //! one run against one redis-server.
 //!
-//! `cargo bench -p liveness-redis` (flags after `--`: `--seconds 3 --members
+//! `cargo bench -p liveness-redis --bench bench` (flags after `--`: `--seconds 3 --members
 //! 1000,10000,100000 --concurrency 1,64 --deaths 20`). Uses `LIVENESS_REDIS_URL` when
 //! set, else starts a private redis-server (no persistence).
 //!

@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::args::{self, SessionOptions};
 use liveness_conformance::bench::paced::renew_paced;
 use liveness_conformance::bench::procfs;
 use liveness_conformance::bench_util;
@@ -354,9 +354,23 @@ async fn handles(
     }
 }
 
+/// The bench's command line: the shared sessions options (100,000 members by
+/// default), `--members-as-handles` and `--join-lanes N`.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    session: SessionOptions,
+    /// Measure the members as a process holds them (`Member` handles on sessions).
+    #[arg(long)]
+    members_as_handles: bool,
+    /// With `--members-as-handles`, the sessions joining at a time (default all).
+    #[arg(long, value_name = "N", requires = "members_as_handles")]
+    join_lanes: Option<usize>,
+}
+
 fn main() {
-    let args = Args::from_env();
-    let o = SessionOptions::defaults(100_000).with_args(&args);
+    let cli: Cli = args::parse(&[("members", "100000")]);
+    let o = cli.session;
     let server = match std::env::var("LIVENESS_REDIS_URL") {
         Ok(_) => None,
         Err(_) => match RedisServer::start() {
@@ -383,8 +397,8 @@ fn main() {
             o.seconds,
             o.members
         );
-        if args.flag("--members-as-handles") {
-            let lanes = args.number("--join-lanes", o.sessions);
+        if cli.members_as_handles {
+            let lanes = cli.join_lanes.unwrap_or(o.sessions);
             handles(&url, &o, lanes, &mut conn).await;
             return;
         }

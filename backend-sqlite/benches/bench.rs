@@ -63,14 +63,24 @@ async fn bare_renewals(store: &SqliteStore, concurrency: usize, seconds: f64) ->
     .await
 }
 
+/// The bench's command line: the kit's options (`--members` by default 1000,10000)
+/// and `--synchronous full|normal`.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    kit: Options,
+    /// The file's `synchronous` setting.
+    #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
+    synchronous: String,
+}
+
 fn main() {
-    let mut options = Options::from_args();
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--members") {
-        options.members = vec![1_000, 10_000];
-    }
-    let durability = match args.windows(2).find(|w| w[0] == "--synchronous") {
-        Some(w) if w[1] == "normal" => Synchronous::Normal,
+    let Cli {
+        kit: options,
+        synchronous,
+    } = bench::args::parse(&[("members", "1000,10000")]);
+    let durability = match synchronous.as_str() {
+        "normal" => Synchronous::Normal,
         _ => Synchronous::Full,
     };
     let dir = tempfile::tempdir().unwrap();

@@ -15,19 +15,26 @@
 //! the victim child, the other sessions, the probe and the printed figures are
 //! described); this file says where the file is and how to open it.
 
-use liveness_conformance::bench::args::Args;
 use liveness_conformance::bench::session_death::{self, connect};
 use liveness_testkit::with_query;
 
+/// The bench's own option beside the kit's.
+#[derive(clap::Args)]
+struct Sqlite {
+    /// The file's `synchronous` setting (`full`, the store's default, or `normal`).
+    #[arg(long, value_parser = ["full", "normal"])]
+    synchronous: Option<String>,
+}
+
 /// The store's URL: a file in a fresh temporary directory (kept until the bench ends),
 /// with `synchronous=normal` when asked for.
-fn file() -> Option<(tempfile::TempDir, String)> {
+fn file(o: &Sqlite) -> Option<(tempfile::TempDir, String)> {
     let dir = tempfile::Builder::new()
         .prefix("liveness-session-death-")
         .tempdir()
         .unwrap_or_else(|e| panic!("temporary directory: {e}"));
     let mut url = format!("sqlite://{}", dir.path().join("bench.db").display());
-    if Args::from_env().text("--synchronous") == Some("normal") {
+    if o.synchronous.as_deref() == Some("normal") {
         url = with_query(&url, "synchronous=normal");
     }
     println!("sqlite file {url}");
@@ -35,7 +42,7 @@ fn file() -> Option<(tempfile::TempDir, String)> {
 }
 
 fn main() {
-    session_death::main(
+    session_death::main_with(
         file,
         connect(|url: String, namespace| async move {
             liveness_sqlite::connect(&with_query(&url, &format!("ns={namespace}")))

@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use liveness_conformance::bench::args::{Args, SessionOptions};
+use liveness_conformance::bench::args::{self, SessionOptions};
 use liveness_conformance::bench::procfs;
 use liveness_conformance::bench::sweep_members::sweep_members;
 use liveness_conformance::bench_util;
@@ -54,35 +54,48 @@ struct Options {
     child: Option<(usize, std::path::PathBuf)>,
 }
 
+/// The bench's command line, [`Options`] before they are put together.
+#[derive(clap::Args)]
+struct Cli {
+    #[command(flatten)]
+    session: SessionOptions,
+    /// The file's `synchronous` setting.
+    #[arg(long, default_value = "normal", value_parser = ["full", "normal"])]
+    synchronous: String,
+    /// Hold the sessions in this many processes (0: handles of this one); `--sessions`
+    /// is then N.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    processes: usize,
+    /// The members of the join-rate figures (default `--members`; 0 skips them).
+    #[arg(long, value_name = "N")]
+    join_rates: Option<usize>,
+    /// A child process's index (with `--file`).
+    #[arg(long, hide = true, requires = "file")]
+    child: Option<usize>,
+    /// A child process's file.
+    #[arg(long, hide = true)]
+    file: Option<std::path::PathBuf>,
+}
+
 impl Options {
     fn from_args() -> Options {
-        let args = Args::from_env();
-        let defaults = SessionOptions {
-            // Long enough that 100,000 leases taken one batch after the other are all
-            // still live when their renewals start.
-            ttl: Ttl::from_secs(30).unwrap_or_else(|e| panic!("{e}")),
-            seconds: 30,
-            ..SessionOptions::defaults(100_000)
-        };
-        let synchronous = match args.text("--synchronous") {
-            Some("full") => Synchronous::Full,
-            _ => Synchronous::Normal,
-        };
-        let mut session = defaults.with_args(&args);
-        let processes = args.number("--processes", 0usize);
-        if processes > 0 {
-            session.sessions = processes;
+        // A ttl long enough that 100,000 leases taken one batch after the other are all
+        // still live when their renewals start.
+        let defaults = [("members", "100000"), ("ttl", "30000"), ("seconds", "30")];
+        let cli: Cli = args::parse(&defaults);
+        let mut session = cli.session;
+        if cli.processes > 0 {
+            session.sessions = cli.processes;
         }
-        let child = args.text("--file").map(|file| {
-            let index = args.number("--child", 0usize);
-            (index, std::path::PathBuf::from(file))
-        });
         Options {
-            join_rates: args.number("--join-rates", session.members),
+            join_rates: cli.join_rates.unwrap_or(session.members),
             session,
-            synchronous,
-            processes,
-            child,
+            synchronous: match cli.synchronous.as_str() {
+                "full" => Synchronous::Full,
+                _ => Synchronous::Normal,
+            },
+            processes: cli.processes,
+            child: cli.file.map(|file| (cli.child.unwrap_or(0), file)),
         }
     }
 }

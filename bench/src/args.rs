@@ -1,184 +1,142 @@
-//! Command-line options of the bench binaries: `--name number` pairs and bare
-//! `--flag`s, looked up by name. Unknown arguments (cargo bench's `--bench`) are
-//! ignored; where an option is given twice, the last one counts.
+//! Command-line options of the bench binaries, parsed by `clap`. An unknown flag or a
+//! bad value is refused with clap's message (exit status 2); cargo bench's `--bench`
+//! is accepted and ignored.
 
-use std::str::FromStr;
-use std::time::Duration;
+use std::ffi::OsString;
 
+use clap::{CommandFactory, FromArgMatches, Parser};
 use liveness_core::Ttl;
 
-/// A bench binary's arguments.
-#[derive(Clone, Debug, Default)]
-pub struct Args {
-    args: Vec<String>,
+/// A bench binary's command line: the options `T` and cargo bench's `--bench`.
+#[derive(Debug, Parser)]
+#[command(about = None, long_about = None)]
+struct BenchCommandLine<T: clap::Args> {
+    #[command(flatten)]
+    options: T,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
-impl Args {
-    /// The arguments of this process, without the program's name.
-    pub fn from_env() -> Args {
-        Args::new(std::env::args().skip(1))
-    }
+/// The options `T` of this process's command line, with the defaults of `T`
+/// replaced by `defaults` (`(argument id, value)`, the id being the field's name).
+/// On `--help` prints the help and exits with status 0; on an unknown flag or a bad
+/// value prints clap's message and exits with status 2.
+///
+/// # Panics
+///
+/// When an id of `defaults` names no argument of `T` (a mistake in the binary).
+pub fn parse<T: clap::Args>(defaults: &[(&'static str, &'static str)]) -> T {
+    try_parse_from(defaults, std::env::args_os()).unwrap_or_else(|e| e.exit())
+}
 
-    /// These arguments (without a program's name).
-    pub fn new<I, S>(args: I) -> Args
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Args {
-            args: args.into_iter().map(Into::into).collect(),
-        }
-    }
+/// The options `T` of the command line `args` (the first being the program's name),
+/// with `defaults` as [`parse`] takes them; clap's error when `args` are refused.
+///
+/// # Panics
+///
+/// As [`parse`] does.
+pub fn try_parse_from<T, I, S>(
+    defaults: &[(&'static str, &'static str)],
+    args: I,
+) -> Result<T, clap::Error>
+where
+    T: clap::Args,
+    I: IntoIterator<Item = S>,
+    S: Into<OsString> + Clone,
+{
+    let command = defaults
+        .iter()
+        .fold(BenchCommandLine::<T>::command(), |command, &(id, value)| {
+            command.mut_arg(id, |arg| arg.default_value(value))
+        });
+    let matches = command.try_get_matches_from(args)?;
+    BenchCommandLine::<T>::from_arg_matches(&matches).map(|c| c.options)
+}
 
-    /// Whether the bare flag `name` (`--no-leases`) is given.
-    pub fn flag(&self, name: &str) -> bool {
-        self.args.iter().any(|a| a == name)
-    }
+/// Reads a ttl given in milliseconds (`5000`): a valid [`Ttl`] or why not.
+pub fn ttl_ms(text: &str) -> Result<Ttl, String> {
+    let millis = text.parse::<u64>().map_err(|e| e.to_string())?;
+    Ttl::from_millis(millis).map_err(|e| e.to_string())
+}
 
-    /// The number after the last `name` (`--members 10000`), or `default` when
-    /// `name` is not given.
-    ///
-    /// # Panics
-    ///
-    /// When `name` is given without a number after it.
-    pub fn number<T: FromStr>(&self, name: &str, default: T) -> T {
-        match self.args.iter().rposition(|a| a == name) {
-            None => default,
-            Some(at) => self
-                .args
-                .get(at + 1)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name} wants a number")),
-        }
-    }
-
-    /// The word after the last `name` (`--synchronous full`), where given.
-    pub fn text(&self, name: &str) -> Option<&str> {
-        let at = self.args.iter().rposition(|a| a == name)?;
-        self.args.get(at + 1).map(String::as_str)
-    }
-
-    /// The ttl given in milliseconds after `name` (`--ttl-ms 5000`), or `default`.
-    ///
-    /// # Panics
-    ///
-    /// When the number is missing or not a valid ttl.
-    pub fn ttl_ms(&self, name: &str, default: Duration) -> Ttl {
-        let millis = self.number(name, default.as_millis() as u64);
-        Ttl::new(Duration::from_millis(millis)).unwrap_or_else(|e| panic!("{name}: {e}"))
+/// Reads a count of at least one.
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 
-/// The options the sessions benches share: `--members N`, `--sessions N` (at least
-/// one), `--ttl-ms N`, `--seconds N` (of steady state), `--no-leases` (skip the
-/// lease-per-member run) and `--joins-only` (only the join rates).
-#[derive(Clone, Debug)]
+/// The options the sessions benches share. A bench changes their defaults with
+/// [`parse`]'s `defaults` (`("members", "100000")`).
+#[derive(Clone, Debug, clap::Args)]
 pub struct SessionOptions {
     /// How many members.
+    #[arg(long, default_value_t = 10_000)]
     pub members: usize,
-    /// How many sessions they ride.
+    /// How many sessions they ride (at least one).
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
     pub sessions: usize,
-    /// The ttl of the sessions and of the members' own leases.
+    /// The ttl of the sessions and of the members' own leases, in milliseconds.
+    #[arg(long = "ttl-ms", value_name = "MS", default_value = "10000", value_parser = ttl_ms)]
     pub ttl: Ttl,
     /// The seconds of steady state.
+    #[arg(long, default_value_t = 20)]
     pub seconds: u64,
-    /// Whether to run the lease-per-member comparison too.
+    /// Runs the lease-per-member comparison too, unless `--no-leases` is given.
+    #[arg(long = "no-leases", action = clap::ArgAction::SetFalse)]
     pub leases: bool,
     /// Whether to measure only the join rates.
+    #[arg(long)]
     pub joins_only: bool,
-}
-
-impl SessionOptions {
-    /// `members` members in 10 sessions with a ttl of 10 s, 20 s of steady state,
-    /// the lease-per-member run too.
-    ///
-    /// # Panics
-    ///
-    /// Never: 10 s is a valid ttl.
-    pub fn defaults(members: usize) -> SessionOptions {
-        SessionOptions {
-            members,
-            sessions: 10,
-            ttl: Ttl::from_secs(10).unwrap_or_else(|e| panic!("{e}")),
-            seconds: 20,
-            leases: true,
-            joins_only: false,
-        }
-    }
-
-    /// These options, each overridden where `args` give it.
-    ///
-    /// # Panics
-    ///
-    /// As [`Args::number`] and [`Args::ttl_ms`] do.
-    pub fn with_args(self, args: &Args) -> SessionOptions {
-        SessionOptions {
-            members: args.number("--members", self.members),
-            sessions: args.number("--sessions", self.sessions).max(1),
-            ttl: args.ttl_ms("--ttl-ms", self.ttl.duration()),
-            seconds: args.number("--seconds", self.seconds),
-            leases: self.leases && !args.flag("--no-leases"),
-            joins_only: self.joins_only || args.flag("--joins-only"),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    fn args(text: &str) -> Args {
-        Args::new(text.split_whitespace())
+    fn session(defaults: &[(&'static str, &'static str)], text: &str) -> SessionOptions {
+        let args = std::iter::once("bench").chain(text.split_whitespace());
+        try_parse_from(defaults, args).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
-    fn numbers_and_flags_by_name_the_last_counts() {
-        let a = args("--bench --members 5 --seconds 2 --no-leases --members 7");
-        assert_eq!(a.number("--members", 1usize), 7);
-        assert_eq!(a.number("--seconds", 20u64), 2);
-        assert_eq!(a.number("--others", 20usize), 20);
-        assert!(a.flag("--no-leases"));
-        assert!(!a.flag("--joins-only"));
-    }
-
-    #[test]
-    fn ttl_in_milliseconds_with_a_default() {
-        let a = args("--ttl-ms 2500");
-        let ttl = a.ttl_ms("--ttl-ms", Duration::from_secs(10));
-        assert_eq!(ttl.duration(), Duration::from_millis(2500));
-        let ttl = args("").ttl_ms("--ttl-ms", Duration::from_secs(10));
-        assert_eq!(ttl.duration(), Duration::from_secs(10));
-    }
-
-    #[test]
-    fn a_word_after_its_name() {
-        assert_eq!(
-            args("--synchronous full").text("--synchronous"),
-            Some("full")
-        );
-        assert_eq!(args("--synchronous").text("--synchronous"), None);
-    }
-
-    #[test]
-    fn session_options_override_their_defaults() {
-        let o = SessionOptions::defaults(100).with_args(&args("--sessions 0 --joins-only"));
-        assert_eq!((o.members, o.sessions, o.seconds), (100, 1, 20));
+    fn session_options_have_defaults_a_bench_can_change() {
+        let o = session(&[], "--bench");
+        assert_eq!((o.members, o.sessions, o.seconds), (10_000, 10, 20));
         assert_eq!(o.ttl.duration(), Duration::from_secs(10));
+        assert!(o.leases && !o.joins_only);
+        let o = session(&[("members", "100"), ("ttl", "30000")], "--joins-only");
+        assert_eq!((o.members, o.sessions), (100, 10));
+        assert_eq!(o.ttl.duration(), Duration::from_secs(30));
         assert!(o.leases && o.joins_only);
-        let o = SessionOptions::defaults(100).with_args(&args("--members 7 --no-leases"));
+        let o = session(
+            &[("members", "100")],
+            "--members 7 --no-leases --ttl-ms 2500",
+        );
         assert_eq!((o.members, o.sessions), (7, 10));
+        assert_eq!(o.ttl.duration(), Duration::from_millis(2500));
         assert!(!o.leases && !o.joins_only);
     }
 
     #[test]
-    #[should_panic(expected = "--members wants a number")]
-    fn a_missing_number_is_refused() {
-        args("--members --seconds 3").number("--members", 1usize);
-    }
-
-    #[test]
-    #[should_panic(expected = "--ttl-ms")]
-    fn an_invalid_ttl_is_refused() {
-        args("--ttl-ms 0").ttl_ms("--ttl-ms", Duration::from_secs(10));
+    fn unknown_flags_and_bad_values_are_refused() {
+        for text in [
+            "--member 1000",
+            "--members lots",
+            "--members",
+            "--sessions 0",
+            "--ttl-ms 0",
+            "--seconds -1",
+            "stray",
+        ] {
+            let args = std::iter::once("bench").chain(text.split_whitespace());
+            let refused = try_parse_from::<SessionOptions, _, _>(&[], args);
+            assert!(refused.is_err(), "{text}");
+        }
     }
 }

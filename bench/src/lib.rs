@@ -76,56 +76,34 @@ fn memory_store() -> liveness_core::MemoryStore {
     MemoryServer::new().store(&fresh_namespace())
 }
 
-/// What to measure.
-#[derive(Clone, Debug)]
+/// What to measure, from the command line (`--members 1000,10000 --seconds 2
+/// --deaths 20 --concurrency 1,64 --check-cost`).
+#[derive(Clone, Debug, clap::Args)]
 pub struct Options {
     /// Member counts for the checker-round figures.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
     pub members: Vec<usize>,
-    /// How long each renewal measurement runs.
+    /// How long each renewal measurement runs, in seconds.
+    #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
     /// Concurrency levels for the renewal figures.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
     pub concurrency: Vec<usize>,
     /// How many deaths the detection latency is measured over.
+    #[arg(long, default_value_t = 20)]
     pub deaths: usize,
-    /// Instead of the figures, run [`check_round_cost`] between the smallest and the
-    /// largest of [`Options::members`], judging wall time too, and exit with status 1
-    /// when the cost grows with live leases.
+    /// Instead of the figures, check that a checker round's cost does not grow with
+    /// live leases, between the smallest and the largest `--members` (`main` runs
+    /// `check_round_cost`, wall time judged too; exit status 1 when it grows).
+    #[arg(long)]
     pub check_cost: bool,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            members: vec![1_000, 10_000, 100_000],
-            seconds: 3.0,
-            concurrency: vec![1, 64],
-            deaths: 20,
-            check_cost: false,
-        }
-    }
-}
-
 impl Options {
-    /// Parses `--members 1000,10000 --seconds 2 --deaths 20 --concurrency 1,64
-    /// --check-cost` from the process arguments; unknown arguments (cargo bench's
-    /// `--bench`) are ignored.
+    /// The options of this process's command line, as [`args::parse`] reads them
+    /// (exits with clap's message on an unknown flag or a bad value).
     pub fn from_args() -> Options {
-        let mut o = Options::default();
-        let args: Vec<String> = std::env::args().collect();
-        o.check_cost = args.iter().any(|a| a == "--check-cost");
-        let list = |v: &str| -> Vec<usize> {
-            v.split(',').filter_map(|x| x.trim().parse().ok()).collect()
-        };
-        for w in args.windows(2) {
-            match w[0].as_str() {
-                "--members" => o.members = list(&w[1]),
-                "--concurrency" => o.concurrency = list(&w[1]),
-                "--seconds" => o.seconds = w[1].parse().unwrap_or(o.seconds),
-                "--deaths" => o.deaths = w[1].parse().unwrap_or(o.deaths),
-                _ => {}
-            }
-        }
-        o
+        args::parse(&[])
     }
 }
 

@@ -5,11 +5,12 @@
 //! one server, in one run. Any server backend runs it with [`main`], given how to start
 //! (or find) its server and how to connect to it ([`Connect`]).
 //!
-//! Options ([`Options::from_args`]): `[--members 10000] [--others 20]
-//! [--other-members 500] [--ttl-ms 5000] [--no-leases]`.
+//! Options ([`Options`]): `[--members 10000] [--others 20] [--other-members 500]
+//! [--ttl-ms 5000] [--no-leases]`.
 //!
 //! The victim is a child process: the same bench binary run again with
-//! `--victim URL NAMESPACE MODE MEMBERS TTL_MS` ([`Victim`]), connecting to the same
+//! `--victim URL --namespace NAMESPACE [--victim-leases] --members MEMBERS --ttl-ms
+//! TTL_MS` ([`Victim`]), connecting to the same
 //! server through the same [`Connect`]. It joins `--members` members (into one session,
 //! `sessions/victim`, or each a lease of its own), claims one item for each, says
 //! `ready`, and renews (its session, or every lease with `renew_many` in batches of
@@ -49,7 +50,7 @@ use liveness_core::{
 };
 use tokio::sync::broadcast::error::RecvError;
 
-use super::args::Args;
+use super::args::{self, at_least_one, ttl_ms};
 
 /// The name of the victim's session (in the space `sessions`) and the prefix of its
 /// members' names.
@@ -57,35 +58,62 @@ const VICTIM: &str = "victim";
 const VICTIM_MEMBER: &str = "v-";
 
 /// What the bench measures, from the command line.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct Options {
     /// The members of the victim process (at least one).
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub members: usize,
     /// The other processes' sessions, beside the probe's.
+    #[arg(long, default_value_t = 20)]
     pub others: usize,
     /// The members riding each of the other sessions.
+    #[arg(long, default_value_t = 500)]
     pub other_members: usize,
-    /// The ttl of every session and lease.
+    /// The ttl of every session and lease, in milliseconds.
+    #[arg(long = "ttl-ms", value_name = "MS", default_value = "5000", value_parser = ttl_ms)]
     pub ttl: Ttl,
-    /// Whether to run the lease-per-member victim too.
+    /// Runs the lease-per-member victim too, unless `--no-leases` is given.
+    #[arg(long = "no-leases", action = clap::ArgAction::SetFalse)]
     pub leases: bool,
 }
 
-impl Options {
-    /// `--members 10000 --others 20 --other-members 500 --ttl-ms 5000`, each overridden
-    /// where `args` give it; `--no-leases` skips the lease-per-member run.
-    ///
-    /// # Panics
-    ///
-    /// As [`Args::number`] and [`Args::ttl_ms`] do.
-    pub fn from_args(args: &Args) -> Options {
-        Options {
-            members: args.number("--members", 10_000usize).max(1),
-            others: args.number("--others", 20),
-            other_members: args.number("--other-members", 500),
-            ttl: args.ttl_ms("--ttl-ms", Duration::from_secs(5)),
-            leases: !args.flag("--no-leases"),
-        }
+/// No options of a backend's own, for [`main_with`].
+#[derive(Clone, Debug, clap::Args)]
+pub struct NoOptions {}
+
+/// The bench binary's command line: [`Options`], a backend's own `E`, and the
+/// victim's (hidden) flags.
+#[derive(Clone, Debug, clap::Args)]
+struct Line<E: clap::Args> {
+    #[command(flatten)]
+    options: Options,
+    #[command(flatten)]
+    own: E,
+    /// Run as the victim, on the server at this url.
+    #[arg(long, hide = true, value_name = "URL", requires = "namespace")]
+    victim: Option<String>,
+    /// The victim's namespace.
+    #[arg(long, hide = true, requires = "victim", value_parser = namespace)]
+    namespace: Option<Namespace>,
+    /// The victim's members each hold a lease of their own.
+    #[arg(long, hide = true, requires = "victim")]
+    victim_leases: bool,
+}
+
+fn namespace(text: &str) -> std::result::Result<Namespace, String> {
+    Namespace::new(text).map_err(|e| e.to_string())
+}
+
+impl<E: clap::Args> Line<E> {
+    /// The victim this command line makes the process, when it names one.
+    fn victim(&self) -> Option<Victim> {
+        Some(Victim {
+            url: self.victim.clone()?,
+            namespace: self.namespace.clone()?,
+            leases: self.victim_leases,
+            members: self.options.members,
+            ttl: self.options.ttl,
+        })
     }
 }
 
@@ -114,24 +142,39 @@ where
 /// until killed. Otherwise it calls `server` for the server to run against (its guard,
 /// kept until the end so that a server it started stops with it, and its url; `None`
 /// skips the bench, `server` having said why), then runs the riding victim and, unless
-/// `--no-leases`, the lease-per-member one, printing each one's figures.
+/// `--no-leases`, the lease-per-member one, printing each one's figures. An unknown
+/// flag or a bad value exits with clap's message before anything starts.
 ///
 /// # Panics
 ///
 /// When the runtime cannot start, the store refuses a set-up call, or the victim
 /// cannot be started or fails: the figures would mean nothing.
 pub fn main<G>(server: impl FnOnce() -> Option<(G, String)>, connect: Connect) {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    main_with(|_: &NoOptions| server(), connect);
+}
+
+/// As [`main`], with a backend's own options `E` on the command line beside
+/// [`Options`], handed to `server` (the victim gets none of them: its url carries
+/// what they say).
+///
+/// # Panics
+///
+/// As [`main`] does.
+pub fn main_with<E: clap::Args, G>(
+    server: impl FnOnce(&E) -> Option<(G, String)>,
+    connect: Connect,
+) {
+    let line: Line<E> = args::parse(&[]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
-    if let Some(victim) = Victim::from_args(&argv) {
+    if let Some(victim) = line.victim() {
         rt.block_on(victim.run(&connect));
         return;
     }
-    let o = Options::from_args(&Args::new(argv));
-    let Some((guard, url)) = server() else {
+    let o = line.options;
+    let Some((guard, url)) = server(&line.own) else {
         return;
     };
     println!(
@@ -150,8 +193,8 @@ pub fn main<G>(server: impl FnOnce() -> Option<(G, String)>, connect: Connect) {
     drop(guard);
 }
 
-/// The victim's side, from its command line: `--victim URL NAMESPACE MODE MEMBERS
-/// TTL_MS`, MODE `session` or `leases`.
+/// The victim's side, from its command line: `--victim URL --namespace NAMESPACE
+/// [--victim-leases] --members MEMBERS --ttl-ms TTL_MS`.
 #[derive(Clone, Debug)]
 pub struct Victim {
     /// The server's url.
@@ -167,39 +210,22 @@ pub struct Victim {
 }
 
 impl Victim {
-    /// The victim `args` (without the program's name) describe, when the first is
-    /// `--victim`.
-    ///
-    /// # Panics
-    ///
-    /// When `--victim` is followed by anything but the five values.
-    pub fn from_args(args: &[String]) -> Option<Victim> {
-        if args.first().map(String::as_str) != Some("--victim") {
-            return None;
-        }
-        let [_, url, ns, mode, members, ttl] = args else {
-            panic!("--victim URL NAMESPACE MODE MEMBERS TTL_MS");
-        };
-        Some(Victim {
-            url: url.clone(),
-            namespace: Namespace::new(ns.as_str()).unwrap_or_else(|e| panic!("{e}")),
-            leases: mode == "leases",
-            members: members.parse().unwrap_or_else(|e| panic!("{e}")),
-            ttl: Ttl::from_millis(ttl.parse().unwrap_or_else(|e| panic!("{e}")))
-                .unwrap_or_else(|e| panic!("{e}")),
-        })
-    }
-
     /// The command line that makes a bench binary this victim (after its name).
     fn args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--victim".to_owned(),
             self.url.clone(),
+            "--namespace".to_owned(),
             self.namespace.as_str().to_owned(),
-            if self.leases { "leases" } else { "session" }.to_owned(),
+            "--members".to_owned(),
             self.members.to_string(),
+            "--ttl-ms".to_owned(),
             self.ttl.as_millis().to_string(),
-        ]
+        ];
+        if self.leases {
+            args.push("--victim-leases".to_owned());
+        }
+        args
     }
 
     /// Joins, claims, says `ready` on stdout, renews until killed.
@@ -817,31 +843,57 @@ pub async fn run(url: &str, connect: &Connect, o: &Options, leases: bool) -> Fig
 mod tests {
     use super::*;
 
+    fn line(args: &[&str]) -> std::result::Result<Line<NoOptions>, clap::Error> {
+        args::try_parse_from(&[], std::iter::once("bench").chain(args.iter().copied()))
+    }
+
     #[test]
     fn a_victim_command_line_reads_back() {
-        let victim = Victim {
-            url: "redis://127.0.0.1:1/?x=1".to_owned(),
-            namespace: Namespace::new("t_1").unwrap_or_else(|e| panic!("{e}")),
-            leases: true,
-            members: 7,
-            ttl: Ttl::from_millis(2500).unwrap_or_else(|e| panic!("{e}")),
-        };
-        let back = Victim::from_args(&victim.args()).unwrap_or_else(|| unreachable!());
-        assert_eq!(back.url, victim.url);
-        assert_eq!(back.namespace, victim.namespace);
-        assert!(back.leases);
-        assert_eq!(
-            (back.members, back.ttl.duration()),
-            (7, victim.ttl.duration())
-        );
-        assert!(Victim::from_args(&["--members".to_owned(), "5".to_owned()]).is_none());
+        for leases in [true, false] {
+            let victim = Victim {
+                url: "redis://127.0.0.1:1/?x=1".to_owned(),
+                namespace: Namespace::new("t_1").unwrap_or_else(|e| panic!("{e}")),
+                leases,
+                members: 7,
+                ttl: Ttl::from_millis(2500).unwrap_or_else(|e| panic!("{e}")),
+            };
+            let args = victim.args();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let back = line(&args).unwrap_or_else(|e| panic!("{e}"));
+            let back = back.victim().unwrap_or_else(|| unreachable!());
+            assert_eq!(back.url, victim.url);
+            assert_eq!(back.namespace, victim.namespace);
+            assert_eq!(back.leases, leases);
+            assert_eq!(
+                (back.members, back.ttl.duration()),
+                (7, victim.ttl.duration())
+            );
+        }
+        let parent = line(&["--members", "5"]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(parent.victim().is_none());
+        assert!(line(&["--victim", "redis://x"]).is_err());
     }
 
     #[test]
     fn options_default_to_the_target_run() {
-        let o = Options::from_args(&Args::new(["--members", "0", "--no-leases"]));
-        assert_eq!((o.members, o.others, o.other_members), (1, 20, 500));
+        let o = line(&["--bench", "--no-leases"])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .options;
+        assert_eq!((o.members, o.others, o.other_members), (10_000, 20, 500));
         assert_eq!(o.ttl.duration(), Duration::from_secs(5));
         assert!(!o.leases);
+    }
+
+    #[test]
+    fn unknown_flags_and_bad_numbers_are_refused() {
+        for args in [
+            &["--member", "1000"][..],
+            &["--members", "many"],
+            &["--members", "0"],
+            &["--others", "-1"],
+            &["--ttl-ms", "0"],
+        ] {
+            assert!(line(args).is_err(), "{args:?}");
+        }
     }
 }

@@ -43,88 +43,64 @@ use tokio::time::Instant;
 
 use crate::Factory;
 
-/// What to run.
-#[derive(Clone, Debug)]
+/// What to run, from the command line (the flags above).
+#[derive(Clone, Debug, clap::Args)]
 pub struct ScaleOptions {
     /// Fleet sizes, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "10000")]
     pub members: Vec<usize>,
-    /// Member ttl.
+    /// Member ttl (`10s`, `500ms`, or seconds).
+    #[arg(long, default_value = "10s", value_parser = secs)]
     pub ttl: Duration,
-    /// Length of a quiet run.
+    /// Length of a quiet run, in seconds.
+    #[arg(long, default_value_t = 60.0)]
     pub seconds: f64,
-    /// The batcher's window; `None`: each member renews by itself.
-    pub batch: Option<Duration>,
+    /// The batcher's window, in milliseconds (0, `None`: each member renews by itself).
+    #[arg(long = "batch-ms", value_name = "MS", default_value = "2", value_parser = batch_ms)]
+    pub batch: ::std::option::Option<Duration>,
     /// Members joined with the default configuration (overrides `batch`).
+    #[arg(long)]
     pub defaults: bool,
     /// Overload mode: before / during (CPU stolen) / after.
+    #[arg(long)]
     pub overload: bool,
-    /// How long the CPU is stolen.
+    /// How long the CPU is stolen (`30s`, `500ms`, or seconds).
+    #[arg(long, default_value = "30s", value_parser = secs)]
     pub steal: Duration,
     /// How many spinning processes steal it.
+    #[arg(long, default_value_t = 1)]
     pub spinners: usize,
     /// A local server process whose CPU is printed per phase (Linux `/proc`).
+    #[arg(long, value_name = "PID")]
     pub server_pid: Option<u32>,
 }
 
-impl Default for ScaleOptions {
-    fn default() -> Self {
-        ScaleOptions {
-            members: vec![10_000],
-            ttl: Duration::from_secs(10),
-            seconds: 60.0,
-            batch: Some(Duration::from_millis(2)),
-            defaults: false,
-            overload: false,
-            steal: Duration::from_secs(30),
-            spinners: 1,
-            server_pid: None,
-        }
-    }
-}
-
-fn secs(v: &str) -> Option<Duration> {
+/// Reads `10s`, `500ms` or `2.5` (seconds).
+fn secs(v: &str) -> std::result::Result<Duration, String> {
     let v = v.trim();
     if let Some(ms) = v.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
+        return ms
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{e}"));
     }
-    v.strip_suffix('s')
-        .unwrap_or(v)
-        .parse::<f64>()
-        .ok()
-        .map(Duration::from_secs_f64)
+    let secs = v.strip_suffix('s').unwrap_or(v).parse::<f64>();
+    secs.map_err(|e| format!("{e}"))
+        .and_then(|s| Duration::try_from_secs_f64(s).map_err(|e| format!("{e}")))
+}
+
+/// Reads a batch window in milliseconds, 0 being none.
+fn batch_ms(v: &str) -> std::result::Result<Option<Duration>, String> {
+    let ms = v.parse::<u64>().map_err(|e| format!("{e}"))?;
+    Ok((ms > 0).then(|| Duration::from_millis(ms)))
 }
 
 impl ScaleOptions {
-    /// Parses the flags above from the process arguments; others are ignored.
+    /// The options of this process's command line, as
+    /// [`bench::args::parse`](crate::bench::args::parse) reads them (exits with clap's
+    /// message on an unknown flag or a bad value).
     pub fn from_args() -> ScaleOptions {
-        let mut o = ScaleOptions::default();
-        let args: Vec<String> = std::env::args().collect();
-        o.overload = args.iter().any(|a| a == "--overload");
-        o.defaults = args.iter().any(|a| a == "--defaults");
-        for w in args.windows(2) {
-            match w[0].as_str() {
-                "--members" => {
-                    o.members = w[1]
-                        .split(',')
-                        .filter_map(|x| x.trim().parse().ok())
-                        .collect()
-                }
-                "--ttl" => o.ttl = secs(&w[1]).unwrap_or(o.ttl),
-                "--seconds" => o.seconds = w[1].parse().unwrap_or(o.seconds),
-                "--batch-ms" => {
-                    o.batch = match w[1].parse::<u64>() {
-                        Ok(0) => None,
-                        Ok(ms) => Some(Duration::from_millis(ms)),
-                        Err(_) => o.batch,
-                    }
-                }
-                "--steal" => o.steal = secs(&w[1]).unwrap_or(o.steal),
-                "--spinners" => o.spinners = w[1].parse().unwrap_or(o.spinners),
-                "--server-pid" => o.server_pid = w[1].parse().ok(),
-                _ => {}
-            }
-        }
-        o
+        crate::bench::args::parse(&[])
     }
 }
 
@@ -612,4 +588,62 @@ async fn one(inner: Arc<dyn Store>, n: usize, o: &ScaleOptions) {
     checker.stop().await;
     collector.abort();
     drop(members);
+}
+
+#[cfg(test)]
+mod options {
+    use super::*;
+
+    fn parse(args: &[&str]) -> std::result::Result<ScaleOptions, clap::Error> {
+        crate::bench::args::try_parse_from(
+            &[],
+            std::iter::once("scale").chain(args.iter().copied()),
+        )
+    }
+
+    #[test]
+    fn the_flags_keep_their_names_and_defaults() {
+        let o = parse(&["--bench"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((o.members, o.seconds, o.spinners), (vec![10_000], 60.0, 1));
+        assert_eq!(
+            (o.ttl, o.steal),
+            (Duration::from_secs(10), Duration::from_secs(30))
+        );
+        assert_eq!(o.batch, Some(Duration::from_millis(2)));
+        assert!(!o.defaults && !o.overload && o.server_pid.is_none());
+        let o = parse(&[
+            "--members",
+            "10,20",
+            "--ttl",
+            "500ms",
+            "--batch-ms",
+            "0",
+            "--steal",
+            "2.5",
+            "--overload",
+            "--server-pid",
+            "7",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.members, [10, 20]);
+        assert_eq!(
+            (o.ttl, o.steal),
+            (Duration::from_millis(500), Duration::from_millis(2500))
+        );
+        assert_eq!((o.batch, o.server_pid), (None, Some(7)));
+        assert!(o.overload);
+    }
+
+    #[test]
+    fn unknown_flags_and_bad_numbers_are_refused() {
+        for args in [
+            &["--member", "1000"][..],
+            &["--members", "1000,many"],
+            &["--ttl", "soon"],
+            &["--batch-ms", "-1"],
+            &["--seconds", "x"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?}");
+        }
+    }
 }

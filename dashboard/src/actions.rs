@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use liveness_core::{Error, ItemId};
+use subtle::ConstantTimeEq;
 
 use crate::data::within;
 use crate::{Actions, Shared};
@@ -23,11 +24,6 @@ type Answer = (StatusCode, String);
 
 fn refuse(why: &str) -> Answer {
     (StatusCode::FORBIDDEN, format!("refused: {why}"))
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Ok when the request may act; the 403 answer otherwise.
@@ -53,7 +49,12 @@ pub(crate) fn allowed(actions: &Actions, headers: &HeaderMap) -> Result<(), Answ
         }
     }
     match text(TOKEN_HEADER).filter(|given| !given.is_empty()) {
-        Some(given) if !token.is_empty() && same(given.as_bytes(), token.as_bytes()) => Ok(()),
+        // In time independent of where the two differ (only of their lengths).
+        Some(given)
+            if !token.is_empty() && bool::from(given.as_bytes().ct_eq(token.as_bytes())) =>
+        {
+            Ok(())
+        }
         Some(_) => Err(refuse("wrong access token")),
         None => Err(refuse("no access token (enter it at the top of the page)")),
     }
@@ -149,6 +150,11 @@ mod tests {
             ("sec-fetch-site", "same-origin"),
         ];
         assert!(allowed(&on, &headers(&own)).is_ok());
+        // A wrong token of the same length, a prefix and a longer one are refused.
+        for wrong in ["t0keN", "t0ke", "t0kens"] {
+            let given = [("host", "127.0.0.1:9"), (TOKEN_HEADER, wrong)];
+            assert!(allowed(&on, &headers(&given)).is_err(), "{wrong}");
+        }
         // An empty configured token never matches.
         let empty = Actions::Token(String::new());
         assert!(allowed(&empty, &headers(&[(TOKEN_HEADER, "")])).is_err());

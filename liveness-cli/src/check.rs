@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use liveness::{CancellationToken, Checker, CheckerConfig, CheckerStatus, Event, EventBus, Space};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -114,8 +114,8 @@ pub(crate) async fn serve_metrics(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Failure::Input(format!("cannot serve http on {addr}: {e}")))?;
-    let handle = PrometheusBuilder::new()
-        .install_recorder()
+    let handle = prometheus()
+        .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| Failure::Other(format!("cannot serve metrics on {addr}: {e}")))?;
     tokio::spawn(upkeep(handle.clone()));
     let app = Router::new()
@@ -135,6 +135,19 @@ pub(crate) async fn serve_metrics(
     });
     tracing::info!(%addr, "serving the dashboard, /metrics and /health on http://{addr}/");
     Ok((health, mount))
+}
+
+/// The Prometheus recorder's builder, with every histogram the framework records
+/// ([`liveness::metrics::HISTOGRAMS`]) given its buckets: exported as
+/// `_bucket{le=...}`, `_sum` and `_count`, which add up across processes, not as a
+/// summary of per-process quantiles.
+fn prometheus() -> Result<PrometheusBuilder, BuildError> {
+    liveness::metrics::HISTOGRAMS.iter().try_fold(
+        PrometheusBuilder::new(),
+        |builder, (name, buckets)| {
+            builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)
+        },
+    )
 }
 
 /// What the dashboard shows of the checker: what `/health` answers.

@@ -205,6 +205,18 @@ fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str, ttl_ms: u64) {
         metric(&page, "liveness_checker_rounds_total", ns).unwrap() >= 1.0,
         "{page}"
     );
+    // Histograms come with buckets (which add up across a fleet), not as summaries.
+    for histogram in [
+        "liveness_checker_round_seconds",
+        "liveness_checker_round_trips",
+    ] {
+        assert!(
+            page.contains(&format!("{histogram}_bucket{{"))
+                && page.contains(&format!("{histogram}_count{{"))
+                && !page.contains(&format!("{histogram}{{")),
+            "{page}"
+        );
+    }
     let (health, _) = http_get(port, "/health").unwrap();
     assert!(health.contains("200"), "{health}");
 

@@ -97,6 +97,27 @@ pub const ALL: &[&str] = &[
     UNREAPED_LEASES,
 ];
 
+/// The bucket upper bounds, in seconds, of every `_seconds` histogram: 1 ms to 60 s
+/// (a longer time falls in the `+Inf` bucket). An exporter given them (as
+/// `liveness check --http` is) exports `_bucket{le=...}`, `_sum` and `_count` series,
+/// which add up across the processes of a fleet, where quantiles do not.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The bucket upper bounds of [`CHECKER_ROUND_TRIPS`], a count of store calls.
+pub const ROUND_TRIP_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0];
+
+/// Every histogram of [`ALL`] with its bucket upper bounds: configure an exporter
+/// with each pair, and every histogram the framework records is exported with
+/// buckets.
+pub const HISTOGRAMS: &[(&str, &[f64])] = &[
+    (RENEWAL_SECONDS, SECONDS_BUCKETS),
+    (CHECKER_ROUND_SECONDS, SECONDS_BUCKETS),
+    (CHECKER_ROUND_TRIPS, ROUND_TRIP_BUCKETS),
+    (JOB_SECONDS, SECONDS_BUCKETS),
+];
+
 /// A label whose name and value are known at compile time: `("role", "member")`.
 type StaticLabel = (&'static str, &'static str);
 

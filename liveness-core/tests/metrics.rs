@@ -275,6 +275,21 @@ fn every_metric_is_documented_in_the_table() {
     }
 }
 
+#[test]
+fn every_histogram_has_buckets() {
+    let histograms = liveness_core::metrics::HISTOGRAMS;
+    for name in liveness_core::metrics::ALL {
+        assert_eq!(
+            histograms.iter().any(|(h, _)| h == name),
+            !name.ends_with("_total"),
+            "{name}"
+        );
+    }
+    for (name, buckets) in histograms {
+        assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{name}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_worker_counts_its_jobs_by_outcome_and_times_them() {
     let ns = "metrics_jobs";

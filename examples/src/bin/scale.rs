@@ -8,20 +8,23 @@
 //! The URL names no `ns`: each run appends its own (a fresh random namespace). The
 //! figures it prints are described in the conformance README.
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(url) = args
-        .windows(2)
-        .find(|w| w[0] == "--store")
-        .map(|w| w[1].clone())
-    else {
-        eprintln!(
-            "usage: scale --store URL [--members N,N...] [--ttl 10s] [--seconds 60] \
-             [--batch-ms 2|0] [--overload --steal 30 --spinners 1]"
-        );
-        std::process::exit(2);
-    };
-    liveness_conformance::scale::main(liveness_conformance::factory(move || {
+use clap::Parser;
+use liveness_conformance::scale::{self, ScaleOptions};
+
+/// The scale bench against the store at `--store`.
+#[derive(Parser)]
+struct Cli {
+    /// The store's URL (without `ns`).
+    #[arg(long, value_name = "URL")]
+    store: String,
+    #[command(flatten)]
+    scale: ScaleOptions,
+}
+
+#[tokio::main]
+async fn main() {
+    let Cli { store: url, scale } = Cli::parse();
+    let factory = liveness_conformance::factory(move || {
         let url = url.clone();
         async move {
             let sep = if url.contains('?') { '&' } else { '?' };
@@ -34,5 +37,6 @@ fn main() {
                 }
             }
         }
-    }));
+    });
+    scale::run(factory, scale).await;
 }
