@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
-use liveness_core::{Error, HolderId, InputProblem, LeaseStore, Ttl};
+use liveness_core::{
+    EnqueueOptions, Error, HolderId, InputProblem, ItemStore, LeaseStore, Store, Ttl,
+};
 use liveness_postgres::{AdvisoryElection, PostgresStore};
 
 fn ns() -> String {
@@ -294,4 +296,38 @@ async fn batched_joins_in_opposite_orders_do_not_deadlock() {
         }
         assert_eq!(taken.len(), keys.len(), "round {round}: a key nobody took");
     }
+}
+
+/// A namespace with a hyphen names a schema that must be quoted everywhere
+/// (`liveness_my-app`): its migrations, its `search_path`, its statements and its
+/// LISTEN all work, on a second handle too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_with_a_hyphen_holds_leases_items_and_wake_ups() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let ns = format!("{}-app", ns());
+    let url = server.url_with(&format!("ns={ns}"));
+    let watcher = liveness_postgres::connect(&url).await.unwrap();
+    let store = liveness_postgres::connect(&url).await.unwrap();
+    let schemas: Vec<String> =
+        sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname = $1")
+            .bind(format!("liveness_{ns}"))
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(schemas.len(), 1, "the schema liveness_{ns}");
+    let mut rx = watcher.wakeups().expect("postgres has wake-ups");
+    ticked(&mut rx, Duration::from_secs(10)).await;
+
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(30).unwrap()).await;
+    let id = store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let claimed = store.claim(&lease, 1).await.unwrap();
+    assert_eq!(claimed.iter().map(|i| i.id).collect::<Vec<_>>(), [id]);
+    rx.borrow_and_update();
+    assert!(store.release(&lease).await.unwrap());
+    ticked(&mut rx, Duration::from_secs(10)).await;
 }
