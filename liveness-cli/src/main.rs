@@ -124,6 +124,13 @@ enum Command {
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         every: Duration,
     },
+    /// Prints a completion script for a shell: `liveness completions bash >
+    /// /etc/bash_completion.d/liveness`, or for zsh, fish, elvish or powershell.
+    /// Needs no store.
+    Completions {
+        /// The shell to complete in.
+        shell: clap_complete::Shell,
+    },
     /// Measures this deployment with the bench kit (liveness-bench): renewals per
     /// second, checker rounds, detection latency. Writes to fresh namespaces `bench_*`.
     Bench {
@@ -327,6 +334,18 @@ fn check_durations(cli: &Cli) -> Result<(), Failure> {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Completions { shell } = cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut command, "liveness", &mut script);
+        // A reader that went away (`| head`) is not an error of ours.
+        return match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Failure::Other(format!("cannot write the script: {e}")))
+            }
+            _ => Ok(()),
+        };
+    }
     check_durations(&cli)?;
     if cli.json && matches!(cli.command, Command::Check { .. }) {
         return Err(Failure::Input(
@@ -416,5 +435,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             bench::run(&ctx, options).await
         }
+        // Answered before any store is opened.
+        Command::Completions { .. } => Ok(()),
     }
 }

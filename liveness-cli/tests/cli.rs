@@ -608,3 +608,32 @@ fn bench_reports_every_figure() {
     assert!(figures[0]["value"].as_f64().unwrap() > 0.0, "{figures}");
     assert_eq!(figures[2]["setting"], "members=50 page=100", "{figures}");
 }
+
+/// `liveness completions SHELL` prints a completion script for the whole command,
+/// without a store; an unknown shell is bad input.
+#[test]
+fn completions_are_printed_for_each_shell_without_a_store() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef liveness"),
+        ("fish", "complete -c liveness"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .env_remove("LIVENESS_STORE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(
+            script.contains("members") && script.contains("store"),
+            "{shell}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["completions", "cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
