@@ -1,5 +1,6 @@
 //! The docs a reader follows: every relative link in the repository's Markdown names a
-//! file or folder that exists.
+//! file or folder that exists, and a README that is also a crate's documentation on
+//! docs.rs (where a relative link leads nowhere) has none.
 
 use std::path::{Path, PathBuf};
 
@@ -98,4 +99,32 @@ fn every_relative_link_in_the_docs_names_a_file_that_exists() {
         }
     }
     assert!(dead.is_empty(), "links to nothing:\n{}", dead.join("\n"));
+}
+
+#[test]
+fn a_readme_that_is_a_crate_s_documentation_has_no_relative_link() {
+    let root = root();
+    let mut checked = 0;
+    let mut dead = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("read the workspace") {
+        let dir = entry.expect("a folder entry").path();
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
+        if !lib.contains("#![doc = include_str!(\"../README.md\")]") {
+            continue;
+        }
+        checked += 1;
+        let readme = std::fs::read_to_string(dir.join("README.md")).expect("read a README");
+        for target in link_targets(&readme).into_iter().filter(|t| is_relative(t)) {
+            dead.push(format!("{}/README.md: {target}", dir.display()));
+        }
+    }
+    assert!(
+        checked >= 5,
+        "only {checked} crates document themselves with their README"
+    );
+    assert!(
+        dead.is_empty(),
+        "relative links in crate documentation (dead on docs.rs):\n{}",
+        dead.join("\n")
+    );
 }
