@@ -35,6 +35,14 @@ use crate::unreaped::{self, Watching};
 /// How a checker behaves.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::CheckerForm",
+        into = "crate::settings::CheckerForm"
+    )
+)]
 pub struct CheckerConfig {
     /// The space it watches; default `members`.
     pub space: Space,

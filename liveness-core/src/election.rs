@@ -27,6 +27,14 @@ use crate::types::{FencingToken, HolderId, Key, Name, Space, Ttl};
 /// How a candidate campaigns and holds a role.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::ElectionForm",
+        into = "crate::settings::ElectionForm"
+    )
+)]
 pub struct ElectionConfig {
     /// The role's name: its key is `leaders/NAME`.
     pub name: Name,

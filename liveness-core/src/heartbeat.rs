@@ -49,6 +49,14 @@ use crate::types::{Key, Ttl};
 /// Timing of a heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::HeartbeatForm",
+        into = "crate::settings::HeartbeatForm"
+    )
+)]
 pub struct HeartbeatConfig {
     /// The lease's ttl.
     pub ttl: Ttl,

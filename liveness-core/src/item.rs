@@ -77,6 +77,14 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::EnqueueForm",
+        into = "crate::settings::EnqueueForm"
+    )
+)]
 pub struct EnqueueOptions {
     /// How many claims the item gets before a requeue sends it to the dead-letter set
     /// instead of back to pending (so a poison item that kills every worker that takes

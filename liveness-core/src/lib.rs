@@ -26,6 +26,8 @@ pub mod prelude;
 mod queue;
 pub mod request;
 pub mod session;
+#[cfg(feature = "serde")]
+pub mod settings;
 pub mod standing;
 pub mod store;
 pub mod sync;

@@ -142,6 +142,14 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
 /// How a [`Worker`] behaves.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::WorkerForm",
+        into = "crate::settings::WorkerForm"
+    )
+)]
 pub struct WorkerConfig {
     /// The worker's member: its name, ttl and heartbeat.
     pub member: MemberConfig,

@@ -16,6 +16,14 @@ use crate::{Claimed, Event, LostCause, Member};
 /// How a member behaves.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::MemberForm",
+        into = "crate::settings::MemberForm"
+    )
+)]
 pub struct MemberConfig {
     /// The member's name: its key is `members/NAME`. Two live members cannot share it.
     pub name: Name,

@@ -50,6 +50,14 @@ use riding::RiderRenewals;
 /// How a session behaves.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        try_from = "crate::settings::SessionForm",
+        into = "crate::settings::SessionForm"
+    )
+)]
 pub struct SessionConfig {
     /// The process's name: the session's key is `sessions/NAME`. Two live sessions
     /// cannot share it.
