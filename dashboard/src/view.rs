@@ -71,7 +71,7 @@ pub(crate) fn live(shared: &Shared, view: &View, snap: &Snapshot) -> Markup {
             div.banner.down #down { "The store does not answer: " (why) }
         }
         div.row {
-            (checker(shared))
+            (checker(shared, snap))
             (charts(&shared.samples.all()))
         }
         (members(view, snap))
@@ -91,12 +91,27 @@ fn secs(d: Duration) -> String {
     }
 }
 
-fn checker(shared: &Shared) -> Markup {
+fn checker(shared: &Shared, snap: &Snapshot) -> Markup {
+    // Expired leases on the page: only a checker reaps them, and when none runs in
+    // the fleet they stay (their items with them).
+    let expired = snap
+        .members
+        .as_ref()
+        .map_or(0, |m| m.rows.iter().filter(|r| !r.is_live()).count());
     html! {
         section #checker {
             h2 { "Checker" }
             @match &shared.checker {
-                None => p.muted { "No checker runs in this process." },
+                None => {
+                    p.muted { "No checker runs in this process." }
+                    @if expired > 0 {
+                        p.state.bad #unreaped {
+                            (count(expired as u64, "expired lease")) " not yet reaped: only a checker \
+                            declares them dead and requeues their items. If this stays, no \
+                            checker runs in this fleet (`liveness check` starts one)."
+                        }
+                    }
+                }
                 Some(source) => {
                     @let state = source.state();
                     p.state.ok[state.healthy].bad[!state.healthy] {

@@ -393,3 +393,29 @@ async fn members_group_by_session_and_a_session_death_counts_its_members() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Embedded in a process without a checker, the page says when expired leases wait to
+/// be reaped: if they stay, no checker runs in the fleet. Beside a checker it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_checker_the_page_points_at_unreaped_leases() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let app = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    let (_, page) = get(&app, "/").await;
+    assert!(page.contains("No checker runs in this process."), "{page}");
+    assert!(!page.contains("not yet reaped"), "{page}");
+
+    let ttl = Ttl::from_millis(100).unwrap();
+    let dead = Member::join(store.clone(), MemberConfig::new("dead-1", ttl).unwrap())
+        .await
+        .unwrap();
+    dead.orphan();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, page) = get(&app, "/").await;
+    assert!(page.contains("1 expired lease not yet reaped"), "{page}");
+
+    let checked = Dashboard::new(store.clone(), options(Actions::Off))
+        .checker(Arc::new(Fixed))
+        .router();
+    let (_, page) = get(&checked, "/").await;
+    assert!(!page.contains("not yet reaped"), "{page}");
+}
