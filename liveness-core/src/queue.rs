@@ -57,3 +57,53 @@ impl Queue {
         Ok(ids)
     }
 }
+
+#[cfg(feature = "serde")]
+impl Queue {
+    /// Adds a pending item carrying `job` as JSON (feature `serde`), with the default
+    /// options; a worker reads it back with [`Job::json`](crate::Job::json).
+    ///
+    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) (`what:
+    /// "payload"`) when `job` cannot be written as JSON (a map whose keys are not
+    /// strings), before anything is sent.
+    ///
+    /// ```
+    /// # #[cfg(feature = "serde")] {
+    /// # use std::sync::Arc;
+    /// # use liveness_core::{MemoryStore, Queue};
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Resize { image: u64, width: u32 }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> liveness_core::Result<()> {
+    /// let queue = Queue::new(Arc::new(MemoryStore::new()));
+    /// queue.enqueue_json(&Resize { image: 42, width: 640 }).await?;
+    /// # Ok(()) }
+    /// # }
+    /// ```
+    pub async fn enqueue_json<T: serde::Serialize + ?Sized>(&self, job: &T) -> Result<ItemId> {
+        self.enqueue(&to_json(job)?).await
+    }
+
+    /// [`Queue::enqueue_json`] with `options` (attempts, idempotency key).
+    pub async fn enqueue_json_with<T: serde::Serialize + ?Sized>(
+        &self,
+        job: &T,
+        options: EnqueueOptions,
+    ) -> Result<ItemId> {
+        self.enqueue_with(&to_json(job)?, options).await
+    }
+}
+
+/// `job` as JSON bytes, or the input error that says it cannot be.
+#[cfg(feature = "serde")]
+fn to_json<T: serde::Serialize + ?Sized>(job: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(job).map_err(|_| {
+        crate::Error::invalid(
+            "payload",
+            crate::InputProblem::Malformed {
+                expected: "a value serde_json can write",
+            },
+        )
+    })
+}

@@ -79,6 +79,15 @@ impl Job {
         &self.claimed.item.payload
     }
 
+    /// The payload read as JSON into a `T` (feature `serde`): what
+    /// [`Queue::enqueue_json`](crate::Queue::enqueue_json) wrote. A payload that is not
+    /// a `T` is [`JobError::Fail`]: no retry can make it one, so `?` dead-letters the
+    /// job at once.
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, JobError> {
+        serde_json::from_slice(self.payload()).map_err(JobError::fail)
+    }
+
     /// How many times the item has been claimed, this claim included.
     pub fn attempts(&self) -> u32 {
         self.claimed.item.attempts

@@ -279,7 +279,9 @@ fn every_metric_is_documented_in_the_table() {
 fn documented_kind(name: &str) -> &'static str {
     let table = include_str!("../../docs/metrics.md");
     let row = format!("| `{name}` | ");
-    let at = table.find(&row).unwrap_or_else(|| panic!("{name} has no row"));
+    let at = table
+        .find(&row)
+        .unwrap_or_else(|| panic!("{name} has no row"));
     let rest = &table[at + row.len()..];
     rest[..rest.find(' ').unwrap_or(rest.len())].trim()
 }

@@ -344,3 +344,60 @@ async fn jobs_that_end_during_a_claim_are_replaced_by_one_claim() {
     let claims = probe.claims.load(Ordering::SeqCst);
     assert!(claims < 100, "{claims} claims for 400 jobs, 20 at a time");
 }
+
+/// Typed jobs (feature `serde`): what `enqueue_json` wrote, `Job::json` reads back;
+/// a payload that is not the handler's type is dead-lettered at once, untried again.
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn typed_jobs_read_back_and_a_foreign_payload_is_dead_lettered_at_once() {
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Resize {
+        image: u64,
+        width: u32,
+    }
+    let store = memory();
+    let queue = Queue::new(store.clone());
+    let typed = queue
+        .enqueue_json(&Resize {
+            image: 42,
+            width: 640,
+        })
+        .await
+        .unwrap();
+    let foreign = queue.enqueue(b"not json").await.unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let worker = Worker::start(store.clone(), config("w", 2), move |job| {
+        let seen = s.clone();
+        async move {
+            let resize: Resize = job.json()?;
+            seen.lock().unwrap().push(resize);
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    until_state(
+        &store,
+        foreign,
+        ItemState::DeadLettered,
+        Duration::from_secs(5),
+    )
+    .await;
+    all_done(&store, Duration::from_secs(5)).await;
+    let report = worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Resize {
+            image: 42,
+            width: 640
+        }]
+    );
+    assert_eq!(
+        (report.completed, report.dead_lettered, report.retried),
+        (1, 1, 0)
+    );
+    assert_eq!(store.item(typed).await.unwrap(), None, "completed");
+    let record = store.item(foreign).await.unwrap().unwrap();
+    assert_eq!(record.item.attempts, 1, "not tried again: {record:?}");
+}
