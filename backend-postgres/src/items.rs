@@ -25,6 +25,15 @@ const ENQUEUE: &str = r#"
 INSERT INTO items (payload, max_attempts) VALUES ($1, $2) RETURNING id
 "#;
 
+/// `enqueue_many`: $1 the payloads, $2 max_attempts. One statement: the ids are drawn
+/// in payload order (`ORDER BY` the position), so sorted they answer the payloads in
+/// order.
+const ENQUEUE_MANY: &str = r#"
+INSERT INTO items (payload, max_attempts)
+SELECT p, $2 FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
+RETURNING id
+"#;
+
 /// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key.
 ///
 /// Records the key with a freshly drawn item id and inserts the item under that id;
@@ -165,6 +174,26 @@ impl ItemStore for PostgresStore {
             }
         };
         id_of(get(&row, 0)?)
+    }
+
+    async fn enqueue_many(
+        &self,
+        payloads: &[Vec<u8>],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
+        let q = sqlx::query(ENQUEUE_MANY)
+            .bind(payloads)
+            .bind(i64::from(options.max_attempts));
+        let rows = self.db().fetch_all(q).await?;
+        let mut ids = rows
+            .iter()
+            .map(|row| id_of(get(row, 0)?))
+            .collect::<Result<Vec<_>>>()?;
+        ids.sort_unstable();
+        if ids.len() != payloads.len() {
+            return Err(corrupt("enqueue_many: one id per payload"));
+        }
+        Ok(ids)
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {

@@ -14,7 +14,8 @@ use crate::core::{
 };
 
 scripts! {
-    ENQUEUE = "enqueue", CLAIM = "claim", FINISH = "finish", ITEM = "item",
+    ENQUEUE = "enqueue", ENQUEUE_MANY = renewal "enqueue_many", CLAIM = "claim",
+    FINISH = "finish", ITEM = "item",
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
@@ -77,6 +78,23 @@ impl ItemStore for RedisStore {
             .arg(options.max_attempts)
             .arg(options.key.map(RequestId::to_hex).unwrap_or_default());
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
+    }
+
+    async fn enqueue_many(
+        &self,
+        payloads: &[Vec<u8>],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
+        let mut call = ENQUEUE_MANY.prepare_invoke();
+        call.key(self.keys.item_ids())
+            .key(self.keys.pending())
+            .arg(self.keys.item_prefix())
+            .arg(options.max_attempts);
+        for payload in payloads {
+            call.arg(payload.as_slice());
+        }
+        let first = uint("enqueue_many", &self.run(call).await?)?;
+        Ok((first..).take(payloads.len()).map(ItemId).collect())
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {

@@ -22,6 +22,12 @@ const NEXT_ITEM: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, 1) \
     ON CONFLICT (ns) DO UPDATE SET next_item = next_item + 1 RETURNING next_item";
 
+/// Draws ?2 item ids at once (?1 ns): answers the last; the batch is the ?2 ids up to
+/// it.
+const NEXT_ITEMS: &str =
+    "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, ?2) \
+    ON CONFLICT (ns) DO UPDATE SET next_item = next_item + ?2 RETURNING next_item";
+
 /// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts).
 const ENQUEUE: &str =
     "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
@@ -109,6 +115,42 @@ impl ItemStore for SqliteStore {
         Ok(ItemId(u64::try_from(id).map_err(|_| {
             corrupt("bad item id in the liveness database")
         })?))
+    }
+
+    async fn enqueue_many(
+        &self,
+        payloads: &[Vec<u8>],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
+        // One write transaction: the ids drawn at once, every item written, one commit
+        // (one sync of the file) for the batch.
+        let mut w = self.write().await?;
+        let n = i64::try_from(payloads.len()).map_err(|_| corrupt("batch too large"))?;
+        let last: i64 = sqlx::query_scalar(NEXT_ITEMS)
+            .bind(self.ns.as_ref())
+            .bind(n)
+            .fetch_one(w.conn())
+            .await
+            .map_err(map)?;
+        let first = last - n + 1;
+        for (id, payload) in (first..).zip(payloads) {
+            self.query(ENQUEUE)
+                .bind(id)
+                .bind(payload.as_slice())
+                .bind(i64::from(options.max_attempts))
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
+        }
+        w.commit().await?;
+        tick(&self.pending);
+        (first..=last)
+            .map(|id| {
+                u64::try_from(id)
+                    .map(ItemId)
+                    .map_err(|_| corrupt("bad item id in the liveness database"))
+            })
+            .collect()
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {

@@ -175,6 +175,24 @@ impl Intercept for CheckInput {
                 options.validate(&payload, caps.max_payload)?;
                 Request::Enqueue { payload, options }
             }
+            Request::EnqueueMany { payloads, options } => {
+                check_batch(caps, "payloads", payloads.len())?;
+                if payloads.is_empty() {
+                    return Err(Error::invalid("payloads", InputProblem::Zero));
+                }
+                if options.key.is_some() {
+                    return Err(Error::invalid(
+                        "key",
+                        InputProblem::Malformed {
+                            expected: "no idempotency key: a key names one item",
+                        },
+                    ));
+                }
+                for payload in &payloads {
+                    options.validate(payload, caps.max_payload)?;
+                }
+                Request::EnqueueMany { payloads, options }
+            }
             Request::Items { state, mut page } => {
                 page.limit = caps.clamp_limit("limit", page.limit)?;
                 Request::Items { state, page }

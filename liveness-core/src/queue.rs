@@ -47,12 +47,21 @@ impl Queue {
     }
 
     /// Adds one item per payload, in order, with the default options; answers their
-    /// ids in the same order. Stops at the first error: the items before it are
-    /// added.
+    /// ids in the same order. Sends them in batches of the store's `max_batch`, one
+    /// [`ItemStore::enqueue_many`](crate::ItemStore::enqueue_many) call each (one
+    /// round trip where the store has a native batch). Stops at the first error: the
+    /// batches before it are added, and on a store without a native batch, the items
+    /// of the failing batch before the failing one.
     pub async fn enqueue_many<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<Vec<ItemId>> {
+        let batch = self.store.capabilities().max_batch.max(1);
         let mut ids = Vec::with_capacity(payloads.len());
-        for payload in payloads {
-            ids.push(self.enqueue(payload.as_ref()).await?);
+        for chunk in payloads.chunks(batch) {
+            let owned: Vec<Vec<u8>> = chunk.iter().map(|p| p.as_ref().to_vec()).collect();
+            let added = self
+                .store
+                .enqueue_many(&owned, EnqueueOptions::default())
+                .await?;
+            ids.extend(added);
         }
         Ok(ids)
     }

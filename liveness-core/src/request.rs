@@ -178,7 +178,14 @@ macro_rules! batch_facts {
         }
     )*};
 }
-batch_facts!(Acquire, JoinAsk, Lease, (Key, FencingToken), FencingToken);
+batch_facts!(
+    Acquire,
+    JoinAsk,
+    Lease,
+    (Key, FencingToken),
+    FencingToken,
+    Vec<u8>
+);
 impl Fact for Acquire {
     fn note<'r>(&'r self, facts: &mut Facts<'r>) {
         self.key.note(facts);
@@ -461,6 +468,8 @@ store_ops! {
     ItemStore {
         Enqueue = enqueue(payload: &[u8] => Vec<u8>, options: EnqueueOptions => EnqueueOptions)
             -> ItemId;
+        EnqueueMany = enqueue_many(payloads: &[Vec<u8>] => Vec<Vec<u8>>,
+            options: EnqueueOptions => EnqueueOptions) -> Vec<ItemId>;
         Claim ("claim") = claim_request(lease: &Lease => Lease, n: usize => usize,
             req: RequestId => RequestId) -> Vec<Item>;
         Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)

@@ -248,6 +248,44 @@ pub async fn enqueue_with_key_is_idempotent(ctx: Ctx) {
     assert_eq!(state(s, id).await, None);
 }
 
+/// enqueue_many adds one pending item per payload, ids increasing in payload order,
+/// each with the batch's options; claims take them in that order. An empty batch, an
+/// oversized one or a key (a key names one item) is refused and adds nothing.
+pub async fn enqueue_many_adds_each_payload_in_order(ctx: Ctx) {
+    let s = &ctx.store;
+    let payloads: Vec<Vec<u8>> = (0..5).map(|i| format!("job {i}").into_bytes()).collect();
+    let ids = s.enqueue_many(&payloads, opts(2)).await.unwrap();
+    assert_eq!(ids.len(), payloads.len(), "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:?}");
+    for (id, payload) in ids.iter().zip(&payloads) {
+        let record = s.item(*id).await.unwrap().expect("the item is there");
+        assert_eq!(record.item.payload, *payload);
+        assert_eq!(record.item.max_attempts, 2);
+        assert_eq!(record.state, ItemState::Pending);
+    }
+    let later = s.enqueue(b"after", opts(3)).await.unwrap();
+    assert!(ids[4] < later);
+
+    let before = s.item_counts().await.unwrap();
+    let refused = |r: liveness_core::Result<Vec<ItemId>>| {
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "refused as input: {r:?}"
+        )
+    };
+    refused(s.enqueue_many(&[], opts(2)).await);
+    let keyed = EnqueueOptions::keyed(RequestId::random());
+    refused(s.enqueue_many(&payloads, keyed).await);
+    let too_many = vec![b"x".to_vec(); ctx.caps().max_batch + 1];
+    refused(s.enqueue_many(&too_many, opts(2)).await);
+    assert_eq!(s.item_counts().await.unwrap(), before, "nothing added");
+
+    let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
+    let claimed = s.claim(&lease, 3).await.unwrap();
+    let claimed: Vec<ItemId> = claimed.iter().map(|i| i.id).collect();
+    assert_eq!(claimed, ids[..3], "lowest id first");
+}
+
 /// claim on an expired lease fails with Lost(Expired) and assigns nothing.
 pub async fn claim_refused_on_expired_lease(ctx: Ctx) {
     let s = &ctx.store;

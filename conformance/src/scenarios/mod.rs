@@ -93,6 +93,7 @@ macro_rules! __scenarios {
             late_claim_after_its_repeat_completed_assigns_nothing,
             older_claim_id_after_a_newer_one_assigns_nothing,
             enqueue_with_key_is_idempotent,
+            enqueue_many_adds_each_payload_in_order,
             claim_refused_on_expired_lease,
             claim_refused_on_superseded_lease,
             complete_fenced_after_requeue,

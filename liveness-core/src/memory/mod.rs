@@ -293,6 +293,30 @@ impl ItemStore for MemoryStore {
         Ok(id)
     }
 
+    async fn enqueue_many(
+        &self,
+        payloads: &[Vec<u8>],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
+        // All under one lock: the batch is added whole.
+        let mut st = lock(&self.state);
+        let mut ids = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            st.next_item += 1;
+            let id = ItemId(st.next_item);
+            let record = ItemRecord::pending(id, payload, options.max_attempts);
+            let rec = ItemRec {
+                record,
+                claimed_by: None,
+            };
+            st.items.insert(id, rec);
+            st.pending.insert(id);
+            ids.push(id);
+        }
+        tick(&st.pending_wake);
+        Ok(ids)
+    }
+
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let now = self.now();
         let mut st = lock(&self.state);

@@ -54,6 +54,33 @@ pub trait ItemStore: Send + Sync {
         unsupported("enqueue")
     }
 
+    /// Adds one pending item per payload, all with `options`: a producer's batch in
+    /// one round trip where the store has one. Answers the new ids in payload order.
+    ///
+    /// # Contract
+    /// - Each payload as [`ItemStore::enqueue`] takes it; the ids increase in payload
+    ///   order.
+    /// - No payload, more than `max_batch`, or an idempotency key in `options` (a key
+    ///   names one item) is `InvalidInput`, and nothing is added.
+    /// - A store that overrides this adds all the items or none. The default adds them
+    ///   one by one with [`ItemStore::enqueue`]: on an error, the items before the
+    ///   failing one stay added.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call adds the items again (at-least-once, as an
+    ///   enqueue without a key).
+    async fn enqueue_many(
+        &self,
+        payloads: &[Vec<u8>],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
+        let mut ids = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            ids.push(self.enqueue(payload, options).await?);
+        }
+        Ok(ids)
+    }
+
     /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
     /// one attempt on each, and records `req` on each: the claim of `req`.
     ///
