@@ -48,6 +48,7 @@ use std::time::Duration;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::checker::{Checker, CheckerConfig, CheckerHandle};
@@ -431,9 +432,17 @@ where
                         for claimed in items {
                             let (member, handler) = (self.member.clone(), self.handler.clone());
                             let metrics = self.metrics.clone();
-                            running.spawn(async move {
+                            // One span per job: the handler's own logs and spans nest in it.
+                            let span = tracing::info_span!(
+                                "liveness.job",
+                                item = %claimed.item.id,
+                                attempt = claimed.item.attempts,
+                                token = %claimed.lease.token,
+                            );
+                            let job = async move {
                                 metrics.count(run_one(member, handler, claimed, &metrics).await)
-                            });
+                            };
+                            running.spawn(job.instrument(span));
                         }
                         continue;
                     }
