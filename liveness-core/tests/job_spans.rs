@@ -6,24 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{Queue, Store, Worker, WorkerConfig};
-use tokio::time::Instant;
+use liveness_core::{Queue, Worker, WorkerConfig};
 
 mod common;
-use common::{memory, ttl};
-
-/// Waits (by tokio's clock, at most `within`) until no item is pending or owned.
-async fn all_done(store: &Arc<dyn Store>, within: Duration) {
-    let until = Instant::now() + within;
-    loop {
-        let counts = store.item_counts().await.unwrap();
-        if counts.pending + counts.owned == 0 {
-            return;
-        }
-        assert!(Instant::now() < until, "items left: {counts:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+use common::{all_done, memory, ttl};
 
 /// A subscriber that records, for each span named `liveness.job`, its fields as text,
 /// and the name of the span each event was logged in.

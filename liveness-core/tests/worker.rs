@@ -14,7 +14,7 @@ use liveness_core::{
 use tokio::time::Instant;
 
 mod common;
-use common::{memory, ttl};
+use common::{all_done, memory, ttl};
 
 /// A worker `name` on `store` with a 1 s ttl, the given concurrency and no checker.
 fn config(name: &str, concurrency: usize) -> WorkerConfig {
@@ -22,19 +22,6 @@ fn config(name: &str, concurrency: usize) -> WorkerConfig {
         .unwrap()
         .concurrency(concurrency)
         .checker(false)
-}
-
-/// Waits (by tokio's clock, at most `within`) until no item is pending or owned.
-async fn all_done(store: &Arc<dyn Store>, within: Duration) {
-    let until = Instant::now() + within;
-    loop {
-        let counts = store.item_counts().await.unwrap();
-        if counts.pending + counts.owned == 0 {
-            return;
-        }
-        assert!(Instant::now() < until, "items left: {counts:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Waits until `id` is in `state`.

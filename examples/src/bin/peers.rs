@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use liveness::{Queue, Store, Ttl, Worker, WorkerConfig};
 use tokio::process::Command;
@@ -301,8 +301,7 @@ async fn measure_ours(url: &str, jobs: usize) -> Result<Rates> {
 
 /// The store at `url` on a namespace no earlier run used.
 async fn connect(url: &str) -> Result<Arc<dyn Store>> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
-    let ns = format!("peers_{}_{}", std::process::id(), nanos % 1_000_000_000_000);
+    let ns = format!("peers_{:016x}", fastrand::u64(..));
     let sep = if url.contains('?') { '&' } else { '?' };
     Ok(liveness::connect(&format!("{url}{sep}ns={ns}")).await?)
 }

@@ -89,3 +89,16 @@ pub fn when_fired(cancel: liveness_core::CancellationToken) -> tokio::task::Join
 pub async fn live(store: &Arc<dyn Store>, key: &Key) -> bool {
     store.inspect(key).await.unwrap().unwrap().is_live()
 }
+
+/// Waits (by tokio's clock, at most `within`) until no item is pending or owned.
+pub async fn all_done(store: &Arc<dyn Store>, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        let counts = store.item_counts().await.unwrap();
+        if counts.pending + counts.owned == 0 {
+            return;
+        }
+        assert!(Instant::now() < until, "items left: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
