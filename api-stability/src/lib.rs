@@ -172,7 +172,7 @@ impl ItemStore for Rebuilt {
     ) -> Result<Option<liveness::ItemState>> {
         let outcome = match outcome {
             Outcome::Completed => Outcome::Completed,
-            Outcome::Retry => Outcome::failed(true),
+            Outcome::Retry { after } => Outcome::Retry { after },
             Outcome::DeadLetter => Outcome::failed(false),
         };
         self.inner.finish(lease, id, outcome).await

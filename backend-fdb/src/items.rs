@@ -206,7 +206,7 @@ impl FdbStore {
                     (_, Some(meta)) if meta.state == ItemState::DeadLettered => {
                         Some(ItemState::DeadLettered)
                     }
-                    (Outcome::Retry, _) => Some(ItemState::Pending),
+                    (Outcome::Retry { .. }, _) => Some(ItemState::Pending),
                     (Outcome::DeadLetter, _) => Some(ItemState::DeadLettered),
                 });
             }

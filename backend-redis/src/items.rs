@@ -135,13 +135,13 @@ impl ItemStore for RedisStore {
             .arg(lease.token.0)
             .arg(match outcome {
                 Outcome::Completed => "c",
-                Outcome::Retry => "r",
+                Outcome::Retry { .. } => "r",
                 Outcome::DeadLetter => "d",
             });
         match (int("finish", &self.run(call).await?)?, outcome) {
             (3, Outcome::Completed) => Ok(None),
-            (1, Outcome::Retry) => Ok(Some(ItemState::Pending)),
-            (2, Outcome::Retry | Outcome::DeadLetter) => Ok(Some(ItemState::DeadLettered)),
+            (1, Outcome::Retry { .. }) => Ok(Some(ItemState::Pending)),
+            (2, Outcome::Retry { .. } | Outcome::DeadLetter) => Ok(Some(ItemState::DeadLettered)),
             (0, _) => Err(lease.fenced(id)),
             _ => Err(unexpected("finish", "an unknown status")),
         }

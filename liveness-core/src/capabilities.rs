@@ -61,6 +61,13 @@ pub struct Capabilities {
     /// the conformance suite checks them. False: those calls answer `InvalidInput`
     /// ([`InputProblem::Unsupported`]).
     pub operator_views: bool,
+    /// True when the store keeps an item back until a delay has passed by its own
+    /// clock: [`EnqueueOptions::delay`](crate::EnqueueOptions::delay) (a scheduled
+    /// job) and a retry's `after` ([`Outcome::Retry`](crate::Outcome::Retry), a
+    /// backoff), and answers [`ItemStore::next_due`](crate::ItemStore::next_due).
+    /// False (the default): a non-zero delay is `InvalidInput`
+    /// ([`InputProblem::Unsupported`]), so nothing runs earlier than asked.
+    pub delays: bool,
 }
 
 impl Default for Capabilities {
@@ -76,6 +83,7 @@ impl Default for Capabilities {
             sessions: false,
             items: true,
             operator_views: true,
+            delays: false,
         }
     }
 }
@@ -126,6 +134,7 @@ impl Capabilities {
         sessions: bool,
         items: bool,
         operator_views: bool,
+        delays: bool,
     );
 }
 

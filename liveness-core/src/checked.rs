@@ -7,9 +7,11 @@
 //! custom store writes only its own logic.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::layer::{Intercept, Layer, Next, Reply, Request};
 use crate::store::{check_batch, Store};
@@ -146,6 +148,7 @@ impl Intercept for CheckInput {
             }
             Request::Finish { lease, id, outcome } => {
                 lease.check_issuer(issuer)?;
+                check_delay(caps, "after", outcome.delay())?;
                 Request::Finish { lease, id, outcome }
             }
             Request::Claim { lease, n, req } => {
@@ -173,6 +176,7 @@ impl Intercept for CheckInput {
             },
             Request::Enqueue { payload, options } => {
                 options.validate(&payload, caps.max_payload)?;
+                check_delay(caps, "delay", options.delay)?;
                 Request::Enqueue { payload, options }
             }
             Request::EnqueueMany { payloads, options } => {
@@ -191,6 +195,7 @@ impl Intercept for CheckInput {
                 for payload in &payloads {
                     options.validate(payload, caps.max_payload)?;
                 }
+                check_delay(caps, "delay", options.delay)?;
                 Request::EnqueueMany { payloads, options }
             }
             Request::Items { state, mut page } => {
@@ -204,6 +209,16 @@ impl Intercept for CheckInput {
         };
         next.run(req).await
     }
+}
+
+/// Refuses a non-zero delay on a store without [`Capabilities::delays`], and one over
+/// [`MAX_DELAY`](crate::item::MAX_DELAY).
+fn check_delay(caps: Capabilities, what: &'static str, delay: Duration) -> Result<()> {
+    crate::item::check_delay(what, delay)?;
+    if !delay.is_zero() && !caps.delays {
+        return Err(Error::invalid(what, InputProblem::Unsupported));
+    }
+    Ok(())
 }
 
 /// Splits a batch into the entries that pass `check` and, per position, the error of

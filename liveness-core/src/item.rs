@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::time::Duration;
 
 use crate::error::{Error, InputProblem, Result};
 use crate::lease::{ExpiredLease, Swept};
@@ -70,10 +71,13 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 ///
 /// ```
 /// use liveness_core::{EnqueueOptions, RequestId};
+/// use std::time::Duration;
 /// let options = EnqueueOptions::default()
 ///     .max_attempts(5)
-///     .key(RequestId(42));
+///     .key(RequestId(42))
+///     .delay(Duration::from_secs(60));
 /// assert_eq!((options.max_attempts, options.key), (5, Some(RequestId(42))));
+/// assert_eq!(options.delay, Duration::from_secs(60));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -97,13 +101,27 @@ pub struct EnqueueOptions {
     /// enqueue). Default `None`: every call adds an item, and a retry after
     /// `Unavailable` may add it twice (at-least-once).
     pub key: Option<RequestId>,
+    /// How long the item waits before it can be claimed, counted by the store's own
+    /// clock from the enqueue's arrival (a scheduled job): no host's clock is read,
+    /// so a host whose clock is off schedules exactly as one whose clock is right.
+    /// At most [`MAX_DELAY`]; a non-zero delay needs [`Capabilities::delays`]
+    /// (`InvalidInput`, [`InputProblem::Unsupported`], otherwise). Default zero:
+    /// claimable at once.
+    ///
+    /// [`Capabilities::delays`]: crate::Capabilities::delays
+    pub delay: Duration,
 }
+
+/// The longest [`EnqueueOptions::delay`] and retry delay ([`Outcome::Retry`]) a store
+/// accepts: 366 days.
+pub const MAX_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);
 
 impl Default for EnqueueOptions {
     fn default() -> Self {
         EnqueueOptions {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             key: None,
+            delay: Duration::ZERO,
         }
     }
 }
@@ -126,11 +144,20 @@ impl EnqueueOptions {
         self
     }
 
-    /// Checks the options and the payload against a store's payload limit.
+    /// The same options with the item kept back for `delay` by the store's clock
+    /// ([`EnqueueOptions::delay`]).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Checks the options and the payload against a store's payload limit (the delay
+    /// against [`MAX_DELAY`]).
     pub fn validate(&self, payload: &[u8], max_payload: usize) -> Result<()> {
         if self.max_attempts == 0 {
             return Err(Error::invalid("max_attempts", InputProblem::Zero));
         }
+        check_delay("delay", self.delay)?;
         if payload.len() > max_payload {
             return Err(Error::invalid(
                 "payload",
@@ -142,6 +169,20 @@ impl EnqueueOptions {
         }
         Ok(())
     }
+}
+
+/// Refuses a delay over [`MAX_DELAY`] with `InvalidInput`.
+pub(crate) fn check_delay(what: &'static str, delay: Duration) -> Result<()> {
+    if delay > MAX_DELAY {
+        return Err(Error::invalid(
+            what,
+            InputProblem::TooLongDuration {
+                max: MAX_DELAY,
+                got: delay,
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// A work item as a worker sees it after `claim`.
@@ -246,19 +287,39 @@ pub enum Outcome {
     /// Done: the item is removed.
     Completed,
     /// Failed, to be tried again: back to pending, or to the dead-letter set when its
-    /// attempts reached `max_attempts`.
-    Retry,
+    /// attempts reached `max_attempts`. A pending item is claimable again once `after`
+    /// has passed by the store's clock (a retry backoff; zero: at once). A non-zero
+    /// `after` needs [`Capabilities::delays`](crate::Capabilities::delays) and is at
+    /// most [`MAX_DELAY`].
+    Retry {
+        /// How long the item waits before it can be claimed again.
+        after: Duration,
+    },
     /// Failed for good: to the dead-letter set.
     DeadLetter,
 }
 
 impl Outcome {
-    /// A failure's outcome: [`Outcome::Retry`] with `retry`, else
+    /// A failure's outcome: [`Outcome::Retry`] at once with `retry`, else
     /// [`Outcome::DeadLetter`].
     pub fn failed(retry: bool) -> Outcome {
         match retry {
-            true => Outcome::Retry,
+            true => Outcome::RETRY,
             false => Outcome::DeadLetter,
+        }
+    }
+
+    /// [`Outcome::Retry`] with no wait: claimable again at once.
+    pub const RETRY: Outcome = Outcome::Retry {
+        after: Duration::ZERO,
+    };
+
+    /// How long a retried item waits before it can be claimed again: `after` of
+    /// [`Outcome::Retry`], zero for the other outcomes.
+    pub fn delay(self) -> Duration {
+        match self {
+            Outcome::Retry { after } => after,
+            _ => Duration::ZERO,
         }
     }
 
@@ -267,7 +328,7 @@ impl Outcome {
     pub fn retry(self) -> Option<bool> {
         match self {
             Outcome::Completed => None,
-            Outcome::Retry => Some(true),
+            Outcome::Retry { .. } => Some(true),
             Outcome::DeadLetter => Some(false),
         }
     }

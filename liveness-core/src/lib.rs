@@ -53,7 +53,7 @@ pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Sweep, DEFAULT_MAX_ATTEMPTS,
+    RequestId, Sweep, DEFAULT_MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use layer::{Intercept, Layer, Next, Op, Reply, Request, StoreBuilder};
 pub use lease::{

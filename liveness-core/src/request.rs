@@ -478,6 +478,7 @@ store_ops! {
             tokens: &[FencingToken] => Vec<FencingToken>) -> Vec<Result<Sweep>>;
         DeadTokens [checker] = dead_tokens(limit: usize => usize) -> Vec<DeadToken>;
         Item = item(id: ItemId => ItemId) -> Option<ItemRecord>;
+        NextDue = next_due() -> Option<Duration>;
     }
     OperatorStore {
         StoreTime = store_time() -> StoreTime;

@@ -299,6 +299,8 @@ pub struct EnqueueForm {
     max_attempts: u32,
     #[serde(default)]
     key: Option<u128>,
+    #[serde(default, with = "humantime_serde")]
+    delay: Duration,
 }
 
 fn default_attempts() -> u32 {
@@ -309,7 +311,9 @@ impl TryFrom<EnqueueForm> for EnqueueOptions {
     type Error = Error;
 
     fn try_from(form: EnqueueForm) -> Result<Self, Error> {
-        let mut options = EnqueueOptions::default().max_attempts(form.max_attempts);
+        let mut options = EnqueueOptions::default()
+            .max_attempts(form.max_attempts)
+            .delay(form.delay);
         if let Some(key) = form.key {
             options = options.key(RequestId(key));
         }
@@ -323,6 +327,7 @@ impl From<EnqueueOptions> for EnqueueForm {
         EnqueueForm {
             max_attempts: options.max_attempts,
             key: options.key.map(|k| k.0),
+            delay: options.delay,
         }
     }
 }

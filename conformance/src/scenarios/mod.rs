@@ -10,6 +10,7 @@ use crate::Ctx;
 mod batches;
 mod cancel;
 mod common;
+mod delays;
 mod drops;
 mod holders;
 mod items;
@@ -24,6 +25,7 @@ mod workers;
 
 pub use batches::*;
 pub use cancel::*;
+pub use delays::*;
 pub use drops::*;
 pub use holders::*;
 pub use items::*;
@@ -138,7 +140,9 @@ macro_rules! __scenarios {
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
             sweep_many_sweeps_each_session_alone,
             a_dead_worker_s_jobs_run_again_on_a_live_worker,
-            the_pending_signal_ticks_when_an_item_becomes_pending
+            the_pending_signal_ticks_when_an_item_becomes_pending,
+            a_delayed_item_is_claimed_only_once_due,
+            a_retry_waits_its_backoff_before_the_next_claim
             ]
         );
     };

@@ -4,6 +4,7 @@
 //! wait on.
 
 use super::*;
+use crate::item::Outcome;
 
 /// An item claimed by a member, bound to the generation that claimed it.
 #[derive(Clone, Debug)]
@@ -201,13 +202,29 @@ impl Member {
     /// applied fail answers the state that fail gave the item. Past the local
     /// deadline it is `Fenced` at once, without a round trip, like `complete`.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
+        self.hand_back(claimed, Outcome::failed(retry)).await
+    }
+
+    /// Gives a claimed item back to be tried again once `after` has passed by the
+    /// store's clock (a retry backoff), or to the dead-letter set when it is out of
+    /// attempts: [`Member::fail`] with a wait. A non-zero `after` needs
+    /// [`Capabilities::delays`](crate::Capabilities::delays) (`InvalidInput`
+    /// otherwise, and the item stays the member's).
+    pub async fn retry_after(&self, claimed: &Claimed, after: Duration) -> Result<ItemState> {
+        self.hand_back(claimed, Outcome::Retry { after }).await
+    }
+
+    /// [`Member::fail`] and [`Member::retry_after`]: hands `claimed` back with
+    /// `outcome` (a failure's).
+    async fn hand_back(&self, claimed: &Claimed, outcome: Outcome) -> Result<ItemState> {
+        let retry = outcome != Outcome::DeadLetter;
         if let Some(refused) = self.refused_past_deadline("fail", claimed) {
             return refused;
         }
         let mut r = self
             .inner
             .store
-            .fail(&claimed.lease, claimed.item.id, retry)
+            .hand_back(&claimed.lease, claimed.item.id, outcome)
             .await;
         if self.was_unsure(claimed, &r) {
             match self.inner.store.item(claimed.item.id).await {

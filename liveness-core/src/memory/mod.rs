@@ -30,7 +30,6 @@ use crate::store::{
 };
 use crate::sync::lock;
 use crate::types::{FencingToken, Key, Namespace, Space, StoreTime};
-use crate::wake::tick;
 
 mod state;
 use state::{requeue_locked, ItemRec, LeaseRec, NsState};
@@ -69,7 +68,7 @@ impl MemoryServer {
             id: fastrand::u64(..),
             clock,
             spaces: Arc::default(),
-            caps: Capabilities::default().sessions(true),
+            caps: Capabilities::default().sessions(true).delays(true),
         }
     }
 
@@ -126,6 +125,12 @@ impl MemoryStore {
 
     fn now(&self) -> Duration {
         self.clock.now()
+    }
+
+    /// The due time, by the model's clock, of an item held back `delay` from now
+    /// (`None`: due at once).
+    fn due(&self, delay: Duration) -> Option<Duration> {
+        (!delay.is_zero()).then(|| self.now() + delay)
     }
 }
 
@@ -272,6 +277,7 @@ impl ItemStore for MemoryStore {
     }
 
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let due = self.due(options.delay);
         let mut st = lock(&self.state);
         if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
             return Ok(*id);
@@ -285,8 +291,7 @@ impl ItemStore for MemoryStore {
                 claimed_by: None,
             },
         );
-        st.pending.insert(id);
-        tick(&st.pending_wake);
+        st.make_pending(id, due);
         if let Some(key) = options.key {
             st.keys.insert(key, id);
         }
@@ -299,6 +304,7 @@ impl ItemStore for MemoryStore {
         options: EnqueueOptions,
     ) -> Result<Vec<ItemId>> {
         // All under one lock: the batch is added whole.
+        let due = self.due(options.delay);
         let mut st = lock(&self.state);
         let mut ids = Vec::with_capacity(payloads.len());
         for payload in payloads {
@@ -310,10 +316,9 @@ impl ItemStore for MemoryStore {
                 claimed_by: None,
             };
             st.items.insert(id, rec);
-            st.pending.insert(id);
+            st.make_pending(id, due);
             ids.push(id);
         }
-        tick(&st.pending_wake);
         Ok(ids)
     }
 
@@ -341,6 +346,7 @@ impl ItemStore for MemoryStore {
         if let Some(rec) = st.leases.get_mut(&lease.key) {
             rec.last_claim = Some(req);
         }
+        st.promote_due(now);
         let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -360,9 +366,10 @@ impl ItemStore for MemoryStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        let due = self.due(outcome.delay());
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
-        let state = outcome.retry().map(|retry| st.hand_back(id, retry));
+        let state = outcome.retry().map(|retry| st.hand_back(id, retry, due));
         if state.is_none() {
             st.complete(id, lease.token);
         }
@@ -393,6 +400,13 @@ impl ItemStore for MemoryStore {
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let st = lock(&self.state);
         Ok(st.record(id))
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        st.promote_due(now);
+        Ok(st.scheduled.first().map(|(at, _)| at.saturating_sub(now)))
     }
 }
 
@@ -438,7 +452,7 @@ impl OperatorStore for MemoryStore {
     async fn item_counts(&self) -> Result<ItemCounts> {
         let st = lock(&self.state);
         Ok(ItemCounts {
-            pending: st.pending.len() as u64,
+            pending: (st.pending.len() + st.scheduled.len()) as u64,
             owned: st.owned.values().map(|s| s.len() as u64).sum(),
             dead_lettered: st.dead_letters.len() as u64,
         })
@@ -449,11 +463,13 @@ impl OperatorStore for MemoryStore {
         let st = lock(&self.state);
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let ids: Vec<ItemId> = match state {
+            // Due and scheduled alike; the model scans: it is written for obviousness.
             ItemStateKind::Pending => st
-                .pending
+                .items
                 .range((from, Bound::Unbounded))
+                .filter(|(_, rec)| rec.record.state == ItemState::Pending)
                 .take(limit)
-                .copied()
+                .map(|(id, _)| *id)
                 .collect(),
             ItemStateKind::DeadLettered => st
                 .dead_letters

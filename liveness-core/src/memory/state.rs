@@ -74,6 +74,8 @@ pub(super) struct NsState {
     pub(super) death_of: HashMap<FencingToken, u64>,
     pub(super) items: BTreeMap<ItemId, ItemRec>,
     pub(super) pending: BTreeSet<ItemId>,
+    /// Pending items not yet due, by (due time by the model's clock, id).
+    pub(super) scheduled: BTreeSet<(Duration, ItemId)>,
     pub(super) owned: HashMap<FencingToken, BTreeSet<ItemId>>,
     pub(super) dead_letters: BTreeSet<ItemId>,
     /// Enqueue idempotency keys and the ids they answered, kept for good.
@@ -100,6 +102,7 @@ impl NsState {
             death_of: HashMap::new(),
             items: BTreeMap::new(),
             pending: BTreeSet::new(),
+            scheduled: BTreeSet::new(),
             owned: HashMap::new(),
             dead_letters: BTreeSet::new(),
             keys: HashMap::new(),
@@ -349,9 +352,40 @@ impl NsState {
         }
     }
 
-    /// Moves an owned item back to pending, or to the dead-letter set when it is out
-    /// of attempts or `retry` is false.
-    pub(super) fn hand_back(&mut self, id: ItemId, retry: bool) -> ItemState {
+    /// Makes `id` pending: claimable at once (`due` is `None`), or once the model's
+    /// clock reaches `due`.
+    pub(super) fn make_pending(&mut self, id: ItemId, due: Option<Duration>) {
+        match due {
+            Some(at) => {
+                self.scheduled.insert((at, id));
+            }
+            None => {
+                self.pending.insert(id);
+                tick(&self.pending_wake);
+            }
+        }
+    }
+
+    /// Moves every scheduled item due at `now` to the claimable ones.
+    pub(super) fn promote_due(&mut self, now: Duration) {
+        while let Some(&(at, id)) = self.scheduled.first() {
+            if at > now {
+                break;
+            }
+            self.scheduled.pop_first();
+            self.pending.insert(id);
+        }
+    }
+
+    /// Moves an owned item back to pending (due at `due`, see
+    /// [`NsState::make_pending`]), or to the dead-letter set when it is out of
+    /// attempts or `retry` is false.
+    pub(super) fn hand_back(
+        &mut self,
+        id: ItemId,
+        retry: bool,
+        due: Option<Duration>,
+    ) -> ItemState {
         let Some(rec) = self.items.get_mut(&id) else {
             return ItemState::DeadLettered;
         };
@@ -366,11 +400,10 @@ impl NsState {
         rec.claimed_by = None;
         let state = rec.record.hand_back(retry);
         match state {
-            ItemState::Pending => {
-                tick(&self.pending_wake);
-                self.pending.insert(id)
+            ItemState::Pending => self.make_pending(id, due),
+            _ => {
+                self.dead_letters.insert(id);
             }
-            _ => self.dead_letters.insert(id),
         };
         state
     }
@@ -391,7 +424,7 @@ pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize
     st.dead.remove(&token);
     let ids = st.owned.remove(&token).unwrap_or_default();
     for id in ids {
-        let state = st.hand_back(id, true);
+        let state = st.hand_back(id, true, None);
         out.add(id, state);
     }
     st.record_sweep(token, &out);

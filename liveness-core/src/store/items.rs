@@ -31,6 +31,10 @@ pub(crate) fn unsupported<T>(op: &'static str) -> Result<T> {
 /// # Contract shared by every method
 /// - An item is in exactly one state: pending, owned by one token, or dead-lettered.
 ///   Completed items are removed.
+/// - A pending item may be held back until a time by the store's own clock (its
+///   due time: an enqueue's [`EnqueueOptions::delay`], a retry's `after`): it is
+///   pending, and no claim assigns it before that time. A store keeps due times only
+///   with [`Capabilities::delays`]; without it every pending item is due.
 #[async_trait]
 pub trait ItemStore: Send + Sync {
     /// Adds a pending item.
@@ -44,6 +48,8 @@ pub trait ItemStore: Send + Sync {
     ///   call carries. The check and the insert are one atomic step: of concurrent
     ///   enqueues with one key, exactly one adds the item and all answer its id. Keys
     ///   are remembered for the namespace's lifetime.
+    /// - With a non-zero [`EnqueueOptions::delay`]: the item is due at the store's
+    ///   now (when the call arrives) + the delay, and no claim assigns it before.
     ///
     /// # Retry
     /// - With a key: idempotent; a repeat answers the first call's id.
@@ -81,8 +87,11 @@ pub trait ItemStore: Send + Sync {
         Ok(ids)
     }
 
-    /// Assigns up to `n` pending items to the lease's token, lowest id first, counts
-    /// one attempt on each, and records `req` on each: the claim of `req`.
+    /// Assigns up to `n` pending items that are due to the lease's token, counts one
+    /// attempt on each, and records `req` on each: the claim of `req`. Items enqueued
+    /// without a delay and never handed back are assigned lowest id first; an item
+    /// that became due later (a delay, a retry's `after`, a sweep) is assigned once
+    /// due, in an order the store picks.
     ///
     /// # Contract
     /// - Only while the lease is current and live by the store clock, checked in the
@@ -118,9 +127,10 @@ pub trait ItemStore: Send + Sync {
     }
 
     /// Hands an item back as its owner finished it: [`Outcome::Completed`] removes
-    /// it, [`Outcome::Retry`] puts it back to pending (or to the dead-letter set when
-    /// its attempts reached `max_attempts`), [`Outcome::DeadLetter`] puts it in the
-    /// dead-letter set. Answers the item's new state (`None`: removed).
+    /// it, [`Outcome::Retry`] puts it back to pending, due `after` from the store's
+    /// now (or to the dead-letter set when its attempts reached `max_attempts`),
+    /// [`Outcome::DeadLetter`] puts it in the dead-letter set. Answers the item's new
+    /// state (`None`: removed).
     ///
     /// # Contract
     /// - Succeeds iff the item is still owned by the lease's token; otherwise
@@ -204,5 +214,22 @@ pub trait ItemStore: Send + Sync {
     ///   poll, and a tick with nothing pending costs one empty claim.
     fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
+    }
+
+    /// How long, by the store's clock, until the first pending item that is not yet
+    /// due becomes due: what an idle worker sleeps at most before its next claim, so
+    /// a scheduled job starts on time without polling.
+    ///
+    /// # Contract
+    /// - `None` when no pending item waits for its due time (nothing is scheduled,
+    ///   or everything pending is due already); else the time left until the earliest
+    ///   due time, zero when it has passed. Items due already are not looked at: a
+    ///   claim finds them.
+    /// - A store without [`Capabilities::delays`] answers `None` (the default).
+    ///
+    /// # Retry
+    /// - A read: safe to repeat.
+    async fn next_due(&self) -> Result<Option<std::time::Duration>> {
+        Ok(None)
     }
 }

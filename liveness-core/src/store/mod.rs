@@ -92,7 +92,7 @@
 
 use async_trait::async_trait;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::item::{Item, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome, RequestId, Sweep};
 use crate::lease::{Acquire, Issuer, Lease};
 use crate::types::{FencingToken, HolderId, Key, Ttl};
@@ -228,7 +228,22 @@ pub trait Store: LeaseStore + ItemStore + OperatorStore {
     /// [`Outcome::Retry`] (`retry`) or [`Outcome::DeadLetter`], and the item's new
     /// state.
     async fn fail(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
-        match self.finish(lease, id, Outcome::failed(retry)).await? {
+        self.hand_back(lease, id, Outcome::failed(retry)).await
+    }
+
+    /// Gives an item back after a failure with `outcome` ([`Outcome::Retry`], with
+    /// its wait, or [`Outcome::DeadLetter`]): [`ItemStore::finish`], and the item's
+    /// new state. [`Outcome::Completed`] is `InvalidInput`: use `complete`.
+    async fn hand_back(&self, lease: &Lease, id: ItemId, outcome: Outcome) -> Result<ItemState> {
+        if outcome == Outcome::Completed {
+            return Err(Error::invalid(
+                "outcome",
+                InputProblem::Malformed {
+                    expected: "a failure's outcome: Retry or DeadLetter",
+                },
+            ));
+        }
+        match self.finish(lease, id, outcome).await? {
             Some(state) => Ok(state),
             None => Err(Error::backend(
                 self.backend(),
