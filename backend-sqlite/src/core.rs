@@ -79,6 +79,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "sessions",
         include_str!("../migrations/0006_sessions.sql"),
     ),
+    (7, "due_at", include_str!("../migrations/0007_due_at.sql")),
 ];
 
 /// The table recording applied schema migrations.
@@ -103,6 +104,12 @@ const RECORDED_BOOT: &str = "SELECT boot_id FROM liveness_boot WHERE one = 1";
 /// riding a session has no expiry of its own: it dies with its session.
 const EXPIRE_ALL: &str =
     "UPDATE liveness_leases SET expires_boot_ms = 0 WHERE expires_boot_ms IS NOT NULL";
+
+/// Counts every held-back item's wait again from ?1, the new boot's clock: a reboot
+/// restarted the clock its due time was counted in. Never earlier than asked; at
+/// most the time before the reboot late.
+const RECOUNT_DUE: &str =
+    "UPDATE liveness_items SET due_at = ?1 + delay_ms WHERE due_at IS NOT NULL";
 
 /// Records ?1 as the boot the file's expiries are counted in.
 const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
@@ -319,7 +326,7 @@ impl SqliteStore {
         let writer = turns(&lock_path);
         {
             let _turn = writer.take(config.busy_timeout()).await?;
-            migrate(&pool, config.path(), clock.boot_id(), existing).await?;
+            migrate(&pool, config.path(), &**clock, existing).await?;
         }
         Ok(SqliteStore {
             pool,
@@ -338,7 +345,9 @@ impl SqliteStore {
                     .death_retention(config.death_retention().max(1))
                     // Members ride session leases: no row write while they live, and
                     // the sweep declares a dead session's members dead a batch at a time.
-                    .sessions(true),
+                    .sessions(true)
+                    // Held-back items carry their due time by the store clock.
+                    .delays(true),
                 Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
@@ -520,7 +529,13 @@ pub(crate) fn state_code(state: ItemStateKind) -> i64 {
 /// With `existing_only`, [`check_existing`] has found the schema current: no migration
 /// runs (so nothing but the reboot rule writes), and the write lock is taken only when
 /// the boot differs.
-async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: bool) -> Result<()> {
+async fn migrate(
+    pool: &SqlitePool,
+    path: &Path,
+    clock: &dyn StoreClock,
+    existing_only: bool,
+) -> Result<()> {
+    let boot_id = clock.boot_id();
     let mut migrator = Migrator::with_migrations(
         MIGRATIONS
             .iter()
@@ -544,7 +559,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
             return Ok(());
         }
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
-        expire_other_boot(&mut tx, boot_id).await?;
+        expire_other_boot(&mut tx, clock).await?;
         return tx.commit().await.map_err(map);
     }
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
@@ -563,7 +578,7 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate)?;
-    expire_other_boot(&mut tx, boot_id).await?;
+    expire_other_boot(&mut tx, clock).await?;
     tx.commit().await.map_err(map)
 }
 
@@ -573,8 +588,10 @@ async fn migrate(pool: &SqlitePool, path: &Path, boot_id: &str, existing_only: b
 /// namespace and records `boot_id`. The caller holds the write lock (`BEGIN
 /// IMMEDIATE`) and commits, so of the processes opening the file at once after a
 /// reboot, exactly the first expires the old leases and no later one touches a lease
-/// written under this boot.
-async fn expire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result<()> {
+/// written under this boot. Held-back items wait their whole delay again from the
+/// new boot's clock.
+async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) -> Result<()> {
+    let boot_id = clock.boot_id();
     let Some(recorded) = other_boot(conn, boot_id).await? else {
         return Ok(());
     };
@@ -583,6 +600,15 @@ async fn expire_other_boot(conn: &mut SqliteConnection, boot_id: &str) -> Result
         .await
         .map_err(map)?
         .rows_affected();
+    let now = to_i64(
+        u64::try_from(clock.now()?.as_millis()).unwrap_or(u64::MAX),
+        "store clock",
+    )?;
+    sqlx::query(RECOUNT_DUE)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
     sqlx::query(RECORD_BOOT)
         .bind(boot_id)
         .execute(&mut *conn)

@@ -4,14 +4,17 @@
 //! token, [`liveness_core::Store`]). Their input was checked before the call
 //! ([`liveness_core::CheckInput`]): they do not check it again.
 
+use std::time::Duration;
+
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
     ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
+use sqlx::Row;
 use tokio::sync::watch;
 
-use crate::core::{as_db, limit_param, SqliteStore, STATE_PENDING};
+use crate::core::{as_db, limit_param, to_i64, SqliteStore, STATE_PENDING};
 use crate::error::{corrupt, map};
 
 /// The item id enqueue key ?2 answered (?1 ns).
@@ -28,10 +31,11 @@ const NEXT_ITEMS: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, ?2) \
     ON CONFLICT (ns) DO UPDATE SET next_item = next_item + ?2 RETURNING next_item";
 
-/// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts).
-const ENQUEUE: &str =
-    "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL)";
+/// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts), held back
+/// until store-clock ms ?5 for ?6 ms (both NULL: claimable at once).
+const ENQUEUE: &str = "INSERT INTO liveness_items \
+    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms) \
+    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6)";
 
 /// Records that enqueue key ?2 answered item ?3 (?1 ns).
 const SAVE_ENQUEUE_KEY: &str =
@@ -51,22 +55,35 @@ const ADMIT_CLAIM: &str = "UPDATE liveness_leases SET last_claim = ?5 \
     WHERE ns = ?1 AND space = ?2 AND name = ?3 AND token = ?4 \
     AND (last_claim IS NULL OR last_claim < ?5)";
 
-/// Hands up to ?3 pending items to token ?2 (?1 ns), oldest first, marked with the
-/// claim's request id ?4.
+/// Makes up to ?3 held-back items due by store-clock ms ?2 claimable (?1 ns), the
+/// earliest first: a claim runs it first, so that it walks claimable items only.
+const PROMOTE_DUE: &str = "UPDATE liveness_items SET due_at = NULL, delay_ms = NULL \
+    WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND due_at IS NOT NULL AND due_at <= ?2 ORDER BY due_at LIMIT ?3)";
+
+/// Hands up to ?3 claimable pending items to token ?2 (?1 ns), oldest first, marked
+/// with the claim's request id ?4.
 const CLAIM: &str = "UPDATE liveness_items \
     SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
-    WHERE ns = ?1 AND state = 0 ORDER BY id LIMIT ?3) \
+    WHERE ns = ?1 AND state = 0 AND due_at IS NULL ORDER BY id LIMIT ?3) \
     RETURNING id, payload, attempts, max_attempts, state, owner";
+
+/// The earliest due time of a held-back item (?1 ns), in store-clock ms.
+const NEXT_DUE: &str =
+    "SELECT min(due_at) FROM liveness_items WHERE ns = ?1 AND due_at IS NOT NULL";
 
 /// Deletes item ?2 if token ?3 owns it (?1 ns).
 const COMPLETE: &str =
     "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3";
 
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
-/// attempts left, else dead-lettered.
+/// attempts left, held back until store-clock ms ?5 for ?6 ms (both NULL: claimable
+/// at once), else dead-lettered.
 const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
-    state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END \
+    state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END, \
+    due_at = CASE WHEN ?4 AND attempts < max_attempts THEN ?5 END, \
+    delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
 /// Item ?2 (?1 ns).
@@ -95,10 +112,13 @@ impl ItemStore for SqliteStore {
             }
         }
         let id = self.next(w.conn(), NEXT_ITEM).await?;
+        let (due, delay) = self.due(options.delay)?;
         self.query(ENQUEUE)
             .bind(id)
             .bind(payload)
             .bind(i64::from(options.max_attempts))
+            .bind(due)
+            .bind(delay)
             .execute(w.conn())
             .await
             .map_err(map)?;
@@ -133,11 +153,14 @@ impl ItemStore for SqliteStore {
             .await
             .map_err(map)?;
         let first = last - n + 1;
+        let (due, delay) = self.due(options.delay)?;
         for (id, payload) in (first..).zip(payloads) {
             self.query(ENQUEUE)
                 .bind(id)
                 .bind(payload.as_slice())
                 .bind(i64::from(options.max_attempts))
+                .bind(due)
+                .bind(delay)
                 .execute(w.conn())
                 .await
                 .map_err(map)?;
@@ -185,6 +208,12 @@ impl ItemStore for SqliteStore {
                 .rows_affected()
                 == 1;
         if admitted {
+            self.query(PROMOTE_DUE)
+                .bind(now)
+                .bind(limit_param(PROMOTE_AT_MOST))
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
             rows = self
                 .query(CLAIM)
                 .bind(as_db(lease.token.0))
@@ -211,7 +240,10 @@ impl ItemStore for SqliteStore {
     ) -> Result<Option<ItemState>> {
         match outcome.retry() {
             None => self.complete_item(lease, id).await.map(|()| None),
-            Some(retry) => self.hand_back(lease, id, retry).await.map(Some),
+            Some(retry) => self
+                .hand_back(lease, id, retry, outcome.delay())
+                .await
+                .map(Some),
         }
     }
 
@@ -237,9 +269,38 @@ impl ItemStore for SqliteStore {
         row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord::new(item, state)))
             .transpose()
     }
+
+    async fn next_due(&self) -> Result<Option<Duration>> {
+        let first: Option<i64> = self
+            .query(NEXT_DUE)
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(map)?;
+        let now = self.now()?;
+        Ok(first.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
+    }
 }
 
+/// The most held-back items one claim makes claimable: a claim's work stays bounded
+/// however many came due at once (the rest on the next claims).
+const PROMOTE_AT_MOST: usize = 1000;
+
 impl SqliteStore {
+    /// The due time and the wait of an item held back `delay` from the store's now,
+    /// in store-clock ms; both `None` for no wait. Read inside the write transaction.
+    fn due(&self, delay: Duration) -> Result<(Option<i64>, Option<i64>)> {
+        if delay.is_zero() {
+            return Ok((None, None));
+        }
+        // At most `MAX_DELAY` (checked before the call): fits in an i64 of ms.
+        let delay = to_i64(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            "delay",
+        )?;
+        Ok((Some(self.now()?.saturating_add(delay)), Some(delay)))
+    }
+
     /// [`ItemStore::finish`] with [`Outcome::Completed`]: deletes item `id` if the
     /// lease's token owns it, else `Fenced`. One DELETE in autocommit: atomic on its
     /// own.
@@ -258,16 +319,25 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// [`ItemStore::finish`] with [`Outcome::Retry`] (`retry`) or
+    /// [`ItemStore::finish`] with [`Outcome::Retry`] (`retry`, held back `after`) or
     /// [`Outcome::DeadLetter`]: gives item `id` back if the lease's token owns it, else
     /// `Fenced`; answers its new state.
-    async fn hand_back(&self, lease: &Lease, id: ItemId, retry: bool) -> Result<ItemState> {
+    async fn hand_back(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        retry: bool,
+        after: Duration,
+    ) -> Result<ItemState> {
         let mut w = self.write().await?;
+        let (due, delay) = self.due(after)?;
         let state: Option<i64> = sqlx::query_scalar(HAND_BACK)
             .bind(self.ns.as_ref())
             .bind(as_db(id.0))
             .bind(as_db(lease.token.0))
             .bind(retry)
+            .bind(due)
+            .bind(delay)
             .fetch_optional(w.conn())
             .await
             .map_err(map)?;

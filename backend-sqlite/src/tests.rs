@@ -134,6 +134,45 @@ async fn a_reboot_expires_every_lease_written_before_it() {
     ));
 }
 
+/// A held-back item's wait is counted by the boot clock; a reboot restarts that
+/// clock, so the item waits its whole delay again on the new boot's clock: never
+/// claimed earlier than asked, nor held back by the old boot's uptime.
+#[tokio::test]
+async fn a_reboot_counts_a_held_back_item_s_wait_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("due.db");
+    let before = ManualBootClock::new("boot-1", 40 * DAY);
+    let store = open(&path, &before).await;
+    let hour = Duration::from_secs(3600);
+    let options = liveness_core::EnqueueOptions::default().delay(hour);
+    let id = store.enqueue(b"later", options).await.unwrap();
+    before.advance(hour / 2);
+    assert_eq!(store.next_due().await.unwrap(), Some(hour / 2));
+    store.close().await;
+
+    let after = ManualBootClock::new("boot-2", Duration::from_secs(5));
+    let store = open(&path, &after).await;
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(hour),
+        "the whole wait again"
+    );
+    let key = Key::member("a").unwrap();
+    let ttl = Ttl::from_secs(86_400).unwrap();
+    let lease = store
+        .acquire(&key, &HolderId::new("h").unwrap(), ttl)
+        .await
+        .unwrap();
+    assert!(
+        store.claim(&lease, 1).await.unwrap().is_empty(),
+        "not due yet"
+    );
+    after.advance(hour);
+    assert_eq!(store.next_due().await.unwrap(), Some(Duration::ZERO));
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, id);
+    assert_eq!(store.next_due().await.unwrap(), None);
+}
+
 /// A riding member's time left is its session's, to the millisecond of the boot
 /// clock: `join_session`, `renew` and `inspect` of the member answer it, renewing the
 /// session alone extends it, and the member expires the instant its session does

@@ -52,16 +52,15 @@ async fn reconnect_keeps_state_and_newer_schema_is_refused() {
             let too_new = source
                 .downcast_ref::<SchemaTooNew>()
                 .expect("a SchemaTooNew source");
-            assert_eq!((too_new.found, too_new.supported), (99, 6));
+            assert_eq!((too_new.found, too_new.supported), (99, newest()));
         }
         other => panic!("expected Backend, got {other:?}"),
     }
-    assert!(
-        err.to_string().contains(
-            "database schema version 99 is newer than this build supports (6); upgrade liveness"
-        ),
-        "{err}"
+    let says = format!(
+        "database schema version 99 is newer than this build supports ({}); upgrade liveness",
+        newest()
     );
+    assert!(err.to_string().contains(&says), "{err}");
 }
 
 #[tokio::test]
@@ -216,7 +215,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, newest());
     assert!(matches!(
         store.inspect(&old).await.unwrap().unwrap().status,
         LeaseStatus::Live { .. }
@@ -236,7 +235,7 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
 
 /// A file at schema version 5 (before sessions), written under this boot: a live
 /// lease, a dead token owning an item, its death record not yet swept. Opened by this
-/// build, the file is migrated in place to version 6: the lease keeps its token and
+/// build, the file is migrated in place to the newest version: the lease keeps its token and
 /// stays live (same boot), renews, the dead token's sweep fills in its record, and a
 /// session can be ridden.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -301,7 +300,7 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, newest());
     let old = Key::member("old").unwrap();
     let info = store.inspect(&old).await.unwrap().unwrap();
     assert!(info.is_live(), "{info:?}");
@@ -340,4 +339,13 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
     let info = store.inspect(&member.key).await.unwrap().unwrap();
     assert!(info.is_live());
     assert_eq!(info.session, Some(session.key));
+}
+
+/// The newest schema version this build applies.
+fn newest() -> i64 {
+    liveness_sqlite::MIGRATIONS
+        .iter()
+        .map(|(version, _, _)| *version)
+        .max()
+        .unwrap()
 }

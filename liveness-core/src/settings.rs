@@ -260,6 +260,10 @@ pub struct WorkerForm {
     poll: Option<Duration>,
     #[serde(default = "yes")]
     checker: bool,
+    #[serde(default, with = "humantime_serde")]
+    retry_first: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    retry_max: Option<Duration>,
 }
 
 impl TryFrom<WorkerForm> for WorkerConfig {
@@ -275,6 +279,9 @@ impl TryFrom<WorkerForm> for WorkerConfig {
         if let Some(poll) = form.poll {
             config = config.poll(poll);
         }
+        let first = form.retry_first.unwrap_or(config.retry_first);
+        let max = form.retry_max.unwrap_or(config.retry_max);
+        config = config.retry_backoff(first, max);
         config.validate()?;
         Ok(config)
     }
@@ -287,6 +294,8 @@ impl From<WorkerConfig> for WorkerForm {
             concurrency: Some(config.concurrency),
             poll: Some(config.poll),
             checker: config.checker,
+            retry_first: Some(config.retry_first),
+            retry_max: Some(config.retry_max),
         }
     }
 }

@@ -4,13 +4,19 @@
 //! [`Worker::start`] joins a member, then claims up to its free slots
 //! ([`WorkerConfig::concurrency`]) and runs the handler on each item in a task of its
 //! own: `Ok` completes the item, [`JobError::Retry`] hands it back to be tried again
-//! (dead-lettered when out of attempts), [`JobError::Fail`] dead-letters it. When the
+//! after a backoff that doubles per attempt ([`WorkerConfig::retry_backoff`], by the
+//! store's clock where the store keeps [`delays`](crate::Capabilities::delays), at once
+//! where it does not; dead-lettered when out of attempts), [`JobError::Fail`]
+//! dead-letters it. When the
 //! member's lease is lost, every running handler is dropped at once (its future is
 //! not polled again), before the store can give its item to anybody else: the item
 //! goes back with the dead token. Idle, the worker waits for the store's signal that
 //! items are pending ([`ItemStore::pending`](crate::ItemStore::pending)) where the
 //! store gives one (the memory store; SQLite for what its own process enqueues), and
-//! polls with a backoff (up to [`WorkerConfig::poll`]) where it does not. [`WorkerHandle::shutdown`] stops claiming, lets the running jobs finish
+//! polls with a backoff (up to [`WorkerConfig::poll`]) where it does not; it also
+//! wakes when the store says the next held-back item is due
+//! ([`ItemStore::next_due`](crate::ItemStore::next_due)), so a scheduled job starts on
+//! time. [`WorkerHandle::shutdown`] stops claiming, lets the running jobs finish
 //! within a grace, and leaves: the member hands back what is still running.
 //!
 //! By default the worker also runs a [`Checker`], elected so that one
@@ -172,6 +178,15 @@ pub struct WorkerConfig {
     /// Whether the worker runs a checker, elected among the workers of the store's
     /// namespace (one checks at a time); default true.
     pub checker: bool,
+    /// The wait before a failed job's first retry; default 1 s. Each further attempt
+    /// waits twice as long, up to [`WorkerConfig::retry_max`], each wait drawn at
+    /// random between its half and itself so that jobs failed together spread. Zero:
+    /// retried at once. Counted by the store's clock; a store without
+    /// [`Capabilities::delays`](crate::Capabilities::delays) retries at once.
+    pub retry_first: Duration,
+    /// The longest wait before a retry; default 10 minutes, at most
+    /// [`MAX_DELAY`](crate::MAX_DELAY).
+    pub retry_max: Duration,
 }
 
 impl WorkerConfig {
@@ -182,7 +197,30 @@ impl WorkerConfig {
             concurrency: 8,
             poll: Duration::from_secs(1),
             checker: true,
+            retry_first: Duration::from_secs(1),
+            retry_max: Duration::from_secs(600),
         })
+    }
+
+    /// The same, waiting `first` before a failed job's first retry, doubling per
+    /// attempt up to `max` ([`WorkerConfig::retry_first`]).
+    pub fn retry_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.retry_first = first;
+        self.retry_max = max;
+        self
+    }
+
+    /// The wait before the retry of a job that failed on its `attempts`-th claim:
+    /// `retry_first` doubled per earlier attempt, at most `retry_max`, drawn between
+    /// its half and itself.
+    pub fn retry_wait(&self, attempts: u32) -> Duration {
+        let doublings = attempts.saturating_sub(1).min(63);
+        let step = self
+            .retry_first
+            .checked_mul(1u32 << doublings.min(31))
+            .unwrap_or(self.retry_max)
+            .min(self.retry_max);
+        step.mul_f64(0.5 + fastrand::f64() * 0.5)
     }
 
     /// The same, with at most `n` jobs at once.
@@ -216,6 +254,24 @@ impl WorkerConfig {
         }
         if self.poll.is_zero() {
             return Err(Error::invalid("poll", InputProblem::Zero));
+        }
+        if self.retry_max > crate::MAX_DELAY {
+            return Err(Error::invalid(
+                "retry_max",
+                InputProblem::TooLongDuration {
+                    max: crate::MAX_DELAY,
+                    got: self.retry_max,
+                },
+            ));
+        }
+        if self.retry_first > self.retry_max {
+            return Err(Error::invalid(
+                "retry_first",
+                InputProblem::TooLongDuration {
+                    max: self.retry_max,
+                    got: self.retry_first,
+                },
+            ));
         }
         self.member.validate()
     }
@@ -316,12 +372,14 @@ impl Worker {
         let member = Member::join(store.clone(), config.member.clone()).await?;
         let stop = CancellationToken::new();
         let metrics = JobMetrics::of(&*store);
+        let delays = store.capabilities().delays;
         let run = Run {
             store,
             member: member.clone(),
             handler: Arc::new(handler),
             concurrency: config.concurrency,
             poll: config.poll,
+            retries: delays.then(|| config.clone()),
             stop: stop.clone(),
             metrics,
         };
@@ -401,6 +459,8 @@ struct Run<F> {
     handler: Arc<F>,
     concurrency: usize,
     poll: Duration,
+    /// The retry backoff, on a store that keeps delays (none: retried at once).
+    retries: Option<WorkerConfig>,
     stop: CancellationToken,
     metrics: JobMetrics,
 }
@@ -432,6 +492,10 @@ where
                         for claimed in items {
                             let (member, handler) = (self.member.clone(), self.handler.clone());
                             let metrics = self.metrics.clone();
+                            let wait = self
+                                .retries
+                                .as_ref()
+                                .map_or(Duration::ZERO, |c| c.retry_wait(claimed.item.attempts));
                             // One span per job: the handler's own logs and spans nest in it.
                             let span = tracing::info_span!(
                                 "liveness.job",
@@ -440,7 +504,8 @@ where
                                 token = %claimed.lease.token,
                             );
                             let job = async move {
-                                metrics.count(run_one(member, handler, claimed, &metrics).await)
+                                metrics
+                                    .count(run_one(member, handler, claimed, wait, &metrics).await)
                             };
                             running.spawn(job.instrument(span));
                         }
@@ -452,7 +517,16 @@ where
                     }
                 }
             }
-            let pause = idle.next();
+            let mut pause = idle.next();
+            if free > 0 && self.retries.is_some() {
+                // A held-back item (a scheduled job, a retry's backoff) due sooner
+                // than the next poll: claim when it is due.
+                match self.store.next_due().await {
+                    Ok(Some(due)) => pause = pause.min(due),
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(error = %e, "a worker's look at due items failed"),
+                }
+            }
             tokio::select! {
                 Some(done) = running.join_next() => report.add(done.unwrap_or(End::Stopped)),
                 _ = tokio::time::sleep(pause), if free > 0 => {}
@@ -470,6 +544,7 @@ async fn run_one<F, Fut>(
     member: Member,
     handler: Arc<F>,
     claimed: Claimed,
+    wait: Duration,
     metrics: &JobMetrics,
 ) -> End
 where
@@ -506,7 +581,11 @@ where
             false
         }
     };
-    match member.fail(&claimed, retry).await {
+    let handed_back = match (retry, wait.is_zero()) {
+        (true, false) => member.retry_after(&claimed, wait).await,
+        _ => member.fail(&claimed, retry).await,
+    };
+    match handed_back {
         Ok(ItemState::Pending) => End::Retried,
         Ok(_) => End::DeadLettered,
         Err(e) => {

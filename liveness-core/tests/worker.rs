@@ -119,6 +119,68 @@ async fn a_failing_job_is_tried_again_then_dead_lettered_and_a_fail_at_once() {
     assert_eq!(failed.item.attempts, 1, "a fail is not tried again");
 }
 
+/// A failed job waits its backoff before the next attempt, by the store's clock:
+/// `retry_first` before the second attempt, twice that before the third (each drawn
+/// between its half and itself).
+#[tokio::test(start_paused = true)]
+async fn a_failed_job_is_retried_after_a_backoff_that_doubles() {
+    fastrand::seed(5);
+    let store = memory();
+    let id = Queue::new(store.clone())
+        .enqueue_with(b"flaky", EnqueueOptions::default().max_attempts(3))
+        .await
+        .unwrap();
+    let first = Duration::from_secs(4);
+    let config = config("w", 1).retry_backoff(first, Duration::from_secs(60));
+    let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = runs.clone();
+    let worker = Worker::start(store.clone(), config, move |_job| {
+        seen.lock().unwrap().push(Instant::now());
+        async move { Err(std::io::Error::other("not yet"))? }
+    })
+    .await
+    .unwrap();
+    until_state(&store, id, ItemState::DeadLettered, Duration::from_secs(60)).await;
+    worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 3, "three attempts");
+    let (a, b) = (runs[1] - runs[0], runs[2] - runs[1]);
+    let slack = Duration::from_millis(100);
+    assert!(a >= first / 2 && a <= first + slack, "first wait {a:?}");
+    assert!(b >= first && b <= first * 2 + slack, "second wait {b:?}");
+}
+
+/// A job enqueued with a delay starts when it is due, not at the worker's next poll:
+/// the worker sleeps until the store's `next_due`.
+#[tokio::test(start_paused = true)]
+async fn a_scheduled_job_starts_when_due_not_at_the_next_poll() {
+    let store = memory();
+    let started = Arc::new(std::sync::Mutex::new(None));
+    let seen = started.clone();
+    // An hour between polls: only the due time can wake it in time.
+    let config = config("w", 1).poll(Duration::from_secs(3600));
+    let worker = Worker::start(store.clone(), config, move |_job| {
+        *seen.lock().unwrap() = Some(Instant::now());
+        async { Ok(()) }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let delay = Duration::from_secs(90);
+    let enqueued = Instant::now();
+    Queue::new(store.clone())
+        .enqueue_with(b"later", EnqueueOptions::default().delay(delay))
+        .await
+        .unwrap();
+    all_done(&store, Duration::from_secs(600)).await;
+    worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    let started = started.lock().unwrap().expect("the job ran");
+    let late = (started - enqueued)
+        .checked_sub(delay)
+        .expect("never early");
+    assert!(late <= Duration::from_millis(100), "started {late:?} late");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_idle_worker_claims_at_once_when_an_item_is_enqueued() {
     let store = memory();
