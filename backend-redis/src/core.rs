@@ -163,7 +163,8 @@ impl RedisStore {
                     .death_retention(config.death_retention().max(1))
                     .sessions(true)
                     .items(true)
-                    .operator_views(true),
+                    .operator_views(true)
+                    .delays(true),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             ),
             conn,

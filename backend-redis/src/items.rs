@@ -2,6 +2,11 @@
 //! to it), or forwards the sweep of dead tokens to `batch.rs` (the single
 //! `sweep` of the core's `Store` facade arrives as a batch of one) and the
 //! dead set to `deaths.rs`. The input arrives checked (the core's `CheckInput`).
+//!
+//! A delay (an enqueue's, a retry's) is sent in microseconds; the script adds it to
+//! the server's `TIME` and keeps the item in the held zsets until a claim finds it due.
+
+use std::time::Duration;
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
@@ -10,12 +15,19 @@ use liveness_core::{
 use redis::Value;
 
 use crate::core::{
-    array, bytes, int, lost, record, scripts, text, u32_, uint, unexpected, RedisStore,
+    array, bytes, int, lost, record, scripts, text, u32_, uint, unexpected, us, RedisStore,
 };
 
 scripts! {
     ENQUEUE = "enqueue", ENQUEUE_MANY = renewal "enqueue_many", CLAIM = "claim",
-    FINISH = "finish", ITEM = "item",
+    FINISH = "finish", ITEM = "item", NEXT_DUE = renewal "next_due",
+}
+
+/// A delay as the scripts take it: whole microseconds, rounded up so that an item is
+/// never due before the delay has fully passed (`0`: due at once). The core bounds
+/// delays by `MAX_DELAY`, far below 2^53 µs.
+fn delay_us(delay: Duration) -> u64 {
+    u64::try_from(delay.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
@@ -73,10 +85,13 @@ impl ItemStore for RedisStore {
         call.key(self.keys.item_ids())
             .key(self.keys.pending())
             .key(self.keys.enqueue_keys())
+            .key(self.keys.held())
+            .key(self.keys.held_ids())
             .arg(self.keys.item_prefix())
             .arg(payload)
             .arg(options.max_attempts)
-            .arg(options.key.map(RequestId::to_hex).unwrap_or_default());
+            .arg(options.key.map(RequestId::to_hex).unwrap_or_default())
+            .arg(delay_us(options.delay));
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
 
@@ -88,8 +103,11 @@ impl ItemStore for RedisStore {
         let mut call = ENQUEUE_MANY.prepare_invoke();
         call.key(self.keys.item_ids())
             .key(self.keys.pending())
+            .key(self.keys.held())
+            .key(self.keys.held_ids())
             .arg(self.keys.item_prefix())
-            .arg(options.max_attempts);
+            .arg(options.max_attempts)
+            .arg(delay_us(options.delay));
         for payload in payloads {
             call.arg(payload.as_slice());
         }
@@ -103,6 +121,8 @@ impl ItemStore for RedisStore {
             .key(self.keys.pending())
             .key(self.keys.owned(lease.token))
             .key(self.keys.owned_count())
+            .key(self.keys.held())
+            .key(self.keys.held_ids())
             .arg(lease.token.0)
             .arg(n)
             .arg(self.keys.item_prefix())
@@ -131,13 +151,16 @@ impl ItemStore for RedisStore {
             .key(self.keys.owned_count())
             .key(self.keys.pending())
             .key(self.keys.dead_letters())
+            .key(self.keys.held())
+            .key(self.keys.held_ids())
             .arg(id.0)
             .arg(lease.token.0)
             .arg(match outcome {
                 Outcome::Completed => "c",
                 Outcome::Retry { .. } => "r",
                 Outcome::DeadLetter => "d",
-            });
+            })
+            .arg(delay_us(outcome.delay()));
         match (int("finish", &self.run(call).await?)?, outcome) {
             (3, Outcome::Completed) => Ok(None),
             (1, Outcome::Retry { .. }) => Ok(Some(ItemState::Pending)),
@@ -162,5 +185,14 @@ impl ItemStore for RedisStore {
             return Ok(None);
         };
         item_record("item", id, &mut rec).map(Some)
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>> {
+        let mut call = NEXT_DUE.prepare_invoke();
+        call.key(self.keys.held());
+        match self.run(call).await? {
+            Value::Nil => Ok(None),
+            left => Ok(Some(us(int("next_due", &left)?))),
+        }
     }
 }

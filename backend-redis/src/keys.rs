@@ -86,9 +86,21 @@ impl Keys {
         format!("{}ekeys", self.prefix)
     }
 
-    /// Pending items: ZSET of ids, score = id.
+    /// Pending items that are due (claimable): ZSET of ids, score = id.
     pub(crate) fn pending(&self) -> String {
         format!("{}pending", self.prefix)
+    }
+
+    /// Pending items held back until their due time (an enqueue's delay, a retry's
+    /// wait): ZSET of ids, score = due µs by the server clock. A claim moves those due
+    /// into [`Keys::pending`].
+    pub(crate) fn held(&self) -> String {
+        format!("{}held", self.prefix)
+    }
+
+    /// The ids of [`Keys::held`] again, score = id: the pending page's order.
+    pub(crate) fn held_ids(&self) -> String {
+        format!("{}heldi", self.prefix)
     }
 
     /// Items owned by `token`: ZSET of ids, score = id.

@@ -64,7 +64,8 @@ impl OperatorStore for RedisStore {
         let mut call = ITEM_COUNTS.prepare_invoke();
         call.key(self.keys.pending())
             .key(self.keys.owned_count())
-            .key(self.keys.dead_letters());
+            .key(self.keys.dead_letters())
+            .key(self.keys.held_ids());
         let mut it = array("item_counts", self.run(call).await?)?.into_iter();
         let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
         Ok(ItemCounts::new(next()?, next()?, next()?))
@@ -75,7 +76,7 @@ impl OperatorStore for RedisStore {
         let mut call = ITEMS.prepare_invoke();
         let code = match state {
             ItemStateKind::Pending => {
-                call.key(self.keys.pending());
+                call.key(self.keys.pending()).key(self.keys.held_ids());
                 "p"
             }
             ItemStateKind::Owned => {

@@ -1,5 +1,5 @@
 -- claim: KEYS[1] lease, KEYS[2] pending zset, KEYS[3] owned zset of the token,
---        KEYS[4] owned counter
+--        KEYS[4] owned counter, KEYS[5] held zset (by due µs), KEYS[6] held zset (by id)
 -- ARGV[1] token, ARGV[2] n, ARGV[3] item key prefix (item keys derived in-script),
 -- ARGV[4] request id
 -- Returns {-1|-2|-3} when the lease is released / superseded / expired (a riding
@@ -9,6 +9,9 @@
 -- items and claims nothing new. Otherwise the claim is admitted only when its id is
 -- greater than the token's high-water mark (`c` in the lease hash, which it then
 -- raises): a late or repeated copy, or an older id, answers {1} and claims nothing.
+-- An admitted claim first moves up to n held-back items that are due by the server's
+-- clock, earliest due first, to the pending zset (so it never does more than twice
+-- its own work; the rest move with the next claims), then takes the n lowest ids.
 
 -- True when request id a is greater than b (32 lowercase hex digits each), compared
 -- byte by byte: `<` on Lua strings follows the server's collation locale.
@@ -53,6 +56,17 @@ if rec[3] and not greater(ARGV[4], rec[3]) then
   return out
 end
 redis.call('HSET', KEYS[1], 'c', ARGV[4])
+local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', s(now), 'LIMIT', 0, ARGV[2])
+if #due > 0 then
+  local scored = {}
+  for i, id in ipairs(due) do
+    scored[2 * i - 1] = id
+    scored[2 * i] = id
+  end
+  redis.call('ZREM', KEYS[5], unpack(due))
+  redis.call('ZREM', KEYS[6], unpack(due))
+  redis.call('ZADD', KEYS[2], unpack(scored))
+end
 local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1)
 for _, id in ipairs(ids) do
   local item_key = ARGV[3] .. id

@@ -1,7 +1,9 @@
--- enqueue: KEYS[1] item id counter, KEYS[2] pending zset, KEYS[3] enqueue keys hash
+-- enqueue: KEYS[1] item id counter, KEYS[2] pending zset, KEYS[3] enqueue keys hash,
+-- KEYS[4] held zset (by due µs), KEYS[5] held zset (by id)
 -- ARGV[1] item key prefix ("liveness:{ns}:i:"), ARGV[2] payload, ARGV[3] max attempts,
--- ARGV[4] idempotency key ('' for none)
--- The item key is derived from the new id in-script (same hash tag, same slot).
+-- ARGV[4] idempotency key ('' for none), ARGV[5] delay µs ('0' for none)
+-- The item key is derived from the new id in-script (same hash tag, same slot). With
+-- a delay the item is held back until the server's now + the delay (`hold`).
 -- Returns the new id, or the id an earlier enqueue with the same key returned.
 if ARGV[4] ~= '' then
   local earlier = redis.call('HGET', KEYS[3], ARGV[4])
@@ -11,7 +13,11 @@ if ARGV[4] ~= '' then
 end
 local id = s(redis.call('INCR', KEYS[1]))
 redis.call('HSET', ARGV[1] .. id, 'p', ARGV[2], 'a', '0', 'm', ARGV[3], 's', 'p')
-redis.call('ZADD', KEYS[2], id, id)
+if ARGV[5] ~= '0' then
+  hold({at = KEYS[4], ids = KEYS[5], due = now_us() + tonumber(ARGV[5])}, id)
+else
+  redis.call('ZADD', KEYS[2], id, id)
+end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[4], id)
 end

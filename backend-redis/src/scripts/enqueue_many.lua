@@ -1,17 +1,31 @@
--- enqueue_many: KEYS[1] item id counter, KEYS[2] pending zset
--- ARGV[1] item key prefix ("liveness:{ns}:i:"), ARGV[2] max attempts, ARGV[3..] the
--- payloads (at most max_batch of them: the core checks the batch).
+-- enqueue_many: KEYS[1] item id counter, KEYS[2] pending zset, KEYS[3] held zset (by
+-- due µs), KEYS[4] held zset (by id)
+-- ARGV[1] item key prefix ("liveness:{ns}:i:"), ARGV[2] max attempts, ARGV[3] delay µs
+-- ('0' for none), ARGV[4..] the payloads (at most max_batch of them: the core checks
+-- the batch).
 -- Adds one pending item per payload, as enqueue.lua does, in one step: the ids are
--- consecutive, in payload order. Item keys are derived in-script (same hash tag, same
--- slot). Returns the first id.
-local n = #ARGV - 2
+-- consecutive, in payload order; with a delay all are held back until the server's
+-- now + the delay. Item keys are derived in-script (same hash tag, same slot). Returns
+-- the first id.
+local n = #ARGV - 3
 local first = redis.call('INCRBY', KEYS[1], n) - n + 1
-local scored = {}
+local by_id, by_due = {}, {}
+local due = '0'
+if ARGV[3] ~= '0' then
+  due = s(now_us() + tonumber(ARGV[3]))
+end
 for i = 1, n do
   local id = s(first + i - 1)
-  redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 2], 'a', '0', 'm', ARGV[2], 's', 'p')
-  scored[2 * i - 1] = id
-  scored[2 * i] = id
+  redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 3], 'a', '0', 'm', ARGV[2], 's', 'p')
+  by_id[2 * i - 1] = id
+  by_id[2 * i] = id
+  by_due[2 * i - 1] = due
+  by_due[2 * i] = id
 end
-redis.call('ZADD', KEYS[2], unpack(scored))
+if due == '0' then
+  redis.call('ZADD', KEYS[2], unpack(by_id))
+else
+  redis.call('ZADD', KEYS[3], unpack(by_due))
+  redis.call('ZADD', KEYS[4], unpack(by_id))
+end
 return first

@@ -1,6 +1,9 @@
 -- finish: KEYS[1] item, KEYS[2] owned zset of the token, KEYS[3] owned counter,
---         KEYS[4] pending zset, KEYS[5] dead-letter zset
--- ARGV[1] id, ARGV[2] token, ARGV[3] outcome ('c' completed, 'r' retry, 'd' dead letter)
+--         KEYS[4] pending zset, KEYS[5] dead-letter zset, KEYS[6] held zset (by due
+--         µs), KEYS[7] held zset (by id)
+-- ARGV[1] id, ARGV[2] token, ARGV[3] outcome ('c' completed, 'r' retry, 'd' dead
+-- letter), ARGV[4] a retry's wait in µs ('0': due at once; else held back until the
+-- server's now + the wait, see `hold`)
 -- Returns 0 (fenced: the token does not own the item; nothing changes), 1 (back to
 -- pending), 2 (dead-lettered) or 3 (completed: the item is deleted).
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[2] then
@@ -12,4 +15,8 @@ if ARGV[3] == 'c' then
   redis.call('DEL', KEYS[1])
   return 3
 end
-return hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5])
+local later
+if ARGV[4] ~= '0' then
+  later = {at = KEYS[6], ids = KEYS[7], due = now_us() + tonumber(ARGV[4])}
+end
+return hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5], later)

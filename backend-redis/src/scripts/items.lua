@@ -1,10 +1,12 @@
 -- items: KEYS[1] the state's zset of ids (pending or dead-letter), or the item id
--- counter for owned items; ARGV[1] state ('p', 'o' or 'd'), ARGV[2] after (exclusive
--- id), ARGV[3] limit, ARGV[4] item key prefix
+-- counter for owned items; for pending, KEYS[2] the held zset (by id); ARGV[1] state
+-- ('p', 'o' or 'd'), ARGV[2] after (exclusive id), ARGV[3] limit, ARGV[4] item key
+-- prefix
 -- Returns {id, payload, attempts, max, state, ...}, lowest id first; state 'p', 'd' or
 -- the owner token. Pending and dead-lettered pages are ZRANGEBYSCORE ranges (O(log n +
--- page)); owned items have no index of their own, so their page walks the ids above
--- `after` (O(ids walked)).
+-- page)); the pending page merges the due and the held-back items' ranges. Owned
+-- items have no index of their own, so their page walks the ids above `after` (O(ids
+-- walked)).
 local out = {}
 local limit = tonumber(ARGV[3])
 local function add(id, rec)
@@ -14,8 +16,26 @@ local function add(id, rec)
   out[#out + 1] = rec[3]
   out[#out + 1] = rec[4]
 end
+local function range(key)
+  return redis.call('ZRANGEBYSCORE', key, '(' .. ARGV[2], '+inf', 'LIMIT', 0, limit)
+end
 if ARGV[1] ~= 'o' then
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'LIMIT', 0, limit)
+  local ids = range(KEYS[1])
+  if ARGV[1] == 'p' then
+    -- The two ranges are disjoint and each sorted: merged, the first `limit`.
+    local due, held, merged = ids, range(KEYS[2]), {}
+    local i, j = 1, 1
+    while #merged < limit and (due[i] or held[j]) do
+      if not held[j] or (due[i] and tonumber(due[i]) < tonumber(held[j])) then
+        merged[#merged + 1] = due[i]
+        i = i + 1
+      else
+        merged[#merged + 1] = held[j]
+        j = j + 1
+      end
+    end
+    ids = merged
+  end
   for _, id in ipairs(ids) do
     add(id, redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's'))
   end

@@ -1,8 +1,9 @@
 -- Shared by every script but renew_many (prepended at compile time after prelude.lua,
 -- whose functions it uses): handing out tokens, the index re-scoring of the checker's
--- reads, taking a key, declaring leases dead, deaths, sweeping. renew_many.lua
--- runs without it: each call of a script makes every `local function` of its prefix
--- anew, and a renewal calls none of these.
+-- reads, taking a key, declaring leases dead, deaths, handing items back (at once, or
+-- held back until due), sweeping. renew_many.lua runs without it: each call of a
+-- script makes every `local function` of its prefix anew, and a renewal calls none of
+-- these.
 
 -- Fencing tokens never go back, not even across a failover to a replica that lacked
 -- the last writes (asynchronous replication, no `wait=N`) or a restart: epoch `ep`
@@ -97,13 +98,26 @@ local function declare_dead(lease_key, expiry_key, dead_key, name, token, key_te
   record_death(prefix, key_text, holder, token, now, cause, retention)
 end
 
--- Moves an owned item back to pending, or to the dead-letter set when it is out of
--- attempts or retry is false. Returns 1 (pending) or 2 (dead-lettered).
-local function hand_back(item_key, id, retry, pending_key, dl_key)
+-- Holds pending item `id` back until `later.due` (µs of the server clock): in the
+-- held zset `later.at` by due time and in `later.ids` by id (the pending page's
+-- order). A claim moves it to the pending zset once due.
+local function hold(later, id)
+  redis.call('ZADD', later.at, s(later.due), id)
+  redis.call('ZADD', later.ids, id, id)
+end
+
+-- Moves an owned item back to pending (held back with `later`, see `hold`; due at
+-- once when nil), or to the dead-letter set when it is out of attempts or retry is
+-- false. Returns 1 (pending) or 2 (dead-lettered).
+local function hand_back(item_key, id, retry, pending_key, dl_key, later)
   local rec = redis.call('HMGET', item_key, 'a', 'm')
   if retry and tonumber(rec[1]) < tonumber(rec[2]) then
     redis.call('HSET', item_key, 's', 'p')
-    redis.call('ZADD', pending_key, id, id)
+    if later then
+      hold(later, id)
+    else
+      redis.call('ZADD', pending_key, id, id)
+    end
     return 1
   end
   redis.call('HSET', item_key, 's', 'd')
