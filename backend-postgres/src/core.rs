@@ -71,10 +71,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "sessions",
         include_str!("../migrations/0008_sessions.sql"),
     ),
+    (9, "due_at", include_str!("../migrations/0009_due_at.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -218,6 +219,14 @@ pub(crate) fn id_param(id: ItemId) -> Option<i64> {
 pub(crate) fn ttl_ms(ttl: Ttl) -> i64 {
     // Ttl is at most one day: always fits.
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A delay (an enqueue's, a retry's `after`; already checked against
+/// [`liveness_core::MAX_DELAY`]) as a bigint parameter in microseconds, rounded up so
+/// that an item is never due earlier than asked; `None` (SQL NULL: due at once) for
+/// zero. The statements add it to the server's `clock_timestamp()`.
+pub(crate) fn delay_param(delay: Duration) -> Option<i64> {
+    (!delay.is_zero()).then(|| i64::try_from(delay.as_nanos().div_ceil(1000)).unwrap_or(i64::MAX))
 }
 
 /// A limit (already checked) as a bigint parameter.
@@ -399,7 +408,8 @@ impl PostgresStore {
                     BACKEND,
                     Capabilities::default()
                         .death_retention(config.death_retention().max(1))
-                        .sessions(true),
+                        .sessions(true)
+                        .delays(true),
                     Issuer::located(BACKEND, &location, config.namespace().clone()),
                 ),
             }),

@@ -141,9 +141,9 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 /// sweep only ever makes `more` answer true for a member it already took, and the
 /// next call finds out.
 ///
-/// Every other token in the dead set leaves it, its owned items go back to pending
-/// (or to the dead-letter set when out of attempts), and its death record (a
-/// member's: its session's) adds what moved. Concurrent sweeps of one token
+/// Every other token in the dead set leaves it, its owned items go back to pending,
+/// due at once (or to the dead-letter set when out of attempts), and its death record
+/// (a member's: its session's) adds what moved. Concurrent sweeps of one token
 /// serialize on its dead-set row: one moves, the other finds nothing. Each death
 /// record is updated once (`per` sums what the statement did to it), after the
 /// records were locked in seq order (`ordered`): sweeps of members of the same
@@ -205,7 +205,8 @@ d AS (
 ),
 moved AS (
     UPDATE items i
-    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL
+    SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL,
+        due_at = NULL
     FROM d
     WHERE i.state = 1 AND i.owner = d.token
     RETURNING d.token, i.id, i.state

@@ -4,13 +4,15 @@
 //! before the call ([`liveness_core::CheckInput`]); they refuse only what the core
 //! cannot judge (an item id that names no item).
 
+use std::time::Duration;
+
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
     ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, RequestId, Result, Sweep,
 };
 
 use crate::core::{
-    count_of, db_token, expiry_of, get, id_of, id_param, item_of, limit_param, on_key,
+    count_of, db_token, delay_param, expiry_of, get, id_of, id_param, item_of, limit_param, on_key,
     on_owned_item, state_of, token_of, PostgresStore,
 };
 use crate::error::corrupt;
@@ -20,21 +22,27 @@ use crate::BACKEND;
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
 const ENQUEUE_RETRIES: usize = 8;
 
-/// `enqueue`: $1 payload, $2 max_attempts.
+/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once).
+/// A delayed item is due at the server's `clock_timestamp()` + the delay (migration 9).
 const ENQUEUE: &str = r#"
-INSERT INTO items (payload, max_attempts) VALUES ($1, $2) RETURNING id
-"#;
-
-/// `enqueue_many`: $1 the payloads, $2 max_attempts. One statement: the ids are drawn
-/// in payload order (`ORDER BY` the position), so sorted they answer the payloads in
-/// order.
-const ENQUEUE_MANY: &str = r#"
-INSERT INTO items (payload, max_attempts)
-SELECT p, $2 FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
+INSERT INTO items (payload, max_attempts, due_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 RETURNING id
 "#;
 
-/// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key.
+/// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
+/// once; otherwise every item is due at the same instant, the server clock read once).
+/// One statement: the ids are drawn in payload order (`ORDER BY` the position), so
+/// sorted they answer the payloads in order.
+const ENQUEUE_MANY: &str = r#"
+INSERT INTO items (payload, max_attempts, due_at)
+SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
+FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
+RETURNING id
+"#;
+
+/// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key, $4 the
+/// delay in µs (NULL: due at once), as `ENQUEUE`.
 ///
 /// Records the key with a freshly drawn item id and inserts the item under that id;
 /// when the key is already recorded (committed before this statement), answers its
@@ -48,8 +56,8 @@ WITH k AS (
     RETURNING id
 ),
 new AS (
-    INSERT INTO items (id, payload, max_attempts) OVERRIDING SYSTEM VALUE
-    SELECT id, $1, $2 FROM k
+    INSERT INTO items (id, payload, max_attempts, due_at) OVERRIDING SYSTEM VALUE
+    SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM k
     RETURNING id
 )
 SELECT id FROM new
@@ -59,21 +67,26 @@ SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 
 /// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
 ///
-/// Checks the lease (current and live by the server clock) and takes up to n
-/// pending items, lowest id first, skipping rows other claimers have locked, in one
-/// statement, recording the request id on each. A repeat of the request (items the
-/// token owns carry its id) answers those items and takes nothing new. Otherwise the
-/// claim is admitted only when its id is above the token's high-water mark
+/// Checks the lease (current and live by the server clock) and takes up to n pending
+/// items that are due, skipping rows other claimers have locked, in one statement,
+/// recording the request id on each and clearing its due time. The items come first
+/// from the held-back ones that came due (`due_at` at or before the statement's
+/// instant, on `items_held`, earliest due first, so a backoff that ended does not wait
+/// behind a backlog), then from those due at once (`items_ready`), lowest id first
+/// (migration 9); the outer `LIMIT` stops the second branch as soon as the first filled
+/// the claim, and each branch locks only the rows it hands up. An item not yet due is
+/// in neither range: a claim never reads it. A repeat of the request (items the token
+/// owns carry its id) answers those items and takes nothing new. Otherwise the claim is
+/// admitted only when its id is above the token's high-water mark
 /// (`leases.last_claim`), which `admit` raises to it on the lease row (a row lock:
-/// concurrent claims of one token serialize there, and the later one re-checks the
-/// mark the earlier one wrote); a late or repeated copy, or an older id, takes
-/// nothing. The lease row is held `FOR KEY SHARE` until commit, so a concurrent
-/// reap (a DELETE) waits for the claim and then requeues what it took (and the sweep
-/// of a dead session skips a member a claim holds, until it committed). A riding
-/// member is live while its session is ([`expiry_of`]), judged in this same
-/// statement. One row per claimed item, or one row with NULL item columns;
-/// `cur_token` NULL when the key has no lease.
-const CLAIM: &str = concat!(
+/// concurrent claims of one token serialize there, and the later one re-checks the mark
+/// the earlier one wrote); a late or repeated copy, or an older id, takes nothing. The
+/// lease row is held `FOR KEY SHARE` until commit, so a concurrent reap (a DELETE)
+/// waits for the claim and then requeues what it took (and the sweep of a dead session
+/// skips a member a claim holds, until it committed). A riding member is live while its
+/// session is ([`expiry_of`]), judged in this same statement. One row per claimed item,
+/// or one row with NULL item columns; `cur_token` NULL when the key has no lease.
+pub(crate) const CLAIM: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 cur AS MATERIALIZED (
@@ -100,14 +113,29 @@ admit AS (
     RETURNING l.token
 ),
 pick AS (
-    SELECT id FROM items
-    WHERE state = 0 AND EXISTS (SELECT 1 FROM admit)
-    ORDER BY id
+    SELECT id FROM (
+        SELECT id FROM (
+            SELECT id FROM items
+            WHERE state = 0 AND due_at IS NOT NULL AND due_at <= (SELECT t FROM clk)
+              AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY due_at, id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) came_due
+        UNION ALL
+        SELECT id FROM (
+            SELECT id FROM items
+            WHERE state = 0 AND due_at IS NULL AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) ready
+    ) due
     LIMIT $4
-    FOR UPDATE SKIP LOCKED
 ),
 got AS (
-    UPDATE items i SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5
+    UPDATE items i
+    SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL
     FROM pick WHERE i.id = pick.id
     RETURNING i.id, i.payload, i.attempts, i.max_attempts
 ),
@@ -132,12 +160,30 @@ DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
 /// `finish` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1 id, $2
-/// token, $3 retry. Back to pending (0) or dead-lettered (2) iff that token owns it.
+/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once). Back to pending (0)
+/// or dead-lettered (2) iff that token owns it; back to pending with a wait, due at
+/// the server's `clock_timestamp()` + the wait (migration 9).
 const FAIL: &str = r#"
 UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
-                 owner = NULL
+                 owner = NULL,
+                 due_at = CASE WHEN $3 AND attempts < max_attempts
+                               THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
+                          END
 WHERE id = $1 AND state = 1 AND owner = $2
 RETURNING state
+"#;
+
+/// `next_due`: µs from the server's now (read once) until the earliest due time of a
+/// held-back item that is not due yet; no row when there is none. The first entry of
+/// `items_held` after now (migration 9): the bound is an index condition, so the items
+/// that came due already and wait for a claim are not read.
+pub(crate) const NEXT_DUE: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT ceil(extract(epoch FROM (due_at - (SELECT t FROM clk))) * 1000000)::bigint
+FROM items
+WHERE state = 0 AND due_at IS NOT NULL AND due_at > (SELECT t FROM clk)
+ORDER BY due_at
+LIMIT 1
 "#;
 
 /// `item`: $1 id.
@@ -152,7 +198,8 @@ impl ItemStore for PostgresStore {
             None => {
                 let q = sqlx::query(ENQUEUE)
                     .bind(payload)
-                    .bind(i64::from(options.max_attempts));
+                    .bind(i64::from(options.max_attempts))
+                    .bind(delay_param(options.delay));
                 self.db().fetch_one(q).await?
             }
             Some(key) => {
@@ -162,7 +209,8 @@ impl ItemStore for PostgresStore {
                     let q = sqlx::query(ENQUEUE_KEYED)
                         .bind(payload)
                         .bind(i64::from(options.max_attempts))
-                        .bind(&key);
+                        .bind(&key)
+                        .bind(delay_param(options.delay));
                     found = self.db().fetch_optional(q).await?;
                     if found.is_some() {
                         break;
@@ -183,7 +231,8 @@ impl ItemStore for PostgresStore {
     ) -> Result<Vec<ItemId>> {
         let q = sqlx::query(ENQUEUE_MANY)
             .bind(payloads)
-            .bind(i64::from(options.max_attempts));
+            .bind(i64::from(options.max_attempts))
+            .bind(delay_param(options.delay));
         let rows = self.db().fetch_all(q).await?;
         let mut ids = rows
             .iter()
@@ -236,7 +285,8 @@ impl ItemStore for PostgresStore {
         let fenced = || lease.fenced(id);
         let q = match outcome.retry() {
             None => on_owned_item(COMPLETE, lease, id),
-            Some(retry) => on_owned_item(FAIL, lease, id).map(|q| q.bind(retry)),
+            Some(retry) => on_owned_item(FAIL, lease, id)
+                .map(|q| q.bind(retry).bind(delay_param(outcome.delay()))),
         }
         .ok_or_else(fenced)?;
         let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
@@ -266,6 +316,19 @@ impl ItemStore for PostgresStore {
         Ok(Some(ItemRecord::new(
             item_of(&row)?,
             state_of(get(&row, 4)?, get(&row, 5)?)?,
+        )))
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>> {
+        let q = sqlx::query(NEXT_DUE);
+        let Some(row) = self.db().fetch_optional(q).await? else {
+            return Ok(None);
+        };
+        let left_us: i64 = get(&row, 0)?;
+        // Clamped at zero: the row is due after the statement's instant, so only a
+        // server clock stepped back could make it negative.
+        Ok(Some(Duration::from_micros(
+            u64::try_from(left_us).unwrap_or(0),
         )))
     }
 }

@@ -43,31 +43,49 @@ SELECT count(*) FILTER (WHERE state = 0),
 FROM items
 "#;
 
-/// `items`: $1 state, $2 after (exclusive id), $3 limit. Lowest id first, on the
-/// state's partial index.
+/// `items` of the owned (1) or dead-lettered (2) ones: $1 state, $2 after (exclusive
+/// id), $3 limit. Lowest id first, on the state's partial index.
 const ITEMS: &str = r#"
 SELECT id, payload, attempts, max_attempts, state, owner FROM items
 WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
 "#;
 
-/// `retry_dead_letter`: $1 id. Back to pending with no attempts iff dead-lettered;
-/// answers the item's state before (no row: no such item).
+/// `items` of the pending ones, due or held back alike: $1 after (exclusive id), $2
+/// limit. Lowest id first: a page of each of the two partial indexes in id order
+/// (`items_ready`, `items_held_id`, migration 9), merged.
+pub(crate) const PENDING_ITEMS: &str = r#"
+SELECT id, payload, attempts, max_attempts, state, owner FROM (
+    SELECT * FROM (
+        SELECT id, payload, attempts, max_attempts, state, owner FROM items
+        WHERE state = 0 AND due_at IS NULL AND id > $1 ORDER BY id LIMIT $2
+    ) ready
+    UNION ALL
+    SELECT * FROM (
+        SELECT id, payload, attempts, max_attempts, state, owner FROM items
+        WHERE state = 0 AND due_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2
+    ) held
+) pending
+ORDER BY id LIMIT $2
+"#;
+
+/// `retry_dead_letter`: $1 id. Back to pending with no attempts, due at once,
+/// iff dead-lettered; answers the item's state before (no row: no such item).
 const RETRY_DEAD_LETTER: &str = r#"
 WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
 moved AS (
-    UPDATE items i SET state = 0, attempts = 0
+    UPDATE items i SET state = 0, attempts = 0, due_at = NULL
     FROM cur WHERE i.id = cur.id AND cur.state = 2
 )
 SELECT state FROM cur
 "#;
 
 /// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
-/// back to pending with no attempts; answers their ids.
+/// back to pending with no attempts, due at once; answers their ids.
 const RETRY_DEAD_LETTERS: &str = r#"
 WITH pick AS (
     SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
 )
-UPDATE items i SET state = 0, attempts = 0 FROM pick WHERE i.id = pick.id
+UPDATE items i SET state = 0, attempts = 0, due_at = NULL FROM pick WHERE i.id = pick.id
 RETURNING i.id
 "#;
 
@@ -130,10 +148,12 @@ impl OperatorStore for PostgresStore {
             ItemStateKind::DeadLettered => 2,
         };
         let after = after.map_or(0, |id| i64::try_from(id.0).unwrap_or(i64::MAX));
-        let q = sqlx::query(ITEMS)
-            .bind(code)
-            .bind(after)
-            .bind(limit_param(limit));
+        let q = match code {
+            0 => sqlx::query(PENDING_ITEMS),
+            _ => sqlx::query(ITEMS).bind(code),
+        }
+        .bind(after)
+        .bind(limit_param(limit));
         self.list(q, |row| {
             Ok(ItemRecord::new(
                 item_of(row)?,

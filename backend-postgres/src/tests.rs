@@ -444,3 +444,129 @@ async fn leases_reads_a_page_of_the_name_index() {
     let names: Vec<String> = page.iter().map(|i| i.key.name().to_string()).collect();
     assert_eq!(names, vec!["m1", "m10", "m100"], "byte order");
 }
+
+/// The plan of `statement` (its `EXPLAIN`) with `bind` applied, as one text.
+async fn plan_of(
+    store: &PostgresStore,
+    statement: &str,
+    bind: impl FnOnce(
+        sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> String {
+    let explain = format!("EXPLAIN {statement}");
+    bind(sqlx::query(AssertSqlSafe(explain)))
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Items held back are kept out of the claim's path: with 5,000 items not due for an
+/// hour, both below and above the ids of the items due at once, a claim reads the
+/// items it takes and not the held-back ones (counted by the server in the
+/// transaction), on `items_ready` and on the due prefix of `items_held` (the server's
+/// now an index condition), and `next_due` reads the first entry of `items_held`
+/// after now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_no_item_that_is_not_due() {
+    use liveness_core::EnqueueOptions;
+    let Some(store) = store().await else { return };
+    let hour = EnqueueOptions::default().delay(Duration::from_secs(3600));
+    let batch: Vec<Vec<u8>> = (0..1000).map(|i| format!("h{i}").into_bytes()).collect();
+    for _ in 0..3 {
+        store.enqueue_many(&batch, hour).await.unwrap();
+    }
+    let now: Vec<Vec<u8>> = (0..10).map(|i| format!("n{i}").into_bytes()).collect();
+    let ready = store
+        .enqueue_many(&now, EnqueueOptions::default())
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        store.enqueue_many(&batch, hour).await.unwrap();
+    }
+    let left = store.next_due().await.unwrap().expect("held back");
+    assert!(left > Duration::from_secs(3590) && left <= Duration::from_secs(3600));
+
+    let long = Ttl::from_secs(60).unwrap();
+    let lease = store
+        .acquire(&Key::member("w").unwrap(), &holder("w"), long)
+        .await
+        .unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    let q = crate::core::on_key(crate::items::CLAIM, &lease.key)
+        .bind(crate::core::db_token(lease.token))
+        .bind(5i64)
+        .bind(liveness_core::RequestId(1).to_hex());
+    let rows = q.fetch_all(&mut *tx).await.unwrap();
+    let touched: i64 = sqlx::query_scalar(
+        "SELECT pg_stat_get_xact_tuples_fetched('items'::regclass) \
+              + pg_stat_get_xact_tuples_returned('items'::regclass)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let got: Vec<i64> = rows.iter().map(|r| r.get::<i64, _>(2)).collect();
+    let want: Vec<i64> = ready[..5].iter().map(|id| id.0 as i64).collect();
+    assert_eq!(got, want, "the items due at once, lowest id first");
+    assert!(
+        touched <= 50,
+        "a claim of 5 read {touched} rows of items: it must not walk the held-back ones"
+    );
+
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::query("ANALYZE items")
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        let claim = plan_of(&store, crate::items::CLAIM, |q| {
+            q.bind("members")
+                .bind("w")
+                .bind(1i64)
+                .bind(5i64)
+                .bind(liveness_core::RequestId(2).to_hex())
+        })
+        .await;
+        let bound = |plan: &str, op: &str| {
+            plan.lines()
+                .any(|l| l.contains("Index Cond") && l.contains(&format!("due_at {op}")))
+        };
+        assert!(claim.contains("items_ready"), "{claim}");
+        assert!(
+            claim.contains("items_held") && bound(&claim, "<="),
+            "the claim reads the due prefix of items_held, the now bound an index \
+             condition:\n{claim}"
+        );
+        let next = plan_of(&store, crate::items::NEXT_DUE, |q| q).await;
+        assert!(
+            next.contains("items_held") && bound(&next, ">"),
+            "the now bound must be an index condition of items_held:\n{next}"
+        );
+        let pending = plan_of(&store, crate::operator::PENDING_ITEMS, |q| {
+            q.bind(2995i64).bind(10i64)
+        })
+        .await;
+        assert!(
+            pending.contains("items_ready") && pending.contains("items_held_id"),
+            "a page of pending items reads a page of each index in id order:\n{pending}"
+        );
+    }
+    // The operator's page of pending items merges the two in id order.
+    let page = store
+        .items(
+            liveness_core::ItemStateKind::Pending,
+            Page::first(10).next(ItemId(2995)),
+        )
+        .await
+        .unwrap();
+    let listed: Vec<u64> = page.iter().map(|r| r.item.id.0).collect();
+    let mut want: Vec<u64> = (2996..=3000).collect();
+    want.extend(ready[5..].iter().map(|id| id.0));
+    assert_eq!(listed, want);
+    assert!(page.iter().all(|r| r.state == ItemState::Pending));
+}
