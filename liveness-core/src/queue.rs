@@ -1,6 +1,7 @@
 //! The producer's handle: adds work for [`Worker`](crate::Worker)s, and nothing else.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::item::{EnqueueOptions, ItemId};
@@ -11,6 +12,7 @@ use crate::store::Store;
 ///
 /// ```
 /// use std::sync::Arc;
+/// use std::time::Duration;
 /// use liveness_core::{EnqueueOptions, MemoryStore, Queue, RequestId};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -22,6 +24,8 @@ use crate::store::Store;
 /// let once = queue.enqueue_with(b"bill order 7", keyed).await?;
 /// assert_eq!(queue.enqueue_with(b"bill order 7", keyed).await?, once);
 /// assert!(once > first);
+/// // A scheduled job: claimable an hour from now by the store's clock.
+/// queue.enqueue_in(b"send the daily digest", Duration::from_secs(3600)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -40,8 +44,18 @@ impl Queue {
         self.enqueue_with(payload, EnqueueOptions::default()).await
     }
 
+    /// Adds a pending item carrying `payload` that no worker claims before `delay` has
+    /// passed by the store's own clock (a scheduled job; no host's clock is read).
+    /// Needs a store with [`Capabilities::delays`](crate::Capabilities::delays):
+    /// `InvalidInput` ([`InputProblem::Unsupported`](crate::InputProblem::Unsupported))
+    /// on one without, and nothing is added.
+    pub async fn enqueue_in(&self, payload: &[u8], delay: Duration) -> Result<ItemId> {
+        self.enqueue_with(payload, EnqueueOptions::default().delay(delay))
+            .await
+    }
+
     /// Adds a pending item carrying `payload` with `options` (attempts, idempotency
-    /// key): [`ItemStore::enqueue`](crate::ItemStore::enqueue).
+    /// key, delay): [`ItemStore::enqueue`](crate::ItemStore::enqueue).
     pub async fn enqueue_with(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         self.store.enqueue(payload, options).await
     }
