@@ -64,6 +64,10 @@ impl OperatorStore for FdbStore {
     async fn retry_dead_letters(&self, limit: usize) -> liveness_core::Result<Vec<ItemId>> {
         Ok(transact!(self.db, |tx, _at| self.revive_many_once(tx, limit))?.0)
     }
+
+    async fn cancel(&self, id: ItemId) -> liveness_core::Result<Option<ItemState>> {
+        Ok(transact!(self.db, |tx, _at| self.cancel_once(tx, id))?.0)
+    }
 }
 
 // The transaction bodies of the operator's views: one attempt each.
@@ -203,6 +207,28 @@ impl FdbStore {
         meta.attempts = 0;
         self.move_item(tx, id.0, &mut meta, ItemState::Pending, &[]);
         Ok(())
+    }
+
+    /// `cancel`: removes a pending or dead-lettered item; an owned one is left to its
+    /// owner. After an unknown commit result a repeat finds the item gone and
+    /// answers `None`, as a repeated call would.
+    pub(crate) async fn cancel_once(
+        &self,
+        tx: &mut dyn Transaction,
+        id: ItemId,
+    ) -> Result<Option<ItemState>, Fail> {
+        let Some(meta) = self.read_meta(tx, id.0, false).await? else {
+            return Ok(None);
+        };
+        match meta.state {
+            ItemState::Owned(_) => return Ok(Some(meta.state)),
+            ItemState::Pending => tx.clear(&self.layout.pending(id.0)),
+            ItemState::DeadLettered => tx.clear(&self.layout.dead_letter(id.0)),
+        }
+        tx.clear(&self.layout.item(id.0));
+        tx.clear(&self.layout.payload(id.0));
+        tx.add(&self.layout.count(Count::of(meta.state)), -1);
+        Ok(Some(meta.state))
     }
 
     /// `retry_dead_letters`: the lowest dead-lettered items back to pending.

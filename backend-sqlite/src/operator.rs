@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use liveness_core::wake::tick;
 use liveness_core::{
-    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
-    Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
 };
 use sqlx::Row;
 
@@ -41,6 +41,10 @@ const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner FR
 /// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
 const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
     WHERE ns = ?1 AND id = ?2 AND state = 2";
+
+/// Removes item ?2 unless a token owns it (?1 ns): answers the state it had.
+const CANCEL: &str =
+    "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state <> 1 RETURNING state";
 
 /// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
 /// attempts (?1 ns).
@@ -139,6 +143,35 @@ impl OperatorStore for SqliteStore {
                 InputProblem::NoSuchItem
             },
         ))
+    }
+
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        let mut w = self.write().await?;
+        let removed: Option<i64> = self
+            .query(CANCEL)
+            .bind(as_db(id.0))
+            .fetch_optional(w.conn())
+            .await
+            .and_then(|row| row.map(|r| r.try_get(0)).transpose())
+            .map_err(map)?;
+        if let Some(state) = removed {
+            w.commit().await?;
+            return Ok(Some(match state {
+                STATE_PENDING => ItemState::Pending,
+                _ => ItemState::DeadLettered,
+            }));
+        }
+        // Owned (left to its owner), or no such item.
+        let found = self
+            .query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(w.conn())
+            .await
+            .map_err(map)?;
+        w.rollback().await?;
+        found
+            .map(|row| Self::item_from_row(&row).map(|(_, state)| state))
+            .transpose()
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {

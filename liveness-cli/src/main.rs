@@ -6,6 +6,7 @@
 //! other failure.
 
 mod bench;
+mod cancel;
 mod check;
 mod dashboard;
 mod deaths;
@@ -96,6 +97,12 @@ enum Command {
         /// Retry every dead-lettered item.
         #[arg(long, conflicts_with = "id")]
         all_dead_letters: bool,
+    },
+    /// Removes a pending or scheduled item (cancel) or a dead-lettered one (discard);
+    /// one a worker owns is left to it.
+    Cancel {
+        /// The item's id.
+        id: u64,
     },
     /// Runs a checker until SIGTERM or SIGINT: declares expired members dead, requeues
     /// their items, and logs every death.
@@ -350,7 +357,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if cli.json && matches!(cli.command, Command::Check { .. }) {
         return Err(Failure::Input(
             "invalid --json: `check` logs lines of text to stderr; --json applies to \
-             members, deaths, items, retry, watch and bench"
+             members, deaths, items, retry, cancel, watch and bench"
                 .into(),
         ));
     }
@@ -416,6 +423,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             id,
             all_dead_letters,
         } => within(t, retry::run(&ctx, id, all_dead_letters)).await,
+        Command::Cancel { id } => within(t, cancel::run(&ctx, id)).await,
         Command::Check {
             space, check_every, ..
         } => check::run(&ctx, &space, check_every, health).await,

@@ -275,6 +275,13 @@ fn dead_letters_are_listed_and_retried(url: &str) {
             .all(|r| r["attempts"] == 0),
         "{pending}"
     );
+
+    // A pending item is cancelled; then it is gone, and a second cancel finds nothing.
+    let gone = liveness_json(url, &["cancel", &first]);
+    assert_eq!(gone["outcome"], "cancelled", "{gone}");
+    assert_eq!(liveness_json(url, &["cancel", &first])["outcome"], "none");
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(counts["pending"], 2, "{counts}");
 }
 
 fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {

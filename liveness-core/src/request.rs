@@ -490,6 +490,7 @@ store_ops! {
         Items = items(state: ItemStateKind => ItemStateKind, page: Page<ItemId> => Page<ItemId>)
             -> Vec<ItemRecord>;
         RetryDeadLetter = retry_dead_letter(id: ItemId => ItemId) -> ();
+        Cancel = cancel(id: ItemId => ItemId) -> Option<ItemState>;
         RetryDeadLetters = retry_dead_letters(limit: usize => usize) -> Vec<ItemId>;
     }
 }

@@ -142,7 +142,8 @@ macro_rules! __scenarios {
             a_dead_worker_s_jobs_run_again_on_a_live_worker,
             the_pending_signal_ticks_when_an_item_becomes_pending,
             a_delayed_item_is_claimed_only_once_due,
-            a_retry_waits_its_backoff_before_the_next_claim
+            a_retry_waits_its_backoff_before_the_next_claim,
+            cancel_removes_what_nobody_runs
             ]
         );
     };

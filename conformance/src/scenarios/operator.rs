@@ -471,3 +471,48 @@ pub async fn items_page_by_state(ctx: Ctx) {
         .iter()
         .all(|r| r.state == ItemState::Owned(lease.token)));
 }
+
+/// `cancel` removes a pending item (due, or held back where the store keeps delays)
+/// and a dead-lettered one, answering the state each had; it leaves an owned item
+/// alone and answers its owner; an id of no item, or a repeat, answers `None`.
+pub async fn cancel_removes_what_nobody_runs(ctx: Ctx) {
+    let s = &ctx.store;
+    let dead_lettered = s.enqueue(b"dead-lettered", opts(1)).await.unwrap();
+    let owned = s.enqueue(b"owned", opts(1)).await.unwrap();
+    let pending = s.enqueue(b"pending", opts(1)).await.unwrap();
+    let lease = ctx.grant(&key("w"), &holder("w"), ctx.long).await;
+    let claimed: Vec<ItemId> = s
+        .claim(&lease, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(claimed, [dead_lettered, owned]);
+    s.fail(&lease, dead_lettered, false).await.unwrap();
+    assert_eq!(s.cancel(pending).await.unwrap(), Some(ItemState::Pending));
+    assert_eq!(
+        s.cancel(dead_lettered).await.unwrap(),
+        Some(ItemState::DeadLettered)
+    );
+    assert_eq!(
+        s.cancel(owned).await.unwrap(),
+        Some(ItemState::Owned(lease.token)),
+        "an owned item is left to its owner"
+    );
+    for id in [pending, dead_lettered] {
+        assert_eq!(s.item(id).await.unwrap(), None, "removed");
+        assert_eq!(s.cancel(id).await.unwrap(), None, "a repeat finds nothing");
+    }
+    assert_eq!(s.cancel(ItemId(u64::MAX / 2)).await.unwrap(), None);
+    assert_counts(s, [0, 1, 0], "only the owned item is left").await;
+    s.complete(&lease, owned).await.unwrap();
+
+    if ctx.caps().delays {
+        let later = EnqueueOptions::default().delay(std::time::Duration::from_secs(3600));
+        let held = s.enqueue(b"later", later).await.unwrap();
+        assert_eq!(s.cancel(held).await.unwrap(), Some(ItemState::Pending));
+        assert_eq!(s.next_due().await.unwrap(), None, "nothing waits any more");
+        assert_counts(s, [0, 0, 0], "the held-back item is gone").await;
+    }
+}

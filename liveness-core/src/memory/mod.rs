@@ -493,6 +493,10 @@ impl OperatorStore for MemoryStore {
         lock(&self.state).revive(id)
     }
 
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        Ok(lock(&self.state).cancel(id))
+    }
+
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         let mut st = lock(&self.state);
         let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();

@@ -214,6 +214,24 @@ impl NsState {
         Ok(())
     }
 
+    /// Removes `id` unless it is owned; answers the state it had (`None`: no such
+    /// item).
+    pub(super) fn cancel(&mut self, id: ItemId) -> Option<ItemState> {
+        let state = self.items.get(&id)?.record.state;
+        match state {
+            ItemState::Owned(_) => return Some(state),
+            ItemState::Pending => {
+                self.pending.remove(&id);
+                self.scheduled.retain(|(_, held)| *held != id);
+            }
+            ItemState::DeadLettered => {
+                self.dead_letters.remove(&id);
+            }
+        }
+        self.items.remove(&id);
+        Some(state)
+    }
+
     pub(super) fn check_current(&self, lease: &Lease, now: Duration) -> Result<&LeaseRec> {
         match self.leases.get(&lease.key) {
             None => Err(lease.lost(LostCause::Released)),

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::item::{ItemCounts, ItemId, ItemRecord, ItemStateKind};
+use crate::item::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
 use crate::lease::{DeathRecord, LeaseInfo};
 use crate::store::items::unsupported;
 use crate::store::Page;
@@ -125,6 +125,24 @@ pub trait OperatorStore: Send + Sync {
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
         let _ = id;
         unsupported("retry_dead_letter")
+    }
+
+    /// Removes item `id` if nobody owns it: a pending job (due or held back) is
+    /// cancelled, a dead-lettered one discarded. The operator's "cancel this one".
+    ///
+    /// # Contract
+    /// - A pending or dead-lettered item is removed in one atomic step (as a
+    ///   completion removes it: [`ItemStore::item`] answers `None` after), and the
+    ///   answer is the state it had.
+    /// - An owned item is left alone (its worker may be running it; it finishes or
+    ///   fails it, or a sweep hands it back) and the answer is `Some(Owned(token))`.
+    /// - No such item (never enqueued, completed, or removed already): `None`.
+    ///
+    /// # Retry
+    /// - A repeat of an applied call answers `None` and changes nothing.
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        let _ = id;
+        unsupported("cancel")
     }
 
     /// Moves up to `limit` dead-lettered items, lowest id first, back to pending with
