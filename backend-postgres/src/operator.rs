@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
-    Key, LeaseInfo, OperatorStore, Page, Result, Space, StoreTime,
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStateKind, Key, LeaseInfo, OperatorStore, Page, Result, Space, StoreTime,
 };
 
 use crate::core::{
@@ -66,6 +66,15 @@ SELECT id, payload, attempts, max_attempts, state, owner FROM (
     ) held
 ) pending
 ORDER BY id LIMIT $2
+"#;
+
+/// `cancel`: removes item $1 unless a token owns it, and answers the state (and
+/// owner) it had; no row: no such item. The lock serialises it with a claim or a
+/// finish of the same item.
+const CANCEL: &str = r#"
+WITH cur AS MATERIALIZED (SELECT id, state, owner FROM items WHERE id = $1 FOR UPDATE),
+gone AS (DELETE FROM items i USING cur WHERE i.id = cur.id AND cur.state <> 1)
+SELECT state, owner FROM cur
 "#;
 
 /// `retry_dead_letter`: $1 id. Back to pending with no attempts, due at once,
@@ -177,6 +186,17 @@ impl OperatorStore for PostgresStore {
             Ok(())
         } else {
             Err(Error::invalid("item", InputProblem::NotDeadLettered))
+        }
+    }
+
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        let Some(db_id) = id_param(id) else {
+            return Ok(None);
+        };
+        let q = sqlx::query(CANCEL).bind(db_id);
+        match self.db().fetch_optional(q).await? {
+            Some(row) => state_of(get(&row, 0)?, get(&row, 1)?).map(Some),
+            None => Ok(None),
         }
     }
 

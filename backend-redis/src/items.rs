@@ -31,7 +31,7 @@ fn delay_us(delay: Duration) -> u64 {
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
-fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
+pub(crate) fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
     match s {
         "p" => Ok(ItemState::Pending),
         "d" => Ok(ItemState::DeadLettered),

@@ -7,19 +7,19 @@
 use std::time::Duration;
 
 use liveness_core::{
-    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemStateKind,
-    Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+    async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
+    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
 };
 use redis::Value;
 
 use crate::core::{array, ids, int, scripts, text, uint, unexpected, RedisStore};
-use crate::items::item_record;
+use crate::items::{item_record, item_state};
 use crate::lease::lease_info;
 
 scripts! {
     STORE_TIME = "store_time", LEASES = "leases", ITEM_COUNTS = "item_counts",
     ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
-    RETRY_DEAD_LETTERS = "retry_dead_letters",
+    RETRY_DEAD_LETTERS = "retry_dead_letters", CANCEL = "cancel",
 }
 
 #[async_trait]
@@ -112,6 +112,20 @@ impl OperatorStore for RedisStore {
             2 => Ok(()),
             1 => Err(Error::invalid("item", InputProblem::NotDeadLettered)),
             _ => Err(Error::invalid("item", InputProblem::NoSuchItem)),
+        }
+    }
+
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        let mut call = CANCEL.prepare_invoke();
+        call.key(self.keys.item(id))
+            .key(self.keys.pending())
+            .key(self.keys.held())
+            .key(self.keys.held_ids())
+            .key(self.keys.dead_letters())
+            .arg(id.0);
+        match self.run(call).await? {
+            Value::Nil => Ok(None),
+            state => item_state("cancel", &text("cancel", state)?).map(Some),
         }
     }
 
