@@ -253,7 +253,8 @@ impl EtcdStore {
             .death_retention(config.death_retention().max(1))
             .sessions(true)
             .items(true)
-            .operator_views(true);
+            .operator_views(true)
+            .delays(true);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 kv,
@@ -387,13 +388,19 @@ impl EtcdStore {
     }
 
     pub(crate) async fn grant(&self, ttl: Ttl) -> Result<i64> {
+        self.grant_secs(etcd_secs(ttl)).await
+    }
+
+    /// Grants an etcd lease of `secs` whole seconds (etcd raises a shorter one to its
+    /// minimum ttl).
+    pub(crate) async fn grant_secs(&self, secs: i64) -> Result<i64> {
         Calls::count(&self.inner.calls.grants);
         let _flying = self.inner.calls.flying();
         let resp = self
             .inner
             .lease
             .clone()
-            .grant(etcd_secs(ttl), None)
+            .grant(secs, None)
             .await
             .map_err(map)?;
         Ok(resp.id())

@@ -21,6 +21,8 @@
 //! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
 //! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when the token's sweep ends |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
+//! | `item/q/<due>/<group>` | empty | a timer: bound to the etcd lease that counts down the wait of the held-back items of its group; etcd deletes it when that lease expires. `due` (ms since the Unix epoch by the enqueuing handle's store time, [`Keys::timer`]) only orders timers, and `group` is the first item id of the call that held them back |
+//! | `item/q/<due>/<group>/<id>` | [`Meta`] | a held-back item: pending, due once its group's timer is gone; a claim then moves it to `item/p/` |
 //! | `death/ctr` | last death seq | bumped (compared) by every transaction that records a death |
 //! | `death/s/<seq>` | a death record (`deaths.rs`) | the newest `death_retention` are kept |
 //! | `death/t/<token>` | its record's seq | until the token's sweep ends |
@@ -227,6 +229,40 @@ impl Keys {
         format!("{}d", self.session_state(token))
     }
 
+    /// The held-back items and their timers (`item/q/`), earliest estimated due time
+    /// first: a group's timer sorts right before the group's items.
+    pub(crate) fn helds(&self) -> String {
+        format!("{}item/q/", self.root)
+    }
+
+    /// The timer of the group of held-back items whose first id is `group`, estimated
+    /// due at `due` (ms since the Unix epoch by the enqueuing handle's store time: an
+    /// estimate that only orders the timers, never decides whether an item is due).
+    pub(crate) fn timer(&self, due: u64, group: u64) -> String {
+        format!("{}{due:020}/{group:020}", self.helds())
+    }
+
+    /// Held-back item `id` of the group with the timer [`Keys::timer`]`(due, group)`.
+    pub(crate) fn held(&self, due: u64, group: u64, id: u64) -> String {
+        format!("{}/{id:020}", self.timer(due, group))
+    }
+
+    /// What a key under [`Keys::helds`] is: a timer or a held-back item.
+    pub(crate) fn parse_held(&self, raw: &[u8]) -> Option<Held> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let mut parts = s.strip_prefix(&self.helds())?.split('/');
+        let mut number = || -> Option<u64> {
+            let part = parts.next()?;
+            (part.len() == 20).then(|| part.parse().ok()).flatten()
+        };
+        let (due, group) = (number()?, number()?);
+        let held = match number() {
+            None => Held::Timer { due, group },
+            Some(id) => Held::Item { due, group, id },
+        };
+        parts.next().is_none().then_some(held)
+    }
+
     /// The item meta records, every state (`item/r/`).
     pub(crate) fn metas(&self) -> String {
         format!("{}item/r/", self.root)
@@ -247,6 +283,24 @@ impl Keys {
     pub(crate) fn trailing_id(raw: &[u8]) -> Option<u64> {
         let s = std::str::from_utf8(raw).ok()?;
         s.rsplit('/').next()?.parse().ok()
+    }
+}
+
+/// A key under [`Keys::helds`], parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The timer of a group of held-back items ([`Keys::timer`]).
+    Timer { due: u64, group: u64 },
+    /// A held-back item ([`Keys::held`]).
+    Item { due: u64, group: u64, id: u64 },
+}
+
+impl Held {
+    /// The timer this key is or belongs to: `(due, group)`.
+    pub(crate) fn timer(self) -> (u64, u64) {
+        match self {
+            Held::Timer { due, group } | Held::Item { due, group, .. } => (due, group),
+        }
     }
 }
 
@@ -469,6 +523,49 @@ mod tests {
                 Some((m, Some(s)))
             );
         }
+    }
+
+    #[test]
+    fn a_timer_sorts_right_before_its_items() {
+        let k = Keys::new(&Namespace::new("ns").unwrap());
+        let mut keys = vec![
+            k.held(5, 9, 12),
+            k.timer(5, 10),
+            k.held(5, 9, 9),
+            k.held(4, 30, 30),
+            k.timer(5, 9),
+            k.held(5, 10, 10),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                k.held(4, 30, 30),
+                k.timer(5, 9),
+                k.held(5, 9, 9),
+                k.held(5, 9, 12),
+                k.timer(5, 10),
+                k.held(5, 10, 10),
+            ]
+        );
+        assert_eq!(
+            k.parse_held(k.timer(5, 9).as_bytes()),
+            Some(Held::Timer { due: 5, group: 9 })
+        );
+        assert_eq!(
+            k.parse_held(k.held(5, 9, 12).as_bytes()),
+            Some(Held::Item {
+                due: 5,
+                group: 9,
+                id: 12
+            })
+        );
+        assert_eq!(k.parse_held(k.pending(5).as_bytes()), None);
+        assert_eq!(
+            k.parse_held(format!("{}/x", k.held(5, 9, 12)).as_bytes()),
+            None
+        );
+        assert_eq!(k.parse_held(format!("{}7", k.helds()).as_bytes()), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod batch;
 mod config;
 mod core;
 mod deaths;
+mod delays;
 mod endpoints;
 mod error;
 mod etcd_lease;

@@ -13,7 +13,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    del, first, get, mod_rev, put, ranges, secs, to_prefix_end, EtcdStore, Snapshot, MAX_TXN_OPS,
+    del, first, get, mod_rev, put, ranges, secs, to_prefix_end, under, EtcdStore, Snapshot,
+    MAX_TXN_OPS,
 };
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
 use crate::keys::{Keys, Meta, Record};
@@ -141,9 +142,11 @@ impl OperatorStore for EtcdStore {
         let k = self.keys();
         let count =
             |p: String| TxnOp::get(p, Some(GetOptions::new().with_prefix().with_count_only()));
+        // Pending ones are the items neither owned nor dead-lettered: the pending
+        // index and the held-back items (whose prefix also holds their timers).
         let resp = self
             .txn(Txn::new().and_then(vec![
-                count(k.pendings()),
+                count(k.metas()),
                 count(k.owneds()),
                 count(k.dead_letters()),
             ]))
@@ -154,32 +157,54 @@ impl OperatorStore for EtcdStore {
                 .map(|g| u64::try_from(g.count()).unwrap_or(0))
                 .unwrap_or(0)
         };
-        Ok(ItemCounts::new(n(0), n(1), n(2)))
+        let (owned, dead) = (n(1), n(2));
+        Ok(ItemCounts::new(
+            n(0).saturating_sub(owned + dead),
+            owned,
+            dead,
+        ))
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        // Ids from the state's index (pending, dead-lettered) or from the meta records
-        // (owned: there is no index by id), then their metas and payloads in one
-        // transaction; an item whose state changed in between is left out.
+        // Ids from the state's index (pending while nothing is held back,
+        // dead-lettered) or from the meta records (owned: there is no index by id;
+        // pending with held-back items, kept by due time), then their metas and
+        // payloads in one transaction; an item whose state changed in between is
+        // left out.
         let Page { after, limit } = page;
         let k = self.keys();
         let first_id = after.map_or(0, |a| a.0.saturating_add(1));
         let mut ids = Vec::new();
-        match state {
-            ItemStateKind::Pending | ItemStateKind::DeadLettered => {
-                let (prefix, start) = if state == ItemStateKind::Pending {
-                    (k.pendings(), k.pending(first_id))
-                } else {
-                    (k.dead_letters(), k.dead_letter(first_id))
-                };
-                for kv in self
-                    .range(start, to_prefix_end(&prefix, limit).with_keys_only())
-                    .await?
-                {
+        let indexed = match state {
+            ItemStateKind::Owned => None,
+            ItemStateKind::Pending => {
+                let (prefix, start) = (k.pendings(), k.pending(first_id));
+                let resp = self
+                    .txn(Txn::new().and_then(vec![
+                        TxnOp::get(k.helds(), Some(under(1).with_keys_only())),
+                        TxnOp::get(start, Some(to_prefix_end(&prefix, limit).with_keys_only())),
+                    ]))
+                    .await?;
+                let mut r = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
+                let held = r.next().unwrap_or_default();
+                let index = r.next().unwrap_or_default();
+                held.is_empty().then_some(index)
+            }
+            ItemStateKind::DeadLettered => {
+                let (prefix, start) = (k.dead_letters(), k.dead_letter(first_id));
+                Some(
+                    self.range(start, to_prefix_end(&prefix, limit).with_keys_only())
+                        .await?,
+                )
+            }
+        };
+        match indexed {
+            Some(index) => {
+                for kv in index {
                     ids.push(Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?);
                 }
             }
-            ItemStateKind::Owned => {
+            None => {
                 // Walk the meta records from `after`, a batch at a time.
                 let prefix = k.metas();
                 let mut start = k.meta(first_id);
@@ -191,8 +216,10 @@ impl OperatorStore for EtcdStore {
                     let next =
                         Keys::trailing_id(last.key()).ok_or_else(|| corrupt(at_key(last.key())))?;
                     for kv in &batch {
-                        if let Some((_, Some(ItemState::Owned(_)))) = Meta::decode_with(kv.value())
-                        {
+                        let Some((_, Some(now))) = Meta::decode_with(kv.value()) else {
+                            return Err(corrupt(at_key(kv.key())));
+                        };
+                        if now.kind() == state {
                             ids.push(
                                 Keys::trailing_id(kv.key())
                                     .ok_or_else(|| corrupt(at_key(kv.key())))?,

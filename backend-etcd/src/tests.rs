@@ -812,3 +812,144 @@ async fn acquire_many_pipelines_the_batch() {
     seqs.dedup();
     assert_eq!(seqs.len(), deaths.len(), "death seqs are distinct");
 }
+
+/// The keys under `item/q/` (held-back items and their timers) and the etcd leases
+/// they are bound to.
+async fn held_keys(store: &EtcdStore) -> (Vec<crate::keys::Held>, Vec<i64>) {
+    let k = store.keys();
+    let kvs = store
+        .range(k.helds(), crate::core::under(1000).with_keys_only())
+        .await
+        .unwrap();
+    let mut leases: Vec<i64> = kvs
+        .iter()
+        .map(|kv| kv.lease())
+        .filter(|l| *l != 0)
+        .collect();
+    leases.dedup();
+    let held = kvs
+        .iter()
+        .map(|kv| k.parse_held(kv.key()).unwrap())
+        .collect();
+    (held, leases)
+}
+
+/// A delay shorter than etcd's minimum lease ttl still holds the item back for that
+/// minimum (never early; coarser), one `enqueue_many` shares one timer lease, two
+/// handles claiming at once each get a due item exactly once, and no timer key or
+/// timer lease outlives its items: claimed, completed, retried at once, swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_back_items_wait_for_etcd_and_leave_no_timer_behind() {
+    use crate::keys::Held;
+    use liveness_core::{EnqueueOptions, ItemId, Outcome};
+    let Some(store) = store().await else { return };
+    let second = other(&store).await;
+    let min = store.capabilities().min_ttl;
+    let delay = Duration::from_millis(300);
+    assert!(delay < min, "etcd's minimum ttl is {min:?}");
+    let later = EnqueueOptions::default().delay(delay);
+
+    let start = tokio::time::Instant::now();
+    let one = store.enqueue(b"one", later).await.unwrap();
+    let many = store
+        .enqueue_many(&[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], later)
+        .await
+        .unwrap();
+    let (held, leases) = held_keys(&store).await;
+    let timers = held
+        .iter()
+        .filter(|h| matches!(h, Held::Timer { .. }))
+        .count();
+    assert_eq!((held.len(), timers), (6, 2), "{held:?}");
+    assert_eq!(leases.len(), 2, "one timer lease per call: {leases:?}");
+    assert_eq!(store.item_counts().await.unwrap().pending, 4);
+    let left = store.next_due().await.unwrap().expect("held back");
+    assert!(left <= min, "due in {left:?}");
+
+    // Two handles claim until every item is theirs; none is claimed before etcd's
+    // minimum ttl has passed, none twice.
+    let (a, b) = (
+        acquire_member(&store, "first", "h", ttl_times(&store, 30)).await,
+        acquire_member(&second, "second", "h", ttl_times(&store, 30)).await,
+    );
+    let mut claimed: Vec<ItemId> = Vec::new();
+    let mut first_due = None;
+    while claimed.len() < 4 {
+        assert!(start.elapsed() < DEADLINE, "claimed only {claimed:?}");
+        let (x, y) = tokio::join!(store.claim(&a, 10), second.claim(&b, 10));
+        let got: Vec<ItemId> = x.unwrap().iter().chain(&y.unwrap()).map(|i| i.id).collect();
+        if !got.is_empty() {
+            let at = start.elapsed();
+            first_due.get_or_insert(at);
+            assert!(at >= min, "claimed {got:?} after {at:?}, held back {min:?}");
+        }
+        claimed.extend(got);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    claimed.sort();
+    let mut all = vec![one];
+    all.extend(&many);
+    assert_eq!(claimed, all, "each item exactly once");
+    println!(
+        "a {delay:?} delay was claimable after {:?} (etcd's minimum ttl {min:?})",
+        first_due.unwrap()
+    );
+    assert_eq!(held_keys(&store).await, (Vec::new(), Vec::new()));
+    for lease in leases {
+        assert_eq!(store.time_to_live(lease).await.unwrap(), -1, "timer lease");
+    }
+    assert_eq!(store.next_due().await.unwrap(), None);
+
+    // A retry with a wait holds the item back by a timer of its own, until due.
+    let owner = |token| if token == a.token { &a } else { &b };
+    let mut owned = Vec::new();
+    for id in &all {
+        match store.item(*id).await.unwrap().unwrap().state {
+            liveness_core::ItemState::Owned(t) => owned.push((*id, owner(t))),
+            other => panic!("item {id:?} is {other:?}"),
+        }
+    }
+    let (retried, keeper) = owned[0];
+    let state = store
+        .finish(keeper, retried, Outcome::Retry { after: delay })
+        .await
+        .unwrap();
+    assert_eq!(state, Some(liveness_core::ItemState::Pending));
+    let (held, leases) = held_keys(&store).await;
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_eq!(leases.len(), 1);
+    // Completed, retried at once, swept: no timer of their own.
+    let mut rest = owned[1..].iter();
+    if let Some((id, lease)) = rest.next() {
+        store.complete(lease, *id).await.unwrap();
+    }
+    if let Some((id, lease)) = rest.next() {
+        store.finish(lease, *id, Outcome::RETRY).await.unwrap();
+    }
+    let gone = if keeper.token == a.token { &b } else { &a };
+    assert!(store.release(gone).await.unwrap());
+    store.sweep(gone.token).await.unwrap();
+    assert_eq!(held_keys(&store).await.1, leases, "only the retry's timer");
+    let again = tokio::time::Instant::now();
+    loop {
+        assert!(
+            again.elapsed() < DEADLINE,
+            "the retried item never came back"
+        );
+        let got = store.claim(keeper, 10).await.unwrap();
+        if got.iter().any(|i| i.id == retried) {
+            assert!(
+                again.elapsed() >= min,
+                "retried early: {:?}",
+                again.elapsed()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(held_keys(&store).await, (Vec::new(), Vec::new()));
+    assert_eq!(store.next_due().await.unwrap(), None);
+    for lease in leases {
+        assert_eq!(store.time_to_live(lease).await.unwrap(), -1, "timer lease");
+    }
+}
