@@ -17,7 +17,7 @@ use crate::core::{
     MAX_TXN_OPS,
 };
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
-use crate::keys::{Keys, Meta, Record};
+use crate::keys::{Held, Keys, Meta, Record};
 use crate::BACKEND;
 
 #[async_trait]
@@ -277,6 +277,15 @@ impl OperatorStore for EtcdStore {
         Err(Error::unavailable(BACKEND, Fault::Contention))
     }
 
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        for _ in 0..MAX_TRIES {
+            if let Some(answer) = self.cancel_once(id.0).await? {
+                return Ok(answer);
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         // The lowest dead-lettered ids, moved in one transaction (retried when one of
         // them changed meanwhile).
@@ -301,6 +310,86 @@ impl OperatorStore for EtcdStore {
 }
 
 impl EtcdStore {
+    /// One try of `cancel`: the item's meta and its pending entry read, then the
+    /// item removed in one transaction guarded by what was read. `Ok(None)` when
+    /// something changed meanwhile (the caller reads again).
+    ///
+    /// A held-back item's entry sits beside its timer (`item/q/<due>/<group>/<id>`),
+    /// a place its meta does not name: it is found by walking the held-back keys (an
+    /// operator's call, paid only for a held-back item).
+    async fn cancel_once(&self, id: u64) -> Result<Option<Option<ItemState>>> {
+        let k = self.keys();
+        let resp = self
+            .txn(Txn::new().and_then([get(&k.meta(id)), get(&k.pending(id))]))
+            .await?;
+        let r = ranges(&resp);
+        let Some(meta) = first(r.first()) else {
+            return Ok(Some(None));
+        };
+        let state = match Meta::decode_with(meta.value()) {
+            Some((_, Some(s))) => s,
+            _ => return Err(corrupt(at_key(meta.key()))),
+        };
+        let mut compares = vec![mod_rev(&k.meta(id), meta.mod_revision())];
+        let mut ops = vec![del(&k.meta(id)), del(&k.body(id))];
+        match state {
+            ItemState::Owned(_) => return Ok(Some(Some(state))),
+            ItemState::DeadLettered => ops.push(del(&k.dead_letter(id))),
+            ItemState::Pending => match first(r.get(1)) {
+                Some(kv) => {
+                    compares.push(mod_rev(&k.pending(id), kv.mod_revision()));
+                    ops.push(del(&k.pending(id)));
+                }
+                None => {
+                    // Pending without an entry in either place: being moved; read
+                    // again.
+                    let Some((entry, rev, timer)) = self.held_entry(id).await? else {
+                        return Ok(None);
+                    };
+                    compares.push(mod_rev(&entry, rev));
+                    ops.push(del(&entry));
+                    ops.extend(timer.map(|t| del(&t)));
+                }
+            },
+        }
+        let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
+        Ok(resp.succeeded().then_some(Some(state)))
+    }
+
+    /// The key and mod revision of held-back item `id`'s entry, if it has one; and
+    /// its group's timer key when `id` is the group's last item (the timer goes with
+    /// it, so that `next_due` waits for no empty group).
+    async fn held_entry(&self, id: u64) -> Result<Option<(String, i64, Option<String>)>> {
+        let k = self.keys();
+        let read = self
+            .range(k.helds(), GetOptions::new().with_prefix().with_keys_only())
+            .await?;
+        let items: Vec<(u64, u64, u64, &KeyValue)> = read
+            .iter()
+            .filter_map(|kv| match k.parse_held(kv.key()) {
+                Some(Held::Item { due, group, id }) => Some((due, group, id, kv)),
+                _ => None,
+            })
+            .collect();
+        let found = items
+            .iter()
+            .find(|(_, _, i, _)| *i == id)
+            .map(|(due, group, _, kv)| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                (key, kv.mod_revision(), (*due, *group))
+            });
+        let others = found.as_ref().map_or(0, |(_, _, timer)| {
+            items
+                .iter()
+                .filter(|(due, group, i, _)| (*due, *group) == *timer && *i != id)
+                .count()
+        });
+        Ok(found.map(|(key, rev, (due, group))| {
+            let timer = (others == 0).then(|| k.timer(due, group));
+            (key, rev, timer)
+        }))
+    }
+
     /// Moves the dead-lettered items `ids` back to pending with no attempts, in one
     /// transaction guarded by their metas as read. `Ok(None)` when one changed
     /// meanwhile (the caller reads again); otherwise the ids moved and, for each id
