@@ -268,6 +268,16 @@ impl OperatorStore for MapStore {
         let row = row.ok_or_else(|| Error::invalid("item", InputProblem::NoSuchItem))?;
         row.record.revive()
     }
+
+    async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
+        let (mut t, _) = self.step();
+        let state = t.items.get(&id).map(|row| row.record.state);
+        // An owned item is left to its owner; a pending or dead-lettered one goes.
+        if matches!(state, Some(ItemState::Pending | ItemState::DeadLettered)) {
+            t.items.remove(&id);
+        }
+        Ok(state)
+    }
 }
 
 #[async_trait]
