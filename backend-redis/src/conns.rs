@@ -56,23 +56,9 @@ impl ConnectionLike for Conn {
 
 impl Conn {
     /// Connects to the server, or with `cluster=true` learns the cluster's slot map
-    /// from its seed nodes (TLS with the configured CA where the URL asks for it).
-    pub(crate) async fn open(config: &RedisConfig) -> Result<Conn> {
-        let root_cert = match config.ca() {
-            Some(ca) if config.is_tls() => Some(match ca {
-                CaSource::Pem(pem) => pem.clone(),
-                CaSource::File(path) => std::fs::read(path).map_err(|e| {
-                    Error::backend(
-                        BACKEND,
-                        std::io::Error::new(
-                            e.kind(),
-                            format!("cannot read the CA file {}: {e}", path.display()),
-                        ),
-                    )
-                })?,
-            }),
-            _ => None,
-        };
+    /// from its seed nodes (TLS with `root_cert`, the configured CA read by
+    /// [`root_cert`], where the URL asks for it).
+    pub(crate) async fn open(config: &RedisConfig, root_cert: Option<Vec<u8>>) -> Result<Conn> {
         if config.is_tls() {
             install_crypto_provider();
         }
@@ -132,6 +118,43 @@ impl Conn {
         };
         Ok(Report { config, info })
     }
+}
+
+/// The PEM of the CA configured for `rediss://` (`ca=` or
+/// [`RedisConfig::with_root_cert_pem`]), read once at connect; `None`: the system
+/// roots, or no TLS.
+pub(crate) fn root_cert(config: &RedisConfig) -> Result<Option<Vec<u8>>> {
+    Ok(match config.ca() {
+        Some(ca) if config.is_tls() => Some(match ca {
+            CaSource::Pem(pem) => pem.clone(),
+            CaSource::File(path) => std::fs::read(path).map_err(|e| {
+                Error::backend(
+                    BACKEND,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot read the CA file {}: {e}", path.display()),
+                    ),
+                )
+            })?,
+        }),
+        _ => None,
+    })
+}
+
+/// A client of the one server at `url`, checking its certificate against
+/// `root_cert` when given (else the system roots, for `rediss://`).
+pub(crate) fn client(url: &str, root_cert: Option<Vec<u8>>) -> Result<redis::Client> {
+    match root_cert {
+        Some(pem) => redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        ),
+        None => redis::Client::open(url),
+    }
+    .map_err(|e| Error::backend(BACKEND, e))
 }
 
 /// Picks rustls' `ring` provider for the process unless one is installed already
@@ -223,17 +246,7 @@ async fn connect_single(
     config: &RedisConfig,
     root_cert: Option<Vec<u8>>,
 ) -> Result<ConnectionManager> {
-    let client = match root_cert {
-        Some(pem) => redis::Client::build_with_tls(
-            config.client_url().as_str(),
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem),
-            },
-        ),
-        None => redis::Client::open(config.client_url().as_str()),
-    }
-    .map_err(|e| Error::backend(BACKEND, e))?;
+    let client = client(config.client_url().as_str(), root_cert)?;
     let manager_config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(config.response_timeout()))
         .set_connection_timeout(Some(config.connect_timeout()))

@@ -2,6 +2,7 @@
 //! connect-time set-up, the round trips every operation makes, the Lua script helper
 //! and the decoding of script replies into the core types.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::durability::StoreLostState;
@@ -12,9 +13,10 @@ use liveness_core::{
 use redis::{Cmd, ErrorKind, Script, ScriptInvocation, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::config::RedisConfig;
-use crate::conns::{check_existing, location, Conn};
+use crate::conns::{check_existing, location, root_cert, Conn};
 use crate::error::{corrupt, map};
 use crate::keys::Keys;
+use crate::signal::PendingSignal;
 use crate::BACKEND;
 
 /// The text of the Lua script `src/scripts/<name>.lua`, prefixed with the shared
@@ -78,6 +80,11 @@ pub const MAX_PAYLOAD: usize = 1024 * 1024;
 /// fault (on a Redis Cluster, one per node, following the slot map); cloning it is
 /// cheap and shares the connection. An operation that meets a transport fault or a
 /// timeout fails with [`Error::Unavailable`]; the next one uses a fresh connection.
+///
+/// Its pending signal ([`ItemStore::pending`](liveness_core::ItemStore::pending))
+/// hears of items made pending by any handle on the same server and namespace, in
+/// any process: the first call subscribes to the namespace's shard channel on one
+/// more connection, shared by the clones and closed with the last of them.
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
@@ -92,6 +99,8 @@ pub struct RedisStore {
     /// `wait=N`: how many replicas must acknowledge a script that hands out a token,
     /// and how long the `WAIT` may block.
     wait: Option<(u32, Duration)>,
+    /// The pending signal, shared by the clones; it subscribes on its first use.
+    pub(crate) signal: Arc<PendingSignal>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -136,7 +145,8 @@ impl RedisStore {
     /// there, its one write is the server record every handle writes on connecting
     /// (`hello.lua`), which the expiry judgement of reads depends on.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore> {
-        let mut conn = Conn::open(&config).await?;
+        let root_cert = root_cert(&config)?;
+        let mut conn = Conn::open(&config, root_cert.clone()).await?;
         let keys = Keys::new(config.namespace());
         let report = conn.durability_report(&keys.tokens()).await?;
         crate::durability::check(&report, config.durability(), config.wait())?;
@@ -150,6 +160,7 @@ impl RedisStore {
         let mut hello = HELLO.prepare_invoke();
         hello.key(keys.srv());
         hello.invoke_async::<Value>(&mut conn).await.map_err(map)?;
+        let signal = Arc::new(PendingSignal::new(&config, &conn, &keys, root_cert)?);
         Ok(RedisStore {
             info: StoreInfo::new(
                 BACKEND,
@@ -172,6 +183,7 @@ impl RedisStore {
             namespace: config.namespace().clone(),
             high_water: HighWater::default(),
             wait: config.wait().map(|n| (n, config.wait_timeout())),
+            signal,
         })
     }
 

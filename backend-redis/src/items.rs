@@ -13,6 +13,7 @@ use liveness_core::{
     ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
 };
 use redis::Value;
+use tokio::sync::watch;
 
 use crate::core::{
     array, bytes, int, lost, record, scripts, text, u32_, uint, unexpected, us, RedisStore,
@@ -185,6 +186,13 @@ impl ItemStore for RedisStore {
             return Ok(None);
         };
         item_record("item", id, &mut rec).map(Some)
+    }
+
+    /// Ticks when any handle on the same server and namespace, in any process, made
+    /// items pending: see [`RedisStore`]'s pub/sub subscription. `None` outside a
+    /// Tokio runtime.
+    fn pending(&self) -> Option<watch::Receiver<u64>> {
+        self.signal.receiver()
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {

@@ -91,6 +91,15 @@ impl Keys {
         format!("{}pending", self.prefix)
     }
 
+    /// The namespace's pending signal: a shard channel (`SPUBLISH`, `SSUBSCRIBE`; the
+    /// hash tag puts it in the namespace's slot) on which every script that makes
+    /// items pending publishes once (`signal_pending` of `prelude_declare_dead.lua`,
+    /// which derives the same name from the prefix; written out in
+    /// `enqueue_many.lua`). Channels are not keys: nothing is stored under it.
+    pub(crate) fn pending_signal(&self) -> String {
+        format!("{}pending-signal", self.prefix)
+    }
+
     /// Pending items held back until their due time (an enqueue's delay, a retry's
     /// wait): ZSET of ids, score = due µs by the server clock. A claim moves those due
     /// into [`Keys::pending`].

@@ -13,6 +13,7 @@ mod items;
 mod keys;
 mod lease;
 mod operator;
+mod signal;
 
 pub use crate::config::{RedisConfig, SCHEMES, URL};
 pub use crate::core::{connect, RedisStore, MAX_PAYLOAD};

@@ -109,6 +109,62 @@ async fn namespaces_spread_over_nodes_each_whole_on_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_signal_is_heard_on_the_node_of_the_namespace() {
+    let Some(cluster) = shared() else {
+        return;
+    };
+    let ns = liveness_conformance::fresh_namespace();
+    let store = connect(cluster, ns.clone()).await;
+    let mut rx = store
+        .pending()
+        .expect("the Redis store has a pending signal");
+    rx.borrow_and_update();
+    // The tick that follows the subscription: from here on, messages arrive.
+    let subscribed = tokio::time::timeout(Duration::from_secs(2), rx.changed()).await;
+    assert!(
+        matches!(subscribed, Ok(Ok(()))),
+        "no tick after subscribing"
+    );
+    rx.borrow_and_update();
+    let second = connect(cluster, ns.clone()).await;
+    second
+        .enqueue(b"x", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let ticked = tokio::time::timeout(Duration::from_secs(2), rx.changed()).await;
+    assert!(
+        matches!(ticked, Ok(Ok(()))),
+        "no tick within 2 s after another handle's enqueue"
+    );
+    // The one subscription is on the node that holds the namespace (sharded pub/sub
+    // counts only a node's own subscribers).
+    let channel = format!("liveness:{{{}}}:pending-signal", ns.as_str());
+    let mut on = Vec::new();
+    for (i, node) in cluster.node_urls().iter().enumerate() {
+        let client = redis::Client::open(node.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if n > 0 {
+            on.push((i, n));
+        }
+        if !keys_on(node, &ns).await.is_empty() {
+            on.push((i, 0));
+        }
+    }
+    if !on.is_empty() {
+        assert!(
+            on.len() == 2 && on[0].0 == on[1].0 && on[0].1 == 1,
+            "subscribers and keys by node: {on:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_down_is_unavailable() {
     let Some(mut cluster) = RedisCluster::start() else {
         return;

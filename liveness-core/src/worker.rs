@@ -12,7 +12,8 @@
 //! not polled again), before the store can give its item to anybody else: the item
 //! goes back with the dead token. Idle, the worker waits for the store's signal that
 //! items are pending ([`ItemStore::pending`](crate::ItemStore::pending)) where the
-//! store gives one (the memory store; SQLite for what its own process enqueues), and
+//! store gives one (the memory store; Redis for what any process makes pending; SQLite
+//! for what its own process enqueues), and
 //! polls with a backoff (up to [`WorkerConfig::poll`]) where it does not; it also
 //! wakes when the store says the next held-back item is due
 //! ([`ItemStore::next_due`](crate::ItemStore::next_due)), so a scheduled job starts on

@@ -4,6 +4,8 @@
 -- ARGV[4] idempotency key ('' for none), ARGV[5] delay µs ('0' for none)
 -- The item key is derived from the new id in-script (same hash tag, same slot). With
 -- a delay the item is held back until the server's now + the delay (`hold`).
+-- A new item is signalled (`signal_pending`), held back or not: an idle worker then
+-- claims, or reads `next_due` again.
 -- Returns the new id, or the id an earlier enqueue with the same key returned.
 if ARGV[4] ~= '' then
   local earlier = redis.call('HGET', KEYS[3], ARGV[4])
@@ -21,4 +23,5 @@ end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[4], id)
 end
+signal_pending(prefix_of(ARGV[1]), 'e')
 return id

@@ -5,8 +5,10 @@
 -- the batch).
 -- Adds one pending item per payload, as enqueue.lua does, in one step: the ids are
 -- consecutive, in payload order; with a delay all are held back until the server's
--- now + the delay. Item keys are derived in-script (same hash tag, same slot). Returns
--- the first id.
+-- now + the delay. Item keys are derived in-script (same hash tag, same slot). One
+-- message on the pending signal for the whole batch (what `signal_pending` of
+-- prelude_declare_dead.lua sends, written out: this script has the renewal prelude
+-- only). Returns the first id.
 local n = #ARGV - 3
 local first = redis.call('INCRBY', KEYS[1], n) - n + 1
 local by_id, by_due = {}, {}
@@ -28,4 +30,5 @@ else
   redis.call('ZADD', KEYS[3], unpack(by_due))
   redis.call('ZADD', KEYS[4], unpack(by_id))
 end
+redis.pcall('SPUBLISH', prefix_of(ARGV[1]) .. 'pending-signal', 'e')
 return first

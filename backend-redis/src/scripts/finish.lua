@@ -5,7 +5,8 @@
 -- letter), ARGV[4] a retry's wait in µs ('0': due at once; else held back until the
 -- server's now + the wait, see `hold`)
 -- Returns 0 (fenced: the token does not own the item; nothing changes), 1 (back to
--- pending), 2 (dead-lettered) or 3 (completed: the item is deleted).
+-- pending), 2 (dead-lettered) or 3 (completed: the item is deleted). Back to pending
+-- (held back or not) is signalled (`signal_pending`).
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[2] then
   return 0
 end
@@ -19,4 +20,8 @@ local later
 if ARGV[4] ~= '0' then
   later = {at = KEYS[6], ids = KEYS[7], due = now_us() + tonumber(ARGV[4])}
 end
-return hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5], later)
+local state = hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5], later)
+if state == 1 then
+  signal_pending(prefix_of(KEYS[1]), 'r')
+end
+return state

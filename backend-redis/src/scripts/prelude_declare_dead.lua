@@ -106,6 +106,18 @@ local function hold(later, id)
   redis.call('ZADD', later.ids, id, id)
 end
 
+-- Tells every handle listening to the namespace's pending signal (`pending()`, in any
+-- process) that items may have become pending: one sharded publish on the channel
+-- `<prefix>pending-signal` (`Keys::pending_signal`), whose hash tag puts it in the
+-- namespace's slot, so on a Redis Cluster the message stays on the namespace's shard.
+-- `why` is for a human listening with `SSUBSCRIBE`: `e` enqueued, `r` retried, `s`
+-- requeued by a sweep, `d` dead letters retried. Once per script, not per item, after
+-- its writes, and through `pcall`: a refused publish (an ACL user without the
+-- channel) leaves the script's answer as it is, and workers poll instead.
+local function signal_pending(prefix, why)
+  redis.pcall('SPUBLISH', prefix .. 'pending-signal', why)
+end
+
 -- Moves an owned item back to pending (held back with `later`, see `hold`; due at
 -- once when nil), or to the dead-letter set when it is out of attempts or retry is
 -- false. Returns 1 (pending) or 2 (dead-lettered).

@@ -1,11 +1,15 @@
 -- retry_dead_letters: KEYS[1] dead-letter zset, KEYS[2] pending zset
 -- ARGV[1] limit, ARGV[2] item key prefix
 -- Moves up to limit dead-lettered items, lowest id first, back to pending with no
--- attempts counted. Returns their ids.
+-- attempts counted, and signals it when there was any (`signal_pending`). Returns
+-- their ids.
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 for _, id in ipairs(ids) do
   redis.call('HSET', ARGV[2] .. id, 's', 'p', 'a', 0)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZADD', KEYS[2], id, id)
+end
+if #ids > 0 then
+  signal_pending(prefix_of(ARGV[2]), 'd')
 end
 return ids

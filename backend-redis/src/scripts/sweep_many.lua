@@ -7,12 +7,14 @@
 -- of one.
 -- The script starts a token only while it has declared fewer than ARGV[2] members dead
 -- in all (so fewer than twice that per script) and answers the tokens it swept, a
--- prefix of them, at least the first: the caller sends the rest again.
+-- prefix of them, at least the first: the caller sends the rest again. A script that
+-- requeued at least one item signals it once (`signal_pending`).
 -- Returns one reply per token swept, as sweep_token answers it: {{requeued ids},
 -- {dead-lettered ids}, {key text, holder, token, ...} of the members declared dead}.
 local out = {}
 local batch = tonumber(ARGV[2])
 local declared = 0
+local requeued = 0
 for i = 1, #ARGV - 2 do
   if declared >= batch then
     break
@@ -21,5 +23,9 @@ for i = 1, #ARGV - 2 do
   out[i] = sweep_token(KEYS[1], KEYS[4 + i], KEYS[2], KEYS[3], KEYS[4], ARGV[2 + i], ARGV[1],
     budget)
   declared = declared + batch - budget.n
+  requeued = requeued + #out[i][1]
+end
+if requeued > 0 then
+  signal_pending(prefix_of(ARGV[1]), 's')
 end
 return out
