@@ -109,7 +109,7 @@ const EXPIRE_ALL: &str =
 /// restarted the clock its due time was counted in. Never earlier than asked; at
 /// most the time before the reboot late.
 const RECOUNT_DUE: &str =
-    "UPDATE liveness_items SET due_at = ?1 + delay_ms WHERE due_at IS NOT NULL";
+    "UPDATE liveness_items SET due_at = ?1 + delay_ms + 1 WHERE due_at IS NOT NULL";
 
 /// Records ?1 as the boot the file's expiries are counted in.
 const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";

@@ -293,12 +293,12 @@ impl SqliteStore {
         if delay.is_zero() {
             return Ok((None, None));
         }
-        // At most `MAX_DELAY` (checked before the call): fits in an i64 of ms.
-        let delay = to_i64(
-            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            "delay",
-        )?;
-        Ok((Some(self.now()?.saturating_add(delay)), Some(delay)))
+        // At most `MAX_DELAY` (checked before the call): fits in an i64 of ms. Rounded
+        // up, and one more ms for the clock's reading, truncated to its ms: never due
+        // early, at most 2 ms late.
+        let ms = delay.as_nanos().div_ceil(1_000_000);
+        let delay = to_i64(u64::try_from(ms).unwrap_or(u64::MAX), "delay")?;
+        Ok((Some(self.now()?.saturating_add(delay + 1)), Some(delay)))
     }
 
     /// [`ItemStore::finish`] with [`Outcome::Completed`]: deletes item `id` if the
