@@ -128,12 +128,7 @@ impl OperatorStore for SqliteStore {
             tick(&self.pending);
             return Ok(());
         }
-        let found = self
-            .query(ITEM)
-            .bind(as_db(id.0))
-            .fetch_optional(w.conn())
-            .await
-            .map_err(map)?;
+        let found = self.item_row(w.conn(), id).await?;
         w.rollback().await?;
         Err(Error::invalid(
             "item",
@@ -162,12 +157,7 @@ impl OperatorStore for SqliteStore {
             }));
         }
         // Owned (left to its owner), or no such item.
-        let found = self
-            .query(ITEM)
-            .bind(as_db(id.0))
-            .fetch_optional(w.conn())
-            .await
-            .map_err(map)?;
+        let found = self.item_row(w.conn(), id).await?;
         w.rollback().await?;
         found
             .map(|row| Self::item_from_row(&row).map(|(_, state)| state))
@@ -192,5 +182,20 @@ impl OperatorStore for SqliteStore {
             .collect::<Result<Vec<_>>>()?;
         ids.sort();
         Ok(ids)
+    }
+}
+
+impl SqliteStore {
+    /// Item `id`'s row, read inside the caller's transaction.
+    async fn item_row(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        id: ItemId,
+    ) -> Result<Option<sqlx::sqlite::SqliteRow>> {
+        self.query(ITEM)
+            .bind(as_db(id.0))
+            .fetch_optional(conn)
+            .await
+            .map_err(map)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use liveness_core::{Error, HolderId, ItemCounts, Store};
+use liveness_core::{Error, HolderId, ItemCounts, ItemId, Lease, Store};
 
 /// A holder id from a literal the scenarios know is valid.
 pub(crate) fn holder(s: &str) -> HolderId {
@@ -27,4 +27,11 @@ pub(crate) async fn assert_counts(
 ) {
     let want = ItemCounts::new(pending, owned, dead_lettered);
     assert_eq!(s.item_counts().await.unwrap(), want, "{why}");
+}
+
+/// The ids of the items a claim of up to `n` under `lease` assigns, in the order
+/// answered.
+pub(crate) async fn claim_ids(s: &Arc<dyn Store>, lease: &Lease, n: usize) -> Vec<ItemId> {
+    let items = s.claim(lease, n).await.unwrap();
+    items.iter().map(|i| i.id).collect()
 }

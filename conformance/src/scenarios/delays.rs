@@ -8,7 +8,7 @@ use liveness_core::{
     EnqueueOptions, Error, InputProblem, ItemId, ItemState, ItemStateKind, Outcome, Page, MAX_DELAY,
 };
 
-use super::common::{assert_counts, assert_invalid, holder};
+use super::common::{assert_counts, assert_invalid, claim_ids, holder};
 use crate::{member_key, Ctx};
 
 /// The wait the scenarios give: long enough that a claim sent at once surely
@@ -105,13 +105,7 @@ pub async fn a_delayed_item_is_claimed_only_once_due(ctx: Ctx) {
     );
 
     let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
-    let first: Vec<ItemId> = s
-        .claim(&lease, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.id)
-        .collect();
+    let first = claim_ids(s, &lease, 10).await;
     assert_eq!(first, [now], "only the item due now");
     assert!(
         s.claim(&lease, 10).await.unwrap().is_empty(),
@@ -121,13 +115,7 @@ pub async fn a_delayed_item_is_claimed_only_once_due(ctx: Ctx) {
     assert!(!left.is_zero() && left <= WAIT, "due in {left:?}");
 
     until_due(&ctx).await;
-    let mut due: Vec<ItemId> = s
-        .claim(&lease, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.id)
-        .collect();
+    let mut due = claim_ids(s, &lease, 10).await;
     due.sort();
     assert_eq!(due, held, "every held-back item once due");
     assert_eq!(s.next_due().await.unwrap(), None, "nothing waits any more");

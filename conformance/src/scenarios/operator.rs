@@ -13,7 +13,7 @@ use liveness_core::{
 };
 
 use super::common::holder;
-use super::common::{assert_counts, assert_invalid};
+use super::common::{assert_counts, assert_invalid, claim_ids};
 use crate::{members, Ctx};
 
 fn opts(max_attempts: u32) -> EnqueueOptions {
@@ -490,13 +490,7 @@ pub async fn cancel_removes_what_nobody_runs(ctx: Ctx) {
     let owned = s.enqueue(b"owned", opts(1)).await.unwrap();
     let pending = s.enqueue(b"pending", opts(1)).await.unwrap();
     let lease = ctx.grant(&key("w"), &holder("w"), ctx.long).await;
-    let claimed: Vec<ItemId> = s
-        .claim(&lease, 2)
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.id)
-        .collect();
+    let claimed = claim_ids(s, &lease, 2).await;
     assert_eq!(claimed, [dead_lettered, owned]);
     s.fail(&lease, dead_lettered, false).await.unwrap();
     assert_eq!(s.cancel(pending).await.unwrap(), Some(ItemState::Pending));
