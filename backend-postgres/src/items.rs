@@ -22,32 +22,46 @@ use crate::BACKEND;
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
 const ENQUEUE_RETRIES: usize = 8;
 
-/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once).
-/// A delayed item is due at the server's `clock_timestamp()` + the delay (migration 9).
+/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once), $4
+/// the pending channel. A delayed item is due at the server's `clock_timestamp()` +
+/// the delay (migration 9). Notifies `enqueued` on the pending channel, delivered on
+/// commit (a delayed item too: an idle worker then reads `next_due` again). Columns:
+/// the id, and the count of notifications (`woke`, which the answer must name for
+/// the notifying CTE to run).
 const ENQUEUE: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-RETURNING id
+WITH new AS (
+    INSERT INTO items (payload, max_attempts, due_at)
+    VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+    RETURNING id
+),
+woke AS (SELECT pg_notify($4, 'enqueued'))
+SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 "#;
 
 /// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
-/// once; otherwise every item is due at the same instant, the server clock read once).
-/// One statement: the ids are drawn in payload order (`ORDER BY` the position), so
-/// sorted they answer the payloads in order.
+/// once; otherwise every item is due at the same instant, the server clock read once),
+/// $4 the pending channel. One statement: the ids are drawn in payload order (`ORDER
+/// BY` the position), so sorted they answer the payloads in order. Notifies
+/// `enqueued` once for the whole batch, as `ENQUEUE` (the scalar subquery runs once).
 const ENQUEUE_MANY: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at)
-SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
-FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
-RETURNING id
+WITH new AS (
+    INSERT INTO items (payload, max_attempts, due_at)
+    SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
+    FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
+    RETURNING id
+),
+woke AS (SELECT pg_notify($4, 'enqueued'))
+SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 "#;
 
 /// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key, $4 the
-/// delay in µs (NULL: due at once), as `ENQUEUE`.
+/// delay in µs (NULL: due at once), as `ENQUEUE`, $5 the pending channel.
 ///
-/// Records the key with a freshly drawn item id and inserts the item under that id;
-/// when the key is already recorded (committed before this statement), answers its
-/// id and inserts nothing. No row: a concurrent enqueue with the same key committed
-/// while this one waited on the key; running the statement again answers its id.
+/// Records the key with a freshly drawn item id and inserts the item under that id,
+/// notifying `enqueued` as `ENQUEUE` does (`woke` 1); when the key is already recorded
+/// (committed before this statement), answers its id, inserts nothing and notifies
+/// nothing (`woke` 0). No row: a concurrent enqueue with the same key committed while
+/// this one waited on the key; running the statement again answers its id.
 const ENQUEUE_KEYED: &str = r#"
 WITH k AS (
     INSERT INTO enqueue_keys (key, id)
@@ -59,10 +73,11 @@ new AS (
     INSERT INTO items (id, payload, max_attempts, due_at) OVERRIDING SYSTEM VALUE
     SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM k
     RETURNING id
-)
-SELECT id FROM new
+),
+woke AS (SELECT pg_notify($5, 'enqueued') WHERE EXISTS (SELECT 1 FROM new))
+SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 UNION ALL
-SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
+SELECT id, 0 FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 "#;
 
 /// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
@@ -160,17 +175,23 @@ DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
 /// `finish` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1 id, $2
-/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once). Back to pending (0)
-/// or dead-lettered (2) iff that token owns it; back to pending with a wait, due at
-/// the server's `clock_timestamp()` + the wait (migration 9).
+/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once), $5 the pending
+/// channel. Back to pending (0) or dead-lettered (2) iff that token owns it; back to
+/// pending with a wait, due at the server's `clock_timestamp()` + the wait (migration
+/// 9). Back to pending (with a wait or not), notifies `retried` on the pending
+/// channel. Columns: the new state, and the count of notifications (`woke`).
 const FAIL: &str = r#"
-UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
-                 owner = NULL,
-                 due_at = CASE WHEN $3 AND attempts < max_attempts
-                               THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
-                          END
-WHERE id = $1 AND state = 1 AND owner = $2
-RETURNING state
+WITH done AS (
+    UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
+                     owner = NULL,
+                     due_at = CASE WHEN $3 AND attempts < max_attempts
+                                   THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
+                              END
+    WHERE id = $1 AND state = 1 AND owner = $2
+    RETURNING state
+),
+woke AS (SELECT pg_notify($5, 'retried') WHERE EXISTS (SELECT 1 FROM done WHERE state = 0))
+SELECT state, (SELECT count(*) FROM woke) AS woke FROM done
 "#;
 
 /// `next_due`: µs from the server's now (read once) until the earliest due time of a
@@ -199,7 +220,8 @@ impl ItemStore for PostgresStore {
                 let q = sqlx::query(ENQUEUE)
                     .bind(payload)
                     .bind(i64::from(options.max_attempts))
-                    .bind(delay_param(options.delay));
+                    .bind(delay_param(options.delay))
+                    .bind(self.pending_channel());
                 self.db().fetch_one(q).await?
             }
             Some(key) => {
@@ -210,7 +232,8 @@ impl ItemStore for PostgresStore {
                         .bind(payload)
                         .bind(i64::from(options.max_attempts))
                         .bind(&key)
-                        .bind(delay_param(options.delay));
+                        .bind(delay_param(options.delay))
+                        .bind(self.pending_channel());
                     found = self.db().fetch_optional(q).await?;
                     if found.is_some() {
                         break;
@@ -221,6 +244,10 @@ impl ItemStore for PostgresStore {
                 })?
             }
         };
+        let woke: i64 = get(&row, 1)?;
+        if woke > 0 {
+            self.pending_local();
+        }
         id_of(get(&row, 0)?)
     }
 
@@ -232,8 +259,12 @@ impl ItemStore for PostgresStore {
         let q = sqlx::query(ENQUEUE_MANY)
             .bind(payloads)
             .bind(i64::from(options.max_attempts))
-            .bind(delay_param(options.delay));
+            .bind(delay_param(options.delay))
+            .bind(self.pending_channel());
         let rows = self.db().fetch_all(q).await?;
+        if !rows.is_empty() {
+            self.pending_local();
+        }
         let mut ids = rows
             .iter()
             .map(|row| id_of(get(row, 0)?))
@@ -285,14 +316,23 @@ impl ItemStore for PostgresStore {
         let fenced = || lease.fenced(id);
         let q = match outcome.retry() {
             None => on_owned_item(COMPLETE, lease, id),
-            Some(retry) => on_owned_item(FAIL, lease, id)
-                .map(|q| q.bind(retry).bind(delay_param(outcome.delay()))),
+            Some(retry) => on_owned_item(FAIL, lease, id).map(|q| {
+                q.bind(retry)
+                    .bind(delay_param(outcome.delay()))
+                    .bind(self.pending_channel())
+            }),
         }
         .ok_or_else(fenced)?;
         let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
         match outcome.retry() {
             None => Ok(None),
-            Some(_) => state_of(get(&row, 0)?, None).map(Some),
+            Some(_) => {
+                let woke: i64 = get(&row, 1)?;
+                if woke > 0 {
+                    self.pending_local();
+                }
+                state_of(get(&row, 0)?, None).map(Some)
+            }
         }
     }
 
@@ -302,6 +342,15 @@ impl ItemStore for PostgresStore {
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         self.list_dead_tokens(limit).await
+    }
+
+    /// Ticks when, in any process on the same database and namespace, an item became
+    /// pending: the statements that make one pending notify on
+    /// [`PostgresStore::pending_channel`], which the handle's LISTEN task (started
+    /// here, as by `wakeups`, unless the URL says `notify=false`) hears; the handle's
+    /// own writes tick it at once, with or without the task.
+    fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.subscribe_pending())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
