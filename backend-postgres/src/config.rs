@@ -18,7 +18,7 @@ const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, 256);
 /// `acquire_timeout_ms`: how long an operation waits for a pooled connection.
 const ACQUIRE_TIMEOUT_MS: Param = Param::timeout_ms("acquire_timeout_ms");
-/// `notify`: LISTEN for release / reap notifications.
+/// `notify`: LISTEN for release / reap and pending-item notifications.
 const NOTIFY: Param = Param::flag("notify");
 /// `target_session_attrs`: libpq's name for "connect only to a server that takes
 /// writes". The only behaviour this store has (it always writes), so the only values
@@ -92,7 +92,7 @@ pub struct PostgresConfig {
     max_connections: u32,
     /// How long an operation waits for a pooled connection.
     acquire_timeout: Duration,
-    /// Whether `wakeups` listens for NOTIFY.
+    /// Whether `wakeups` and `pending` listen for NOTIFY.
     notify: bool,
     /// Whether an unsafe server is refused or accepted with a warning.
     durability: Durability,
@@ -238,8 +238,11 @@ impl PostgresConfig {
         Ok(self)
     }
 
-    /// Whether [`wakeups`](liveness_core::LeaseStore::wakeups) listens for the
-    /// notifications other handles send on release and reap (default true).
+    /// Whether [`wakeups`](liveness_core::LeaseStore::wakeups) and
+    /// [`pending`](liveness_core::ItemStore::pending) listen for the notifications
+    /// other handles send on release and reap, and when they make items pending
+    /// (default true). Without it both signals tick only for this handle's own
+    /// writes; the notifications are sent either way.
     pub fn notify(&self) -> bool {
         self.notify
     }

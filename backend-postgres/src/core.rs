@@ -11,6 +11,7 @@
 //! itself.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -131,9 +132,18 @@ struct Inner {
     acquire_timeout: Duration,
     namespace: Namespace,
     schema: String,
+    /// The channel lease wake-ups are notified on (the schema's name).
     channel: String,
+    /// The channel pending items are notified on ([`pending_channel_of`]).
+    pending_channel: String,
+    /// The pending notification sent after commits ([`PostgresStore::notify_pending`]).
+    notifier: Notifier,
     notify: bool,
+    /// The lease wake-up signal ([`LeaseStore::wakeups`](liveness_core::LeaseStore::wakeups)).
     wake: Arc<watch::Sender<u64>>,
+    /// The pending signal ([`ItemStore::pending`](liveness_core::ItemStore::pending)).
+    pending: Arc<watch::Sender<u64>>,
+    /// The LISTEN task of both channels, started by the first `wakeups` or `pending`.
     listener: OnceLock<Option<AbortHandle>>,
     high_water: HighWater,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
@@ -387,6 +397,7 @@ impl PostgresStore {
             migrate(&pool, &schema).await?;
         }
         let channel = schema.clone();
+        let pending_channel = pending_channel_of(&schema);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 conns: Conns::new(
@@ -400,8 +411,11 @@ impl PostgresStore {
                 namespace: config.namespace().clone(),
                 schema,
                 channel,
+                pending_channel,
+                notifier: Notifier::default(),
                 notify: config.notify(),
                 wake: Arc::new(watch::channel(0).0),
+                pending: Arc::new(watch::channel(0).0),
                 listener: OnceLock::new(),
                 high_water: HighWater::default(),
                 info: StoreInfo::new(
@@ -438,6 +452,14 @@ impl PostgresStore {
         &self.inner.channel
     }
 
+    /// The channel the writes that make items pending notify on (`enqueue`,
+    /// `enqueue_many`, a retry by `finish`, a `sweep_many` that requeued, a dead letter
+    /// retried): the schema's name followed by `:items`. Another channel than
+    /// [`PostgresStore::channel`], so that lease wake-ups never tick for an enqueue.
+    pub fn pending_channel(&self) -> &str {
+        &self.inner.pending_channel
+    }
+
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) fn store_info(&self) -> &StoreInfo {
         &self.inner.info
@@ -460,6 +482,15 @@ impl PostgresStore {
             self.ensure_listener();
         }
         self.inner.wake.subscribe()
+    }
+
+    /// A receiver of the handle's pending signal, starting the LISTEN task first when
+    /// the handle listens for notifications.
+    pub(crate) fn subscribe_pending(&self) -> watch::Receiver<u64> {
+        if self.inner.notify {
+            self.ensure_listener();
+        }
+        self.inner.pending.subscribe()
     }
 
     /// A dedicated connection (outside the pool), to the primary of the host list.
@@ -569,28 +600,130 @@ impl PostgresStore {
         Ok(None)
     }
 
+    /// Ticks this handle's lease wake-up signal (a release or reap it made).
     pub(crate) fn wake_local(&self) {
         tick(&self.inner.wake);
     }
 
-    /// Starts (once) the task that LISTENs on the namespace's channel and ticks the
-    /// wake-up signal on every notification, and once after every (re)connection
+    /// Ticks this handle's pending signal (an item it made pending), at once and also
+    /// without a listener; other handles hear of it through the NOTIFY the statement
+    /// sent on [`PostgresStore::pending_channel`], or [`PostgresStore::notify_pending`].
+    pub(crate) fn pending_local(&self) {
+        tick(&self.inner.pending);
+    }
+
+    /// Tells other handles that items became pending, after the write's commit: one
+    /// `pg_notify` in a statement of its own, at most one in flight per handle; the
+    /// writes that commit while one is in flight are told by the next. PostgreSQL
+    /// serializes the commits of notifying transactions, so a notification inside
+    /// each of many concurrent single enqueues made them wait on each other (64 at
+    /// once ran 4 to 10 times slower); this way they commit as before. A hint only:
+    /// a failed notification is logged, and idle workers find the items at their
+    /// next poll.
+    pub(crate) fn notify_pending(&self) {
+        let notifier = &self.inner.notifier;
+        notifier.again.store(true, Ordering::SeqCst);
+        if notifier.in_flight.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            notifier.in_flight.store(false, Ordering::SeqCst);
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            let notifier = &store.inner.notifier;
+            loop {
+                notifier.again.store(false, Ordering::SeqCst);
+                let q = sqlx::query(NOTIFY_PENDING).bind(store.pending_channel());
+                if let Err(e) = store.db().execute(q).await {
+                    tracing::debug!(error = %e, "a pending notification failed; workers poll");
+                }
+                notifier.in_flight.store(false, Ordering::SeqCst);
+                // A write told nobody since this notification was sent: send another,
+                // unless a new caller took the turn meanwhile.
+                if !notifier.again.load(Ordering::SeqCst)
+                    || notifier.in_flight.swap(true, Ordering::SeqCst)
+                {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Starts (once) the task that LISTENs on the namespace's two channels and ticks
+    /// the signal of the channel a notification came on (the lease wake-up signal
+    /// for [`PostgresStore::channel`], the pending signal for
+    /// [`PostgresStore::pending_channel`]), and both once after every (re)connection
     /// (notifications sent while it was not listening are lost).
     fn ensure_listener(&self) {
         self.inner.listener.get_or_init(|| {
             let handle = tokio::runtime::Handle::try_current().ok()?;
             let servers = self.inner.servers.clone();
-            let channel = self.inner.channel.clone();
-            let wake = self.inner.wake.clone();
-            let task = handle.spawn(listen(servers, channel, wake));
+            let signals = Signals {
+                wake: (self.inner.channel.clone(), self.inner.wake.clone()),
+                pending: (
+                    self.inner.pending_channel.clone(),
+                    self.inner.pending.clone(),
+                ),
+            };
+            let task = handle.spawn(listen(servers, signals));
             Some(task.abort_handle())
         });
     }
 }
 
-async fn listen(servers: Arc<Servers>, channel: String, wake: Arc<watch::Sender<u64>>) {
+/// The notification [`PostgresStore::notify_pending`] sends: $1 the pending channel.
+const NOTIFY_PENDING: &str = "SELECT pg_notify($1, 'pending')";
+
+/// Whether a pending notification is in flight for a handle, and whether a write
+/// made items pending since it was sent ([`PostgresStore::notify_pending`]).
+#[derive(Debug, Default)]
+pub(crate) struct Notifier {
+    in_flight: AtomicBool,
+    again: AtomicBool,
+}
+
+/// The pending channel of the namespace whose schema is `schema`: the schema's name
+/// followed by `:items`. A namespace's name has no `:`, so no namespace's channel is
+/// another's; and it fits PostgreSQL's limit of 63 bytes for a channel (the longest
+/// schema, `liveness_` and 48 bytes, makes 63).
+pub(crate) fn pending_channel_of(schema: &str) -> String {
+    format!("{schema}:items")
+}
+
+/// What the LISTEN task listens to: each signal with its channel.
+struct Signals {
+    /// The lease wake-ups' channel and signal.
+    wake: (String, Arc<watch::Sender<u64>>),
+    /// The pending items' channel and signal.
+    pending: (String, Arc<watch::Sender<u64>>),
+}
+
+impl Signals {
+    /// Ticks the signal of `channel` (a notification came on it).
+    fn tick(&self, channel: &str) {
+        if channel == self.pending.0 {
+            tick(&self.pending.1);
+        } else if channel == self.wake.0 {
+            tick(&self.wake.1);
+        }
+    }
+
+    /// Ticks both signals: notifications may have been missed.
+    fn tick_all(&self) {
+        tick(&self.wake.1);
+        tick(&self.pending.1);
+    }
+}
+
+/// The LISTEN task: listens on both channels of `signals` on a connection of its own to
+/// the server of `servers` that worked last, ticking as [`Signals`] says, and connects
+/// again (with a backoff) whenever the connection fails.
+async fn listen(servers: Arc<Servers>, signals: Signals) {
     let pace = || Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     let mut backoff = pace();
+    let channels = [signals.wake.0.as_str(), signals.pending.0.as_str()];
     loop {
         // Its own one-connection pool, so the listener never starves the store's pool;
         // made afresh on each attempt, on the server that worked last (a failover
@@ -601,15 +734,16 @@ async fn listen(servers: Arc<Servers>, channel: String, wake: Arc<watch::Sender<
             .idle_timeout(None)
             .connect_lazy_with(servers.current().clone());
         if let Ok(mut listener) = PgListener::connect_with(&pool).await {
-            if listener.listen(&channel).await.is_ok() {
+            // Both channels in one round trip.
+            if listener.listen_all(channels).await.is_ok() {
                 backoff = pace();
-                tick(&wake);
+                signals.tick_all();
                 loop {
                     match listener.try_recv().await {
-                        Ok(Some(_)) => tick(&wake),
+                        Ok(Some(n)) => signals.tick(n.channel()),
                         // The connection was lost and re-established (re-listening):
                         // events may have been missed.
-                        Ok(None) => tick(&wake),
+                        Ok(None) => signals.tick_all(),
                         Err(e) => {
                             tracing::debug!(error = %e, "postgres listener failed; reconnecting");
                             break;

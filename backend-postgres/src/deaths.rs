@@ -121,7 +121,7 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
 /// `sweep_many`: $1 tokens (no token twice), $2 the most riding members one
-/// dead session's sweep declares dead (`max_batch`).
+/// dead session's sweep declares dead (`max_batch`), $3 the pending channel.
 ///
 /// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
 /// in `sessions`) first declares dead up to $2 of its own riding members, as a call with
@@ -143,7 +143,8 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 ///
 /// Every other token in the dead set leaves it, its owned items go back to pending,
 /// due at once (or to the dead-letter set when out of attempts), and its death record
-/// (a member's: its session's) adds what moved. Concurrent sweeps of one token
+/// (a member's: its session's) adds what moved. When at least one item went back to
+/// pending, the statement notifies `requeued` once on the pending channel (`woke`). Concurrent sweeps of one token
 /// serialize on its dead-set row: one moves, the other finds nothing. Each death
 /// record is updated once (`per` sums what the statement did to it), after the
 /// records were locked in seq order (`ordered`): sweeps of members of the same
@@ -151,7 +152,9 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 ///
 /// Rows: moved items (`token`, `id`, `state`), then the members declared dead (`token` the
 /// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token),
-/// and one row (`token`, the rest NULL) per session token not reached.
+/// and one row (`token`, the rest NULL) per session token not reached; the last column
+/// (`woke`, on the moved items' rows) counts the notifications, and must be named for
+/// the notifying CTE to run.
 pub(crate) const SWEEP: &str = r#"
 WITH RECURSIVE dt AS MATERIALIZED (
     SELECT token, space FROM dead_tokens WHERE token = ANY($1::bigint[])
@@ -242,14 +245,15 @@ recorded AS (
                              ELSE deaths.dead_lettered END
     FROM ordered per
     WHERE deaths.seq = per.seq
-)
+),
+woke AS (SELECT pg_notify($3, 'requeued') WHERE EXISTS (SELECT 1 FROM moved WHERE state = 0))
 SELECT token, id, state, NULL::text AS space, NULL::text AS name, NULL::text AS holder,
-       NULL::bigint AS member
+       NULL::bigint AS member, (SELECT count(*) FROM woke) AS woke
 FROM moved
 UNION ALL
-SELECT by, NULL, NULL, space, name, holder, token FROM declared
+SELECT by, NULL, NULL, space, name, holder, token, NULL FROM declared
 UNION ALL
-SELECT token, NULL, NULL, NULL, NULL, NULL, NULL FROM more
+SELECT token, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM more
 WHERE token NOT IN (SELECT token FROM go)
 ORDER BY 1, 2, 7
 "#;
@@ -355,7 +359,10 @@ impl PostgresStore {
     /// reach (their answers empty).
     async fn sweep_once(&self, tokens: &[i64]) -> Result<(Vec<Sweep>, Vec<usize>)> {
         let budget = limit_param(self.caps().max_batch.max(1));
-        let q = sqlx::query(SWEEP).bind(tokens.to_vec()).bind(budget);
+        let q = sqlx::query(SWEEP)
+            .bind(tokens.to_vec())
+            .bind(budget)
+            .bind(self.pending_channel());
         let rows = self.db().fetch_all(q).await?;
         let at: HashMap<i64, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
         let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
@@ -385,6 +392,9 @@ impl PostgresStore {
                 )),
                 (None, None) => later.push(i),
             }
+        }
+        if out.iter().any(|answer| !answer.requeued.is_empty()) {
+            self.pending_local();
         }
         Ok((out, later))
     }

@@ -22,32 +22,43 @@ use crate::BACKEND;
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
 const ENQUEUE_RETRIES: usize = 8;
 
-/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once).
-/// A delayed item is due at the server's `clock_timestamp()` + the delay (migration 9).
+/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once). A
+/// delayed item is due at the server's `clock_timestamp()` + the delay (migration 9).
+/// Notifies nothing itself: PostgreSQL serializes the commits of notifying
+/// transactions, which would make concurrent single enqueues wait on each other; the
+/// handle sends one notification after the commit instead, for all its writes in
+/// flight ([`PostgresStore::pending_local`]). Columns: the id, and `woke` (1: the
+/// item is new).
 const ENQUEUE: &str = r#"
 INSERT INTO items (payload, max_attempts, due_at)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-RETURNING id
+RETURNING id, 1::bigint AS woke
 "#;
 
 /// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
-/// once; otherwise every item is due at the same instant, the server clock read once).
-/// One statement: the ids are drawn in payload order (`ORDER BY` the position), so
-/// sorted they answer the payloads in order.
+/// once; otherwise every item is due at the same instant, the server clock read once),
+/// $4 the pending channel. One statement: the ids are drawn in payload order (`ORDER
+/// BY` the position), so sorted they answer the payloads in order. Notifies
+/// `enqueued` once for the whole batch, as `ENQUEUE` (the scalar subquery runs once).
 const ENQUEUE_MANY: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at)
-SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
-FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
-RETURNING id
+WITH new AS (
+    INSERT INTO items (payload, max_attempts, due_at)
+    SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
+    FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
+    RETURNING id
+),
+woke AS (SELECT pg_notify($4, 'enqueued'))
+SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 "#;
 
 /// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key, $4 the
 /// delay in µs (NULL: due at once), as `ENQUEUE`.
 ///
-/// Records the key with a freshly drawn item id and inserts the item under that id;
-/// when the key is already recorded (committed before this statement), answers its
-/// id and inserts nothing. No row: a concurrent enqueue with the same key committed
-/// while this one waited on the key; running the statement again answers its id.
+/// Records the key with a freshly drawn item id and inserts the item under that id
+/// (`woke` 1: the handle notifies after the commit, as for `ENQUEUE`); when the key is
+/// already recorded (committed before this statement), answers its id and inserts
+/// nothing (`woke` 0). No row: a concurrent enqueue with the same key committed while
+/// this one waited on the key; running the statement again answers its id.
 const ENQUEUE_KEYED: &str = r#"
 WITH k AS (
     INSERT INTO enqueue_keys (key, id)
@@ -60,9 +71,9 @@ new AS (
     SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM k
     RETURNING id
 )
-SELECT id FROM new
+SELECT id, 1::bigint AS woke FROM new
 UNION ALL
-SELECT id FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
+SELECT id, 0 FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
 "#;
 
 /// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
@@ -160,9 +171,12 @@ DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
 /// `finish` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1 id, $2
-/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once). Back to pending (0)
-/// or dead-lettered (2) iff that token owns it; back to pending with a wait, due at
-/// the server's `clock_timestamp()` + the wait (migration 9).
+/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once). Back to pending
+/// (0) or dead-lettered (2) iff that token owns it; back to pending with a wait, due
+/// at the server's `clock_timestamp()` + the wait (migration 9). Back to pending, the
+/// handle notifies after the commit, as for `ENQUEUE` (many workers failing jobs at
+/// once would otherwise wait on each other's notifying commits). Column: the new
+/// state.
 const FAIL: &str = r#"
 UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
                  owner = NULL,
@@ -221,6 +235,11 @@ impl ItemStore for PostgresStore {
                 })?
             }
         };
+        let woke: i64 = get(&row, 1)?;
+        if woke > 0 {
+            self.pending_local();
+            self.notify_pending();
+        }
         id_of(get(&row, 0)?)
     }
 
@@ -232,8 +251,12 @@ impl ItemStore for PostgresStore {
         let q = sqlx::query(ENQUEUE_MANY)
             .bind(payloads)
             .bind(i64::from(options.max_attempts))
-            .bind(delay_param(options.delay));
+            .bind(delay_param(options.delay))
+            .bind(self.pending_channel());
         let rows = self.db().fetch_all(q).await?;
+        if !rows.is_empty() {
+            self.pending_local();
+        }
         let mut ids = rows
             .iter()
             .map(|row| id_of(get(row, 0)?))
@@ -292,7 +315,14 @@ impl ItemStore for PostgresStore {
         let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
         match outcome.retry() {
             None => Ok(None),
-            Some(_) => state_of(get(&row, 0)?, None).map(Some),
+            Some(_) => {
+                let state = state_of(get(&row, 0)?, None)?;
+                if state == ItemState::Pending {
+                    self.pending_local();
+                    self.notify_pending();
+                }
+                Ok(Some(state))
+            }
         }
     }
 
@@ -302,6 +332,15 @@ impl ItemStore for PostgresStore {
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
         self.list_dead_tokens(limit).await
+    }
+
+    /// Ticks when, in any process on the same database and namespace, an item became
+    /// pending: the statements that make one pending notify on
+    /// [`PostgresStore::pending_channel`], which the handle's LISTEN task (started
+    /// here, as by `wakeups`, unless the URL says `notify=false`) hears; the handle's
+    /// own writes tick it at once, with or without the task.
+    fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.subscribe_pending())
     }
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {

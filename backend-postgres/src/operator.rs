@@ -77,25 +77,35 @@ gone AS (DELETE FROM items i USING cur WHERE i.id = cur.id AND cur.state <> 1)
 SELECT state, owner FROM cur
 "#;
 
-/// `retry_dead_letter`: $1 id. Back to pending with no attempts, due at once,
-/// iff dead-lettered; answers the item's state before (no row: no such item).
+/// `retry_dead_letter`: $1 id, $2 the pending channel. Back to pending with no
+/// attempts, due at once, iff dead-lettered, notifying `revived` on the pending
+/// channel; answers the item's state before (no row: no such item), and the count of
+/// notifications (`woke`, which the answer must name for the notifying CTE to run).
 const RETRY_DEAD_LETTER: &str = r#"
 WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
 moved AS (
     UPDATE items i SET state = 0, attempts = 0, due_at = NULL
     FROM cur WHERE i.id = cur.id AND cur.state = 2
-)
-SELECT state FROM cur
+    RETURNING i.id
+),
+woke AS (SELECT pg_notify($2, 'revived') WHERE EXISTS (SELECT 1 FROM moved))
+SELECT state, (SELECT count(*) FROM woke) AS woke FROM cur
 "#;
 
-/// `retry_dead_letters`: $1 limit. Up to limit dead-lettered items, lowest id first,
-/// back to pending with no attempts, due at once; answers their ids.
+/// `retry_dead_letters`: $1 limit, $2 the pending channel. Up to limit dead-lettered
+/// items, lowest id first, back to pending with no attempts, due at once, notifying
+/// `revived` once on the pending channel when it moved any; answers their ids (and
+/// `woke`, as `RETRY_DEAD_LETTER`).
 const RETRY_DEAD_LETTERS: &str = r#"
 WITH pick AS (
     SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
-)
-UPDATE items i SET state = 0, attempts = 0, due_at = NULL FROM pick WHERE i.id = pick.id
-RETURNING i.id
+),
+moved AS (
+    UPDATE items i SET state = 0, attempts = 0, due_at = NULL FROM pick WHERE i.id = pick.id
+    RETURNING i.id
+),
+woke AS (SELECT pg_notify($2, 'revived') WHERE EXISTS (SELECT 1 FROM moved))
+SELECT id, (SELECT count(*) FROM woke) AS woke FROM moved
 "#;
 
 #[async_trait]
@@ -177,12 +187,15 @@ impl OperatorStore for PostgresStore {
         let Some(db_id) = id_param(id) else {
             return Err(no_such());
         };
-        let q = sqlx::query(RETRY_DEAD_LETTER).bind(db_id);
+        let q = sqlx::query(RETRY_DEAD_LETTER)
+            .bind(db_id)
+            .bind(self.pending_channel());
         let Some(row) = self.db().fetch_optional(q).await? else {
             return Err(no_such());
         };
         let before: i16 = get(&row, 0)?;
         if before == 2 {
+            self.pending_local();
             Ok(())
         } else {
             Err(Error::invalid("item", InputProblem::NotDeadLettered))
@@ -201,8 +214,13 @@ impl OperatorStore for PostgresStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
-        let q = sqlx::query(RETRY_DEAD_LETTERS).bind(limit_param(limit));
+        let q = sqlx::query(RETRY_DEAD_LETTERS)
+            .bind(limit_param(limit))
+            .bind(self.pending_channel());
         let mut ids = self.list(q, |row| id_of(get(row, 0)?)).await?;
+        if !ids.is_empty() {
+            self.pending_local();
+        }
         ids.sort();
         Ok(ids)
     }

@@ -1,5 +1,5 @@
 //! What the conformance suite cannot see: TLS, password authentication, the schema
-//! version check, LISTEN/NOTIFY wake-ups, batched joins in opposite orders and the
+//! version check, LISTEN/NOTIFY wake-ups and pending signals across handles, batched joins in opposite orders and the
 //! advisory-lock election, against the test binary's shared PostgreSQL. (The query
 //! plans of `expired` and `leases` are checked in `src/tests.rs`, which sees the
 //! statements.)
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, InputProblem, ItemStore, LeaseStore, Store, Ttl,
+    EnqueueOptions, Error, HolderId, InputProblem, ItemStore, LeaseStore, OperatorStore, Store, Ttl,
 };
 use liveness_postgres::{AdvisoryElection, PostgresStore};
 
@@ -330,4 +330,99 @@ async fn a_namespace_with_a_hyphen_holds_leases_items_and_wake_ups() {
     rx.borrow_and_update();
     assert!(store.release(&lease).await.unwrap());
     ticked(&mut rx, Duration::from_secs(10)).await;
+}
+
+/// Asserts that `rx` does not tick within half a second.
+async fn quiet(rx: &mut tokio::sync::watch::Receiver<u64>, after: &str) {
+    let ticked = tokio::time::timeout(Duration::from_millis(500), rx.changed()).await;
+    assert!(ticked.is_err(), "the signal ticked after {after}");
+}
+
+/// The pending signal crosses processes: every write that makes an item pending on
+/// one handle (a second handle, with its own connections, as another process has)
+/// ticks the `pending()` receiver of another handle on the same namespace within 2 s,
+/// through NOTIFY: an enqueue, a batch, a delayed enqueue, a keyed enqueue, a retry, a
+/// dead letter retried (alone or in a batch), a sweep that requeued. Nothing on
+/// another namespace makes it tick, nor does a write that makes nothing pending (a
+/// repeated key, a dead letter); the lease wake-ups do not tick for item writes. The
+/// namespace is as long as a namespace can be, so its pending channel is as long as
+/// PostgreSQL takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_made_pending_by_another_handle_tick_the_pending_signal() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let fresh = ns();
+    let longest = format!(
+        "{fresh}_{}",
+        "p".repeat(liveness_core::MAX_NAMESPACE_LEN - fresh.len() - 1)
+    );
+    let url = server.url_with(&format!("ns={longest}"));
+    let watcher = liveness_postgres::connect(&url).await.unwrap();
+    let other = liveness_postgres::connect(&url).await.unwrap();
+    let elsewhere = liveness_postgres::connect(&server.url_with(&format!("ns={}", ns())))
+        .await
+        .unwrap();
+    assert_eq!(watcher.pending_channel().len(), 63, "the longest channel");
+    assert_ne!(watcher.pending_channel(), elsewhere.pending_channel());
+    let within = Duration::from_secs(2);
+    let mut pending = watcher.pending().expect("postgres has a pending signal");
+    // The listener ticks once when its LISTEN is in place.
+    ticked(&mut pending, Duration::from_secs(10)).await;
+    let mut wake = watcher.wakeups().expect("postgres has wake-ups");
+    wake.borrow_and_update();
+
+    let none = EnqueueOptions::default();
+    elsewhere.enqueue(b"x", none).await.unwrap();
+    elsewhere
+        .enqueue_many(&[b"y".to_vec()], none)
+        .await
+        .unwrap();
+    quiet(&mut pending, "enqueues on another namespace").await;
+
+    let first = other.enqueue(b"a", none).await.unwrap();
+    ticked(&mut pending, within).await;
+    let batch = vec![b"b".to_vec(), b"c".to_vec(), b"d".to_vec()];
+    other.enqueue_many(&batch, none).await.unwrap();
+    ticked(&mut pending, within).await;
+    let later = none.delay(Duration::from_secs(60));
+    other.enqueue(b"later", later).await.unwrap();
+    ticked(&mut pending, within).await;
+    let key = liveness_core::RequestId::random();
+    other.enqueue(b"k", none.key(key)).await.unwrap();
+    ticked(&mut pending, within).await;
+
+    let lease = acquire_member(&other, "w", "h", Ttl::from_secs(30).unwrap()).await;
+    let ids: Vec<_> = other
+        .claim(&lease, 3)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], first);
+    other.fail(&lease, ids[0], true).await.unwrap();
+    ticked(&mut pending, within).await;
+    other.fail(&lease, ids[1], false).await.unwrap();
+    other.fail(&lease, ids[2], false).await.unwrap();
+    other.enqueue(b"k", none.key(key)).await.unwrap();
+    quiet(&mut pending, "dead letters and a repeated key").await;
+    assert!(
+        !wake.has_changed().unwrap(),
+        "the lease wake-ups ticked for item writes"
+    );
+
+    other.retry_dead_letter(ids[1]).await.unwrap();
+    ticked(&mut pending, within).await;
+    assert_eq!(other.retry_dead_letters(10).await.unwrap(), [ids[2]]);
+    ticked(&mut pending, within).await;
+
+    assert_eq!(other.claim(&lease, 2).await.unwrap().len(), 2);
+    assert!(other.release(&lease).await.unwrap());
+    ticked(&mut wake, within).await;
+    pending.borrow_and_update();
+    let swept = other.sweep(lease.token).await.unwrap();
+    assert_eq!(swept.requeued.len(), 2);
+    ticked(&mut pending, within).await;
 }

@@ -23,7 +23,7 @@ use crate::types::Space;
 ///
 /// # Guarantees
 /// What the store behind it never receives:
-/// - an operation of a part of the contract its [`Capabilities`](crate::Capabilities)
+/// - an operation of a part of the contract its [`Capabilities`]
 ///   do not offer (work items on a store with `items: false`, the operator's views
 ///   with `operator_views: false`): `what` names the operation,
 ///   [`InputProblem::Unsupported`];

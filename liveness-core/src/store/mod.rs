@@ -66,7 +66,7 @@
 //!   what only it can judge (an item id that names no item, a value its backend
 //!   cannot hold). An operation of a part the store's capabilities do not offer
 //!   ([`Capabilities::items`], [`Capabilities::operator_views`]) is refused the same
-//!   way, with [`InputProblem::Unsupported`](crate::InputProblem::Unsupported).
+//!   way, with [`InputProblem::Unsupported`].
 //! - When two answers apply, invalid input wins: a call that fails a check answers
 //!   `InvalidInput` whatever the state of the store (a `claim` with `n == 0` under a
 //!   lost lease is `InvalidInput`, not `Lost`).
@@ -86,7 +86,7 @@
 //! - Every operation that takes a [`Lease`] (`release`, `claim_request`, `finish`,
 //!   the session of `join_session_many`, each entry of `renew_many`) refuses one issued by another store or
 //!   namespace ([`Lease::check_issuer`] against [`Store::issuer`]) with
-//!   [`Error::InvalidInput`] (`what: "lease"`, [`InputProblem::ForeignLease`](crate::error::InputProblem::ForeignLease)) and
+//!   [`Error::InvalidInput`] (`what: "lease"`, [`InputProblem::ForeignLease`]) and
 //!   changes nothing: [`CheckInput`](crate::CheckInput) does it before the store is
 //!   called.
 
