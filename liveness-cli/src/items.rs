@@ -13,6 +13,10 @@ pub(crate) struct Counts {
     pub pending: u64,
     pub owned: u64,
     pub dead_lettered: u64,
+    /// Milliseconds until the first held-back pending item (a scheduled job, a retry
+    /// waiting out its backoff) is due, by the store's clock; absent when none waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_due_ms: Option<u64>,
 }
 
 impl From<ItemCounts> for Counts {
@@ -21,20 +25,29 @@ impl From<ItemCounts> for Counts {
             pending: c.pending,
             owned: c.owned,
             dead_lettered: c.dead_lettered,
+            next_due_ms: None,
         }
     }
 }
 
-/// The human table of `counts`.
+/// The human table of `counts`, and when the next held-back item is due.
 pub(crate) fn render_counts(c: &Counts) -> String {
-    table(
+    let mut out = table(
         &["state", "items"],
         [
             vec!["pending".into(), c.pending.to_string()],
             vec!["owned".into(), c.owned.to_string()],
             vec!["dead-lettered".into(), c.dead_lettered.to_string()],
         ],
-    )
+    );
+    if let Some(ms) = c.next_due_ms {
+        let left = humantime::format_duration(std::time::Duration::from_millis(ms));
+        out.push_str(&format!(
+            "\nsome pending items are held back (scheduled, or waiting out a retry's \
+             backoff); the first is due in {left}\n"
+        ));
+    }
+    out
 }
 
 /// One item, as `--json` prints it.
@@ -77,7 +90,12 @@ pub(crate) async fn run(
     limit: usize,
 ) -> Result<(), Failure> {
     let Some(state) = state else {
-        let counts = Counts::from(ctx.store.item_counts().await?);
+        let mut counts = Counts::from(ctx.store.item_counts().await?);
+        counts.next_due_ms = ctx
+            .store
+            .next_due()
+            .await?
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         return print_read(ctx, &counts, || render_counts(&counts));
     };
     let page = ctx.store.capabilities().max_batch.max(1);

@@ -282,6 +282,27 @@ fn dead_letters_are_listed_and_retried(url: &str) {
     assert_eq!(liveness_json(url, &["cancel", &first])["outcome"], "none");
     let counts = liveness_json(url, &["items"]);
     assert_eq!(counts["pending"], 2, "{counts}");
+    assert!(
+        counts.get("next_due_ms").is_none(),
+        "nothing held back: {counts}"
+    );
+
+    // A job scheduled an hour ahead: pending, and `items` says when it is due.
+    rt().block_on(async {
+        let store = liveness::connect(url).await.unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        liveness::Queue::new(store)
+            .enqueue_in(b"later", hour)
+            .await
+            .unwrap();
+    });
+    let counts = liveness_json(url, &["items"]);
+    assert_eq!(counts["pending"], 3, "{counts}");
+    let due = counts["next_due_ms"].as_u64().unwrap_or(0);
+    assert!((3_500_000..=3_601_000).contains(&due), "{counts}");
+    let text = liveness(url, &["items"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("the first is due in"), "{text}");
 }
 
 fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {
