@@ -67,15 +67,35 @@ impl Queue {
     /// batches before it are added, and on a store without a native batch, the items
     /// of the failing batch before the failing one.
     pub async fn enqueue_many<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<Vec<ItemId>> {
+        self.enqueue_many_with(payloads, EnqueueOptions::default())
+            .await
+    }
+
+    /// [`Queue::enqueue_many`] with `options` for every item (attempts, a delay: a
+    /// scheduled batch). An idempotency key names one item: `InvalidInput` here.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use liveness_core::{EnqueueOptions, MemoryStore, Queue};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> liveness_core::Result<()> {
+    /// let queue = Queue::new(Arc::new(MemoryStore::new()));
+    /// let nightly = EnqueueOptions::default().delay(Duration::from_secs(6 * 3600));
+    /// let ids = queue.enqueue_many_with(&[b"report a", b"report b"], nightly).await?;
+    /// assert_eq!(ids.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_many_with<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+        options: EnqueueOptions,
+    ) -> Result<Vec<ItemId>> {
         let batch = self.store.capabilities().max_batch.max(1);
         let mut ids = Vec::with_capacity(payloads.len());
         for chunk in payloads.chunks(batch) {
             let owned: Vec<Vec<u8>> = chunk.iter().map(|p| p.as_ref().to_vec()).collect();
-            let added = self
-                .store
-                .enqueue_many(&owned, EnqueueOptions::default())
-                .await?;
-            ids.extend(added);
+            ids.extend(self.store.enqueue_many(&owned, options).await?);
         }
         Ok(ids)
     }
