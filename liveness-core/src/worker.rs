@@ -6,8 +6,8 @@
 //! own: `Ok` completes the item, [`JobError::Retry`] hands it back to be tried again
 //! after a backoff that doubles per attempt ([`WorkerConfig::retry_backoff`], by the
 //! store's clock where the store keeps [`delays`](crate::Capabilities::delays), at once
-//! where it does not; dead-lettered when out of attempts), [`JobError::Fail`]
-//! dead-letters it. When the
+//! where it does not; dead-lettered when out of attempts; [`JobError::RetryIn`] gives
+//! a wait of its own instead), [`JobError::Fail`] dead-letters it. When the
 //! member's lease is lost, every running handler is dropped at once (its future is
 //! not polled again), before the store can give its item to anybody else: the item
 //! goes back with the dead token. Idle, the worker waits for the store's signal that
@@ -129,10 +129,16 @@ impl Job {
 
 /// Why a handler did not finish its job.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum JobError {
-    /// Try again: the item goes back to pending, or to the dead-letter set when it is
-    /// out of attempts. What `?` on any error gives.
+    /// Try again: the item goes back to pending after the worker's backoff
+    /// ([`WorkerConfig::retry_backoff`]), or to the dead-letter set when it is out of
+    /// attempts. What `?` on any error gives.
     Retry(BoxError),
+    /// Try again no sooner than this wait, by the store's clock, instead of the
+    /// worker's backoff: what a rate-limited service's `Retry-After` says. On a store
+    /// without [`Capabilities::delays`](crate::Capabilities::delays), at once.
+    RetryIn(Duration, BoxError),
     /// Never try again: the item goes to the dead-letter set now.
     Fail(BoxError),
 }
@@ -141,6 +147,11 @@ impl JobError {
     /// A failure to try again ([`JobError::Retry`]).
     pub fn retry(error: impl Into<BoxError>) -> JobError {
         JobError::Retry(error.into())
+    }
+
+    /// A failure to try again after `after` ([`JobError::RetryIn`]).
+    pub fn retry_in(after: Duration, error: impl Into<BoxError>) -> JobError {
+        JobError::RetryIn(after, error.into())
     }
 
     /// A failure never to try again ([`JobError::Fail`]).
@@ -493,10 +504,11 @@ where
                         for claimed in items {
                             let (member, handler) = (self.member.clone(), self.handler.clone());
                             let metrics = self.metrics.clone();
+                            // The backoff before a retry; none on a store without delays.
                             let wait = self
                                 .retries
                                 .as_ref()
-                                .map_or(Duration::ZERO, |c| c.retry_wait(claimed.item.attempts));
+                                .map(|c| c.retry_wait(claimed.item.attempts));
                             // One span per job: the handler's own logs and spans nest in it.
                             let span = tracing::info_span!(
                                 "liveness.job",
@@ -545,7 +557,7 @@ async fn run_one<F, Fut>(
     member: Member,
     handler: Arc<F>,
     claimed: Claimed,
-    wait: Duration,
+    backoff: Option<Duration>,
     metrics: &JobMetrics,
 ) -> End
 where
@@ -563,7 +575,7 @@ where
         answer = handler(job) => answer,
     };
     metrics.seconds.record(start.elapsed());
-    let retry = match answer {
+    let (retry, wait) = match answer {
         Ok(()) => {
             return match member.complete(&claimed).await {
                 Ok(()) => End::Completed,
@@ -575,11 +587,19 @@ where
         }
         Err(JobError::Retry(e)) => {
             tracing::info!(item = %claimed.item.id, error = %e, "a job failed: it is tried again");
-            true
+            (true, backoff.unwrap_or_default())
+        }
+        Err(JobError::RetryIn(after, e)) => {
+            tracing::info!(item = %claimed.item.id, error = %e, ?after, "a job failed: it is tried again after its wait");
+            // A store without delays cannot hold it back: at once.
+            (
+                true,
+                backoff.map_or(Duration::ZERO, |_| after.min(crate::MAX_DELAY)),
+            )
         }
         Err(JobError::Fail(e)) => {
             tracing::warn!(item = %claimed.item.id, error = %e, "a job failed for good: dead-lettered");
-            false
+            (false, Duration::ZERO)
         }
     };
     let handed_back = match (retry, wait.is_zero()) {

@@ -150,6 +150,47 @@ async fn a_failed_job_is_retried_after_a_backoff_that_doubles() {
     assert!(b >= first && b <= first * 2 + slack, "second wait {b:?}");
 }
 
+/// A handler that says how long to wait (`JobError::retry_in`, a `Retry-After`) gets
+/// that wait instead of the worker's backoff.
+#[tokio::test(start_paused = true)]
+async fn a_handler_s_own_wait_replaces_the_backoff() {
+    let store = memory();
+    let id = Queue::new(store.clone())
+        .enqueue_with(b"rate limited", EnqueueOptions::default().max_attempts(2))
+        .await
+        .unwrap();
+    // A backoff far shorter than the handler's wait: only the handler's can explain
+    // a pause of a minute.
+    let config = config("w", 1).retry_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = runs.clone();
+    let worker = Worker::start(store.clone(), config, move |_job| {
+        seen.lock().unwrap().push(Instant::now());
+        async move {
+            let busy = std::io::Error::other("429: retry after 60 s");
+            Err(JobError::retry_in(Duration::from_secs(60), busy))
+        }
+    })
+    .await
+    .unwrap();
+    until_state(
+        &store,
+        id,
+        ItemState::DeadLettered,
+        Duration::from_secs(300),
+    )
+    .await;
+    worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2, "two attempts");
+    let waited = runs[1] - runs[0];
+    let slack = Duration::from_millis(100);
+    assert!(
+        waited >= Duration::from_secs(60) && waited <= Duration::from_secs(60) + slack,
+        "waited {waited:?}"
+    );
+}
+
 /// A job enqueued with a delay starts when it is due, not at the worker's next poll:
 /// the worker sleeps until the store's `next_due`.
 #[tokio::test(start_paused = true)]
