@@ -105,23 +105,13 @@ impl ItemStore for SqliteStore {
                 .map_err(map)?;
             if let Some(id) = earlier {
                 w.rollback().await?;
-                return Ok(ItemId(
-                    u64::try_from(id)
-                        .map_err(|_| corrupt("bad item id in the liveness database"))?,
-                ));
+                return item_id(id);
             }
         }
         let id = self.next(w.conn(), NEXT_ITEM).await?;
-        let (due, delay) = self.due(options.delay)?;
-        self.query(ENQUEUE)
-            .bind(id)
-            .bind(payload)
-            .bind(i64::from(options.max_attempts))
-            .bind(due)
-            .bind(delay)
-            .execute(w.conn())
-            .await
-            .map_err(map)?;
+        let due = self.due(options.delay)?;
+        self.insert_item(w.conn(), id, payload, options.max_attempts, due)
+            .await?;
         if let Some(key) = &key {
             self.query(SAVE_ENQUEUE_KEY)
                 .bind(key)
@@ -132,9 +122,7 @@ impl ItemStore for SqliteStore {
         }
         w.commit().await?;
         tick(&self.pending);
-        Ok(ItemId(u64::try_from(id).map_err(|_| {
-            corrupt("bad item id in the liveness database")
-        })?))
+        item_id(id)
     }
 
     async fn enqueue_many(
@@ -153,27 +141,14 @@ impl ItemStore for SqliteStore {
             .await
             .map_err(map)?;
         let first = last - n + 1;
-        let (due, delay) = self.due(options.delay)?;
+        let due = self.due(options.delay)?;
         for (id, payload) in (first..).zip(payloads) {
-            self.query(ENQUEUE)
-                .bind(id)
-                .bind(payload.as_slice())
-                .bind(i64::from(options.max_attempts))
-                .bind(due)
-                .bind(delay)
-                .execute(w.conn())
-                .await
-                .map_err(map)?;
+            self.insert_item(w.conn(), id, payload, options.max_attempts, due)
+                .await?;
         }
         w.commit().await?;
         tick(&self.pending);
-        (first..=last)
-            .map(|id| {
-                u64::try_from(id)
-                    .map(ItemId)
-                    .map_err(|_| corrupt("bad item id in the liveness database"))
-            })
-            .collect()
+        (first..=last).map(item_id).collect()
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
@@ -286,7 +261,36 @@ impl ItemStore for SqliteStore {
 /// however many came due at once (the rest on the next claims).
 const PROMOTE_AT_MOST: usize = 1000;
 
+/// An item id as the database stores it, or a corrupt-record error.
+fn item_id(id: i64) -> Result<ItemId> {
+    u64::try_from(id)
+        .map(ItemId)
+        .map_err(|_| corrupt("bad item id in the liveness database"))
+}
+
 impl SqliteStore {
+    /// Writes new pending item `id` (`ENQUEUE`), held back as `due` says, inside the
+    /// caller's write transaction.
+    async fn insert_item(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        id: i64,
+        payload: &[u8],
+        max_attempts: u32,
+        (due, delay): (Option<i64>, Option<i64>),
+    ) -> Result<()> {
+        self.query(ENQUEUE)
+            .bind(id)
+            .bind(payload)
+            .bind(i64::from(max_attempts))
+            .bind(due)
+            .bind(delay)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
     /// The due time and the wait of an item held back `delay` from the store's now,
     /// in store-clock ms; both `None` for no wait. Read inside the write transaction.
     fn due(&self, delay: Duration) -> Result<(Option<i64>, Option<i64>)> {

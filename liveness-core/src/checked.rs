@@ -148,6 +148,7 @@ impl Intercept for CheckInput {
             }
             Request::Finish { lease, id, outcome } => {
                 lease.check_issuer(issuer)?;
+                crate::item::check_delay("after", outcome.delay())?;
                 check_delay(caps, "after", outcome.delay())?;
                 Request::Finish { lease, id, outcome }
             }
@@ -211,10 +212,10 @@ impl Intercept for CheckInput {
     }
 }
 
-/// Refuses a non-zero delay on a store without [`Capabilities::delays`], and one over
-/// [`MAX_DELAY`](crate::item::MAX_DELAY).
+/// Refuses a non-zero delay on a store without [`Capabilities::delays`]. (One over
+/// [`MAX_DELAY`](crate::item::MAX_DELAY) is refused by `EnqueueOptions::validate` for
+/// an enqueue, and before this for a retry's wait.)
 fn check_delay(caps: Capabilities, what: &'static str, delay: Duration) -> Result<()> {
-    crate::item::check_delay(what, delay)?;
     if !delay.is_zero() && !caps.delays {
         return Err(Error::invalid(what, InputProblem::Unsupported));
     }
