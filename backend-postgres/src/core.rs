@@ -478,19 +478,23 @@ impl PostgresStore {
     /// A receiver of the handle's wake-up signal, starting the LISTEN task first when
     /// the handle listens for notifications.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        // Taken before the task starts, so it sees the tick that follows the LISTEN.
+        let rx = self.inner.wake.subscribe();
         if self.inner.notify {
             self.ensure_listener();
         }
-        self.inner.wake.subscribe()
+        rx
     }
 
     /// A receiver of the handle's pending signal, starting the LISTEN task first when
     /// the handle listens for notifications.
     pub(crate) fn subscribe_pending(&self) -> watch::Receiver<u64> {
+        // Taken before the task starts, so it sees the tick that follows the LISTEN.
+        let rx = self.inner.pending.subscribe();
         if self.inner.notify {
             self.ensure_listener();
         }
-        self.inner.pending.subscribe()
+        rx
     }
 
     /// A dedicated connection (outside the pool), to the primary of the host list.

@@ -84,14 +84,18 @@ impl PendingSignal {
     /// A receiver of the signal; starts the listening task when it is not running
     /// (the first call, or after the runtime it ran on shut down). `None` outside a
     /// Tokio runtime: no task can listen there, and the caller polls.
+    ///
+    /// The receiver is taken before the task starts, so it sees the tick that follows
+    /// the task's subscription however soon that comes.
     pub(crate) fn receiver(&self) -> Option<watch::Receiver<u64>> {
+        let rx = self.signal.subscribe();
         let mut listener = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
         if listener.as_ref().is_none_or(|l| l.task.is_finished()) {
             let runtime = tokio::runtime::Handle::try_current().ok()?;
             let task = runtime.spawn(listen(self.source.clone(), self.signal.clone()));
             *listener = Some(Listener { task });
         }
-        Some(self.signal.subscribe())
+        Some(rx)
     }
 }
 

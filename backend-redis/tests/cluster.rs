@@ -118,7 +118,6 @@ async fn the_pending_signal_is_heard_on_the_node_of_the_namespace() {
     let mut rx = store
         .pending()
         .expect("the Redis store has a pending signal");
-    rx.borrow_and_update();
     // The tick that follows the subscription: from here on, messages arrive.
     let subscribed = tokio::time::timeout(Duration::from_secs(2), rx.changed()).await;
     assert!(

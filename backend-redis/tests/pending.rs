@@ -64,7 +64,6 @@ async fn another_handle_on_the_namespace_ticks_it_another_namespace_does_not() {
     let mut rx = store
         .pending()
         .expect("the Redis store has a pending signal");
-    rx.borrow_and_update();
     // The tick that follows the subscription: from here on, messages arrive.
     ticks(&mut rx, "subscribing").await;
 
@@ -131,7 +130,6 @@ async fn retries_sweeps_and_dead_letters_retried_tick_it() {
         .unwrap();
     let dead = second.enqueue(b"d", one_attempt).await.unwrap();
     let mut rx = store.pending().unwrap();
-    rx.borrow_and_update();
     ticks(&mut rx, "subscribing").await;
 
     let lease = acquire_member(&second, "worker", "h", ttl).await;
@@ -171,7 +169,6 @@ async fn it_subscribes_again_after_its_connection_is_killed() {
     };
     let ns = store.namespace().as_str().to_owned();
     let mut rx = store.pending().unwrap();
-    rx.borrow_and_update();
     ticks(&mut rx, "subscribing").await;
     // Another call, on a clone too, shares the subscription.
     let _also = store.clone().pending().unwrap();
@@ -236,7 +233,6 @@ async fn dropping_the_last_clone_closes_the_subscription() {
         "subscribed before pending()"
     );
     let mut rx = store.pending().unwrap();
-    rx.borrow_and_update();
     ticks(&mut rx, "subscribing").await;
     let clone = store.clone();
     drop(store);
@@ -259,7 +255,6 @@ async fn it_subscribes_over_tls_with_the_configured_ca() {
     let url = server.url_with(&format!("ns={}", fresh_namespace()));
     let store = liveness_redis::connect(&url).await.unwrap();
     let mut rx = store.pending().unwrap();
-    rx.borrow_and_update();
     ticks(&mut rx, "subscribing over TLS").await;
     let second = liveness_redis::connect(&url).await.unwrap();
     second
