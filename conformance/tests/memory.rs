@@ -8,8 +8,12 @@ fn server() -> &'static MemoryServer {
     static SERVER: OnceLock<MemoryServer> = OnceLock::new();
     // A small death retention, so that the suite fills it and checks the bound.
     SERVER.get_or_init(|| {
-        MemoryServer::new()
-            .with_capabilities(Capabilities::default().death_retention(20).sessions(true))
+        MemoryServer::new().with_capabilities(
+            Capabilities::default()
+                .death_retention(20)
+                .sessions(true)
+                .error_text(true),
+        )
     })
 }
 

@@ -68,6 +68,11 @@ pub struct Capabilities {
     /// False (the default): a non-zero delay is `InvalidInput`
     /// ([`InputProblem::Unsupported`]), so nothing runs earlier than asked.
     pub delays: bool,
+    /// True when the store keeps the error text of an item's latest failure
+    /// ([`ItemStore::finish_with_error`](crate::ItemStore::finish_with_error)) and
+    /// answers it in [`ItemRecord::last_error`](crate::ItemRecord::last_error). False
+    /// (the default): the text is dropped and `last_error` is always `None`.
+    pub error_text: bool,
 }
 
 impl Default for Capabilities {
@@ -84,6 +89,7 @@ impl Default for Capabilities {
             items: true,
             operator_views: true,
             delays: false,
+            error_text: false,
         }
     }
 }
@@ -135,6 +141,7 @@ impl Capabilities {
         items: bool,
         operator_views: bool,
         delays: bool,
+        error_text: bool,
     );
 }
 

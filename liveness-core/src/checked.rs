@@ -152,6 +152,31 @@ impl Intercept for CheckInput {
                 check_delay(caps, "after", outcome.delay())?;
                 Request::Finish { lease, id, outcome }
             }
+            Request::FinishWithError {
+                lease,
+                id,
+                outcome,
+                error,
+            } => {
+                lease.check_issuer(issuer)?;
+                crate::item::check_delay("after", outcome.delay())?;
+                check_delay(caps, "after", outcome.delay())?;
+                if error.len() > crate::item::MAX_ERROR_LEN {
+                    return Err(Error::invalid(
+                        "error",
+                        InputProblem::TooLong {
+                            max: crate::item::MAX_ERROR_LEN,
+                            len: error.len(),
+                        },
+                    ));
+                }
+                Request::FinishWithError {
+                    lease,
+                    id,
+                    outcome,
+                    error,
+                }
+            }
             Request::Claim { lease, n, req } => {
                 lease.check_issuer(issuer)?;
                 let n = caps.clamp_limit("n", n)?;

@@ -275,6 +275,58 @@ pub struct ItemRecord {
     pub item: Item,
     /// Its state.
     pub state: ItemState,
+    /// The error text of its latest failure that gave one
+    /// ([`ItemStore::finish_with_error`](crate::ItemStore::finish_with_error), what a
+    /// [`Worker`](crate::Worker)'s failed job reports): why a dead letter died, or why a
+    /// retried job waits. A failure without text, a requeue after its owner's death and
+    /// a dead letter's retry leave it as it was. `None` on a store without
+    /// [`Capabilities::error_text`](crate::Capabilities::error_text).
+    pub last_error: Option<String>,
+}
+
+/// The longest error text, in bytes, that
+/// [`ItemStore::finish_with_error`](crate::ItemStore::finish_with_error) takes (a
+/// longer one is `InvalidInput`); [`error_text`] cuts a longer text to it.
+pub const MAX_ERROR_LEN: usize = 2048;
+
+/// The error text a store keeps for `error`: its message and those of its sources,
+/// joined by `": "`, cut to at most [`MAX_ERROR_LEN`] bytes at a character boundary
+/// (ending in `…` when cut).
+///
+/// ```
+/// let err = std::io::Error::other("disk full");
+/// assert_eq!(liveness_core::error_text(&err), "disk full");
+/// let long = "x".repeat(5000);
+/// assert!(liveness_core::error_text(&std::io::Error::other(long)).len() <= liveness_core::MAX_ERROR_LEN);
+/// ```
+pub fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let more = e.to_string();
+        // A source whose message the outer one already repeats adds nothing.
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = e.source();
+    }
+    cut_error_text(text)
+}
+
+/// `text` cut to at most [`MAX_ERROR_LEN`] bytes at a character boundary, ending in
+/// `…` when cut.
+pub(crate) fn cut_error_text(mut text: String) -> String {
+    if text.len() <= MAX_ERROR_LEN {
+        return text;
+    }
+    let mut end = MAX_ERROR_LEN - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
 }
 
 /// How an item's owner hands it back ([`ItemStore::finish`](crate::ItemStore::finish)).
@@ -347,7 +399,17 @@ impl Outcome {
 impl ItemRecord {
     /// `item` in `state`, as a store reads it back.
     pub fn new(item: Item, state: ItemState) -> ItemRecord {
-        ItemRecord { item, state }
+        ItemRecord {
+            item,
+            state,
+            last_error: None,
+        }
+    }
+
+    /// The same record with `last_error` as its latest failure's error text.
+    pub fn with_last_error(mut self, last_error: Option<String>) -> ItemRecord {
+        self.last_error = last_error;
+        self
     }
 
     /// A new item as `enqueue` adds it: pending, `payload`, no attempts yet, and
@@ -363,6 +425,7 @@ impl ItemRecord {
         ItemRecord {
             item,
             state: ItemState::Pending,
+            last_error: None,
         }
     }
 

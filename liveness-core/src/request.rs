@@ -212,7 +212,8 @@ no_facts!(
     EnqueueOptions,
     ItemStateKind,
     HolderId,
-    Vec<u8>
+    Vec<u8>,
+    String
 );
 
 /// A trait method's argument as the request owns it.
@@ -227,6 +228,11 @@ impl<T: Clone> Own<T> for &T {
 impl<T: Clone> Own<Vec<T>> for &[T] {
     fn own(self) -> Vec<T> {
         self.to_vec()
+    }
+}
+impl Own<String> for &str {
+    fn own(self) -> String {
+        self.to_owned()
     }
 }
 impl Own<Page<Key>> for Page<&Key> {
@@ -249,6 +255,11 @@ impl<'a, T> Lend<'a, &'a T> for T {
 }
 impl<'a, T> Lend<'a, &'a [T]> for Vec<T> {
     fn lend(&'a self) -> &'a [T] {
+        self
+    }
+}
+impl<'a> Lend<'a, &'a str> for String {
+    fn lend(&'a self) -> &'a str {
         self
     }
 }
@@ -474,6 +485,8 @@ store_ops! {
             req: RequestId => RequestId) -> Vec<Item>;
         Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)
             -> Option<ItemState>;
+        FinishWithError = finish_with_error(lease: &Lease => Lease, id: ItemId => ItemId,
+            outcome: Outcome => Outcome, error: &str => String) -> Option<ItemState>;
         SweepMany [checker] = sweep_many(
             tokens: &[FencingToken] => Vec<FencingToken>) -> Vec<Result<Sweep>>;
         DeadTokens [checker] = dead_tokens(limit: usize => usize) -> Vec<DeadToken>;

@@ -62,7 +62,7 @@ use crate::checker::{Checker, CheckerConfig, CheckerHandle};
 use crate::election::ElectionConfig;
 use crate::error::{BoxError, Error, InputProblem, Result};
 use crate::events::EventBus;
-use crate::item::{ItemId, ItemState};
+use crate::item::{error_text, ItemId, ItemState, Outcome};
 use crate::member::{Claimed, Member, MemberConfig};
 use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS};
 use crate::store::Store;
@@ -575,7 +575,7 @@ where
         answer = handler(job) => answer,
     };
     metrics.seconds.record(start.elapsed());
-    let (retry, wait) = match answer {
+    let (outcome, error) = match answer {
         Ok(()) => {
             return match member.complete(&claimed).await {
                 Ok(()) => End::Completed,
@@ -587,25 +587,22 @@ where
         }
         Err(JobError::Retry(e)) => {
             tracing::info!(item = %claimed.item.id, error = %e, "a job failed: it is tried again");
-            (true, backoff.unwrap_or_default())
+            let after = backoff.unwrap_or_default();
+            (Outcome::Retry { after }, e)
         }
         Err(JobError::RetryIn(after, e)) => {
             tracing::info!(item = %claimed.item.id, error = %e, ?after, "a job failed: it is tried again after its wait");
             // A store without delays cannot hold it back: at once.
-            (
-                true,
-                backoff.map_or(Duration::ZERO, |_| after.min(crate::MAX_DELAY)),
-            )
+            let after = backoff.map_or(Duration::ZERO, |_| after.min(crate::MAX_DELAY));
+            (Outcome::Retry { after }, e)
         }
         Err(JobError::Fail(e)) => {
             tracing::warn!(item = %claimed.item.id, error = %e, "a job failed for good: dead-lettered");
-            (false, Duration::ZERO)
+            (Outcome::DeadLetter, e)
         }
     };
-    let handed_back = match (retry, wait.is_zero()) {
-        (true, false) => member.retry_after(&claimed, wait).await,
-        _ => member.fail(&claimed, retry).await,
-    };
+    let text = error_text(&*error);
+    let handed_back = member.fail_with_error(&claimed, outcome, &text).await;
     match handed_back {
         Ok(ItemState::Pending) => End::Retried,
         Ok(_) => End::DeadLettered,

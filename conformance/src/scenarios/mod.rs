@@ -12,6 +12,7 @@ mod cancel;
 mod common;
 mod delays;
 mod drops;
+mod errors;
 mod holders;
 mod items;
 mod leases;
@@ -27,6 +28,7 @@ pub use batches::*;
 pub use cancel::*;
 pub use delays::*;
 pub use drops::*;
+pub use errors::*;
 pub use holders::*;
 pub use items::*;
 pub use leases::*;
@@ -143,7 +145,8 @@ macro_rules! __scenarios {
             the_pending_signal_ticks_when_an_item_becomes_pending,
             a_delayed_item_is_claimed_only_once_due,
             a_retry_waits_its_backoff_before_the_next_claim,
-            cancel_removes_what_nobody_runs
+            cancel_removes_what_nobody_runs,
+            a_failure_s_error_text_stays_on_its_item
             ]
         );
     };

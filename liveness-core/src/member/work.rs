@@ -4,6 +4,7 @@
 //! wait on.
 
 use super::*;
+use crate::error::InputProblem;
 use crate::item::Outcome;
 
 /// An item claimed by a member, bound to the generation that claimed it.
@@ -202,7 +203,7 @@ impl Member {
     /// applied fail answers the state that fail gave the item. Past the local
     /// deadline it is `Fenced` at once, without a round trip, like `complete`.
     pub async fn fail(&self, claimed: &Claimed, retry: bool) -> Result<ItemState> {
-        self.hand_back(claimed, Outcome::failed(retry)).await
+        self.hand_back(claimed, Outcome::failed(retry), "").await
     }
 
     /// Gives a claimed item back to be tried again once `after` has passed by the
@@ -211,21 +212,66 @@ impl Member {
     /// [`Capabilities::delays`](crate::Capabilities::delays) (`InvalidInput`
     /// otherwise, and the item stays the member's).
     pub async fn retry_after(&self, claimed: &Claimed, after: Duration) -> Result<ItemState> {
-        self.hand_back(claimed, Outcome::Retry { after }).await
+        self.hand_back(claimed, Outcome::Retry { after }, "").await
     }
 
-    /// [`Member::fail`] and [`Member::retry_after`]: hands `claimed` back with
-    /// `outcome` (a failure's).
-    async fn hand_back(&self, claimed: &Claimed, outcome: Outcome) -> Result<ItemState> {
+    /// Gives a claimed item back after a failure with `outcome` ([`Outcome::Retry`],
+    /// with its wait, or [`Outcome::DeadLetter`]), keeping `error` as the item's last
+    /// error where the store keeps one
+    /// ([`Capabilities::error_text`](crate::Capabilities::error_text)): what an
+    /// operator reads on the dead letter or the waiting retry. A text longer than
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) is cut to it; [`error_text`](crate::error_text)
+    /// makes one from an error and its sources. Otherwise [`Member::fail`]:
+    /// `Fenced` once the item is no longer the member's, safe to call again after
+    /// `Unavailable`. [`Outcome::Completed`] is `InvalidInput`: use
+    /// [`Member::complete`].
+    pub async fn fail_with_error(
+        &self,
+        claimed: &Claimed,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<ItemState> {
+        if outcome == Outcome::Completed {
+            return Err(Error::invalid(
+                "outcome",
+                InputProblem::Malformed {
+                    expected: "a failure's outcome: Retry or DeadLetter",
+                },
+            ));
+        }
+        let error = crate::item::cut_error_text(error.to_owned());
+        self.hand_back(claimed, outcome, &error).await
+    }
+
+    /// [`Member::fail`], [`Member::retry_after`] and [`Member::fail_with_error`]:
+    /// hands `claimed` back with `outcome` (a failure's) and `error` (empty: none).
+    async fn hand_back(
+        &self,
+        claimed: &Claimed,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<ItemState> {
         let retry = outcome != Outcome::DeadLetter;
         if let Some(refused) = self.refused_past_deadline("fail", claimed) {
             return refused;
         }
-        let mut r = self
-            .inner
-            .store
-            .hand_back(&claimed.lease, claimed.item.id, outcome)
-            .await;
+        let (lease, id) = (&claimed.lease, claimed.item.id);
+        let mut r = match error.is_empty() {
+            true => self.inner.store.hand_back(lease, id, outcome).await,
+            false => match self
+                .inner
+                .store
+                .finish_with_error(lease, id, outcome, error)
+                .await
+            {
+                Ok(Some(state)) => Ok(state),
+                Ok(None) => Err(Error::backend(
+                    self.inner.store.backend(),
+                    "a failed item was answered as removed",
+                )),
+                Err(e) => Err(e),
+            },
+        };
         if self.was_unsure(claimed, &r) {
             match self.inner.store.item(claimed.item.id).await {
                 // Dead-lettered: by that fail (or out of attempts).

@@ -68,7 +68,10 @@ impl MemoryServer {
             id: fastrand::u64(..),
             clock,
             spaces: Arc::default(),
-            caps: Capabilities::default().sessions(true).delays(true),
+            caps: Capabilities::default()
+                .sessions(true)
+                .delays(true)
+                .error_text(true),
         }
     }
 
@@ -366,12 +369,28 @@ impl ItemStore for MemoryStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
         let due = self.due(outcome.delay());
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
         let state = outcome.retry().map(|retry| st.hand_back(id, retry, due));
-        if state.is_none() {
-            st.complete(id, lease.token);
+        match state {
+            None => st.complete(id, lease.token),
+            Some(_) if self.info.caps.error_text && !error.is_empty() => {
+                if let Some(rec) = st.items.get_mut(&id) {
+                    rec.record.last_error = Some(error.to_owned());
+                }
+            }
+            Some(_) => {}
         }
         Ok(state)
     }

@@ -155,6 +155,37 @@ pub trait ItemStore: Send + Sync {
         unsupported("finish")
     }
 
+    /// [`ItemStore::finish`], keeping `error` as the item's last error
+    /// ([`ItemRecord::last_error`]) in the same step: what a worker's failed job
+    /// reports, so that an operator reading a dead letter or a waiting retry sees why
+    /// its last attempt failed.
+    ///
+    /// # Contract
+    /// - Everything [`ItemStore::finish`] promises, with the same answers.
+    /// - When the item moves (the call is applied) and `outcome` is a failure, its
+    ///   last error becomes `error`; an empty `error` leaves it as it was. A
+    ///   completed item is removed with its error.
+    /// - `error` is at most [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes
+    ///   (`InvalidInput` otherwise: [`error_text`](crate::error_text) cuts a longer
+    ///   one).
+    /// - A store without [`Capabilities::error_text`] keeps no text: the default
+    ///   calls `finish` and drops `error`.
+    ///
+    /// # Retry
+    /// - As [`ItemStore::finish`].
+    ///
+    /// [`Capabilities::error_text`]: crate::Capabilities::error_text
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
+        let _ = error;
+        self.finish(lease, id, outcome).await
+    }
+
     /// Requeues every item still owned by each dead token and forgets the token: what
     /// a checker sends for a round's deaths and its sweep instead of one round trip
     /// per token. [`Store::sweep`] is this with one token.
