@@ -349,6 +349,12 @@ fn item_row(r: &ItemRecord) -> Markup {
             td.num { (item.id.0) }
             td.mono.payload { (data::preview(&item.payload, PREVIEW)) }
             td.num { (item.attempts) "/" (item.max_attempts) }
+            td.mono.error title=[r.last_error.as_deref()] {
+                @match &r.last_error {
+                    Some(e) => (data::preview(e.as_bytes(), PREVIEW)),
+                    None => "-",
+                }
+            }
             td {
                 @match r.state {
                     ItemState::Pending => "pending",
@@ -388,7 +394,7 @@ fn items(view: &View, snap: &Snapshot, size: usize) -> Markup {
                 Ok(rows) if rows.is_empty() => p.muted { "None " (state.as_str()) "." },
                 Ok(rows) => {
                     table {
-                        thead { tr { th { "id" } th { "payload" } th { "attempts" } th {} } }
+                        thead { tr { th { "id" } th { "payload" } th { "attempts" } th { "last error" } th {} } }
                         tbody { @for r in rows { (item_row(r)) } }
                     }
                     p.pager {

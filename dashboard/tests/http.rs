@@ -103,6 +103,9 @@ async fn the_page_lists_members_deaths_and_dead_letters() {
         assert!(page.contains(&format!(r#"data-id="{id}""#)), "{page}");
     }
     assert!(page.contains("poison pill 0"), "{page}");
+    // Why each died: its failure's text.
+    let why = liveness_testkit::fixtures::FAILER_ERROR;
+    assert!(page.contains(&format!(r#"title="{why}">{why}<"#)), "{page}");
     assert!(page.contains("rounds failing for 3.0s: boom"), "{page}");
     assert!(page.contains("read-only"), "{page}");
     // Its URL shows, without the password.

@@ -62,6 +62,10 @@ struct ItemRow {
     payload_bytes: usize,
     /// The payload as text (invalid UTF-8 replaced), cut to 60 characters.
     payload: String,
+    /// The error text of its latest failure that gave one, whole; absent when none
+    /// (or the store keeps none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<String>,
 }
 
 impl From<&ItemRecord> for ItemRow {
@@ -80,6 +84,7 @@ impl From<&ItemRecord> for ItemRow {
             max_attempts: r.item.max_attempts,
             payload_bytes: r.item.payload.len(),
             payload: text.chars().take(60).collect(),
+            last_error: r.last_error.clone(),
         }
     }
 }
@@ -111,18 +116,34 @@ pub(crate) async fn run(
             break;
         }
     }
-    print_read(ctx, &rows, || {
-        table(
-            &["id", "state", "owner", "attempts", "payload"],
-            rows.iter().map(|r| {
-                vec![
-                    r.id.to_string(),
-                    r.state.into(),
-                    r.owner.map_or_else(|| "-".into(), |t| t.to_string()),
-                    format!("{}/{}", r.attempts, r.max_attempts),
-                    r.payload.clone(),
-                ]
-            }),
-        )
-    })
+    print_read(ctx, &rows, || render_items(&rows))
+}
+
+/// The human table of `rows`; a column of last errors (each cut to its first line's
+/// first 60 characters) when any row has one.
+fn render_items(rows: &[ItemRow]) -> String {
+    let errors = rows.iter().any(|r| r.last_error.is_some());
+    let mut header = vec!["id", "state", "owner", "attempts", "payload"];
+    if errors {
+        header.push("last error");
+    }
+    table(
+        &header,
+        rows.iter().map(|r| {
+            let mut row = vec![
+                r.id.to_string(),
+                r.state.into(),
+                r.owner.map_or_else(|| "-".into(), |t| t.to_string()),
+                format!("{}/{}", r.attempts, r.max_attempts),
+                r.payload.clone(),
+            ];
+            if errors {
+                row.push(r.last_error.as_deref().map_or_else(
+                    || "-".into(),
+                    |e| e.lines().next().unwrap_or("").chars().take(60).collect(),
+                ));
+            }
+            row
+        }),
+    )
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{bounded, fresh_ns, http_get, rt, Worker, BIN};
 use liveness::EnqueueOptions;
-use liveness_testkit::fixtures::dead_letters;
+use liveness_testkit::fixtures::{dead_letters, FAILER_ERROR};
 use serde_json::Value;
 
 mod common;
@@ -239,13 +239,19 @@ fn dead_letters_are_listed_and_retried(url: &str) {
     let counts = liveness_json(url, &["items"]);
     assert_eq!(counts["dead_lettered"], 3, "{counts}");
     let listed = liveness_json(url, &["items", "--state", "dead-lettered"]);
-    let listed: Vec<u64> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_u64().unwrap())
-        .collect();
+    let rows = listed.as_array().unwrap();
+    let listed: Vec<u64> = rows.iter().map(|r| r["id"].as_u64().unwrap()).collect();
     assert_eq!(listed, ids);
+    // Why each died: the failure's text.
+    for row in rows {
+        assert_eq!(row["last_error"], FAILER_ERROR, "{row}");
+    }
+    let text = liveness(url, &["items", "--state", "dead-lettered"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("LAST ERROR") && text.contains(FAILER_ERROR),
+        "{text}"
+    );
 
     let first = ids[0].to_string();
     assert_eq!(

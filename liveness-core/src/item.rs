@@ -574,6 +574,36 @@ impl FromIterator<ItemStateKind> for ItemCounts {
 }
 
 #[cfg(test)]
+mod error_text_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("send the digest")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connect: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_text_names_its_sources_once_and_is_cut_at_a_char_boundary() {
+        let e = Outer(std::io::Error::other("refused"));
+        assert_eq!(error_text(&e), "send the digest: refused");
+        // A message that already ends with its source's does not repeat it.
+        let e = Repeats(std::io::Error::other("refused"));
+        assert_eq!(error_text(&e), "connect: refused");
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let cut = cut_error_text(long);
+        assert!(
+            cut.len() <= MAX_ERROR_LEN && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
+        assert_eq!(cut_error_text("short".into()), "short");
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, RequestId, Sweep};
     use crate::lease::Swept;

@@ -117,6 +117,10 @@ async fn a_failing_job_is_tried_again_then_dead_lettered_and_a_fail_at_once() {
     assert_eq!((report.retried, report.dead_lettered), (1, 2), "{report:?}");
     let failed = store.item(failed).await.unwrap().unwrap();
     assert_eq!(failed.item.attempts, 1, "a fail is not tried again");
+    // Each dead letter says why: its handler's error.
+    assert_eq!(failed.last_error.as_deref(), Some("malformed"));
+    let retried = store.item(retried).await.unwrap().unwrap();
+    assert_eq!(retried.last_error.as_deref(), Some("disk full"));
 }
 
 /// A failed job waits its backoff before the next attempt, by the store's clock:

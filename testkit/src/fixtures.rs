@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_core::{EnqueueOptions, Member, MemberConfig, Store, Ttl};
+use liveness_core::{EnqueueOptions, Member, MemberConfig, Outcome, Store, Ttl};
 
 /// Enqueues `n` items with the default options and the payloads `job 0`, `job 1`, …
 ///
@@ -19,8 +19,14 @@ pub async fn enqueue_jobs<S: Store + ?Sized>(store: &S, n: usize) {
     }
 }
 
+/// The error text [`dead_letters`] fails each item with: what a store with
+/// [`Capabilities::error_text`](liveness_core::Capabilities::error_text) answers as
+/// its last error.
+pub const FAILER_ERROR: &str = "the failer gave it up";
+
 /// Enqueues `n` items, the `i`th with the payload `payload(i)`, and dead-letters them
-/// through a member `failer` that claims and fails each, then leaves. Returns their
+/// through a member `failer` that claims and fails each (with [`FAILER_ERROR`]), then
+/// leaves. Returns their
 /// ids, in the order they were enqueued.
 ///
 /// # Panics
@@ -50,7 +56,7 @@ pub async fn dead_letters(
     assert_eq!(claimed.len(), n, "the failer claimed other than {n} items");
     for claimed in &claimed {
         member
-            .fail(claimed, false)
+            .fail_with_error(claimed, Outcome::DeadLetter, FAILER_ERROR)
             .await
             .unwrap_or_else(|e| fail("fail", e));
     }
