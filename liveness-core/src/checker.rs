@@ -70,6 +70,13 @@ pub struct CheckerConfig {
     /// When set, the checker runs rounds only while it holds this election's
     /// leadership (one active checker, the others standing by).
     pub elected: Option<ElectionConfig>,
+    /// How often, while it runs rounds, the checker reads the namespace's item counts
+    /// into the [`ITEMS`](crate::metrics::ITEMS) gauge (one
+    /// [`item_counts`](crate::OperatorStore::item_counts) call each time, beside the
+    /// rounds, each wait shortened by a random part of up to a fifth); default 15 s.
+    /// Zero: never (the gauge is not set). A store without items or operator views
+    /// is not asked. At most [`CheckerConfig::MAX_CHECK_EVERY`].
+    pub depth_every: Duration,
     /// Where events go.
     pub events: EventBus,
 }
@@ -82,6 +89,7 @@ impl Default for CheckerConfig {
             check_every: Duration::from_secs(1),
             batch: 256,
             elected: None,
+            depth_every: Duration::from_secs(15),
             events: EventBus::default(),
         }
     }
@@ -107,6 +115,15 @@ impl CheckerConfig {
                 InputProblem::TooLongDuration {
                     max: Self::MAX_CHECK_EVERY,
                     got: self.check_every,
+                },
+            ));
+        }
+        if self.depth_every > Self::MAX_CHECK_EVERY {
+            return Err(Error::invalid(
+                "depth_every",
+                InputProblem::TooLongDuration {
+                    max: Self::MAX_CHECK_EVERY,
+                    got: self.depth_every,
                 },
             ));
         }
@@ -153,6 +170,13 @@ impl CheckerConfig {
     /// [`CheckerConfig::batch`]).
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch;
+        self
+    }
+
+    /// Reads the item counts into the [`ITEMS`](crate::metrics::ITEMS) gauge every
+    /// `every` (zero: never; see [`CheckerConfig::depth_every`]).
+    pub fn depth_every(mut self, every: Duration) -> Self {
+        self.depth_every = every;
         self
     }
 
@@ -586,7 +610,44 @@ impl Checker {
         }
     }
 
+    /// Runs rounds, and beside them reads the item counts into the depth gauge,
+    /// until `stop` fires (or the future is dropped: an elected checker's
+    /// leadership lost); the gauge is then zero again.
     async fn run_rounds(&self, stop: &CancellationToken) {
+        tokio::select! {
+            _ = self.rounds(stop) => {}
+            _ = self.report_depth() => {}
+        }
+    }
+
+    /// Every [`CheckerConfig::depth_every`] (jittered), the store's item counts into
+    /// the [`ITEMS`](crate::metrics::ITEMS) gauge; never returns. A failed read
+    /// leaves the last counts (the rounds' status says the store fails).
+    async fn report_depth(&self) {
+        let caps = self.store.capabilities();
+        let every = self.config.depth_every;
+        if every.is_zero() || !caps.items || !caps.operator_views {
+            return std::future::pending().await;
+        }
+        /// Zeroes the gauge when reporting ends, however it ends.
+        struct Zero<'a>(&'a CheckerMetrics);
+        impl Drop for Zero<'_> {
+            fn drop(&mut self) {
+                self.0.set_depth(None);
+            }
+        }
+        let _zero = Zero(&self.metrics);
+        loop {
+            match crate::store::OperatorStore::item_counts(&*self.store).await {
+                Ok(counts) => self.metrics.set_depth(Some(counts)),
+                Err(e) => tracing::debug!(error = %e, "the checker could not read the item counts"),
+            }
+            tokio::time::sleep(crate::heartbeat::spread(every, CHECK_JITTER)).await;
+        }
+    }
+
+    /// The rounds of [`Checker::run_rounds`].
+    async fn rounds(&self, stop: &CancellationToken) {
         let mut wake = self.store.wakeups();
         let mut backoff = Backoff::new(Duration::from_millis(10), self.config.check_every);
         loop {

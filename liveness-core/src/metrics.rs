@@ -72,6 +72,14 @@ pub const JOB_SECONDS: &str = "liveness_job_seconds";
 /// for a whole watch period (label `space`): no checker runs, or the checkers fall
 /// that far behind. 0 again once a look finds none left over.
 pub const UNREAPED_LEASES: &str = "liveness_unreaped_leases";
+/// Gauge: the namespace's items by state (label `state`: `pending`, scheduled and
+/// retries waiting their backoff included; `owned`; `dead_lettered`), as the checker
+/// that runs rounds read them last (every [`CheckerConfig::depth_every`]). A checker
+/// that stops running rounds (an elected one that lost its leadership, or stopped)
+/// sets them to 0, so the maximum over a fleet's processes is the store's count.
+///
+/// [`CheckerConfig::depth_every`]: crate::CheckerConfig::depth_every
+pub const ITEMS: &str = "liveness_items";
 /// The label of the backend's name.
 pub const LABEL_BACKEND: &str = "backend";
 /// The label of the store handle's namespace.
@@ -95,6 +103,7 @@ pub const ALL: &[&str] = &[
     JOBS_TOTAL,
     JOB_SECONDS,
     UNREAPED_LEASES,
+    ITEMS,
 ];
 
 /// The bucket upper bounds, in seconds, of every `_seconds` histogram: 1 ms to 60 s
@@ -152,6 +161,11 @@ impl Labels {
     /// The histogram `name` with these labels and `extra` ones.
     pub(crate) fn histogram(&self, name: &'static str, extra: &[StaticLabel]) -> Histogram {
         metrics::histogram!(name, self.with(extra))
+    }
+
+    /// The gauge `name` with these labels and `extra` ones.
+    pub(crate) fn gauge(&self, name: &'static str, extra: &[StaticLabel]) -> Gauge {
+        metrics::gauge!(name, self.with(extra))
     }
 
     /// The gauge `name` with these labels and `space`'s (label `space`).
@@ -253,6 +267,8 @@ pub(crate) struct CheckerMetrics {
     pub(crate) deaths: Counter,
     pub(crate) requeued: Counter,
     pub(crate) dead_lettered: Counter,
+    /// [`ITEMS`]: pending, owned, dead-lettered.
+    pub(crate) depth: [Gauge; 3],
 }
 
 impl std::fmt::Debug for CheckerMetrics {
@@ -272,7 +288,18 @@ impl CheckerMetrics {
             deaths: labels.counter(DEATHS_TOTAL, &[]),
             requeued: labels.counter(ITEMS_REQUEUED_TOTAL, &[]),
             dead_lettered: labels.counter(ITEMS_DEAD_LETTERED_TOTAL, &[]),
+            depth: ["pending", "owned", "dead_lettered"]
+                .map(|state| labels.gauge(ITEMS, &[("state", state)])),
         }
+    }
+
+    /// Sets [`ITEMS`] to `counts` (`None`: zero, the checker no longer reports).
+    pub(crate) fn set_depth(&self, counts: Option<crate::item::ItemCounts>) {
+        let [pending, owned, dead] = &self.depth;
+        let c = counts.unwrap_or_default();
+        pending.set(c.pending as f64);
+        owned.set(c.owned as f64);
+        dead.set(c.dead_lettered as f64);
     }
 }
 

@@ -213,6 +213,8 @@ pub struct CheckerForm {
     batch: Option<usize>,
     #[serde(default)]
     elected: Option<ElectionConfig>,
+    #[serde(default, with = "humantime_serde")]
+    depth_every: Option<Duration>,
 }
 
 impl TryFrom<CheckerForm> for CheckerConfig {
@@ -232,6 +234,9 @@ impl TryFrom<CheckerForm> for CheckerConfig {
         if let Some(election) = form.elected {
             config = config.elected(election);
         }
+        if let Some(every) = form.depth_every {
+            config = config.depth_every(every);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -245,6 +250,7 @@ impl From<CheckerConfig> for CheckerForm {
             check_every: Some(config.check_every),
             batch: Some(config.batch),
             elected: config.elected,
+            depth_every: Some(config.depth_every),
         }
     }
 }

@@ -3,12 +3,13 @@
 //! happen. Every test uses a namespace of its own, so their metrics never mix.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use liveness_core::metrics::{
     CHECKER_ROUNDS_TOTAL, CHECKER_ROUND_SECONDS, CHECKER_ROUND_TRIPS, DEATHS_TOTAL, FENCED_TOTAL,
-    ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS, JOINS_TOTAL,
+    ITEMS, ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS, JOINS_TOTAL,
     LEADERSHIPS_TOTAL, LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
     UNREAPED_LEASES,
 };
@@ -16,6 +17,7 @@ use liveness_core::{
     Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, JobError,
     Member, MemberConfig, MemoryServer, Namespace, Queue, Store, Ttl, Worker, WorkerConfig,
 };
+use metrics::{Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// One metric: its name and labels, sorted.
@@ -27,16 +29,62 @@ type Series = (String, Vec<(String, String)>);
 struct Seen {
     counters: HashMap<Series, u64>,
     histograms: HashMap<Series, Vec<f64>>,
-    gauges: HashMap<Series, f64>,
 }
 
-fn recorder() -> &'static (Snapshotter, Mutex<Seen>) {
-    static RECORDER: OnceLock<(Snapshotter, Mutex<Seen>)> = OnceLock::new();
+/// The gauges, each with its latest value (the debugging recorder's snapshot would
+/// read a gauge back as 0 once read, so a test could not tell a gauge set to 0).
+type Gauges = Arc<Mutex<HashMap<Series, Arc<AtomicU64>>>>;
+
+/// The debugging recorder, but for gauges, which [`Gauges`] keeps.
+struct TestRecorder {
+    inner: DebuggingRecorder,
+    gauges: Gauges,
+}
+
+/// The series of `key`: its name and its labels, sorted.
+fn series(key: &Key) -> Series {
+    let mut labels: Vec<(String, String)> = key
+        .labels()
+        .map(|l| (l.key().to_owned(), l.value().to_owned()))
+        .collect();
+    labels.sort();
+    (key.name().to_owned(), labels)
+}
+
+impl Recorder for TestRecorder {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.inner.describe_counter(key, unit, text)
+    }
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.inner.describe_gauge(key, unit, text)
+    }
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.inner.describe_histogram(key, unit, text)
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Counter {
+        self.inner.register_counter(key, metadata)
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+        let mut gauges = self.gauges.lock().unwrap();
+        metrics::Gauge::from_arc(gauges.entry(series(key)).or_default().clone())
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Histogram {
+        self.inner.register_histogram(key, metadata)
+    }
+}
+
+fn recorder() -> &'static (Snapshotter, Mutex<Seen>, Gauges) {
+    static RECORDER: OnceLock<(Snapshotter, Mutex<Seen>, Gauges)> = OnceLock::new();
     RECORDER.get_or_init(|| {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        recorder.install().unwrap();
-        (snapshotter, Mutex::new(Seen::default()))
+        let inner = DebuggingRecorder::new();
+        let snapshotter = inner.snapshotter();
+        let gauges = Gauges::default();
+        let recorder = TestRecorder {
+            inner,
+            gauges: gauges.clone(),
+        };
+        metrics::set_global_recorder(recorder).unwrap();
+        (snapshotter, Mutex::new(Seen::default()), gauges)
     })
 }
 
@@ -46,16 +94,10 @@ fn install() {
 }
 
 fn seen() -> std::sync::MutexGuard<'static, Seen> {
-    let (snapshotter, seen) = recorder();
+    let (snapshotter, seen, _) = recorder();
     let mut seen = seen.lock().unwrap();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let mut labels: Vec<(String, String)> = key
-            .key()
-            .labels()
-            .map(|l| (l.key().to_owned(), l.value().to_owned()))
-            .collect();
-        labels.sort();
-        let series = (key.key().name().to_owned(), labels);
+        let series = series(key.key());
         match value {
             DebugValue::Counter(n) => *seen.counters.entry(series).or_default() += n,
             DebugValue::Histogram(v) => seen
@@ -63,9 +105,7 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
                 .entry(series)
                 .or_default()
                 .extend(v.into_iter().map(|x| x.into_inner())),
-            DebugValue::Gauge(v) => {
-                seen.gauges.insert(series, v.into_inner());
-            }
+            DebugValue::Gauge(_) => {}
         }
     }
     seen
@@ -99,11 +139,11 @@ fn histogram(name: &str, ns: &str, extra: &[(&str, &str)]) -> Vec<f64> {
 
 /// The latest value of the gauge `name` in namespace `ns` with the `extra` labels.
 fn gauge(name: &str, ns: &str, extra: &[(&str, &str)]) -> Option<f64> {
-    seen()
-        .gauges
+    let gauges = recorder().2.lock().unwrap();
+    gauges
         .iter()
         .find(|((n, labels), _)| n == name && matches(labels, ns, extra))
-        .map(|(_, v)| *v)
+        .map(|(_, v)| f64::from_bits(v.load(Ordering::SeqCst)))
 }
 
 fn store(ns: &str) -> Arc<dyn Store> {
@@ -350,4 +390,38 @@ async fn leases_left_unreaped_set_the_gauge_until_a_checker_reaps_them() {
     checker.stop().await;
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(gauge(UNREAPED_LEASES, ns, &space), Some(0.0));
+}
+
+/// The checker that runs rounds reads the item counts into the depth gauge every
+/// `depth_every`, and sets it to 0 when it stops: the maximum over a fleet is the
+/// store's count.
+#[tokio::test(start_paused = true)]
+async fn the_checker_reports_the_items_by_state_and_zero_once_stopped() {
+    let ns = "metrics_depth";
+    let store = store(ns);
+    let depth = |state: &str| gauge(ITEMS, ns, &[("state", state)]);
+    let queue = Queue::new(store.clone());
+    for _ in 0..3 {
+        queue.enqueue(b"job").await.unwrap();
+    }
+    let config = CheckerConfig::default().depth_every(Duration::from_secs(10));
+    let checker = Checker::new(store.clone(), config).spawn();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(depth("pending"), Some(3.0));
+    assert_eq!(
+        (depth("owned"), depth("dead_lettered")),
+        (Some(0.0), Some(0.0))
+    );
+    // One claimed: seen at the next read, within a period.
+    let member = join_w(store.clone()).await;
+    let claimed = member.claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(
+        (depth("pending"), depth("owned"), depth("dead_lettered")),
+        (Some(2.0), Some(1.0), Some(0.0))
+    );
+    checker.stop().await;
+    assert_eq!((depth("pending"), depth("owned")), (Some(0.0), Some(0.0)));
+    member.leave(Duration::ZERO).await.unwrap();
 }
