@@ -175,7 +175,8 @@ impl RedisStore {
                     .sessions(true)
                     .items(true)
                     .operator_views(true)
-                    .delays(true),
+                    .delays(true)
+                    .error_text(true),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             ),
             conn,

@@ -44,8 +44,9 @@ pub(crate) fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
 }
 
 /// Reads the stored fields of item `id` that follow in `fields`: `{payload, attempts,
-/// max, state}`, as `item.lua` answers them and as each group of `items.lua` has them
-/// after its id. A missing field reads as nil, which fails as a corrupt record.
+/// max, state, last error}`, as `item.lua` answers them and as each group of
+/// `items.lua` has them after its id. Any other missing field reads as nil, which
+/// fails as a corrupt record; a nil last error is none (no failure gave a text).
 pub(crate) fn item_record(
     op: &'static str,
     id: ItemId,
@@ -56,10 +57,14 @@ pub(crate) fn item_record(
     let attempts = u32_(op, &next())?;
     let max_attempts = u32_(op, &next())?;
     let state = item_state(op, &text(op, next())?)?;
-    Ok(ItemRecord::new(
-        Item::new(id, payload, attempts, max_attempts),
-        state,
-    ))
+    let last_error = match next() {
+        Value::Nil => None,
+        v => Some(text(op, v)?),
+    };
+    Ok(
+        ItemRecord::new(Item::new(id, payload, attempts, max_attempts), state)
+            .with_last_error(last_error),
+    )
 }
 
 /// Reads `{id, payload, attempts, max}` groups of a flat reply.
@@ -146,6 +151,19 @@ impl ItemStore for RedisStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    /// One script for every outcome, with the text or without (`""`: `finish`): a
+    /// failure's text goes into the item's hash (`e`) in the step that hands it back,
+    /// and a completed item's hash goes with its text.
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
         let mut call = FINISH.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
@@ -161,7 +179,8 @@ impl ItemStore for RedisStore {
                 Outcome::Retry { .. } => "r",
                 Outcome::DeadLetter => "d",
             })
-            .arg(delay_us(outcome.delay()));
+            .arg(delay_us(outcome.delay()))
+            .arg(error);
         match (int("finish", &self.run(call).await?)?, outcome) {
             (3, Outcome::Completed) => Ok(None),
             (1, Outcome::Retry { .. }) => Ok(Some(ItemState::Pending)),

@@ -76,7 +76,9 @@ impl Keys {
     }
 
     /// The hash of one item: payload `p`, attempts `a`, max attempts `m`, state `s`,
-    /// and `r`, the request id of the claim that assigned it to its owner.
+    /// `r`, the request id of the claim that assigned it to its owner, and `e`, the
+    /// error text of its latest failure that gave one (absent until then; deleted with
+    /// the hash).
     pub(crate) fn item(&self, id: ItemId) -> String {
         format!("{}i:{}", self.prefix, id.0)
     }

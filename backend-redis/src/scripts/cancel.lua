@@ -1,7 +1,7 @@
 -- cancel: KEYS[1] item, KEYS[2] pending zset, KEYS[3] held zset (by due time),
 -- KEYS[4] held zset (by id), KEYS[5] dead-letter zset
 -- ARGV[1] id
--- Removes the item unless a token owns it. Returns its state before: 'p' (pending,
+-- Removes the item (its hash, last error `e` included) unless a token owns it. Returns its state before: 'p' (pending,
 -- due or held back) or 'd' (dead-lettered) when it was removed, the owner's token
 -- when it is owned (left alone), nil when there is no such item.
 local state = redis.call('HGET', KEYS[1], 's')

@@ -3,10 +3,12 @@
 --         µs), KEYS[7] held zset (by id)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] outcome ('c' completed, 'r' retry, 'd' dead
 -- letter), ARGV[4] a retry's wait in µs ('0': due at once; else held back until the
--- server's now + the wait, see `hold`)
+-- server's now + the wait, see `hold`), ARGV[5] the failure's error text ('' for
+-- none: the item's `e` stays as it was)
 -- Returns 0 (fenced: the token does not own the item; nothing changes), 1 (back to
--- pending), 2 (dead-lettered) or 3 (completed: the item is deleted). Back to pending
--- (held back or not) is signalled (`signal_pending`).
+-- pending), 2 (dead-lettered) or 3 (completed: the item is deleted, its `e` with it).
+-- An item handed back (pending or dead-lettered) with a text keeps it in `e`, in this
+-- same step. Back to pending (held back or not) is signalled (`signal_pending`).
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[2] then
   return 0
 end
@@ -21,6 +23,9 @@ if ARGV[4] ~= '0' then
   later = {at = KEYS[6], ids = KEYS[7], due = now_us() + tonumber(ARGV[4])}
 end
 local state = hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], KEYS[5], later)
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'e', ARGV[5])
+end
 if state == 1 then
   signal_pending(prefix_of(KEYS[1]), 'r')
 end

@@ -2,11 +2,11 @@
 -- counter for owned items; for pending, KEYS[2] the held zset (by id); ARGV[1] state
 -- ('p', 'o' or 'd'), ARGV[2] after (exclusive id), ARGV[3] limit, ARGV[4] item key
 -- prefix
--- Returns {id, payload, attempts, max, state, ...}, lowest id first; state 'p', 'd' or
--- the owner token. Pending and dead-lettered pages are ZRANGEBYSCORE ranges (O(log n +
--- page)); the pending page merges the due and the held-back items' ranges. Owned
--- items have no index of their own, so their page walks the ids above `after` (O(ids
--- walked)).
+-- Returns {id, payload, attempts, max, state, last error, ...}, lowest id first; state
+-- 'p', 'd' or the owner token, the last error nil when the item has none. Pending and
+-- dead-lettered pages are ZRANGEBYSCORE ranges (O(log n + page)); the pending page
+-- merges the due and the held-back items' ranges. Owned items have no index of their
+-- own, so their page walks the ids above `after` (O(ids walked)).
 local out = {}
 local limit = tonumber(ARGV[3])
 local function add(id, rec)
@@ -15,6 +15,7 @@ local function add(id, rec)
   out[#out + 1] = rec[2]
   out[#out + 1] = rec[3]
   out[#out + 1] = rec[4]
+  out[#out + 1] = rec[5]
 end
 local function range(key)
   return redis.call('ZRANGEBYSCORE', key, '(' .. ARGV[2], '+inf', 'LIMIT', 0, limit)
@@ -37,7 +38,7 @@ if ARGV[1] ~= 'o' then
     ids = merged
   end
   for _, id in ipairs(ids) do
-    add(id, redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's'))
+    add(id, redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's', 'e'))
   end
   return out
 end
@@ -45,7 +46,7 @@ local last = tonumber(redis.call('GET', KEYS[1]) or '0')
 local id = tonumber(ARGV[2]) + 1
 local n = 0
 while id <= last and n < limit do
-  local rec = redis.call('HMGET', ARGV[4] .. s(id), 'p', 'a', 'm', 's')
+  local rec = redis.call('HMGET', ARGV[4] .. s(id), 'p', 'a', 'm', 's', 'e')
   if rec[4] and rec[4] ~= 'p' and rec[4] ~= 'd' then
     add(s(id), rec)
     n = n + 1

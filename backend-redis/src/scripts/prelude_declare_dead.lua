@@ -120,7 +120,8 @@ end
 
 -- Moves an owned item back to pending (held back with `later`, see `hold`; due at
 -- once when nil), or to the dead-letter set when it is out of attempts or retry is
--- false. Returns 1 (pending) or 2 (dead-lettered).
+-- false. Returns 1 (pending) or 2 (dead-lettered). The item's last error `e` stays as
+-- it was (a sweep's requeue keeps it; finish.lua writes a failure's text).
 local function hand_back(item_key, id, retry, pending_key, dl_key, later)
   local rec = redis.call('HMGET', item_key, 'a', 'm')
   if retry and tonumber(rec[1]) < tonumber(rec[2]) then

@@ -2,7 +2,7 @@
 -- ARGV[1] id
 -- Returns 0 when there is no such item, 1 when it is not dead-lettered (nothing
 -- changes), 2 when it went back to pending with no attempts counted (signalled:
--- `signal_pending`).
+-- `signal_pending`), its last error `e` kept.
 local state = redis.call('HGET', KEYS[1], 's')
 if not state then
   return 0

@@ -1,8 +1,8 @@
 -- retry_dead_letters: KEYS[1] dead-letter zset, KEYS[2] pending zset
 -- ARGV[1] limit, ARGV[2] item key prefix
 -- Moves up to limit dead-lettered items, lowest id first, back to pending with no
--- attempts counted, and signals it when there was any (`signal_pending`). Returns
--- their ids.
+-- attempts counted (each keeps its last error `e`), and signals it when there was any
+-- (`signal_pending`). Returns their ids.
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 for _, id in ipairs(ids) do
   redis.call('HSET', ARGV[2] .. id, 's', 'p', 'a', 0)
