@@ -254,7 +254,8 @@ impl EtcdStore {
             .sessions(true)
             .items(true)
             .operator_views(true)
-            .delays(true);
+            .delays(true)
+            .error_text(true);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 kv,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{GetResponse, Txn, TxnOp};
+use etcd_client::{GetResponse, KeyValue, Txn, TxnOp};
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
     ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
@@ -241,6 +241,19 @@ impl ItemStore for EtcdStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    /// [`ItemStore::finish`]; a failure's non-empty `error` is put at `item/e/<id>` by
+    /// the transaction that hands the item back, and a completed item's text is
+    /// deleted with it.
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
         let k = self.keys();
         let owned = k.owned(lease.token, id.0);
         let fenced = || lease.fenced(id);
@@ -252,6 +265,7 @@ impl ItemStore for EtcdStore {
                     del(&owned),
                     del(&k.meta(id.0)),
                     del(&k.body(id.0)),
+                    del(&k.error(id.0)),
                 ]))
                 .await?;
             return if resp.succeeded() {
@@ -272,7 +286,7 @@ impl ItemStore for EtcdStore {
             let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
             let (state, back) = hand_back(k, &owned, id.0, &meta, retry);
             let waits = state == ItemState::Pending && !after.is_zero();
-            let ops = if waits {
+            let mut ops = if waits {
                 let t = match timer {
                     Some(t) => t,
                     None => *timer.insert(self.arm(after).await?),
@@ -286,6 +300,10 @@ impl ItemStore for EtcdStore {
             } else {
                 Vec::from(back)
             };
+            // An empty text leaves the one kept before.
+            if !error.is_empty() {
+                ops.push(put(&k.error(id.0), error));
+            }
             let resp = self
                 .txn(
                     Txn::new()
@@ -323,7 +341,11 @@ impl ItemStore for EtcdStore {
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let k = self.keys();
         let resp = self
-            .txn(Txn::new().and_then(vec![get(&k.meta(id.0)), get(&k.body(id.0))]))
+            .txn(Txn::new().and_then(vec![
+                get(&k.meta(id.0)),
+                get(&k.body(id.0)),
+                get(&k.error(id.0)),
+            ]))
             .await?;
         let r = ranges(&resp);
         let Some(meta_kv) = first(r.first()) else {
@@ -336,11 +358,22 @@ impl ItemStore for EtcdStore {
         let payload = first(r.get(1))
             .map(|kv| kv.value().to_vec())
             .ok_or_else(|| corrupt(at_key(k.body(id.0).as_bytes())))?;
-        Ok(Some(ItemRecord::new(
-            Item::new(id, payload, meta.attempts, meta.max_attempts),
-            state,
-        )))
+        let last_error = error_text(first(r.get(2)).as_ref())?;
+        Ok(Some(
+            ItemRecord::new(
+                Item::new(id, payload, meta.attempts, meta.max_attempts),
+                state,
+            )
+            .with_last_error(last_error),
+        ))
     }
+}
+
+/// The error text kept at `item/e/<id>`, as read in `kv` (`None` when the key is
+/// absent: no failure gave a text).
+pub(crate) fn error_text(kv: Option<&KeyValue>) -> Result<Option<String>> {
+    kv.map(|kv| String::from_utf8(kv.value().to_vec()).map_err(|_| corrupt(at_key(kv.key()))))
+        .transpose()
 }
 
 /// The writes that add item `id` with `payload`: its record and body, and its entry in

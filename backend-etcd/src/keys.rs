@@ -16,6 +16,7 @@
 //! | `item/ctr` | last item id | the item id counter |
 //! | `item/r/<id>` | [`Meta`] with state | attempts, max attempts, state |
 //! | `item/b/<id>` | payload bytes | immutable until the item completes |
+//! | `item/e/<id>` | UTF-8 text | the error text of the item's latest failure that gave one (`ItemStore::finish_with_error`): put by the transaction that hands the item back, deleted with the item; absent when no failure gave a text |
 //! | `item/p/<id>` | [`Meta`] | pending index |
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
 //! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
@@ -119,6 +120,16 @@ impl Keys {
 
     pub(crate) fn body(&self, id: u64) -> String {
         format!("{}item/b/{id:020}", self.root)
+    }
+
+    /// The error text of item `id`'s latest failure that gave one.
+    pub(crate) fn error(&self, id: u64) -> String {
+        format!("{}{id:020}", self.errors())
+    }
+
+    /// The error texts of every item (`item/e/`).
+    pub(crate) fn errors(&self) -> String {
+        format!("{}item/e/", self.root)
     }
 
     pub(crate) fn pending(&self, id: u64) -> String {

@@ -14,11 +14,15 @@ use liveness_core::{
 
 use crate::core::{
     del, first, get, mod_rev, put, ranges, secs, to_prefix_end, under, EtcdStore, Snapshot,
-    MAX_TXN_OPS,
+    MAX_BATCH, MAX_TXN_OPS,
 };
 use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
+use crate::items::error_text;
 use crate::keys::{Held, Keys, Meta, Record};
 use crate::BACKEND;
+
+/// A page of `items` reads each item's meta, body and error text in one transaction.
+const _: () = assert!(3 * MAX_BATCH <= MAX_TXN_OPS);
 
 #[async_trait]
 impl OperatorStore for EtcdStore {
@@ -239,15 +243,17 @@ impl OperatorStore for EtcdStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        // 3 reads per item: at most 3 × `MAX_BATCH` (the input checks' bound on
+        // `limit`), under etcd's `--max-txn-ops` (asserted at the top of this file).
         let ops = ids
             .iter()
-            .flat_map(|id| [get(&k.meta(*id)), get(&k.body(*id))])
+            .flat_map(|id| [get(&k.meta(*id)), get(&k.body(*id)), get(&k.error(*id))])
             .collect::<Vec<_>>();
         let resp = self.txn(Txn::new().and_then(ops)).await?;
         let r = ranges(&resp);
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
-            let Some(meta_kv) = first(r.get(2 * i)) else {
+            let Some(meta_kv) = first(r.get(3 * i)) else {
                 continue; // completed since the listing
             };
             let (meta, now) = match Meta::decode_with(meta_kv.value()) {
@@ -257,13 +263,17 @@ impl OperatorStore for EtcdStore {
             if now.kind() != state {
                 continue;
             }
-            let payload = first(r.get(2 * i + 1))
+            let payload = first(r.get(3 * i + 1))
                 .map(|kv| kv.value().to_vec())
                 .ok_or_else(|| corrupt(at_key(k.body(*id).as_bytes())))?;
-            out.push(ItemRecord::new(
-                Item::new(ItemId(*id), payload, meta.attempts, meta.max_attempts),
-                now,
-            ));
+            let last_error = error_text(first(r.get(3 * i + 2)).as_ref())?;
+            out.push(
+                ItemRecord::new(
+                    Item::new(ItemId(*id), payload, meta.attempts, meta.max_attempts),
+                    now,
+                )
+                .with_last_error(last_error),
+            );
         }
         Ok(out)
     }
@@ -331,7 +341,7 @@ impl EtcdStore {
             _ => return Err(corrupt(at_key(meta.key()))),
         };
         let mut compares = vec![mod_rev(&k.meta(id), meta.mod_revision())];
-        let mut ops = vec![del(&k.meta(id)), del(&k.body(id))];
+        let mut ops = vec![del(&k.meta(id)), del(&k.body(id)), del(&k.error(id))];
         match state {
             ItemState::Owned(_) => return Ok(Some(Some(state))),
             ItemState::DeadLettered => ops.push(del(&k.dead_letter(id))),

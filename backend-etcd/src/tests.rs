@@ -953,3 +953,79 @@ async fn held_back_items_wait_for_etcd_and_leave_no_timer_behind() {
         assert_eq!(store.time_to_live(lease).await.unwrap(), -1, "timer lease");
     }
 }
+
+/// The error texts as etcd has them: `(item id, text)` of each key under `item/e/`.
+async fn error_keys(store: &EtcdStore) -> Vec<(u64, String)> {
+    let k = store.keys();
+    let kvs = store
+        .range(k.errors(), crate::core::under(1000))
+        .await
+        .unwrap();
+    kvs.iter()
+        .map(|kv| {
+            let id = crate::keys::Keys::trailing_id(kv.key()).unwrap();
+            (id, String::from_utf8(kv.value().to_vec()).unwrap())
+        })
+        .collect()
+}
+
+/// A failure's error text is a key of its own, `item/e/<id>`: put by the transaction
+/// that hands the item back (no request more than `finish`), left by a failure
+/// without text, a claim, the sweep after its owner's death and a dead letter's
+/// retry, and deleted with its item (completed, cancelled): none outlives its item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_text_goes_with_its_hand_back_and_with_its_item() {
+    use liveness_core::{EnqueueOptions, ItemId, ItemState, Outcome};
+    let Some(store) = store().await else { return };
+    let text = |id: ItemId, t: &str| (id.0, t.to_owned());
+    let five = EnqueueOptions::default().max_attempts(5);
+    let (a, b) = (
+        store.enqueue(b"a", five).await.unwrap(),
+        store.enqueue(b"b", five).await.unwrap(),
+    );
+    let lease = acquire_member(&store, "w", "h", ttl_times(&store, 30)).await;
+    assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 2);
+
+    let (r, calls) = kv_requests(
+        &store,
+        store.finish_with_error(&lease, a, Outcome::RETRY, "a: \"x\"\n\\ ✓"),
+    )
+    .await;
+    assert_eq!(r.unwrap(), Some(ItemState::Pending));
+    assert_eq!(calls, 2, "the owned key's read, then one transaction");
+    let r = store
+        .finish_with_error(&lease, b, Outcome::DeadLetter, "b")
+        .await;
+    assert_eq!(r.unwrap(), Some(ItemState::DeadLettered));
+    let both = vec![text(a, "a: \"x\"\n\\ ✓"), text(b, "b")];
+    assert_eq!(error_keys(&store).await, both);
+
+    // Claimed, then handed back without text: the text stays; an empty text too.
+    assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+    store.finish(&lease, a, Outcome::RETRY).await.unwrap();
+    assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+    store
+        .finish_with_error(&lease, a, Outcome::RETRY, "")
+        .await
+        .unwrap();
+    assert_eq!(error_keys(&store).await, both);
+
+    // Its owner dead and swept, the item goes back with its text.
+    assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+    assert!(store.release(&lease).await.unwrap());
+    let swept = store.sweep(lease.token).await.unwrap();
+    assert_eq!(swept.requeued, [a]);
+    assert_eq!(error_keys(&store).await, both);
+    let record = store.item(a).await.unwrap().unwrap();
+    assert_eq!(record.last_error.as_deref(), Some("a: \"x\"\n\\ ✓"));
+
+    // A dead letter's retry keeps it; completing and cancelling delete it.
+    store.retry_dead_letter(b).await.unwrap();
+    assert_eq!(error_keys(&store).await, both);
+    assert_eq!(store.cancel(a).await.unwrap(), Some(ItemState::Pending));
+    assert_eq!(error_keys(&store).await, [text(b, "b")]);
+    let lease = acquire_member(&store, "w2", "h", ttl_times(&store, 30)).await;
+    assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+    store.complete(&lease, b).await.unwrap();
+    assert_eq!(error_keys(&store).await, []);
+}

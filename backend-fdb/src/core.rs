@@ -159,7 +159,8 @@ impl FdbStore {
             .death_retention(options.death_retention.max(1))
             .sessions(true)
             .items(true)
-            .operator_views(true);
+            .operator_views(true)
+            .error_text(true);
         FdbStore {
             info: StoreInfo::new(
                 BACKEND,
@@ -450,7 +451,8 @@ impl FdbStore {
         }
     }
 
-    /// Reads item `id` as the operator sees it: metadata and payload, by snapshot.
+    /// Reads item `id` as the operator sees it: metadata, payload and the error text
+    /// of its latest failure that gave one, by snapshot.
     pub(crate) async fn read_record(
         &self,
         tx: &mut dyn Transaction,
@@ -463,8 +465,14 @@ impl FdbStore {
             .get(&self.layout.payload(id), true)
             .await?
             .unwrap_or_default();
+        let last_error = match tx.get(&self.layout.error(id), true).await? {
+            Some(raw) => Some(String::from_utf8(raw).map_err(|_| corrupt("an item's error text"))?),
+            None => None,
+        };
         let item = Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts);
-        Ok(Some(ItemRecord::new(item, meta.state)))
+        Ok(Some(
+            ItemRecord::new(item, meta.state).with_last_error(last_error),
+        ))
     }
 
     /// Moves an item between states, keeping the indexes and counters in step.

@@ -43,8 +43,18 @@ impl ItemStore for FdbStore {
         id: ItemId,
         outcome: Outcome,
     ) -> liveness_core::Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> liveness_core::Result<Option<ItemState>> {
         Ok(transact!(self.db, |tx, at| self
-            .finish_once(tx, at, lease, id, outcome))?
+            .finish_once(tx, at, lease, id, outcome, error))?
         .0)
     }
 
@@ -179,11 +189,13 @@ impl FdbStore {
         }
     }
 
-    /// One attempt of `finish`: the item handed back as `outcome` says while the
-    /// lease's token owns it, else `Fenced`. After an unknown commit result, an item
-    /// the token no longer owns while its lease is still current was finished by an
-    /// earlier attempt of this very call (completed: gone; handed back: somebody may
-    /// have taken it since), which answers as it did.
+    /// One attempt of `finish_with_error`: the item handed back as `outcome` says
+    /// while the lease's token owns it, else `Fenced`; handed back with a non-empty
+    /// `error`, that text replaces its last one in the same transaction; completed, its
+    /// text is cleared with it. After an unknown commit result, an item the token no
+    /// longer owns while its lease is still current was finished by an earlier attempt
+    /// of this very call (completed: gone; handed back: somebody may have taken it
+    /// since), which answers as it did (and wrote the text).
     pub(crate) async fn finish_once(
         &self,
         tx: &mut dyn Transaction,
@@ -191,6 +203,7 @@ impl FdbStore {
         lease: &Lease,
         id: ItemId,
         outcome: Outcome,
+        error: &str,
     ) -> Result<Option<ItemState>, Fail> {
         let found = self.read_meta(tx, id.0, false).await?;
         let mut meta = match found {
@@ -215,10 +228,135 @@ impl FdbStore {
         let Some(retry) = outcome.retry() else {
             tx.clear(&self.layout.item(id.0));
             tx.clear(&self.layout.payload(id.0));
+            tx.clear(&self.layout.error(id.0));
             tx.clear(&self.layout.owned(lease.token, id.0));
             tx.add(&self.layout.count(Count::Owned), -1);
             return Ok(None);
         };
+        // An empty text leaves the one kept before.
+        if !error.is_empty() {
+            tx.set(&self.layout.error(id.0), error.as_bytes());
+        }
         Ok(Some(self.hand_back(tx, id.0, &mut meta, retry)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use liveness_conformance::fresh_namespace;
+    use liveness_core::{
+        EnqueueOptions, HolderId, ItemId, ItemState, ItemStore, Key, Lease, LeaseStore,
+        OperatorStore, Outcome, Store, Ttl,
+    };
+
+    use crate::double::DoubleDatabase;
+    use crate::FdbStore;
+
+    /// The error text of item `id` as the store keeps it, read from its key.
+    async fn kept(store: &FdbStore, id: ItemId) -> Option<String> {
+        let mut tx = store.db.begin().await.unwrap();
+        let raw = tx.get(&store.layout.error(id.0), true).await.unwrap();
+        raw.map(|raw| String::from_utf8(raw).unwrap())
+    }
+
+    async fn member(store: &FdbStore, name: &str) -> Lease {
+        let ttl = Ttl::from_secs(30).unwrap();
+        let key = Key::member(name).unwrap();
+        let holder = HolderId::new("h").unwrap();
+        store.acquire(&key, &holder, ttl).await.unwrap()
+    }
+
+    /// True when one of the keys `written` (one list per commit) is `key`.
+    fn writes(written: &[Vec<Vec<u8>>], key: &[u8]) -> bool {
+        written.iter().flatten().any(|k| k == key)
+    }
+
+    /// A failure's text is a key of its own, set by the commit that hands the item
+    /// back (one commit); a claim, a failure without text, the sweep after its
+    /// owner's death and a dead letter's retry do not write it, and completing or
+    /// cancelling the item clears it.
+    #[tokio::test]
+    async fn an_error_text_goes_with_its_hand_back_and_with_its_item() {
+        let db = DoubleDatabase::new();
+        let store = db.store(&fresh_namespace());
+        let five = EnqueueOptions::default().max_attempts(5);
+        let a = store.enqueue(b"a", five).await.unwrap();
+        let b = store.enqueue(b"b", five).await.unwrap();
+        let (ka, kb) = (store.layout.error(a.0), store.layout.error(b.0));
+        let lease = member(&store, "w").await;
+        assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 2);
+
+        db.keep_written();
+        let r = store
+            .finish_with_error(&lease, a, Outcome::RETRY, "a: \"x\"\n\\ ✓")
+            .await;
+        assert_eq!(r.unwrap(), Some(ItemState::Pending));
+        let written = db.take_written();
+        assert_eq!(written.len(), 1, "one commit");
+        assert!(writes(&written, &ka));
+        let r = store
+            .finish_with_error(&lease, b, Outcome::DeadLetter, "b")
+            .await;
+        assert_eq!(r.unwrap(), Some(ItemState::DeadLettered));
+        assert_eq!(kept(&store, a).await.as_deref(), Some("a: \"x\"\n\\ ✓"));
+        assert_eq!(kept(&store, b).await.as_deref(), Some("b"));
+
+        // Claimed, handed back without text or with an empty one, claimed again, its
+        // owner dead and swept, and a dead letter retried: none writes a text.
+        db.take_written();
+        assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+        store.finish(&lease, a, Outcome::RETRY).await.unwrap();
+        assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+        store
+            .finish_with_error(&lease, a, Outcome::RETRY, "")
+            .await
+            .unwrap();
+        assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+        assert!(store.release(&lease).await.unwrap());
+        assert_eq!(store.sweep(lease.token).await.unwrap().requeued, [a]);
+        store.retry_dead_letter(b).await.unwrap();
+        let written = db.take_written();
+        assert!(!writes(&written, &ka) && !writes(&written, &kb));
+        let record = store.item(a).await.unwrap().unwrap();
+        assert_eq!(record.last_error.as_deref(), Some("a: \"x\"\n\\ ✓"));
+        assert_eq!(kept(&store, b).await.as_deref(), Some("b"));
+
+        // Cancelled and completed: cleared with the item.
+        assert_eq!(store.cancel(a).await.unwrap(), Some(ItemState::Pending));
+        assert_eq!(kept(&store, a).await, None);
+        let lease = member(&store, "w2").await;
+        assert_eq!(store.claim(&lease, 10).await.unwrap().len(), 1);
+        store.complete(&lease, b).await.unwrap();
+        assert_eq!(kept(&store, b).await, None);
+    }
+
+    /// After an unknown commit result, the retry of a hand-back answers what the
+    /// applied commit did, and the text it wrote is there once.
+    #[tokio::test]
+    async fn a_hand_back_after_an_unknown_result_keeps_its_text() {
+        let db = DoubleDatabase::new();
+        let store = db.store(&fresh_namespace());
+        let id = store
+            .enqueue(b"x", EnqueueOptions::default())
+            .await
+            .unwrap();
+        let lease = member(&store, "w").await;
+        assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+        db.inject_unknown_results(1);
+        let r = store
+            .finish_with_error(&lease, id, Outcome::DeadLetter, "gone")
+            .await;
+        assert_eq!(r.unwrap(), Some(ItemState::DeadLettered));
+        let record = store.item(id).await.unwrap().unwrap();
+        assert_eq!(record.state, ItemState::DeadLettered);
+        assert_eq!(record.last_error.as_deref(), Some("gone"));
+        let listed = store
+            .items(
+                liveness_core::ItemStateKind::DeadLettered,
+                liveness_core::Page::first(10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(listed, [record]);
     }
 }

@@ -12,6 +12,9 @@
 //!   ("n", "token") / ("n", "item")      -> u64 big-endian         counters
 //!   ("i", id)                           -> attempts(4) max(4) state(1) token(8)  item meta
 //!   ("b", id)                           -> payload                written once
+//!   ("f", id)                           -> UTF-8 text             the error text of its latest failure
+//!                                                                 that gave one: set by the transaction
+//!                                                                 that hands it back, cleared with it
 //!   ("p", id)                           -> ""                     pending, by id
 //!   ("o", token, id)                    -> request(16)            owned, by token then id;
 //!                                                                 the claim's request id
@@ -168,6 +171,12 @@ impl Layout {
 
     pub(crate) fn payload(&self, id: u64) -> Vec<u8> {
         self.pack(&("b", id))
+    }
+
+    /// The error text of item `id`'s latest failure that gave one
+    /// (`ItemStore::finish_with_error`); absent when none gave a text.
+    pub(crate) fn error(&self, id: u64) -> Vec<u8> {
+        self.pack(&("f", id))
     }
 
     pub(crate) fn pending(&self, id: u64) -> Vec<u8> {

@@ -227,6 +227,7 @@ impl FdbStore {
         }
         tx.clear(&self.layout.item(id.0));
         tx.clear(&self.layout.payload(id.0));
+        tx.clear(&self.layout.error(id.0));
         tx.add(&self.layout.count(Count::of(meta.state)), -1);
         Ok(Some(meta.state))
     }
