@@ -19,8 +19,8 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     Backoff, Capabilities, Error, FencingToken, HighWater, HolderId, Issuer, Item, ItemId,
-    ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, Result, SchemaTooNew, Space,
-    StoreInfo, Ttl,
+    ItemRecord, ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, Result,
+    SchemaTooNew, Space, StoreInfo, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -73,10 +73,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0008_sessions.sql"),
     ),
     (9, "due_at", include_str!("../migrations/0009_due_at.sql")),
+    (
+        10,
+        "last_error",
+        include_str!("../migrations/0010_last_error.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -269,6 +274,15 @@ pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
     ))
 }
 
+/// An item's record from a row of id, payload, attempts, max attempts, state, owner
+/// and last error.
+pub(crate) fn record_of(row: &PgRow) -> Result<ItemRecord> {
+    Ok(
+        ItemRecord::new(item_of(row)?, state_of(get(row, 4)?, get(row, 5)?)?)
+            .with_last_error(get(row, 6)?),
+    )
+}
+
 /// A lease's status from its time left in microseconds (> 0 iff live; NULL, for a
 /// member whose session is gone or superseded: expired).
 pub(crate) fn status_of(remaining_us: Option<i64>) -> LeaseStatus {
@@ -423,7 +437,8 @@ impl PostgresStore {
                     Capabilities::default()
                         .death_retention(config.death_retention().max(1))
                         .sessions(true)
-                        .delays(true),
+                        .delays(true)
+                        .error_text(true),
                     Issuer::located(BACKEND, &location, config.namespace().clone()),
                 ),
             }),

@@ -12,8 +12,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    count_of, db_token, delay_param, expiry_of, get, id_of, id_param, item_of, limit_param, on_key,
-    on_owned_item, state_of, token_of, PostgresStore,
+    count_of, db_token, delay_param, expiry_of, get, id_of, id_param, limit_param, on_key,
+    on_owned_item, record_of, state_of, token_of, PostgresStore,
 };
 use crate::error::corrupt;
 use crate::BACKEND;
@@ -170,19 +170,21 @@ const COMPLETE: &str = r#"
 DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
-/// `finish` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1 id, $2
-/// token, $3 retry, $4 the retry's wait in µs (NULL: due at once). Back to pending
-/// (0) or dead-lettered (2) iff that token owns it; back to pending with a wait, due
-/// at the server's `clock_timestamp()` + the wait (migration 9). Back to pending, the
-/// handle notifies after the commit, as for `ENQUEUE` (many workers failing jobs at
-/// once would otherwise wait on each other's notifying commits). Column: the new
-/// state.
+/// `finish_with_error` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1
+/// id, $2 token, $3 retry, $4 the retry's wait in µs (NULL: due at once), $5 the
+/// error text ('': none). Back to pending (0) or dead-lettered (2) iff that token owns
+/// it; back to pending with a wait, due at the server's `clock_timestamp()` + the wait
+/// (migration 9); its last error becomes $5 unless that is empty (migration 10). Back
+/// to pending, the handle notifies after the commit, as for `ENQUEUE` (many workers
+/// failing jobs at once would otherwise wait on each other's notifying commits).
+/// Column: the new state.
 const FAIL: &str = r#"
 UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
                  owner = NULL,
                  due_at = CASE WHEN $3 AND attempts < max_attempts
                                THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
-                          END
+                          END,
+                 last_error = coalesce(nullif($5::text, ''), last_error)
 WHERE id = $1 AND state = 1 AND owner = $2
 RETURNING state
 "#;
@@ -202,8 +204,15 @@ LIMIT 1
 
 /// `item`: $1 id.
 const ITEM: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner FROM items WHERE id = $1
+SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items WHERE id = $1
 "#;
+
+/// An error text as `text` can hold it: PostgreSQL's `text` refuses the character
+/// NUL, which becomes U+FFFD (the replacement character); every other character is
+/// kept as given.
+fn error_param(error: &str) -> String {
+    error.replace('\0', "\u{FFFD}")
+}
 
 #[async_trait]
 impl ItemStore for PostgresStore {
@@ -305,11 +314,25 @@ impl ItemStore for PostgresStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
         let fenced = || lease.fenced(id);
         let q = match outcome.retry() {
+            // A completed item's row goes, its error text with it.
             None => on_owned_item(COMPLETE, lease, id),
-            Some(retry) => on_owned_item(FAIL, lease, id)
-                .map(|q| q.bind(retry).bind(delay_param(outcome.delay()))),
+            Some(retry) => on_owned_item(FAIL, lease, id).map(|q| {
+                q.bind(retry)
+                    .bind(delay_param(outcome.delay()))
+                    .bind(error_param(error))
+            }),
         }
         .ok_or_else(fenced)?;
         let row = self.db().fetch_optional(q).await?.ok_or_else(fenced)?;
@@ -349,13 +372,7 @@ impl ItemStore for PostgresStore {
         };
         let q = sqlx::query(ITEM).bind(db_id);
         let row = self.db().fetch_optional(q).await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        Ok(Some(ItemRecord::new(
-            item_of(&row)?,
-            state_of(get(&row, 4)?, get(&row, 5)?)?,
-        )))
+        row.as_ref().map(record_of).transpose()
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {

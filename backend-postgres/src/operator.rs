@@ -13,7 +13,7 @@ use liveness_core::{
 };
 
 use crate::core::{
-    get, id_of, id_param, item_of, limit_param, listed_lease, session_of, state_of, status_of,
+    get, id_of, id_param, limit_param, listed_lease, record_of, session_of, state_of, status_of,
     ttl_of, PostgresStore,
 };
 use crate::error::corrupt;
@@ -44,24 +44,25 @@ FROM items
 "#;
 
 /// `items` of the owned (1) or dead-lettered (2) ones: $1 state, $2 after (exclusive
-/// id), $3 limit. Lowest id first, on the state's partial index.
+/// id), $3 limit. Lowest id first, on the state's partial index, with their last
+/// errors.
 const ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner FROM items
+SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
 WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
 "#;
 
 /// `items` of the pending ones, due or held back alike: $1 after (exclusive id), $2
 /// limit. Lowest id first: a page of each of the two partial indexes in id order
-/// (`items_ready`, `items_held_id`, migration 9), merged.
+/// (`items_ready`, `items_held_id`, migration 9), merged; with their last errors.
 pub(crate) const PENDING_ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner FROM (
+SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM (
     SELECT * FROM (
-        SELECT id, payload, attempts, max_attempts, state, owner FROM items
+        SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
         WHERE state = 0 AND due_at IS NULL AND id > $1 ORDER BY id LIMIT $2
     ) ready
     UNION ALL
     SELECT * FROM (
-        SELECT id, payload, attempts, max_attempts, state, owner FROM items
+        SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
         WHERE state = 0 AND due_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2
     ) held
 ) pending
@@ -173,13 +174,7 @@ impl OperatorStore for PostgresStore {
         }
         .bind(after)
         .bind(limit_param(limit));
-        self.list(q, |row| {
-            Ok(ItemRecord::new(
-                item_of(row)?,
-                state_of(get(row, 4)?, get(row, 5)?)?,
-            ))
-        })
-        .await
+        self.list(q, record_of).await
     }
 
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {

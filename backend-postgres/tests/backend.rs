@@ -1,6 +1,6 @@
 //! What the conformance suite cannot see: TLS, password authentication, the schema
-//! version check, LISTEN/NOTIFY wake-ups and pending signals across handles, batched joins in opposite orders and the
-//! advisory-lock election, against the test binary's shared PostgreSQL. (The query
+//! version check, LISTEN/NOTIFY wake-ups and pending signals across handles, batched joins in opposite orders, an
+//! error text with a NUL and the advisory-lock election, against the test binary's shared PostgreSQL. (The query
 //! plans of `expired` and `leases` are checked in `src/tests.rs`, which sees the
 //! statements.)
 
@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, InputProblem, ItemStore, LeaseStore, OperatorStore, Store, Ttl,
+    EnqueueOptions, Error, HolderId, InputProblem, ItemState, ItemStore, LeaseStore, OperatorStore,
+    Outcome, Store, Ttl,
 };
 use liveness_postgres::{AdvisoryElection, PostgresStore};
 
@@ -425,4 +426,43 @@ async fn items_made_pending_by_another_handle_tick_the_pending_signal() {
     let swept = other.sweep(lease.token).await.unwrap();
     assert_eq!(swept.requeued.len(), 2);
     ticked(&mut pending, within).await;
+}
+
+/// PostgreSQL's `text` cannot hold the character NUL: a failure whose text has one
+/// still hands its item back, the NUL kept as U+FFFD and every other character as
+/// given; the text is in the row's `last_error`, and a completed item takes it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_text_with_a_nul_still_hands_the_item_back() {
+    let Some(store) = store().await else {
+        return;
+    };
+    assert!(store.capabilities().error_text);
+    let id = store
+        .enqueue(b"job", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(30).unwrap()).await;
+    assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+    let state = store
+        .finish_with_error(&lease, id, Outcome::RETRY, "bad\0byte 'q' \\ ✓")
+        .await
+        .unwrap();
+    assert_eq!(state, Some(ItemState::Pending));
+    let kept = "bad\u{FFFD}byte 'q' \\ ✓";
+    let record = store.item(id).await.unwrap().expect("kept");
+    assert_eq!(record.last_error.as_deref(), Some(kept));
+    let column: Option<String> = sqlx::query_scalar("SELECT last_error FROM items WHERE id = $1")
+        .bind(i64::try_from(id.0).unwrap())
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(column.as_deref(), Some(kept));
+
+    assert_eq!(store.claim(&lease, 1).await.unwrap().len(), 1);
+    let state = store
+        .finish_with_error(&lease, id, Outcome::Completed, "ignored")
+        .await
+        .unwrap();
+    assert_eq!(state, None);
+    assert_eq!(store.item(id).await.unwrap(), None);
 }

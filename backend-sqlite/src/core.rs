@@ -34,8 +34,8 @@ use std::time::Duration;
 
 use liveness_core::{
     Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, InputProblem, Issuer, Item,
-    ItemId, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace, Result,
-    SchemaTooNew, StoreInfo,
+    ItemId, ItemRecord, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace,
+    Result, SchemaTooNew, StoreInfo,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0006_sessions.sql"),
     ),
     (7, "due_at", include_str!("../migrations/0007_due_at.sql")),
+    (
+        8,
+        "last_error",
+        include_str!("../migrations/0008_last_error.sql"),
+    ),
 ];
 
 /// The table recording applied schema migrations.
@@ -347,7 +352,9 @@ impl SqliteStore {
                     // the sweep declares a dead session's members dead a batch at a time.
                     .sessions(true)
                     // Held-back items carry their due time by the store clock.
-                    .delays(true),
+                    .delays(true)
+                    // A failed item keeps its latest error text (`last_error`).
+                    .error_text(true),
                 Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
@@ -484,6 +491,14 @@ impl SqliteStore {
             _ => return Err(corrupt("bad item state in the liveness database")),
         };
         Ok((Item::new(id, payload, attempts, max_attempts), state))
+    }
+
+    /// An item's record from a row of `id, payload, attempts, max_attempts, state,
+    /// owner, last_error` ([`SqliteStore::item_from_row`] and the error text).
+    pub(crate) fn record_from_row(row: &SqliteRow) -> Result<ItemRecord> {
+        let (item, state) = Self::item_from_row(row)?;
+        let last_error: Option<String> = row.try_get(6).map_err(map)?;
+        Ok(ItemRecord::new(item, state).with_last_error(last_error))
     }
 }
 

@@ -79,16 +79,17 @@ const COMPLETE: &str =
 
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
 /// attempts left, held back until store-clock ms ?5 for ?6 ms (both NULL: claimable
-/// at once), else dead-lettered.
+/// at once), else dead-lettered; its last error becomes ?7 unless ?7 is empty.
 const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END, \
     due_at = CASE WHEN ?4 AND attempts < max_attempts THEN ?5 END, \
-    delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END \
+    delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END, \
+    last_error = COALESCE(NULLIF(?7, ''), last_error) \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
-/// Item ?2 (?1 ns).
+/// Item ?2 (?1 ns), with its last error.
 pub(crate) const ITEM: &str =
-    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    "SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM liveness_items \
     WHERE ns = ?1 AND id = ?2";
 
 #[async_trait]
@@ -213,10 +214,21 @@ impl ItemStore for SqliteStore {
         id: ItemId,
         outcome: Outcome,
     ) -> Result<Option<ItemState>> {
+        self.finish_with_error(lease, id, outcome, "").await
+    }
+
+    async fn finish_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<Option<ItemState>> {
         match outcome.retry() {
+            // A completed item's row goes, its error text with it.
             None => self.complete_item(lease, id).await.map(|()| None),
             Some(retry) => self
-                .hand_back(lease, id, retry, outcome.delay())
+                .hand_back(lease, id, retry, outcome.delay(), error)
                 .await
                 .map(Some),
         }
@@ -241,8 +253,7 @@ impl ItemStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(map)?;
-        row.map(|row| Self::item_from_row(&row).map(|(item, state)| ItemRecord::new(item, state)))
-            .transpose()
+        row.map(|row| Self::record_from_row(&row)).transpose()
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
@@ -323,15 +334,17 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// [`ItemStore::finish`] with [`Outcome::Retry`] (`retry`, held back `after`) or
-    /// [`Outcome::DeadLetter`]: gives item `id` back if the lease's token owns it, else
-    /// `Fenced`; answers its new state.
+    /// [`ItemStore::finish_with_error`] with [`Outcome::Retry`] (`retry`, held back
+    /// `after`) or [`Outcome::DeadLetter`]: gives item `id` back if the lease's token
+    /// owns it, else `Fenced`; answers its new state. A non-empty `error` becomes its
+    /// last error in the same statement; an empty one leaves it as it was.
     async fn hand_back(
         &self,
         lease: &Lease,
         id: ItemId,
         retry: bool,
         after: Duration,
+        error: &str,
     ) -> Result<ItemState> {
         let mut w = self.write().await?;
         let (due, delay) = self.due(after)?;
@@ -342,6 +355,7 @@ impl SqliteStore {
             .bind(retry)
             .bind(due)
             .bind(delay)
+            .bind(error)
             .fetch_optional(w.conn())
             .await
             .map_err(map)?;

@@ -34,9 +34,10 @@ const LEASES: &str = concat!(
 /// How many items are in each state (?1 ns).
 const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state";
 
-/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first.
-const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
-    WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
+/// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first, with their
+/// last errors.
+const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, last_error \
+    FROM liveness_items WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
 
 /// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
 const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
@@ -109,10 +110,7 @@ impl OperatorStore for SqliteStore {
             .bind(state_code(state))
             .bind(after.map_or(0, |id| as_db(id.0)))
             .bind(limit_param(limit));
-        self.list(q, |row| {
-            Self::item_from_row(row).map(|(item, state)| ItemRecord::new(item, state))
-        })
-        .await
+        self.list(q, Self::record_from_row).await
     }
 
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {

@@ -341,6 +341,74 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
     assert_eq!(info.session, Some(session.key));
 }
 
+/// A file at schema version 7 (before error texts) holding a pending item: opened by
+/// this build, the item is kept with no error text, and its failure keeps the text
+/// given (a NUL among it), read back by `item` and `items` alike.
+#[tokio::test]
+async fn a_version_7_file_gains_error_texts() {
+    let (_dir, path) = common::scratch("v7.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v7 = Migrator::with_migrations(
+            liveness_sqlite::MIGRATIONS
+                .iter()
+                .filter(|&&(version, _, _)| version <= 7)
+                .map(|&(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v7.dangerous_set_table_name("liveness_migrations");
+        v7.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 0, 1, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = common::open(&path, NS).await;
+    let id = liveness_core::ItemId(1);
+    let record = store.item(id).await.unwrap().expect("kept");
+    assert_eq!(
+        (record.state, record.last_error),
+        (ItemState::Pending, None)
+    );
+    assert!(store.capabilities().error_text);
+
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(60).unwrap()).await;
+    let claimed = store.claim(&lease, 1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let text = "it's \"broken\"\nsee: C:\\logs\0 ✓";
+    let state = store
+        .finish_with_error(&lease, id, liveness_core::Outcome::DeadLetter, text)
+        .await
+        .unwrap();
+    assert_eq!(state, Some(ItemState::DeadLettered));
+    let record = store.item(id).await.unwrap().expect("kept");
+    assert_eq!(record.last_error.as_deref(), Some(text));
+    let listed = store
+        .items(
+            liveness_core::ItemStateKind::DeadLettered,
+            liveness_core::Page::first(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].last_error.as_deref(), Some(text));
+}
+
 /// The newest schema version this build applies.
 fn newest() -> i64 {
     liveness_sqlite::MIGRATIONS
