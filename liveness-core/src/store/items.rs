@@ -167,7 +167,8 @@ pub trait ItemStore: Send + Sync {
     ///   completed item is removed with its error.
     /// - `error` is at most [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes
     ///   (`InvalidInput` otherwise: [`error_text`](crate::error_text) cuts a longer
-    ///   one).
+    ///   one). The text is kept as given, but a store whose text type has no NUL
+    ///   (PostgreSQL) may keep a NUL character as U+FFFD.
     /// - A store without [`Capabilities::error_text`] keeps no text: the default
     ///   calls `finish` and drops `error`.
     ///
