@@ -73,6 +73,13 @@ pub struct Capabilities {
     /// answers it in [`ItemRecord::last_error`](crate::ItemRecord::last_error). False
     /// (the default): the text is dropped and `last_error` is always `None`.
     pub error_text: bool,
+    /// How long, by the store's own clock, the store keeps an enqueue's idempotency
+    /// key ([`EnqueueOptions::key`](crate::EnqueueOptions::key)) after that enqueue:
+    /// a repeat within it answers the first enqueue's id; after it the key may be
+    /// forgotten, and a repeat adds a new item. Keys then take room for a bounded
+    /// time, not for good. `None` (the default): kept for good (a store with no clock
+    /// to count by).
+    pub key_retention: Option<Duration>,
 }
 
 impl Default for Capabilities {
@@ -90,6 +97,7 @@ impl Default for Capabilities {
             operator_views: true,
             delays: false,
             error_text: false,
+            key_retention: None,
         }
     }
 }
@@ -142,6 +150,7 @@ impl Capabilities {
         operator_views: bool,
         delays: bool,
         error_text: bool,
+        key_retention: Option<Duration>,
     );
 }
 

@@ -97,9 +97,12 @@ pub struct EnqueueOptions {
     /// The idempotency key: an enqueue with a key that an earlier enqueue in the
     /// namespace used adds nothing and answers that enqueue's id, so a caller can
     /// retry an enqueue whose reply was lost without adding the item twice. The
-    /// store remembers keys for the namespace's lifetime (one small record per keyed
-    /// enqueue). Default `None`: every call adds an item, and a retry after
-    /// `Unavailable` may add it twice (at-least-once).
+    /// store remembers a key (one small record) for its
+    /// [`Capabilities::key_retention`](crate::Capabilities::key_retention) after the
+    /// enqueue that used it, by its own clock ([`DEFAULT_KEY_RETENTION`], a day, unless
+    /// its URL's `key_retention_s` says otherwise), then may forget it: a repeat after
+    /// that adds a new item. Default `None`: every call adds an item, and a retry
+    /// after `Unavailable` may add it twice (at-least-once).
     pub key: Option<RequestId>,
     /// How long the item waits before it can be claimed, counted by the store's own
     /// clock from the enqueue's arrival (a scheduled job): no host's clock is read,
@@ -111,6 +114,11 @@ pub struct EnqueueOptions {
     /// [`Capabilities::delays`]: crate::Capabilities::delays
     pub delay: Duration,
 }
+
+/// How long a store keeps an enqueue's idempotency key unless told otherwise (its
+/// URL's `key_retention_s`): a day. See
+/// [`Capabilities::key_retention`](crate::Capabilities::key_retention).
+pub const DEFAULT_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// The longest [`EnqueueOptions::delay`] and retry delay ([`Outcome::Retry`]) a store
 /// accepts: 366 days.

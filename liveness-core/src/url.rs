@@ -108,6 +108,12 @@ pub enum Kind {
     Namespace,
 }
 
+/// `key_retention_s`: how long, in seconds, a store with a clock keeps an enqueue's
+/// idempotency key (1 s to 366 days; default
+/// [`DEFAULT_KEY_RETENTION`](crate::DEFAULT_KEY_RETENTION)). Every store that counts
+/// the retention takes it; read it with [`StoreUrl::key_retention`].
+pub const KEY_RETENTION: Param = Param::number("key_retention_s", 1, 366 * 24 * 3600);
+
 /// One query parameter of a [`UrlForm`]: its exact (case-sensitive) name and its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param {
@@ -489,6 +495,15 @@ impl StoreUrl {
     /// The `ns` parameter, or the namespace [`DEFAULT_NAMESPACE`].
     pub fn namespace(&self) -> Result<Namespace> {
         Namespace::new(self.value(NAMESPACE).unwrap_or(DEFAULT_NAMESPACE))
+    }
+
+    /// The URL's [`KEY_RETENTION`], or [`DEFAULT_KEY_RETENTION`](crate::DEFAULT_KEY_RETENTION)
+    /// when it gives none; `InvalidInput` for a value out of range.
+    pub fn key_retention(&self) -> Result<Duration> {
+        match self.value(KEY_RETENTION) {
+            None => Ok(crate::item::DEFAULT_KEY_RETENTION),
+            Some(v) => KEY_RETENTION.parse_number(v).map(Duration::from_secs),
+        }
     }
 
     /// The (percent-decoded, non-empty) value of `param`, if given.

@@ -71,7 +71,8 @@ impl MemoryServer {
             caps: Capabilities::default()
                 .sessions(true)
                 .delays(true)
-                .error_text(true),
+                .error_text(true)
+                .key_retention(Some(crate::item::DEFAULT_KEY_RETENTION)),
         }
     }
 
@@ -281,7 +282,9 @@ impl ItemStore for MemoryStore {
 
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         let due = self.due(options.delay);
+        let now = self.now();
         let mut st = lock(&self.state);
+        st.forget_keys(now, self.info.caps.key_retention);
         if let Some(id) = options.key.and_then(|k| st.keys.get(&k)) {
             return Ok(*id);
         }
@@ -296,7 +299,7 @@ impl ItemStore for MemoryStore {
         );
         st.make_pending(id, due);
         if let Some(key) = options.key {
-            st.keys.insert(key, id);
+            st.remember_key(key, id, now);
         }
         Ok(id)
     }
@@ -557,5 +560,44 @@ impl MemoryStore {
             }
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod key_retention_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// A key is kept for the store's retention by its clock, then forgotten: a repeat
+    /// within it answers the first id, a repeat after it adds a new item; every key
+    /// forgotten is gone from the index too.
+    #[tokio::test]
+    async fn a_key_is_kept_for_the_retention_then_forgotten() {
+        let clock = ManualClock::new();
+        let caps = Capabilities::default().key_retention(Some(Duration::from_secs(60)));
+        let store = MemoryServer::with_clock(Arc::new(clock.clone()))
+            .with_capabilities(caps)
+            .store(&Namespace::new("keys").unwrap());
+        let (a, b) = (RequestId::random(), RequestId::random());
+        let first = store.enqueue(b"x", EnqueueOptions::keyed(a)).await.unwrap();
+        clock.advance(Duration::from_secs(30));
+        store.enqueue(b"y", EnqueueOptions::keyed(b)).await.unwrap();
+        clock.advance(Duration::from_secs(29));
+        let again = store.enqueue(b"x", EnqueueOptions::keyed(a)).await.unwrap();
+        assert_eq!(again, first, "within the retention");
+        clock.advance(Duration::from_secs(1));
+        let later = store.enqueue(b"x", EnqueueOptions::keyed(a)).await.unwrap();
+        assert_ne!(later, first, "after the retention: a new item");
+        let st = lock(&store.state);
+        assert_eq!(
+            st.keys.len(),
+            st.key_times.len(),
+            "the index and the keys agree"
+        );
+        assert_eq!(
+            st.keys.len(),
+            2,
+            "b and a's new record: a's first is forgotten"
+        );
     }
 }

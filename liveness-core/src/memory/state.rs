@@ -3,7 +3,7 @@
 //! record, judging a riding member through its session, sweeping a dead session's
 //! riders, and sweeping a dead token's items.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -78,8 +78,12 @@ pub(super) struct NsState {
     pub(super) scheduled: BTreeSet<(Duration, ItemId)>,
     pub(super) owned: HashMap<FencingToken, BTreeSet<ItemId>>,
     pub(super) dead_letters: BTreeSet<ItemId>,
-    /// Enqueue idempotency keys and the ids they answered, kept for good.
+    /// Enqueue idempotency keys and the ids they answered, kept for the store's
+    /// [`key_retention`](crate::Capabilities::key_retention).
     pub(super) keys: HashMap<RequestId, ItemId>,
+    /// The keys in the order they were recorded, with the model's time then: what
+    /// [`NsState::forget_keys`] drops from the front.
+    pub(super) key_times: VecDeque<(Duration, RequestId)>,
     /// The members riding each session, by the session's token: what the sweep of a
     /// dead session's token declares dead, a batch at a time.
     pub(super) riders: HashMap<FencingToken, BTreeSet<Key>>,
@@ -106,9 +110,28 @@ impl NsState {
             owned: HashMap::new(),
             dead_letters: BTreeSet::new(),
             keys: HashMap::new(),
+            key_times: VecDeque::new(),
             riders: HashMap::new(),
             wake: watch::channel(0).0,
             pending_wake: watch::channel(0).0,
+        }
+    }
+
+    /// Records the idempotency key `key` of item `id`, enqueued at `now`.
+    pub(super) fn remember_key(&mut self, key: RequestId, id: ItemId, now: Duration) {
+        self.keys.insert(key, id);
+        self.key_times.push_back((now, key));
+    }
+
+    /// Forgets the keys recorded `retention` or longer before `now` (`None`: none).
+    pub(super) fn forget_keys(&mut self, now: Duration, retention: Option<Duration>) {
+        let Some(retention) = retention else { return };
+        while let Some(&(at, key)) = self.key_times.front() {
+            if at.saturating_add(retention) > now {
+                break;
+            }
+            self.key_times.pop_front();
+            self.keys.remove(&key);
         }
     }
 
