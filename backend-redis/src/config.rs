@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
-use liveness_core::url::{bad_value, Authority, Param, UrlForm};
+use liveness_core::url::{bad_value, Authority, Kind, Param, UrlForm, KEY_RETENTION};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// `timeout_ms`: how long one operation waits for its answer.
@@ -24,6 +24,13 @@ const WAIT: Param = Param::number("wait", 1, 100);
 /// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
 const DB: Param = Param::number("db", 0, 15);
 
+/// The longest key retention [`RedisConfig::with_key_retention`] takes: the URL's
+/// `key_retention_s` bound (366 days).
+const MAX_KEY_RETENTION: Duration = match KEY_RETENTION.kind {
+    Kind::Number { max, .. } => Duration::from_secs(max),
+    _ => panic!("key_retention_s is a number"),
+};
+
 /// The URL schemes this backend serves: `redis://` (plain TCP) and `rediss://` (TLS).
 pub const SCHEMES: &[&str] = &["redis", "rediss"];
 
@@ -40,11 +47,12 @@ pub const URL: UrlForm = UrlForm {
         CA,
         DURABILITY,
         WAIT,
+        KEY_RETENTION,
     ],
     fragments: &["insecure"],
     expected: "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N\
                &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...\
-               &durability=strict|relaxed&wait=N] \
+               &durability=strict|relaxed&wait=N&key_retention_s=N] \
                (rediss:// for TLS, rediss://...#insecure without certificate checks)",
 };
 
@@ -83,6 +91,9 @@ pub struct RedisConfig {
     /// How many replicas must acknowledge a script that hands out a fencing token
     /// (`wait=N`); `None`: no `WAIT`.
     wait: Option<u32>,
+    /// How long the server keeps an enqueue's idempotency key (`key_retention_s`),
+    /// whole milliseconds.
+    key_retention: Duration,
 }
 
 /// Where the root certificate for `rediss://` comes from (its `Debug` shows a PEM
@@ -203,6 +214,7 @@ impl RedisConfig {
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             existing_only: false,
             wait: parsed.number(WAIT)?,
+            key_retention: parsed.key_retention()?,
         })
     }
 
@@ -287,6 +299,37 @@ impl RedisConfig {
     /// `InvalidInput`.
     pub fn with_wait(mut self, replicas: u32) -> Result<RedisConfig> {
         self.wait = Some(non_zero("wait", replicas)?);
+        Ok(self)
+    }
+
+    /// How long the server keeps an enqueue's idempotency key after that enqueue, by
+    /// its own clock (the key's `PX` expiry), and so the store's
+    /// [`Capabilities::key_retention`](liveness_core::Capabilities::key_retention):
+    /// the URL's `key_retention_s`, or
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION) (a day).
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
+    }
+
+    /// The same configuration keeping each enqueue's idempotency key for `retention`
+    /// after that enqueue, by the server's clock (what the URL's `key_retention_s`
+    /// says, in seconds): a keyed repeat within it answers the first enqueue's id, one
+    /// after it may add a new item. Rounded up to whole milliseconds (the key's `PX`
+    /// expiry), so that no key is forgotten early. Zero, or more than 366 days (the
+    /// URL's bound), is `InvalidInput`.
+    pub fn with_key_retention(mut self, retention: Duration) -> Result<RedisConfig> {
+        let retention = non_zero("key_retention", retention)?;
+        if retention > MAX_KEY_RETENTION {
+            return Err(Error::invalid(
+                "key_retention",
+                InputProblem::TooLongDuration {
+                    max: MAX_KEY_RETENTION,
+                    got: retention,
+                },
+            ));
+        }
+        let ms = retention.as_nanos().div_ceil(1_000_000);
+        self.key_retention = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
         Ok(self)
     }
 
@@ -448,6 +491,35 @@ mod tests {
             .is_tls());
         let c = RedisConfig::from_url("redis://h/15?protocol=RESP3").unwrap();
         assert_eq!(c.client_url.as_str(), "redis://h/15?protocol=resp3");
+    }
+
+    #[test]
+    fn key_retention_is_the_url_s_seconds_or_a_day() {
+        let d = RedisConfig::from_url("redis://h").unwrap();
+        assert_eq!(d.key_retention(), liveness_core::DEFAULT_KEY_RETENTION);
+        let c = RedisConfig::from_url("redis://h?key_retention_s=90").unwrap();
+        assert_eq!(c.key_retention(), Duration::from_secs(90));
+        assert_eq!(c.client_url.as_str(), "redis://h");
+        for bad in [
+            "redis://h?key_retention_s=0",
+            "redis://h?key_retention_s=31622401",
+            "redis://h?key_retention_s=1s",
+        ] {
+            refused(
+                RedisConfig::from_url,
+                bad,
+                Expect::OutOfRange("key_retention_s"),
+            );
+        }
+        let longest = RedisConfig::from_url("redis://h?key_retention_s=31622400").unwrap();
+        assert_eq!(longest.key_retention(), MAX_KEY_RETENTION);
+        // Whole milliseconds, rounded up: never shorter than asked.
+        let fine = c.clone().with_key_retention(Duration::from_micros(1500));
+        assert_eq!(fine.unwrap().key_retention(), Duration::from_millis(2));
+        assert!(c.clone().with_key_retention(Duration::ZERO).is_err());
+        assert!(c.clone().with_key_retention(MAX_KEY_RETENTION).is_ok());
+        let over = MAX_KEY_RETENTION + Duration::from_nanos(1);
+        assert!(c.with_key_retention(over).is_err());
     }
 
     #[test]

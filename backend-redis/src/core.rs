@@ -176,7 +176,8 @@ impl RedisStore {
                     .items(true)
                     .operator_views(true)
                     .delays(true)
-                    .error_text(true),
+                    .error_text(true)
+                    .key_retention(Some(config.key_retention())),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             ),
             conn,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
+    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep, DEFAULT_KEY_RETENTION,
 };
 use redis::Value;
 use tokio::sync::watch;
@@ -29,6 +29,14 @@ scripts! {
 /// delays by `MAX_DELAY`, far below 2^53 µs.
 fn delay_us(delay: Duration) -> u64 {
     u64::try_from(delay.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// The key retention as the enqueue script's `PX` takes it: whole milliseconds,
+/// rounded up so that no key is forgotten early (the config keeps it in whole ms
+/// already; `None`, which this store never reports, is the default retention).
+fn retention_ms(retention: Option<Duration>) -> u64 {
+    let retention = retention.unwrap_or(DEFAULT_KEY_RETENTION);
+    u64::try_from(retention.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
@@ -86,18 +94,25 @@ fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
 
 #[async_trait]
 impl ItemStore for RedisStore {
+    /// A keyed enqueue declares its key's own string (`ek:<hex>`, written with `PX`
+    /// the key retention) and the hash earlier versions kept keys in (read only).
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
+        let key = options.key.map(RequestId::to_hex).unwrap_or_default();
         let mut call = ENQUEUE.prepare_invoke();
         call.key(self.keys.item_ids())
             .key(self.keys.pending())
-            .key(self.keys.enqueue_keys())
+            .key(self.keys.legacy_enqueue_keys())
             .key(self.keys.held())
-            .key(self.keys.held_ids())
-            .arg(self.keys.item_prefix())
+            .key(self.keys.held_ids());
+        if !key.is_empty() {
+            call.key(self.keys.enqueue_key(&key));
+        }
+        call.arg(self.keys.item_prefix())
             .arg(payload)
             .arg(options.max_attempts)
-            .arg(options.key.map(RequestId::to_hex).unwrap_or_default())
-            .arg(delay_us(options.delay));
+            .arg(key)
+            .arg(delay_us(options.delay))
+            .arg(retention_ms(self.info.caps.key_retention));
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
 

@@ -83,8 +83,17 @@ impl Keys {
         format!("{}i:{}", self.prefix, id.0)
     }
 
-    /// Enqueue idempotency keys: HASH of key (32 hex digits) -> item id.
-    pub(crate) fn enqueue_keys(&self) -> String {
+    /// One enqueue idempotency key: STRING, the id of the item its enqueue added,
+    /// written with `PX` the key retention (the server's clock counts it down), so it
+    /// is gone once the retention has passed. `key` is the request id's 32 hex digits.
+    pub(crate) fn enqueue_key(&self, key: &str) -> String {
+        format!("{}ek:{}", self.prefix, key)
+    }
+
+    /// The enqueue idempotency keys that earlier versions kept for good: HASH of key
+    /// (32 hex digits) -> item id. Read, never written: a key found there still
+    /// answers its id (a retry of an enqueue made before the upgrade).
+    pub(crate) fn legacy_enqueue_keys(&self) -> String {
         format!("{}ekeys", self.prefix)
     }
 

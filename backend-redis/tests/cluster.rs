@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
-use liveness_core::{EnqueueOptions, ItemStore, Namespace, OperatorStore, Store, Ttl};
+use liveness_core::{EnqueueOptions, ItemStore, Namespace, OperatorStore, RequestId, Store, Ttl};
 use liveness_redis::{RedisConfig, RedisStore};
 use liveness_testkit::redis::RedisCluster;
 
@@ -161,6 +161,60 @@ async fn the_pending_signal_is_heard_on_the_node_of_the_namespace() {
             "subscribers and keys by node: {on:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_key_expires_on_the_node_of_the_namespace() {
+    let Some(cluster) = shared() else {
+        return;
+    };
+    let ns = liveness_conformance::fresh_namespace();
+    let config = RedisConfig::from_url(&format!("{}&key_retention_s=1", cluster.url()))
+        .unwrap()
+        .with_namespace(ns.clone());
+    let store = RedisStore::connect(config).await.unwrap();
+    assert_eq!(
+        store.capabilities().key_retention,
+        Some(Duration::from_secs(1))
+    );
+    let key = RequestId::random();
+    let first = store
+        .enqueue(b"x", EnqueueOptions::keyed(key))
+        .await
+        .unwrap();
+    let again = store
+        .enqueue(b"x", EnqueueOptions::keyed(key))
+        .await
+        .unwrap();
+    assert_eq!(again, first, "a repeat within the retention");
+    // The key's string is on the namespace's node, with its expiry.
+    let name = format!("liveness:{{{}}}:ek:{}", ns.as_str(), key.to_hex());
+    let mut seen = 0;
+    for node in cluster.node_urls() {
+        if !keys_on(&node, &ns).await.contains(&name) {
+            continue;
+        }
+        let client = redis::Client::open(node.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&name)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!((1..=1000).contains(&ttl), "PTTL {ttl} ms");
+        seen += 1;
+    }
+    assert!(
+        seen == 1 || cluster.node_urls().is_empty(),
+        "the key on {seen} nodes"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let later = store
+        .enqueue(b"x", EnqueueOptions::keyed(key))
+        .await
+        .unwrap();
+    assert_ne!(later, first, "a repeat after the retention adds an item");
+    assert_eq!(store.item_counts().await.unwrap().pending, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
