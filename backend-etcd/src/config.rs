@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use liveness_core::url::{bad_value, Authority, Param, StoreUrl, UrlForm};
+use liveness_core::url::{bad_value, Authority, Param, StoreUrl, UrlForm, KEY_RETENTION};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 const DEFAULT_PORT: u16 = 2379;
@@ -18,6 +18,9 @@ const CERT: Param = Param::text("cert");
 const KEY: Param = Param::text("key");
 const DOMAIN: Param = Param::text("domain");
 
+/// The longest key retention: that of `key_retention_s`, 366 days.
+const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// The URL schemes this backend serves: `etcd` (plain gRPC) and `etcds` (TLS).
 pub const SCHEMES: &[&str] = &["etcd", "etcds"];
 
@@ -25,11 +28,19 @@ pub const SCHEMES: &[&str] = &["etcd", "etcds"];
 pub const URL: UrlForm = UrlForm {
     schemes: SCHEMES,
     authority: Authority::Hosts,
-    params: &[TIMEOUT_MS, CONNECT_TIMEOUT_MS, CA, CERT, KEY, DOMAIN],
+    params: &[
+        TIMEOUT_MS,
+        CONNECT_TIMEOUT_MS,
+        KEY_RETENTION,
+        CA,
+        CERT,
+        KEY,
+        DOMAIN,
+    ],
     fragments: &[],
     expected: "etcd://[user:password@]host[:port][,host[:port]...][/][?ns=NAME&timeout_ms=N\
-               &connect_timeout_ms=N] (etcds:// for TLS, with ca=PATH and optionally \
-               cert=PATH&key=PATH&domain=NAME)",
+               &connect_timeout_ms=N&key_retention_s=N] (etcds:// for TLS, with ca=PATH \
+               and optionally cert=PATH&key=PATH&domain=NAME)",
 };
 
 /// How to reach an etcd cluster and which namespace to use.
@@ -38,7 +49,7 @@ pub const URL: UrlForm = UrlForm {
 /// parameters, their defaults and ranges):
 ///
 /// ```text
-/// etcd://[user:password@]host[:port][,host[:port]...][?ns=NAME&timeout_ms=N&connect_timeout_ms=N]
+/// etcd://[user:password@]host[:port][,host[:port]...][?ns=NAME&timeout_ms=N&connect_timeout_ms=N&key_retention_s=N]
 /// etcds://...?ca=PATH[&cert=PATH&key=PATH][&domain=NAME]
 /// ```
 ///
@@ -61,6 +72,8 @@ pub struct EtcdConfig {
     connect_timeout: Duration,
     /// How many death records the namespace keeps (the newest ones).
     death_retention: usize,
+    /// How long an enqueue's idempotency key is kept (`key_retention_s`).
+    key_retention: Duration,
     /// Whether connecting opens only a store that is there already.
     existing_only: bool,
 }
@@ -145,6 +158,7 @@ impl EtcdConfig {
                 .millis(CONNECT_TIMEOUT_MS)?
                 .unwrap_or(Duration::from_secs(3)),
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            key_retention: parsed.key_retention()?,
             existing_only: false,
             url: parsed,
         })
@@ -160,6 +174,46 @@ impl EtcdConfig {
         }
         self.death_retention = keep;
         Ok(self)
+    }
+
+    /// The same configuration keeping an enqueue's idempotency key
+    /// ([`EnqueueOptions::key`](liveness_core::EnqueueOptions::key)) for `retention`
+    /// after that enqueue, by etcd's lease countdown, instead of the URL's
+    /// `key_retention_s` (default
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION), a day): a
+    /// repeat within it answers the first enqueue's id; some time after it (at most
+    /// about a sixteenth of it, or etcd's minimum lease ttl, plus the request
+    /// timeout) etcd deletes the key, and a repeat adds a new item. etcd counts whole
+    /// seconds: a fraction is rounded up. The store reports it as
+    /// [`Capabilities::key_retention`](liveness_core::Capabilities::key_retention).
+    /// Zero is `InvalidInput` (`Zero`), under 1 s `TooShort`, over 366 days
+    /// `TooLongDuration` (the URL's range), all naming `key_retention`.
+    pub fn with_key_retention(mut self, retention: Duration) -> Result<EtcdConfig> {
+        let (min, max) = (Duration::from_secs(1), MAX_KEY_RETENTION);
+        let problem = if retention.is_zero() {
+            InputProblem::Zero
+        } else if retention < min {
+            InputProblem::TooShort {
+                min,
+                got: retention,
+            }
+        } else if retention > max {
+            InputProblem::TooLongDuration {
+                max,
+                got: retention,
+            }
+        } else {
+            self.key_retention = retention;
+            return Ok(self);
+        };
+        Err(Error::invalid("key_retention", problem))
+    }
+
+    /// How long an enqueue's idempotency key is kept after that enqueue
+    /// (`key_retention_s`, [`EtcdConfig::with_key_retention`]; default
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION), a day).
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
     }
 
     /// The same configuration on another namespace.
@@ -239,6 +293,39 @@ mod tests {
         assert!(shown.contains("existing_only: true"), "{shown}");
         let c = EtcdConfig::from_url("etcd://[::1]:5").unwrap();
         assert_eq!(c.endpoints, vec!["http://[::1]:5"]);
+    }
+
+    #[test]
+    fn key_retention_from_the_url_or_the_builder() {
+        let c = EtcdConfig::from_url("etcd://h:1").unwrap();
+        assert_eq!(c.key_retention(), liveness_core::DEFAULT_KEY_RETENTION);
+        let c = EtcdConfig::from_url("etcd://h:1?key_retention_s=90").unwrap();
+        assert_eq!(c.key_retention(), Duration::from_secs(90));
+        for bad in ["0", "31622401", "1.5", "-1"] {
+            let url = format!("etcd://h:1?key_retention_s={bad}");
+            assert!(
+                matches!(EtcdConfig::from_url(&url), Err(Error::InvalidInput { .. })),
+                "{url} was accepted"
+            );
+        }
+        let c = c.with_key_retention(Duration::from_millis(1500)).unwrap();
+        assert_eq!(c.key_retention(), Duration::from_millis(1500));
+        let refused = |d: Duration| match c.clone().with_key_retention(d) {
+            Err(Error::InvalidInput { what, problem }) => {
+                assert_eq!(what, "key_retention");
+                problem
+            }
+            other => panic!("{d:?} gave {other:?}"),
+        };
+        assert_eq!(refused(Duration::ZERO), InputProblem::Zero);
+        assert!(matches!(
+            refused(Duration::from_millis(999)),
+            InputProblem::TooShort { .. }
+        ));
+        assert!(matches!(
+            refused(MAX_KEY_RETENTION + Duration::from_secs(1)),
+            InputProblem::TooLongDuration { .. }
+        ));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::config::{EtcdConfig, TlsConfig};
 use crate::endpoints::Endpoints;
 use crate::error::{at_key, corrupt, is_not_found, map, Fault, MAX_TRIES};
 use crate::keepalive::Slots;
+use crate::key_leases::KeyLeases;
 use crate::keys::{Keys, Record};
 use crate::riders::Riders;
 use crate::watch::{prefix_end, ExpiryWatch};
@@ -75,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) expiry: Arc<ExpiryWatch>,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
+    /// The etcd leases idempotency keys are bound to (`key_leases.rs`).
+    pub(crate) key_leases: KeyLeases,
     /// What this handle asked etcd for, counted (tests compare costs with them).
     pub(crate) calls: Calls,
     /// Where a test holds a release between its transaction and its revoke.
@@ -255,7 +258,8 @@ impl EtcdStore {
             .items(true)
             .operator_views(true)
             .delays(true)
-            .error_text(true);
+            .error_text(true)
+            .key_retention(Some(config.key_retention()));
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 kv,
@@ -282,6 +286,11 @@ impl EtcdStore {
                         &location(config.endpoints()),
                         config.namespace().clone(),
                     ),
+                ),
+                key_leases: KeyLeases::new(
+                    config.key_retention(),
+                    secs(min_secs),
+                    config.timeout(),
                 ),
                 calls: Calls::default(),
                 #[cfg(test)]
@@ -336,9 +345,18 @@ impl EtcdStore {
     }
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.txn_unmapped(txn).await.map_err(map)
+    }
+
+    /// [`EtcdStore::txn`], answering etcd's error as it came (the caller looks at
+    /// it before mapping it).
+    pub(crate) async fn txn_unmapped(
+        &self,
+        txn: Txn,
+    ) -> std::result::Result<TxnResponse, etcd_client::Error> {
         Calls::count(&self.inner.calls.kv);
         let _flying = self.inner.calls.flying();
-        self.inner.kv.clone().txn(txn).await.map_err(map)
+        self.inner.kv.clone().txn(txn).await
     }
 
     pub(crate) async fn get_one(&self, key: &str) -> Result<Option<KeyValue>> {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{GetResponse, KeyValue, Txn, TxnOp};
+use etcd_client::{GetResponse, KeyValue, PutOptions, Txn, TxnOp};
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
     ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
@@ -18,7 +18,7 @@ use crate::core::{
 };
 use crate::deaths::hand_back;
 use crate::delays::{due_waiting, held_op, timer_op, Timer};
-use crate::error::{at_key, corrupt, Conflicts, Fault, MAX_TRIES};
+use crate::error::{at_key, corrupt, is_not_found, map, Conflicts, Fault, MAX_TRIES};
 use crate::keys::{parse_request_id, Keys, Meta};
 use crate::BACKEND;
 
@@ -31,6 +31,8 @@ impl ItemStore for EtcdStore {
         // Granted once, when the item is about to be written, and kept across the
         // retries: its countdown starts after the call arrived.
         let mut timer = None;
+        // A key lease that etcd turned out not to know was replaced (once).
+        let mut regranted = false;
         for _ in 0..MAX_TRIES {
             if let Some(key) = &key {
                 if let Some(kv) = self.get_one(key).await? {
@@ -50,13 +52,36 @@ impl ItemStore for EtcdStore {
             if let Some(t) = &timer {
                 ops.push(timer_op(k, t, id));
             }
+            let mut key_lease = None;
             if let Some(key) = &key {
                 // Still unused: a concurrent enqueue with this key makes us retry and
-                // answer its id.
+                // answer its id. Bound to this bucket's key lease: etcd deletes it
+                // once the retention has passed (`key_leases.rs`).
+                let lease = *key_lease.insert(self.key_lease().await?);
                 guards.push(version(key, 0));
-                ops.push(put(key, id.to_string()));
+                ops.push(TxnOp::put(
+                    key.as_str(),
+                    id.to_string(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ));
             }
-            let resp = self.txn(Txn::new().when(guards).and_then(ops)).await?;
+            let resp = match self
+                .txn_unmapped(Txn::new().when(guards).and_then(ops))
+                .await
+            {
+                Ok(resp) => resp,
+                // The key lease ended early (revoked, or a restored cluster): nothing
+                // was written; a new lease, and the transaction again, once.
+                Err(e) if is_not_found(&e) && !regranted => {
+                    if let Some(lease) = key_lease {
+                        regranted = true;
+                        self.key_lease_gone(lease).await;
+                        continue;
+                    }
+                    return Err(map(e));
+                }
+                Err(e) => return Err(map(e)),
+            };
             if resp.succeeded() {
                 return Ok(ItemId(id));
             }

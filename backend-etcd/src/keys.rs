@@ -19,7 +19,7 @@
 //! | `item/e/<id>` | UTF-8 text | the error text of the item's latest failure that gave one (`ItemStore::finish_with_error`): put by the transaction that hands the item back, deleted with the item; absent when no failure gave a text |
 //! | `item/p/<id>` | [`Meta`] | pending index |
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
-//! | `item/k/<key>` | item id | enqueue idempotency keys, kept for good |
+//! | `item/k/<key>` | item id | enqueue idempotency keys: bound to an etcd lease the keys written by one handle in one bucket of time share (`key_leases.rs`), whose ttl outlasts the key retention (`key_retention_s`); etcd deletes the key when it expires. Keys written before retention was counted carry no lease and are kept for good |
 //! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when the token's sweep ends |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
 //! | `item/q/<due>/<group>` | empty | a timer: bound to the etcd lease that counts down the wait of the held-back items of its group; etcd deletes it when that lease expires. `due` (ms since the Unix epoch by the enqueuing handle's store time, [`Keys::timer`]) only orders timers, and `group` is the first item id of the call that held them back |

@@ -12,6 +12,7 @@ mod error;
 mod etcd_lease;
 mod items;
 mod keepalive;
+mod key_leases;
 mod keys;
 mod lease;
 mod operator;

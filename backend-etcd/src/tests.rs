@@ -1029,3 +1029,142 @@ async fn an_error_text_goes_with_its_hand_back_and_with_its_item() {
     store.complete(&lease, b).await.unwrap();
     assert_eq!(error_keys(&store).await, []);
 }
+
+/// A store on a fresh namespace of the shared member keeping idempotency keys for
+/// `retention_s` seconds (`key_retention_s`), with a 1 s request timeout (which the
+/// key leases' ttl adds to the retention).
+async fn keyed_store(retention_s: u64) -> Option<EtcdStore> {
+    let server = liveness_testkit::etcd::shared()?;
+    let url = server.url_with(&format!("key_retention_s={retention_s}&timeout_ms=1000"));
+    Some(
+        EtcdStore::connect(config(&url, fresh_namespace()))
+            .await
+            .unwrap(),
+    )
+}
+
+/// The etcd lease `key`'s idempotency key is bound to (0: none), and the item id it
+/// holds; `None` once etcd has no such key.
+async fn enqueue_key(store: &EtcdStore, key: liveness_core::RequestId) -> Option<(i64, u64)> {
+    let kv = store
+        .get_one(&store.keys().enqueue_key(&key.to_hex()))
+        .await
+        .unwrap()?;
+    Some((kv.lease(), crate::core::number(&kv).unwrap()))
+}
+
+/// With a 2 s key retention: a keyed repeat within it answers the first id; the
+/// key is bound to an etcd lease that every key written in its bucket shares (one
+/// grant for them all), and that outlives the retention; once etcd has expired it,
+/// and not before the retention has passed, a repeat adds a new item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_share_a_lease_and_are_forgotten_after_their_retention() {
+    use liveness_core::{EnqueueOptions, RequestId};
+    let Some(store) = keyed_store(2).await else {
+        return;
+    };
+    let retention = Duration::from_secs(2);
+    assert_eq!(store.capabilities().key_retention, Some(retention));
+    let leases = &store.inner.key_leases;
+    let min = store.capabilities().min_ttl;
+    // A sixteenth of 2 s is under etcd's minimum ttl: the bucket is that minimum.
+    assert_eq!(leases.bucket, min.max(Duration::from_secs(1)));
+
+    let grants = || Calls::read(&store.inner.calls.grants);
+    let before = grants();
+    let a = RequestId::random();
+    let start = tokio::time::Instant::now();
+    let first = store.enqueue(b"a", EnqueueOptions::keyed(a)).await.unwrap();
+    assert_eq!(grants() - before, 1, "the bucket's lease");
+    let (lease, held) = enqueue_key(&store, a).await.expect("the key is kept");
+    assert_eq!(held, first.0);
+    assert_ne!(lease, 0, "the key is bound to an etcd lease");
+    let left = store.time_to_live(lease).await.unwrap();
+    assert!(
+        left > 2 && left <= leases.ttl_secs,
+        "{left} s left of {} s",
+        leases.ttl_secs
+    );
+    let again = store.enqueue(b"a", EnqueueOptions::keyed(a)).await.unwrap();
+    assert_eq!(again, first, "a repeat within the retention");
+
+    // More keyed enqueues in the same bucket: bound to the same lease, no grant.
+    let mut keys = Vec::new();
+    for _ in 0..20 {
+        let key = RequestId::random();
+        store
+            .enqueue(b"k", EnqueueOptions::keyed(key))
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    let within = start.elapsed() < leases.bucket;
+    let mut bound = Vec::new();
+    for key in &keys {
+        bound.push(enqueue_key(&store, *key).await.expect("kept").0);
+    }
+    bound.dedup();
+    if within {
+        assert_eq!(bound, vec![lease], "one lease for the bucket's keys");
+        assert_eq!(grants() - before, 1, "no grant after the first");
+    } else {
+        // A slow machine: the bucket ended during the loop.
+        println!("the bucket ended after {:?}", start.elapsed());
+        assert!(bound.len() <= 3, "{bound:?}");
+    }
+
+    // Repeats answer the first id until etcd forgets the key, never before the
+    // retention has passed, then add a new item.
+    // The lease's ttl (retention + bucket + timeout), etcd's 500 ms revoke pass, and
+    // room for a loaded machine.
+    let latest = crate::core::secs(leases.ttl_secs) + Duration::from_secs(4);
+    let gone = loop {
+        let got = store.enqueue(b"a", EnqueueOptions::keyed(a)).await.unwrap();
+        let at = start.elapsed();
+        if got != first {
+            break at;
+        }
+        assert!(at < latest, "still kept after {at:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(gone >= retention, "forgotten after {gone:?}");
+    println!(
+        "a {retention:?} key retention (lease ttl {} s) forgot the key after {gone:?}",
+        leases.ttl_secs
+    );
+    let (_, held) = enqueue_key(&store, a).await.expect("kept anew");
+    assert_ne!(held, first.0, "the new item's id");
+    assert_eq!(
+        store.item_counts().await.unwrap().pending,
+        22,
+        "a, 20 keys, a again"
+    );
+}
+
+/// A key lease that ended early (revoked by hand: etcd deletes its keys) fails the
+/// next keyed enqueue's put with "lease not found": it grants a new lease and
+/// writes once more, the key is kept on the new lease, and nothing was written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_key_lease_is_replaced() {
+    use liveness_core::{EnqueueOptions, RequestId};
+    let Some(store) = keyed_store(3600).await else {
+        return;
+    };
+    let (a, b) = (RequestId::random(), RequestId::random());
+    let first = store.enqueue(b"a", EnqueueOptions::keyed(a)).await.unwrap();
+    let (lease, _) = enqueue_key(&store, a).await.expect("kept");
+    assert!(store.revoke(lease).await.unwrap());
+    assert_eq!(enqueue_key(&store, a).await, None, "revoked with its lease");
+
+    let grants = Calls::read(&store.inner.calls.grants);
+    let second = store.enqueue(b"b", EnqueueOptions::keyed(b)).await.unwrap();
+    assert_eq!(second.0, first.0 + 1, "written once");
+    assert_eq!(Calls::read(&store.inner.calls.grants) - grants, 1);
+    let (renewed, held) = enqueue_key(&store, b).await.expect("kept");
+    assert_eq!(held, second.0);
+    assert!(renewed != 0 && renewed != lease, "{renewed} after {lease}");
+    assert!(store.time_to_live(renewed).await.unwrap() > 3600);
+    let again = store.enqueue(b"b", EnqueueOptions::keyed(b)).await.unwrap();
+    assert_eq!(again, second);
+    assert_eq!(store.item_counts().await.unwrap().pending, 2);
+}

@@ -160,7 +160,10 @@ impl FdbStore {
             .sessions(true)
             .items(true)
             .operator_views(true)
-            .error_text(true);
+            .error_text(true)
+            // No store clock to count a retention by: idempotency keys are kept for
+            // good (README, "Idempotency keys").
+            .key_retention(None);
         FdbStore {
             info: StoreInfo::new(
                 BACKEND,

@@ -266,6 +266,32 @@ mod tests {
         store.acquire(&key, &holder, ttl).await.unwrap()
     }
 
+    /// No clock, no retention: the store says it keeps idempotency keys for good,
+    /// and a keyed repeat answers the first id whatever happened in between.
+    #[tokio::test]
+    async fn idempotency_keys_are_kept_for_good() {
+        let db = DoubleDatabase::new();
+        let store = db.store(&fresh_namespace());
+        assert_eq!(store.capabilities().key_retention, None);
+        let key = liveness_core::RequestId::random();
+        let first = store
+            .enqueue(b"a", EnqueueOptions::keyed(key))
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            store
+                .enqueue(b"b", EnqueueOptions::default())
+                .await
+                .unwrap();
+        }
+        let again = store
+            .enqueue(b"a", EnqueueOptions::keyed(key))
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+        assert_eq!(store.item_counts().await.unwrap().pending, 4);
+    }
+
     /// True when one of the keys `written` (one list per commit) is `key`.
     fn writes(written: &[Vec<Vec<u8>>], key: &[u8]) -> bool {
         written.iter().flatten().any(|k| k == key)

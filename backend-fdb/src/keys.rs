@@ -18,7 +18,7 @@
 //!   ("p", id)                           -> ""                     pending, by id
 //!   ("o", token, id)                    -> request(16)            owned, by token then id;
 //!                                                                 the claim's request id
-//!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good
+//!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good (no store clock)
 //!   ("h", token)                        -> request(16)            the token's claim high-water
 //!                                                                 mark; cleared with its dead entry
 //!   ("x", id)                           -> ""                     dead letters, by id
