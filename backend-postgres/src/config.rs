@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
-use liveness_core::url::{Authority, Kind, Param, UrlForm};
+use liveness_core::url::{Authority, Kind, Param, UrlForm, KEY_RETENTION};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 use sqlx::postgres::PgConnectOptions;
 
@@ -24,6 +24,10 @@ const NOTIFY: Param = Param::flag("notify");
 /// writes". The only behaviour this store has (it always writes), so the only values
 /// accepted are `read-write` and `primary`; given for libpq URLs pasted as they are.
 const TARGET_SESSION_ATTRS: Param = Param::word("target_session_attrs", &["read-write", "primary"]);
+/// The shortest key retention: 1 s, as the URL's `key_retention_s` range.
+const MIN_KEY_RETENTION: Duration = Duration::from_secs(1);
+/// The longest key retention: 366 days, as the URL's `key_retention_s` range.
+const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// PostgreSQL's port when a host names none.
 const DEFAULT_PORT: u16 = 5432;
@@ -58,6 +62,7 @@ pub const URL: UrlForm = UrlForm {
         ACQUIRE_TIMEOUT_MS,
         NOTIFY,
         DURABILITY,
+        KEY_RETENTION,
         TARGET_SESSION_ATTRS,
         SSLMODE,
         SSLROOTCERT,
@@ -69,6 +74,7 @@ pub const URL: UrlForm = UrlForm {
     expected: "postgres://[user[:password]@]host[:port][,host[:port]...][/database]\
                [?ns=NAME&max_connections=N\
                &acquire_timeout_ms=N&notify=true|false&durability=strict|relaxed\
+               &key_retention_s=N\
                &target_session_attrs=read-write\
                &sslmode=MODE&sslrootcert=PATH\
                &sslcert=PATH&sslkey=PATH&application_name=NAME]",
@@ -98,6 +104,8 @@ pub struct PostgresConfig {
     durability: Durability,
     /// How many death records the namespace keeps.
     death_retention: usize,
+    /// How long an enqueue's idempotency key is kept, by the server's clock.
+    key_retention: Duration,
     /// Whether connecting opens only a store that is there already.
     existing_only: bool,
 }
@@ -114,6 +122,7 @@ impl PostgresConfig {
             notify: true,
             durability: Durability::Strict,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            key_retention: liveness_core::DEFAULT_KEY_RETENTION,
             existing_only: false,
         }
     }
@@ -165,6 +174,7 @@ impl PostgresConfig {
             notify: parsed.flag(NOTIFY)?.unwrap_or(true),
             durability: Durability::from_url(&parsed)?,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            key_retention: parsed.key_retention()?,
             existing_only: false,
         })
     }
@@ -285,6 +295,42 @@ impl PostgresConfig {
         Ok(self)
     }
 
+    /// How long an enqueue's idempotency key
+    /// ([`EnqueueOptions::key`](liveness_core::EnqueueOptions::key)) is kept after that
+    /// enqueue, by the server's `clock_timestamp()` (URL `?key_retention_s=`, default
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION), a day).
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
+    }
+
+    /// The same configuration keeping an enqueue's idempotency key for `retention`
+    /// after that enqueue, by the server's clock: a repeat within it answers the first
+    /// id, one after it adds a new item (see [`PostgresConfig::key_retention`]).
+    /// Shorter than 1 s or longer than 366 days (the URL's range) is `InvalidInput`
+    /// naming `key_retention`.
+    pub fn with_key_retention(mut self, retention: Duration) -> Result<PostgresConfig> {
+        if retention < MIN_KEY_RETENTION {
+            return Err(Error::invalid(
+                "key_retention",
+                InputProblem::TooShort {
+                    min: MIN_KEY_RETENTION,
+                    got: retention,
+                },
+            ));
+        }
+        if retention > MAX_KEY_RETENTION {
+            return Err(Error::invalid(
+                "key_retention",
+                InputProblem::TooLongDuration {
+                    max: MAX_KEY_RETENTION,
+                    got: retention,
+                },
+            ));
+        }
+        self.key_retention = retention;
+        Ok(self)
+    }
+
     /// The driver's options for each server to try, in order: `connect` itself when
     /// [`PostgresConfig::hosts`] is empty, else `connect` pointed at each host.
     pub(crate) fn servers(&self) -> Vec<PgConnectOptions> {
@@ -337,6 +383,17 @@ mod tests {
         assert_eq!(c.schema(), "liveness_team_a");
         assert_eq!(c.connect.get_port(), 5433);
         assert_eq!(c.connect.get_database(), Some("db"));
+        assert_eq!(c.key_retention, liveness_core::DEFAULT_KEY_RETENTION);
+        let c = PostgresConfig::from_url("postgres://h/db?key_retention_s=90").unwrap();
+        assert_eq!(c.key_retention(), Duration::from_secs(90));
+        let c = c.with_key_retention(Duration::from_secs(1)).unwrap();
+        assert_eq!(c.key_retention(), Duration::from_secs(1));
+        for bad in [Duration::from_millis(999), MAX_KEY_RETENTION * 2] {
+            match c.clone().with_key_retention(bad) {
+                Err(Error::InvalidInput { what, .. }) => assert_eq!(what, "key_retention"),
+                other => panic!("{bad:?}: {:?}", other.map(|_| ())),
+            }
+        }
     }
 
     #[test]
@@ -394,6 +451,10 @@ mod tests {
             (
                 "postgres://h/db?connect_timeout=3",
                 Expect::Unknown("connect_timeout".into()),
+            ),
+            (
+                "postgres://h/db?key_retention_s=0",
+                Expect::OutOfRange("key_retention_s"),
             ),
         ] {
             refused(PostgresConfig::from_url, bad, expect);

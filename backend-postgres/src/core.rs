@@ -78,10 +78,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "last_error",
         include_str!("../migrations/0010_last_error.sql"),
     ),
+    (
+        11,
+        "key_times",
+        include_str!("../migrations/0011_key_times.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -438,7 +443,9 @@ impl PostgresStore {
                         .death_retention(config.death_retention().max(1))
                         .sessions(true)
                         .delays(true)
-                        .error_text(true),
+                        .error_text(true)
+                        // Keys carry their recording time by the server's clock.
+                        .key_retention(Some(config.key_retention())),
                     Issuer::located(BACKEND, &location, config.namespace().clone()),
                 ),
             }),

@@ -52,18 +52,40 @@ SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 "#;
 
 /// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key, $4 the
-/// delay in µs (NULL: due at once), as `ENQUEUE`.
+/// delay in µs (NULL: due at once), as `ENQUEUE`; $5 the key retention in µs, $6
+/// [`FORGET_KEYS_AT_MOST`].
 ///
-/// Records the key with a freshly drawn item id and inserts the item under that id
-/// (`woke` 1: the handle notifies after the commit, as for `ENQUEUE`); when the key is
-/// already recorded (committed before this statement), answers its id and inserts
-/// nothing (`woke` 0). No row: a concurrent enqueue with the same key committed while
-/// this one waited on the key; running the statement again answers its id.
-const ENQUEUE_KEYED: &str = r#"
-WITH k AS (
-    INSERT INTO enqueue_keys (key, id)
-    VALUES ($3, nextval(pg_get_serial_sequence('items', 'id')))
-    ON CONFLICT (key) DO NOTHING
+/// Records the key with a freshly drawn item id and the server's `clock_timestamp()`
+/// (migration 11), and inserts the item under that id (`woke` 1: the handle notifies
+/// after the commit, as for `ENQUEUE`); when the key is already recorded (committed
+/// before this statement) and not expired, answers its id and inserts nothing (`woke`
+/// 0). A key is expired once more than the retention lies between its recording and
+/// the statement's instant: its record is replaced, as if it had never been. No row:
+/// a concurrent enqueue with the same key committed while this one waited on the
+/// key; running the statement again answers its id.
+///
+/// `gone` is the keyed enqueue's share of the forgetting: it deletes at most
+/// [`FORGET_KEYS_AT_MOST`] other expired keys, the oldest first on
+/// `enqueue_keys_recorded`, skipping rows a concurrent enqueue holds, so expired keys
+/// go as fast as new ones come and no statement's work grows with the backlog.
+pub(crate) const ENQUEUE_KEYED: &str = r#"
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+gone AS (
+    DELETE FROM enqueue_keys WHERE key IN (
+        SELECT key FROM enqueue_keys
+        WHERE recorded_at < (SELECT t FROM clk) - $5::bigint * interval '1 microsecond'
+          AND key <> $3
+        ORDER BY recorded_at
+        LIMIT $6
+        FOR UPDATE SKIP LOCKED
+    )
+),
+k AS (
+    INSERT INTO enqueue_keys (key, id, recorded_at)
+    SELECT $3, nextval(pg_get_serial_sequence('items', 'id')), t FROM clk
+    ON CONFLICT (key) DO UPDATE SET id = EXCLUDED.id, recorded_at = EXCLUDED.recorded_at
+    WHERE enqueue_keys.recorded_at
+        < EXCLUDED.recorded_at - $5::bigint * interval '1 microsecond'
     RETURNING id
 ),
 new AS (
@@ -73,8 +95,16 @@ new AS (
 )
 SELECT id, 1::bigint AS woke FROM new
 UNION ALL
-SELECT id, 0 FROM enqueue_keys WHERE key = $3 AND NOT EXISTS (SELECT 1 FROM k)
+SELECT id, 0 FROM enqueue_keys
+WHERE key = $3
+  AND recorded_at >= (SELECT t FROM clk) - $5::bigint * interval '1 microsecond'
+  AND NOT EXISTS (SELECT 1 FROM k)
 "#;
+
+/// The most expired keys one keyed enqueue deletes (the `LIMIT` of `ENQUEUE_KEYED`'s
+/// `gone`, its $6): more than the one it records, so a backlog (after a burst, or an upgrade)
+/// shrinks, yet a small, bounded write.
+const FORGET_KEYS_AT_MOST: usize = 100;
 
 /// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
 ///
@@ -227,13 +257,16 @@ impl ItemStore for PostgresStore {
             }
             Some(key) => {
                 let key = key.to_hex();
+                let retention = self.key_retention_param();
                 let mut found = None;
                 for _ in 0..ENQUEUE_RETRIES {
                     let q = sqlx::query(ENQUEUE_KEYED)
                         .bind(payload)
                         .bind(i64::from(options.max_attempts))
                         .bind(&key)
-                        .bind(delay_param(options.delay));
+                        .bind(delay_param(options.delay))
+                        .bind(retention)
+                        .bind(limit_param(FORGET_KEYS_AT_MOST));
                     found = self.db().fetch_optional(q).await?;
                     if found.is_some() {
                         break;
@@ -386,5 +419,18 @@ impl ItemStore for PostgresStore {
         Ok(Some(Duration::from_micros(
             u64::try_from(left_us).unwrap_or(0),
         )))
+    }
+}
+
+impl PostgresStore {
+    /// The key retention in µs, as `ENQUEUE_KEYED` binds it (at most 366 days,
+    /// [`PostgresConfig::with_key_retention`](crate::PostgresConfig::with_key_retention):
+    /// it fits).
+    fn key_retention_param(&self) -> i64 {
+        let retention = self
+            .caps()
+            .key_retention
+            .unwrap_or(liveness_core::DEFAULT_KEY_RETENTION);
+        i64::try_from(retention.as_micros()).unwrap_or(i64::MAX)
     }
 }

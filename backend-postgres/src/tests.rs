@@ -570,3 +570,98 @@ async fn a_claim_reads_no_item_that_is_not_due() {
     assert_eq!(listed, want);
     assert!(page.iter().all(|r| r.state == ItemState::Pending));
 }
+
+/// The rows of `enqueue_keys` in the store's namespace.
+async fn key_rows(store: &PostgresStore) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM enqueue_keys")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+/// With `key_retention_s=1`: a keyed repeat within the retention answers the first
+/// id; after it, a repeat adds a new item; keyed enqueues (repeats too) delete
+/// expired keys, at most 100 each, so the table shrinks to the live keys. A repeat is one statement, as
+/// before. (A new item's enqueue is followed by the handle's pending notification, a
+/// statement of its own sent in the background: only a repeat, which notifies
+/// nothing, is counted, once that notification went.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_kept_for_the_retention_then_forgotten() {
+    use liveness_core::{EnqueueOptions, RequestId};
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}&key_retention_s=1", fresh_namespace()));
+    let store = crate::connect(&url).await.unwrap();
+    assert_eq!(
+        store.capabilities().key_retention,
+        Some(Duration::from_secs(1))
+    );
+    let key = RequestId::random();
+    let keyed = || EnqueueOptions::keyed(key);
+    let first = store.enqueue(b"a", keyed()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = in_one_statement(&store, "keyed repeat", store.enqueue(b"a", keyed())).await;
+    assert_eq!(again, first, "a repeat within the retention");
+    for _ in 0..150 {
+        store
+            .enqueue(b"b", EnqueueOptions::keyed(RequestId::random()))
+            .await
+            .unwrap();
+    }
+    assert_eq!(key_rows(&store).await, 151);
+
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let later = store.enqueue(b"a", keyed()).await.unwrap();
+    assert_ne!(later, first, "after the retention: a new item");
+    assert_eq!(
+        key_rows(&store).await,
+        51,
+        "100 other expired keys deleted, a's record replaced"
+    );
+    // A repeat's statement deletes its share of expired keys too.
+    assert_eq!(store.enqueue(b"a", keyed()).await.unwrap(), later);
+    assert_eq!(key_rows(&store).await, 1, "the expired keys are gone");
+    store
+        .enqueue(b"c", EnqueueOptions::keyed(RequestId::random()))
+        .await
+        .unwrap();
+    assert_eq!(key_rows(&store).await, 2);
+}
+
+/// A keyed enqueue finds the expired keys it deletes on `enqueue_keys_recorded`, the
+/// server's now less the retention an index condition: its work does not grow with
+/// the keys kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_enqueue_finds_expired_keys_on_the_time_index() {
+    let Some(store) = store().await else { return };
+    sqlx::query(
+        "INSERT INTO enqueue_keys (key, id, recorded_at) \
+         SELECT 'k' || i, i, clock_timestamp() FROM generate_series(1, 5000) AS i",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE enqueue_keys")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let plan = plan_of(&store, crate::items::ENQUEUE_KEYED, |q| {
+        q.bind(b"p".to_vec())
+            .bind(5i64)
+            .bind("key")
+            .bind(None::<i64>)
+            .bind(86_400_000_000i64)
+            .bind(100i64)
+    })
+    .await;
+    assert!(
+        plan.lines().any(|l| l.contains("enqueue_keys_recorded")),
+        "{plan}"
+    );
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("Index Cond") && l.contains("recorded_at <")),
+        "{plan}"
+    );
+}

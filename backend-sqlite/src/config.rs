@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use liveness_core::url::{Authority, Param, UrlForm, MAX_TIMEOUT_MS};
+use liveness_core::url::{Authority, Param, UrlForm, KEY_RETENTION, MAX_TIMEOUT_MS};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// The URL schemes this backend serves.
@@ -18,15 +18,20 @@ const SYNCHRONOUS: Param = Param::word("synchronous", &["full", "normal"]);
 const MAX_POOL: u32 = 64;
 /// `max_connections`: 1 to [`MAX_POOL`].
 const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, MAX_POOL as u64);
+/// The shortest key retention: 1 s, as the URL's `key_retention_s` range.
+const MIN_KEY_RETENTION: Duration = Duration::from_secs(1);
+/// The longest key retention: 366 days, as the URL's `key_retention_s` range.
+const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// The URLs [`SqliteConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
     schemes: SCHEMES,
     authority: Authority::Path,
-    params: &[BUSY_TIMEOUT_MS, SYNCHRONOUS, MAX_CONNECTIONS],
+    params: &[BUSY_TIMEOUT_MS, SYNCHRONOUS, MAX_CONNECTIONS, KEY_RETENTION],
     fragments: &[],
     expected: "sqlite://PATH or sqlite:///ABSOLUTE/PATH, optionally \
-               ?ns=NAME&busy_timeout_ms=N&synchronous=full|normal&max_connections=N",
+               ?ns=NAME&busy_timeout_ms=N&synchronous=full|normal&max_connections=N\
+               &key_retention_s=N",
 };
 
 /// How durable each commit is (SQLite's `PRAGMA synchronous`, in WAL mode).
@@ -67,6 +72,7 @@ pub struct SqliteConfig {
     synchronous: Synchronous,
     max_connections: u32,
     death_retention: usize,
+    key_retention: Duration,
     existing_only: bool,
 }
 
@@ -80,6 +86,7 @@ impl SqliteConfig {
             synchronous: Synchronous::Full,
             max_connections: 4,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
+            key_retention: liveness_core::DEFAULT_KEY_RETENTION,
             existing_only: false,
         }
     }
@@ -114,6 +121,7 @@ impl SqliteConfig {
         if let Some(n) = parsed.number(MAX_CONNECTIONS)? {
             config.max_connections = n;
         }
+        config.key_retention = parsed.key_retention()?;
         Ok(config)
     }
 
@@ -187,6 +195,36 @@ impl SqliteConfig {
         Ok(self)
     }
 
+    /// The same configuration keeping an enqueue's idempotency key
+    /// ([`EnqueueOptions::key`](liveness_core::EnqueueOptions::key)) for `retention`
+    /// after that enqueue, by the store clock (default
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION), a day; the URL's
+    /// `key_retention_s`): a repeat within it answers the first id, one after it adds a
+    /// new item. Shorter than 1 s or longer than 366 days (the URL's range) is
+    /// [`Error::InvalidInput`] naming `key_retention`.
+    pub fn with_key_retention(mut self, retention: Duration) -> Result<SqliteConfig> {
+        if retention < MIN_KEY_RETENTION {
+            return Err(Error::invalid(
+                "key_retention",
+                InputProblem::TooShort {
+                    min: MIN_KEY_RETENTION,
+                    got: retention,
+                },
+            ));
+        }
+        if retention > MAX_KEY_RETENTION {
+            return Err(Error::invalid(
+                "key_retention",
+                InputProblem::TooLongDuration {
+                    max: MAX_KEY_RETENTION,
+                    got: retention,
+                },
+            ));
+        }
+        self.key_retention = retention;
+        Ok(self)
+    }
+
     /// The same configuration opening only a store that is there already (`true`), for
     /// readers that must never create or change anything: the file must exist, hold
     /// the liveness tables at this build's schema version, and hold the namespace (it
@@ -244,6 +282,13 @@ impl SqliteConfig {
     pub fn death_retention(&self) -> usize {
         self.death_retention
     }
+
+    /// How long an enqueue's idempotency key is kept after that enqueue, by the store
+    /// clock (URL `?key_retention_s=`, default
+    /// [`DEFAULT_KEY_RETENTION`](liveness_core::DEFAULT_KEY_RETENTION), a day).
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
+    }
 }
 
 #[cfg(test)]
@@ -261,11 +306,14 @@ mod tests {
         let c = SqliteConfig::from_url("sqlite://live.db").unwrap();
         assert_eq!(c.path, PathBuf::from("live.db"));
         assert_eq!(c.namespace.as_ref(), "default");
+        assert_eq!(c.key_retention, liveness_core::DEFAULT_KEY_RETENTION);
 
         let c = SqliteConfig::from_url(
-            "sqlite:dir/live%20one.db?synchronous=normal&busy_timeout_ms=250&max_connections=2",
+            "sqlite:dir/live%20one.db?synchronous=normal&busy_timeout_ms=250&max_connections=2\
+             &key_retention_s=90",
         )
         .unwrap();
+        assert_eq!(c.key_retention, Duration::from_secs(90));
         assert_eq!(c.path, PathBuf::from("dir/live one.db"));
         assert_eq!(c.synchronous, Synchronous::Normal);
         assert_eq!(c.busy_timeout, Duration::from_millis(250));
@@ -300,6 +348,14 @@ mod tests {
                 "sqlite://x.db?max_connections=0",
                 Expect::OutOfRange("max_connections"),
             ),
+            (
+                "sqlite://x.db?key_retention_s=0",
+                Expect::OutOfRange("key_retention_s"),
+            ),
+            (
+                "sqlite://x.db?key_retention_s=31622401",
+                Expect::OutOfRange("key_retention_s"),
+            ),
         ] {
             refused(SqliteConfig::from_url, url, expect);
         }
@@ -317,6 +373,8 @@ mod tests {
             .with_max_connections(64)
             .unwrap()
             .with_death_retention(1)
+            .unwrap()
+            .with_key_retention(Duration::from_secs(1))
             .unwrap();
         assert_eq!(c.path(), Path::new("b.db"));
         assert_eq!(c.namespace(), &ns);
@@ -324,6 +382,7 @@ mod tests {
         assert_eq!(c.busy_timeout(), Duration::ZERO);
         assert_eq!(c.max_connections(), 64);
         assert_eq!(c.death_retention(), 1);
+        assert_eq!(c.key_retention(), Duration::from_secs(1));
         assert!(!c.existing_only());
         assert!(c.clone().with_existing_only(true).existing_only());
 
@@ -335,6 +394,15 @@ mod tests {
         bad(c.clone().with_max_connections(0), "max_connections");
         bad(c.clone().with_max_connections(65), "max_connections");
         bad(c.clone().with_death_retention(0), "death_retention");
+        bad(
+            c.clone().with_key_retention(Duration::from_millis(999)),
+            "key_retention",
+        );
+        bad(
+            c.clone()
+                .with_key_retention(MAX_KEY_RETENTION + Duration::from_secs(1)),
+            "key_retention",
+        );
         bad(
             c.with_busy_timeout(Duration::from_millis(MAX_TIMEOUT_MS + 1)),
             "busy_timeout",

@@ -85,7 +85,16 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "last_error",
         include_str!("../migrations/0008_last_error.sql"),
     ),
+    (
+        9,
+        "key_times",
+        include_str!("../migrations/0009_key_times.sql"),
+    ),
 ];
+
+/// The schema version that gave the idempotency keys their recording time
+/// (`liveness_enqueue_keys.recorded_boot_ms`).
+const KEY_TIMES_VERSION: i64 = 9;
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -115,6 +124,17 @@ const EXPIRE_ALL: &str =
 /// most the time before the reboot late.
 const RECOUNT_DUE: &str =
     "UPDATE liveness_items SET due_at = ?1 + delay_ms + 1 WHERE due_at IS NOT NULL";
+
+/// Gives every idempotency key with no recording time the store clock's now ?1: the
+/// keys of a file migrated from before [`KEY_TIMES_VERSION`], kept one retention
+/// from the upgrade.
+const DATE_UNDATED_KEYS: &str =
+    "UPDATE liveness_enqueue_keys SET recorded_boot_ms = ?1 WHERE recorded_boot_ms IS NULL";
+
+/// Counts every idempotency key's retention again from ?1, the new boot's clock: a
+/// reboot restarted the clock its recording time was counted in. Never forgotten
+/// earlier than asked; at most the time before the reboot late.
+const RECOUNT_KEYS: &str = "UPDATE liveness_enqueue_keys SET recorded_boot_ms = ?1";
 
 /// Records ?1 as the boot the file's expiries are counted in.
 const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
@@ -253,6 +273,8 @@ pub struct SqliteStore {
     /// The highest store time this handle read, so its store time never goes back,
     /// whatever its clock does.
     high_water: HighWater,
+    /// How long an idempotency key is kept after its enqueue, in store-clock ms.
+    pub(crate) key_retention_ms: i64,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
 }
@@ -342,6 +364,10 @@ impl SqliteStore {
             pending: Arc::new(watch::channel(0).0),
             clock: clock.clone(),
             high_water: HighWater::default(),
+            key_retention_ms: to_i64(
+                u64::try_from(config.key_retention().as_millis()).unwrap_or(u64::MAX),
+                "key retention",
+            )?,
             info: StoreInfo::new(
                 BACKEND,
                 Capabilities::default()
@@ -354,7 +380,9 @@ impl SqliteStore {
                     // Held-back items carry their due time by the store clock.
                     .delays(true)
                     // A failed item keeps its latest error text (`last_error`).
-                    .error_text(true),
+                    .error_text(true)
+                    // Keys carry their recording time by the store clock.
+                    .key_retention(Some(config.key_retention())),
                 Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
@@ -583,9 +611,10 @@ async fn migrate(
         .fetch_optional(&mut *tx)
         .await
         .map_err(map)?;
-    if exists.is_some() {
-        schema_found(&mut tx, path, supported).await?;
-    }
+    let found = match exists {
+        Some(_) => schema_found(&mut tx, path, supported).await?,
+        None => None,
+    };
     // `run_direct` on the transaction's connection (sqlx's `run` would need a
     // higher-ranked `Acquire` bound that makes this future not `Send`). Each
     // migration runs in a savepoint of our `BEGIN IMMEDIATE` transaction.
@@ -593,8 +622,23 @@ async fn migrate(
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate)?;
+    if found.is_some_and(|v| v < KEY_TIMES_VERSION) {
+        sqlx::query(DATE_UNDATED_KEYS)
+            .bind(clock_ms(clock)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
     expire_other_boot(&mut tx, clock).await?;
     tx.commit().await.map_err(map)
+}
+
+/// `clock`'s now in milliseconds, as the statements bind it.
+fn clock_ms(clock: &dyn StoreClock) -> Result<i64> {
+    to_i64(
+        u64::try_from(clock.now()?.as_millis()).unwrap_or(u64::MAX),
+        "store clock",
+    )
 }
 
 /// When the file's expiries were counted in another boot than `boot_id` (the host
@@ -604,7 +648,8 @@ async fn migrate(
 /// IMMEDIATE`) and commits, so of the processes opening the file at once after a
 /// reboot, exactly the first expires the old leases and no later one touches a lease
 /// written under this boot. Held-back items wait their whole delay again from the
-/// new boot's clock.
+/// new boot's clock, and idempotency keys are kept their whole retention again from
+/// it.
 async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) -> Result<()> {
     let boot_id = clock.boot_id();
     let Some(recorded) = other_boot(conn, boot_id).await? else {
@@ -615,15 +660,14 @@ async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) 
         .await
         .map_err(map)?
         .rows_affected();
-    let now = to_i64(
-        u64::try_from(clock.now()?.as_millis()).unwrap_or(u64::MAX),
-        "store clock",
-    )?;
-    sqlx::query(RECOUNT_DUE)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(map)?;
+    let now = clock_ms(clock)?;
+    for recount in [RECOUNT_DUE, RECOUNT_KEYS] {
+        sqlx::query(recount)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
     sqlx::query(RECORD_BOOT)
         .bind(boot_id)
         .execute(&mut *conn)

@@ -17,8 +17,23 @@ use tokio::sync::watch;
 use crate::core::{as_db, limit_param, to_i64, SqliteStore, STATE_PENDING};
 use crate::error::{corrupt, map};
 
-/// The item id enqueue key ?2 answered (?1 ns).
-const ENQUEUE_KEY: &str = "SELECT id FROM liveness_enqueue_keys WHERE ns = ?1 AND key = ?2";
+/// The item id enqueue key ?2 answered (?1 ns), unless it expired: recorded before
+/// store-clock ms ?3, the store's now less the key retention. A key with no recording
+/// time (an older build's) never expires.
+const ENQUEUE_KEY: &str = "SELECT id FROM liveness_enqueue_keys WHERE ns = ?1 AND key = ?2 \
+    AND (recorded_boot_ms IS NULL OR recorded_boot_ms >= ?3)";
+
+/// Deletes up to ?3 expired enqueue keys (?1 ns), recorded before store-clock ms ?2
+/// (the store's now less the key retention), the oldest first, on the index of
+/// recording times: a keyed enqueue's share of the forgetting, so that expired keys
+/// go as fast as new ones come, and no statement's work grows with the backlog.
+const FORGET_KEYS: &str = "DELETE FROM liveness_enqueue_keys WHERE ns = ?1 AND key IN \
+    (SELECT key FROM liveness_enqueue_keys \
+    WHERE ns = ?1 AND recorded_boot_ms < ?2 ORDER BY recorded_boot_ms LIMIT ?3)";
+
+/// The most expired keys one keyed enqueue deletes: more than the one it records, so
+/// a backlog (after a burst, or an upgrade) shrinks, yet a small, bounded write.
+const FORGET_KEYS_AT_MOST: usize = 100;
 
 /// Draws the namespace's next item id (?1 ns).
 const NEXT_ITEM: &str =
@@ -37,9 +52,12 @@ const ENQUEUE: &str = "INSERT INTO liveness_items \
     (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms) \
     VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6)";
 
-/// Records that enqueue key ?2 answered item ?3 (?1 ns).
+/// Records that enqueue key ?2 answered item ?3 (?1 ns), at store-clock ms ?4; an
+/// expired record of the key that is still there is replaced.
 const SAVE_ENQUEUE_KEY: &str =
-    "INSERT INTO liveness_enqueue_keys (ns, key, id) VALUES (?1, ?2, ?3)";
+    "INSERT INTO liveness_enqueue_keys (ns, key, id, recorded_boot_ms) VALUES (?1, ?2, ?3, ?4) \
+    ON CONFLICT (ns, key) DO UPDATE SET id = excluded.id, \
+    recorded_boot_ms = excluded.recorded_boot_ms";
 
 /// The items token ?2 owns that claim request ?3 assigned (?1 ns): a repeated claim's
 /// answer.
@@ -96,11 +114,20 @@ pub(crate) const ITEM: &str =
 impl ItemStore for SqliteStore {
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         let mut w = self.write().await?;
-        let key = options.key.map(RequestId::to_hex);
-        if let Some(key) = &key {
+        // A keyed enqueue: the key and the store's now, read holding the write lock.
+        let key = match options.key {
+            None => None,
+            Some(key) => Some((key.to_hex(), self.now()?)),
+        };
+        if let Some((key, now)) = &key {
+            // Kept while recorded at or after this: expired once more than the
+            // retention lies between its recording and now, so never early, though
+            // the clock's readings are truncated to their ms.
+            let kept_from = now.saturating_sub(self.key_retention_ms);
             let earlier: Option<i64> = sqlx::query_scalar(ENQUEUE_KEY)
                 .bind(self.ns.as_ref())
                 .bind(key)
+                .bind(kept_from)
                 .fetch_optional(w.conn())
                 .await
                 .map_err(map)?;
@@ -108,15 +135,22 @@ impl ItemStore for SqliteStore {
                 w.rollback().await?;
                 return item_id(id);
             }
+            self.query(FORGET_KEYS)
+                .bind(kept_from)
+                .bind(limit_param(FORGET_KEYS_AT_MOST))
+                .execute(w.conn())
+                .await
+                .map_err(map)?;
         }
         let id = self.next(w.conn(), NEXT_ITEM).await?;
         let due = self.due(options.delay)?;
         self.insert_item(w.conn(), id, payload, options.max_attempts, due)
             .await?;
-        if let Some(key) = &key {
+        if let Some((key, now)) = &key {
             self.query(SAVE_ENQUEUE_KEY)
                 .bind(key)
                 .bind(id)
+                .bind(now)
                 .execute(w.conn())
                 .await
                 .map_err(map)?;

@@ -1,14 +1,15 @@
 //! The store clock driven by hand (`clock::ManualBootClock`): expiry follows the boot
 //! clock and nothing else, a suspend (the boot clock jumps) expires leases, and a
 //! reboot (another boot id, a clock restarted near zero) expires every lease written
-//! before it, however far in the future its expiry lies.
+//! before it, however far in the future its expiry lies. Idempotency keys are kept
+//! their retention by the same clock, counted again from a new boot's clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    Error, HolderId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause, Namespace, OperatorStore,
-    Space, Store, Ttl,
+    EnqueueOptions, Error, HolderId, ItemId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
+    Namespace, OperatorStore, RequestId, Space, Store, Ttl,
 };
 
 use crate::clock::ManualBootClock;
@@ -236,4 +237,124 @@ async fn a_member_s_time_left_is_its_session_s() {
         store.expired(&Space::sessions(), 10).await.unwrap().len(),
         1
     );
+}
+
+/// A store on `path` keeping keys `retention`, on `clock`.
+async fn open_keeping(
+    path: &std::path::Path,
+    clock: &ManualBootClock,
+    retention: Duration,
+) -> SqliteStore {
+    let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap())
+        .with_key_retention(retention)
+        .unwrap();
+    SqliteStore::connect_with(config, Arc::new(clock.clone()))
+        .await
+        .unwrap()
+}
+
+/// The rows of `liveness_enqueue_keys` the store's namespace holds.
+async fn key_rows(store: &SqliteStore) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM liveness_enqueue_keys WHERE ns = ?1")
+        .bind(store.namespace().as_ref())
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+/// A keyed enqueue with the key `key`.
+async fn keyed(store: &SqliteStore, key: RequestId) -> ItemId {
+    store
+        .enqueue(b"job", EnqueueOptions::keyed(key))
+        .await
+        .unwrap()
+}
+
+/// A key is kept its retention by the store clock, to the millisecond, then
+/// forgotten: a repeat up to then answers the first id, one after it adds a new item.
+#[tokio::test]
+async fn a_key_is_kept_its_retention_then_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let minute = Duration::from_secs(60);
+    let store = open_keeping(&dir.path().join("keys.db"), &clock, minute).await;
+    assert_eq!(store.capabilities().key_retention, Some(minute));
+    let (a, b) = (RequestId::random(), RequestId::random());
+    let first = keyed(&store, a).await;
+    clock.advance(Duration::from_secs(30));
+    keyed(&store, b).await;
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(keyed(&store, a).await, first, "a whole retention: kept");
+    clock.advance(Duration::from_millis(1));
+    let later = keyed(&store, a).await;
+    assert_ne!(later, first, "after the retention: a new item");
+    assert_eq!(keyed(&store, a).await, later, "the new record is kept");
+    assert_eq!(key_rows(&store).await, 2, "a's new record and b");
+}
+
+/// Expired keys are deleted by later keyed enqueues, at most 100 each, oldest first:
+/// the table holds the keys of one retention and a shrinking backlog, and an unkeyed
+/// enqueue touches none.
+#[tokio::test]
+async fn expired_keys_are_deleted_a_batch_per_keyed_enqueue() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let minute = Duration::from_secs(60);
+    let store = open_keeping(&dir.path().join("batch.db"), &clock, minute).await;
+    for _ in 0..250 {
+        keyed(&store, RequestId::random()).await;
+    }
+    clock.advance(minute + Duration::from_millis(1));
+    store
+        .enqueue(b"unkeyed", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        key_rows(&store).await,
+        250,
+        "an unkeyed enqueue deletes none"
+    );
+    keyed(&store, RequestId::random()).await;
+    assert_eq!(key_rows(&store).await, 151, "100 deleted, one recorded");
+    keyed(&store, RequestId::random()).await;
+    keyed(&store, RequestId::random()).await;
+    assert_eq!(key_rows(&store).await, 3, "only the keys of this retention");
+}
+
+/// The boot clock restarts at each boot, so a reboot counts every key's whole
+/// retention again from the new boot's clock at the first open: never forgotten
+/// earlier than asked, whatever the new clock reads beside the old one (here it reads
+/// more: the key's old time would already be a retention behind it).
+#[tokio::test]
+async fn a_reboot_keeps_every_key_its_whole_retention_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reboot_keys.db");
+    let minute = Duration::from_secs(60);
+    let before = ManualBootClock::new("boot-1", Duration::from_secs(5));
+    let store = open_keeping(&path, &before, minute).await;
+    let key = RequestId::random();
+    let first = keyed(&store, key).await;
+    before.advance(Duration::from_secs(50));
+    store.close().await;
+
+    let after = ManualBootClock::new("boot-2", Duration::from_secs(600));
+    let store = open_keeping(&path, &after, minute).await;
+    assert_eq!(
+        keyed(&store, key).await,
+        first,
+        "counted again from the open"
+    );
+    after.advance(minute);
+    assert_eq!(keyed(&store, key).await, first, "a whole retention");
+    after.advance(Duration::from_millis(1));
+    assert_ne!(keyed(&store, key).await, first, "then forgotten");
+
+    // Reopening under the same boot counts nothing again.
+    let other = RequestId::random();
+    let kept = keyed(&store, other).await;
+    store.close().await;
+    after.advance(Duration::from_secs(59));
+    let store = open_keeping(&path, &after, minute).await;
+    after.advance(Duration::from_millis(1_001));
+    assert_ne!(keyed(&store, other).await, kept, "one retention, not two");
 }

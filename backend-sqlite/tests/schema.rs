@@ -409,6 +409,80 @@ async fn a_version_7_file_gains_error_texts() {
     assert_eq!(listed[0].last_error.as_deref(), Some(text));
 }
 
+/// A file at schema version 8 (keys kept for good) holding an enqueue key: opened by
+/// this build, the key gets the store's now as its recording time, so it is kept one
+/// retention from the upgrade and a repeat still answers its id.
+#[tokio::test]
+async fn a_version_8_file_keeps_its_keys_one_retention_from_the_upgrade() {
+    let (_dir, path) = common::scratch("v8.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let key = liveness_core::RequestId::random();
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v8 = Migrator::with_migrations(
+            liveness_sqlite::MIGRATIONS
+                .iter()
+                .filter(|&&(version, _, _)| version <= 8)
+                .map(|&(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v8.dangerous_set_table_name("liveness_migrations");
+        v8.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 0, 1, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO liveness_enqueue_keys (ns, key, id) VALUES ('schema_test', ?1, 1)",
+        )
+        .bind(key.to_hex())
+        .execute(&pool)
+        .await
+        .unwrap();
+        // Last opened under this boot (where the host has a boot id): only the
+        // upgrade dates the key, not the reboot rule.
+        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
+                .bind(boot.trim())
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = common::open(&path, NS).await;
+    let recorded: Option<i64> = sqlx::query_scalar(
+        "SELECT recorded_boot_ms FROM liveness_enqueue_keys WHERE ns = 'schema_test'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let now = store.store_time().await.unwrap().since_epoch();
+    let now = i64::try_from(now.as_millis()).unwrap();
+    assert!(
+        recorded.is_some_and(|at| at <= now && at > now - 60_000),
+        "recorded {recorded:?}, now {now}"
+    );
+    let id = store
+        .enqueue(b"job", liveness_core::EnqueueOptions::keyed(key))
+        .await
+        .unwrap();
+    assert_eq!(id, liveness_core::ItemId(1), "the key is kept");
+}
+
 /// The newest schema version this build applies.
 fn newest() -> i64 {
     liveness_sqlite::MIGRATIONS
