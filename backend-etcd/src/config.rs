@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use liveness_core::url::{bad_value, Authority, Param, StoreUrl, UrlForm, KEY_RETENTION};
+use liveness_core::url::{
+    bad_value, check_key_retention, Authority, Param, StoreUrl, UrlForm, KEY_RETENTION,
+};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 const DEFAULT_PORT: u16 = 2379;
@@ -17,9 +19,6 @@ const CA: Param = Param::text("ca");
 const CERT: Param = Param::text("cert");
 const KEY: Param = Param::text("key");
 const DOMAIN: Param = Param::text("domain");
-
-/// The longest key retention: that of `key_retention_s`, 366 days.
-const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// The URL schemes this backend serves: `etcd` (plain gRPC) and `etcds` (TLS).
 pub const SCHEMES: &[&str] = &["etcd", "etcds"];
@@ -189,24 +188,8 @@ impl EtcdConfig {
     /// Zero is `InvalidInput` (`Zero`), under 1 s `TooShort`, over 366 days
     /// `TooLongDuration` (the URL's range), all naming `key_retention`.
     pub fn with_key_retention(mut self, retention: Duration) -> Result<EtcdConfig> {
-        let (min, max) = (Duration::from_secs(1), MAX_KEY_RETENTION);
-        let problem = if retention.is_zero() {
-            InputProblem::Zero
-        } else if retention < min {
-            InputProblem::TooShort {
-                min,
-                got: retention,
-            }
-        } else if retention > max {
-            InputProblem::TooLongDuration {
-                max,
-                got: retention,
-            }
-        } else {
-            self.key_retention = retention;
-            return Ok(self);
-        };
-        Err(Error::invalid("key_retention", problem))
+        self.key_retention = check_key_retention(retention)?;
+        Ok(self)
     }
 
     /// How long an enqueue's idempotency key is kept after that enqueue
@@ -275,6 +258,7 @@ impl EtcdConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_core::url::MAX_KEY_RETENTION;
 
     #[test]
     fn parses_plain_urls() {

@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
-use liveness_core::url::{Authority, Kind, Param, UrlForm, KEY_RETENTION};
+use liveness_core::url::{check_key_retention, Authority, Kind, Param, UrlForm, KEY_RETENTION};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 use sqlx::postgres::PgConnectOptions;
 
@@ -24,10 +24,6 @@ const NOTIFY: Param = Param::flag("notify");
 /// writes". The only behaviour this store has (it always writes), so the only values
 /// accepted are `read-write` and `primary`; given for libpq URLs pasted as they are.
 const TARGET_SESSION_ATTRS: Param = Param::word("target_session_attrs", &["read-write", "primary"]);
-/// The shortest key retention: 1 s, as the URL's `key_retention_s` range.
-const MIN_KEY_RETENTION: Duration = Duration::from_secs(1);
-/// The longest key retention: 366 days, as the URL's `key_retention_s` range.
-const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// PostgreSQL's port when a host names none.
 const DEFAULT_PORT: u16 = 5432;
@@ -309,25 +305,7 @@ impl PostgresConfig {
     /// Shorter than 1 s or longer than 366 days (the URL's range) is `InvalidInput`
     /// naming `key_retention`.
     pub fn with_key_retention(mut self, retention: Duration) -> Result<PostgresConfig> {
-        if retention < MIN_KEY_RETENTION {
-            return Err(Error::invalid(
-                "key_retention",
-                InputProblem::TooShort {
-                    min: MIN_KEY_RETENTION,
-                    got: retention,
-                },
-            ));
-        }
-        if retention > MAX_KEY_RETENTION {
-            return Err(Error::invalid(
-                "key_retention",
-                InputProblem::TooLongDuration {
-                    max: MAX_KEY_RETENTION,
-                    got: retention,
-                },
-            ));
-        }
-        self.key_retention = retention;
+        self.key_retention = check_key_retention(retention)?;
         Ok(self)
     }
 
@@ -370,6 +348,7 @@ fn with_one_host(url: &str, first: &liveness_core::url::Host) -> Option<String> 
 mod tests {
     use super::*;
     use liveness_conformance::url_rules::{refused, Expect};
+    use liveness_core::url::MAX_KEY_RETENTION;
 
     #[test]
     fn parses_liveness_parameters() {

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
-use liveness_core::url::{bad_value, Authority, Kind, Param, UrlForm, KEY_RETENTION};
+use liveness_core::url::{
+    bad_value, check_key_retention, Authority, Param, UrlForm, KEY_RETENTION,
+};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// `timeout_ms`: how long one operation waits for its answer.
@@ -23,13 +25,6 @@ const CA: Param = Param::text("ca");
 const WAIT: Param = Param::number("wait", 1, 100);
 /// The database, the URL's path `/db`: Redis's default `databases 16` has 0 to 15.
 const DB: Param = Param::number("db", 0, 15);
-
-/// The longest key retention [`RedisConfig::with_key_retention`] takes: the URL's
-/// `key_retention_s` bound (366 days).
-const MAX_KEY_RETENTION: Duration = match KEY_RETENTION.kind {
-    Kind::Number { max, .. } => Duration::from_secs(max),
-    _ => panic!("key_retention_s is a number"),
-};
 
 /// The URL schemes this backend serves: `redis://` (plain TCP) and `rediss://` (TLS).
 pub const SCHEMES: &[&str] = &["redis", "rediss"];
@@ -315,19 +310,10 @@ impl RedisConfig {
     /// after that enqueue, by the server's clock (what the URL's `key_retention_s`
     /// says, in seconds): a keyed repeat within it answers the first enqueue's id, one
     /// after it may add a new item. Rounded up to whole milliseconds (the key's `PX`
-    /// expiry), so that no key is forgotten early. Zero, or more than 366 days (the
+    /// expiry), so that no key is forgotten early. Shorter than 1 s, or longer than 366 days (the
     /// URL's bound), is `InvalidInput`.
     pub fn with_key_retention(mut self, retention: Duration) -> Result<RedisConfig> {
-        let retention = non_zero("key_retention", retention)?;
-        if retention > MAX_KEY_RETENTION {
-            return Err(Error::invalid(
-                "key_retention",
-                InputProblem::TooLongDuration {
-                    max: MAX_KEY_RETENTION,
-                    got: retention,
-                },
-            ));
-        }
+        let retention = check_key_retention(retention)?;
         let ms = retention.as_nanos().div_ceil(1_000_000);
         self.key_retention = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
         Ok(self)
@@ -400,6 +386,7 @@ fn seed_url(main: &url::Url, seed: &str) -> Result<url::Url> {
 mod tests {
     use super::*;
     use liveness_conformance::url_rules::{refused, Expect};
+    use liveness_core::url::MAX_KEY_RETENTION;
 
     #[test]
     fn parses_namespace_and_options() {
@@ -514,9 +501,15 @@ mod tests {
         let longest = RedisConfig::from_url("redis://h?key_retention_s=31622400").unwrap();
         assert_eq!(longest.key_retention(), MAX_KEY_RETENTION);
         // Whole milliseconds, rounded up: never shorter than asked.
-        let fine = c.clone().with_key_retention(Duration::from_micros(1500));
-        assert_eq!(fine.unwrap().key_retention(), Duration::from_millis(2));
+        let fine = c
+            .clone()
+            .with_key_retention(Duration::from_micros(1_000_500));
+        assert_eq!(fine.unwrap().key_retention(), Duration::from_millis(1001));
         assert!(c.clone().with_key_retention(Duration::ZERO).is_err());
+        assert!(c
+            .clone()
+            .with_key_retention(Duration::from_millis(999))
+            .is_err());
         assert!(c.clone().with_key_retention(MAX_KEY_RETENTION).is_ok());
         let over = MAX_KEY_RETENTION + Duration::from_nanos(1);
         assert!(c.with_key_retention(over).is_err());

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use liveness_core::url::{Authority, Param, UrlForm, KEY_RETENTION, MAX_TIMEOUT_MS};
+use liveness_core::url::{
+    check_key_retention, Authority, Param, UrlForm, KEY_RETENTION, MAX_TIMEOUT_MS,
+};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
 /// The URL schemes this backend serves.
@@ -18,10 +20,6 @@ const SYNCHRONOUS: Param = Param::word("synchronous", &["full", "normal"]);
 const MAX_POOL: u32 = 64;
 /// `max_connections`: 1 to [`MAX_POOL`].
 const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, MAX_POOL as u64);
-/// The shortest key retention: 1 s, as the URL's `key_retention_s` range.
-const MIN_KEY_RETENTION: Duration = Duration::from_secs(1);
-/// The longest key retention: 366 days, as the URL's `key_retention_s` range.
-const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// The URLs [`SqliteConfig::from_url`] accepts.
 pub const URL: UrlForm = UrlForm {
@@ -203,25 +201,7 @@ impl SqliteConfig {
     /// new item. Shorter than 1 s or longer than 366 days (the URL's range) is
     /// [`Error::InvalidInput`] naming `key_retention`.
     pub fn with_key_retention(mut self, retention: Duration) -> Result<SqliteConfig> {
-        if retention < MIN_KEY_RETENTION {
-            return Err(Error::invalid(
-                "key_retention",
-                InputProblem::TooShort {
-                    min: MIN_KEY_RETENTION,
-                    got: retention,
-                },
-            ));
-        }
-        if retention > MAX_KEY_RETENTION {
-            return Err(Error::invalid(
-                "key_retention",
-                InputProblem::TooLongDuration {
-                    max: MAX_KEY_RETENTION,
-                    got: retention,
-                },
-            ));
-        }
-        self.key_retention = retention;
+        self.key_retention = check_key_retention(retention)?;
         Ok(self)
     }
 
@@ -295,6 +275,7 @@ impl SqliteConfig {
 mod tests {
     use super::*;
     use liveness_conformance::url_rules::{refused, Expect};
+    use liveness_core::url::MAX_KEY_RETENTION;
 
     #[test]
     fn parses_absolute_and_relative_paths() {

@@ -114,6 +114,42 @@ pub enum Kind {
 /// the retention takes it; read it with [`StoreUrl::key_retention`].
 pub const KEY_RETENTION: Param = Param::number("key_retention_s", 1, 366 * 24 * 3600);
 
+/// The shortest key retention a store takes: the URL's lower bound, 1 s.
+pub const MIN_KEY_RETENTION: Duration = Duration::from_secs(1);
+
+/// The longest key retention a store takes: the URL's upper bound, 366 days.
+pub const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// `retention` when a store takes it as its key retention (from
+/// [`MIN_KEY_RETENTION`] to [`MAX_KEY_RETENTION`], the URL's range): what each
+/// store's `with_key_retention` checks, so that a builder and a URL agree.
+/// `InvalidInput` naming `key_retention` otherwise.
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::url::check_key_retention;
+/// assert!(check_key_retention(Duration::from_secs(60)).is_ok());
+/// assert!(check_key_retention(Duration::from_millis(999)).is_err());
+/// ```
+pub fn check_key_retention(retention: Duration) -> Result<Duration> {
+    let problem = if retention.is_zero() {
+        InputProblem::Zero
+    } else if retention < MIN_KEY_RETENTION {
+        InputProblem::TooShort {
+            min: MIN_KEY_RETENTION,
+            got: retention,
+        }
+    } else if retention > MAX_KEY_RETENTION {
+        InputProblem::TooLongDuration {
+            max: MAX_KEY_RETENTION,
+            got: retention,
+        }
+    } else {
+        return Ok(retention);
+    };
+    Err(Error::invalid("key_retention", problem))
+}
+
 /// One query parameter of a [`UrlForm`]: its exact (case-sensitive) name and its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param {
