@@ -1,4 +1,5 @@
-//! The actions: retry one dead letter, or all of them. Each is a `POST` obeyed only
+//! The actions: retry one dead letter, or all of them; cancel a pending item or discard
+//! a dead letter. Each is a `POST` obeyed only
 //! when actions are on, the request carries the access token in `X-Liveness-Token`,
 //! and it comes from the dashboard's own origin (`Sec-Fetch-Site`, `Origin`); any
 //! other answers 403 with the reason.
@@ -7,7 +8,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use liveness_core::{Error, ItemId};
+use liveness_core::{Error, ItemId, ItemState};
 use subtle::ConstantTimeEq;
 
 use crate::data::within;
@@ -83,6 +84,46 @@ pub(crate) async fn retry_one(
             StatusCode::SERVICE_UNAVAILABLE,
             "the store did not answer".to_string(),
         ),
+    }
+}
+
+/// `POST /actions/cancel/{id}`: a pending (or scheduled) item removed before anybody
+/// runs it, or a dead letter discarded (`OperatorStore::cancel`). An item a worker
+/// runs is left to it (409, naming its owner); an unknown one answers 404.
+pub(crate) async fn cancel_one(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<u64>,
+    headers: HeaderMap,
+) -> Answer {
+    if let Err(refused) = allowed(&shared.options.actions, &headers) {
+        return refused;
+    }
+    let t = shared.options.timeout;
+    let answer = match tokio::time::timeout(t, shared.store.cancel(ItemId(id))).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store did not answer".to_string(),
+            )
+        }
+    };
+    match answer {
+        Ok(Some(ItemState::Pending)) => {
+            tracing::info!(item = id, "dashboard: pending item cancelled");
+            (StatusCode::OK, format!("item {id} cancelled"))
+        }
+        Ok(Some(ItemState::DeadLettered)) => {
+            tracing::info!(item = id, "dashboard: dead letter discarded");
+            (StatusCode::OK, format!("item {id} discarded"))
+        }
+        Ok(Some(ItemState::Owned(token))) => (
+            StatusCode::CONFLICT,
+            format!("item {id} is running under token {token}: left to its worker"),
+        ),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no item {id}")),
+        Err(e @ Error::InvalidInput { .. }) => (StatusCode::CONFLICT, format!("item {id}: {e}")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("item {id}: {e}")),
     }
 }
 

@@ -166,7 +166,8 @@ impl Dashboard {
 
     /// The routes: `GET /` (the page), `GET /parts` (its live part, which the page
     /// fetches every second), `GET /assets/*` (its script and style), and the actions
-    /// `POST /actions/retry/{id}` and `POST /actions/retry-all`.
+    /// `POST /actions/retry/{id}`, `POST /actions/retry-all` and
+    /// `POST /actions/cancel/{id}`.
     ///
     /// Called inside a tokio runtime, it starts the task that samples the store for
     /// the charts; the task ends when the router (and every clone of it) is dropped.
@@ -187,6 +188,7 @@ impl Dashboard {
             .route("/assets/app.css", get(style))
             .route("/actions/retry/{id}", post(actions::retry_one))
             .route("/actions/retry-all", post(actions::retry_all))
+            .route("/actions/cancel/{id}", post(actions::cancel_one))
             .layer(axum::middleware::from_fn_with_state(
                 shared.clone(),
                 only_known_hosts,

@@ -357,10 +357,15 @@ fn item_row(r: &ItemRecord) -> Markup {
             }
             td {
                 @match r.state {
-                    ItemState::Pending => "pending",
+                    ItemState::Pending => {
+                        "pending "
+                        button.cancel type="button" data-id=(item.id.0) data-what="cancel" { "cancel" }
+                    },
                     ItemState::Owned(token) => { "owned by " (token.0) },
                     ItemState::DeadLettered => {
                         button.retry type="button" data-id=(item.id.0) { "retry" }
+                        " "
+                        button.cancel type="button" data-id=(item.id.0) data-what="discard" { "discard" }
                     },
                 }
             }

@@ -11,8 +11,8 @@ use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use liveness_core::layer::{Intercept, Next, Reply, Request as StoreRequest, StoreBuilder};
 use liveness_core::{
-    async_trait, Acquire, Checker, CheckerConfig, Error, HolderId, ItemStateKind, Key, Member,
-    MemberConfig, MemoryStore, Name, Page, Result, Space, Store, Ttl,
+    async_trait, Acquire, Checker, CheckerConfig, Error, HolderId, ItemId, ItemStateKind, Key,
+    Member, MemberConfig, MemoryStore, Name, Page, Result, Space, Store, Ttl,
 };
 use liveness_dashboard::{redact_url, Actions, CheckerSource, CheckerState, Dashboard, Options};
 use tower::ServiceExt;
@@ -275,6 +275,70 @@ async fn actions_need_the_flag_the_token_and_the_own_origin() {
     let (_, page) = get(&app, "/").await;
     assert!(page.contains(r#"id="token""#), "the token field: {page}");
     assert!(!page.contains(TOKEN), "the token never reaches the page");
+}
+
+/// Cancel removes a pending item and discards a dead letter, leaves an item a
+/// worker runs to it (409), answers 404 for an unknown item, and, like every action,
+/// needs the token; the page offers the buttons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_removes_a_pending_item_or_a_dead_letter_not_a_running_one() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let dead = dead_letters(&store, 1).await[0];
+    let queue = liveness_core::Queue::new(store.clone());
+    let pending = queue.enqueue(b"not yet").await.unwrap().0;
+    let running = queue.enqueue(b"running").await.unwrap().0;
+    let member = Member::join(
+        store.clone(),
+        MemberConfig::new("w", Ttl::from_secs(30).unwrap()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let claimed = member.claim(2).await.unwrap();
+    assert_eq!(claimed.len(), 2, "both pending items claimed");
+    // Give one back, so that one is pending and one runs.
+    let (back, run) = match claimed[0].item.id.0 == pending {
+        true => (&claimed[0], &claimed[1]),
+        false => (&claimed[1], &claimed[0]),
+    };
+    assert_eq!(run.item.id.0, running);
+    member.fail(back, true).await.unwrap();
+
+    let cancel = |id: u64| format!("/actions/cancel/{id}");
+    let read_only = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    let (status, _) = send(&read_only, post(&cancel(pending), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let app = Dashboard::new(store.clone(), options(Actions::Token(TOKEN.into()))).router();
+    let (status, _) = send(&app, post(&cancel(pending), None)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no token");
+
+    let (_, page) = get(&app, "/?i=pending").await;
+    let button = |id: u64, what: &str| {
+        format!(r#"button class="cancel" type="button" data-id="{id}" data-what="{what}""#)
+    };
+    let (_, dead_page) = get(&app, "/").await;
+    assert!(page.contains(&button(pending, "cancel")), "{page}");
+    assert!(dead_page.contains(&button(dead, "discard")), "{dead_page}");
+
+    let (status, body) = send(&app, post(&cancel(pending), Some(TOKEN))).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, &*format!("item {pending} cancelled"))
+    );
+    let (status, body) = send(&app, post(&cancel(dead), Some(TOKEN))).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, &*format!("item {dead} discarded"))
+    );
+    let (status, body) = send(&app, post(&cancel(running), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("left to its worker"), "{body}");
+    let (status, _) = send(&app, post(&cancel(pending), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "gone already");
+    assert_eq!(store.item(ItemId(pending)).await.unwrap(), None);
+    assert_eq!(store.item(ItemId(dead)).await.unwrap(), None);
+    assert!(store.item(ItemId(running)).await.unwrap().is_some());
+    member.complete(run).await.unwrap();
+    member.leave(Duration::ZERO).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

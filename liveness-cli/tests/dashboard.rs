@@ -300,6 +300,25 @@ fn fleet_in_a_real_browser(url: &str, dir: &Path) {
         )
         .await;
 
+        // Discard asks first: declined, nothing moves; accepted, the dead letter is
+        // gone. (The page's own confirm is stubbed: a native dialog would block the
+        // driver.)
+        let discard = format!("#items button.cancel[data-id=\"{}\"]", dead[1]);
+        eval(&client, "window.confirm = () => false; return true").await;
+        click(&client, &discard).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(item_ids(&url, "dead-lettered"), dead[1..], "declined: kept");
+        eval(&client, "window.confirm = () => true; return true").await;
+        click(&client, &discard).await;
+        until(
+            &client,
+            "the discard's answer",
+            Duration::from_secs(5),
+            "return document.getElementById('msg').textContent.includes('discarded')",
+        )
+        .await;
+        assert_eq!(item_ids(&url, "dead-lettered"), dead[2..]);
+
         // Loaded again, with a warm browser: how soon the page is there.
         client.refresh().await.unwrap();
         let timing = eval(&client, TIMING).await;

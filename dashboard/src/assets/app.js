@@ -58,6 +58,12 @@
     var t = ev.target;
     if (t.matches("button.retry")) {
       act("actions/retry/" + t.getAttribute("data-id"), "retrying item " + t.getAttribute("data-id"));
+    } else if (t.matches("button.cancel")) {
+      var id = t.getAttribute("data-id"), what = t.getAttribute("data-what");
+      // Removing an item cannot be undone: ask first.
+      if (window.confirm(what + " item " + id + "? It is removed for good.")) {
+        act("actions/cancel/" + id, (what === "discard" ? "discarding" : "cancelling") + " item " + id);
+      }
     } else if (t.id === "retry-all") {
       act("actions/retry-all", "retrying every dead letter");
     }
