@@ -205,6 +205,14 @@ pub struct Item {
     pub attempts: u32,
     /// Its attempt limit.
     pub max_attempts: u32,
+    /// How long it waited to be claimed, by the store's clock: from the moment it
+    /// last became claimable (its enqueue, or its due time when held back; a retry's
+    /// hand-back, a requeue after its owner's death, a dead letter's retry, each from
+    /// then or its due time) to this claim. The time a job spent in its queue: what a
+    /// [`Worker`](crate::Worker) records in `liveness_job_wait_seconds`. `None` where
+    /// the store does not measure it (one with no clock of its own: etcd,
+    /// FoundationDB), and possibly on a repeat of a claim.
+    pub waited: Option<Duration>,
 }
 
 impl Item {
@@ -215,7 +223,14 @@ impl Item {
             payload,
             attempts,
             max_attempts,
+            waited: None,
         }
+    }
+
+    /// The same item with `waited` as how long it waited to be claimed.
+    pub fn with_waited(mut self, waited: Option<Duration>) -> Item {
+        self.waited = waited;
+        self
     }
 }
 
@@ -424,12 +439,7 @@ impl ItemRecord {
     /// `max_attempts` claims before it goes to the dead-letter set.
     pub fn pending(id: ItemId, payload: &[u8], max_attempts: u32) -> ItemRecord {
         let payload = payload.to_vec();
-        let item = Item {
-            id,
-            payload,
-            attempts: 0,
-            max_attempts,
-        };
+        let item = Item::new(id, payload, 0, max_attempts);
         ItemRecord {
             item,
             state: ItemState::Pending,

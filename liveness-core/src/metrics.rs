@@ -68,6 +68,11 @@ pub const JOBS_TOTAL: &str = "liveness_jobs_total";
 /// Histogram: the time a worker's handler took on one job, from its start to its
 /// answer (a job stopped before it answered is not timed).
 pub const JOB_SECONDS: &str = "liveness_job_seconds";
+/// Histogram: how long a job waited in its queue before a worker claimed it, by the
+/// store's clock (`Item::waited`: from when it became claimable, or due, to the claim);
+/// recorded for each job a [`Worker`](crate::Worker) claims from a store that measures
+/// it (not etcd or FoundationDB, which have no clock of their own).
+pub const JOB_WAIT_SECONDS: &str = "liveness_job_wait_seconds";
 /// Gauge: expired leases that a process holding leases in a space saw left unreaped
 /// for a whole watch period (label `space`): no checker runs, or the checkers fall
 /// that far behind. 0 again once a look finds none left over.
@@ -102,6 +107,7 @@ pub const ALL: &[&str] = &[
     STORE_ERRORS_TOTAL,
     JOBS_TOTAL,
     JOB_SECONDS,
+    JOB_WAIT_SECONDS,
     UNREAPED_LEASES,
     ITEMS,
 ];
@@ -125,6 +131,7 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (CHECKER_ROUND_SECONDS, SECONDS_BUCKETS),
     (CHECKER_ROUND_TRIPS, ROUND_TRIP_BUCKETS),
     (JOB_SECONDS, SECONDS_BUCKETS),
+    (JOB_WAIT_SECONDS, SECONDS_BUCKETS),
 ];
 
 /// A label whose name and value are known at compile time: `("role", "member")`.

@@ -64,7 +64,7 @@ use crate::error::{BoxError, Error, InputProblem, Result};
 use crate::events::EventBus;
 use crate::item::{error_text, ItemId, ItemState, Outcome};
 use crate::member::{Claimed, Member, MemberConfig};
-use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS};
+use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS, JOB_WAIT_SECONDS};
 use crate::store::Store;
 use crate::types::{FencingToken, Ttl};
 use crate::wake::woken;
@@ -332,6 +332,8 @@ struct JobMetrics {
     /// One counter per [`End`], in its order.
     ended: [Counter; 4],
     seconds: Histogram,
+    /// How long each claimed job waited in its queue, where the store says.
+    waited: Histogram,
 }
 
 impl JobMetrics {
@@ -342,6 +344,7 @@ impl JobMetrics {
         JobMetrics {
             ended,
             seconds: labels.histogram(JOB_SECONDS, &[]),
+            waited: labels.histogram(JOB_WAIT_SECONDS, &[]),
         }
     }
 
@@ -502,6 +505,9 @@ where
                     Ok(items) if !items.is_empty() => {
                         idle = Backoff::new(first, self.poll);
                         for claimed in items {
+                            if let Some(waited) = claimed.item.waited {
+                                self.metrics.waited.record(waited);
+                            }
                             let (member, handler) = (self.member.clone(), self.handler.clone());
                             let metrics = self.metrics.clone();
                             // The backoff before a retry; none on a store without delays.

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use liveness_core::metrics::{
     CHECKER_ROUNDS_TOTAL, CHECKER_ROUND_SECONDS, CHECKER_ROUND_TRIPS, DEATHS_TOTAL, FENCED_TOTAL,
-    ITEMS, ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS, JOINS_TOTAL,
-    LEADERSHIPS_TOTAL, LEASES_LOST_TOTAL, RENEWALS_TOTAL, RENEWAL_SECONDS, STORE_ERRORS_TOTAL,
-    UNREAPED_LEASES,
+    ITEMS, ITEMS_DEAD_LETTERED_TOTAL, ITEMS_REQUEUED_TOTAL, JOBS_TOTAL, JOB_SECONDS,
+    JOB_WAIT_SECONDS, JOINS_TOTAL, LEADERSHIPS_TOTAL, LEASES_LOST_TOTAL, RENEWALS_TOTAL,
+    RENEWAL_SECONDS, STORE_ERRORS_TOTAL, UNREAPED_LEASES,
 };
 use liveness_core::{
     Checker, CheckerConfig, Election, ElectionConfig, EnqueueOptions, Error, Event, JobError,
@@ -348,6 +348,8 @@ async fn a_worker_counts_its_jobs_by_outcome_and_times_them() {
     let queue = Queue::new(store.clone());
     queue.enqueue(b"ok").await.unwrap();
     queue.enqueue(b"bad").await.unwrap();
+    // Both wait in the queue a while before a worker starts.
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let config = WorkerConfig::new("w", ttl(1000)).unwrap().checker(false);
     let worker = Worker::start(store.clone(), config, |job| async move {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -369,6 +371,9 @@ async fn a_worker_counts_its_jobs_by_outcome_and_times_them() {
     let times = histogram(JOB_SECONDS, ns, &[]);
     assert_eq!(times.len(), 2, "{times:?}");
     assert!(times.iter().all(|t| *t >= 0.25), "{times:?}");
+    let waits = histogram(JOB_WAIT_SECONDS, ns, &[]);
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(waits.iter().all(|t| *t >= 0.4), "{waits:?}");
 }
 
 #[tokio::test(start_paused = true)]

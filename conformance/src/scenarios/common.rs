@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use liveness_core::{Error, HolderId, ItemCounts, ItemId, Lease, Store};
+use liveness_core::{Error, HolderId, Item, ItemCounts, ItemId, Lease, Store};
 
 /// A holder id from a literal the scenarios know is valid.
 pub(crate) fn holder(s: &str) -> HolderId {
@@ -34,4 +34,10 @@ pub(crate) async fn assert_counts(
 pub(crate) async fn claim_ids(s: &Arc<dyn Store>, lease: &Lease, n: usize) -> Vec<ItemId> {
     let items = s.claim(lease, n).await.unwrap();
     items.iter().map(|i| i.id).collect()
+}
+
+/// `items` without their `waited` (a measurement, which a repeat of a claim may answer
+/// otherwise or not at all): what a repeat must answer the same.
+pub(crate) fn unmeasured(items: &[Item]) -> Vec<Item> {
+    items.iter().map(|i| i.clone().with_waited(None)).collect()
 }

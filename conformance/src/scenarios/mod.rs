@@ -22,6 +22,7 @@ mod pending;
 mod positions;
 mod session_sweeps;
 mod sessions;
+mod waits;
 mod workers;
 
 pub use batches::*;
@@ -38,6 +39,7 @@ pub use pending::*;
 pub use positions::*;
 pub use session_sweeps::*;
 pub use sessions::*;
+pub use waits::*;
 pub use workers::*;
 
 /// One named scenario.
@@ -146,7 +148,8 @@ macro_rules! __scenarios {
             a_delayed_item_is_claimed_only_once_due,
             a_retry_waits_its_backoff_before_the_next_claim,
             cancel_removes_what_nobody_runs,
-            a_failure_s_error_text_stays_on_its_item
+            a_failure_s_error_text_stays_on_its_item,
+            a_claim_says_how_long_its_item_waited
             ]
         );
     };

@@ -295,9 +295,10 @@ impl ItemStore for MemoryStore {
             ItemRec {
                 record: ItemRecord::pending(id, payload, options.max_attempts),
                 claimed_by: None,
+                ready_at: now,
             },
         );
-        st.make_pending(id, due);
+        st.make_pending(id, due, now);
         if let Some(key) = options.key {
             st.remember_key(key, id, now);
         }
@@ -311,6 +312,7 @@ impl ItemStore for MemoryStore {
     ) -> Result<Vec<ItemId>> {
         // All under one lock: the batch is added whole.
         let due = self.due(options.delay);
+        let now = self.now();
         let mut st = lock(&self.state);
         let mut ids = Vec::with_capacity(payloads.len());
         for payload in payloads {
@@ -320,9 +322,10 @@ impl ItemStore for MemoryStore {
             let rec = ItemRec {
                 record,
                 claimed_by: None,
+                ready_at: now,
             };
             st.items.insert(id, rec);
-            st.make_pending(id, due);
+            st.make_pending(id, due, now);
             ids.push(id);
         }
         Ok(ids)
@@ -360,7 +363,8 @@ impl ItemStore for MemoryStore {
             st.owned.entry(lease.token).or_default().insert(id);
             if let Some(rec) = st.items.get_mut(&id) {
                 rec.claimed_by = Some(req);
-                out.push(rec.record.claim(lease.token));
+                let waited = now.saturating_sub(rec.ready_at);
+                out.push(rec.record.claim(lease.token).with_waited(Some(waited)));
             }
         }
         Ok(out)
@@ -385,7 +389,10 @@ impl ItemStore for MemoryStore {
         let due = self.due(outcome.delay());
         let mut st = lock(&self.state);
         st.owned_by(id, lease.token)?;
-        let state = outcome.retry().map(|retry| st.hand_back(id, retry, due));
+        let now = self.now();
+        let state = outcome
+            .retry()
+            .map(|retry| st.hand_back(id, retry, due, now));
         match state {
             None => st.complete(id, lease.token),
             Some(_) if self.info.caps.error_text && !error.is_empty() => {
@@ -399,10 +406,18 @@ impl ItemStore for MemoryStore {
     }
 
     async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
+        let now = self.now();
         let mut st = lock(&self.state);
         Ok(tokens
             .iter()
-            .map(|token| Ok(requeue_locked(&mut st, *token, self.info.caps.max_batch)))
+            .map(|token| {
+                Ok(requeue_locked(
+                    &mut st,
+                    *token,
+                    self.info.caps.max_batch,
+                    now,
+                ))
+            })
             .collect())
     }
 
@@ -512,7 +527,8 @@ impl OperatorStore for MemoryStore {
     }
 
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {
-        lock(&self.state).revive(id)
+        let now = self.now();
+        lock(&self.state).revive(id, now)
     }
 
     async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
@@ -520,10 +536,11 @@ impl OperatorStore for MemoryStore {
     }
 
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
+        let now = self.now();
         let mut st = lock(&self.state);
         let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();
         for id in &ids {
-            st.revive(*id)?;
+            st.revive(*id, now)?;
         }
         Ok(ids)
     }

@@ -55,6 +55,9 @@ pub(super) struct ItemRec {
     pub(super) record: ItemRecord,
     /// The request of the claim that assigned it to its current owner.
     pub(super) claimed_by: Option<RequestId>,
+    /// When, by the model's clock, it last became claimable (made pending, or due):
+    /// what a claim's `waited` counts from.
+    pub(super) ready_at: Duration,
 }
 
 #[derive(Debug)]
@@ -226,11 +229,12 @@ impl NsState {
     }
 
     /// Moves a dead-lettered item back to pending with no attempts counted.
-    pub(super) fn revive(&mut self, id: ItemId) -> Result<()> {
+    pub(super) fn revive(&mut self, id: ItemId, now: Duration) -> Result<()> {
         let Some(rec) = self.items.get_mut(&id) else {
             return Err(Error::invalid("item", InputProblem::NoSuchItem));
         };
         rec.record.revive()?;
+        rec.ready_at = now;
         self.dead_letters.remove(&id);
         self.pending.insert(id);
         tick(&self.pending_wake);
@@ -395,7 +399,11 @@ impl NsState {
 
     /// Makes `id` pending: claimable at once (`due` is `None`), or once the model's
     /// clock reaches `due`.
-    pub(super) fn make_pending(&mut self, id: ItemId, due: Option<Duration>) {
+    /// Makes item `id` pending at `now`: claimable at once, or held back until `due`.
+    pub(super) fn make_pending(&mut self, id: ItemId, due: Option<Duration>, now: Duration) {
+        if let Some(rec) = self.items.get_mut(&id) {
+            rec.ready_at = due.unwrap_or(now);
+        }
         match due {
             Some(at) => {
                 self.scheduled.insert((at, id));
@@ -426,6 +434,7 @@ impl NsState {
         id: ItemId,
         retry: bool,
         due: Option<Duration>,
+        now: Duration,
     ) -> ItemState {
         let Some(rec) = self.items.get_mut(&id) else {
             return ItemState::DeadLettered;
@@ -441,7 +450,7 @@ impl NsState {
         rec.claimed_by = None;
         let state = rec.record.hand_back(retry);
         match state {
-            ItemState::Pending => self.make_pending(id, due),
+            ItemState::Pending => self.make_pending(id, due, now),
             _ => {
                 self.dead_letters.insert(id);
             }
@@ -450,7 +459,12 @@ impl NsState {
     }
 }
 
-pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize) -> Sweep {
+pub(super) fn requeue_locked(
+    st: &mut NsState,
+    token: FencingToken,
+    batch: usize,
+    now: Duration,
+) -> Sweep {
     let mut out = Sweep::default();
     if !st.dead.contains_key(&token) {
         return out;
@@ -465,7 +479,7 @@ pub(super) fn requeue_locked(st: &mut NsState, token: FencingToken, batch: usize
     st.dead.remove(&token);
     let ids = st.owned.remove(&token).unwrap_or_default();
     for id in ids {
-        let state = st.hand_back(id, true, None);
+        let state = st.hand_back(id, true, None, now);
         out.add(id, state);
     }
     st.record_sweep(token, &out);
