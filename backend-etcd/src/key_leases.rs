@@ -6,7 +6,8 @@
 //! One lease per bucket of time, not per key: a handle grants a lease on its first
 //! keyed enqueue and binds every key it writes to that lease until the bucket ends
 //! ([`KeyLeases::bucket`] after the moment before the grant was sent, by the host's
-//! monotonic clock) or [`KEYS_PER_LEASE`] keys were bound to it; the next keyed
+//! boot clock, which counts a suspend: etcd's countdown goes on while this host
+//! sleeps, so a bucket must not look younger than it is) or [`KEYS_PER_LEASE`] keys were bound to it; the next keyed
 //! enqueue grants the next one. Keyed enqueues so cost one grant per bucket, and an
 //! expiry deletes a bounded number of keys at once (etcd applies the revoke of a
 //! lease as one transaction over all its keys).
@@ -31,8 +32,7 @@
 
 use std::time::Duration;
 
-use liveness_core::Result;
-use tokio::time::Instant;
+use liveness_core::{Clock, HostClock, Result};
 
 use crate::core::EtcdStore;
 
@@ -59,8 +59,9 @@ pub(crate) struct KeyLeases {
 struct Bucket {
     /// The etcd lease.
     lease: i64,
-    /// The moment before its grant was sent: the bucket's start.
-    began: Instant,
+    /// The moment before its grant was sent, by the host's boot clock: the bucket's
+    /// start.
+    began: Duration,
     /// How many keys were given it.
     keys: u32,
 }
@@ -91,12 +92,13 @@ impl EtcdStore {
         let leases = &self.inner.key_leases;
         let mut current = leases.current.lock().await;
         if let Some(b) = current.as_mut() {
-            if b.began.elapsed() < leases.bucket && b.keys < KEYS_PER_LEASE {
+            let age = HostClock::new().boot().saturating_sub(b.began);
+            if age < leases.bucket && b.keys < KEYS_PER_LEASE {
                 b.keys += 1;
                 return Ok(b.lease);
             }
         }
-        let began = Instant::now();
+        let began = HostClock::new().boot();
         let lease = self.grant_secs(leases.ttl_secs).await?;
         *current = Some(Bucket {
             lease,

@@ -175,7 +175,10 @@ async fn a_renewing_member_counts_its_join_and_renewals() {
     let renewals = counter(RENEWALS_TOTAL, ns, &[("role", "member")]);
     assert!(renewals >= 10, "{renewals} renewals counted");
     let timed = histogram(RENEWAL_SECONDS, ns, &[("role", "member")]).len() as u64;
-    assert!(timed >= renewals, "{timed} renewals timed, {renewals} counted");
+    assert!(
+        timed >= renewals,
+        "{timed} renewals timed, {renewals} counted"
+    );
     assert_eq!(counter(LEASES_LOST_TOTAL, ns, &[]), 0);
 }
 
