@@ -75,19 +75,27 @@ pub(crate) fn item_record(
     )
 }
 
-/// Reads `{id, payload, attempts, max}` groups of a flat reply.
+/// Reads `{id, payload, attempts, max, waited}` groups of a flat reply: `waited` in
+/// µs of the server clock, nil where the script did not measure it.
 fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
-    let mut out = Vec::with_capacity(flat.len() / 4);
+    let mut out = Vec::with_capacity(flat.len() / 5);
     let mut it = flat.into_iter();
-    while let (Some(id), Some(payload), Some(attempts), Some(max)) =
-        (it.next(), it.next(), it.next(), it.next())
+    while let (Some(id), Some(payload), Some(attempts), Some(max), Some(waited)) =
+        (it.next(), it.next(), it.next(), it.next(), it.next())
     {
-        out.push(Item::new(
-            ItemId(uint(op, &id)?),
-            bytes(op, payload)?,
-            u32_(op, &attempts)?,
-            u32_(op, &max)?,
-        ));
+        let waited = match waited {
+            Value::Nil => None,
+            v => Some(us(int(op, &v)?)),
+        };
+        out.push(
+            Item::new(
+                ItemId(uint(op, &id)?),
+                bytes(op, payload)?,
+                u32_(op, &attempts)?,
+                u32_(op, &max)?,
+            )
+            .with_waited(waited),
+        );
     }
     Ok(out)
 }

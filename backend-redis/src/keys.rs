@@ -76,9 +76,11 @@ impl Keys {
     }
 
     /// The hash of one item: payload `p`, attempts `a`, max attempts `m`, state `s`,
-    /// `r`, the request id of the claim that assigned it to its owner, and `e`, the
-    /// error text of its latest failure that gave one (absent until then; deleted with
-    /// the hash).
+    /// `r`, the request id of the claim that assigned it to its owner, `w`, when it
+    /// last became claimable (µs of the server clock, its due time when held back:
+    /// written by every script that makes it pending, read by the claim for
+    /// `Item::waited`), and `e`, the error text of its latest failure that gave one
+    /// (absent until then; deleted with the hash).
     pub(crate) fn item(&self, id: ItemId) -> String {
         format!("{}i:{}", self.prefix, id.0)
     }

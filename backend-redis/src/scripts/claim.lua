@@ -4,14 +4,19 @@
 -- ARGV[4] request id
 -- Returns {-1|-2|-3} when the lease is released / superseded / expired (a riding
 -- member: when its session is), else
--- {1, id, payload, attempts, max, id, payload, attempts, max, ...}, lowest id first.
+-- {1, id, payload, attempts, max, waited, id, payload, attempts, max, waited, ...},
+-- lowest id first. `waited` is how long the item waited to be claimed, in µs of the
+-- server clock: now less its `w` (when it last became claimable: written by every
+-- script that makes it pending, its due time when held back), at least 0; nil for an
+-- item without `w` (written before it was kept).
 -- A repeat of a request (items the token owns carry its id in `r`) answers those
--- items and claims nothing new. Otherwise the claim is admitted only when its id is
+-- items (waited nil) and claims nothing new. Otherwise the claim is admitted only when its id is
 -- greater than the token's high-water mark (`c` in the lease hash, which it then
 -- raises): a late or repeated copy, or an older id, answers {1} and claims nothing.
 -- An admitted claim first moves up to n held-back items that are due by the server's
 -- clock, earliest due first, to the pending zset (so it never does more than twice
--- its own work; the rest move with the next claims), then takes the n lowest ids.
+-- its own work; the rest move with the next claims: their `w` is already their due
+-- time), then takes the n lowest ids.
 
 -- True when request id a is greater than b (32 lowercase hex digits each), compared
 -- byte by byte: `<` on Lua strings follows the server's collation locale.
@@ -47,6 +52,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     out[#out + 1] = item[2]
     out[#out + 1] = tonumber(item[3])
     out[#out + 1] = item[4]
+    out[#out + 1] = false
   end
 end
 if #out > 1 then
@@ -74,11 +80,12 @@ for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[3], id, id)
   local attempts = redis.call('HINCRBY', item_key, 'a', 1)
   redis.call('HSET', item_key, 's', ARGV[1], 'r', ARGV[4])
-  local item = redis.call('HMGET', item_key, 'p', 'm')
+  local item = redis.call('HMGET', item_key, 'p', 'm', 'w')
   out[#out + 1] = id
   out[#out + 1] = item[1]
   out[#out + 1] = attempts
   out[#out + 1] = item[2]
+  out[#out + 1] = item[3] and math.max(0, now - tonumber(item[3]))
 end
 if #ids > 0 then
   redis.call('INCRBY', KEYS[4], #ids)

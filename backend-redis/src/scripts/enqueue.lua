@@ -5,7 +5,8 @@
 -- ARGV[4] idempotency key ('' for none), ARGV[5] delay µs ('0' for none), ARGV[6] key
 -- retention ms
 -- The item key is derived from the new id in-script (same hash tag, same slot). With
--- a delay the item is held back until the server's now + the delay (`hold`).
+-- a delay the item is held back until the server's now + the delay (`hold`). Its `w`
+-- is when it becomes claimable: now, or its due time when held back.
 -- A key is kept as its own string, the new id, with `PX` the retention: the server's
 -- clock counts it down and the server deletes it, so a repeat after the retention adds
 -- a new item. A key that earlier versions wrote into the hash (kept for good) still
@@ -20,9 +21,11 @@ if ARGV[4] ~= '' then
   end
 end
 local id = s(redis.call('INCR', KEYS[1]))
-redis.call('HSET', ARGV[1] .. id, 'p', ARGV[2], 'a', '0', 'm', ARGV[3], 's', 'p')
+local since = now_us() + tonumber(ARGV[5])
+redis.call('HSET', ARGV[1] .. id, 'p', ARGV[2], 'a', '0', 'm', ARGV[3], 's', 'p',
+  'w', s(since))
 if ARGV[5] ~= '0' then
-  hold({at = KEYS[4], ids = KEYS[5], due = now_us() + tonumber(ARGV[5])}, id)
+  hold({at = KEYS[4], ids = KEYS[5], due = since}, id)
 else
   redis.call('ZADD', KEYS[2], id, id)
 end

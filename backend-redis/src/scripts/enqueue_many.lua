@@ -5,20 +5,23 @@
 -- the batch).
 -- Adds one pending item per payload, as enqueue.lua does, in one step: the ids are
 -- consecutive, in payload order; with a delay all are held back until the server's
--- now + the delay. Item keys are derived in-script (same hash tag, same slot). One
+-- now + the delay (each one's `w`, when it becomes claimable: now, or that due time).
+-- Item keys are derived in-script (same hash tag, same slot). One
 -- message on the pending signal for the whole batch (what `signal_pending` of
 -- prelude_declare_dead.lua sends, written out: this script has the renewal prelude
 -- only). Returns the first id.
 local n = #ARGV - 3
 local first = redis.call('INCRBY', KEYS[1], n) - n + 1
 local by_id, by_due = {}, {}
+local since = s(now_us() + tonumber(ARGV[3]))
 local due = '0'
 if ARGV[3] ~= '0' then
-  due = s(now_us() + tonumber(ARGV[3]))
+  due = since
 end
 for i = 1, n do
   local id = s(first + i - 1)
-  redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 3], 'a', '0', 'm', ARGV[2], 's', 'p')
+  redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 3], 'a', '0', 'm', ARGV[2], 's', 'p',
+    'w', since)
   by_id[2 * i - 1] = id
   by_id[2 * i] = id
   by_due[2 * i - 1] = due

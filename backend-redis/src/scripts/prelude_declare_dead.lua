@@ -121,14 +121,17 @@ end
 -- Moves an owned item back to pending (held back with `later`, see `hold`; due at
 -- once when nil), or to the dead-letter set when it is out of attempts or retry is
 -- false. Returns 1 (pending) or 2 (dead-lettered). The item's last error `e` stays as
--- it was (a sweep's requeue keeps it; finish.lua writes a failure's text).
-local function hand_back(item_key, id, retry, pending_key, dl_key, later)
+-- it was (a sweep's requeue keeps it; finish.lua writes a failure's text). A pending
+-- item's `w` is when it becomes claimable (what a claim measures its wait from): its
+-- due time when held back, else `now` (µs of the server clock; read here when nil).
+local function hand_back(item_key, id, retry, pending_key, dl_key, later, now)
   local rec = redis.call('HMGET', item_key, 'a', 'm')
   if retry and tonumber(rec[1]) < tonumber(rec[2]) then
-    redis.call('HSET', item_key, 's', 'p')
     if later then
+      redis.call('HSET', item_key, 's', 'p', 'w', s(later.due))
       hold(later, id)
     else
+      redis.call('HSET', item_key, 's', 'p', 'w', s(now or now_us()))
       redis.call('ZADD', pending_key, id, id)
     end
     return 1
@@ -202,8 +205,12 @@ local function sweep_token(dead_key, owned_key, count_key, pending_key, dl_key, 
   redis.call('ZREMRANGEBYSCORE', dead_key, token, token)
   local ids = redis.call('ZRANGE', owned_key, 0, -1)
   redis.call('DEL', owned_key)
+  local now
+  if #ids > 0 then
+    now = now_us()
+  end
   for _, id in ipairs(ids) do
-    if hand_back(prefix .. id, id, true, pending_key, dl_key) == 1 then
+    if hand_back(prefix .. id, id, true, pending_key, dl_key, nil, now) == 1 then
       requeued[#requeued + 1] = id
     else
       dead[#dead + 1] = id
