@@ -83,10 +83,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_times",
         include_str!("../migrations/0011_key_times.sql"),
     ),
+    (
+        12,
+        "ready_at",
+        include_str!("../migrations/0012_ready_at.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session

@@ -23,27 +23,32 @@ use crate::BACKEND;
 const ENQUEUE_RETRIES: usize = 8;
 
 /// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once). A
-/// delayed item is due at the server's `clock_timestamp()` + the delay (migration 9).
+/// delayed item is due at the server's `clock_timestamp()` + the delay (migration 9);
+/// it is claimable (`ready_at`, migration 12) from then, else from the server's now
+/// (read beside it: the two are µs apart).
 /// Notifies nothing itself: PostgreSQL serializes the commits of notifying
 /// transactions, which would make concurrent single enqueues wait on each other; the
 /// handle sends one notification after the commit instead, for all its writes in
 /// flight ([`PostgresStore::pending_local`]). Columns: the id, and `woke` (1: the
 /// item is new).
 const ENQUEUE: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+INSERT INTO items (payload, max_attempts, due_at, ready_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond',
+        clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond')
 RETURNING id, 1::bigint AS woke
 "#;
 
 /// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
-/// once; otherwise every item is due at the same instant, the server clock read once),
-/// $4 the pending channel. One statement: the ids are drawn in payload order (`ORDER
-/// BY` the position), so sorted they answer the payloads in order. Notifies
+/// once; otherwise every item is due at the same instant, the server clock read once;
+/// every item is claimable from the same instant, as by `ENQUEUE`), $4 the pending
+/// channel. One statement: the ids are drawn in payload order (`ORDER BY` the
+/// position), so sorted they answer the payloads in order. Notifies
 /// `enqueued` once for the whole batch, as `ENQUEUE` (the scalar subquery runs once).
 const ENQUEUE_MANY: &str = r#"
 WITH new AS (
-    INSERT INTO items (payload, max_attempts, due_at)
-    SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond')
+    INSERT INTO items (payload, max_attempts, due_at, ready_at)
+    SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond'),
+           (SELECT clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond')
     FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
     RETURNING id
 ),
@@ -56,8 +61,9 @@ SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 /// [`FORGET_KEYS_AT_MOST`].
 ///
 /// Records the key with a freshly drawn item id and the server's `clock_timestamp()`
-/// (migration 11), and inserts the item under that id (`woke` 1: the handle notifies
-/// after the commit, as for `ENQUEUE`); when the key is already recorded (committed
+/// (migration 11), and inserts the item under that id, due and claimable as by
+/// `ENQUEUE` (`woke` 1: the handle notifies after the commit, as for `ENQUEUE`);
+/// when the key is already recorded (committed
 /// before this statement) and not expired, answers its id and inserts nothing (`woke`
 /// 0). A key is expired once more than the retention lies between its recording and
 /// the statement's instant: its record is replaced, as if it had never been. No row:
@@ -89,8 +95,10 @@ k AS (
     RETURNING id
 ),
 new AS (
-    INSERT INTO items (id, payload, max_attempts, due_at) OVERRIDING SYSTEM VALUE
-    SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM k
+    INSERT INTO items (id, payload, max_attempts, due_at, ready_at) OVERRIDING SYSTEM VALUE
+    SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond',
+           clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond'
+    FROM k
     RETURNING id
 )
 SELECT id, 1::bigint AS woke FROM new
@@ -125,8 +133,11 @@ const FORGET_KEYS_AT_MOST: usize = 100;
 /// lease row is held `FOR KEY SHARE` until commit, so a concurrent reap (a DELETE)
 /// waits for the claim and then requeues what it took (and the sweep of a dead session
 /// skips a member a claim holds, until it committed). A riding member is live while its
-/// session is ([`expiry_of`]), judged in this same statement. One row per claimed item,
-/// or one row with NULL item columns; `cur_token` NULL when the key has no lease.
+/// session is ([`expiry_of`]), judged in this same statement. Each item taken answers
+/// how long it waited (`waited_us`): the statement's instant less when it became
+/// claimable (`ready_at`, migration 12), in µs, never negative; a repeat's items
+/// answer NULL. One row per claimed item, or one row with NULL item columns;
+/// `cur_token` NULL when the key has no lease.
 pub(crate) const CLAIM: &str = concat!(
     r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -139,7 +150,7 @@ cur AS MATERIALIZED (
     FOR KEY SHARE OF l
 ),
 prev AS MATERIALIZED (
-    SELECT id, payload, attempts, max_attempts FROM items
+    SELECT id, payload, attempts, max_attempts, NULL::bigint AS waited_us FROM items
     WHERE state = 1 AND owner = $3 AND claim_request = $5
       AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
 ),
@@ -178,7 +189,9 @@ got AS (
     UPDATE items i
     SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL
     FROM pick WHERE i.id = pick.id
-    RETURNING i.id, i.payload, i.attempts, i.max_attempts
+    RETURNING i.id, i.payload, i.attempts, i.max_attempts,
+              greatest(0, (extract(epoch FROM (SELECT t FROM clk) - i.ready_at) * 1000000)::bigint)
+              AS waited_us
 ),
 answer AS (
     SELECT * FROM got
@@ -186,7 +199,7 @@ answer AS (
     SELECT * FROM prev
 )
 SELECT cur.token AS cur_token, cur.live, answer.id, answer.payload, answer.attempts,
-       answer.max_attempts
+       answer.max_attempts, answer.waited_us
 FROM (SELECT 1) AS one
 LEFT JOIN cur ON true
 LEFT JOIN answer ON true
@@ -204,7 +217,8 @@ DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 /// id, $2 token, $3 retry, $4 the retry's wait in µs (NULL: due at once), $5 the
 /// error text ('': none). Back to pending (0) or dead-lettered (2) iff that token owns
 /// it; back to pending with a wait, due at the server's `clock_timestamp()` + the wait
-/// (migration 9); its last error becomes $5 unless that is empty (migration 10). Back
+/// (migration 9), claimable (`ready_at`, migration 12) from then, else from the
+/// server's now; its last error becomes $5 unless that is empty (migration 10). Back
 /// to pending, the handle notifies after the commit, as for `ENQUEUE` (many workers
 /// failing jobs at once would otherwise wait on each other's notifying commits).
 /// Column: the new state.
@@ -214,6 +228,7 @@ UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 
                  due_at = CASE WHEN $3 AND attempts < max_attempts
                                THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
                           END,
+                 ready_at = clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond',
                  last_error = coalesce(nullif($5::text, ''), last_error)
 WHERE id = $1 AND state = 1 AND owner = $2
 RETURNING state
@@ -331,11 +346,15 @@ impl ItemStore for PostgresStore {
         for row in &rows {
             let id: Option<i64> = get(row, 2)?;
             let Some(id) = id else { continue };
-            items.push(Item::new(
+            let waited_us: Option<i64> = get(row, 6)?;
+            let item = Item::new(
                 id_of(id)?,
                 get(row, 3)?,
                 count_of(get(row, 4)?, "attempts")?,
                 count_of(get(row, 5)?, "max_attempts")?,
+            );
+            items.push(item.with_waited(
+                waited_us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
             ));
         }
         Ok(items)

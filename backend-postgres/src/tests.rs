@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_conformance::fixtures::{owners_with_items, wait_expired};
+use liveness_conformance::fixtures::{acquire_member, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemId, ItemState, ItemStore, Key, Lease,
@@ -40,6 +40,31 @@ async fn in_one_statement<T>(
 
 fn holder(name: &str) -> HolderId {
     HolderId::new(name).unwrap()
+}
+
+/// `n` member leases `prefix<i>` with `ttl`, each owning one item it claimed (its
+/// payload the member's name). The claim answers how long the item waited, which the
+/// item as read back does not carry: the ids are compared.
+async fn owners_with_items(
+    store: &PostgresStore,
+    prefix: &str,
+    n: usize,
+    ttl: Ttl,
+) -> Vec<(Lease, ItemId)> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("{prefix}{i}");
+        let lease = acquire_member(store, &name, "w", ttl).await;
+        let id = store
+            .enqueue(name.as_bytes(), liveness_core::EnqueueOptions::default())
+            .await
+            .unwrap();
+        let claimed = store.claim(&lease, 1).await.unwrap();
+        let ids: Vec<ItemId> = claimed.iter().map(|item| item.id).collect();
+        assert_eq!(ids, [id], "{name} claims its item");
+        out.push((lease, id));
+    }
+    out
 }
 
 /// `acquire_many` is one statement (one round trip, one commit) for the
@@ -664,4 +689,87 @@ async fn a_keyed_enqueue_finds_expired_keys_on_the_time_index() {
             .any(|l| l.contains("Index Cond") && l.contains("recorded_at <")),
         "{plan}"
     );
+}
+
+/// Makes every item of the store's namespace look an hour longer claimable (and due):
+/// what a claim after a move to pending must not count.
+async fn an_hour_ago(store: &PostgresStore) {
+    sqlx::query(
+        "UPDATE items SET ready_at = ready_at - interval '1 hour', \
+         due_at = due_at - interval '1 hour'",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+}
+
+/// A claim says how long each item waited, by the server's clock, in its one
+/// statement: from its enqueue, then from each later move to pending (a retry's
+/// hand-back, the sweep of its dead owner's items, a dead letter's retry), never from
+/// an earlier one; from the end of a retry's backoff. A repeat answers no wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_s_wait_counts_from_the_item_s_last_move_to_pending() {
+    use liveness_core::{EnqueueOptions, Outcome, RequestId};
+    let Some(store) = store().await else { return };
+    let hour = Duration::from_secs(3600);
+    let minute = Duration::from_secs(60);
+    let waits = |items: &[liveness_core::Item]| -> Vec<Duration> {
+        items.iter().map(|i| i.waited.expect("measured")).collect()
+    };
+    let options = EnqueueOptions::default().max_attempts(10);
+    let a = store.enqueue(b"a", options).await.unwrap();
+    let b = store.enqueue(b"b", options).await.unwrap();
+    an_hour_ago(&store).await;
+    let long = Ttl::from_secs(120).unwrap();
+    let lease = acquire_member(&store, "w", "w", long).await;
+    let req = RequestId::next();
+    let got = in_one_statement(&store, "claim", store.claim_request(&lease, 2, req)).await;
+    assert_eq!(got.iter().map(|i| i.id).collect::<Vec<_>>(), [a, b]);
+    assert!(
+        waits(&got).iter().all(|w| *w >= hour && *w < hour + minute),
+        "{got:?}"
+    );
+    let again = store.claim_request(&lease, 2, req).await.unwrap();
+    assert!(
+        again.iter().all(|i| i.waited.is_none()),
+        "a repeat: {again:?}"
+    );
+
+    // Handed back at once: from the hand-back.
+    store.finish(&lease, a, Outcome::RETRY).await.unwrap();
+    let got = store.claim(&lease, 1).await.unwrap();
+    assert!(waits(&got)[0] < minute, "{got:?}");
+
+    // Its owner died; swept: from the sweep, not from the hand-back before.
+    let dead = acquire_member(&store, "dead", "dead", long).await;
+    store.finish(&lease, a, Outcome::RETRY).await.unwrap();
+    assert_eq!(store.claim(&dead, 1).await.unwrap()[0].id, a);
+    assert!(store.release(&dead).await.unwrap());
+    an_hour_ago(&store).await;
+    let swept = Store::sweep(&store, dead.token).await.unwrap();
+    assert_eq!(swept.requeued, [a]);
+    let got = store.claim(&lease, 1).await.unwrap();
+    assert!(waits(&got)[0] < minute, "{got:?}");
+
+    // Dead letters retried: from their retry.
+    store.finish(&lease, a, Outcome::DeadLetter).await.unwrap();
+    store.finish(&lease, b, Outcome::DeadLetter).await.unwrap();
+    an_hour_ago(&store).await;
+    store.retry_dead_letter(a).await.unwrap();
+    assert_eq!(store.retry_dead_letters(10).await.unwrap(), [b]);
+    let got = store.claim(&lease, 2).await.unwrap();
+    assert!(waits(&got).iter().all(|w| *w < minute), "{got:?}");
+
+    // Held back 500 ms, claimed over a second later: from the end of the backoff.
+    let started = std::time::Instant::now();
+    let backoff = Duration::from_millis(500);
+    store
+        .finish(&lease, a, Outcome::Retry { after: backoff })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = store.claim(&lease, 1).await.unwrap();
+    let w = waits(&got)[0];
+    assert!(w >= Duration::from_secs(1), "{got:?}");
+    assert!(w <= started.elapsed() - backoff, "{got:?}");
 }

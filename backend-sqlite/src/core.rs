@@ -90,11 +90,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_times",
         include_str!("../migrations/0009_key_times.sql"),
     ),
+    (
+        10,
+        "ready_at",
+        include_str!("../migrations/0010_ready_at.sql"),
+    ),
 ];
 
 /// The schema version that gave the idempotency keys their recording time
 /// (`liveness_enqueue_keys.recorded_boot_ms`).
 const KEY_TIMES_VERSION: i64 = 9;
+
+/// The schema version that gave pending items the time they became claimable
+/// (`liveness_items.ready_at`).
+const READY_AT_VERSION: i64 = 10;
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -121,9 +130,21 @@ const EXPIRE_ALL: &str =
 
 /// Counts every held-back item's wait again from ?1, the new boot's clock: a reboot
 /// restarted the clock its due time was counted in. Never earlier than asked; at
-/// most the time before the reboot late.
-const RECOUNT_DUE: &str =
-    "UPDATE liveness_items SET due_at = ?1 + delay_ms + 1 WHERE due_at IS NOT NULL";
+/// most the time before the reboot late. It becomes claimable at its new due time.
+const RECOUNT_DUE: &str = "UPDATE liveness_items \
+    SET due_at = ?1 + delay_ms + 1, ready_at = ?1 + delay_ms + 1 WHERE due_at IS NOT NULL";
+
+/// Counts every claimable pending item's wait again from ?1, the new boot's clock: a
+/// reboot restarted the clock it became claimable by, so its wait before the reboot
+/// is not counted (a claim answers it short, never negative).
+const RECOUNT_READY: &str =
+    "UPDATE liveness_items SET ready_at = ?1 WHERE state = 0 AND due_at IS NULL";
+
+/// Gives every pending item with no time it became claimable its due time, else the
+/// store clock's now ?1: the items of a file migrated from before
+/// [`READY_AT_VERSION`], counted as waiting from the upgrade.
+const DATE_UNDATED_ITEMS: &str = "UPDATE liveness_items SET ready_at = COALESCE(due_at, ?1) \
+    WHERE state = 0 AND ready_at IS NULL";
 
 /// Gives every idempotency key with no recording time the store clock's now ?1: the
 /// keys of a file migrated from before [`KEY_TIMES_VERSION`], kept one retention
@@ -622,12 +643,17 @@ async fn migrate(
         .run_direct(None, &mut *tx, false)
         .await
         .map_err(map_migrate)?;
-    if found.is_some_and(|v| v < KEY_TIMES_VERSION) {
-        sqlx::query(DATE_UNDATED_KEYS)
-            .bind(clock_ms(clock)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(map)?;
+    for (version, date_undated) in [
+        (KEY_TIMES_VERSION, DATE_UNDATED_KEYS),
+        (READY_AT_VERSION, DATE_UNDATED_ITEMS),
+    ] {
+        if found.is_some_and(|v| v < version) {
+            sqlx::query(date_undated)
+                .bind(clock_ms(clock)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(map)?;
+        }
     }
     expire_other_boot(&mut tx, clock).await?;
     tx.commit().await.map_err(map)
@@ -648,8 +674,8 @@ fn clock_ms(clock: &dyn StoreClock) -> Result<i64> {
 /// IMMEDIATE`) and commits, so of the processes opening the file at once after a
 /// reboot, exactly the first expires the old leases and no later one touches a lease
 /// written under this boot. Held-back items wait their whole delay again from the
-/// new boot's clock, and idempotency keys are kept their whole retention again from
-/// it.
+/// new boot's clock, claimable items count their wait again from it, and idempotency
+/// keys are kept their whole retention again from it.
 async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) -> Result<()> {
     let boot_id = clock.boot_id();
     let Some(recorded) = other_boot(conn, boot_id).await? else {
@@ -661,7 +687,7 @@ async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) 
         .map_err(map)?
         .rows_affected();
     let now = clock_ms(clock)?;
-    for recount in [RECOUNT_DUE, RECOUNT_KEYS] {
+    for recount in [RECOUNT_DUE, RECOUNT_READY, RECOUNT_KEYS] {
         sqlx::query(recount)
             .bind(now)
             .execute(&mut *conn)

@@ -47,10 +47,11 @@ const NEXT_ITEMS: &str =
     ON CONFLICT (ns) DO UPDATE SET next_item = next_item + ?2 RETURNING next_item";
 
 /// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts), held back
-/// until store-clock ms ?5 for ?6 ms (both NULL: claimable at once).
+/// until store-clock ms ?5 for ?6 ms (both NULL: claimable at once), claimable from
+/// store-clock ms ?7 (its due time, else now).
 const ENQUEUE: &str = "INSERT INTO liveness_items \
-    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms) \
-    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6)";
+    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms, ready_at) \
+    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6, ?7)";
 
 /// Records that enqueue key ?2 answered item ?3 (?1 ns), at store-clock ms ?4; an
 /// expired record of the key that is still there is replaced.
@@ -80,12 +81,14 @@ const PROMOTE_DUE: &str = "UPDATE liveness_items SET due_at = NULL, delay_ms = N
     WHERE ns = ?1 AND due_at IS NOT NULL AND due_at <= ?2 ORDER BY due_at LIMIT ?3)";
 
 /// Hands up to ?3 claimable pending items to token ?2 (?1 ns), oldest first, marked
-/// with the claim's request id ?4.
+/// with the claim's request id ?4; each answers, last, how long it waited: the store
+/// clock's now ?5 less when it became claimable (`ready_at`), in ms, never negative
+/// (NULL for an item an older build made pending).
 const CLAIM: &str = "UPDATE liveness_items \
     SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     WHERE ns = ?1 AND state = 0 AND due_at IS NULL ORDER BY id LIMIT ?3) \
-    RETURNING id, payload, attempts, max_attempts, state, owner";
+    RETURNING id, payload, attempts, max_attempts, state, owner, max(?5 - ready_at, 0)";
 
 /// The earliest due time of a held-back item (?1 ns), in store-clock ms.
 const NEXT_DUE: &str =
@@ -97,11 +100,13 @@ const COMPLETE: &str =
 
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
 /// attempts left, held back until store-clock ms ?5 for ?6 ms (both NULL: claimable
-/// at once), else dead-lettered; its last error becomes ?7 unless ?7 is empty.
+/// at once), claimable from store-clock ms ?8 (its due time, else now), else
+/// dead-lettered; its last error becomes ?7 unless ?7 is empty.
 const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END, \
     due_at = CASE WHEN ?4 AND attempts < max_attempts THEN ?5 END, \
     delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END, \
+    ready_at = ?8, \
     last_error = COALESCE(NULLIF(?7, ''), last_error) \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
@@ -229,14 +234,25 @@ impl ItemStore for SqliteStore {
                 .bind(as_db(lease.token.0))
                 .bind(limit_param(n))
                 .bind(&req)
+                .bind(now)
                 .fetch_all(w.conn())
                 .await
                 .map_err(map)?;
         }
         w.commit().await?;
+        // A fresh claim's rows end with the wait; a repeat's do not (it answers none).
         let mut items = rows
             .iter()
-            .map(|row| Self::item_from_row(row).map(|(item, _)| item))
+            .map(|row| {
+                let (item, _) = Self::item_from_row(row)?;
+                let waited: Option<i64> = if admitted {
+                    row.try_get(6).map_err(map)?
+                } else {
+                    None
+                };
+                let waited = waited.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+                Ok(item.with_waited(waited))
+            })
             .collect::<Result<Vec<_>>>()?;
         items.sort_by_key(|i| i.id);
         Ok(items)
@@ -302,6 +318,17 @@ impl ItemStore for SqliteStore {
     }
 }
 
+/// When an item made pending becomes claimable, in store-clock ms ([`SqliteStore::due`]).
+#[derive(Clone, Copy)]
+struct Due {
+    /// Its due time when held back (`due_at`), else `None`: claimable at once.
+    at: Option<i64>,
+    /// The wait it was given (`delay_ms`), which a reboot counts again.
+    delay: Option<i64>,
+    /// When it becomes claimable (`ready_at`): its due time, else now.
+    ready: i64,
+}
+
 /// The most held-back items one claim makes claimable: a claim's work stays bounded
 /// however many came due at once (the rest on the next claims).
 const PROMOTE_AT_MOST: usize = 1000;
@@ -322,32 +349,43 @@ impl SqliteStore {
         id: i64,
         payload: &[u8],
         max_attempts: u32,
-        (due, delay): (Option<i64>, Option<i64>),
+        due: Due,
     ) -> Result<()> {
         self.query(ENQUEUE)
             .bind(id)
             .bind(payload)
             .bind(i64::from(max_attempts))
-            .bind(due)
-            .bind(delay)
+            .bind(due.at)
+            .bind(due.delay)
+            .bind(due.ready)
             .execute(conn)
             .await
             .map_err(map)?;
         Ok(())
     }
 
-    /// The due time and the wait of an item held back `delay` from the store's now,
-    /// in store-clock ms; both `None` for no wait. Read inside the write transaction.
-    fn due(&self, delay: Duration) -> Result<(Option<i64>, Option<i64>)> {
+    /// When an item made pending now and held back `delay` becomes claimable, by
+    /// the store's now (read once, inside the write transaction).
+    fn due(&self, delay: Duration) -> Result<Due> {
+        let now = self.now()?;
         if delay.is_zero() {
-            return Ok((None, None));
+            return Ok(Due {
+                at: None,
+                delay: None,
+                ready: now,
+            });
         }
         // At most `MAX_DELAY` (checked before the call): fits in an i64 of ms. Rounded
         // up, and one more ms for the clock's reading, truncated to its ms: never due
         // early, at most 2 ms late.
         let ms = delay.as_nanos().div_ceil(1_000_000);
         let delay = to_i64(u64::try_from(ms).unwrap_or(u64::MAX), "delay")?;
-        Ok((Some(self.now()?.saturating_add(delay + 1)), Some(delay)))
+        let at = now.saturating_add(delay + 1);
+        Ok(Due {
+            at: Some(at),
+            delay: Some(delay),
+            ready: at,
+        })
     }
 
     /// [`ItemStore::finish`] with [`Outcome::Completed`]: deletes item `id` if the
@@ -381,15 +419,16 @@ impl SqliteStore {
         error: &str,
     ) -> Result<ItemState> {
         let mut w = self.write().await?;
-        let (due, delay) = self.due(after)?;
+        let due = self.due(after)?;
         let state: Option<i64> = sqlx::query_scalar(HAND_BACK)
             .bind(self.ns.as_ref())
             .bind(as_db(id.0))
             .bind(as_db(lease.token.0))
             .bind(retry)
-            .bind(due)
-            .bind(delay)
+            .bind(due.at)
+            .bind(due.delay)
             .bind(error)
+            .bind(due.ready)
             .fetch_optional(w.conn())
             .await
             .map_err(map)?;

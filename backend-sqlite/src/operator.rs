@@ -39,8 +39,9 @@ const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns =
 const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, last_error \
     FROM liveness_items WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
 
-/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns).
-const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+/// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns), claimable at
+/// once, from store-clock ms ?3 (now).
+const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3 \
     WHERE ns = ?1 AND id = ?2 AND state = 2";
 
 /// Removes item ?2 unless a token owns it (?1 ns): answers the state it had.
@@ -48,8 +49,9 @@ const CANCEL: &str =
     "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state <> 1 RETURNING state";
 
 /// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
-/// attempts (?1 ns).
-const RETRY_DEAD_LETTERS: &str = "UPDATE liveness_items SET state = 0, attempts = 0 \
+/// attempts (?1 ns), claimable at once, from store-clock ms ?3 (now).
+const RETRY_DEAD_LETTERS: &str =
+    "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";
 
@@ -118,6 +120,7 @@ impl OperatorStore for SqliteStore {
         let done = self
             .query(RETRY_DEAD_LETTER)
             .bind(as_db(id.0))
+            .bind(self.now()?)
             .execute(w.conn())
             .await
             .map_err(map)?;
@@ -167,6 +170,7 @@ impl OperatorStore for SqliteStore {
         let rows = self
             .query(RETRY_DEAD_LETTERS)
             .bind(limit_param(limit))
+            .bind(self.now()?)
             .fetch_all(w.conn())
             .await
             .map_err(map)?;

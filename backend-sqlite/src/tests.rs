@@ -358,3 +358,93 @@ async fn a_reboot_keeps_every_key_its_whole_retention_again() {
     after.advance(Duration::from_millis(1_001));
     assert_ne!(keyed(&store, other).await, kept, "one retention, not two");
 }
+
+/// A claim says how long each item waited, to the millisecond of the boot clock, from
+/// its last move to pending: its enqueue (or its due time when held back), a retry's
+/// hand-back (or the end of its backoff), the sweep of its dead owner's items, a dead
+/// letter's retry; never from an earlier move. A repeat of a claim answers no wait,
+/// and a reboot counts a claimable item's wait again from the new boot.
+#[tokio::test]
+async fn a_claim_s_wait_counts_from_the_item_s_last_move_to_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("waits.db");
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&path, &clock).await;
+    let secs = Duration::from_secs;
+    let ms = Duration::from_millis(1);
+    let ttl = Ttl::from_secs(60).unwrap();
+    let worker = |name: &str| (Key::member(name).unwrap(), HolderId::new(name).unwrap());
+    let (key, holder) = worker("w");
+    let waited = |items: &[liveness_core::Item]| -> Vec<(ItemId, Option<Duration>)> {
+        items.iter().map(|i| (i.id, i.waited)).collect()
+    };
+
+    // Enqueued now, and held back 10 s: the second waits from its due time (one ms
+    // late, the clock's truncation).
+    let options = EnqueueOptions::default().max_attempts(10);
+    let now = store.enqueue(b"now", options).await.unwrap();
+    let options = options.delay(secs(10));
+    let held = store.enqueue(b"held", options).await.unwrap();
+    clock.advance(secs(25));
+    let lease = store.acquire(&key, &holder, ttl).await.unwrap();
+    let req = RequestId::next();
+    let got = store.claim_request(&lease, 2, req).await.unwrap();
+    assert_eq!(
+        waited(&got),
+        [(now, Some(secs(25))), (held, Some(secs(15) - ms))]
+    );
+    let again = store.claim_request(&lease, 2, req).await.unwrap();
+    assert_eq!(waited(&again), [(now, None), (held, None)], "a repeat");
+
+    // Handed back with a 5 s backoff: from its end, not from the enqueue.
+    clock.advance(secs(7));
+    let backoff = liveness_core::Outcome::Retry { after: secs(5) };
+    store.finish(&lease, now, backoff).await.unwrap();
+    clock.advance(secs(8));
+    let got = store.claim(&lease, 1).await.unwrap();
+    assert_eq!(waited(&got), [(now, Some(secs(3) - ms))]);
+
+    // Its owner died 40 s ago; swept now: from the sweep, not from the death.
+    let (dead_key, dead_holder) = worker("dead");
+    let dead = store.acquire(&dead_key, &dead_holder, ttl).await.unwrap();
+    store
+        .finish(&lease, now, liveness_core::Outcome::RETRY)
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&dead, 1).await.unwrap()[0].id, now);
+    assert!(store.release(&dead).await.unwrap());
+    clock.advance(secs(40));
+    let lease = store.renew(&lease).await.unwrap();
+    assert_eq!(store.sweep(dead.token).await.unwrap().requeued, [now]);
+    clock.advance(secs(2));
+    let got = store.claim(&lease, 1).await.unwrap();
+    assert_eq!(waited(&got), [(now, Some(secs(2)))]);
+
+    // Dead-lettered 50 s ago, retried now: from the retry.
+    let outcome = liveness_core::Outcome::DeadLetter;
+    store.finish(&lease, held, outcome).await.unwrap();
+    store.finish(&lease, now, outcome).await.unwrap();
+    clock.advance(secs(50));
+    let lease = store.renew(&lease).await.unwrap();
+    store.retry_dead_letter(held).await.unwrap();
+    clock.advance(secs(4));
+    assert_eq!(store.retry_dead_letters(10).await.unwrap(), [now]);
+    clock.advance(secs(1));
+    let got = store.claim(&lease, 2).await.unwrap();
+    assert_eq!(waited(&got), [(now, Some(secs(1))), (held, Some(secs(5)))]);
+
+    // Pending across a reboot, 40 days into the last boot: counted from the first
+    // open under the new one (short, never negative).
+    store
+        .finish(&lease, now, liveness_core::Outcome::RETRY)
+        .await
+        .unwrap();
+    clock.advance(40 * DAY);
+    store.close().await;
+    let after = ManualBootClock::new("boot-2", secs(5));
+    let store = open(&path, &after).await;
+    after.advance(secs(3));
+    let lease = store.acquire(&key, &holder, ttl).await.unwrap();
+    let got = store.claim(&lease, 1).await.unwrap();
+    assert_eq!(waited(&got), [(now, Some(secs(3)))]);
+}

@@ -1,0 +1,17 @@
+-- The liveness schema, version 10: how long a claimed item waited to be claimed
+-- (`Item::waited`).
+--
+-- `ready_at` is the store-clock millisecond (the host's boot clock, as `due_at`) at
+-- which a pending item became claimable: the move that made it pending (an enqueue, a
+-- retry's hand-back, the sweep of its dead owner's items, a dead letter's retry), or
+-- its due time when held back, whichever is later. Every move to pending writes it;
+-- a claim answers its now less it. It is in no index and no claim reads it to choose:
+-- which items a claim takes, and in what order, is `due_at`'s, as before (`due_at`
+-- cannot carry it: NULL there is what puts an item on the claim's index).
+--
+-- SQL cannot read the boot clock, so the store fills it in where it needs its
+-- reading, in the same opening transaction: the pending items of a file migrated
+-- from an older version get their due time, else the store's now; a file opened
+-- under another boot counts them again from the new boot. An item an older build
+-- still running on the file enqueues has none (NULL): its claim answers no wait.
+ALTER TABLE liveness_items ADD COLUMN ready_at INTEGER;
