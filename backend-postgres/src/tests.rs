@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use liveness_conformance::fixtures::{acquire_member, wait_expired};
+use liveness_conformance::fixtures::{acquire_member, owners_with_items, wait_expired};
 use liveness_conformance::fresh_namespace;
 use liveness_core::{
     Acquire, DeathCause, Error, FencingToken, HolderId, ItemId, ItemState, ItemStore, Key, Lease,
@@ -40,31 +40,6 @@ async fn in_one_statement<T>(
 
 fn holder(name: &str) -> HolderId {
     HolderId::new(name).unwrap()
-}
-
-/// `n` member leases `prefix<i>` with `ttl`, each owning one item it claimed (its
-/// payload the member's name). The claim answers how long the item waited, which the
-/// item as read back does not carry: the ids are compared.
-async fn owners_with_items(
-    store: &PostgresStore,
-    prefix: &str,
-    n: usize,
-    ttl: Ttl,
-) -> Vec<(Lease, ItemId)> {
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let name = format!("{prefix}{i}");
-        let lease = acquire_member(store, &name, "w", ttl).await;
-        let id = store
-            .enqueue(name.as_bytes(), liveness_core::EnqueueOptions::default())
-            .await
-            .unwrap();
-        let claimed = store.claim(&lease, 1).await.unwrap();
-        let ids: Vec<ItemId> = claimed.iter().map(|item| item.id).collect();
-        assert_eq!(ids, [id], "{name} claims its item");
-        out.push((lease, id));
-    }
-    out
 }
 
 /// `acquire_many` is one statement (one round trip, one commit) for the

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use liveness_conformance::fixtures::{
-    acquire_member, renew_with_ttl, session_with_members, swept_session_record, wait_expired,
+    owners_with_items, renew_with_ttl, session_with_members, swept_session_record, wait_expired,
 };
 use liveness_conformance::fresh_namespace;
 use liveness_sqlite::{SqliteConfig, SqliteStore};
@@ -71,31 +71,6 @@ async fn in_one_commit<T>(
     let n = commits.load(Ordering::SeqCst) - before;
     assert_eq!(n, 1, "{what} committed {n} times");
     answers.into_iter().map(|a| a.unwrap()).collect()
-}
-
-/// `n` member leases `prefix<i>` with `ttl`, each owning one item it claimed (its
-/// payload the member's name). The claim answers how long the item waited, which the
-/// item as read back does not carry: the ids are compared.
-async fn owners_with_items(
-    store: &SqliteStore,
-    prefix: &str,
-    n: usize,
-    ttl: Ttl,
-) -> Vec<(Lease, ItemId)> {
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let name = format!("{prefix}{i}");
-        let lease = acquire_member(store, &name, "w", ttl).await;
-        let id = store
-            .enqueue(name.as_bytes(), EnqueueOptions::default())
-            .await
-            .unwrap();
-        let claimed = store.claim(&lease, 1).await.unwrap();
-        let ids: Vec<ItemId> = claimed.iter().map(|item| item.id).collect();
-        assert_eq!(ids, [id], "{name} claims its item");
-        out.push((lease, id));
-    }
-    out
 }
 
 /// `n` leases with a short ttl on keys `prefix<i>`, each holding one claimed item,
