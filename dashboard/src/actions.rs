@@ -4,6 +4,7 @@
 //! and it comes from the dashboard's own origin (`Sec-Fetch-Site`, `Origin`); any
 //! other answers 403 with the reason.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -61,29 +62,43 @@ pub(crate) fn allowed(actions: &Actions, headers: &HeaderMap) -> Result<(), Answ
     }
 }
 
+/// What an action's store `call` on item `id` answered, once the request may act.
+/// A refused request (403), the store's silence within the timeout or its fault
+/// (503) and its refusal of the input (409) are answers already; `Ok` holds the
+/// call's own. The call runs only when the request may act.
+async fn act_on<T>(
+    shared: &Shared,
+    headers: &HeaderMap,
+    id: u64,
+    call: impl Future<Output = liveness_core::Result<T>>,
+) -> Result<T, Answer> {
+    allowed(&shared.options.actions, headers)?;
+    match tokio::time::timeout(shared.options.timeout, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e @ Error::InvalidInput { .. })) => {
+            Err((StatusCode::CONFLICT, format!("item {id}: {e}")))
+        }
+        Ok(Err(e)) => Err((StatusCode::SERVICE_UNAVAILABLE, format!("item {id}: {e}"))),
+        Err(_) => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store did not answer".to_string(),
+        )),
+    }
+}
+
 /// `POST /actions/retry/{id}`: one dead letter back to pending.
 pub(crate) async fn retry_one(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<u64>,
     headers: HeaderMap,
 ) -> Answer {
-    if let Err(refused) = allowed(&shared.options.actions, &headers) {
-        return refused;
-    }
-    let t = shared.options.timeout;
-    match tokio::time::timeout(t, shared.store.retry_dead_letter(ItemId(id))).await {
-        Ok(Ok(())) => {
+    let call = shared.store.retry_dead_letter(ItemId(id));
+    match act_on(&shared, &headers, id, call).await {
+        Ok(()) => {
             tracing::info!(item = id, "dashboard: dead letter retried");
             (StatusCode::OK, format!("item {id} is pending again"))
         }
-        Ok(Err(e @ Error::InvalidInput { .. })) => {
-            (StatusCode::CONFLICT, format!("item {id}: {e}"))
-        }
-        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("item {id}: {e}")),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the store did not answer".to_string(),
-        ),
+        Err(answer) => answer,
     }
 }
 
@@ -95,20 +110,8 @@ pub(crate) async fn cancel_one(
     Path(id): Path<u64>,
     headers: HeaderMap,
 ) -> Answer {
-    if let Err(refused) = allowed(&shared.options.actions, &headers) {
-        return refused;
-    }
-    let t = shared.options.timeout;
-    let answer = match tokio::time::timeout(t, shared.store.cancel(ItemId(id))).await {
-        Ok(answer) => answer,
-        Err(_) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the store did not answer".to_string(),
-            )
-        }
-    };
-    match answer {
+    let call = shared.store.cancel(ItemId(id));
+    match act_on(&shared, &headers, id, call).await {
         Ok(Some(ItemState::Pending)) => {
             tracing::info!(item = id, "dashboard: pending item cancelled");
             (StatusCode::OK, format!("item {id} cancelled"))
@@ -122,8 +125,7 @@ pub(crate) async fn cancel_one(
             format!("item {id} is running under token {token}: left to its worker"),
         ),
         Ok(None) => (StatusCode::NOT_FOUND, format!("no item {id}")),
-        Err(e @ Error::InvalidInput { .. }) => (StatusCode::CONFLICT, format!("item {id}: {e}")),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("item {id}: {e}")),
+        Err(answer) => answer,
     }
 }
 
