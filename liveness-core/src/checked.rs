@@ -13,7 +13,9 @@ use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{BatchResult, Error, InputProblem, Result};
+use crate::item::Outcome;
 use crate::layer::{Intercept, Layer, Next, Reply, Request};
+use crate::lease::{Issuer, Lease};
 use crate::store::{check_batch, Store};
 use crate::types::Space;
 
@@ -147,9 +149,7 @@ impl Intercept for CheckInput {
                 return rejoin_as!(JoinSessionMany, refused, asks, batch, next);
             }
             Request::Finish { lease, id, outcome } => {
-                lease.check_issuer(issuer)?;
-                crate::item::check_delay("after", outcome.delay())?;
-                check_delay(caps, "after", outcome.delay())?;
+                check_finish(caps, issuer, &lease, outcome, "")?;
                 Request::Finish { lease, id, outcome }
             }
             Request::FinishWithError {
@@ -158,18 +158,7 @@ impl Intercept for CheckInput {
                 outcome,
                 error,
             } => {
-                lease.check_issuer(issuer)?;
-                crate::item::check_delay("after", outcome.delay())?;
-                check_delay(caps, "after", outcome.delay())?;
-                if error.len() > crate::item::MAX_ERROR_LEN {
-                    return Err(Error::invalid(
-                        "error",
-                        InputProblem::TooLong {
-                            max: crate::item::MAX_ERROR_LEN,
-                            len: error.len(),
-                        },
-                    ));
-                }
+                check_finish(caps, issuer, &lease, outcome, &error)?;
                 Request::FinishWithError {
                     lease,
                     id,
@@ -243,6 +232,31 @@ impl Intercept for CheckInput {
 fn check_delay(caps: Capabilities, what: &'static str, delay: Duration) -> Result<()> {
     if !delay.is_zero() && !caps.delays {
         return Err(Error::invalid(what, InputProblem::Unsupported));
+    }
+    Ok(())
+}
+
+/// What `finish` and `finish_with_error` check: a lease of this store, a retry's wait
+/// the store can keep (at most [`MAX_DELAY`](crate::item::MAX_DELAY)), and an error
+/// text of at most [`MAX_ERROR_LEN`](crate::item::MAX_ERROR_LEN) bytes.
+fn check_finish(
+    caps: Capabilities,
+    issuer: &Issuer,
+    lease: &Lease,
+    outcome: Outcome,
+    error: &str,
+) -> Result<()> {
+    lease.check_issuer(issuer)?;
+    crate::item::check_delay("after", outcome.delay())?;
+    check_delay(caps, "after", outcome.delay())?;
+    if error.len() > crate::item::MAX_ERROR_LEN {
+        return Err(Error::invalid(
+            "error",
+            InputProblem::TooLong {
+                max: crate::item::MAX_ERROR_LEN,
+                len: error.len(),
+            },
+        ));
     }
     Ok(())
 }

@@ -384,6 +384,21 @@ impl Outcome {
         }
     }
 
+    /// `Ok` for a failure's outcome ([`Outcome::Retry`], [`Outcome::DeadLetter`]);
+    /// `InvalidInput` naming `outcome` for [`Outcome::Completed`], which is no
+    /// failure.
+    pub fn check_failure(self) -> Result<()> {
+        match self {
+            Outcome::Completed => Err(Error::invalid(
+                "outcome",
+                InputProblem::Malformed {
+                    expected: "a failure's outcome: Retry or DeadLetter",
+                },
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// [`Outcome::Retry`] with no wait: claimable again at once.
     pub const RETRY: Outcome = Outcome::Retry {
         after: Duration::ZERO,

@@ -4,7 +4,6 @@
 //! wait on.
 
 use super::*;
-use crate::error::InputProblem;
 use crate::item::Outcome;
 
 /// An item claimed by a member, bound to the generation that claimed it.
@@ -231,14 +230,7 @@ impl Member {
         outcome: Outcome,
         error: &str,
     ) -> Result<ItemState> {
-        if outcome == Outcome::Completed {
-            return Err(Error::invalid(
-                "outcome",
-                InputProblem::Malformed {
-                    expected: "a failure's outcome: Retry or DeadLetter",
-                },
-            ));
-        }
+        outcome.check_failure()?;
         let error = crate::item::cut_error_text(error.to_owned());
         self.hand_back(claimed, outcome, &error).await
     }
@@ -255,23 +247,11 @@ impl Member {
         if let Some(refused) = self.refused_past_deadline("fail", claimed) {
             return refused;
         }
-        let (lease, id) = (&claimed.lease, claimed.item.id);
-        let mut r = match error.is_empty() {
-            true => self.inner.store.hand_back(lease, id, outcome).await,
-            false => match self
-                .inner
-                .store
-                .finish_with_error(lease, id, outcome, error)
-                .await
-            {
-                Ok(Some(state)) => Ok(state),
-                Ok(None) => Err(Error::backend(
-                    self.inner.store.backend(),
-                    "a failed item was answered as removed",
-                )),
-                Err(e) => Err(e),
-            },
-        };
+        let mut r = self
+            .inner
+            .store
+            .hand_back_with_error(&claimed.lease, claimed.item.id, outcome, error)
+            .await;
         if self.was_unsure(claimed, &r) {
             match self.inner.store.item(claimed.item.id).await {
                 // Dead-lettered: by that fail (or out of attempts).

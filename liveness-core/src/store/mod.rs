@@ -92,7 +92,9 @@
 
 use async_trait::async_trait;
 
-use crate::error::{Error, InputProblem, Result};
+#[cfg(doc)]
+use crate::error::InputProblem;
+use crate::error::{Error, Result};
 use crate::item::{Item, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome, RequestId, Sweep};
 use crate::lease::{Acquire, Issuer, Lease};
 use crate::types::{FencingToken, HolderId, Key, Ttl};
@@ -235,15 +237,25 @@ pub trait Store: LeaseStore + ItemStore + OperatorStore {
     /// its wait, or [`Outcome::DeadLetter`]): [`ItemStore::finish`], and the item's
     /// new state. [`Outcome::Completed`] is `InvalidInput`: use `complete`.
     async fn hand_back(&self, lease: &Lease, id: ItemId, outcome: Outcome) -> Result<ItemState> {
-        if outcome == Outcome::Completed {
-            return Err(Error::invalid(
-                "outcome",
-                InputProblem::Malformed {
-                    expected: "a failure's outcome: Retry or DeadLetter",
-                },
-            ));
-        }
-        match self.finish(lease, id, outcome).await? {
+        self.hand_back_with_error(lease, id, outcome, "").await
+    }
+
+    /// [`Store::hand_back`], keeping `error` as the item's last error
+    /// ([`ItemStore::finish_with_error`]; empty: [`ItemStore::finish`], the text left
+    /// as it was).
+    async fn hand_back_with_error(
+        &self,
+        lease: &Lease,
+        id: ItemId,
+        outcome: Outcome,
+        error: &str,
+    ) -> Result<ItemState> {
+        outcome.check_failure()?;
+        let moved = match error.is_empty() {
+            true => self.finish(lease, id, outcome).await?,
+            false => self.finish_with_error(lease, id, outcome, error).await?,
+        };
+        match moved {
             Some(state) => Ok(state),
             None => Err(Error::backend(
                 self.backend(),
