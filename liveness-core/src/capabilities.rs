@@ -80,6 +80,15 @@ pub struct Capabilities {
     /// time, not for good. `None` (the default): kept for good (a store with no clock
     /// to count by).
     pub key_retention: Option<Duration>,
+    /// True when the store keeps named queues: an item waits in the queue its
+    /// enqueue named ([`EnqueueOptions::queue`](crate::EnqueueOptions::queue)), a
+    /// claim takes from the queues it names
+    /// ([`ItemStore::claim_from`](crate::ItemStore::claim_from)), and
+    /// [`OperatorStore::queue_counts`](crate::OperatorStore::queue_counts) counts
+    /// each. False (the default): every item is in
+    /// [`QueueName::DEFAULT`](crate::QueueName::DEFAULT), and naming another queue is
+    /// `InvalidInput` ([`InputProblem::Unsupported`]).
+    pub queues: bool,
 }
 
 impl Default for Capabilities {
@@ -98,6 +107,7 @@ impl Default for Capabilities {
             delays: false,
             error_text: false,
             key_retention: None,
+            queues: false,
         }
     }
 }
@@ -151,6 +161,7 @@ impl Capabilities {
         delays: bool,
         error_text: bool,
         key_retention: Option<Duration>,
+        queues: bool,
     );
 }
 

@@ -171,6 +171,25 @@ impl Intercept for CheckInput {
                 let n = caps.clamp_limit("n", n)?;
                 Request::Claim { lease, n, req }
             }
+            Request::ClaimFrom {
+                lease,
+                queues,
+                n,
+                req,
+            } => {
+                lease.check_issuer(issuer)?;
+                let n = caps.clamp_limit("n", n)?;
+                crate::queue_name::check_claim_queues(&queues)?;
+                for queue in &queues {
+                    check_queue(caps, *queue)?;
+                }
+                Request::ClaimFrom {
+                    lease,
+                    queues,
+                    n,
+                    req,
+                }
+            }
             Request::Expired { space, limit } => {
                 let limit = caps.clamp_limit("limit", limit)?;
                 Request::Expired { space, limit }
@@ -192,6 +211,7 @@ impl Intercept for CheckInput {
             Request::Enqueue { payload, options } => {
                 options.validate(&payload, caps.max_payload)?;
                 check_delay(caps, "delay", options.delay)?;
+                check_queue(caps, options.queue)?;
                 Request::Enqueue { payload, options }
             }
             Request::EnqueueMany { payloads, options } => {
@@ -211,6 +231,7 @@ impl Intercept for CheckInput {
                     options.validate(payload, caps.max_payload)?;
                 }
                 check_delay(caps, "delay", options.delay)?;
+                check_queue(caps, options.queue)?;
                 Request::EnqueueMany { payloads, options }
             }
             Request::Items { state, mut page } => {
@@ -232,6 +253,15 @@ impl Intercept for CheckInput {
 fn check_delay(caps: Capabilities, what: &'static str, delay: Duration) -> Result<()> {
     if !delay.is_zero() && !caps.delays {
         return Err(Error::invalid(what, InputProblem::Unsupported));
+    }
+    Ok(())
+}
+
+/// Refuses a queue other than the default on a store without
+/// [`Capabilities::queues`].
+fn check_queue(caps: Capabilities, queue: crate::QueueName) -> Result<()> {
+    if !queue.is_default() && !caps.queues {
+        return Err(Error::invalid("queue", InputProblem::Unsupported));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{Error, InputProblem, Result};
 use crate::lease::{ExpiredLease, Swept};
+use crate::queue_name::QueueName;
 use crate::types::FencingToken;
 pub use crate::types::ItemId;
 
@@ -113,6 +114,12 @@ pub struct EnqueueOptions {
     ///
     /// [`Capabilities::delays`]: crate::Capabilities::delays
     pub delay: Duration,
+    /// The queue the item waits in: a worker claims only from the queues it names
+    /// ([`ItemStore::claim_from`](crate::ItemStore::claim_from)). Default
+    /// [`QueueName::DEFAULT`]; another queue needs
+    /// [`Capabilities::queues`](crate::Capabilities::queues) (`InvalidInput`,
+    /// [`InputProblem::Unsupported`], otherwise, and nothing is added).
+    pub queue: QueueName,
 }
 
 /// How long a store keeps an enqueue's idempotency key unless told otherwise (its
@@ -130,6 +137,7 @@ impl Default for EnqueueOptions {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             key: None,
             delay: Duration::ZERO,
+            queue: QueueName::DEFAULT,
         }
     }
 }
@@ -156,6 +164,12 @@ impl EnqueueOptions {
     /// ([`EnqueueOptions::delay`]).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The same options with the item put in `queue` ([`EnqueueOptions::queue`]).
+    pub fn queue(mut self, queue: QueueName) -> Self {
+        self.queue = queue;
         self
     }
 
@@ -213,6 +227,8 @@ pub struct Item {
     /// the store does not measure it (one with no clock of its own: etcd,
     /// FoundationDB), and possibly on a repeat of a claim.
     pub waited: Option<Duration>,
+    /// The queue it waits in ([`EnqueueOptions::queue`]).
+    pub queue: QueueName,
 }
 
 impl Item {
@@ -224,7 +240,14 @@ impl Item {
             attempts,
             max_attempts,
             waited: None,
+            queue: QueueName::DEFAULT,
         }
+    }
+
+    /// The same item in `queue`.
+    pub fn with_queue(mut self, queue: QueueName) -> Item {
+        self.queue = queue;
+        self
     }
 
     /// The same item with `waited` as how long it waited to be claimed.
@@ -576,6 +599,24 @@ pub struct ItemCounts {
     pub owned: u64,
     /// In the dead-letter set.
     pub dead_lettered: u64,
+}
+
+/// One queue's items counted by state: an entry of
+/// [`OperatorStore::queue_counts`](crate::OperatorStore::queue_counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// The queue.
+    pub queue: QueueName,
+    /// Its items by state.
+    pub counts: ItemCounts,
+}
+
+impl QueueCounts {
+    /// `counts` of `queue`.
+    pub fn new(queue: QueueName, counts: ItemCounts) -> QueueCounts {
+        QueueCounts { queue, counts }
+    }
 }
 
 impl ItemCounts {

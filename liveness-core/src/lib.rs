@@ -24,6 +24,7 @@ pub mod memory;
 pub mod metrics;
 pub mod prelude;
 mod queue;
+pub mod queue_name;
 pub mod request;
 pub mod session;
 #[cfg(feature = "serde")]
@@ -53,7 +54,7 @@ pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
     error_text, EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
-    Outcome, RequestId, Sweep, DEFAULT_KEY_RETENTION, DEFAULT_MAX_ATTEMPTS, MAX_DELAY,
+    Outcome, QueueCounts, RequestId, Sweep, DEFAULT_KEY_RETENTION, DEFAULT_MAX_ATTEMPTS, MAX_DELAY,
     MAX_ERROR_LEN,
 };
 pub use layer::{Intercept, Layer, Next, Op, Reply, Request, StoreBuilder};
@@ -64,6 +65,7 @@ pub use lease::{
 pub use member::{Claimed, Generation, Member, MemberConfig};
 pub use memory::{MemoryServer, MemoryStore};
 pub use queue::Queue;
+pub use queue_name::{QueueName, MAX_CLAIM_QUEUES, MAX_QUEUE_NAME_LEN};
 pub use session::{Session, SessionConfig};
 pub use standing::LocalDeadline;
 pub use store::{

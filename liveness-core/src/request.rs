@@ -16,9 +16,11 @@ use crate::error::Error;
 use crate::error::{JoinAsk, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
+    QueueCounts,
     RequestId, Sweep,
 };
 use crate::layer::{Intercept, Intercepted};
+use crate::queue_name::QueueName;
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
 use crate::store::{ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime};
@@ -207,6 +209,7 @@ macro_rules! no_facts {
 }
 no_facts!(
     Outcome,
+    Vec<QueueName>,
     Option<u64>,
     RequestId,
     EnqueueOptions,
@@ -483,6 +486,9 @@ store_ops! {
             options: EnqueueOptions => EnqueueOptions) -> Vec<ItemId>;
         Claim ("claim") = claim_request(lease: &Lease => Lease, n: usize => usize,
             req: RequestId => RequestId) -> Vec<Item>;
+        ClaimFrom ("claim") = claim_from(lease: &Lease => Lease,
+            queues: &[QueueName] => Vec<QueueName>, n: usize => usize,
+            req: RequestId => RequestId) -> Vec<Item>;
         Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)
             -> Option<ItemState>;
         FinishWithError = finish_with_error(lease: &Lease => Lease, id: ItemId => ItemId,
@@ -500,6 +506,7 @@ store_ops! {
         Deaths = deaths(before: Option<u64> => Option<u64>, limit: usize => usize)
             -> Vec<DeathRecord>;
         ItemCounts = item_counts() -> ItemCounts;
+        QueueCounts = queue_counts() -> Vec<QueueCounts>;
         Items = items(state: ItemStateKind => ItemStateKind, page: Page<ItemId> => Page<ItemId>)
             -> Vec<ItemRecord>;
         RetryDeadLetter = retry_dead_letter(id: ItemId => ItemId) -> ();

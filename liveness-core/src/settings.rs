@@ -41,6 +41,7 @@ use crate::error::Error;
 use crate::heartbeat::HeartbeatConfig;
 use crate::item::{EnqueueOptions, RequestId, DEFAULT_MAX_ATTEMPTS};
 use crate::member::MemberConfig;
+use crate::queue_name::QueueName;
 use crate::session::SessionConfig;
 use crate::types::{HolderId, Space, Ttl};
 use crate::worker::WorkerConfig;
@@ -316,6 +317,8 @@ pub struct EnqueueForm {
     key: Option<u128>,
     #[serde(default, with = "humantime_serde")]
     delay: Duration,
+    #[serde(default)]
+    queue: QueueName,
 }
 
 fn default_attempts() -> u32 {
@@ -328,7 +331,8 @@ impl TryFrom<EnqueueForm> for EnqueueOptions {
     fn try_from(form: EnqueueForm) -> Result<Self, Error> {
         let mut options = EnqueueOptions::default()
             .max_attempts(form.max_attempts)
-            .delay(form.delay);
+            .delay(form.delay)
+            .queue(form.queue);
         if let Some(key) = form.key {
             options = options.key(RequestId(key));
         }
@@ -343,6 +347,7 @@ impl From<EnqueueOptions> for EnqueueForm {
             max_attempts: options.max_attempts,
             key: options.key.map(|k| k.0),
             delay: options.delay,
+            queue: options.queue,
         }
     }
 }

@@ -20,6 +20,7 @@ mod machines;
 mod operator;
 mod pending;
 mod positions;
+mod queues;
 mod session_sweeps;
 mod sessions;
 mod waits;
@@ -37,6 +38,7 @@ pub use machines::*;
 pub use operator::*;
 pub use pending::*;
 pub use positions::*;
+pub use queues::*;
 pub use session_sweeps::*;
 pub use sessions::*;
 pub use waits::*;
@@ -149,7 +151,10 @@ macro_rules! __scenarios {
             a_retry_waits_its_backoff_before_the_next_claim,
             cancel_removes_what_nobody_runs,
             a_failure_s_error_text_stays_on_its_item,
-            a_claim_says_how_long_its_item_waited
+            a_claim_says_how_long_its_item_waited,
+            named_queues_keep_their_items_apart,
+            an_item_stays_in_its_queue_through_every_hand_back,
+            a_claim_names_its_queues_once_each
             ]
         );
     };

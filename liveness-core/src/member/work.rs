@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::item::Outcome;
+use crate::queue_name::QueueName;
 
 /// An item claimed by a member, bound to the generation that claimed it.
 #[derive(Clone, Debug)]
@@ -90,6 +91,14 @@ impl Member {
     /// whose lease is lost meanwhile needs no repeat: the old token's items are
     /// requeued with it.
     pub async fn claim(&self, n: usize) -> Result<Vec<Claimed>> {
+        self.claim_from(&[QueueName::DEFAULT], n).await
+    }
+
+    /// [`Member::claim`] from the named queues, in the order given (strict
+    /// priority: [`ItemStore::claim_from`](crate::ItemStore::claim_from)). A claim
+    /// repeated after `Unavailable` answers what the lost one took, whatever queues
+    /// it named.
+    pub async fn claim_from(&self, queues: &[QueueName], n: usize) -> Result<Vec<Claimed>> {
         let gen = self.generation();
         if self.inner.leaving.load(Ordering::SeqCst) || gen.check().is_err() {
             return Ok(Vec::new());
@@ -102,7 +111,7 @@ impl Member {
                 .pop()
                 .map_or((RequestId::next(), n), |(_, request, n)| (request, n))
         };
-        let items = match self.inner.store.claim_request(&gen.lease, n, request).await {
+        let items = match self.inner.store.claim_from(&gen.lease, queues, n, request).await {
             Ok(items) => items,
             Err(e) => {
                 if e.is_retryable() {

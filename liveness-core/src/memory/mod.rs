@@ -8,7 +8,7 @@
 //! (which follows tokio's paused time in tests), or a [`ManualClock`](crate::ManualClock)
 //! moved by hand.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::error::{BatchResult, JoinAsk, LostCause, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Sweep,
+    QueueCounts, RequestId, Sweep,
 };
 use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
@@ -29,6 +29,7 @@ use crate::store::{
     check_batch, Capabilities, ItemStore, LeaseStore, OperatorStore, Page, StoreInfo,
 };
 use crate::sync::lock;
+use crate::queue_name::QueueName;
 use crate::types::{FencingToken, Key, Namespace, Space, StoreTime};
 
 mod state;
@@ -72,7 +73,8 @@ impl MemoryServer {
                 .sessions(true)
                 .delays(true)
                 .error_text(true)
-                .key_retention(Some(crate::item::DEFAULT_KEY_RETENTION)),
+                .key_retention(Some(crate::item::DEFAULT_KEY_RETENTION))
+                .queues(true),
         }
     }
 
@@ -290,10 +292,12 @@ impl ItemStore for MemoryStore {
         }
         st.next_item += 1;
         let id = ItemId(st.next_item);
+        let mut record = ItemRecord::pending(id, payload, options.max_attempts);
+        record.item.queue = options.queue;
         st.items.insert(
             id,
             ItemRec {
-                record: ItemRecord::pending(id, payload, options.max_attempts),
+                record,
                 claimed_by: None,
                 ready_at: now,
             },
@@ -318,7 +322,8 @@ impl ItemStore for MemoryStore {
         for payload in payloads {
             st.next_item += 1;
             let id = ItemId(st.next_item);
-            let record = ItemRecord::pending(id, payload, options.max_attempts);
+            let mut record = ItemRecord::pending(id, payload, options.max_attempts);
+            record.item.queue = options.queue;
             let rec = ItemRec {
                 record,
                 claimed_by: None,
@@ -332,6 +337,16 @@ impl ItemStore for MemoryStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
         let now = self.now();
         let mut st = lock(&self.state);
         let last_claim = st.check_current(lease, now)?.last_claim;
@@ -356,10 +371,20 @@ impl ItemStore for MemoryStore {
             rec.last_claim = Some(req);
         }
         st.promote_due(now);
-        let ids: Vec<ItemId> = st.pending.iter().take(n).copied().collect();
+        // The queues in the order given, each lowest id first.
+        let ids: Vec<(QueueName, ItemId)> = queues
+            .iter()
+            .flat_map(|q| {
+                let first = (*q, ItemId(0));
+                st.pending.range(first..).take_while(move |(at, _)| at == q)
+            })
+            .take(n)
+            .copied()
+            .collect();
         let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            st.pending.remove(&id);
+        for key in ids {
+            let id = key.1;
+            st.pending.remove(&key);
             st.owned.entry(lease.token).or_default().insert(id);
             if let Some(rec) = st.items.get_mut(&id) {
                 rec.claimed_by = Some(req);
@@ -493,6 +518,20 @@ impl OperatorStore for MemoryStore {
             owned: st.owned.values().map(|s| s.len() as u64).sum(),
             dead_lettered: st.dead_letters.len() as u64,
         })
+    }
+
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        let st = lock(&self.state);
+        // The model scans: it is written for obviousness.
+        let mut by_queue: BTreeMap<QueueName, Vec<ItemStateKind>> = BTreeMap::new();
+        for rec in st.items.values() {
+            let queue = rec.record.item.queue;
+            by_queue.entry(queue).or_default().push(rec.record.state.kind());
+        }
+        Ok(by_queue
+            .into_iter()
+            .map(|(queue, states)| QueueCounts::new(queue, states.into_iter().collect()))
+            .collect())
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {

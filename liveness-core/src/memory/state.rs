@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Sweep};
+use crate::queue_name::QueueName;
 use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
 use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
 use crate::wake::tick;
@@ -76,7 +77,8 @@ pub(super) struct NsState {
     /// The seq of each dead token's record whose `swept` is still to be filled.
     pub(super) death_of: HashMap<FencingToken, u64>,
     pub(super) items: BTreeMap<ItemId, ItemRec>,
-    pub(super) pending: BTreeSet<ItemId>,
+    /// The due pending items, by (queue, id): a claim takes a queue's lowest ids.
+    pub(super) pending: BTreeSet<(QueueName, ItemId)>,
     /// Pending items not yet due, by (due time by the model's clock, id).
     pub(super) scheduled: BTreeSet<(Duration, ItemId)>,
     pub(super) owned: HashMap<FencingToken, BTreeSet<ItemId>>,
@@ -235,8 +237,9 @@ impl NsState {
         };
         rec.record.revive()?;
         rec.ready_at = now;
+        let queue = rec.record.item.queue;
         self.dead_letters.remove(&id);
-        self.pending.insert(id);
+        self.pending.insert((queue, id));
         tick(&self.pending_wake);
         Ok(())
     }
@@ -244,11 +247,12 @@ impl NsState {
     /// Removes `id` unless it is owned; answers the state it had (`None`: no such
     /// item).
     pub(super) fn cancel(&mut self, id: ItemId) -> Option<ItemState> {
-        let state = self.items.get(&id)?.record.state;
+        let record = &self.items.get(&id)?.record;
+        let (state, queue) = (record.state, record.item.queue);
         match state {
             ItemState::Owned(_) => return Some(state),
             ItemState::Pending => {
-                self.pending.remove(&id);
+                self.pending.remove(&(queue, id));
                 self.scheduled.retain(|(_, held)| *held != id);
             }
             ItemState::DeadLettered => {
@@ -401,15 +405,17 @@ impl NsState {
     /// clock reaches `due`.
     /// Makes item `id` pending at `now`: claimable at once, or held back until `due`.
     pub(super) fn make_pending(&mut self, id: ItemId, due: Option<Duration>, now: Duration) {
-        if let Some(rec) = self.items.get_mut(&id) {
-            rec.ready_at = due.unwrap_or(now);
-        }
+        let Some(rec) = self.items.get_mut(&id) else {
+            return;
+        };
+        rec.ready_at = due.unwrap_or(now);
+        let queue = rec.record.item.queue;
         match due {
             Some(at) => {
                 self.scheduled.insert((at, id));
             }
             None => {
-                self.pending.insert(id);
+                self.pending.insert((queue, id));
                 tick(&self.pending_wake);
             }
         }
@@ -422,7 +428,9 @@ impl NsState {
                 break;
             }
             self.scheduled.pop_first();
-            self.pending.insert(id);
+            if let Some(rec) = self.items.get(&id) {
+                self.pending.insert((rec.record.item.queue, id));
+            }
         }
     }
 

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::item::{EnqueueOptions, Item, ItemId, ItemRecord, ItemState, Outcome, RequestId, Sweep};
 use crate::lease::{DeadToken, Lease};
+use crate::queue_name::QueueName;
 use crate::types::FencingToken;
 #[cfg(doc)]
 use crate::{
@@ -124,6 +125,37 @@ pub trait ItemStore: Send + Sync {
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
         let _ = (lease, n, req);
         unsupported("claim")
+    }
+
+    /// [`ItemStore::claim_request`] from the named queues: assigns up to `n` due
+    /// pending items of `queues`, taking the queues in the order given (strict
+    /// priority: an item of a later queue only when the earlier ones have no more
+    /// due items), each queue in the order `claim_request` promises.
+    /// `claim_request` is this with `[QueueName::DEFAULT]`.
+    ///
+    /// # Contract
+    /// - Everything [`ItemStore::claim_request`] promises, the lease check and the
+    ///   claim ids' rules among it. A repeat of a claim answers the items its first
+    ///   call assigned, whatever queues the repeat names.
+    /// - `queues` holds 1 to [`MAX_CLAIM_QUEUES`](crate::MAX_CLAIM_QUEUES) names,
+    ///   none twice (`InvalidInput` otherwise). A queue with no items is no error.
+    /// - A store without [`Capabilities::queues`] takes only `[QueueName::DEFAULT]`
+    ///   (the default of this method calls `claim_request`); any other list is
+    ///   `InvalidInput` ([`InputProblem::Unsupported`]).
+    ///
+    /// # Retry
+    /// - As [`ItemStore::claim_request`].
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
+        match queues {
+            [only] if only.is_default() => self.claim_request(lease, n, req).await,
+            _ => unsupported("queues"),
+        }
     }
 
     /// Hands an item back as its owner finished it: [`Outcome::Completed`] removes

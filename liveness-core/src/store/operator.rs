@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::item::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
+use crate::item::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, QueueCounts};
+use crate::queue_name::QueueName;
 use crate::lease::{DeathRecord, LeaseInfo};
 use crate::store::items::unsupported;
 use crate::store::Page;
@@ -93,6 +94,25 @@ pub trait OperatorStore: Send + Sync {
     /// - A consistent snapshot (one atomic read).
     async fn item_counts(&self) -> Result<ItemCounts> {
         unsupported("item_counts")
+    }
+
+    /// Counts items by state in each queue: the operator's "how deep is each queue".
+    ///
+    /// # Contract
+    /// - One entry per queue that holds at least one item, in name order (by the
+    ///   name's bytes), each with its items counted by state; the entries add up to
+    ///   what [`OperatorStore::item_counts`] answers.
+    /// - A consistent snapshot (one atomic read), at a cost that grows with the
+    ///   number of queues, never with the number of items.
+    /// - The default, for a store without [`Capabilities::queues`]: its one queue,
+    ///   [`QueueName::DEFAULT`], with [`OperatorStore::item_counts`] (no entry when
+    ///   the store holds no item).
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        let counts = self.item_counts().await?;
+        Ok(match counts == ItemCounts::default() {
+            true => Vec::new(),
+            false => vec![QueueCounts::new(QueueName::DEFAULT, counts)],
+        })
     }
 
     /// Lists a page of the items in one state, lowest id first.
