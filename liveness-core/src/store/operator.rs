@@ -102,8 +102,9 @@ pub trait OperatorStore: Send + Sync {
     /// - One entry per queue that holds at least one item, in name order (by the
     ///   name's bytes), each with its items counted by state; the entries add up to
     ///   what [`OperatorStore::item_counts`] answers.
-    /// - A consistent snapshot (one atomic read), at a cost that grows with the
-    ///   number of queues, never with the number of items.
+    /// - A consistent snapshot (one atomic read), at no more than what
+    ///   [`OperatorStore::item_counts`] costs (a store that counts by scanning its
+    ///   items scans them here too).
     /// - The default, for a store without [`Capabilities::queues`]: its one queue,
     ///   [`QueueName::DEFAULT`], with [`OperatorStore::item_counts`] (no entry when
     ///   the store holds no item).
