@@ -166,12 +166,7 @@ impl Intercept for CheckInput {
                     error,
                 }
             }
-            Request::Claim { lease, n, req } => {
-                lease.check_issuer(issuer)?;
-                let n = caps.clamp_limit("n", n)?;
-                Request::Claim { lease, n, req }
-            }
-            Request::ClaimFrom {
+            Request::Claim {
                 lease,
                 queues,
                 n,
@@ -183,7 +178,7 @@ impl Intercept for CheckInput {
                 for queue in &queues {
                     check_queue(caps, *queue)?;
                 }
-                Request::ClaimFrom {
+                Request::Claim {
                     lease,
                     queues,
                     n,

@@ -638,8 +638,8 @@ impl Checker {
         }
         let _zero = Zero(&self.metrics);
         loop {
-            match crate::store::OperatorStore::item_counts(&*self.store).await {
-                Ok(counts) => self.metrics.set_depth(Some(counts)),
+            match crate::store::OperatorStore::queue_counts(&*self.store).await {
+                Ok(counts) => self.metrics.set_depth(Some(&counts)),
                 Err(e) => tracing::debug!(error = %e, "the checker could not read the item counts"),
             }
             tokio::time::sleep(crate::heartbeat::spread(every, CHECK_JITTER)).await;

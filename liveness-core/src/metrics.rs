@@ -20,6 +20,7 @@ use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::error::{Error, LostCause};
 use crate::events::HolderLoss;
+use crate::queue_name::QueueName;
 use crate::store::Store;
 use crate::types::Space;
 
@@ -63,7 +64,8 @@ pub const STORE_ERRORS_TOTAL: &str = "liveness_store_errors_total";
 
 /// Counter: jobs a [`Worker`](crate::Worker) ran, by how they ended (label
 /// `outcome`: `completed`, `retried`, `dead_lettered`, or `stopped` when the job was
-/// stopped before its handler answered, or its answer was refused).
+/// stopped before its handler answered, or its answer was refused) and by queue
+/// (label [`LABEL_QUEUE`]). The job metrics below carry the queue label too.
 pub const JOBS_TOTAL: &str = "liveness_jobs_total";
 /// Histogram: the time a worker's handler took on one job, from its start to its
 /// answer (a job stopped before it answered is not timed).
@@ -77,11 +79,13 @@ pub const JOB_WAIT_SECONDS: &str = "liveness_job_wait_seconds";
 /// for a whole watch period (label `space`): no checker runs, or the checkers fall
 /// that far behind. 0 again once a look finds none left over.
 pub const UNREAPED_LEASES: &str = "liveness_unreaped_leases";
-/// Gauge: the namespace's items by state (label `state`: `pending`, scheduled and
+/// Gauge: the namespace's items by queue (label [`LABEL_QUEUE`]) and state (label
+/// `state`: `pending`, scheduled and
 /// retries waiting their backoff included; `owned`; `dead_lettered`), as the checker
 /// that runs rounds read them last (every [`CheckerConfig::depth_every`]). A checker
 /// that stops running rounds (an elected one that lost its leadership, or stopped)
-/// sets them to 0, so the maximum over a fleet's processes is the store's count.
+/// sets them to 0, so the maximum over a fleet's processes is the store's count; so
+/// does the next reading for a queue that no longer holds items.
 ///
 /// [`CheckerConfig::depth_every`]: crate::CheckerConfig::depth_every
 pub const ITEMS: &str = "liveness_items";
@@ -89,6 +93,8 @@ pub const ITEMS: &str = "liveness_items";
 pub const LABEL_BACKEND: &str = "backend";
 /// The label of the store handle's namespace.
 pub const LABEL_NAMESPACE: &str = "namespace";
+/// The label of a job's queue ([`QueueName`](crate::QueueName)).
+pub const LABEL_QUEUE: &str = "queue";
 
 /// Every metric name, for documentation checks and exporters that describe them.
 pub const ALL: &[&str] = &[
@@ -151,6 +157,13 @@ impl Labels {
                 store.issuer().namespace().as_str().to_owned(),
             ),
         ]))
+    }
+
+    /// These labels and a job's queue ([`LABEL_QUEUE`]).
+    pub(crate) fn queue(&self, queue: QueueName) -> Labels {
+        let mut labels = self.0.to_vec();
+        labels.push(Label::new(LABEL_QUEUE, queue.as_str().to_owned()));
+        Labels(Arc::from(labels))
     }
 
     fn with(&self, extra: &[StaticLabel]) -> Vec<Label> {
@@ -274,8 +287,10 @@ pub(crate) struct CheckerMetrics {
     pub(crate) deaths: Counter,
     pub(crate) requeued: Counter,
     pub(crate) dead_lettered: Counter,
-    /// [`ITEMS`]: pending, owned, dead-lettered.
-    pub(crate) depth: [Gauge; 3],
+    /// The labels of the [`ITEMS`] gauges.
+    labels: Labels,
+    /// [`ITEMS`] of each queue reported so far: pending, owned, dead-lettered.
+    depth: Arc<std::sync::Mutex<std::collections::BTreeMap<QueueName, [Gauge; 3]>>>,
 }
 
 impl std::fmt::Debug for CheckerMetrics {
@@ -295,18 +310,34 @@ impl CheckerMetrics {
             deaths: labels.counter(DEATHS_TOTAL, &[]),
             requeued: labels.counter(ITEMS_REQUEUED_TOTAL, &[]),
             dead_lettered: labels.counter(ITEMS_DEAD_LETTERED_TOTAL, &[]),
-            depth: ["pending", "owned", "dead_lettered"]
-                .map(|state| labels.gauge(ITEMS, &[("state", state)])),
+            labels,
+            depth: Arc::default(),
         }
     }
 
-    /// Sets [`ITEMS`] to `counts` (`None`: zero, the checker no longer reports).
-    pub(crate) fn set_depth(&self, counts: Option<crate::item::ItemCounts>) {
-        let [pending, owned, dead] = &self.depth;
-        let c = counts.unwrap_or_default();
-        pending.set(c.pending as f64);
-        owned.set(c.owned as f64);
-        dead.set(c.dead_lettered as f64);
+    /// Sets [`ITEMS`] to `counts`, each queue's (`None`: zero, the checker no longer
+    /// reports). A queue reported before and missing from `counts` holds no item
+    /// any more: zero.
+    pub(crate) fn set_depth(&self, counts: Option<&[crate::item::QueueCounts]>) {
+        let mut depth = crate::sync::lock(&self.depth);
+        let counts = counts.unwrap_or_default();
+        for c in counts {
+            depth.entry(c.queue).or_insert_with(|| {
+                let labels = self.labels.queue(c.queue);
+                ["pending", "owned", "dead_lettered"]
+                    .map(|state| labels.gauge(ITEMS, &[("state", state)]))
+            });
+        }
+        for (queue, [pending, owned, dead]) in depth.iter() {
+            let c = counts
+                .iter()
+                .find(|c| c.queue == *queue)
+                .map(|c| c.counts)
+                .unwrap_or_default();
+            pending.set(c.pending as f64);
+            owned.set(c.owned as f64);
+            dead.set(c.dead_lettered as f64);
+        }
     }
 }
 

@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::item::{EnqueueOptions, ItemId};
+use crate::queue_name::QueueName;
 use crate::store::Store;
 
-/// Adds items to a store's queue: what a producer holds, without the lease and
-/// checker calls of the [`Store`] itself.
+/// Adds items to one of a store's queues: what a producer holds, without the lease
+/// and checker calls of the [`Store`] itself. [`Queue::new`] adds to
+/// [`QueueName::DEFAULT`], [`Queue::named`] to a named queue (on a store with
+/// [`Capabilities::queues`](crate::Capabilities::queues)).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -31,12 +34,46 @@ use crate::store::Store;
 #[derive(Clone, Debug)]
 pub struct Queue {
     store: Arc<dyn Store>,
+    name: QueueName,
 }
 
 impl Queue {
-    /// A producer on `store`.
+    /// A producer on `store`'s default queue ([`QueueName::DEFAULT`]).
     pub fn new(store: Arc<dyn Store>) -> Queue {
-        Queue { store }
+        Queue {
+            store,
+            name: QueueName::DEFAULT,
+        }
+    }
+
+    /// A producer on `store`'s queue `name`: every item it adds waits there, for the
+    /// [`Worker`](crate::Worker)s that name it ([`WorkerConfig::queues`](crate::WorkerConfig::queues)).
+    /// `InvalidInput` (`what: "queue"`) when `name` is no queue name
+    /// ([`QueueName::new`]); adding to a queue other than the default on a store
+    /// without [`Capabilities::queues`](crate::Capabilities::queues) is
+    /// `InvalidInput` ([`InputProblem::Unsupported`](crate::InputProblem::Unsupported)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use liveness_core::{MemoryStore, Queue};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> liveness_core::Result<()> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let mail = Queue::named(store.clone(), "mail")?;
+    /// mail.enqueue(b"welcome 42").await?;
+    /// assert_eq!(mail.name().as_str(), "mail");
+    /// # Ok(()) }
+    /// ```
+    pub fn named(store: Arc<dyn Store>, name: &str) -> Result<Queue> {
+        Ok(Queue {
+            store,
+            name: QueueName::new(name)?,
+        })
+    }
+
+    /// The queue this producer adds to.
+    pub fn name(&self) -> QueueName {
+        self.name
     }
 
     /// Adds a pending item carrying `payload`, with the default options.
@@ -55,9 +92,10 @@ impl Queue {
     }
 
     /// Adds a pending item carrying `payload` with `options` (attempts, idempotency
-    /// key, delay): [`ItemStore::enqueue`](crate::ItemStore::enqueue).
+    /// key, delay): [`ItemStore::enqueue`](crate::ItemStore::enqueue), in this
+    /// producer's queue (whatever queue `options` names).
     pub async fn enqueue_with(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
-        self.store.enqueue(payload, options).await
+        self.store.enqueue(payload, options.queue(self.name)).await
     }
 
     /// Adds one item per payload, in order, with the default options; answers their
@@ -72,7 +110,8 @@ impl Queue {
     }
 
     /// [`Queue::enqueue_many`] with `options` for every item (attempts, a delay: a
-    /// scheduled batch). An idempotency key names one item: `InvalidInput` here.
+    /// scheduled batch), in this producer's queue. An idempotency key names one item:
+    /// `InvalidInput` here.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -91,6 +130,7 @@ impl Queue {
         payloads: &[P],
         options: EnqueueOptions,
     ) -> Result<Vec<ItemId>> {
+        let options = options.queue(self.name);
         let batch = self.store.capabilities().max_batch.max(1);
         let mut ids = Vec::with_capacity(payloads.len());
         for chunk in payloads.chunks(batch) {

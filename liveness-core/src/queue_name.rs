@@ -211,7 +211,10 @@ mod tests {
         }
         assert_eq!(QueueName::DEFAULT.as_str(), "default");
         assert!(QueueName::new("default").unwrap().is_default());
-        assert_eq!(format!("{:?}", QueueName::DEFAULT), "QueueName(\"default\")");
+        assert_eq!(
+            format!("{:?}", QueueName::DEFAULT),
+            "QueueName(\"default\")"
+        );
     }
 
     #[test]

@@ -16,12 +16,11 @@ use crate::error::Error;
 use crate::error::{JoinAsk, Result};
 use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    QueueCounts,
-    RequestId, Sweep,
+    QueueCounts, RequestId, Sweep,
 };
 use crate::layer::{Intercept, Intercepted};
-use crate::queue_name::QueueName;
 use crate::lease::{Acquire, DeadToken, DeathRecord, ExpiredLease, Lease, LeaseInfo};
+use crate::queue_name::QueueName;
 use crate::store::{ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart};
 use crate::types::{FencingToken, HolderId, Key, Space, StoreTime};
 
@@ -352,6 +351,23 @@ macro_rules! intercepted_extras {
         fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
             self.inner().pending()
         }
+        // Written as `async_trait` expands it: the attribute does not see into this
+        // macro. The claim travels as `Op::Claim`, from the default queue.
+        fn claim_request<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            lease: &'life1 Lease,
+            n: usize,
+            req: RequestId,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Vec<Item>>> + Send + 'async_trait>,
+        >
+        where
+            'life0: 'async_trait,
+            'life1: 'async_trait,
+            Self: 'async_trait,
+        {
+            Box::pin(async move { self.claim_from(lease, &[QueueName::DEFAULT], n, req).await })
+        }
     };
     (OperatorStore) => {};
 }
@@ -368,7 +384,8 @@ macro_rules! store_ops {
         /// A store operation: one variant per round-trip method of [`LeaseStore`],
         /// [`ItemStore`] and [`OperatorStore`] (a store writes each of them). The
         /// one-entry forms [`Store`] gives (`renew`, `acquire`, ...) travel as their
-        /// batch; `claim_request` is [`Op::Claim`].
+        /// batch; `claim_from` is [`Op::Claim`], and `claim_request` travels as it,
+        /// with the default queue.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum Op {$($(
@@ -484,9 +501,7 @@ store_ops! {
             -> ItemId;
         EnqueueMany = enqueue_many(payloads: &[Vec<u8>] => Vec<Vec<u8>>,
             options: EnqueueOptions => EnqueueOptions) -> Vec<ItemId>;
-        Claim ("claim") = claim_request(lease: &Lease => Lease, n: usize => usize,
-            req: RequestId => RequestId) -> Vec<Item>;
-        ClaimFrom ("claim") = claim_from(lease: &Lease => Lease,
+        Claim ("claim") = claim_from(lease: &Lease => Lease,
             queues: &[QueueName] => Vec<QueueName>, n: usize => usize,
             req: RequestId => RequestId) -> Vec<Item>;
         Finish = finish(lease: &Lease => Lease, id: ItemId => ItemId, outcome: Outcome => Outcome)

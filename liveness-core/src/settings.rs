@@ -271,6 +271,8 @@ pub struct WorkerForm {
     retry_first: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     retry_max: Option<Duration>,
+    #[serde(default)]
+    queues: Option<Vec<QueueName>>,
 }
 
 impl TryFrom<WorkerForm> for WorkerConfig {
@@ -289,6 +291,9 @@ impl TryFrom<WorkerForm> for WorkerConfig {
         let first = form.retry_first.unwrap_or(config.retry_first);
         let max = form.retry_max.unwrap_or(config.retry_max);
         config = config.retry_backoff(first, max);
+        if let Some(queues) = form.queues {
+            config = config.queues(queues);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -303,6 +308,7 @@ impl From<WorkerConfig> for WorkerForm {
             checker: config.checker,
             retry_first: Some(config.retry_first),
             retry_max: Some(config.retry_max),
+            queues: Some(config.queues),
         }
     }
 }

@@ -65,6 +65,7 @@ use crate::events::EventBus;
 use crate::item::{error_text, ItemId, ItemState, Outcome};
 use crate::member::{Claimed, Member, MemberConfig};
 use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS, JOB_WAIT_SECONDS};
+use crate::queue_name::QueueName;
 use crate::store::Store;
 use crate::types::{FencingToken, Ttl};
 use crate::wake::woken;
@@ -99,6 +100,11 @@ impl Job {
     /// How many times the item has been claimed, this claim included.
     pub fn attempts(&self) -> u32 {
         self.claimed.item.attempts
+    }
+
+    /// The queue the item waited in.
+    pub fn queue(&self) -> QueueName {
+        self.claimed.item.queue
     }
 
     /// How many claims the item gets before it is dead-lettered.
@@ -199,6 +205,13 @@ pub struct WorkerConfig {
     /// The longest wait before a retry; default 10 minutes, at most
     /// [`MAX_DELAY`](crate::MAX_DELAY).
     pub retry_max: Duration,
+    /// The queues the worker claims from, in this order (strict priority: items of
+    /// a later queue only while the earlier ones have none due;
+    /// [`ItemStore::claim_from`](crate::ItemStore::claim_from)); 1 to
+    /// [`MAX_CLAIM_QUEUES`](crate::MAX_CLAIM_QUEUES), each once. Default
+    /// `[QueueName::DEFAULT]`; others need
+    /// [`Capabilities::queues`](crate::Capabilities::queues).
+    pub queues: Vec<QueueName>,
 }
 
 impl WorkerConfig {
@@ -211,7 +224,22 @@ impl WorkerConfig {
             checker: true,
             retry_first: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
+            queues: vec![QueueName::DEFAULT],
         })
+    }
+
+    /// The same, claiming from `queues` in this order ([`WorkerConfig::queues`]).
+    ///
+    /// ```
+    /// use liveness_core::{QueueName, Ttl, WorkerConfig};
+    /// let config = WorkerConfig::new("mailer-1", Ttl::from_secs(10)?)?
+    ///     .queues([QueueName::new("urgent")?, QueueName::new("mail")?]);
+    /// assert_eq!(config.queues.len(), 2);
+    /// # Ok::<(), liveness_core::Error>(())
+    /// ```
+    pub fn queues(mut self, queues: impl IntoIterator<Item = QueueName>) -> Self {
+        self.queues = queues.into_iter().collect();
+        self
     }
 
     /// The same, waiting `first` before a failed job's first retry, doubling per
@@ -276,6 +304,7 @@ impl WorkerConfig {
                 },
             ));
         }
+        crate::queue_name::check_claim_queues(&self.queues)?;
         if self.retry_first > self.retry_max {
             return Err(Error::invalid(
                 "retry_first",
@@ -337,8 +366,9 @@ struct JobMetrics {
 }
 
 impl JobMetrics {
-    fn of(store: &dyn Store) -> JobMetrics {
-        let labels = Labels::of(store);
+    /// The handles of the jobs of `queue` on `store`.
+    fn of(store: &dyn Store, queue: QueueName) -> JobMetrics {
+        let labels = Labels::of(store).queue(queue);
         let ended = ["completed", "retried", "dead_lettered", "stopped"]
             .map(|outcome| labels.counter(JOBS_TOTAL, &[("outcome", outcome)]));
         JobMetrics {
@@ -386,7 +416,11 @@ impl Worker {
         };
         let member = Member::join(store.clone(), config.member.clone()).await?;
         let stop = CancellationToken::new();
-        let metrics = JobMetrics::of(&*store);
+        let metrics = config
+            .queues
+            .iter()
+            .map(|q| (*q, JobMetrics::of(&*store, *q)))
+            .collect();
         let delays = store.capabilities().delays;
         let run = Run {
             store,
@@ -394,6 +428,7 @@ impl Worker {
             handler: Arc::new(handler),
             concurrency: config.concurrency,
             poll: config.poll,
+            queues: config.queues.clone(),
             retries: delays.then(|| config.clone()),
             stop: stop.clone(),
             metrics,
@@ -474,10 +509,13 @@ struct Run<F> {
     handler: Arc<F>,
     concurrency: usize,
     poll: Duration,
+    /// The queues it claims from, in order.
+    queues: Vec<QueueName>,
     /// The retry backoff, on a store that keeps delays (none: retried at once).
     retries: Option<WorkerConfig>,
     stop: CancellationToken,
-    metrics: JobMetrics,
+    /// The job metrics of each of its queues.
+    metrics: Vec<(QueueName, JobMetrics)>,
 }
 
 impl<F, Fut> Run<F>
@@ -487,6 +525,16 @@ where
 {
     /// Claims while slots are free and runs each item, until told to stop; answers
     /// the jobs still running and what the finished ones came to.
+    /// The job metrics of `queue` (one the worker claims from; the first queue's
+    /// for an answer from elsewhere, which a store never gives).
+    fn metrics_of(&self, queue: QueueName) -> JobMetrics {
+        let found = self.metrics.iter().find(|(q, _)| *q == queue);
+        match found.or(self.metrics.first()) {
+            Some((_, metrics)) => metrics.clone(),
+            None => JobMetrics::of(&*self.store, queue),
+        }
+    }
+
     async fn claim_and_run(self) -> (JoinSet<End>, WorkerReport) {
         let mut running = JoinSet::new();
         let mut report = WorkerReport::default();
@@ -501,15 +549,15 @@ where
             }
             let free = self.concurrency.saturating_sub(running.len());
             if free > 0 {
-                match self.member.claim(free).await {
+                match self.member.claim_from(&self.queues, free).await {
                     Ok(items) if !items.is_empty() => {
                         idle = Backoff::new(first, self.poll);
                         for claimed in items {
+                            let metrics = self.metrics_of(claimed.item.queue);
                             if let Some(waited) = claimed.item.waited {
-                                self.metrics.waited.record(waited);
+                                metrics.waited.record(waited);
                             }
                             let (member, handler) = (self.member.clone(), self.handler.clone());
-                            let metrics = self.metrics.clone();
                             // The backoff before a retry; none on a store without delays.
                             let wait = self
                                 .retries
@@ -519,6 +567,7 @@ where
                             let span = tracing::info_span!(
                                 "liveness.job",
                                 item = %claimed.item.id,
+                                queue = %claimed.item.queue,
                                 attempt = claimed.item.attempts,
                                 token = %claimed.lease.token,
                             );

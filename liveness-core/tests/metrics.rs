@@ -402,36 +402,52 @@ async fn leases_left_unreaped_set_the_gauge_until_a_checker_reaps_them() {
     assert_eq!(gauge(UNREAPED_LEASES, ns, &space), Some(0.0));
 }
 
-/// The checker that runs rounds reads the item counts into the depth gauge every
-/// `depth_every`, and sets it to 0 when it stops: the maximum over a fleet is the
-/// store's count.
+/// The checker that runs rounds reads the item counts of each queue into the depth
+/// gauge every `depth_every`, sets a queue that no longer holds items to 0, and sets
+/// every queue to 0 when it stops: the maximum over a fleet is the store's count.
 #[tokio::test(start_paused = true)]
-async fn the_checker_reports_the_items_by_state_and_zero_once_stopped() {
+async fn the_checker_reports_the_items_by_queue_and_state_and_zero_once_stopped() {
     let ns = "metrics_depth";
     let store = store(ns);
-    let depth = |state: &str| gauge(ITEMS, ns, &[("state", state)]);
+    let depth = |queue: &str, state: &str| gauge(ITEMS, ns, &[("queue", queue), ("state", state)]);
     let queue = Queue::new(store.clone());
     for _ in 0..3 {
         queue.enqueue(b"job").await.unwrap();
     }
+    let mail = Queue::named(store.clone(), "mail").unwrap();
+    let letter = mail.enqueue(b"letter").await.unwrap();
     let config = CheckerConfig::default().depth_every(Duration::from_secs(10));
     let checker = Checker::new(store.clone(), config).spawn();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(depth("pending"), Some(3.0));
+    assert_eq!(depth("default", "pending"), Some(3.0));
+    assert_eq!(depth("mail", "pending"), Some(1.0));
     assert_eq!(
-        (depth("owned"), depth("dead_lettered")),
+        (depth("default", "owned"), depth("default", "dead_lettered")),
         (Some(0.0), Some(0.0))
     );
-    // One claimed: seen at the next read, within a period.
+    // One claimed, the letter cancelled: seen at the next read, within a period.
     let member = join_w(store.clone()).await;
     let claimed = member.claim(1).await.unwrap();
     assert_eq!(claimed.len(), 1);
+    store.cancel(letter).await.unwrap();
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(
-        (depth("pending"), depth("owned"), depth("dead_lettered")),
+        (
+            depth("default", "pending"),
+            depth("default", "owned"),
+            depth("default", "dead_lettered")
+        ),
         (Some(2.0), Some(1.0), Some(0.0))
     );
+    assert_eq!(
+        depth("mail", "pending"),
+        Some(0.0),
+        "an emptied queue reads 0"
+    );
     checker.stop().await;
-    assert_eq!((depth("pending"), depth("owned")), (Some(0.0), Some(0.0)));
+    assert_eq!(
+        (depth("default", "pending"), depth("default", "owned")),
+        (Some(0.0), Some(0.0))
+    );
     member.leave(Duration::ZERO).await.unwrap();
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, InputProblem, ItemId, ItemState, JobError, Queue, Store, Worker,
-    WorkerConfig, WorkerHandle,
+    EnqueueOptions, Error, InputProblem, ItemId, ItemState, JobError, Queue, QueueName, Store,
+    Worker, WorkerConfig, WorkerHandle,
 };
 use tokio::time::Instant;
 
@@ -494,4 +494,63 @@ async fn typed_jobs_read_back_and_a_foreign_payload_is_dead_lettered_at_once() {
     assert_eq!(store.item(typed).await.unwrap(), None, "completed");
     let record = store.item(foreign).await.unwrap().unwrap();
     assert_eq!(record.item.attempts, 1, "not tried again: {record:?}");
+}
+
+/// A worker claims only from the queues it names, the earlier first: with one slot,
+/// every urgent job runs before any mail, and a job of another queue waits for a
+/// worker that names it. A queue list with a name twice is refused.
+#[tokio::test(start_paused = true)]
+async fn a_worker_runs_its_queues_in_order_and_no_other() {
+    let store = memory();
+    let mail = Queue::named(store.clone(), "mail").unwrap();
+    let urgent = Queue::named(store.clone(), "urgent").unwrap();
+    mail.enqueue_many(&[b"m1", b"m2"]).await.unwrap();
+    urgent.enqueue_many(&[b"u1", b"u2"]).await.unwrap();
+    let other = Queue::new(store.clone()).enqueue(b"d1").await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = order.clone();
+    let queues = [
+        QueueName::new("urgent").unwrap(),
+        QueueName::new("mail").unwrap(),
+    ];
+    let twice = config("w", 1).queues([queues[0], queues[0]]);
+    let refused = Worker::start(store.clone(), twice, |_| async { Ok(()) }).await;
+    assert!(matches!(
+        refused,
+        Err(Error::InvalidInput { what: "queues", .. })
+    ));
+    let worker = Worker::start(store.clone(), config("w", 1).queues(queues), move |job| {
+        let seen = seen.clone();
+        async move {
+            let name = String::from_utf8_lossy(job.payload()).into_owned();
+            seen.lock().unwrap().push((job.queue().to_string(), name));
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while order.lock().unwrap().len() < 4 {
+        assert!(Instant::now() < until, "ran {:?}", order.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    worker.shutdown(Duration::from_secs(1)).await.unwrap();
+    let ran: Vec<(String, String)> = order.lock().unwrap().clone();
+    let want = [
+        ("urgent", "u1"),
+        ("urgent", "u2"),
+        ("mail", "m1"),
+        ("mail", "m2"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(q, p)| (q.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(ran, want);
+    let left = store.item(other).await.unwrap().map(|r| r.state);
+    assert_eq!(
+        left,
+        Some(ItemState::Pending),
+        "the default queue is not named"
+    );
 }

@@ -175,22 +175,25 @@ pub async fn an_item_stays_in_its_queue_through_every_hand_back(ctx: Ctx) {
         return;
     }
     let s = &ctx.store;
-    let a = s
-        .enqueue(b"a", on("mail").max_attempts(5))
-        .await
-        .unwrap();
+    let a = s.enqueue(b"a", on("mail").max_attempts(5)).await.unwrap();
     let b = s.enqueue(b"b", on("reports")).await.unwrap();
     let lease = ctx.grant(&member_key("w"), &holder("w"), ctx.long).await;
 
     // A retry at once: pending in mail, not claimed from the default queue.
-    assert_eq!(ids_in(&claim_from(s, &lease, &["mail"], 1).await), [(a, "mail")]);
+    assert_eq!(
+        ids_in(&claim_from(s, &lease, &["mail"], 1).await),
+        [(a, "mail")]
+    );
     let r = s.finish(&lease, a, Outcome::RETRY).await.unwrap();
     assert_eq!(r, Some(ItemState::Pending));
     assert!(claim_from(s, &lease, &["default"], 1).await.is_empty());
 
     // A repeat of a claim answers its items, whatever it names.
     let req = RequestId::next();
-    let got = s.claim_from(&lease, &[queue("mail")], 1, req).await.unwrap();
+    let got = s
+        .claim_from(&lease, &[queue("mail")], 1, req)
+        .await
+        .unwrap();
     assert_eq!(ids_in(&got), [(a, "mail")]);
     let again = s
         .claim_from(&lease, &[queue("other")], 1, req)
@@ -202,7 +205,10 @@ pub async fn an_item_stays_in_its_queue_through_every_hand_back(ctx: Ctx) {
     let r = s.finish(&lease, a, Outcome::DeadLetter).await.unwrap();
     assert_eq!(r, Some(ItemState::DeadLettered));
     s.retry_dead_letter(a).await.unwrap();
-    assert_eq!(ids_in(&claim_from(s, &lease, &["mail"], 1).await), [(a, "mail")]);
+    assert_eq!(
+        ids_in(&claim_from(s, &lease, &["mail"], 1).await),
+        [(a, "mail")]
+    );
 
     // The sweep of a dead owner: both back to pending, each in its own queue.
     let dying = ctx.grant(&member_key("d"), &holder("d"), ctx.long).await;
@@ -217,7 +223,10 @@ pub async fn an_item_stays_in_its_queue_through_every_hand_back(ctx: Ctx) {
         assert_eq!(record.state, ItemState::Pending);
         assert_eq!(record.item.queue.as_str(), name);
     }
-    assert_eq!(ids_in(&claim_from(s, &lease, &["mail"], 5).await), [(a, "mail")]);
+    assert_eq!(
+        ids_in(&claim_from(s, &lease, &["mail"], 5).await),
+        [(a, "mail")]
+    );
 
     if !ctx.caps().delays {
         return;
@@ -229,7 +238,9 @@ pub async fn an_item_stays_in_its_queue_through_every_hand_back(ctx: Ctx) {
         .await
         .unwrap();
     let later = s.enqueue(b"later", on("later").delay(wait)).await.unwrap();
-    assert!(claim_from(s, &lease, &["mail", "later"], 5).await.is_empty());
+    assert!(claim_from(s, &lease, &["mail", "later"], 5)
+        .await
+        .is_empty());
     tokio::time::sleep(wait + Duration::from_millis(750)).await;
     assert!(claim_from(s, &lease, &["default"], 5).await.is_empty());
     let got = claim_from(s, &lease, &["later", "mail"], 5).await;
@@ -255,10 +266,7 @@ pub async fn a_claim_names_its_queues_once_each(ctx: Ctx) {
         assert_invalid(r, "queues");
     }
     let key = RequestId::random();
-    let first = s
-        .enqueue(b"k", on("mail").key(key))
-        .await
-        .unwrap();
+    let first = s.enqueue(b"k", on("mail").key(key)).await.unwrap();
     let again = s.enqueue(b"k", on("reports").key(key)).await.unwrap();
     assert_eq!(first, again, "a key names one item, whatever its queue");
     let mut queues = many[..MAX_CLAIM_QUEUES - 1].to_vec();

@@ -111,7 +111,12 @@ impl Member {
                 .pop()
                 .map_or((RequestId::next(), n), |(_, request, n)| (request, n))
         };
-        let items = match self.inner.store.claim_from(&gen.lease, queues, n, request).await {
+        let items = match self
+            .inner
+            .store
+            .claim_from(&gen.lease, queues, n, request)
+            .await
+        {
             Ok(items) => items,
             Err(e) => {
                 if e.is_retryable() {

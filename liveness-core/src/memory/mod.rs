@@ -25,11 +25,11 @@ use crate::item::{
 use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
 };
+use crate::queue_name::QueueName;
 use crate::store::{
     check_batch, Capabilities, ItemStore, LeaseStore, OperatorStore, Page, StoreInfo,
 };
 use crate::sync::lock;
-use crate::queue_name::QueueName;
 use crate::types::{FencingToken, Key, Namespace, Space, StoreTime};
 
 mod state;
@@ -526,7 +526,10 @@ impl OperatorStore for MemoryStore {
         let mut by_queue: BTreeMap<QueueName, Vec<ItemStateKind>> = BTreeMap::new();
         for rec in st.items.values() {
             let queue = rec.record.item.queue;
-            by_queue.entry(queue).or_default().push(rec.record.state.kind());
+            by_queue
+                .entry(queue)
+                .or_default()
+                .push(rec.record.state.kind());
         }
         Ok(by_queue
             .into_iter()

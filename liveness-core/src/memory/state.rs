@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
 use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Sweep};
-use crate::queue_name::QueueName;
 use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
+use crate::queue_name::QueueName;
 use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
 use crate::wake::tick;
 

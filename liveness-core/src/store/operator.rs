@@ -6,8 +6,8 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::item::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, QueueCounts};
-use crate::queue_name::QueueName;
 use crate::lease::{DeathRecord, LeaseInfo};
+use crate::queue_name::QueueName;
 use crate::store::items::unsupported;
 use crate::store::Page;
 use crate::types::{Key, Space, StoreTime};
