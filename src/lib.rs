@@ -63,9 +63,9 @@ pub use liveness_core::{
     EnqueueOptions, Error, Event, EventBus, FencingToken, Generation, HeartbeatConfig, HolderId,
     HolderLoss, InputProblem, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Key,
     Leadership, Lease, LeaseInfo, LeaseStatus, LocalDeadline, LostCause, Member, MemberConfig,
-    MemoryServer, MemoryStore, Name, Namespace, Page, Result, RoundReport, Session, SessionConfig,
-    Skipped, Space, Store, StoreTime, Sweep, Swept, Ttl, DEFAULT_MAX_ATTEMPTS, MAX_DELAY,
-    MAX_NAMESPACE_LEN, MAX_NAME_LEN,
+    MemoryServer, MemoryStore, Name, Namespace, Page, QueueCounts, QueueName, Result, RoundReport,
+    Session, SessionConfig, Skipped, Space, Store, StoreTime, Sweep, Swept, Ttl,
+    DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_QUEUES, MAX_DELAY, MAX_NAMESPACE_LEN, MAX_NAME_LEN,
 };
 // The worker runner and the producer's handle.
 pub use liveness_core::{Job, JobError, Queue, Worker, WorkerConfig, WorkerHandle, WorkerReport};

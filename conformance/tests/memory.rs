@@ -12,7 +12,8 @@ fn server() -> &'static MemoryServer {
             Capabilities::default()
                 .death_retention(20)
                 .sessions(true)
-                .error_text(true),
+                .error_text(true)
+                .queues(true),
         )
     })
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use liveness_core::{
     DeathRecord, HolderId, ItemCounts, ItemId, ItemRecord, ItemStateKind, Key, LeaseInfo, Name,
-    Page, StoreTime,
+    Page, QueueCounts, StoreTime,
 };
 use serde::Deserialize;
 
@@ -156,6 +156,8 @@ pub(crate) struct Snapshot {
     pub now: Result<StoreTime, String>,
     pub members: Result<Members, String>,
     pub deaths: Result<Vec<DeathRecord>, String>,
+    /// Each queue's items by state, in name order.
+    pub queues: Result<Vec<QueueCounts>, String>,
     pub counts: Result<ItemCounts, String>,
     pub items: Result<Vec<ItemRecord>, String>,
 }
@@ -194,11 +196,11 @@ pub(crate) async fn read(shared: &Shared, view: &View) -> Snapshot {
     let store = &shared.store;
     let t = shared.options.timeout;
     let size = shared.options.page_size;
-    let (now, members, deaths, counts, items) = tokio::join!(
+    let (now, members, deaths, queues, items) = tokio::join!(
         within(t, store.store_time()),
         within(t, read_members(shared, view)),
         within(t, store.deaths(view.d, size)),
-        within(t, store.item_counts()),
+        within(t, store.queue_counts()),
         within(
             t,
             store.items(
@@ -210,10 +212,20 @@ pub(crate) async fn read(shared: &Shared, view: &View) -> Snapshot {
             )
         ),
     );
+    // The totals are the queues' sums: one read, one snapshot.
+    let counts = queues.as_ref().map_err(Clone::clone).map(|queues| {
+        queues.iter().fold(ItemCounts::default(), |mut sum, q| {
+            sum.pending += q.counts.pending;
+            sum.owned += q.counts.owned;
+            sum.dead_lettered += q.counts.dead_lettered;
+            sum
+        })
+    });
     Snapshot {
         now,
         members,
         deaths,
+        queues,
         counts,
         items,
     }

@@ -347,6 +347,7 @@ fn item_row(r: &ItemRecord) -> Markup {
     html! {
         tr.item data-id=(item.id.0) {
             td.num { (item.id.0) }
+            td.mono.queue { (item.queue) }
             td.mono.payload { (data::preview(&item.payload, PREVIEW)) }
             td.num { (item.attempts) "/" (item.max_attempts) }
             td.mono.error title=[r.last_error.as_deref()] {
@@ -394,12 +395,29 @@ fn items(view: &View, snap: &Snapshot, size: usize) -> Markup {
                     button #retry-all type="button" { "retry all" }
                 }
             }
+            @if let Ok(queues) = &snap.queues {
+                @if queues.iter().any(|q| !q.queue.is_default()) {
+                    table #queues {
+                        thead { tr { th { "queue" } th { "pending" } th { "owned" } th { "dead-lettered" } } }
+                        tbody {
+                            @for q in queues {
+                                tr.queue data-queue=(q.queue) {
+                                    td.mono { (q.queue) }
+                                    td.num { (thousands(q.counts.pending)) }
+                                    td.num { (thousands(q.counts.owned)) }
+                                    td.num { (thousands(q.counts.dead_lettered)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             @match &snap.items {
                 Err(_) => p.muted { "not available" },
                 Ok(rows) if rows.is_empty() => p.muted { "None " (state.as_str()) "." },
                 Ok(rows) => {
                     table {
-                        thead { tr { th { "id" } th { "payload" } th { "attempts" } th { "last error" } th {} } }
+                        thead { tr { th { "id" } th { "queue" } th { "payload" } th { "attempts" } th { "last error" } th {} } }
                         tbody { @for r in rows { (item_row(r)) } }
                     }
                     p.pager {

@@ -198,6 +198,37 @@ impl Intercept for Outage {
     }
 }
 
+/// With items in named queues, the page counts each queue, and each item says its
+/// queue; with the default queue alone, no queue table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_counts_each_queue() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let app = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    liveness_core::Queue::new(store.clone())
+        .enqueue(b"d1")
+        .await
+        .unwrap();
+    let (_, page) = get(&app, "/parts").await;
+    assert!(!page.contains("id=\"queues\""), "{page}");
+    let mail = liveness_core::Queue::named(store.clone(), "mail").unwrap();
+    mail.enqueue_many(&[b"m1", b"m2"]).await.unwrap();
+    let (status, page) = get(&app, "/parts").await;
+    assert_eq!(status, StatusCode::OK);
+    let table = &page[page.find("id=\"queues\"").expect("a queue table")..];
+    let rows: Vec<&str> = table.split("data-queue=").skip(1).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(
+        rows[0].starts_with("\"default\"") && rows[1].starts_with("\"mail\""),
+        "{table}"
+    );
+    assert!(rows[1].contains(">2<"), "{}", rows[1]);
+    let (_, page) = get(&app, "/parts?i=pending").await;
+    assert!(
+        page.contains("<td class=\"mono queue\">mail</td>"),
+        "{page}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_says_when_the_store_does_not_answer() {
     let outage = Arc::new(Outage::default());

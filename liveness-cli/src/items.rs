@@ -57,6 +57,8 @@ struct ItemRow {
     state: &'static str,
     /// The owning token, for an owned item.
     owner: Option<u64>,
+    /// The queue it waits in.
+    queue: String,
     attempts: u32,
     max_attempts: u32,
     payload_bytes: usize,
@@ -80,6 +82,7 @@ impl From<&ItemRecord> for ItemRow {
             id: r.item.id.0,
             state,
             owner,
+            queue: r.item.queue.to_string(),
             attempts: r.item.attempts,
             max_attempts: r.item.max_attempts,
             payload_bytes: r.item.payload.len(),
@@ -119,11 +122,19 @@ pub(crate) async fn run(
     print_read(ctx, &rows, || render_items(&rows))
 }
 
-/// The human table of `rows`; a column of last errors (each cut to its first line's
-/// first 60 characters) when any row has one.
+/// The human table of `rows`; a column of queues when any row is in another than the
+/// default queue, and of last errors (each cut to its first line's first 60
+/// characters) when any row has one.
 fn render_items(rows: &[ItemRow]) -> String {
     let errors = rows.iter().any(|r| r.last_error.is_some());
-    let mut header = vec!["id", "state", "owner", "attempts", "payload"];
+    let queues = rows
+        .iter()
+        .any(|r| r.queue != liveness::QueueName::DEFAULT.as_str());
+    let mut header = vec!["id", "state", "owner"];
+    if queues {
+        header.push("queue");
+    }
+    header.extend(["attempts", "payload"]);
     if errors {
         header.push("last error");
     }
@@ -134,9 +145,14 @@ fn render_items(rows: &[ItemRow]) -> String {
                 r.id.to_string(),
                 r.state.into(),
                 r.owner.map_or_else(|| "-".into(), |t| t.to_string()),
+            ];
+            if queues {
+                row.push(r.queue.clone());
+            }
+            row.extend([
                 format!("{}/{}", r.attempts, r.max_attempts),
                 r.payload.clone(),
-            ];
+            ]);
             if errors {
                 row.push(r.last_error.as_deref().map_or_else(
                     || "-".into(),

@@ -13,6 +13,7 @@ mod deaths;
 mod items;
 mod members;
 mod output;
+mod queues;
 mod retry;
 mod sessions;
 mod watch;
@@ -89,6 +90,9 @@ enum Command {
         #[arg(long, default_value = "100", allow_hyphen_values = true, value_parser = parse_limit)]
         limit: usize,
     },
+    /// Each queue that holds items, in name order, with its items by state (pending
+    /// counts scheduled jobs and retries waiting out their backoff).
+    Queues,
     /// Moves a dead-lettered item (or all of them) back to pending, attempts reset.
     Retry {
         /// The item's id.
@@ -385,6 +389,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Members { .. }
             | Command::Deaths { .. }
             | Command::Items { .. }
+            | Command::Queues
             | Command::Watch { .. }
     );
     let store = within(cli.timeout, async {
@@ -419,6 +424,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Items { state, limit } => {
             within(t, items::run(&ctx, state.map(Into::into), limit)).await
         }
+        Command::Queues => within(t, queues::run(&ctx)).await,
         Command::Retry {
             id,
             all_dead_letters,

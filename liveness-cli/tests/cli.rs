@@ -311,6 +311,51 @@ fn dead_letters_are_listed_and_retried(url: &str) {
     assert!(text.contains("the first is due in"), "{text}");
 }
 
+/// `liveness queues` counts each queue by state, in name order; `items --state` says
+/// each item's queue (a column once some item is not in the default queue).
+fn queues_are_counted_and_items_name_their_queue(url: &str) {
+    let empty = liveness(url, &["queues"]);
+    assert!(empty.status.success(), "{empty:?}");
+    assert!(String::from_utf8_lossy(&empty.stdout).contains("no items in any queue"));
+    rt().block_on(async {
+        let store = liveness::connect(url).await.unwrap();
+        let mail = liveness::Queue::named(store.clone(), "mail").unwrap();
+        mail.enqueue_many(&[b"m1", b"m2"]).await.unwrap();
+        liveness::Queue::new(store).enqueue(b"d1").await.unwrap();
+    });
+    let queues = liveness_json(url, &["queues"]);
+    let rows: Vec<(String, u64)> = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["queue"].as_str().unwrap().to_owned(),
+                r["pending"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("default".to_owned(), 1), ("mail".to_owned(), 2)],
+        "{queues}"
+    );
+    let text = liveness(url, &["queues"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("QUEUE") && text.contains("mail"), "{text}");
+    let items = liveness_json(url, &["items", "--state", "pending"]);
+    let named: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queue"].as_str().unwrap())
+        .collect();
+    assert_eq!(named, ["mail", "mail", "default"], "{items}");
+    let text = liveness(url, &["items", "--state", "pending"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("QUEUE") && text.contains("mail"), "{text}");
+}
+
 fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {
     format!("sqlite://{}?ns={ns}", dir.path().join("ops.db").display())
 }
@@ -325,6 +370,12 @@ fn sqlite_a_killed_worker_is_seen_by_every_command() {
 fn sqlite_dead_letters_are_listed_and_retried() {
     let dir = tempfile::tempdir().unwrap();
     dead_letters_are_listed_and_retried(&sqlite_url(&dir, "dlq"));
+}
+
+#[test]
+fn sqlite_queues_are_counted_and_items_name_their_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    queues_are_counted_and_items_name_their_queue(&sqlite_url(&dir, "queues"));
 }
 
 #[test]
@@ -670,4 +721,30 @@ fn completions_are_printed_for_each_shell_without_a_store() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn redis_queues_are_counted_and_items_name_their_queue() {
+    let Some(server) = liveness_testkit::redis::RedisServer::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", fresh_ns("queues")));
+    queues_are_counted_and_items_name_their_queue(&url);
+}
+
+#[test]
+fn postgres_queues_are_counted_and_items_name_their_queue() {
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", fresh_ns("queues")));
+    queues_are_counted_and_items_name_their_queue(&url);
+}
+
+#[test]
+fn etcd_queues_are_counted_and_items_name_their_queue() {
+    let Some(server) = liveness_testkit::etcd::shared() else {
+        return;
+    };
+    queues_are_counted_and_items_name_their_queue(&etcd_url(server, &fresh_ns("queues")));
 }

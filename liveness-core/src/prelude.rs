@@ -18,12 +18,13 @@
 pub use crate::error::{BatchResult, Error, InputProblem, JoinAsk, LostCause, Result};
 pub use crate::item::{
     EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    RequestId, Sweep,
+    QueueCounts, RequestId, Sweep,
 };
 pub use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
     LeaseStatus, Swept,
 };
+pub use crate::queue_name::QueueName;
 pub use crate::store::{
     Capabilities, ItemStore, LeaseStore, OperatorStore, Page, Store, StoreInfo, StorePart,
 };

@@ -32,7 +32,8 @@ pub const MAX_CLAIM_QUEUES: usize = 16;
 /// ```
 ///
 /// [`EnqueueOptions::queue`]: crate::EnqueueOptions::queue
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Names compare by their bytes (`"default" < "mail"`), as every store orders them.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
@@ -117,6 +118,18 @@ impl QueueName {
 /// The bytes a queue name may hold.
 const fn allowed(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.'
+}
+
+impl Ord for QueueName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for QueueName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Default for QueueName {
@@ -211,6 +224,12 @@ mod tests {
         }
         assert_eq!(QueueName::DEFAULT.as_str(), "default");
         assert!(QueueName::new("default").unwrap().is_default());
+        // By bytes, not by length first.
+        let (mail, a) = (
+            QueueName::new("mail").unwrap(),
+            QueueName::new("a").unwrap(),
+        );
+        assert!(QueueName::DEFAULT < mail && a < QueueName::DEFAULT && mail > a);
         assert_eq!(
             format!("{:?}", QueueName::DEFAULT),
             "QueueName(\"default\")"
