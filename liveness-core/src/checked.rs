@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use crate::capabilities::Capabilities;
 use crate::error::{BatchResult, Error, InputProblem, Result};
 use crate::item::Outcome;
-use crate::layer::{Intercept, Layer, Next, Reply, Request};
+use crate::layer::{Intercept, Layer, Next, Op, Reply, Request};
 use crate::lease::{Issuer, Lease};
 use crate::store::{check_batch, Store};
 use crate::types::Space;
@@ -46,7 +46,12 @@ use crate::types::Space;
 /// - a `join_session_many` whose session is another store's (`what: "lease"`) or not
 ///   in [`Space::sessions`] (`what: "session"`), which fails the whole call, and each
 ///   entry whose key is in [`Space::sessions`] (`what: "key"`), which fails alone;
-/// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`.
+/// - an `enqueue` with `max_attempts == 0` or a payload over `max_payload`;
+/// - a queue other than the default on a store without
+///   [`Capabilities::queues`](crate::Capabilities::queues) (`what: "queue"`,
+///   [`InputProblem::Unsupported`]), and a claim's queue list that is empty, longer
+///   than [`MAX_CLAIM_QUEUES`](crate::MAX_CLAIM_QUEUES) or names a queue twice
+///   (`what: "queues"`).
 ///
 /// A batch with some invalid entries answers `InvalidInput` for just those, in their
 /// places, and sends the others as one smaller batch (none, when none is valid).
@@ -74,7 +79,7 @@ macro_rules! rejoin_as {
     ($op:ident, $refused:expr, $kept:expr, $batch:expr, $next:expr) => {
         rejoin($refused, $kept, $batch, $next, |r| match r {
             Reply::$op(v) => Ok(v),
-            other => Err(other),
+            other => Err(other.op()),
         })
         .await
         .map(Reply::$op)
@@ -312,7 +317,7 @@ async fn rejoin<E, T>(
     kept: Vec<E>,
     batch: impl FnOnce(Vec<E>) -> Request,
     next: Next,
-    take: impl FnOnce(Reply) -> std::result::Result<Vec<Result<T>>, Reply>,
+    take: impl FnOnce(Reply) -> std::result::Result<Vec<Result<T>>, Op>,
 ) -> BatchResult<T> {
     let sent = kept.len();
     let backend = next.store().backend();
@@ -323,10 +328,7 @@ async fn rejoin<E, T>(
         take(reply).map_err(|other| {
             Error::backend(
                 backend,
-                format!(
-                    "a batch was answered with the reply to {}",
-                    other.op().name()
-                ),
+                format!("a batch was answered with the reply to {}", other.name()),
             )
         })?
     };

@@ -237,7 +237,7 @@ impl<I: Intercept> Intercepted<I> {
             ($op:ident) => {
                 Reply::$op(join(backend, op, replies, |r| match r {
                     Reply::$op(v) => Ok(v),
-                    other => Err(other),
+                    other => Err(other.op()),
                 }))
             };
         }
@@ -256,7 +256,7 @@ fn join<T>(
     backend: &'static str,
     asked: Op,
     replies: Vec<Result<Reply>>,
-    take: impl Fn(Reply) -> std::result::Result<Vec<Result<T>>, Reply>,
+    take: impl Fn(Reply) -> std::result::Result<Vec<Result<T>>, Op>,
 ) -> Vec<Result<T>> {
     replies
         .into_iter()
@@ -271,17 +271,17 @@ fn join<T>(
 
 impl<I> Intercepted<I> {
     /// The error for a reply of another operation than `asked`.
-    pub(crate) fn wrong(&self, asked: Op, got: Reply) -> Error {
+    pub(crate) fn wrong(&self, asked: Op, got: Op) -> Error {
         wrong(self.inner.backend(), asked, got)
     }
 }
 
-fn wrong(backend: &'static str, asked: Op, got: Reply) -> Error {
+fn wrong(backend: &'static str, asked: Op, got: Op) -> Error {
     Error::backend(
         backend,
         WrongReply {
             asked: asked.name(),
-            got: got.op().name(),
+            got: got.name(),
         },
     )
 }

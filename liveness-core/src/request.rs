@@ -473,7 +473,7 @@ macro_rules! store_ops {
                         let req = Request::$Op { $($arg: Own::own($arg)),* };
                         match self.send(req).await? {
                             Reply::$Op(v) => Ok(v),
-                            other => Err(self.wrong(Op::$Op, other)),
+                            other => Err(self.wrong(Op::$Op, other.op())),
                         }
                     }
                 )*
