@@ -93,7 +93,7 @@ pub const ITEMS: &str = "liveness_items";
 pub const LABEL_BACKEND: &str = "backend";
 /// The label of the store handle's namespace.
 pub const LABEL_NAMESPACE: &str = "namespace";
-/// The label of a job's queue ([`QueueName`](crate::QueueName)).
+/// The label of a job's queue ([`QueueName`]).
 pub const LABEL_QUEUE: &str = "queue";
 
 /// Every metric name, for documentation checks and exporters that describe them.
