@@ -32,8 +32,8 @@ use std::sync::Arc;
 use liveness_core::layer::Intercepted;
 use liveness_core::{
     async_trait, Capabilities, EnqueueOptions, Error, FencingToken, HolderId, Intercept, ItemId,
-    ItemState, ItemStateKind, Key, Lease, LeaseInfo, MemoryServer, Name, Next, Reply, Request,
-    RequestId, Space, Store, Sweep, Ttl,
+    ItemState, ItemStateKind, Key, Lease, LeaseInfo, MemoryServer, Name, Next, QueueName, Reply,
+    Request, RequestId, Space, Store, Sweep, Ttl,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -43,6 +43,24 @@ use crate::{fresh_namespace, Factory};
 const HOLDERS: usize = 3;
 const KEYS: usize = 3;
 const SESSIONS: usize = 2;
+/// The queues items go to (by index): the default, and two named ones on a store
+/// with queues (a store without refuses them, as the model then does).
+const QUEUES: [&str; 3] = ["default", "a", "b"];
+/// The queue lists claims name (by index), in priority order.
+const CLAIM_LISTS: [&[&str]; 4] = [
+    &["default"],
+    &["a"],
+    &["a", "default"],
+    &["b", "a", "default"],
+];
+
+/// The queue names of `names`.
+fn queue_names(names: &[&str]) -> Vec<QueueName> {
+    names
+        .iter()
+        .map(|q| QueueName::new(q).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
 
 /// One operation of a case.
 #[derive(Clone, Debug)]
@@ -57,15 +75,16 @@ pub enum Op {
     Inspect(usize),
     /// Reap key `k` with the `t`-th token handed out (never succeeds: nothing expires).
     Reap(usize, usize),
-    /// Enqueue an item with this many attempts.
-    Enqueue(u32),
-    /// Holder `h` claims up to `n` items under its lease on key `k`, with a fresh
-    /// request id (greater than every one used before in the case).
-    Claim(usize, usize, usize),
-    /// Holder `h` claims up to `n` items under its lease on key `k` again with the
-    /// `r`-th most recent request id of the case (0: the last one): a repeat, a late
-    /// copy, or an older id after a newer one.
-    Reclaim(usize, usize, usize, usize),
+    /// Enqueue an item with this many attempts in the `q`-th of [`QUEUES`].
+    Enqueue(u32, usize),
+    /// Holder `h` claims up to `n` items under its lease on key `k` from the `q`-th
+    /// of [`CLAIM_LISTS`], with a fresh request id (greater than every one used before
+    /// in the case).
+    Claim(usize, usize, usize, usize),
+    /// Holder `h` claims up to `n` items under its lease on key `k` from the `q`-th
+    /// of [`CLAIM_LISTS`] again with the `r`-th most recent request id of the case (0:
+    /// the last one): a repeat, a late copy, or an older id after a newer one.
+    Reclaim(usize, usize, usize, usize, usize),
     /// Holder `h` completes the `i`-th item under its lease on key `k`.
     Complete(usize, usize, usize),
     /// Holder `h` fails the `i`-th item, with or without retry.
@@ -76,6 +95,8 @@ pub enum Op {
     DeadTokens,
     /// Count items and list dead letters.
     Counts,
+    /// Count each queue's items.
+    QueueCounts,
     /// Read the `i`-th item.
     Item(usize),
     /// List the leases of the members space from the first key after `k` (or from
@@ -120,14 +141,15 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (h.clone(), k.clone()).prop_map(|(h, k)| Op::Release(h, k)),
         1 => k.clone().prop_map(Op::Inspect),
         1 => (k.clone(), 0..8usize).prop_map(|(k, t)| Op::Reap(k, t)),
-        3 => (1..4u32).prop_map(Op::Enqueue),
-        3 => (h.clone(), k.clone(), 1..4usize).prop_map(|(h, k, n)| Op::Claim(h, k, n)),
-        3 => (h.clone(), k.clone(), 1..4usize, 0..3usize).prop_map(|(h, k, n, r)| Op::Reclaim(h, k, n, r)),
+        3 => (1..4u32, 0..QUEUES.len()).prop_map(|(max, q)| Op::Enqueue(max, q)),
+        3 => (h.clone(), k.clone(), 1..4usize, 0..CLAIM_LISTS.len()).prop_map(|(h, k, n, q)| Op::Claim(h, k, n, q)),
+        3 => (h.clone(), k.clone(), 1..4usize, 0..3usize, 0..CLAIM_LISTS.len()).prop_map(|(h, k, n, r, q)| Op::Reclaim(h, k, n, r, q)),
         2 => (h.clone(), k.clone(), 0..10usize).prop_map(|(h, k, i)| Op::Complete(h, k, i)),
         2 => (h.clone(), k.clone(), 0..10usize, any::<bool>()).prop_map(|(h, k, i, r)| Op::Fail(h, k, i, r)),
         2 => (0..8usize).prop_map(Op::Sweep),
         1 => Just(Op::DeadTokens),
         1 => Just(Op::Counts),
+        1 => Just(Op::QueueCounts),
         1 => (0..10usize).prop_map(Op::Item),
         1 => proptest::option::of(k.clone()).prop_map(Op::Leases),
         1 => Just(Op::Deaths),
@@ -207,6 +229,7 @@ pub fn run_cases(factory: Factory, cases: u32) {
     let model_server = MemoryServer::new().with_capabilities(
         Capabilities::default()
             .sessions(caps.sessions)
+            .queues(caps.queues)
             .max_batch(caps.max_batch),
     );
     let mut runner = TestRunner::new(Config {
@@ -245,7 +268,10 @@ enum Seen {
     Invalid,
     Bool(bool),
     Lease(Option<InfoSeen>),
-    Items(Vec<(usize, u32)>),
+    /// Claimed items: index, attempts, queue.
+    Items(Vec<(usize, u32, String)>),
+    /// Each queue's `[pending, owned, dead_lettered]`, in the order answered.
+    Queues(Vec<(String, [u64; 3])>),
     State(Option<String>),
     Ids(Vec<usize>, Vec<usize>),
     Tokens(Vec<usize>),
@@ -438,13 +464,17 @@ impl Side {
         }
     }
 
-    async fn claim(&self, h: usize, k: usize, n: usize, request: RequestId) -> Seen {
+    async fn claim(&self, h: usize, k: usize, n: usize, request: RequestId, q: usize) -> Seen {
+        let queues = queue_names(CLAIM_LISTS[q]);
         match self.leases.get(&(h, k)) {
             None => Seen::Skipped,
-            Some(l) => match self.store.claim_request(l, n, request).await {
-                Ok(items) => {
-                    Seen::Items(items.iter().map(|i| (self.id(i.id), i.attempts)).collect())
-                }
+            Some(l) => match self.store.claim_from(l, &queues, n, request).await {
+                Ok(items) => Seen::Items(
+                    items
+                        .iter()
+                        .map(|i| (self.id(i.id), i.attempts, i.queue.to_string()))
+                        .collect(),
+                ),
                 Err(e) => self.err(e),
             },
         }
@@ -535,12 +565,13 @@ impl Side {
                 Ok(b) => Seen::Bool(b),
                 Err(e) => self.err(e),
             },
-            Op::Enqueue(max) => {
+            Op::Enqueue(max, q) => {
                 let payload = format!("p{}", self.ids.len());
+                let queue = queue_names(&[QUEUES[*q]])[0];
                 match s
                     .enqueue(
                         payload.as_bytes(),
-                        EnqueueOptions::default().max_attempts(*max),
+                        EnqueueOptions::default().max_attempts(*max).queue(queue),
                     )
                     .await
                 {
@@ -551,20 +582,20 @@ impl Side {
                     Err(e) => self.err(e),
                 }
             }
-            Op::Claim(h, k, n) => {
+            Op::Claim(h, k, n, q) => {
                 // Both sides draw the same increasing ids: the case's own sequence.
                 let request = RequestId((self.requests.len() as u128 + 1) << 64);
                 self.requests.push(request);
-                self.claim(*h, *k, *n, request).await
+                self.claim(*h, *k, *n, request, *q).await
             }
-            Op::Reclaim(h, k, n, r) => match self
+            Op::Reclaim(h, k, n, r, q) => match self
                 .requests
                 .len()
                 .checked_sub(r + 1)
                 .and_then(|i| self.requests.get(i))
             {
                 None => Seen::Skipped,
-                Some(request) => self.claim(*h, *k, *n, *request).await,
+                Some(request) => self.claim(*h, *k, *n, *request, *q).await,
             },
             Op::Complete(h, k, i) => match (self.leases.get(&(*h, *k)), self.ids.get(*i)) {
                 (Some(l), Some(id)) => match s.complete(l, *id).await {
@@ -583,6 +614,18 @@ impl Side {
             Op::Sweep(t) => self.sweep(self.token(*t)).await,
             Op::DeadTokens => match s.dead_tokens(1000).await {
                 Ok(d) => Seen::Tokens(d.iter().map(|d| self.tok(d.token)).collect()),
+                Err(e) => self.err(e),
+            },
+            Op::QueueCounts => match s.queue_counts().await {
+                Ok(queues) => Seen::Queues(
+                    queues
+                        .iter()
+                        .map(|q| {
+                            let c = q.counts;
+                            (q.queue.to_string(), [c.pending, c.owned, c.dead_lettered])
+                        })
+                        .collect(),
+                ),
                 Err(e) => self.err(e),
             },
             Op::Counts => match (s.item_counts().await, s.dead_letters(1000).await) {
