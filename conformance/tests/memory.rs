@@ -13,7 +13,8 @@ fn server() -> &'static MemoryServer {
                 .death_retention(20)
                 .sessions(true)
                 .error_text(true)
-                .queues(true),
+                .queues(true)
+                .item_times(true),
         )
     })
 }

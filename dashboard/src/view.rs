@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use liveness_core::{DeathRecord, ItemRecord, ItemState, ItemStateKind, LeaseInfo, LeaseStatus};
+use liveness_core::{
+    DeathRecord, ItemRecord, ItemState, ItemStateKind, LeaseInfo, LeaseStatus, StoreTime,
+};
 use maud::{html, Markup, DOCTYPE};
 
 use crate::data::{self, Snapshot, View};
@@ -342,12 +344,20 @@ fn deaths(view: &View, snap: &Snapshot, now: Option<Duration>, size: usize) -> M
     }
 }
 
-fn item_row(r: &ItemRecord) -> Markup {
+/// How long before `now` the store time `at` was, as the page shows it.
+fn ago(now: Option<StoreTime>, at: Option<StoreTime>) -> Option<String> {
+    Some(secs(now?.saturating_since(at?)))
+}
+
+fn item_row(r: &ItemRecord, now: Option<StoreTime>) -> Markup {
     let item = &r.item;
+    let age = ago(now, r.times.enqueued);
+    let tried = ago(now, r.times.attempted).map(|t| format!("last tried {t} ago"));
     html! {
         tr.item data-id=(item.id.0) {
             td.num { (item.id.0) }
             td.mono.queue { (item.queue) }
+            td.num.age title=[tried] { (age.as_deref().unwrap_or("-")) }
             td.mono.payload { (data::preview(&item.payload, PREVIEW)) }
             td.num { (item.attempts) "/" (item.max_attempts) }
             td.mono.error title=[r.last_error.as_deref()] {
@@ -384,6 +394,7 @@ fn items(view: &View, snap: &Snapshot, size: usize) -> Markup {
         }
     };
     let counts = snap.counts.as_ref().ok();
+    let now = snap.now.as_ref().ok().copied();
     html! {
         section #items {
             h2 { "Items" }
@@ -417,8 +428,8 @@ fn items(view: &View, snap: &Snapshot, size: usize) -> Markup {
                 Ok(rows) if rows.is_empty() => p.muted { "None " (state.as_str()) "." },
                 Ok(rows) => {
                     table {
-                        thead { tr { th { "id" } th { "queue" } th { "payload" } th { "attempts" } th { "last error" } th {} } }
-                        tbody { @for r in rows { (item_row(r)) } }
+                        thead { tr { th { "id" } th { "queue" } th { "age" } th { "payload" } th { "attempts" } th { "last error" } th {} } }
+                        tbody { @for r in rows { (item_row(r, now)) } }
                     }
                     p.pager {
                         @if view.ia.is_some() { a href=(view.link(|v| v.ia = None)) { "« first" } " " }

@@ -227,6 +227,14 @@ async fn the_page_counts_each_queue() {
         page.contains("<td class=\"mono queue\">mail</td>"),
         "{page}"
     );
+    // The memory store keeps item times: each row says how old its item is.
+    let age = page
+        .split("<td class=\"num age\">")
+        .nth(1)
+        .unwrap_or_default();
+    let age = age.split("</td>").next().unwrap_or_default();
+    let secs: f64 = age.trim_end_matches('s').parse().unwrap_or(f64::MAX);
+    assert!(age.ends_with('s') && secs < 60.0, "{age}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

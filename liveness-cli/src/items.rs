@@ -1,7 +1,7 @@
 //! `liveness items`: counts by state, or a page of the items in one state.
 
 use liveness::Page;
-use liveness::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind};
+use liveness::{ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, StoreTime};
 use serde::Serialize;
 
 use crate::output::{print_read, table};
@@ -68,6 +68,34 @@ struct ItemRow {
     /// (or the store keeps none).
     #[serde(skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
+    /// Milliseconds, by the store's clock, from its enqueue to the read; absent where
+    /// the store keeps no item times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enqueued_ago_ms: Option<u64>,
+    /// Milliseconds from its latest claim to the read; absent before its first claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempted_ago_ms: Option<u64>,
+    /// Milliseconds from the end of its latest unfinished attempt (a failure, or its
+    /// owner's death) to the read; absent before one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_ago_ms: Option<u64>,
+}
+
+/// Milliseconds from `at` to `now`, both of the store's clock.
+fn ago(now: Option<StoreTime>, at: Option<StoreTime>) -> Option<u64> {
+    let d = now?.saturating_since(at?);
+    Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl ItemRow {
+    /// `r` as a row, its times counted back from `now` (the store's clock at the read).
+    fn new(r: &ItemRecord, now: Option<StoreTime>) -> Self {
+        let mut row = ItemRow::from(r);
+        row.enqueued_ago_ms = ago(now, r.times.enqueued);
+        row.attempted_ago_ms = ago(now, r.times.attempted);
+        row.finished_ago_ms = ago(now, r.times.finished);
+        row
+    }
 }
 
 impl From<&ItemRecord> for ItemRow {
@@ -88,6 +116,9 @@ impl From<&ItemRecord> for ItemRow {
             payload_bytes: r.item.payload.len(),
             payload: text.chars().take(60).collect(),
             last_error: r.last_error.clone(),
+            enqueued_ago_ms: None,
+            attempted_ago_ms: None,
+            finished_ago_ms: None,
         }
     }
 }
@@ -107,6 +138,11 @@ pub(crate) async fn run(
         return print_read(ctx, &counts, || render_counts(&counts));
     };
     let page = ctx.store.capabilities().max_batch.max(1);
+    // The store's now, to say how long ago each time was (no local clock is read).
+    let now = match ctx.store.capabilities().item_times {
+        true => Some(ctx.store.store_time().await?),
+        false => None,
+    };
     let mut rows: Vec<ItemRow> = Vec::new();
     let mut after: Option<ItemId> = None;
     while rows.len() < limit {
@@ -114,7 +150,7 @@ pub(crate) async fn run(
         let got = ctx.store.items(state, Page { after, limit: want }).await?;
         let done = got.len() < want;
         after = got.last().map(|r| r.item.id);
-        rows.extend(got.iter().map(ItemRow::from));
+        rows.extend(got.iter().map(|r| ItemRow::new(r, now)));
         if done || after.is_none() {
             break;
         }
@@ -135,6 +171,10 @@ fn render_items(rows: &[ItemRow]) -> String {
         header.push("queue");
     }
     header.extend(["attempts", "payload"]);
+    let times = rows.iter().any(|r| r.enqueued_ago_ms.is_some());
+    if times {
+        header.extend(["age", "last try"]);
+    }
     if errors {
         header.push("last error");
     }
@@ -153,6 +193,9 @@ fn render_items(rows: &[ItemRow]) -> String {
                 format!("{}/{}", r.attempts, r.max_attempts),
                 r.payload.clone(),
             ]);
+            if times {
+                row.extend([short(r.enqueued_ago_ms), short(r.attempted_ago_ms)]);
+            }
             if errors {
                 row.push(r.last_error.as_deref().map_or_else(
                     || "-".into(),
@@ -161,5 +204,13 @@ fn render_items(rows: &[ItemRow]) -> String {
             }
             row
         }),
+    )
+}
+
+/// A time ago in whole seconds (`3m 12s`), or `-`.
+fn short(ms: Option<u64>) -> String {
+    ms.map_or_else(
+        || "-".into(),
+        |ms| humantime::format_duration(std::time::Duration::from_secs(ms / 1000)).to_string(),
     )
 }

@@ -312,8 +312,9 @@ fn dead_letters_are_listed_and_retried(url: &str) {
 }
 
 /// `liveness queues` counts each queue by state, in name order; `items --state` says
-/// each item's queue (a column once some item is not in the default queue).
-fn queues_are_counted_and_items_name_their_queue(url: &str) {
+/// each item's queue (a column once some item is not in the default queue), and, on
+/// a store that keeps item times (`times`), how long ago it was enqueued.
+fn queues_are_counted_and_items_name_their_queue(url: &str, times: bool) {
     let empty = liveness(url, &["queues"]);
     assert!(empty.status.success(), "{empty:?}");
     assert!(String::from_utf8_lossy(&empty.stdout).contains("no items in any queue"));
@@ -351,6 +352,15 @@ fn queues_are_counted_and_items_name_their_queue(url: &str) {
         .map(|r| r["queue"].as_str().unwrap())
         .collect();
     assert_eq!(named, ["mail", "mail", "default"], "{items}");
+    for row in items.as_array().unwrap() {
+        let age = row.get("enqueued_ago_ms").and_then(Value::as_u64);
+        assert_eq!(age.is_some(), times, "{row}");
+        assert!(age.unwrap_or(0) < 60_000, "{row}");
+        assert!(
+            row.get("attempted_ago_ms").is_none(),
+            "never claimed: {row}"
+        );
+    }
     let text = liveness(url, &["items", "--state", "pending"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("QUEUE") && text.contains("mail"), "{text}");
@@ -375,7 +385,7 @@ fn sqlite_dead_letters_are_listed_and_retried() {
 #[test]
 fn sqlite_queues_are_counted_and_items_name_their_queue() {
     let dir = tempfile::tempdir().unwrap();
-    queues_are_counted_and_items_name_their_queue(&sqlite_url(&dir, "queues"));
+    queues_are_counted_and_items_name_their_queue(&sqlite_url(&dir, "queues"), true);
 }
 
 #[test]
@@ -729,7 +739,7 @@ fn redis_queues_are_counted_and_items_name_their_queue() {
         return;
     };
     let url = server.url_with(&format!("ns={}", fresh_ns("queues")));
-    queues_are_counted_and_items_name_their_queue(&url);
+    queues_are_counted_and_items_name_their_queue(&url, true);
 }
 
 #[test]
@@ -738,7 +748,7 @@ fn postgres_queues_are_counted_and_items_name_their_queue() {
         return;
     };
     let url = server.url_with(&format!("ns={}", fresh_ns("queues")));
-    queues_are_counted_and_items_name_their_queue(&url);
+    queues_are_counted_and_items_name_their_queue(&url, true);
 }
 
 #[test]
@@ -746,5 +756,6 @@ fn etcd_queues_are_counted_and_items_name_their_queue() {
     let Some(server) = liveness_testkit::etcd::shared() else {
         return;
     };
-    queues_are_counted_and_items_name_their_queue(&etcd_url(server, &fresh_ns("queues")));
+    let url = etcd_url(server, &fresh_ns("queues"));
+    queues_are_counted_and_items_name_their_queue(&url, false);
 }

@@ -89,6 +89,11 @@ pub struct Capabilities {
     /// [`QueueName::DEFAULT`](crate::QueueName::DEFAULT), and naming another queue is
     /// `InvalidInput` ([`InputProblem::Unsupported`]).
     pub queues: bool,
+    /// True when the store keeps when each item was enqueued, last claimed and last
+    /// finished an attempt, by its own clock, and answers them in
+    /// [`ItemRecord::times`](crate::ItemRecord::times). False (the default): those are
+    /// `None`.
+    pub item_times: bool,
 }
 
 impl Default for Capabilities {
@@ -108,6 +113,7 @@ impl Default for Capabilities {
             error_text: false,
             key_retention: None,
             queues: false,
+            item_times: false,
         }
     }
 }
@@ -162,6 +168,7 @@ impl Capabilities {
         error_text: bool,
         key_retention: Option<Duration>,
         queues: bool,
+        item_times: bool,
     );
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::error::{Error, InputProblem, Result};
 use crate::lease::{ExpiredLease, Swept};
 use crate::queue_name::QueueName;
-use crate::types::FencingToken;
 pub use crate::types::ItemId;
+use crate::types::{FencingToken, StoreTime};
 
 /// An id the caller picks for one mutating request (a claim, a keyed enqueue), so that
 /// the store recognises a retry of that request and answers it as it answered the
@@ -328,6 +328,50 @@ pub struct ItemRecord {
     /// a dead letter's retry leave it as it was. `None` on a store without
     /// [`Capabilities::error_text`](crate::Capabilities::error_text).
     pub last_error: Option<String>,
+    /// When, by the store's clock, it was enqueued, last claimed and last finished an
+    /// attempt without completing. All `None` on a store without
+    /// [`Capabilities::item_times`](crate::Capabilities::item_times).
+    pub times: ItemTimes,
+}
+
+/// When things happened to an item, by the store's own clock ([`StoreTime`]: compare
+/// them with each other and with [`OperatorStore::store_time`](crate::OperatorStore::store_time),
+/// never with a local clock). A completed item is removed, so no time of a completed
+/// item is ever read. All `None` on a store without
+/// [`Capabilities::item_times`](crate::Capabilities::item_times) (one with no clock
+/// of its own: etcd, FoundationDB).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ItemTimes {
+    /// When it was enqueued.
+    pub enqueued: Option<StoreTime>,
+    /// When it was last claimed; `None` until its first claim. A dead letter's retry
+    /// leaves it (and `finished`) as it was.
+    pub attempted: Option<StoreTime>,
+    /// When its latest attempt ended without completing it: its owner handed it back
+    /// (a failure, retried or dead-lettered), or the sweep of its dead owner requeued
+    /// or dead-lettered it. `None` until then.
+    pub finished: Option<StoreTime>,
+}
+
+impl ItemTimes {
+    /// An item enqueued at `at`, never claimed.
+    pub fn enqueued(at: StoreTime) -> ItemTimes {
+        ItemTimes {
+            enqueued: Some(at),
+            attempted: None,
+            finished: None,
+        }
+    }
+
+    /// These times with `attempted` and `finished` as given.
+    pub fn with(self, attempted: Option<StoreTime>, finished: Option<StoreTime>) -> ItemTimes {
+        ItemTimes {
+            attempted,
+            finished,
+            ..self
+        }
+    }
 }
 
 /// The longest error text, in bytes, that
@@ -464,7 +508,14 @@ impl ItemRecord {
             item,
             state,
             last_error: None,
+            times: ItemTimes::default(),
         }
+    }
+
+    /// The same record with `times` as when things happened to it.
+    pub fn with_times(mut self, times: ItemTimes) -> ItemRecord {
+        self.times = times;
+        self
     }
 
     /// The same record with `last_error` as its latest failure's error text.
@@ -482,6 +533,7 @@ impl ItemRecord {
             item,
             state: ItemState::Pending,
             last_error: None,
+            times: ItemTimes::default(),
         }
     }
 

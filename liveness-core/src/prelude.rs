@@ -17,8 +17,8 @@
 
 pub use crate::error::{BatchResult, Error, InputProblem, JoinAsk, LostCause, Result};
 pub use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    QueueCounts, RequestId, Sweep,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemTimes,
+    Outcome, QueueCounts, RequestId, Sweep,
 };
 pub use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,

@@ -23,6 +23,7 @@ mod positions;
 mod queues;
 mod session_sweeps;
 mod sessions;
+mod times;
 mod waits;
 mod workers;
 
@@ -41,6 +42,7 @@ pub use positions::*;
 pub use queues::*;
 pub use session_sweeps::*;
 pub use sessions::*;
+pub use times::*;
 pub use waits::*;
 pub use workers::*;
 
@@ -154,7 +156,8 @@ macro_rules! __scenarios {
             a_claim_says_how_long_its_item_waited,
             named_queues_keep_their_items_apart,
             an_item_stays_in_its_queue_through_every_hand_back,
-            a_claim_names_its_queues_once_each
+            a_claim_names_its_queues_once_each,
+            an_item_says_when_it_was_enqueued_attempted_and_finished
             ]
         );
     };

@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use crate::clock::{Clock, TokioClock};
 use crate::error::{BatchResult, JoinAsk, LostCause, Result};
 use crate::item::{
-    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, Outcome,
-    QueueCounts, RequestId, Sweep,
+    EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind, ItemTimes,
+    Outcome, QueueCounts, RequestId, Sweep,
 };
 use crate::lease::{
     Acquire, DeadToken, DeathCause, DeathRecord, ExpiredLease, Issuer, Lease, LeaseInfo,
@@ -74,7 +74,8 @@ impl MemoryServer {
                 .delays(true)
                 .error_text(true)
                 .key_retention(Some(crate::item::DEFAULT_KEY_RETENTION))
-                .queues(true),
+                .queues(true)
+                .item_times(true),
         }
     }
 
@@ -127,6 +128,15 @@ impl MemoryStore {
     /// The namespace this handle is scoped to.
     pub fn namespace(&self) -> &Namespace {
         self.info.issuer.namespace()
+    }
+
+    /// `record` as this store answers it: without times unless it declares
+    /// [`Capabilities::item_times`].
+    fn shown(&self, record: ItemRecord) -> ItemRecord {
+        match self.info.caps.item_times {
+            true => record,
+            false => record.with_times(ItemTimes::default()),
+        }
     }
 
     fn now(&self) -> Duration {
@@ -292,7 +302,8 @@ impl ItemStore for MemoryStore {
         }
         st.next_item += 1;
         let id = ItemId(st.next_item);
-        let mut record = ItemRecord::pending(id, payload, options.max_attempts);
+        let mut record = ItemRecord::pending(id, payload, options.max_attempts)
+            .with_times(ItemTimes::enqueued(StoreTime::from_epoch(now)));
         record.item.queue = options.queue;
         st.items.insert(
             id,
@@ -322,7 +333,8 @@ impl ItemStore for MemoryStore {
         for payload in payloads {
             st.next_item += 1;
             let id = ItemId(st.next_item);
-            let mut record = ItemRecord::pending(id, payload, options.max_attempts);
+            let mut record = ItemRecord::pending(id, payload, options.max_attempts)
+                .with_times(ItemTimes::enqueued(StoreTime::from_epoch(now)));
             record.item.queue = options.queue;
             let rec = ItemRec {
                 record,
@@ -388,6 +400,7 @@ impl ItemStore for MemoryStore {
             st.owned.entry(lease.token).or_default().insert(id);
             if let Some(rec) = st.items.get_mut(&id) {
                 rec.claimed_by = Some(req);
+                rec.record.times.attempted = Some(StoreTime::from_epoch(now));
                 let waited = now.saturating_sub(rec.ready_at);
                 out.push(rec.record.claim(lease.token).with_waited(Some(waited)));
             }
@@ -461,7 +474,7 @@ impl ItemStore for MemoryStore {
 
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let st = lock(&self.state);
-        Ok(st.record(id))
+        Ok(st.record(id).map(|r| self.shown(r)))
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
@@ -565,7 +578,11 @@ impl OperatorStore for MemoryStore {
                 .map(|(id, _)| *id)
                 .collect(),
         };
-        Ok(ids.into_iter().filter_map(|id| st.record(id)).collect())
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| st.record(id))
+            .map(|r| self.shown(r))
+            .collect())
     }
 
     async fn retry_dead_letter(&self, id: ItemId) -> Result<()> {

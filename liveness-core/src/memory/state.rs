@@ -456,6 +456,7 @@ impl NsState {
             }
         }
         rec.claimed_by = None;
+        rec.record.times.finished = Some(StoreTime::from_epoch(now));
         let state = rec.record.hand_back(retry);
         match state {
             ItemState::Pending => self.make_pending(id, due, now),
