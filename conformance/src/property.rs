@@ -45,9 +45,9 @@ const KEYS: usize = 3;
 const SESSIONS: usize = 2;
 /// The queues items go to (by index): the default, and two named ones on a store
 /// with queues (a store without refuses them, as the model then does).
-const QUEUES: [&str; 3] = ["default", "a", "b"];
+pub const QUEUES: [&str; 3] = ["default", "a", "b"];
 /// The queue lists claims name (by index), in priority order.
-const CLAIM_LISTS: [&[&str]; 4] = [
+pub const CLAIM_LISTS: [&[&str]; 4] = [
     &["default"],
     &["a"],
     &["a", "default"],
