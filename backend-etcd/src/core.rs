@@ -259,7 +259,8 @@ impl EtcdStore {
             .operator_views(true)
             .delays(true)
             .error_text(true)
-            .key_retention(Some(config.key_retention()));
+            .key_retention(Some(config.key_retention()))
+            .queues(true);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 kv,
@@ -337,11 +338,21 @@ impl EtcdStore {
 
     /// One plain range read, counted.
     async fn get(&self, key: String, opts: GetOptions) -> Result<GetResponse> {
+        self.get_unmapped(key, opts).await.map_err(map)
+    }
+
+    /// [`EtcdStore::get`], answering etcd's error as it came (the caller looks at
+    /// it before mapping it).
+    pub(crate) async fn get_unmapped(
+        &self,
+        key: impl Into<Vec<u8>>,
+        opts: GetOptions,
+    ) -> std::result::Result<GetResponse, etcd_client::Error> {
         Calls::count(&self.inner.calls.kv);
         Calls::count(&self.inner.calls.ranges);
         let _flying = self.inner.calls.flying();
         let mut kv = self.inner.kv.clone();
-        kv.get(key, Some(opts)).await.map_err(map)
+        kv.get(key, Some(opts)).await
     }
 
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {

@@ -130,7 +130,8 @@ pub(crate) fn add_members(
 }
 
 /// The writes that give back item `id`, owned under the index entry `owned` with
-/// `meta`: pending when `retry` and it has attempts left, dead-lettered otherwise.
+/// `meta`: pending in its own queue when `retry` and it has attempts left,
+/// dead-lettered otherwise.
 pub(crate) fn hand_back(
     k: &Keys,
     owned: &str,
@@ -139,7 +140,7 @@ pub(crate) fn hand_back(
     retry: bool,
 ) -> (ItemState, [TxnOp; 3]) {
     let (state, index) = if retry && meta.attempts < meta.max_attempts {
-        (ItemState::Pending, k.pending(id))
+        (ItemState::Pending, k.pending(meta.queue, id))
     } else {
         (ItemState::DeadLettered, k.dead_letter(id))
     };

@@ -13,8 +13,8 @@
 //! A claim reads the first key under `item/q/` (one range with a limit of 1, in the
 //! transaction it reads the pending items with): a timer, or nothing, means nothing
 //! needs moving; a held-back item there has lost its timer, so the claim first moves
-//! due items to the pending index ([`EtcdStore::promote_due`], bounded) and reads
-//! again. The move is one transaction guarded by each entry's mod revision and each
+//! due items to their queues' pending indexes ([`EtcdStore::promote_due`], bounded)
+//! and reads again. The move is one transaction guarded by each entry's mod revision and each
 //! timer's absence: of concurrent claimers, one moves an item; the others' moves fail
 //! and they claim what is pending.
 //!
@@ -122,7 +122,7 @@ impl EtcdStore {
                 compares.push(version(&k.timer(due, group), 0));
             }
             ops.push(del(&entry));
-            ops.push(put(&k.pending(id), meta.encode()));
+            ops.push(put(&k.pending(meta.queue, id), meta.encode()));
         }
         if ops.is_empty() {
             return Ok(0);

@@ -109,6 +109,11 @@ pub(crate) fn is_not_found(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// True when etcd answered that the revision a read asked for was compacted away.
+pub(crate) fn is_compacted(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::OutOfRange)
+}
+
 /// A value this build cannot have written ([`liveness_core::Corrupt`]); `what`
 /// says where (see [`at_key`]).
 pub(crate) fn corrupt(what: impl Into<std::borrow::Cow<'static, str>>) -> Error {

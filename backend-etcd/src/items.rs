@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{GetResponse, KeyValue, PutOptions, Txn, TxnOp};
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
-    ItemRecord, ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
+    ItemRecord, ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep,
 };
 
 use crate::batch::SWEEP_CHUNK;
@@ -136,6 +136,20 @@ impl ItemStore for EtcdStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    /// One transaction reads the first `n` entries of the pending index of each
+    /// queue in `queues` (and what a repeat and the mark need); the items are taken
+    /// from them in the order of `queues`, and one transaction guarded on each taken
+    /// entry assigns them.
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
         let request_hex = req.to_hex();
         let k = self.keys();
         let mark_key = k.claim_mark(lease.token);
@@ -146,18 +160,23 @@ impl ItemStore for EtcdStore {
         loop {
             // Live by its lease-bound key, or, riding a session, by the session's.
             let (is_live, why_not) = self.live_guard(lease);
-            let opts = under(n);
+            // The first `n` of each queue's pending index (at most `MAX_CLAIM_QUEUES`
+            // ranges), then the token's owned items, its mark and the first held-back
+            // key (is anything due to be moved?).
+            let mut reads: Vec<TxnOp> = queues
+                .iter()
+                .map(|q| TxnOp::get(k.pendings(*q), Some(under(n))))
+                .collect();
+            reads.extend([
+                TxnOp::get(k.owned_by(lease.token), Some(under(usize::MAX))),
+                get(&mark_key),
+                TxnOp::get(k.helds(), Some(under(1).with_keys_only())),
+            ]);
             let resp = self
                 .txn(
                     Txn::new()
                         .when(is_live.clone())
-                        .and_then(vec![
-                            TxnOp::get(k.pendings(), Some(opts)),
-                            TxnOp::get(k.owned_by(lease.token), Some(under(usize::MAX))),
-                            get(&mark_key),
-                            // The first held-back key: is anything due to be moved?
-                            TxnOp::get(k.helds(), Some(under(1).with_keys_only())),
-                        ])
+                        .and_then(reads)
                         .or_else(why_not.clone()),
                 )
                 .await?;
@@ -170,7 +189,13 @@ impl ItemStore for EtcdStore {
                 }
             }
             let mut reads = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
-            let pending = reads.next().unwrap_or_default();
+            // Strict priority: the earlier queues' entries first, `n` in all.
+            let mut pending: Vec<(QueueName, KeyValue)> = Vec::with_capacity(n);
+            for queue in queues {
+                let entries = reads.next().unwrap_or_default();
+                let room = n.saturating_sub(pending.len());
+                pending.extend(entries.into_iter().take(room).map(|kv| (*queue, kv)));
+            }
             let owned = reads.next().unwrap_or_default();
             let mark = reads.next().unwrap_or_default().into_iter().next();
             let held = reads.next().unwrap_or_default();
@@ -215,15 +240,18 @@ impl ItemStore for EtcdStore {
             let mut ops = Vec::with_capacity(pending.len() * 4 + 1);
             ops.push(put(&mark_key, request_hex.clone()));
             let mut claimed = Vec::with_capacity(pending.len());
-            for kv in &pending {
+            for (queue, kv) in &pending {
                 let id = Keys::trailing_id(kv.key()).ok_or_else(|| corrupt(at_key(kv.key())))?;
-                let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                let meta = Meta::decode(kv.value())
+                    .filter(|m| m.queue == *queue)
+                    .ok_or_else(|| corrupt(at_key(kv.key())))?;
                 let meta = Meta {
                     attempts: meta.attempts.saturating_add(1),
                     ..meta
                 };
-                compares.push(mod_rev(&k.pending(id), kv.mod_revision()));
-                ops.push(del(&k.pending(id)));
+                let entry = k.pending(*queue, id);
+                compares.push(mod_rev(&entry, kv.mod_revision()));
+                ops.push(del(&entry));
                 ops.push(put(
                     &k.owned(lease.token, id),
                     meta.encode_claimed(lease.token, &request_hex),
@@ -386,7 +414,7 @@ impl ItemStore for EtcdStore {
         let last_error = error_text(first(r.get(2)).as_ref())?;
         Ok(Some(
             ItemRecord::new(
-                Item::new(id, payload, meta.attempts, meta.max_attempts),
+                Item::new(id, payload, meta.attempts, meta.max_attempts).with_queue(meta.queue),
                 state,
             )
             .with_last_error(last_error),
@@ -402,8 +430,8 @@ pub(crate) fn error_text(kv: Option<&KeyValue>) -> Result<Option<String>> {
 }
 
 /// The writes that add item `id` with `payload`: its record and body, and its entry in
-/// the pending index, or, held back by `timer`, beside the timer of the group whose
-/// first id is `group` (the caller puts the timer, once per group).
+/// its queue's pending index, or, held back by `timer`, beside the timer of the group
+/// whose first id is `group` (the caller puts the timer, once per group).
 fn item_ops(
     k: &Keys,
     group: u64,
@@ -415,10 +443,11 @@ fn item_ops(
     let meta = Meta {
         attempts: 0,
         max_attempts: options.max_attempts,
+        queue: options.queue,
     };
     let index = match timer {
         Some(t) => held_op(k, t, group, id, meta),
-        None => put(&k.pending(id), meta.encode()),
+        None => put(&k.pending(meta.queue, id), meta.encode()),
     };
     [
         put(&k.meta(id), meta.encode_with(ItemState::Pending)),
@@ -443,12 +472,10 @@ fn claimed_items(
                 .first()
                 .map(|kv| kv.value().to_vec())
                 .ok_or_else(|| corrupt(at_key(k.body(id).as_bytes())))?;
-            Ok(Item::new(
-                ItemId(id),
-                payload,
-                meta.attempts,
-                meta.max_attempts,
-            ))
+            Ok(
+                Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts)
+                    .with_queue(meta.queue),
+            )
         })
         .collect()
 }

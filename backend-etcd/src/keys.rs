@@ -17,13 +17,14 @@
 //! | `item/r/<id>` | [`Meta`] with state | attempts, max attempts, state |
 //! | `item/b/<id>` | payload bytes | immutable until the item completes |
 //! | `item/e/<id>` | UTF-8 text | the error text of the item's latest failure that gave one (`ItemStore::finish_with_error`): put by the transaction that hands the item back, deleted with the item; absent when no failure gave a text |
-//! | `item/p/<id>` | [`Meta`] | pending index |
+//! | `item/p/<id>` | [`Meta`] | pending index of the default queue (the layout from before queues) |
+//! | `item/pq/<queue>/<id>` | [`Meta`] | pending index of another queue: the name ends with `/`, which no queue name holds, so no queue's range holds another's |
 //! | `item/o/<token>/<id>` | [`Meta`] with state and request id | owned-by-token index; the id of the claim that assigned it |
 //! | `item/k/<key>` | item id | enqueue idempotency keys: bound to an etcd lease the keys written by one handle in one bucket of time share (`key_leases.rs`), whose ttl outlasts the key retention (`key_retention_s`); etcd deletes the key when it expires. Keys written before retention was counted carry no lease and are kept for good |
 //! | `item/h/<token>` | request id | the token's claim high-water mark: the greatest claim id admitted under it; deleted when the token's sweep ends |
 //! | `item/d/<id>` | [`Meta`] | dead-letter index |
 //! | `item/q/<due>/<group>` | empty | a timer: bound to the etcd lease that counts down the wait of the held-back items of its group; etcd deletes it when that lease expires. `due` (ms since the Unix epoch by the enqueuing handle's store time, [`Keys::timer`]) only orders timers, and `group` is the first item id of the call that held them back |
-//! | `item/q/<due>/<group>/<id>` | [`Meta`] | a held-back item: pending, due once its group's timer is gone; a claim then moves it to `item/p/` |
+//! | `item/q/<due>/<group>/<id>` | [`Meta`] | a held-back item: pending, due once its group's timer is gone; a claim then moves it to its queue's pending index |
 //! | `death/ctr` | last death seq | bumped (compared) by every transaction that records a death |
 //! | `death/s/<seq>` | a death record (`deaths.rs`) | the newest `death_retention` are kept |
 //! | `death/t/<token>` | its record's seq | until the token's sweep ends |
@@ -36,12 +37,18 @@
 //! session's token as its create revision: only the session's own key is bound to an
 //! etcd lease, so one revoke (or expiry) deletes one key, never the members'.
 //!
+//! Every [`Meta`] value (the record and each index entry) ends with ` @<queue>` when
+//! the item is in a queue other than the default: a value without it, as every value
+//! written before queues existed, is the default queue's.
+//!
 //! A session's member index is cut into batches so that the sweep of a dead session's
 //! members reads one small range per step: etcd 3.4 serves a range read with a limit by
 //! walking every key of the range first, so one range over all of a session's
 //! members would cost O(members left) per batch swept.
 
-use liveness_core::{FencingToken, HolderId, ItemState, Key, Namespace, RequestId, Space, Ttl};
+use liveness_core::{
+    FencingToken, HolderId, ItemState, Key, Namespace, QueueName, RequestId, Space, Ttl,
+};
 
 /// A request id written as [`RequestId::to_hex`] (a claim high-water mark).
 pub(crate) fn parse_request_id(raw: &[u8]) -> Option<RequestId> {
@@ -132,12 +139,31 @@ impl Keys {
         format!("{}item/e/", self.root)
     }
 
-    pub(crate) fn pending(&self, id: u64) -> String {
-        format!("{}{id:020}", self.pendings())
+    /// The pending entry of item `id` in `queue`.
+    pub(crate) fn pending(&self, queue: QueueName, id: u64) -> String {
+        format!("{}{id:020}", self.pendings(queue))
     }
 
-    pub(crate) fn pendings(&self) -> String {
-        format!("{}item/p/", self.root)
+    /// The pending index of `queue`: `item/p/` for the default queue (the layout
+    /// from before queues), `item/pq/<queue>/` for another.
+    pub(crate) fn pendings(&self, queue: QueueName) -> String {
+        match queue.is_default() {
+            true => format!("{}item/p/", self.root),
+            false => format!("{}{queue}/", self.named_pendings()),
+        }
+    }
+
+    /// The pending indexes of every queue but the default (`item/pq/`).
+    pub(crate) fn named_pendings(&self) -> String {
+        format!("{}item/pq/", self.root)
+    }
+
+    /// The queue whose pending index holds `raw`, a key under
+    /// [`Keys::named_pendings`].
+    pub(crate) fn parse_named_pending(&self, raw: &[u8]) -> Option<QueueName> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let (queue, _) = s.strip_prefix(&self.named_pendings())?.split_once('/')?;
+        QueueName::new(queue).ok()
     }
 
     pub(crate) fn owned(&self, token: FencingToken, id: u64) -> String {
@@ -396,19 +422,30 @@ impl Record {
     }
 }
 
-/// An item's attempt counts and, in its `item/r/` record, its state.
+/// An item's attempt counts and queue and, in its `item/r/` record, its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Meta {
     pub(crate) attempts: u32,
     pub(crate) max_attempts: u32,
+    /// Written as a last field, ` @<queue>`, unless it is the default queue (a value
+    /// without it, as every value written before queues existed, is the default's).
+    pub(crate) queue: QueueName,
 }
+
+/// What starts the queue field of a [`Meta`] value (no other field starts with it).
+const QUEUE_MARK: char = '@';
 
 impl Meta {
     pub(crate) fn encode(self) -> String {
-        format!("{} {}", self.attempts, self.max_attempts)
+        self.with_queue(format!("{} {}", self.attempts, self.max_attempts))
     }
 
     pub(crate) fn encode_with(self, state: ItemState) -> String {
+        self.with_queue(self.fields_with(state))
+    }
+
+    /// The fields before the queue's of [`Meta::encode_with`].
+    fn fields_with(self, state: ItemState) -> String {
         let s = match state {
             ItemState::Pending => "p".to_owned(),
             ItemState::DeadLettered => "d".to_owned(),
@@ -417,23 +454,47 @@ impl Meta {
         format!("{} {} {s}", self.attempts, self.max_attempts)
     }
 
+    /// `fields`, then the queue's field unless the queue is the default.
+    fn with_queue(self, fields: String) -> String {
+        match self.queue.is_default() {
+            true => fields,
+            false => format!("{fields} {QUEUE_MARK}{}", self.queue),
+        }
+    }
+
     /// The owned index value: the meta, the owner, and the request id of the claim
     /// that assigned the item (a fourth field, which [`Meta::decode_with`] skips).
     pub(crate) fn encode_claimed(self, token: FencingToken, request: &str) -> String {
-        format!("{} {request}", self.encode_with(ItemState::Owned(token)))
+        self.with_queue(format!(
+            "{} {request}",
+            self.fields_with(ItemState::Owned(token))
+        ))
     }
 
     /// The request id in an owned index value written by [`Meta::encode_claimed`].
     pub(crate) fn request_of(raw: &[u8]) -> Option<&str> {
-        std::str::from_utf8(raw).ok()?.split(' ').nth(3)
+        std::str::from_utf8(raw)
+            .ok()?
+            .split(' ')
+            .filter(|f| !f.starts_with(QUEUE_MARK))
+            .nth(3)
     }
 
     pub(crate) fn decode(raw: &[u8]) -> Option<Meta> {
         Self::decode_with(raw).map(|(m, _)| m)
     }
 
+    /// The meta and, when the value has one, the state; `None` when the value is not
+    /// one this build writes (a queue name no queue can have among them).
     pub(crate) fn decode_with(raw: &[u8]) -> Option<(Meta, Option<ItemState>)> {
         let s = std::str::from_utf8(raw).ok()?;
+        let named = s
+            .rsplit_once(' ')
+            .and_then(|(rest, last)| Some((rest, last.strip_prefix(QUEUE_MARK)?)));
+        let (s, queue) = match named {
+            Some((rest, name)) => (rest, QueueName::new(name).ok()?),
+            None => (s, QueueName::DEFAULT),
+        };
         let mut parts = s.split(' ');
         let attempts = parts.next()?.parse().ok()?;
         let max_attempts = parts.next()?.parse().ok()?;
@@ -449,6 +510,7 @@ impl Meta {
             Meta {
                 attempts,
                 max_attempts,
+                queue,
             },
             state,
         ))
@@ -503,37 +565,100 @@ mod tests {
 
     #[test]
     fn owned_values_carry_the_claim_request() {
-        let m = Meta {
-            attempts: 1,
-            max_attempts: 3,
-        };
-        let raw = m.encode_claimed(FencingToken(7), "00ff");
-        assert_eq!(
-            Meta::decode_with(raw.as_bytes()),
-            Some((m, Some(ItemState::Owned(FencingToken(7)))))
-        );
-        assert_eq!(Meta::request_of(raw.as_bytes()), Some("00ff"));
-        // Values written before request ids existed carry none.
-        assert_eq!(Meta::request_of(m.encode().as_bytes()), None);
+        for queue in [QueueName::DEFAULT, QueueName::new("mail").unwrap()] {
+            let m = Meta {
+                attempts: 1,
+                max_attempts: 3,
+                queue,
+            };
+            let raw = m.encode_claimed(FencingToken(7), "00ff");
+            assert_eq!(
+                Meta::decode_with(raw.as_bytes()),
+                Some((m, Some(ItemState::Owned(FencingToken(7)))))
+            );
+            assert_eq!(Meta::request_of(raw.as_bytes()), Some("00ff"));
+            // Values written before request ids existed carry none.
+            assert_eq!(Meta::request_of(m.encode().as_bytes()), None);
+            let unclaimed = m.encode_with(ItemState::Owned(FencingToken(7)));
+            assert_eq!(Meta::request_of(unclaimed.as_bytes()), None);
+        }
     }
 
     #[test]
     fn metas_round_trip() {
+        for queue in [QueueName::DEFAULT, QueueName::new("a.b-c_9").unwrap()] {
+            let m = Meta {
+                attempts: 2,
+                max_attempts: 5,
+                queue,
+            };
+            assert_eq!(Meta::decode(m.encode().as_bytes()), Some(m));
+            for s in [
+                ItemState::Pending,
+                ItemState::DeadLettered,
+                ItemState::Owned(FencingToken(42)),
+            ] {
+                assert_eq!(
+                    Meta::decode_with(m.encode_with(s).as_bytes()),
+                    Some((m, Some(s)))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_queue_s_values_are_those_from_before_queues() {
         let m = Meta {
             attempts: 2,
             max_attempts: 5,
+            queue: QueueName::DEFAULT,
         };
-        assert_eq!(Meta::decode(m.encode().as_bytes()), Some(m));
-        for s in [
-            ItemState::Pending,
-            ItemState::DeadLettered,
-            ItemState::Owned(FencingToken(42)),
-        ] {
-            assert_eq!(
-                Meta::decode_with(m.encode_with(s).as_bytes()),
-                Some((m, Some(s)))
-            );
+        assert_eq!(m.encode(), "2 5");
+        assert_eq!(m.encode_with(ItemState::Pending), "2 5 p");
+        assert_eq!(m.encode_claimed(FencingToken(7), "00ff"), "2 5 o7 00ff");
+        let mail = Meta {
+            queue: QueueName::new("mail").unwrap(),
+            ..m
+        };
+        assert_eq!(mail.encode_with(ItemState::DeadLettered), "2 5 d @mail");
+        // A queue name no queue can have is no value this build writes.
+        for bad in ["2 5 p @", "2 5 p @a/b", "2 5 @a:b", "2 5 o7 00ff @é"] {
+            assert_eq!(Meta::decode_with(bad.as_bytes()), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn each_queue_s_pending_index_holds_its_own_entries_only() {
+        let k = Keys::new(&Namespace::new("ns").unwrap());
+        let q = |name: &str| QueueName::new(name).unwrap();
+        let queues = [
+            QueueName::DEFAULT,
+            q("mail"),
+            q("mail2"),
+            q("m"),
+            q("0"),
+            q("p"),
+        ];
+        for a in queues {
+            let prefix = k.pendings(a);
+            for other in queues {
+                for id in [0, 7, u64::MAX] {
+                    let key = k.pending(other, id);
+                    assert_eq!(key.starts_with(&prefix), a == other, "{a:?} {other:?}");
+                    assert_eq!(Keys::trailing_id(key.as_bytes()), Some(id));
+                    let named = k.parse_named_pending(key.as_bytes());
+                    assert_eq!(named, (!other.is_default()).then_some(other));
+                }
+            }
+        }
+        // The default queue's entries are where they were before queues.
+        assert_eq!(
+            k.pending(QueueName::DEFAULT, 5),
+            "liveness/ns/item/p/00000000000000000005"
+        );
+        assert!(!k
+            .pending(QueueName::DEFAULT, 5)
+            .starts_with(&k.named_pendings()));
     }
 
     #[test]
@@ -571,7 +696,10 @@ mod tests {
                 id: 12
             })
         );
-        assert_eq!(k.parse_held(k.pending(5).as_bytes()), None);
+        assert_eq!(
+            k.parse_held(k.pending(QueueName::DEFAULT, 5).as_bytes()),
+            None
+        );
         assert_eq!(
             k.parse_held(format!("{}/x", k.held(5, 9, 12)).as_bytes()),
             None
@@ -582,7 +710,8 @@ mod tests {
     #[test]
     fn keys_sort_numerically_and_parse_back() {
         let k = Keys::new(&Namespace::new("ns").unwrap());
-        assert!(k.pending(9) < k.pending(10));
+        let q = QueueName::new("mail").unwrap();
+        assert!(k.pending(q, 9) < k.pending(q, 10));
         assert_eq!(
             Keys::trailing_id(k.owned(FencingToken(3), 12).as_bytes()),
             Some(12)

@@ -8,18 +8,22 @@ use std::time::Duration;
 use etcd_client::{GetOptions, KeyValue, Txn, TxnOp};
 use liveness_core::{
     async_trait, DeathRecord, Error, InputProblem, Item, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, OperatorStore, Page, Result, Space,
-    StoreTime,
+    ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, OperatorStore, Page, QueueCounts, QueueName,
+    Result, Space, StoreTime,
 };
 
 use crate::core::{
     del, first, get, mod_rev, put, ranges, secs, to_prefix_end, under, EtcdStore, Snapshot,
     MAX_BATCH, MAX_TXN_OPS,
 };
-use crate::error::{at_key, corrupt, Fault, MAX_TRIES};
+use crate::error::{at_key, corrupt, is_compacted, map, Fault, MAX_TRIES};
 use crate::items::error_text;
 use crate::keys::{Held, Keys, Meta, Record};
+use crate::watch::prefix_end;
 use crate::BACKEND;
+
+/// Keys one page of `queue_counts`' scans reads.
+const COUNT_PAGE: usize = 1_000;
 
 /// A page of `items` reads each item's meta, body and error text in one transaction.
 const _: () = assert!(3 * MAX_BATCH <= MAX_TXN_OPS);
@@ -169,10 +173,26 @@ impl OperatorStore for EtcdStore {
         ))
     }
 
+    /// At one revision: each queue's pending index counted (etcd counts, as for
+    /// `item_counts`), the queues other than the default found one read each (the
+    /// first key after the previous queue's index); the held-back, owned and
+    /// dead-lettered items, whose indexes are not by queue, read in pages and counted
+    /// by the queue their values name. Read again from a new revision when etcd
+    /// compacted the first one away meanwhile.
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        for _ in 0..MAX_TRIES {
+            if let Some(counts) = self.queue_counts_at(COUNT_PAGE).await? {
+                return Ok(counts);
+            }
+        }
+        Err(Error::unavailable(BACKEND, Fault::Contention))
+    }
+
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
-        // Ids from the state's index (pending while nothing is held back,
-        // dead-lettered) or from the meta records (owned: there is no index by id;
-        // pending with held-back items, kept by due time), then their metas and
+        // Ids from the state's index (pending while nothing is held back or in
+        // another queue than the default, dead-lettered) or from the meta records
+        // (owned: there is no index by id; pending with held-back items, kept by due
+        // time, or with items in other queues, kept by queue), then their metas and
         // payloads in one transaction; an item whose state changed in between is
         // left out.
         let Page { after, limit } = page;
@@ -182,17 +202,22 @@ impl OperatorStore for EtcdStore {
         let indexed = match state {
             ItemStateKind::Owned => None,
             ItemStateKind::Pending => {
-                let (prefix, start) = (k.pendings(), k.pending(first_id));
+                // The default queue's index, while no item is held back or pending
+                // in another queue.
+                let default = QueueName::DEFAULT;
+                let (prefix, start) = (k.pendings(default), k.pending(default, first_id));
                 let resp = self
                     .txn(Txn::new().and_then(vec![
                         TxnOp::get(k.helds(), Some(under(1).with_keys_only())),
+                        TxnOp::get(k.named_pendings(), Some(under(1).with_keys_only())),
                         TxnOp::get(start, Some(to_prefix_end(&prefix, limit).with_keys_only())),
                     ]))
                     .await?;
                 let mut r = ranges(&resp).into_iter().map(|mut g| g.take_kvs());
                 let held = r.next().unwrap_or_default();
+                let named = r.next().unwrap_or_default();
                 let index = r.next().unwrap_or_default();
-                held.is_empty().then_some(index)
+                (held.is_empty() && named.is_empty()).then_some(index)
             }
             ItemStateKind::DeadLettered => {
                 let (prefix, start) = (k.dead_letters(), k.dead_letter(first_id));
@@ -269,7 +294,8 @@ impl OperatorStore for EtcdStore {
             let last_error = error_text(first(r.get(3 * i + 2)).as_ref())?;
             out.push(
                 ItemRecord::new(
-                    Item::new(ItemId(*id), payload, meta.attempts, meta.max_attempts),
+                    Item::new(ItemId(*id), payload, meta.attempts, meta.max_attempts)
+                        .with_queue(meta.queue),
                     now,
                 )
                 .with_last_error(last_error),
@@ -320,9 +346,131 @@ impl OperatorStore for EtcdStore {
 }
 
 impl EtcdStore {
-    /// One try of `cancel`: the item's meta and its pending entry read, then the
-    /// item removed in one transaction guarded by what was read. `Ok(None)` when
-    /// something changed meanwhile (the caller reads again).
+    /// One range read at revision `rev` (0: the current one): `None` when etcd
+    /// compacted that revision away.
+    async fn read_at(
+        &self,
+        key: impl Into<Vec<u8>>,
+        opts: GetOptions,
+        rev: i64,
+    ) -> Result<Option<etcd_client::GetResponse>> {
+        let opts = match rev {
+            0 => opts,
+            rev => opts.with_revision(rev),
+        };
+        match self.get_unmapped(key, opts).await {
+            Ok(resp) => Ok(Some(resp)),
+            Err(e) if is_compacted(&e) => Ok(None),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// One try of `queue_counts`, its scans reading `page` keys at a time: `None`
+    /// when etcd compacted the revision it reads at away meanwhile.
+    pub(crate) async fn queue_counts_at(&self, page: usize) -> Result<Option<Vec<QueueCounts>>> {
+        let k = self.keys();
+        let mut counts: Vec<(QueueName, ItemCounts)> = Vec::new();
+        let mut of = |queue: QueueName, state: ItemStateKind, n: u64| {
+            let at = match counts.iter().position(|(q, _)| *q == queue) {
+                Some(at) => at,
+                None => {
+                    counts.push((queue, ItemCounts::default()));
+                    counts.len() - 1
+                }
+            };
+            let c = &mut counts[at].1;
+            match state {
+                ItemStateKind::Pending => c.pending += n,
+                ItemStateKind::Owned => c.owned += n,
+                ItemStateKind::DeadLettered => c.dead_lettered += n,
+            }
+        };
+        let count_only = || GetOptions::new().with_prefix().with_count_only();
+        let counted = |resp: &etcd_client::GetResponse| u64::try_from(resp.count()).unwrap_or(0);
+        // The default queue's pending index; its revision is every later read's.
+        let default = k.pendings(QueueName::DEFAULT);
+        let Some(resp) = self.read_at(default, count_only(), 0).await? else {
+            return Ok(None);
+        };
+        let rev = resp.header().map_or(0, |h| h.revision());
+        of(QueueName::DEFAULT, ItemStateKind::Pending, counted(&resp));
+        // Every other queue's: the first key after the previous one's index names
+        // the next queue.
+        let named = k.named_pendings();
+        let end = prefix_end(&named);
+        let mut from = named.into_bytes();
+        loop {
+            let opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(1)
+                .with_keys_only();
+            let Some(mut resp) = self.read_at(from, opts, rev).await? else {
+                return Ok(None);
+            };
+            let Some(kv) = resp.take_kvs().into_iter().next() else {
+                break;
+            };
+            let queue = k
+                .parse_named_pending(kv.key())
+                .ok_or_else(|| corrupt(at_key(kv.key())))?;
+            let index = k.pendings(queue);
+            from = prefix_end(&index);
+            let Some(resp) = self.read_at(index, count_only(), rev).await? else {
+                return Ok(None);
+            };
+            of(queue, ItemStateKind::Pending, counted(&resp));
+        }
+        // The indexes that are not by queue, by the queue in each value.
+        let scans = [
+            (k.helds(), ItemStateKind::Pending),
+            (k.owneds(), ItemStateKind::Owned),
+            (k.dead_letters(), ItemStateKind::DeadLettered),
+        ];
+        let limit = i64::try_from(page.max(1)).unwrap_or(i64::MAX);
+        for (prefix, state) in scans {
+            let end = prefix_end(&prefix);
+            let mut from = prefix.as_bytes().to_vec();
+            loop {
+                let opts = GetOptions::new().with_range(end.clone()).with_limit(limit);
+                let Some(mut resp) = self.read_at(from.clone(), opts, rev).await? else {
+                    return Ok(None);
+                };
+                let more = resp.more();
+                let kvs = resp.take_kvs();
+                for kv in &kvs {
+                    if state == ItemStateKind::Pending {
+                        match k.parse_held(kv.key()) {
+                            Some(Held::Item { .. }) => {}
+                            Some(Held::Timer { .. }) => continue,
+                            None => return Err(corrupt(at_key(kv.key()))),
+                        }
+                    }
+                    let meta = Meta::decode(kv.value()).ok_or_else(|| corrupt(at_key(kv.key())))?;
+                    of(meta.queue, state, 1);
+                }
+                match kvs.last() {
+                    Some(last) if more => {
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        counts.retain(|(_, c)| *c != ItemCounts::default());
+        counts.sort_by(|(a, _), (b, _)| a.as_str().cmp(b.as_str()));
+        Ok(Some(
+            counts
+                .into_iter()
+                .map(|(q, c)| QueueCounts::new(q, c))
+                .collect(),
+        ))
+    }
+
+    /// One try of `cancel`: the item's meta and its pending entry read (in the
+    /// default queue's index with the meta; in another queue's, named by the meta,
+    /// right after), then the item removed in one transaction guarded by what was
+    /// read. `Ok(None)` when something changed meanwhile (the caller reads again).
     ///
     /// A held-back item's entry sits beside its timer (`item/q/<due>/<group>/<id>`),
     /// a place its meta does not name: it is found by walking the held-back keys (an
@@ -330,14 +478,14 @@ impl EtcdStore {
     async fn cancel_once(&self, id: u64) -> Result<Option<Option<ItemState>>> {
         let k = self.keys();
         let resp = self
-            .txn(Txn::new().and_then([get(&k.meta(id)), get(&k.pending(id))]))
+            .txn(Txn::new().and_then([get(&k.meta(id)), get(&k.pending(QueueName::DEFAULT, id))]))
             .await?;
         let r = ranges(&resp);
         let Some(meta) = first(r.first()) else {
             return Ok(Some(None));
         };
-        let state = match Meta::decode_with(meta.value()) {
-            Some((_, Some(s))) => s,
+        let (queue, state) = match Meta::decode_with(meta.value()) {
+            Some((m, Some(s))) => (m.queue, s),
             _ => return Err(corrupt(at_key(meta.key()))),
         };
         let mut compares = vec![mod_rev(&k.meta(id), meta.mod_revision())];
@@ -345,22 +493,29 @@ impl EtcdStore {
         match state {
             ItemState::Owned(_) => return Ok(Some(Some(state))),
             ItemState::DeadLettered => ops.push(del(&k.dead_letter(id))),
-            ItemState::Pending => match first(r.get(1)) {
-                Some(kv) => {
-                    compares.push(mod_rev(&k.pending(id), kv.mod_revision()));
-                    ops.push(del(&k.pending(id)));
+            ItemState::Pending => {
+                let pending = k.pending(queue, id);
+                let entry = match queue.is_default() {
+                    true => first(r.get(1)),
+                    false => self.get_one(&pending).await?,
+                };
+                match entry {
+                    Some(kv) => {
+                        compares.push(mod_rev(&pending, kv.mod_revision()));
+                        ops.push(del(&pending));
+                    }
+                    None => {
+                        // Pending without an entry in either place: being moved;
+                        // read again.
+                        let Some((entry, rev, timer)) = self.held_entry(id).await? else {
+                            return Ok(None);
+                        };
+                        compares.push(mod_rev(&entry, rev));
+                        ops.push(del(&entry));
+                        ops.extend(timer.map(|t| del(&t)));
+                    }
                 }
-                None => {
-                    // Pending without an entry in either place: being moved; read
-                    // again.
-                    let Some((entry, rev, timer)) = self.held_entry(id).await? else {
-                        return Ok(None);
-                    };
-                    compares.push(mod_rev(&entry, rev));
-                    ops.push(del(&entry));
-                    ops.extend(timer.map(|t| del(&t)));
-                }
-            },
+            }
         }
         let resp = self.txn(Txn::new().when(compares).and_then(ops)).await?;
         Ok(resp.succeeded().then_some(Some(state)))
@@ -400,7 +555,8 @@ impl EtcdStore {
         }))
     }
 
-    /// Moves the dead-lettered items `ids` back to pending with no attempts, in one
+    /// Moves the dead-lettered items `ids` back to pending (each in its own queue)
+    /// with no attempts, in one
     /// transaction guarded by their metas as read. `Ok(None)` when one changed
     /// meanwhile (the caller reads again); otherwise the ids moved and, for each id
     /// that is not dead-lettered, why (`NoSuchItem` / `NotDeadLettered`).
@@ -433,7 +589,7 @@ impl EtcdStore {
             compares.push(mod_rev(&k.meta(*id), kv.mod_revision()));
             ops.extend([
                 del(&k.dead_letter(*id)),
-                put(&k.pending(*id), fresh.encode()),
+                put(&k.pending(fresh.queue, *id), fresh.encode()),
                 put(&k.meta(*id), fresh.encode_with(ItemState::Pending)),
             ]);
             out.push(Ok(*id));

@@ -379,6 +379,96 @@ async fn full_batch_claim_writes_the_mark_and_the_sweep_forgets_it() {
     );
 }
 
+/// `queue_counts` reads at one revision: each queue's pending index counted, the
+/// held-back, owned and dead-lettered items scanned in pages (a page of one or two
+/// keys here) by the queue their values name; whatever the page, the same answer,
+/// adding up to `item_counts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_counts_read_one_revision_whatever_the_page() {
+    use liveness_core::{EnqueueOptions, ItemCounts, Outcome, QueueName, RequestId};
+    let Some(store) = store().await else { return };
+    let q = |name: &str| QueueName::new(name).unwrap();
+    let on = |name: &str| EnqueueOptions::default().queue(q(name));
+    let payloads = |n: usize| vec![b"x".to_vec(); n];
+    store
+        .enqueue_many(&payloads(3), EnqueueOptions::default())
+        .await
+        .unwrap();
+    let mail = store.enqueue_many(&payloads(2), on("mail")).await.unwrap();
+    let reports = store
+        .enqueue_many(&payloads(3), on("reports"))
+        .await
+        .unwrap();
+    // Held back, beside their timers: pending in their queues.
+    let later = Duration::from_secs(30);
+    let held = store.enqueue(b"later", on("a").delay(later)).await.unwrap();
+    store
+        .enqueue(b"later", on("mail").delay(later))
+        .await
+        .unwrap();
+    let lease = store
+        .acquire(&Key::member("w").unwrap(), &holder(), ttl_times(&store, 5))
+        .await
+        .unwrap();
+    let got = store
+        .claim_from(
+            &lease,
+            &[q("reports"), QueueName::DEFAULT],
+            4,
+            RequestId::next(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 4);
+    store
+        .finish(&lease, reports[0], Outcome::DeadLetter)
+        .await
+        .unwrap();
+    let want = vec![
+        (q("a"), ItemCounts::new(1, 0, 0)),
+        (QueueName::DEFAULT, ItemCounts::new(2, 1, 0)),
+        (q("mail"), ItemCounts::new(3, 0, 0)),
+        (q("reports"), ItemCounts::new(0, 2, 1)),
+    ];
+    let pairs = |counts: Vec<liveness_core::QueueCounts>| {
+        counts
+            .into_iter()
+            .map(|c| (c.queue, c.counts))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(store.queue_counts().await.unwrap()), want);
+    for page in [1, 2] {
+        let counts = store.queue_counts_at(page).await.unwrap().unwrap();
+        assert_eq!(pairs(counts), want, "pages of {page}");
+    }
+    let total = store.item_counts().await.unwrap();
+    assert_eq!(total, ItemCounts::new(6, 3, 1));
+
+    // A cancel takes a pending item out of its own queue's index (or from beside its
+    // timer), and a dead letter's retry puts it back in its own queue.
+    for id in [mail[0], held] {
+        let state = store.cancel(id).await.unwrap();
+        assert_eq!(state, Some(liveness_core::ItemState::Pending));
+    }
+    let entry = store.keys().pending(q("mail"), mail[0].0);
+    assert!(store.get_one(&entry).await.unwrap().is_none());
+    store.retry_dead_letter(reports[0]).await.unwrap();
+    let want = vec![
+        (QueueName::DEFAULT, ItemCounts::new(2, 1, 0)),
+        (q("mail"), ItemCounts::new(2, 0, 0)),
+        (q("reports"), ItemCounts::new(1, 2, 0)),
+    ];
+    assert_eq!(pairs(store.queue_counts().await.unwrap()), want);
+    let got = store
+        .claim_from(&lease, &[q("reports")], 4, RequestId::next())
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|i| (i.id, i.queue)).collect::<Vec<_>>(),
+        [(reports[0], q("reports"))]
+    );
+}
+
 /// A second handle on `store`'s namespace (another process, as far as etcd knows).
 async fn other(store: &EtcdStore) -> EtcdStore {
     let server = liveness_testkit::etcd::shared().unwrap();

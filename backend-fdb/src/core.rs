@@ -13,7 +13,7 @@ use liveness_core::sync::lock;
 use liveness_core::wake::tick;
 use liveness_core::{
     Acquire, BatchResult, Capabilities, FencingToken, HolderId, Issuer, Item, ItemId, ItemRecord,
-    ItemState, Key, Lease, LostCause, Namespace, StoreInfo, StoreTime, Ttl,
+    ItemState, Key, Lease, LostCause, Namespace, QueueName, StoreInfo, StoreTime, Ttl,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -161,6 +161,7 @@ impl FdbStore {
             .items(true)
             .operator_views(true)
             .error_text(true)
+            .queues(true)
             // No store clock to count a retention by: idempotency keys are kept for
             // good (README, "Idempotency keys").
             .key_retention(None);
@@ -472,13 +473,30 @@ impl FdbStore {
             Some(raw) => Some(String::from_utf8(raw).map_err(|_| corrupt("an item's error text"))?),
             None => None,
         };
-        let item = Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts);
+        let item =
+            Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts).with_queue(meta.queue);
         Ok(Some(
             ItemRecord::new(item, meta.state).with_last_error(last_error),
         ))
     }
 
-    /// Moves an item between states, keeping the indexes and counters in step.
+    /// Adds `delta` to the `which` count of every queue and, for a queue other than
+    /// the default, to that queue's (atomic adds: no read conflict).
+    pub(crate) fn count_add(
+        &self,
+        tx: &mut dyn Transaction,
+        queue: QueueName,
+        which: Count,
+        delta: i64,
+    ) {
+        tx.add(&self.layout.count(which), delta);
+        if !queue.is_default() {
+            tx.add(&self.layout.queue_count(queue, which), delta);
+        }
+    }
+
+    /// Moves an item between states, keeping the indexes and counters in step (a
+    /// pending item in its own queue's index).
     pub(crate) fn move_item(
         &self,
         tx: &mut dyn Transaction,
@@ -488,17 +506,17 @@ impl FdbStore {
         request: &[u8],
     ) {
         match meta.state {
-            ItemState::Pending => tx.clear(&self.layout.pending(id)),
+            ItemState::Pending => tx.clear(&self.layout.pending(meta.queue, id)),
             ItemState::Owned(t) => tx.clear(&self.layout.owned(t, id)),
             ItemState::DeadLettered => tx.clear(&self.layout.dead_letter(id)),
         }
         match to {
-            ItemState::Pending => tx.set(&self.layout.pending(id), b""),
+            ItemState::Pending => tx.set(&self.layout.pending(meta.queue, id), b""),
             ItemState::Owned(t) => tx.set(&self.layout.owned(t, id), request),
             ItemState::DeadLettered => tx.set(&self.layout.dead_letter(id), b""),
         }
-        tx.add(&self.layout.count(Count::of(meta.state)), -1);
-        tx.add(&self.layout.count(Count::of(to)), 1);
+        self.count_add(tx, meta.queue, Count::of(meta.state), -1);
+        self.count_add(tx, meta.queue, Count::of(to), 1);
         meta.state = to;
         tx.set(&self.layout.item(id), &meta.encode());
     }

@@ -6,7 +6,7 @@
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Sweep,
+    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Sweep,
 };
 
 use crate::core::transact;
@@ -22,9 +22,8 @@ impl ItemStore for FdbStore {
         payload: &[u8],
         options: EnqueueOptions,
     ) -> liveness_core::Result<ItemId> {
-        let (max, key) = (options.max_attempts, options.key);
         Ok(ItemId(
-            transact!(self.db, |tx, _at| self.enqueue_once(tx, payload, max, key))?.0,
+            transact!(self.db, |tx, _at| self.enqueue_once(tx, payload, options))?.0,
         ))
     }
 
@@ -34,7 +33,19 @@ impl ItemStore for FdbStore {
         n: usize,
         req: RequestId,
     ) -> liveness_core::Result<Vec<Item>> {
-        Ok(transact!(self.db, |tx, _at| self.claim_once(tx, lease, n, req))?.0)
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> liveness_core::Result<Vec<Item>> {
+        Ok(transact!(self.db, |tx, _at| self
+            .claim_once(tx, lease, queues, n, req))?
+        .0)
     }
 
     async fn finish(
@@ -77,10 +88,9 @@ impl FdbStore {
         &self,
         tx: &mut dyn Transaction,
         payload: &[u8],
-        max_attempts: u32,
-        key: Option<RequestId>,
+        options: EnqueueOptions,
     ) -> Result<u64, Fail> {
-        let key = key.map(|k| self.layout.enqueue_key(k.to_bytes()));
+        let key = options.key.map(|k| self.layout.enqueue_key(k.to_bytes()));
         if let Some(key) = &key {
             // Also how a retry after an unknown commit result finds its own enqueue.
             if let Some(raw) = tx.get(key, false).await? {
@@ -93,20 +103,25 @@ impl FdbStore {
         }
         let meta = ItemMeta {
             attempts: 0,
-            max_attempts,
+            max_attempts: options.max_attempts,
             state: ItemState::Pending,
+            queue: options.queue,
         };
         tx.set(&self.layout.item(id), &meta.encode());
         tx.set(&self.layout.payload(id), payload);
-        tx.set(&self.layout.pending(id), b"");
-        tx.add(&self.layout.count(Count::Pending), 1);
+        tx.set(&self.layout.pending(meta.queue, id), b"");
+        self.count_add(tx, meta.queue, Count::Pending, 1);
         Ok(id)
     }
 
+    /// One attempt of `claim_from`: up to `n` pending items of `queues`, the
+    /// earlier queues first, each queue's range read lowest id first (with a
+    /// conflict: a concurrent claim of the same items makes one of them retry).
     pub(crate) async fn claim_once(
         &self,
         tx: &mut dyn Transaction,
         lease: &Lease,
+        queues: &[QueueName],
         n: usize,
         request: RequestId,
     ) -> Result<Vec<Item>, Fail> {
@@ -144,28 +159,36 @@ impl FdbStore {
             }
         }
         tx.set(&mark, &request);
-        let (b, e) = self.layout.pending_all();
-        let rows = tx.range(RangeRead::new(&b, &e, n)).await?;
-        let mut items = Vec::with_capacity(rows.len());
-        for (k, _) in rows {
-            let id = self.layout.parse_id(&k)?;
-            let Some(mut meta) = self.read_meta(tx, id, false).await? else {
-                return Err(Fail::Stop(corrupt(
-                    "a pending index entry without its item",
-                )));
-            };
-            meta.attempts += 1;
-            self.move_item(tx, id, &mut meta, ItemState::Owned(lease.token), &request);
-            let payload = tx
-                .get(&self.layout.payload(id), true)
-                .await?
-                .unwrap_or_default();
-            items.push(Item::new(
-                ItemId(id),
-                payload,
-                meta.attempts,
-                meta.max_attempts,
-            ));
+        let mut items = Vec::with_capacity(n);
+        for queue in queues {
+            if items.len() >= n {
+                break;
+            }
+            let (b, e) = self.layout.pending_in(*queue);
+            let rows = tx.range(RangeRead::new(&b, &e, n - items.len())).await?;
+            for (k, _) in rows {
+                let id = self.layout.parse_id(&k)?;
+                let Some(mut meta) = self.read_meta(tx, id, false).await? else {
+                    return Err(Fail::Stop(corrupt(
+                        "a pending index entry without its item",
+                    )));
+                };
+                if meta.queue != *queue {
+                    return Err(Fail::Stop(corrupt(
+                        "a pending index entry in another queue than its item's",
+                    )));
+                }
+                meta.attempts += 1;
+                self.move_item(tx, id, &mut meta, ItemState::Owned(lease.token), &request);
+                let payload = tx
+                    .get(&self.layout.payload(id), true)
+                    .await?
+                    .unwrap_or_default();
+                items.push(
+                    Item::new(ItemId(id), payload, meta.attempts, meta.max_attempts)
+                        .with_queue(meta.queue),
+                );
+            }
         }
         Ok(items)
     }
@@ -230,7 +253,7 @@ impl FdbStore {
             tx.clear(&self.layout.payload(id.0));
             tx.clear(&self.layout.error(id.0));
             tx.clear(&self.layout.owned(lease.token, id.0));
-            tx.add(&self.layout.count(Count::Owned), -1);
+            self.count_add(tx, meta.queue, Count::Owned, -1);
             return Ok(None);
         };
         // An empty text leaves the one kept before.
@@ -384,5 +407,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(listed, [record]);
+    }
+
+    /// A cancelled item of a named queue leaves its queue's index and counts.
+    #[tokio::test]
+    async fn a_cancel_takes_an_item_out_of_its_own_queue() {
+        let db = DoubleDatabase::new();
+        let store = db.store(&fresh_namespace());
+        let mail = liveness_core::QueueName::new("mail").unwrap();
+        let on_mail = EnqueueOptions::default().queue(mail);
+        let a = store.enqueue(b"a", on_mail).await.unwrap();
+        let b = store.enqueue(b"b", on_mail).await.unwrap();
+        assert_eq!(store.cancel(a).await.unwrap(), Some(ItemState::Pending));
+        let mut tx = store.db.begin().await.unwrap();
+        assert_eq!(
+            tx.get(&store.layout.pending(mail, a.0), true)
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(tx
+            .get(&store.layout.pending(mail, b.0), true)
+            .await
+            .unwrap()
+            .is_some());
+        let counts = store.queue_counts().await.unwrap();
+        assert_eq!(counts.len(), 1);
+        assert_eq!((counts[0].queue, counts[0].counts.pending), (mail, 1));
+        assert_eq!(store.cancel(b).await.unwrap(), Some(ItemState::Pending));
+        assert_eq!(store.queue_counts().await.unwrap(), []);
     }
 }

@@ -10,19 +10,24 @@
 //!   ("e", space, ttl_ms, stamp, name)   -> token(8) holder        expiry/observation index
 //!   ("d", token)                        -> nonce(8) "space/name"  dead set
 //!   ("n", "token") / ("n", "item")      -> u64 big-endian         counters
-//!   ("i", id)                           -> attempts(4) max(4) state(1) token(8)  item meta
+//!   ("i", id)                           -> attempts(4) max(4) state(1) token(8) [queue]  item meta;
+//!                                          the queue's name follows unless it is the default
 //!   ("b", id)                           -> payload                written once
 //!   ("f", id)                           -> UTF-8 text             the error text of its latest failure
 //!                                                                 that gave one: set by the transaction
 //!                                                                 that hands it back, cleared with it
-//!   ("p", id)                           -> ""                     pending, by id
+//!   ("p", id)                           -> ""                     pending in the default queue, by id
+//!   ("pq", queue, id)                   -> ""                     pending in another queue, by id
 //!   ("o", token, id)                    -> request(16)            owned, by token then id;
 //!                                                                 the claim's request id
 //!   ("k", key(16))                      -> u64 big-endian         enqueue keys, kept for good (no store clock)
 //!   ("h", token)                        -> request(16)            the token's claim high-water
 //!                                                                 mark; cleared with its dead entry
 //!   ("x", id)                           -> ""                     dead letters, by id
-//!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts
+//!   ("c", "pending"|"owned"|"dead")     -> i64 little-endian      atomic counts, every queue
+//!   ("cq", queue, "pending"|…)          -> i64 little-endian      the same, of one queue other than
+//!                                                                 the default (whose counts are the
+//!                                                                 totals less the other queues')
 //!   ("D", seq)                          -> death record (`deaths.rs`); the newest `death_retention`
 //!   ("Dt", token)                       -> u64 big-endian         its record's seq, until swept
 //!   ("Dw", token)                       -> requeued(8) dead(8)    the sweep's running tally
@@ -31,9 +36,15 @@
 //!
 //! The lease record and its index entry carry the stamp of the last acquire or renew
 //! (written by `SetVersionstampedValue` / `SetVersionstampedKey` in that commit).
+//!
+//! Named queues: the default queue keeps the layout written before queues existed
+//! (`("p", id)`, no queue in the item meta, only the total counters), so such data
+//! reads as the default queue's. Another queue's pending entries are
+//! `("pq", queue, id)`: the tuple encoding ends the name with a NUL byte, which no
+//! queue name holds, so one queue's range never holds another's entries.
 
 use foundationdb_tuple::{Subspace, TuplePack, Versionstamp};
-use liveness_core::{Error, FencingToken, HolderId, ItemState, Key, Namespace, Space};
+use liveness_core::{Error, FencingToken, HolderId, ItemState, Key, Namespace, QueueName, Space};
 
 use crate::error::corrupt;
 use crate::kv::{Stamp, INCOMPLETE};
@@ -179,12 +190,26 @@ impl Layout {
         self.pack(&("f", id))
     }
 
-    pub(crate) fn pending(&self, id: u64) -> Vec<u8> {
-        self.pack(&("p", id))
+    /// The pending entry of item `id` in `queue`: `("p", id)` for the default queue
+    /// (the layout from before queues), `("pq", queue, id)` for another.
+    pub(crate) fn pending(&self, queue: QueueName, id: u64) -> Vec<u8> {
+        match queue.is_default() {
+            true => self.pack(&("p", id)),
+            false => self.pack(&("pq", queue.as_str(), id)),
+        }
     }
 
-    pub(crate) fn pending_all(&self) -> (Vec<u8>, Vec<u8>) {
-        strinc_range(self.pack(&("p",)))
+    /// Every pending entry of `queue`, lowest id first.
+    pub(crate) fn pending_in(&self, queue: QueueName) -> (Vec<u8>, Vec<u8>) {
+        match queue.is_default() {
+            true => strinc_range(self.pack(&("p",))),
+            false => strinc_range(self.pack(&("pq", queue.as_str()))),
+        }
+    }
+
+    /// Every pending entry of every queue but the default.
+    pub(crate) fn pending_named(&self) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("pq",)))
     }
 
     pub(crate) fn owned(&self, token: FencingToken, id: u64) -> Vec<u8> {
@@ -214,9 +239,12 @@ impl Layout {
         strinc_range(self.pack(&("x",)))
     }
 
-    /// The id at the end of a `p`, `x` or `o` key.
+    /// The id at the end of a `p`, `pq`, `x` or `o` key.
     pub(crate) fn parse_id(&self, key: &[u8]) -> Result<u64, Error> {
         if let Ok((_, id)) = self.root.unpack::<(String, u64)>(key) {
+            return Ok(id);
+        }
+        if let Ok((_, _, id)) = self.root.unpack::<(String, String, u64)>(key) {
             return Ok(id);
         }
         let (_, _, id): (String, u64, u64) = self
@@ -272,6 +300,27 @@ impl Layout {
     pub(crate) fn count(&self, which: Count) -> Vec<u8> {
         self.pack(&("c", which.name()))
     }
+
+    /// The `which` count of `queue`, a queue other than the default (whose counts
+    /// are the totals, [`Layout::count`], less the other queues').
+    pub(crate) fn queue_count(&self, queue: QueueName, which: Count) -> Vec<u8> {
+        self.pack(&("cq", queue.as_str(), which.name()))
+    }
+
+    /// Every count of every queue but the default, by queue name.
+    pub(crate) fn queue_counts_all(&self) -> (Vec<u8>, Vec<u8>) {
+        strinc_range(self.pack(&("cq",)))
+    }
+
+    /// Decodes a key of [`Layout::queue_counts_all`]: its queue and count.
+    pub(crate) fn parse_queue_count(&self, key: &[u8]) -> Result<(QueueName, Count), Error> {
+        let bad = || corrupt("a queue's count key");
+        let (_, queue, which): (String, String, String) =
+            self.root.unpack(key).map_err(|_| bad())?;
+        let queue = QueueName::new(&queue).map_err(|_| bad())?;
+        let which = Count::named(&which).ok_or_else(bad)?;
+        Ok((queue, which))
+    }
 }
 
 /// The three item counters.
@@ -289,6 +338,13 @@ impl Count {
             Count::Owned => "owned",
             Count::Dead => "dead",
         }
+    }
+
+    /// The count [`Count::name`] names.
+    fn named(name: &str) -> Option<Count> {
+        [Count::Pending, Count::Owned, Count::Dead]
+            .into_iter()
+            .find(|c| c.name() == name)
     }
 
     pub(crate) fn of(state: ItemState) -> Count {
@@ -426,16 +482,19 @@ pub(crate) fn decode_count(b: &[u8]) -> u64 {
 }
 
 /// Item metadata (the payload lives in its own key, written once).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ItemMeta {
     pub(crate) attempts: u32,
     pub(crate) max_attempts: u32,
     pub(crate) state: ItemState,
+    /// The queue it waits in: its name follows the 17 bytes of the rest, unless it
+    /// is the default (what a record written before queues holds).
+    pub(crate) queue: QueueName,
 }
 
 impl ItemMeta {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(17);
+        let mut v = Vec::with_capacity(17 + self.queue.as_str().len());
         v.extend_from_slice(&self.attempts.to_be_bytes());
         v.extend_from_slice(&self.max_attempts.to_be_bytes());
         let (tag, token) = match self.state {
@@ -445,6 +504,9 @@ impl ItemMeta {
         };
         v.push(tag);
         v.extend_from_slice(&token.to_be_bytes());
+        if !self.queue.is_default() {
+            v.extend_from_slice(self.queue.as_str().as_bytes());
+        }
         v
     }
 
@@ -459,10 +521,18 @@ impl ItemMeta {
             Some(2) => ItemState::DeadLettered,
             _ => return Err(bad()),
         };
+        let queue = match b.get(17..).unwrap_or_default() {
+            [] => QueueName::DEFAULT,
+            name => std::str::from_utf8(name)
+                .ok()
+                .and_then(|name| QueueName::new(name).ok())
+                .ok_or_else(bad)?,
+        };
         Ok(ItemMeta {
             attempts,
             max_attempts,
             state,
+            queue,
         })
     }
 }
@@ -501,5 +571,69 @@ mod tests {
         let rec = LeaseRec::decode(&committed(own)).unwrap();
         assert_eq!(rec.holder, holder);
         assert_eq!(rec.session, None);
+    }
+
+    #[test]
+    fn an_item_meta_keeps_its_queue_and_old_ones_are_the_default_s() {
+        let mail = QueueName::new("mail").unwrap();
+        let meta = ItemMeta {
+            attempts: 2,
+            max_attempts: 5,
+            state: ItemState::Owned(FencingToken(7)),
+            queue: mail,
+        };
+        assert_eq!(ItemMeta::decode(&meta.encode()).unwrap(), meta);
+        // The default queue's record is the layout from before queues: 17 bytes.
+        let old = ItemMeta {
+            queue: QueueName::DEFAULT,
+            ..meta
+        };
+        assert_eq!(old.encode().len(), 17);
+        assert_eq!(ItemMeta::decode(&old.encode()).unwrap(), old);
+        // A name no queue can have is corrupt data, not a panic.
+        for bad in [&b"a b"[..], b"\xff", b"x/y"] {
+            let mut raw = old.encode();
+            raw.extend_from_slice(bad);
+            assert!(ItemMeta::decode(&raw).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_queue_s_pending_range_holds_its_own_entries_only() {
+        let layout = Layout::new("liveness", &Namespace::new("ns").unwrap());
+        let q = |name: &str| QueueName::new(name).unwrap();
+        let queues = [
+            QueueName::DEFAULT,
+            q("mail"),
+            q("mail2"),
+            q("m"),
+            q("0"),
+            q("p"),
+        ];
+        for a in queues {
+            let (b, e) = layout.pending_in(a);
+            for other in queues {
+                for id in [0, 7, u64::MAX] {
+                    let key = layout.pending(other, id);
+                    let inside = b <= key && key < e;
+                    assert_eq!(inside, a == other, "{a:?} {other:?} {id}");
+                    assert_eq!(layout.parse_id(&key).unwrap(), id);
+                }
+            }
+        }
+        // The default queue's entries are where they were before queues.
+        assert_eq!(
+            layout.pending(QueueName::DEFAULT, 3),
+            layout.pack(&("p", 3u64))
+        );
+        let (b, e) = layout.pending_named();
+        assert!(
+            !(b <= layout.pending(QueueName::DEFAULT, 3)
+                && layout.pending(QueueName::DEFAULT, 3) < e)
+        );
+        assert!(b <= layout.pending(q("mail"), 3) && layout.pending(q("mail"), 3) < e);
+        let key = layout.queue_count(q("mail"), Count::Owned);
+        let (queue, which) = layout.parse_queue_count(&key).unwrap();
+        assert_eq!((queue, which.name()), (q("mail"), "owned"));
     }
 }

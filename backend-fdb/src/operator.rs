@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use liveness_core::{
     async_trait, DeathRecord, Error, FencingToken, InputProblem, ItemCounts, ItemId, ItemRecord,
-    ItemState, ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, OperatorStore, Page, Space,
-    StoreTime, Ttl,
+    ItemState, ItemStateKind, Key, LeaseInfo, LeaseStatus, Name, OperatorStore, Page, QueueCounts,
+    QueueName, Space, StoreTime, Ttl,
 };
 use tokio::time::Instant;
 
@@ -45,6 +45,10 @@ impl OperatorStore for FdbStore {
 
     async fn item_counts(&self) -> liveness_core::Result<ItemCounts> {
         Ok(transact!(self.db, |tx, _at| self.counts_once(tx))?.0)
+    }
+
+    async fn queue_counts(&self) -> liveness_core::Result<Vec<QueueCounts>> {
+        Ok(transact!(self.db, |tx, _at| self.queue_counts_once(tx))?.0)
     }
 
     async fn items(
@@ -126,6 +130,46 @@ impl FdbStore {
         Ok(ItemCounts::new(c[0], c[1], c[2]))
     }
 
+    /// `queue_counts`: the totals and every other queue's counters, in one
+    /// transaction; the default queue's counts are the totals less the other
+    /// queues' (so items written before queues existed count as the default's).
+    /// Reads 3 keys and one row per count of a queue other than the default that
+    /// ever held an item (a counter back at zero stays: its queue is then left out).
+    pub(crate) async fn queue_counts_once(
+        &self,
+        tx: &mut dyn Transaction,
+    ) -> Result<Vec<QueueCounts>, Fail> {
+        let total = self.counts_once(tx).await?;
+        let (b, e) = self.layout.queue_counts_all();
+        let mut queues: Vec<(QueueName, ItemCounts)> = Vec::new();
+        let mut rest = total;
+        for (k, v) in tx.range(RangeRead::new(&b, &e, usize::MAX)).await? {
+            let (queue, which) = self.layout.parse_queue_count(&k)?;
+            let n = decode_count(&v);
+            let at = match queues.iter().position(|(q, _)| *q == queue) {
+                Some(at) => at,
+                None => {
+                    queues.push((queue, ItemCounts::default()));
+                    queues.len() - 1
+                }
+            };
+            let (mine, left) = match which {
+                Count::Pending => (&mut queues[at].1.pending, &mut rest.pending),
+                Count::Owned => (&mut queues[at].1.owned, &mut rest.owned),
+                Count::Dead => (&mut queues[at].1.dead_lettered, &mut rest.dead_lettered),
+            };
+            *mine = n;
+            *left = left.saturating_sub(n);
+        }
+        queues.push((QueueName::DEFAULT, rest));
+        queues.retain(|(_, c)| *c != ItemCounts::default());
+        queues.sort_by(|(a, _), (b, _)| a.as_str().cmp(b.as_str()));
+        Ok(queues
+            .into_iter()
+            .map(|(q, c)| QueueCounts::new(q, c))
+            .collect())
+    }
+
     /// The ids of the first `limit` dead-lettered items, lowest first.
     async fn dead_letter_ids(
         &self,
@@ -138,8 +182,10 @@ impl FdbStore {
         Ok(ids.collect::<Result<_, _>>()?)
     }
 
-    /// `items`: the state's index from `after` (pending, dead-lettered), or the item
-    /// metas from `after` (owned: there is no index by id), read in one transaction.
+    /// `items`: the state's index from `after` (pending while every pending item is
+    /// in the default queue, dead-lettered), or the item metas from `after` (owned:
+    /// there is no index by id; pending with items in other queues, whose indexes
+    /// are by queue), read in one transaction.
     pub(crate) async fn items_once(
         &self,
         tx: &mut dyn Transaction,
@@ -149,18 +195,23 @@ impl FdbStore {
     ) -> Result<Vec<ItemRecord>, Fail> {
         let first_id = after.map_or(0, |a| a.0.saturating_add(1));
         let which = match state {
-            ItemStateKind::Pending => "p",
+            ItemStateKind::Pending => {
+                let (b, e) = self.layout.pending_named();
+                let named = tx.range(RangeRead::new(&b, &e, 1).snapshot()).await?;
+                if named.is_empty() {
+                    "p"
+                } else {
+                    "i"
+                }
+            }
             ItemStateKind::DeadLettered => "x",
             ItemStateKind::Owned => "i",
         };
+        let walk = which == "i";
         let (mut b, e) = self.layout.ids_from(which, first_id);
         let mut out = Vec::new();
         loop {
-            let batch = if state == ItemStateKind::Owned {
-                256
-            } else {
-                limit
-            };
+            let batch = if walk { 256 } else { limit };
             let rows = tx.range(RangeRead::new(&b, &e, batch).snapshot()).await?;
             for (k, _) in &rows {
                 let id = self.layout.parse_id(k)?;
@@ -174,7 +225,7 @@ impl FdbStore {
                 }
             }
             match rows.last() {
-                Some((k, _)) if state == ItemStateKind::Owned && rows.len() == batch => {
+                Some((k, _)) if walk && rows.len() == batch => {
                     b = k.clone();
                     b.push(0);
                 }
@@ -222,13 +273,13 @@ impl FdbStore {
         };
         match meta.state {
             ItemState::Owned(_) => return Ok(Some(meta.state)),
-            ItemState::Pending => tx.clear(&self.layout.pending(id.0)),
+            ItemState::Pending => tx.clear(&self.layout.pending(meta.queue, id.0)),
             ItemState::DeadLettered => tx.clear(&self.layout.dead_letter(id.0)),
         }
         tx.clear(&self.layout.item(id.0));
         tx.clear(&self.layout.payload(id.0));
         tx.clear(&self.layout.error(id.0));
-        tx.add(&self.layout.count(Count::of(meta.state)), -1);
+        self.count_add(tx, meta.queue, Count::of(meta.state), -1);
         Ok(Some(meta.state))
     }
 

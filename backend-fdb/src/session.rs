@@ -285,7 +285,13 @@ mod tests {
         let (db, store, session, member) = set_up().await;
         let mut tx = store.db.begin().await.unwrap();
         let items = store
-            .claim_once(&mut *tx, &member, 1, RequestId(1))
+            .claim_once(
+                &mut *tx,
+                &member,
+                &[liveness_core::QueueName::DEFAULT],
+                1,
+                RequestId(1),
+            )
             .await
             .unwrap();
         assert_eq!(items.len(), 1);
