@@ -19,7 +19,7 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     Backoff, Capabilities, Error, FencingToken, HighWater, HolderId, Issuer, Item, ItemId,
-    ItemRecord, ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, Result,
+    ItemRecord, ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, QueueName, Result,
     SchemaTooNew, Space, StoreInfo, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
@@ -34,8 +34,8 @@ use crate::error::{corrupt, map, MigrationFailed};
 use crate::BACKEND;
 
 /// The embedded migrations, in order. Each runs with `search_path` set to the
-/// namespace's schema.
-const MIGRATIONS: &[(i64, &str, &str)] = &[
+/// namespace's schema. Crate-visible so that the tests can build an older schema.
+pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (
         1,
         "leases_items",
@@ -88,10 +88,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ready_at",
         include_str!("../migrations/0012_ready_at.sql"),
     ),
+    (13, "queues", include_str!("../migrations/0013_queues.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -284,13 +285,17 @@ pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
     ))
 }
 
-/// An item's record from a row of id, payload, attempts, max attempts, state, owner
-/// and last error.
+/// An item's record from a row of id, payload, attempts, max attempts, state, owner,
+/// last error and queue.
 pub(crate) fn record_of(row: &PgRow) -> Result<ItemRecord> {
-    Ok(
-        ItemRecord::new(item_of(row)?, state_of(get(row, 4)?, get(row, 5)?)?)
-            .with_last_error(get(row, 6)?),
-    )
+    let item = item_of(row)?.with_queue(queue_of(get(row, 7)?)?);
+    Ok(ItemRecord::new(item, state_of(get(row, 4)?, get(row, 5)?)?).with_last_error(get(row, 6)?))
+}
+
+/// A queue name stored in `items.queue` (migration 13).
+pub(crate) fn queue_of(name: String) -> Result<QueueName> {
+    QueueName::new(&name)
+        .map_err(|_| corrupt(format!("unexpected value in the queue column: {name:?}")))
 }
 
 /// A lease's status from its time left in microseconds (> 0 iff live; NULL, for a
@@ -450,7 +455,9 @@ impl PostgresStore {
                         .delays(true)
                         .error_text(true)
                         // Keys carry their recording time by the server's clock.
-                        .key_retention(Some(config.key_retention())),
+                        .key_retention(Some(config.key_retention()))
+                        // Each item keeps its queue (`items.queue`, migration 13).
+                        .queues(true),
                     Issuer::located(BACKEND, &location, config.namespace().clone()),
                 ),
             }),

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
-    ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, RequestId, Result, Sweep,
+    ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, QueueName, RequestId, Result,
+    Sweep,
 };
 
 use crate::core::{
     count_of, db_token, delay_param, expiry_of, get, id_of, id_param, limit_param, on_key,
-    on_owned_item, record_of, state_of, token_of, PostgresStore,
+    on_owned_item, queue_of, record_of, state_of, token_of, PostgresStore,
 };
 use crate::error::corrupt;
 use crate::BACKEND;
@@ -22,33 +23,35 @@ use crate::BACKEND;
 /// concurrent enqueue of the same key (the rerun then answers that one's id).
 const ENQUEUE_RETRIES: usize = 8;
 
-/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once). A
-/// delayed item is due at the server's `clock_timestamp()` + the delay (migration 9);
-/// it is claimable (`ready_at`, migration 12) from then, else from the server's now
-/// (read beside it: the two are µs apart).
+/// `enqueue`: $1 payload, $2 max_attempts, $3 the delay in µs (NULL: due at once), $4
+/// the queue (migration 13). A delayed item is due at the server's
+/// `clock_timestamp()` + the delay (migration 9); it is claimable (`ready_at`,
+/// migration 12) from then, else from the server's now (read beside it: the two are
+/// µs apart).
 /// Notifies nothing itself: PostgreSQL serializes the commits of notifying
 /// transactions, which would make concurrent single enqueues wait on each other; the
 /// handle sends one notification after the commit instead, for all its writes in
 /// flight ([`PostgresStore::pending_local`]). Columns: the id, and `woke` (1: the
 /// item is new).
 const ENQUEUE: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at, ready_at)
+INSERT INTO items (payload, max_attempts, due_at, ready_at, queue)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond',
-        clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond')
+        clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond', $4)
 RETURNING id, 1::bigint AS woke
 "#;
 
 /// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
 /// once; otherwise every item is due at the same instant, the server clock read once;
 /// every item is claimable from the same instant, as by `ENQUEUE`), $4 the pending
-/// channel. One statement: the ids are drawn in payload order (`ORDER BY` the
-/// position), so sorted they answer the payloads in order. Notifies
+/// channel, $5 the queue. One statement: the ids are drawn in payload order (`ORDER
+/// BY` the position), so sorted they answer the payloads in order. Notifies
 /// `enqueued` once for the whole batch, as `ENQUEUE` (the scalar subquery runs once).
 const ENQUEUE_MANY: &str = r#"
 WITH new AS (
-    INSERT INTO items (payload, max_attempts, due_at, ready_at)
+    INSERT INTO items (payload, max_attempts, due_at, ready_at, queue)
     SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond'),
-           (SELECT clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond')
+           (SELECT clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond'),
+           $5::text
     FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
     RETURNING id
 ),
@@ -58,7 +61,7 @@ SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 
 /// `enqueue` with an idempotency key: $1 payload, $2 max attempts, $3 key, $4 the
 /// delay in µs (NULL: due at once), as `ENQUEUE`; $5 the key retention in µs, $6
-/// [`FORGET_KEYS_AT_MOST`].
+/// [`FORGET_KEYS_AT_MOST`], $7 the queue.
 ///
 /// Records the key with a freshly drawn item id and the server's `clock_timestamp()`
 /// (migration 11), and inserts the item under that id, due and claimable as by
@@ -95,9 +98,10 @@ k AS (
     RETURNING id
 ),
 new AS (
-    INSERT INTO items (id, payload, max_attempts, due_at, ready_at) OVERRIDING SYSTEM VALUE
+    INSERT INTO items (id, payload, max_attempts, due_at, ready_at, queue)
+    OVERRIDING SYSTEM VALUE
     SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond',
-           clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond'
+           clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond', $7::text
     FROM k
     RETURNING id
 )
@@ -114,43 +118,46 @@ WHERE key = $3
 /// shrinks, yet a small, bounded write.
 const FORGET_KEYS_AT_MOST: usize = 100;
 
-/// `claim`: $1 space, $2 name, $3 token, $4 n, $5 request id.
+/// The claim statement around `$pick`, the CTE that picks the items to take (`id`,
+/// and `pos`, the place of the item's queue in the claim's list): [`CLAIM`] from one
+/// queue, [`CLAIM_FROM`] from several. $1 space, $2 name, $3 token, $4 n, $5 request
+/// id; `$pick` adds $6.
 ///
 /// Checks the lease (current and live by the server clock) and takes up to n pending
 /// items that are due, skipping rows other claimers have locked, in one statement,
-/// recording the request id on each and clearing its due time. The items come first
-/// from the held-back ones that came due (`due_at` at or before the statement's
-/// instant, on `items_held`, earliest due first, so a backoff that ended does not wait
-/// behind a backlog), then from those due at once (`items_ready`), lowest id first
-/// (migration 9); the outer `LIMIT` stops the second branch as soon as the first filled
-/// the claim, and each branch locks only the rows it hands up. An item not yet due is
-/// in neither range: a claim never reads it. A repeat of the request (items the token
-/// owns carry its id) answers those items and takes nothing new. Otherwise the claim is
-/// admitted only when its id is above the token's high-water mark
-/// (`leases.last_claim`), which `admit` raises to it on the lease row (a row lock:
-/// concurrent claims of one token serialize there, and the later one re-checks the mark
-/// the earlier one wrote); a late or repeated copy, or an older id, takes nothing. The
-/// lease row is held `FOR KEY SHARE` until commit, so a concurrent reap (a DELETE)
-/// waits for the claim and then requeues what it took (and the sweep of a dead session
-/// skips a member a claim holds, until it committed). A riding member is live while its
-/// session is ([`expiry_of`]), judged in this same statement. Each item taken answers
-/// how long it waited (`waited_us`): the statement's instant less when it became
-/// claimable (`ready_at`, migration 12), in µs, never negative; a repeat's items
-/// answer NULL. One row per claimed item, or one row with NULL item columns;
-/// `cur_token` NULL when the key has no lease.
-pub(crate) const CLAIM: &str = concat!(
-    r#"
+/// recording the request id on each and clearing its due time. A repeat of the request
+/// (items the token owns carry its id) answers those items, whatever their queues,
+/// and takes nothing new. Otherwise the claim is admitted only when its id is above
+/// the token's high-water mark (`leases.last_claim`), which `admit` raises to it on
+/// the lease row (a row lock: concurrent claims of one token serialize there, and the
+/// later one re-checks the mark the earlier one wrote); a late or repeated copy, or an
+/// older id, takes nothing. The lease row is held `FOR KEY SHARE` until commit, so a
+/// concurrent reap (a DELETE) waits for the claim and then requeues what it took (and
+/// the sweep of a dead session skips a member a claim holds, until it committed). A
+/// riding member is live while its session is ([`expiry_of`]), judged in this same
+/// statement. Each item taken answers how long it waited (`waited_us`): the
+/// statement's instant less when it became claimable (`ready_at`, migration 12), in
+/// µs, never negative; a repeat's items answer NULL. One row per claimed item, by
+/// `pos` then id (a repeat's: by id), or one row with NULL item columns; `cur_token`
+/// NULL when the key has no lease. Columns: cur_token, live, id, payload, attempts,
+/// max_attempts, waited_us, queue.
+macro_rules! claim_statement {
+    ($pick:literal) => {
+        concat!(
+            r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 cur AS MATERIALIZED (
     SELECT l.token, "#,
-    expiry_of!("l"),
-    r#" > clk.t AS live
+            expiry_of!("l"),
+            r#" > clk.t AS live
     FROM leases l, clk
     WHERE l.space = $1 AND l.name = $2
     FOR KEY SHARE OF l
 ),
 prev AS MATERIALIZED (
-    SELECT id, payload, attempts, max_attempts, NULL::bigint AS waited_us FROM items
+    SELECT id, payload, attempts, max_attempts, NULL::bigint AS waited_us, queue,
+           NULL::bigint AS pos
+    FROM items
     WHERE state = 1 AND owner = $3 AND claim_request = $5
       AND EXISTS (SELECT 1 FROM cur WHERE token = $3 AND live)
 ),
@@ -158,17 +165,56 @@ admit AS (
     UPDATE leases l SET last_claim = $5
     FROM clk
     WHERE l.space = $1 AND l.name = $2 AND l.token = $3 AND "#,
-    expiry_of!("l"),
-    r#" > clk.t
+            expiry_of!("l"),
+            r#" > clk.t
       AND NOT EXISTS (SELECT 1 FROM prev)
       AND (l.last_claim IS NULL OR l.last_claim < $5)
     RETURNING l.token
 ),
-pick AS (
-    SELECT id FROM (
+"#,
+            $pick,
+            r#",
+got AS (
+    UPDATE items i
+    SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL
+    FROM pick WHERE i.id = pick.id
+    RETURNING i.id, i.payload, i.attempts, i.max_attempts,
+              greatest(0, (extract(epoch FROM (SELECT t FROM clk) - i.ready_at) * 1000000)::bigint)
+              AS waited_us,
+              i.queue, pick.pos
+),
+answer AS (
+    SELECT * FROM got
+    UNION ALL
+    SELECT * FROM prev
+)
+SELECT cur.token AS cur_token, cur.live, answer.id, answer.payload, answer.attempts,
+       answer.max_attempts, answer.waited_us, answer.queue
+FROM (SELECT 1) AS one
+LEFT JOIN cur ON true
+LEFT JOIN answer ON true
+ORDER BY answer.pos, answer.id
+"#
+        )
+    };
+}
+
+/// `claim` from one queue: `claim_statement!` with $6 the queue. The items come first
+/// from the queue's held-back ones that came due (`due_at` at or before the
+/// statement's instant, on `items_held_queue`, earliest due first, so a backoff that
+/// ended does not wait behind a backlog), then from those due at once
+/// (`items_ready_queue`), lowest id first (migrations 9 and 13): each a range of the
+/// queue's own index, so neither another queue's items nor an item not yet due is
+/// read. The outer `LIMIT` stops the second branch as soon as the first filled the
+/// claim, and each branch locks only the rows it hands up. The same statement as
+/// before queues, with `queue = $6` an index condition of both branches.
+pub(crate) const CLAIM: &str = claim_statement!(
+    r#"pick AS (
+    SELECT id, 1::bigint AS pos FROM (
         SELECT id FROM (
             SELECT id FROM items
-            WHERE state = 0 AND due_at IS NOT NULL AND due_at <= (SELECT t FROM clk)
+            WHERE queue = $6 AND state = 0 AND due_at IS NOT NULL
+              AND due_at <= (SELECT t FROM clk)
               AND EXISTS (SELECT 1 FROM admit)
             ORDER BY due_at, id
             LIMIT $4
@@ -177,34 +223,49 @@ pick AS (
         UNION ALL
         SELECT id FROM (
             SELECT id FROM items
-            WHERE state = 0 AND due_at IS NULL AND EXISTS (SELECT 1 FROM admit)
+            WHERE queue = $6 AND state = 0 AND due_at IS NULL AND EXISTS (SELECT 1 FROM admit)
             ORDER BY id
             LIMIT $4
             FOR UPDATE SKIP LOCKED
         ) ready
     ) due
     LIMIT $4
-),
-got AS (
-    UPDATE items i
-    SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL
-    FROM pick WHERE i.id = pick.id
-    RETURNING i.id, i.payload, i.attempts, i.max_attempts,
-              greatest(0, (extract(epoch FROM (SELECT t FROM clk) - i.ready_at) * 1000000)::bigint)
-              AS waited_us
-),
-answer AS (
-    SELECT * FROM got
-    UNION ALL
-    SELECT * FROM prev
-)
-SELECT cur.token AS cur_token, cur.live, answer.id, answer.payload, answer.attempts,
-       answer.max_attempts, answer.waited_us
-FROM (SELECT 1) AS one
-LEFT JOIN cur ON true
-LEFT JOIN answer ON true
-ORDER BY answer.id
-"#
+)"#
+);
+
+/// `claim_from` several queues: `claim_statement!` with $6 the queues, in the order
+/// given. For each queue in turn (`unnest ... WITH ORDINALITY`, the outer side of a
+/// nested loop, so in the order given), the branches of [`CLAIM`] on that queue's
+/// ranges; the outer `LIMIT` stops as soon as the claim is filled, so a later queue is
+/// read only when the earlier ones had too few items due, and no row beyond the n
+/// taken is locked. No `ORDER BY` there: a sort would read (and lock) up to n items
+/// of every queue named; the answer is sorted by the queue's place (`pos`) instead.
+pub(crate) const CLAIM_FROM: &str = claim_statement!(
+    r#"pick AS (
+    SELECT due.id, q.pos
+    FROM unnest($6::text[]) WITH ORDINALITY AS q(name, pos)
+    CROSS JOIN LATERAL (
+        SELECT id FROM (
+            SELECT id FROM items
+            WHERE queue = q.name AND state = 0 AND due_at IS NOT NULL
+              AND due_at <= (SELECT t FROM clk)
+              AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY due_at, id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) came_due
+        UNION ALL
+        SELECT id FROM (
+            SELECT id FROM items
+            WHERE queue = q.name AND state = 0 AND due_at IS NULL
+              AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) ready
+    ) due
+    LIMIT $4
+)"#
 );
 
 /// `finish` with `Outcome::Completed`: $1 id, $2 token. Deletes the item iff that
@@ -235,21 +296,40 @@ RETURNING state
 "#;
 
 /// `next_due`: µs from the server's now (read once) until the earliest due time of a
-/// held-back item that is not due yet; no row when there is none. The first entry of
-/// `items_held` after now (migration 9): the bound is an index condition, so the items
-/// that came due already and wait for a claim are not read.
+/// held-back item that is not due yet; no row when there is none. The first entry
+/// after now of each queue's range of `items_held_queue` (migration 13), the bound an
+/// index condition, so the items that came due already and wait for a claim are not
+/// read; the queues holding held-back items are found one index probe each
+/// (`queues`: the next name after the last, a loose index scan): O(queues × log
+/// items).
 pub(crate) const NEXT_DUE: &str = r#"
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT ceil(extract(epoch FROM (due_at - (SELECT t FROM clk))) * 1000000)::bigint
-FROM items
-WHERE state = 0 AND due_at IS NOT NULL AND due_at > (SELECT t FROM clk)
-ORDER BY due_at
+WITH RECURSIVE clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+queues AS (
+    (SELECT queue FROM items WHERE state = 0 AND due_at IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.queue FROM items i
+            WHERE i.state = 0 AND i.due_at IS NOT NULL AND i.queue > q.queue
+            ORDER BY i.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+)
+SELECT ceil(extract(epoch FROM (first.due_at - (SELECT t FROM clk))) * 1000000)::bigint
+FROM queues q
+CROSS JOIN LATERAL (
+    SELECT due_at FROM items
+    WHERE state = 0 AND due_at IS NOT NULL AND queue = q.queue
+      AND due_at > (SELECT t FROM clk)
+    ORDER BY due_at
+    LIMIT 1
+) first
+ORDER BY first.due_at
 LIMIT 1
 "#;
 
 /// `item`: $1 id.
 const ITEM: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items WHERE id = $1
+SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue
+FROM items WHERE id = $1
 "#;
 
 /// An error text as `text` can hold it: PostgreSQL's `text` refuses the character
@@ -267,7 +347,8 @@ impl ItemStore for PostgresStore {
                 let q = sqlx::query(ENQUEUE)
                     .bind(payload)
                     .bind(i64::from(options.max_attempts))
-                    .bind(delay_param(options.delay));
+                    .bind(delay_param(options.delay))
+                    .bind(options.queue.as_str());
                 self.db().fetch_one(q).await?
             }
             Some(key) => {
@@ -281,7 +362,8 @@ impl ItemStore for PostgresStore {
                         .bind(&key)
                         .bind(delay_param(options.delay))
                         .bind(retention)
-                        .bind(limit_param(FORGET_KEYS_AT_MOST));
+                        .bind(limit_param(FORGET_KEYS_AT_MOST))
+                        .bind(options.queue.as_str());
                     found = self.db().fetch_optional(q).await?;
                     if found.is_some() {
                         break;
@@ -309,7 +391,8 @@ impl ItemStore for PostgresStore {
             .bind(payloads)
             .bind(i64::from(options.max_attempts))
             .bind(delay_param(options.delay))
-            .bind(self.pending_channel());
+            .bind(self.pending_channel())
+            .bind(options.queue.as_str());
         let rows = self.db().fetch_all(q).await?;
         if !rows.is_empty() {
             self.pending_local();
@@ -326,10 +409,30 @@ impl ItemStore for PostgresStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
-        let q = on_key(CLAIM, &lease.key)
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
+        // One queue (the default's among them): the claim's own statement, that
+        // queue's ranges of the indexes; several: the same, queue after queue.
+        let statement = match queues {
+            [_] => CLAIM,
+            _ => CLAIM_FROM,
+        };
+        let q = on_key(statement, &lease.key)
             .bind(db_token(lease.token))
             .bind(limit_param(n))
             .bind(req.to_hex());
+        let q = match queues {
+            [only] => q.bind(only.as_str()),
+            _ => q.bind(queues.iter().map(QueueName::as_str).collect::<Vec<_>>()),
+        };
         let rows = self.db().fetch_all(q).await?;
         let Some(first) = rows.first() else {
             return Err(corrupt("claim answered no row"));
@@ -353,7 +456,7 @@ impl ItemStore for PostgresStore {
                 count_of(get(row, 4)?, "attempts")?,
                 count_of(get(row, 5)?, "max_attempts")?,
             );
-            items.push(item.with_waited(
+            items.push(item.with_queue(queue_of(get(row, 7)?)?).with_waited(
                 waited_us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
             ));
         }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStateKind, Key, LeaseInfo, OperatorStore, Page, Result, Space, StoreTime,
+    ItemStateKind, Key, LeaseInfo, OperatorStore, Page, QueueCounts, Result, Space, StoreTime,
 };
 
 use crate::core::{
-    get, id_of, id_param, limit_param, listed_lease, record_of, session_of, state_of, status_of,
-    ttl_of, PostgresStore,
+    get, id_of, id_param, limit_param, listed_lease, queue_of, record_of, session_of, state_of,
+    status_of, ttl_of, PostgresStore,
 };
 use crate::error::corrupt;
 
@@ -43,30 +43,55 @@ SELECT count(*) FILTER (WHERE state = 0),
 FROM items
 "#;
 
+/// `queue_counts`: the items of each queue by state, in queue name (byte) order; one
+/// statement, one consistent snapshot, a scan of `items` as `ITEM_COUNTS`. Columns:
+/// queue, state, count.
+const QUEUE_COUNTS: &str = r#"
+SELECT queue, state, count(*) FROM items GROUP BY queue, state ORDER BY queue COLLATE "C"
+"#;
+
 /// `items` of the owned (1) or dead-lettered (2) ones: $1 state, $2 after (exclusive
 /// id), $3 limit. Lowest id first, on the state's partial index, with their last
-/// errors.
+/// errors and queues.
 const ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
+SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue FROM items
 WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
 "#;
 
 /// `items` of the pending ones, due or held back alike: $1 after (exclusive id), $2
-/// limit. Lowest id first: a page of each of the two partial indexes in id order
-/// (`items_ready`, `items_held_id`, migration 9), merged; with their last errors.
+/// limit. Lowest id first, with their last errors and queues: a page of the held-back
+/// ones in id order (`items_held_id`, migration 9) merged with a page of each queue's
+/// range of `items_ready_queue` (migration 13). The queues holding items due at once
+/// are found one index probe each (`queues`: the next name after the last, a loose
+/// index scan), so a page costs O(queues × (log items + page)), never a walk of the
+/// items before it. The rows are read only for the page's ids.
 pub(crate) const PENDING_ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM (
-    SELECT * FROM (
-        SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
-        WHERE state = 0 AND due_at IS NULL AND id > $1 ORDER BY id LIMIT $2
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM items WHERE state = 0 AND due_at IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.queue FROM items i
+            WHERE i.state = 0 AND i.due_at IS NULL AND i.queue > q.queue
+            ORDER BY i.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
+page AS (
+    SELECT ready.id FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT id FROM items
+        WHERE state = 0 AND due_at IS NULL AND queue = q.queue AND id > $1
+        ORDER BY id LIMIT $2
     ) ready
     UNION ALL
-    SELECT * FROM (
-        SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM items
+    SELECT held.id FROM (
+        SELECT id FROM items
         WHERE state = 0 AND due_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2
     ) held
-) pending
-ORDER BY id LIMIT $2
+    ORDER BY id LIMIT $2
+)
+SELECT i.id, i.payload, i.attempts, i.max_attempts, i.state, i.owner, i.last_error, i.queue
+FROM page JOIN items i ON i.id = page.id
+ORDER BY i.id
 "#;
 
 /// `cancel`: removes item $1 unless a token owns it, and answers the state (and
@@ -160,6 +185,38 @@ impl OperatorStore for PostgresStore {
                 .map_err(|_| corrupt(format!("unexpected value in the count column: {v}")))
         };
         Ok(ItemCounts::new(n(0)?, n(1)?, n(2)?))
+    }
+
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        let q = sqlx::query(QUEUE_COUNTS);
+        let rows = self.db().fetch_all(q).await?;
+        // One row per (queue, state) held, in queue order: a queue's rows are
+        // adjacent.
+        let mut out: Vec<QueueCounts> = Vec::new();
+        for row in &rows {
+            let queue = queue_of(get(row, 0)?)?;
+            let state: i16 = get(row, 1)?;
+            let n: i64 = get(row, 2)?;
+            let n = u64::try_from(n)
+                .map_err(|_| corrupt(format!("unexpected value in the count column: {n}")))?;
+            if out.last().is_none_or(|last| last.queue != queue) {
+                out.push(QueueCounts::new(queue, ItemCounts::default()));
+            }
+            let Some(counts) = out.last_mut().map(|last| &mut last.counts) else {
+                continue;
+            };
+            match state {
+                0 => counts.pending += n,
+                1 => counts.owned += n,
+                2 => counts.dead_lettered += n,
+                _ => {
+                    return Err(corrupt(format!(
+                        "unexpected value in the state column: {state}"
+                    )))
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {

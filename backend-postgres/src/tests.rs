@@ -466,10 +466,10 @@ async fn plan_of(
 
 /// Items held back are kept out of the claim's path: with 5,000 items not due for an
 /// hour, both below and above the ids of the items due at once, a claim reads the
-/// items it takes and not the held-back ones (counted by the server in the
-/// transaction), on `items_ready` and on the due prefix of `items_held` (the server's
-/// now an index condition), and `next_due` reads the first entry of `items_held`
-/// after now.
+/// items it takes and not the held-back ones (the entries of the table and its
+/// indexes, counted by the server), on `items_ready_queue` and on the due prefix of `items_held_queue`
+/// (the server's now an index condition), and `next_due` reads the first entry of
+/// `items_held_queue` after now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_reads_no_item_that_is_not_due() {
     use liveness_core::EnqueueOptions;
@@ -496,18 +496,14 @@ async fn a_claim_reads_no_item_that_is_not_due() {
         .await
         .unwrap();
     let mut tx = store.pool().begin().await.unwrap();
+    let before = items_read(&mut tx).await;
     let q = crate::core::on_key(crate::items::CLAIM, &lease.key)
         .bind(crate::core::db_token(lease.token))
         .bind(5i64)
-        .bind(liveness_core::RequestId(1).to_hex());
+        .bind(liveness_core::RequestId(1).to_hex())
+        .bind("default");
     let rows = q.fetch_all(&mut *tx).await.unwrap();
-    let touched: i64 = sqlx::query_scalar(
-        "SELECT pg_stat_get_xact_tuples_fetched('items'::regclass) \
-              + pg_stat_get_xact_tuples_returned('items'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let touched = items_read(&mut tx).await - before;
     tx.commit().await.unwrap();
     let got: Vec<i64> = rows.iter().map(|r| r.get::<i64, _>(2)).collect();
     let want: Vec<i64> = ready[..5].iter().map(|id| id.0 as i64).collect();
@@ -530,29 +526,30 @@ async fn a_claim_reads_no_item_that_is_not_due() {
                 .bind(1i64)
                 .bind(5i64)
                 .bind(liveness_core::RequestId(2).to_hex())
+                .bind("default")
         })
         .await;
         let bound = |plan: &str, op: &str| {
             plan.lines()
                 .any(|l| l.contains("Index Cond") && l.contains(&format!("due_at {op}")))
         };
-        assert!(claim.contains("items_ready"), "{claim}");
+        assert!(claim.contains("items_ready_queue"), "{claim}");
         assert!(
-            claim.contains("items_held") && bound(&claim, "<="),
-            "the claim reads the due prefix of items_held, the now bound an index \
+            claim.contains("items_held_queue") && bound(&claim, "<="),
+            "the claim reads the due prefix of items_held_queue, the now bound an index \
              condition:\n{claim}"
         );
         let next = plan_of(&store, crate::items::NEXT_DUE, |q| q).await;
         assert!(
-            next.contains("items_held") && bound(&next, ">"),
-            "the now bound must be an index condition of items_held:\n{next}"
+            next.contains("items_held_queue") && bound(&next, ">"),
+            "the now bound must be an index condition of items_held_queue:\n{next}"
         );
         let pending = plan_of(&store, crate::operator::PENDING_ITEMS, |q| {
             q.bind(2995i64).bind(10i64)
         })
         .await;
         assert!(
-            pending.contains("items_ready") && pending.contains("items_held_id"),
+            pending.contains("items_ready_queue") && pending.contains("items_held_id"),
             "a page of pending items reads a page of each index in id order:\n{pending}"
         );
     }
@@ -569,6 +566,315 @@ async fn a_claim_reads_no_item_that_is_not_due() {
     want.extend(ready[5..].iter().map(|id| id.0));
     assert_eq!(listed, want);
     assert!(page.iter().all(|r| r.state == ItemState::Pending));
+}
+
+/// The entries of `items` and of its indexes this connection's backend read so far
+/// (rows scanned and fetched, index entries), as its server counts them: an index
+/// scan is counted on the index, not the table. Counts not yet reported may go back to
+/// earlier transactions, so a statement's reads are the difference around it.
+async fn items_read(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT (pg_stat_get_xact_tuples_fetched('items'::regclass) \
+               + pg_stat_get_xact_tuples_returned('items'::regclass) \
+               + (SELECT sum(pg_stat_get_xact_tuples_fetched(indexrelid) \
+                           + pg_stat_get_xact_tuples_returned(indexrelid)) \
+                  FROM pg_index WHERE indrelid = 'items'::regclass))::bigint",
+    )
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// The rows of `items` a claim's statement read, with the rows it answered (id and
+/// queue).
+async fn claim_reading(
+    store: &PostgresStore,
+    lease: &Lease,
+    queues: &[&str],
+    n: i64,
+    req: u128,
+) -> (Vec<(i64, String)>, i64) {
+    let statement = match queues {
+        [_] => crate::items::CLAIM,
+        _ => crate::items::CLAIM_FROM,
+    };
+    let mut tx = store.pool().begin().await.unwrap();
+    let before = items_read(&mut tx).await;
+    let q = crate::core::on_key(statement, &lease.key)
+        .bind(crate::core::db_token(lease.token))
+        .bind(n)
+        .bind(liveness_core::RequestId(req).to_hex());
+    let q = match queues {
+        [only] => q.bind(*only),
+        _ => q.bind(queues.to_vec()),
+    };
+    let rows = q.fetch_all(&mut *tx).await.unwrap();
+    let touched = items_read(&mut tx).await - before;
+    tx.commit().await.unwrap();
+    let got = rows
+        .iter()
+        .map(|r| (r.get::<i64, _>(2), r.get::<String, _>(7)))
+        .collect();
+    (got, touched)
+}
+
+/// A claim from one queue reads that queue's ranges of `items_ready_queue` and
+/// `items_held_queue` (the queue and, for the held-back ones, the server's now index
+/// conditions), before and after `ANALYZE`: beside 3,000 items due at once and 1,000
+/// held-back ones that came due in another queue, a claim of 5 reads a few dozen rows,
+/// the queue's items that came due first, then its lowest ids. A claim naming several
+/// queues reads them in the order given, on the same ranges, and takes from a later
+/// queue only what the earlier ones lacked. The operator's page of pending items and
+/// `next_due` read every queue's range, `queue_counts` counts each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_from_one_queue_reads_only_its_ranges() {
+    use liveness_core::{EnqueueOptions, QueueName};
+    let Some(store) = store().await else { return };
+    let on = |name: &str| EnqueueOptions::default().queue(QueueName::new(name).unwrap());
+    let hour = Duration::from_secs(3600);
+    let batch: Vec<Vec<u8>> = (0..1000).map(|i| format!("b{i}").into_bytes()).collect();
+    for _ in 0..3 {
+        store.enqueue_many(&batch, on("bulk")).await.unwrap();
+    }
+    store
+        .enqueue_many(&batch, on("bulk").delay(hour))
+        .await
+        .unwrap();
+    let mail = store.enqueue_many(&batch[..10], on("mail")).await.unwrap();
+    let held = store
+        .enqueue_many(&batch[..3], on("mail").delay(hour))
+        .await
+        .unwrap();
+    // Every held-back item came due an hour ago; one more is held back for a minute.
+    sqlx::query("UPDATE items SET due_at = due_at - interval '2 hours' WHERE due_at IS NOT NULL")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let minute = on("later").delay(Duration::from_secs(60));
+    store.enqueue(b"later", minute).await.unwrap();
+
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &holder("w"),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let ids = |ids: &[ItemId]| -> Vec<(i64, String)> {
+        ids.iter()
+            .map(|id| (id.0 as i64, "mail".to_owned()))
+            .collect()
+    };
+    let (got, touched) = claim_reading(&store, &lease, &["mail"], 5, 1).await;
+    let mut want = ids(&mail[..2]);
+    want.extend(ids(&held));
+    assert_eq!(
+        got, want,
+        "the queue's items that came due, then its lowest ids"
+    );
+    assert!(
+        touched <= 50,
+        "a claim of 5 from one queue read {touched} rows of items"
+    );
+    let (got, touched) = claim_reading(&store, &lease, &["mail", "bulk"], 10, 2).await;
+    let mut want = ids(&mail[2..]);
+    // Then bulk's, the held-back ones that came due first.
+    let bulk_held: Vec<(i64, String)> = (3001..=3002).map(|id| (id, "bulk".to_owned())).collect();
+    want.extend(bulk_held);
+    assert_eq!(got, want, "mail's items, then bulk's");
+    assert!(
+        touched <= 100,
+        "a claim of 10 from two queues read {touched} rows of items"
+    );
+
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::query("ANALYZE items")
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        let on_queue = |plan: &str, index: &str| {
+            let lines: Vec<&str> = plan.lines().collect();
+            lines.windows(2).any(|w| {
+                w[0].contains(&format!("using {index} on items"))
+                    && w[1].contains("Index Cond")
+                    && w[1].contains("queue = ")
+            })
+        };
+        let one = plan_of(&store, crate::items::CLAIM, |q| {
+            q.bind("members")
+                .bind("w")
+                .bind(1i64)
+                .bind(5i64)
+                .bind(liveness_core::RequestId(3).to_hex())
+                .bind("mail")
+        })
+        .await;
+        let several = plan_of(&store, crate::items::CLAIM_FROM, |q| {
+            q.bind("members")
+                .bind("w")
+                .bind(1i64)
+                .bind(5i64)
+                .bind(liveness_core::RequestId(3).to_hex())
+                .bind(vec!["mail", "bulk"])
+        })
+        .await;
+        for plan in [&one, &several] {
+            assert!(
+                on_queue(plan, "items_ready_queue") && on_queue(plan, "items_held_queue"),
+                "a claim reads its queues' ranges of both indexes:\n{plan}"
+            );
+        }
+        let next = plan_of(&store, crate::items::NEXT_DUE, |q| q).await;
+        assert!(on_queue(&next, "items_held_queue"), "{next}");
+        let pending = plan_of(&store, crate::operator::PENDING_ITEMS, |q| {
+            q.bind(0i64).bind(10i64)
+        })
+        .await;
+        assert!(on_queue(&pending, "items_ready_queue"), "{pending}");
+    }
+
+    let left = store.next_due().await.unwrap().expect("one held back");
+    assert!(left > Duration::from_secs(50) && left <= Duration::from_secs(60));
+    let page = store
+        .items(liveness_core::ItemStateKind::Pending, Page::first(3))
+        .await
+        .unwrap();
+    let page: Vec<(u64, &str)> = page
+        .iter()
+        .map(|r| (r.item.id.0, r.item.queue.as_str()))
+        .collect();
+    assert_eq!(page, [(1, "bulk"), (2, "bulk"), (3, "bulk")]);
+    let page = store
+        .items(
+            liveness_core::ItemStateKind::Pending,
+            Page::first(3).next(ItemId(4000)),
+        )
+        .await
+        .unwrap();
+    let page: Vec<(u64, &str)> = page
+        .iter()
+        .map(|r| (r.item.id.0, r.item.queue.as_str()))
+        .collect();
+    assert_eq!(page, [(4014, "later")]);
+    let counts: Vec<(String, [u64; 3])> = store
+        .queue_counts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let n = c.counts;
+            (c.queue.to_string(), [n.pending, n.owned, n.dead_lettered])
+        })
+        .collect();
+    let want = |q: &str, n: [u64; 3]| (q.to_owned(), n);
+    assert_eq!(
+        counts,
+        [
+            want("bulk", [3998, 2, 0]),
+            want("later", [1, 0, 0]),
+            want("mail", [0, 13, 0])
+        ]
+    );
+}
+
+/// A namespace at schema version 12 (before named queues) holding an item due at
+/// once, a held-back one that came due and a dead letter: opened by this build, all
+/// three are in the default queue, counted there, and claimed from it (the dead
+/// letter once retried); a new item of another queue stays apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
+    use liveness_core::{EnqueueOptions, QueueName};
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    use sqlx::SqlSafeStr;
+    let Some(server) = liveness_testkit::postgres::shared() else {
+        return;
+    };
+    let url = server.url_with(&format!("ns={}", fresh_namespace()));
+    let config = crate::PostgresConfig::from_url(&url).unwrap();
+    let schema = config.schema();
+    let options = config.servers()[0]
+        .clone()
+        .options([("search_path", schema.as_str())]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let older = crate::core::MIGRATIONS
+        .iter()
+        .filter(|(version, _, _)| *version <= 12)
+        .map(|&(version, description, sql)| {
+            Migration::new(
+                version,
+                description.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut v12 = Migrator::with_migrations(older);
+    let quoted = format!("\"{schema}\"");
+    v12.create_schema(quoted.clone());
+    v12.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
+    v12.run(&pool).await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO items (payload, max_attempts, state, due_at) \
+         VALUES ('a', 5, 0, NULL), ('b', 5, 0, clock_timestamp() - interval '1 minute'), \
+                ('c', 5, 2, NULL) \
+         RETURNING id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let store = crate::connect(&url).await.unwrap();
+    assert!(store.capabilities().queues);
+    let default = QueueName::DEFAULT;
+    for id in &ids {
+        let record = store.item(ItemId(*id as u64)).await.unwrap().expect("kept");
+        assert_eq!(record.item.queue, default);
+    }
+    let mail = QueueName::new("mail").unwrap();
+    let new = store
+        .enqueue(b"m", EnqueueOptions::default().queue(mail))
+        .await
+        .unwrap();
+    let counts: Vec<_> = store
+        .queue_counts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| (c.queue, c.counts.pending, c.counts.dead_lettered))
+        .collect();
+    assert_eq!(counts, [(default, 2, 1), (mail, 1, 0)]);
+
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &holder("w"),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let claimed = store.claim(&lease, 5).await.unwrap();
+    let claimed: Vec<_> = claimed.iter().map(|i| (i.id.0 as i64, i.queue)).collect();
+    assert_eq!(claimed, [(ids[0], default), (ids[1], default)]);
+    store
+        .retry_dead_letter(ItemId(ids[2] as u64))
+        .await
+        .unwrap();
+    let req = liveness_core::RequestId::next();
+    let claimed = store
+        .claim_from(&lease, &[default, mail], 5, req)
+        .await
+        .unwrap();
+    let claimed: Vec<_> = claimed.iter().map(|i| (i.id, i.queue)).collect();
+    assert_eq!(claimed, [(ItemId(ids[2] as u64), default), (new, mail)]);
 }
 
 /// The rows of `enqueue_keys` in the store's namespace.
@@ -653,6 +959,7 @@ async fn a_keyed_enqueue_finds_expired_keys_on_the_time_index() {
             .bind(None::<i64>)
             .bind(86_400_000_000i64)
             .bind(100i64)
+            .bind("default")
     })
     .await;
     assert!(

@@ -35,7 +35,7 @@ use std::time::Duration;
 use liveness_core::{
     Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, InputProblem, Issuer, Item,
     ItemId, ItemRecord, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace,
-    Result, SchemaTooNew, StoreInfo,
+    QueueName, Result, SchemaTooNew, StoreInfo,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -95,6 +95,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ready_at",
         include_str!("../migrations/0010_ready_at.sql"),
     ),
+    (11, "queues", include_str!("../migrations/0011_queues.sql")),
 ];
 
 /// The schema version that gave the idempotency keys their recording time
@@ -200,6 +201,11 @@ fn get_u32(row: &SqliteRow, idx: usize, what: &'static str) -> Result<u32> {
 /// Column `idx` of `row` as text.
 pub(crate) fn get_text(row: &SqliteRow, idx: usize) -> Result<String> {
     row.try_get(idx).map_err(map)
+}
+
+/// A queue name stored in `liveness_items.queue`, or a corrupt-record error.
+pub(crate) fn queue_of(name: &str) -> Result<QueueName> {
+    QueueName::new(name).map_err(|_| corrupt("bad queue name in the liveness database"))
 }
 
 /// A write transaction: the writer's turn ([`Turns`]) and a `BEGIN IMMEDIATE`
@@ -403,7 +409,9 @@ impl SqliteStore {
                     // A failed item keeps its latest error text (`last_error`).
                     .error_text(true)
                     // Keys carry their recording time by the store clock.
-                    .key_retention(Some(config.key_retention())),
+                    .key_retention(Some(config.key_retention()))
+                    // Each item keeps its queue (`liveness_items.queue`, migration 11).
+                    .queues(true),
                 Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
@@ -523,7 +531,7 @@ impl SqliteStore {
     }
 
     /// An item and its state from a row of `id, payload, attempts, max_attempts, state,
-    /// owner`.
+    /// owner, queue`.
     pub(crate) fn item_from_row(row: &SqliteRow) -> Result<(Item, ItemState)> {
         let id = ItemId(get_u64(row, 0, "item id")?);
         let payload: Vec<u8> = row.try_get(1).map_err(map)?;
@@ -539,14 +547,18 @@ impl SqliteStore {
             (STATE_DEAD, _) => ItemState::DeadLettered,
             _ => return Err(corrupt("bad item state in the liveness database")),
         };
-        Ok((Item::new(id, payload, attempts, max_attempts), state))
+        let queue = queue_of(&get_text(row, 6)?)?;
+        Ok((
+            Item::new(id, payload, attempts, max_attempts).with_queue(queue),
+            state,
+        ))
     }
 
     /// An item's record from a row of `id, payload, attempts, max_attempts, state,
-    /// owner, last_error` ([`SqliteStore::item_from_row`] and the error text).
+    /// owner, queue, last_error` ([`SqliteStore::item_from_row`] and the error text).
     pub(crate) fn record_from_row(row: &SqliteRow) -> Result<ItemRecord> {
         let (item, state) = Self::item_from_row(row)?;
-        let last_error: Option<String> = row.try_get(6).map_err(map)?;
+        let last_error: Option<String> = row.try_get(7).map_err(map)?;
         Ok(ItemRecord::new(item, state).with_last_error(last_error))
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep,
+    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep,
 };
 use sqlx::Row;
 use tokio::sync::watch;
@@ -46,12 +46,12 @@ const NEXT_ITEMS: &str =
     "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES (?1, 0, ?2) \
     ON CONFLICT (ns) DO UPDATE SET next_item = next_item + ?2 RETURNING next_item";
 
-/// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts), held back
-/// until store-clock ms ?5 for ?6 ms (both NULL: claimable at once), claimable from
-/// store-clock ms ?7 (its due time, else now).
+/// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts) in queue ?8,
+/// held back until store-clock ms ?5 for ?6 ms (both NULL: claimable at once),
+/// claimable from store-clock ms ?7 (its due time, else now).
 const ENQUEUE: &str = "INSERT INTO liveness_items \
-    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms, ready_at) \
-    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6, ?7)";
+    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms, ready_at, queue) \
+    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6, ?7, ?8)";
 
 /// Records that enqueue key ?2 answered item ?3 (?1 ns), at store-clock ms ?4; an
 /// expired record of the key that is still there is replaced.
@@ -60,10 +60,10 @@ const SAVE_ENQUEUE_KEY: &str =
     ON CONFLICT (ns, key) DO UPDATE SET id = excluded.id, \
     recorded_boot_ms = excluded.recorded_boot_ms";
 
-/// The items token ?2 owns that claim request ?3 assigned (?1 ns): a repeated claim's
-/// answer.
+/// The items token ?2 owns that claim request ?3 assigned (?1 ns), whatever their
+/// queues: a repeated claim's answer.
 const CLAIMED_BY: &str =
-    "SELECT id, payload, attempts, max_attempts, state, owner FROM liveness_items \
+    "SELECT id, payload, attempts, max_attempts, state, owner, queue FROM liveness_items \
     WHERE ns = ?1 AND state = 1 AND owner = ?2 AND claim_request = ?3 ORDER BY id";
 
 /// Admits claim request ?5 under token ?4 of the lease on a key (?1 ns, ?2 space, ?3
@@ -80,15 +80,21 @@ const PROMOTE_DUE: &str = "UPDATE liveness_items SET due_at = NULL, delay_ms = N
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     WHERE ns = ?1 AND due_at IS NOT NULL AND due_at <= ?2 ORDER BY due_at LIMIT ?3)";
 
-/// Hands up to ?3 claimable pending items to token ?2 (?1 ns), oldest first, marked
-/// with the claim's request id ?4; each answers, last, how long it waited: the store
-/// clock's now ?5 less when it became claimable (`ready_at`), in ms, never negative
-/// (NULL for an item an older build made pending).
-const CLAIM: &str = "UPDATE liveness_items \
+/// Hands up to ?3 claimable pending items of queue ?6 to token ?2 (?1 ns), oldest
+/// first, marked with the claim's request id ?4: the first entries of the queue's
+/// range of `liveness_items_ready_queue` (migration 11), so neither held-back items
+/// nor other queues' are read. `INDEXED BY` pins that index: left to itself, SQLite
+/// walks `liveness_items_state` (`ns, state, id`), every pending item of every
+/// queue, filtering. Each answers, last, how long it waited: the store clock's now ?5
+/// less when it became claimable (`ready_at`), in ms, never negative (NULL for an
+/// item an older build made pending).
+pub(crate) const CLAIM: &str = "UPDATE liveness_items \
     SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
-    WHERE ns = ?1 AND state = 0 AND due_at IS NULL ORDER BY id LIMIT ?3) \
-    RETURNING id, payload, attempts, max_attempts, state, owner, max(?5 - ready_at, 0)";
+    INDEXED BY liveness_items_ready_queue \
+    WHERE ns = ?1 AND queue = ?6 AND state = 0 AND due_at IS NULL ORDER BY id LIMIT ?3) \
+    RETURNING id, payload, attempts, max_attempts, state, owner, queue, \
+    max(?5 - ready_at, 0)";
 
 /// The earliest due time of a held-back item (?1 ns), in store-clock ms.
 const NEXT_DUE: &str =
@@ -110,10 +116,10 @@ const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     last_error = COALESCE(NULLIF(?7, ''), last_error) \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
-/// Item ?2 (?1 ns), with its last error.
+/// Item ?2 (?1 ns), with its queue and last error.
 pub(crate) const ITEM: &str =
-    "SELECT id, payload, attempts, max_attempts, state, owner, last_error FROM liveness_items \
-    WHERE ns = ?1 AND id = ?2";
+    "SELECT id, payload, attempts, max_attempts, state, owner, queue, last_error \
+    FROM liveness_items WHERE ns = ?1 AND id = ?2";
 
 #[async_trait]
 impl ItemStore for SqliteStore {
@@ -149,7 +155,7 @@ impl ItemStore for SqliteStore {
         }
         let id = self.next(w.conn(), NEXT_ITEM).await?;
         let due = self.due(options.delay)?;
-        self.insert_item(w.conn(), id, payload, options.max_attempts, due)
+        self.insert_item(w.conn(), id, payload, &options, due)
             .await?;
         if let Some((key, now)) = &key {
             self.query(SAVE_ENQUEUE_KEY)
@@ -183,7 +189,7 @@ impl ItemStore for SqliteStore {
         let first = last - n + 1;
         let due = self.due(options.delay)?;
         for (id, payload) in (first..).zip(payloads) {
-            self.insert_item(w.conn(), id, payload, options.max_attempts, due)
+            self.insert_item(w.conn(), id, payload, &options, due)
                 .await?;
         }
         w.commit().await?;
@@ -192,6 +198,16 @@ impl ItemStore for SqliteStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
         let req = req.to_hex();
         let mut w = self.write().await?;
         let now = self.now()?;
@@ -200,28 +216,37 @@ impl ItemStore for SqliteStore {
             w.rollback().await?;
             return Err(e);
         }
-        // A repeat of this request answers what it assigned and assigns nothing new.
-        let mut rows = self
+        // A repeat of this request answers what it assigned and assigns nothing new,
+        // whatever queues it names.
+        let repeat = self
             .query(CLAIMED_BY)
             .bind(as_db(lease.token.0))
             .bind(&req)
             .fetch_all(w.conn())
             .await
             .map_err(map)?;
+        if !repeat.is_empty() {
+            w.commit().await?;
+            // Lowest id first (the statement's order); a repeat answers no wait.
+            return repeat
+                .iter()
+                .map(|row| Self::item_from_row(row).map(|(item, _)| item))
+                .collect();
+        }
         // Else admitted only above the token's high-water mark, which it raises: a
         // late or repeated copy, or an older id after a newer one, assigns nothing.
-        let admitted = rows.is_empty()
-            && self
-                .query(ADMIT_CLAIM)
-                .bind(lease.key.space().as_ref())
-                .bind(lease.key.name().as_ref())
-                .bind(as_db(lease.token.0))
-                .bind(&req)
-                .execute(w.conn())
-                .await
-                .map_err(map)?
-                .rows_affected()
-                == 1;
+        let admitted = self
+            .query(ADMIT_CLAIM)
+            .bind(lease.key.space().as_ref())
+            .bind(lease.key.name().as_ref())
+            .bind(as_db(lease.token.0))
+            .bind(&req)
+            .execute(w.conn())
+            .await
+            .map_err(map)?
+            .rows_affected()
+            == 1;
+        let mut items = Vec::new();
         if admitted {
             self.query(PROMOTE_DUE)
                 .bind(now)
@@ -229,32 +254,39 @@ impl ItemStore for SqliteStore {
                 .execute(w.conn())
                 .await
                 .map_err(map)?;
-            rows = self
-                .query(CLAIM)
-                .bind(as_db(lease.token.0))
-                .bind(limit_param(n))
-                .bind(&req)
-                .bind(now)
-                .fetch_all(w.conn())
-                .await
-                .map_err(map)?;
+            // The queues in the order given, each a range of its own index: a claim
+            // from one queue is one statement, as a claim was before queues.
+            for queue in queues {
+                let left = n.saturating_sub(items.len());
+                if left == 0 {
+                    break;
+                }
+                let rows = self
+                    .query(CLAIM)
+                    .bind(as_db(lease.token.0))
+                    .bind(limit_param(left))
+                    .bind(&req)
+                    .bind(now)
+                    .bind(queue.as_str())
+                    .fetch_all(w.conn())
+                    .await
+                    .map_err(map)?;
+                let mut taken = rows
+                    .iter()
+                    .map(|row| {
+                        let (item, _) = Self::item_from_row(row)?;
+                        let waited: Option<i64> = row.try_get(7).map_err(map)?;
+                        let waited =
+                            waited.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+                        Ok(item.with_waited(waited))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                // Lowest id first within the queue.
+                taken.sort_by_key(|i| i.id);
+                items.append(&mut taken);
+            }
         }
         w.commit().await?;
-        // A fresh claim's rows end with the wait; a repeat's do not (it answers none).
-        let mut items = rows
-            .iter()
-            .map(|row| {
-                let (item, _) = Self::item_from_row(row)?;
-                let waited: Option<i64> = if admitted {
-                    row.try_get(6).map_err(map)?
-                } else {
-                    None
-                };
-                let waited = waited.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
-                Ok(item.with_waited(waited))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        items.sort_by_key(|i| i.id);
         Ok(items)
     }
 
@@ -341,23 +373,24 @@ fn item_id(id: i64) -> Result<ItemId> {
 }
 
 impl SqliteStore {
-    /// Writes new pending item `id` (`ENQUEUE`), held back as `due` says, inside the
-    /// caller's write transaction.
+    /// Writes new pending item `id` (`ENQUEUE`) with `options`' attempts and queue,
+    /// held back as `due` says, inside the caller's write transaction.
     async fn insert_item(
         &self,
         conn: &mut sqlx::SqliteConnection,
         id: i64,
         payload: &[u8],
-        max_attempts: u32,
+        options: &EnqueueOptions,
         due: Due,
     ) -> Result<()> {
         self.query(ENQUEUE)
             .bind(id)
             .bind(payload)
-            .bind(i64::from(max_attempts))
+            .bind(i64::from(options.max_attempts))
             .bind(due.at)
             .bind(due.delay)
             .bind(due.ready)
+            .bind(options.queue.as_str())
             .execute(conn)
             .await
             .map_err(map)?;

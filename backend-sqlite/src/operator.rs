@@ -9,13 +9,14 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, QueueCounts, Result, Space,
+    StoreTime,
 };
 use sqlx::Row;
 
 use crate::core::{
-    as_db, get_text, get_u64, limit_param, live_until, state_code, SqliteStore, STATE_DEAD,
-    STATE_OWNED, STATE_PENDING,
+    as_db, get_text, get_u64, limit_param, live_until, queue_of, state_code, SqliteStore,
+    STATE_DEAD, STATE_OWNED, STATE_PENDING,
 };
 use crate::error::{corrupt, map};
 use crate::items::ITEM;
@@ -34,9 +35,14 @@ const LEASES: &str = concat!(
 /// How many items are in each state (?1 ns).
 const ITEM_COUNTS: &str = "SELECT state, COUNT(*) FROM liveness_items WHERE ns = ?1 GROUP BY state";
 
+/// How many items are in each state of each queue (?1 ns), in queue name (byte)
+/// order: one statement, one snapshot.
+const QUEUE_COUNTS: &str = "SELECT queue, state, COUNT(*) FROM liveness_items WHERE ns = ?1 \
+    GROUP BY queue, state ORDER BY queue";
+
 /// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first, with their
-/// last errors.
-const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, last_error \
+/// queues and last errors.
+const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, queue, last_error \
     FROM liveness_items WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
 
 /// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns), claimable at
@@ -94,15 +100,32 @@ impl OperatorStore for SqliteStore {
         let mut counts = ItemCounts::default();
         for row in &rows {
             let state: i64 = row.try_get(0).map_err(map)?;
-            let n = get_u64(row, 1, "count")?;
-            match state {
-                STATE_PENDING => counts.pending = n,
-                STATE_OWNED => counts.owned = n,
-                STATE_DEAD => counts.dead_lettered = n,
-                _ => return Err(corrupt("bad item state in the liveness database")),
-            }
+            count_into(&mut counts, state, get_u64(row, 1, "count")?)?;
         }
         Ok(counts)
+    }
+
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        let rows = self
+            .query(QUEUE_COUNTS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
+        // One row per (queue, state) held, in queue order: a queue's rows are
+        // adjacent.
+        let mut out: Vec<QueueCounts> = Vec::new();
+        for row in &rows {
+            let queue = queue_of(&get_text(row, 0)?)?;
+            let state: i64 = row.try_get(1).map_err(map)?;
+            let n = get_u64(row, 2, "count")?;
+            if out.last().is_none_or(|last| last.queue != queue) {
+                out.push(QueueCounts::new(queue, ItemCounts::default()));
+            }
+            if let Some(last) = out.last_mut() {
+                count_into(&mut last.counts, state, n)?;
+            }
+        }
+        Ok(out)
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -185,6 +208,17 @@ impl OperatorStore for SqliteStore {
         ids.sort();
         Ok(ids)
     }
+}
+
+/// Adds `n` items of stored state `state` to `counts`.
+fn count_into(counts: &mut ItemCounts, state: i64, n: u64) -> Result<()> {
+    match state {
+        STATE_PENDING => counts.pending += n,
+        STATE_OWNED => counts.owned += n,
+        STATE_DEAD => counts.dead_lettered += n,
+        _ => return Err(corrupt("bad item state in the liveness database")),
+    }
+    Ok(())
 }
 
 impl SqliteStore {

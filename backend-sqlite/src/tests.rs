@@ -2,7 +2,9 @@
 //! clock and nothing else, a suspend (the boot clock jumps) expires leases, and a
 //! reboot (another boot id, a clock restarted near zero) expires every lease written
 //! before it, however far in the future its expiry lies. Idempotency keys are kept
-//! their retention by the same clock, counted again from a new boot's clock.
+//! their retention by the same clock, counted again from a new boot's clock. A claim
+//! from one queue reads that queue's range of its index, and a queue name no build
+//! writes is a corrupt record.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -447,4 +449,116 @@ async fn a_claim_s_wait_counts_from_the_item_s_last_move_to_pending() {
     let lease = store.acquire(&key, &holder, ttl).await.unwrap();
     let got = store.claim(&lease, 1).await.unwrap();
     assert_eq!(waited(&got), [(now, Some(secs(3)))]);
+}
+
+/// The plan of `statement` (SQLite's `EXPLAIN QUERY PLAN`), its details one a line,
+/// with the namespace as ?1 and `bind` applying the rest.
+async fn plan_of(
+    store: &SqliteStore,
+    statement: &str,
+    bind: impl FnOnce(crate::core::Query<'_>) -> crate::core::Query<'_>,
+) -> String {
+    use sqlx::Row;
+    let explain = format!("EXPLAIN QUERY PLAN {statement}");
+    let q = sqlx::query(sqlx::AssertSqlSafe(explain)).bind(store.ns.as_ref());
+    bind(q)
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(3))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A claim from one queue is one statement on a range of `liveness_items_ready_queue`
+/// (the namespace and the queue its equality terms), before and after `ANALYZE`, with
+/// thousands of pending items of another queue and held-back ones beside it; it takes
+/// the queue's items lowest id first, and a claim naming several queues takes them in
+/// the order given.
+#[tokio::test]
+async fn a_claim_from_one_queue_reads_its_range_of_the_queue_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&dir.path().join("queues.db"), &clock).await;
+    let queue = |name: &str| liveness_core::QueueName::new(name).unwrap();
+    let batch: Vec<Vec<u8>> = (0..1000).map(|i| format!("b{i}").into_bytes()).collect();
+    let bulk = EnqueueOptions::default().queue(queue("bulk"));
+    for _ in 0..3 {
+        store.enqueue_many(&batch, bulk).await.unwrap();
+    }
+    let later = EnqueueOptions::default().delay(Duration::from_secs(3600));
+    store.enqueue_many(&batch, later).await.unwrap();
+    let mail = EnqueueOptions::default().queue(queue("mail"));
+    let mails = store.enqueue_many(&batch[..3], mail).await.unwrap();
+
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::query("ANALYZE").execute(store.pool()).await.unwrap();
+        }
+        let plan = plan_of(&store, crate::items::CLAIM, |q| {
+            q.bind(1i64).bind(5i64).bind("req").bind(0i64).bind("mail")
+        })
+        .await;
+        assert!(
+            plan.contains("liveness_items_ready_queue (ns=? AND queue=?)")
+                && !plan.contains("TEMP B-TREE"),
+            "a claim from one queue reads a range of the queue index in id order:\n{plan}"
+        );
+    }
+
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &HolderId::new("w").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    let got = store
+        .claim_from(&lease, &[queue("mail")], 2, RequestId::next())
+        .await
+        .unwrap();
+    let ids: Vec<ItemId> = got.iter().map(|i| i.id).collect();
+    assert_eq!(ids, mails[..2]);
+    let got = store
+        .claim_from(
+            &lease,
+            &[queue("mail"), queue("bulk")],
+            3,
+            RequestId::next(),
+        )
+        .await
+        .unwrap();
+    let got: Vec<(ItemId, &str)> = got.iter().map(|i| (i.id, i.queue.as_str())).collect();
+    assert_eq!(
+        got,
+        [(mails[2], "mail"), (ItemId(1), "bulk"), (ItemId(2), "bulk")]
+    );
+}
+
+/// A queue name no build writes, found in a row, is a corrupt record (`Backend`), not
+/// a panic: `item`, `items` and `queue_counts` say so.
+#[tokio::test]
+async fn a_bad_queue_name_in_a_row_is_a_corrupt_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&dir.path().join("bad.db"), &clock).await;
+    let id = store
+        .enqueue(b"x", EnqueueOptions::default())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE liveness_items SET queue = 'no spaces' WHERE id = ?1")
+        .bind(i64::try_from(id.0).unwrap())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let backend = |e: Error| matches!(e, Error::Backend { .. });
+    assert!(backend(store.item(id).await.unwrap_err()));
+    let page = liveness_core::Page::first(10);
+    let listed = store
+        .items(liveness_core::ItemStateKind::Pending, page)
+        .await;
+    assert!(backend(listed.unwrap_err()));
+    assert!(backend(store.queue_counts().await.unwrap_err()));
 }

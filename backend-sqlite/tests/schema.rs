@@ -483,6 +483,78 @@ async fn a_version_8_file_keeps_its_keys_one_retention_from_the_upgrade() {
     assert_eq!(id, liveness_core::ItemId(1), "the key is kept");
 }
 
+/// A file at schema version 10 (before named queues) holding a pending item and a
+/// dead letter: opened by this build, both are in the default queue, counted there,
+/// the pending one claimed from it and the dead letter, retried, too; a new item of
+/// another queue stays apart.
+#[tokio::test]
+async fn a_version_10_file_keeps_its_items_in_the_default_queue() {
+    let (_dir, path) = common::scratch("v10.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v10 = Migrator::with_migrations(
+            liveness_sqlite::MIGRATIONS
+                .iter()
+                .filter(|&&(version, _, _)| version <= 10)
+                .map(|&(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v10.dangerous_set_table_name("liveness_migrations");
+        v10.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 0, 2, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = common::open(&path, NS).await;
+    assert!(store.capabilities().queues);
+    let default = liveness_core::QueueName::DEFAULT;
+    let (pending, dead) = (liveness_core::ItemId(1), liveness_core::ItemId(2));
+    for id in [pending, dead] {
+        let record = store.item(id).await.unwrap().expect("kept");
+        assert_eq!(record.item.queue, default);
+    }
+    let mail = liveness_core::QueueName::new("mail").unwrap();
+    let options = liveness_core::EnqueueOptions::default().queue(mail);
+    let new = store.enqueue(b"m", options).await.unwrap();
+    let counts = store.queue_counts().await.unwrap();
+    let counts: Vec<_> = counts
+        .iter()
+        .map(|c| (c.queue, c.counts.pending, c.counts.dead_lettered))
+        .collect();
+    assert_eq!(counts, [(default, 1, 1), (mail, 1, 0)]);
+
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(60).unwrap()).await;
+    let claimed = store.claim(&lease, 5).await.unwrap();
+    let claimed: Vec<_> = claimed.iter().map(|i| (i.id, i.queue)).collect();
+    assert_eq!(claimed, [(pending, default)]);
+    store.retry_dead_letter(dead).await.unwrap();
+    let req = liveness_core::RequestId::next();
+    let claimed = store
+        .claim_from(&lease, &[default, mail], 5, req)
+        .await
+        .unwrap();
+    let claimed: Vec<_> = claimed.iter().map(|i| (i.id, i.queue)).collect();
+    assert_eq!(claimed, [(dead, default), (new, mail)]);
+}
+
 /// The newest schema version this build applies.
 fn newest() -> i64 {
     liveness_sqlite::MIGRATIONS
