@@ -315,9 +315,6 @@ fn dead_letters_are_listed_and_retried(url: &str) {
 /// each item's queue (a column once some item is not in the default queue), and, on
 /// a store that keeps item times (`times`), how long ago it was enqueued.
 fn queues_are_counted_and_items_name_their_queue(url: &str, times: bool) {
-    let empty = liveness(url, &["queues"]);
-    assert!(empty.status.success(), "{empty:?}");
-    assert!(String::from_utf8_lossy(&empty.stdout).contains("no items in any queue"));
     rt().block_on(async {
         let store = liveness::connect(url).await.unwrap();
         let mail = liveness::Queue::named(store.clone(), "mail").unwrap();
@@ -364,6 +361,15 @@ fn queues_are_counted_and_items_name_their_queue(url: &str, times: bool) {
     let text = liveness(url, &["items", "--state", "pending"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("QUEUE") && text.contains("mail"), "{text}");
+    // Every item cancelled: no queue is listed.
+    for row in items.as_array().unwrap() {
+        let id = row["id"].as_u64().unwrap().to_string();
+        assert_eq!(liveness_json(url, &["cancel", &id])["outcome"], "cancelled");
+    }
+    let empty = liveness(url, &["queues"]);
+    assert!(empty.status.success(), "{empty:?}");
+    let empty = String::from_utf8_lossy(&empty.stdout);
+    assert!(empty.contains("no items in any queue"), "{empty}");
 }
 
 fn sqlite_url(dir: &tempfile::TempDir, ns: &str) -> String {
