@@ -19,8 +19,8 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     Backoff, Capabilities, Error, FencingToken, HighWater, HolderId, Issuer, Item, ItemId,
-    ItemRecord, ItemState, Key, Lease, LeaseStatus, LostCause, Name, Namespace, QueueName, Result,
-    SchemaTooNew, Space, StoreInfo, Ttl,
+    ItemRecord, ItemState, ItemTimes, Key, Lease, LeaseStatus, LostCause, Name, Namespace,
+    QueueName, Result, SchemaTooNew, Space, StoreInfo, StoreTime, Ttl,
 };
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
@@ -89,10 +89,15 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0012_ready_at.sql"),
     ),
     (13, "queues", include_str!("../migrations/0013_queues.sql")),
+    (
+        14,
+        "item_times",
+        include_str!("../migrations/0014_item_times.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -285,11 +290,46 @@ pub(crate) fn item_of(row: &PgRow) -> Result<Item> {
     ))
 }
 
+/// The columns of an item's times (migration 14), as SQL text, for the `items` row
+/// whose columns are named with the prefix `$i` (`""`, or an alias and a dot): when it
+/// was enqueued, last claimed and last finished an attempt, each in µs since the Unix
+/// epoch by the server's clock (as `store_time` reads it), NULL for none.
+macro_rules! item_times {
+    ($i:literal) => {
+        concat!(
+            "(extract(epoch FROM ",
+            $i,
+            "enqueued_at) * 1000000)::bigint, (extract(epoch FROM ",
+            $i,
+            "attempted_at) * 1000000)::bigint, (extract(epoch FROM ",
+            $i,
+            "finished_at) * 1000000)::bigint"
+        )
+    };
+}
+pub(crate) use item_times;
+
 /// An item's record from a row of id, payload, attempts, max attempts, state, owner,
-/// last error and queue.
+/// last error, queue and its times ([`item_times`]).
 pub(crate) fn record_of(row: &PgRow) -> Result<ItemRecord> {
     let item = item_of(row)?.with_queue(queue_of(get(row, 7)?)?);
-    Ok(ItemRecord::new(item, state_of(get(row, 4)?, get(row, 5)?)?).with_last_error(get(row, 6)?))
+    let mut times = ItemTimes::default().with(time_of(get(row, 9)?)?, time_of(get(row, 10)?)?);
+    times.enqueued = time_of(get(row, 8)?)?;
+    Ok(ItemRecord::new(item, state_of(get(row, 4)?, get(row, 5)?)?)
+        .with_last_error(get(row, 6)?)
+        .with_times(times))
+}
+
+/// A time of an item read as [`item_times`] answers it (µs since the Unix epoch), as a
+/// store time; `None` for none.
+fn time_of(micros: Option<i64>) -> Result<Option<StoreTime>> {
+    micros
+        .map(|us| {
+            u64::try_from(us)
+                .map(|us| StoreTime::from_epoch(Duration::from_micros(us)))
+                .map_err(|_| corrupt(format!("unexpected value in an item time column: {us}")))
+        })
+        .transpose()
 }
 
 /// A queue name stored in `items.queue` (migration 13).
@@ -457,7 +497,9 @@ impl PostgresStore {
                         // Keys carry their recording time by the server's clock.
                         .key_retention(Some(config.key_retention()))
                         // Each item keeps its queue (`items.queue`, migration 13).
-                        .queues(true),
+                        .queues(true)
+                        // Each item keeps its times by the server's clock (migration 14).
+                        .item_times(true),
                     Issuer::located(BACKEND, &location, config.namespace().clone()),
                 ),
             }),

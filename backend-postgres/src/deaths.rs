@@ -143,7 +143,8 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 ///
 /// Every other token in the dead set leaves it, its owned items go back to pending,
 /// due at once, claimable from the server's now (`ready_at`) (or to the dead-letter
-/// set when out of attempts), and its death record
+/// set when out of attempts), their attempts finished then (`finished_at`), and its
+/// death record
 /// (a member's: its session's) adds what moved. When at least one item went back to
 /// pending, the statement notifies `requeued` once on the pending channel (`woke`). Concurrent sweeps of one token
 /// serialize on its dead-set row: one moves, the other finds nothing. Each death
@@ -210,7 +211,7 @@ d AS (
 moved AS (
     UPDATE items i
     SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL,
-        due_at = NULL, ready_at = clock_timestamp()
+        due_at = NULL, ready_at = clock_timestamp(), finished_at = clock_timestamp()
     FROM d
     WHERE i.state = 1 AND i.owner = d.token
     RETURNING d.token, i.id, i.state

@@ -13,8 +13,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    count_of, db_token, delay_param, expiry_of, get, id_of, id_param, limit_param, on_key,
-    on_owned_item, queue_of, record_of, state_of, token_of, PostgresStore,
+    count_of, db_token, delay_param, expiry_of, get, id_of, id_param, item_times, limit_param,
+    on_key, on_owned_item, queue_of, record_of, state_of, token_of, PostgresStore,
 };
 use crate::error::corrupt;
 use crate::BACKEND;
@@ -27,31 +27,33 @@ const ENQUEUE_RETRIES: usize = 8;
 /// the queue (migration 13). A delayed item is due at the server's
 /// `clock_timestamp()` + the delay (migration 9); it is claimable (`ready_at`,
 /// migration 12) from then, else from the server's now (read beside it: the two are
-/// µs apart).
+/// µs apart); enqueued (`enqueued_at`, migration 14) at the server's now too.
 /// Notifies nothing itself: PostgreSQL serializes the commits of notifying
 /// transactions, which would make concurrent single enqueues wait on each other; the
 /// handle sends one notification after the commit instead, for all its writes in
 /// flight ([`PostgresStore::pending_local`]). Columns: the id, and `woke` (1: the
 /// item is new).
 const ENQUEUE: &str = r#"
-INSERT INTO items (payload, max_attempts, due_at, ready_at, queue)
+INSERT INTO items (payload, max_attempts, due_at, ready_at, queue, enqueued_at)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond',
-        clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond', $4)
+        clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond', $4,
+        clock_timestamp())
 RETURNING id, 1::bigint AS woke
 "#;
 
 /// `enqueue_many`: $1 the payloads, $2 max_attempts, $3 the delay in µs (NULL: due at
 /// once; otherwise every item is due at the same instant, the server clock read once;
-/// every item is claimable from the same instant, as by `ENQUEUE`), $4 the pending
-/// channel, $5 the queue. One statement: the ids are drawn in payload order (`ORDER
-/// BY` the position), so sorted they answer the payloads in order. Notifies
-/// `enqueued` once for the whole batch, as `ENQUEUE` (the scalar subquery runs once).
+/// every item is claimable from the same instant, as by `ENQUEUE`, and enqueued at
+/// one instant), $4 the pending channel, $5 the queue. One statement: the ids are
+/// drawn in payload order (`ORDER BY` the position), so sorted they answer the
+/// payloads in order. Notifies `enqueued` once for the whole batch, as `ENQUEUE` (the
+/// scalar subquery runs once).
 const ENQUEUE_MANY: &str = r#"
 WITH new AS (
-    INSERT INTO items (payload, max_attempts, due_at, ready_at, queue)
+    INSERT INTO items (payload, max_attempts, due_at, ready_at, queue, enqueued_at)
     SELECT p, $2, (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond'),
            (SELECT clock_timestamp() + coalesce($3::bigint, 0) * interval '1 microsecond'),
-           $5::text
+           $5::text, (SELECT clock_timestamp())
     FROM unnest($1::bytea[]) WITH ORDINALITY AS t(p, i) ORDER BY i
     RETURNING id
 ),
@@ -65,7 +67,8 @@ SELECT id, (SELECT count(*) FROM woke) AS woke FROM new
 ///
 /// Records the key with a freshly drawn item id and the server's `clock_timestamp()`
 /// (migration 11), and inserts the item under that id, due and claimable as by
-/// `ENQUEUE` (`woke` 1: the handle notifies after the commit, as for `ENQUEUE`);
+/// `ENQUEUE`, enqueued at the key's instant (`woke` 1: the handle notifies after the
+/// commit, as for `ENQUEUE`);
 /// when the key is already recorded (committed
 /// before this statement) and not expired, answers its id and inserts nothing (`woke`
 /// 0). A key is expired once more than the retention lies between its recording and
@@ -98,10 +101,11 @@ k AS (
     RETURNING id
 ),
 new AS (
-    INSERT INTO items (id, payload, max_attempts, due_at, ready_at, queue)
+    INSERT INTO items (id, payload, max_attempts, due_at, ready_at, queue, enqueued_at)
     OVERRIDING SYSTEM VALUE
     SELECT id, $1, $2, clock_timestamp() + $4::bigint * interval '1 microsecond',
-           clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond', $7::text
+           clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond', $7::text,
+           (SELECT t FROM clk)
     FROM k
     RETURNING id
 )
@@ -135,9 +139,10 @@ const FORGET_KEYS_AT_MOST: usize = 100;
 /// concurrent reap (a DELETE) waits for the claim and then requeues what it took (and
 /// the sweep of a dead session skips a member a claim holds, until it committed). A
 /// riding member is live while its session is ([`expiry_of`]), judged in this same
-/// statement. Each item taken answers how long it waited (`waited_us`): the
-/// statement's instant less when it became claimable (`ready_at`, migration 12), in
-/// µs, never negative; a repeat's items answer NULL. One row per claimed item, by
+/// statement. Each item taken is stamped attempted at the statement's instant
+/// (`attempted_at`, migration 14) and answers how long it waited (`waited_us`): that
+/// instant less when it became claimable (`ready_at`, migration 12), in µs, never
+/// negative; a repeat's items answer NULL. One row per claimed item, by
 /// `pos` then id (a repeat's: by id), or one row with NULL item columns; `cur_token`
 /// NULL when the key has no lease. Columns: cur_token, live, id, payload, attempts,
 /// max_attempts, waited_us, queue.
@@ -176,7 +181,8 @@ admit AS (
             r#",
 got AS (
     UPDATE items i
-    SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL
+    SET state = 1, owner = $3, attempts = i.attempts + 1, claim_request = $5, due_at = NULL,
+        attempted_at = (SELECT t FROM clk)
     FROM pick WHERE i.id = pick.id
     RETURNING i.id, i.payload, i.attempts, i.max_attempts,
               greatest(0, (extract(epoch FROM (SELECT t FROM clk) - i.ready_at) * 1000000)::bigint)
@@ -279,7 +285,8 @@ DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 /// error text ('': none). Back to pending (0) or dead-lettered (2) iff that token owns
 /// it; back to pending with a wait, due at the server's `clock_timestamp()` + the wait
 /// (migration 9), claimable (`ready_at`, migration 12) from then, else from the
-/// server's now; its last error becomes $5 unless that is empty (migration 10). Back
+/// server's now; its attempt finished (`finished_at`, migration 14) at the server's
+/// now either way; its last error becomes $5 unless that is empty (migration 10). Back
 /// to pending, the handle notifies after the commit, as for `ENQUEUE` (many workers
 /// failing jobs at once would otherwise wait on each other's notifying commits).
 /// Column: the new state.
@@ -290,6 +297,7 @@ UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 
                                THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
                           END,
                  ready_at = clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond',
+                 finished_at = clock_timestamp(),
                  last_error = coalesce(nullif($5::text, ''), last_error)
 WHERE id = $1 AND state = 1 AND owner = $2
 RETURNING state
@@ -326,11 +334,12 @@ ORDER BY first.due_at
 LIMIT 1
 "#;
 
-/// `item`: $1 id.
-const ITEM: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue
-FROM items WHERE id = $1
-"#;
+/// `item`: $1 id. Columns: those [`record_of`] reads.
+const ITEM: &str = concat!(
+    "SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue, ",
+    item_times!(""),
+    " FROM items WHERE id = $1"
+);
 
 /// An error text as `text` can hold it: PostgreSQL's `text` refuses the character
 /// NUL, which becomes U+FFFD (the replacement character); every other character is

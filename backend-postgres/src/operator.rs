@@ -13,8 +13,8 @@ use liveness_core::{
 };
 
 use crate::core::{
-    get, id_of, id_param, limit_param, listed_lease, queue_of, record_of, session_of, state_of,
-    status_of, ttl_of, PostgresStore,
+    get, id_of, id_param, item_times, limit_param, listed_lease, queue_of, record_of, session_of,
+    state_of, status_of, ttl_of, PostgresStore,
 };
 use crate::error::corrupt;
 
@@ -52,20 +52,22 @@ SELECT queue, state, count(*) FROM items GROUP BY queue, state ORDER BY queue CO
 
 /// `items` of the owned (1) or dead-lettered (2) ones: $1 state, $2 after (exclusive
 /// id), $3 limit. Lowest id first, on the state's partial index, with their last
-/// errors and queues.
-const ITEMS: &str = r#"
-SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue FROM items
-WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3
-"#;
+/// errors, queues and times.
+const ITEMS: &str = concat!(
+    "SELECT id, payload, attempts, max_attempts, state, owner, last_error, queue, ",
+    item_times!(""),
+    " FROM items WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3"
+);
 
 /// `items` of the pending ones, due or held back alike: $1 after (exclusive id), $2
-/// limit. Lowest id first, with their last errors and queues: a page of the held-back
+/// limit. Lowest id first, with their last errors, queues and times: a page of the held-back
 /// ones in id order (`items_held_id`, migration 9) merged with a page of each queue's
 /// range of `items_ready_queue` (migration 13). The queues holding items due at once
 /// are found one index probe each (`queues`: the next name after the last, a loose
 /// index scan), so a page costs O(queues × (log items + page)), never a walk of the
 /// items before it. The rows are read only for the page's ids.
-pub(crate) const PENDING_ITEMS: &str = r#"
+pub(crate) const PENDING_ITEMS: &str = concat!(
+    r#"
 WITH RECURSIVE queues AS (
     (SELECT queue FROM items WHERE state = 0 AND due_at IS NULL ORDER BY queue LIMIT 1)
     UNION ALL
@@ -89,10 +91,14 @@ page AS (
     ) held
     ORDER BY id LIMIT $2
 )
-SELECT i.id, i.payload, i.attempts, i.max_attempts, i.state, i.owner, i.last_error, i.queue
+SELECT i.id, i.payload, i.attempts, i.max_attempts, i.state, i.owner, i.last_error, i.queue,
+       "#,
+    item_times!("i."),
+    r#"
 FROM page JOIN items i ON i.id = page.id
 ORDER BY i.id
-"#;
+"#
+);
 
 /// `cancel`: removes item $1 unless a token owns it, and answers the state (and
 /// owner) it had; no row: no such item. The lock serialises it with a claim or a

@@ -780,18 +780,13 @@ async fn a_claim_from_one_queue_reads_only_its_ranges() {
     );
 }
 
-/// A namespace at schema version 12 (before named queues) holding an item due at
-/// once, a held-back one that came due and a dead letter: opened by this build, all
-/// three are in the default queue, counted there, and claimed from it (the dead
-/// letter once retried); a new item of another queue stays apart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
-    use liveness_core::{EnqueueOptions, QueueName};
+/// A fresh namespace migrated up to schema `version` only, as an older build leaves
+/// it: its URL, and a one-connection pool on its schema to write rows as that build
+/// would. `None` without a server.
+async fn namespace_at(version: i64) -> Option<(String, sqlx::PgPool)> {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
     use sqlx::SqlSafeStr;
-    let Some(server) = liveness_testkit::postgres::shared() else {
-        return;
-    };
+    let server = liveness_testkit::postgres::shared()?;
     let url = server.url_with(&format!("ns={}", fresh_namespace()));
     let config = crate::PostgresConfig::from_url(&url).unwrap();
     let schema = config.schema();
@@ -805,7 +800,7 @@ async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
         .unwrap();
     let older = crate::core::MIGRATIONS
         .iter()
-        .filter(|(version, _, _)| *version <= 12)
+        .filter(|(v, _, _)| *v <= version)
         .map(|&(version, description, sql)| {
             Migration::new(
                 version,
@@ -816,11 +811,24 @@ async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
             )
         })
         .collect();
-    let mut v12 = Migrator::with_migrations(older);
+    let mut migrator = Migrator::with_migrations(older);
     let quoted = format!("\"{schema}\"");
-    v12.create_schema(quoted.clone());
-    v12.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
-    v12.run(&pool).await.unwrap();
+    migrator.create_schema(quoted.clone());
+    migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
+    migrator.run(&pool).await.unwrap();
+    Some((url, pool))
+}
+
+/// A namespace at schema version 12 (before named queues) holding an item due at
+/// once, a held-back one that came due and a dead letter: opened by this build, all
+/// three are in the default queue, counted there, and claimed from it (the dead
+/// letter once retried); a new item of another queue stays apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
+    use liveness_core::{EnqueueOptions, QueueName};
+    let Some((url, pool)) = namespace_at(12).await else {
+        return;
+    };
     let ids: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO items (payload, max_attempts, state, due_at) \
          VALUES ('a', 5, 0, NULL), ('b', 5, 0, clock_timestamp() - interval '1 minute'), \
@@ -875,6 +883,88 @@ async fn a_version_12_namespace_keeps_its_items_in_the_default_queue() {
         .unwrap();
     let claimed: Vec<_> = claimed.iter().map(|i| (i.id, i.queue)).collect();
     assert_eq!(claimed, [(ItemId(ids[2] as u64), default), (new, mail)]);
+}
+
+/// A namespace at schema version 13 (before item times) holding a pending item, one
+/// a claim owns and a dead letter: opened by this build, none has a time (when it
+/// came is not known); the owned one's failure stamps its end alone, a claim of the
+/// pending one its attempt alone, the dead letter's retry leaves it without any, and
+/// an item enqueued now has its enqueue time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_13_namespace_s_items_have_no_times() {
+    use liveness_core::{EnqueueOptions, ItemTimes, Outcome};
+    let Some((url, pool)) = namespace_at(13).await else {
+        return;
+    };
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO items (payload, max_attempts, state, owner) \
+         VALUES ('a', 5, 0, NULL), ('b', 5, 1, 1), ('c', 5, 2, NULL) \
+         RETURNING id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let [pending, owned, dead] = [ids[0], ids[1], ids[2]].map(|id| ItemId(id as u64));
+
+    let store = crate::connect(&url).await.unwrap();
+    assert!(store.capabilities().item_times);
+    let times = |id| {
+        let store = store.clone();
+        async move { store.item(id).await.unwrap().expect("kept").times }
+    };
+    for id in [pending, owned, dead] {
+        assert_eq!(times(id).await, ItemTimes::default(), "{id:?}");
+    }
+    let listed = store
+        .items(liveness_core::ItemStateKind::Owned, Page::first(10))
+        .await
+        .unwrap();
+    assert_eq!(listed[0].times, ItemTimes::default());
+
+    // The owned item's token, as its lease: fenced by the store only through it.
+    let owner = Lease::granted(
+        &store.info().issuer,
+        Key::member("old").unwrap(),
+        holder("old"),
+        FencingToken(1),
+        Ttl::from_secs(60).unwrap(),
+    );
+    let before = store.store_time().await.unwrap();
+    store.finish(&owner, owned, Outcome::RETRY).await.unwrap();
+    let after = store.store_time().await.unwrap();
+    let failed = times(owned).await;
+    assert_eq!((failed.enqueued, failed.attempted), (None, None));
+    assert!(
+        failed.finished.is_some_and(|t| before <= t && t <= after),
+        "{failed:?}"
+    );
+
+    let lease = acquire_member(&store, "w", "w", Ttl::from_secs(60).unwrap()).await;
+    let before = store.store_time().await.unwrap();
+    let claimed = store.claim(&lease, 1).await.unwrap();
+    let after = store.store_time().await.unwrap();
+    assert_eq!(claimed[0].id, pending);
+    let claimed = times(pending).await;
+    assert_eq!((claimed.enqueued, claimed.finished), (None, None));
+    assert!(
+        claimed.attempted.is_some_and(|t| before <= t && t <= after),
+        "{claimed:?}"
+    );
+    store.retry_dead_letter(dead).await.unwrap();
+    assert_eq!(times(dead).await, ItemTimes::default());
+
+    let before = store.store_time().await.unwrap();
+    let new = store
+        .enqueue(b"new", EnqueueOptions::default())
+        .await
+        .unwrap();
+    let after = store.store_time().await.unwrap();
+    let enqueued = times(new).await.enqueued;
+    assert!(
+        enqueued.is_some_and(|t| before <= t && t <= after),
+        "{enqueued:?}"
+    );
 }
 
 /// The rows of `enqueue_keys` in the store's namespace.

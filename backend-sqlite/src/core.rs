@@ -34,8 +34,8 @@ use std::time::Duration;
 
 use liveness_core::{
     Backoff, Capabilities, DeathCause, Error, FencingToken, HighWater, InputProblem, Issuer, Item,
-    ItemId, ItemRecord, ItemState, ItemStateKind, Key, Lease, LeaseStatus, LostCause, Namespace,
-    QueueName, Result, SchemaTooNew, StoreInfo,
+    ItemId, ItemRecord, ItemState, ItemStateKind, ItemTimes, Key, Lease, LeaseStatus, LostCause,
+    Namespace, QueueName, Result, SchemaTooNew, StoreInfo, StoreTime,
 };
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
@@ -96,6 +96,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0010_ready_at.sql"),
     ),
     (11, "queues", include_str!("../migrations/0011_queues.sql")),
+    (
+        12,
+        "item_times",
+        include_str!("../migrations/0012_item_times.sql"),
+    ),
 ];
 
 /// The schema version that gave the idempotency keys their recording time
@@ -157,6 +162,12 @@ const DATE_UNDATED_KEYS: &str =
 /// reboot restarted the clock its recording time was counted in. Never forgotten
 /// earlier than asked; at most the time before the reboot late.
 const RECOUNT_KEYS: &str = "UPDATE liveness_enqueue_keys SET recorded_boot_ms = ?1";
+
+/// Forgets every item's times (migration 12): they were counted on another boot's
+/// clock, which the new boot's does not compare with.
+const FORGET_ITEM_TIMES: &str = "UPDATE liveness_items \
+    SET enqueued_at = NULL, attempted_at = NULL, finished_at = NULL \
+    WHERE enqueued_at IS NOT NULL OR attempted_at IS NOT NULL OR finished_at IS NOT NULL";
 
 /// Records ?1 as the boot the file's expiries are counted in.
 const RECORD_BOOT: &str = "UPDATE liveness_boot SET boot_id = ?1 WHERE one = 1";
@@ -411,7 +422,9 @@ impl SqliteStore {
                     // Keys carry their recording time by the store clock.
                     .key_retention(Some(config.key_retention()))
                     // Each item keeps its queue (`liveness_items.queue`, migration 11).
-                    .queues(true),
+                    .queues(true)
+                    // Each item keeps its times by the store clock (migration 12).
+                    .item_times(true),
                 Issuer::located(
                     BACKEND,
                     &lock_path.display().to_string(),
@@ -555,12 +568,37 @@ impl SqliteStore {
     }
 
     /// An item's record from a row of `id, payload, attempts, max_attempts, state,
-    /// owner, queue, last_error` ([`SqliteStore::item_from_row`] and the error text).
+    /// owner, queue, last_error, enqueued_at, attempted_at, finished_at`
+    /// ([`SqliteStore::item_from_row`], the error text and the item's times).
     pub(crate) fn record_from_row(row: &SqliteRow) -> Result<ItemRecord> {
         let (item, state) = Self::item_from_row(row)?;
         let last_error: Option<String> = row.try_get(7).map_err(map)?;
-        Ok(ItemRecord::new(item, state).with_last_error(last_error))
+        Ok(ItemRecord::new(item, state)
+            .with_last_error(last_error)
+            .with_times(times_from_row(row, 8)?))
     }
+}
+
+/// Column `idx` of `row` as a store time: store-clock milliseconds (as
+/// [`OperatorStore::store_time`](liveness_core::OperatorStore::store_time) reads the
+/// clock), NULL for none. A negative value is a corrupt record.
+fn time_from_row(row: &SqliteRow, idx: usize) -> Result<Option<StoreTime>> {
+    let ms: Option<i64> = row.try_get(idx).map_err(map)?;
+    ms.map(|ms| {
+        u64::try_from(ms)
+            .map(|ms| StoreTime::from_epoch(Duration::from_millis(ms)))
+            .map_err(|_| corrupt("bad item time in the liveness database"))
+    })
+    .transpose()
+}
+
+/// An item's times from the columns `enqueued_at, attempted_at, finished_at` of `row`,
+/// the first at `idx` (migration 12).
+fn times_from_row(row: &SqliteRow, idx: usize) -> Result<ItemTimes> {
+    let mut times =
+        ItemTimes::default().with(time_from_row(row, idx + 1)?, time_from_row(row, idx + 2)?);
+    times.enqueued = time_from_row(row, idx)?;
+    Ok(times)
 }
 
 /// A lease's status at store time `now`, from its expiry.
@@ -686,8 +724,8 @@ fn clock_ms(clock: &dyn StoreClock) -> Result<i64> {
 /// IMMEDIATE`) and commits, so of the processes opening the file at once after a
 /// reboot, exactly the first expires the old leases and no later one touches a lease
 /// written under this boot. Held-back items wait their whole delay again from the
-/// new boot's clock, claimable items count their wait again from it, and idempotency
-/// keys are kept their whole retention again from it.
+/// new boot's clock, claimable items count their wait again from it, idempotency
+/// keys are kept their whole retention again from it, and items forget their times.
 async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) -> Result<()> {
     let boot_id = clock.boot_id();
     let Some(recorded) = other_boot(conn, boot_id).await? else {
@@ -706,6 +744,10 @@ async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) 
             .await
             .map_err(map)?;
     }
+    sqlx::query(FORGET_ITEM_TIMES)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
     sqlx::query(RECORD_BOOT)
         .bind(boot_id)
         .execute(&mut *conn)

@@ -48,10 +48,12 @@ const NEXT_ITEMS: &str =
 
 /// Writes a new pending item (?1 ns, ?2 id, ?3 payload, ?4 max attempts) in queue ?8,
 /// held back until store-clock ms ?5 for ?6 ms (both NULL: claimable at once),
-/// claimable from store-clock ms ?7 (its due time, else now).
+/// claimable from store-clock ms ?7 (its due time, else now), enqueued at store-clock
+/// ms ?9 (now).
 const ENQUEUE: &str = "INSERT INTO liveness_items \
-    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms, ready_at, queue) \
-    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6, ?7, ?8)";
+    (ns, id, payload, attempts, max_attempts, state, owner, due_at, delay_ms, ready_at, queue, \
+    enqueued_at) \
+    VALUES (?1, ?2, ?3, 0, ?4, 0, NULL, ?5, ?6, ?7, ?8, ?9)";
 
 /// Records that enqueue key ?2 answered item ?3 (?1 ns), at store-clock ms ?4; an
 /// expired record of the key that is still there is replaced.
@@ -85,11 +87,12 @@ const PROMOTE_DUE: &str = "UPDATE liveness_items SET due_at = NULL, delay_ms = N
 /// range of `liveness_items_ready_queue` (migration 11), so neither held-back items
 /// nor other queues' are read. `INDEXED BY` pins that index: left to itself, SQLite
 /// walks `liveness_items_state` (`ns, state, id`), every pending item of every
-/// queue, filtering. Each answers, last, how long it waited: the store clock's now ?5
-/// less when it became claimable (`ready_at`), in ms, never negative (NULL for an
-/// item an older build made pending).
+/// queue, filtering. Each is stamped attempted at the store clock's now ?5
+/// (`attempted_at`) and answers, last, how long it waited: ?5 less when it became
+/// claimable (`ready_at`), in ms, never negative (NULL for an item an older build made
+/// pending).
 pub(crate) const CLAIM: &str = "UPDATE liveness_items \
-    SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4 \
+    SET state = 1, owner = ?2, attempts = attempts + 1, claim_request = ?4, attempted_at = ?5 \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     INDEXED BY liveness_items_ready_queue \
     WHERE ns = ?1 AND queue = ?6 AND state = 0 AND due_at IS NULL ORDER BY id LIMIT ?3) \
@@ -107,18 +110,19 @@ const COMPLETE: &str =
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
 /// attempts left, held back until store-clock ms ?5 for ?6 ms (both NULL: claimable
 /// at once), claimable from store-clock ms ?8 (its due time, else now), else
-/// dead-lettered; its last error becomes ?7 unless ?7 is empty.
+/// dead-lettered; its attempt finished at store-clock ms ?9 (now); its last error
+/// becomes ?7 unless ?7 is empty.
 const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END, \
     due_at = CASE WHEN ?4 AND attempts < max_attempts THEN ?5 END, \
     delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END, \
-    ready_at = ?8, \
+    ready_at = ?8, finished_at = ?9, \
     last_error = COALESCE(NULLIF(?7, ''), last_error) \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
 
-/// Item ?2 (?1 ns), with its queue and last error.
-pub(crate) const ITEM: &str =
-    "SELECT id, payload, attempts, max_attempts, state, owner, queue, last_error \
+/// Item ?2 (?1 ns), with its queue, last error and times.
+pub(crate) const ITEM: &str = "SELECT id, payload, attempts, max_attempts, state, owner, queue, \
+    last_error, enqueued_at, attempted_at, finished_at \
     FROM liveness_items WHERE ns = ?1 AND id = ?2";
 
 #[async_trait]
@@ -359,6 +363,8 @@ struct Due {
     delay: Option<i64>,
     /// When it becomes claimable (`ready_at`): its due time, else now.
     ready: i64,
+    /// The store's now, as read for it: when the move happened.
+    now: i64,
 }
 
 /// The most held-back items one claim makes claimable: a claim's work stays bounded
@@ -374,7 +380,8 @@ fn item_id(id: i64) -> Result<ItemId> {
 
 impl SqliteStore {
     /// Writes new pending item `id` (`ENQUEUE`) with `options`' attempts and queue,
-    /// held back as `due` says, inside the caller's write transaction.
+    /// held back as `due` says and enqueued at its now, inside the caller's write
+    /// transaction.
     async fn insert_item(
         &self,
         conn: &mut sqlx::SqliteConnection,
@@ -391,6 +398,7 @@ impl SqliteStore {
             .bind(due.delay)
             .bind(due.ready)
             .bind(options.queue.as_str())
+            .bind(due.now)
             .execute(conn)
             .await
             .map_err(map)?;
@@ -406,6 +414,7 @@ impl SqliteStore {
                 at: None,
                 delay: None,
                 ready: now,
+                now,
             });
         }
         // At most `MAX_DELAY` (checked before the call): fits in an i64 of ms. Rounded
@@ -418,6 +427,7 @@ impl SqliteStore {
             at: Some(at),
             delay: Some(delay),
             ready: at,
+            now,
         })
     }
 
@@ -462,6 +472,7 @@ impl SqliteStore {
             .bind(due.delay)
             .bind(error)
             .bind(due.ready)
+            .bind(due.now)
             .fetch_optional(w.conn())
             .await
             .map_err(map)?;

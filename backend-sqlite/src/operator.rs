@@ -41,8 +41,9 @@ const QUEUE_COUNTS: &str = "SELECT queue, state, COUNT(*) FROM liveness_items WH
     GROUP BY queue, state ORDER BY queue";
 
 /// Up to ?4 items in state ?2 with id above ?3 (?1 ns), lowest id first, with their
-/// queues and last errors.
-const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, queue, last_error \
+/// queues, last errors and times.
+const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, queue, \
+    last_error, enqueued_at, attempted_at, finished_at \
     FROM liveness_items WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
 
 /// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns), claimable at

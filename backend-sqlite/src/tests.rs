@@ -4,14 +4,15 @@
 //! before it, however far in the future its expiry lies. Idempotency keys are kept
 //! their retention by the same clock, counted again from a new boot's clock. A claim
 //! from one queue reads that queue's range of its index, and a queue name no build
-//! writes is a corrupt record.
+//! writes is a corrupt record. Items' times are the boot clock's, forgotten at a
+//! reboot.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_core::{
-    EnqueueOptions, Error, HolderId, ItemId, ItemStore, Key, LeaseStatus, LeaseStore, LostCause,
-    Namespace, OperatorStore, RequestId, Space, Store, Ttl,
+    EnqueueOptions, Error, HolderId, ItemId, ItemStore, ItemTimes, Key, LeaseStatus, LeaseStore,
+    LostCause, Namespace, OperatorStore, RequestId, Space, Store, StoreTime, Ttl,
 };
 
 use crate::clock::ManualBootClock;
@@ -561,4 +562,119 @@ async fn a_bad_queue_name_in_a_row_is_a_corrupt_record() {
         .await;
     assert!(backend(listed.unwrap_err()));
     assert!(backend(store.queue_counts().await.unwrap_err()));
+}
+
+/// The times `item` answers for item `id`, checked against the listing of its state.
+async fn times_of(store: &SqliteStore, id: ItemId) -> ItemTimes {
+    let record = store.item(id).await.unwrap().expect("kept");
+    let page = liveness_core::Page::first(100);
+    let listed = store.items(record.state.kind(), page).await.unwrap();
+    let listed = listed.iter().find(|r| r.item.id == id).expect("listed");
+    assert_eq!(listed.times, record.times, "item and items agree");
+    record.times
+}
+
+/// An item's times are the boot clock's readings, to the millisecond, of the
+/// operations that moved it: its enqueue (a held-back one's too, and a batch's at one
+/// instant), each claim, each failure's hand-back and the sweep of its dead owner's
+/// items; a dead letter's retry leaves them. A reboot forgets them all: they were
+/// counted on a clock that no longer runs, and would not compare with the new one.
+#[tokio::test]
+async fn an_item_s_times_follow_the_boot_clock_and_a_reboot_forgets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("times.db");
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&path, &clock).await;
+    let secs = Duration::from_secs;
+    let at = |s: u64| StoreTime::from_epoch(secs(s));
+    let ttl = Ttl::from_secs(600).unwrap();
+
+    let id = store
+        .enqueue(b"a", EnqueueOptions::default().max_attempts(2))
+        .await
+        .unwrap();
+    let held = EnqueueOptions::default().delay(secs(3600));
+    let batch = store
+        .enqueue_many(&[b"b".to_vec(), b"c".to_vec()], held)
+        .await
+        .unwrap();
+    for item in [id, batch[0], batch[1]] {
+        assert_eq!(times_of(&store, item).await, ItemTimes::enqueued(at(1000)));
+    }
+
+    // Claimed, then failed: the claim's time, then the failure's.
+    clock.advance(secs(10));
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &HolderId::new("w").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, id);
+    let enqueued = ItemTimes::enqueued(at(1000));
+    assert_eq!(
+        times_of(&store, id).await,
+        enqueued.with(Some(at(1010)), None)
+    );
+    clock.advance(secs(5));
+    let lease = store.renew(&lease).await.unwrap();
+    store
+        .finish(&lease, id, liveness_core::Outcome::RETRY)
+        .await
+        .unwrap();
+    assert_eq!(
+        times_of(&store, id).await,
+        enqueued.with(Some(at(1010)), Some(at(1015)))
+    );
+
+    // Claimed by a worker that dies, out of attempts: its sweep dead-letters it.
+    clock.advance(secs(5));
+    let dying = store
+        .acquire(
+            &Key::member("d").unwrap(),
+            &HolderId::new("d").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&dying, 1).await.unwrap()[0].id, id);
+    assert!(store.release(&dying).await.unwrap());
+    clock.advance(secs(3));
+    assert_eq!(store.sweep(dying.token).await.unwrap().dead_lettered, [id]);
+    let dead = enqueued.with(Some(at(1020)), Some(at(1023)));
+    assert_eq!(times_of(&store, id).await, dead);
+
+    // A dead letter's retry leaves them.
+    clock.advance(secs(7));
+    store.retry_dead_letter(id).await.unwrap();
+    assert_eq!(times_of(&store, id).await, dead);
+
+    // After a reboot, none; what happens under the new boot is stamped by its clock.
+    store.close().await;
+    let after = ManualBootClock::new("boot-2", secs(5));
+    let store = open(&path, &after).await;
+    for item in [id, batch[0], batch[1]] {
+        assert_eq!(times_of(&store, item).await, ItemTimes::default());
+    }
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &HolderId::new("w").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    after.advance(secs(1));
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, id);
+    assert_eq!(
+        times_of(&store, id).await,
+        ItemTimes::default().with(Some(at(6)), None)
+    );
+    let new = store
+        .enqueue(b"d", EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(times_of(&store, new).await, ItemTimes::enqueued(at(6)));
 }

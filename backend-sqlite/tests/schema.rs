@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use liveness_conformance::fixtures::acquire_member;
 use liveness_core::{
-    Error, HolderId, InputProblem, ItemState, ItemStore, Key, LeaseStatus, LeaseStore,
+    Error, HolderId, InputProblem, ItemState, ItemStore, ItemTimes, Key, LeaseStatus, LeaseStore,
     OperatorStore, SchemaTooNew, Space, Store, Ttl,
 };
 use liveness_sqlite::SqliteStore;
@@ -553,6 +553,90 @@ async fn a_version_10_file_keeps_its_items_in_the_default_queue() {
         .unwrap();
     let claimed: Vec<_> = claimed.iter().map(|i| (i.id, i.queue)).collect();
     assert_eq!(claimed, [(dead, default), (new, mail)]);
+}
+
+/// A file at schema version 11 (before item times) holding a pending item and a dead
+/// letter: opened by this build, neither has a time (when it came is not known); a
+/// claim stamps the pending one's attempt alone, the dead letter's retry leaves it
+/// without any, and an item enqueued now has its enqueue time.
+#[tokio::test]
+async fn a_version_11_file_s_items_have_no_times() {
+    let (_dir, path) = common::scratch("v11.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v11 = Migrator::with_migrations(
+            liveness_sqlite::MIGRATIONS
+                .iter()
+                .filter(|&&(version, _, _)| version <= 11)
+                .map(|&(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v11.dangerous_set_table_name("liveness_migrations");
+        v11.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 0, 2, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        // Last opened under this boot (where the host has a boot id): the upgrade
+        // alone leaves the items without times, not the reboot rule.
+        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
+                .bind(boot.trim())
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+    }
+
+    let store = common::open(&path, NS).await;
+    assert!(store.capabilities().item_times);
+    let (pending, dead) = (liveness_core::ItemId(1), liveness_core::ItemId(2));
+    for id in [pending, dead] {
+        let record = store.item(id).await.unwrap().expect("kept");
+        assert_eq!(record.times, ItemTimes::default(), "{id:?}");
+    }
+
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(60).unwrap()).await;
+    let before = store.store_time().await.unwrap();
+    let claimed = store.claim(&lease, 5).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let after = store.store_time().await.unwrap();
+    let times = store.item(pending).await.unwrap().expect("kept").times;
+    assert_eq!((times.enqueued, times.finished), (None, None));
+    assert!(
+        times.attempted.is_some_and(|t| before <= t && t <= after),
+        "{times:?}"
+    );
+    store.retry_dead_letter(dead).await.unwrap();
+    let times = store.item(dead).await.unwrap().expect("kept").times;
+    assert_eq!(times, ItemTimes::default());
+
+    let new = store
+        .enqueue(b"new", liveness_core::EnqueueOptions::default())
+        .await
+        .unwrap();
+    let enqueued = store.item(new).await.unwrap().expect("kept").times.enqueued;
+    let now = store.store_time().await.unwrap();
+    assert!(
+        enqueued.is_some_and(|t| after <= t && t <= now),
+        "{enqueued:?}"
+    );
 }
 
 /// The newest schema version this build applies.
