@@ -20,7 +20,7 @@ use crate::keys::Keys;
 
 scripts! {
     ACQUIRE_MANY = "acquire_many", RENEW_MANY = renewal "renew_many", REAP_MANY = "reap_many",
-    SWEEP_MANY = "sweep_many", JOIN_SESSION_MANY = "join_session_many",
+    SWEEP_MANY = queues "sweep_many", JOIN_SESSION_MANY = "join_session_many",
 }
 
 /// The renewal script, `renew_many.lua` (`KEYS`: the expiry index of each run of
@@ -202,7 +202,6 @@ impl RedisStore {
             let mut call = SWEEP_MANY.prepare_invoke();
             call.key(self.keys.dead())
                 .key(self.keys.owned_count())
-                .key(self.keys.pending())
                 .key(self.keys.dead_letters())
                 .arg(self.keys.item_prefix())
                 .arg(max);

@@ -21,14 +21,25 @@ use crate::BACKEND;
 
 /// The text of the Lua script `src/scripts/<name>.lua`, prefixed with the shared
 /// `src/scripts/prelude.lua` and `src/scripts/prelude_declare_dead.lua`; `lua!(renewal
-/// "<name>")` leaves the second out. Each call of a script makes every `local
-/// function` of its prefix anew (a closure each), so the renewal, the hottest script,
-/// is prefixed only with what it runs.
+/// "<name>")` leaves the second out, `lua!(queues "<name>")` adds
+/// `src/scripts/prelude_queues.lua` (the helpers of the scripts that meet items of
+/// any queue off the hot path). Each call of a script makes every `local function`
+/// of its prefix anew (a closure each), so the renewal, the hottest script, is
+/// prefixed only with what it runs, and the claim, enqueue and finish scripts go
+/// without the queues' helpers.
 macro_rules! lua {
     ($name:literal) => {
         concat!(
             include_str!("scripts/prelude.lua"),
             include_str!("scripts/prelude_declare_dead.lua"),
+            include_str!(concat!("scripts/", $name, ".lua")),
+        )
+    };
+    (queues $name:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/prelude_declare_dead.lua"),
+            include_str!("scripts/prelude_queues.lua"),
             include_str!(concat!("scripts/", $name, ".lua")),
         )
     };
@@ -42,7 +53,8 @@ macro_rules! lua {
 
 /// Declares a file's Lua scripts, `NAME = "file"` for `src/scripts/<file>.lua`
 /// (each prefixed with the prelude, `NAME = renewal "file"` with its renewal part
-/// only: see `lua!`; the file's header says what it does, its `KEYS`
+/// only, `NAME = queues "file"` with the queues' helpers too: see `lua!`; the file's
+/// header says what it does, its `KEYS`
 /// and `ARGV`), each as a `static` [`redis::Script`] hashed once per process on first
 /// use, in the file of the code that runs them; and that file's `SCRIPTS`, the list
 /// of them all, which [`RedisStore::connect`] loads: a script declared here is
@@ -177,7 +189,8 @@ impl RedisStore {
                     .operator_views(true)
                     .delays(true)
                     .error_text(true)
-                    .key_retention(Some(config.key_retention())),
+                    .key_retention(Some(config.key_retention()))
+                    .queues(true),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             ),
             conn,

@@ -4,13 +4,15 @@
 //! dead set to `deaths.rs`. The input arrives checked (the core's `CheckInput`).
 //!
 //! A delay (an enqueue's, a retry's) is sent in microseconds; the script adds it to
-//! the server's `TIME` and keeps the item in the held zsets until a claim finds it due.
+//! the server's `TIME` and keeps the item in its queue's held zsets until a claim of
+//! that queue finds it due.
 
 use std::time::Duration;
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, RequestId, Result, Sweep, DEFAULT_KEY_RETENTION,
+    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep,
+    DEFAULT_KEY_RETENTION,
 };
 use redis::Value;
 use tokio::sync::watch;
@@ -51,10 +53,22 @@ pub(crate) fn item_state(op: &'static str, s: &str) -> Result<ItemState> {
     }
 }
 
+/// An item's stored queue (its `q`): nil is the default queue (an item of the
+/// default queue has none, as every item of an earlier version); a name that is not a
+/// valid [`QueueName`] is a corrupt record.
+pub(crate) fn item_queue(op: &'static str, v: Value) -> Result<QueueName> {
+    match v {
+        Value::Nil => Ok(QueueName::DEFAULT),
+        v => QueueName::new(&text(op, v)?)
+            .map_err(|_| unexpected(op, "an invalid stored queue name")),
+    }
+}
+
 /// Reads the stored fields of item `id` that follow in `fields`: `{payload, attempts,
-/// max, state, last error}`, as `item.lua` answers them and as each group of
+/// max, state, last error, queue}`, as `item.lua` answers them and as each group of
 /// `items.lua` has them after its id. Any other missing field reads as nil, which
-/// fails as a corrupt record; a nil last error is none (no failure gave a text).
+/// fails as a corrupt record; a nil last error is none (no failure gave a text), a
+/// nil queue the default queue.
 pub(crate) fn item_record(
     op: &'static str,
     id: ItemId,
@@ -69,20 +83,31 @@ pub(crate) fn item_record(
         Value::Nil => None,
         v => Some(text(op, v)?),
     };
-    Ok(
-        ItemRecord::new(Item::new(id, payload, attempts, max_attempts), state)
-            .with_last_error(last_error),
+    let queue = item_queue(op, next())?;
+    Ok(ItemRecord::new(
+        Item::new(id, payload, attempts, max_attempts).with_queue(queue),
+        state,
     )
+    .with_last_error(last_error))
 }
 
-/// Reads `{id, payload, attempts, max, waited}` groups of a flat reply: `waited` in
-/// µs of the server clock, nil where the script did not measure it.
+/// Reads `{id, payload, attempts, max, waited, queue}` groups of a flat reply:
+/// `waited` in µs of the server clock, nil where the script did not measure it; the
+/// queue nil for the default queue.
 fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
-    let mut out = Vec::with_capacity(flat.len() / 5);
+    if !flat.len().is_multiple_of(6) {
+        return Err(unexpected(op, "a reply of another length"));
+    }
+    let mut out = Vec::with_capacity(flat.len() / 6);
     let mut it = flat.into_iter();
-    while let (Some(id), Some(payload), Some(attempts), Some(max), Some(waited)) =
-        (it.next(), it.next(), it.next(), it.next(), it.next())
-    {
+    while let (Some(id), Some(payload), Some(attempts), Some(max), Some(waited), Some(queue)) = (
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+    ) {
         let waited = match waited {
             Value::Nil => None,
             v => Some(us(int(op, &v)?)),
@@ -94,7 +119,8 @@ fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
                 u32_(op, &attempts)?,
                 u32_(op, &max)?,
             )
-            .with_waited(waited),
+            .with_waited(waited)
+            .with_queue(item_queue(op, queue)?),
         );
     }
     Ok(out)
@@ -104,14 +130,19 @@ fn items(op: &'static str, flat: Vec<Value>) -> Result<Vec<Item>> {
 impl ItemStore for RedisStore {
     /// A keyed enqueue declares its key's own string (`ek:<hex>`, written with `PX`
     /// the key retention) and the hash earlier versions kept keys in (read only).
+    /// The item goes into the keys of its queue (`Keys::queue_pending` and the next
+    /// two).
     async fn enqueue(&self, payload: &[u8], options: EnqueueOptions) -> Result<ItemId> {
         let key = options.key.map(RequestId::to_hex).unwrap_or_default();
+        let queue = options.queue;
         let mut call = ENQUEUE.prepare_invoke();
         call.key(self.keys.item_ids())
-            .key(self.keys.pending())
             .key(self.keys.legacy_enqueue_keys())
-            .key(self.keys.held())
-            .key(self.keys.held_ids());
+            .key(self.keys.queue_pending(queue))
+            .key(self.keys.queue_held(queue))
+            .key(self.keys.queue_held_ids(queue))
+            .key(self.keys.queues_held())
+            .key(self.keys.queues());
         if !key.is_empty() {
             call.key(self.keys.enqueue_key(&key));
         }
@@ -120,7 +151,8 @@ impl ItemStore for RedisStore {
             .arg(options.max_attempts)
             .arg(key)
             .arg(delay_us(options.delay))
-            .arg(retention_ms(self.info.caps.key_retention));
+            .arg(retention_ms(self.info.caps.key_retention))
+            .arg(queue.as_str());
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
 
@@ -129,14 +161,18 @@ impl ItemStore for RedisStore {
         payloads: &[Vec<u8>],
         options: EnqueueOptions,
     ) -> Result<Vec<ItemId>> {
+        let queue = options.queue;
         let mut call = ENQUEUE_MANY.prepare_invoke();
         call.key(self.keys.item_ids())
-            .key(self.keys.pending())
-            .key(self.keys.held())
-            .key(self.keys.held_ids())
+            .key(self.keys.queue_pending(queue))
+            .key(self.keys.queue_held(queue))
+            .key(self.keys.queue_held_ids(queue))
+            .key(self.keys.queues_held())
+            .key(self.keys.queues())
             .arg(self.keys.item_prefix())
             .arg(options.max_attempts)
-            .arg(delay_us(options.delay));
+            .arg(delay_us(options.delay))
+            .arg(queue.as_str());
         for payload in payloads {
             call.arg(payload.as_slice());
         }
@@ -145,17 +181,35 @@ impl ItemStore for RedisStore {
     }
 
     async fn claim_request(&self, lease: &Lease, n: usize, req: RequestId) -> Result<Vec<Item>> {
+        self.claim_from(lease, &[QueueName::DEFAULT], n, req).await
+    }
+
+    /// One script for every list of queues: per queue its three keys (the default
+    /// queue's are the keys earlier versions used, so a claim of it costs what a
+    /// claim cost before queues).
+    async fn claim_from(
+        &self,
+        lease: &Lease,
+        queues: &[QueueName],
+        n: usize,
+        req: RequestId,
+    ) -> Result<Vec<Item>> {
         let mut call = CLAIM.prepare_invoke();
         call.key(self.keys.lease(&lease.key))
-            .key(self.keys.pending())
             .key(self.keys.owned(lease.token))
             .key(self.keys.owned_count())
-            .key(self.keys.held())
-            .key(self.keys.held_ids())
+            .key(self.keys.queues_owned())
+            .key(self.keys.queues_held())
             .arg(lease.token.0)
             .arg(n)
             .arg(self.keys.item_prefix())
             .arg(req.to_hex());
+        for queue in queues {
+            call.key(self.keys.queue_pending(*queue))
+                .key(self.keys.queue_held(*queue))
+                .key(self.keys.queue_held_ids(*queue))
+                .arg(queue.as_str());
+        }
         let mut flat = array("claim", self.run(call).await?)?;
         if flat.is_empty() {
             return Err(unexpected("claim", "an empty reply"));
@@ -191,10 +245,7 @@ impl ItemStore for RedisStore {
         call.key(self.keys.item(id))
             .key(self.keys.owned(lease.token))
             .key(self.keys.owned_count())
-            .key(self.keys.pending())
             .key(self.keys.dead_letters())
-            .key(self.keys.held())
-            .key(self.keys.held_ids())
             .arg(id.0)
             .arg(lease.token.0)
             .arg(match outcome {
@@ -239,7 +290,7 @@ impl ItemStore for RedisStore {
 
     async fn next_due(&self) -> Result<Option<Duration>> {
         let mut call = NEXT_DUE.prepare_invoke();
-        call.key(self.keys.held());
+        call.key(self.keys.held()).key(self.keys.queues_held());
         match self.run(call).await? {
             Value::Nil => Ok(None),
             left => Ok(Some(us(int("next_due", &left)?))),

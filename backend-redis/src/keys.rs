@@ -2,7 +2,7 @@
 //! whole namespace shares one Redis Cluster hash slot and every script's keys are in
 //! the same slot.
 
-use liveness_core::{FencingToken, ItemId, Key, Namespace, Space};
+use liveness_core::{FencingToken, ItemId, Key, Namespace, QueueName, Space};
 
 /// The keys of one namespace.
 #[derive(Clone, Debug)]
@@ -79,8 +79,10 @@ impl Keys {
     /// `r`, the request id of the claim that assigned it to its owner, `w`, when it
     /// last became claimable (µs of the server clock, its due time when held back:
     /// written by every script that makes it pending, read by the claim for
-    /// `Item::waited`), and `e`, the error text of its latest failure that gave one
-    /// (absent until then; deleted with the hash).
+    /// `Item::waited`), `e`, the error text of its latest failure that gave one
+    /// (absent until then; deleted with the hash), and `q`, the name of its queue,
+    /// written only for a queue other than [`QueueName::DEFAULT`] (absent: the default
+    /// queue, as every item an earlier version wrote).
     pub(crate) fn item(&self, id: ItemId) -> String {
         format!("{}i:{}", self.prefix, id.0)
     }
@@ -99,9 +101,70 @@ impl Keys {
         format!("{}ekeys", self.prefix)
     }
 
-    /// Pending items that are due (claimable): ZSET of ids, score = id.
+    /// Pending items of the default queue that are due (claimable): ZSET of ids,
+    /// score = id. The key earlier versions kept every pending item in.
     pub(crate) fn pending(&self) -> String {
         format!("{}pending", self.prefix)
+    }
+
+    /// The due pending items of `queue`: [`Keys::pending`] for the default queue,
+    /// else `qp:<queue>` (ZSET of ids, score = id). Scripts that meet an item of any
+    /// queue derive the same names from its `q` (`queue_keys` of
+    /// `prelude_declare_dead.lua`).
+    pub(crate) fn queue_pending(&self, queue: QueueName) -> String {
+        match queue.is_default() {
+            true => self.pending(),
+            false => format!("{}qp:{}", self.prefix, queue.as_str()),
+        }
+    }
+
+    /// The held-back items of `queue` by due time: [`Keys::held`] for the default
+    /// queue, else `qh:<queue>` (ZSET of ids, score = due µs).
+    pub(crate) fn queue_held(&self, queue: QueueName) -> String {
+        match queue.is_default() {
+            true => self.held(),
+            false => format!("{}qh:{}", self.prefix, queue.as_str()),
+        }
+    }
+
+    /// The held-back items of `queue` by id: [`Keys::held_ids`] for the default
+    /// queue, else `qhi:<queue>` (ZSET of ids, score = id).
+    pub(crate) fn queue_held_ids(&self, queue: QueueName) -> String {
+        match queue.is_default() {
+            true => self.held_ids(),
+            false => format!("{}qhi:{}", self.prefix, queue.as_str()),
+        }
+    }
+
+    /// Every held-back item of the queues other than the default, by due time: ZSET
+    /// of ids, score = due µs, beside each queue's own `qh:<queue>`, so that
+    /// `next_due` reads two zsets (this and [`Keys::held`]) whatever the number of
+    /// queues. A claim that moves a named queue's due items out of its `qh:` removes
+    /// them here too.
+    pub(crate) fn queues_held(&self) -> String {
+        format!("{}qheld", self.prefix)
+    }
+
+    /// The names of the queues other than the default that an enqueue used: SET,
+    /// added to by the enqueue scripts, never shrunk; `item_counts` and
+    /// `queue_counts` walk it (the default queue is always counted).
+    pub(crate) fn queues(&self) -> String {
+        format!("{}queues", self.prefix)
+    }
+
+    /// How many items each queue other than the default has owned: HASH of queue
+    /// name -> count, moved by the scripts that claim and hand back items (once per
+    /// queue and script). The default queue's count is [`Keys::owned_count`] less
+    /// the sum of these: exact also for the items earlier versions counted.
+    pub(crate) fn queues_owned(&self) -> String {
+        format!("{}qowned", self.prefix)
+    }
+
+    /// How many items each queue other than the default has dead-lettered: HASH of
+    /// queue name -> count, as [`Keys::queues_owned`] (the default queue's count:
+    /// the size of [`Keys::dead_letters`] less the sum of these).
+    pub(crate) fn queues_dead_letters(&self) -> String {
+        format!("{}qdl", self.prefix)
     }
 
     /// The namespace's pending signal: a shard channel (`SPUBLISH`, `SSUBSCRIBE`; the
@@ -113,14 +176,15 @@ impl Keys {
         format!("{}pending-signal", self.prefix)
     }
 
-    /// Pending items held back until their due time (an enqueue's delay, a retry's
-    /// wait): ZSET of ids, score = due µs by the server clock. A claim moves those due
-    /// into [`Keys::pending`].
+    /// Pending items of the default queue held back until their due time (an
+    /// enqueue's delay, a retry's wait): ZSET of ids, score = due µs by the server
+    /// clock. A claim of the default queue moves those due into [`Keys::pending`].
     pub(crate) fn held(&self) -> String {
         format!("{}held", self.prefix)
     }
 
-    /// The ids of [`Keys::held`] again, score = id: the pending page's order.
+    /// The ids of [`Keys::held`] again, score = id: the pending page's order and
+    /// the default queue's count.
     pub(crate) fn held_ids(&self) -> String {
         format!("{}heldi", self.prefix)
     }
@@ -149,7 +213,7 @@ impl Keys {
         format!("{}dseq", self.prefix)
     }
 
-    /// Dead-lettered items: ZSET of ids, score = id.
+    /// Dead-lettered items of every queue: ZSET of ids, score = id.
     pub(crate) fn dead_letters(&self) -> String {
         format!("{}dl", self.prefix)
     }

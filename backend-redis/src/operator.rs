@@ -1,14 +1,15 @@
 //! `impl OperatorStore for RedisStore`: the operator's views (the server clock, the
-//! leases of a space, the death history, the items by state, retrying dead letters),
-//! each its own script declared next to it, or the death history of `deaths.rs`. The
-//! input arrives checked (the core's `CheckInput`); the store still refuses what only
-//! it can judge (an item id that names no dead-lettered item).
+//! leases of a space, the death history, the items by state and by queue, retrying
+//! dead letters), each its own script declared next to it, or the death history of
+//! `deaths.rs`. The input arrives checked (the core's `CheckInput`); the store still
+//! refuses what only it can judge (an item id that names no dead-lettered item).
 
 use std::time::Duration;
 
 use liveness_core::{
     async_trait, DeathRecord, Error, InputProblem, ItemCounts, ItemId, ItemRecord, ItemState,
-    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, Result, Space, StoreTime,
+    ItemStateKind, Key, LeaseInfo, Name, OperatorStore, Page, QueueCounts, QueueName, Result,
+    Space, StoreTime,
 };
 use redis::Value;
 
@@ -17,9 +18,10 @@ use crate::items::{item_record, item_state};
 use crate::lease::lease_info;
 
 scripts! {
-    STORE_TIME = "store_time", LEASES = "leases", ITEM_COUNTS = "item_counts",
-    ITEMS = "items", RETRY_DEAD_LETTER = "retry_dead_letter",
-    RETRY_DEAD_LETTERS = "retry_dead_letters", CANCEL = "cancel",
+    STORE_TIME = "store_time", LEASES = "leases", ITEM_COUNTS = queues "item_counts",
+    ITEMS = queues "items", RETRY_DEAD_LETTER = queues "retry_dead_letter",
+    RETRY_DEAD_LETTERS = queues "retry_dead_letters", CANCEL = queues "cancel",
+    QUEUE_COUNTS = queues "queue_counts",
 }
 
 #[async_trait]
@@ -65,10 +67,45 @@ impl OperatorStore for RedisStore {
         call.key(self.keys.pending())
             .key(self.keys.owned_count())
             .key(self.keys.dead_letters())
-            .key(self.keys.held_ids());
+            .key(self.keys.held_ids())
+            .key(self.keys.queues());
         let mut it = array("item_counts", self.run(call).await?)?.into_iter();
         let mut next = || -> Result<u64> { uint("item_counts", &it.next().unwrap_or(Value::Nil)) };
         Ok(ItemCounts::new(next()?, next()?, next()?))
+    }
+
+    /// One script: the default queue and every queue of the set of queues, each
+    /// counted from its zsets and the per-queue counts (the default queue's owned and
+    /// dead-lettered items are the totals less the others'); queues with no item are
+    /// left out, the rest sorted by name.
+    async fn queue_counts(&self) -> Result<Vec<QueueCounts>> {
+        const OP: &str = "queue_counts";
+        let mut call = QUEUE_COUNTS.prepare_invoke();
+        call.key(self.keys.pending())
+            .key(self.keys.owned_count())
+            .key(self.keys.dead_letters())
+            .key(self.keys.held_ids())
+            .key(self.keys.queues())
+            .key(self.keys.queues_owned())
+            .key(self.keys.queues_dead_letters());
+        let flat = array(OP, self.run(call).await?)?;
+        if !flat.len().is_multiple_of(4) {
+            return Err(unexpected(OP, "a reply of another length"));
+        }
+        let mut out = Vec::with_capacity(flat.len() / 4);
+        let mut it = flat.into_iter();
+        while let (Some(name), Some(pending), Some(owned), Some(dead)) =
+            (it.next(), it.next(), it.next(), it.next())
+        {
+            let queue = QueueName::new(&text(OP, name)?)
+                .map_err(|_| unexpected(OP, "an invalid stored queue name"))?;
+            let counts = ItemCounts::new(uint(OP, &pending)?, uint(OP, &owned)?, uint(OP, &dead)?);
+            if counts != ItemCounts::default() {
+                out.push(QueueCounts::new(queue, counts));
+            }
+        }
+        out.sort_by(|a, b| a.queue.as_str().cmp(b.queue.as_str()));
+        Ok(out)
     }
 
     async fn items(&self, state: ItemStateKind, page: Page<ItemId>) -> Result<Vec<ItemRecord>> {
@@ -76,7 +113,9 @@ impl OperatorStore for RedisStore {
         let mut call = ITEMS.prepare_invoke();
         let code = match state {
             ItemStateKind::Pending => {
-                call.key(self.keys.pending()).key(self.keys.held_ids());
+                call.key(self.keys.pending())
+                    .key(self.keys.held_ids())
+                    .key(self.keys.queues());
                 "p"
             }
             ItemStateKind::Owned => {
@@ -93,7 +132,7 @@ impl OperatorStore for RedisStore {
             .arg(limit)
             .arg(self.keys.item_prefix());
         let flat = array("items", self.run(call).await?)?;
-        let mut out = Vec::with_capacity(flat.len() / 6);
+        let mut out = Vec::with_capacity(flat.len() / 7);
         let mut it = flat.into_iter();
         while let Some(id) = it.next() {
             let id = ItemId(uint("items", &id)?);
@@ -106,7 +145,6 @@ impl OperatorStore for RedisStore {
         let mut call = RETRY_DEAD_LETTER.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.dead_letters())
-            .key(self.keys.pending())
             .arg(id.0);
         match int("retry_dead_letter", &self.run(call).await?)? {
             2 => Ok(()),
@@ -118,9 +156,6 @@ impl OperatorStore for RedisStore {
     async fn cancel(&self, id: ItemId) -> Result<Option<ItemState>> {
         let mut call = CANCEL.prepare_invoke();
         call.key(self.keys.item(id))
-            .key(self.keys.pending())
-            .key(self.keys.held())
-            .key(self.keys.held_ids())
             .key(self.keys.dead_letters())
             .arg(id.0);
         match self.run(call).await? {
@@ -132,7 +167,6 @@ impl OperatorStore for RedisStore {
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         let mut call = RETRY_DEAD_LETTERS.prepare_invoke();
         call.key(self.keys.dead_letters())
-            .key(self.keys.pending())
             .arg(limit)
             .arg(self.keys.item_prefix());
         ids("retry_dead_letters", self.run(call).await?)

@@ -100,10 +100,16 @@ end
 
 -- Holds pending item `id` back until `later.due` (µs of the server clock): in the
 -- held zset `later.at` by due time and in `later.ids` by id (the pending page's
--- order). A claim moves it to the pending zset once due.
+-- order), and for a queue other than the default in `later.all` too (`qheld`, every
+-- such queue's held items by due time, which `next_due` reads). A claim of its queue
+-- moves it to the queue's pending zset once due.
 local function hold(later, id)
-  redis.call('ZADD', later.at, s(later.due), id)
+  local due = s(later.due)
+  redis.call('ZADD', later.at, due, id)
   redis.call('ZADD', later.ids, id, id)
+  if later.all then
+    redis.call('ZADD', later.all, due, id)
+  end
 end
 
 -- Tells every handle listening to the namespace's pending signal (`pending()`, in any
@@ -118,29 +124,47 @@ local function signal_pending(prefix, why)
   redis.pcall('SPUBLISH', prefix .. 'pending-signal', why)
 end
 
--- Moves an owned item back to pending (held back with `later`, see `hold`; due at
--- once when nil), or to the dead-letter set when it is out of attempts or retry is
--- false. Returns 1 (pending) or 2 (dead-lettered). The item's last error `e` stays as
--- it was (a sweep's requeue keeps it; finish.lua writes a failure's text). A pending
--- item's `w` is when it becomes claimable (what a claim measures its wait from): its
--- due time when held back, else `now` (µs of the server clock; read here when nil).
-local function hand_back(item_key, id, retry, pending_key, dl_key, later, now)
-  local rec = redis.call('HMGET', item_key, 'a', 'm')
+-- Moves an owned item back to pending in its own queue (its `q`: absent for the
+-- default queue, whose keys are `pending`, `held` and `heldi`; another queue's carry
+-- its name, `qp:`, `qh:`, `qhi:`, see keys.rs), held back until `due` (µs of the
+-- server clock, see `hold`; due at once when nil), or to the dead-letter set `dl_key`
+-- when it is out of attempts or retry is false. Returns 1 (pending) or 2
+-- (dead-lettered), and the item's queue when it is not the default (else false):
+-- the caller moves that queue's counts (`qowned`, `qdl`). The item's last error `e`
+-- stays as it was (a sweep's requeue keeps it; finish.lua writes a failure's text). A
+-- pending item's `w` is when it becomes claimable (what a claim measures its wait
+-- from): its due time when held back, else `now` (µs of the server clock; read here
+-- when nil). The keys are derived here, not by a shared function: every `local
+-- function` of the prelude costs every script call a closure.
+local function hand_back(item_key, id, retry, dl_key, due, now)
+  local rec = redis.call('HMGET', item_key, 'a', 'm', 'q')
+  local q = rec[3]
+  if q == 'default' then
+    q = false
+  end
   if retry and tonumber(rec[1]) < tonumber(rec[2]) then
-    if later then
-      redis.call('HSET', item_key, 's', 'p', 'w', s(later.due))
-      hold(later, id)
+    local ns = prefix_of(item_key)
+    if due then
+      redis.call('HSET', item_key, 's', 'p', 'w', s(due))
+      if q then
+        hold({at = ns .. 'qh:' .. q, ids = ns .. 'qhi:' .. q, all = ns .. 'qheld', due = due}, id)
+      else
+        hold({at = ns .. 'held', ids = ns .. 'heldi', due = due}, id)
+      end
     else
       redis.call('HSET', item_key, 's', 'p', 'w', s(now or now_us()))
-      redis.call('ZADD', pending_key, id, id)
+      if q then
+        redis.call('ZADD', ns .. 'qp:' .. q, id, id)
+      else
+        redis.call('ZADD', ns .. 'pending', id, id)
+      end
     end
-    return 1
+    return 1, q
   end
   redis.call('HSET', item_key, 's', 'd')
   redis.call('ZADD', dl_key, id, id)
-  return 2
+  return 2, q
 end
-
 
 -- Sweeps the members riding the dead session `token` (its set `sm:<token>` under the
 -- namespace prefix `ns`): declares up to `budget.n` of them dead, lowering
@@ -185,14 +209,16 @@ local function sweep_members(ns, dead_key, token, budget)
 end
 
 -- Sweeps dead `token` (in the dead set `dead_key`, owning `owned_key`): each of its
--- items back to pending or, out of attempts, to the dead-letter set; forgets the
+-- items back to pending in its own queue or, out of attempts, to the dead-letter set
+-- (the counts of queues other than the default gathered in `tally.qowned[queue]` and
+-- `tally.qdl[queue]`, which the caller writes); forgets the
 -- token. Acts only when the token is in the dead set. A dead session's token first
 -- declares its riding members dead, at most `budget.n` per call (`sweep_members`), and
 -- stays in the dead set, its items untouched, while members remain. Returns
 -- {{requeued ids}, {dead-lettered ids}, {key text, holder, token, ...} of the members
 -- it declared dead}.
-local function sweep_token(dead_key, owned_key, count_key, pending_key, dl_key, token, prefix,
-                           budget)
+local function sweep_token(dead_key, owned_key, count_key, dl_key, token, prefix, budget,
+                           tally)
   local requeued, dead = {}, {}
   if #redis.call('ZRANGEBYSCORE', dead_key, token, token) == 0 then
     return {requeued, dead, {}}
@@ -210,10 +236,17 @@ local function sweep_token(dead_key, owned_key, count_key, pending_key, dl_key, 
     now = now_us()
   end
   for _, id in ipairs(ids) do
-    if hand_back(prefix .. id, id, true, pending_key, dl_key, nil, now) == 1 then
+    local state, q = hand_back(prefix .. id, id, true, dl_key, nil, now)
+    if state == 1 then
       requeued[#requeued + 1] = id
     else
       dead[#dead + 1] = id
+    end
+    if q then
+      tally.qowned[q] = (tally.qowned[q] or 0) - 1
+      if state == 2 then
+        tally.qdl[q] = (tally.qdl[q] or 0) + 1
+      end
     end
   end
   if #ids > 0 then

@@ -1,19 +1,25 @@
--- retry_dead_letters: KEYS[1] dead-letter zset, KEYS[2] pending zset
+-- retry_dead_letters: KEYS[1] dead-letter zset
 -- ARGV[1] limit, ARGV[2] item key prefix
--- Moves up to limit dead-lettered items, lowest id first, back to pending with no
--- attempts counted (each keeps its last error `e`), claimable from the server's now
--- (`w`), and signals it when there was any (`signal_pending`). Returns their ids.
+-- Moves up to limit dead-lettered items, lowest id first, back to pending in their
+-- own queues (each one's pending zset derived in-script from its `q`; the counts of
+-- queues other than the default move once per queue) with no attempts counted (each
+-- keeps its last error `e`), claimable from the server's now (`w`), and signals it
+-- when there was any (`signal_pending`). Returns their ids.
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-local since
-if #ids > 0 then
-  since = s(now_us())
+if #ids == 0 then
+  return ids
 end
+local ns = prefix_of(ARGV[2])
+local since = s(now_us())
+local tally = {}
 for _, id in ipairs(ids) do
-  redis.call('HSET', ARGV[2] .. id, 's', 'p', 'a', 0, 'w', since)
+  local item_key = ARGV[2] .. id
+  local q = named(redis.call('HGET', item_key, 'q'))
+  redis.call('HSET', item_key, 's', 'p', 'a', 0, 'w', since)
   redis.call('ZREM', KEYS[1], id)
-  redis.call('ZADD', KEYS[2], id, id)
+  redis.call('ZADD', (queue_keys(ns, q)), id, id)
+  tally_add(tally, 'qdl', q, -1)
 end
-if #ids > 0 then
-  signal_pending(prefix_of(ARGV[2]), 'd')
-end
+tally_write(ns, tally)
+signal_pending(ns, 'd')
 return ids
