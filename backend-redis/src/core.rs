@@ -189,6 +189,7 @@ impl RedisStore {
                     .operator_views(true)
                     .delays(true)
                     .error_text(true)
+                    .item_times(true)
                     .key_retention(Some(config.key_retention()))
                     .queues(true),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep,
-    DEFAULT_KEY_RETENTION,
+    ItemState, ItemStore, ItemTimes, Lease, Outcome, QueueName, RequestId, Result, StoreTime,
+    Sweep, DEFAULT_KEY_RETENTION,
 };
 use redis::Value;
 use tokio::sync::watch;
@@ -64,11 +64,24 @@ pub(crate) fn item_queue(op: &'static str, v: Value) -> Result<QueueName> {
     }
 }
 
+/// An item's stored time (its `te`, `ta` or `tf`): µs of the server clock, the reading
+/// `store_time` answers; nil (not yet stamped, or an item an earlier version wrote) is
+/// none.
+fn item_time(op: &'static str, v: Value) -> Result<Option<StoreTime>> {
+    match v {
+        Value::Nil => Ok(None),
+        v => {
+            let at = Duration::from_micros(uint(op, &v)?);
+            Ok(Some(StoreTime::from_epoch(at)))
+        }
+    }
+}
+
 /// Reads the stored fields of item `id` that follow in `fields`: `{payload, attempts,
-/// max, state, last error, queue}`, as `item.lua` answers them and as each group of
-/// `items.lua` has them after its id. Any other missing field reads as nil, which
-/// fails as a corrupt record; a nil last error is none (no failure gave a text), a
-/// nil queue the default queue.
+/// max, state, last error, queue, enqueued, attempted, finished}`, as `item.lua`
+/// answers them and as each group of `items.lua` has them after its id. Any other
+/// missing field reads as nil, which fails as a corrupt record; a nil last error is
+/// none (no failure gave a text), a nil queue the default queue, a nil time none.
 pub(crate) fn item_record(
     op: &'static str,
     id: ItemId,
@@ -84,11 +97,15 @@ pub(crate) fn item_record(
         v => Some(text(op, v)?),
     };
     let queue = item_queue(op, next())?;
+    let enqueued = item_time(op, next())?;
+    let mut times = ItemTimes::default().with(item_time(op, next())?, item_time(op, next())?);
+    times.enqueued = enqueued;
     Ok(ItemRecord::new(
         Item::new(id, payload, attempts, max_attempts).with_queue(queue),
         state,
     )
-    .with_last_error(last_error))
+    .with_last_error(last_error)
+    .with_times(times))
 }
 
 /// Reads `{id, payload, attempts, max, waited, queue}` groups of a flat reply:

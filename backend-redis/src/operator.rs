@@ -132,7 +132,7 @@ impl OperatorStore for RedisStore {
             .arg(limit)
             .arg(self.keys.item_prefix());
         let flat = array("items", self.run(call).await?)?;
-        let mut out = Vec::with_capacity(flat.len() / 7);
+        let mut out = Vec::with_capacity(flat.len() / 10);
         let mut it = flat.into_iter();
         while let Some(id) = it.next() {
             let id = ItemId(uint("items", &id)?);

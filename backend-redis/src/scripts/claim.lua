@@ -11,7 +11,9 @@
 -- order named, each lowest id first. `waited` is how long the item waited to be
 -- claimed, in µs of the server clock: now less its `w` (when it last became
 -- claimable: written by every script that makes it pending, its due time when held
--- back), at least 0; nil for an item without `w` (written before it was kept).
+-- back), at least 0; nil for an item without `w` (written before it was kept). Each
+-- item claimed gets that same now as its `ta` (when it was last claimed), in the
+-- HSET that writes its owner.
 -- `queue` is the item's `q`: nil for the default queue.
 -- A repeat of a request (items the token owns carry its id in `r`) answers those
 -- items (waited nil), lowest id first, whatever queues it names, and claims nothing
@@ -71,6 +73,7 @@ if rec[3] and not greater(ARGV[4], rec[3]) then
   return out
 end
 redis.call('HSET', KEYS[1], 'c', ARGV[4])
+local at = s(now)
 local left = tonumber(ARGV[2])
 local claimed = 0
 for i = 1, #ARGV - 4 do
@@ -102,7 +105,7 @@ for i = 1, #ARGV - 4 do
     redis.call('ZREM', pending, id)
     redis.call('ZADD', KEYS[2], id, id)
     local attempts = redis.call('HINCRBY', item_key, 'a', 1)
-    redis.call('HSET', item_key, 's', ARGV[1], 'r', ARGV[4])
+    redis.call('HSET', item_key, 's', ARGV[1], 'r', ARGV[4], 'ta', at)
     local item = redis.call('HMGET', item_key, 'p', 'm', 'w')
     out[#out + 1] = id
     out[#out + 1] = item[1]

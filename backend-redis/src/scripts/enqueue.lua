@@ -8,7 +8,8 @@
 -- retention ms, ARGV[7] the queue's name
 -- The item key is derived from the new id in-script (same hash tag, same slot). With
 -- a delay the item is held back until the server's now + the delay (`hold`). Its `w`
--- is when it becomes claimable: now, or its due time when held back. An item of a
+-- is when it becomes claimable: now, or its due time when held back; its `te` is
+-- when it was enqueued: now, the same reading (see item.lua). An item of a
 -- queue other than the default keeps its queue's name in `q`, and the name goes into
 -- the set of queues (KEYS[7]); an item of the default queue is written as earlier
 -- versions wrote it.
@@ -31,14 +32,15 @@ if q == 'default' then
   q = false
 end
 local id = s(redis.call('INCR', KEYS[1]))
-local since = now_us() + tonumber(ARGV[5])
+local now = now_us()
+local since = now + tonumber(ARGV[5])
 if q then
   redis.call('HSET', ARGV[1] .. id, 'p', ARGV[2], 'a', '0', 'm', ARGV[3], 's', 'p',
-    'w', s(since), 'q', q)
+    'w', s(since), 'te', s(now), 'q', q)
   redis.call('SADD', KEYS[7], q)
 else
   redis.call('HSET', ARGV[1] .. id, 'p', ARGV[2], 'a', '0', 'm', ARGV[3], 's', 'p',
-    'w', s(since))
+    'w', s(since), 'te', s(now))
 end
 if ARGV[5] ~= '0' then
   local all

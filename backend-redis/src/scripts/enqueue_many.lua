@@ -7,7 +7,8 @@
 -- of them: the core checks the batch).
 -- Adds one pending item per payload, as enqueue.lua does, in one step: the ids are
 -- consecutive, in payload order; with a delay all are held back until the server's
--- now + the delay (each one's `w`, when it becomes claimable: now, or that due time).
+-- now + the delay (each one's `w`, when it becomes claimable: now, or that due time;
+-- its `te`, when it was enqueued: now, the same reading).
 -- Item keys are derived in-script (same hash tag, same slot). An item of a queue
 -- other than the default keeps its name in `q`, and the name goes into the set of
 -- queues (once for the batch). One message on the pending signal for the whole batch
@@ -21,7 +22,9 @@ if q == 'default' then
 end
 local first = redis.call('INCRBY', KEYS[1], n) - n + 1
 local by_id, by_due = {}, {}
-local since = s(now_us() + tonumber(ARGV[3]))
+local now = now_us()
+local since = s(now + tonumber(ARGV[3]))
+local at = s(now)
 local due = '0'
 if ARGV[3] ~= '0' then
   due = since
@@ -30,10 +33,10 @@ for i = 1, n do
   local id = s(first + i - 1)
   if q then
     redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 4], 'a', '0', 'm', ARGV[2], 's', 'p',
-      'w', since, 'q', q)
+      'w', since, 'te', at, 'q', q)
   else
     redis.call('HSET', ARGV[1] .. id, 'p', ARGV[i + 4], 'a', '0', 'm', ARGV[2], 's', 'p',
-      'w', since)
+      'w', since, 'te', at)
   end
   by_id[2 * i - 1] = id
   by_id[2 * i] = id

@@ -9,8 +9,10 @@
 -- An item handed back goes to its own queue's keys (`hand_back`, derived in-script
 -- from its `q`); an item of a queue other than the default moves that queue's counts
 -- (`qowned`, `qdl`: one HINCRBY each that moves). An item handed back (pending or
--- dead-lettered) with a text keeps it in `e`, in this same step. Back to pending
--- (held back or not) is signalled (`signal_pending`).
+-- dead-lettered) gets the server's now as its `tf` (its attempt ended without
+-- completing), in the HSET that hands it back (the now a retry's wait counts from),
+-- and with a text keeps it in `e`, in this same step. Back to pending (held back or
+-- not) is signalled (`signal_pending`).
 local rec = redis.call('HMGET', KEYS[1], 's', 'q')
 if rec[1] ~= ARGV[2] then
   return 0
@@ -24,11 +26,12 @@ if ARGV[3] == 'c' then
   end
   return 3
 end
+local now = now_us()
 local due
 if ARGV[4] ~= '0' then
-  due = now_us() + tonumber(ARGV[4])
+  due = now + tonumber(ARGV[4])
 end
-local state, q = hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], due)
+local state, q = hand_back(KEYS[1], ARGV[1], ARGV[3] == 'r', KEYS[4], due, now)
 if q then
   redis.call('HINCRBY', prefix_of(KEYS[1]) .. 'qowned', q, -1)
   if state == 2 then

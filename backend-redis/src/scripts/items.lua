@@ -3,9 +3,10 @@
 -- default queue's held zset (by id) and KEYS[3] the set of the queues other than the
 -- default; ARGV[1] state ('p', 'o' or 'd'), ARGV[2] after (exclusive id), ARGV[3]
 -- limit, ARGV[4] item key prefix
--- Returns {id, payload, attempts, max, state, last error, queue, ...}, lowest id
--- first; state 'p', 'd' or the owner token, the last error nil when the item has
--- none, the queue nil for the default queue (no `q`). Dead-lettered pages are a
+-- Returns {id, payload, attempts, max, state, last error, queue, enqueued, attempted,
+-- finished, ...}, lowest id first; state 'p', 'd' or the owner token, the last error
+-- nil when the item has none, the queue nil for the default queue (no `q`), the times
+-- as item.lua answers them. Dead-lettered pages are a
 -- ZRANGEBYSCORE range (O(log n + page)); the pending page merges the due and the
 -- held-back items' ranges of every queue (two per queue, the other queues' zsets
 -- derived in-script from their names: O(queues × (log n + page))). Owned items have
@@ -19,10 +20,12 @@ local function add(id, rec)
   out[#out + 1] = rec[3]
   out[#out + 1] = rec[4]
   out[#out + 1] = rec[5]
-  out[#out + 1] = rec[6]
+  for i = 6, 9 do
+    out[#out + 1] = rec[i]
+  end
 end
 local function fields(id)
-  return redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's', 'e', 'q')
+  return redis.call('HMGET', ARGV[4] .. id, 'p', 'a', 'm', 's', 'e', 'q', 'te', 'ta', 'tf')
 end
 local function range(key)
   return redis.call('ZRANGEBYSCORE', key, '(' .. ARGV[2], '+inf', 'LIMIT', 0, limit)

@@ -134,25 +134,27 @@ end
 -- stays as it was (a sweep's requeue keeps it; finish.lua writes a failure's text). A
 -- pending item's `w` is when it becomes claimable (what a claim measures its wait
 -- from): its due time when held back, else `now` (µs of the server clock; read here
--- when nil). The keys are derived here, not by a shared function: every `local
--- function` of the prelude costs every script call a closure.
+-- when nil). Pending or dead-lettered, its `tf` (when its attempt ended without
+-- completing) is `now`, in the same HSET. The keys are derived here, not by a shared
+-- function: every `local function` of the prelude costs every script call a closure.
 local function hand_back(item_key, id, retry, dl_key, due, now)
   local rec = redis.call('HMGET', item_key, 'a', 'm', 'q')
   local q = rec[3]
+  local at = s(now or now_us())
   if q == 'default' then
     q = false
   end
   if retry and tonumber(rec[1]) < tonumber(rec[2]) then
     local ns = prefix_of(item_key)
     if due then
-      redis.call('HSET', item_key, 's', 'p', 'w', s(due))
+      redis.call('HSET', item_key, 's', 'p', 'w', s(due), 'tf', at)
       if q then
         hold({at = ns .. 'qh:' .. q, ids = ns .. 'qhi:' .. q, all = ns .. 'qheld', due = due}, id)
       else
         hold({at = ns .. 'held', ids = ns .. 'heldi', due = due}, id)
       end
     else
-      redis.call('HSET', item_key, 's', 'p', 'w', s(now or now_us()))
+      redis.call('HSET', item_key, 's', 'p', 'w', at, 'tf', at)
       if q then
         redis.call('ZADD', ns .. 'qp:' .. q, id, id)
       else
@@ -161,7 +163,7 @@ local function hand_back(item_key, id, retry, dl_key, due, now)
     end
     return 1, q
   end
-  redis.call('HSET', item_key, 's', 'd')
+  redis.call('HSET', item_key, 's', 'd', 'tf', at)
   redis.call('ZADD', dl_key, id, id)
   return 2, q
 end
