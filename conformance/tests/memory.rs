@@ -14,7 +14,9 @@ fn server() -> &'static MemoryServer {
                 .sessions(true)
                 .error_text(true)
                 .queues(true)
-                .item_times(true),
+                .item_times(true)
+                .delays(true)
+                .key_retention(Some(liveness_core::DEFAULT_KEY_RETENTION)),
         )
     })
 }
