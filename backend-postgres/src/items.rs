@@ -122,6 +122,39 @@ WHERE key = $3
 /// shrinks, yet a small, bounded write.
 const FORGET_KEYS_AT_MOST: usize = 100;
 
+/// The ids of one queue's due pending items, `$queue` the SQL naming it: those whose
+/// due time came (by it, then id) and those never held back (by id), each branch at
+/// most `$4` and locking only the rows it hands up. What [`CLAIM`] and [`CLAIM_FROM`]
+/// pick from.
+macro_rules! due_in_queue {
+    ($queue:literal) => {
+        concat!(
+            r#"        SELECT id FROM (
+            SELECT id FROM items
+            WHERE queue = "#,
+            $queue,
+            r#" AND state = 0 AND due_at IS NOT NULL
+              AND due_at <= (SELECT t FROM clk)
+              AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY due_at, id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) came_due
+        UNION ALL
+        SELECT id FROM (
+            SELECT id FROM items
+            WHERE queue = "#,
+            $queue,
+            r#" AND state = 0 AND due_at IS NULL
+              AND EXISTS (SELECT 1 FROM admit)
+            ORDER BY id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED
+        ) ready"#
+        )
+    };
+}
+
 /// The claim statement around `$pick`, the CTE that picks the items to take (`id`,
 /// and `pos`, the place of the item's queue in the claim's list): [`CLAIM`] from one
 /// queue, [`CLAIM_FROM`] from several. $1 space, $2 name, $3 token, $4 n, $5 request
@@ -147,7 +180,7 @@ const FORGET_KEYS_AT_MOST: usize = 100;
 /// NULL when the key has no lease. Columns: cur_token, live, id, payload, attempts,
 /// max_attempts, waited_us, queue.
 macro_rules! claim_statement {
-    ($pick:literal) => {
+    ($pick:expr) => {
         concat!(
             r#"
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -214,30 +247,16 @@ ORDER BY answer.pos, answer.id
 /// read. The outer `LIMIT` stops the second branch as soon as the first filled the
 /// claim, and each branch locks only the rows it hands up. The same statement as
 /// before queues, with `queue = $6` an index condition of both branches.
-pub(crate) const CLAIM: &str = claim_statement!(
+pub(crate) const CLAIM: &str = claim_statement!(concat!(
     r#"pick AS (
     SELECT id, 1::bigint AS pos FROM (
-        SELECT id FROM (
-            SELECT id FROM items
-            WHERE queue = $6 AND state = 0 AND due_at IS NOT NULL
-              AND due_at <= (SELECT t FROM clk)
-              AND EXISTS (SELECT 1 FROM admit)
-            ORDER BY due_at, id
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED
-        ) came_due
-        UNION ALL
-        SELECT id FROM (
-            SELECT id FROM items
-            WHERE queue = $6 AND state = 0 AND due_at IS NULL AND EXISTS (SELECT 1 FROM admit)
-            ORDER BY id
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED
-        ) ready
+"#,
+    due_in_queue!("$6"),
+    r#"
     ) due
     LIMIT $4
 )"#
-);
+));
 
 /// `claim_from` several queues: `claim_statement!` with $6 the queues, in the order
 /// given. For each queue in turn (`unnest ... WITH ORDINALITY`, the outer side of a
@@ -246,33 +265,18 @@ pub(crate) const CLAIM: &str = claim_statement!(
 /// read only when the earlier ones had too few items due, and no row beyond the n
 /// taken is locked. No `ORDER BY` there: a sort would read (and lock) up to n items
 /// of every queue named; the answer is sorted by the queue's place (`pos`) instead.
-pub(crate) const CLAIM_FROM: &str = claim_statement!(
+pub(crate) const CLAIM_FROM: &str = claim_statement!(concat!(
     r#"pick AS (
     SELECT due.id, q.pos
     FROM unnest($6::text[]) WITH ORDINALITY AS q(name, pos)
     CROSS JOIN LATERAL (
-        SELECT id FROM (
-            SELECT id FROM items
-            WHERE queue = q.name AND state = 0 AND due_at IS NOT NULL
-              AND due_at <= (SELECT t FROM clk)
-              AND EXISTS (SELECT 1 FROM admit)
-            ORDER BY due_at, id
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED
-        ) came_due
-        UNION ALL
-        SELECT id FROM (
-            SELECT id FROM items
-            WHERE queue = q.name AND state = 0 AND due_at IS NULL
-              AND EXISTS (SELECT 1 FROM admit)
-            ORDER BY id
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED
-        ) ready
+"#,
+    due_in_queue!("q.name"),
+    r#"
     ) due
     LIMIT $4
 )"#
-);
+));
 
 /// `finish` with `Outcome::Completed`: $1 id, $2 token. Deletes the item iff that
 /// token owns it.
