@@ -16,7 +16,8 @@ fn server() -> &'static MemoryServer {
                 .queues(true)
                 .item_times(true)
                 .delays(true)
-                .key_retention(Some(liveness_core::DEFAULT_KEY_RETENTION)),
+                .key_retention(Some(liveness_core::DEFAULT_KEY_RETENTION))
+                .dead_letter_retention(Some(liveness_core::DEFAULT_DEAD_LETTER_RETENTION)),
         )
     })
 }
@@ -28,6 +29,24 @@ async fn factory() -> Option<Arc<dyn Store>> {
 }
 
 liveness_conformance::suite!(factory);
+
+/// With a retention of a second, the retention scenario waits it out: expired dead
+/// letters are removed by the next dead-lettering, and nothing else is.
+#[test]
+fn dead_letters_outlive_a_short_retention_only_until_the_next_dead_letter() {
+    let short = || async {
+        let caps = server()
+            .store(&liveness_conformance::fresh_namespace())
+            .capabilities()
+            .dead_letter_retention(Some(std::time::Duration::from_secs(1)));
+        let server = MemoryServer::new().with_capabilities(caps);
+        Some(Arc::new(server.store(&liveness_conformance::fresh_namespace())) as Arc<dyn Store>)
+    };
+    liveness_conformance::run(
+        "a_dead_letter_is_kept_for_the_retention_then_removed",
+        liveness_conformance::factory(short),
+    );
+}
 
 /// The reference model's checker round costs the same store calls over 10,000 live
 /// members as over 1,000 (deterministic: round trips, not time).

@@ -80,6 +80,17 @@ pub struct Capabilities {
     /// time, not for good. `None` (the default): kept for good (a store with no clock
     /// to count by).
     pub key_retention: Option<Duration>,
+    /// How long, by the store's own clock, the store keeps a dead letter after it was
+    /// dead-lettered (counted from its latest attempt's end,
+    /// [`ItemTimes::finished`](crate::ItemTimes::finished)). After it, a later
+    /// dead-lettering in the namespace may remove it, as an operator's
+    /// [`cancel`](crate::OperatorStore::cancel) would: each call that dead-letters
+    /// removes up to [`DEAD_LETTER_TRIM`](crate::DEAD_LETTER_TRIM) of the oldest
+    /// expired ones, so dead letters take room for a bounded time, not for good. A
+    /// dead letter with no recorded time (from before the store kept times) is kept.
+    /// `None` (the default): kept until an operator retries, cancels or discards it
+    /// (a store with no clock to count by).
+    pub dead_letter_retention: Option<Duration>,
     /// True when the store keeps named queues: an item waits in the queue its
     /// enqueue named ([`EnqueueOptions::queue`](crate::EnqueueOptions::queue)), a
     /// claim takes from the queues it names
@@ -112,6 +123,7 @@ impl Default for Capabilities {
             delays: false,
             error_text: false,
             key_retention: None,
+            dead_letter_retention: None,
             queues: false,
             item_times: false,
         }
@@ -167,6 +179,7 @@ impl Capabilities {
         delays: bool,
         error_text: bool,
         key_retention: Option<Duration>,
+        dead_letter_retention: Option<Duration>,
         queues: bool,
         item_times: bool,
     );

@@ -127,6 +127,18 @@ pub struct EnqueueOptions {
 /// [`Capabilities::key_retention`](crate::Capabilities::key_retention).
 pub const DEFAULT_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
+/// How long a store with a clock keeps a dead letter unless told otherwise (its URL's
+/// `dead_letter_retention_s`): 30 days, time for an operator to read why it failed
+/// and retry it. See
+/// [`Capabilities::dead_letter_retention`](crate::Capabilities::dead_letter_retention).
+pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The most expired dead letters one dead-lettering call removes
+/// ([`Capabilities::dead_letter_retention`](crate::Capabilities::dead_letter_retention)):
+/// a call's cost stays bounded, and since each call adds at most what it sends,
+/// a backlog of expired ones still shrinks a hundredfold faster than it grows.
+pub const DEAD_LETTER_TRIM: usize = 100;
+
 /// The longest [`EnqueueOptions::delay`] and retry delay ([`Outcome::Retry`]) a store
 /// accepts: 366 days.
 pub const MAX_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);

@@ -54,8 +54,9 @@ pub use events::{CheckStep, Event, EventBus, HolderLoss};
 pub use heartbeat::HeartbeatConfig;
 pub use item::{
     error_text, EnqueueOptions, Item, ItemCounts, ItemId, ItemRecord, ItemState, ItemStateKind,
-    ItemTimes, Outcome, QueueCounts, RequestId, Sweep, DEFAULT_KEY_RETENTION, DEFAULT_MAX_ATTEMPTS,
-    MAX_DELAY, MAX_ERROR_LEN,
+    ItemTimes, Outcome, QueueCounts, RequestId, Sweep, DEAD_LETTER_TRIM,
+    DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_KEY_RETENTION, DEFAULT_MAX_ATTEMPTS, MAX_DELAY,
+    MAX_ERROR_LEN,
 };
 pub use layer::{Intercept, Layer, Next, Op, Reply, Request, StoreBuilder};
 pub use lease::{

@@ -132,6 +132,35 @@ pub const MAX_KEY_RETENTION: Duration = Duration::from_secs(366 * 24 * 3600);
 /// assert!(check_key_retention(Duration::from_millis(999)).is_err());
 /// ```
 pub fn check_key_retention(retention: Duration) -> Result<Duration> {
+    check_retention("key_retention", retention)
+}
+
+/// `dead_letter_retention_s`: how long, in seconds, a store with a clock keeps a dead
+/// letter (1 s to 366 days; default
+/// [`DEFAULT_DEAD_LETTER_RETENTION`](crate::DEFAULT_DEAD_LETTER_RETENTION)). Every
+/// store that counts the retention takes it; read it with
+/// [`StoreUrl::dead_letter_retention`].
+pub const DEAD_LETTER_RETENTION: Param =
+    Param::number("dead_letter_retention_s", 1, 366 * 24 * 3600);
+
+/// `retention` when a store takes it as its dead-letter retention (the same range as
+/// the key retention's, [`MIN_KEY_RETENTION`] to [`MAX_KEY_RETENTION`]): what each
+/// store's `with_dead_letter_retention` checks. `InvalidInput` naming
+/// `dead_letter_retention` otherwise.
+///
+/// ```
+/// use std::time::Duration;
+/// use liveness_core::url::check_dead_letter_retention;
+/// assert!(check_dead_letter_retention(Duration::from_secs(3600)).is_ok());
+/// assert!(check_dead_letter_retention(Duration::ZERO).is_err());
+/// ```
+pub fn check_dead_letter_retention(retention: Duration) -> Result<Duration> {
+    check_retention("dead_letter_retention", retention)
+}
+
+/// `retention` when it lies in the URL's range for retentions; `InvalidInput` naming
+/// `what` otherwise.
+fn check_retention(what: &'static str, retention: Duration) -> Result<Duration> {
     let problem = if retention.is_zero() {
         InputProblem::Zero
     } else if retention < MIN_KEY_RETENTION {
@@ -147,7 +176,7 @@ pub fn check_key_retention(retention: Duration) -> Result<Duration> {
     } else {
         return Ok(retention);
     };
-    Err(Error::invalid("key_retention", problem))
+    Err(Error::invalid(what, problem))
 }
 
 /// One query parameter of a [`UrlForm`]: its exact (case-sensitive) name and its kind.
@@ -539,6 +568,18 @@ impl StoreUrl {
         match self.value(KEY_RETENTION) {
             None => Ok(crate::item::DEFAULT_KEY_RETENTION),
             Some(v) => KEY_RETENTION.parse_number(v).map(Duration::from_secs),
+        }
+    }
+
+    /// The URL's [`DEAD_LETTER_RETENTION`], or
+    /// [`DEFAULT_DEAD_LETTER_RETENTION`](crate::DEFAULT_DEAD_LETTER_RETENTION) when it
+    /// gives none; `InvalidInput` for a value out of range.
+    pub fn dead_letter_retention(&self) -> Result<Duration> {
+        match self.value(DEAD_LETTER_RETENTION) {
+            None => Ok(crate::item::DEFAULT_DEAD_LETTER_RETENTION),
+            Some(v) => DEAD_LETTER_RETENTION
+                .parse_number(v)
+                .map(Duration::from_secs),
         }
     }
 

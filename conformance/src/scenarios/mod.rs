@@ -21,6 +21,7 @@ mod operator;
 mod pending;
 mod positions;
 mod queues;
+mod retention;
 mod session_sweeps;
 mod sessions;
 mod times;
@@ -40,6 +41,7 @@ pub use operator::*;
 pub use pending::*;
 pub use positions::*;
 pub use queues::*;
+pub use retention::*;
 pub use session_sweeps::*;
 pub use sessions::*;
 pub use times::*;
@@ -157,7 +159,8 @@ macro_rules! __scenarios {
             named_queues_keep_their_items_apart,
             an_item_stays_in_its_queue_through_every_hand_back,
             a_claim_names_its_queues_once_each,
-            an_item_says_when_it_was_enqueued_attempted_and_finished
+            an_item_says_when_it_was_enqueued_attempted_and_finished,
+            a_dead_letter_is_kept_for_the_retention_then_removed
             ]
         );
     };

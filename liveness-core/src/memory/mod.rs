@@ -74,6 +74,7 @@ impl MemoryServer {
                 .delays(true)
                 .error_text(true)
                 .key_retention(Some(crate::item::DEFAULT_KEY_RETENTION))
+                .dead_letter_retention(Some(crate::item::DEFAULT_DEAD_LETTER_RETENTION))
                 .queues(true)
                 .item_times(true),
         }
@@ -431,6 +432,9 @@ impl ItemStore for MemoryStore {
         let state = outcome
             .retry()
             .map(|retry| st.hand_back(id, retry, due, now));
+        if state == Some(ItemState::DeadLettered) {
+            st.forget_dead_letters(now, self.info.caps.dead_letter_retention);
+        }
         match state {
             None => st.complete(id, lease.token),
             Some(_) if self.info.caps.error_text && !error.is_empty() => {
@@ -446,17 +450,14 @@ impl ItemStore for MemoryStore {
     async fn sweep_many(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let now = self.now();
         let mut st = lock(&self.state);
-        Ok(tokens
+        let swept: Vec<Sweep> = tokens
             .iter()
-            .map(|token| {
-                Ok(requeue_locked(
-                    &mut st,
-                    *token,
-                    self.info.caps.max_batch,
-                    now,
-                ))
-            })
-            .collect())
+            .map(|token| requeue_locked(&mut st, *token, self.info.caps.max_batch, now))
+            .collect();
+        if swept.iter().any(|s| !s.dead_lettered.is_empty()) {
+            st.forget_dead_letters(now, self.info.caps.dead_letter_retention);
+        }
+        Ok(swept.into_iter().map(Ok).collect())
     }
 
     async fn dead_tokens(&self, limit: usize) -> Result<Vec<DeadToken>> {
@@ -567,7 +568,7 @@ impl OperatorStore for MemoryStore {
                 .dead_letters
                 .range((from, Bound::Unbounded))
                 .take(limit)
-                .copied()
+                .map(|(id, _)| *id)
                 .collect(),
             // The model scans: it is written for obviousness.
             ItemStateKind::Owned => st
@@ -597,7 +598,7 @@ impl OperatorStore for MemoryStore {
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         let now = self.now();
         let mut st = lock(&self.state);
-        let ids: Vec<ItemId> = st.dead_letters.iter().take(limit).copied().collect();
+        let ids: Vec<ItemId> = st.dead_letters.keys().take(limit).copied().collect();
         for id in &ids {
             st.revive(*id, now)?;
         }
@@ -675,5 +676,61 @@ mod key_retention_tests {
             2,
             "b and a's new record: a's first is forgotten"
         );
+    }
+}
+
+#[cfg(test)]
+mod dead_letter_retention_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::types::{Name, Ttl};
+    use crate::{Store, DEAD_LETTER_TRIM};
+
+    /// Expired dead letters go at most [`DEAD_LETTER_TRIM`] per dead-lettering call,
+    /// the oldest first, and both indexes agree after each.
+    #[tokio::test]
+    async fn a_dead_lettering_removes_at_most_a_trim_of_expired_ones() {
+        let clock = ManualClock::new();
+        let caps = Capabilities::default()
+            .dead_letter_retention(Some(Duration::from_secs(60)))
+            .item_times(true);
+        let store = MemoryServer::with_clock(Arc::new(clock.clone()))
+            .with_capabilities(caps)
+            .store(&Namespace::new("dead").unwrap());
+        let holder = crate::HolderId::new("w").unwrap();
+        let key = Key::new(Space::new("m").unwrap(), Name::new("w").unwrap());
+        let lease = store
+            .acquire(&key, &holder, Ttl::from_secs(3600).unwrap())
+            .await
+            .unwrap();
+        let once = EnqueueOptions::default().max_attempts(1);
+        let fail_one = async |payload: &[u8]| {
+            let id = store.enqueue(payload, once).await.unwrap();
+            let got = store.claim(&lease, 1).await.unwrap();
+            assert_eq!(got[0].id, id);
+            let state = store.finish(&lease, id, Outcome::DeadLetter).await;
+            assert_eq!(state.unwrap(), Some(ItemState::DeadLettered));
+            id
+        };
+        let mut old = Vec::new();
+        for _ in 0..DEAD_LETTER_TRIM + 50 {
+            old.push(fail_one(b"old").await);
+        }
+        clock.advance(Duration::from_secs(60));
+        let first = fail_one(b"new").await;
+        let kept = |st: &NsState| {
+            assert_eq!(st.dead_letters.len(), st.dead_times.len());
+            st.dead_letters.len()
+        };
+        assert_eq!(kept(&lock(&store.state)), 50 + 1, "a trim of the oldest");
+        assert!(lock(&store.state)
+            .items
+            .contains_key(&old[DEAD_LETTER_TRIM]));
+        assert!(!lock(&store.state)
+            .items
+            .contains_key(&old[DEAD_LETTER_TRIM - 1]));
+        fail_one(b"new").await;
+        assert_eq!(kept(&lock(&store.state)), 2, "the rest of the expired");
+        assert!(lock(&store.state).items.contains_key(&first));
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, InputProblem, LostCause, Result};
-use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Sweep};
+use crate::item::{ItemId, ItemRecord, ItemState, RequestId, Sweep, DEAD_LETTER_TRIM};
 use crate::lease::{DeathCause, DeathRecord, ExpiredLease, Lease, LeaseInfo, LeaseStatus, Swept};
 use crate::queue_name::QueueName;
 use crate::types::{FencingToken, HolderId, Key, Name, Space, StoreTime, Ttl};
@@ -82,7 +82,11 @@ pub(super) struct NsState {
     /// Pending items not yet due, by (due time by the model's clock, id).
     pub(super) scheduled: BTreeSet<(Duration, ItemId)>,
     pub(super) owned: HashMap<FencingToken, BTreeSet<ItemId>>,
-    pub(super) dead_letters: BTreeSet<ItemId>,
+    /// The dead letters, each with the model's time when it was dead-lettered.
+    pub(super) dead_letters: BTreeMap<ItemId, Duration>,
+    /// The dead letters by (time dead-lettered, id): what
+    /// [`NsState::forget_dead_letters`] removes from the front.
+    pub(super) dead_times: BTreeSet<(Duration, ItemId)>,
     /// Enqueue idempotency keys and the ids they answered, kept for the store's
     /// [`key_retention`](crate::Capabilities::key_retention).
     pub(super) keys: HashMap<RequestId, ItemId>,
@@ -113,7 +117,8 @@ impl NsState {
             pending: BTreeSet::new(),
             scheduled: BTreeSet::new(),
             owned: HashMap::new(),
-            dead_letters: BTreeSet::new(),
+            dead_letters: BTreeMap::new(),
+            dead_times: BTreeSet::new(),
             keys: HashMap::new(),
             key_times: VecDeque::new(),
             riders: HashMap::new(),
@@ -230,6 +235,27 @@ impl NsState {
         self.items.get(&id).map(|rec| rec.record.clone())
     }
 
+    /// Removes the dead letters dead-lettered `retention` or longer before `now`, the
+    /// oldest first and at most [`DEAD_LETTER_TRIM`] (`None`: none), as `cancel` would.
+    pub(super) fn forget_dead_letters(&mut self, now: Duration, retention: Option<Duration>) {
+        let Some(retention) = retention else { return };
+        for _ in 0..DEAD_LETTER_TRIM {
+            match self.dead_times.first() {
+                Some(&(at, id)) if at.saturating_add(retention) <= now => {
+                    self.cancel(id);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Takes `id` out of the dead letters.
+    fn undead(&mut self, id: ItemId) {
+        if let Some(at) = self.dead_letters.remove(&id) {
+            self.dead_times.remove(&(at, id));
+        }
+    }
+
     /// Moves a dead-lettered item back to pending with no attempts counted.
     pub(super) fn revive(&mut self, id: ItemId, now: Duration) -> Result<()> {
         let Some(rec) = self.items.get_mut(&id) else {
@@ -238,7 +264,7 @@ impl NsState {
         rec.record.revive()?;
         rec.ready_at = now;
         let queue = rec.record.item.queue;
-        self.dead_letters.remove(&id);
+        self.undead(id);
         self.pending.insert((queue, id));
         tick(&self.pending_wake);
         Ok(())
@@ -255,9 +281,7 @@ impl NsState {
                 self.pending.remove(&(queue, id));
                 self.scheduled.retain(|(_, held)| *held != id);
             }
-            ItemState::DeadLettered => {
-                self.dead_letters.remove(&id);
-            }
+            ItemState::DeadLettered => self.undead(id),
         }
         self.items.remove(&id);
         Some(state)
@@ -461,7 +485,8 @@ impl NsState {
         match state {
             ItemState::Pending => self.make_pending(id, due, now),
             _ => {
-                self.dead_letters.insert(id);
+                self.dead_letters.insert(id, now);
+                self.dead_times.insert((now, id));
             }
         };
         state
