@@ -66,6 +66,7 @@ use crate::item::{error_text, ItemId, ItemState, Outcome};
 use crate::member::{Claimed, Member, MemberConfig};
 use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS, JOB_WAIT_SECONDS};
 use crate::queue_name::QueueName;
+use crate::session::Session;
 use crate::store::Store;
 use crate::types::{FencingToken, Ttl};
 use crate::wake::woken;
@@ -402,43 +403,112 @@ impl Worker {
         Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
     {
         config.validate()?;
-        let checker = match config.checker {
-            true => {
-                let holder = config.member.holder.as_str();
-                let elected = ElectionConfig::new("checker", holder, config.member.heartbeat.ttl)?
-                    .events(config.member.events.clone());
-                let checking = CheckerConfig::default()
-                    .elected(elected)
-                    .events(config.member.events.clone());
-                Some(Checker::new(store.clone(), checking).spawn())
-            }
-            false => None,
-        };
+        let checker = checker(&store, &config)?;
         let member = Member::join(store.clone(), config.member.clone()).await?;
-        let stop = CancellationToken::new();
-        let metrics = config
-            .queues
-            .iter()
-            .map(|q| (*q, JobMetrics::of(&*store, *q)))
-            .collect();
-        let delays = store.capabilities().delays;
-        let run = Run {
-            store,
-            member: member.clone(),
-            handler: Arc::new(handler),
-            concurrency: config.concurrency,
-            poll: config.poll,
-            queues: config.queues.clone(),
-            retries: delays.then(|| config.clone()),
-            stop: stop.clone(),
-            metrics,
-        };
-        Ok(WorkerHandle {
-            member,
-            stop: stop.drop_guard(),
-            task: tokio::spawn(run.claim_and_run()),
-            checker,
-        })
+        Ok(run(store, member, checker, config, handler))
+    }
+
+    /// As [`Worker::start`], with the worker's member riding `session`
+    /// ([`Session::join_with`]): it renews nothing of its own and lives and dies with
+    /// the session's lease, so that one process can run many workers (one per queue,
+    /// or one per slot of a shard) for the cost of one lease. When the session is
+    /// lost (a freeze, a partition), every running handler of every worker riding it
+    /// is dropped before the store can give its item to anybody else; a killed
+    /// process's session dies once, its workers with it, and their items go back.
+    /// The member's heartbeat timing is the session's (that of `config.member` is
+    /// not used). Fails as [`Session::join_with`] does, and with `InvalidInput` on a
+    /// bad configuration.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use liveness_core::{MemoryStore, Queue, Session, SessionConfig, Store, Ttl, Worker, WorkerConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> liveness_core::Result<()> {
+    /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    /// let ttl = Ttl::from_secs(10)?;
+    /// let session = Session::open(store.clone(), SessionConfig::new("host-1", ttl)?).await?;
+    /// let mail = WorkerConfig::new("host-1-mail", ttl)?.checker(false);
+    /// let worker = Worker::ride(&session, mail, |job| async move {
+    ///     println!("sending {}", String::from_utf8_lossy(job.payload()));
+    ///     Ok(())
+    /// })
+    /// .await?;
+    /// Queue::new(store.clone()).enqueue(b"welcome mail").await?;
+    /// # while store.item_counts().await?.pending + store.item_counts().await?.owned > 0 {
+    /// #     tokio::time::sleep(Duration::from_millis(5)).await;
+    /// # }
+    /// assert_eq!(worker.shutdown(Duration::from_secs(5)).await?.completed, 1);
+    /// session.close(Duration::from_secs(5)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ride<F, Fut>(
+        session: &Session,
+        config: WorkerConfig,
+        handler: F,
+    ) -> Result<WorkerHandle>
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+    {
+        config.validate()?;
+        let store = session.store();
+        let checker = checker(&store, &config)?;
+        let member = session.join_with(config.member.clone()).await?;
+        Ok(run(store, member, checker, config, handler))
+    }
+}
+
+/// The worker's elected checker, when its configuration asks for one.
+fn checker(store: &Arc<dyn Store>, config: &WorkerConfig) -> Result<Option<CheckerHandle>> {
+    if !config.checker {
+        return Ok(None);
+    }
+    let holder = config.member.holder.as_str();
+    let elected = ElectionConfig::new("checker", holder, config.member.heartbeat.ttl)?
+        .events(config.member.events.clone());
+    let checking = CheckerConfig::default()
+        .elected(elected)
+        .events(config.member.events.clone());
+    Ok(Some(Checker::new(store.clone(), checking).spawn()))
+}
+
+/// Starts the claiming loop of `member`, joined already.
+fn run<F, Fut>(
+    store: Arc<dyn Store>,
+    member: Member,
+    checker: Option<CheckerHandle>,
+    config: WorkerConfig,
+    handler: F,
+) -> WorkerHandle
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let metrics = config
+        .queues
+        .iter()
+        .map(|q| (*q, JobMetrics::of(&*store, *q)))
+        .collect();
+    let delays = store.capabilities().delays;
+    let run = Run {
+        store,
+        member: member.clone(),
+        handler: Arc::new(handler),
+        concurrency: config.concurrency,
+        poll: config.poll,
+        queues: config.queues.clone(),
+        retries: delays.then(|| config.clone()),
+        stop: stop.clone(),
+        metrics,
+    };
+    WorkerHandle {
+        member,
+        stop: stop.drop_guard(),
+        task: tokio::spawn(run.claim_and_run()),
+        checker,
     }
 }
 

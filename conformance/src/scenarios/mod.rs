@@ -150,6 +150,7 @@ macro_rules! __scenarios {
             the_watchdog_stops_a_wedged_job_not_an_idle_member,
             sweep_many_sweeps_each_session_alone,
             a_dead_worker_s_jobs_run_again_on_a_live_worker,
+            workers_riding_a_dead_session_have_their_jobs_run_again,
             the_pending_signal_ticks_when_an_item_becomes_pending,
             a_delayed_item_is_claimed_only_once_due,
             a_retry_waits_its_backoff_before_the_next_claim,

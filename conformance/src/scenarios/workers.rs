@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use liveness_core::{ItemId, Queue, Worker, WorkerConfig};
+use liveness_core::{ItemId, Queue, Session, SessionConfig, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::Ctx;
@@ -75,4 +75,94 @@ pub async fn a_dead_worker_s_jobs_run_again_on_a_live_worker(ctx: Ctx) {
         "a job ran twice to completion: {done:?}"
     );
     assert_eq!(once, ids.into_iter().collect(), "every job ran");
+}
+
+/// Two workers riding one session ([`Worker::ride`]) run jobs; then their process
+/// dies holding four jobs (its session orphaned, nothing released). A live worker,
+/// whose checker is the only one, runs every job left to completion, each once; the
+/// death history has one record for the session, none for the workers riding it.
+pub async fn workers_riding_a_dead_session_have_their_jobs_run_again(ctx: Ctx) {
+    let s = &ctx.store;
+    let ttl = ctx.machine_ttl();
+    let queue = Queue::new(s.clone());
+    let session_config = SessionConfig::new("doomed", ttl).unwrap();
+    let session = Session::open(s.clone(), session_config).await.unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut riders = Vec::new();
+    for name in ["doomed-a", "doomed-b"] {
+        let seen = started.clone();
+        let config = WorkerConfig::new(name, ttl)
+            .unwrap()
+            .concurrency(2)
+            .checker(false);
+        let worker = Worker::ride(&session, config, move |job| {
+            let hang = job.payload().starts_with(b"hang");
+            seen.fetch_add(usize::from(hang), Ordering::SeqCst);
+            async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+        riders.push(worker);
+    }
+    let quick: Vec<String> = (0..4).map(|i| format!("quick {i}")).collect();
+    queue.enqueue_many(&quick).await.unwrap();
+    wait_until_no_work(&ctx, ttl.duration(), "the riding workers' quick jobs").await;
+    let hangs: Vec<String> = (0..10).map(|i| format!("hang {i}")).collect();
+    let ids = queue.enqueue_many(&hangs).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while started.load(Ordering::SeqCst) < 4 {
+        assert!(Instant::now() < until, "the riding workers took no jobs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The process dies as a killed one does: nothing released.
+    let session_key = session.key().clone();
+    session.orphan();
+    drop(riders);
+
+    let done: Arc<Mutex<Vec<ItemId>>> = Arc::default();
+    let record = done.clone();
+    let alive_config = WorkerConfig::new("alive", ttl).unwrap().concurrency(4);
+    let alive = Worker::start(s.clone(), alive_config, move |job| {
+        let record = record.clone();
+        async move {
+            job.check()?;
+            record.lock().unwrap().push(job.id());
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    let wait = ttl.duration() * 4 + Duration::from_secs(10);
+    wait_until_no_work(&ctx, wait, "the dead session's jobs").await;
+    let report = alive.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(report.completed, 10, "{report:?}");
+    let done = done.lock().unwrap().clone();
+    let once: HashSet<ItemId> = done.iter().copied().collect();
+    assert_eq!(done.len(), once.len(), "a job ran twice: {done:?}");
+    assert_eq!(once, ids.into_iter().collect(), "every job ran");
+    let deaths = s.deaths(None, 1000).await.unwrap();
+    let doomed: Vec<_> = deaths
+        .iter()
+        .filter(|d| d.holder.as_str().starts_with("doomed"))
+        .collect();
+    assert_eq!(doomed.len(), 1, "one death, the session's: {deaths:?}");
+    assert_eq!(doomed[0].key, session_key);
+}
+
+/// Waits until the store holds no pending or owned item, for at most `wait`.
+async fn wait_until_no_work(ctx: &Ctx, wait: Duration, what: &str) {
+    let until = Instant::now() + wait;
+    loop {
+        let counts = ctx.store.item_counts().await.unwrap();
+        if counts.pending + counts.owned == 0 {
+            return;
+        }
+        assert!(Instant::now() < until, "{what}: left {counts:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -375,6 +375,12 @@ impl Session {
         Member::ride(self.shared.clone(), config).await
     }
 
+    /// The store the session keeps its lease on (behind the input checks and
+    /// tracing): what a worker riding it claims from.
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        self.shared.store.clone()
+    }
+
     /// Joins the members `names` into the session, with [`MemberConfig::new`]'s
     /// defaults and the session's event bus: see [`Session::join_many_with`].
     pub async fn join_many<I>(&self, names: I) -> Vec<Result<Member>>
