@@ -68,7 +68,9 @@ pub use liveness_core::{
     DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_QUEUES, MAX_DELAY, MAX_NAMESPACE_LEN, MAX_NAME_LEN,
 };
 // The worker runner and the producer's handle.
-pub use liveness_core::{Job, JobError, Queue, Worker, WorkerConfig, WorkerHandle, WorkerReport};
+pub use liveness_core::{
+    Job, JobEnd, JobError, Queue, Worker, WorkerConfig, WorkerHandle, WorkerReport,
+};
 // The modules a user reads beside them: metric names, the local clocks, URLs, and
 // each state machine's own.
 pub use liveness_core::{

@@ -7,7 +7,9 @@ use tokio::sync::broadcast;
 
 use crate::error::LostCause;
 use crate::item::ItemId;
+use crate::queue_name::QueueName;
 use crate::types::{FencingToken, HolderId, Key, Space};
+use crate::worker::JobEnd;
 
 /// Why a holder stopped holding a lease, as its own heartbeat saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +150,21 @@ pub enum Event {
         space: Space,
         /// How many of the leases the look listed were left over from the look before.
         leases: usize,
+    },
+    /// A job of a [`Worker`](crate::Worker) ended, as `end` says: sent on the
+    /// worker's member's bus once per job claimed, after the store took (or refused)
+    /// the job's answer.
+    JobEnded {
+        /// The worker's member.
+        key: Key,
+        /// The member's token the job was claimed under.
+        token: FencingToken,
+        /// The item.
+        id: ItemId,
+        /// The queue it waited in.
+        queue: QueueName,
+        /// How it ended.
+        end: JobEnd,
     },
     /// An item ran out of attempts and went to the dead-letter set.
     ItemDeadLettered {

@@ -77,7 +77,7 @@ pub use types::{
     FencingToken, HolderId, Key, Name, Namespace, Space, StoreTime, Ttl, MAX_NAMESPACE_LEN,
     MAX_NAME_LEN,
 };
-pub use worker::{Job, JobError, Worker, WorkerConfig, WorkerHandle, WorkerReport};
+pub use worker::{Job, JobEnd, JobError, Worker, WorkerConfig, WorkerHandle, WorkerReport};
 
 /// Re-exported so that users and backends name the same versions.
 pub use async_trait::async_trait;

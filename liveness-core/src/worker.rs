@@ -61,7 +61,7 @@ use crate::backoff::Backoff;
 use crate::checker::{Checker, CheckerConfig, CheckerHandle};
 use crate::election::ElectionConfig;
 use crate::error::{BoxError, Error, InputProblem, Result};
-use crate::events::EventBus;
+use crate::events::{Event, EventBus};
 use crate::item::{error_text, ItemId, ItemState, Outcome};
 use crate::member::{Claimed, Member, MemberConfig};
 use crate::metrics::{Labels, JOBS_TOTAL, JOB_SECONDS, JOB_WAIT_SECONDS};
@@ -131,6 +131,14 @@ impl Job {
     /// Tells the watchdog the job is moving (see [`Claimed::progress`]).
     pub fn progress(&self) {
         self.claimed.progress()
+    }
+
+    /// The claim itself: the item and the lease it was claimed under. For a handler
+    /// that must reach the member's own calls; the worker completes or hands back the
+    /// item from the handler's answer, and a completion the handler made itself makes
+    /// the worker's own refused (counted as stopped).
+    pub fn claimed(&self) -> &Claimed {
+        &self.claimed
     }
 }
 
@@ -347,14 +355,24 @@ impl WorkerReport {
     }
 }
 
-/// How one job ended.
-#[derive(Clone, Copy, Debug)]
-enum End {
+/// How one job of a [`Worker`] ended: what [`Event::JobEnded`] says and
+/// [`WorkerReport`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobEnd {
+    /// The handler answered `Ok` and the store took the completion.
     Completed,
+    /// The handler failed and the item went back to pending, to be tried again.
     Retried,
+    /// The item went to the dead-letter set ([`JobError::Fail`], or out of attempts).
     DeadLettered,
+    /// The job was stopped before its handler answered (the lease was lost, or the
+    /// shutdown's grace ran out), or the store refused its answer: its item goes
+    /// back with the lost token, or by the leave.
     Stopped,
 }
+
+use JobEnd as End;
 
 /// A worker's metric handles ([`JOBS_TOTAL`], [`JOB_SECONDS`]), bound once.
 #[derive(Clone, Debug)]
@@ -642,8 +660,18 @@ where
                                 token = %claimed.lease.token,
                             );
                             let job = async move {
-                                metrics
-                                    .count(run_one(member, handler, claimed, wait, &metrics).await)
+                                let (events, lease) =
+                                    (member.events().clone(), claimed.lease.clone());
+                                let (id, queue) = (claimed.item.id, claimed.item.queue);
+                                let end = run_one(member, handler, claimed, wait, &metrics).await;
+                                events.emit(Event::JobEnded {
+                                    key: lease.key,
+                                    token: lease.token,
+                                    id,
+                                    queue,
+                                    end,
+                                });
+                                metrics.count(end)
                             };
                             running.spawn(job.instrument(span));
                         }

@@ -554,3 +554,76 @@ async fn a_worker_runs_its_queues_in_order_and_no_other() {
         "the default queue is not named"
     );
 }
+
+/// Each job's end goes to the worker's member's bus, once per claim, with the
+/// member's key and token and the item: completed, retried, dead-lettered, and
+/// stopped when the lease is lost under a running handler.
+#[tokio::test(start_paused = true)]
+async fn each_job_s_end_is_an_event_on_the_worker_s_bus() {
+    use liveness_core::{Event, EventBus, JobEnd};
+    let store = memory();
+    let queue = Queue::new(store.clone());
+    let retry_once = EnqueueOptions::default().max_attempts(2);
+    let ok = queue.enqueue(b"ok").await.unwrap();
+    let retried = queue.enqueue_with(b"retry", retry_once).await.unwrap();
+    let failed = queue.enqueue(b"fail").await.unwrap();
+    let hangs = queue.enqueue(b"hang").await.unwrap();
+    let bus = EventBus::default();
+    let mut events = bus.subscribe();
+    let config = config("w", 4)
+        .events(bus)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    let worker = Worker::start(store.clone(), config, |job| async move {
+        match job.payload() {
+            b"ok" => Ok(()),
+            b"retry" => Err(std::io::Error::other("again"))?,
+            b"fail" => Err(JobError::fail("no")),
+            _ => std::future::pending().await,
+        }
+    })
+    .await
+    .unwrap();
+    until_state(
+        &store,
+        retried,
+        ItemState::DeadLettered,
+        Duration::from_secs(5),
+    )
+    .await;
+    until_state(
+        &store,
+        failed,
+        ItemState::DeadLettered,
+        Duration::from_secs(5),
+    )
+    .await;
+    let key = worker.member().key().clone();
+    let token = worker.member().check().unwrap();
+    worker.member().clone().orphan();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut ends = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let Event::JobEnded {
+            key: k,
+            token: t,
+            id,
+            queue,
+            end,
+        } = event
+        {
+            assert_eq!((&k, t, queue), (&key, token, QueueName::DEFAULT));
+            ends.push((id, end));
+        }
+    }
+    ends.sort_by_key(|(id, end)| (*id, format!("{end:?}")));
+    assert_eq!(
+        ends,
+        [
+            (ok, JobEnd::Completed),
+            (retried, JobEnd::DeadLettered),
+            (retried, JobEnd::Retried),
+            (failed, JobEnd::DeadLettered),
+            (hangs, JobEnd::Stopped),
+        ]
+    );
+}
