@@ -13,7 +13,7 @@ use liveness_core::durability::StoreLostState;
 use liveness_core::wake::tick;
 use liveness_core::{
     Acquire, BatchResult, DeathCause, Error, FencingToken, HolderId, JoinAsk, Key, Lease,
-    LostCause, Result, Sweep, Ttl,
+    LostCause, Result, Sweep, Ttl, DEAD_LETTER_TRIM,
 };
 #[cfg(doc)]
 use liveness_core::{ItemStore, LeaseStore};
@@ -195,10 +195,13 @@ impl SqliteStore {
     /// to `max_batch` of its own members dead; a transaction starts a token only while
     /// it has declared fewer than `max_batch` members dead (so it declares fewer than
     /// `2 * max_batch`: one never grows with the sessions), and the next transaction
-    /// takes the rest.
+    /// takes the rest. A transaction that dead-lettered items also removes expired
+    /// dead letters, up to [`DEAD_LETTER_TRIM`] for the whole call
+    /// ([`SqliteStore::forget_dead_letters`]).
     pub(crate) async fn sweep_batch(&self, tokens: &[FencingToken]) -> BatchResult<Sweep> {
         let batch = self.info.caps.max_batch;
         let mut out = Vec::with_capacity(tokens.len());
+        let mut trim = DEAD_LETTER_TRIM;
         while out.len() < tokens.len() {
             let mut w = self.write().await?;
             let (mut members, started, first) = (0, Instant::now(), out.len());
@@ -232,6 +235,11 @@ impl SqliteStore {
                     .unwrap_or_default();
                 members += moved.members.len();
                 out.push(moved);
+            }
+            if trim > 0 && out[first..].iter().any(|s| !s.dead_lettered.is_empty()) {
+                let now = self.now()?;
+                let removed = self.forget_dead_letters(w.conn(), now, trim).await?;
+                trim = trim.saturating_sub(removed);
             }
             w.commit().await?;
             if members > 0 {

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liveness_core::url::{
-    check_key_retention, Authority, Param, UrlForm, KEY_RETENTION, MAX_TIMEOUT_MS,
+    check_dead_letter_retention, check_key_retention, Authority, Param, UrlForm,
+    DEAD_LETTER_RETENTION, KEY_RETENTION, MAX_TIMEOUT_MS,
 };
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
@@ -25,11 +26,17 @@ const MAX_CONNECTIONS: Param = Param::number("max_connections", 1, MAX_POOL as u
 pub const URL: UrlForm = UrlForm {
     schemes: SCHEMES,
     authority: Authority::Path,
-    params: &[BUSY_TIMEOUT_MS, SYNCHRONOUS, MAX_CONNECTIONS, KEY_RETENTION],
+    params: &[
+        BUSY_TIMEOUT_MS,
+        SYNCHRONOUS,
+        MAX_CONNECTIONS,
+        KEY_RETENTION,
+        DEAD_LETTER_RETENTION,
+    ],
     fragments: &[],
     expected: "sqlite://PATH or sqlite:///ABSOLUTE/PATH, optionally \
                ?ns=NAME&busy_timeout_ms=N&synchronous=full|normal&max_connections=N\
-               &key_retention_s=N",
+               &key_retention_s=N&dead_letter_retention_s=N",
 };
 
 /// How durable each commit is (SQLite's `PRAGMA synchronous`, in WAL mode).
@@ -71,6 +78,7 @@ pub struct SqliteConfig {
     max_connections: u32,
     death_retention: usize,
     key_retention: Duration,
+    dead_letter_retention: Duration,
     existing_only: bool,
 }
 
@@ -85,6 +93,7 @@ impl SqliteConfig {
             max_connections: 4,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             key_retention: liveness_core::DEFAULT_KEY_RETENTION,
+            dead_letter_retention: liveness_core::DEFAULT_DEAD_LETTER_RETENTION,
             existing_only: false,
         }
     }
@@ -120,6 +129,7 @@ impl SqliteConfig {
             config.max_connections = n;
         }
         config.key_retention = parsed.key_retention()?;
+        config.dead_letter_retention = parsed.dead_letter_retention()?;
         Ok(config)
     }
 
@@ -205,6 +215,20 @@ impl SqliteConfig {
         Ok(self)
     }
 
+    /// The same configuration keeping a dead letter for `retention` after it was
+    /// dead-lettered, by the store clock (default
+    /// [`DEFAULT_DEAD_LETTER_RETENTION`](liveness_core::DEFAULT_DEAD_LETTER_RETENTION),
+    /// 30 days; the URL's `dead_letter_retention_s`): after it, a later dead-lettering
+    /// in the namespace removes it, as an operator's
+    /// [`cancel`](liveness_core::OperatorStore::cancel) would
+    /// ([`Capabilities::dead_letter_retention`](liveness_core::Capabilities::dead_letter_retention)).
+    /// Shorter than 1 s or longer than 366 days (the URL's range) is
+    /// [`Error::InvalidInput`] naming `dead_letter_retention`.
+    pub fn with_dead_letter_retention(mut self, retention: Duration) -> Result<SqliteConfig> {
+        self.dead_letter_retention = check_dead_letter_retention(retention)?;
+        Ok(self)
+    }
+
     /// The same configuration opening only a store that is there already (`true`), for
     /// readers that must never create or change anything: the file must exist, hold
     /// the liveness tables at this build's schema version, and hold the namespace (it
@@ -269,6 +293,14 @@ impl SqliteConfig {
     pub fn key_retention(&self) -> Duration {
         self.key_retention
     }
+
+    /// How long a dead letter is kept after it was dead-lettered, by the store clock
+    /// (URL `?dead_letter_retention_s=`, default
+    /// [`DEFAULT_DEAD_LETTER_RETENTION`](liveness_core::DEFAULT_DEAD_LETTER_RETENTION),
+    /// 30 days).
+    pub fn dead_letter_retention(&self) -> Duration {
+        self.dead_letter_retention
+    }
 }
 
 #[cfg(test)]
@@ -288,13 +320,23 @@ mod tests {
         assert_eq!(c.path, PathBuf::from("live.db"));
         assert_eq!(c.namespace.as_ref(), "default");
         assert_eq!(c.key_retention, liveness_core::DEFAULT_KEY_RETENTION);
+        assert_eq!(
+            c.dead_letter_retention,
+            liveness_core::DEFAULT_DEAD_LETTER_RETENTION
+        );
 
         let c = SqliteConfig::from_url(
             "sqlite:dir/live%20one.db?synchronous=normal&busy_timeout_ms=250&max_connections=2\
-             &key_retention_s=90",
+             &key_retention_s=90&dead_letter_retention_s=3600",
         )
         .unwrap();
         assert_eq!(c.key_retention, Duration::from_secs(90));
+        assert_eq!(c.dead_letter_retention, Duration::from_secs(3600));
+        for (secs, at) in [(1, "the least"), (31_622_400, "the most")] {
+            let url = format!("sqlite://x.db?dead_letter_retention_s={secs}");
+            let c = SqliteConfig::from_url(&url).unwrap();
+            assert_eq!(c.dead_letter_retention(), Duration::from_secs(secs), "{at}");
+        }
         assert_eq!(c.path, PathBuf::from("dir/live one.db"));
         assert_eq!(c.synchronous, Synchronous::Normal);
         assert_eq!(c.busy_timeout, Duration::from_millis(250));
@@ -337,6 +379,18 @@ mod tests {
                 "sqlite://x.db?key_retention_s=31622401",
                 Expect::OutOfRange("key_retention_s"),
             ),
+            (
+                "sqlite://x.db?dead_letter_retention_s=0",
+                Expect::OutOfRange("dead_letter_retention_s"),
+            ),
+            (
+                "sqlite://x.db?dead_letter_retention_s=31622401",
+                Expect::OutOfRange("dead_letter_retention_s"),
+            ),
+            (
+                "sqlite://x.db?dead_letter_retention_s=1&dead_letter_retention_s=2",
+                Expect::Repeated("dead_letter_retention_s"),
+            ),
         ] {
             refused(SqliteConfig::from_url, url, expect);
         }
@@ -356,6 +410,8 @@ mod tests {
             .with_death_retention(1)
             .unwrap()
             .with_key_retention(Duration::from_secs(1))
+            .unwrap()
+            .with_dead_letter_retention(Duration::from_secs(2))
             .unwrap();
         assert_eq!(c.path(), Path::new("b.db"));
         assert_eq!(c.namespace(), &ns);
@@ -364,6 +420,7 @@ mod tests {
         assert_eq!(c.max_connections(), 64);
         assert_eq!(c.death_retention(), 1);
         assert_eq!(c.key_retention(), Duration::from_secs(1));
+        assert_eq!(c.dead_letter_retention(), Duration::from_secs(2));
         assert!(!c.existing_only());
         assert!(c.clone().with_existing_only(true).existing_only());
 
@@ -383,6 +440,20 @@ mod tests {
             c.clone()
                 .with_key_retention(MAX_KEY_RETENTION + Duration::from_secs(1)),
             "key_retention",
+        );
+        bad(
+            c.clone().with_dead_letter_retention(Duration::ZERO),
+            "dead_letter_retention",
+        );
+        bad(
+            c.clone()
+                .with_dead_letter_retention(Duration::from_millis(999)),
+            "dead_letter_retention",
+        );
+        bad(
+            c.clone()
+                .with_dead_letter_retention(MAX_KEY_RETENTION + Duration::from_secs(1)),
+            "dead_letter_retention",
         );
         bad(
             c.with_busy_timeout(Duration::from_millis(MAX_TIMEOUT_MS + 1)),

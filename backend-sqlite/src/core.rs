@@ -101,6 +101,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "item_times",
         include_str!("../migrations/0012_item_times.sql"),
     ),
+    (
+        13,
+        "dead_at",
+        include_str!("../migrations/0013_dead_at.sql"),
+    ),
 ];
 
 /// The schema version that gave the idempotency keys their recording time
@@ -110,6 +115,10 @@ const KEY_TIMES_VERSION: i64 = 9;
 /// The schema version that gave pending items the time they became claimable
 /// (`liveness_items.ready_at`).
 const READY_AT_VERSION: i64 = 10;
+
+/// The schema version that gave dead letters the time their retention counts from
+/// (`liveness_items.dead_at`).
+const DEAD_AT_VERSION: i64 = 13;
 
 /// The table recording applied schema migrations.
 const MIGRATIONS_TABLE: &str = "liveness_migrations";
@@ -162,6 +171,18 @@ const DATE_UNDATED_KEYS: &str =
 /// reboot restarted the clock its recording time was counted in. Never forgotten
 /// earlier than asked; at most the time before the reboot late.
 const RECOUNT_KEYS: &str = "UPDATE liveness_enqueue_keys SET recorded_boot_ms = ?1";
+
+/// Gives every dead letter with no time its retention counts from the store clock's
+/// now ?1: the dead letters of a file migrated from before [`DEAD_AT_VERSION`], kept
+/// one retention from the upgrade.
+const DATE_UNDATED_DEAD_LETTERS: &str =
+    "UPDATE liveness_items SET dead_at = ?1 WHERE state = 2 AND dead_at IS NULL";
+
+/// Counts every dead letter's retention again from ?1, the new boot's clock: a
+/// reboot restarted the clock its `dead_at` was counted in. Never removed earlier
+/// than asked; at most the time before the reboot late. (`finished_at`, which the
+/// operator reads, is forgotten instead: [`FORGET_ITEM_TIMES`].)
+const RECOUNT_DEAD_LETTERS: &str = "UPDATE liveness_items SET dead_at = ?1 WHERE state = 2";
 
 /// Forgets every item's times (migration 12): they were counted on another boot's
 /// clock, which the new boot's does not compare with.
@@ -313,6 +334,8 @@ pub struct SqliteStore {
     high_water: HighWater,
     /// How long an idempotency key is kept after its enqueue, in store-clock ms.
     pub(crate) key_retention_ms: i64,
+    /// How long a dead letter is kept after it was dead-lettered, in store-clock ms.
+    pub(crate) dead_letter_retention_ms: i64,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
 }
@@ -406,6 +429,10 @@ impl SqliteStore {
                 u64::try_from(config.key_retention().as_millis()).unwrap_or(u64::MAX),
                 "key retention",
             )?,
+            dead_letter_retention_ms: to_i64(
+                u64::try_from(config.dead_letter_retention().as_millis()).unwrap_or(u64::MAX),
+                "dead-letter retention",
+            )?,
             info: StoreInfo::new(
                 BACKEND,
                 Capabilities::default()
@@ -421,6 +448,10 @@ impl SqliteStore {
                     .error_text(true)
                     // Keys carry their recording time by the store clock.
                     .key_retention(Some(config.key_retention()))
+                    // Dead letters carry the time their retention counts from by the
+                    // store clock (`dead_at`, migration 13); later dead-letterings
+                    // remove the expired ones.
+                    .dead_letter_retention(Some(config.dead_letter_retention()))
                     // Each item keeps its queue (`liveness_items.queue`, migration 11).
                     .queues(true)
                     // Each item keeps its times by the store clock (migration 12).
@@ -696,6 +727,7 @@ async fn migrate(
     for (version, date_undated) in [
         (KEY_TIMES_VERSION, DATE_UNDATED_KEYS),
         (READY_AT_VERSION, DATE_UNDATED_ITEMS),
+        (DEAD_AT_VERSION, DATE_UNDATED_DEAD_LETTERS),
     ] {
         if found.is_some_and(|v| v < version) {
             sqlx::query(date_undated)
@@ -725,7 +757,8 @@ fn clock_ms(clock: &dyn StoreClock) -> Result<i64> {
 /// reboot, exactly the first expires the old leases and no later one touches a lease
 /// written under this boot. Held-back items wait their whole delay again from the
 /// new boot's clock, claimable items count their wait again from it, idempotency
-/// keys are kept their whole retention again from it, and items forget their times.
+/// keys and dead letters are kept their whole retention again from it, and items
+/// forget their times.
 async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) -> Result<()> {
     let boot_id = clock.boot_id();
     let Some(recorded) = other_boot(conn, boot_id).await? else {
@@ -737,7 +770,12 @@ async fn expire_other_boot(conn: &mut SqliteConnection, clock: &dyn StoreClock) 
         .map_err(map)?
         .rows_affected();
     let now = clock_ms(clock)?;
-    for recount in [RECOUNT_DUE, RECOUNT_READY, RECOUNT_KEYS] {
+    for recount in [
+        RECOUNT_DUE,
+        RECOUNT_READY,
+        RECOUNT_KEYS,
+        RECOUNT_DEAD_LETTERS,
+    ] {
         sqlx::query(recount)
             .bind(now)
             .execute(&mut *conn)

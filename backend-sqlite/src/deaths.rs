@@ -74,11 +74,11 @@ const OWNED_BY_MANY: &str = "SELECT id, owner FROM liveness_items \
     WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2))";
 
 /// Gives back every item the tokens of the JSON array ?2 own (?1 ns), as
-/// [`SWEEP_ITEMS`] does for one (claimable from, and their attempts finished at,
-/// store-clock ms ?3).
+/// [`SWEEP_ITEMS`] does for one (claimable from, their attempts finished at, and a
+/// dead letter's retention counted from, store-clock ms ?3).
 const SWEEP_ITEMS_MANY: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END, ready_at = ?3, \
-    finished_at = ?3 \
+    finished_at = ?3, dead_at = CASE WHEN attempts < max_attempts THEN NULL ELSE ?3 END \
     WHERE ns = ?1 AND state = 1 AND owner IN (SELECT value FROM json_each(?2)) \
     RETURNING id, state";
 
@@ -124,11 +124,11 @@ const MEMBERS_UNDER: &str = "UPDATE liveness_deaths SET members = members + ?3, 
     WHERE ns = ?1 AND seq = ?2";
 
 /// Gives back every item token ?2 owns (?1 ns): pending when it has attempts left,
-/// claimable at once, from store-clock ms ?3 (the sweep's now), else dead-lettered;
-/// either way its attempt finished at ?3.
+/// claimable at once, from store-clock ms ?3 (the sweep's now), else dead-lettered,
+/// its retention counted from ?3 (`dead_at`); either way its attempt finished at ?3.
 const SWEEP_ITEMS: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END, ready_at = ?3, \
-    finished_at = ?3 \
+    finished_at = ?3, dead_at = CASE WHEN attempts < max_attempts THEN NULL ELSE ?3 END \
     WHERE ns = ?1 AND state = 1 AND owner = ?2 RETURNING id, state";
 
 /// Draws the namespace's next death seq (?1 ns).

@@ -9,7 +9,7 @@ use std::time::Duration;
 use liveness_core::wake::tick;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
-    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep,
+    ItemState, ItemStore, Lease, Outcome, QueueName, RequestId, Result, Sweep, DEAD_LETTER_TRIM,
 };
 use sqlx::Row;
 use tokio::sync::watch;
@@ -110,15 +110,27 @@ const COMPLETE: &str =
 /// Gives item ?2 back if token ?3 owns it (?1 ns): pending when ?4 (retry) and it has
 /// attempts left, held back until store-clock ms ?5 for ?6 ms (both NULL: claimable
 /// at once), claimable from store-clock ms ?8 (its due time, else now), else
-/// dead-lettered; its attempt finished at store-clock ms ?9 (now); its last error
-/// becomes ?7 unless ?7 is empty.
+/// dead-lettered, its retention counted from ?9 (`dead_at`); its attempt finished at
+/// store-clock ms ?9 (now); its last error becomes ?7 unless ?7 is empty.
 const HAND_BACK: &str = "UPDATE liveness_items SET owner = NULL, \
     state = CASE WHEN ?4 AND attempts < max_attempts THEN 0 ELSE 2 END, \
     due_at = CASE WHEN ?4 AND attempts < max_attempts THEN ?5 END, \
     delay_ms = CASE WHEN ?4 AND attempts < max_attempts THEN ?6 END, \
+    dead_at = CASE WHEN ?4 AND attempts < max_attempts THEN NULL ELSE ?9 END, \
     ready_at = ?8, finished_at = ?9, \
     last_error = COALESCE(NULLIF(?7, ''), last_error) \
     WHERE ns = ?1 AND id = ?2 AND state = 1 AND owner = ?3 RETURNING state";
+
+/// Deletes up to ?3 expired dead letters (?1 ns), dead-lettered before store-clock ms
+/// ?2 (the store's now less the dead-letter retention), the oldest `dead_at` first
+/// (ties by id), on the partial index of dead letters by `dead_at` (migration 13),
+/// which it reads from its first expired entry and leaves at the first one kept. Each
+/// row goes as an operator's discard of it (`CANCEL`, operator.rs) would: the row
+/// deleted, nothing else to keep right (the counts are counted from the rows, every
+/// index follows the row). A dead letter with no `dead_at` is never expired.
+pub(crate) const FORGET_DEAD_LETTERS: &str = "DELETE FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 AND id IN (SELECT id FROM liveness_items \
+    WHERE ns = ?1 AND state = 2 AND dead_at < ?2 ORDER BY dead_at, id LIMIT ?3)";
 
 /// Item ?2 (?1 ns), with its queue, last error and times.
 pub(crate) const ITEM: &str = "SELECT id, payload, attempts, max_attempts, state, owner, queue, \
@@ -449,6 +461,33 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Removes up to `at_most` dead letters expired at store time `now` (dead-lettered
+    /// more than the dead-letter retention before it), the oldest first
+    /// ([`FORGET_DEAD_LETTERS`]), inside the caller's write transaction: the share of
+    /// a call that dead-lettered something
+    /// ([`Capabilities::dead_letter_retention`](liveness_core::Capabilities::dead_letter_retention)).
+    /// Answers how many it removed.
+    pub(crate) async fn forget_dead_letters(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        now: i64,
+        at_most: usize,
+    ) -> Result<usize> {
+        // Kept while dead-lettered at or after this: expired once more than the
+        // retention lies between its `dead_at` and now, so never early, though the
+        // clock's readings are truncated to their ms.
+        let kept_from = now.saturating_sub(self.dead_letter_retention_ms);
+        let removed = self
+            .query(FORGET_DEAD_LETTERS)
+            .bind(kept_from)
+            .bind(limit_param(at_most))
+            .execute(conn)
+            .await
+            .map_err(map)?
+            .rows_affected();
+        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
+    }
+
     /// [`ItemStore::finish_with_error`] with [`Outcome::Retry`] (`retry`, held back
     /// `after`) or [`Outcome::DeadLetter`]: gives item `id` back if the lease's token
     /// owns it, else `Fenced`; answers its new state. A non-empty `error` becomes its
@@ -480,6 +519,11 @@ impl SqliteStore {
             w.rollback().await?;
             return Err(lease.fenced(id));
         };
+        if state != STATE_PENDING {
+            // A dead-lettering: its share of the removal of expired dead letters.
+            self.forget_dead_letters(w.conn(), due.now, DEAD_LETTER_TRIM)
+                .await?;
+        }
         w.commit().await?;
         Ok(if state == STATE_PENDING {
             tick(&self.pending);

@@ -47,18 +47,21 @@ const ITEMS: &str = "SELECT id, payload, attempts, max_attempts, state, owner, q
     FROM liveness_items WHERE ns = ?1 AND state = ?2 AND id > ?3 ORDER BY id LIMIT ?4";
 
 /// Moves dead-lettered item ?2 back to pending with no attempts (?1 ns), claimable at
-/// once, from store-clock ms ?3 (now).
-const RETRY_DEAD_LETTER: &str = "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3 \
+/// once, from store-clock ms ?3 (now); no longer a dead letter, it has no `dead_at`.
+const RETRY_DEAD_LETTER: &str =
+    "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3, dead_at = NULL \
     WHERE ns = ?1 AND id = ?2 AND state = 2";
 
-/// Removes item ?2 unless a token owns it (?1 ns): answers the state it had.
+/// Removes item ?2 unless a token owns it (?1 ns): answers the state it had. The
+/// removal of expired dead letters (`FORGET_DEAD_LETTERS`, items.rs) deletes their
+/// rows the same way.
 const CANCEL: &str =
     "DELETE FROM liveness_items WHERE ns = ?1 AND id = ?2 AND state <> 1 RETURNING state";
 
 /// Moves up to ?2 dead-lettered items, lowest id first, back to pending with no
-/// attempts (?1 ns), claimable at once, from store-clock ms ?3 (now).
+/// attempts (?1 ns), claimable at once, from store-clock ms ?3 (now), without `dead_at`.
 const RETRY_DEAD_LETTERS: &str =
-    "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3 \
+    "UPDATE liveness_items SET state = 0, attempts = 0, ready_at = ?3, dead_at = NULL \
     WHERE ns = ?1 AND id IN (SELECT id FROM liveness_items \
     WHERE ns = ?1 AND state = 2 ORDER BY id LIMIT ?2) RETURNING id";
 

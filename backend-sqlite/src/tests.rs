@@ -5,7 +5,8 @@
 //! their retention by the same clock, counted again from a new boot's clock. A claim
 //! from one queue reads that queue's range of its index, and a queue name no build
 //! writes is a corrupt record. Items' times are the boot clock's, forgotten at a
-//! reboot.
+//! reboot. Dead letters are kept their retention by the same clock, counted again
+//! from a new boot's clock, and their removal reads a range of its index.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -677,4 +678,227 @@ async fn an_item_s_times_follow_the_boot_clock_and_a_reboot_forgets_them() {
         .await
         .unwrap();
     assert_eq!(times_of(&store, new).await, ItemTimes::enqueued(at(6)));
+}
+
+/// A store on `path` keeping dead letters `retention`, on `clock`.
+async fn open_keeping_dead(
+    path: &std::path::Path,
+    clock: &ManualBootClock,
+    retention: Duration,
+) -> SqliteStore {
+    let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap())
+        .with_dead_letter_retention(retention)
+        .unwrap();
+    SqliteStore::connect_with(config, Arc::new(clock.clone()))
+        .await
+        .unwrap()
+}
+
+/// The ids of the namespace's dead letters, lowest first.
+async fn dead_letters(store: &SqliteStore) -> Vec<ItemId> {
+    let page = liveness_core::Page::first(1000);
+    let dead = liveness_core::ItemStateKind::DeadLettered;
+    let listed = store.items(dead, page).await.unwrap();
+    listed.iter().map(|r| r.item.id).collect()
+}
+
+/// Enqueues an item of one attempt, claims it under `lease` and fails it for good
+/// (`finish`); its id.
+async fn dead_letter_one(store: &SqliteStore, lease: &liveness_core::Lease) -> ItemId {
+    let once = EnqueueOptions::default().max_attempts(1);
+    let id = store.enqueue(b"fails", once).await.unwrap();
+    assert_eq!(store.claim(lease, 1).await.unwrap()[0].id, id);
+    let state = store
+        .finish(lease, id, liveness_core::Outcome::DeadLetter)
+        .await
+        .unwrap();
+    assert_eq!(state, Some(liveness_core::ItemState::DeadLettered));
+    id
+}
+
+/// Enqueues an item of one attempt, claims it under a lease of its own on `name`,
+/// releases that lease and sweeps its token: dead-lettered by the sweep; its id.
+async fn dead_letter_by_sweep(store: &SqliteStore, name: &str) -> ItemId {
+    let once = EnqueueOptions::default().max_attempts(1);
+    let id = store.enqueue(b"orphan", once).await.unwrap();
+    let ttl = Ttl::from_secs(600).unwrap();
+    let key = Key::member(name).unwrap();
+    let lease = store
+        .acquire(&key, &HolderId::new(name).unwrap(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, id);
+    assert!(store.release(&lease).await.unwrap());
+    assert_eq!(store.sweep(lease.token).await.unwrap().dead_lettered, [id]);
+    id
+}
+
+/// A dead letter is kept its retention by the store clock, to the millisecond, through
+/// later dead-letterings; one millisecond after it, the next dead-lettering (a
+/// failure's, a retry's out of attempts, a sweep's) removes it. A failure that
+/// retries removes nothing, a retried dead letter is not a dead letter, and one
+/// dead-lettered again counts from its new dead-lettering.
+#[tokio::test]
+async fn a_dead_letter_is_kept_its_retention_to_the_millisecond() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let minute = Duration::from_secs(60);
+    let ms = Duration::from_millis(1);
+    let store = open_keeping_dead(&dir.path().join("dead.db"), &clock, minute).await;
+    assert_eq!(store.capabilities().dead_letter_retention, Some(minute));
+    let ttl = Ttl::from_secs(86_400).unwrap();
+    let lease = store
+        .acquire(
+            &Key::member("w").unwrap(),
+            &HolderId::new("w").unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    let first = dead_letter_one(&store, &lease).await;
+    let retried = dead_letter_one(&store, &lease).await;
+    clock.advance(minute);
+    let second = dead_letter_by_sweep(&store, "s1").await;
+    let whole = [first, retried, second];
+    assert_eq!(dead_letters(&store).await, whole, "a whole retention");
+    store.retry_dead_letter(retried).await.unwrap();
+
+    clock.advance(ms);
+    // A failure that retries dead-letters nothing, so removes nothing.
+    let twice = EnqueueOptions::default().max_attempts(2);
+    let again = store.enqueue(b"twice", twice).await.unwrap();
+    let lease = store.renew(&lease).await.unwrap();
+    let claimed = store.claim(&lease, 2).await.unwrap();
+    let claimed: Vec<ItemId> = claimed.iter().map(|i| i.id).collect();
+    assert_eq!(claimed, [retried, again]);
+    let retry = liveness_core::Outcome::RETRY;
+    let state = store.finish(&lease, again, retry).await.unwrap();
+    assert_eq!(state, Some(liveness_core::ItemState::Pending));
+    assert_eq!(dead_letters(&store).await, [first, second]);
+    // A retry out of attempts dead-letters: the expired one goes.
+    let state = store.finish(&lease, retried, retry).await.unwrap();
+    assert_eq!(state, Some(liveness_core::ItemState::DeadLettered));
+    assert_eq!(
+        dead_letters(&store).await,
+        [retried, second],
+        "then removed"
+    );
+    assert!(store.item(first).await.unwrap().is_none());
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, again);
+    store.complete(&lease, again).await.unwrap();
+
+    clock.advance(minute - ms);
+    let third = dead_letter_one(&store, &lease).await;
+    assert_eq!(dead_letters(&store).await, [retried, second, third]);
+    clock.advance(ms);
+    let fourth = dead_letter_by_sweep(&store, "s2").await;
+    let kept = [retried, third, fourth];
+    assert_eq!(dead_letters(&store).await, kept, "counted from the new one");
+    let counts = store.item_counts().await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.owned, counts.dead_lettered),
+        (0, 0, 3)
+    );
+}
+
+/// The boot clock restarts at each boot, so a reboot counts every dead letter's whole
+/// retention again from the new boot's clock at the first open: never removed earlier
+/// than asked (here the new clock reads more: its old time would already be a
+/// retention behind it), nor kept for the old boot's uptime (below: it reads less).
+/// Its `finished` time is forgotten, as every item time is: the retention is not
+/// counted from it.
+#[tokio::test]
+async fn a_reboot_keeps_every_dead_letter_its_whole_retention_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reboot_dead.db");
+    let minute = Duration::from_secs(60);
+    let ms = Duration::from_millis(1);
+    let ttl = Ttl::from_secs(86_400).unwrap();
+    let worker = Key::member("w").unwrap();
+    let holder = HolderId::new("w").unwrap();
+
+    // Dead-lettered 5 s into the old boot; the new boot's clock reads 10 minutes.
+    let before = ManualBootClock::new("boot-1", Duration::from_secs(5));
+    let store = open_keeping_dead(&path, &before, minute).await;
+    let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
+    let old = dead_letter_one(&store, &lease).await;
+    store.close().await;
+    let after = ManualBootClock::new("boot-2", Duration::from_secs(600));
+    let store = open_keeping_dead(&path, &after, minute).await;
+    let times = store.item(old).await.unwrap().unwrap().times;
+    assert_eq!(times, ItemTimes::default(), "its times are forgotten");
+    let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
+    let next = dead_letter_one(&store, &lease).await;
+    assert_eq!(dead_letters(&store).await, [old, next], "counted again");
+    after.advance(minute);
+    let last = dead_letter_one(&store, &lease).await;
+    assert_eq!(dead_letters(&store).await, [old, next, last]);
+    after.advance(ms);
+    let newest = dead_letter_by_sweep(&store, "s").await;
+    assert_eq!(dead_letters(&store).await, [last, newest], "then removed");
+    store.close().await;
+
+    // Dead-lettered 40 days into a boot; the next one's clock reads 5 s: kept a
+    // retention from the open, not 40 days more.
+    let long = ManualBootClock::new("boot-3", 40 * DAY);
+    let store = open_keeping_dead(&path, &long, minute).await;
+    let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
+    let old = dead_letter_one(&store, &lease).await;
+    store.close().await;
+    let short = ManualBootClock::new("boot-4", Duration::from_secs(5));
+    let store = open_keeping_dead(&path, &short, minute).await;
+    short.advance(minute + ms);
+    let lease = store.acquire(&worker, &holder, ttl).await.unwrap();
+    let next = dead_letter_one(&store, &lease).await;
+    assert_eq!(dead_letters(&store).await, [next], "{old:?} removed");
+
+    // Reopening under the same boot counts nothing again.
+    store.close().await;
+    short.advance(Duration::from_secs(59));
+    let store = open_keeping_dead(&path, &short, minute).await;
+    short.advance(Duration::from_millis(1_001));
+    let lease = store.renew(&lease).await.unwrap();
+    let later = dead_letter_one(&store, &lease).await;
+    assert_eq!(
+        dead_letters(&store).await,
+        [later],
+        "one retention, not two"
+    );
+}
+
+/// The removal of expired dead letters reads a range of `liveness_items_dead_at` (the
+/// partial index of dead letters by `dead_at`, migration 13) in its order, before and
+/// after `ANALYZE`, with thousands of pending items and of dead letters still kept
+/// beside the expired ones: its work is the rows it removes, not the namespace's.
+#[tokio::test]
+async fn the_removal_of_expired_dead_letters_reads_the_dead_at_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualBootClock::new("boot-1", Duration::from_secs(1000));
+    let store = open(&dir.path().join("plan.db"), &clock).await;
+    let batch: Vec<Vec<u8>> = (0..1000).map(|i| format!("b{i}").into_bytes()).collect();
+    for _ in 0..4 {
+        store
+            .enqueue_many(&batch, EnqueueOptions::default())
+            .await
+            .unwrap();
+    }
+    // Half the items dead letters, their times spread over a range.
+    sqlx::query("UPDATE liveness_items SET state = 2, dead_at = id * 10 WHERE id % 2 = 0")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::query("ANALYZE").execute(store.pool()).await.unwrap();
+        }
+        let plan = plan_of(&store, crate::items::FORGET_DEAD_LETTERS, |q| {
+            q.bind(1000i64).bind(100i64)
+        })
+        .await;
+        assert!(
+            plan.contains("liveness_items_dead_at (ns=? AND dead_at<?)")
+                && !plan.contains("TEMP B-TREE"),
+            "the removal reads a range of the dead-letter index in its order:\n{plan}"
+        );
+    }
 }

@@ -639,6 +639,94 @@ async fn a_version_11_file_s_items_have_no_times() {
     );
 }
 
+/// A file at schema version 12 (dead letters kept for good) holding a dead letter:
+/// opened by this build, the dead letter's retention counts from the upgrade (the
+/// store's now), its item times stay as they were (none), and one retention later a
+/// dead-lettering removes it.
+#[tokio::test]
+async fn a_version_12_file_s_dead_letters_expire_one_retention_after_the_upgrade() {
+    let (_dir, path) = common::scratch("v12.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mut v12 = Migrator::with_migrations(
+            liveness_sqlite::MIGRATIONS
+                .iter()
+                .filter(|&&(version, _, _)| version <= 12)
+                .map(|&(v, d, sql)| {
+                    Migration::new(
+                        v,
+                        d.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        v12.dangerous_set_table_name("liveness_migrations");
+        v12.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+             VALUES ('schema_test', 0, 2, 1)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        // Last opened under this boot (where the host has a boot id): the upgrade
+        // alone dates the dead letter, not the reboot rule.
+        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
+                .bind(boot.trim())
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+    }
+
+    let url = format!(
+        "sqlite://{}?ns={NS}&dead_letter_retention_s=1",
+        path.display()
+    );
+    let store = liveness_sqlite::connect(&url).await.unwrap();
+    let dead_at = |id: i64| {
+        sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT dead_at FROM liveness_items WHERE ns = 'schema_test' AND id = ?1",
+        )
+        .bind(id)
+        .fetch_one(store.pool())
+    };
+    let now = store.store_time().await.unwrap().since_epoch();
+    let now = i64::try_from(now.as_millis()).unwrap();
+    let dated = dead_at(2).await.unwrap();
+    assert!(
+        dated.is_some_and(|at| at <= now && at > now - 60_000),
+        "dead_at {dated:?}, now {now}"
+    );
+    assert_eq!(dead_at(1).await.unwrap(), None, "a pending item has none");
+    let (pending, dead) = (liveness_core::ItemId(1), liveness_core::ItemId(2));
+    assert_eq!(
+        store.item(dead).await.unwrap().expect("kept").times,
+        ItemTimes::default()
+    );
+
+    // One retention after the upgrade, a dead-lettering removes it: not kept for good.
+    let lease = acquire_member(&store, "w", "h", Ttl::from_secs(60).unwrap()).await;
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, pending);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let state = store
+        .finish(&lease, pending, liveness_core::Outcome::DeadLetter)
+        .await
+        .unwrap();
+    assert_eq!(state, Some(ItemState::DeadLettered));
+    assert!(store.item(dead).await.unwrap().is_none(), "removed");
+    assert_eq!(store.item_counts().await.unwrap().dead_lettered, 1);
+}
+
 /// The newest schema version this build applies.
 fn newest() -> i64 {
     liveness_sqlite::MIGRATIONS
