@@ -16,11 +16,12 @@ use crate::core::{
     array, ids, int, key_text, lost, renewed, scripts, swept_members, unexpected, us, RedisStore,
     ScriptCall,
 };
+use crate::items::dead_letter_retention_ms;
 use crate::keys::Keys;
 
 scripts! {
     ACQUIRE_MANY = "acquire_many", RENEW_MANY = renewal "renew_many", REAP_MANY = "reap_many",
-    SWEEP_MANY = queues "sweep_many", JOIN_SESSION_MANY = "join_session_many",
+    SWEEP_MANY = queues dead_letters "sweep_many", JOIN_SESSION_MANY = "join_session_many",
 }
 
 /// The renewal script, `renew_many.lua` (`KEYS`: the expiry index of each run of
@@ -203,8 +204,12 @@ impl RedisStore {
             call.key(self.keys.dead())
                 .key(self.keys.owned_count())
                 .key(self.keys.dead_letters())
+                .key(self.keys.dead_letter_times())
                 .arg(self.keys.item_prefix())
-                .arg(max);
+                .arg(max)
+                .arg(dead_letter_retention_ms(
+                    self.info.caps.dead_letter_retention,
+                ));
             for token in chunk {
                 call.key(self.keys.owned(*token)).arg(token.0);
             }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
 use liveness_core::url::{
-    bad_value, check_key_retention, Authority, Param, UrlForm, KEY_RETENTION,
+    bad_value, check_dead_letter_retention, check_key_retention, Authority, Param, UrlForm,
+    DEAD_LETTER_RETENTION, KEY_RETENTION,
 };
 use liveness_core::{Error, InputProblem, Namespace, Result};
 
@@ -43,11 +44,12 @@ pub const URL: UrlForm = UrlForm {
         DURABILITY,
         WAIT,
         KEY_RETENTION,
+        DEAD_LETTER_RETENTION,
     ],
     fragments: &["insecure"],
     expected: "redis://[user[:password]@]host[:port][/db][?ns=NAME&ca=PATH&timeout_ms=N\
                &connect_timeout_ms=N&protocol=resp2|resp3&cluster=true&seeds=HOST:PORT,...\
-               &durability=strict|relaxed&wait=N&key_retention_s=N] \
+               &durability=strict|relaxed&wait=N&key_retention_s=N&dead_letter_retention_s=N] \
                (rediss:// for TLS, rediss://...#insecure without certificate checks)",
 };
 
@@ -89,6 +91,9 @@ pub struct RedisConfig {
     /// How long the server keeps an enqueue's idempotency key (`key_retention_s`),
     /// whole milliseconds.
     key_retention: Duration,
+    /// How long the store keeps a dead letter after it was dead-lettered
+    /// (`dead_letter_retention_s`), whole milliseconds.
+    dead_letter_retention: Duration,
 }
 
 /// Where the root certificate for `rediss://` comes from (its `Debug` shows a PEM
@@ -210,6 +215,7 @@ impl RedisConfig {
             existing_only: false,
             wait: parsed.number(WAIT)?,
             key_retention: parsed.key_retention()?,
+            dead_letter_retention: parsed.dead_letter_retention()?,
         })
     }
 
@@ -313,9 +319,29 @@ impl RedisConfig {
     /// expiry), so that no key is forgotten early. Shorter than 1 s, or longer than 366 days (the
     /// URL's bound), is `InvalidInput`.
     pub fn with_key_retention(mut self, retention: Duration) -> Result<RedisConfig> {
-        let retention = check_key_retention(retention)?;
-        let ms = retention.as_nanos().div_ceil(1_000_000);
-        self.key_retention = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
+        self.key_retention = whole_ms(check_key_retention(retention)?);
+        Ok(self)
+    }
+
+    /// How long, by the server's clock, the store keeps a dead letter after it was
+    /// dead-lettered, and so the store's
+    /// [`Capabilities::dead_letter_retention`](liveness_core::Capabilities::dead_letter_retention):
+    /// the URL's `dead_letter_retention_s`, or
+    /// [`DEFAULT_DEAD_LETTER_RETENTION`](liveness_core::DEFAULT_DEAD_LETTER_RETENTION)
+    /// (30 days).
+    pub fn dead_letter_retention(&self) -> Duration {
+        self.dead_letter_retention
+    }
+
+    /// The same configuration keeping each dead letter for `retention` after it was
+    /// dead-lettered, by the server's clock (what the URL's `dead_letter_retention_s`
+    /// says, in seconds): after it, a later dead-lettering in the namespace removes it
+    /// (at most [`DEAD_LETTER_TRIM`](liveness_core::DEAD_LETTER_TRIM) of the oldest
+    /// per call), as an operator's `cancel` would. Rounded up to whole milliseconds, so
+    /// that no dead letter is removed early. Shorter than 1 s, or longer than 366 days
+    /// (the URL's bound), is `InvalidInput`.
+    pub fn with_dead_letter_retention(mut self, retention: Duration) -> Result<RedisConfig> {
+        self.dead_letter_retention = whole_ms(check_dead_letter_retention(retention)?);
         Ok(self)
     }
 
@@ -350,6 +376,13 @@ impl RedisConfig {
     pub(crate) fn cluster_nodes(&self) -> &[ClientUrl] {
         &self.cluster_nodes
     }
+}
+
+/// `retention` rounded up to whole milliseconds (what the scripts take), so that
+/// nothing is forgotten early.
+fn whole_ms(retention: Duration) -> Duration {
+    let ms = retention.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// `value` for the setting `field`, or `InvalidInput` ([`InputProblem::Zero`]) when
@@ -513,6 +546,74 @@ mod tests {
         assert!(c.clone().with_key_retention(MAX_KEY_RETENTION).is_ok());
         let over = MAX_KEY_RETENTION + Duration::from_nanos(1);
         assert!(c.with_key_retention(over).is_err());
+    }
+
+    #[test]
+    fn dead_letter_retention_is_the_url_s_seconds_or_30_days() {
+        let d = RedisConfig::from_url("redis://h").unwrap();
+        assert_eq!(
+            d.dead_letter_retention(),
+            liveness_core::DEFAULT_DEAD_LETTER_RETENTION
+        );
+        assert_eq!(
+            d.dead_letter_retention(),
+            Duration::from_secs(30 * 24 * 3600)
+        );
+        let c = RedisConfig::from_url("redis://h?dead_letter_retention_s=90").unwrap();
+        assert_eq!(c.dead_letter_retention(), Duration::from_secs(90));
+        assert_eq!(c.key_retention(), liveness_core::DEFAULT_KEY_RETENTION);
+        assert_eq!(c.client_url.as_str(), "redis://h");
+        let shortest = RedisConfig::from_url("redis://h?dead_letter_retention_s=1").unwrap();
+        assert_eq!(shortest.dead_letter_retention(), Duration::from_secs(1));
+        for bad in [
+            "redis://h?dead_letter_retention_s=0",
+            "redis://h?dead_letter_retention_s=31622401",
+            "redis://h?dead_letter_retention_s=-1",
+            "redis://h?dead_letter_retention_s=1s",
+        ] {
+            refused(
+                RedisConfig::from_url,
+                bad,
+                Expect::OutOfRange("dead_letter_retention_s"),
+            );
+        }
+        let longest = RedisConfig::from_url("redis://h?dead_letter_retention_s=31622400").unwrap();
+        assert_eq!(longest.dead_letter_retention(), MAX_KEY_RETENTION);
+        // Whole milliseconds, rounded up: never shorter than asked.
+        let fine = c
+            .clone()
+            .with_dead_letter_retention(Duration::from_micros(1_000_500));
+        assert_eq!(
+            fine.unwrap().dead_letter_retention(),
+            Duration::from_millis(1001)
+        );
+        // The builder leaves the key retention alone, and the reverse.
+        let both = c
+            .clone()
+            .with_dead_letter_retention(Duration::from_secs(7))
+            .unwrap()
+            .with_key_retention(Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(both.dead_letter_retention(), Duration::from_secs(7));
+        assert_eq!(both.key_retention(), Duration::from_secs(5));
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(999),
+            MAX_KEY_RETENTION + Duration::from_nanos(1),
+        ] {
+            let err = c.clone().with_dead_letter_retention(bad).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "dead_letter_retention",
+                        ..
+                    }
+                ),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert!(c.with_dead_letter_retention(MAX_KEY_RETENTION).is_ok());
     }
 
     #[test]

@@ -23,10 +23,13 @@ use crate::BACKEND;
 /// `src/scripts/prelude.lua` and `src/scripts/prelude_declare_dead.lua`; `lua!(renewal
 /// "<name>")` leaves the second out, `lua!(queues "<name>")` adds
 /// `src/scripts/prelude_queues.lua` (the helpers of the scripts that meet items of
-/// any queue off the hot path). Each call of a script makes every `local function`
-/// of its prefix anew (a closure each), so the renewal, the hottest script, is
-/// prefixed only with what it runs, and the claim, enqueue and finish scripts go
-/// without the queues' helpers.
+/// any queue off the hot path), `lua!(dead_letters "<name>")` adds
+/// `src/scripts/prelude_dead_letters.lua` (removing a dead letter, and the expired
+/// ones: the scripts that dead-letter or discard), `lua!(queues dead_letters
+/// "<name>")` both. Each call of a script makes every `local function` of its prefix
+/// anew (a closure each), so the renewal, the hottest script, is prefixed only with
+/// what it runs, the claim, enqueue and finish scripts go without the queues'
+/// helpers, and only the scripts that remove dead letters carry that code.
 macro_rules! lua {
     ($name:literal) => {
         concat!(
@@ -43,6 +46,23 @@ macro_rules! lua {
             include_str!(concat!("scripts/", $name, ".lua")),
         )
     };
+    (dead_letters $name:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/prelude_declare_dead.lua"),
+            include_str!("scripts/prelude_dead_letters.lua"),
+            include_str!(concat!("scripts/", $name, ".lua")),
+        )
+    };
+    (queues dead_letters $name:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/prelude_declare_dead.lua"),
+            include_str!("scripts/prelude_queues.lua"),
+            include_str!("scripts/prelude_dead_letters.lua"),
+            include_str!(concat!("scripts/", $name, ".lua")),
+        )
+    };
     (renewal $name:literal) => {
         concat!(
             include_str!("scripts/prelude.lua"),
@@ -53,7 +73,9 @@ macro_rules! lua {
 
 /// Declares a file's Lua scripts, `NAME = "file"` for `src/scripts/<file>.lua`
 /// (each prefixed with the prelude, `NAME = renewal "file"` with its renewal part
-/// only, `NAME = queues "file"` with the queues' helpers too: see `lua!`; the file's
+/// only, `NAME = queues "file"` with the queues' helpers too, `NAME = dead_letters
+/// "file"` with the dead letters' removal, `NAME = queues dead_letters "file"` with
+/// both: see `lua!`; the file's
 /// header says what it does, its `KEYS`
 /// and `ARGV`), each as a `static` [`redis::Script`] hashed once per process on first
 /// use, in the file of the code that runs them; and that file's `SCRIPTS`, the list
@@ -63,10 +85,10 @@ macro_rules! lua {
 /// [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (after a
 /// restart or `SCRIPT FLUSH`), loads the script and retries.
 macro_rules! scripts {
-    ($($vis:vis $name:ident = $($part:ident)? $file:literal),+ $(,)?) => {
+    ($($vis:vis $name:ident = $($part:ident)* $file:literal),+ $(,)?) => {
         $(
             $vis static $name: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
-                || redis::Script::new($crate::core::lua!($($part)? $file)),
+                || redis::Script::new($crate::core::lua!($($part)* $file)),
             );
         )+
         /// Every script this file declares, for `RedisStore::connect` to load.
@@ -191,6 +213,7 @@ impl RedisStore {
                     .error_text(true)
                     .item_times(true)
                     .key_retention(Some(config.key_retention()))
+                    .dead_letter_retention(Some(config.dead_letter_retention()))
                     .queues(true),
                 Issuer::located(BACKEND, &location(&config), config.namespace().clone()),
             ),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, FencingToken, Item, ItemId, ItemRecord,
     ItemState, ItemStore, ItemTimes, Lease, Outcome, QueueName, RequestId, Result, StoreTime,
-    Sweep, DEFAULT_KEY_RETENTION,
+    Sweep, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_KEY_RETENTION,
 };
 use redis::Value;
 use tokio::sync::watch;
@@ -23,7 +23,7 @@ use crate::core::{
 
 scripts! {
     ENQUEUE = "enqueue", ENQUEUE_MANY = renewal "enqueue_many", CLAIM = "claim",
-    FINISH = "finish", ITEM = "item", NEXT_DUE = renewal "next_due",
+    FINISH = dead_letters "finish", ITEM = "item", NEXT_DUE = renewal "next_due",
 }
 
 /// A delay as the scripts take it: whole microseconds, rounded up so that an item is
@@ -33,12 +33,24 @@ fn delay_us(delay: Duration) -> u64 {
     u64::try_from(delay.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
-/// The key retention as the enqueue script's `PX` takes it: whole milliseconds,
-/// rounded up so that no key is forgotten early (the config keeps it in whole ms
-/// already; `None`, which this store never reports, is the default retention).
-fn retention_ms(retention: Option<Duration>) -> u64 {
-    let retention = retention.unwrap_or(DEFAULT_KEY_RETENTION);
+/// A retention as the scripts take it: whole milliseconds, rounded up so that
+/// nothing is forgotten early (the config keeps it in whole ms already; `None`, which
+/// this store never reports, is `default`).
+fn retention_ms(retention: Option<Duration>, default: Duration) -> u64 {
+    let retention = retention.unwrap_or(default);
     u64::try_from(retention.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The key retention as the enqueue script's `PX` takes it, in ms.
+fn key_retention_ms(retention: Option<Duration>) -> u64 {
+    retention_ms(retention, DEFAULT_KEY_RETENTION)
+}
+
+/// The dead-letter retention as the scripts that dead-letter take it (`finish`,
+/// `sweep_many`), in ms: their trim removes the dead letters dead-lettered that long
+/// or longer before the server's now.
+pub(crate) fn dead_letter_retention_ms(retention: Option<Duration>) -> u64 {
+    retention_ms(retention, DEFAULT_DEAD_LETTER_RETENTION)
 }
 
 /// An item's stored state: `p` pending, `d` dead-lettered, else its owner's token.
@@ -168,7 +180,7 @@ impl ItemStore for RedisStore {
             .arg(options.max_attempts)
             .arg(key)
             .arg(delay_us(options.delay))
-            .arg(retention_ms(self.info.caps.key_retention))
+            .arg(key_retention_ms(self.info.caps.key_retention))
             .arg(queue.as_str());
         Ok(ItemId(uint("enqueue", &self.run(call).await?)?))
     }
@@ -250,7 +262,8 @@ impl ItemStore for RedisStore {
 
     /// One script for every outcome, with the text or without (`""`: `finish`): a
     /// failure's text goes into the item's hash (`e`) in the step that hands it back,
-    /// and a completed item's hash goes with its text.
+    /// and a completed item's hash goes with its text. A dead-lettering removes the
+    /// expired dead letters in the same script (the dead-letter retention).
     async fn finish_with_error(
         &self,
         lease: &Lease,
@@ -263,6 +276,7 @@ impl ItemStore for RedisStore {
             .key(self.keys.owned(lease.token))
             .key(self.keys.owned_count())
             .key(self.keys.dead_letters())
+            .key(self.keys.dead_letter_times())
             .arg(id.0)
             .arg(lease.token.0)
             .arg(match outcome {
@@ -271,7 +285,10 @@ impl ItemStore for RedisStore {
                 Outcome::DeadLetter => "d",
             })
             .arg(delay_us(outcome.delay()))
-            .arg(error);
+            .arg(error)
+            .arg(dead_letter_retention_ms(
+                self.info.caps.dead_letter_retention,
+            ));
         match (int("finish", &self.run(call).await?)?, outcome) {
             (3, Outcome::Completed) => Ok(None),
             (1, Outcome::Retry { .. }) => Ok(Some(ItemState::Pending)),

@@ -217,4 +217,15 @@ impl Keys {
     pub(crate) fn dead_letters(&self) -> String {
         format!("{}dl", self.prefix)
     }
+
+    /// The dead letters again, by when they were dead-lettered: ZSET of ids, score =
+    /// µs of the server clock (the item's `tf` then), added to by every script that
+    /// dead-letters (`hand_back`), removed from by every one that takes an item out of
+    /// [`Keys::dead_letters`]. A script that dead-letters removes the oldest expired
+    /// ones (`trim_dead_letters` of `prelude_dead_letters.lua`, which derives the name
+    /// from the prefix). Dead letters from before it was kept are not in it: kept until
+    /// an operator acts.
+    pub(crate) fn dead_letter_times(&self) -> String {
+        format!("{}dlt", self.prefix)
+    }
 }

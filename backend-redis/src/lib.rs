@@ -68,4 +68,16 @@ mod tests {
             "a script file is not declared with scripts!"
         );
     }
+
+    /// The scripts' trim of expired dead letters removes as many per call as the
+    /// contract's bound says.
+    #[test]
+    fn the_scripts_trim_as_many_dead_letters_as_the_contract_says() {
+        let prelude = include_str!("scripts/prelude_dead_letters.lua");
+        let line = format!(
+            "\nlocal DEAD_LETTER_TRIM = {}\n",
+            liveness_core::DEAD_LETTER_TRIM
+        );
+        assert!(prelude.contains(&line), "{line:?}");
+    }
 }

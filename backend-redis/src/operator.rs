@@ -20,7 +20,7 @@ use crate::lease::lease_info;
 scripts! {
     STORE_TIME = "store_time", LEASES = "leases", ITEM_COUNTS = queues "item_counts",
     ITEMS = queues "items", RETRY_DEAD_LETTER = queues "retry_dead_letter",
-    RETRY_DEAD_LETTERS = queues "retry_dead_letters", CANCEL = queues "cancel",
+    RETRY_DEAD_LETTERS = queues "retry_dead_letters", CANCEL = queues dead_letters "cancel",
     QUEUE_COUNTS = queues "queue_counts",
 }
 
@@ -145,6 +145,7 @@ impl OperatorStore for RedisStore {
         let mut call = RETRY_DEAD_LETTER.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.dead_letters())
+            .key(self.keys.dead_letter_times())
             .arg(id.0);
         match int("retry_dead_letter", &self.run(call).await?)? {
             2 => Ok(()),
@@ -157,6 +158,7 @@ impl OperatorStore for RedisStore {
         let mut call = CANCEL.prepare_invoke();
         call.key(self.keys.item(id))
             .key(self.keys.dead_letters())
+            .key(self.keys.dead_letter_times())
             .arg(id.0);
         match self.run(call).await? {
             Value::Nil => Ok(None),
@@ -167,6 +169,7 @@ impl OperatorStore for RedisStore {
     async fn retry_dead_letters(&self, limit: usize) -> Result<Vec<ItemId>> {
         let mut call = RETRY_DEAD_LETTERS.prepare_invoke();
         call.key(self.keys.dead_letters())
+            .key(self.keys.dead_letter_times())
             .arg(limit)
             .arg(self.keys.item_prefix());
         ids("retry_dead_letters", self.run(call).await?)

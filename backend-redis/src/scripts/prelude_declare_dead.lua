@@ -128,7 +128,9 @@ end
 -- default queue, whose keys are `pending`, `held` and `heldi`; another queue's carry
 -- its name, `qp:`, `qh:`, `qhi:`, see keys.rs), held back until `due` (µs of the
 -- server clock, see `hold`; due at once when nil), or to the dead-letter set `dl_key`
--- when it is out of attempts or retry is false. Returns 1 (pending) or 2
+-- when it is out of attempts or retry is false (and to `dlt_key`, the dead letters by
+-- when they were dead-lettered: `now`, the retention counts from it; the caller then
+-- trims the expired ones, `trim_dead_letters`). Returns 1 (pending) or 2
 -- (dead-lettered), and the item's queue when it is not the default (else false):
 -- the caller moves that queue's counts (`qowned`, `qdl`). The item's last error `e`
 -- stays as it was (a sweep's requeue keeps it; finish.lua writes a failure's text). A
@@ -137,7 +139,7 @@ end
 -- when nil). Pending or dead-lettered, its `tf` (when its attempt ended without
 -- completing) is `now`, in the same HSET. The keys are derived here, not by a shared
 -- function: every `local function` of the prelude costs every script call a closure.
-local function hand_back(item_key, id, retry, dl_key, due, now)
+local function hand_back(item_key, id, retry, dl_key, dlt_key, due, now)
   local rec = redis.call('HMGET', item_key, 'a', 'm', 'q')
   local q = rec[3]
   local at = s(now or now_us())
@@ -165,6 +167,7 @@ local function hand_back(item_key, id, retry, dl_key, due, now)
   end
   redis.call('HSET', item_key, 's', 'd', 'tf', at)
   redis.call('ZADD', dl_key, id, id)
+  redis.call('ZADD', dlt_key, at, id)
   return 2, q
 end
 
@@ -212,15 +215,15 @@ end
 
 -- Sweeps dead `token` (in the dead set `dead_key`, owning `owned_key`): each of its
 -- items back to pending in its own queue or, out of attempts, to the dead-letter set
--- (the counts of queues other than the default gathered in `tally.qowned[queue]` and
--- `tally.qdl[queue]`, which the caller writes); forgets the
--- token. Acts only when the token is in the dead set. A dead session's token first
+-- `dl_key` and its times `dlt_key` (the caller trims the expired dead letters; the
+-- counts of queues other than the default gathered in `tally.qowned[queue]` and
+-- `tally.qdl[queue]`, which the caller writes); forgets the token. Acts only when the token is in the dead set. A dead session's token first
 -- declares its riding members dead, at most `budget.n` per call (`sweep_members`), and
 -- stays in the dead set, its items untouched, while members remain. Returns
 -- {{requeued ids}, {dead-lettered ids}, {key text, holder, token, ...} of the members
 -- it declared dead}.
-local function sweep_token(dead_key, owned_key, count_key, dl_key, token, prefix, budget,
-                           tally)
+local function sweep_token(dead_key, owned_key, count_key, dl_key, dlt_key, token, prefix,
+                           budget, tally)
   local requeued, dead = {}, {}
   if #redis.call('ZRANGEBYSCORE', dead_key, token, token) == 0 then
     return {requeued, dead, {}}
@@ -238,7 +241,7 @@ local function sweep_token(dead_key, owned_key, count_key, dl_key, token, prefix
     now = now_us()
   end
   for _, id in ipairs(ids) do
-    local state, q = hand_back(prefix .. id, id, true, dl_key, nil, now)
+    local state, q = hand_back(prefix .. id, id, true, dl_key, dlt_key, nil, now)
     if state == 1 then
       requeued[#requeued + 1] = id
     else
