@@ -12,7 +12,9 @@ use std::collections::HashSet;
 
 use std::time::Duration;
 
-use liveness_core::{Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Result, Sweep};
+use liveness_core::{
+    Acquire, BatchResult, FencingToken, JoinAsk, Key, Lease, Result, Sweep, DEAD_LETTER_TRIM,
+};
 
 use sqlx::postgres::PgRow;
 
@@ -437,9 +439,11 @@ impl PostgresStore {
             .filter_map(|(at, token)| Some((i64::try_from(token.0).ok()?, at)))
             .filter(|(db, _)| seen.insert(*db))
             .collect();
+        // The call's share of expired dead letters to delete, across its statements.
+        let mut trim = DEAD_LETTER_TRIM;
         for chunk in unique.chunks(self.caps().max_batch.max(1)) {
             let ids: Vec<i64> = chunk.iter().map(|(db, _)| *db).collect();
-            let answers = self.sweep(&ids).await?;
+            let answers = self.sweep(&ids, &mut trim).await?;
             for ((_, at), answer) in chunk.iter().zip(answers) {
                 out[*at] = Ok(answer);
             }

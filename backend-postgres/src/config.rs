@@ -4,7 +4,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use liveness_core::durability::{Durability, DURABILITY};
-use liveness_core::url::{check_key_retention, Authority, Kind, Param, UrlForm, KEY_RETENTION};
+use liveness_core::url::{
+    check_dead_letter_retention, check_key_retention, Authority, Kind, Param, UrlForm,
+    DEAD_LETTER_RETENTION, KEY_RETENTION,
+};
 use liveness_core::{Error, InputProblem, Namespace, Result};
 use sqlx::postgres::PgConnectOptions;
 
@@ -59,6 +62,7 @@ pub const URL: UrlForm = UrlForm {
         NOTIFY,
         DURABILITY,
         KEY_RETENTION,
+        DEAD_LETTER_RETENTION,
         TARGET_SESSION_ATTRS,
         SSLMODE,
         SSLROOTCERT,
@@ -70,7 +74,7 @@ pub const URL: UrlForm = UrlForm {
     expected: "postgres://[user[:password]@]host[:port][,host[:port]...][/database]\
                [?ns=NAME&max_connections=N\
                &acquire_timeout_ms=N&notify=true|false&durability=strict|relaxed\
-               &key_retention_s=N\
+               &key_retention_s=N&dead_letter_retention_s=N\
                &target_session_attrs=read-write\
                &sslmode=MODE&sslrootcert=PATH\
                &sslcert=PATH&sslkey=PATH&application_name=NAME]",
@@ -102,6 +106,8 @@ pub struct PostgresConfig {
     death_retention: usize,
     /// How long an enqueue's idempotency key is kept, by the server's clock.
     key_retention: Duration,
+    /// How long a dead letter is kept after it was dead-lettered, by the server's clock.
+    dead_letter_retention: Duration,
     /// Whether connecting opens only a store that is there already.
     existing_only: bool,
 }
@@ -119,6 +125,7 @@ impl PostgresConfig {
             durability: Durability::Strict,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             key_retention: liveness_core::DEFAULT_KEY_RETENTION,
+            dead_letter_retention: liveness_core::DEFAULT_DEAD_LETTER_RETENTION,
             existing_only: false,
         }
     }
@@ -171,6 +178,7 @@ impl PostgresConfig {
             durability: Durability::from_url(&parsed)?,
             death_retention: liveness_core::DEFAULT_DEATH_RETENTION,
             key_retention: parsed.key_retention()?,
+            dead_letter_retention: parsed.dead_letter_retention()?,
             existing_only: false,
         })
     }
@@ -309,6 +317,25 @@ impl PostgresConfig {
         Ok(self)
     }
 
+    /// How long a dead letter is kept after it was dead-lettered, by the server's
+    /// `clock_timestamp()` (URL `?dead_letter_retention_s=`, default
+    /// [`DEFAULT_DEAD_LETTER_RETENTION`](liveness_core::DEFAULT_DEAD_LETTER_RETENTION),
+    /// 30 days): after it, a later dead-lettering in the namespace removes it, as an
+    /// operator's [`cancel`](liveness_core::OperatorStore::cancel) would (see
+    /// [`Capabilities::dead_letter_retention`](liveness_core::Capabilities::dead_letter_retention)).
+    pub fn dead_letter_retention(&self) -> Duration {
+        self.dead_letter_retention
+    }
+
+    /// The same configuration keeping a dead letter for `retention` after it was
+    /// dead-lettered, by the server's clock (see
+    /// [`PostgresConfig::dead_letter_retention`]). Shorter than 1 s or longer than 366
+    /// days (the URL's range) is `InvalidInput` naming `dead_letter_retention`.
+    pub fn with_dead_letter_retention(mut self, retention: Duration) -> Result<PostgresConfig> {
+        self.dead_letter_retention = check_dead_letter_retention(retention)?;
+        Ok(self)
+    }
+
     /// The driver's options for each server to try, in order: `connect` itself when
     /// [`PostgresConfig::hosts`] is empty, else `connect` pointed at each host.
     pub(crate) fn servers(&self) -> Vec<PgConnectOptions> {
@@ -372,6 +399,55 @@ mod tests {
                 Err(Error::InvalidInput { what, .. }) => assert_eq!(what, "key_retention"),
                 other => panic!("{bad:?}: {:?}", other.map(|_| ())),
             }
+        }
+    }
+
+    #[test]
+    fn parses_the_dead_letter_retention() {
+        let c = PostgresConfig::from_url("postgres://h/db").unwrap();
+        assert_eq!(
+            c.dead_letter_retention(),
+            liveness_core::DEFAULT_DEAD_LETTER_RETENTION
+        );
+        let c = PostgresConfig::from_url("postgres://h/db?dead_letter_retention_s=90").unwrap();
+        assert_eq!(c.dead_letter_retention(), Duration::from_secs(90));
+        assert_eq!(c.key_retention(), liveness_core::DEFAULT_KEY_RETENTION);
+        let most =
+            PostgresConfig::from_url("postgres://h/db?dead_letter_retention_s=31622400").unwrap();
+        assert_eq!(most.dead_letter_retention(), MAX_KEY_RETENTION);
+        let c = c
+            .with_dead_letter_retention(Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(c.dead_letter_retention(), Duration::from_secs(1));
+        let c = c.with_dead_letter_retention(MAX_KEY_RETENTION).unwrap();
+        assert_eq!(c.dead_letter_retention(), MAX_KEY_RETENTION);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(999),
+            MAX_KEY_RETENTION + Duration::from_secs(1),
+        ] {
+            match c.clone().with_dead_letter_retention(bad) {
+                Err(Error::InvalidInput { what, .. }) => {
+                    assert_eq!(what, "dead_letter_retention")
+                }
+                other => panic!("{bad:?}: {:?}", other.map(|_| ())),
+            }
+        }
+        assert_eq!(
+            c.dead_letter_retention(),
+            MAX_KEY_RETENTION,
+            "left as it was"
+        );
+        for bad in [
+            "postgres://h/db?dead_letter_retention_s=0",
+            "postgres://h/db?dead_letter_retention_s=31622401",
+            "postgres://h/db?dead_letter_retention_s=-1",
+        ] {
+            refused(
+                PostgresConfig::from_url,
+                bad,
+                Expect::OutOfRange("dead_letter_retention_s"),
+            );
         }
     }
 

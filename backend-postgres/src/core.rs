@@ -94,10 +94,15 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "item_times",
         include_str!("../migrations/0014_item_times.sql"),
     ),
+    (
+        15,
+        "dead_at",
+        include_str!("../migrations/0015_dead_at.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// The expiry of the session a riding member (migration 8: no expiry of its own)
 /// rides, as SQL text, for the lease row aliased `$l`: the row of its session
@@ -496,6 +501,9 @@ impl PostgresStore {
                         .error_text(true)
                         // Keys carry their recording time by the server's clock.
                         .key_retention(Some(config.key_retention()))
+                        // Dead letters carry their dead-lettering time by the server's
+                        // clock (migration 15).
+                        .dead_letter_retention(Some(config.dead_letter_retention()))
                         // Each item keeps its queue (`items.queue`, migration 13).
                         .queues(true)
                         // Each item keeps its times by the server's clock (migration 14).

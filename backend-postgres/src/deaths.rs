@@ -17,6 +17,7 @@ use crate::core::{
     PostgresStore,
 };
 use crate::error::corrupt;
+use crate::items::forget_dead_letters;
 
 /// The steps that declare dead what a statement's CTE `gone` (columns `token`, `holder`)
 /// removed from `leases`, where $1 and $2 are the key's space and name and `clk.t`
@@ -121,7 +122,9 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 "#;
 
 /// `sweep_many`: $1 tokens (no token twice), $2 the most riding members one
-/// dead session's sweep declares dead (`max_batch`), $3 the pending channel.
+/// dead session's sweep declares dead (`max_batch`), $3 the pending channel, $4 the
+/// dead-letter retention in µs, $5 the most expired dead letters to delete (what is
+/// left of the call's [`DEAD_LETTER_TRIM`](liveness_core::DEAD_LETTER_TRIM)).
 ///
 /// Acts only on tokens in the dead set. A dead session's token (its dead-set row is
 /// in `sessions`) first declares dead up to $2 of its own riding members, as a call with
@@ -143,9 +146,10 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 ///
 /// Every other token in the dead set leaves it, its owned items go back to pending,
 /// due at once, claimable from the server's now (`ready_at`) (or to the dead-letter
-/// set when out of attempts), their attempts finished then (`finished_at`), and its
-/// death record
-/// (a member's: its session's) adds what moved. When at least one item went back to
+/// set when out of attempts, dead-lettered then: `dead_at`), their attempts finished
+/// then (`finished_at`), and its death record (a member's: its session's) adds what
+/// moved. When it dead-lettered an item, the statement deletes up to $5 expired dead
+/// letters (`forgot`, [`forget_dead_letters`]). When at least one item went back to
 /// pending, the statement notifies `requeued` once on the pending channel (`woke`). Concurrent sweeps of one token
 /// serialize on its dead-set row: one moves, the other finds nothing. Each death
 /// record is updated once (`per` sums what the statement did to it), after the
@@ -154,10 +158,11 @@ SELECT token, space, name FROM dead_tokens ORDER BY token LIMIT $1
 ///
 /// Rows: moved items (`token`, `id`, `state`), then the members declared dead (`token` the
 /// session's, `id` NULL, the member's `space`, `name`, `holder` and `member` token),
-/// and one row (`token`, the rest NULL) per session token not reached; the last column
-/// (`woke`, on the moved items' rows) counts the notifications, and must be named for
-/// the notifying CTE to run.
-pub(crate) const SWEEP: &str = r#"
+/// and one row (`token`, the rest NULL) per session token not reached; on the moved
+/// items' rows, `woke` counts the notifications (it must be named for the notifying
+/// CTE to run) and `forgot` the expired dead letters deleted.
+pub(crate) const SWEEP: &str = concat!(
+    r#"
 WITH RECURSIVE dt AS MATERIALIZED (
     SELECT token, space FROM dead_tokens WHERE token = ANY($1::bigint[])
 ),
@@ -211,11 +216,14 @@ d AS (
 moved AS (
     UPDATE items i
     SET state = CASE WHEN i.attempts < i.max_attempts THEN 0 ELSE 2 END, owner = NULL,
-        due_at = NULL, ready_at = clock_timestamp(), finished_at = clock_timestamp()
+        due_at = NULL, ready_at = clock_timestamp(), finished_at = clock_timestamp(),
+        dead_at = CASE WHEN i.attempts < i.max_attempts THEN NULL ELSE clock_timestamp() END
     FROM d
     WHERE i.state = 1 AND i.owner = d.token
     RETURNING d.token, i.id, i.state
-),
+),"#,
+    forget_dead_letters!("EXISTS (SELECT 1 FROM moved WHERE state = 2)", "$4", "$5"),
+    r#",
 per AS (
     SELECT x.rec, sum(x.members) AS members, bool_or(x.swept) AS swept,
            sum(x.requeued) AS requeued, sum(x.dead_lettered) AS dead_lettered
@@ -250,15 +258,17 @@ recorded AS (
 ),
 woke AS (SELECT pg_notify($3, 'requeued') WHERE EXISTS (SELECT 1 FROM moved WHERE state = 0))
 SELECT token, id, state, NULL::text AS space, NULL::text AS name, NULL::text AS holder,
-       NULL::bigint AS member, (SELECT count(*) FROM woke) AS woke
+       NULL::bigint AS member, (SELECT count(*) FROM woke) AS woke,
+       (SELECT count(*) FROM forgot) AS forgot
 FROM moved
 UNION ALL
-SELECT by, NULL, NULL, space, name, holder, token, NULL FROM declared
+SELECT by, NULL, NULL, space, name, holder, token, NULL, NULL FROM declared
 UNION ALL
-SELECT token, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM more
+SELECT token, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM more
 WHERE token NOT IN (SELECT token FROM go)
 ORDER BY 1, 2, 7
-"#;
+"#
+);
 
 /// `deaths`: $1 before (exclusive seq), $2 limit. Newest first; `at` in microseconds
 /// since the Unix epoch (the clock of `STORE_TIME` in `lease.rs`); the swept counts
@@ -332,14 +342,18 @@ impl PostgresStore {
     /// Sweeps the dead `tokens` (no token twice), each as a call with that token alone
     /// would (a dead session's sweep declares up to `max_batch` of its own members dead):
     /// one [`SWEEP`], then one more for the dead sessions it did not reach,
-    /// until none is left. One answer per token, in order.
-    pub(crate) async fn sweep(&self, tokens: &[i64]) -> Result<Vec<Sweep>> {
+    /// until none is left. One answer per token, in order. The statements that
+    /// dead-letter delete expired dead letters, at most `trim` in all, which is
+    /// lowered by what they deleted (a call's share,
+    /// [`DEAD_LETTER_TRIM`](liveness_core::DEAD_LETTER_TRIM), across its statements).
+    pub(crate) async fn sweep(&self, tokens: &[i64], trim: &mut usize) -> Result<Vec<Sweep>> {
         let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
         // Where each token of the next statement is in `tokens`.
         let mut todo: Vec<usize> = (0..tokens.len()).collect();
         while !todo.is_empty() {
             let ids: Vec<i64> = todo.iter().map(|at| tokens[*at]).collect();
-            let (answers, mut later) = self.sweep_once(&ids).await?;
+            let (answers, mut later, forgot) = self.sweep_once(&ids, *trim).await?;
+            *trim = trim.saturating_sub(forgot);
             // Each statement sweeps at least its lowest dead session: `later` shrinks.
             if later.len() >= todo.len() {
                 return Err(corrupt("sweep_many reached no token it sent"));
@@ -356,19 +370,27 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// One [`SWEEP`] of the dead `tokens` (no token twice): one answer per
-    /// token, in order, and the positions of the dead sessions' tokens it did not
-    /// reach (their answers empty).
-    async fn sweep_once(&self, tokens: &[i64]) -> Result<(Vec<Sweep>, Vec<usize>)> {
+    /// One [`SWEEP`] of the dead `tokens` (no token twice), deleting at most `trim`
+    /// expired dead letters when it dead-letters: one answer per token, in order, the
+    /// positions of the dead sessions' tokens it did not reach (their answers empty),
+    /// and how many expired dead letters it deleted.
+    async fn sweep_once(
+        &self,
+        tokens: &[i64],
+        trim: usize,
+    ) -> Result<(Vec<Sweep>, Vec<usize>, usize)> {
         let budget = limit_param(self.caps().max_batch.max(1));
         let q = sqlx::query(SWEEP)
             .bind(tokens.to_vec())
             .bind(budget)
-            .bind(self.pending_channel());
+            .bind(self.pending_channel())
+            .bind(self.dead_letter_retention_param())
+            .bind(limit_param(trim));
         let rows = self.db().fetch_all(q).await?;
         let at: HashMap<i64, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
         let mut out: Vec<Sweep> = tokens.iter().map(|_| Sweep::default()).collect();
         let mut later = Vec::new();
+        let mut forgot = 0;
         for row in &rows {
             let token: i64 = get(row, 0)?;
             let Some(i) = at.get(&token).copied() else {
@@ -381,6 +403,10 @@ impl PostgresStore {
             let member: Option<i64> = get(row, 6)?;
             match (id, member) {
                 (Some(id), _) => {
+                    let n: i64 = get(row, 8)?;
+                    forgot = usize::try_from(n).map_err(|_| {
+                        corrupt(format!("unexpected value in the forgot column: {n}"))
+                    })?;
                     let id = id_of(id)?;
                     match state_of(get(row, 2)?, None)? {
                         ItemState::Pending => answer.requeued.push(id),
@@ -398,7 +424,7 @@ impl PostgresStore {
         if out.iter().any(|answer| !answer.requeued.is_empty()) {
             self.pending_local();
         }
-        Ok((out, later))
+        Ok((out, later, forgot))
     }
 
     /// Up to `limit` (already checked) death records with a seq below `before`,

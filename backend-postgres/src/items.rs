@@ -9,7 +9,7 @@ use std::time::Duration;
 use liveness_core::{
     async_trait, BatchResult, DeadToken, EnqueueOptions, Error, FencingToken, Item, ItemId,
     ItemRecord, ItemState, ItemStore, Lease, LostCause, Outcome, QueueName, RequestId, Result,
-    Sweep,
+    Sweep, DEAD_LETTER_TRIM,
 };
 
 use crate::core::{
@@ -284,28 +284,81 @@ const COMPLETE: &str = r#"
 DELETE FROM items WHERE id = $1 AND state = 1 AND owner = $2 RETURNING id
 "#;
 
+/// The CTE `forgot` of a statement that may dead-letter items: when `$when` (SQL
+/// text, a condition on the statement's own CTEs: it dead-lettered something) holds,
+/// deletes at most `$limit` dead letters dead-lettered `$retention` µs or more before
+/// the server's now (`dead_at`, migration 15), the oldest first, as an operator's
+/// `cancel` would (`CANCEL` in `operator.rs`: the row goes, and with it every count
+/// and index entry, which are all read from `items`). The now is read once, an
+/// init-plan parameter, so the bound is an index condition on `items_dead_at`: only
+/// expired dead letters are read; the rows picked are deleted by their primary key
+/// (`= ANY` of the picked ids: never a join the planner could turn into a scan of
+/// the table). Rows a concurrent statement holds (a retry, a cancel, another's share)
+/// are skipped. The items the statement itself dead-letters are not among them (its
+/// snapshot shows them owned). Answers the ids deleted.
+/// Written once for `FAIL` here and `SWEEP` in `deaths.rs`; the three are SQL text.
+macro_rules! forget_dead_letters {
+    ($when:literal, $retention:literal, $limit:literal) => {
+        concat!(
+            r#"
+forgot AS (
+    DELETE FROM items WHERE id = ANY (ARRAY(
+        SELECT id FROM items
+        WHERE state = 2
+          AND dead_at <= (SELECT clock_timestamp()) - "#,
+            $retention,
+            r#"::bigint * interval '1 microsecond'
+          AND "#,
+            $when,
+            r#"
+        ORDER BY dead_at
+        LIMIT "#,
+            $limit,
+            r#"
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id
+)"#
+        )
+    };
+}
+pub(crate) use forget_dead_letters;
+
 /// `finish_with_error` with `Outcome::Retry` (`$3` true) or `Outcome::DeadLetter`: $1
 /// id, $2 token, $3 retry, $4 the retry's wait in µs (NULL: due at once), $5 the
-/// error text ('': none). Back to pending (0) or dead-lettered (2) iff that token owns
-/// it; back to pending with a wait, due at the server's `clock_timestamp()` + the wait
-/// (migration 9), claimable (`ready_at`, migration 12) from then, else from the
-/// server's now; its attempt finished (`finished_at`, migration 14) at the server's
-/// now either way; its last error becomes $5 unless that is empty (migration 10). Back
-/// to pending, the handle notifies after the commit, as for `ENQUEUE` (many workers
-/// failing jobs at once would otherwise wait on each other's notifying commits).
-/// Column: the new state.
-const FAIL: &str = r#"
-UPDATE items SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
-                 owner = NULL,
-                 due_at = CASE WHEN $3 AND attempts < max_attempts
-                               THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
-                          END,
-                 ready_at = clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond',
-                 finished_at = clock_timestamp(),
-                 last_error = coalesce(nullif($5::text, ''), last_error)
-WHERE id = $1 AND state = 1 AND owner = $2
-RETURNING state
-"#;
+/// error text ('': none), $6 the dead-letter retention in µs, $7 the most expired
+/// dead letters to delete ([`DEAD_LETTER_TRIM`]). Back to pending (0) or
+/// dead-lettered (2) iff that token owns it; back to pending with a wait, due at the
+/// server's `clock_timestamp()` + the wait (migration 9), claimable (`ready_at`,
+/// migration 12) from then, else from the server's now; its attempt finished
+/// (`finished_at`, migration 14) at the server's now either way; dead-lettered
+/// (`dead_at`, migration 15) at that now too, or not (NULL) when back to pending; its
+/// last error becomes $5 unless that is empty (migration 10). When it dead-lettered
+/// the item, the same statement deletes expired dead letters ([`forget_dead_letters`]).
+/// Back to pending, the handle notifies after the commit, as for `ENQUEUE` (many
+/// workers failing jobs at once would otherwise wait on each other's notifying
+/// commits). Column: the new state.
+pub(crate) const FAIL: &str = concat!(
+    r#"
+WITH failed AS (
+    UPDATE items
+    SET state = CASE WHEN $3 AND attempts < max_attempts THEN 0 ELSE 2 END,
+        owner = NULL,
+        due_at = CASE WHEN $3 AND attempts < max_attempts
+                      THEN clock_timestamp() + $4::bigint * interval '1 microsecond'
+                 END,
+        ready_at = clock_timestamp() + coalesce($4::bigint, 0) * interval '1 microsecond',
+        finished_at = clock_timestamp(),
+        dead_at = CASE WHEN $3 AND attempts < max_attempts THEN NULL ELSE clock_timestamp() END,
+        last_error = coalesce(nullif($5::text, ''), last_error)
+    WHERE id = $1 AND state = 1 AND owner = $2
+    RETURNING state
+),"#,
+    forget_dead_letters!("EXISTS (SELECT 1 FROM failed WHERE state = 2)", "$6", "$7"),
+    r#"
+SELECT state FROM failed
+"#
+);
 
 /// `next_due`: µs from the server's now (read once) until the earliest due time of a
 /// held-back item that is not due yet; no row when there is none. The first entry
@@ -500,6 +553,8 @@ impl ItemStore for PostgresStore {
                 q.bind(retry)
                     .bind(delay_param(outcome.delay()))
                     .bind(error_param(error))
+                    .bind(self.dead_letter_retention_param())
+                    .bind(limit_param(DEAD_LETTER_TRIM))
             }),
         }
         .ok_or_else(fenced)?;
@@ -566,6 +621,18 @@ impl PostgresStore {
             .caps()
             .key_retention
             .unwrap_or(liveness_core::DEFAULT_KEY_RETENTION);
+        i64::try_from(retention.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// The dead-letter retention in µs, as `FAIL` and `SWEEP` (in `deaths.rs`) bind
+    /// it (at most 366 days,
+    /// [`PostgresConfig::with_dead_letter_retention`](crate::PostgresConfig::with_dead_letter_retention):
+    /// it fits).
+    pub(crate) fn dead_letter_retention_param(&self) -> i64 {
+        let retention = self
+            .caps()
+            .dead_letter_retention
+            .unwrap_or(liveness_core::DEFAULT_DEAD_LETTER_RETENTION);
         i64::try_from(retention.as_micros()).unwrap_or(i64::MAX)
     }
 }

@@ -110,14 +110,16 @@ SELECT state, owner FROM cur
 "#;
 
 /// `retry_dead_letter`: $1 id, $2 the pending channel. Back to pending with no
-/// attempts, due at once (claimable from the server's now, `ready_at`), iff
-/// dead-lettered, notifying `revived` on the pending channel; answers the item's state
-/// before (no row: no such item), and the count of notifications (`woke`, which the
-/// answer must name for the notifying CTE to run).
+/// attempts, due at once (claimable from the server's now, `ready_at`), its
+/// dead-lettering time cleared (`dead_at`, migration 15), iff dead-lettered,
+/// notifying `revived` on the pending channel; answers the item's state before (no
+/// row: no such item), and the count of notifications (`woke`, which the answer must
+/// name for the notifying CTE to run).
 const RETRY_DEAD_LETTER: &str = r#"
 WITH cur AS MATERIALIZED (SELECT id, state FROM items WHERE id = $1 FOR UPDATE),
 moved AS (
-    UPDATE items i SET state = 0, attempts = 0, due_at = NULL, ready_at = clock_timestamp()
+    UPDATE items i
+    SET state = 0, attempts = 0, due_at = NULL, ready_at = clock_timestamp(), dead_at = NULL
     FROM cur WHERE i.id = cur.id AND cur.state = 2
     RETURNING i.id
 ),
@@ -127,14 +129,16 @@ SELECT state, (SELECT count(*) FROM woke) AS woke FROM cur
 
 /// `retry_dead_letters`: $1 limit, $2 the pending channel. Up to limit dead-lettered
 /// items, lowest id first, back to pending with no attempts, due at once (claimable
-/// from the server's now, `ready_at`), notifying `revived` once on the pending channel
-/// when it moved any; answers their ids (and `woke`, as `RETRY_DEAD_LETTER`).
+/// from the server's now, `ready_at`), `dead_at` cleared, notifying `revived` once on
+/// the pending channel when it moved any; answers their ids (and `woke`, as
+/// `RETRY_DEAD_LETTER`).
 const RETRY_DEAD_LETTERS: &str = r#"
 WITH pick AS (
     SELECT id FROM items WHERE state = 2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
 ),
 moved AS (
-    UPDATE items i SET state = 0, attempts = 0, due_at = NULL, ready_at = clock_timestamp()
+    UPDATE items i
+    SET state = 0, attempts = 0, due_at = NULL, ready_at = clock_timestamp(), dead_at = NULL
     FROM pick WHERE i.id = pick.id
     RETURNING i.id
 ),

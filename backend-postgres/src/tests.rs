@@ -1145,3 +1145,257 @@ async fn a_claim_s_wait_counts_from_the_item_s_last_move_to_pending() {
     assert!(w >= Duration::from_secs(1), "{got:?}");
     assert!(w <= started.elapsed() - backoff, "{got:?}");
 }
+
+/// Ages every dead letter of the store's namespace by `days` days: what waiting that
+/// long, by the server's clock, would do to their dead-lettering times.
+async fn age_dead_letters(store: &PostgresStore, days: i32) {
+    sqlx::query("UPDATE items SET dead_at = dead_at - $1 * interval '1 day' WHERE state = 2")
+        .bind(days)
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
+/// The dead letters of the store's namespace: `item_counts`' count, and the sum of
+/// `queue_counts`', which must agree.
+async fn dead_letter_count(store: &PostgresStore) -> u64 {
+    let counted = store.item_counts().await.unwrap().dead_lettered;
+    let queues = store.queue_counts().await.unwrap();
+    let by_queue: u64 = queues.iter().map(|q| q.counts.dead_lettered).sum();
+    assert_eq!(counted, by_queue, "{queues:?}");
+    counted
+}
+
+/// Whether item `id` is still there.
+async fn kept(store: &PostgresStore, id: ItemId) -> bool {
+    store.item(id).await.unwrap().is_some()
+}
+
+/// The default dead-letter retention is 30 days. Once 150 dead letters are past it,
+/// each later dead-lettering removes at most 100 of them, the oldest first, in its own
+/// one statement: a failure's (100 go), then a dead owner's sweep (the other 50); a
+/// failure handed back to pending removes none; the counts agree throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_dead_letters_go_a_trim_per_dead_lettering() {
+    use liveness_core::{EnqueueOptions, Outcome, DEAD_LETTER_TRIM, DEFAULT_DEAD_LETTER_RETENTION};
+    let Some(store) = store().await else { return };
+    assert_eq!(
+        store.capabilities().dead_letter_retention,
+        Some(DEFAULT_DEAD_LETTER_RETENTION)
+    );
+    assert_eq!(DEFAULT_DEAD_LETTER_RETENTION.as_secs(), 30 * 24 * 3600);
+    let once = EnqueueOptions::default().max_attempts(1);
+    let long = Ttl::from_secs(120).unwrap();
+    let lease = acquire_member(&store, "w", "w", long).await;
+    let batch: Vec<Vec<u8>> = (0..DEAD_LETTER_TRIM + 50)
+        .map(|i| format!("old{i}").into_bytes())
+        .collect();
+    let old = store.enqueue_many(&batch, once).await.unwrap();
+    assert_eq!(store.claim(&lease, batch.len()).await.unwrap().len(), 150);
+    for id in &old {
+        let state = store
+            .finish(&lease, *id, Outcome::DeadLetter)
+            .await
+            .unwrap();
+        assert_eq!(state, Some(ItemState::DeadLettered));
+    }
+    assert_eq!(dead_letter_count(&store).await, 150, "none expired yet");
+    age_dead_letters(&store, 31).await;
+
+    // A failure retried: nothing dead-lettered, nothing removed.
+    let retried = store
+        .enqueue(b"r", EnqueueOptions::default().max_attempts(5))
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, retried);
+    let state = store.finish(&lease, retried, Outcome::RETRY).await.unwrap();
+    assert_eq!(state, Some(ItemState::Pending));
+    assert_eq!(dead_letter_count(&store).await, 150, "a retry removes none");
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, retried);
+    store.complete(&lease, retried).await.unwrap();
+    // The retry's pending notification goes in a statement of its own: let it go.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let fresh = store
+        .enqueue_many(&[b"f1".to_vec(), b"f2".to_vec()], once)
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&lease, 1).await.unwrap()[0].id, fresh[0]);
+    let state = in_one_statement(
+        &store,
+        "a failure that dead-letters",
+        store.finish(&lease, fresh[0], Outcome::DeadLetter),
+    )
+    .await;
+    assert_eq!(state, Some(ItemState::DeadLettered));
+    assert_eq!(dead_letter_count(&store).await, 50 + 1, "a trim of 100");
+    assert!(
+        !kept(&store, old[DEAD_LETTER_TRIM - 1]).await,
+        "the oldest go"
+    );
+    assert!(kept(&store, old[DEAD_LETTER_TRIM]).await);
+    assert!(kept(&store, fresh[0]).await);
+
+    // A dead owner's sweep that dead-letters removes the rest.
+    let dead = acquire_member(&store, "dead", "dead", long).await;
+    assert_eq!(store.claim(&dead, 1).await.unwrap()[0].id, fresh[1]);
+    assert!(store.release(&dead).await.unwrap());
+    let swept = in_one_statement(
+        &store,
+        "a sweep that dead-letters",
+        Store::sweep(&store, dead.token),
+    )
+    .await;
+    assert_eq!(swept.dead_lettered, [fresh[1]]);
+    assert_eq!(dead_letter_count(&store).await, 2, "the other 50 expired");
+    for id in &old {
+        assert!(!kept(&store, *id).await, "{id:?}");
+    }
+    assert!(kept(&store, fresh[0]).await && kept(&store, fresh[1]).await);
+}
+
+/// The removal of expired dead letters finds them on `items_dead_at`, the server's
+/// now less the retention an index condition, in the failure's statement and in the
+/// sweep's: its work does not grow with the dead letters kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_dead_letters_are_found_on_their_time_index() {
+    let Some(store) = store().await else { return };
+    sqlx::query(
+        "INSERT INTO items (payload, max_attempts, state, dead_at) \
+         SELECT 'p', 1, 2, clock_timestamp() FROM generate_series(1, 5000)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE items")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    // The lines of the plan of the CTE `forgot`: up to the next line as indented.
+    let on_index = |plan: &str| {
+        let mut lines = plan.lines().skip_while(|l| l.trim() != "CTE forgot");
+        let head = lines.next().expect("a CTE forgot");
+        let depth = head.len() - head.trim_start().len();
+        let forgot: Vec<&str> = lines
+            .take_while(|l| l.len() - l.trim_start().len() > depth)
+            .collect();
+        let has = |what: &str| forgot.iter().any(|l| l.contains(what));
+        assert!(has("Index Scan using items_dead_at"), "{plan}");
+        assert!(
+            forgot
+                .iter()
+                .any(|l| l.contains("Index Cond") && l.contains("dead_at <=")),
+            "{plan}"
+        );
+        assert!(has("Index Scan using items_pkey"), "{plan}");
+        assert!(!has("Seq Scan"), "{plan}");
+    };
+    let month = 30 * 86_400_000_000i64;
+    let fail = plan_of(&store, crate::items::FAIL, |q| {
+        q.bind(1i64)
+            .bind(1i64)
+            .bind(false)
+            .bind(None::<i64>)
+            .bind("")
+            .bind(month)
+            .bind(100i64)
+    })
+    .await;
+    on_index(&fail);
+    let sweep = plan_of(&store, crate::deaths::SWEEP, |q| {
+        q.bind(vec![1i64])
+            .bind(1000i64)
+            .bind("channel")
+            .bind(month)
+            .bind(100i64)
+    })
+    .await;
+    on_index(&sweep);
+}
+
+/// The server's now in µs since the Unix epoch.
+const NOW_US: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+/// Item $1's `dead_at` in µs since the Unix epoch.
+const DEAD_AT_US: &str =
+    "SELECT (extract(epoch FROM dead_at) * 1000000)::bigint FROM items WHERE id = $1";
+
+/// A namespace at schema version 14 (before dead-letter retention) holding a dead
+/// letter and a pending item: opened by this build, the dead letter counts as
+/// dead-lettered at the upgrade, so it is kept one retention from then, not for good;
+/// the pending item dead-lettered later counts from then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_14_namespace_s_dead_letters_are_kept_one_retention_from_the_upgrade() {
+    use liveness_core::{EnqueueOptions, Outcome};
+    let Some((url, pool)) = namespace_at(14).await else {
+        return;
+    };
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO items (payload, max_attempts, state) VALUES ('old', 1, 2), ('p', 1, 0) \
+         RETURNING id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let before: i64 = sqlx::query_scalar(NOW_US).fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    let [old, pending] = [ids[0], ids[1]];
+
+    let store = crate::connect(&url).await.unwrap();
+    let after: i64 = sqlx::query_scalar(NOW_US)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let dead_at = |id: i64| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, Option<i64>>(DEAD_AT_US)
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let stamped = dead_at(old).await.expect("stamped by the migration");
+    assert!(
+        before <= stamped && stamped <= after,
+        "{before} {stamped} {after}"
+    );
+
+    // Dead-lettered by this build: from then, not from the upgrade.
+    let lease = acquire_member(&store, "w", "w", Ttl::from_secs(60).unwrap()).await;
+    assert_eq!(
+        store.claim(&lease, 1).await.unwrap()[0].id.0,
+        pending as u64
+    );
+    store
+        .finish(&lease, ItemId(pending as u64), Outcome::DeadLetter)
+        .await
+        .unwrap();
+    assert!(dead_at(pending).await.is_some_and(|t| t >= after));
+    assert!(
+        kept(&store, ItemId(old as u64)).await,
+        "within the retention"
+    );
+
+    // A handle with a retention of a second: once it passed, both go.
+    let short = crate::connect(&format!("{url}&dead_letter_retention_s=1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        short.capabilities().dead_letter_retention,
+        Some(Duration::from_secs(1))
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let once = EnqueueOptions::default().max_attempts(1);
+    let last = short.enqueue(b"last", once).await.unwrap();
+    let lease = acquire_member(&short, "w2", "w2", Ttl::from_secs(60).unwrap()).await;
+    assert_eq!(short.claim(&lease, 1).await.unwrap()[0].id, last);
+    short
+        .finish(&lease, last, Outcome::DeadLetter)
+        .await
+        .unwrap();
+    for id in [old, pending] {
+        assert!(!kept(&short, ItemId(id as u64)).await, "{id}");
+    }
+    assert_eq!(dead_letter_count(&short).await, 1);
+}
