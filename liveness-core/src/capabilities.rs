@@ -87,9 +87,10 @@ pub struct Capabilities {
     /// [`cancel`](crate::OperatorStore::cancel) would: each call that dead-letters
     /// removes up to [`DEAD_LETTER_TRIM`](crate::DEAD_LETTER_TRIM) of the oldest
     /// expired ones, so dead letters take room for a bounded time, not for good. A
-    /// dead letter with no recorded time (from before the store kept times) is kept.
-    /// `None` (the default): kept until an operator retries, cancels or discards it
-    /// (a store with no clock to count by).
+    /// dead letter from before the store counted the retention is counted from the
+    /// upgrade, or kept until an operator acts, as the store's README says. `None`
+    /// (the default): kept until an operator retries, cancels or discards it (a store
+    /// with no clock to count by).
     pub dead_letter_retention: Option<Duration>,
     /// True when the store keeps named queues: an item waits in the queue its
     /// enqueue named ([`EnqueueOptions::queue`](crate::EnqueueOptions::queue)), a
