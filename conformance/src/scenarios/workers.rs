@@ -80,7 +80,8 @@ pub async fn a_dead_worker_s_jobs_run_again_on_a_live_worker(ctx: Ctx) {
 /// Two workers riding one session ([`Worker::ride`]) run jobs; then their process
 /// dies holding four jobs (its session orphaned, nothing released). A live worker,
 /// whose checker is the only one, runs every job left to completion, each once; the
-/// death history has one record for the session, none for the workers riding it.
+/// death history has one record for the session and, on a store without native
+/// sessions (where each rider keeps a lease the session renews), one per rider.
 pub async fn workers_riding_a_dead_session_have_their_jobs_run_again(ctx: Ctx) {
     let s = &ctx.store;
     let ttl = ctx.machine_ttl();
@@ -145,13 +146,27 @@ pub async fn workers_riding_a_dead_session_have_their_jobs_run_again(ctx: Ctx) {
     let once: HashSet<ItemId> = done.iter().copied().collect();
     assert_eq!(done.len(), once.len(), "a job ran twice: {done:?}");
     assert_eq!(once, ids.into_iter().collect(), "every job ran");
+    // With native sessions the riders die in the session's one record; a store
+    // without them keeps a lease per rider, so each has a record of its own, once.
     let deaths = s.deaths(None, 1000).await.unwrap();
-    let doomed: Vec<_> = deaths
-        .iter()
-        .filter(|d| d.holder.as_str().starts_with("doomed"))
-        .collect();
-    assert_eq!(doomed.len(), 1, "one death, the session's: {deaths:?}");
-    assert_eq!(doomed[0].key, session_key);
+    let records = |name: &str| {
+        deaths
+            .iter()
+            .filter(|d| d.key.name().as_str() == name)
+            .count()
+    };
+    assert_eq!(records("doomed"), 1, "the session died once: {deaths:?}");
+    assert_eq!(
+        deaths
+            .iter()
+            .find(|d| d.key.name().as_str() == "doomed")
+            .map(|d| &d.key),
+        Some(&session_key)
+    );
+    let rider_records = usize::from(!ctx.caps().sessions);
+    for rider in ["doomed-a", "doomed-b"] {
+        assert_eq!(records(rider), rider_records, "{rider}: {deaths:?}");
+    }
 }
 
 /// Waits until the store holds no pending or owned item, for at most `wait`.
