@@ -1,6 +1,7 @@
 //! Runs the demo binary end to end with small numbers: real worker processes, each
-//! with one session and three members riding it, a SIGKILL, a stuck member, a
-//! SIGSTOP past the ttl; checks its exit status and its summary.
+//! with one session and three worker runners riding it, a SIGKILL, a stuck member, a
+//! SIGSTOP past the ttl, a scheduled job, a retried failure; checks its exit status
+//! and its summary.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -35,8 +36,8 @@ fn run_demo(extra: &[&str]) -> Output {
 
 /// Asserts that the run exited with status 0 and showed its whole story: every item
 /// done, the SIGKILL and the SIGSTOP staged and each death shown, the frozen worker's
-/// cancellation, refused late completion and re-join, every invariant. Returns its
-/// stdout.
+/// cancellation, refused late completion and re-join, the scheduled job and the
+/// retried failure, every invariant. Returns its stdout.
 fn assert_shows_the_story(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -72,6 +73,12 @@ fn assert_shows_the_story(out: &Output) -> String {
         "shown: a stuck member's watchdog released it alone (cause stalled)",
         "shown: the stuck member's item requeued and done by another member",
         "shown: the stuck member's fellow members kept working, their process untouched",
+        // The job model: a scheduled job run when due, a failed job retried.
+        "scheduled job: item #",
+        "shown: the scheduled job run once due, not before",
+        "FAILED (on purpose)",
+        "retried failure: item #",
+        "shown: a failed job retried after its backoff and done",
         "result: OK",
     ] {
         assert!(

@@ -1,15 +1,18 @@
 //! The liveness demo: real worker processes on a shared store, each with ONE session
-//! that several members ride; one process killed with SIGKILL, one frozen with
-//! SIGSTOP past its ttl, one member of a third stuck in its job until its watchdog
-//! releases it alone; a checker that declares each death once and requeues its
-//! items; fencing that refuses the frozen worker's late completions.
+//! and one worker runner ([`liveness::Worker`]) per member riding it; one process
+//! killed with SIGKILL, one frozen with SIGSTOP past its ttl, one member of a third
+//! stuck in its job until its watchdog releases it alone; a checker that declares each
+//! death once and requeues its items; fencing that refuses the frozen worker's late
+//! completions; a scheduled job that runs when due, and a job that fails once and is
+//! retried after its backoff.
 //!
 //! ```sh
 //! cargo run --release -p examples --bin demo
 //! cargo run --release -p examples --bin demo -- --help
 //! ```
 //!
-//! The parent process enqueues the items, runs the checker and the live view, and
+//! The parent process enqueues the items (with [`liveness::Queue`]), runs the checker
+//! and the live view, and
 //! re-executes this binary with the hidden `worker` subcommand for each worker. Workers
 //! report what they do as one line per fact on their stdout (see [`proto`]); the parent
 //! keeps its own tally from those lines and checks it against the store at the end.
@@ -34,14 +37,19 @@ use clap::{Args, Parser, Subcommand};
 ///
 /// Starts a checker and N worker processes (children of this one) on a store (by
 /// default a fresh SQLite file in a temporary directory). Each worker opens ONE
-/// session (its process's lease) and runs several members riding it, each with its
-/// own job loop. The demo enqueues M items that take a little while each, then kills
+/// session (its process's lease) and runs several members riding it, each a worker
+/// runner that claims one item at a time and runs the demo's handler on it. The demo
+/// enqueues M items that take a little while each (the first fails on its first
+/// attempt and is retried after a backoff; the last is scheduled to run two ttls, at
+/// least 2 s, after its enqueue, by the store's clock), then kills
 /// one worker with SIGKILL, makes one member of another hang in its job (its watchdog
 /// releases it alone, its item goes to another member, its process's other members
 /// go on), and freezes a third worker with SIGSTOP for longer than the ttl before
 /// resuming it. Watch the checker declare each process death once with its members
 /// and requeue their items, every member of the frozen worker stop when it wakes up,
-/// its late completions refused by fencing, and its re-join with new tokens.
+/// its late completions refused by fencing (the runner stops a job whose lease is lost;
+/// the demo's handler completes it anyway, on purpose), and its re-join with new
+/// tokens.
 ///
 /// The deaths it shows come from the store's death history, so a checker running
 /// beside it on the same store (`liveness check`) may declare them instead.
@@ -84,11 +92,12 @@ pub struct RunArgs {
     pub workers: u32,
 
     /// How many members each worker process hosts, riding its one session, each with
-    /// its own job loop (at least 2: one of them hangs, the others go on).
+    /// its own worker runner (at least 2: one of them hangs, the others go on).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=256))]
     pub members_per_worker: u32,
 
-    /// How many items to enqueue.
+    /// How many items to enqueue (the first fails once; the last, of two or more, is
+    /// scheduled).
     #[arg(long, value_name = "M", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub items: u64,
 
@@ -98,7 +107,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
     pub ttl: Duration,
 
-    /// The members' watchdog: a member whose job loop makes no claim, completion or
+    /// The members' watchdog: a member whose jobs make no claim, completion or
     /// progress report for this long is released alone, its items handed back
     /// (`3s`, `800ms`, or milliseconds). Default: 3 × ttl, longer than the freeze,
     /// which every member of the frozen worker sits out without progress.

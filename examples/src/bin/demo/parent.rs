@@ -1,6 +1,7 @@
-//! The demo's parent process: sets the store up, enqueues the items, runs the
-//! checker, starts the workers (one session each, several members riding it), stages
-//! the SIGKILL, the stuck job and the SIGSTOP, follows the store's death history,
+//! The demo's parent process: sets the store up, enqueues the items (one of them
+//! scheduled, one failing once), runs the checker, starts the workers (one session
+//! each, one worker runner per member riding it), stages the SIGKILL, the stuck job
+//! and the SIGSTOP, follows the store's death history,
 //! draws the view; [`summary`](crate::summary) checks the invariants and what the run
 //! showed at the end.
 
@@ -11,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use liveness::{
-    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, FencingToken, ItemCounts, Store, Ttl,
+    Checker, CheckerConfig, EnqueueOptions, Event, EventBus, FencingToken, ItemCounts, Queue,
+    Store, Ttl,
 };
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -21,12 +23,17 @@ use tokio::time::Instant;
 
 use crate::deaths::{poll_deaths, Deaths};
 use crate::proto::{Fact, Who, STALL};
-use crate::stage::{signal, Role, Stage, Stall, Worker};
+use crate::stage::{signal, Flaky, Role, Scheduled, Stage, Stall, Worker};
 use crate::view::{plural, secs, View};
+use crate::worker::FLAKY;
 use crate::RunArgs;
 
 /// Attempts per item: enough that a kill, a stall and a freeze never dead-letter one.
 const MAX_ATTEMPTS: u32 = 5;
+
+/// How much sooner than due the scheduled job's claim may be seen: the store's clock
+/// and this process's may run at slightly different rates.
+const SCHEDULE_SLACK: Duration = Duration::from_millis(100);
 
 /// How many times in a row the freeze is tried when it lands inside one of the
 /// victim's store transactions, before it waits for a later claim.
@@ -66,6 +73,8 @@ pub struct Run {
     pub workers: Vec<Worker>,
     pub stage: Stage,
     pub stall: Option<Stall>,
+    pub scheduled: Option<Scheduled>,
+    pub flaky: Option<Flaky>,
     /// Accepted completions per item.
     pub done_by_id: HashMap<u64, u32>,
     /// Claims per item.
@@ -113,7 +122,7 @@ impl Run {
                 if let Some(old) = w.token() {
                     self.view.log(&format!("{}'s session re-opened with a NEW token {token} (its old token {old} stays dead); its members re-join", w.name));
                 } else {
-                    self.view.log(&format!("{} opened its session (token {token}): {} ride it, each with its own job loop", w.name, plural(w.members.len(), "member", "members")));
+                    self.view.log(&format!("{} opened its session (token {token}): {} ride it, each with a worker runner", w.name, plural(w.members.len(), "member", "members")));
                 }
                 w.tokens.push(token);
             }
@@ -168,7 +177,22 @@ impl Run {
             Fact::Claimed { id, token, attempt } => {
                 *self.claims_by_id.entry(id).or_default() += 1;
                 w.members[n].working_on = Some(id);
-                if attempt > 1 {
+                let scheduled = self.scheduled.as_mut().filter(|s| s.id == id);
+                let retried = (self.flaky.as_mut())
+                    .filter(|f| f.id == id && f.again.is_none())
+                    .and_then(|f| Some((f.failed.as_ref()?.1, f)));
+                if let Some(s) = scheduled.filter(|s| s.claimed.is_none()) {
+                    let after = s.enqueued.elapsed();
+                    s.claimed = Some((name.clone(), after));
+                    self.view.log(&format!("{name} claimed the SCHEDULED item #{id} {} after its enqueue (due after {})", secs(after), secs(s.due)));
+                    if after + SCHEDULE_SLACK < s.due {
+                        (self.failures).push(format!("the scheduled item #{id} was claimed {} after its enqueue, before it was due ({})", secs(after), secs(s.due)));
+                    }
+                } else if let Some((failed_at, f)) = retried {
+                    let after = failed_at.elapsed();
+                    f.again = Some((name.clone(), attempt, after));
+                    self.view.log(&format!("{name} claimed the retried item #{id} (attempt {attempt}, token {token}) {} after its failure", secs(after)));
+                } else if attempt > 1 {
                     self.view.log(&format!(
                         "{name} claimed requeued item #{id} (attempt {attempt}, token {token})"
                     ));
@@ -204,8 +228,16 @@ impl Run {
                     }
                 }
             }
+            Fact::Retried { id, token } => {
+                w.members[n].working_on = None;
+                let flaky = self.flaky.as_mut().filter(|f| f.id == id);
+                if let Some(f) = flaky.filter(|f| f.failed.is_none()) {
+                    f.failed = Some((name.clone(), Instant::now()));
+                }
+                self.view.log(&format!("{name}: its job on item #{id} (token {token}) FAILED (on purpose): the runner hands it back, to be tried again after its backoff"));
+            }
             Fact::Cancelled { id, token, reason } => {
-                self.view.log(&format!("{name}: its work on item #{id} (token {token}) stops: its check() answers: {reason}"));
+                self.view.log(&format!("{name}: its work on item #{id} (token {token}) stopped by the runner: {reason}"));
                 w.members[n].cancelled.push((id, token, reason));
             }
             Fact::Fenced { id, token } => {
@@ -443,26 +475,76 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     ));
     view.say(&format!(
-        "plan: SIGKILL one worker once 15% of the items are done; at 25% one member of another hangs in its job (its watchdog: {}); SIGSTOP a third at 35% for {} (longer than the ttl), then SIGCONT",
+        "plan: SIGKILL one worker once 15% of the items are done; at 25% one member of another hangs in its job (its watchdog: {}); SIGSTOP a third at 35% for {} (longer than the ttl), then SIGCONT; one job fails once and is retried{}",
         secs(progress_timeout),
-        secs(freeze_for)
+        secs(freeze_for),
+        match store.capabilities().delays {
+            true => ", one is scheduled",
+            false => "",
+        }
     ));
 
-    // The items.
-    let mut ids = Vec::new();
-    for i in 0..args.items {
-        match store
-            .enqueue(
-                format!("item {i}").as_bytes(),
-                EnqueueOptions::default().max_attempts(MAX_ATTEMPTS),
-            )
+    // The items: the first fails on its first attempt; the last (of two or more, on a
+    // store that keeps delays) is scheduled.
+    let queue = Queue::new(store.clone());
+    let options = EnqueueOptions::default().max_attempts(MAX_ATTEMPTS);
+    let delays = store.capabilities().delays;
+    let now = args.items - u64::from(delays && args.items > 1);
+    let payloads: Vec<String> = (0..now)
+        .map(|i| match i {
+            0 => format!("item {i} {FLAKY}"),
+            _ => format!("item {i}"),
+        })
+        .collect();
+    let mut ids = match queue.enqueue_many_with(&payloads, options).await {
+        Ok(ids) => ids,
+        Err(e) => return setup_error(format!("enqueue: {e}")),
+    };
+    let flaky = ids.first().map(|id| Flaky {
+        id: id.0,
+        failed: None,
+        again: None,
+    });
+    let mut scheduled = None;
+    if now < args.items {
+        let (enqueued, due) = (
+            Instant::now(),
+            (ttl.duration() * 2).max(Duration::from_secs(2)),
+        );
+        let payload = format!("item {now} scheduled");
+        match queue
+            .enqueue_with(payload.as_bytes(), options.delay(due))
             .await
         {
-            Ok(id) => ids.push(id),
+            Ok(id) => {
+                ids.push(id);
+                scheduled = Some(Scheduled {
+                    id: id.0,
+                    enqueued,
+                    due,
+                    claimed: None,
+                });
+            }
             Err(e) => return setup_error(format!("enqueue: {e}")),
         }
     }
-    view.log(&format!("enqueued {} items", ids.len()));
+    view.log(&format!(
+        "enqueued {}{}{}",
+        plural(ids.len(), "item", "items"),
+        flaky
+            .as_ref()
+            .map(|f| format!("; #{} fails on its first attempt, to be retried", f.id))
+            .unwrap_or_default(),
+        match &scheduled {
+            Some(s) => format!(
+                "; #{} is scheduled {} after its enqueue, by the store's clock",
+                s.id,
+                secs(s.due)
+            ),
+            None if !delays => "; no scheduled job: this store keeps no delays".to_owned(),
+            None => String::new(),
+        }
+    ));
 
     // The deaths to show, from the store's death history: a checker running beside
     // the demo on the same store may win every reap from the demo's own.
@@ -571,6 +653,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
         workers,
         stage: Stage::WaitKill,
         stall: None,
+        scheduled,
+        flaky,
         done_by_id: HashMap::new(),
         claims_by_id: HashMap::new(),
         done_by: HashMap::new(),

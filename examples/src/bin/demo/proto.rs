@@ -8,11 +8,11 @@
 use std::io::Write;
 
 /// The command that makes the next job one of the worker's members claims hang: its
-/// handler waits without reporting progress, until its cancellation fires.
+/// handler waits without reporting progress, until the runner stops it.
 pub const STALL: &str = "stall";
 
 /// Who in a worker process says a fact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Who {
     /// The process's session (its one lease in the space `sessions`).
     Session,
@@ -29,8 +29,11 @@ pub enum Fact {
     Claimed { id: u64, token: u64, attempt: u32 },
     /// The store accepted its completion of `id` under `token`.
     Done { id: u64, token: u64 },
-    /// Its work on `id` under `token` stopped: the cancellation fired or its check
-    /// failed, for `reason` (what the check answers).
+    /// Its job on `id` under `token` failed and the item went back to pending, to be
+    /// tried again after the backoff.
+    Retried { id: u64, token: u64 },
+    /// Its work on `id` under `token` stopped before the handler answered (the runner
+    /// dropped it), for `reason`: what its lease's loss said.
     Cancelled { id: u64, token: u64, reason: String },
     /// The store refused its completion of `id` under `token`: `Error::Fenced`.
     Fenced { id: u64, token: u64 },
@@ -72,6 +75,7 @@ impl Fact {
             Fact::Joined { token } => format!("joined {token}"),
             Fact::Claimed { id, token, attempt } => format!("claimed {id} {token} {attempt}"),
             Fact::Done { id, token } => format!("done {id} {token}"),
+            Fact::Retried { id, token } => format!("retried {id} {token}"),
             Fact::Cancelled { id, token, reason } => format!("cancelled {id} {token} {reason}"),
             Fact::Fenced { id, token } => format!("fenced {id} {token}"),
             Fact::Hung { id, token } => format!("hung {id} {token}"),
@@ -110,6 +114,10 @@ impl Fact {
                 id: n(0)?,
                 token: n(1)?,
                 reason: text_after(2)?,
+            },
+            "retried" => Fact::Retried {
+                id: n(0)?,
+                token: n(1)?,
             },
             "fenced" => Fact::Fenced {
                 id: n(0)?,
@@ -157,6 +165,7 @@ mod tests {
                 attempt: 2,
             },
             Fact::Done { id: 7, token: 3 },
+            Fact::Retried { id: 7, token: 3 },
             Fact::Cancelled {
                 id: 7,
                 token: 3,

@@ -1,8 +1,9 @@
 //! The workers as the parent knows them, and the staged failures: what happened to
 //! each worker process and each of its members, the stages of the run, and the
-//! signals that stage them.
+//! signals that stage them; the scheduled job and the job that fails once.
 
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -231,4 +232,23 @@ impl Stall {
     pub fn ongoing(&self) -> bool {
         self.hung.is_some() && self.stalled.is_none()
     }
+}
+
+/// The scheduled job: due `due` after its enqueue, by the store's clock.
+pub struct Scheduled {
+    pub id: u64,
+    /// When the parent asked for it (just before the store's enqueue).
+    pub enqueued: Instant,
+    pub due: Duration,
+    /// Its first claim: by whom, how long after its enqueue.
+    pub claimed: Option<(String, Duration)>,
+}
+
+/// The job that fails on its first attempt, to be retried after its backoff.
+pub struct Flaky {
+    pub id: u64,
+    /// Who failed it, and when.
+    pub failed: Option<(String, Instant)>,
+    /// Its first claim after the failure: by whom, on which attempt, how long after.
+    pub again: Option<(String, u32, Duration)>,
 }

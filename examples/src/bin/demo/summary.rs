@@ -1,6 +1,7 @@
 //! The end of the run: the parent's tally against the store, each process death as
 //! the store's death history tells it (one per session, counting its members), the
-//! stuck job, the invariants, and what the run was meant to show.
+//! stuck job, the scheduled job, the retried failure, the invariants, and what the
+//! run was meant to show.
 
 use std::process::ExitCode;
 
@@ -11,6 +12,7 @@ use crate::deaths::Deaths;
 use crate::parent::Run;
 use crate::stage::{Role, Stall, Worker};
 use crate::view::{plural, secs};
+use crate::worker::RETRY_BACKOFF;
 
 /// A worker process's death, from the store's death history: its session's one
 /// record and, on a store without native sessions, its members' own records.
@@ -255,6 +257,9 @@ pub async fn report(
     if let Some(stall) = &run.stall {
         lines.push(stall_line(&run, deaths, stall));
     }
+    let delays = store.capabilities().delays;
+    lines.extend(scheduled_line(&run, delays));
+    lines.extend(flaky_line(&run));
     for line in lines {
         run.view.say(&line);
     }
@@ -293,7 +298,7 @@ pub async fn report(
         aborted || clean,
         "every worker that was not killed exited cleanly",
     );
-    let not_shown = shown(&mut run, deaths);
+    let not_shown = shown(&mut run, deaths, delays);
 
     for f in &run.failures {
         run.view.say(&format!("  problem: {f}"));
@@ -364,11 +369,68 @@ fn stall_line(run: &Run, deaths: &Deaths, stall: &Stall) -> String {
     )
 }
 
+/// What became of item `id`: who completed it.
+fn fate(run: &Run, id: u64) -> String {
+    match run.done_by.get(&id) {
+        Some(by) => format!("done by {by}"),
+        None if run.unreported.contains(&id) => "completed, never reported".to_owned(),
+        None => "NOT done".to_owned(),
+    }
+}
+
+/// True when item `id` was completed, reported or not.
+fn done(run: &Run, id: u64) -> bool {
+    run.done_by.contains_key(&id) || run.unreported.contains(&id)
+}
+
+/// The scheduled job's summary line: when it ran.
+fn scheduled_line(run: &Run, delays: bool) -> Option<String> {
+    let Some(s) = &run.scheduled else {
+        return (!delays).then(|| "  scheduled job: none (this store keeps no delays)".to_owned());
+    };
+    let ran = match &s.claimed {
+        Some((by, after)) => format!("claimed {} after it by {by}", secs(*after)),
+        None => "NEVER claimed".to_owned(),
+    };
+    Some(format!(
+        "  scheduled job: item #{}, due {} after its enqueue (by the store's clock): {ran}, {}",
+        s.id,
+        secs(s.due),
+        fate(run, s.id)
+    ))
+}
+
+/// The retried failure's summary line.
+fn flaky_line(run: &Run) -> Option<String> {
+    let f = run.flaky.as_ref()?;
+    let Some((by, _)) = &f.failed else {
+        return Some(format!(
+            "  retried failure: item #{} NEVER failed (its first attempt was not seen)",
+            f.id
+        ));
+    };
+    let again = match &f.again {
+        Some((by, attempt, after)) => {
+            format!(
+                "claimed again {} later by {by} (attempt {attempt})",
+                secs(*after)
+            )
+        }
+        None => "NEVER claimed again".to_owned(),
+    };
+    Some(format!(
+        "  retried failure: item #{} failed on its first attempt ({by}, on purpose), handed back to be tried again after a backoff of up to {}: {again}, {}",
+        f.id,
+        secs(RETRY_BACKOFF),
+        fate(run, f.id)
+    ))
+}
+
 /// Says what the run showed, and answers what it did not. Not safety invariants: a
 /// run that could not stage them (too few items) or saw them late is still correct,
 /// but it did not show what it promised, and says so in its result and its exit
 /// status.
-fn shown(run: &mut Run, deaths: &Deaths) -> Vec<String> {
+fn shown(run: &mut Run, deaths: &Deaths, delays: bool) -> Vec<String> {
     let mut not_shown: Vec<String> = Vec::new();
     let mut lines: Vec<(bool, String)> = Vec::new();
     let members = run.members_per_worker as u64;
@@ -460,6 +522,20 @@ fn shown(run: &mut Run, deaths: &Deaths) -> Vec<String> {
     }
     if !frozen {
         lines.push((false, format!("a SIGSTOP ({ran_out})")));
+    }
+    match &run.scheduled {
+        Some(s) => lines.push((
+            s.claimed.is_some() && done(run, s.id),
+            "the scheduled job run once due, not before".to_owned(),
+        )),
+        None if delays => lines.push((false, format!("a scheduled job ({ran_out})"))),
+        None => {}
+    }
+    if let Some(f) = &run.flaky {
+        lines.push((
+            f.failed.is_some() && f.again.is_some() && done(run, f.id),
+            "a failed job retried after its backoff and done".to_owned(),
+        ));
     }
     for (ok, what) in lines {
         run.view.say(&format!(

@@ -1,32 +1,52 @@
-//! One worker process: opens ONE session (its lease in the space `sessions`), joins
-//! several members riding it, and runs a job loop per member: claim one item, "work"
-//! on it for a seeded while (reporting progress to the member's watchdog), complete
-//! it; every fact goes to the parent (see [`proto`](crate::proto)).
+//! One worker process: opens ONE session (its lease in the space `sessions`) and runs
+//! one worker runner ([`liveness::Worker::ride`]) per member riding it, one job at a
+//! time each. The handler "works" on each item for a seeded while, telling the
+//! member's watchdog the job moves; the runner completes it, or hands it back to be
+//! tried again when the handler fails (a payload marked [`FLAKY`] fails on its first
+//! attempt). Every fact goes to the parent (see [`proto`](crate::proto)): the handler
+//! says what it claimed, the runner's events say how each job ended.
 //!
 //! On a store with native sessions the members cost the store nothing while they
 //! live: their liveness is the session's. On one without, the session renews them
 //! with its own lease. The demo works the same either way.
 //!
-//! When its cancellation fires mid-item (the frozen worker, once resumed), a member
-//! still tries to complete the item — as a careless worker would — so the audience
-//! sees the store refuse the stale completion with `Error::Fenced`. When the parent
-//! sends [`STALL`], the next job one of its members claims hangs without reporting
-//! progress, until the member's watchdog stops it.
+//! The runner stops a handler (drops it) the moment its member's lease is lost, before
+//! the store can give the item to anybody else, and sends no completion for it. This
+//! handler is careless ON PURPOSE: it holds a guard that, dropped before the handler
+//! finished (the frozen worker, once resumed; the stuck job), completes the item anyway
+//! with the old claim, so that the audience sees fencing refuse the stale completion
+//! with `Error::Fenced`. A job whose handler answered just before the loss (a freeze
+//! landing between the answer and the runner's completion) has the runner's own
+//! completion refused the same way: it is reported as refused too. When the parent sends [`STALL`], the next job one of its
+//! members claims hangs without reporting progress, until the member's watchdog stops
+//! it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use liveness::{
-    CancellationToken, Claimed, Error, Event, HolderId, HolderLoss, Member, MemberConfig, Session,
-    SessionConfig, Space, Store, Ttl,
+    CancellationToken, Claimed, Error, Event, HolderId, HolderLoss, Job, JobEnd, JobError, Key,
+    Member, MemberConfig, Session, SessionConfig, Space, Store, Ttl, Worker, WorkerConfig,
 };
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 
 use crate::proto::{Fact, Who, STALL};
 use crate::WorkerArgs;
+
+/// The last word of a payload whose job fails on its first attempt, to be retried.
+pub const FLAKY: &str = "flaky";
+
+/// The wait before a failed job's first retry (each further one doubles it, up to
+/// four times it), by the store's clock; at once on a store without delays.
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(500);
+
+/// The longest pause of an idle runner between two claims, and of the process between
+/// two looks at whether every item is done.
+const POLL: Duration = Duration::from_millis(100);
 
 fn fail(who: Who, message: String) -> i32 {
     Fact::Error { message }.send(who);
@@ -70,46 +90,13 @@ pub async fn run(args: WorkerArgs) -> i32 {
         .map(|n| member_name(&args.name, n))
         .collect();
     // The session and its members share one bus: every lease's events, by key.
-    let mut events = config.events.subscribe();
     let who_by_name: HashMap<String, Who> = (names.iter().cloned())
         .enumerate()
         .map(|(n, name)| (name, Who::Member(n)))
         .collect();
-    // Ends at the session's own `Left` (the last event of a close), or when the bus
-    // closes.
-    let forwarder = tokio::spawn(async move {
-        while let Ok(event) = events.recv().await {
-            let (key, fact) = match event {
-                Event::Joined { key, token, .. } => (key, Fact::Joined { token: token.0 }),
-                Event::Lost {
-                    key,
-                    token,
-                    reason: HolderLoss::Stalled,
-                } => (key, Fact::Stalled { token: token.0 }),
-                Event::Lost { key, token, reason } => (
-                    key,
-                    Fact::Lost {
-                        token: token.0,
-                        reason: loss(reason),
-                    },
-                ),
-                Event::Left { key, token } => (key, Fact::Left { token: token.0 }),
-                _ => continue,
-            };
-            let who = match key.space() == &Space::sessions() {
-                true => Who::Session,
-                false => match who_by_name.get(key.name().as_str()) {
-                    Some(who) => *who,
-                    None => continue,
-                },
-            };
-            let last = who == Who::Session && matches!(fact, Fact::Left { .. });
-            fact.send(who);
-            if last {
-                break;
-            }
-        }
-    });
+    let answered = Answered::default();
+    let events = config.events.subscribe();
+    let forwarder = tokio::spawn(forward(events, who_by_name, answered.clone()));
 
     // The parent holds our stdin open: a line asks for a stall; EOF means it is gone
     // (or wants us to stop).
@@ -132,52 +119,72 @@ pub async fn run(args: WorkerArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(Who::Session, format!("open the session: {e}")),
     };
-    let progress_timeout = Duration::from_millis(args.progress_timeout_ms);
-    let mut members = Vec::new();
+    let mut workers = Vec::new();
+    let careless = Arc::new(Mutex::new(JoinSet::new()));
     for (n, name) in names.iter().enumerate() {
-        let config = match MemberConfig::new(name, ttl).and_then(|c| {
-            Ok(c.holder(holder(name)?)
+        let who = Who::Member(n);
+        let config = WorkerConfig::new(name, ttl).and_then(|c| {
+            let mut c = (c.concurrency(1).checker(false).poll(POLL))
+                .retry_backoff(RETRY_BACKOFF, RETRY_BACKOFF * 4);
+            c.member = MemberConfig::new(name, ttl)?
+                .holder(holder(name)?)
                 .events(session.events().clone())
-                .progress_timeout(progress_timeout))
-        }) {
+                .progress_timeout(Duration::from_millis(args.progress_timeout_ms));
+            Ok(c)
+        });
+        let config = match config {
             Ok(c) => c,
-            Err(e) => return fail(Who::Member(n), format!("config: {e}")),
+            Err(e) => return fail(who, format!("config: {e}")),
         };
-        match session.join_with(config).await {
-            Ok(m) => members.push(m),
-            Err(e) => return fail(Who::Member(n), format!("join: {e}")),
+        let hands = Arc::new(Hands {
+            who,
+            member: OnceLock::new(),
+            rng: Mutex::new(fastrand::Rng::with_seed(
+                args.seed.wrapping_mul(64).wrapping_add(n as u64),
+            )),
+            work_ms: args.work_ms,
+            stall: stall.clone(),
+            careless: careless.clone(),
+            answered: answered.clone(),
+            ttl: ttl.duration(),
+        });
+        let handler = {
+            let hands = hands.clone();
+            move |job| hands.clone().work(job)
+        };
+        match Worker::ride(&session, config, handler).await {
+            Ok(worker) => {
+                let _ = hands.member.set(worker.member().clone());
+                workers.push(worker);
+            }
+            Err(e) => return fail(who, format!("join: {e}")),
         }
     }
 
-    let mut loops = JoinSet::new();
-    for (n, member) in members.into_iter().enumerate() {
-        let job = Job {
-            who: Who::Member(n),
-            member,
-            store: store.clone(),
-            rng: fastrand::Rng::with_seed(args.seed.wrapping_mul(64).wrapping_add(n as u64)),
-            work_ms: args.work_ms,
-            pause: ttl.duration(),
-            stall: stall.clone(),
-            parent_gone: parent_gone.clone(),
-        };
-        loops.spawn(job.run());
-    }
+    // Until every item is done, the held-back ones too (a scheduled job, a retry's
+    // backoff: pending all the same).
     let mut code = 0;
-    let mut rejoining = Vec::new();
-    while let Some(done) = loops.join_next().await {
-        match done {
-            Ok((member, Ok(()))) => rejoining.push(member),
-            Ok((_, Err((who, message)))) => code = fail(who, message),
-            Err(e) => code = fail(Who::Session, format!("a job loop ended: {e}")),
+    while !parent_gone.is_cancelled() {
+        match store.item_counts().await {
+            Ok(c) if c.pending == 0 && c.owned == 0 => break,
+            Ok(_) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => {
+                code = fail(Who::Session, format!("item_counts: {e}"));
+                break;
+            }
+        }
+        tokio::select! {
+            _ = parent_gone.cancelled() => {}
+            _ = tokio::time::sleep(POLL) => {}
         }
     }
     // A session (or member) whose lease was lost (the frozen worker, just resumed)
     // takes a new one on its own; let it, so that every member leaves under a live
     // token and the re-join is seen.
     let all_back = async {
-        for member in &rejoining {
-            let mut generations = member.generations();
+        for worker in &workers {
+            let mut generations = worker.member().generations();
             while generations.borrow_and_update().check().is_err() {
                 if generations.changed().await.is_err() {
                     break;
@@ -186,140 +193,261 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
     };
     let _ = tokio::time::timeout(ttl.duration() * 3, all_back).await;
-    // Closing leaves every riding member (held until then; one dropped before
-    // releases itself after the stop margin), then releases the session.
+    // The careless completions still out say how the store answered them.
+    let mut completions = match careless.lock() {
+        Ok(mut set) => std::mem::take(&mut *set),
+        Err(_) => JoinSet::new(),
+    };
+    let answered = async { while completions.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(ttl.duration() * 3, answered).await;
+    // Each runner stops and its member leaves; then the session is released.
+    for (n, worker) in workers.into_iter().enumerate() {
+        match worker.shutdown(Duration::from_secs(1)).await {
+            Ok(_) => {}
+            // A lease lost just before leaving has nothing to release.
+            Err(e) if e.lost_reason().is_some() => {}
+            Err(e) => code = fail(Who::Member(n), format!("shutdown: {e}")),
+        }
+    }
     match session.close(Duration::from_secs(1)).await {
         Ok(()) => {}
-        // A lease lost just before leaving has nothing to release.
         Err(e) if e.lost_reason().is_some() => {}
         Err(e) => code = fail(Who::Session, format!("close: {e}")),
     }
-    drop(rejoining);
     // Let the event forwarder print what is left before the process exits.
     let _ = tokio::time::timeout(Duration::from_secs(1), forwarder).await;
     code
 }
 
-/// One member's job loop.
-struct Job {
+/// The jobs whose handler answered `Ok`, by item and token, until the runner says how
+/// they ended: one stopped after its handler answered had its completion refused
+/// (its lease was lost meanwhile, as when a freeze lands between the two).
+type Answered = Arc<Mutex<HashSet<(u64, u64)>>>;
+
+/// Sends the facts the bus tells: each lease's joins, losses and leaves, and how each
+/// job ended. Ends at the session's own `Left` (the last event of a close), or when
+/// the bus closes.
+async fn forward(
+    mut events: broadcast::Receiver<Event>,
+    who_by_name: HashMap<String, Who>,
+    answered: Answered,
+) {
+    let who_of = |key: &Key| match key.space() == &Space::sessions() {
+        true => Some(Who::Session),
+        false => who_by_name.get(key.name().as_str()).copied(),
+    };
+    // Each lost lease's reason, by who and token; the jobs the runner stopped before
+    // their member's loss arrived (a session's loss stops every member's work at
+    // once), waiting for it: (who, item, token).
+    let mut losses: HashMap<(Who, u64), String> = HashMap::new();
+    let mut stopped: Vec<(Who, u64, u64)> = Vec::new();
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                let message = format!("the event forwarder missed {n} events");
+                Fact::Error { message }.send(Who::Session);
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => break,
+        };
+        match event {
+            Event::Joined { key, token, .. } => {
+                if let Some(who) = who_of(&key) {
+                    Fact::Joined { token: token.0 }.send(who);
+                }
+            }
+            Event::Lost { key, token, reason } => {
+                let (Some(who), token) = (who_of(&key), token.0) else {
+                    continue;
+                };
+                let why = loss(reason);
+                let fact = match reason {
+                    HolderLoss::Stalled => Fact::Stalled { token },
+                    _ => Fact::Lost {
+                        token,
+                        reason: why.clone(),
+                    },
+                };
+                fact.send(who);
+                let (now, later) = stopped.drain(..).partition(|s| (s.0, s.2) == (who, token));
+                stopped = later;
+                for (_, id, _) in now {
+                    let reason = why.clone();
+                    Fact::Cancelled { id, token, reason }.send(who);
+                }
+                losses.insert((who, token), why);
+            }
+            Event::JobEnded {
+                key,
+                token,
+                id,
+                end,
+                ..
+            } => {
+                let (Some(who), id, token) = (who_of(&key), id.0, token.0) else {
+                    continue;
+                };
+                let ok = answered.lock().is_ok_and(|mut a| a.remove(&(id, token)));
+                match end {
+                    JobEnd::Stopped if ok => Fact::Fenced { id, token }.send(who),
+                    JobEnd::Completed => Fact::Done { id, token }.send(who),
+                    JobEnd::Retried => Fact::Retried { id, token }.send(who),
+                    JobEnd::Stopped => match losses.get(&(who, token)) {
+                        Some(reason) => {
+                            let reason = reason.clone();
+                            Fact::Cancelled { id, token, reason }.send(who)
+                        }
+                        None => stopped.push((who, id, token)),
+                    },
+                    _ => {
+                        let message = format!("item #{id} dead-lettered");
+                        Fact::Error { message }.send(who)
+                    }
+                }
+            }
+            Event::Left { key, token } => {
+                let Some(who) = who_of(&key) else { continue };
+                if who == Who::Session {
+                    for (who, id, token) in stopped.drain(..) {
+                        let reason = "stopped before its handler answered".to_owned();
+                        Fact::Cancelled { id, token, reason }.send(who);
+                    }
+                }
+                Fact::Left { token: token.0 }.send(who);
+                if who == Who::Session {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What one member's handler works with.
+struct Hands {
     who: Who,
-    member: Member,
-    store: Arc<dyn Store>,
-    rng: fastrand::Rng,
+    /// The member, once its runner started: for the careless completion.
+    member: OnceLock<Member>,
+    rng: Mutex<fastrand::Rng>,
     work_ms: (u64, u64),
-    /// How long a member that hung waits before its next claim.
-    pause: Duration,
     /// Set by the parent's [`STALL`]: the next job claimed (by any member of the
     /// process) hangs.
     stall: Arc<AtomicBool>,
-    parent_gone: CancellationToken,
+    /// The process's careless completions under way.
+    careless: Arc<Mutex<JoinSet<()>>>,
+    /// Where it notes the jobs it answered `Ok`.
+    answered: Answered,
+    /// The lease ttl: how long a careless completion waits at most for its member.
+    ttl: Duration,
 }
 
-/// A job loop's error: who says it, and what.
-type LoopError = (Who, String);
-
-impl Job {
-    /// Claims, works and completes until nothing is pending or owned; answers the
-    /// member (to leave with the session) or the error that ended the loop.
-    async fn run(mut self) -> (Member, Result<(), LoopError>) {
-        let result = self.jobs().await;
-        (self.member, result)
-    }
-
-    async fn jobs(&mut self) -> Result<(), LoopError> {
-        let idle = Duration::from_millis(25);
-        let who = self.who;
-        while !self.parent_gone.is_cancelled() {
-            let jobs = match self.member.claim(1).await {
-                Ok(jobs) => jobs,
-                // Lost: the member is re-joining; a fault: try again shortly.
-                Err(e) if e.is_retryable() || e.lost_reason().is_some() => {
-                    tokio::time::sleep(idle).await;
-                    continue;
-                }
-                Err(e) => return Err((who, format!("claim: {e}"))),
-            };
-            if jobs.is_empty() {
-                match self.store.item_counts().await {
-                    Ok(c) if c.pending == 0 && c.owned == 0 => break,
-                    Ok(_) => {}
-                    Err(e) if e.is_retryable() => {}
-                    Err(e) => return Err((who, format!("item_counts: {e}"))),
-                }
-                tokio::time::sleep(idle).await;
-                continue;
+impl Hands {
+    /// The handler: works on one item for a seeded while, telling the member's
+    /// watchdog the job moves every 100 ms.
+    async fn work(self: Arc<Self>, job: Job) -> Result<(), JobError> {
+        let claimed = job.claimed();
+        let (id, token) = (claimed.item.id.0, claimed.lease.token.0);
+        let attempt = job.attempts();
+        Fact::Claimed { id, token, attempt }.send(self.who);
+        let careless = Careless {
+            hands: self.clone(),
+            claimed: Some(claimed.clone()),
+        };
+        if self.stall.swap(false, Ordering::SeqCst) {
+            // A stuck handler: it waits and reports no progress, until the runner
+            // drops it when the watchdog releases the member.
+            Fact::Hung { id, token }.send(self.who);
+            std::future::pending::<()>().await;
+        }
+        let flaky = job.payload().ends_with(FLAKY.as_bytes());
+        if flaky && attempt == 1 {
+            careless.finished();
+            return Err(JobError::retry(format!("{FLAKY} on its first attempt")));
+        }
+        let (lo, hi) = self.work_ms;
+        let ms = match self.rng.lock() {
+            Ok(mut rng) => rng.u64(lo..=hi),
+            Err(_) => hi,
+        };
+        let mut left = Duration::from_millis(ms);
+        while !left.is_zero() {
+            let slice = left.min(Duration::from_millis(100));
+            tokio::time::sleep(slice).await;
+            left -= slice;
+            if job.check().is_err() {
+                // Lost while working (a process woken from a freeze sees it before
+                // its lease's cancellation stops the job): wait to be stopped, and
+                // let the guard complete anyway.
+                std::future::pending::<()>().await;
             }
-            for job in jobs {
-                let (id, token) = (job.item.id.0, job.lease.token.0);
-                Fact::Claimed {
-                    id,
-                    token,
-                    attempt: job.item.attempts,
-                }
-                .send(who);
-                let hung = self.stall.swap(false, Ordering::SeqCst);
-                let cancelled = if hung {
-                    // A stuck handler: it waits and reports no progress. Only the
-                    // cancellation the watchdog fires ends the wait.
-                    Fact::Hung { id, token }.send(who);
-                    job.cancel.cancelled().await;
-                    true
-                } else {
-                    self.work(&job).await
-                };
-                if let Err(e) = job.check() {
-                    let reason = match e.lost_reason() {
-                        Some(cause) => cause.to_string(),
-                        None => e.to_string(),
-                    };
-                    Fact::Cancelled { id, token, reason }.send(who);
-                } else if cancelled {
-                    let reason = "its cancellation fired".to_owned();
-                    Fact::Cancelled { id, token, reason }.send(who);
-                }
-                // Complete even after a cancellation: fencing, not good manners, is
-                // what keeps a stale owner from finishing an item somebody else now
-                // owns.
-                let mut tries = 0;
-                loop {
-                    match self.member.complete(&job).await {
-                        Ok(()) => Fact::Done { id, token }.send(who),
-                        Err(Error::Fenced { .. }) => Fact::Fenced { id, token }.send(who),
-                        Err(e) if e.is_retryable() && tries < 20 => {
-                            tries += 1;
-                            tokio::time::sleep(idle).await;
-                            continue;
-                        }
-                        Err(e) => return Err((who, format!("complete {id}: {e}"))),
-                    }
-                    break;
-                }
-                if hung {
-                    // It comes back slowly (a ttl, well within its watchdog): the
-                    // item it hung on goes to another member.
-                    tokio::time::sleep(self.pause).await;
-                }
-            }
+            job.progress();
+        }
+        careless.finished();
+        if let Ok(mut answered) = self.answered.lock() {
+            answered.insert((id, token));
         }
         Ok(())
     }
+}
 
-    /// Works on one item for a seeded while, telling the member's watchdog the job
-    /// moves every 100 ms; true when the job's cancellation fired first.
-    async fn work(&mut self, job: &Claimed) -> bool {
-        let cancel = &job.cancel;
-        let (lo, hi) = self.work_ms;
-        let mut left = Duration::from_millis(self.rng.u64(lo..=hi));
-        while !left.is_zero() {
-            let slice = left.min(Duration::from_millis(100));
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return true,
-                _ = tokio::time::sleep(slice) => {}
+/// The careless part of the handler: dropped before the handler finished (the runner
+/// stopped it), it completes the item anyway with the old claim, once its member is
+/// back under a new token (a stalled member first hands back the items it held, so
+/// that another member takes them). Fencing, not good manners, is what keeps a stale
+/// owner from finishing an item somebody else now owns: the completion is refused
+/// with `Error::Fenced`.
+struct Careless {
+    hands: Arc<Hands>,
+    /// The claim, until the handler finished.
+    claimed: Option<Claimed>,
+}
+
+impl Careless {
+    /// The handler answered: nothing to do.
+    fn finished(mut self) {
+        self.claimed = None;
+    }
+}
+
+impl Drop for Careless {
+    fn drop(&mut self) {
+        let (Some(claimed), Ok(runtime)) =
+            (self.claimed.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let (who, member) = (self.hands.who, self.hands.member.get().cloned());
+        let wait = self.hands.ttl * 3;
+        let completion = async move {
+            let (id, token) = (claimed.item.id.0, claimed.lease.token.0);
+            let Some(member) = member else {
+                let message = format!("item #{id}: no member to complete it with");
+                return Fact::Error { message }.send(who);
+            };
+            let mut generations = member.generations();
+            let back = generations.wait_for(|g| g.lease.token != claimed.lease.token);
+            let _ = tokio::time::timeout(wait, back).await;
+            for _ in 0..20 {
+                match member.complete(&claimed).await {
+                    Ok(()) => Fact::Done { id, token }.send(who),
+                    Err(Error::Fenced { .. }) => Fact::Fenced { id, token }.send(who),
+                    Err(e) if e.is_retryable() => {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                        continue;
+                    }
+                    Err(e) => Fact::Error {
+                        message: format!("complete {id}: {e}"),
+                    }
+                    .send(who),
+                }
+                return;
             }
-            left -= slice;
-            job.progress();
+            let message = format!("complete {id}: the store stayed unavailable");
+            Fact::Error { message }.send(who);
+        };
+        if let Ok(mut set) = self.hands.careless.lock() {
+            set.spawn_on(completion, &runtime);
         }
-        false
     }
 }
