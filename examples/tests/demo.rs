@@ -55,7 +55,7 @@ fn assert_shows_the_story(out: &Output) -> String {
         "(SIGSTOP, token",
         "after SIGCONT: cancellation fired yes",
         "re-joined with new token",
-        "was REFUSED by the store: Error::Fenced",
+        "was REFUSED by fencing: Error::Fenced",
         "invariant ok: each death declared exactly once",
         "declared dead, its items requeued",
         "declared dead while frozen, its items requeued",

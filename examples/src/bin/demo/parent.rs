@@ -244,7 +244,7 @@ impl Run {
                 let m = &mut w.members[n];
                 m.working_on = None;
                 m.fenced.push((id, token));
-                self.view.log(&format!("{name}: its late completion of item #{id} under token {token} was REFUSED by the store: Error::Fenced (the item was requeued to a live member)"));
+                self.view.log(&format!("{name}: its late completion of item #{id} under token {token} was REFUSED by fencing: Error::Fenced (its token is no longer the item's owner; the item goes to a live member)"));
             }
             Fact::Hung { id, token } => {
                 self.view.log(&format!("{name} hangs on item #{id} (token {token}): its handler waits and reports no progress; {}'s other members go on", w.name));
