@@ -16,6 +16,60 @@ mod common;
 
 const NS: &str = "schema_test";
 
+/// A new file at `path` holding the schema up to `version` alone, as a build of that
+/// version left it; the caller adds its rows and closes the pool.
+async fn file_at_version(path: &std::path::Path, version: i64) -> sqlx::SqlitePool {
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let mut old = Migrator::with_migrations(
+        liveness_sqlite::MIGRATIONS
+            .iter()
+            .filter(|&&(v, _, _)| v <= version)
+            .map(|&(v, d, sql)| {
+                Migration::new(
+                    v,
+                    d.into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    );
+    old.dangerous_set_table_name("liveness_migrations");
+    old.run(&pool).await.unwrap();
+    pool
+}
+
+/// Item 1 pending, item 2 dead-lettered, in the namespace [`NS`].
+const PENDING_AND_DEAD: [&str; 3] = [
+    "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+     VALUES ('schema_test', 0, 2, 1)",
+    "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+     VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+    "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+     VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
+];
+
+/// Runs each of `statements` on `pool`.
+async fn insert(pool: &sqlx::SqlitePool, statements: &[&'static str]) {
+    for &statement in statements {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+}
+
+/// Records the file as last opened under this host's boot (where the host has a boot
+/// id): opening it then applies the upgrade alone, not the reboot rule.
+async fn opened_under_this_boot(pool: &sqlx::SqlitePool) {
+    if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
+            .bind(boot.trim())
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn reconnect_keeps_state_and_newer_schema_is_refused() {
     let (_dir, path) = common::scratch("s.db");
@@ -176,16 +230,18 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
         )]);
         v1.dangerous_set_table_name("liveness_migrations");
         v1.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES ('schema_test', 7, 1)",
-            "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
-             VALUES ('schema_test', 'members', 'old', 'h', 7, 3600000, \
-             CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) + 3600000)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 7)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        insert(
+            &pool,
+            &[
+                "INSERT INTO liveness_counters (ns, next_token, next_item) VALUES ('schema_test', 7, 1)",
+                "INSERT INTO liveness_leases (ns, space, name, holder, token, ttl_ms, expires_at) \
+                 VALUES ('schema_test', 'members', 'old', 'h', 7, 3600000, \
+                 CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) + 3600000)",
+                "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+                 VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 7)",
+            ],
+        )
+        .await;
         pool.close().await;
     }
 
@@ -242,31 +298,11 @@ async fn a_version_1_file_is_migrated_and_its_leases_are_expired() {
 #[tokio::test]
 async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
     let (_dir, path) = common::scratch("v5.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
     let now = i64::try_from(Duration::from(now).as_millis()).unwrap();
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let steps = liveness_sqlite::MIGRATIONS
-            .iter()
-            .copied()
-            .filter(|&(version, _, _)| version <= 5);
-        let mut v5 = Migrator::with_migrations(
-            steps
-                .map(|(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v5.dangerous_set_table_name("liveness_migrations");
-        v5.run(&pool).await.unwrap();
+        let pool = file_at_version(&path, 5).await;
         sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
             .bind(boot.trim())
             .execute(&pool)
@@ -280,18 +316,20 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
         .execute(&pool)
         .await
         .unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 7, 1, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 5)",
-            "INSERT INTO liveness_dead (ns, token, space, name) \
-             VALUES ('schema_test', 5, 'members', 'gone')",
-            "INSERT INTO liveness_deaths (ns, seq, space, name, holder, token, at_ms, cause) \
-             VALUES ('schema_test', 1, 'members', 'gone', 'h', 5, 1, 0)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        insert(
+            &pool,
+            &[
+                "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+                 VALUES ('schema_test', 7, 1, 1)",
+                "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+                 VALUES ('schema_test', 1, x'6a6f62', 1, 5, 1, 5)",
+                "INSERT INTO liveness_dead (ns, token, space, name) \
+                 VALUES ('schema_test', 5, 'members', 'gone')",
+                "INSERT INTO liveness_deaths (ns, seq, space, name, holder, token, at_ms, cause) \
+                 VALUES ('schema_test', 1, 'members', 'gone', 'h', 5, 1, 0)",
+            ],
+        )
+        .await;
         pool.close().await;
     }
 
@@ -347,34 +385,18 @@ async fn a_version_5_file_is_upgraded_in_place_for_sessions() {
 #[tokio::test]
 async fn a_version_7_file_gains_error_texts() {
     let (_dir, path) = common::scratch("v7.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let mut v7 = Migrator::with_migrations(
-            liveness_sqlite::MIGRATIONS
-                .iter()
-                .filter(|&&(version, _, _)| version <= 7)
-                .map(|&(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v7.dangerous_set_table_name("liveness_migrations");
-        v7.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 0, 1, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        let pool = file_at_version(&path, 7).await;
+        insert(
+            &pool,
+            &[
+                "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+                 VALUES ('schema_test', 0, 1, 1)",
+                "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+                 VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+            ],
+        )
+        .await;
         pool.close().await;
     }
 
@@ -415,35 +437,19 @@ async fn a_version_7_file_gains_error_texts() {
 #[tokio::test]
 async fn a_version_8_file_keeps_its_keys_one_retention_from_the_upgrade() {
     let (_dir, path) = common::scratch("v8.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     let key = liveness_core::RequestId::random();
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let mut v8 = Migrator::with_migrations(
-            liveness_sqlite::MIGRATIONS
-                .iter()
-                .filter(|&&(version, _, _)| version <= 8)
-                .map(|&(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v8.dangerous_set_table_name("liveness_migrations");
-        v8.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 0, 1, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        let pool = file_at_version(&path, 8).await;
+        insert(
+            &pool,
+            &[
+                "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
+                 VALUES ('schema_test', 0, 1, 1)",
+                "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
+                 VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
+            ],
+        )
+        .await;
         sqlx::query(
             "INSERT INTO liveness_enqueue_keys (ns, key, id) VALUES ('schema_test', ?1, 1)",
         )
@@ -453,13 +459,7 @@ async fn a_version_8_file_keeps_its_keys_one_retention_from_the_upgrade() {
         .unwrap();
         // Last opened under this boot (where the host has a boot id): only the
         // upgrade dates the key, not the reboot rule.
-        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
-                .bind(boot.trim())
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+        opened_under_this_boot(&pool).await;
         pool.close().await;
     }
 
@@ -490,36 +490,9 @@ async fn a_version_8_file_keeps_its_keys_one_retention_from_the_upgrade() {
 #[tokio::test]
 async fn a_version_10_file_keeps_its_items_in_the_default_queue() {
     let (_dir, path) = common::scratch("v10.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let mut v10 = Migrator::with_migrations(
-            liveness_sqlite::MIGRATIONS
-                .iter()
-                .filter(|&&(version, _, _)| version <= 10)
-                .map(|&(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v10.dangerous_set_table_name("liveness_migrations");
-        v10.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 0, 2, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        let pool = file_at_version(&path, 10).await;
+        insert(&pool, &PENDING_AND_DEAD).await;
         pool.close().await;
     }
 
@@ -562,45 +535,12 @@ async fn a_version_10_file_keeps_its_items_in_the_default_queue() {
 #[tokio::test]
 async fn a_version_11_file_s_items_have_no_times() {
     let (_dir, path) = common::scratch("v11.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let mut v11 = Migrator::with_migrations(
-            liveness_sqlite::MIGRATIONS
-                .iter()
-                .filter(|&&(version, _, _)| version <= 11)
-                .map(|&(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v11.dangerous_set_table_name("liveness_migrations");
-        v11.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 0, 2, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        let pool = file_at_version(&path, 11).await;
+        insert(&pool, &PENDING_AND_DEAD).await;
         // Last opened under this boot (where the host has a boot id): the upgrade
         // alone leaves the items without times, not the reboot rule.
-        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
-                .bind(boot.trim())
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+        opened_under_this_boot(&pool).await;
         pool.close().await;
     }
 
@@ -646,45 +586,12 @@ async fn a_version_11_file_s_items_have_no_times() {
 #[tokio::test]
 async fn a_version_12_file_s_dead_letters_expire_one_retention_after_the_upgrade() {
     let (_dir, path) = common::scratch("v12.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let mut v12 = Migrator::with_migrations(
-            liveness_sqlite::MIGRATIONS
-                .iter()
-                .filter(|&&(version, _, _)| version <= 12)
-                .map(|&(v, d, sql)| {
-                    Migration::new(
-                        v,
-                        d.into(),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        v12.dangerous_set_table_name("liveness_migrations");
-        v12.run(&pool).await.unwrap();
-        for statement in [
-            "INSERT INTO liveness_counters (ns, next_token, next_item, next_death) \
-             VALUES ('schema_test', 0, 2, 1)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 1, x'6a6f62', 0, 5, 0, NULL)",
-            "INSERT INTO liveness_items (ns, id, payload, attempts, max_attempts, state, owner) \
-             VALUES ('schema_test', 2, x'6a6f62', 5, 5, 2, NULL)",
-        ] {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
+        let pool = file_at_version(&path, 12).await;
+        insert(&pool, &PENDING_AND_DEAD).await;
         // Last opened under this boot (where the host has a boot id): the upgrade
         // alone dates the dead letter, not the reboot rule.
-        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-            sqlx::query("UPDATE liveness_boot SET boot_id = ?1")
-                .bind(boot.trim())
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+        opened_under_this_boot(&pool).await;
         pool.close().await;
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use liveness_core::{ItemId, Queue, Session, SessionConfig, Worker, WorkerConfig};
+use liveness_core::{ItemId, Queue, Session, SessionConfig, Ttl, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::Ctx;
@@ -40,41 +40,7 @@ pub async fn a_dead_worker_s_jobs_run_again_on_a_live_worker(ctx: Ctx) {
     // It dies as a killed process does: nothing released.
     doomed.member().clone().orphan();
     drop(doomed);
-    let done: Arc<Mutex<Vec<ItemId>>> = Arc::default();
-    let record = done.clone();
-    let alive_config = WorkerConfig::new("alive", ttl).unwrap().concurrency(4);
-    let alive = Worker::start(s.clone(), alive_config, move |job| {
-        let record = record.clone();
-        async move {
-            job.check()?;
-            record.lock().unwrap().push(job.id());
-            Ok(())
-        }
-    })
-    .await
-    .unwrap();
-    let until = Instant::now() + ttl.duration() * 4 + Duration::from_secs(10);
-    loop {
-        let counts = s.item_counts().await.unwrap();
-        if counts.pending + counts.owned == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "jobs left {counts:?}: the live worker's checker did not bring the dead one's back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let report = alive.shutdown(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(report.completed, 10, "{report:?}");
-    let done = done.lock().unwrap().clone();
-    let once: HashSet<ItemId> = done.iter().copied().collect();
-    assert_eq!(
-        done.len(),
-        once.len(),
-        "a job ran twice to completion: {done:?}"
-    );
-    assert_eq!(once, ids.into_iter().collect(), "every job ran");
+    a_live_worker_runs_them_once_each(&ctx, ttl, ids).await;
 }
 
 /// Two workers riding one session ([`Worker::ride`]) run jobs; then their process
@@ -125,27 +91,7 @@ pub async fn workers_riding_a_dead_session_have_their_jobs_run_again(ctx: Ctx) {
     session.orphan();
     drop(riders);
 
-    let done: Arc<Mutex<Vec<ItemId>>> = Arc::default();
-    let record = done.clone();
-    let alive_config = WorkerConfig::new("alive", ttl).unwrap().concurrency(4);
-    let alive = Worker::start(s.clone(), alive_config, move |job| {
-        let record = record.clone();
-        async move {
-            job.check()?;
-            record.lock().unwrap().push(job.id());
-            Ok(())
-        }
-    })
-    .await
-    .unwrap();
-    let wait = ttl.duration() * 4 + Duration::from_secs(10);
-    wait_until_no_work(&ctx, wait, "the dead session's jobs").await;
-    let report = alive.shutdown(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(report.completed, 10, "{report:?}");
-    let done = done.lock().unwrap().clone();
-    let once: HashSet<ItemId> = done.iter().copied().collect();
-    assert_eq!(done.len(), once.len(), "a job ran twice: {done:?}");
-    assert_eq!(once, ids.into_iter().collect(), "every job ran");
+    a_live_worker_runs_them_once_each(&ctx, ttl, ids).await;
     // With native sessions the riders die in the session's one record; a store
     // without them keeps a lease per rider, so each has a record of its own, once.
     let deaths = s.deaths(None, 1000).await.unwrap();
@@ -167,6 +113,37 @@ pub async fn workers_riding_a_dead_session_have_their_jobs_run_again(ctx: Ctx) {
     for rider in ["doomed-a", "doomed-b"] {
         assert_eq!(records(rider), rider_records, "{rider}: {deaths:?}");
     }
+}
+
+/// A live worker, whose checker is the only one, brings back the jobs a dead worker
+/// held and runs every job left, `ids` exactly, each to completion once.
+async fn a_live_worker_runs_them_once_each(ctx: &Ctx, ttl: Ttl, ids: Vec<ItemId>) {
+    let done: Arc<Mutex<Vec<ItemId>>> = Arc::default();
+    let record = done.clone();
+    let alive_config = WorkerConfig::new("alive", ttl).unwrap().concurrency(4);
+    let alive = Worker::start(ctx.store.clone(), alive_config, move |job| {
+        let record = record.clone();
+        async move {
+            job.check()?;
+            record.lock().unwrap().push(job.id());
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    let wait = ttl.duration() * 4 + Duration::from_secs(10);
+    wait_until_no_work(
+        ctx,
+        wait,
+        "the live worker's checker brings the dead one's back",
+    )
+    .await;
+    let report = alive.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(report.completed, ids.len() as u64, "{report:?}");
+    let done = done.lock().unwrap().clone();
+    let once: HashSet<ItemId> = done.iter().copied().collect();
+    assert_eq!(done.len(), once.len(), "a job ran twice: {done:?}");
+    assert_eq!(once, ids.into_iter().collect(), "every job ran");
 }
 
 /// Waits until the store holds no pending or owned item, for at most `wait`.
