@@ -24,5 +24,13 @@ fn dispatcher_fences_the_stale_leader() {
 fn workers_finish_every_item_after_a_death() {
     let out = run(env!("CARGO_BIN_EXE_workers"));
     assert!(out.contains("died     members/worker-0"), "{out}");
-    assert!(out.contains("all 30 items done"), "{out}");
+    assert!(
+        out.contains("Retried"),
+        "the flaky job is tried again: {out}"
+    );
+    assert!(
+        out.contains("s after its enqueue"),
+        "the scheduled job runs: {out}"
+    );
+    assert!(out.contains("all 32 jobs done"), "{out}");
 }
