@@ -17,15 +17,22 @@ pub(crate) struct Counts {
     /// waiting out its backoff) is due, by the store's clock; absent when none waits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_due_ms: Option<u64>,
+    /// Seconds, by the store's clock, a dead letter is kept after it was
+    /// dead-lettered (`Capabilities::dead_letter_retention`); absent where the store
+    /// keeps dead letters until an operator acts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letter_retention_s: Option<u64>,
 }
 
-impl From<ItemCounts> for Counts {
-    fn from(c: ItemCounts) -> Self {
+impl Counts {
+    /// The counts `c` of a store declaring `caps`.
+    pub(crate) fn new(c: ItemCounts, caps: &liveness::store::Capabilities) -> Counts {
         Counts {
             pending: c.pending,
             owned: c.owned,
             dead_lettered: c.dead_lettered,
             next_due_ms: None,
+            dead_letter_retention_s: caps.dead_letter_retention.map(|d| d.as_secs()),
         }
     }
 }
@@ -45,6 +52,19 @@ pub(crate) fn render_counts(c: &Counts) -> String {
         out.push_str(&format!(
             "\nsome pending items are held back (scheduled, or waiting out a retry's \
              backoff); the first is due in {left}\n"
+        ));
+    }
+    if c.dead_lettered > 0 {
+        let kept = match c.dead_letter_retention_s {
+            Some(s) => format!(
+                "for {} after they were dead-lettered (by the store's clock), or",
+                humantime::format_duration(std::time::Duration::from_secs(s))
+            ),
+            None => "by this store".to_owned(),
+        };
+        out.push_str(&format!(
+            "\ndead letters are kept {kept} until retried or cancelled \
+             (liveness retry, liveness cancel)\n"
         ));
     }
     out
@@ -129,7 +149,8 @@ pub(crate) async fn run(
     limit: usize,
 ) -> Result<(), Failure> {
     let Some(state) = state else {
-        let mut counts = Counts::from(ctx.store.item_counts().await?);
+        let caps = ctx.store.capabilities();
+        let mut counts = Counts::new(ctx.store.item_counts().await?, &caps);
         counts.next_due_ms = ctx
             .store
             .next_due()

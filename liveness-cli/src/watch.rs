@@ -31,7 +31,7 @@ async fn frame(ctx: &Ctx, space: &Space) -> Result<Frame, Failure> {
             .iter()
             .map(Into::into)
             .collect(),
-        items: Counts::from(ctx.store.item_counts().await?),
+        items: Counts::new(ctx.store.item_counts().await?, &ctx.store.capabilities()),
         deaths: deaths::list(ctx, None, SHOWN).await?,
     })
 }

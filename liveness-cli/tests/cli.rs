@@ -232,12 +232,28 @@ fn a_killed_worker_is_seen_by_every_command(url: &str, ns: &str, ttl_ms: u64) {
 /// Dead letters: counted, listed, retried one by one and all at once; a retry of an
 /// unknown or not-dead-lettered item is refused with status 2.
 fn dead_letters_are_listed_and_retried(url: &str) {
-    let ids = rt().block_on(async {
+    let (ids, retention) = rt().block_on(async {
         let store = liveness::connect(url).await.unwrap();
-        dead_letters(&store, 3, |i| format!("poison {i}")).await
+        let retention = store.capabilities().dead_letter_retention;
+        (
+            dead_letters(&store, 3, |i| format!("poison {i}")).await,
+            retention,
+        )
     });
     let counts = liveness_json(url, &["items"]);
     assert_eq!(counts["dead_lettered"], 3, "{counts}");
+    // How long they are kept: the store's retention, or until an operator acts.
+    let kept = counts
+        .get("dead_letter_retention_s")
+        .and_then(Value::as_u64);
+    assert_eq!(kept, retention.map(|d| d.as_secs()), "{counts}");
+    let text = liveness(url, &["items"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let said = match retention {
+        Some(_) => "after they were dead-lettered (by the store's clock), or until retried",
+        None => "dead letters are kept by this store until retried",
+    };
+    assert!(text.contains(said), "{text}");
     let listed = liveness_json(url, &["items", "--state", "dead-lettered"]);
     let rows = listed.as_array().unwrap();
     let listed: Vec<u64> = rows.iter().map(|r| r["id"].as_u64().unwrap()).collect();
