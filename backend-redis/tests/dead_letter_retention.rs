@@ -19,7 +19,7 @@ use liveness_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 mod common;
-use common::{calls, fresh};
+use common::{calls, fresh, fresh_with};
 
 /// The conformance scenario, on a store that keeps dead letters a second: it waits
 /// the retention out and checks the removal (the suite runs it with the default
@@ -42,24 +42,6 @@ fn the_conformance_scenario_removes_dead_letters_kept_a_second() {
         "a_dead_letter_is_kept_for_the_retention_then_removed",
         liveness_conformance::factory(short),
     );
-}
-
-/// A server of this test's own (or `LIVENESS_REDIS_URL`), a store on a fresh
-/// namespace of it with the URL's parameters and `query` (`""`: none more), and a
-/// plain connection to it; `None` where no server can start.
-async fn open(query: &str) -> Option<(RedisServer, RedisStore, MultiplexedConnection)> {
-    let server = RedisServer::start()?;
-    let url = match query {
-        "" => server.url().to_owned(),
-        query => server.url_with(query),
-    };
-    let config = RedisConfig::from_url(&url)
-        .unwrap()
-        .with_namespace(liveness_conformance::fresh_namespace());
-    let store = RedisStore::connect(config).await.unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    Some((server, store, conn))
 }
 
 /// Runs `cmd` on the namespace's key `name` (`liveness:{ns}:<name>`) with `args`.
@@ -180,7 +162,7 @@ async fn dead_letters(
 /// rest; a dead letter within the retention, and the newest, stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_dead_letters_go_a_trim_per_dead_lettering_oldest_first() {
-    let Some((_server, store, mut conn)) = open("dead_letter_retention_s=1").await else {
+    let Some((_server, store, mut conn)) = fresh_with("dead_letter_retention_s=1").await else {
         return;
     };
     assert_eq!(DEAD_LETTER_TRIM, 100);
@@ -236,7 +218,7 @@ async fn expired_dead_letters_go_a_trim_per_dead_lettering_oldest_first() {
 /// letter's entry in `dlt` is its `tf`, the time its record answers as `finished`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retention_is_30_days_by_default_and_set_by_the_url_or_the_builder() {
-    let Some((server, store, mut conn)) = open("").await else {
+    let Some((server, store, mut conn)) = fresh_with("").await else {
         return;
     };
     assert_eq!(
@@ -276,7 +258,7 @@ async fn the_retention_is_30_days_by_default_and_set_by_the_url_or_the_builder()
 /// retried and dead-lettered again is in it once, at its new time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_or_a_discard_takes_a_dead_letter_out_of_its_times() {
-    let Some((_server, store, mut conn)) = open("").await else {
+    let Some((_server, store, mut conn)) = fresh_with("").await else {
         return;
     };
     let once = EnqueueOptions::default().max_attempts(1);
@@ -331,7 +313,7 @@ async fn a_retry_or_a_discard_takes_a_dead_letter_out_of_its_times() {
 /// (an earlier version's retry left it) is dropped and its item left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_from_before_is_kept_and_a_stale_entry_touches_nothing() {
-    let Some((_server, store, mut conn)) = open("dead_letter_retention_s=1").await else {
+    let Some((_server, store, mut conn)) = fresh_with("dead_letter_retention_s=1").await else {
         return;
     };
     let w = lease(&store, "w").await;

@@ -32,8 +32,24 @@ pub async fn fresh() -> Option<(
     liveness_redis::RedisStore,
     redis::aio::MultiplexedConnection,
 )> {
+    fresh_with("").await
+}
+
+/// As [`fresh`], with the store's URL given the further parameters `query` (`""`:
+/// none).
+pub async fn fresh_with(
+    query: &str,
+) -> Option<(
+    RedisServer,
+    liveness_redis::RedisStore,
+    redis::aio::MultiplexedConnection,
+)> {
     let server = RedisServer::spawn(RedisOptions::default())?;
-    let store = liveness_redis::connect(&server.url_with(&format!("ns={}", fresh_namespace())))
+    let params = match query {
+        "" => format!("ns={}", fresh_namespace()),
+        query => format!("ns={}&{query}", fresh_namespace()),
+    };
+    let store = liveness_redis::connect(&server.url_with(&params))
         .await
         .unwrap();
     let client = redis::Client::open(server.url()).unwrap();
