@@ -155,6 +155,8 @@ pub(crate) struct Members {
 pub(crate) struct Snapshot {
     pub now: Result<StoreTime, String>,
     pub members: Result<Members, String>,
+    /// Who holds each singleton role (the leases of the space `leaders`), first page.
+    pub leaders: Result<Vec<LeaseInfo>, String>,
     pub deaths: Result<Vec<DeathRecord>, String>,
     /// Each queue's items by state, in name order.
     pub queues: Result<Vec<QueueCounts>, String>,
@@ -168,6 +170,7 @@ impl Snapshot {
         [
             self.now.as_ref().err(),
             self.members.as_ref().err(),
+            self.leaders.as_ref().err(),
             self.deaths.as_ref().err(),
             self.counts.as_ref().err(),
             self.items.as_ref().err(),
@@ -196,9 +199,11 @@ pub(crate) async fn read(shared: &Shared, view: &View) -> Snapshot {
     let store = &shared.store;
     let t = shared.options.timeout;
     let size = shared.options.page_size;
-    let (now, members, deaths, queues, items) = tokio::join!(
+    let leaders = liveness_core::Space::leaders();
+    let (now, members, leaders, deaths, queues, items) = tokio::join!(
         within(t, store.store_time()),
         within(t, read_members(shared, view)),
+        within(t, store.leases(&leaders, Page::first(size))),
         within(t, store.deaths(view.d, size)),
         within(t, store.queue_counts()),
         within(
@@ -224,6 +229,7 @@ pub(crate) async fn read(shared: &Shared, view: &View) -> Snapshot {
     Snapshot {
         now,
         members,
+        leaders,
         deaths,
         queues,
         counts,

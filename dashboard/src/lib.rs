@@ -1,5 +1,5 @@
 //! A live operator dashboard for a liveness store, as an [`axum::Router`]: who is
-//! alive, who died and where their items went, what is stuck in the dead-letter set,
+//! alive, who leads each singleton role, who died and where their items went, what is stuck in the dead-letter set,
 //! how the checker is doing, and a few small charts.
 //!
 //! ```no_run

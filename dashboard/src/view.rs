@@ -77,6 +77,7 @@ pub(crate) fn live(shared: &Shared, view: &View, snap: &Snapshot) -> Markup {
             (charts(&shared.samples.all()))
         }
         (members(view, snap))
+        (leaders(snap))
         (deaths(view, snap, now, size))
         (items(view, snap, size))
     }
@@ -288,6 +289,34 @@ fn members(view: &View, snap: &Snapshot) -> Markup {
                             a.next href=(view.link(|v| v.m = Some(next.clone()))) { "next »" }
                         }
                         @if view.search().is_some() { span.muted { " read " (page.scanned) " leases" } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Who holds each singleton role ([`Election`](liveness_core::Election)), with its
+/// fencing token: shown when some role has a lease, first page only.
+fn leaders(snap: &Snapshot) -> Markup {
+    let Ok(rows) = &snap.leaders else {
+        return html! {};
+    };
+    html! {
+        @if !rows.is_empty() {
+            section #leaders {
+                h2 { "Leaders" }
+                table {
+                    thead { tr { th { "role" } th { "holder" } th { "token" } th { "time left" } } }
+                    tbody {
+                        @for lease in rows {
+                            tr.leader data-role=(lease.key.name().as_str()) {
+                                td { (lease.key.name().as_str()) }
+                                td.mono { (lease.holder.as_str()) }
+                                td.num { (lease.token.0) }
+                                td.num { (time_left(lease)) }
+                            }
+                        }
                     }
                 }
             }

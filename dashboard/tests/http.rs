@@ -525,3 +525,29 @@ async fn without_a_checker_the_page_points_at_unreaped_leases() {
     let (_, page) = get(&checked, "/").await;
     assert!(!page.contains("not yet reaped"), "{page}");
 }
+
+/// With a role held, the page says who holds it and under which token; with none,
+/// no leaders table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_says_who_holds_each_role() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let app = Dashboard::new(store.clone(), options(Actions::Off)).router();
+    let (_, page) = get(&app, "/parts").await;
+    assert!(!page.contains("id=\"leaders\""), "{page}");
+    let role = Key::new(Space::leaders(), Name::new("dispatcher").unwrap());
+    let holder = HolderId::new("node-7").unwrap();
+    let lease = store
+        .acquire(&role, &holder, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap();
+    let (status, page) = get(&app, "/parts").await;
+    assert_eq!(status, StatusCode::OK);
+    let table = &page[page.find("id=\"leaders\"").expect("a leaders table")..];
+    let row = table
+        .split("data-role=\"dispatcher\"")
+        .nth(1)
+        .expect("the role's row");
+    let row = row.split("</tr>").next().unwrap_or_default();
+    assert!(row.contains("node-7"), "{row}");
+    assert!(row.contains(&format!(">{}<", lease.token.0)), "{row}");
+}
