@@ -249,9 +249,20 @@ async fn open_keeping(
     clock: &ManualBootClock,
     retention: Duration,
 ) -> SqliteStore {
-    let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap())
-        .with_key_retention(retention)
-        .unwrap();
+    open_configured(path, clock, |c| c.with_key_retention(retention)).await
+}
+
+/// A store on `path`, on `clock`, with the namespace's configuration set by `set`.
+async fn open_configured(
+    path: &std::path::Path,
+    clock: &ManualBootClock,
+    set: impl FnOnce(SqliteConfig) -> liveness_core::Result<SqliteConfig>,
+) -> SqliteStore {
+    let config = set(SqliteConfig::new(
+        path,
+        Namespace::new("boot_unit").unwrap(),
+    ))
+    .unwrap();
     SqliteStore::connect_with(config, Arc::new(clock.clone()))
         .await
         .unwrap()
@@ -686,12 +697,7 @@ async fn open_keeping_dead(
     clock: &ManualBootClock,
     retention: Duration,
 ) -> SqliteStore {
-    let config = SqliteConfig::new(path, Namespace::new("boot_unit").unwrap())
-        .with_dead_letter_retention(retention)
-        .unwrap();
-    SqliteStore::connect_with(config, Arc::new(clock.clone()))
-        .await
-        .unwrap()
+    open_configured(path, clock, |c| c.with_dead_letter_retention(retention)).await
 }
 
 /// The ids of the namespace's dead letters, lowest first.

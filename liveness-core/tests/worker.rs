@@ -583,20 +583,9 @@ async fn each_job_s_end_is_an_event_on_the_worker_s_bus() {
     })
     .await
     .unwrap();
-    until_state(
-        &store,
-        retried,
-        ItemState::DeadLettered,
-        Duration::from_secs(5),
-    )
-    .await;
-    until_state(
-        &store,
-        failed,
-        ItemState::DeadLettered,
-        Duration::from_secs(5),
-    )
-    .await;
+    for id in [retried, failed] {
+        until_state(&store, id, ItemState::DeadLettered, Duration::from_secs(5)).await;
+    }
     let key = worker.member().key().clone();
     let token = worker.member().check().unwrap();
     worker.member().clone().orphan();
