@@ -130,16 +130,11 @@ impl Deaths {
             .chain(self.ours.values())
             .all(|n| *n == 1)
     }
-
-    /// Whether this demo's own checker declared the death of `token`.
-    pub fn declared_here(&self, token: u64) -> bool {
-        self.ours.contains_key(&token)
-    }
 }
 
-/// Reads the store's death history again, and logs the deaths it shows that this
-/// demo's checker did not report: a checker beside the demo (`liveness check`) won
-/// their reaps.
+/// Reads the store's death history again, and logs the deaths that are new, however
+/// they were declared: by this demo's checker, or by one beside it (`liveness
+/// check`) that won their reaps.
 pub async fn poll_deaths(
     store: &dyn Store,
     deaths: &mut Deaths,
@@ -151,23 +146,22 @@ pub async fn poll_deaths(
         Err(e) => return view.log(&format!("cannot read the store's death history: {e}")),
     };
     for d in &deaths.list[deaths.list.len() - new..] {
-        if deaths.declared_here(d.token) {
-            continue;
-        }
         let staged = workers.iter().find_map(|w| w.fault_of(d));
         let after = staged.map(|(how, at)| {
-            format!(
-                " {} after the {how}",
-                secs(d.at.saturating_duration_since(at))
-            )
+            let after = secs(d.at.saturating_duration_since(at));
+            format!(" {after} after the {how}")
         });
         view.log(&format!(
-            "store's death history: {}{} (token {}) DEAD, {}{}",
+            "store's death history: {}{} (token {}) DEAD, {}{}{}",
             d.name,
             if d.session { "'s session" } else { "" },
             d.token,
             d.cause,
-            after.unwrap_or_default()
+            after.unwrap_or_default(),
+            match d.session {
+                true => ": ONE process death; its members follow, each declared once",
+                false => "",
+            }
         ));
     }
 }

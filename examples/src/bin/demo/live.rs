@@ -1,5 +1,4 @@
-//! The checker's reports as the demo tells them, and the live view's status block:
-//! every worker process with its session, and each of its members with its lease as
+//! The live view's status block: every worker process with its session, and each of its members with its lease as
 //! the store reports it.
 
 use std::time::Duration;
@@ -9,41 +8,9 @@ use liveness::{Key, LeaseStatus, Name, Space, Store};
 use crate::deaths::Deaths;
 use crate::parent::Run;
 use crate::stage::Role;
-use crate::view::{bar, plural, secs};
+use crate::view::{bar, secs};
 
 impl Run {
-    /// The checker's report of a death.
-    pub fn on_died(&mut self, key: &Key, token: u64, requeued: usize, dead_lettered: usize) {
-        let session = key.space() == &Space::sessions();
-        let name = key.name().as_str();
-        let worker = self.workers.iter().find(|w| match session {
-            true => w.name == name,
-            false => w.member_of(name).is_some(),
-        });
-        let cause = worker.and_then(|w| match w.role {
-            Role::Killed { at } => Some(format!("{} after the SIGKILL", secs(at.elapsed()))),
-            Role::Frozen { at, resumed: None } => Some(format!(
-                "{} after the SIGSTOP (it is still frozen and cannot know)",
-                secs(at.elapsed())
-            )),
-            _ => None,
-        });
-        let what = match session {
-            true => format!("the session of {name} (token {token}): ONE process death; its members follow, each declared once"),
-            false => format!("{name} (token {token})"),
-        };
-        self.view.log(&format!(
-            "checker: {what} declared DEAD{}; {} requeued{}",
-            cause.map(|c| format!(" {c}")).unwrap_or_default(),
-            plural(requeued, "item", "items"),
-            if dead_lettered > 0 {
-                format!(", {dead_lettered} dead-lettered")
-            } else {
-                String::new()
-            },
-        ));
-    }
-
     /// Redraws the status block (live) or logs a progress line now and then (plain).
     pub async fn draw(&mut self, store: &dyn Store, deaths: &Deaths, elapsed: Duration) {
         let live = self.view.is_live();

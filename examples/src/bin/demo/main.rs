@@ -1,10 +1,4 @@
-//! The liveness demo: real worker processes on a shared store, each with ONE session
-//! and one worker runner ([`liveness::Worker`]) per member riding it; one process
-//! killed with SIGKILL, one frozen with SIGSTOP past its ttl, one member of a third
-//! stuck in its job until its watchdog releases it alone; a checker that declares each
-//! death once and requeues its items; fencing that refuses the frozen worker's late
-//! completions; a scheduled job that runs when due, and a job that fails once and is
-//! retried after its backoff.
+//! The liveness demo: the story it tells is [`Cli`]'s doc (its `--help`).
 //!
 //! ```sh
 //! cargo run --release -p examples --bin demo
@@ -12,8 +6,9 @@
 //! ```
 //!
 //! The parent process enqueues the items (with [`liveness::Queue`]), runs the checker
-//! and the live view, and
-//! re-executes this binary with the hidden `worker` subcommand for each worker. Workers
+//! and the live view, and re-executes this binary with the hidden `worker` subcommand
+//! for each worker, each running one worker runner ([`liveness::Worker`]) per member
+//! riding its one session. Workers
 //! report what they do as one line per fact on their stdout (see [`proto`]); the parent
 //! keeps its own tally from those lines and checks it against the store at the end.
 
@@ -69,9 +64,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// One worker process (started by the demo itself).
+    /// One worker process (started by the demo itself), its settings as JSON.
     #[command(hide = true)]
-    Worker(WorkerArgs),
+    Worker { settings: String },
 }
 
 /// The demo's options.
@@ -142,50 +137,37 @@ pub struct RunArgs {
     pub dashboard: Option<std::net::SocketAddr>,
 }
 
-/// The hidden worker subcommand's options (the parent passes them).
-#[derive(Args, Debug, Clone)]
+/// One worker process's settings: the parent passes them as JSON to the hidden
+/// `worker` subcommand.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WorkerArgs {
     /// The store URL.
-    #[arg(long)]
     pub store: String,
     /// The process's name: its session's, and its members' prefix.
-    #[arg(long)]
     pub name: String,
     /// How many members ride its session.
-    #[arg(long)]
     pub members: usize,
     /// The members' progress timeout in milliseconds.
-    #[arg(long)]
     pub progress_timeout_ms: u64,
     /// The lease ttl in milliseconds.
-    #[arg(long)]
     pub ttl_ms: u64,
     /// The seed of this worker's work times.
-    #[arg(long)]
     pub seed: u64,
     /// Work time range in milliseconds.
-    #[arg(long, value_parser = parse_range)]
     pub work_ms: (u64, u64),
 }
 
+/// A duration as `3s`, `800ms`, `1m 30s`, or a number of milliseconds; not zero.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit_ms) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1000)
-    } else {
-        (s, 1)
+    let d = match s.trim().parse::<u64>() {
+        Ok(ms) => Duration::from_millis(ms),
+        Err(_) => humantime::parse_duration(s.trim())
+            .map_err(|e| format!("{s:?} is not a duration like 3s, 800ms or 1500: {e}"))?,
     };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 3s, 800ms or 1500"))?;
-    let ms = n.saturating_mul(unit_ms);
-    if ms == 0 {
-        return Err("the ttl must be at least 1 ms".to_owned());
+    match d.is_zero() {
+        true => Err("the duration must be at least 1 ms".to_owned()),
+        false => Ok(d),
     }
-    Ok(Duration::from_millis(ms))
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -193,18 +175,21 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     let (a, b) = s.split_once('-').ok_or_else(bad)?;
     let a: u64 = a.trim().parse().map_err(|_| bad())?;
     let b: u64 = b.trim().parse().map_err(|_| bad())?;
-    if a > b {
-        return Err(bad());
-    }
-    Ok((a, b))
+    (a <= b).then_some((a, b)).ok_or_else(bad)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Worker(args)) => {
-            let code = worker::run(args).await;
+        Some(Command::Worker { settings }) => {
+            let code = match serde_json::from_str(&settings) {
+                Ok(args) => worker::run(args).await,
+                Err(e) => {
+                    eprintln!("demo worker: bad settings: {e}");
+                    2
+                }
+            };
             // Exit now: the stdin watcher's blocking read would hold the runtime's
             // shutdown until the parent closes the pipe.
             std::process::exit(code)

@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use liveness::{
     Store, Ttl,
 };
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -26,7 +28,7 @@ use crate::proto::{Fact, Who, STALL};
 use crate::stage::{signal, Flaky, Role, Scheduled, Stage, Stall, Worker};
 use crate::view::{plural, secs, View};
 use crate::worker::FLAKY;
-use crate::RunArgs;
+use crate::{RunArgs, WorkerArgs};
 
 /// Attempts per item: enough that a kill, a stall and a freeze never dead-letter one.
 const MAX_ATTEMPTS: u32 = 5;
@@ -45,22 +47,28 @@ enum Msg {
     Exited(usize, std::io::Result<ExitStatus>),
 }
 
-fn setup_error(message: String) -> ExitCode {
-    eprintln!("demo: {message}");
-    ExitCode::from(2)
+type Sender = mpsc::UnboundedSender<Msg>;
+
+/// Sends each line worker `i` writes to `pipe`: a fact, or text for the log.
+fn read_lines(i: usize, pipe: Option<impl AsyncRead + Unpin + Send + 'static>, tx: &Sender) {
+    let (Some(pipe), tx) = (pipe, tx.clone()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let msg = match Fact::parse(&line) {
+                Some((who, fact)) => Msg::Fact(i, who, fact),
+                None if line.trim().is_empty() => continue,
+                None => Msg::Stderr(i, line),
+            };
+            _ = tx.send(msg);
+        }
+    });
 }
 
-/// Encodes the characters a `sqlite://` URL path cannot carry verbatim.
-fn url_path(path: &std::path::Path) -> String {
-    let mut out = String::new();
-    for ch in path.to_string_lossy().chars() {
-        match ch {
-            '%' | '?' | '#' | ' ' => out.push_str(&format!("%{:02X}", ch as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// The characters a `sqlite://` URL path cannot carry verbatim.
+const NOT_IN_PATH: &AsciiSet = &CONTROLS.add(b'%').add(b'?').add(b'#').add(b' ');
 
 /// What the parent knows of the run: the workers, the stages, its own tally of the
 /// items from the workers' facts.
@@ -104,14 +112,7 @@ impl Run {
     async fn on_fact(&mut self, i: usize, who: Who, fact: Fact) {
         match who {
             Who::Session => self.on_session_fact(i, fact),
-            Who::Member(n) if n < self.workers[i].members.len() => {
-                self.on_member_fact(i, n, fact).await
-            }
-            Who::Member(n) => {
-                let w = &self.workers[i];
-                self.view
-                    .log(&format!("{} says: member {} {fact:?}", w.name, n + 1))
-            }
+            Who::Member(n) => self.on_member_fact(i, n, fact).await,
         }
     }
 
@@ -155,7 +156,11 @@ impl Run {
 
     async fn on_member_fact(&mut self, i: usize, n: usize, fact: Fact) {
         let w = &mut self.workers[i];
-        let name = w.members[n].name.clone();
+        let Some(name) = w.members.get(n).map(|m| m.name.clone()) else {
+            return self
+                .view
+                .log(&format!("{} says: member {} {fact:?}", w.name, n + 1));
+        };
         match fact {
             Fact::Joined { token } => {
                 let m = &mut w.members[n];
@@ -236,9 +241,8 @@ impl Run {
                 }
                 self.view.log(&format!("{name}: its job on item #{id} (token {token}) FAILED (on purpose): the runner hands it back, to be tried again after its backoff"));
             }
-            Fact::Cancelled { id, token, reason } => {
-                self.view.log(&format!("{name}: its work on item #{id} (token {token}) stopped by the runner: {reason}"));
-                w.members[n].cancelled.push((id, token, reason));
+            Fact::Cancelled { id, token } => {
+                self.view.log(&format!("{name}: its work on item #{id} (token {token}) stopped by the runner before its handler answered"));
             }
             Fact::Fenced { id, token } => {
                 let m = &mut w.members[n];
@@ -311,7 +315,10 @@ impl Run {
                 match sent {
                     Ok(()) => {
                         w.stall_host = true;
-                        self.stall = Some(Stall::new(i));
+                        self.stall = Some(Stall {
+                            worker: i,
+                            ..Stall::default()
+                        });
                         self.view.log(&format!("STALL -> {}: the next job one of its members claims hangs without reporting progress (its watchdog: {})", w.name, secs(self.progress_timeout)));
                     }
                     Err(e) => self
@@ -383,8 +390,19 @@ impl Run {
 }
 
 /// Runs the demo; the exit code says whether every invariant held and whether the
-/// run showed all it promised.
+/// run showed all it promised (2 for a setup that failed).
 pub async fn run(args: RunArgs) -> ExitCode {
+    match try_run(args).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("demo: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// [`run`]; an error is a setup that failed, before the story began.
+async fn try_run(args: RunArgs) -> Result<ExitCode, String> {
     let live = !args.plain && std::io::stdout().is_terminal();
     let mut view = View::new(live);
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..1_000_000));
@@ -394,67 +412,56 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let url = match &args.store {
         Some(url) => url.clone(),
         None => {
-            let dir = match tempfile::Builder::new().prefix("liveness-demo-").tempdir() {
-                Ok(d) => d,
-                Err(e) => return setup_error(format!("cannot create a temporary directory: {e}")),
-            };
-            let url = format!("sqlite://{}?ns=demo", url_path(&dir.path().join("demo.db")));
+            let dir = (tempfile::Builder::new().prefix("liveness-demo-").tempdir())
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let path = dir.path().join("demo.db");
+            let path = utf8_percent_encode(&path.to_string_lossy(), NOT_IN_PATH).to_string();
+            let url = format!("sqlite://{path}?ns=demo");
             _tmp = Some(dir);
             url
         }
     };
     if url.to_ascii_lowercase().starts_with("memory:") {
-        return setup_error(
+        return Err(
             "memory:// lives inside one process, and the demo's workers are separate processes: \
              use sqlite:///path/file.db (the default) or a server store"
                 .to_owned(),
         );
     }
-    let ttl = match Ttl::new(args.ttl) {
-        Ok(t) => t,
-        Err(e) => return setup_error(format!("--ttl: {e}")),
-    };
+    let ttl = Ttl::new(args.ttl).map_err(|e| format!("--ttl: {e}"))?;
     let progress_timeout = args.progress_timeout.unwrap_or(ttl.duration() * 3);
     if progress_timeout < liveness::member::MIN_PROGRESS_TIMEOUT {
-        return setup_error(format!(
+        return Err(format!(
             "--progress-timeout: at least {} ms",
             liveness::member::MIN_PROGRESS_TIMEOUT.as_millis()
         ));
     }
+    // A backend this build leaves out: say how to build it in.
     let scheme = url
         .split(':')
         .next()
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if let Some(feature) = liveness::feature_of(&scheme) {
-        if !liveness::schemes().contains(&scheme.as_str()) {
-            return setup_error(format!(
-                "this demo was built without the {feature} backend that `{scheme}://` needs: \
-                 run it with `cargo run -p examples --features {feature} --bin demo -- --store …`"
-            ));
-        }
+    let missing =
+        liveness::feature_of(&scheme).filter(|_| !liveness::schemes().contains(&&*scheme));
+    if let Some(feature) = missing {
+        return Err(format!(
+            "this demo was built without the {feature} backend that `{scheme}://` needs: \
+             run it with `cargo run -p examples --features {feature} --bin demo -- --store …`"
+        ));
     }
-    let store: Arc<dyn Store> = match liveness::connect(&url).await {
-        Ok(s) => s,
-        Err(e) => return setup_error(format!("cannot open the store {url}: {e}")),
-    };
-    if let Err(e) = store.capabilities().check_ttl(ttl) {
-        return setup_error(format!("--ttl for the {} store: {e}", store.backend()));
-    }
+    let store: Arc<dyn Store> =
+        (liveness::connect(&url).await).map_err(|e| format!("cannot open the store {url}: {e}"))?;
+    (store.capabilities().check_ttl(ttl))
+        .map_err(|e| format!("--ttl for the {} store: {e}", store.backend()))?;
     if let Some(addr) = args.dashboard {
-        match crate::dashboard::serve(addr, store.clone(), &url).await {
-            Ok(at) => println!("dashboard: http://{at}/"),
-            Err(e) => return setup_error(format!("--dashboard {addr}: {e}")),
-        }
+        let at = (crate::dashboard::serve(addr, store.clone(), &url).await)
+            .map_err(|e| format!("--dashboard {addr}: {e}"))?;
+        println!("dashboard: http://{at}/");
     }
-    match store.item_counts().await {
-        Ok(c) if c == ItemCounts::default() => {}
-        Ok(c) => {
-            return setup_error(format!(
-                "the store's namespace already holds items ({c:?}): give the demo a fresh one (?ns=NAME)"
-            ))
-        }
-        Err(e) => return setup_error(format!("cannot read the store: {e}")),
+    let counts = (store.item_counts().await).map_err(|e| format!("cannot read the store: {e}"))?;
+    if counts != ItemCounts::default() {
+        return Err(format!("the store's namespace already holds items ({counts:?}): give the demo a fresh one (?ns=NAME)"));
     }
 
     let members = args.members_per_worker as usize;
@@ -496,10 +503,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
             _ => format!("item {i}"),
         })
         .collect();
-    let mut ids = match queue.enqueue_many_with(&payloads, options).await {
-        Ok(ids) => ids,
-        Err(e) => return setup_error(format!("enqueue: {e}")),
-    };
+    let mut ids =
+        (queue.enqueue_many_with(&payloads, options).await).map_err(|e| format!("enqueue: {e}"))?;
     let flaky = ids.first().map(|id| Flaky {
         id: id.0,
         failed: None,
@@ -512,21 +517,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
             (ttl.duration() * 2).max(Duration::from_secs(2)),
         );
         let payload = format!("item {now} scheduled");
-        match queue
+        let id = (queue
             .enqueue_with(payload.as_bytes(), options.delay(due))
-            .await
-        {
-            Ok(id) => {
-                ids.push(id);
-                scheduled = Some(Scheduled {
-                    id: id.0,
-                    enqueued,
-                    due,
-                    claimed: None,
-                });
-            }
-            Err(e) => return setup_error(format!("enqueue: {e}")),
-        }
+            .await)
+            .map_err(|e| format!("enqueue: {e}"))?;
+        ids.push(id);
+        scheduled = Some(Scheduled {
+            id: id.0,
+            enqueued,
+            due,
+            claimed: None,
+        });
     }
     view.log(&format!(
         "enqueued {}{}{}",
@@ -548,10 +549,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
     // The deaths to show, from the store's death history: a checker running beside
     // the demo on the same store may win every reap from the demo's own.
-    let mut deaths = match Deaths::start(&*store).await {
-        Ok(d) => d,
-        Err(e) => return setup_error(format!("cannot read the store's death history: {e}")),
-    };
+    let mut deaths = (Deaths::start(&*store).await)
+        .map_err(|e| format!("cannot read the store's death history: {e}"))?;
     // The checker, in this process (unless one beside it does the work). It watches
     // the sessions too (the default): a process's death is its session's.
     let bus = EventBus::default();
@@ -570,71 +569,36 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
 
     // The workers.
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => return setup_error(format!("cannot find this program's path: {e}")),
-    };
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let mut workers: Vec<Worker> = Vec::new();
     for i in 0..args.workers as usize {
         let name = format!("worker-{}", i + 1);
+        let settings = serde_json::to_string(&WorkerArgs {
+            store: url.clone(),
+            name: name.clone(),
+            members,
+            progress_timeout_ms: progress_timeout.as_millis() as u64,
+            ttl_ms: ttl.as_millis(),
+            seed: seed.wrapping_mul(1000).wrapping_add(i as u64),
+            work_ms: args.work_ms,
+        });
         let spawned = Command::new(&exe)
             .arg("worker")
-            .args(["--store", &url, "--name", &name])
-            .args(["--members", &members.to_string()])
-            .args(["--ttl-ms", &ttl.as_millis().to_string()])
-            .args([
-                "--progress-timeout-ms",
-                &progress_timeout.as_millis().to_string(),
-            ])
-            .args([
-                "--seed",
-                &seed.wrapping_mul(1000).wrapping_add(i as u64).to_string(),
-            ])
-            .args([
-                "--work-ms",
-                &format!("{}-{}", args.work_ms.0, args.work_ms.1),
-            ])
+            .arg(settings.unwrap_or_default())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => return setup_error(format!("cannot start {name}: {e}")),
-        };
+        let mut child = spawned.map_err(|e| format!("cannot start {name}: {e}"))?;
         let pid = child.id();
         let stdin = child.stdin.take();
-        if let Some(out) = child.stdout.take() {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Some((who, fact)) = Fact::parse(&line) {
-                        let _ = tx.send(Msg::Fact(i, who, fact));
-                    } else if !line.trim().is_empty() {
-                        let _ = tx.send(Msg::Stderr(i, line));
-                    }
-                }
-            });
-        }
-        if let Some(err) = child.stderr.take() {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let _ = tx.send(Msg::Stderr(i, line));
-                }
-            });
-        }
-        {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let status = child.wait().await;
-                let _ = tx.send(Msg::Exited(i, status));
-            });
-        }
+        read_lines(i, child.stdout.take(), &tx);
+        read_lines(i, child.stderr.take(), &tx);
+        let tx = tx.clone();
+        tokio::spawn(async move { _ = tx.send(Msg::Exited(i, child.wait().await)) });
         view.log(&format!("started {name} (pid {})", pid.unwrap_or(0)));
         workers.push(Worker::new(name, members, pid, stdin));
     }
@@ -696,26 +660,21 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     Msg::Exited(i, status) => {
                         let w = &mut run.workers[i];
                         w.stdin = None;
-                        match status {
-                            Ok(status) => {
-                                w.exited = Some(status);
-                                if !matches!(w.role, Role::Killed { .. }) {
-                                    run.view.log(&format!("{} exited ({status})", w.name));
-                                }
-                            }
-                            Err(e) => {
-                                run.failures.push(format!("{}: could not wait for it: {e}", w.name));
-                                w.exited = Some(ExitStatus::default());
-                            }
+                        let status = status.unwrap_or_else(|e| {
+                            run.failures.push(format!("{}: could not wait for it: {e}", w.name));
+                            ExitStatus::from_raw(1 << 8)
+                        });
+                        w.exited = Some(status);
+                        if !matches!(w.role, Role::Killed { .. }) {
+                            run.view.log(&format!("{} exited ({status})", w.name));
                         }
                     }
                 }
             }
             ev = checker_events.recv() => {
                 match ev {
-                    Ok(Event::Died { key, token, requeued, dead_lettered, .. }) => {
+                    Ok(Event::Died { token, .. }) => {
                         *deaths.ours.entry(token.0).or_default() += 1;
-                        run.on_died(&key, token.0, requeued, dead_lettered);
                         poll_deaths(&*store, &mut deaths, &mut run.view, &run.workers).await;
                     }
                     Ok(Event::Swept { requeued, token, .. }) => {
@@ -791,7 +750,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let kill_seen = run.workers.iter().all(|w| match w.role {
             Role::Killed { at } => {
                 crate::summary::process_death(&deaths, w)
-                    .is_some_and(|d| d.members >= members as u64)
+                    .is_some_and(|d| d.moved.members >= members as u64)
                     || at.elapsed() > ttl.duration() * 10
             }
             _ => true,
@@ -836,14 +795,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
         run.counts = c;
     }
     let temporary = _tmp.is_some();
-    crate::summary::report(
-        run,
-        &*store,
-        &deaths,
-        &url,
-        &ids,
-        temporary,
-        aborted.is_some(),
-    )
-    .await
+    let aborted = aborted.is_some();
+    Ok(crate::summary::report(run, &*store, &deaths, &url, &ids, temporary, aborted).await)
 }

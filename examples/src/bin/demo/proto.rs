@@ -1,27 +1,31 @@
 //! The line protocol between a worker process and the parent.
 //!
-//! From the worker, on its stdout: one fact per line, said by the worker's session
-//! (`session joined 5`) or by one of its members, numbered from 1 (`m2 claimed 7 9
-//! 1`); words separated by spaces. To the worker, on its stdin: one command per line
+//! From the worker, on its stdout: one fact per line, as JSON, said by the worker's
+//! session or by one of its members (`{"who":{"member":1},"fact":"claimed","id":7,
+//! "token":9,"attempt":1}`). To the worker, on its stdin: one command per line
 //! ([`STALL`]); the end of its stdin means the parent is gone.
 
 use std::io::Write;
+
+use serde::{Deserialize, Serialize};
 
 /// The command that makes the next job one of the worker's members claims hang: its
 /// handler waits without reporting progress, until the runner stops it.
 pub const STALL: &str = "stall";
 
 /// Who in a worker process says a fact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Who {
     /// The process's session (its one lease in the space `sessions`).
     Session,
-    /// Its member number `n`, counted from 0 (written `m{n + 1}`).
+    /// Its member number `n`, counted from 0.
     Member(usize),
 }
 
 /// One fact a worker reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fact", rename_all = "snake_case")]
 pub enum Fact {
     /// The lease was taken (at start, or at a re-open or re-join) under `token`.
     Joined { token: u64 },
@@ -32,9 +36,9 @@ pub enum Fact {
     /// Its job on `id` under `token` failed and the item went back to pending, to be
     /// tried again after the backoff.
     Retried { id: u64, token: u64 },
-    /// Its work on `id` under `token` stopped before the handler answered (the runner
-    /// dropped it), for `reason`: what its lease's loss said.
-    Cancelled { id: u64, token: u64, reason: String },
+    /// Its work on `id` under `token` stopped before the handler answered: the runner
+    /// dropped it (its lease was lost, or the runner shut down).
+    Cancelled { id: u64, token: u64 },
     /// The store refused its completion of `id` under `token`: `Error::Fenced`.
     Fenced { id: u64, token: u64 },
     /// Its job on `id` under `token` hangs: the handler waits without reporting
@@ -51,102 +55,30 @@ pub enum Fact {
     Error { message: String },
 }
 
-impl Who {
-    fn word(self) -> String {
-        match self {
-            Who::Session => "session".to_owned(),
-            Who::Member(n) => format!("m{}", n + 1),
-        }
-    }
-
-    fn parse(word: &str) -> Option<Who> {
-        if word == "session" {
-            return Some(Who::Session);
-        }
-        let n: usize = word.strip_prefix('m')?.parse().ok()?;
-        Some(Who::Member(n.checked_sub(1)?))
-    }
+/// One line: who says which fact.
+#[derive(Serialize, Deserialize)]
+struct Line {
+    who: Who,
+    #[serde(flatten)]
+    fact: Fact,
 }
 
 impl Fact {
-    /// The line written for this fact, said by `who`.
-    pub fn line(&self, who: Who) -> String {
-        let fact = match self {
-            Fact::Joined { token } => format!("joined {token}"),
-            Fact::Claimed { id, token, attempt } => format!("claimed {id} {token} {attempt}"),
-            Fact::Done { id, token } => format!("done {id} {token}"),
-            Fact::Retried { id, token } => format!("retried {id} {token}"),
-            Fact::Cancelled { id, token, reason } => format!("cancelled {id} {token} {reason}"),
-            Fact::Fenced { id, token } => format!("fenced {id} {token}"),
-            Fact::Hung { id, token } => format!("hung {id} {token}"),
-            Fact::Stalled { token } => format!("stalled {token}"),
-            Fact::Lost { token, reason } => format!("lost {token} {reason}"),
-            Fact::Left { token } => format!("left {token}"),
-            Fact::Error { message } => format!("error {}", message.replace('\n', " ")),
-        };
-        format!("{} {fact}", who.word())
-    }
-
     /// Parses a line; `None` for anything that is not a fact.
     pub fn parse(line: &str) -> Option<(Who, Fact)> {
-        let (who, line) = line.trim_end().split_once(' ')?;
-        let who = Who::parse(who)?;
-        let (word, rest) = line.split_once(' ')?;
-        let words: Vec<&str> = rest.split(' ').collect();
-        let n = |i: usize| words.get(i).and_then(|w| w.parse::<u64>().ok());
-        // The words after the first `i`, as one text.
-        let text_after = |i: usize| {
-            let text = words.get(i..).map(|w| w.join(" ")).unwrap_or_default();
-            (!text.is_empty()).then_some(text)
-        };
-        let fact = match word {
-            "joined" => Fact::Joined { token: n(0)? },
-            "claimed" => Fact::Claimed {
-                id: n(0)?,
-                token: n(1)?,
-                attempt: u32::try_from(n(2)?).ok()?,
-            },
-            "done" => Fact::Done {
-                id: n(0)?,
-                token: n(1)?,
-            },
-            "cancelled" => Fact::Cancelled {
-                id: n(0)?,
-                token: n(1)?,
-                reason: text_after(2)?,
-            },
-            "retried" => Fact::Retried {
-                id: n(0)?,
-                token: n(1)?,
-            },
-            "fenced" => Fact::Fenced {
-                id: n(0)?,
-                token: n(1)?,
-            },
-            "hung" => Fact::Hung {
-                id: n(0)?,
-                token: n(1)?,
-            },
-            "stalled" => Fact::Stalled { token: n(0)? },
-            "lost" => Fact::Lost {
-                token: n(0)?,
-                reason: text_after(1)?,
-            },
-            "left" => Fact::Left { token: n(0)? },
-            "error" => Fact::Error {
-                message: rest.to_owned(),
-            },
-            _ => return None,
-        };
+        let Line { who, fact } = serde_json::from_str(line).ok()?;
         Some((who, fact))
     }
 
-    /// Writes the fact, said by `who`, to stdout and flushes, so the parent sees it
-    /// at once. A closed stdout (the parent is gone) is ignored: the worker notices
-    /// through stdin.
-    pub fn send(&self, who: Who) {
+    /// Writes the fact, said by `who`, to stdout as one line and flushes, so the
+    /// parent sees it at once. A closed stdout (the parent is gone) is ignored: the
+    /// worker notices through stdin.
+    pub fn send(self, who: Who) {
+        let Ok(line) = serde_json::to_string(&Line { who, fact: self }) else {
+            return;
+        };
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", self.line(who));
+        let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
 }
@@ -157,44 +89,27 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for f in [
-            Fact::Joined { token: 3 },
+        let reason = "local deadline passed\nand more".to_owned();
+        for fact in [
             Fact::Claimed {
                 id: 7,
                 token: 3,
                 attempt: 2,
             },
-            Fact::Done { id: 7, token: 3 },
-            Fact::Retried { id: 7, token: 3 },
-            Fact::Cancelled {
-                id: 7,
-                token: 3,
-                reason: "given up by its holder".to_owned(),
-            },
-            Fact::Fenced { id: 7, token: 3 },
-            Fact::Hung { id: 7, token: 3 },
-            Fact::Stalled { token: 3 },
-            Fact::Lost {
-                token: 3,
-                reason: "local deadline passed".to_owned(),
-            },
-            Fact::Left { token: 3 },
-            Fact::Error {
-                message: "boom".to_owned(),
-            },
+            Fact::Lost { token: 3, reason },
         ] {
-            for who in [Who::Session, Who::Member(0), Who::Member(11)] {
-                assert_eq!(Fact::parse(&f.line(who)), Some((who, f.clone())));
+            for who in [Who::Session, Who::Member(11)] {
+                let line = serde_json::to_string(&Line {
+                    who,
+                    fact: fact.clone(),
+                });
+                assert_eq!(Fact::parse(&line.unwrap()), Some((who, fact.clone())));
             }
         }
-        assert_eq!(
-            Fact::line(&Fact::Joined { token: 3 }, Who::Member(1)),
-            "m2 joined 3"
-        );
         assert_eq!(Fact::parse("noise"), None);
-        assert_eq!(Fact::parse("m1 done x"), None);
-        assert_eq!(Fact::parse("m0 done 1 2"), None);
-        assert_eq!(Fact::parse("done 1 2"), None);
-        assert_eq!(Fact::parse("m1 lost 3"), None);
+        assert_eq!(
+            Fact::parse(r#"{"who":"session","fact":"done","id":1}"#),
+            None
+        );
     }
 }

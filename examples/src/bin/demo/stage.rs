@@ -13,9 +13,10 @@ use tokio::time::Instant;
 use crate::deaths::Death;
 
 /// What happened to a worker process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Role {
     /// Left alone.
+    #[default]
     Normal,
     /// Sent SIGKILL at `at`.
     Killed { at: Instant },
@@ -58,6 +59,7 @@ pub fn signal(pid: Option<u32>, sig: Signal) -> Result<(), String> {
 }
 
 /// One member of a worker process, as the parent knows it from its facts.
+#[derive(Default)]
 pub struct MemberView {
     /// Its name, `worker-N.mK`.
     pub name: String,
@@ -69,27 +71,11 @@ pub struct MemberView {
     pub lost: Vec<(u64, String)>,
     /// Its completions the store refused: (item, token).
     pub fenced: Vec<(u64, u64)>,
-    /// Its work stopped mid-item: (item, token, what its check answered).
-    pub cancelled: Vec<(u64, u64, String)>,
     /// Its lease store status, as `inspect` last answered.
     pub lease: String,
 }
 
 impl MemberView {
-    /// A member named `name` that has not joined yet.
-    pub fn new(name: String) -> MemberView {
-        MemberView {
-            name,
-            tokens: Vec::new(),
-            done: 0,
-            working_on: None,
-            lost: Vec::new(),
-            fenced: Vec::new(),
-            cancelled: Vec::new(),
-            lease: "starting".to_owned(),
-        }
-    }
-
     /// The token it joined with last.
     pub fn token(&self) -> Option<u64> {
         self.tokens.last().copied()
@@ -106,6 +92,7 @@ pub struct FaultTokens {
 }
 
 /// A worker process, as the parent knows it from its facts.
+#[derive(Default)]
 pub struct Worker {
     pub name: String,
     pub pid: Option<u32>,
@@ -132,21 +119,19 @@ impl Worker {
     /// A worker process `name` with `members` members, started as `pid`.
     pub fn new(name: String, members: usize, pid: Option<u32>, stdin: Option<ChildStdin>) -> Self {
         let views = (0..members)
-            .map(|n| MemberView::new(crate::worker::member_name(&name, n)))
+            .map(|n| MemberView {
+                name: crate::worker::member_name(&name, n),
+                lease: "starting".to_owned(),
+                ..MemberView::default()
+            })
             .collect();
         Worker {
             name,
             pid,
             stdin,
-            tokens: Vec::new(),
             members: views,
-            role: Role::Normal,
-            fault_tokens: FaultTokens::default(),
-            held: Vec::new(),
-            exited: None,
             lease: "starting".to_owned(),
-            lost: Vec::new(),
-            stall_host: false,
+            ..Worker::default()
         }
     }
 
@@ -183,15 +168,11 @@ impl Worker {
         };
         fault(self.role).filter(|_| of_fault)
     }
-
-    /// Its member named `name`, by number.
-    pub fn member_of(&self, name: &str) -> Option<usize> {
-        self.members.iter().position(|m| m.name == name)
-    }
 }
 
 /// The stuck job: which member of which worker hangs on which item, and what
 /// followed.
+#[derive(Default)]
 pub struct Stall {
     /// The worker asked to make a member hang.
     pub worker: usize,
@@ -210,19 +191,6 @@ pub struct Stall {
 }
 
 impl Stall {
-    /// Asked `worker` now.
-    pub fn new(worker: usize) -> Stall {
-        Stall {
-            worker,
-            hung: None,
-            stalled: None,
-            taken_by: None,
-            redone: false,
-            others_done: 0,
-            others_lost: false,
-        }
-    }
-
     /// The hung item, if a member hangs (or hung).
     pub fn item(&self) -> Option<u64> {
         self.hung.map(|(_, id, _, _)| id)

@@ -39,12 +39,7 @@ impl View {
 
     /// Prints one event log line (above the status block in live mode).
     pub fn log(&mut self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        if self.live {
-            self.erase(&mut out);
-        }
-        let _ = writeln!(out, "{} {line}", self.stamp());
-        let _ = out.flush();
+        self.say(&format!("{} {line}", self.stamp()));
     }
 
     /// Prints a line without a timestamp (banner, summary).

@@ -10,16 +10,14 @@
 //! live: their liveness is the session's. On one without, the session renews them
 //! with its own lease. The demo works the same either way.
 //!
-//! The runner stops a handler (drops it) the moment its member's lease is lost, before
-//! the store can give the item to anybody else, and sends no completion for it. This
-//! handler is careless ON PURPOSE: it holds a guard that, dropped before the handler
-//! finished (the frozen worker, once resumed; the stuck job), completes the item anyway
-//! with the old claim, so that the audience sees fencing refuse the stale completion
-//! with `Error::Fenced`. A job whose handler answered just before the loss (a freeze
-//! landing between the answer and the runner's completion) has the runner's own
-//! completion refused the same way: it is reported as refused too. When the parent sends [`STALL`], the next job one of its
-//! members claims hangs without reporting progress, until the member's watchdog stops
-//! it.
+//! The runner drops a handler the moment its member's lease is lost, before the store
+//! can give the item to anybody else, and sends no completion for it. This handler is
+//! careless ON PURPOSE: a guard that it drops unfinished (the frozen worker, once
+//! resumed; the stuck job) completes the item anyway with the old claim, so that the
+//! audience sees fencing refuse the stale completion with `Error::Fenced`; a freeze
+//! between the handler's answer and the runner's completion is reported as refused
+//! too. After the parent's [`STALL`], the next job one of its members claims hangs
+//! without reporting progress, until the member's watchdog stops it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +26,7 @@ use std::time::Duration;
 
 use liveness::{
     CancellationToken, Claimed, Error, Event, HolderId, HolderLoss, Job, JobEnd, JobError, Key,
-    Member, MemberConfig, Session, SessionConfig, Space, Store, Ttl, Worker, WorkerConfig,
+    Member, MemberConfig, Session, SessionConfig, Space, Ttl, Worker, WorkerConfig,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::broadcast;
@@ -48,9 +46,15 @@ pub const RETRY_BACKOFF: Duration = Duration::from_millis(500);
 /// two looks at whether every item is done.
 const POLL: Duration = Duration::from_millis(100);
 
-fn fail(who: Who, message: String) -> i32 {
+/// Reports a failure of `who` to the parent; answers the exit code.
+fn fail((who, message): (Who, String)) -> i32 {
     Fact::Error { message }.send(who);
     1
+}
+
+/// A failure of `who` in `step`, for [`fail`].
+fn failed(who: Who, step: &'static str) -> impl FnOnce(liveness::Error) -> (Who, String) {
+    move |e| (who, format!("{step}: {e}"))
 }
 
 /// The name of member `n` (from 0) of the worker `worker`: `worker-1.m1`.
@@ -73,18 +77,21 @@ fn loss(reason: HolderLoss) -> String {
 /// parent goes away (stdin closes). Returns the process exit code; the caller exits
 /// with it at once (tokio's blocking stdin read would hold a runtime shutdown).
 pub async fn run(args: WorkerArgs) -> i32 {
-    let store: Arc<dyn Store> = match liveness::connect(&args.store).await {
-        Ok(s) => s,
-        Err(e) => return fail(Who::Session, format!("connect: {e}")),
-    };
+    match work(args).await {
+        Ok(code) => code,
+        Err(failure) => fail(failure),
+    }
+}
+
+/// [`run`], until a step it cannot go on without fails.
+async fn work(args: WorkerArgs) -> Result<i32, (Who, String)> {
+    let session_failed = |step| failed(Who::Session, step);
+    let store = (liveness::connect(&args.store).await).map_err(session_failed("connect"))?;
     let holder = |name: &str| HolderId::new(format!("{name}@pid{}", std::process::id()));
-    let config = match Ttl::from_millis(args.ttl_ms)
+    let config = Ttl::from_millis(args.ttl_ms)
         .and_then(|ttl| SessionConfig::new(&args.name, ttl))
         .and_then(|c| Ok(c.holder(holder(&args.name)?)))
-    {
-        Ok(c) => c,
-        Err(e) => return fail(Who::Session, format!("config: {e}")),
-    };
+        .map_err(session_failed("config"))?;
     let ttl = config.heartbeat.ttl;
     let names: Vec<String> = (0..args.members)
         .map(|n| member_name(&args.name, n))
@@ -115,14 +122,11 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
     });
 
-    let session = match Session::open(store.clone(), config).await {
-        Ok(s) => s,
-        Err(e) => return fail(Who::Session, format!("open the session: {e}")),
-    };
+    let session =
+        (Session::open(store.clone(), config).await).map_err(session_failed("open the session"))?;
     let mut workers = Vec::new();
     let careless = Arc::new(Mutex::new(JoinSet::new()));
     for (n, name) in names.iter().enumerate() {
-        let who = Who::Member(n);
         let config = WorkerConfig::new(name, ttl).and_then(|c| {
             let mut c = (c.concurrency(1).checker(false).poll(POLL))
                 .retry_backoff(RETRY_BACKOFF, RETRY_BACKOFF * 4);
@@ -132,16 +136,13 @@ pub async fn run(args: WorkerArgs) -> i32 {
                 .progress_timeout(Duration::from_millis(args.progress_timeout_ms));
             Ok(c)
         });
-        let config = match config {
-            Ok(c) => c,
-            Err(e) => return fail(who, format!("config: {e}")),
-        };
+        let who = Who::Member(n);
+        let config = config.map_err(failed(who, "config"))?;
+        let seed = args.seed.wrapping_mul(64).wrapping_add(n as u64);
         let hands = Arc::new(Hands {
             who,
             member: OnceLock::new(),
-            rng: Mutex::new(fastrand::Rng::with_seed(
-                args.seed.wrapping_mul(64).wrapping_add(n as u64),
-            )),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             work_ms: args.work_ms,
             stall: stall.clone(),
             careless: careless.clone(),
@@ -152,13 +153,10 @@ pub async fn run(args: WorkerArgs) -> i32 {
             let hands = hands.clone();
             move |job| hands.clone().work(job)
         };
-        match Worker::ride(&session, config, handler).await {
-            Ok(worker) => {
-                let _ = hands.member.set(worker.member().clone());
-                workers.push(worker);
-            }
-            Err(e) => return fail(who, format!("join: {e}")),
-        }
+        let worker =
+            (Worker::ride(&session, config, handler).await).map_err(failed(who, "join"))?;
+        let _ = hands.member.set(worker.member().clone());
+        workers.push(worker);
     }
 
     // Until every item is done, the held-back ones too (a scheduled job, a retry's
@@ -170,7 +168,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
             Ok(_) => {}
             Err(e) if e.is_retryable() => {}
             Err(e) => {
-                code = fail(Who::Session, format!("item_counts: {e}"));
+                code = fail(session_failed("item_counts")(e));
                 break;
             }
         }
@@ -185,11 +183,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let all_back = async {
         for worker in &workers {
             let mut generations = worker.member().generations();
-            while generations.borrow_and_update().check().is_err() {
-                if generations.changed().await.is_err() {
-                    break;
-                }
-            }
+            let _ = generations.wait_for(|g| g.check().is_ok()).await;
         }
     };
     let _ = tokio::time::timeout(ttl.duration() * 3, all_back).await;
@@ -206,17 +200,17 @@ pub async fn run(args: WorkerArgs) -> i32 {
             Ok(_) => {}
             // A lease lost just before leaving has nothing to release.
             Err(e) if e.lost_reason().is_some() => {}
-            Err(e) => code = fail(Who::Member(n), format!("shutdown: {e}")),
+            Err(e) => code = fail(failed(Who::Member(n), "shutdown")(e)),
         }
     }
     match session.close(Duration::from_secs(1)).await {
         Ok(()) => {}
         Err(e) if e.lost_reason().is_some() => {}
-        Err(e) => code = fail(Who::Session, format!("close: {e}")),
+        Err(e) => code = fail(session_failed("close")(e)),
     }
     // Let the event forwarder print what is left before the process exits.
     let _ = tokio::time::timeout(Duration::from_secs(1), forwarder).await;
-    code
+    Ok(code)
 }
 
 /// The jobs whose handler answered `Ok`, by item and token, until the runner says how
@@ -236,90 +230,59 @@ async fn forward(
         true => Some(Who::Session),
         false => who_by_name.get(key.name().as_str()).copied(),
     };
-    // Each lost lease's reason, by who and token; the jobs the runner stopped before
-    // their member's loss arrived (a session's loss stops every member's work at
-    // once), waiting for it: (who, item, token).
-    let mut losses: HashMap<(Who, u64), String> = HashMap::new();
-    let mut stopped: Vec<(Who, u64, u64)> = Vec::new();
     loop {
-        let event = match events.recv().await {
-            Ok(event) => event,
+        let (who, fact) = match events.recv().await {
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 let message = format!("the event forwarder missed {n} events");
-                Fact::Error { message }.send(Who::Session);
-                continue;
+                (Some(Who::Session), Fact::Error { message })
             }
             Err(broadcast::error::RecvError::Closed) => break,
-        };
-        match event {
-            Event::Joined { key, token, .. } => {
-                if let Some(who) = who_of(&key) {
-                    Fact::Joined { token: token.0 }.send(who);
-                }
-            }
-            Event::Lost { key, token, reason } => {
-                let (Some(who), token) = (who_of(&key), token.0) else {
-                    continue;
-                };
-                let why = loss(reason);
+            Ok(Event::Joined { key, token, .. }) => (who_of(&key), Fact::Joined { token: token.0 }),
+            Ok(Event::Lost { key, token, reason }) => {
+                let token = token.0;
                 let fact = match reason {
                     HolderLoss::Stalled => Fact::Stalled { token },
                     _ => Fact::Lost {
                         token,
-                        reason: why.clone(),
+                        reason: loss(reason),
                     },
                 };
-                fact.send(who);
-                let (now, later) = stopped.drain(..).partition(|s| (s.0, s.2) == (who, token));
-                stopped = later;
-                for (_, id, _) in now {
-                    let reason = why.clone();
-                    Fact::Cancelled { id, token, reason }.send(who);
-                }
-                losses.insert((who, token), why);
+                (who_of(&key), fact)
             }
-            Event::JobEnded {
+            Ok(Event::JobEnded {
                 key,
                 token,
                 id,
                 end,
                 ..
-            } => {
-                let (Some(who), id, token) = (who_of(&key), id.0, token.0) else {
-                    continue;
-                };
+            }) => {
+                let (id, token) = (id.0, token.0);
                 let ok = answered.lock().is_ok_and(|mut a| a.remove(&(id, token)));
-                match end {
-                    JobEnd::Stopped if ok => Fact::Fenced { id, token }.send(who),
-                    JobEnd::Completed => Fact::Done { id, token }.send(who),
-                    JobEnd::Retried => Fact::Retried { id, token }.send(who),
-                    JobEnd::Stopped => match losses.get(&(who, token)) {
-                        Some(reason) => {
-                            let reason = reason.clone();
-                            Fact::Cancelled { id, token, reason }.send(who)
-                        }
-                        None => stopped.push((who, id, token)),
+                let fact = match end {
+                    JobEnd::Stopped if ok => Fact::Fenced { id, token },
+                    JobEnd::Stopped => Fact::Cancelled { id, token },
+                    JobEnd::Completed => Fact::Done { id, token },
+                    JobEnd::Retried => Fact::Retried { id, token },
+                    _ => Fact::Error {
+                        message: format!("item #{id} dead-lettered"),
                     },
-                    _ => {
-                        let message = format!("item #{id} dead-lettered");
-                        Fact::Error { message }.send(who)
-                    }
-                }
+                };
+                (who_of(&key), fact)
             }
-            Event::Left { key, token } => {
-                let Some(who) = who_of(&key) else { continue };
-                if who == Who::Session {
-                    for (who, id, token) in stopped.drain(..) {
-                        let reason = "stopped before its handler answered".to_owned();
-                        Fact::Cancelled { id, token, reason }.send(who);
-                    }
+            Ok(Event::Left { key, token }) => {
+                let who = who_of(&key);
+                if let Some(who) = who {
+                    Fact::Left { token: token.0 }.send(who);
                 }
-                Fact::Left { token: token.0 }.send(who);
-                if who == Who::Session {
+                if who == Some(Who::Session) {
                     break;
                 }
+                continue;
             }
-            _ => {}
+            Ok(_) => continue,
+        };
+        if let Some(who) = who {
+            fact.send(who);
         }
     }
 }
