@@ -31,6 +31,7 @@ use crate::keepalive::Slots;
 use crate::key_leases::KeyLeases;
 use crate::keys::{Keys, Record};
 use crate::riders::Riders;
+use crate::signal::PendingSignal;
 use crate::watch::{prefix_end, ExpiryWatch};
 use crate::BACKEND;
 
@@ -74,6 +75,8 @@ pub(crate) struct Inner {
     /// items, and would otherwise make each other's transactions fail.
     pub(crate) claims: tokio::sync::Mutex<()>,
     pub(crate) expiry: Arc<ExpiryWatch>,
+    /// The pending signal (`ItemStore::pending`), its watch started on first use.
+    pub(crate) pending: PendingSignal,
     /// What the store is: the backend, its capabilities, the issuer of its leases.
     pub(crate) info: StoreInfo,
     /// The etcd leases idempotency keys are bound to (`key_leases.rs`).
@@ -279,6 +282,7 @@ impl EtcdStore {
                 riders: Riders::default(),
                 claims: tokio::sync::Mutex::new(()),
                 expiry: ExpiryWatch::new(),
+                pending: PendingSignal::new(),
                 info: StoreInfo::new(
                     BACKEND,
                     caps,

@@ -391,6 +391,13 @@ impl ItemStore for EtcdStore {
         self.next_due_in().await
     }
 
+    /// Ticks when any handle on the same cluster and namespace, in any process, made
+    /// items pending or ended a timer of held-back items: see `signal.rs`. `None`
+    /// outside a Tokio runtime.
+    fn pending(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.pending.receiver(&self.inner.watch, self.keys())
+    }
+
     async fn item(&self, id: ItemId) -> Result<Option<ItemRecord>> {
         let k = self.keys();
         let resp = self

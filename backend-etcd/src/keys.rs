@@ -153,6 +153,12 @@ impl Keys {
         }
     }
 
+    /// Every queue's pending index, the default's (`item/p/`) and the others'
+    /// (`item/pq/`): the prefix `item/p`, which no other item key starts with.
+    pub(crate) fn pending_indexes(&self) -> String {
+        format!("{}item/p", self.root)
+    }
+
     /// The pending indexes of every queue but the default (`item/pq/`).
     pub(crate) fn named_pendings(&self) -> String {
         format!("{}item/pq/", self.root)

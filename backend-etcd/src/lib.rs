@@ -18,6 +18,7 @@ mod lease;
 mod operator;
 mod riders;
 mod session;
+mod signal;
 mod sweep_members;
 #[cfg(test)]
 mod tests;
