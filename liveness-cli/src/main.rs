@@ -32,7 +32,7 @@ use liveness::{CheckerConfig, Error, ItemStateKind, Store};
 struct Cli {
     /// The store's URL, as `liveness::connect` takes it: sqlite:///path/file.db?ns=NAME,
     /// redis://HOST:PORT?ns=NAME, postgres://USER@HOST/DB?ns=NAME, etcd://HOST:PORT?ns=NAME.
-    /// Reading commands (members, deaths, items, watch) open only a store that is
+    /// Reading commands (members, deaths, items, queues, watch) open only a store that is
     /// there: a missing file, schema or namespace is refused (exit 2), never created.
     #[arg(long, global = true, env = "LIVENESS_STORE", value_name = "URL")]
     store: Option<String>,
@@ -361,7 +361,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if cli.json && matches!(cli.command, Command::Check { .. }) {
         return Err(Failure::Input(
             "invalid --json: `check` logs lines of text to stderr; --json applies to \
-             members, deaths, items, retry, cancel, watch and bench"
+             members, deaths, items, queues, retry, cancel, watch and bench"
                 .into(),
         ));
     }
