@@ -3,7 +3,10 @@
 //! `redis://` URL, graphile-worker on a `postgres://` URL.
 //!
 //! `cargo run --release -p examples --features redis,postgres --bin peers -- URL
-//! [JOBS] [--runs N]` (20,000 jobs by default). Each way enqueues JOBS trivial jobs in
+//! [JOBS] [--runs N] [--dead-letters N]` (20,000 jobs by default). With
+//! `--dead-letters N`, a namespace of its own is first given N dead-lettered items
+//! (jobs finished for good, through the runner: each fails once, never to be tried
+//! again), so that both ways run beside a store that holds them. Each way enqueues JOBS trivial jobs in
 //! bulk (here `Queue::enqueue_many`; BullMQ `Queue.addBulk`; graphile-worker
 //! `addJobs`), then runs them with one worker of concurrency 64 in one process until
 //! all are done. The peer runs as a Node.js script from `examples/peers/`, whose
@@ -17,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use liveness::{Queue, Store, Ttl, Worker, WorkerConfig};
+use liveness::{EnqueueOptions, JobError, Queue, Store, Ttl, Worker, WorkerConfig};
 use tokio::process::Command;
 
 /// How many jobs run at once, both ways.
@@ -39,6 +42,9 @@ struct Args {
     /// How many runs; odd runs measure this project first, even runs the peer first.
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Dead-lettered items to put in a namespace of their own before the runs.
+    #[arg(long, default_value_t = 0)]
+    dead_letters: usize,
 }
 
 /// The job queue measured beside this project's.
@@ -148,11 +154,24 @@ async fn main() -> ExitCode {
 
 /// Measures both ways `args.runs` times and prints the table.
 async fn run(args: Args) -> Result<()> {
-    let Args { url, jobs, runs } = args;
+    let Args {
+        url,
+        jobs,
+        runs,
+        dead_letters,
+    } = args;
     if jobs == 0 || runs == 0 {
         return Err("JOBS and --runs must be at least 1".into());
     }
     let peer = Peer::for_url(&url)?;
+    if dead_letters > 0 {
+        let start = Instant::now();
+        fill_dead_letters(&url, dead_letters).await?;
+        println!(
+            "{dead_letters} dead-lettered items put in a namespace of their own in {:.1?}",
+            start.elapsed()
+        );
+    }
     let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/peers"));
     let version = install(&dir).await?;
     println!(
@@ -297,6 +316,27 @@ async fn measure_ours(url: &str, jobs: usize) -> Result<Rates> {
         enqueue,
         process: rate(completed, took),
     })
+}
+
+/// Puts `n` dead-lettered items in a fresh namespace of `url`: enqueued with one
+/// attempt each, and failed by a worker whose handler fails every job.
+async fn fill_dead_letters(url: &str, n: usize) -> Result<()> {
+    let store = connect(url).await?;
+    let once = EnqueueOptions::default().max_attempts(1);
+    let queue = Queue::new(store.clone());
+    for chunk in vec![b"finished"; n].chunks(100_000) {
+        queue.enqueue_many_with(chunk, once).await?;
+    }
+    let config = WorkerConfig::new("peers-fill", Ttl::from_secs(10)?)?.concurrency(AT_ONCE);
+    let worker = Worker::start(store.clone(), config, |_| async {
+        Err::<(), _>(JobError::fail("finished for good"))
+    })
+    .await?;
+    while (store.item_counts().await?.dead_lettered as usize) < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown(Duration::ZERO).await?;
+    Ok(())
 }
 
 /// The store at `url` on a namespace no earlier run used.
