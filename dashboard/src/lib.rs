@@ -1,6 +1,6 @@
 //! A live operator dashboard for a liveness store, as an [`axum::Router`]: who is
-//! alive, who leads each singleton role, who died and where their items went, what is stuck in the dead-letter set,
-//! how the checker is doing, and a few small charts.
+//! alive, who leads each singleton role, who died and where their items went, what is
+//! stuck in the dead-letter set, how the checker is doing, and a few small charts.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bounded, fresh_ns, http_get, rt, Worker, BIN};
+use common::{bounded, fresh_ns, http_get, rt, signal, Worker, BIN};
 use liveness::EnqueueOptions;
 use liveness_testkit::fixtures::{dead_letters, FAILER_ERROR};
 use serde_json::Value;
@@ -118,12 +118,6 @@ fn start_checker(url: &str, port: u16) -> Child {
         .unwrap()
 }
 
-/// Sends `signal` (`-TERM`, `-INT`) to the process `pid`, with `kill`.
-fn send_signal(signal: &str, pid: &str) {
-    let sent = Command::new("kill").args([signal, pid]).status().unwrap();
-    assert!(sent.success(), "kill {signal} {pid}: {sent}");
-}
-
 /// What `child`, which has exited, wrote to its piped stderr.
 fn stderr_of(child: &mut Child) -> String {
     let mut err = String::new();
@@ -134,8 +128,7 @@ fn stderr_of(child: &mut Child) -> String {
 
 /// Sends SIGTERM to `child` and waits for it to exit; returns its status and stderr.
 fn terminate(mut child: Child) -> (std::process::ExitStatus, String) {
-    let pid = child.id().to_string();
-    send_signal("-TERM", &pid);
+    signal("-TERM", child.id()).unwrap();
     let status = wait_for("the checker to exit after SIGTERM", || {
         child.try_wait().unwrap()
     });
@@ -569,8 +562,7 @@ fn postgres_health_follows_a_stopped_server() {
             // A fast shutdown (SIGINT): every session ends, the port closes.
             let mut server = server.borrow_mut();
             let process = server.process().unwrap();
-            let pid = process.pid().unwrap().to_string();
-            send_signal("-INT", &pid);
+            signal("-INT", process.pid().unwrap()).unwrap();
             wait_for("postgres to stop", || {
                 TcpStream::connect(("127.0.0.1", process.port()))
                     .is_err()
@@ -682,8 +674,7 @@ fn watch_redraws_until_interrupted() {
         assert_eq!(frame["members"][0]["name"], "w", "{frame}");
         assert_eq!(frame["items"]["pending"], 0, "{frame}");
     }
-    let pid = child.id().to_string();
-    send_signal("-INT", &pid);
+    signal("-INT", child.id()).unwrap();
     let status = wait_for("watch to exit on SIGINT", || child.try_wait().unwrap());
     assert!(status.success(), "{status:?}");
 }

@@ -36,7 +36,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{http_get, rt, Worker, BIN};
+use common::{http_get, rt, signal, Worker, BIN};
 use liveness::{Election, ElectionConfig, EnqueueOptions, Ttl};
 use liveness_testkit::fixtures::dead_letters;
 
@@ -506,20 +506,6 @@ fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// Sends `signal` (`-INT`, `-TERM`, `-KILL`) to the process `pid`, one this test
-/// started.
-fn signal(signal: &str, pid: u32) -> Result<(), String> {
-    let sent = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .map_err(|e| format!("run kill {signal} {pid}: {e}"))?;
-    if sent.success() {
-        Ok(())
-    } else {
-        Err(format!("kill {signal} {pid}: {sent}"))
-    }
 }
 
 /// Waits for `child` to exit (its output piped) for at most `within`; past it, kills

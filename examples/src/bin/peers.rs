@@ -341,9 +341,7 @@ async fn fill_dead_letters(url: &str, n: usize) -> Result<()> {
 
 /// The store at `url` on a namespace no earlier run used.
 async fn connect(url: &str) -> Result<Arc<dyn Store>> {
-    let ns = format!("peers_{:016x}", fastrand::u64(..));
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Ok(liveness::connect(&format!("{url}{sep}ns={ns}")).await?)
+    Ok(liveness::connect(&examples::in_fresh_namespace(url, "peers")).await?)
 }
 
 /// `n` jobs in `took`, in jobs per second.

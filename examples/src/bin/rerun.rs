@@ -170,7 +170,7 @@ async fn one_run(
     ttl: Ttl,
     jobs: usize,
 ) -> Result<(String, Option<Duration>, Vec<Duration>)> {
-    let url = fresh(url);
+    let url = examples::in_fresh_namespace(url, "rerun");
     let store: Arc<dyn Store> = liveness::connect(&url).await?;
     let payloads = vec![b"job"; jobs];
     Queue::new(store.clone()).enqueue_many(&payloads).await?;
@@ -253,25 +253,4 @@ async fn one_run(
         .collect::<Option<Vec<_>>>()
         .ok_or("the rescuer started a job before the victim was killed")?;
     Ok((store.backend().to_string(), dead, took))
-}
-
-/// `url` on a namespace no earlier run used: its `ns` with a random suffix, or
-/// `rerun_` and one.
-fn fresh(url: &str) -> String {
-    let suffix = format!("{:016x}", fastrand::u64(..));
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut named = false;
-    let mut pairs: Vec<String> = (query.split('&').filter(|p| !p.is_empty()))
-        .map(|pair| match pair.strip_prefix("ns=") {
-            Some(ns) => {
-                named = true;
-                format!("ns={ns}_{suffix}")
-            }
-            None => pair.to_owned(),
-        })
-        .collect();
-    if !named {
-        pairs.push(format!("ns=rerun_{suffix}"));
-    }
-    format!("{base}?{}", pairs.join("&"))
 }

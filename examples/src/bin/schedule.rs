@@ -141,7 +141,5 @@ async fn run(args: Args) -> Result<()> {
 
 /// The store at `url` on a namespace no earlier run used.
 async fn connect(url: &str) -> Result<Arc<dyn Store>> {
-    let ns = format!("schedule_{:016x}", fastrand::u64(..));
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Ok(liveness::connect(&format!("{url}{sep}ns={ns}")).await?)
+    Ok(liveness::connect(&examples::in_fresh_namespace(url, "schedule")).await?)
 }

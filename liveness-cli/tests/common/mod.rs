@@ -30,6 +30,20 @@ pub fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Sends `signal` (`-INT`, `-TERM`, `-KILL`) to the process `pid`, one the test
+/// started, with `kill`.
+pub fn signal(signal: &str, pid: u32) -> Result<(), String> {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .map_err(|e| format!("run kill {signal} {pid}: {e}"))?;
+    if sent.success() {
+        Ok(())
+    } else {
+        Err(format!("kill {signal} {pid}: {sent}"))
+    }
+}
+
 /// A fresh namespace per test on a shared server.
 pub fn fresh_ns(prefix: &str) -> String {
     format!("{prefix}_{:08x}", fastrand::u32(..))
